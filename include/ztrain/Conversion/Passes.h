@@ -1,0 +1,24 @@
+//===- Passes.h - ztrain conversion passes ----------------------*- C++ -*-===//
+//
+// Part of the ztrain project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRAIN_CONVERSION_PASSES_H
+#define ZTRAIN_CONVERSION_PASSES_H
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+
+namespace ztrain {
+#define GEN_PASS_DECL
+#include "ztrain/Conversion/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "ztrain/Conversion/Passes.h.inc"
+} // namespace ztrain
+
+#endif // ZTRAIN_CONVERSION_PASSES_H

@@ -1,0 +1,50 @@
+//===- Passes.td - ztrain conversion passes ----------------*- tablegen -*-===//
+//
+// Part of the ztrain project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRAIN_CONVERSION_PASSES_TD
+#define ZTRAIN_CONVERSION_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def LowerToRuntime : Pass<"lower-to-runtime", "::mlir::ModuleOp"> {
+  let summary = "Lowers a training step to calls into the ztrt runtime";
+  let description = [{
+    Turns the entry function of a complete training step (after
+    `train-optimizer`) into `func.func @ztrain_step(%ctx: !llvm.ptr)`, a
+    straight-line sequence of `ztrt_*` calls on opaque buffer pointers, and
+    embeds the model descriptor (`ztrain_descriptor`, a NUL-terminated
+    string: parameters, states, inputs, optimizer) the runtime's `main`
+    reads. The runtime functions are declared from the one ABI table,
+    `runtime/include/ztrt_abi.def`, that the runtime's header is also
+    generated from.
+
+    Buffers: every tensor value gets a buffer from `ztrt_alloc` with a
+    memory category (gradients for the values the optimizer consumes,
+    activations otherwise), freed right after its last use; reshapes alias
+    their operand; parameter, state and input buffers belong to the
+    runtime (`ztrt_param`, `ztrt_state`, `ztrt_input`).
+
+    Before:
+    ```mlir
+    %h = train.relu %x : tensor<32x128xf32>
+    ```
+    After:
+    ```mlir
+    %c4 = arith.constant 4 : i32     // ZTRT_CAT_ACTIVATIONS... (category)
+    %buf = call @ztrt_alloc(%ctx, %bytes, %cat) : (!llvm.ptr, i64, i32) -> !llvm.ptr
+    call @ztrt_relu_f32(%ctx, %x, %buf, %n) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> ()
+    ```
+  }];
+  let dependentDialects = ["::mlir::func::FuncDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::LLVM::LLVMDialect"];
+  let statistics = [
+    Statistic<"numCalls", "runtime-calls", "ztrt_* calls emitted">,
+    Statistic<"numBuffers", "buffers", "Buffers allocated per step">
+  ];
+}
+
+#endif // ZTRAIN_CONVERSION_PASSES_TD

@@ -1,0 +1,29 @@
+//===- TrainDialect.h - The train dialect -----------------------*- C++ -*-===//
+//
+// Part of the ztrain project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRAIN_DIALECT_TRAIN_IR_TRAINDIALECT_H
+#define ZTRAIN_DIALECT_TRAIN_IR_TRAINDIALECT_H
+
+#include "mlir/IR/Dialect.h"
+
+#include "ztrain/Dialect/Train/IR/TrainDialect.h.inc"
+
+namespace ztrain::train {
+/// Unit attribute on the func.func that computes the loss (and, after the
+/// training passes, the whole step).
+inline constexpr llvm::StringLiteral kEntryAttr = "train.entry";
+/// Argument attribute naming a step input (the data file's tensor name).
+inline constexpr llvm::StringLiteral kInputNameAttr = "train.name";
+/// Set by train-autodiff: the parameters whose gradients the entry function
+/// returns after the loss, in order.
+inline constexpr llvm::StringLiteral kGradientsAttr = "train.gradients";
+/// Set by train-optimizer: the entry function is a complete training step.
+inline constexpr llvm::StringLiteral kStepAttr = "train.step";
+/// Set by train-optimizer on the module: a human-readable optimizer summary.
+inline constexpr llvm::StringLiteral kOptimizerAttr = "train.optimizer";
+} // namespace ztrain::train
+
+#endif // ZTRAIN_DIALECT_TRAIN_IR_TRAINDIALECT_H

@@ -1,0 +1,27 @@
+//===- TrainEnums.td - train dialect enums -----------------*- tablegen -*-===//
+//
+// Part of the ztrain project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRAIN_DIALECT_TRAIN_TRAINENUMS_TD
+#define ZTRAIN_DIALECT_TRAIN_TRAINENUMS_TD
+
+include "mlir/IR/EnumAttr.td"
+include "ztrain/Dialect/Train/IR/TrainDialect.td"
+
+def Train_InitKind : I32EnumAttr<"InitKind", "parameter initializer", [
+    I32EnumAttrCase<"zeros", 0>,
+    I32EnumAttrCase<"ones", 1>,
+    I32EnumAttrCase<"normal", 2>,
+    I32EnumAttrCase<"uniform", 3>]> {
+  let cppNamespace = "::ztrain::train";
+}
+
+def Train_ReduceKind : I32EnumAttr<"ReduceKind", "reduction kind", [
+    I32EnumAttrCase<"sum", 0>,
+    I32EnumAttrCase<"mean", 1>]> {
+  let cppNamespace = "::ztrain::train";
+}
+
+#endif // ZTRAIN_DIALECT_TRAIN_TRAINENUMS_TD

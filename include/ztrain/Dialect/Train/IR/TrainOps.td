@@ -1,0 +1,591 @@
+//===- TrainOps.td - train dialect operations --------------*- tablegen -*-===//
+//
+// Part of the ztrain project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRAIN_DIALECT_TRAIN_TRAINOPS_TD
+#define ZTRAIN_DIALECT_TRAIN_TRAINOPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/IR/CommonTypeConstraints.td"
+include "mlir/IR/CommonAttrConstraints.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "ztrain/Dialect/Train/IR/TrainDialect.td"
+include "ztrain/Dialect/Train/IR/TrainEnums.td"
+include "ztrain/Dialect/Train/IR/TrainInterfaces.td"
+
+class Train_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Train_Dialect, mnemonic, traits>;
+
+def Train_F32Tensor : StaticShapeTensorOf<[F32]>;
+def Train_I32Tensor : StaticShapeTensorOf<[I32]>;
+def Train_F32Scalar : 0DTensorOf<[F32]>;
+
+// A differentiable compute op: pure and built into the backward pass by
+// train-autodiff through GradientOpInterface.
+class Train_ComputeOp<string mnemonic, list<Trait> traits = []>
+    : Train_Op<mnemonic, !listconcat(traits, [Pure,
+        DeclareOpInterfaceMethods<Train_GradientOpInterface>])>;
+
+// An op that only the backward pass needs; not differentiated again.
+class Train_GradOp<string mnemonic, list<Trait> traits = []>
+    : Train_Op<mnemonic, !listconcat(traits, [Pure])>;
+
+//===----------------------------------------------------------------------===//
+// Module-level state
+//===----------------------------------------------------------------------===//
+
+def Train_ParamOp : Train_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "declares a trainable parameter";
+  let description = [{
+    Declares a parameter of the model as a module-level symbol with a static
+    tensor type and an initializer. The runtime allocates it once and
+    initializes it deterministically from the run's seed and the symbol name
+    (or loads it from a safetensors file under the same name), so the name
+    is also the checkpoint key.
+
+    Initializers: `zeros`, `ones`, `normal` (N(0, scale^2)), `uniform`
+    (U(-scale, scale)).
+
+    ```mlir
+    train.param @fc1.weight : tensor<128x784xf32> init(normal, 2.000000e-02)
+    train.param @fc1.bias : tensor<128xf32> init(zeros)
+    ```
+
+    **Constraints:**
+    - the element type is `f32`;
+    - `normal` and `uniform` need a positive scale; `zeros` and `ones` take none.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<AnyStaticShapeTensor>:$type,
+                       Train_InitKind:$init,
+                       OptionalAttr<F64Attr>:$scale);
+  let assemblyFormat = [{
+    $sym_name `:` $type `init` `(` $init (`,` $scale^)? `)` attr-dict
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getTensorType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getType());
+    }
+  }];
+}
+
+def Train_StateOp : Train_Op<"state", [Symbol, HasParent<"::mlir::ModuleOp">,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "declares an optimizer state belonging to a parameter";
+  let description = [{
+    Declares per-parameter optimizer state (momentum buffer, Adam moments)
+    as a module-level symbol. `train-optimizer` creates these; the runtime
+    zero-initializes them.
+
+    ```mlir
+    train.state @fc1.weight.exp_avg : tensor<128x784xf32> of @fc1.weight
+    ```
+
+    **Constraints:**
+    - `@param` names a `train.param` of the same type.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<AnyStaticShapeTensor>:$type,
+                       FlatSymbolRefAttr:$param);
+  let assemblyFormat = "$sym_name `:` $type `of` $param attr-dict";
+}
+
+def Train_ParamReadOp : Train_Op<"param_read", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead]>]> {
+  let summary = "reads the current value of a parameter";
+  let description = [{
+    Yields the current value of a `train.param`. A parameter may be read any
+    number of times (tied weights read it twice); `train-autodiff` sums the
+    adjoints of all reads into the parameter's gradient.
+
+    ```mlir
+    %w = train.param_read @fc1.weight : tensor<128x784xf32>
+    ```
+
+    **Constraints:**
+    - `@param` names a `train.param` declared in the enclosing module;
+    - the result type equals the parameter's type.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = "$param attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+class Train_BinaryOp<string mnemonic, string what>
+    : Train_ComputeOp<mnemonic, [SameOperandsAndResultType]> {
+  let summary = "elementwise " # what;
+  let description = [{
+    Elementwise }] # what # [{ of two tensors of the same shape.
+
+    ```mlir
+    %c = train.}] # mnemonic # [{ %a, %b : tensor<8x16xf32>
+    ```
+  }];
+  let arguments = (ins Train_F32Tensor:$lhs, Train_F32Tensor:$rhs);
+  let results = (outs Train_F32Tensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def Train_AddOp : Train_BinaryOp<"add", "sum">;
+def Train_SubOp : Train_BinaryOp<"sub", "difference">;
+def Train_MulOp : Train_BinaryOp<"mul", "product">;
+
+class Train_UnaryOp<string mnemonic, string what>
+    : Train_ComputeOp<mnemonic, [SameOperandsAndResultType]> {
+  let summary = what;
+  let arguments = (ins Train_F32Tensor:$input);
+  let results = (outs Train_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def Train_ReluOp : Train_UnaryOp<"relu", "rectified linear unit"> {
+  let description = [{
+    `max(x, 0)` elementwise. The gradient at 0 is 0, as in PyTorch.
+
+    ```mlir
+    %y = train.relu %x : tensor<32x128xf32>
+    ```
+  }];
+}
+
+def Train_GeluOp : Train_UnaryOp<"gelu", "Gaussian error linear unit (tanh form)"> {
+  let description = [{
+    `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` elementwise: the
+    approximation GPT-2 uses (PyTorch `gelu(approximate='tanh')`).
+
+    ```mlir
+    %y = train.gelu %x : tensor<8x64x256xf32>
+    ```
+  }];
+}
+
+def Train_ScaleOp : Train_ComputeOp<"scale", [SameOperandsAndResultType]> {
+  let summary = "multiplies by a constant";
+  let description = [{
+    `x * factor` elementwise.
+
+    ```mlir
+    %y = train.scale %x {factor = 1.250000e-01 : f64} : tensor<8x4x64x64xf32>
+    ```
+  }];
+  let arguments = (ins Train_F32Tensor:$input, F64Attr:$factor);
+  let results = (outs Train_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def Train_BiasAddOp : Train_ComputeOp<"bias_add",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "adds a vector along the last dimension";
+  let description = [{
+    `result[..., j] = input[..., j] + bias[j]`.
+
+    ```mlir
+    %y = train.bias_add %x, %b : tensor<32x128xf32>, tensor<128xf32>
+    ```
+
+    **Constraints:**
+    - `bias` has rank 1 and its size equals the last dimension of `input`.
+  }];
+  let arguments = (ins Train_F32Tensor:$input, Train_F32Tensor:$bias);
+  let results = (outs Train_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $bias attr-dict `:` type($input) `,` type($bias)";
+  let hasVerifier = 1;
+}
+
+def Train_FillOp : Train_Op<"fill", [Pure]> {
+  let summary = "a tensor with every element equal to a constant";
+  let description = [{
+    ```mlir
+    %one = train.fill {value = 1.000000e+00 : f64} : tensor<f32>
+    ```
+  }];
+  let arguments = (ins F64Attr:$value);
+  let results = (outs Train_F32Tensor:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra, normalization, softmax
+//===----------------------------------------------------------------------===//
+
+def Train_MatmulOp : Train_ComputeOp<"matmul"> {
+  let summary = "(batched) matrix product with optional transposes";
+  let description = [{
+    `result = op(lhs) x op(rhs)` over the last two dimensions, where `op`
+    swaps them when `transpose_a` / `transpose_b` is set. Leading dimensions
+    are batch dimensions: `rhs` either has the same batch dimensions as
+    `lhs` or is a plain matrix shared by every batch element (a linear layer
+    applied to a [batch, seq, features] activation).
+
+    ```mlir
+    // x @ W^T with a PyTorch-layout weight [out, in]
+    %y = train.matmul %x, %w {transpose_b}
+        : (tensor<8x64x256xf32>, tensor<1024x256xf32>) -> tensor<8x64x1024xf32>
+    ```
+
+    **Constraints:**
+    - both operands have rank >= 2; `rhs` has rank 2 or the rank of `lhs`;
+    - batch dimensions agree, the contracted dimensions agree;
+    - the result is [batch..., M, N].
+  }];
+  let arguments = (ins Train_F32Tensor:$lhs, Train_F32Tensor:$rhs,
+                       UnitAttr:$transpose_a, UnitAttr:$transpose_b);
+  let results = (outs Train_F32Tensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Train_LayerNormOp : Train_ComputeOp<"layer_norm", [
+    AllTypesMatch<["input", "result"]>, AllTypesMatch<["gamma", "beta"]>]> {
+  let summary = "layer normalization over the last dimension";
+  let description = [{
+    `(x - mean) / sqrt(var + epsilon) * gamma + beta` with the biased
+    variance over the last dimension, as `torch.nn.LayerNorm`.
+
+    ```mlir
+    %y = train.layer_norm %x, %g, %b {epsilon = 1.000000e-05 : f64}
+        : tensor<8x64x256xf32>, tensor<256xf32>
+    ```
+
+    **Constraints:**
+    - `gamma` and `beta` have rank 1 and the size of the last dimension;
+    - `epsilon` is positive.
+  }];
+  let arguments = (ins Train_F32Tensor:$input, Train_F32Tensor:$gamma,
+                       Train_F32Tensor:$beta,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs Train_F32Tensor:$result);
+  let assemblyFormat = [{
+    $input `,` $gamma `,` $beta attr-dict `:` type($input) `,` type($gamma)
+  }];
+  let hasVerifier = 1;
+}
+
+def Train_SoftmaxOp : Train_ComputeOp<"softmax", [SameOperandsAndResultType]> {
+  let summary = "softmax over the last dimension, optionally causal";
+  let description = [{
+    Softmax over the last dimension. With `causal`, the last two dimensions
+    form a [T, T] score matrix and entry (i, j) with j > i gets probability
+    0: the masked softmax of causal self-attention.
+
+    ```mlir
+    %p = train.softmax %s {causal} : tensor<8x4x64x64xf32>
+    ```
+
+    **Constraints:**
+    - with `causal`: rank >= 2 and the last two dimensions are equal.
+  }];
+  let arguments = (ins Train_F32Tensor:$input, UnitAttr:$causal);
+  let results = (outs Train_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Layout and reductions
+//===----------------------------------------------------------------------===//
+
+def Train_ReshapeOp : Train_ComputeOp<"reshape"> {
+  let summary = "reinterprets a tensor with another shape";
+  let description = [{
+    Row-major reshape; the element count is unchanged.
+
+    ```mlir
+    %y = train.reshape %x : tensor<8x64x256xf32> -> tensor<512x256xf32>
+    ```
+
+    **Constraints:**
+    - same element type and element count.
+  }];
+  let arguments = (ins AnyStaticShapeTensor:$input);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_TransposeOp : Train_ComputeOp<"transpose"> {
+  let summary = "permutes dimensions";
+  let description = [{
+    Result dimension `d` is operand dimension `permutation[d]`.
+
+    ```mlir
+    %y = train.transpose %x [0, 2, 1, 3] : tensor<8x64x4x16xf32> -> tensor<8x4x64x16xf32>
+    ```
+
+    **Constraints:**
+    - `permutation` is a permutation of [0, rank);
+    - the result shape is the permuted operand shape.
+  }];
+  let arguments = (ins Train_F32Tensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs Train_F32Tensor:$result);
+  let assemblyFormat = "$input $permutation attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_ReduceOp : Train_ComputeOp<"reduce"> {
+  let summary = "sum or mean over dimensions";
+  let description = [{
+    Reduces the listed dimensions, which disappear from the result.
+
+    ```mlir
+    %s = train.reduce sum %x [0, 1] : tensor<8x64x256xf32> -> tensor<256xf32>
+    %m = train.reduce mean %x [0, 1, 2] : tensor<8x64x256xf32> -> tensor<f32>
+    ```
+
+    **Constraints:**
+    - `dims` are strictly increasing and in [0, rank);
+    - the result shape is the operand shape without `dims`.
+  }];
+  let arguments = (ins Train_ReduceKind:$kind, Train_F32Tensor:$input,
+                       DenseI64ArrayAttr:$dims);
+  let results = (outs Train_F32Tensor:$result);
+  let assemblyFormat = "$kind $input $dims attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_BroadcastOp : Train_ComputeOp<"broadcast"> {
+  let summary = "repeats a tensor along new dimensions";
+  let description = [{
+    Inserts the listed result dimensions: the result with `dims` removed is
+    the operand. The adjoint of `train.reduce sum` and the way to add a
+    position embedding to every sequence of a batch.
+
+    ```mlir
+    %y = train.broadcast %wpe [0] : tensor<64x256xf32> -> tensor<8x64x256xf32>
+    ```
+
+    **Constraints:**
+    - `dims` are strictly increasing and in [0, result rank);
+    - the result shape without `dims` is the operand shape.
+  }];
+  let arguments = (ins Train_F32Tensor:$input, DenseI64ArrayAttr:$dims);
+  let results = (outs Train_F32Tensor:$result);
+  let assemblyFormat = "$input $dims attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Lookups and losses
+//===----------------------------------------------------------------------===//
+
+def Train_EmbeddingOp : Train_ComputeOp<"embedding"> {
+  let summary = "looks up rows of a table";
+  let description = [{
+    `result[i..., :] = table[ids[i...], :]`. Ids outside [0, vocab) are a
+    runtime error.
+
+    ```mlir
+    %x = train.embedding %wte, %tokens
+        : (tensor<256x64xf32>, tensor<8x64xi32>) -> tensor<8x64x64xf32>
+    ```
+
+    **Constraints:**
+    - `table` is [vocab, dim]; the result shape is the ids shape + [dim].
+  }];
+  let arguments = (ins Train_F32Tensor:$table, Train_I32Tensor:$ids);
+  let results = (outs Train_F32Tensor:$result);
+  let assemblyFormat = "$table `,` $ids attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Train_CrossEntropyOp : Train_ComputeOp<"cross_entropy"> {
+  let summary = "mean softmax cross-entropy with integer labels";
+  let description = [{
+    `mean_r(-log softmax(logits[r])[labels[r]])`, as
+    `torch.nn.functional.cross_entropy` with the default mean reduction.
+    Labels outside [0, classes) are a runtime error.
+
+    ```mlir
+    %loss = train.cross_entropy %logits, %y
+        : (tensor<32x10xf32>, tensor<32xi32>) -> tensor<f32>
+    ```
+
+    **Constraints:**
+    - `logits` is [rows, classes], `labels` is [rows], the result is a 0-d tensor.
+  }];
+  let arguments = (ins Train_F32Tensor:$logits, Train_I32Tensor:$labels);
+  let results = (outs Train_F32Scalar:$result);
+  let assemblyFormat = "$logits `,` $labels attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Backward-pass ops
+//===----------------------------------------------------------------------===//
+
+class Train_ActivationGradOp<string mnemonic, string fwd>
+    : Train_GradOp<mnemonic, [SameOperandsAndResultType]> {
+  let summary = "adjoint of train." # fwd;
+  let description = [{
+    `dy * }] # fwd # [{'(x)` elementwise, with `x` the forward input.
+
+    ```mlir
+    %dx = train.}] # mnemonic # [{ %dy, %x : tensor<32x128xf32>
+    ```
+  }];
+  let arguments = (ins Train_F32Tensor:$grad, Train_F32Tensor:$input);
+  let results = (outs Train_F32Tensor:$result);
+  let assemblyFormat = "$grad `,` $input attr-dict `:` type($result)";
+}
+
+def Train_ReluGradOp : Train_ActivationGradOp<"relu_grad", "relu">;
+def Train_GeluGradOp : Train_ActivationGradOp<"gelu_grad", "gelu">;
+
+def Train_SoftmaxGradOp : Train_GradOp<"softmax_grad", [SameOperandsAndResultType]> {
+  let summary = "adjoint of train.softmax";
+  let description = [{
+    `y * (dy - sum(dy * y))` over the last dimension, with `y` the forward
+    result. Masked (causal) entries have y = 0 and so get no gradient.
+
+    ```mlir
+    %dx = train.softmax_grad %dy, %y : tensor<8x4x64x64xf32>
+    ```
+  }];
+  let arguments = (ins Train_F32Tensor:$grad, Train_F32Tensor:$output);
+  let results = (outs Train_F32Tensor:$result);
+  let assemblyFormat = "$grad `,` $output attr-dict `:` type($result)";
+}
+
+def Train_LayerNormGradOp : Train_GradOp<"layer_norm_grad", [
+    AllTypesMatch<["input", "grad", "input_grad"]>,
+    AllTypesMatch<["gamma", "gamma_grad", "beta_grad"]>]> {
+  let summary = "adjoint of train.layer_norm";
+  let description = [{
+    Given the adjoint of the output, the forward input and `gamma`, returns
+    the adjoints of the input, `gamma` and `beta`. The statistics are
+    recomputed from the input instead of being saved by the forward pass.
+
+    ```mlir
+    %dx, %dg, %db = train.layer_norm_grad %dy, %x, %g {epsilon = 1.000000e-05 : f64}
+        : tensor<8x64x256xf32>, tensor<256xf32>
+    ```
+  }];
+  let arguments = (ins Train_F32Tensor:$grad, Train_F32Tensor:$input,
+                       Train_F32Tensor:$gamma,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs Train_F32Tensor:$input_grad, Train_F32Tensor:$gamma_grad,
+                      Train_F32Tensor:$beta_grad);
+  let assemblyFormat = [{
+    $grad `,` $input `,` $gamma attr-dict `:` type($input) `,` type($gamma)
+  }];
+}
+
+def Train_CrossEntropyGradOp : Train_GradOp<"cross_entropy_grad", [
+    AllTypesMatch<["logits", "result"]>]> {
+  let summary = "adjoint of train.cross_entropy";
+  let description = [{
+    `dloss * (softmax(logits) - onehot(labels)) / rows`.
+
+    ```mlir
+    %dl = train.cross_entropy_grad %dloss, %logits, %y
+        : (tensor<f32>, tensor<32x10xf32>, tensor<32xi32>) -> tensor<32x10xf32>
+    ```
+  }];
+  let arguments = (ins Train_F32Scalar:$grad, Train_F32Tensor:$logits,
+                       Train_I32Tensor:$labels);
+  let results = (outs Train_F32Tensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $logits `,` $labels attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Train_EmbeddingGradOp : Train_GradOp<"embedding_grad"> {
+  let summary = "adjoint of train.embedding with respect to the table";
+  let description = [{
+    A zero table into which each row of `grad` is added at its id, in index
+    order (deterministic).
+
+    ```mlir
+    %dt = train.embedding_grad %dy, %tokens
+        : (tensor<8x64x64xf32>, tensor<8x64xi32>) -> tensor<256x64xf32>
+    ```
+
+    **Constraints:**
+    - `grad` has the ids shape + [dim]; the result is [vocab, dim].
+  }];
+  let arguments = (ins Train_F32Tensor:$grad, Train_I32Tensor:$ids);
+  let results = (outs Train_F32Tensor:$result);
+  let assemblyFormat = "$grad `,` $ids attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer updates
+//===----------------------------------------------------------------------===//
+
+def Train_SGDUpdateOp : Train_Op<"sgd_update", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "in-place SGD step on a parameter";
+  let description = [{
+    Updates `@param` in place with its gradient following `torch.optim.SGD`:
+    `d = g + weight_decay * p`; with momentum, `buf = d` on the first step
+    and `buf = momentum * buf + (1 - dampening) * d` after, then
+    `d = d + momentum * buf` (`nesterov`) or `d = buf`; `p -= lr * d`.
+
+    ```mlir
+    train.sgd_update @fc1.weight, %g momentum_buffer(@fc1.weight.momentum_buffer)
+        {lr = 1.000000e-02 : f64, momentum = 9.000000e-01 : f64} : tensor<128x784xf32>
+    ```
+
+    **Constraints:**
+    - `grad` has the parameter's type;
+    - a `momentum_buffer` (a `train.state` of the parameter) is present iff
+      `momentum` is non-zero.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, Train_F32Tensor:$grad,
+                       OptionalAttr<FlatSymbolRefAttr>:$momentum_buffer,
+                       F64Attr:$lr,
+                       DefaultValuedAttr<F64Attr, "0.0">:$momentum,
+                       DefaultValuedAttr<F64Attr, "0.0">:$dampening,
+                       DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
+                       UnitAttr:$nesterov);
+  let assemblyFormat = [{
+    $param `,` $grad (`momentum_buffer` `(` $momentum_buffer^ `)`)? attr-dict `:` type($grad)
+  }];
+}
+
+def Train_AdamUpdateOp : Train_Op<"adam_update", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "in-place Adam / AdamW step on a parameter";
+  let description = [{
+    Updates `@param` and its two moment states in place following
+    `torch.optim.Adam`, or `torch.optim.AdamW` when `decoupled` is set
+    (weight decay applied to the parameter instead of the gradient). The
+    step number t used for bias correction is the runtime's 1-based step
+    counter.
+
+    ```mlir
+    train.adam_update @fc1.weight, %g states(@fc1.weight.exp_avg, @fc1.weight.exp_avg_sq)
+        {lr = 1.000000e-03 : f64, beta1 = 9.000000e-01 : f64, beta2 = 9.990000e-01 : f64,
+         epsilon = 1.000000e-08 : f64, weight_decay = 0.000000e+00 : f64, decoupled}
+        : tensor<128x784xf32>
+    ```
+
+    **Constraints:**
+    - `grad` has the parameter's type;
+    - both states are `train.state`s of the parameter.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, Train_F32Tensor:$grad,
+                       FlatSymbolRefAttr:$exp_avg, FlatSymbolRefAttr:$exp_avg_sq,
+                       F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2,
+                       F64Attr:$epsilon,
+                       DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
+                       UnitAttr:$decoupled);
+  let assemblyFormat = [{
+    $param `,` $grad `states` `(` $exp_avg `,` $exp_avg_sq `)` attr-dict `:` type($grad)
+  }];
+}
+
+#endif // ZTRAIN_DIALECT_TRAIN_TRAINOPS_TD

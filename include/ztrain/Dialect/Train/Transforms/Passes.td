@@ -1,0 +1,105 @@
+//===- Passes.td - train dialect passes --------------------*- tablegen -*-===//
+//
+// Part of the ztrain project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRAIN_DIALECT_TRAIN_TRANSFORMS_PASSES_TD
+#define ZTRAIN_DIALECT_TRAIN_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def TrainAutodiff : Pass<"train-autodiff", "::mlir::ModuleOp"> {
+  let summary = "Reverse-mode differentiation of the loss w.r.t. every parameter";
+  let description = [{
+    Rewrites the entry function (`func.func` with the `train.entry`
+    attribute), a single-block function returning a scalar loss, so that
+    it returns the loss followed by the gradient of the loss with respect
+    to every `train.param` of the module, in declaration order. The
+    function gets a `train.gradients` attribute listing those parameters.
+    Parameters that do not influence the loss get a zero gradient (and a
+    warning).
+
+    The adjoint of each value is accumulated with `train.add` over its
+    uses; the adjoint of every `train.param_read` of the same parameter is
+    summed (tied weights). Each op contributes its backward ops through
+    `GradientOpInterface`.
+
+    Before:
+    ```mlir
+    func.func @loss(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> tensor<f32>
+        attributes {train.entry} {
+      %w = train.param_read @w : tensor<2x3xf32>
+      %l = train.matmul %x, %w {transpose_b} : (tensor<4x3xf32>, tensor<2x3xf32>) -> tensor<4x2xf32>
+      %loss = train.cross_entropy %l, %y : (tensor<4x2xf32>, tensor<4xi32>) -> tensor<f32>
+      return %loss : tensor<f32>
+    }
+    ```
+    After:
+    ```mlir
+    func.func @loss(%x: tensor<4x3xf32>, %y: tensor<4xi32>) -> (tensor<f32>, tensor<2x3xf32>)
+        attributes {train.entry, train.gradients = [@w]} {
+      %w = train.param_read @w : tensor<2x3xf32>
+      %l = train.matmul %x, %w {transpose_b} : ...
+      %loss = train.cross_entropy %l, %y : ...
+      %one = train.fill {value = 1.000000e+00 : f64} : tensor<f32>
+      %dl = train.cross_entropy_grad %one, %l, %y : ...
+      %dw = train.matmul %dl, %x {transpose_a} : (tensor<4x2xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
+      return %loss, %dw : tensor<f32>, tensor<2x3xf32>
+    }
+    ```
+  }];
+  let dependentDialects = ["::ztrain::train::TrainDialect"];
+  let statistics = [
+    Statistic<"numBackwardOps", "backward-ops", "Ops created for the backward pass">
+  ];
+}
+
+def TrainOptimizer : Pass<"train-optimizer", "::mlir::ModuleOp"> {
+  let summary = "Adds the optimizer update: a complete training step";
+  let description = [{
+    Consumes the gradients that `train-autodiff` returns from the entry
+    function and replaces them by in-place update ops, declaring the
+    optimizer states each update needs as `train.state` symbols. The entry
+    function then returns only the loss and carries `train.step`.
+
+    `kind=sgd` follows `torch.optim.SGD` (a `momentum_buffer` state when
+    momentum is non-zero), `kind=adam` `torch.optim.Adam` and `kind=adamw`
+    `torch.optim.AdamW` (states `exp_avg` and `exp_avg_sq`).
+
+    Before (after train-autodiff):
+    ```mlir
+    func.func @loss(...) -> (tensor<f32>, tensor<2x3xf32>)
+        attributes {train.entry, train.gradients = [@w]} {
+      ...
+      return %loss, %dw : tensor<f32>, tensor<2x3xf32>
+    }
+    ```
+    After (`train-optimizer{kind=adamw lr=0.001}`):
+    ```mlir
+    train.state @w.exp_avg : tensor<2x3xf32> of @w
+    train.state @w.exp_avg_sq : tensor<2x3xf32> of @w
+    func.func @loss(...) -> tensor<f32> attributes {train.entry, train.step} {
+      ...
+      train.adam_update @w, %dw states(@w.exp_avg, @w.exp_avg_sq) {decoupled, lr = ...} : tensor<2x3xf32>
+      return %loss : tensor<f32>
+    }
+    ```
+  }];
+  let dependentDialects = ["::ztrain::train::TrainDialect"];
+  let options = [
+    Option<"kind", "kind", "std::string", "\"adamw\"",
+           "Optimizer: sgd, adam or adamw">,
+    Option<"lr", "lr", "double", "1e-3", "Learning rate">,
+    Option<"beta1", "beta1", "double", "0.9", "Adam beta1">,
+    Option<"beta2", "beta2", "double", "0.999", "Adam beta2">,
+    Option<"eps", "eps", "double", "1e-8", "Adam epsilon">,
+    Option<"weightDecay", "weight-decay", "double", "0.0",
+           "Weight decay (decoupled for adamw, L2 for sgd and adam)">,
+    Option<"momentum", "momentum", "double", "0.0", "SGD momentum">,
+    Option<"dampening", "dampening", "double", "0.0", "SGD dampening">,
+    Option<"nesterov", "nesterov", "bool", "false", "SGD Nesterov momentum">
+  ];
+}
+
+#endif // ZTRAIN_DIALECT_TRAIN_TRANSFORMS_PASSES_TD

@@ -1,0 +1,59 @@
+//===- Pipelines.h - ztrain named pass pipelines ----------------*- C++ -*-===//
+//
+// Part of the ztrain project.
+//
+//===----------------------------------------------------------------------===//
+//
+// One named pipeline per phase, each with its options struct, so that a
+// whole compilation is also a single --pass-pipeline string:
+//
+//   ztrain-training   train-autodiff, train-optimizer{...}
+//   ztrain-to-llvm    lower-to-runtime, upstream conversions to the LLVM dialect
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRAIN_PIPELINES_H
+#define ZTRAIN_PIPELINES_H
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+
+namespace ztrain {
+
+struct TrainingPipelineOptions
+    : public mlir::PassPipelineOptions<TrainingPipelineOptions> {
+  Option<std::string> optimizer{*this, "optimizer",
+                                llvm::cl::desc("sgd, adam or adamw"),
+                                llvm::cl::init("adamw")};
+  Option<double> lr{*this, "lr", llvm::cl::desc("Learning rate"),
+                    llvm::cl::init(1e-3)};
+  Option<double> beta1{*this, "beta1", llvm::cl::desc("Adam beta1"),
+                       llvm::cl::init(0.9)};
+  Option<double> beta2{*this, "beta2", llvm::cl::desc("Adam beta2"),
+                       llvm::cl::init(0.999)};
+  Option<double> eps{*this, "eps", llvm::cl::desc("Adam epsilon"),
+                     llvm::cl::init(1e-8)};
+  Option<double> weightDecay{*this, "weight-decay",
+                             llvm::cl::desc("Weight decay"),
+                             llvm::cl::init(0.0)};
+  Option<double> momentum{*this, "momentum", llvm::cl::desc("SGD momentum"),
+                          llvm::cl::init(0.0)};
+  Option<double> dampening{*this, "dampening",
+                           llvm::cl::desc("SGD dampening"),
+                           llvm::cl::init(0.0)};
+  Option<bool> nesterov{*this, "nesterov", llvm::cl::desc("SGD Nesterov"),
+                        llvm::cl::init(false)};
+};
+
+/// train-autodiff then train-optimizer: forward + loss → training step.
+void buildTrainingPipeline(mlir::OpPassManager &pm,
+                           const TrainingPipelineOptions &options);
+
+/// lower-to-runtime then the upstream conversions to the LLVM dialect.
+void buildToLLVMPipeline(mlir::OpPassManager &pm);
+
+void registerPipelines();
+
+} // namespace ztrain
+
+#endif // ZTRAIN_PIPELINES_H

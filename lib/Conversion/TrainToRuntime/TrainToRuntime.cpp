@@ -1,0 +1,635 @@
+//===- TrainToRuntime.cpp - lower-to-runtime ------------------------------===//
+//
+// Part of the ztrain project.
+//
+// Lowers a complete training step to a straight-line sequence of ztrt_*
+// runtime calls on opaque buffer pointers, and embeds the descriptor the
+// runtime's main() reads. The runtime functions are declared from the one
+// ABI table the runtime header is generated from (ztrt_abi.def), so the
+// compiler and runtime cannot disagree on a signature silently: a call
+// that does not match its declaration fails the func.call verifier.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ztrain/Conversion/Passes.h"
+#include "ztrain/Dialect/Train/IR/TrainOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include "ztrt.h" // ztrt_category
+
+#define DEBUG_TYPE "lower-to-runtime"
+
+namespace ztrain {
+#define GEN_PASS_DEF_LOWERTORUNTIME
+#include "ztrain/Conversion/Passes.h.inc"
+} // namespace ztrain
+
+using namespace mlir;
+using namespace ztrain;
+using namespace ztrain::train;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// The ABI table
+//===----------------------------------------------------------------------===//
+
+enum class AbiType { kPtr, kI32, kI64, kF64, kVoid };
+
+struct AbiFunction {
+  const char *name;
+  AbiType result;
+  SmallVector<AbiType, 12> args;
+};
+
+const AbiFunction kAbiFunctions[] = {
+#define CTX AbiType::kPtr
+#define PTR AbiType::kPtr
+#define CPTR AbiType::kPtr
+#define I32 AbiType::kI32
+#define I64 AbiType::kI64
+#define F64 AbiType::kF64
+#define VOID AbiType::kVoid
+#define ZTRT_FN(name, ret, ...) {"ztrt_" #name, ret, {__VA_ARGS__}},
+#include "ztrt_abi.def"
+#undef ZTRT_FN
+#undef CTX
+#undef PTR
+#undef CPTR
+#undef I32
+#undef I64
+#undef F64
+#undef VOID
+};
+
+Type abiToMlir(MLIRContext *ctx, AbiType t) {
+  switch (t) {
+  case AbiType::kPtr:
+    return LLVM::LLVMPointerType::get(ctx);
+  case AbiType::kI32:
+    return IntegerType::get(ctx, 32);
+  case AbiType::kI64:
+    return IntegerType::get(ctx, 64);
+  case AbiType::kF64:
+    return Float64Type::get(ctx);
+  case AbiType::kVoid:
+    return Type();
+  }
+  llvm_unreachable("unknown ABI type");
+}
+
+//===----------------------------------------------------------------------===//
+// Emitter
+//===----------------------------------------------------------------------===//
+
+/// Builds the body of ztrain_step: runtime calls, constants and buffer
+/// management.
+class StepEmitter {
+public:
+  StepEmitter(ModuleOp module, OpBuilder &b, Value ctx)
+      : loc(UnknownLoc::get(b.getContext())), module(module), b(b), ctx(ctx) {}
+
+  Value i64(int64_t v) {
+    return arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(v));
+  }
+  Value i32(int32_t v) {
+    return arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(v));
+  }
+  Value f64(double v) {
+    return arith::ConstantOp::create(b, loc, b.getF64FloatAttr(v));
+  }
+  Value null() {
+    return LLVM::ZeroOp::create(b, loc, LLVM::LLVMPointerType::get(
+                                            b.getContext()));
+  }
+
+  /// Calls ztrt_<name>(ctx, args...) and returns its result (or null).
+  Value call(StringRef name, ArrayRef<Value> args) {
+    func::FuncOp callee = declare(("ztrt_" + name).str());
+    SmallVector<Value> all{ctx};
+    all.append(args.begin(), args.end());
+    ++calls;
+    auto op = func::CallOp::create(b, loc, callee, all);
+    return op.getNumResults() ? op.getResult(0) : Value();
+  }
+
+  /// A constant int64 array global (shapes, permutations, masks) and a
+  /// pointer to it; identical arrays share one global.
+  Value i64Array(ArrayRef<int64_t> values) {
+    std::string key;
+    llvm::raw_string_ostream os(key);
+    llvm::interleave(values, os, "_");
+    auto it = arrays.find(key);
+    LLVM::GlobalOp global;
+    if (it != arrays.end()) {
+      global = it->second;
+    } else {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(module.getBody());
+      auto arrayTy =
+          LLVM::LLVMArrayType::get(b.getI64Type(), values.size());
+      auto data = DenseIntElementsAttr::get(
+          RankedTensorType::get({(int64_t)values.size()}, b.getI64Type()),
+          values);
+      global = LLVM::GlobalOp::create(
+          b, loc, arrayTy, /*isConstant=*/true, LLVM::Linkage::Internal,
+          ("__ztrt_i64_" + Twine(arrays.size())).str(), data);
+      arrays[key] = global;
+    }
+    return LLVM::AddressOfOp::create(b, loc, global);
+  }
+
+  Location loc;
+  unsigned calls = 0;
+
+private:
+  func::FuncOp declare(const std::string &name) {
+    if (auto fn = module.lookupSymbol<func::FuncOp>(name))
+      return fn;
+    const AbiFunction *abi = nullptr;
+    for (const AbiFunction &f : kAbiFunctions)
+      if (name == f.name)
+        abi = &f;
+    if (!abi)
+      llvm::report_fatal_error(("ztrt function not in ztrt_abi.def: " + name)
+                                   .c_str());
+    MLIRContext *mctx = b.getContext();
+    SmallVector<Type> args, results;
+    for (AbiType t : abi->args)
+      args.push_back(abiToMlir(mctx, t));
+    if (abi->result != AbiType::kVoid)
+      results.push_back(abiToMlir(mctx, abi->result));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToEnd(module.getBody());
+    auto fn = func::FuncOp::create(b, loc, name,
+                                   b.getFunctionType(args, results));
+    fn.setPrivate();
+    return fn;
+  }
+
+  ModuleOp module;
+  OpBuilder &b;
+  Value ctx;
+  std::map<std::string, LLVM::GlobalOp> arrays;
+};
+
+int64_t numElements(Value v) {
+  return cast<RankedTensorType>(v.getType()).getNumElements();
+}
+ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+/// rows x cols with cols the last dimension (1 for a 0-d tensor).
+std::pair<int64_t, int64_t> rowsCols(Value v) {
+  ArrayRef<int64_t> s = shapeOf(v);
+  int64_t cols = s.empty() ? 1 : s.back();
+  return {numElements(v) / cols, cols};
+}
+SmallVector<int64_t> dimMask(int64_t rank, ArrayRef<int64_t> dims) {
+  SmallVector<int64_t> mask(rank, 0);
+  for (int64_t d : dims)
+    mask[d] = 1;
+  return mask;
+}
+
+std::string dtypeName(Type t) {
+  Type e = cast<RankedTensorType>(t).getElementType();
+  if (e.isF32())
+    return "f32";
+  if (e.isInteger(32))
+    return "i32";
+  return "";
+}
+
+void appendShape(llvm::raw_ostream &os, Type t) {
+  ArrayRef<int64_t> s = cast<RankedTensorType>(t).getShape();
+  os << ' ' << s.size();
+  for (int64_t d : s)
+    os << ' ' << d;
+}
+
+/// The upper bound of the values of an i32 input: the class count of a
+/// cross-entropy or the vocabulary of an embedding it feeds (through
+/// reshapes). 0 when it feeds neither.
+int64_t inputBound(Value v) {
+  int64_t bound = 0;
+  auto tighten = [&](int64_t b) { bound = bound ? std::min(bound, b) : b; };
+  SmallVector<Value> work{v};
+  while (!work.empty()) {
+    Value cur = work.pop_back_val();
+    for (OpOperand &use : cur.getUses()) {
+      Operation *user = use.getOwner();
+      if (auto r = dyn_cast<ReshapeOp>(user))
+        work.push_back(r.getResult());
+      else if (auto ce = dyn_cast<CrossEntropyOp>(user))
+        tighten(shapeOf(ce.getLogits())[1]);
+      else if (auto ceg = dyn_cast<CrossEntropyGradOp>(user))
+        tighten(shapeOf(ceg.getLogits())[1]);
+      else if (auto emb = dyn_cast<EmbeddingOp>(user))
+        tighten(shapeOf(emb.getTable())[0]);
+      else if (auto embg = dyn_cast<EmbeddingGradOp>(user))
+        tighten(shapeOf(embg.getResult())[0]);
+    }
+  }
+  return bound;
+}
+
+struct LowerToRuntimePass
+    : public ztrain::impl::LowerToRuntimeBase<LowerToRuntimePass> {
+  using LowerToRuntimeBase::LowerToRuntimeBase;
+  void runOnOperation() override;
+  LogicalResult lowerStep(func::FuncOp entry, const std::string &descriptor);
+};
+
+} // namespace
+
+void LowerToRuntimePass::runOnOperation() {
+  ModuleOp module = getOperation();
+  func::FuncOp entry = getEntryFunction(module);
+  if (!entry)
+    return signalPassFailure();
+  if (!entry->hasAttr(kStepAttr)) {
+    entry.emitError() << "@" << entry.getSymName()
+                      << " is not a training step yet: run train-autodiff "
+                         "and train-optimizer (the ztrain-training pipeline) "
+                         "first";
+    return signalPassFailure();
+  }
+
+  // The descriptor: parameters, states and inputs in index order.
+  std::string descriptor;
+  llvm::raw_string_ostream os(descriptor);
+  os << "ztrain-descriptor 1\n";
+  for (auto param : module.getOps<ParamOp>()) {
+    os << "param " << param.getSymName() << ' ' << dtypeName(param.getType());
+    appendShape(os, param.getType());
+    os << " init " << stringifyInitKind(param.getInit()) << ' '
+       << llvm::format("%.17g", param.getScaleAttr()
+                                                ? param.getScaleAttr().getValueAsDouble()
+                                                : 0.0) << '\n';
+  }
+  for (auto state : module.getOps<StateOp>()) {
+    os << "state " << state.getSymName() << ' ' << dtypeName(state.getType());
+    appendShape(os, state.getType());
+    os << " of " << state.getParam() << '\n';
+  }
+  for (BlockArgument arg : entry.getArguments()) {
+    auto name = entry.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                   kInputNameAttr);
+    std::string dtype = isa<RankedTensorType>(arg.getType())
+                            ? dtypeName(arg.getType())
+                            : std::string();
+    if (dtype.empty()) {
+      entry.emitError() << "input #" << arg.getArgNumber() << " has type "
+                        << arg.getType()
+                        << "; inputs must be static tensors of f32 or i32";
+      return signalPassFailure();
+    }
+    os << "input "
+       << (name ? name.getValue().str()
+                : ("arg" + Twine(arg.getArgNumber())).str())
+       << ' ' << dtype;
+    appendShape(os, arg.getType());
+    os << " bound " << (dtype == "i32" ? inputBound(arg) : 0) << '\n';
+  }
+  if (auto opt = module->getAttrOfType<StringAttr>(kOptimizerAttr))
+    os << "optimizer " << opt.getValue() << '\n';
+
+  if (failed(lowerStep(entry, descriptor)))
+    return signalPassFailure();
+
+  // The declarations now live in the descriptor.
+  for (Operation &op : llvm::make_early_inc_range(module.getOps()))
+    if (isa<ParamOp, StateOp>(op))
+      op.erase();
+  module->removeAttr(kOptimizerAttr);
+}
+
+LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
+                                            const std::string &descriptor) {
+  ModuleOp module = getOperation();
+  MLIRContext *mctx = module.getContext();
+  auto ptrTy = LLVM::LLVMPointerType::get(mctx);
+  OpBuilder b(mctx);
+
+  // Indices of parameters and states in descriptor order.
+  llvm::StringMap<int64_t> paramIndex, stateIndex;
+  for (auto param : module.getOps<ParamOp>())
+    paramIndex[param.getSymName()] = paramIndex.size();
+  for (auto state : module.getOps<StateOp>())
+    stateIndex[state.getSymName()] = stateIndex.size();
+
+  if (module.lookupSymbol("ztrain_step") ||
+      module.lookupSymbol("ztrain_descriptor")) {
+    module.emitError() << "the symbols ztrain_step and ztrain_descriptor are "
+                          "reserved for the lowered step";
+    return failure();
+  }
+
+  b.setInsertionPointToEnd(module.getBody());
+  std::string withNul = descriptor + '\0';
+  auto strTy =
+      LLVM::LLVMArrayType::get(IntegerType::get(mctx, 8), withNul.size());
+  LLVM::GlobalOp::create(b, entry.getLoc(), strTy, /*isConstant=*/true,
+                         LLVM::Linkage::External, "ztrain_descriptor",
+                         b.getStringAttr(withNul));
+
+  auto step = func::FuncOp::create(b, entry.getLoc(), "ztrain_step",
+                                   b.getFunctionType({ptrTy}, {}));
+  Block *block = step.addEntryBlock();
+  b.setInsertionPointToStart(block);
+  StepEmitter e(module, b, step.getArgument(0));
+
+  // Liveness over the straight-line body. Reshapes alias their operand, so
+  // buffers are tracked by their root value.
+  Block &body = entry.getBody().front();
+  DenseMap<Operation *, unsigned> position;
+  for (auto [i, op] : llvm::enumerate(body))
+    position[&op] = i;
+  DenseMap<Value, Value> root;
+  auto rootOf = [&](Value v) {
+    Value r = root.lookup(v);
+    return r ? r : v;
+  };
+  DenseMap<Value, unsigned> lastUse;
+  for (Operation &op : body) {
+    if (auto r = dyn_cast<ReshapeOp>(op))
+      root[r.getResult()] = rootOf(r.getInput());
+    for (Value operand : op.getOperands()) {
+      unsigned &last = lastUse[rootOf(operand)];
+      last = std::max(last, position[&op]);
+    }
+  }
+  DenseSet<Value> gradients;
+  for (Operation &op : body)
+    if (isa<SGDUpdateOp, AdamUpdateOp>(op))
+      gradients.insert(rootOf(op.getOperand(0)));
+
+  DenseMap<Value, Value> buffer; // tensor value -> !llvm.ptr
+  DenseSet<Value> owned;         // roots allocated by this step
+  auto get = [&](Value v) { return buffer.lookup(v); };
+  auto alloc = [&](Value v) {
+    int32_t category = gradients.contains(v) ? ZTRT_CAT_GRADIENTS
+                                             : ZTRT_CAT_ACTIVATIONS;
+    Value ptr = e.call("alloc", {e.i64(numElements(v) * 4), e.i32(category)});
+    buffer[v] = ptr;
+    owned.insert(v);
+    ++numBuffers;
+    return ptr;
+  };
+
+  for (BlockArgument arg : entry.getArguments())
+    buffer[arg] = e.call("input", {e.i64(arg.getArgNumber())});
+
+  for (Operation &op : body) {
+    e.loc = op.getLoc();
+    LogicalResult status =
+        llvm::TypeSwitch<Operation *, LogicalResult>(&op)
+            .Case([&](ParamReadOp o) {
+              buffer[o.getResult()] =
+                  e.call("param", {e.i64(paramIndex.lookup(o.getParam()))});
+              return success();
+            })
+            .Case([&](FillOp o) {
+              e.call("fill_f32", {alloc(o.getResult()),
+                                  e.i64(numElements(o.getResult())),
+                                  e.f64(o.getValue().convertToDouble())});
+              return success();
+            })
+            .Case<AddOp, SubOp, MulOp>([&](auto o) {
+              StringRef fn = isa<AddOp>(o)   ? "add_f32"
+                             : isa<SubOp>(o) ? "sub_f32"
+                                             : "mul_f32";
+              Value a = get(o.getLhs()), c = get(o.getRhs());
+              e.call(fn, {a, c, alloc(o.getResult()),
+                          e.i64(numElements(o.getResult()))});
+              return success();
+            })
+            .Case([&](ScaleOp o) {
+              Value x = get(o.getInput());
+              e.call("scale_f32", {x, alloc(o.getResult()),
+                                   e.i64(numElements(o.getResult())),
+                                   e.f64(o.getFactor().convertToDouble())});
+              return success();
+            })
+            .Case([&](BiasAddOp o) {
+              auto [rows, cols] = rowsCols(o.getInput());
+              Value x = get(o.getInput()), bias = get(o.getBias());
+              e.call("bias_add_f32", {x, bias, alloc(o.getResult()),
+                                      e.i64(rows), e.i64(cols)});
+              return success();
+            })
+            .Case<ReluOp, GeluOp>([&](auto o) {
+              Value x = get(o.getInput());
+              e.call(isa<ReluOp>(o) ? "relu_f32" : "gelu_f32",
+                     {x, alloc(o.getResult()),
+                      e.i64(numElements(o.getResult()))});
+              return success();
+            })
+            .Case<ReluGradOp, GeluGradOp>([&](auto o) {
+              Value dy = get(o.getGrad()), x = get(o.getInput());
+              e.call(isa<ReluGradOp>(o) ? "relu_grad_f32" : "gelu_grad_f32",
+                     {dy, x, alloc(o.getResult()),
+                      e.i64(numElements(o.getResult()))});
+              return success();
+            })
+            .Case([&](MatmulOp o) {
+              ArrayRef<int64_t> a = shapeOf(o.getLhs()),
+                                bs = shapeOf(o.getRhs()),
+                                c = shapeOf(o.getResult());
+              int64_t rank = a.size();
+              int64_t batch = 1;
+              for (int64_t d : a.drop_back(2))
+                batch *= d;
+              int64_t m = c[rank - 2], n = c[rank - 1];
+              int64_t k = o.getTransposeA() ? a[rank - 2] : a[rank - 1];
+              int64_t strideA = m * k, strideB = k * n, strideC = m * n;
+              if (bs.size() == 2 && rank > 2) {
+                strideB = 0;
+                if (!o.getTransposeA()) {
+                  // Rows of every batch element are contiguous: one GEMM.
+                  m *= batch;
+                  batch = 1;
+                  strideA = m * k;
+                  strideC = m * n;
+                }
+              }
+              Value x = get(o.getLhs()), y = get(o.getRhs());
+              e.call("matmul_f32",
+                     {x, y, alloc(o.getResult()), e.i64(batch), e.i64(m),
+                      e.i64(n), e.i64(k), e.i32(o.getTransposeA()),
+                      e.i32(o.getTransposeB()), e.i64(strideA),
+                      e.i64(strideB), e.i64(strideC)});
+              return success();
+            })
+            .Case([&](LayerNormOp o) {
+              auto [rows, cols] = rowsCols(o.getInput());
+              Value x = get(o.getInput()), g = get(o.getGamma()),
+                    bt = get(o.getBeta());
+              e.call("layer_norm_f32",
+                     {x, g, bt, alloc(o.getResult()), e.i64(rows),
+                      e.i64(cols), e.f64(o.getEpsilon().convertToDouble())});
+              return success();
+            })
+            .Case([&](LayerNormGradOp o) {
+              auto [rows, cols] = rowsCols(o.getInput());
+              Value dy = get(o.getGrad()), x = get(o.getInput()),
+                    g = get(o.getGamma());
+              Value dx = alloc(o.getInputGrad());
+              Value dg = alloc(o.getGammaGrad());
+              Value db = alloc(o.getBetaGrad());
+              e.call("layer_norm_grad_f32",
+                     {dy, x, g, dx, dg, db, e.i64(rows), e.i64(cols),
+                      e.f64(o.getEpsilon().convertToDouble())});
+              return success();
+            })
+            .Case([&](SoftmaxOp o) {
+              auto [rows, cols] = rowsCols(o.getInput());
+              Value x = get(o.getInput());
+              e.call("softmax_f32", {x, alloc(o.getResult()), e.i64(rows),
+                                     e.i64(cols), e.i32(o.getCausal())});
+              return success();
+            })
+            .Case([&](SoftmaxGradOp o) {
+              auto [rows, cols] = rowsCols(o.getOutput());
+              Value dy = get(o.getGrad()), y = get(o.getOutput());
+              e.call("softmax_grad_f32", {dy, y, alloc(o.getResult()),
+                                          e.i64(rows), e.i64(cols)});
+              return success();
+            })
+            .Case([&](ReshapeOp o) {
+              buffer[o.getResult()] = get(o.getInput());
+              return success();
+            })
+            .Case([&](TransposeOp o) {
+              ArrayRef<int64_t> s = shapeOf(o.getInput());
+              Value x = get(o.getInput());
+              e.call("transpose_f32",
+                     {x, alloc(o.getResult()), e.i64(s.size()),
+                      e.i64Array(s), e.i64Array(o.getPermutation())});
+              return success();
+            })
+            .Case([&](ReduceOp o) {
+              ArrayRef<int64_t> s = shapeOf(o.getInput());
+              Value x = get(o.getInput());
+              e.call("reduce_f32",
+                     {x, alloc(o.getResult()), e.i64(s.size()),
+                      e.i64Array(s), e.i64Array(dimMask(s.size(), o.getDims())),
+                      e.i32(o.getKind() == ReduceKind::mean)});
+              return success();
+            })
+            .Case([&](BroadcastOp o) {
+              ArrayRef<int64_t> s = shapeOf(o.getResult());
+              Value x = get(o.getInput());
+              e.call("broadcast_f32",
+                     {x, alloc(o.getResult()), e.i64(s.size()),
+                      e.i64Array(s), e.i64Array(dimMask(s.size(), o.getDims())),
+                      e.f64(1.0)});
+              return success();
+            })
+            .Case([&](CrossEntropyOp o) {
+              auto [rows, classes] = rowsCols(o.getLogits());
+              Value l = get(o.getLogits()), y = get(o.getLabels());
+              e.call("cross_entropy_f32", {l, y, alloc(o.getResult()),
+                                           e.i64(rows), e.i64(classes)});
+              return success();
+            })
+            .Case([&](CrossEntropyGradOp o) {
+              auto [rows, classes] = rowsCols(o.getLogits());
+              Value d = get(o.getGrad()), l = get(o.getLogits()),
+                    y = get(o.getLabels());
+              e.call("cross_entropy_grad_f32",
+                     {d, l, y, alloc(o.getResult()), e.i64(rows),
+                      e.i64(classes)});
+              return success();
+            })
+            .Case([&](EmbeddingOp o) {
+              ArrayRef<int64_t> t = shapeOf(o.getTable());
+              Value tbl = get(o.getTable()), ids = get(o.getIds());
+              e.call("embedding_f32",
+                     {tbl, ids, alloc(o.getResult()),
+                      e.i64(numElements(o.getIds())), e.i64(t[0]),
+                      e.i64(t[1])});
+              return success();
+            })
+            .Case([&](EmbeddingGradOp o) {
+              ArrayRef<int64_t> t = shapeOf(o.getResult());
+              Value dy = get(o.getGrad()), ids = get(o.getIds());
+              e.call("embedding_grad_f32",
+                     {dy, ids, alloc(o.getResult()),
+                      e.i64(numElements(o.getIds())), e.i64(t[0]),
+                      e.i64(t[1])});
+              return success();
+            })
+            .Case([&](SGDUpdateOp o) {
+              Value p = e.call("param",
+                               {e.i64(paramIndex.lookup(o.getParam()))});
+              Value buf = o.getMomentumBuffer()
+                              ? e.call("state", {e.i64(stateIndex.lookup(
+                                                    *o.getMomentumBuffer()))})
+                              : e.null();
+              e.call("sgd_update_f32",
+                     {p, get(o.getGrad()), buf,
+                      e.i64(numElements(o.getGrad())),
+                      e.f64(o.getLr().convertToDouble()),
+                      e.f64(o.getMomentum().convertToDouble()),
+                      e.f64(o.getDampening().convertToDouble()),
+                      e.f64(o.getWeightDecay().convertToDouble()),
+                      e.i32(o.getNesterov())});
+              return success();
+            })
+            .Case([&](AdamUpdateOp o) {
+              Value p = e.call("param",
+                               {e.i64(paramIndex.lookup(o.getParam()))});
+              Value m = e.call("state",
+                               {e.i64(stateIndex.lookup(o.getExpAvg()))});
+              Value v = e.call("state",
+                               {e.i64(stateIndex.lookup(o.getExpAvgSq()))});
+              e.call("adam_update_f32",
+                     {p, get(o.getGrad()), m, v,
+                      e.i64(numElements(o.getGrad())),
+                      e.f64(o.getLr().convertToDouble()),
+                      e.f64(o.getBeta1().convertToDouble()),
+                      e.f64(o.getBeta2().convertToDouble()),
+                      e.f64(o.getEpsilon().convertToDouble()),
+                      e.f64(o.getWeightDecay().convertToDouble()),
+                      e.i32(o.getDecoupled())});
+              return success();
+            })
+            .Case([&](func::ReturnOp o) {
+              e.call("set_loss", {get(o.getOperand(0))});
+              return success();
+            })
+            .Default([&](Operation *other) {
+              return other->emitOpError()
+                     << "cannot be lowered to the ztrain runtime";
+            });
+    if (failed(status))
+      return failure();
+
+    // Results nobody reads die at once; operands die after their last use.
+    for (Value r : op.getResults())
+      if (owned.contains(r) && !lastUse.count(r))
+        e.call("free", {buffer[r]});
+    for (Value operand : op.getOperands()) {
+      Value r = rootOf(operand);
+      if (owned.contains(r) && lastUse.lookup(r) == position[&op]) {
+        e.call("free", {buffer[r]});
+        owned.erase(r);
+      }
+    }
+  }
+  func::ReturnOp::create(b, entry.getLoc());
+  numCalls += e.calls;
+  entry.erase();
+  return success();
+}

@@ -1,0 +1,343 @@
+//===- TrainOps.cpp - train dialect operations ----------------------------===//
+//
+// Part of the ztrain project.
+//
+// Verifiers say what is wrong in the user's terms: which dimension, what was
+// expected, what was found.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ztrain/Dialect/Train/IR/TrainOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace ztrain::train;
+
+/// Formats a shape as `[2, 3, 4]` for diagnostics.
+static std::string fmtShape(ArrayRef<int64_t> shape) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << '[';
+  llvm::interleaveComma(shape, os);
+  os << ']';
+  return s;
+}
+
+static ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+func::FuncOp ztrain::train::getEntryFunction(ModuleOp module) {
+  func::FuncOp entry;
+  for (auto fn : module.getOps<func::FuncOp>()) {
+    if (!fn->hasAttr(kEntryAttr))
+      continue;
+    if (entry) {
+      fn.emitError() << "more than one function is marked '" << kEntryAttr
+                     << "' (the first is @" << entry.getSymName() << ")";
+      return nullptr;
+    }
+    entry = fn;
+  }
+  if (!entry)
+    module.emitError() << "no function is marked '" << kEntryAttr
+                       << "': mark the function that returns the loss";
+  return entry;
+}
+
+/// Looks up `ref` from `op` and checks that it names an `OpT` whose declared
+/// tensor type is `expected` (when given). `role` names the reference in
+/// messages ("parameter", "optimizer state").
+template <typename OpT>
+static FailureOr<OpT> verifySymbol(Operation *op,
+                                   SymbolTableCollection &symbolTable,
+                                   FlatSymbolRefAttr ref, Type expected,
+                                   StringRef role) {
+  Operation *target = symbolTable.lookupNearestSymbolFrom(op, ref);
+  if (!target)
+    return op->emitOpError() << "references undeclared " << role << " " << ref;
+  auto typed = dyn_cast<OpT>(target);
+  if (!typed)
+    return op->emitOpError()
+           << ref << " is a '" << target->getName() << "', not a " << role;
+  if (expected && typed.getType() != expected)
+    return op->emitOpError()
+           << "type " << expected << " does not match " << role << " " << ref
+           << " declared as " << typed.getType();
+  return typed;
+}
+
+//===----------------------------------------------------------------------===//
+// ParamOp, StateOp, ParamReadOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ParamOp::verify() {
+  if (!getTensorType().getElementType().isF32())
+    return emitOpError() << "element type must be f32, got "
+                         << getTensorType().getElementType();
+  bool needsScale =
+      getInit() == InitKind::normal || getInit() == InitKind::uniform;
+  std::optional<double> scale;
+  if (getScaleAttr())
+    scale = getScaleAttr().getValueAsDouble();
+  if (needsScale && (!scale || *scale <= 0.0))
+    return emitOpError() << "initializer '" << stringifyInitKind(getInit())
+                         << "' needs a positive scale, e.g. init("
+                         << stringifyInitKind(getInit()) << ", 0.02)";
+  if (!needsScale && scale)
+    return emitOpError() << "initializer '" << stringifyInitKind(getInit())
+                         << "' takes no scale";
+  return success();
+}
+
+LogicalResult
+StateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifySymbol<ParamOp>(*this, symbolTable, getParamAttr(), getType(),
+                               "parameter");
+}
+
+LogicalResult
+ParamReadOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifySymbol<ParamOp>(*this, symbolTable, getParamAttr(),
+                               getResult().getType(), "parameter");
+}
+
+//===----------------------------------------------------------------------===//
+// Compute ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult BiasAddOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getInput()), b = shapeOf(getBias());
+  if (x.empty())
+    return emitOpError() << "input must have rank >= 1";
+  if (b.size() != 1 || b[0] != x.back())
+    return emitOpError() << "bias shape " << fmtShape(b) << " must be ["
+                         << x.back() << "] (the last dim of input "
+                         << fmtShape(x) << ")";
+  return success();
+}
+
+LogicalResult MatmulOp::verify() {
+  ArrayRef<int64_t> a = shapeOf(getLhs()), b = shapeOf(getRhs()),
+                    c = shapeOf(getResult());
+  if (a.size() < 2 || b.size() < 2)
+    return emitOpError() << "operands must have rank >= 2, got lhs "
+                         << fmtShape(a) << " and rhs " << fmtShape(b);
+  if (b.size() != 2 && b.size() != a.size())
+    return emitOpError() << "rhs must be a matrix or have the rank of lhs ("
+                         << a.size() << "), got " << fmtShape(b);
+  size_t batch = a.size() - 2;
+  if (b.size() == a.size())
+    for (size_t d = 0; d < batch; ++d)
+      if (a[d] != b[d])
+        return emitOpError() << "batch dim " << d << " differs: lhs " << a[d]
+                             << " vs rhs " << b[d];
+  int64_t m = getTransposeA() ? a[batch + 1] : a[batch];
+  int64_t ka = getTransposeA() ? a[batch] : a[batch + 1];
+  size_t rb = b.size() - 2;
+  int64_t kb = getTransposeB() ? b[rb + 1] : b[rb];
+  int64_t n = getTransposeB() ? b[rb] : b[rb + 1];
+  if (ka != kb)
+    return emitOpError() << "contracted dims differ: lhs " << fmtShape(a)
+                         << (getTransposeA() ? " (transposed)" : "")
+                         << " gives " << ka << ", rhs " << fmtShape(b)
+                         << (getTransposeB() ? " (transposed)" : "")
+                         << " gives " << kb;
+  SmallVector<int64_t> expected(a.begin(), a.begin() + batch);
+  expected.push_back(m);
+  expected.push_back(n);
+  if (c != ArrayRef<int64_t>(expected))
+    return emitOpError() << "result shape " << fmtShape(c) << " must be "
+                         << fmtShape(expected);
+  return success();
+}
+
+LogicalResult LayerNormOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getInput()), g = shapeOf(getGamma());
+  if (x.empty())
+    return emitOpError() << "input must have rank >= 1";
+  if (g.size() != 1 || g[0] != x.back())
+    return emitOpError() << "gamma/beta shape " << fmtShape(g) << " must be ["
+                         << x.back() << "] (the last dim of input)";
+  if (getEpsilon().convertToDouble() <= 0.0)
+    return emitOpError() << "epsilon must be positive";
+  return success();
+}
+
+LogicalResult SoftmaxOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getInput());
+  if (x.empty())
+    return emitOpError() << "input must have rank >= 1";
+  if (getCausal() && (x.size() < 2 || x[x.size() - 1] != x[x.size() - 2]))
+    return emitOpError() << "causal softmax needs the last two dims equal "
+                            "(a [T, T] score matrix), got "
+                         << fmtShape(x);
+  return success();
+}
+
+LogicalResult ReshapeOp::verify() {
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto out = cast<RankedTensorType>(getResult().getType());
+  if (in.getElementType() != out.getElementType())
+    return emitOpError() << "element type changes from "
+                         << in.getElementType() << " to "
+                         << out.getElementType();
+  if (in.getNumElements() != out.getNumElements())
+    return emitOpError() << "element count changes from "
+                         << in.getNumElements() << " " << fmtShape(in.getShape())
+                         << " to " << out.getNumElements() << " "
+                         << fmtShape(out.getShape());
+  return success();
+}
+
+LogicalResult TransposeOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getInput()), y = shapeOf(getResult());
+  ArrayRef<int64_t> perm = getPermutation();
+  if (perm.size() != x.size())
+    return emitOpError() << "permutation has " << perm.size()
+                         << " entries for an operand of rank " << x.size();
+  SmallVector<bool> seen(x.size(), false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= (int64_t)x.size() || seen[p])
+      return emitOpError() << "permutation " << fmtShape(perm)
+                           << " is not a permutation of [0, " << x.size()
+                           << ")";
+    seen[p] = true;
+  }
+  SmallVector<int64_t> expected;
+  for (int64_t p : perm)
+    expected.push_back(x[p]);
+  if (y != ArrayRef<int64_t>(expected))
+    return emitOpError() << "result shape " << fmtShape(y) << " must be "
+                         << fmtShape(expected);
+  return success();
+}
+
+/// Checks that `dims` is strictly increasing in [0, rank) and that `big`
+/// without `dims` equals `small`. `what` names the op's role in messages.
+static LogicalResult verifyDims(Operation *op, ArrayRef<int64_t> dims,
+                                ArrayRef<int64_t> big,
+                                ArrayRef<int64_t> small, StringRef bigName,
+                                StringRef smallName) {
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 0 || dims[i] >= (int64_t)big.size())
+      return op->emitOpError() << "dim " << dims[i] << " is out of range for "
+                               << bigName << " of rank " << big.size();
+    if (i > 0 && dims[i] <= dims[i - 1])
+      return op->emitOpError()
+             << "dims " << fmtShape(dims) << " must be strictly increasing";
+  }
+  SmallVector<int64_t> expected;
+  for (size_t d = 0; d < big.size(); ++d)
+    if (!llvm::is_contained(dims, (int64_t)d))
+      expected.push_back(big[d]);
+  if (small != ArrayRef<int64_t>(expected))
+    return op->emitOpError() << smallName << " shape " << fmtShape(small)
+                             << " must be " << fmtShape(expected) << " ("
+                             << bigName << " " << fmtShape(big)
+                             << " without dims " << fmtShape(dims) << ")";
+  return success();
+}
+
+LogicalResult ReduceOp::verify() {
+  return verifyDims(*this, getDims(), shapeOf(getInput()),
+                    shapeOf(getResult()), "operand", "result");
+}
+
+LogicalResult BroadcastOp::verify() {
+  return verifyDims(*this, getDims(), shapeOf(getResult()),
+                    shapeOf(getInput()), "result", "operand");
+}
+
+LogicalResult EmbeddingOp::verify() {
+  ArrayRef<int64_t> t = shapeOf(getTable()), ids = shapeOf(getIds()),
+                    y = shapeOf(getResult());
+  if (t.size() != 2)
+    return emitOpError() << "table must be [vocab, dim], got " << fmtShape(t);
+  SmallVector<int64_t> expected(ids.begin(), ids.end());
+  expected.push_back(t[1]);
+  if (y != ArrayRef<int64_t>(expected))
+    return emitOpError() << "result shape " << fmtShape(y) << " must be "
+                         << fmtShape(expected) << " (ids shape + [dim])";
+  return success();
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  ArrayRef<int64_t> l = shapeOf(getLogits()), y = shapeOf(getLabels());
+  if (l.size() != 2)
+    return emitOpError() << "logits must be [rows, classes], got "
+                         << fmtShape(l);
+  if (y.size() != 1 || y[0] != l[0])
+    return emitOpError() << "labels shape " << fmtShape(y) << " must be ["
+                         << l[0] << "] (one label per logits row)";
+  return success();
+}
+
+LogicalResult EmbeddingGradOp::verify() {
+  ArrayRef<int64_t> g = shapeOf(getGrad()), ids = shapeOf(getIds()),
+                    t = shapeOf(getResult());
+  if (t.size() != 2)
+    return emitOpError() << "result must be [vocab, dim], got " << fmtShape(t);
+  SmallVector<int64_t> expected(ids.begin(), ids.end());
+  expected.push_back(t[1]);
+  if (g != ArrayRef<int64_t>(expected))
+    return emitOpError() << "grad shape " << fmtShape(g) << " must be "
+                         << fmtShape(expected) << " (ids shape + [dim])";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer updates
+//===----------------------------------------------------------------------===//
+
+/// Checks that `state` is a train.state of `param` with the parameter's type.
+static LogicalResult verifyState(Operation *op,
+                                 SymbolTableCollection &symbolTable,
+                                 FlatSymbolRefAttr state,
+                                 FlatSymbolRefAttr param, Type type) {
+  auto st =
+      verifySymbol<StateOp>(op, symbolTable, state, type, "optimizer state");
+  if (failed(st))
+    return failure();
+  if (st->getParamAttr() != param)
+    return op->emitOpError() << "state " << state << " belongs to "
+                             << st->getParamAttr() << ", not " << param;
+  return success();
+}
+
+LogicalResult
+SGDUpdateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  if (failed(verifySymbol<ParamOp>(*this, symbolTable, getParamAttr(),
+                                   getGrad().getType(), "parameter")))
+    return failure();
+  bool hasMomentum = getMomentum().convertToDouble() != 0.0;
+  if (hasMomentum != (bool)getMomentumBufferAttr())
+    return emitOpError() << (hasMomentum ? "momentum needs a momentum_buffer"
+                                         : "momentum_buffer given but "
+                                           "momentum is 0");
+  if (getMomentumBufferAttr())
+    return verifyState(*this, symbolTable, getMomentumBufferAttr(),
+                       getParamAttr(), getGrad().getType());
+  return success();
+}
+
+LogicalResult
+AdamUpdateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  if (failed(verifySymbol<ParamOp>(*this, symbolTable, getParamAttr(),
+                                   getGrad().getType(), "parameter")))
+    return failure();
+  if (failed(verifyState(*this, symbolTable, getExpAvgAttr(), getParamAttr(),
+                         getGrad().getType())) ||
+      failed(verifyState(*this, symbolTable, getExpAvgSqAttr(),
+                         getParamAttr(), getGrad().getType())))
+    return failure();
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "ztrain/Dialect/Train/IR/TrainOps.cpp.inc"

@@ -1,0 +1,133 @@
+//===- Autodiff.cpp - train-autodiff --------------------------------------===//
+//
+// Part of the ztrain project.
+//
+// Reverse-mode differentiation of the entry function's loss with respect to
+// every parameter. The entry function is straight-line code, so the
+// backward pass is the forward ops visited in reverse, each contributing the
+// adjoints of its operands through GradientOpInterface.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ztrain/Dialect/Train/IR/TrainOps.h"
+#include "ztrain/Dialect/Train/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/MapVector.h"
+
+#define DEBUG_TYPE "train-autodiff"
+
+namespace ztrain::train {
+#define GEN_PASS_DEF_TRAINAUTODIFF
+#include "ztrain/Dialect/Train/Transforms/Passes.h.inc"
+} // namespace ztrain::train
+
+using namespace mlir;
+using namespace ztrain::train;
+
+namespace {
+struct TrainAutodiffPass
+    : public ztrain::train::impl::TrainAutodiffBase<TrainAutodiffPass> {
+  using TrainAutodiffBase::TrainAutodiffBase;
+  void runOnOperation() override;
+};
+} // namespace
+
+/// Adds `grad` to the adjoint accumulated so far in `slot`.
+static void accumulate(OpBuilder &b, Location loc, Value &slot, Value grad) {
+  slot = slot ? Value(AddOp::create(b, loc, slot.getType(), slot, grad))
+              : grad;
+}
+
+void TrainAutodiffPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  func::FuncOp entry = getEntryFunction(module);
+  if (!entry)
+    return signalPassFailure();
+  if (entry->hasAttr(kGradientsAttr) || entry->hasAttr(kStepAttr)) {
+    entry.emitError() << "@" << entry.getSymName()
+                      << " is already differentiated";
+    return signalPassFailure();
+  }
+  if (!entry.getBody().hasOneBlock()) {
+    entry.emitError() << "train-autodiff needs a single-block entry function";
+    return signalPassFailure();
+  }
+  auto resultTypes = entry.getFunctionType().getResults();
+  auto lossType = resultTypes.size() == 1
+                      ? dyn_cast<RankedTensorType>(resultTypes[0])
+                      : RankedTensorType();
+  if (!lossType || lossType.getRank() != 0 ||
+      !lossType.getElementType().isF32()) {
+    entry.emitError() << "the entry function must return exactly one "
+                         "tensor<f32> (the loss), got "
+                      << entry.getFunctionType();
+    return signalPassFailure();
+  }
+
+  Block &body = entry.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  OpBuilder b(ret);
+  DenseMap<Value, Value> adjoint;
+  llvm::MapVector<StringAttr, Value> paramGrads;
+  unsigned opsBefore = body.getOperations().size();
+
+  Value loss = ret.getOperand(0);
+  adjoint[loss] =
+      FillOp::create(b, ret.getLoc(), lossType, b.getF64FloatAttr(1.0));
+
+  SmallVector<Operation *> forward;
+  for (Operation &op : body.without_terminator())
+    forward.push_back(&op);
+  for (Operation *op : llvm::reverse(forward)) {
+    SmallVector<Value> resultGrads;
+    bool any = false;
+    for (Value r : op->getResults()) {
+      resultGrads.push_back(adjoint.lookup(r));
+      any |= (bool)resultGrads.back();
+    }
+    if (!any)
+      continue;
+    if (auto read = dyn_cast<ParamReadOp>(op)) {
+      accumulate(b, read.getLoc(), paramGrads[read.getParamAttr().getAttr()],
+                 resultGrads[0]);
+      continue;
+    }
+    auto iface = dyn_cast<GradientOpInterface>(op);
+    if (!iface) {
+      op->emitOpError() << "is on the path from the parameters to the loss "
+                           "but has no gradient rule";
+      return signalPassFailure();
+    }
+    SmallVector<Value> operandGrads = iface.buildGradients(b, resultGrads);
+    for (auto [operand, grad] : llvm::zip(op->getOperands(), operandGrads))
+      if (grad)
+        accumulate(b, op->getLoc(), adjoint[operand], grad);
+  }
+
+  // Return the loss followed by one gradient per parameter, in declaration
+  // order; a parameter the loss does not depend on gets zeros.
+  SmallVector<Value> results{loss};
+  SmallVector<Attribute> params;
+  for (auto param : module.getOps<ParamOp>()) {
+    Value grad = paramGrads.lookup(param.getSymNameAttr());
+    if (!grad) {
+      param.emitWarning() << "the loss does not depend on @"
+                          << param.getSymName() << "; its gradient is zero";
+      grad = FillOp::create(b, param.getLoc(), param.getTensorType(),
+                            b.getF64FloatAttr(0.0));
+    }
+    results.push_back(grad);
+    params.push_back(FlatSymbolRefAttr::get(param.getSymNameAttr()));
+  }
+  func::ReturnOp::create(b, ret.getLoc(), results);
+  ret.erase();
+  SmallVector<Type> types;
+  for (Value v : results)
+    types.push_back(v.getType());
+  entry.setFunctionType(
+      b.getFunctionType(entry.getFunctionType().getInputs(), types));
+  entry->setAttr(kGradientsAttr, b.getArrayAttr(params));
+  numBackwardOps += body.getOperations().size() - opsBefore;
+}

@@ -1,0 +1,145 @@
+//===- Optimizer.cpp - train-optimizer ------------------------------------===//
+//
+// Part of the ztrain project.
+//
+// Turns the gradients returned by train-autodiff into in-place optimizer
+// updates, declaring the optimizer states they need.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ztrain/Dialect/Train/IR/TrainOps.h"
+#include "ztrain/Dialect/Train/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#define DEBUG_TYPE "train-optimizer"
+
+namespace ztrain::train {
+#define GEN_PASS_DEF_TRAINOPTIMIZER
+#include "ztrain/Dialect/Train/Transforms/Passes.h.inc"
+} // namespace ztrain::train
+
+using namespace mlir;
+using namespace ztrain::train;
+
+namespace {
+struct TrainOptimizerPass
+    : public ztrain::train::impl::TrainOptimizerBase<TrainOptimizerPass> {
+  using TrainOptimizerBase::TrainOptimizerBase;
+  void runOnOperation() override;
+};
+} // namespace
+
+void TrainOptimizerPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  func::FuncOp entry = getEntryFunction(module);
+  if (!entry)
+    return signalPassFailure();
+  auto gradsOf = entry->getAttrOfType<ArrayAttr>(kGradientsAttr);
+  if (!gradsOf) {
+    entry.emitError() << "@" << entry.getSymName()
+                      << " returns no gradients: run train-autodiff first";
+    return signalPassFailure();
+  }
+  bool isSgd = kind == "sgd", isAdam = kind == "adam", isAdamW = kind == "adamw";
+  if (!isSgd && !isAdam && !isAdamW) {
+    module.emitError() << "unknown optimizer '" << kind
+                       << "' (expected sgd, adam or adamw)";
+    return signalPassFailure();
+  }
+  if (lr <= 0.0 || (isSgd && (momentum < 0.0 || (nesterov && momentum <= 0.0))) ||
+      (!isSgd && (beta1 < 0.0 || beta1 >= 1.0 || beta2 < 0.0 || beta2 >= 1.0 ||
+                  eps <= 0.0)) ||
+      weightDecay < 0.0) {
+    module.emitError() << "invalid hyperparameters for " << kind
+                       << ": lr=" << lr << " momentum=" << momentum
+                       << " nesterov=" << nesterov << " beta1=" << beta1
+                       << " beta2=" << beta2 << " eps=" << eps
+                       << " weight-decay=" << weightDecay
+                       << " (need lr > 0, 0 <= beta < 1, eps > 0, "
+                          "weight-decay >= 0, nesterov needs momentum > 0)";
+    return signalPassFailure();
+  }
+
+  SymbolTable symbols(module);
+  auto ret = cast<func::ReturnOp>(entry.getBody().front().getTerminator());
+  OpBuilder b(ret);
+  OpBuilder declBuilder(module.getContext());
+
+  // Declares `<param>.<suffix>` right after the parameter (or its previous
+  // state) so that a module reads parameter by parameter.
+  auto declareState = [&](ParamOp param, StringRef suffix,
+                          Operation *&after) -> FailureOr<FlatSymbolRefAttr> {
+    std::string name = (param.getSymName() + "." + suffix).str();
+    if (symbols.lookup(name)) {
+      param.emitError() << "cannot declare optimizer state @" << name
+                        << ": the name is taken";
+      return failure();
+    }
+    declBuilder.setInsertionPointAfter(after);
+    auto state = StateOp::create(
+        declBuilder, param.getLoc(), declBuilder.getStringAttr(name),
+        TypeAttr::get(param.getType()),
+        FlatSymbolRefAttr::get(param.getSymNameAttr()));
+    symbols.insert(state);
+    after = state;
+    return FlatSymbolRefAttr::get(state.getSymNameAttr());
+  };
+
+  for (auto [i, attr] : llvm::enumerate(gradsOf)) {
+    auto ref = cast<FlatSymbolRefAttr>(attr);
+    auto param = symbols.lookup<ParamOp>(ref.getValue());
+    if (!param) {
+      entry.emitError() << "gradient of undeclared parameter " << ref;
+      return signalPassFailure();
+    }
+    Value grad = ret.getOperand(i + 1);
+    Operation *after = param;
+    if (isSgd) {
+      FlatSymbolRefAttr buffer;
+      if (momentum != 0.0) {
+        auto st = declareState(param, "momentum_buffer", after);
+        if (failed(st))
+          return signalPassFailure();
+        buffer = *st;
+      }
+      auto op = SGDUpdateOp::create(
+          b, param.getLoc(), ref, grad, buffer, b.getF64FloatAttr(lr),
+          b.getF64FloatAttr(momentum), b.getF64FloatAttr(dampening),
+          b.getF64FloatAttr(weightDecay), UnitAttr());
+      op.setNesterov(nesterov);
+    } else {
+      auto m = declareState(param, "exp_avg", after);
+      if (failed(m))
+        return signalPassFailure();
+      auto v = declareState(param, "exp_avg_sq", after);
+      if (failed(v))
+        return signalPassFailure();
+      auto op = AdamUpdateOp::create(
+          b, param.getLoc(), ref, grad, *m, *v, b.getF64FloatAttr(lr),
+          b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
+          b.getF64FloatAttr(eps), b.getF64FloatAttr(weightDecay), UnitAttr());
+      op.setDecoupled(isAdamW);
+    }
+  }
+
+  Value loss = ret.getOperand(0);
+  func::ReturnOp::create(b, ret.getLoc(), loss);
+  ret.erase();
+  entry.setFunctionType(b.getFunctionType(
+      entry.getFunctionType().getInputs(), {loss.getType()}));
+  entry->removeAttr(kGradientsAttr);
+  entry->setAttr(kStepAttr, b.getUnitAttr());
+  std::string summary =
+      isSgd ? llvm::formatv("sgd lr={0} momentum={1} dampening={2} "
+                            "weight_decay={3} nesterov={4}",
+                            lr, momentum, dampening, weightDecay, (int)nesterov)
+                  .str()
+            : llvm::formatv("{0} lr={1} beta1={2} beta2={3} eps={4} "
+                            "weight_decay={5}",
+                            kind, lr, beta1, beta2, eps, weightDecay)
+                  .str();
+  module->setAttr(kOptimizerAttr, b.getStringAttr(summary));
+}

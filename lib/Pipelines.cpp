@@ -1,0 +1,53 @@
+//===- Pipelines.cpp - ztrain named pass pipelines ------------------------===//
+//
+// Part of the ztrain project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ztrain/Pipelines.h"
+#include "ztrain/Conversion/Passes.h"
+#include "ztrain/Dialect/Train/Transforms/Passes.h"
+
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+
+void ztrain::buildTrainingPipeline(OpPassManager &pm,
+                                   const TrainingPipelineOptions &options) {
+  pm.addPass(train::createTrainAutodiff());
+  train::TrainOptimizerOptions opt;
+  opt.kind = options.optimizer;
+  opt.lr = options.lr;
+  opt.beta1 = options.beta1;
+  opt.beta2 = options.beta2;
+  opt.eps = options.eps;
+  opt.weightDecay = options.weightDecay;
+  opt.momentum = options.momentum;
+  opt.dampening = options.dampening;
+  opt.nesterov = options.nesterov;
+  pm.addPass(train::createTrainOptimizer(opt));
+}
+
+void ztrain::buildToLLVMPipeline(OpPassManager &pm) {
+  pm.addPass(createLowerToRuntime());
+  pm.addPass(createCSEPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertFuncToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+}
+
+void ztrain::registerPipelines() {
+  PassPipelineRegistration<TrainingPipelineOptions>(
+      "ztrain-training",
+      "Derive the backward pass and the optimizer update: forward + loss "
+      "becomes a complete training step",
+      buildTrainingPipeline);
+  PassPipelineRegistration<>(
+      "ztrain-to-llvm",
+      "Lower a training step to runtime calls and then to the LLVM dialect",
+      buildToLLVMPipeline);
+}

@@ -1,0 +1,94 @@
+//===- ztrt.h - ztrain runtime C ABI ---------------------------*- C -*-===//
+//
+// The flat C ABI between code compiled by ztrain and its runtime. No MLIR or
+// LLVM dependency. The functions themselves are listed once, in
+// ztrt_abi.def; this header expands that table into prototypes.
+//
+// A compiled model object defines two symbols:
+//
+//   const char ztrain_descriptor[];   // NUL-terminated, see below
+//   void ztrain_step(ztrt_ctx *ctx);  // one training step
+//
+// and is linked with libztrt_main (which owns main()) and the runtime.
+//
+// Descriptor format (text, one record per line, fields separated by one
+// space, names contain no whitespace):
+//
+//   ztrain-descriptor 1
+//   param <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale>
+//   state <name> <dtype> <rank> <d0> .. <dn-1> of <param-name>
+//   input <name> <dtype> <rank> <d0> .. <dn-1> bound <b>
+//   optimizer <free text up to end of line>
+//
+// <dtype> is f32 or i32. <kind> is zeros | ones | normal | uniform: normal
+// draws N(0, scale^2), uniform draws U(-scale, scale). States start at zero.
+// For an i32 input, bound b > 0 means every value must lie in [0, b) (a
+// class count or vocabulary size the compiler derived); 0 means unknown.
+// The index of a param / state / input in ztrt_param / ztrt_state /
+// ztrt_input is its position among the records of its kind.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRT_H
+#define ZTRT_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ztrt_ctx ztrt_ctx;
+
+// Memory categories for byte accounting (the ztrt_alloc category argument).
+typedef enum ztrt_category {
+  ZTRT_CAT_PARAMETERS = 0,
+  ZTRT_CAT_GRADIENTS = 1,
+  ZTRT_CAT_OPTIMIZER_STATES = 2,
+  ZTRT_CAT_ACTIVATIONS = 3,
+  ZTRT_CAT_OTHER = 4,
+  ZTRT_CAT_COUNT = 5
+} ztrt_category;
+
+#define ZTRT_TYPE_CTX ztrt_ctx *
+#define ZTRT_TYPE_PTR void *
+#define ZTRT_TYPE_CPTR const void *
+#define ZTRT_TYPE_I32 int32_t
+#define ZTRT_TYPE_I64 int64_t
+#define ZTRT_TYPE_F64 double
+#define ZTRT_TYPE_VOID void
+
+#define ZTRT_T_(tag) ZTRT_TYPE_##tag
+#define ZTRT_ARGS_1(a) ZTRT_T_(a)
+#define ZTRT_ARGS_2(a, ...) ZTRT_T_(a), ZTRT_ARGS_1(__VA_ARGS__)
+#define ZTRT_ARGS_3(a, ...) ZTRT_T_(a), ZTRT_ARGS_2(__VA_ARGS__)
+#define ZTRT_ARGS_4(a, ...) ZTRT_T_(a), ZTRT_ARGS_3(__VA_ARGS__)
+#define ZTRT_ARGS_5(a, ...) ZTRT_T_(a), ZTRT_ARGS_4(__VA_ARGS__)
+#define ZTRT_ARGS_6(a, ...) ZTRT_T_(a), ZTRT_ARGS_5(__VA_ARGS__)
+#define ZTRT_ARGS_7(a, ...) ZTRT_T_(a), ZTRT_ARGS_6(__VA_ARGS__)
+#define ZTRT_ARGS_8(a, ...) ZTRT_T_(a), ZTRT_ARGS_7(__VA_ARGS__)
+#define ZTRT_ARGS_9(a, ...) ZTRT_T_(a), ZTRT_ARGS_8(__VA_ARGS__)
+#define ZTRT_ARGS_10(a, ...) ZTRT_T_(a), ZTRT_ARGS_9(__VA_ARGS__)
+#define ZTRT_ARGS_11(a, ...) ZTRT_T_(a), ZTRT_ARGS_10(__VA_ARGS__)
+#define ZTRT_ARGS_12(a, ...) ZTRT_T_(a), ZTRT_ARGS_11(__VA_ARGS__)
+#define ZTRT_ARGS_13(a, ...) ZTRT_T_(a), ZTRT_ARGS_12(__VA_ARGS__)
+#define ZTRT_ARGS_14(a, ...) ZTRT_T_(a), ZTRT_ARGS_13(__VA_ARGS__)
+#define ZTRT_NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13,   \
+                    _14, N, ...)                                              \
+  N
+#define ZTRT_NARGS(...)                                                        \
+  ZTRT_NARGS_(__VA_ARGS__, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
+#define ZTRT_CAT2_(a, b) a##b
+#define ZTRT_CAT2(a, b) ZTRT_CAT2_(a, b)
+#define ZTRT_ARGS(...)                                                         \
+  ZTRT_CAT2(ZTRT_ARGS_, ZTRT_NARGS(__VA_ARGS__))(__VA_ARGS__)
+
+#define ZTRT_FN(name, ret, ...) ZTRT_T_(ret) ztrt_##name(ZTRT_ARGS(__VA_ARGS__));
+#include "ztrt_abi.def"
+#undef ZTRT_FN
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif // ZTRT_H

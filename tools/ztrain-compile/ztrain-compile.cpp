@@ -1,0 +1,341 @@
+//===- ztrain-compile.cpp - .mlir in, training executable out -------------===//
+//
+// Part of the ztrain project.
+//
+// The driver: parses a model (forward + loss in the train dialect), runs the
+// named pipelines stage by stage (optionally writing the IR after each
+// stage), translates to LLVM IR, emits an object file in-process with LLVM's
+// TargetMachine and links it with the runtime into an executable. Nothing is
+// written to the output path unless every stage succeeded.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ztrain/Config.h"
+#include "ztrain/InitAll.h"
+#include "ztrain/Conversion/Passes.h"
+#include "ztrain/Dialect/Train/Transforms/Passes.h"
+#include "ztrain/Pipelines.h"
+
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Transforms/Passes.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "mlir/Target/LLVMIR/Export.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/Target/TargetOptions.h"
+#include "llvm/TargetParser/Host.h"
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+namespace {
+enum class Emit { Mlir, Llvm, Obj, Exe };
+
+cl::OptionCategory category("ztrain-compile options");
+cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.mlir>"),
+                               cl::init("-"), cl::cat(category));
+cl::opt<std::string> outputFile("o", cl::desc("Output file"),
+                                cl::value_desc("path"), cl::cat(category));
+cl::opt<Emit> emit(
+    "emit", cl::desc("What to produce"), cl::init(Emit::Exe),
+    cl::values(clEnumValN(Emit::Mlir, "mlir", "the LLVM-dialect MLIR"),
+               clEnumValN(Emit::Llvm, "llvm", "LLVM IR"),
+               clEnumValN(Emit::Obj, "obj", "an object file"),
+               clEnumValN(Emit::Exe, "exe", "an executable (default)")),
+    cl::cat(category));
+cl::opt<std::string>
+    dumpIrDir("dump-ir-dir",
+              cl::desc("Write the IR after every stage into this directory"),
+              cl::value_desc("dir"), cl::cat(category));
+cl::opt<std::string> optimizer("optimizer", cl::desc("sgd, adam or adamw"),
+                               cl::init("adamw"), cl::cat(category));
+cl::opt<double> lr("lr", cl::desc("Learning rate"), cl::init(1e-3),
+                   cl::cat(category));
+cl::opt<double> beta1("beta1", cl::desc("Adam beta1"), cl::init(0.9),
+                      cl::cat(category));
+cl::opt<double> beta2("beta2", cl::desc("Adam beta2"), cl::init(0.999),
+                      cl::cat(category));
+cl::opt<double> eps("eps", cl::desc("Adam epsilon"), cl::init(1e-8),
+                    cl::cat(category));
+cl::opt<double> weightDecay("weight-decay",
+                            cl::desc("Weight decay (decoupled for adamw)"),
+                            cl::init(0.0), cl::cat(category));
+cl::opt<double> momentum("momentum", cl::desc("SGD momentum"), cl::init(0.0),
+                         cl::cat(category));
+cl::opt<double> dampening("dampening", cl::desc("SGD dampening"),
+                          cl::init(0.0), cl::cat(category));
+cl::opt<bool> nesterov("nesterov", cl::desc("SGD Nesterov momentum"),
+                       cl::init(false), cl::cat(category));
+cl::opt<std::string>
+    runtimeDir("runtime-dir",
+               cl::desc("Directory with libztrt.a and libztrt_main.a "
+                        "(default: ../lib next to this tool)"),
+               cl::value_desc("dir"), cl::cat(category));
+
+int fail(const llvm::Twine &msg) {
+  llvm::errs() << "ztrain-compile: error: " << msg << "\n";
+  return 1;
+}
+
+/// Writes `module` to `<dumpIrDir>/<index>-<stage>.mlir` when dumping.
+LogicalResult dumpStage(ModuleOp module, int index, StringRef stage) {
+  if (dumpIrDir.empty())
+    return success();
+  SmallString<256> path(dumpIrDir);
+  llvm::sys::path::append(path, llvm::formatv("{0:D2}-{1}.mlir", index, stage)
+                                    .str());
+  std::string err;
+  auto out = openOutputFile(path, &err);
+  if (!out) {
+    llvm::errs() << "ztrain-compile: error: " << err << "\n";
+    return failure();
+  }
+  module.print(out->os());
+  out->keep();
+  return success();
+}
+
+/// Runs one stage's passes, then dumps the result.
+LogicalResult runStage(ModuleOp module, int index, StringRef stage,
+                       llvm::function_ref<void(OpPassManager &)> build) {
+  PassManager pm(module.getContext());
+  build(pm);
+  if (failed(pm.run(module)))
+    return failure();
+  return dumpStage(module, index, stage);
+}
+
+/// Emits `llvmModule` as an object file at `path`.
+LogicalResult emitObject(llvm::Module &llvmModule, StringRef path) {
+  std::string triple = llvm::sys::getDefaultTargetTriple();
+  std::string err;
+  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, err);
+  if (!target) {
+    llvm::errs() << "ztrain-compile: error: " << err << "\n";
+    return failure();
+  }
+  llvm::TargetOptions opts;
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
+      llvm::Triple(triple), "generic", "", opts, llvm::Reloc::PIC_));
+  llvmModule.setDataLayout(tm->createDataLayout());
+  llvmModule.setTargetTriple(llvm::Triple(triple));
+  std::error_code ec;
+  llvm::ToolOutputFile out(path, ec, llvm::sys::fs::OF_None);
+  if (ec) {
+    llvm::errs() << "ztrain-compile: error: cannot write " << path << ": "
+                 << ec.message() << "\n";
+    return failure();
+  }
+  llvm::legacy::PassManager pm;
+  if (tm->addPassesToEmitFile(pm, out.os(), nullptr,
+                              llvm::CodeGenFileType::ObjectFile)) {
+    llvm::errs() << "ztrain-compile: error: the target cannot emit objects\n";
+    return failure();
+  }
+  pm.run(llvmModule);
+  out.keep();
+  return success();
+}
+
+/// Links `object` with the runtime into the executable `exe`.
+LogicalResult linkExecutable(StringRef object, StringRef exe,
+                             const char *argv0) {
+  std::string libDir = runtimeDir;
+  if (libDir.empty()) {
+    std::string self =
+        llvm::sys::fs::getMainExecutable(argv0, (void *)&linkExecutable);
+    SmallString<256> dir(llvm::sys::path::parent_path(self));
+    llvm::sys::path::append(dir, "..", "lib");
+    libDir = std::string(dir);
+  }
+  SmallString<256> mainLib(libDir);
+  llvm::sys::path::append(mainLib, "libztrt_main.a");
+  if (!llvm::sys::fs::exists(mainLib)) {
+    llvm::errs() << "ztrain-compile: error: runtime library " << mainLib
+                 << " not found (use --runtime-dir)\n";
+    return failure();
+  }
+  std::string linker = ZTRAIN_LINKER;
+  if (const char *env = std::getenv("ZTRAIN_LINKER"))
+    linker = env;
+  SmallVector<std::string> args{linker, std::string(object), "-o",
+                                std::string(exe), "-L" + libDir,
+                                "-lztrt_main", "-lztrt"};
+  SmallVector<StringRef> extra;
+  StringRef(ZTRAIN_RUNTIME_LINK_ARGS).split(extra, ';', -1, false);
+  for (StringRef a : extra)
+    args.push_back(a.str());
+  SmallVector<StringRef> argRefs(args.begin(), args.end());
+  std::string err;
+  int rc = llvm::sys::ExecuteAndWait(linker, argRefs, std::nullopt, {}, 0, 0,
+                                     &err);
+  if (rc != 0) {
+    llvm::errs() << "ztrain-compile: error: linking failed (" << linker
+                 << " exited with " << rc << (err.empty() ? "" : ": ") << err
+                 << ")\n";
+    return failure();
+  }
+  return success();
+}
+
+/// A temporary path next to `finalPath`, so the final rename is atomic.
+std::string tempPathFor(StringRef finalPath, StringRef suffix) {
+  return (finalPath + ".tmp." + llvm::Twine(llvm::sys::Process::getProcessId()) +
+          suffix)
+      .str();
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(category);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "ztrain-compile: compile a model (forward + loss in the train dialect) "
+      "into a training executable\n\n"
+      "  ztrain-compile model.mlir -o model [--optimizer=adamw --lr=1e-3]\n"
+      "  ./model --steps 100 --report report.json\n");
+
+  if ((emit == Emit::Obj || emit == Emit::Exe) && outputFile.empty())
+    return fail("-o is required for --emit=obj and --emit=exe");
+  if (outputFile.empty())
+    outputFile = "-";
+
+  DialectRegistry registry;
+  ztrain::registerAllDialects(registry);
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+
+  llvm::SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler diagHandler(sourceMgr, &context);
+  std::string err;
+  auto file = openInputFile(inputFile, &err);
+  if (!file)
+    return fail(err);
+  sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+  if (!module)
+    return 1;
+
+  if (!dumpIrDir.empty()) {
+    if (std::error_code ec = llvm::sys::fs::create_directories(dumpIrDir))
+      return fail("cannot create " + dumpIrDir + ": " + ec.message());
+  }
+  if (failed(dumpStage(*module, 0, "input")))
+    return 1;
+
+  ztrain::TrainingPipelineOptions training;
+  training.optimizer = optimizer;
+  training.lr = lr;
+  training.beta1 = beta1;
+  training.beta2 = beta2;
+  training.eps = eps;
+  training.weightDecay = weightDecay;
+  training.momentum = momentum;
+  training.dampening = dampening;
+  training.nesterov = nesterov;
+
+  if (failed(runStage(*module, 1, "train-autodiff", [&](OpPassManager &pm) {
+        pm.addPass(ztrain::train::createTrainAutodiff());
+      })))
+    return 1;
+  if (failed(runStage(*module, 2, "train-optimizer", [&](OpPassManager &pm) {
+        ztrain::train::TrainOptimizerOptions opt;
+        opt.kind = training.optimizer;
+        opt.lr = training.lr;
+        opt.beta1 = training.beta1;
+        opt.beta2 = training.beta2;
+        opt.eps = training.eps;
+        opt.weightDecay = training.weightDecay;
+        opt.momentum = training.momentum;
+        opt.dampening = training.dampening;
+        opt.nesterov = training.nesterov;
+        pm.addPass(ztrain::train::createTrainOptimizer(opt));
+      })))
+    return 1;
+  if (failed(runStage(*module, 3, "lower-to-runtime", [&](OpPassManager &pm) {
+        pm.addPass(ztrain::createLowerToRuntime());
+        pm.addPass(createCSEPass());
+      })))
+    return 1;
+  if (failed(runStage(*module, 4, "llvm-dialect", [&](OpPassManager &pm) {
+        pm.addPass(createArithToLLVMConversionPass());
+        pm.addPass(createConvertFuncToLLVMPass());
+        pm.addPass(createReconcileUnrealizedCastsPass());
+      })))
+    return 1;
+
+  if (emit == Emit::Mlir) {
+    auto out = openOutputFile(outputFile, &err);
+    if (!out)
+      return fail(err);
+    module->print(out->os());
+    out->keep();
+    return 0;
+  }
+
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule =
+      translateModuleToLLVMIR(*module, llvmContext, "ztrain_model");
+  if (!llvmModule)
+    return fail("translation to LLVM IR failed");
+  if (!dumpIrDir.empty()) {
+    SmallString<256> path(dumpIrDir);
+    llvm::sys::path::append(path, "05-llvm-ir.ll");
+    auto out = openOutputFile(path, &err);
+    if (!out)
+      return fail(err);
+    llvmModule->print(out->os(), nullptr);
+    out->keep();
+  }
+  if (emit == Emit::Llvm) {
+    auto out = openOutputFile(outputFile, &err);
+    if (!out)
+      return fail(err);
+    llvmModule->print(out->os(), nullptr);
+    out->keep();
+    return 0;
+  }
+
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  if (emit == Emit::Obj) {
+    // ToolOutputFile removes the file unless keep() ran: no partial output.
+    return failed(emitObject(*llvmModule, outputFile)) ? 1 : 0;
+  }
+  std::string obj = tempPathFor(outputFile, ".o");
+  std::string exe = tempPathFor(outputFile, "");
+  bool ok = succeeded(emitObject(*llvmModule, obj)) &&
+            succeeded(linkExecutable(obj, exe, argv[0]));
+  llvm::sys::fs::remove(obj);
+  if (ok) {
+    if (std::error_code ec = llvm::sys::fs::rename(exe, outputFile)) {
+      llvm::sys::fs::remove(exe);
+      return fail("cannot write " + outputFile + ": " + ec.message());
+    }
+    return 0;
+  }
+  llvm::sys::fs::remove(exe);
+  return 1;
+}
