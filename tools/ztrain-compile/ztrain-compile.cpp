@@ -128,7 +128,7 @@ LogicalResult runStage(ModuleOp module, int index, StringRef stage,
 
 /// Emits `llvmModule` as an object file at `path`.
 LogicalResult emitObject(llvm::Module &llvmModule, StringRef path) {
-  std::string triple = llvm::sys::getDefaultTargetTriple();
+  llvm::Triple triple(llvm::sys::getDefaultTargetTriple());
   std::string err;
   const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, err);
   if (!target) {
@@ -137,9 +137,9 @@ LogicalResult emitObject(llvm::Module &llvmModule, StringRef path) {
   }
   llvm::TargetOptions opts;
   std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
-      llvm::Triple(triple), "generic", "", opts, llvm::Reloc::PIC_));
+      triple, "generic", "", opts, llvm::Reloc::PIC_));
   llvmModule.setDataLayout(tm->createDataLayout());
-  llvmModule.setTargetTriple(llvm::Triple(triple));
+  llvmModule.setTargetTriple(triple);
   std::error_code ec;
   llvm::ToolOutputFile out(path, ec, llvm::sys::fs::OF_None);
   if (ec) {

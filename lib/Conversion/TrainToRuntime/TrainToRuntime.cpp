@@ -98,15 +98,9 @@ public:
   StepEmitter(ModuleOp module, OpBuilder &b, Value ctx)
       : loc(UnknownLoc::get(b.getContext())), module(module), b(b), ctx(ctx) {}
 
-  Value i64(int64_t v) {
-    return arith::ConstantOp::create(b, loc, b.getI64IntegerAttr(v));
-  }
-  Value i32(int32_t v) {
-    return arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(v));
-  }
-  Value f64(double v) {
-    return arith::ConstantOp::create(b, loc, b.getF64FloatAttr(v));
-  }
+  Value i64(int64_t v) { return constant(b.getI64IntegerAttr(v)); }
+  Value i32(int32_t v) { return constant(b.getI32IntegerAttr(v)); }
+  Value f64(double v) { return constant(b.getF64FloatAttr(v)); }
   Value null() {
     return LLVM::ZeroOp::create(b, loc, LLVM::LLVMPointerType::get(
                                             b.getContext()));
@@ -152,6 +146,18 @@ public:
   unsigned calls = 0;
 
 private:
+  /// One arith.constant per distinct value, at the top of the step, so the
+  /// lowered IR reads as a list of calls.
+  Value constant(TypedAttr value) {
+    Value &slot = constants[value];
+    if (!slot) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(ctx.getParentBlock());
+      slot = arith::ConstantOp::create(b, loc, value);
+    }
+    return slot;
+  }
+
   func::FuncOp declare(const std::string &name) {
     if (auto fn = module.lookupSymbol<func::FuncOp>(name))
       return fn;
@@ -180,6 +186,7 @@ private:
   OpBuilder &b;
   Value ctx;
   std::map<std::string, LLVM::GlobalOp> arrays;
+  DenseMap<Attribute, Value> constants;
 };
 
 int64_t numElements(Value v) {

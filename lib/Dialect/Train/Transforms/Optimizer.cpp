@@ -45,23 +45,30 @@ void TrainOptimizerPass::runOnOperation() {
   }
   bool isSgd = kind == "sgd", isAdam = kind == "adam", isAdamW = kind == "adamw";
   if (!isSgd && !isAdam && !isAdamW) {
-    module.emitError() << "unknown optimizer '" << kind
+    entry.emitError() << "unknown optimizer '" << kind
                        << "' (expected sgd, adam or adamw)";
     return signalPassFailure();
   }
-  if (lr <= 0.0 || (isSgd && (momentum < 0.0 || (nesterov && momentum <= 0.0))) ||
-      (!isSgd && (beta1 < 0.0 || beta1 >= 1.0 || beta2 < 0.0 || beta2 >= 1.0 ||
-                  eps <= 0.0)) ||
-      weightDecay < 0.0) {
-    module.emitError() << "invalid hyperparameters for " << kind
-                       << ": lr=" << lr << " momentum=" << momentum
-                       << " nesterov=" << nesterov << " beta1=" << beta1
-                       << " beta2=" << beta2 << " eps=" << eps
-                       << " weight-decay=" << weightDecay
-                       << " (need lr > 0, 0 <= beta < 1, eps > 0, "
-                          "weight-decay >= 0, nesterov needs momentum > 0)";
-    return signalPassFailure();
-  }
+  auto invalid = [&](StringRef what, double value) {
+    entry.emitError() << "invalid " << kind << " hyperparameter: " << what
+                      << ", got " << value;
+    signalPassFailure();
+  };
+  if (lr <= 0.0)
+    return invalid("lr must be positive", lr);
+  if (weightDecay < 0.0)
+    return invalid("weight-decay must be >= 0", weightDecay);
+  if (isSgd && momentum < 0.0)
+    return invalid("momentum must be >= 0", momentum);
+  if (isSgd && nesterov && (momentum <= 0.0 || dampening != 0.0))
+    return invalid("nesterov needs momentum > 0 and dampening 0; momentum",
+                   momentum);
+  if (!isSgd && (beta1 < 0.0 || beta1 >= 1.0))
+    return invalid("beta1 must be in [0, 1)", beta1);
+  if (!isSgd && (beta2 < 0.0 || beta2 >= 1.0))
+    return invalid("beta2 must be in [0, 1)", beta2);
+  if (!isSgd && eps <= 0.0)
+    return invalid("eps must be positive", eps);
 
   SymbolTable symbols(module);
   auto ret = cast<func::ReturnOp>(entry.getBody().front().getTerminator());

@@ -1,0 +1,108 @@
+//===- Backend.h - The execution backend interface --------------*- C++ -*-===//
+//
+// ztrt_* entry points validate their arguments (sizes, ranks, permutations)
+// and dispatch here, so backends may assume well-formed arguments. Pointers
+// to tensors are backend memory (host for cpu, device for cuda); the int64
+// shape / perm / mask arrays are always host memory (constant globals the
+// compiler emits). Checks that need the data itself (label and id ranges)
+// are the backend's job.
+//
+// Numerics contract shared by all backends: results mirror PyTorch float32
+// (documented per kernel in docs/runtime.md) and are bitwise deterministic
+// for a fixed configuration (device, thread count).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRT_SRC_BACKEND_H
+#define ZTRT_SRC_BACKEND_H
+
+#include <cstdint>
+
+namespace ztrt {
+
+struct SgdHyper {
+  double lr, momentum, dampening, weightDecay;
+  bool nesterov;
+};
+
+struct AdamHyper {
+  double lr, beta1, beta2, eps, weightDecay;
+  bool decoupled; // AdamW
+};
+
+class Backend {
+public:
+  virtual ~Backend();
+
+  /// Short name for reports and messages ("cpu").
+  virtual const char *name() const = 0;
+  /// Sets the number of threads kernels use (> 0).
+  virtual void setThreads(int threads) = 0;
+  /// The number of threads kernels use.
+  virtual int threads() const = 0;
+
+  // --- Memory ----------------------------------------------------------------
+  /// `bytes` of backend memory, or null when out of memory. Distinct calls
+  /// return distinct pointers, also for 0 bytes.
+  virtual void *allocate(int64_t bytes) = 0;
+  virtual void deallocate(void *ptr) = 0;
+  virtual void copyFromHost(void *dst, const void *hostSrc, int64_t bytes) = 0;
+  virtual void copyToHost(void *hostDst, const void *src, int64_t bytes) = 0;
+  virtual void copy(const void *src, void *dst, int64_t bytes) = 0;
+
+  // --- Kernels (argument meaning as in ztrt_abi.def)
+  // ---------------------------
+  virtual void fill(float *out, int64_t n, double value) = 0;
+  virtual void add(const float *a, const float *b, float *out, int64_t n) = 0;
+  virtual void sub(const float *a, const float *b, float *out, int64_t n) = 0;
+  virtual void mul(const float *a, const float *b, float *out, int64_t n) = 0;
+  virtual void scale(const float *x, float *out, int64_t n, double factor) = 0;
+  virtual void biasAdd(const float *x, const float *bias, float *out,
+                       int64_t rows, int64_t cols) = 0;
+  virtual void relu(const float *x, float *out, int64_t n) = 0;
+  virtual void reluGrad(const float *dy, const float *x, float *dx,
+                        int64_t n) = 0;
+  virtual void gelu(const float *x, float *out, int64_t n) = 0;
+  virtual void geluGrad(const float *dy, const float *x, float *dx,
+                        int64_t n) = 0;
+  virtual void matmul(const float *a, const float *b, float *c, int64_t batch,
+                      int64_t m, int64_t n, int64_t k, bool transA, bool transB,
+                      int64_t strideA, int64_t strideB, int64_t strideC) = 0;
+  virtual void layerNorm(const float *x, const float *gamma, const float *beta,
+                         float *y, int64_t rows, int64_t cols, double eps) = 0;
+  virtual void layerNormGrad(const float *dy, const float *x,
+                             const float *gamma, float *dx, float *dgamma,
+                             float *dbeta, int64_t rows, int64_t cols,
+                             double eps) = 0;
+  virtual void softmax(const float *x, float *y, int64_t rows, int64_t cols,
+                       bool causal) = 0;
+  virtual void softmaxGrad(const float *dy, const float *y, float *dx,
+                           int64_t rows, int64_t cols) = 0;
+  virtual void transpose(const float *x, float *out, int64_t rank,
+                         const int64_t *xShape, const int64_t *perm) = 0;
+  virtual void reduce(const float *x, float *out, int64_t rank,
+                      const int64_t *xShape, const int64_t *mask,
+                      bool mean) = 0;
+  virtual void broadcast(const float *x, float *out, int64_t rank,
+                         const int64_t *outShape, const int64_t *mask,
+                         double factor) = 0;
+  virtual void crossEntropy(const float *logits, const int32_t *labels,
+                            float *loss, int64_t rows, int64_t classes) = 0;
+  virtual void crossEntropyGrad(const float *dloss, const float *logits,
+                                const int32_t *labels, float *dlogits,
+                                int64_t rows, int64_t classes) = 0;
+  virtual void embedding(const float *table, const int32_t *ids, float *out,
+                         int64_t nIds, int64_t vocab, int64_t dim) = 0;
+  virtual void embeddingGrad(const float *dy, const int32_t *ids, float *dtable,
+                             int64_t nIds, int64_t vocab, int64_t dim) = 0;
+  /// `step` is the 1-based step counter (first step: buffer = gradient).
+  virtual void sgdUpdate(float *param, const float *grad, float *momentumBuf,
+                         int64_t n, const SgdHyper &hyper, int64_t step) = 0;
+  virtual void adamUpdate(float *param, const float *grad, float *expAvg,
+                          float *expAvgSq, int64_t n, const AdamHyper &hyper,
+                          int64_t step) = 0;
+};
+
+} // namespace ztrt
+
+#endif // ZTRT_SRC_BACKEND_H

@@ -1,0 +1,45 @@
+//===- Data.h - Where each step's inputs come from --------------*- C++ -*-===//
+//
+// Three sources, chosen by --data (documented in docs/runtime.md):
+//  - a .safetensors file with one tensor [N, d1..] per input [B, d1..]; step t
+//    row b is sample ((t-1)*B + b) mod N;
+//  - any other file, read as a byte-token stream for a char-level language
+//    model with inputs (tokens, targets), both i32 [B, T]: row b of step t is
+//    a window at a deterministic offset drawn from (seed, (t-1)*B + b);
+//  - no file: synthetic values from (seed, step, input name).
+// Everything is validated when the source is created (shapes, dtypes, i32
+// values against the input's bound), so a bad file fails before step 1.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRT_SRC_DATA_H
+#define ZTRT_SRC_DATA_H
+
+#include "src/Descriptor.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ztrt {
+
+class DataSource {
+public:
+  virtual ~DataSource();
+  /// Writes the values of input `index` for 1-based step `step` into host
+  /// memory `dst` (the input's size in bytes).
+  virtual void fill(int64_t step, size_t index, void *dst) const = 0;
+};
+
+/// The source for `path` (empty: synthetic); fatal on any invalid file.
+std::unique_ptr<DataSource> createDataSource(const Descriptor &desc,
+                                             const std::string &path,
+                                             uint64_t seed);
+
+/// The offset in [0, length - window - 1] of sample `sample`'s token window.
+int64_t tokenWindowOffset(uint64_t seed, int64_t sample, int64_t length,
+                          int64_t window);
+
+} // namespace ztrt
+
+#endif // ZTRT_SRC_DATA_H

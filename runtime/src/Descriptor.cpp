@@ -1,0 +1,206 @@
+//===- Descriptor.cpp - The model descriptor the compiler embeds ----------===//
+//
+// Part of ztrain's runtime.
+//
+//===----------------------------------------------------------------------===//
+
+#include "src/Descriptor.h"
+
+#include "src/Support.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+namespace ztrt {
+
+const char *elemTypeName(ElemType type) {
+  return type == ElemType::F32 ? "f32" : "i32";
+}
+
+const char *elemTypeSafetensorsName(ElemType type) {
+  return type == ElemType::F32 ? "F32" : "I32";
+}
+
+namespace {
+
+// Ranks beyond this are a corrupt descriptor rather than a model.
+constexpr int64_t kMaxRank = 16;
+
+class LineParser {
+public:
+  LineParser(std::string line, int lineNumber)
+      : line(std::move(line)), lineNumber(lineNumber) {}
+
+  [[noreturn]] void error(const std::string &what) const {
+    fatal("descriptor line %d: %s: '%s'", lineNumber, what.c_str(),
+          line.c_str());
+  }
+
+  bool atEnd() const { return pos >= line.size(); }
+
+  std::string word(const char *what) {
+    if (atEnd())
+      error(std::string("missing ") + what);
+    size_t space = line.find(' ', pos);
+    std::string out = line.substr(
+        pos, space == std::string::npos ? std::string::npos : space - pos);
+    pos = space == std::string::npos ? line.size() : space + 1;
+    if (out.empty())
+      error(std::string("empty ") + what +
+            " (fields are separated by one "
+            "space)");
+    return out;
+  }
+
+  int64_t integer(const char *what) {
+    std::string text = word(what);
+    errno = 0;
+    char *end = nullptr;
+    long long value = std::strtoll(text.c_str(), &end, 10);
+    if (errno != 0 || *end != '\0' || value < 0)
+      error(std::string("bad ") + what + " '" + text + "'");
+    return value;
+  }
+
+  double number(const char *what) {
+    std::string text = word(what);
+    char *end = nullptr;
+    double value = std::strtod(text.c_str(), &end);
+    if (*end != '\0' || !std::isfinite(value))
+      error(std::string("bad ") + what + " '" + text + "'");
+    return value;
+  }
+
+  void keyword(const char *expected) {
+    if (word(expected) != expected)
+      error(std::string("expected '") + expected + "'");
+  }
+
+  void end() const {
+    if (!atEnd())
+      error("unexpected trailing fields");
+  }
+
+  /// `<name> <dtype> <rank> <d0> .. <dn-1>`, shared by all three records.
+  void tensor(TensorSpec &spec) {
+    spec.name = word("name");
+    std::string type = word("dtype");
+    if (type == "f32")
+      spec.type = ElemType::F32;
+    else if (type == "i32")
+      spec.type = ElemType::I32;
+    else
+      error("unknown dtype '" + type + "' (expected f32 or i32)");
+    int64_t rank = integer("rank");
+    if (rank > kMaxRank)
+      error("rank " + std::to_string(rank) + " is too large");
+    for (int64_t d = 0; d < rank; ++d)
+      spec.shape.push_back(integer("dimension"));
+    spec.numel = checkedNumel(spec.shape);
+    if (spec.numel < 0 || spec.numel > (int64_t(1) << 60))
+      error("tensor '" + spec.name + "' is too large");
+    spec.bytes = spec.numel * 4; // f32 and i32 are both 4 bytes.
+  }
+
+private:
+  std::string line;
+  int lineNumber;
+  size_t pos = 0;
+};
+
+} // namespace
+
+Descriptor parseDescriptor(const char *text) {
+  if (!text)
+    fatal("descriptor: the model has no ztrain_descriptor");
+  Descriptor desc;
+  std::set<std::string> names;
+  std::string all(text);
+  size_t start = 0;
+  int lineNumber = 0;
+  bool sawHeader = false;
+  while (start < all.size()) {
+    size_t newline = all.find('\n', start);
+    std::string line =
+        all.substr(start, newline == std::string::npos ? std::string::npos
+                                                       : newline - start);
+    start = newline == std::string::npos ? all.size() : newline + 1;
+    ++lineNumber;
+    if (line.empty())
+      continue;
+    LineParser p(line, lineNumber);
+    std::string kind = p.word("record kind");
+    if (!sawHeader) {
+      if (kind != "ztrain-descriptor")
+        p.error("expected 'ztrain-descriptor 1' first");
+      if (p.integer("version") != 1)
+        p.error("unsupported descriptor version");
+      p.end();
+      sawHeader = true;
+      continue;
+    }
+    if (kind == "param") {
+      ParamSpec spec;
+      p.tensor(spec);
+      p.keyword("init");
+      std::string init = p.word("init kind");
+      if (init == "zeros")
+        spec.init = InitKind::Zeros;
+      else if (init == "ones")
+        spec.init = InitKind::Ones;
+      else if (init == "normal")
+        spec.init = InitKind::Normal;
+      else if (init == "uniform")
+        spec.init = InitKind::Uniform;
+      else
+        p.error("unknown init kind '" + init +
+                "' (expected zeros, ones, normal or uniform)");
+      spec.scale = p.number("init scale");
+      p.end();
+      if (spec.type == ElemType::I32 &&
+          (spec.init == InitKind::Normal || spec.init == InitKind::Uniform))
+        p.error("i32 parameter '" + spec.name + "' cannot have a random init");
+      if (!names.insert(spec.name).second)
+        p.error("duplicate name '" + spec.name + "'");
+      desc.params.push_back(std::move(spec));
+    } else if (kind == "state") {
+      StateSpec spec;
+      p.tensor(spec);
+      p.keyword("of");
+      spec.of = p.word("parameter name");
+      p.end();
+      for (size_t i = 0; i < desc.params.size(); ++i)
+        if (desc.params[i].name == spec.of)
+          spec.paramIndex = static_cast<int64_t>(i);
+      if (spec.paramIndex < 0)
+        p.error("state '" + spec.name + "' is of unknown parameter '" +
+                spec.of + "'");
+      if (!names.insert(spec.name).second)
+        p.error("duplicate name '" + spec.name + "'");
+      desc.states.push_back(std::move(spec));
+    } else if (kind == "input") {
+      InputSpec spec;
+      p.tensor(spec);
+      p.keyword("bound");
+      spec.bound = p.integer("bound");
+      p.end();
+      if (spec.type == ElemType::F32 && spec.bound != 0)
+        p.error("f32 input '" + spec.name + "' cannot have a bound");
+      if (!names.insert(spec.name).second)
+        p.error("duplicate name '" + spec.name + "'");
+      desc.inputs.push_back(std::move(spec));
+    } else if (kind == "optimizer") {
+      // Free text: everything after "optimizer ".
+      desc.optimizer = line.size() > 10 ? line.substr(10) : std::string();
+    } else {
+      p.error("unknown record kind '" + kind + "'");
+    }
+  }
+  if (!sawHeader)
+    fatal("descriptor: empty (expected 'ztrain-descriptor 1')");
+  return desc;
+}
+
+} // namespace ztrt

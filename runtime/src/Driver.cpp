@@ -1,0 +1,294 @@
+//===- Driver.cpp - What a compiled model's main() does -------------------===//
+//
+// Part of ztrain's runtime.
+//
+//===----------------------------------------------------------------------===//
+
+#include "src/Driver.h"
+
+#include "cpu/CpuBackend.h"
+#include "src/Context.h"
+#include "src/Data.h"
+#include "src/Descriptor.h"
+#include "src/Init.h"
+#include "src/Json.h"
+#include "src/Safetensors.h"
+#include "src/Support.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace ztrt {
+
+namespace {
+
+const char kUsage[] =
+    "usage: %s [flags]\n"
+    "Runs the training steps compiled into this executable.\n"
+    "\n"
+    "  --steps N          number of steps (default 10)\n"
+    "  --seed S           seed of parameter init and synthetic data "
+    "(default 0)\n"
+    "  --init F           initial parameters from safetensors file F\n"
+    "  --data F           F.safetensors: one tensor [N, ...] per input;\n"
+    "                     any other file: bytes as tokens for inputs\n"
+    "                     (tokens, targets); default: synthetic data\n"
+    "  --save F           write the final parameters to safetensors file F\n"
+    "  --log-every N      print a progress line every N steps (default 1)\n"
+    "  --report F         write a JSON report (losses, times, memory) to F\n"
+    "  --threads N        threads for BLAS and kernels (default: the "
+    "libraries')\n"
+    "  --help             show this help\n";
+
+int64_t parseInteger(const std::string &flag, const std::string &value,
+                     int64_t min) {
+  errno = 0;
+  char *end = nullptr;
+  long long parsed = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || errno == ERANGE || parsed < min ||
+      value[0] == '+' || value[0] == ' ')
+    usageError("flag %s: '%s' is not an integer >= %lld", flag.c_str(),
+               value.c_str(), static_cast<long long>(min));
+  return parsed;
+}
+
+uint64_t parseSeed(const std::string &value) {
+  errno = 0;
+  char *end = nullptr;
+  unsigned long long parsed = std::strtoull(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || errno == ERANGE ||
+      !(value[0] >= '0' && value[0] <= '9'))
+    usageError("flag --seed: '%s' is not a non-negative 64-bit integer",
+               value.c_str());
+  return parsed;
+}
+
+/// Copies `bytes` of backend memory to a host vector.
+std::vector<char> toHost(Backend &backend, const void *src, int64_t bytes) {
+  std::vector<char> host(static_cast<size_t>(bytes));
+  backend.copyToHost(host.data(), src, bytes);
+  return host;
+}
+
+void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
+  Backend &backend = ctx.backend();
+  if (opts.init.empty()) {
+    for (size_t i = 0; i < desc.params.size(); ++i) {
+      const ParamSpec &spec = desc.params[i];
+      std::vector<char> host(static_cast<size_t>(spec.bytes));
+      initParameter(spec, opts.seed, 0, spec.numel, host.data());
+      backend.copyFromHost(ctx.params[i], host.data(), spec.bytes);
+    }
+    return;
+  }
+  SafetensorsFile file = SafetensorsFile::read(opts.init, "--init");
+  const char *path = opts.init.c_str();
+  for (size_t i = 0; i < desc.params.size(); ++i) {
+    const ParamSpec &spec = desc.params[i];
+    const SafetensorsTensor *tensor = file.find(spec.name);
+    if (!tensor)
+      fatal("--init '%s': no tensor named '%s'", path, spec.name.c_str());
+    const char *dtype = elemTypeSafetensorsName(spec.type);
+    if (tensor->dtype != dtype)
+      fatal("--init '%s': tensor '%s' has dtype %s, the model expects %s", path,
+            spec.name.c_str(), tensor->dtype.c_str(), dtype);
+    if (tensor->shape != spec.shape)
+      fatal("--init '%s': tensor '%s' has shape %s, the model expects %s", path,
+            spec.name.c_str(), formatShape(tensor->shape).c_str(),
+            formatShape(spec.shape).c_str());
+    backend.copyFromHost(ctx.params[i], tensor->data, spec.bytes);
+  }
+}
+
+void saveParams(ztrt_ctx &ctx, const Descriptor &desc,
+                const std::string &path) {
+  std::vector<std::vector<char>> host;
+  std::vector<SafetensorsWriteTensor> tensors;
+  for (size_t i = 0; i < desc.params.size(); ++i)
+    host.push_back(toHost(ctx.backend(), ctx.params[i], desc.params[i].bytes));
+  for (size_t i = 0; i < desc.params.size(); ++i) {
+    const ParamSpec &spec = desc.params[i];
+    tensors.push_back({spec.name, elemTypeSafetensorsName(spec.type),
+                       spec.shape, host[i].data()});
+  }
+  // "format": "pt" is what Hugging Face loaders look for in PyTorch weights.
+  writeSafetensors(path, tensors, {{"format", "pt"}});
+}
+
+struct StepRecord {
+  int64_t step;
+  float loss;
+  double timeMs;
+};
+
+void writeReport(const std::string &path, const ztrt_ctx &ctx,
+                 const Descriptor &desc, const std::vector<StepRecord> &records,
+                 int threads) {
+  std::string json = "{\n  \"steps\": [";
+  for (size_t i = 0; i < records.size(); ++i) {
+    const StepRecord &r = records[i];
+    // JSON has no NaN or Infinity: a non-finite loss is null.
+    std::string loss = std::isfinite(r.loss) ? format("%.9g", r.loss) : "null";
+    json += format("%s\n    {\"step\": %lld, \"loss\": %s, \"time_ms\": %.6f}",
+                   i ? "," : "", static_cast<long long>(r.step), loss.c_str(),
+                   r.timeMs);
+  }
+  json += records.empty() ? "],\n" : "\n  ],\n";
+  const MemoryStats &mem = ctx.memory();
+  json += "  \"memory\": {";
+  for (int c = 0; c < ZTRT_CAT_COUNT; ++c)
+    json += format("\"%s\": %lld, ", categoryName(c),
+                   static_cast<long long>(mem.current[c]));
+  json += format("\"peak\": %lld, \"peak_by_category\": {",
+                 static_cast<long long>(mem.peakTotal));
+  for (int c = 0; c < ZTRT_CAT_COUNT; ++c)
+    json += format("%s\"%s\": %lld", c ? ", " : "", categoryName(c),
+                   static_cast<long long>(mem.peak[c]));
+  json += "}},\n";
+  json += format("  \"threads\": %d,\n  \"params\": [", threads);
+  for (size_t i = 0; i < desc.params.size(); ++i) {
+    const ParamSpec &spec = desc.params[i];
+    json += format("%s\n    {\"name\": %s, \"shape\": [", i ? "," : "",
+                   jsonQuote(spec.name).c_str());
+    for (size_t d = 0; d < spec.shape.size(); ++d)
+      json += format("%s%lld", d ? ", " : "",
+                     static_cast<long long>(spec.shape[d]));
+    json += format("], \"dtype\": \"%s\"}", elemTypeName(spec.type));
+  }
+  json += desc.params.empty() ? "]\n}\n" : "\n  ]\n}\n";
+  AtomicFile file(path);
+  file.write(json.data(), json.size());
+  file.commit();
+}
+
+} // namespace
+
+Options parseOptions(int argc, char **argv) {
+  Options opts;
+  const char *program = argc > 0 ? argv[0] : "ztrain-model";
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.compare(0, 2, "--") != 0)
+      usageError("unexpected argument '%s' (flags start with --; try --help)",
+                 arg.c_str());
+    size_t eq = arg.find('=');
+    std::string flag = arg.substr(0, eq);
+    bool inlineValue = eq != std::string::npos;
+    if (flag == "--help") {
+      if (inlineValue)
+        usageError("flag --help takes no value");
+      std::printf(kUsage, program);
+      std::exit(0);
+    }
+    static const char *const valued[] = {"--steps",  "--seed",   "--init",
+                                         "--data",   "--save",   "--log-every",
+                                         "--report", "--threads"};
+    bool known = false;
+    for (const char *name : valued)
+      known = known || flag == name;
+    if (!known)
+      usageError("unknown flag '%s' (try --help)", flag.c_str());
+    std::string value;
+    if (inlineValue) {
+      value = arg.substr(eq + 1);
+    } else {
+      // A following flag is not a value: `--save --report r.json` is a
+      // missing value, not a checkpoint named "--report".
+      if (i + 1 >= argc || std::strncmp(argv[i + 1], "--", 2) == 0)
+        usageError("flag %s needs a value", flag.c_str());
+      value = argv[++i];
+    }
+    if (value.empty())
+      usageError("flag %s needs a value", flag.c_str());
+    if (flag == "--steps")
+      opts.steps = parseInteger(flag, value, 0);
+    else if (flag == "--seed")
+      opts.seed = parseSeed(value);
+    else if (flag == "--init")
+      opts.init = value;
+    else if (flag == "--data")
+      opts.data = value;
+    else if (flag == "--save")
+      opts.save = value;
+    else if (flag == "--log-every")
+      opts.logEvery = parseInteger(flag, value, 1);
+    else if (flag == "--report")
+      opts.report = value;
+    else if (flag == "--threads")
+      opts.threads = static_cast<int>(
+          std::min<int64_t>(parseInteger(flag, value, 1), 1 << 16));
+  }
+  return opts;
+}
+
+int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
+  Options opts = parseOptions(argc, argv);
+  Descriptor desc = parseDescriptor(descriptor);
+
+  ztrt_ctx ctx(createCpuBackend());
+  Backend &backend = ctx.backend();
+  if (opts.threads > 0)
+    backend.setThreads(opts.threads);
+
+  // Open the data before allocating anything: a bad file fails in
+  // milliseconds, not after initialising a large model.
+  std::unique_ptr<DataSource> data =
+      createDataSource(desc, opts.data, opts.seed);
+
+  for (const ParamSpec &spec : desc.params)
+    ctx.params.push_back(ctx.allocate(spec.bytes, ZTRT_CAT_PARAMETERS,
+                                      ("param '" + spec.name + "'").c_str()));
+  for (const StateSpec &spec : desc.states) {
+    void *ptr = ctx.allocate(spec.bytes, ZTRT_CAT_OPTIMIZER_STATES,
+                             ("state '" + spec.name + "'").c_str());
+    std::vector<char> zeros(static_cast<size_t>(spec.bytes), 0);
+    backend.copyFromHost(ptr, zeros.data(), spec.bytes);
+    ctx.states.push_back(ptr);
+  }
+  for (const InputSpec &spec : desc.inputs)
+    ctx.inputs.push_back(ctx.allocate(spec.bytes, ZTRT_CAT_OTHER,
+                                      ("input '" + spec.name + "'").c_str()));
+  initParams(ctx, desc, opts);
+
+  std::vector<std::vector<char>> staging;
+  for (const InputSpec &spec : desc.inputs)
+    staging.emplace_back(static_cast<size_t>(spec.bytes));
+  int width = static_cast<int>(std::to_string(opts.steps).size());
+  std::vector<StepRecord> records;
+  for (int64_t t = 1; t <= opts.steps; ++t) {
+    for (size_t i = 0; i < desc.inputs.size(); ++i) {
+      data->fill(t, i, staging[i].data());
+      backend.copyFromHost(ctx.inputs[i], staging[i].data(),
+                           desc.inputs[i].bytes);
+    }
+    ctx.step = t;
+    ctx.lossSet = false;
+    auto start = std::chrono::steady_clock::now();
+    step(&ctx);
+    auto end = std::chrono::steady_clock::now();
+    if (!ctx.lossSet)
+      fatal("step %lld: the model did not report a loss (ztrt_set_loss)",
+            static_cast<long long>(t));
+    double ms = std::chrono::duration<double, std::milli>(end - start).count();
+    records.push_back({t, ctx.loss, ms});
+    if (t % opts.logEvery == 0 || t == opts.steps) {
+      std::printf("step %*lld/%lld  loss %.7g  %.2f ms/step\n", width,
+                  static_cast<long long>(t), static_cast<long long>(opts.steps),
+                  ctx.loss, ms);
+      std::fflush(stdout);
+    }
+  }
+
+  if (!opts.save.empty())
+    saveParams(ctx, desc, opts.save);
+  if (!opts.report.empty())
+    writeReport(opts.report, ctx, desc, records, backend.threads());
+  return 0;
+}
+
+} // namespace ztrt

@@ -1,0 +1,39 @@
+//===- Driver.h - What a compiled model's main() does -----------*- C++ -*-===//
+//
+// Flags, descriptor, allocation, init, data, the step loop, checkpoint and
+// report. main() (Main.cpp, in libztrt_main) only forwards to runMain(), so
+// everything here is testable without a compiled model.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRT_SRC_DRIVER_H
+#define ZTRT_SRC_DRIVER_H
+
+#include "ztrt.h"
+
+#include <cstdint>
+#include <string>
+
+namespace ztrt {
+
+struct Options {
+  int64_t steps = 10;
+  uint64_t seed = 0;
+  std::string init, data, save, report;
+  int64_t logEvery = 1;
+  /// 0: leave the libraries' defaults.
+  int threads = 0;
+};
+
+/// Parses the executable's flags; prints help and exits 0 on --help, exits 2
+/// with one line on any mistake.
+Options parseOptions(int argc, char **argv);
+
+using StepFn = void (*)(ztrt_ctx *);
+
+/// Runs the whole training; returns the process exit status.
+int runMain(int argc, char **argv, const char *descriptor, StepFn step);
+
+} // namespace ztrt
+
+#endif // ZTRT_SRC_DRIVER_H

@@ -1,0 +1,91 @@
+//===- Init.cpp - Counter-based deterministic random numbers --------------===//
+//
+// Part of ztrain's runtime.
+//
+//===----------------------------------------------------------------------===//
+
+#include "src/Init.h"
+
+#include <cmath>
+#include <string>
+
+namespace ztrt {
+namespace rng {
+
+namespace {
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+} // namespace
+
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t fnv1a64(std::string_view bytes) {
+  uint64_t hash = 0xCBF29CE484222325ull;
+  for (char c : bytes) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001B3ull;
+  }
+  return hash;
+}
+
+uint64_t streamKey(uint64_t seed, std::string_view tag) {
+  // Adding kGolden before mixing keeps seed 0 away from mix64's fixed point 0.
+  return mix64(fnv1a64(tag) ^ mix64(seed + kGolden));
+}
+
+uint64_t draw(uint64_t key, uint64_t counter) {
+  return mix64(key + (counter + 1) * kGolden);
+}
+
+double uniform24(uint64_t key, uint64_t counter) {
+  return static_cast<double>(draw(key, counter) >> 40) * 0x1p-24;
+}
+
+double normal(uint64_t key, uint64_t index) {
+  // u1 in (0, 1] so that the log is finite; 53 bits each.
+  double u1 = static_cast<double>((draw(key, 2 * index) >> 11) + 1) * 0x1p-53;
+  double u2 = static_cast<double>(draw(key, 2 * index + 1) >> 11) * 0x1p-53;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+uint64_t below(uint64_t key, uint64_t counter, uint64_t bound) {
+  return static_cast<uint64_t>(
+      (static_cast<unsigned __int128>(draw(key, counter)) * bound) >> 64);
+}
+
+} // namespace rng
+
+void initParameter(const ParamSpec &spec, uint64_t seed, int64_t begin,
+                   int64_t end, void *dst) {
+  int64_t n = end - begin;
+  if (spec.type == ElemType::I32) {
+    int32_t value = spec.init == InitKind::Ones ? 1 : 0;
+    int32_t *out = static_cast<int32_t *>(dst);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = value;
+    return;
+  }
+  float *out = static_cast<float *>(dst);
+  uint64_t key = rng::streamKey(seed, "param/" + spec.name);
+  switch (spec.init) {
+  case InitKind::Zeros:
+  case InitKind::Ones:
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = spec.init == InitKind::Ones ? 1.0f : 0.0f;
+    return;
+  case InitKind::Normal:
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = static_cast<float>(rng::normal(key, begin + i) * spec.scale);
+    return;
+  case InitKind::Uniform:
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = static_cast<float>((2.0 * rng::uniform24(key, begin + i) - 1.0) *
+                                  spec.scale);
+    return;
+  }
+}
+
+} // namespace ztrt

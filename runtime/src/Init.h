@@ -1,0 +1,47 @@
+//===- Init.h - Counter-based deterministic random numbers ------*- C++ -*-===//
+//
+// Every random value the runtime produces (parameter init, synthetic inputs,
+// token-window offsets) is a pure function of (seed, a tag naming what it is
+// for, an element counter). No generator state is carried from one value to
+// the next, so any rank can produce exactly its own shard of a tensor and get
+// the bits a single process would. The algorithm is specified in
+// docs/runtime.md; changing it changes every initial weight.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRT_SRC_INIT_H
+#define ZTRT_SRC_INIT_H
+
+#include "src/Descriptor.h"
+
+#include <cstdint>
+#include <string_view>
+
+namespace ztrt {
+namespace rng {
+
+/// The splitmix64 output finalizer.
+uint64_t mix64(uint64_t z);
+/// 64-bit FNV-1a of `bytes`.
+uint64_t fnv1a64(std::string_view bytes);
+/// The stream key of `tag` under `seed`.
+uint64_t streamKey(uint64_t seed, std::string_view tag);
+/// Output number `counter` (0-based) of splitmix64 started at state `key`.
+uint64_t draw(uint64_t key, uint64_t counter);
+/// U[0, 1) with 24 random bits (exactly representable as float).
+double uniform24(uint64_t key, uint64_t counter);
+/// N(0, 1) by Box–Muller (cosine branch) from draws 2*index and 2*index+1.
+double normal(uint64_t key, uint64_t index);
+/// Uniform integer in [0, bound) by multiply-high; bound > 0.
+uint64_t below(uint64_t key, uint64_t counter, uint64_t bound);
+
+} // namespace rng
+
+/// Writes elements [begin, end) of parameter `spec`, initialised from
+/// `seed`, into host memory `dst` (which holds end - begin elements).
+void initParameter(const ParamSpec &spec, uint64_t seed, int64_t begin,
+                   int64_t end, void *dst);
+
+} // namespace ztrt
+
+#endif // ZTRT_SRC_INIT_H

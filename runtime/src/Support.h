@@ -1,0 +1,59 @@
+//===- Support.h - Errors, temp files, formatting ---------------*- C++ -*-===//
+//
+// The runtime's error contract: every fatal error prints exactly one line,
+// `ztrain: error: <what>`, removes the temporary files of any write in
+// progress (so no partial output is ever left behind) and exits.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRT_SRC_SUPPORT_H
+#define ZTRT_SRC_SUPPORT_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ztrt {
+
+/// Prints `ztrain: error: <message>` to stderr and exits with status 1.
+[[noreturn]] void fatal(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+
+/// Like fatal(), for command-line mistakes: exits with status 2.
+[[noreturn]] void usageError(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+
+/// printf into a std::string.
+std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/// "[4, 1]" — how shapes appear in every message.
+std::string formatShape(const std::vector<int64_t> &shape);
+
+/// Product of `shape`, or -1 if it overflows int64 (or a dim is negative).
+int64_t checkedNumel(const std::vector<int64_t> &shape);
+
+/// A file written via a temporary path and renamed into place on commit().
+/// Until then the temporary is registered with the error handler, so that a
+/// fatal error anywhere (not only in this writer) removes it.
+class AtomicFile {
+public:
+  /// Creates `<path>.tmp.<pid>`; fatal if that fails.
+  explicit AtomicFile(std::string path);
+  /// Removes the temporary if commit() was not reached.
+  ~AtomicFile();
+  AtomicFile(const AtomicFile &) = delete;
+  AtomicFile &operator=(const AtomicFile &) = delete;
+
+  void write(const void *data, size_t bytes);
+  /// fsync, close, rename over the destination, fsync the directory.
+  void commit();
+
+private:
+  std::string path;
+  std::string tempPath;
+  int fd = -1;
+};
+
+} // namespace ztrt
+
+#endif // ZTRT_SRC_SUPPORT_H

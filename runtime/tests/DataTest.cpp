@@ -1,0 +1,157 @@
+//===- DataTest.cpp - The three data sources ------------------------------===//
+
+#include "TestUtil.h"
+
+#include "src/Data.h"
+#include "src/Safetensors.h"
+
+using namespace ztrt;
+using namespace ztrt::test;
+
+namespace {
+
+Descriptor describe(const std::string &inputs) {
+  return parseDescriptor(("ztrain-descriptor 1\n" + inputs).c_str());
+}
+
+template <typename T>
+std::vector<T> fill(const DataSource &source, const Descriptor &desc,
+                    int64_t step, size_t index) {
+  std::vector<T> out(desc.inputs[index].numel);
+  source.fill(step, index, out.data());
+  return out;
+}
+
+} // namespace
+
+TEST(DataTest, SafetensorsSamplesWrapAround) {
+  TempDir dir;
+  std::string path = dir.path("d.safetensors");
+  // 5 samples of x [*, 2] and y [*]: sample s is x = (10s, 10s+1), y = s.
+  std::vector<float> x;
+  std::vector<int32_t> y;
+  for (int s = 0; s < 5; ++s) {
+    x.push_back(10 * s);
+    x.push_back(10 * s + 1);
+    y.push_back(s);
+  }
+  writeSafetensors(
+      path, {{"x", "F32", {5, 2}, x.data()}, {"y", "I32", {5}, y.data()}}, {});
+  Descriptor desc =
+      describe("input x f32 2 2 2 bound 0\ninput y i32 1 2 bound 5\n");
+  auto source = createDataSource(desc, path, 0);
+  // Step 1 takes samples 0, 1; step 3 takes samples 4, 0 (mod 5).
+  EXPECT_EQ(fill<float>(*source, desc, 1, 0),
+            (std::vector<float>{0, 1, 10, 11}));
+  EXPECT_EQ(fill<int32_t>(*source, desc, 1, 1), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(fill<float>(*source, desc, 3, 0),
+            (std::vector<float>{40, 41, 0, 1}));
+  EXPECT_EQ(fill<int32_t>(*source, desc, 3, 1), (std::vector<int32_t>{4, 0}));
+}
+
+TEST(DataTest, SafetensorsErrors) {
+  TempDir dir;
+  std::string path = dir.path("d.safetensors");
+  std::vector<float> x(12, 0.0f);
+  std::vector<int32_t> y = {0, 1, 2, 12};
+  writeSafetensors(
+      path, {{"x", "F32", {4, 3}, x.data()}, {"y", "I32", {4}, y.data()}}, {});
+  EXPECT_EXIT(
+      createDataSource(describe("input x f32 2 2 4 bound 0\n"), path, 0),
+      ::testing::ExitedWithCode(1),
+      "tensor 'x' has shape \\[4, 3\\], the input needs \\[N, 4\\]");
+  EXPECT_EXIT(createDataSource(describe("input z f32 1 2 bound 0\n"), path, 0),
+              ::testing::ExitedWithCode(1), "no tensor named 'z'");
+  EXPECT_EXIT(
+      createDataSource(describe("input x i32 2 2 3 bound 0\n"), path, 0),
+      ::testing::ExitedWithCode(1),
+      "tensor 'x' has dtype F32, the input is I32");
+  EXPECT_EXIT(createDataSource(describe("input y i32 1 2 bound 10\n"), path, 0),
+              ::testing::ExitedWithCode(1),
+              "^ztrain: error: --data '.*d.safetensors': input 'y' value 12 "
+              "out of range \\[0, 10\\) \\(sample 3\\)\n$");
+}
+
+TEST(DataTest, SafetensorsSampleCountsMustAgree) {
+  TempDir dir;
+  std::string path = dir.path("d.safetensors");
+  std::vector<float> a(4), b(3);
+  writeSafetensors(
+      path, {{"a", "F32", {4}, a.data()}, {"b", "F32", {3}, b.data()}}, {});
+  EXPECT_EXIT(createDataSource(describe("input a f32 1 2 bound 0\n"
+                                        "input b f32 1 2 bound 0\n"),
+                               path, 0),
+              ::testing::ExitedWithCode(1),
+              "tensor 'b' has 3 samples but 'a' has 4");
+}
+
+TEST(DataTest, TokenWindowsAreShiftedSlicesOfTheFile) {
+  TempDir dir;
+  std::string path = dir.path("corpus.txt");
+  std::string text;
+  for (int i = 0; i < 100; ++i)
+    text += static_cast<char>('a' + i % 26);
+  writeBytes(path, text);
+  Descriptor desc = describe("input tokens i32 2 3 8 bound 128\n"
+                             "input targets i32 2 3 8 bound 128\n");
+  auto source = createDataSource(desc, path, 42);
+  for (int64_t step = 1; step <= 4; ++step) {
+    auto tokens = fill<int32_t>(*source, desc, step, 0);
+    auto targets = fill<int32_t>(*source, desc, step, 1);
+    for (int64_t b = 0; b < 3; ++b) {
+      int64_t off = tokenWindowOffset(42, (step - 1) * 3 + b, 100, 8);
+      ASSERT_GE(off, 0);
+      ASSERT_LE(off, 100 - 8 - 1);
+      for (int64_t j = 0; j < 8; ++j) {
+        EXPECT_EQ(tokens[b * 8 + j], text[off + j]);
+        EXPECT_EQ(targets[b * 8 + j], text[off + j + 1]);
+      }
+    }
+  }
+  // A different seed draws different windows.
+  int differ = 0;
+  for (int64_t s = 0; s < 16; ++s)
+    differ +=
+        tokenWindowOffset(42, s, 100, 8) != tokenWindowOffset(43, s, 100, 8);
+  EXPECT_GT(differ, 8);
+}
+
+TEST(DataTest, TokenErrors) {
+  TempDir dir;
+  std::string path = dir.path("corpus.bin");
+  writeBytes(path, std::string("abc\xC8xyzabcdefgh", 14));
+  Descriptor ok = describe("input t i32 2 1 4 bound 128\n"
+                           "input u i32 2 1 4 bound 0\n");
+  EXPECT_EXIT(createDataSource(ok, path, 0), ::testing::ExitedWithCode(1),
+              "^ztrain: error: --data '.*corpus.bin': input 't' value 200 out "
+              "of range \\[0, 128\\) \\(byte 3\\)\n$");
+  EXPECT_EXIT(
+      createDataSource(describe("input t i32 2 1 4 bound 0\n"), path, 0),
+      ::testing::ExitedWithCode(1),
+      "a raw token file needs a model with exactly two i32 inputs");
+  EXPECT_EXIT(createDataSource(describe("input t i32 2 1 14 bound 0\n"
+                                        "input u i32 2 1 14 bound 0\n"),
+                               path, 0),
+              ::testing::ExitedWithCode(1),
+              "14 bytes, too short for windows of 14 tokens");
+  EXPECT_EXIT(createDataSource(ok, dir.path("missing.txt"), 0),
+              ::testing::ExitedWithCode(1),
+              "^ztrain: error: --data: cannot open '.*missing.txt': No such "
+              "file or directory\n$");
+}
+
+TEST(DataTest, SyntheticIsDeterministicAndBounded) {
+  Descriptor desc = describe("input x f32 2 4 3 bound 0\n"
+                             "input y i32 1 4 bound 7\n");
+  auto a = createDataSource(desc, "", 5), b = createDataSource(desc, "", 5);
+  EXPECT_EQ(fill<float>(*a, desc, 2, 0), fill<float>(*b, desc, 2, 0));
+  EXPECT_NE(fill<float>(*a, desc, 2, 0), fill<float>(*a, desc, 3, 0));
+  for (int64_t step = 1; step <= 50; ++step)
+    for (int32_t v : fill<int32_t>(*a, desc, step, 1)) {
+      EXPECT_GE(v, 0);
+      EXPECT_LT(v, 7);
+    }
+  EXPECT_EXIT(createDataSource(describe("input y i32 1 4 bound 0\n"), "", 0),
+              ::testing::ExitedWithCode(1),
+              "input 'y' is i32 with no known bound.*it needs --data");
+}

@@ -1,0 +1,67 @@
+//===- DriverTest.cpp - Flag parsing --------------------------------------===//
+
+#include "TestUtil.h"
+
+#include "src/Driver.h"
+
+using namespace ztrt;
+
+namespace {
+
+Options parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "model");
+  std::vector<char *> argv;
+  for (std::string &arg : args)
+    argv.push_back(arg.data());
+  return parseOptions(static_cast<int>(argv.size()), argv.data());
+}
+
+} // namespace
+
+TEST(DriverTest, Defaults) {
+  Options o = parse({});
+  EXPECT_EQ(o.steps, 10);
+  EXPECT_EQ(o.seed, 0u);
+  EXPECT_EQ(o.logEvery, 1);
+  EXPECT_EQ(o.threads, 0);
+  EXPECT_TRUE(o.init.empty() && o.data.empty() && o.save.empty() &&
+              o.report.empty());
+}
+
+TEST(DriverTest, BothValueSpellings) {
+  Options o = parse({"--steps=3", "--seed", "18446744073709551615",
+                     "--init=i.safetensors", "--data", "d.txt", "--save=s",
+                     "--log-every", "2", "--report=r.json", "--threads=4"});
+  EXPECT_EQ(o.steps, 3);
+  EXPECT_EQ(o.seed, 18446744073709551615ull);
+  EXPECT_EQ(o.init, "i.safetensors");
+  EXPECT_EQ(o.data, "d.txt");
+  EXPECT_EQ(o.save, "s");
+  EXPECT_EQ(o.logEvery, 2);
+  EXPECT_EQ(o.report, "r.json");
+  EXPECT_EQ(o.threads, 4);
+}
+
+TEST(DriverTest, MistakesExitWithStatus2) {
+  using ::testing::ExitedWithCode;
+  EXPECT_EXIT(parse({"--stesp=3"}), ExitedWithCode(2),
+              "^ztrain: error: unknown flag '--stesp' \\(try --help\\)\n$");
+  EXPECT_EXIT(parse({"--steps"}), ExitedWithCode(2),
+              "^ztrain: error: flag --steps needs a value\n$");
+  EXPECT_EXIT(parse({"--save", "--report=r"}), ExitedWithCode(2),
+              "flag --save needs a value");
+  EXPECT_EXIT(parse({"--steps=ten"}), ExitedWithCode(2),
+              "flag --steps: 'ten' is not an integer >= 0");
+  EXPECT_EXIT(parse({"--log-every=0"}), ExitedWithCode(2),
+              "flag --log-every: '0' is not an integer >= 1");
+  EXPECT_EXIT(parse({"--seed=-1"}), ExitedWithCode(2),
+              "flag --seed: '-1' is not a non-negative 64-bit integer");
+  EXPECT_EXIT(parse({"--help=yes"}), ExitedWithCode(2),
+              "flag --help takes no value");
+  EXPECT_EXIT(parse({"extra"}), ExitedWithCode(2),
+              "unexpected argument 'extra'");
+}
+
+TEST(DriverTest, HelpExitsZero) {
+  EXPECT_EXIT(parse({"--help"}), ::testing::ExitedWithCode(0), "");
+}

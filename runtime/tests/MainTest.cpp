@@ -1,0 +1,243 @@
+//===- MainTest.cpp - End-to-end tests of ztrt_main -----------------------===//
+//
+// Runs the fake model executable (fake_model.c linked with libztrt_main) as
+// a child process and checks its exit status, output and files.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TestUtil.h"
+
+#include "src/Json.h"
+#include "src/Safetensors.h"
+
+#include <cstring>
+#include <fcntl.h>
+#include <regex>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace ztrt;
+using namespace ztrt::test;
+
+namespace {
+
+struct Result {
+  int status;
+  std::string out, err;
+};
+
+Result run(const TempDir &dir, std::vector<std::string> args) {
+  args.insert(args.begin(), ZTRT_FAKE_MODEL);
+  std::string outPath = dir.root() + ".stdout",
+              errPath = dir.root() + ".stderr";
+  pid_t pid = fork();
+  if (pid == 0) {
+    int out = open(outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = open(errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(out, 1);
+    dup2(err, 2);
+    std::vector<char *> argv;
+    for (std::string &arg : args)
+      argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, readBytes(outPath),
+           readBytes(errPath)};
+  unlink(outPath.c_str());
+  unlink(errPath.c_str());
+  return r;
+}
+
+size_t countLines(const std::string &s) {
+  return std::count(s.begin(), s.end(), '\n');
+}
+
+JsonValue readJson(const std::string &path) {
+  JsonValue value;
+  std::string error;
+  EXPECT_TRUE(parseJson(readBytes(path), value, error)) << error;
+  return value;
+}
+
+int64_t member(const JsonValue &object, const char *key) {
+  const JsonValue *v = object.find(key);
+  int64_t out = -1;
+  EXPECT_TRUE(v && v->getInt64(out)) << key;
+  return out;
+}
+
+} // namespace
+
+TEST(MainTest, TrainsLogsSavesAndReports) {
+  TempDir dir;
+  Result r =
+      run(dir, {"--steps", "40", "--seed=1", "--log-every=10", "--save",
+                dir.path("w.safetensors"), "--report", dir.path("r.json")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(countLines(r.out), 4u) << r.out;
+  EXPECT_TRUE(std::regex_search(
+      r.out, std::regex("^step 10/40  loss [0-9.e+-]+  [0-9.]+ ms/step\n")))
+      << r.out;
+  EXPECT_NE(r.out.find("step 40/40  loss"), std::string::npos);
+  EXPECT_EQ(dir.entries(),
+            (std::vector<std::string>{"r.json", "w.safetensors"}));
+
+  JsonValue report = readJson(dir.path("r.json"));
+  const JsonValue *steps = report.find("steps");
+  ASSERT_TRUE(steps && steps->items.size() == 40);
+  EXPECT_EQ(member(steps->items[0], "step"), 1);
+  double first = steps->items[0].find("loss")->getDouble();
+  double last = steps->items[39].find("loss")->getDouble();
+  // Noise-free linear regression with momentum converges geometrically.
+  EXPECT_LT(last, first * 1e-3) << first << " -> " << last;
+  EXPECT_GE(steps->items[0].find("time_ms")->getDouble(), 0.0);
+
+  const JsonValue *memory = report.find("memory");
+  ASSERT_NE(memory, nullptr);
+  // Live at the end: w (16 B), its momentum buffer (16 B), input x (128 B).
+  EXPECT_EQ(member(*memory, "parameters"), 16);
+  EXPECT_EQ(member(*memory, "optimizer_states"), 16);
+  EXPECT_EQ(member(*memory, "other"), 128);
+  EXPECT_EQ(member(*memory, "activations"), 0);
+  EXPECT_EQ(member(*memory, "gradients"), 0);
+  // Peak: everything above plus 4 * 32 B + 4 B activations and 16 B grads.
+  EXPECT_EQ(member(*memory, "peak"), 16 + 16 + 128 + 132 + 16);
+  const JsonValue *peaks = memory->find("peak_by_category");
+  ASSERT_NE(peaks, nullptr);
+  EXPECT_EQ(member(*peaks, "activations"), 132);
+  EXPECT_EQ(member(*peaks, "gradients"), 16);
+  EXPECT_GE(member(report, "threads"), 1);
+  const JsonValue *params = report.find("params");
+  ASSERT_TRUE(params && params->items.size() == 1);
+  EXPECT_EQ(params->items[0].find("name")->text, "w");
+  EXPECT_EQ(params->items[0].find("dtype")->text, "f32");
+
+  SafetensorsFile saved =
+      SafetensorsFile::read(dir.path("w.safetensors"), "test");
+  const SafetensorsTensor *w = saved.find("w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->shape, (std::vector<int64_t>{4, 1}));
+  const float *values = reinterpret_cast<const float *>(w->data);
+  const float expected[4] = {1.0f, -2.0f, 0.5f, 3.0f};
+  for (int i = 0; i < 4; ++i)
+    // Converged to the true weights; loss < 1e-3 of start bounds the error.
+    EXPECT_NEAR(values[i], expected[i], 0.05);
+}
+
+TEST(MainTest, SameSeedIsBitwiseReproducible) {
+  TempDir dir;
+  for (const char *name : {"a", "b"})
+    ASSERT_EQ(run(dir, {"--steps=7", "--seed=3", "--save",
+                        dir.path(std::string(name) + ".safetensors")})
+                  .status,
+              0);
+  ASSERT_EQ(
+      run(dir, {"--steps=7", "--seed=4", "--save", dir.path("c.safetensors")})
+          .status,
+      0);
+  std::string a = readBytes(dir.path("a.safetensors"));
+  EXPECT_EQ(a, readBytes(dir.path("b.safetensors")));
+  EXPECT_NE(a, readBytes(dir.path("c.safetensors")));
+}
+
+TEST(MainTest, InitFileRoundTripsThroughSave) {
+  TempDir dir;
+  std::vector<float> w = {0.25f, -1.0f, 2.0f, 8.0f};
+  writeSafetensors(dir.path("init.safetensors"),
+                   {{"w", "F32", {4, 1}, w.data()}}, {});
+  Result r = run(dir, {"--steps=0", "--init", dir.path("init.safetensors"),
+                       "--save", dir.path("out.safetensors")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  SafetensorsFile out = SafetensorsFile::read(dir.path("out.safetensors"), "t");
+  ASSERT_NE(out.find("w"), nullptr);
+  EXPECT_EQ(0, std::memcmp(out.find("w")->data, w.data(), 16));
+}
+
+TEST(MainTest, DataFileAndLogEvery) {
+  TempDir dir;
+  std::vector<float> x(20 * 4);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>(i % 7) - 3.0f;
+  writeSafetensors(dir.path("x.safetensors"), {{"x", "F32", {20, 4}, x.data()}},
+                   {});
+  Result r = run(dir, {"--steps=5", "--log-every=2", "--threads=1", "--data",
+                       dir.path("x.safetensors")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  // Steps 2 and 4, and always the last one.
+  EXPECT_EQ(countLines(r.out), 3u) << r.out;
+  EXPECT_NE(r.out.find("step 5/5"), std::string::npos) << r.out;
+}
+
+TEST(MainTest, NonFiniteLossIsReportedNotFatal) {
+  TempDir dir;
+  // Weights of 1e30 overflow the squared error to infinity in float.
+  std::vector<float> w(4, 1e30f);
+  writeSafetensors(dir.path("init.safetensors"),
+                   {{"w", "F32", {4, 1}, w.data()}}, {});
+  Result r = run(dir, {"--steps=2", "--init", dir.path("init.safetensors"),
+                       "--report", dir.path("r.json")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("step 1/2  loss (inf|nan)")))
+      << r.out;
+  JsonValue report = readJson(dir.path("r.json"));
+  // JSON has no inf / nan literals: the loss is null.
+  EXPECT_EQ(report.find("steps")->items[0].find("loss")->kind,
+            JsonValue::Kind::Null);
+}
+
+TEST(MainTest, BadFlagExits2WithOneLine) {
+  TempDir dir;
+  Result r =
+      run(dir, {"--steps=3", "--lr=0.1", "--save", dir.path("w.safetensors")});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "ztrain: error: unknown flag '--lr' (try --help)\n");
+  EXPECT_TRUE(dir.entries().empty());
+}
+
+TEST(MainTest, WrongShapedInitNamesTheTensor) {
+  TempDir dir;
+  std::vector<float> w(3, 1.0f);
+  writeSafetensors(dir.path("init.safetensors"),
+                   {{"w", "F32", {3, 1}, w.data()}}, {});
+  Result r =
+      run(dir, {"--init", dir.path("init.safetensors"), "--save",
+                dir.path("w.safetensors"), "--report", dir.path("r.json")});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(countLines(r.err), 1u);
+  EXPECT_NE(r.err.find("tensor 'w' has shape [3, 1], the model expects "
+                       "[4, 1]"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"init.safetensors"});
+}
+
+TEST(MainTest, MissingDataFileNamesIt) {
+  TempDir dir;
+  Result r =
+      run(dir, {"--data", dir.path("nope.safetensors"), "--save",
+                dir.path("w.safetensors"), "--report", dir.path("r.json")});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(countLines(r.err), 1u);
+  EXPECT_NE(r.err.find("cannot open '" + dir.path("nope.safetensors") + "'"),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(dir.entries().empty());
+}
+
+TEST(MainTest, FailedSaveLeavesNoPartialFile) {
+  TempDir dir;
+  Result r = run(dir, {"--steps=2", "--save", dir.path("sub/w.safetensors"),
+                       "--report", dir.path("r.json")});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("cannot write '" + dir.path("sub/w.safetensors")),
+            std::string::npos)
+      << r.err;
+  // The report comes after the checkpoint, so neither exists.
+  EXPECT_TRUE(dir.entries().empty());
+}

@@ -1,0 +1,48 @@
+// RUN: ztrain-opt %s --ztrain-training="optimizer=sgd lr=0.1 momentum=0.9" --lower-to-runtime | FileCheck %s
+// RUN: ztrain-opt %s --ztrain-training --ztrain-to-llvm | FileCheck %s --check-prefix=LLVM
+
+// The descriptor lists parameters, states and inputs in index order; the
+// label input's bound is the class count of the cross-entropy it feeds.
+// CHECK: llvm.mlir.global external constant @ztrain_descriptor("ztrain-descriptor 1\0Aparam w f32 2 3 4 init normal 0.02\0Aparam b f32 1 3 init zeros 0\0Astate w.momentum_buffer f32 2 3 4 of w\0Astate b.momentum_buffer f32 1 3 of b\0Ainput x f32 3 2 5 4 bound 0\0Ainput labels i32 2 2 5 bound 3\0Aoptimizer sgd
+// CHECK-NOT: train.param
+// CHECK-NOT: train.state
+
+// CHECK-LABEL: func.func @ztrain_step(
+// CHECK-SAME: %[[CTX:.*]]: !llvm.ptr)
+// CHECK-DAG: %[[X:.*]] = call @ztrt_input(%[[CTX]], %[[C0:.*]]) : (!llvm.ptr, i64) -> !llvm.ptr
+// CHECK-DAG: %[[LAB:.*]] = call @ztrt_input(%[[CTX]], %[[C1:.*]]) : (!llvm.ptr, i64) -> !llvm.ptr
+// CHECK: %[[W:.*]] = call @ztrt_param(%[[CTX]], %[[C0]])
+// A linear layer on [2, 5, 4] folds the batch into one GEMM: m = 10.
+// CHECK: %[[H:.*]] = call @ztrt_alloc(%[[CTX]], %[[C120:.*]], %[[ACT:.*]]) : (!llvm.ptr, i64, i32) -> !llvm.ptr
+// CHECK: call @ztrt_matmul_f32(%[[CTX]], %[[X]], %[[W]], %[[H]], %{{.*}}) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, i32, i32, i64, i64, i64) -> ()
+// The reshape aliases its operand: no call, the cross-entropy reads %H's
+// bias-added successor directly.
+// CHECK-NOT: reshape
+// CHECK: call @ztrt_cross_entropy_f32(%[[CTX]], %[[LOGITS:.*]], %[[LAB]], %[[LOSS:.*]], %{{.*}}, %{{.*}})
+// Gradients are allocated in the gradients category (1).
+// CHECK: %[[DW:.*]] = call @ztrt_alloc(%[[CTX]], %{{.*}}, %[[GRADCAT:c1_i32.*]])
+// CHECK: call @ztrt_sgd_update_f32(%[[CTX]], %{{.*}}, %[[DW]], %{{.*}}) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, f64, f64, f64, f64, i32) -> ()
+// CHECK: call @ztrt_free(%[[CTX]], %[[DW]])
+// CHECK: call @ztrt_set_loss(%[[CTX]], %[[LOSS]])
+// CHECK: call @ztrt_free(%[[CTX]], %[[LOSS]])
+// CHECK-NEXT: return
+// Runtime functions are declared once, from the ABI table.
+// CHECK-DAG: func.func private @ztrt_alloc(!llvm.ptr, i64, i32) -> !llvm.ptr
+// CHECK-DAG: func.func private @ztrt_matmul_f32(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, i32, i32, i64, i64, i64)
+
+// LLVM: llvm.func @ztrain_step(%{{.*}}: !llvm.ptr)
+// LLVM: llvm.call @ztrt_adam_update_f32
+// LLVM: llvm.func @ztrt_alloc(!llvm.ptr, i64, i32) -> !llvm.ptr
+
+train.param @w : tensor<3x4xf32> init(normal, 0.02)
+train.param @b : tensor<3xf32> init(zeros)
+func.func @loss(%x: tensor<2x5x4xf32> {train.name = "x"}, %y: tensor<2x5xi32> {train.name = "labels"}) -> tensor<f32> attributes {train.entry} {
+  %w = train.param_read @w : tensor<3x4xf32>
+  %b = train.param_read @b : tensor<3xf32>
+  %h = train.matmul %x, %w {transpose_b} : (tensor<2x5x4xf32>, tensor<3x4xf32>) -> tensor<2x5x3xf32>
+  %hb = train.bias_add %h, %b : tensor<2x5x3xf32>, tensor<3xf32>
+  %l = train.reshape %hb : tensor<2x5x3xf32> -> tensor<10x3xf32>
+  %yl = train.reshape %y : tensor<2x5xi32> -> tensor<10xi32>
+  %loss = train.cross_entropy %l, %yl : (tensor<10x3xf32>, tensor<10xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}

@@ -1,0 +1,330 @@
+// RUN: ztrain-opt %s -split-input-file -verify-diagnostics
+
+// expected-error @+1 {{element type must be f32, got 'i32'}}
+train.param @w : tensor<4xi32> init(zeros)
+
+// -----
+
+// expected-error @+1 {{initializer 'normal' needs a positive scale}}
+train.param @w : tensor<4xf32> init(normal)
+
+// -----
+
+// expected-error @+1 {{initializer 'zeros' takes no scale}}
+train.param @w : tensor<4xf32> init(zeros, 1.0)
+
+// -----
+
+// expected-error @+1 {{enum values for attribute 'init' [zeros, ones, normal, uniform]}}
+train.param @w : tensor<4xf32> init(gaussian, 1.0)
+
+// -----
+
+// expected-error @+1 {{references undeclared parameter @nope}}
+train.state @s : tensor<4xf32> of @nope
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+// expected-error @+1 {{type 'tensor<5xf32>' does not match parameter @w declared as 'tensor<4xf32>'}}
+train.state @s : tensor<5xf32> of @w
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{references undeclared parameter @missing}}
+  %0 = train.param_read @missing : tensor<4xf32>
+  return
+}
+
+// -----
+
+train.param @w : tensor<4x3xf32> init(zeros)
+func.func @f() {
+  // expected-error @+1 {{type 'tensor<3x4xf32>' does not match parameter @w declared as 'tensor<4x3xf32>'}}
+  %0 = train.param_read @w : tensor<3x4xf32>
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+train.state @s : tensor<4xf32> of @w
+func.func @f() {
+  // expected-error @+1 {{@s is a 'train.state', not a parameter}}
+  %0 = train.param_read @s : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<4xf32>, %b: tensor<5xf32>) {
+  // expected-error @+1 {{requires the same type for all operands and results}}
+  %0 = "train.add"(%a, %b) : (tensor<4xf32>, tensor<5xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<?xf32>) {
+  // expected-error @+1 {{must be statically shaped tensor of 32-bit float values}}
+  %0 = train.relu %a : tensor<?xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x8xf32>, %b: tensor<4xf32>) {
+  // expected-error @+1 {{bias shape [4] must be [8] (the last dim of input [2, 8])}}
+  %0 = train.bias_add %x, %b : tensor<2x8xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<8xf32>, %b: tensor<8x4xf32>) {
+  // expected-error @+1 {{operands must have rank >= 2, got lhs [8] and rhs [8, 4]}}
+  %0 = train.matmul %a, %b : (tensor<8xf32>, tensor<8x4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<2x3x8xf32>, %b: tensor<3x8x4xf32>) {
+  // expected-error @+1 {{batch dim 0 differs: lhs 2 vs rhs 3}}
+  %0 = train.matmul %a, %b : (tensor<2x3x8xf32>, tensor<3x8x4xf32>) -> tensor<2x3x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<2x3x8xf32>, %b: tensor<2x2x8x4xf32>) {
+  // expected-error @+1 {{rhs must be a matrix or have the rank of lhs (3), got [2, 2, 8, 4]}}
+  %0 = train.matmul %a, %b : (tensor<2x3x8xf32>, tensor<2x2x8x4xf32>) -> tensor<2x3x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<3x8xf32>, %b: tensor<4x8xf32>) {
+  // expected-error @+1 {{contracted dims differ: lhs [3, 8] gives 8, rhs [4, 8] gives 4}}
+  %0 = train.matmul %a, %b : (tensor<3x8xf32>, tensor<4x8xf32>) -> tensor<3x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<3x8xf32>, %b: tensor<4x8xf32>) {
+  // expected-error @+1 {{result shape [4, 3] must be [3, 4]}}
+  %0 = train.matmul %a, %b {transpose_b} : (tensor<3x8xf32>, tensor<4x8xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x8xf32>, %g: tensor<4xf32>) {
+  // expected-error @+1 {{gamma/beta shape [4] must be [8] (the last dim of input)}}
+  %0 = train.layer_norm %x, %g, %g : tensor<2x8xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{epsilon must be positive}}
+  %0 = train.layer_norm %x, %g, %g {epsilon = 0.0 : f64} : tensor<8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4x5xf32>) {
+  // expected-error @+1 {{causal softmax needs the last two dims equal (a [T, T] score matrix), got [2, 4, 5]}}
+  %0 = train.softmax %x {causal} : tensor<2x4x5xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4xf32>) {
+  // expected-error @+1 {{element count changes from 8 [2, 4] to 9 [3, 3]}}
+  %0 = train.reshape %x : tensor<2x4xf32> -> tensor<3x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4xi32>) {
+  // expected-error @+1 {{element type changes from 'i32' to 'f32'}}
+  %0 = train.reshape %x : tensor<2x4xi32> -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4x3xf32>) {
+  // expected-error @+1 {{permutation [0, 0, 1] is not a permutation of [0, 3)}}
+  %0 = train.transpose %x [0, 0, 1] : tensor<2x4x3xf32> -> tensor<2x2x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4x3xf32>) {
+  // expected-error @+1 {{permutation has 2 entries for an operand of rank 3}}
+  %0 = train.transpose %x [1, 0] : tensor<2x4x3xf32> -> tensor<4x2x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4x3xf32>) {
+  // expected-error @+1 {{result shape [2, 4, 3] must be [2, 3, 4]}}
+  %0 = train.transpose %x [0, 2, 1] : tensor<2x4x3xf32> -> tensor<2x4x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4x3xf32>) {
+  // expected-error @+1 {{dim 3 is out of range for operand of rank 3}}
+  %0 = train.reduce sum %x [3] : tensor<2x4x3xf32> -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4x3xf32>) {
+  // expected-error @+1 {{dims [1, 0] must be strictly increasing}}
+  %0 = train.reduce sum %x [1, 0] : tensor<2x4x3xf32> -> tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4x3xf32>) {
+  // expected-error @+1 {{result shape [2, 4] must be [2, 3] (operand [2, 4, 3] without dims [1])}}
+  %0 = train.reduce mean %x [1] : tensor<2x4x3xf32> -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4x3xf32>) {
+  // expected-error @+1 {{operand shape [4, 3] must be [2, 3] (result [2, 3, 5] without dims [2])}}
+  %0 = train.broadcast %x [2] : tensor<4x3xf32> -> tensor<2x3x5xf32>
+  return
+}
+
+// -----
+
+func.func @f(%t: tensor<10xf32>, %ids: tensor<4xi32>) {
+  // expected-error @+1 {{table must be [vocab, dim], got [10]}}
+  %0 = train.embedding %t, %ids : (tensor<10xf32>, tensor<4xi32>) -> tensor<4x1xf32>
+  return
+}
+
+// -----
+
+func.func @f(%t: tensor<10x8xf32>, %ids: tensor<4xi32>) {
+  // expected-error @+1 {{result shape [4, 10] must be [4, 8] (ids shape + [dim])}}
+  %0 = train.embedding %t, %ids : (tensor<10x8xf32>, tensor<4xi32>) -> tensor<4x10xf32>
+  return
+}
+
+// -----
+
+func.func @f(%t: tensor<10x8xf32>, %ids: tensor<4xf32>) {
+  // expected-error @+1 {{must be statically shaped tensor of 32-bit signless integer values}}
+  %0 = train.embedding %t, %ids : (tensor<10x8xf32>, tensor<4xf32>) -> tensor<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%l: tensor<4x10x2xf32>, %y: tensor<4xi32>) {
+  // expected-error @+1 {{logits must be [rows, classes], got [4, 10, 2]}}
+  %0 = train.cross_entropy %l, %y : (tensor<4x10x2xf32>, tensor<4xi32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @f(%l: tensor<4x10xf32>, %y: tensor<5xi32>) {
+  // expected-error @+1 {{labels shape [5] must be [4] (one label per logits row)}}
+  %0 = train.cross_entropy %l, %y : (tensor<4x10xf32>, tensor<5xi32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @f(%dy: tensor<4x8xf32>, %ids: tensor<5xi32>) {
+  // expected-error @+1 {{grad shape [4, 8] must be [5, 8] (ids shape + [dim])}}
+  %0 = train.embedding_grad %dy, %ids : (tensor<4x8xf32>, tensor<5xi32>) -> tensor<10x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%dy: tensor<4x8xf32>, %ids: tensor<4xi32>) {
+  // expected-error @+1 {{result must be [vocab, dim], got [10]}}
+  %0 = train.embedding_grad %dy, %ids : (tensor<4x8xf32>, tensor<4xi32>) -> tensor<10xf32>
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+func.func @f(%g: tensor<4xf32>) {
+  // expected-error @+1 {{momentum needs a momentum_buffer}}
+  train.sgd_update @w, %g {lr = 0.1 : f64, momentum = 0.9 : f64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+train.state @w.momentum_buffer : tensor<4xf32> of @w
+func.func @f(%g: tensor<4xf32>) {
+  // expected-error @+1 {{momentum_buffer given but momentum is 0}}
+  train.sgd_update @w, %g momentum_buffer(@w.momentum_buffer) {lr = 0.1 : f64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+func.func @f(%g: tensor<5xf32>) {
+  // expected-error @+1 {{type 'tensor<5xf32>' does not match parameter @w declared as 'tensor<4xf32>'}}
+  train.sgd_update @w, %g {lr = 0.1 : f64} : tensor<5xf32>
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+train.param @v : tensor<4xf32> init(zeros)
+train.state @v.exp_avg : tensor<4xf32> of @v
+train.state @w.exp_avg_sq : tensor<4xf32> of @w
+func.func @f(%g: tensor<4xf32>) {
+  // expected-error @+1 {{state @v.exp_avg belongs to @v, not @w}}
+  train.adam_update @w, %g states(@v.exp_avg, @w.exp_avg_sq) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+func.func @f(%g: tensor<4xf32>) {
+  // expected-error @+1 {{references undeclared optimizer state @w.m}}
+  train.adam_update @w, %g states(@w.m, @w.v) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{'train.param' op expects parent op 'builtin.module'}}
+  train.param @w : tensor<4xf32> init(zeros)
+  return
+}

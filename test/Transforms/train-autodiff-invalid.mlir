@@ -1,0 +1,43 @@
+// RUN: ztrain-opt %s --split-input-file --train-autodiff --verify-diagnostics
+
+// expected-error @+1 {{no function is marked 'train.entry': mark the function that returns the loss}}
+module {
+  func.func @f(%x: tensor<f32>) -> tensor<f32> {
+    return %x : tensor<f32>
+  }
+}
+
+// -----
+
+func.func @a(%x: tensor<f32>) -> tensor<f32> attributes {train.entry} {
+  return %x : tensor<f32>
+}
+// expected-error @+1 {{more than one function is marked 'train.entry' (the first is @a)}}
+func.func @b(%x: tensor<f32>) -> tensor<f32> attributes {train.entry} {
+  return %x : tensor<f32>
+}
+
+// -----
+
+// expected-error @+1 {{the entry function must return exactly one tensor<f32> (the loss), got '(tensor<4xf32>) -> tensor<4xf32>'}}
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> attributes {train.entry} {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+train.param @w : tensor<f32> init(ones)
+func.func @f(%x: tensor<f32>) -> tensor<f32> attributes {train.entry} {
+  %w = train.param_read @w : tensor<f32>
+  %c = arith.constant dense<2.0> : tensor<f32>
+  // expected-error @+1 {{'arith.addf' op is on the path from the parameters to the loss but has no gradient rule}}
+  %s = arith.addf %w, %c : tensor<f32>
+  return %s : tensor<f32>
+}
+
+// -----
+
+// expected-error @+1 {{@f is already differentiated}}
+func.func @f(%x: tensor<f32>) -> tensor<f32> attributes {train.entry, train.gradients = []} {
+  return %x : tensor<f32>
+}
