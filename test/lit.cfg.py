@@ -19,6 +19,7 @@ config.substitutions.append(("%ztrain_src", config.ztrain_src_root))
 
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.ztrain_tools_dir, config.llvm_tools_dir]
 llvm_config.add_tool_substitutions(["ztrain-opt", "ztrain-compile"], tool_dirs)

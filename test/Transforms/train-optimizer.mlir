@@ -14,12 +14,12 @@
 // ADAMW-NEXT: train.state @b.exp_avg_sq : tensor<3xf32> of @b
 // ADAMW-LABEL: func.func @loss
 // ADAMW-SAME: -> tensor<f32> attributes {train.entry, train.step}
-// ADAMW: train.adam_update @w, %{{.*}} states(@w.exp_avg, @w.exp_avg_sq) {beta1 = 9.000000e-01 : f64, beta2 = 9.990000e-01 : f64, decoupled, epsilon = 1.000000e-08 : f64, lr = 1.000000e-03 : f64} : tensor<3x4xf32>
+// ADAMW: train.adam_update @w, %{{.*}} states(@w.exp_avg, @w.exp_avg_sq) {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, decoupled, epsilon = 1.000000e-08 : f64, lr = 1.000000e-03 : f64} : tensor<3x4xf32>
 // ADAMW-NEXT: train.adam_update @b, %{{.*}} states(@b.exp_avg, @b.exp_avg_sq)
 // ADAMW-NEXT: return %{{.*}} : tensor<f32>
 
 // ADAM-LABEL: func.func @loss
-// ADAM: train.adam_update @w, %{{.*}} states(@w.exp_avg, @w.exp_avg_sq) {beta1 = 9.000000e-01 : f64, beta2 = 9.990000e-01 : f64, epsilon = 1.000000e-08 : f64, lr = 0.01{{0*}} : f64, weight_decay = 1.000000e-01 : f64} : tensor<3x4xf32>
+// ADAM: train.adam_update @w, %{{.*}} states(@w.exp_avg, @w.exp_avg_sq) {beta1 = 9.000000e-01 : f64, beta2 = 0.99899999999999999 : f64, epsilon = 1.000000e-08 : f64, lr = 1.000000e-02 : f64, weight_decay = 1.000000e-01 : f64} : tensor<3x4xf32>
 
 // SGDM: train.state @w.momentum_buffer : tensor<3x4xf32> of @w
 // SGDM: train.state @b.momentum_buffer : tensor<3xf32> of @b

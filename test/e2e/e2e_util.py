@@ -1,0 +1,34 @@
+"""Helpers of the end-to-end tests (imported by conftest.py and the tests)."""
+
+import os
+import subprocess
+
+import pytest
+
+from ztrain import parity
+
+
+def require_tool(name):
+    try:
+        return parity.tool(name)
+    except parity.ToolError as e:
+        msg = str(e)
+    pytest.fail(msg, pytrace=False)
+
+
+def compile_text(mlir_text, workdir, optimizer=None, name="model", extra=()):
+    """Write `mlir_text` to workdir/name.mlir, compile it, return the executable."""
+    require_tool("ztrain-compile")
+    src = os.path.join(workdir, name + ".mlir")
+    with open(src, "w") as fh:
+        fh.write(mlir_text)
+    return parity.compile_model(src, os.path.join(workdir, name), optimizer, extra)
+
+
+def compile_spec(spec, workdir, optimizer=None, name="model"):
+    return compile_text(spec.to_mlir(), workdir, optimizer, name)
+
+
+def run(cmd):
+    return subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=120)

@@ -1,0 +1,105 @@
+"""The Python side on its own: safetensors I/O, the model builders against the
+PyTorch reference modules, the examples being current and parseable."""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import e2e_util
+from conftest import REPO
+from ztrain import ir, models, parity, safetensors, torch_ref
+
+
+def test_safetensors_roundtrip_and_layout(tmp_path):
+    t = {"w": np.arange(12, dtype=np.float32).reshape(3, 4) - 5.5,
+         "ids": np.array([[1, -2], [3, 4]], np.int32),
+         "big": np.array([2**40, -1], np.int64),
+         "scalar": np.float32(3.25)}
+    path = str(tmp_path / "t.safetensors")
+    safetensors.save(path, t, {"format": "pt"})
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    assert n % 8 == 0
+    header = json.loads(raw[8:8 + n])
+    assert header["__metadata__"] == {"format": "pt"}
+    assert header["w"]["dtype"] == "F32" and header["w"]["shape"] == [3, 4]
+    assert header["big"]["dtype"] == "I64" and header["ids"]["dtype"] == "I32"
+    for name, info in header.items():
+        if name != "__metadata__":
+            b, e = info["data_offsets"]
+            assert b % np.dtype(safetensors.DTYPES[info["dtype"]]).itemsize == 0
+    back, meta = safetensors.load(path, with_metadata=True)
+    assert set(back) == set(t)
+    for k in t:
+        assert back[k].dtype == np.asarray(t[k]).dtype and np.array_equal(back[k], t[k])
+    # Corrupt files are rejected with a message, not misread.
+    with pytest.raises(safetensors.SafetensorsError):
+        safetensors.load_bytes(raw[:-4])
+    with pytest.raises(safetensors.SafetensorsError):
+        safetensors.load_bytes(raw[:6])
+
+
+@pytest.mark.parametrize("spec", [models.mlp(4, 6, [5, 7], 3),
+                                  models.gpt(2, 5, 11, 2, 8, 2)], ids=["mlp", "gpt"])
+def test_builder_matches_torch_module(spec):
+    """The IR (interpreted op by op) and the nn.Module compute the same loss and
+    gradients in float64: the parity test then only tests the compiler."""
+    rng = np.random.default_rng(3)
+    init = {k: (v + rng.normal(0, 0.1, v.shape)).astype(np.float32)
+            for k, v in parity.make_init(spec, 0).items()}
+    batch = {k: torch.from_numpy(v).double() if v.dtype == np.float32 else torch.from_numpy(v)
+             for k, v in parity.batch_for_step(parity.make_data(spec), 2, spec.batch).items()}
+    m = torch_ref.load_state(torch_ref.from_spec(spec), init).double()
+    assert set(m.state_dict()) == {p.name for p in spec.params}
+    l1 = m(*m.inputs(batch))
+    l1.backward()
+    P = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in init.items()}
+    l2 = torch_ref.run_ir(spec.module, P, batch)
+    l2.backward()
+    assert abs(float(l1) - float(l2)) < 1e-12
+    grads = dict(m.named_parameters())
+    for k in P:
+        assert torch.allclose(grads[k].grad, P[k].grad, rtol=1e-10, atol=1e-14), k
+
+
+def test_builder_rejects_bad_shapes():
+    m = ir.Module()
+    f = m.entry()
+    a = f.arg("a", [2, 3])
+    with pytest.raises(ir.IRError):
+        f.matmul(a, a)
+    with pytest.raises(ir.IRError):
+        f.add(a, f.arg("b", [3, 2]))
+    with pytest.raises(ir.IRError):
+        f.softmax(a, causal=True)
+    assert ir.fmt_float(1e-5) == "1.0e-05" and ir.fmt_float(2) == "2.0"
+    assert ir.symbol_ref("h.0.attn.q_proj.weight") == "@h.0.attn.q_proj.weight"
+    assert ir.symbol_ref("0.weight") == '@"0.weight"'
+
+
+@pytest.mark.parametrize("name", ["mlp", "gpt"])
+def test_examples_are_current_and_parse(name, tmp_path):
+    """examples/*.mlir equal what examples/regen.sh generates, and ztrain-opt
+    parses and verifies them."""
+    out = tmp_path / "examples"
+    out.mkdir()
+    script = os.path.join(REPO, "examples", "regen.sh")
+    # Regenerate into a copy of the script's folder layout.
+    text = open(script).read().replace('here=$(cd "$(dirname "$0")" && pwd)',
+                                       f'here="{out}"')
+    text = text.replace('"$here/../python', f'"{os.path.join(REPO, "python")}')
+    (out / "regen.sh").write_text(text)
+    subprocess.run(["sh", str(out / "regen.sh")], check=True,
+                   env=dict(os.environ, PYTHON=sys.executable))
+    fresh = (out / f"{name}.mlir").read_text()
+    checked_in = open(os.path.join(REPO, "examples", f"{name}.mlir")).read()
+    assert fresh == checked_in, f"examples/{name}.mlir is stale: run examples/regen.sh"
+    opt = e2e_util.require_tool("ztrain-opt")
+    r = e2e_util.run([opt, os.path.join(REPO, "examples", f"{name}.mlir")])
+    assert r.returncode == 0, r.stderr

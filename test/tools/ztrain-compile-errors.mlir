@@ -1,0 +1,65 @@
+// Bad input reaches the user as a located diagnostic and a non-zero exit,
+// and no output file is left behind.
+// RUN: rm -rf %t && mkdir -p %t
+// RUN: split-file %s %t
+
+// RUN: not ztrain-compile %t/malformed.mlir -o %t/out 2>&1 | FileCheck %s --check-prefix=MALFORMED
+// RUN: not test -e %t/out
+// MALFORMED: malformed.mlir:3:{{[0-9]+}}: error: expected ':'
+
+// RUN: not ztrain-compile %t/unknown.mlir -o %t/out 2>&1 | FileCheck %s --check-prefix=UNKNOWN
+// RUN: not test -e %t/out
+// UNKNOWN: unknown.mlir:4:8: error: custom op 'train.frobnicate' is unknown
+
+// RUN: not ztrain-compile %t/shape.mlir -o %t/out 2>&1 | FileCheck %s --check-prefix=SHAPE
+// RUN: not test -e %t/out
+// SHAPE: shape.mlir:4:8: error: 'train.matmul' op contracted dims differ: lhs [2, 4] gives 4, rhs [3, 5] (transposed) gives 5
+
+// RUN: not ztrain-compile %t/undeclared.mlir -o %t/out 2>&1 | FileCheck %s --check-prefix=UNDECLARED
+// RUN: not test -e %t/out
+// UNDECLARED: undeclared.mlir:3:8: error: 'train.param_read' op references undeclared parameter @fc9.weight
+
+// RUN: not ztrain-compile %t/noentry.mlir -o %t/out 2>&1 | FileCheck %s --check-prefix=NOENTRY
+// RUN: not test -e %t/out
+// NOENTRY: error: no function is marked 'train.entry'
+
+// RUN: not ztrain-compile %t/missing.mlir -o %t/out 2>&1 | FileCheck %s --check-prefix=MISSING
+// MISSING: ztrain-compile: error: cannot open input file '{{.*}}missing.mlir': No such file or directory
+
+// RUN: not ztrain-compile %t/undeclared.mlir 2>&1 | FileCheck %s --check-prefix=NOOUT
+// NOOUT: ztrain-compile: error: -o is required for --emit=obj and --emit=exe
+
+// RUN: not ztrain-compile %t/shape.mlir --optimizer=rmsprop --emit=mlir 2>&1 | FileCheck %s --check-prefix=SHAPE
+
+//--- malformed.mlir
+module {
+  train.param @w : tensor<4xf32> init(zeros)
+  train.param @v tensor<4xf32> init(zeros)
+}
+//--- unknown.mlir
+train.param @w : tensor<4xf32> init(zeros)
+func.func @f(%x: tensor<4xf32>) -> tensor<f32> attributes {train.entry} {
+  %w = train.param_read @w : tensor<4xf32>
+  %y = train.frobnicate %x, %w : tensor<4xf32>
+  return %y : tensor<f32>
+}
+//--- shape.mlir
+train.param @w : tensor<3x5xf32> init(normal, 0.02)
+func.func @f(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attributes {train.entry} {
+  %w = train.param_read @w : tensor<3x5xf32>
+  %l = train.matmul %x, %w {transpose_b} : (tensor<2x4xf32>, tensor<3x5xf32>) -> tensor<2x3xf32>
+  %loss = train.cross_entropy %l, %y : (tensor<2x3xf32>, tensor<2xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+//--- undeclared.mlir
+train.param @fc1.weight : tensor<3x4xf32> init(normal, 0.02)
+func.func @f(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attributes {train.entry} {
+  %w = train.param_read @fc9.weight : tensor<3x4xf32>
+  %l = train.matmul %x, %w {transpose_b} : (tensor<2x4xf32>, tensor<3x4xf32>) -> tensor<2x3xf32>
+  %loss = train.cross_entropy %l, %y : (tensor<2x3xf32>, tensor<2xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+//--- noentry.mlir
+func.func @f(%x: tensor<f32>) -> tensor<f32> {
+  return %x : tensor<f32>
+}

@@ -1,0 +1,37 @@
+// REQUIRES: runtime
+// The driver: every --emit kind, the per-stage IR dump, and an executable
+// that trains.
+// RUN: rm -rf %t && mkdir -p %t
+// RUN: ztrain-compile %s --emit=mlir | FileCheck %s --check-prefix=MLIR
+// RUN: ztrain-compile %s --emit=llvm -o %t/step.ll && FileCheck %s --check-prefix=LL < %t/step.ll
+// RUN: ztrain-compile %s --emit=obj -o %t/step.o && test -s %t/step.o
+// RUN: ztrain-compile %s -o %t/model --optimizer=sgd --lr=0.5 --dump-ir-dir=%t/ir
+// RUN: ls %t/ir | FileCheck %s --check-prefix=DUMP
+// RUN: FileCheck %s --check-prefix=OPT < %t/ir/02-train-optimizer.mlir
+// RUN: %t/model --steps 30 --log-every 10 --report %t/report.json | FileCheck %s --check-prefix=STEPS
+// RUN: FileCheck %s --check-prefix=REPORT < %t/report.json
+
+// MLIR: llvm.func @ztrain_step(
+// LL: @ztrain_descriptor = constant
+// LL: define void @ztrain_step(ptr
+// DUMP: 00-input.mlir
+// DUMP-NEXT: 01-train-autodiff.mlir
+// DUMP-NEXT: 02-train-optimizer.mlir
+// DUMP-NEXT: 03-lower-to-runtime.mlir
+// DUMP-NEXT: 04-llvm-dialect.mlir
+// DUMP-NEXT: 05-llvm-ir.ll
+// OPT: train.sgd_update @w, %{{.*}} {lr = 5.000000e-01 : f64}
+// STEPS: step 10/30 loss
+// STEPS: step 20/30 loss
+// STEPS: step 30/30 loss
+// REPORT: "steps": [
+
+// Learns y = argmax of a fixed linear map of x on synthetic data: the loss
+// is checked by the e2e tests; this only shows the driver's outputs work.
+train.param @w : tensor<3x4xf32> init(normal, 0.02)
+func.func @f(%x: tensor<8x4xf32> {train.name = "x"}, %y: tensor<8xi32> {train.name = "y"}) -> tensor<f32> attributes {train.entry} {
+  %w = train.param_read @w : tensor<3x4xf32>
+  %l = train.matmul %x, %w {transpose_b} : (tensor<8x4xf32>, tensor<3x4xf32>) -> tensor<8x3xf32>
+  %loss = train.cross_entropy %l, %y : (tensor<8x3xf32>, tensor<8xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
