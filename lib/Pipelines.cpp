@@ -12,7 +12,6 @@
 #include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Pass/PassRegistry.h"
-#include "mlir/Transforms/Passes.h"
 
 using namespace mlir;
 
@@ -34,7 +33,6 @@ void ztrain::buildTrainingPipeline(OpPassManager &pm,
 
 void ztrain::buildToLLVMPipeline(OpPassManager &pm) {
   pm.addPass(createLowerToRuntime());
-  pm.addPass(createCSEPass());
   pm.addPass(createArithToLLVMConversionPass());
   pm.addPass(createConvertFuncToLLVMPass());
   pm.addPass(createReconcileUnrealizedCastsPass());

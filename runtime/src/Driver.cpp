@@ -39,7 +39,8 @@ const char kUsage[] =
     "                     any other file: bytes as tokens for inputs\n"
     "                     (tokens, targets); default: synthetic data\n"
     "  --save F           write the final parameters to safetensors file F\n"
-    "  --log-every N      print a progress line every N steps (default 1)\n"
+    "  --log-every N      print a progress line every N steps and on the last\n"
+    "                     (default 1; 0 prints none)\n"
     "  --report F         write a JSON report (losses, times, memory) to F\n"
     "  --threads N        threads for BLAS and kernels (default: the "
     "libraries')\n"
@@ -216,7 +217,7 @@ Options parseOptions(int argc, char **argv) {
     else if (flag == "--save")
       opts.save = value;
     else if (flag == "--log-every")
-      opts.logEvery = parseInteger(flag, value, 1);
+      opts.logEvery = parseInteger(flag, value, 0);
     else if (flag == "--report")
       opts.report = value;
     else if (flag == "--threads")
@@ -276,7 +277,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
             static_cast<long long>(t));
     double ms = std::chrono::duration<double, std::milli>(end - start).count();
     records.push_back({t, ctx.loss, ms});
-    if (t % opts.logEvery == 0 || t == opts.steps) {
+    if (opts.logEvery > 0 && (t % opts.logEvery == 0 || t == opts.steps)) {
       std::printf("step %*lld/%lld  loss %.7g  %.2f ms/step\n", width,
                   static_cast<long long>(t), static_cast<long long>(opts.steps),
                   ctx.loss, ms);

@@ -52,8 +52,8 @@ TEST(DriverTest, MistakesExitWithStatus2) {
               "flag --save needs a value");
   EXPECT_EXIT(parse({"--steps=ten"}), ExitedWithCode(2),
               "flag --steps: 'ten' is not an integer >= 0");
-  EXPECT_EXIT(parse({"--log-every=0"}), ExitedWithCode(2),
-              "flag --log-every: '0' is not an integer >= 1");
+  EXPECT_EXIT(parse({"--log-every=-1"}), ExitedWithCode(2),
+              "flag --log-every: '-1' is not an integer >= 0");
   EXPECT_EXIT(parse({"--seed=-1"}), ExitedWithCode(2),
               "flag --seed: '-1' is not a non-negative 64-bit integer");
   EXPECT_EXIT(parse({"--help=yes"}), ExitedWithCode(2),

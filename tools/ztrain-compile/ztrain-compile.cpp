@@ -12,14 +12,10 @@
 
 #include "ztrain/Config.h"
 #include "ztrain/InitAll.h"
-#include "ztrain/Conversion/Passes.h"
-#include "ztrain/Dialect/Train/Transforms/Passes.h"
 #include "ztrain/Pipelines.h"
 
-#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
-#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
-#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
-#include "mlir/Transforms/Passes.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassInstrumentation.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -98,33 +94,40 @@ int fail(const llvm::Twine &msg) {
   return 1;
 }
 
-/// Writes `module` to `<dumpIrDir>/<index>-<stage>.mlir` when dumping.
-LogicalResult dumpStage(ModuleOp module, int index, StringRef stage) {
-  if (dumpIrDir.empty())
-    return success();
-  SmallString<256> path(dumpIrDir);
-  llvm::sys::path::append(path, llvm::formatv("{0:D2}-{1}.mlir", index, stage)
-                                    .str());
-  std::string err;
-  auto out = openOutputFile(path, &err);
-  if (!out) {
-    llvm::errs() << "ztrain-compile: error: " << err << "\n";
-    return failure();
-  }
-  module.print(out->os());
-  out->keep();
-  return success();
-}
+/// Writes the IR after every pass to `<dir>/<NN>-<pass-argument>.mlir`, so
+/// a user can inspect each stage of the lowered plan.
+class DumpAfterEachPass : public PassInstrumentation {
+public:
+  explicit DumpAfterEachPass(std::string dir) : dir(std::move(dir)) {}
 
-/// Runs one stage's passes, then dumps the result.
-LogicalResult runStage(ModuleOp module, int index, StringRef stage,
-                       llvm::function_ref<void(OpPassManager &)> build) {
-  PassManager pm(module.getContext());
-  build(pm);
-  if (failed(pm.run(module)))
-    return failure();
-  return dumpStage(module, index, stage);
-}
+  void runAfterPass(Pass *pass, Operation *op) override {
+    if (!isa<ModuleOp>(op))
+      return;
+    write(op, pass->getArgument().empty() ? pass->getName()
+                                          : pass->getArgument());
+  }
+
+  void write(Operation *op, StringRef stage) {
+    SmallString<256> path(dir);
+    llvm::sys::path::append(
+        path, llvm::formatv("{0:D2}-{1}.mlir", index++, stage).str());
+    std::error_code ec;
+    llvm::raw_fd_ostream os(path, ec);
+    if (ec) {
+      llvm::errs() << "ztrain-compile: error: cannot write " << path << ": "
+                   << ec.message() << "\n";
+      failed = true;
+      return;
+    }
+    op->print(os);
+  }
+
+  bool failed = false;
+  int index = 0;
+
+private:
+  std::string dir;
+};
 
 /// Emits `llvmModule` as an object file at `path`.
 LogicalResult emitObject(llvm::Module &llvmModule, StringRef path) {
@@ -238,13 +241,8 @@ int main(int argc, char **argv) {
   if (!module)
     return 1;
 
-  if (!dumpIrDir.empty()) {
-    if (std::error_code ec = llvm::sys::fs::create_directories(dumpIrDir))
-      return fail("cannot create " + dumpIrDir + ": " + ec.message());
-  }
-  if (failed(dumpStage(*module, 0, "input")))
-    return 1;
-
+  // The whole compilation is the two named pipelines, exactly what
+  // `ztrain-opt --ztrain-training=... --ztrain-to-llvm` runs.
   ztrain::TrainingPipelineOptions training;
   training.optimizer = optimizer;
   training.lr = lr;
@@ -255,35 +253,20 @@ int main(int argc, char **argv) {
   training.momentum = momentum;
   training.dampening = dampening;
   training.nesterov = nesterov;
+  PassManager pm(&context);
+  ztrain::buildTrainingPipeline(pm, training);
+  ztrain::buildToLLVMPipeline(pm);
 
-  if (failed(runStage(*module, 1, "train-autodiff", [&](OpPassManager &pm) {
-        pm.addPass(ztrain::train::createTrainAutodiff());
-      })))
-    return 1;
-  if (failed(runStage(*module, 2, "train-optimizer", [&](OpPassManager &pm) {
-        ztrain::train::TrainOptimizerOptions opt;
-        opt.kind = training.optimizer;
-        opt.lr = training.lr;
-        opt.beta1 = training.beta1;
-        opt.beta2 = training.beta2;
-        opt.eps = training.eps;
-        opt.weightDecay = training.weightDecay;
-        opt.momentum = training.momentum;
-        opt.dampening = training.dampening;
-        opt.nesterov = training.nesterov;
-        pm.addPass(ztrain::train::createTrainOptimizer(opt));
-      })))
-    return 1;
-  if (failed(runStage(*module, 3, "lower-to-runtime", [&](OpPassManager &pm) {
-        pm.addPass(ztrain::createLowerToRuntime());
-        pm.addPass(createCSEPass());
-      })))
-    return 1;
-  if (failed(runStage(*module, 4, "llvm-dialect", [&](OpPassManager &pm) {
-        pm.addPass(createArithToLLVMConversionPass());
-        pm.addPass(createConvertFuncToLLVMPass());
-        pm.addPass(createReconcileUnrealizedCastsPass());
-      })))
+  DumpAfterEachPass *dumper = nullptr;
+  if (!dumpIrDir.empty()) {
+    if (std::error_code ec = llvm::sys::fs::create_directories(dumpIrDir))
+      return fail("cannot create " + dumpIrDir + ": " + ec.message());
+    auto owned = std::make_unique<DumpAfterEachPass>(dumpIrDir);
+    dumper = owned.get();
+    dumper->write(*module, "input");
+    pm.addInstrumentation(std::move(owned));
+  }
+  if (failed(pm.run(*module)) || (dumper && dumper->failed))
     return 1;
 
   if (emit == Emit::Mlir) {
@@ -302,7 +285,8 @@ int main(int argc, char **argv) {
     return fail("translation to LLVM IR failed");
   if (!dumpIrDir.empty()) {
     SmallString<256> path(dumpIrDir);
-    llvm::sys::path::append(path, "05-llvm-ir.ll");
+    llvm::sys::path::append(
+        path, llvm::formatv("{0:D2}-llvm-ir.ll", dumper->index).str());
     auto out = openOutputFile(path, &err);
     if (!out)
       return fail(err);

@@ -33,9 +33,12 @@ def LowerToRuntime : Pass<"lower-to-runtime", "::mlir::ModuleOp"> {
     ```
     After:
     ```mlir
-    %c4 = arith.constant 4 : i32     // ZTRT_CAT_ACTIVATIONS... (category)
-    %buf = call @ztrt_alloc(%ctx, %bytes, %cat) : (!llvm.ptr, i64, i32) -> !llvm.ptr
-    call @ztrt_relu_f32(%ctx, %x, %buf, %n) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> ()
+    %c3_i32 = arith.constant 3 : i32        // ZTRT_CAT_ACTIVATIONS
+    %c16384_i64 = arith.constant 16384 : i64 // bytes
+    %c4096_i64 = arith.constant 4096 : i64   // elements
+    ...
+    %buf = call @ztrt_alloc(%ctx, %c16384_i64, %c3_i32) : (!llvm.ptr, i64, i32) -> !llvm.ptr
+    call @ztrt_relu_f32(%ctx, %x, %buf, %c4096_i64) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> ()
     ```
   }];
   let dependentDialects = ["::mlir::func::FuncDialect",

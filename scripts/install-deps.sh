@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs ztrain's build and test dependencies from Debian 12's archive when
+# any is missing. Safe to run repeatedly; does nothing when all are present.
+set -euo pipefail
+
+PACKAGES=(
+  cmake ninja-build ccache g++
+  llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
+  libopenblas-dev libgtest-dev
+  libopenmpi-dev openmpi-bin
+  python3 python3-numpy python3-pytest python3-torch
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "ztrain: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
