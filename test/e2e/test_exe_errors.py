@@ -87,11 +87,18 @@ def test_good_run_after_all(small_mlp, tmp_path):
     _, exe, data, _ = small_mlp
     save = os.path.join(tmp_path, "ok.safetensors")
     report = os.path.join(tmp_path, "ok.json")
-    r = e2e_util.run([exe, "--steps", "2", "--data", data, "--save", save, "--report", report,
-                      "--log-every", "0"])
+    r = e2e_util.run([exe, "--steps", "2", "--data", data, "--save", save, "--report", report])
     assert r.returncode == 0, r.stderr
     rep = parity.read_report(report)
     assert [s["step"] for s in rep["steps"]] == [1, 2]
     assert all(np.isfinite(s["loss"]) and s["time_ms"] >= 0 for s in rep["steps"])
     assert "memory" in rep
     safetensors.load(save)
+
+
+def test_log_every_zero_is_silent(small_mlp, tmp_path):
+    """--log-every 0 turns progress lines off (what scripts and benchmarks use)."""
+    _, exe, data, _ = small_mlp
+    r = e2e_util.run([exe, "--steps", "3", "--data", data, "--log-every", "0"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "", r.stdout

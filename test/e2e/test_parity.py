@@ -28,6 +28,15 @@ STEPS = 20
 # The loss is a scalar; the same bound applies to |a - b| / |b| per step.
 TOL = 1e-4
 
+# Parameters whose true gradient is exactly zero (parity.zero_gradient_params:
+# the attention key bias b_k adds q.b_k to every score of a softmax row, and
+# softmax is shift-invariant). Both sides compute that gradient as rounding
+# noise (~1e-9) and Adam turns it into updates (damped by eps = 1e-8) with the
+# noise's sign, so the two trajectories of b_k are not comparable at 1e-4
+# (measured ~3e-4 from a random init). They are held to 1e-2: far below what
+# a real bug gives, while every other GPT weight is held to TOL.
+NOISE_TOL = 1e-2
+
 
 def mlp_spec():
     return models.mlp(batch=16, in_features=32, hidden=[64, 32], classes=10)
@@ -74,5 +83,7 @@ def test_parity(name, make_spec, opt, samples, tmp_path, compiler):
     missing = sorted(set(r.torch_weights) - set(r.ztrain_weights))
     assert not missing, f"--save file lacks parameters {missing}"
     w_err = r.weight_rel_errors()
-    bad = {k: e for k, e in w_err.items() if not e <= TOL}
+    noise_only = parity.zero_gradient_params(spec)
+    bad = {k: e for k, e in w_err.items()
+           if not e <= (NOISE_TOL if k in noise_only else TOL)}
     assert not bad, f"final weights differ by > {TOL} norm-wise: {bad}"

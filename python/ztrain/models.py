@@ -1,0 +1,221 @@
+"""Model builders: train-dialect IR for an MLP and a GPT-2-style decoder.
+
+Standard library only. Parameter names are the PyTorch state_dict names of
+the matching modules in `ztrain.torch_ref`, so a safetensors file written by
+either side loads into the other.
+
+    python -m ztrain.models mlp --batch 32 --in-features 784 --hidden 128 --classes 10
+    python -m ztrain.models gpt --batch 8 --seq 64 --vocab 256 --layers 2 --width 64 --heads 4
+"""
+
+import argparse
+import math
+import sys
+
+from .ir import Module, IRError
+
+__all__ = ["ModelSpec", "mlp", "gpt", "main"]
+
+
+class ModelSpec:
+    """A built model: its IR module plus the configuration that produced it."""
+
+    def __init__(self, kind, config, module):
+        self.kind = kind
+        self.config = dict(config)
+        self.module = module
+
+    @property
+    def batch(self):
+        return self.config["batch"]
+
+    @property
+    def params(self):
+        """[ir.Param] in declaration order (name, shape, init, scale)."""
+        return list(self.module.params)
+
+    @property
+    def inputs(self):
+        """[(name, shape, dtype)] of the step inputs; shape[0] is the batch."""
+        return self.module.inputs
+
+    def to_mlir(self):
+        return self.module.to_mlir()
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
+        return f"ModelSpec({self.kind}: {args})"
+
+
+def _linear(m, f, x, name, fan_in, fan_out, w_init, b_init):
+    """PyTorch nn.Linear: y = x @ W^T + b with W [out, in]."""
+    w = m.param(f"{name}.weight", [fan_out, fan_in], *w_init)
+    b = m.param(f"{name}.bias", [fan_out], *b_init)
+    hint = name.replace(".", "_")
+    y = f.matmul(x, f.param_read(w), transpose_b=True, hint=hint)
+    return f.bias_add(y, f.param_read(b), hint=hint + "_b")
+
+
+def mlp(batch, in_features, hidden=(128,), classes=10, init="torch",
+        input_name="x", label_name="y"):
+    """Linear(in, h0) relu ... Linear(h_last, classes), cross-entropy loss.
+
+    Layers are named fc1, fc2, ... (state_dict `fc1.weight`, `fc1.bias`, ...).
+    init="torch" mirrors nn.Linear's default distribution (weight and bias
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in))); init="gpt" uses normal(0.02) weights
+    and zero biases.
+    """
+    hidden = [int(h) for h in hidden]
+    if batch <= 0 or in_features <= 0 or classes <= 1 or any(h <= 0 for h in hidden):
+        raise IRError("mlp: sizes must be positive and classes >= 2")
+    if init not in ("torch", "gpt"):
+        raise IRError(f"mlp: init must be 'torch' or 'gpt', got {init!r}")
+    m = Module()
+    f = m.entry("loss")
+    x = f.arg(input_name, [batch, in_features])
+    y = f.arg(label_name, [batch], "i32")
+    sizes = [in_features] + hidden + [classes]
+    h = x
+    for i in range(len(sizes) - 1):
+        fan_in, fan_out = sizes[i], sizes[i + 1]
+        if init == "torch":
+            bound = 1.0 / math.sqrt(fan_in)
+            w_init = b_init = ("uniform", bound)
+        else:
+            w_init, b_init = ("normal", 0.02), ("zeros", None)
+        h = _linear(m, f, h, f"fc{i + 1}", fan_in, fan_out, w_init, b_init)
+        if i < len(sizes) - 2:
+            h = f.relu(h, hint=f"relu{i + 1}")
+    f.ret(f.cross_entropy(h, y))
+    cfg = dict(batch=batch, in_features=in_features, hidden=hidden, classes=classes,
+               init=init, input_name=input_name, label_name=label_name)
+    return ModelSpec("mlp", cfg, m)
+
+
+def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5):
+    """GPT-2-style decoder with tied input/output embeddings.
+
+    Inputs "tokens" and "targets", both i32 [batch, seq]. State-dict names:
+    wte.weight [V, C], wpe.weight [T, C], h.{i}.ln_1.{weight,bias},
+    h.{i}.attn.{q_proj,k_proj,v_proj,c_proj}.{weight,bias},
+    h.{i}.ln_2.{weight,bias}, h.{i}.mlp.{c_fc,c_proj}.{weight,bias},
+    ln_f.{weight,bias}. Attention uses separate q/k/v projections because the
+    dialect has no slice op.
+    """
+    B, T, V, L, C, H = (int(v) for v in (batch, seq, vocab, layers, width, heads))
+    if min(B, T, V, C, H) <= 0 or L < 0:
+        raise IRError("gpt: sizes must be positive")
+    if C % H:
+        raise IRError(f"gpt: width {C} is not divisible by heads {H}")
+    D = C // H
+    normal = ("normal", 0.02)
+    zeros = ("zeros", None)
+    ones = ("ones", None)
+
+    m = Module()
+    f = m.entry("loss")
+    tokens = f.arg("tokens", [B, T], "i32")
+    targets = f.arg("targets", [B, T], "i32")
+    wte = m.param("wte.weight", [V, C], *normal)
+    wpe = m.param("wpe.weight", [T, C], *normal)
+
+    def layer_norm(x, name):
+        g = m.param(f"{name}.weight", [C], *ones)
+        b = m.param(f"{name}.bias", [C], *zeros)
+        return f.layer_norm(x, f.param_read(g), f.param_read(b), epsilon,
+                            hint=name.replace(".", "_"))
+
+    def linear(x, name, fan_in, fan_out):
+        return _linear(m, f, x, name, fan_in, fan_out, normal, zeros)
+
+    def heads_first(x, hint):  # [B,T,C] -> [B,H,T,D]
+        x = f.reshape(x, [B, T, H, D], hint=hint + "_r")
+        return f.transpose(x, [0, 2, 1, 3], hint=hint + "_t")
+
+    tok = f.embedding(f.param_read(wte), tokens, hint="tok_emb")
+    pos = f.broadcast(f.param_read(wpe), [0], [B], hint="pos_emb")
+    x = f.add(tok, pos, hint="x0")
+    for i in range(L):
+        p = f"h.{i}"
+        a = layer_norm(x, f"{p}.ln_1")
+        q = heads_first(linear(a, f"{p}.attn.q_proj", C, C), f"h{i}_q")
+        k = heads_first(linear(a, f"{p}.attn.k_proj", C, C), f"h{i}_k")
+        v = heads_first(linear(a, f"{p}.attn.v_proj", C, C), f"h{i}_v")
+        s = f.matmul(q, k, transpose_b=True, hint=f"h{i}_scores")
+        s = f.scale(s, 1.0 / math.sqrt(D), hint=f"h{i}_scaled")
+        att = f.softmax(s, causal=True, hint=f"h{i}_att")
+        y = f.matmul(att, v, hint=f"h{i}_y")                     # [B,H,T,D]
+        y = f.transpose(y, [0, 2, 1, 3], hint=f"h{i}_yt")         # [B,T,H,D]
+        y = f.reshape(y, [B, T, C], hint=f"h{i}_yr")
+        y = linear(y, f"{p}.attn.c_proj", C, C)
+        x = f.add(x, y, hint=f"h{i}_res1")
+        a = layer_norm(x, f"{p}.ln_2")
+        a = linear(a, f"{p}.mlp.c_fc", C, 4 * C)
+        a = f.gelu(a, hint=f"h{i}_gelu")
+        a = linear(a, f"{p}.mlp.c_proj", 4 * C, C)
+        x = f.add(x, a, hint=f"h{i}_res2")
+    x = layer_norm(x, "ln_f")
+    logits = f.matmul(x, f.param_read(wte, hint="wte_out"), transpose_b=True,
+                      hint="logits")
+    logits = f.reshape(logits, [B * T, V], hint="logits_flat")
+    flat_targets = f.reshape(targets, [B * T], hint="targets_flat")
+    f.ret(f.cross_entropy(logits, flat_targets))
+    cfg = dict(batch=B, seq=T, vocab=V, layers=L, width=C, heads=H, epsilon=epsilon)
+    return ModelSpec("gpt", cfg, m)
+
+
+def build(kind, **cfg):
+    """mlp(**cfg) or gpt(**cfg) by name."""
+    if kind == "mlp":
+        return mlp(**cfg)
+    if kind == "gpt":
+        return gpt(**cfg)
+    raise IRError(f"unknown model kind {kind!r}")
+
+
+def _parser():
+    ap = argparse.ArgumentParser(prog="python -m ztrain.models",
+                                 description="Print a model's train-dialect IR.")
+    sub = ap.add_subparsers(dest="model", required=True)
+    a = sub.add_parser("mlp")
+    a.add_argument("--batch", type=int, default=32)
+    a.add_argument("--in-features", type=int, default=784)
+    a.add_argument("--hidden", type=int, nargs="*", default=[128])
+    a.add_argument("--classes", type=int, default=10)
+    a.add_argument("--init", choices=["torch", "gpt"], default="torch")
+    g = sub.add_parser("gpt")
+    g.add_argument("--batch", type=int, default=8)
+    g.add_argument("--seq", type=int, default=64)
+    g.add_argument("--vocab", type=int, default=256)
+    g.add_argument("--layers", type=int, default=2)
+    g.add_argument("--width", type=int, default=64)
+    g.add_argument("--heads", type=int, default=4)
+    for p in (a, g):
+        p.add_argument("-o", "--output", help="write here instead of stdout")
+    return ap
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    try:
+        if args.model == "mlp":
+            spec = mlp(args.batch, args.in_features, args.hidden, args.classes, args.init)
+        else:
+            spec = gpt(args.batch, args.seq, args.vocab, args.layers, args.width, args.heads)
+    except IRError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    cmd = " ".join(["python -m ztrain.models"] + (argv if argv is not None else sys.argv[1:]))
+    if args.output:
+        cmd = cmd.replace(" -o " + args.output, "").replace(" --output " + args.output, "")
+    text = f"// Generated by `{cmd}` (python/ztrain/models.py).\n" + spec.to_mlir()
+    if args.output:
+        with open(args.output, "w") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""PyTorch reference implementations of the models in `ztrain.models`.
+
+Same state_dict names, same composition of the computation (separate q/k/v
+projections, scale before the causal softmax, masking with -inf, tanh gelu,
+tied output embedding, mean cross entropy), so a safetensors file holds the
+same weights for both and the two follow the same loss curve.
+"""
+
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import safetensors
+
+__all__ = ["MLP", "GPT", "from_spec", "load_state", "state_numpy", "make_optimizer"]
+
+
+class MLP(nn.Module):
+    def __init__(self, in_features, hidden, classes):
+        super().__init__()
+        sizes = [in_features] + list(hidden) + [classes]
+        self.n_layers = len(sizes) - 1
+        for i in range(self.n_layers):
+            setattr(self, f"fc{i + 1}", nn.Linear(sizes[i], sizes[i + 1]))
+
+    def forward(self, x, y):
+        h = x
+        for i in range(self.n_layers):
+            h = getattr(self, f"fc{i + 1}")(h)
+            if i < self.n_layers - 1:
+                h = F.relu(h)
+        return F.cross_entropy(h, y.long())
+
+    def inputs(self, batch):
+        """Positional forward() arguments from a {name: tensor} batch."""
+        return batch["x"], batch["y"]
+
+
+class Attention(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.q_proj = nn.Linear(width, width)
+        self.k_proj = nn.Linear(width, width)
+        self.v_proj = nn.Linear(width, width)
+        self.c_proj = nn.Linear(width, width)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        H = self.heads
+        D = C // H
+
+        def split(t):  # [B,T,C] -> [B,H,T,D]
+            return t.reshape(B, T, H, D).permute(0, 2, 1, 3)
+
+        q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+        s = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(D))
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+        s = s.masked_fill(mask, float("-inf"))
+        att = torch.softmax(s, dim=-1)
+        y = torch.matmul(att, v).permute(0, 2, 1, 3).reshape(B, T, C)
+        return self.c_proj(y)
+
+
+class MLPBlock(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.c_fc = nn.Linear(width, 4 * width)
+        self.c_proj = nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads, eps):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(width, eps=eps)
+        self.attn = Attention(width, heads)
+        self.ln_2 = nn.LayerNorm(width, eps=eps)
+        self.mlp = MLPBlock(width)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, seq, layers, width, heads, eps=1e-5):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(seq, width)
+        self.h = nn.ModuleList([Block(width, heads, eps) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(width, eps=eps)
+
+    def logits(self, tokens):
+        x = self.wte(tokens.long()) + self.wpe.weight.unsqueeze(0)
+        for block in self.h:
+            x = block(x)
+        x = self.ln_f(x)
+        return torch.matmul(x, self.wte.weight.t())   # tied output embedding
+
+    def forward(self, tokens, targets):
+        logits = self.logits(tokens)
+        V = logits.shape[-1]
+        return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1).long())
+
+    def inputs(self, batch):
+        return batch["tokens"], batch["targets"]
+
+
+def from_spec(spec):
+    """The torch module for a `ztrain.models.ModelSpec`."""
+    c = spec.config
+    if spec.kind == "mlp":
+        model = MLP(c["in_features"], c["hidden"], c["classes"])
+        x, y = c.get("input_name", "x"), c.get("label_name", "y")
+        model.inputs = lambda batch: (batch[x], batch[y])
+        return model
+    if spec.kind == "gpt":
+        return GPT(c["vocab"], c["seq"], c["layers"], c["width"], c["heads"],
+                   c.get("epsilon", 1e-5))
+    raise ValueError(f"unknown model kind {spec.kind!r}")
+
+
+def load_state(model, state):
+    """Load {name: np.ndarray} or a safetensors path, strictly (all names, all shapes)."""
+    if isinstance(state, str):
+        state = safetensors.load(state)
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    extra = sorted(set(state) - set(own))
+    if missing or extra:
+        raise KeyError(f"state dict mismatch: missing {missing}, unexpected {extra}")
+    for name, t in own.items():
+        if tuple(state[name].shape) != tuple(t.shape):
+            raise ValueError(f"{name}: shape {list(state[name].shape)} != {list(t.shape)}")
+    model.load_state_dict({k: torch.from_numpy(np.array(v, dtype=np.float32))
+                           for k, v in state.items()})
+    return model
+
+
+def state_numpy(model):
+    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def make_optimizer(params, kind, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
+                   weight_decay=0.0, momentum=0.0, dampening=0.0, nesterov=False):
+    """torch.optim with the same hyper-parameters as ztrain-compile's flags."""
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=lr, betas=(beta1, beta2), eps=eps,
+                                weight_decay=weight_decay)
+    if kind == "adamw":
+        return torch.optim.AdamW(params, lr=lr, betas=(beta1, beta2), eps=eps,
+                                 weight_decay=weight_decay)
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, dampening=dampening,
+                               weight_decay=weight_decay, nesterov=nesterov)
+    raise ValueError(f"unknown optimizer {kind!r}")
+
+
+# -- an interpreter of the builder's IR ------------------------------------------------
+
+def run_ir(module, params, inputs):
+    """Evaluate a module built with `ztrain.ir` in torch, op by op.
+
+    params / inputs: {name: torch.Tensor}. Returns the loss tensor; autograd
+    gives the gradient of any params that require it. The semantics follow
+    docs/ir-sketch.md, so this checks the model builders against the torch
+    modules above (and gives gradcheck an independent second opinion).
+    """
+    f = module.functions[0]
+    env = {v.name: inputs[n] for v, n in f.args}
+    for res, op, operands, attrs in f.ops:
+        a = [env[v.name] for v in operands]
+        if op == "param_read":
+            r = params[attrs["name"]]
+        elif op in ("add", "sub", "mul"):
+            r = {"add": torch.add, "sub": torch.sub, "mul": torch.mul}[op](a[0], a[1])
+        elif op == "scale":
+            r = a[0] * attrs["factor"]
+        elif op == "bias_add":
+            r = a[0] + a[1]
+        elif op == "relu":
+            r = F.relu(a[0])
+        elif op == "gelu":
+            r = F.gelu(a[0], approximate="tanh")
+        elif op == "matmul":
+            x, y = a
+            if attrs["transpose_a"]:
+                x = x.transpose(-1, -2)
+            if attrs["transpose_b"]:
+                y = y.transpose(-1, -2)
+            r = torch.matmul(x, y)
+        elif op == "layer_norm":
+            r = F.layer_norm(a[0], a[0].shape[-1:], a[1], a[2], attrs["epsilon"])
+        elif op == "softmax":
+            x = a[0]
+            if attrs["causal"]:
+                T = x.shape[-1]
+                mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+                x = x.masked_fill(mask, float("-inf"))
+            r = torch.softmax(x, dim=-1)
+        elif op == "reshape":
+            r = a[0].reshape(attrs["shape"])
+        elif op == "transpose":
+            r = a[0].permute(*attrs["perm"])
+        elif op == "reduce":
+            fn = torch.sum if attrs["kind"] == "sum" else torch.mean
+            r = fn(a[0], dim=tuple(attrs["dims"])) if attrs["dims"] else a[0]
+        elif op == "broadcast":
+            r = a[0]
+            for d in attrs["dims"]:
+                r = r.unsqueeze(d)
+            r = r.expand(*res.shape)
+        elif op == "cross_entropy":
+            r = F.cross_entropy(a[0], a[1].long())
+        elif op == "embedding":
+            r = F.embedding(a[1].long(), a[0])
+        elif op == "fill":
+            r = torch.full(res.shape, attrs["value"])
+        else:
+            raise NotImplementedError(op)
+        if tuple(r.shape) != res.shape:
+            raise AssertionError(f"{op}: interpreter shape {tuple(r.shape)} != IR {res.shape}")
+        env[res.name] = r
+    return env[f.result.name]
