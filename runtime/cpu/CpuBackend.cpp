@@ -16,6 +16,7 @@
 
 #include "cpu/CpuBackend.h"
 
+#include "cpu/VecMath.h"
 #include "src/Support.h"
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <malloc.h>
 #include <vector>
 
 #ifdef _OPENMP
@@ -223,7 +225,7 @@ public:
     for (int64_t i = 0; i < n; ++i) {
       float v = x[i];
       float inner = kBeta * (v + kKappa * v * v * v);
-      out[i] = 0.5f * v * (1.0f + std::tanh(inner));
+      out[i] = 0.5f * v * (1.0f + vecmath::tanh(inner));
     }
   }
 
@@ -234,7 +236,7 @@ public:
       float v = x[i];
       float vSq = v * v;
       float inner = kBeta * (v + kKappa * vSq * v);
-      float t = std::tanh(inner);
+      float t = vecmath::tanh(inner);
       float left = 0.5f * v;
       float right = 1.0f + t;
       float leftDerivative = 0.5f * right;
@@ -578,6 +580,14 @@ private:
 } // namespace
 
 std::unique_ptr<Backend> createCpuBackend() {
+  // A step frees and re-allocates the same activation buffers every time.
+  // glibc serves large blocks with mmap and returns freed heap to the OS,
+  // so each step would page-fault its activations in again (measured ~3% of
+  // a GPT step in the kernel zeroing pages). Keep blocks up to glibc's
+  // maximum mmap threshold on the heap, and the heap mapped. The compiler's
+  // static memory plan will replace this with one arena.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   return std::make_unique<CpuBackend>();
 }
 

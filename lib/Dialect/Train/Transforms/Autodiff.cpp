@@ -14,6 +14,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/MapVector.h"
 
 #define DEBUG_TYPE "train-autodiff"
@@ -123,6 +124,13 @@ void TrainAutodiffPass::runOnOperation() {
   }
   func::ReturnOp::create(b, ret.getLoc(), results);
   ret.erase();
+
+  // Gradient rules build the adjoints of all operands; those of inputs and
+  // of other values no parameter influences are never used. Every train
+  // compute op is pure, so dropping unused ones is safe.
+  for (Operation &op : llvm::make_early_inc_range(llvm::reverse(body)))
+    if (isOpTriviallyDead(&op))
+      op.erase();
   SmallVector<Type> types;
   for (Value v : results)
     types.push_back(v.getType());

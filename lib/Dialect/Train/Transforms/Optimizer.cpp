@@ -54,8 +54,8 @@ void TrainOptimizerPass::runOnOperation() {
                       << ", got " << value;
     signalPassFailure();
   };
-  if (lr <= 0.0)
-    return invalid("lr must be positive", lr);
+  if (lr < 0.0)
+    return invalid("lr must be >= 0", lr);
   if (weightDecay < 0.0)
     return invalid("weight-decay must be >= 0", weightDecay);
   if (isSgd && momentum < 0.0)

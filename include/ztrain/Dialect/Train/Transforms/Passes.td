@@ -23,7 +23,8 @@ def TrainAutodiff : Pass<"train-autodiff", "::mlir::ModuleOp"> {
     The adjoint of each value is accumulated with `train.add` over its
     uses; the adjoint of every `train.param_read` of the same parameter is
     summed (tied weights). Each op contributes its backward ops through
-    `GradientOpInterface`.
+    `GradientOpInterface`. Adjoints nothing uses (those of the inputs) are
+    removed again.
 
     Before:
     ```mlir
