@@ -6,8 +6,8 @@
 // it cost more time than all non-GEMM kernels together. These are the
 // Cephes single-precision algorithms (range reduction + minimax polynomials),
 // written without branches or calls so that loops calling them vectorize.
-// Accuracy: a few float ulp over the whole range (tested against std::tanh
-// in CpuMathTest).
+// Accuracy: a few float ulp over the whole range (tested against libm in
+// runtime/tests/VecMathTest.cpp).
 //
 //===----------------------------------------------------------------------===//
 
