@@ -10,15 +10,19 @@ torch.optim.AdamW with torch.set_num_threads(T), timing zero_grad + forward +
 backward + optimizer step with perf_counter. Both sides report the median
 over the steps after a warm-up.
 
-Thread pinning: Debian's torch calls OpenBLAS (the pthread build, through
-the libblas alternative) whose thread count torch.set_num_threads does not
-control, so each thread count runs in a child process started with
-OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = T; ztrain gets --threads T.
+Thread pinning: torch.set_num_threads does not control OpenBLAS's threads,
+so each side and thread count runs in a child process started with
+OPENBLAS_NUM_THREADS = OMP_NUM_THREADS = T (ztrain also gets --threads T).
+The peer is torch on the same OpenBLAS build ztrain links (OpenMP
+threading, picked with LD_LIBRARY_PATH); torch on Debian's default libblas
+alternative (OpenBLAS with pthreads, which fights OpenMP for the cores) is
+shown for information.
 
 Run (after building):  /usr/bin/python3 bench/step_throughput.py [--threads 1 2]
 """
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -60,6 +64,10 @@ def bench_ztrain(spec, init_path, data_path, steps, warmup, threads, workdir):
     with open(mlir, "w") as fh:
         fh.write(spec.to_mlir())
     exe = parity.compile_model(mlir, os.path.join(workdir, "model"), OPT)
+    global ZTRAIN_BLAS
+    ldd = subprocess.run(["ldd", exe], stdout=subprocess.PIPE, text=True).stdout
+    ZTRAIN_BLAS = ", ".join(line.split("=>")[1].split("(")[0].strip()
+                            for line in ldd.splitlines() if "blas" in line)
     report = os.path.join(workdir, "report.json")
     parity.run_exe(exe, steps=steps, init=init_path, data=data_path, report=report,
                    threads=threads)
@@ -84,21 +92,39 @@ def bench_torch(spec, init, data, steps, warmup, threads):
     return statistics.median(times[warmup:])
 
 
-def run_rows(threads, steps, warmup):
+OPENBLAS_OPENMP = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
+ZTRAIN_BLAS = "unknown"
+
+
+def measure(part, threads, steps, warmup):
+    """{model name: median ms/step} for one side ('ztrain' or 'torch')."""
+    out = {}
     for name, make in CONFIGS:
         spec = make()
         init = parity.make_init(spec, seed=0)
         data = parity.make_data(spec, samples=4 * spec.batch, seed=1)
-        nparams = sum(int(np.prod(p.shape)) for p in spec.params)
+        if part == "torch":
+            out[name] = bench_torch(spec, init, data, steps, warmup, threads)
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             init_path = os.path.join(tmp, "init.safetensors")
             data_path = os.path.join(tmp, "data.safetensors")
             safetensors.save(init_path, init)
             safetensors.save(data_path, data)
-            z = bench_ztrain(spec, init_path, data_path, steps, warmup, threads, tmp)
-            t = bench_torch(spec, init, data, steps, warmup, threads)
-            print(f"{name:30} {nparams:>9} {threads:>3} {z:>10.2f} {t:>10.2f} "
-                  f"{1e3 / z:>11.1f} {1e3 / t:>10.1f} {t / z:>7.2f}x", flush=True)
+            out[name] = bench_ztrain(spec, init_path, data_path, steps, warmup, threads, tmp)
+    out["_blas"] = loaded_blas() if part == "torch" else ZTRAIN_BLAS
+    return out
+
+
+def child(part, threads, steps, warmup, blas_dir=None):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    if blas_dir:
+        env["LD_LIBRARY_PATH"] = blas_dir
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", part,
+                        "--threads", str(threads), "--steps", str(steps),
+                        "--warmup", str(warmup)],
+                       env=env, check=True, stdout=subprocess.PIPE, text=True)
+    return json.loads(p.stdout)
 
 
 def main():
@@ -106,23 +132,35 @@ def main():
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["ztrain", "torch"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        return run_rows(args.threads[0], args.steps, args.warmup)
+        print(json.dumps(measure(args.child, args.threads[0], args.steps, args.warmup)))
+        return
 
-    print(f"torch {torch.__version__} (BLAS loaded: {loaded_blas()}); {os.cpu_count()} cores")
-    header = (f"{'model':30} {'params':>9} {'thr':>3} {'ztrain ms':>10} {'torch ms':>10} "
-              f"{'ztrain st/s':>11} {'torch st/s':>10} {'speedup':>8}")
-    print(header)
-    print("-" * len(header), flush=True)
+    header = (f"{'model':30} {'params':>9} {'thr':>3} {'ztrain ms':>10} {'torch ms':>9} "
+              f"{'speedup':>8} {'torch(deb) ms':>13} {'speedup':>8}")
+    rows = []
+    blas = {}
     for threads in args.threads:
-        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-        subprocess.run([sys.executable, os.path.abspath(__file__), "--child",
-                        "--threads", str(threads), "--steps", str(args.steps),
-                        "--warmup", str(args.warmup)], env=env, check=True)
-    print("speedup = torch ms / ztrain ms (> 1: ztrain faster); medians over "
-          f"{args.steps - args.warmup} steps after {args.warmup} warm-up steps")
+        z = child("ztrain", threads, args.steps, args.warmup)
+        t = child("torch", threads, args.steps, args.warmup, OPENBLAS_OPENMP)
+        d = child("torch", threads, args.steps, args.warmup)
+        blas = {"ztrain": z.pop("_blas"), "torch": t.pop("_blas"), "torch(deb)": d.pop("_blas")}
+        for name, make in CONFIGS:
+            nparams = sum(int(np.prod(p.shape)) for p in make().params)
+            rows.append(f"{name:30} {nparams:>9} {threads:>3} {z[name]:>10.2f} {t[name]:>9.2f} "
+                        f"{t[name] / z[name]:>7.2f}x {d[name]:>13.2f} {d[name] / z[name]:>7.2f}x")
+    print(f"torch {torch.__version__}, {os.cpu_count()} cores; AdamW steps of f32 models")
+    for side, lib in blas.items():
+        print(f"  {side:11} BLAS: {lib}")
+    print(header)
+    print("-" * len(header))
+    print("\n".join(rows))
+    print("speedup = torch ms / ztrain ms (> 1: ztrain faster). torch: the same OpenBLAS\n"
+          "build as ztrain (OpenMP threading); torch(deb): Debian's default libblas\n"
+          "alternative (OpenBLAS, pthreads). Medians over "
+          f"{args.steps - args.warmup} steps after {args.warmup} warm-up steps.")
 
 
 if __name__ == "__main__":
