@@ -272,6 +272,30 @@ void LowerToRuntimePass::runOnOperation() {
     return signalPassFailure();
   }
 
+  // The descriptor is whitespace-separated text: a name with whitespace in
+  // it (a quoted symbol, a train.name string) cannot be written into it.
+  auto checkName = [](Operation *op, StringRef what, StringRef name) {
+    if (!name.empty() &&
+        llvm::none_of(name, [](char c) { return c <= ' ' || c == 127; }))
+      return true;
+    op->emitError() << what << " name '" << name
+                    << "' must be non-empty and contain no whitespace or "
+                       "control characters (it becomes a checkpoint / data "
+                       "key)";
+    return false;
+  };
+  bool namesOk = true;
+  for (auto param : module.getOps<ParamOp>())
+    namesOk &= checkName(param, "parameter", param.getSymName());
+  for (auto state : module.getOps<StateOp>())
+    namesOk &= checkName(state, "state", state.getSymName());
+  for (BlockArgument arg : entry.getArguments())
+    if (auto name = entry.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                       kInputNameAttr))
+      namesOk &= checkName(entry, "input", name.getValue());
+  if (!namesOk)
+    return signalPassFailure();
+
   // The descriptor: parameters, states and inputs in index order.
   std::string descriptor;
   llvm::raw_string_ostream os(descriptor);

@@ -254,17 +254,26 @@ LogicalResult BroadcastOp::verify() {
                     shapeOf(getInput()), "result", "operand");
 }
 
-LogicalResult EmbeddingOp::verify() {
-  ArrayRef<int64_t> t = shapeOf(getTable()), ids = shapeOf(getIds()),
-                    y = shapeOf(getResult());
-  if (t.size() != 2)
-    return emitOpError() << "table must be [vocab, dim], got " << fmtShape(t);
+/// Shared by embedding and its adjoint: `table` (named `tableName`) is
+/// [vocab, dim] and `rows` (named `rowsName`) has the ids shape + [dim].
+static LogicalResult verifyLookup(Operation *op, ArrayRef<int64_t> table,
+                                  StringRef tableName, ArrayRef<int64_t> ids,
+                                  ArrayRef<int64_t> rows, StringRef rowsName) {
+  if (table.size() != 2)
+    return op->emitOpError() << tableName << " must be [vocab, dim], got "
+                             << fmtShape(table);
   SmallVector<int64_t> expected(ids.begin(), ids.end());
-  expected.push_back(t[1]);
-  if (y != ArrayRef<int64_t>(expected))
-    return emitOpError() << "result shape " << fmtShape(y) << " must be "
-                         << fmtShape(expected) << " (ids shape + [dim])";
+  expected.push_back(table[1]);
+  if (rows != ArrayRef<int64_t>(expected))
+    return op->emitOpError() << rowsName << " shape " << fmtShape(rows)
+                             << " must be " << fmtShape(expected)
+                             << " (ids shape + [dim])";
   return success();
+}
+
+LogicalResult EmbeddingOp::verify() {
+  return verifyLookup(*this, shapeOf(getTable()), "table", shapeOf(getIds()),
+                      shapeOf(getResult()), "result");
 }
 
 LogicalResult CrossEntropyOp::verify() {
@@ -279,16 +288,8 @@ LogicalResult CrossEntropyOp::verify() {
 }
 
 LogicalResult EmbeddingGradOp::verify() {
-  ArrayRef<int64_t> g = shapeOf(getGrad()), ids = shapeOf(getIds()),
-                    t = shapeOf(getResult());
-  if (t.size() != 2)
-    return emitOpError() << "result must be [vocab, dim], got " << fmtShape(t);
-  SmallVector<int64_t> expected(ids.begin(), ids.end());
-  expected.push_back(t[1]);
-  if (g != ArrayRef<int64_t>(expected))
-    return emitOpError() << "grad shape " << fmtShape(g) << " must be "
-                         << fmtShape(expected) << " (ids shape + [dim])";
-  return success();
+  return verifyLookup(*this, shapeOf(getResult()), "result",
+                      shapeOf(getIds()), shapeOf(getGrad()), "grad");
 }
 
 //===----------------------------------------------------------------------===//
