@@ -6,6 +6,8 @@
 
 #include "ztrain/InitAll.h"
 #include "ztrain/Conversion/Passes.h"
+#include "ztrain/Dialect/Dist/IR/DistDialect.h"
+#include "ztrain/Dialect/Dist/Transforms/Passes.h"
 #include "ztrain/Dialect/Train/IR/TrainDialect.h"
 #include "ztrain/Dialect/Train/Transforms/Passes.h"
 #include "ztrain/Pipelines.h"
@@ -18,12 +20,14 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Transforms/Passes.h"
 
 void ztrain::registerAllDialects(mlir::DialectRegistry &registry) {
-  registry.insert<train::TrainDialect, mlir::func::FuncDialect,
+  registry.insert<train::TrainDialect, dist::DistDialect,
+                  mlir::shard::ShardDialect, mlir::func::FuncDialect,
                   mlir::arith::ArithDialect, mlir::LLVM::LLVMDialect>();
   mlir::arith::registerConvertArithToLLVMInterface(registry);
   mlir::registerConvertFuncToLLVMInterface(registry);
@@ -33,6 +37,7 @@ void ztrain::registerAllDialects(mlir::DialectRegistry &registry) {
 
 void ztrain::registerAllPasses() {
   train::registerTrainPasses();
+  dist::registerDistPasses();
   registerConversionPasses();
   registerPipelines();
   // The upstream passes our pipelines use, so that every stage can be

@@ -272,6 +272,13 @@ void LowerToRuntimePass::runOnOperation() {
     return signalPassFailure();
   }
 
+  if (Attribute zero = module->getAttr("dist.zero")) {
+    entry.emitError() << "the step is partitioned (" << zero
+                      << ") but the runtime lowering does not execute "
+                         "ZeRO plans yet; lower an unpartitioned step";
+    return signalPassFailure();
+  }
+
   // The descriptor is whitespace-separated text: a name with whitespace in
   // it (a quoted symbol, a train.name string) cannot be written into it.
   auto checkName = [](Operation *op, StringRef what, StringRef name) {

@@ -1,0 +1,50 @@
+//===- DistAttrs.td - dist dialect attributes --------------*- tablegen -*-===//
+//
+// Part of the ztrain project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRAIN_DIALECT_DIST_DISTATTRS_TD
+#define ZTRAIN_DIALECT_DIST_DISTATTRS_TD
+
+include "mlir/IR/AttrTypeBase.td"
+include "ztrain/Dialect/Dist/IR/DistDialect.td"
+
+class Dist_Attr<string name, string attrMnemonic> : AttrDef<Dist_Dialect, name> {
+  let mnemonic = attrMnemonic;
+}
+
+def Dist_PartitionAttr : Dist_Attr<"Partition", "partition"> {
+  let summary = "a state stored as equal flat shards over a grid";
+  let description = [{
+    Attached as `dist.partition` to a `train.param` or `train.state`: the
+    tensor is flattened (row-major) and rank r of `grid` stores elements
+    [r * shard, (r + 1) * shard), zero-padded past the element count. The
+    shard size is ceil(elements / N), so the padding is at most N - 1
+    elements.
+
+    ```mlir
+    train.state @w.exp_avg : tensor<1000x3xf32> of @w {dist.partition = #dist.partition<@dp, 750>}
+    ```
+  }];
+  let parameters = (ins "::mlir::FlatSymbolRefAttr":$grid, "int64_t":$shard);
+  let assemblyFormat = "`<` $grid `,` $shard `>`";
+}
+
+def Dist_ZeroAttr : Dist_Attr<"Zero", "zero"> {
+  let summary = "the ZeRO stage a module is partitioned for";
+  let description = [{
+    Set as `dist.zero` on the module by `zero-partition`. Stage 0 keeps every
+    state replicated (data parallelism with averaged gradients); stage 1
+    partitions optimizer states, stage 2 also gradients, stage 3 also
+    parameters.
+
+    ```mlir
+    module attributes {dist.zero = #dist.zero<stage = 2, grid = @dp>} { ... }
+    ```
+  }];
+  let parameters = (ins "int64_t":$stage, "::mlir::FlatSymbolRefAttr":$grid);
+  let assemblyFormat = "`<` `stage` `=` $stage `,` `grid` `=` $grid `>`";
+}
+
+#endif // ZTRAIN_DIALECT_DIST_DISTATTRS_TD

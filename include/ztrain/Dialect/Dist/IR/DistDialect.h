@@ -1,0 +1,22 @@
+//===- DistDialect.h - The dist dialect -------------------------*- C++ -*-===//
+//
+// Part of the ztrain project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRAIN_DIALECT_DIST_IR_DISTDIALECT_H
+#define ZTRAIN_DIALECT_DIST_IR_DISTDIALECT_H
+
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/IR/Dialect.h"
+
+#include "ztrain/Dialect/Dist/IR/DistDialect.h.inc"
+
+namespace ztrain::dist {
+/// Discardable attribute on train.param / train.state: a #dist.partition.
+inline constexpr llvm::StringLiteral kPartitionAttr = "dist.partition";
+/// Module attribute: a #dist.zero.
+inline constexpr llvm::StringLiteral kZeroAttr = "dist.zero";
+} // namespace ztrain::dist
+
+#endif // ZTRAIN_DIALECT_DIST_IR_DISTDIALECT_H

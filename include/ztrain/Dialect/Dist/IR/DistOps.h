@@ -1,0 +1,38 @@
+//===- DistOps.h - dist dialect operations and attributes -------*- C++ -*-===//
+//
+// Part of the ztrain project.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRAIN_DIALECT_DIST_IR_DISTOPS_H
+#define ZTRAIN_DIALECT_DIST_IR_DISTOPS_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "ztrain/Dialect/Dist/IR/DistDialect.h"
+
+#include "ztrain/Dialect/Dist/IR/DistEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "ztrain/Dialect/Dist/IR/DistAttrs.h.inc"
+
+#include "ztrain/Dialect/Dist/IR/DistInterfaces.h.inc"
+
+#define GET_OP_CLASSES
+#include "ztrain/Dialect/Dist/IR/DistOps.h.inc"
+
+namespace ztrain::dist {
+/// The size of the one-dimensional static grid `ref` names, looked up from
+/// `from`; emits an error at `from` and fails otherwise.
+mlir::FailureOr<int64_t> getGridSize(mlir::Operation *from,
+                                     mlir::FlatSymbolRefAttr ref,
+                                     mlir::SymbolTableCollection &symbols);
+} // namespace ztrain::dist
+
+#endif // ZTRAIN_DIALECT_DIST_IR_DISTOPS_H

@@ -1,0 +1,142 @@
+//===- DistOps.cpp - The dist dialect -------------------------------------===//
+//
+// Part of the ztrain project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ztrain/Dialect/Dist/IR/DistOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace ztrain::dist;
+
+#include "ztrain/Dialect/Dist/IR/DistDialect.cpp.inc"
+#include "ztrain/Dialect/Dist/IR/DistEnums.cpp.inc"
+#include "ztrain/Dialect/Dist/IR/DistInterfaces.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "ztrain/Dialect/Dist/IR/DistAttrs.cpp.inc"
+
+void DistDialect::initialize() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "ztrain/Dialect/Dist/IR/DistAttrs.cpp.inc"
+      >();
+  addOperations<
+#define GET_OP_LIST
+#include "ztrain/Dialect/Dist/IR/DistOps.cpp.inc"
+      >();
+}
+
+FailureOr<int64_t> ztrain::dist::getGridSize(Operation *from,
+                                             FlatSymbolRefAttr ref,
+                                             SymbolTableCollection &symbols) {
+  auto grid = symbols.lookupNearestSymbolFrom<shard::GridOp>(from, ref);
+  if (!grid)
+    return from->emitOpError() << "references undeclared grid " << ref
+                               << " (declare it with shard.grid)";
+  ArrayRef<int64_t> shape = grid.getShape();
+  if (shape.size() != 1 || ShapedType::isDynamic(shape[0]) || shape[0] < 1)
+    return from->emitOpError()
+           << "grid " << ref
+           << " must be one-dimensional with a static size, e.g. "
+              "shard.grid @dp(shape = 4)";
+  return shape[0];
+}
+
+static int64_t bytesOf(Value v) {
+  auto t = cast<RankedTensorType>(v.getType());
+  return t.getNumElements() *
+         static_cast<int64_t>(t.getElementTypeBitWidth() / 8);
+}
+
+/// The checks every collective shares: the grid exists and is usable, and
+/// the element types agree.
+static FailureOr<int64_t> verifyCollective(Operation *op,
+                                           FlatSymbolRefAttr grid,
+                                           SymbolTableCollection &symbols) {
+  FailureOr<int64_t> n = getGridSize(op, grid, symbols);
+  if (failed(n))
+    return failure();
+  auto in = cast<RankedTensorType>(op->getOperand(0).getType());
+  auto out = cast<RankedTensorType>(op->getResult(0).getType());
+  if (in.getElementType() != out.getElementType())
+    return op->emitOpError() << "element type changes from "
+                             << in.getElementType() << " to "
+                             << out.getElementType();
+  return n;
+}
+
+/// Checks `big` dim 0 = `small` dim 0 x n, other dims equal.
+static LogicalResult verifyDim0Scaled(Operation *op, RankedTensorType big,
+                                      StringRef bigName, RankedTensorType small,
+                                      StringRef smallName, int64_t n) {
+  if (big.getRank() < 1 || big.getRank() != small.getRank())
+    return op->emitOpError() << "operand and result must have the same "
+                                "rank >= 1";
+  if (big.getDimSize(0) != small.getDimSize(0) * n)
+    return op->emitOpError()
+           << bigName << " dim 0 (" << big.getDimSize(0) << ") must be "
+           << smallName << " dim 0 (" << small.getDimSize(0)
+           << ") x grid size (" << n << ")";
+  if (big.getShape().drop_front() != small.getShape().drop_front())
+    return op->emitOpError() << "dims after dim 0 must be equal";
+  return success();
+}
+
+LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifyCollective(*this, getGridAttr(), symbols);
+}
+
+int64_t AllReduceOp::getCommunicatedBytes(int64_t n) {
+  return 2 * bytesOf(getInput()) * (n - 1) / n;
+}
+
+LogicalResult
+ReduceScatterOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> n = verifyCollective(*this, getGridAttr(), symbols);
+  if (failed(n))
+    return failure();
+  return verifyDim0Scaled(*this, cast<RankedTensorType>(getInput().getType()),
+                          "operand",
+                          cast<RankedTensorType>(getResult().getType()),
+                          "result", *n);
+}
+
+int64_t ReduceScatterOp::getCommunicatedBytes(int64_t n) {
+  return bytesOf(getInput()) * (n - 1) / n;
+}
+
+LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> n = verifyCollective(*this, getGridAttr(), symbols);
+  if (failed(n))
+    return failure();
+  return verifyDim0Scaled(*this,
+                          cast<RankedTensorType>(getResult().getType()),
+                          "result", cast<RankedTensorType>(getInput().getType()),
+                          "operand", *n);
+}
+
+int64_t AllGatherOp::getCommunicatedBytes(int64_t n) {
+  return bytesOf(getResult()) * (n - 1) / n;
+}
+
+LogicalResult BroadcastOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> n = verifyCollective(*this, getGridAttr(), symbols);
+  if (failed(n))
+    return failure();
+  if (getRoot() < 0 || getRoot() >= *n)
+    return emitOpError() << "root " << getRoot() << " is not a rank of grid "
+                         << getGridAttr() << " (size " << *n << ")";
+  return success();
+}
+
+int64_t BroadcastOp::getCommunicatedBytes(int64_t n) {
+  return bytesOf(getInput()) * (n - 1) / n;
+}
+
+#define GET_OP_CLASSES
+#include "ztrain/Dialect/Dist/IR/DistOps.cpp.inc"

@@ -1,0 +1,293 @@
+//===- ZeroReport.cpp - zero-report ---------------------------------------===//
+//
+// Part of the ztrain project.
+//
+// Prices a (partitioned) training step per rank: model-state bytes by
+// category, activation peak, communication buffers and the collectives of a
+// step. Pure analysis over the IR: it allocates nothing, so it works on
+// models far larger than the machine.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ztrain/Dialect/Dist/IR/DistOps.h"
+#include "ztrain/Dialect/Dist/Transforms/Passes.h"
+#include "ztrain/Dialect/Train/IR/TrainOps.h"
+
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/MapVector.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+#define DEBUG_TYPE "zero-report"
+
+namespace ztrain::dist {
+#define GEN_PASS_DEF_ZEROREPORT
+#include "ztrain/Dialect/Dist/Transforms/Passes.h.inc"
+} // namespace ztrain::dist
+
+using namespace mlir;
+using namespace ztrain;
+using namespace ztrain::dist;
+
+namespace {
+
+int64_t elementBytes(Type type) {
+  return static_cast<int64_t>(
+      cast<RankedTensorType>(type).getElementTypeBitWidth() / 8);
+}
+int64_t tensorBytes(Type type) {
+  return cast<RankedTensorType>(type).getNumElements() * elementBytes(type);
+}
+
+struct Collective {
+  std::string kind;
+  std::string tensor;
+  int64_t count = 0;
+  int64_t bytes = 0; // sent per rank per step, all executions together
+};
+
+struct Report {
+  int64_t stage = 0;
+  int64_t worldSize = 1;
+  std::string grid;
+  int64_t paramCount = 0, paramElements = 0, paramBytes = 0;
+  int64_t parameters = 0, gradients = 0, optimizerStates = 0;
+  int64_t activations = 0, communicationBuffers = 0;
+  bool hasStates = false;
+  bool collectivesFromIR = false;
+  std::vector<Collective> collectives;
+
+  int64_t predictedPeak() const {
+    return parameters + gradients + optimizerStates + activations +
+           communicationBuffers;
+  }
+  int64_t communicationBytes() const {
+    int64_t total = 0;
+    for (const Collective &c : collectives)
+      total += c.bytes;
+    return total;
+  }
+};
+
+/// Peak bytes of live intermediate tensors over the straight-line entry
+/// function. Parameter reads and reshapes alias existing storage; the
+/// gradients the optimizer consumes are counted as gradients instead.
+int64_t activationPeak(func::FuncOp entry) {
+  Block &body = entry.getBody().front();
+  DenseMap<Operation *, unsigned> position;
+  for (auto [i, op] : llvm::enumerate(body))
+    position[&op] = i;
+  DenseMap<Value, Value> root;
+  auto rootOf = [&](Value v) {
+    Value r = root.lookup(v);
+    return r ? r : v;
+  };
+  DenseMap<Value, unsigned> lastUse;
+  DenseSet<Value> excluded;
+  for (Operation &op : body) {
+    if (auto r = dyn_cast<train::ReshapeOp>(op))
+      root[r.getResult()] = rootOf(r.getInput());
+    if (isa<train::ParamReadOp>(op))
+      excluded.insert(op.getResult(0));
+    if (isa<train::SGDUpdateOp, train::AdamUpdateOp>(op))
+      excluded.insert(rootOf(op.getOperand(0)));
+    for (Value operand : op.getOperands()) {
+      unsigned &last = lastUse[rootOf(operand)];
+      last = std::max(last, position[&op]);
+    }
+  }
+  // Sweep: +bytes at definition, -bytes after the last use.
+  std::vector<int64_t> delta(body.getOperations().size() + 1, 0);
+  for (Operation &op : body)
+    for (Value r : op.getResults()) {
+      if (rootOf(r) != r || excluded.contains(r) ||
+          !isa<RankedTensorType>(r.getType()))
+        continue;
+      unsigned def = position[&op];
+      unsigned end = lastUse.count(r) ? lastUse[r] : def;
+      delta[def] += tensorBytes(r.getType());
+      delta[end + 1] -= tensorBytes(r.getType());
+    }
+  int64_t live = 0, peak = 0;
+  for (int64_t d : delta) {
+    live += d;
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+struct ZeroReportPass : public dist::impl::ZeroReportBase<ZeroReportPass> {
+  using ZeroReportBase::ZeroReportBase;
+  void runOnOperation() override;
+  FailureOr<Report> analyze();
+  void printText(llvm::raw_ostream &os, const Report &r);
+  void printJson(llvm::raw_ostream &os, const Report &r);
+};
+
+} // namespace
+
+FailureOr<Report> ZeroReportPass::analyze() {
+  ModuleOp module = getOperation();
+  Report r;
+  SymbolTableCollection symbols;
+  if (auto zero = module->getAttrOfType<ZeroAttr>(kZeroAttr)) {
+    r.stage = zero.getStage();
+    r.grid = zero.getGrid().getValue().str();
+    FailureOr<int64_t> n = getGridSize(module, zero.getGrid(), symbols);
+    if (failed(n))
+      return failure();
+    r.worldSize = *n;
+  }
+  const int64_t n = r.worldSize;
+  auto shardOf = [&](int64_t elements) { return (elements + n - 1) / n; };
+
+  int64_t largestParam = 0;
+  for (auto param : module.getOps<train::ParamOp>()) {
+    int64_t elements = param.getTensorType().getNumElements();
+    int64_t eb = elementBytes(param.getType());
+    int64_t full = elements * eb, shard = shardOf(elements) * eb;
+    ++r.paramCount;
+    r.paramElements += elements;
+    r.paramBytes += full;
+    r.parameters += r.stage >= 3 ? shard : full;
+    r.gradients += r.stage >= 2 ? shard : full;
+    largestParam = std::max(largestParam, shardOf(elements) * n * eb);
+    if (n == 1)
+      continue;
+    // The collectives the stage implies for this parameter: the ZeRO
+    // paper's per-rank volumes. Stage 0 all-reduces the gradient as it is;
+    // the partitioned stages move the padded flat buffer (N equal shards).
+    std::string name = param.getSymName().str();
+    int64_t oneWay = shard * (n - 1);
+    if (r.stage == 0) {
+      r.collectives.push_back({"all_reduce", name, 1, 2 * full * (n - 1) / n});
+    } else {
+      r.collectives.push_back({"reduce_scatter", name, 1, oneWay});
+      int64_t gathers = r.stage == 3 ? 2 : 1; // stage 3: forward + backward
+      r.collectives.push_back({"all_gather", name, gathers, gathers * oneWay});
+    }
+  }
+  for (auto state : module.getOps<train::StateOp>()) {
+    r.hasStates = true;
+    int64_t elements = cast<RankedTensorType>(state.getType()).getNumElements();
+    int64_t eb = elementBytes(state.getType());
+    r.optimizerStates +=
+        r.stage >= 1 ? shardOf(elements) * eb : elements * eb;
+  }
+  if (n > 1 && r.stage >= 2)
+    r.communicationBuffers = largestParam;
+
+  func::FuncOp entry = train::getEntryFunction(module);
+  if (!entry)
+    return failure();
+  if (entry.getBody().hasOneBlock())
+    r.activations = activationPeak(entry);
+
+  // Once collectives are in the IR they are the truth, not the plan.
+  SmallVector<CollectiveOpInterface> ops;
+  entry.walk([&](CollectiveOpInterface c) { ops.push_back(c); });
+  if (!ops.empty()) {
+    r.collectivesFromIR = true;
+    r.collectives.clear();
+    for (CollectiveOpInterface c : ops) {
+      FailureOr<int64_t> size = getGridSize(c, c.getGridRef(), symbols);
+      if (failed(size))
+        return failure();
+      r.collectives.push_back({c->getName().stripDialect().str(), "", 1,
+                               c.getCommunicatedBytes(*size)});
+    }
+  }
+  return r;
+}
+
+static std::string mib(int64_t bytes) {
+  return llvm::formatv("{0:F2}", bytes / (1024.0 * 1024.0)).str();
+}
+
+void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
+  os << "zero-report: stage " << r.stage << ", " << r.worldSize
+     << (r.worldSize == 1 ? " rank" : " ranks")
+     << (r.grid.empty() ? std::string(" (not partitioned)")
+                        : " over @" + r.grid)
+     << "\n";
+  os << llvm::formatv("parameters: {0} tensors, {1} elements, {2} bytes "
+                      "(Psi)\n",
+                      r.paramCount, r.paramElements, r.paramBytes);
+  os << llvm::formatv("{0,-26}{1,16}{2,12}\n", "per rank", "bytes", "MiB");
+  auto row = [&](StringRef what, int64_t bytes) {
+    os << llvm::formatv("  {0,-24}{1,16}{2,12}\n", what, bytes, mib(bytes));
+  };
+  row("parameters", r.parameters);
+  row("gradients", r.gradients);
+  row(r.hasStates ? "optimizer states" : "optimizer states (none yet)",
+      r.optimizerStates);
+  row("activations (peak)", r.activations);
+  row("communication buffers", r.communicationBuffers);
+  row("predicted peak", r.predictedPeak());
+
+  llvm::MapVector<StringRef, std::pair<int64_t, int64_t>> byKind;
+  for (const Collective &c : r.collectives) {
+    auto &slot = byKind[c.kind];
+    slot.first += c.count;
+    slot.second += c.bytes;
+  }
+  os << llvm::formatv("{0,-26}{1,16}{2,12}\n",
+                      r.collectivesFromIR ? "collectives per step"
+                                          : "collectives per step (planned)",
+                      "bytes/rank", "count");
+  for (auto &[kind, v] : byKind)
+    os << llvm::formatv("  {0,-24}{1,16}{2,12}\n", kind, v.second, v.first);
+  os << llvm::formatv("  {0,-24}{1,16}\n", "total", r.communicationBytes());
+}
+
+void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
+  llvm::json::Array collectives;
+  for (const Collective &c : r.collectives)
+    collectives.push_back(llvm::json::Object{{"kind", c.kind},
+                                             {"tensor", c.tensor},
+                                             {"count", c.count},
+                                             {"bytes", c.bytes}});
+  llvm::json::Object root{
+      {"stage", r.stage},
+      {"world_size", r.worldSize},
+      {"grid", r.grid},
+      {"parameters",
+       llvm::json::Object{{"tensors", r.paramCount},
+                          {"elements", r.paramElements},
+                          {"bytes", r.paramBytes}}},
+      {"per_rank",
+       llvm::json::Object{{"parameters", r.parameters},
+                          {"gradients", r.gradients},
+                          {"optimizer_states", r.optimizerStates},
+                          {"activations", r.activations},
+                          {"communication_buffers", r.communicationBuffers},
+                          {"predicted_peak", r.predictedPeak()}}},
+      {"collectives_source", r.collectivesFromIR ? "ir" : "plan"},
+      {"collectives", std::move(collectives)},
+      {"communication_bytes_per_step", r.communicationBytes()}};
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
+}
+
+void ZeroReportPass::runOnOperation() {
+  if (format != "text" && format != "json") {
+    getOperation().emitError() << "zero-report: unknown format '" << format
+                               << "' (expected text or json)";
+    return signalPassFailure();
+  }
+  FailureOr<Report> report = analyze();
+  if (failed(report))
+    return signalPassFailure();
+  std::string err;
+  auto out = openOutputFile(output, &err);
+  if (!out) {
+    getOperation().emitError() << "zero-report: " << err;
+    return signalPassFailure();
+  }
+  if (format == "json")
+    printJson(out->os(), *report);
+  else
+    printText(out->os(), *report);
+  out->keep();
+  markAllAnalysesPreserved();
+}
