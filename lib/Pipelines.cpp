@@ -6,6 +6,7 @@
 
 #include "ztrain/Pipelines.h"
 #include "ztrain/Conversion/Passes.h"
+#include "ztrain/Dialect/Dist/Transforms/Passes.h"
 #include "ztrain/Dialect/Train/Transforms/Passes.h"
 
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
@@ -31,6 +32,15 @@ void ztrain::buildTrainingPipeline(OpPassManager &pm,
   pm.addPass(train::createTrainOptimizer(opt));
 }
 
+void ztrain::buildZeroPipeline(OpPassManager &pm,
+                               const ZeroPipelineOptions &options) {
+  dist::ZeroPartitionOptions partition;
+  partition.stage = options.stage;
+  partition.dp = options.dp;
+  pm.addPass(dist::createZeroPartition(partition));
+  pm.addPass(dist::createZeroInsertCollectives());
+}
+
 void ztrain::buildToLLVMPipeline(OpPassManager &pm) {
   pm.addPass(createLowerToRuntime());
   pm.addPass(createArithToLLVMConversionPass());
@@ -44,6 +54,11 @@ void ztrain::registerPipelines() {
       "Derive the backward pass and the optimizer update: forward + loss "
       "becomes a complete training step",
       buildTrainingPipeline);
+  PassPipelineRegistration<ZeroPipelineOptions>(
+      "ztrain-zero",
+      "Partition a training step over dp ranks the way ZeRO stage `stage` "
+      "does and insert its collectives",
+      buildZeroPipeline);
   PassPipelineRegistration<>(
       "ztrain-to-llvm",
       "Lower a training step to runtime calls and then to the LLVM dialect",

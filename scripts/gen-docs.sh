@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${ZTRAIN_BUILD_DIR:-build}
 ninja -C "$BUILD_DIR" mlir-doc >/dev/null
 cp "$BUILD_DIR/docs/Dialects/TrainDialect.md" docs/reference/TrainDialect.md
-cat "$BUILD_DIR/docs/Passes/TrainPasses.md" "$BUILD_DIR/docs/Passes/ConversionPasses.md" \
-  > docs/reference/Passes.md
+cp "$BUILD_DIR/docs/Dialects/DistDialect.md" docs/reference/DistDialect.md
+cat "$BUILD_DIR/docs/Passes/TrainPasses.md" "$BUILD_DIR/docs/Passes/DistPasses.md" \
+  "$BUILD_DIR/docs/Passes/ConversionPasses.md" > docs/reference/Passes.md
 echo "docs/reference/ regenerated"

@@ -8,6 +8,7 @@
 // whole compilation is also a single --pass-pipeline string:
 //
 //   ztrain-training   train-autodiff, train-optimizer{...}
+//   ztrain-zero       zero-partition{stage dp}, zero-insert-collectives
 //   ztrain-to-llvm    lower-to-runtime, upstream conversions to the LLVM dialect
 //
 //===----------------------------------------------------------------------===//
@@ -45,9 +46,21 @@ struct TrainingPipelineOptions
                         llvm::cl::init(false)};
 };
 
+struct ZeroPipelineOptions
+    : public mlir::PassPipelineOptions<ZeroPipelineOptions> {
+  Option<int64_t> stage{*this, "stage", llvm::cl::desc("ZeRO stage 0-3"),
+                        llvm::cl::init(0)};
+  Option<int64_t> dp{*this, "dp", llvm::cl::desc("Data-parallel ranks"),
+                     llvm::cl::init(1)};
+};
+
 /// train-autodiff then train-optimizer: forward + loss → training step.
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineOptions &options);
+
+/// zero-partition then zero-insert-collectives: a step for `dp` ranks.
+void buildZeroPipeline(mlir::OpPassManager &pm,
+                       const ZeroPipelineOptions &options);
 
 /// lower-to-runtime then the upstream conversions to the LLVM dialect.
 void buildToLLVMPipeline(mlir::OpPassManager &pm);

@@ -17,6 +17,7 @@
 #include "cpu/CpuBackend.h"
 
 #include "cpu/VecMath.h"
+#include "src/Communicator.h"
 #include "src/Support.h"
 
 #include <algorithm>
@@ -558,6 +559,92 @@ public:
       float denom = std::sqrt(v) / bias2Sqrt + eps;
       param[i] = p + negStepSize * m / denom;
     }
+  }
+
+  // Collectives: MPI moves the data (Communicator), the sums are ours, so the
+  // result is the same on every rank and for any MPI algorithm.
+
+  int64_t allReduce(Communicator &comm, const float *in, float *out, int64_t n,
+                    bool mean) override {
+    const int64_t ranks = comm.count();
+    if (ranks == 1) {
+      copy(in, out, n * 4);
+      return 0;
+    }
+    // Reduce-scatter chunks of ceil(n / N), then all-gather them. When n is
+    // not a multiple of N the input is padded with zeros, which add nothing
+    // to any sum; the padded buffer then also receives the gathered result.
+    const int64_t chunk = (n + ranks - 1) / ranks;
+    const int64_t padded = chunk * ranks;
+    std::vector<float> pad;
+    const float *send = in;
+    if (padded != n) {
+      pad.assign(static_cast<size_t>(padded), 0.0f);
+      copy(in, pad.data(), n * 4);
+      send = pad.data();
+    }
+    std::vector<float> mine(static_cast<size_t>(chunk));
+    int64_t sent = reduceScatter(comm, send, mine.data(), chunk, mean);
+    // `in` has been read completely, so gathering into `out` is safe even
+    // when it is `in`.
+    if (padded == n) {
+      comm.allGather(mine.data(), out, chunk);
+    } else {
+      comm.allGather(mine.data(), pad.data(), chunk);
+      copy(pad.data(), out, n * 4);
+    }
+    return sent + (ranks - 1) * chunk * 4;
+  }
+
+  int64_t reduceScatter(Communicator &comm, const float *in, float *out,
+                        int64_t count, bool mean) override {
+    const int64_t ranks = comm.count();
+    if (ranks == 1) {
+      copy(in, out, count * 4);
+      return 0;
+    }
+    // Block s of `received` is rank s's chunk for this rank. `in` is read
+    // completely before `out` is written, so the two may overlap.
+    std::vector<float> received(static_cast<size_t>(ranks * count));
+    comm.allToAll(in, received.data(), count);
+    const float *blocks = received.data();
+    const float divisor = static_cast<float>(ranks);
+#pragma omp parallel for schedule(static) if (count >= kParallelElements)
+    for (int64_t i = 0; i < count; ++i) {
+      float sum = blocks[i];
+      for (int64_t s = 1; s < ranks; ++s)
+        sum += blocks[s * count + i];
+      out[i] = mean ? sum / divisor : sum;
+    }
+    return (ranks - 1) * count * 4;
+  }
+
+  int64_t allGather(Communicator &comm, const float *in, float *out,
+                    int64_t count) override {
+    const int64_t ranks = comm.count();
+    if (ranks == 1) {
+      copy(in, out, count * 4);
+      return 0;
+    }
+    // MPI forbids overlapping send and receive buffers, so a gather in place
+    // (`in` inside `out`, as ZeRO does with its own shard) goes through a
+    // copy of `in`.
+    std::vector<float> staged;
+    auto address = [](const float *p) {
+      return reinterpret_cast<uintptr_t>(p);
+    };
+    if (address(in) < address(out + ranks * count) &&
+        address(out) < address(in + count)) {
+      staged.assign(in, in + count);
+      in = staged.data();
+    }
+    comm.allGather(in, out, count);
+    return (ranks - 1) * count * 4;
+  }
+
+  int64_t bcast(Communicator &comm, float *buf, int64_t n, int root) override {
+    comm.broadcast(buf, n, root);
+    return comm.rank() == root ? (comm.count() - 1) * n * 4 : 0;
   }
 
 private:

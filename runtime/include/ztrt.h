@@ -15,12 +15,14 @@
 // space, names contain no whitespace):
 //
 //   ztrain-descriptor 1
+//   grid <N>
 //   param <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale>
 //   state <name> <dtype> <rank> <d0> .. <dn-1> of <param-name>
 //   input <name> <dtype> <rank> <d0> .. <dn-1> bound <b>
 //   optimizer <free text up to end of line>
 //
-// <dtype> is f32 or i32. <kind> is zeros | ones | normal | uniform: normal
+// `grid N`: the step was compiled for N data-parallel ranks; main() refuses
+// any other world size (absent: any size, for hand-written models). <dtype> is f32 or i32. <kind> is zeros | ones | normal | uniform: normal
 // draws N(0, scale^2), uniform draws U(-scale, scale). States start at zero.
 // For an i32 input, bound b > 0 means every value must lie in [0, b) (a
 // class count or vocabulary size the compiler derived); 0 means unknown.

@@ -342,4 +342,50 @@ void ztrt_adam_update_f32(ztrt_ctx *ctx, void *param, const void *grad,
       ctx->step);
 }
 
+int64_t ztrt_rank(ztrt_ctx *ctx) {
+  backendOf(ctx, "rank");
+  return ctx->comm().rank();
+}
+
+int64_t ztrt_world_size(ztrt_ctx *ctx) {
+  backendOf(ctx, "world_size");
+  return ctx->comm().count();
+}
+
+void ztrt_all_reduce_f32(ztrt_ctx *ctx, const void *in, void *out, int64_t n,
+                         int32_t mean) {
+  Backend &backend = backendOf(ctx, "all_reduce_f32");
+  checkCount("all_reduce_f32", "element count", n);
+  int64_t sent = backend.allReduce(ctx->comm(), f(in), f(out), n, mean != 0);
+  ctx->recordCollective(Collective::AllReduce, n, sent);
+}
+
+void ztrt_reduce_scatter_f32(ztrt_ctx *ctx, const void *in, void *out,
+                             int64_t count, int32_t mean) {
+  Backend &backend = backendOf(ctx, "reduce_scatter_f32");
+  checkCount("reduce_scatter_f32", "element count", count);
+  int64_t sent =
+      backend.reduceScatter(ctx->comm(), f(in), f(out), count, mean != 0);
+  ctx->recordCollective(Collective::ReduceScatter, count, sent);
+}
+
+void ztrt_all_gather_f32(ztrt_ctx *ctx, const void *in, void *out,
+                         int64_t count) {
+  Backend &backend = backendOf(ctx, "all_gather_f32");
+  checkCount("all_gather_f32", "element count", count);
+  int64_t sent = backend.allGather(ctx->comm(), f(in), f(out), count);
+  ctx->recordCollective(Collective::AllGather, count, sent);
+}
+
+void ztrt_bcast_f32(ztrt_ctx *ctx, void *buf, int64_t n, int64_t root) {
+  Backend &backend = backendOf(ctx, "bcast_f32");
+  checkCount("bcast_f32", "element count", n);
+  Communicator &comm = ctx->comm();
+  if (root < 0 || root >= comm.count())
+    fatal("bcast_f32: root %lld out of range [0, %d)",
+          static_cast<long long>(root), comm.count());
+  int64_t sent = backend.bcast(comm, f(buf), n, static_cast<int>(root));
+  ctx->recordCollective(Collective::Broadcast, n, sent);
+}
+
 } // extern "C"

@@ -9,7 +9,10 @@
 //
 // Numerics contract shared by all backends: results mirror PyTorch float32
 // (documented per kernel in docs/runtime.md) and are bitwise deterministic
-// for a fixed configuration (device, thread count).
+// for a fixed configuration (device, thread count). Collectives are bitwise
+// identical on every rank and independent of the transport's algorithms:
+// sums over ranks are taken in rank order 0..N-1 in float, and a mean is
+// that sum divided by N in float.
 //
 //===----------------------------------------------------------------------===//
 
@@ -19,6 +22,8 @@
 #include <cstdint>
 
 namespace ztrt {
+
+class Communicator;
 
 struct SgdHyper {
   double lr, momentum, dampening, weightDecay;
@@ -101,6 +106,19 @@ public:
   virtual void adamUpdate(float *param, const float *grad, float *expAvg,
                           float *expAvgSq, int64_t n, const AdamHyper &hyper,
                           int64_t step) = 0;
+
+  // --- Collectives over the ranks of `comm` (meaning as in ztrt_abi.def) -----
+  // Each returns the bytes this rank handed to the transport for other ranks
+  // (its "wire bytes"), which depend on the backend's algorithm. In a world
+  // of one each is a copy that returns 0.
+  virtual int64_t allReduce(Communicator &comm, const float *in, float *out,
+                            int64_t n, bool mean) = 0;
+  virtual int64_t reduceScatter(Communicator &comm, const float *in, float *out,
+                                int64_t count, bool mean) = 0;
+  virtual int64_t allGather(Communicator &comm, const float *in, float *out,
+                            int64_t count) = 0;
+  virtual int64_t bcast(Communicator &comm, float *buf, int64_t n,
+                        int root) = 0;
 };
 
 } // namespace ztrt

@@ -21,12 +21,44 @@ const char *categoryName(int category) {
                                                     : "invalid";
 }
 
+const char *collectiveName(Collective kind) {
+  switch (kind) {
+  case Collective::AllReduce:
+    return "all_reduce";
+  case Collective::ReduceScatter:
+    return "reduce_scatter";
+  case Collective::AllGather:
+    return "all_gather";
+  case Collective::Broadcast:
+    return "broadcast";
+  }
+  return "invalid";
+}
+
+int64_t collectiveBytes(Collective kind, int64_t elems, int64_t ranks) {
+  if (ranks <= 1)
+    return 0;
+  const int64_t bytes = elems * 4;
+  switch (kind) {
+  case Collective::AllReduce:
+    return 2 * (ranks - 1) * bytes / ranks;
+  case Collective::ReduceScatter:
+  case Collective::AllGather:
+    return (ranks - 1) * bytes;
+  case Collective::Broadcast:
+    return bytes;
+  }
+  return 0;
+}
+
 } // namespace ztrt
 
 using namespace ztrt;
 
-ztrt_ctx::ztrt_ctx(std::unique_ptr<Backend> backend)
-    : impl(std::move(backend)) {}
+ztrt_ctx::ztrt_ctx(std::unique_ptr<Backend> backend,
+                   std::unique_ptr<Communicator> comm)
+    : impl(std::move(backend)),
+      world(comm ? std::move(comm) : std::make_unique<Communicator>()) {}
 
 ztrt_ctx::~ztrt_ctx() {
   for (auto &[ptr, allocation] : live)
@@ -65,4 +97,12 @@ void ztrt_ctx::deallocate(void *ptr, const char *op) {
   stats.currentTotal -= it->second.bytes;
   live.erase(it);
   impl->deallocate(ptr);
+}
+
+void ztrt_ctx::recordCollective(Collective kind, int64_t elems,
+                                int64_t wireBytes) {
+  CollectiveStats &stats = traffic[static_cast<int>(kind)];
+  ++stats.calls;
+  stats.bytes += collectiveBytes(kind, elems, world->count());
+  stats.wireBytes += wireBytes;
 }

@@ -1,8 +1,9 @@
 //===- Context.h - The runtime context behind ztrt_ctx ----------*- C++ -*-===//
 //
-// One per process: the backend, the bindings of parameters / states / inputs
-// that ztrt_param & co. return, the step counter, the loss of the current
-// step and the byte accounting per memory category.
+// One per process: the backend, the communicator (this process's rank among
+// the job's), the bindings of parameters / states / inputs that ztrt_param &
+// co. return, the step counter, the loss of the current step, the byte
+// accounting per memory category and the traffic per collective kind.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,6 +13,7 @@
 #include "ztrt.h"
 
 #include "src/Backend.h"
+#include "src/Communicator.h"
 
 #include <cstdint>
 #include <memory>
@@ -31,16 +33,42 @@ struct MemoryStats {
   int64_t peakTotal = 0;
 };
 
+enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast };
+constexpr int kCollectiveKinds = 4;
+
+/// Collective name as in reports: "all_reduce", "reduce_scatter", ...
+const char *collectiveName(Collective kind);
+
+/// The bytes one call moves by the formulas the ZeRO analysis uses (the "bus
+/// bytes" of nccl-tests): all_reduce of n elements 2(N-1)/N * 4n (rounded
+/// down), reduce_scatter and all_gather of N * count elements
+/// (N-1) * 4count, broadcast of n elements 4n; 0 in a world of one (N = 1),
+/// which moves nothing. `elems` is n, or count for reduce_scatter and
+/// all_gather.
+int64_t collectiveBytes(Collective kind, int64_t elems, int64_t ranks);
+
+struct CollectiveStats {
+  int64_t calls = 0;
+  /// Sum of collectiveBytes() over the calls.
+  int64_t bytes = 0;
+  /// Bytes this rank handed to the transport for other ranks (what the
+  /// backend's algorithm sends).
+  int64_t wireBytes = 0;
+};
+
 } // namespace ztrt
 
 struct ztrt_ctx {
-  explicit ztrt_ctx(std::unique_ptr<ztrt::Backend> backend);
+  /// A null communicator means a world of one.
+  explicit ztrt_ctx(std::unique_ptr<ztrt::Backend> backend,
+                    std::unique_ptr<ztrt::Communicator> comm = nullptr);
   /// Frees whatever is still allocated.
   ~ztrt_ctx();
   ztrt_ctx(const ztrt_ctx &) = delete;
   ztrt_ctx &operator=(const ztrt_ctx &) = delete;
 
   ztrt::Backend &backend() { return *impl; }
+  ztrt::Communicator &comm() { return *world; }
 
   /// Allocates through the backend and accounts the bytes to `category`;
   /// `op` names the caller in error messages.
@@ -48,6 +76,14 @@ struct ztrt_ctx {
   /// Frees a pointer from allocate(); null is a no-op.
   void deallocate(void *ptr, const char *op);
   const ztrt::MemoryStats &memory() const { return stats; }
+
+  /// Accounts one collective call of `kind` on `elems` elements (as in
+  /// collectiveBytes) that sent `wireBytes`.
+  void recordCollective(ztrt::Collective kind, int64_t elems,
+                        int64_t wireBytes);
+  const ztrt::CollectiveStats &communication(ztrt::Collective kind) const {
+    return traffic[static_cast<int>(kind)];
+  }
 
   std::vector<void *> params, states, inputs;
   /// 1-based number of the step being run; 0 before the first.
@@ -62,8 +98,10 @@ private:
     int32_t category;
   };
   std::unique_ptr<ztrt::Backend> impl;
+  std::unique_ptr<ztrt::Communicator> world;
   std::unordered_map<void *, Allocation> live;
   ztrt::MemoryStats stats;
+  ztrt::CollectiveStats traffic[ztrt::kCollectiveKinds];
 };
 
 #endif // ZTRT_SRC_CONTEXT_H

@@ -35,10 +35,22 @@ int64_t elementsPerSample(const InputSpec &input) {
   return n;
 }
 
+/// Which rows of each step's global batch this process fills.
+struct Slice {
+  int rank = 0;
+  int ranks = 1;
+  /// The global sample index of local row 0 of `step` for a per-rank batch
+  /// of `batch` rows.
+  int64_t firstRow(int64_t step, int64_t batch) const {
+    return ((step - 1) * ranks + rank) * batch;
+  }
+};
+
 class SafetensorsData final : public DataSource {
 public:
-  SafetensorsData(const Descriptor &desc, const std::string &path)
-      : inputs(desc.inputs), file(SafetensorsFile::read(path, "--data")) {
+  SafetensorsData(const Descriptor &desc, const std::string &path, Slice slice)
+      : inputs(desc.inputs), file(SafetensorsFile::read(path, "--data")),
+        slice(slice) {
     const char *file = path.c_str();
     const InputSpec *first = nullptr;
     for (const InputSpec &input : inputs) {
@@ -91,8 +103,9 @@ public:
     const InputSpec &input = inputs[index];
     int64_t batch = input.shape[0];
     size_t rowBytes = static_cast<size_t>(elementsPerSample(input) * 4);
+    int64_t first = slice.firstRow(step, batch);
     for (int64_t b = 0; b < batch; ++b) {
-      int64_t sample = ((step - 1) * batch + b) % samples;
+      int64_t sample = (first + b) % samples;
       std::memcpy(static_cast<char *>(dst) + b * rowBytes,
                   rows[index]->data + sample * rowBytes, rowBytes);
     }
@@ -103,12 +116,14 @@ private:
   SafetensorsFile file;
   std::vector<const SafetensorsTensor *> rows;
   int64_t samples = 0;
+  Slice slice;
 };
 
 class TokenData final : public DataSource {
 public:
-  TokenData(const Descriptor &desc, const std::string &path, uint64_t seed)
-      : seed(seed) {
+  TokenData(const Descriptor &desc, const std::string &path, uint64_t seed,
+            Slice slice)
+      : seed(seed), slice(slice) {
     const char *file = path.c_str();
     const auto &in = desc.inputs;
     if (in.size() != 2 || in[0].type != ElemType::I32 ||
@@ -152,9 +167,9 @@ public:
     int32_t *out = static_cast<int32_t *>(dst);
     // Input 0 is the window itself, input 1 the same window shifted by one.
     size_t shift = index;
+    int64_t first = slice.firstRow(step, batch);
     for (int64_t b = 0; b < batch; ++b) {
-      int64_t offset =
-          tokenWindowOffset(seed, (step - 1) * batch + b, bytes.size(), window);
+      int64_t offset = tokenWindowOffset(seed, first + b, bytes.size(), window);
       for (int64_t j = 0; j < window; ++j)
         out[b * window + j] = bytes[offset + shift + j];
     }
@@ -162,13 +177,15 @@ public:
 
 private:
   uint64_t seed;
+  Slice slice;
   int64_t batch = 0, window = 0;
   std::vector<unsigned char> bytes;
 };
 
 class SyntheticData final : public DataSource {
 public:
-  SyntheticData(const Descriptor &desc, uint64_t seed) : inputs(desc.inputs) {
+  SyntheticData(const Descriptor &desc, uint64_t seed, Slice slice)
+      : inputs(desc.inputs), slice(slice) {
     for (const InputSpec &input : inputs) {
       if (input.type == ElemType::I32 && input.bound <= 0)
         fatal("input '%s' is i32 with no known bound, so it cannot be "
@@ -181,8 +198,15 @@ public:
   void fill(int64_t step, size_t index, void *dst) const override {
     const InputSpec &input = inputs[index];
     // Counters continue across steps, so every step sees fresh values and
-    // element i of step t is the same wherever it is computed.
+    // element i of step t is the same wherever it is computed. A batched
+    // input's element i is element firstRow * (numel / B) + i of the step's
+    // global batch, row-major; an unbatched one is the same on every rank.
     uint64_t base = static_cast<uint64_t>(step - 1) * input.numel;
+    if (!input.shape.empty() && input.shape[0] > 0) {
+      int64_t batch = input.shape[0];
+      base = static_cast<uint64_t>(slice.firstRow(step, batch)) *
+             static_cast<uint64_t>(input.numel / batch);
+    }
     uint64_t key = keys[index];
     if (input.type == ElemType::F32) {
       float *out = static_cast<float *>(dst);
@@ -198,6 +222,7 @@ public:
 private:
   std::vector<InputSpec> inputs;
   std::vector<uint64_t> keys;
+  Slice slice;
 };
 
 bool endsWith(const std::string &s, const std::string &suffix) {
@@ -216,12 +241,14 @@ int64_t tokenWindowOffset(uint64_t seed, int64_t sample, int64_t length,
 
 std::unique_ptr<DataSource> createDataSource(const Descriptor &desc,
                                              const std::string &path,
-                                             uint64_t seed) {
+                                             uint64_t seed, int rank,
+                                             int ranks) {
+  Slice slice{rank, ranks};
   if (path.empty())
-    return std::make_unique<SyntheticData>(desc, seed);
+    return std::make_unique<SyntheticData>(desc, seed, slice);
   if (endsWith(path, ".safetensors"))
-    return std::make_unique<SafetensorsData>(desc, path);
-  return std::make_unique<TokenData>(desc, path, seed);
+    return std::make_unique<SafetensorsData>(desc, path, slice);
+  return std::make_unique<TokenData>(desc, path, seed, slice);
 }
 
 } // namespace ztrt

@@ -1,12 +1,17 @@
 //===- Data.h - Where each step's inputs come from --------------*- C++ -*-===//
 //
 // Three sources, chosen by --data (documented in docs/runtime.md):
-//  - a .safetensors file with one tensor [N, d1..] per input [B, d1..]; step t
-//    row b is sample ((t-1)*B + b) mod N;
+//  - a .safetensors file with one tensor [S, d1..] per input [B, d1..]; step t
+//    row b is sample ((t-1)*B + b) mod S;
 //  - any other file, read as a byte-token stream for a char-level language
 //    model with inputs (tokens, targets), both i32 [B, T]: row b of step t is
 //    a window at a deterministic offset drawn from (seed, (t-1)*B + b);
 //  - no file: synthetic values from (seed, step, input name).
+// With R ranks, B is the per-rank batch and the global batch of a step is
+// R*B rows: rank r fills global rows [r*B, (r+1)*B), where global row g of
+// step t is what row g of a single process with batch R*B gets (so (t-1)*B
+// above becomes (t-1)*R*B + r*B). Inputs of rank 0 have no batch dimension
+// and are the same on every rank.
 // Everything is validated when the source is created (shapes, dtypes, i32
 // values against the input's bound), so a bad file fails before step 1.
 //
@@ -31,10 +36,12 @@ public:
   virtual void fill(int64_t step, size_t index, void *dst) const = 0;
 };
 
-/// The source for `path` (empty: synthetic); fatal on any invalid file.
+/// The source for `path` (empty: synthetic) of rank `rank` of `ranks`; fatal
+/// on any invalid file.
 std::unique_ptr<DataSource> createDataSource(const Descriptor &desc,
                                              const std::string &path,
-                                             uint64_t seed);
+                                             uint64_t seed, int rank = 0,
+                                             int ranks = 1);
 
 /// The offset in [0, length - window - 1] of sample `sample`'s token window.
 int64_t tokenWindowOffset(uint64_t seed, int64_t sample, int64_t length,

@@ -191,6 +191,11 @@ Descriptor parseDescriptor(const char *text) {
       if (!names.insert(spec.name).second)
         p.error("duplicate name '" + spec.name + "'");
       desc.inputs.push_back(std::move(spec));
+    } else if (kind == "grid") {
+      desc.gridSize = p.integer("grid size");
+      p.end();
+      if (desc.gridSize < 1)
+        p.error("grid size must be >= 1");
     } else if (kind == "optimizer") {
       // Free text: everything after "optimizer ".
       desc.optimizer = line.size() > 10 ? line.substr(10) : std::string();

@@ -48,6 +48,10 @@ struct InputSpec : TensorSpec {
 };
 
 struct Descriptor {
+  /// The number of ranks the step was compiled for (`grid N`), which
+  /// main() insists on; 0 when the record is absent (hand-written models),
+  /// which runs on any number of ranks.
+  int64_t gridSize = 0;
   std::vector<ParamSpec> params;
   std::vector<StateSpec> states;
   std::vector<InputSpec> inputs;

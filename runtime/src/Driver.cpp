@@ -7,6 +7,7 @@
 #include "src/Driver.h"
 
 #include "cpu/CpuBackend.h"
+#include "src/Communicator.h"
 #include "src/Context.h"
 #include "src/Data.h"
 #include "src/Descriptor.h"
@@ -41,7 +42,8 @@ const char kUsage[] =
     "  --save F           write the final parameters to safetensors file F\n"
     "  --log-every N      print a progress line every N steps and on the last\n"
     "                     (default 1; 0 prints none)\n"
-    "  --report F         write a JSON report (losses, times, memory) to F\n"
+    "  --report F         write a JSON report (losses, times, memory,\n"
+    "                     communication) to F\n"
     "  --threads N        threads for BLAS and kernels (default: the "
     "libraries')\n"
     "  --help             show this help\n";
@@ -123,25 +125,31 @@ void saveParams(ztrt_ctx &ctx, const Descriptor &desc,
 
 struct StepRecord {
   int64_t step;
-  float loss;
+  /// This rank's loss, and the mean over ranks (what is printed).
+  float loss, meanLoss;
   double timeMs;
 };
 
-void writeReport(const std::string &path, const ztrt_ctx &ctx,
-                 const Descriptor &desc, const std::vector<StepRecord> &records,
-                 int threads) {
-  std::string json = "{\n  \"steps\": [";
-  for (size_t i = 0; i < records.size(); ++i) {
-    const StepRecord &r = records[i];
-    // JSON has no NaN or Infinity: a non-finite loss is null.
-    std::string loss = std::isfinite(r.loss) ? format("%.9g", r.loss) : "null";
-    json += format("%s\n    {\"step\": %lld, \"loss\": %s, \"time_ms\": %.6f}",
-                   i ? "," : "", static_cast<long long>(r.step), loss.c_str(),
-                   r.timeMs);
-  }
-  json += records.empty() ? "],\n" : "\n  ],\n";
-  const MemoryStats &mem = ctx.memory();
-  json += "  \"memory\": {";
+/// The mean of one value per rank, summed in rank order in float and divided
+/// by the number of ranks in float: the same on every rank, and the value
+/// itself in a world of one.
+float meanOverRanks(Communicator &comm, float value) {
+  std::vector<float> values(static_cast<size_t>(comm.count()));
+  comm.allGather(&value, values.data(), 1);
+  float sum = values[0];
+  for (size_t r = 1; r < values.size(); ++r)
+    sum += values[r];
+  return sum / static_cast<float>(values.size());
+}
+
+/// JSON has no NaN or Infinity: a non-finite loss is null. %.9g round-trips
+/// a float.
+std::string jsonLoss(float loss) {
+  return std::isfinite(loss) ? format("%.9g", loss) : "null";
+}
+
+std::string memoryJson(const MemoryStats &mem) {
+  std::string json = "{";
   for (int c = 0; c < ZTRT_CAT_COUNT; ++c)
     json += format("\"%s\": %lld, ", categoryName(c),
                    static_cast<long long>(mem.current[c]));
@@ -150,7 +158,60 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
   for (int c = 0; c < ZTRT_CAT_COUNT; ++c)
     json += format("%s\"%s\": %lld", c ? ", " : "", categoryName(c),
                    static_cast<long long>(mem.peak[c]));
-  json += "}},\n";
+  return json + "}}";
+}
+
+std::string communicationJson(const ztrt_ctx &ctx) {
+  std::string json = "{";
+  for (int k = 0; k < kCollectiveKinds; ++k) {
+    Collective kind = static_cast<Collective>(k);
+    const CollectiveStats &stats = ctx.communication(kind);
+    json += format("%s\"%s\": {\"calls\": %lld, \"bytes\": %lld, "
+                   "\"wire_bytes\": %lld}",
+                   k ? ", " : "", collectiveName(kind),
+                   static_cast<long long>(stats.calls),
+                   static_cast<long long>(stats.bytes),
+                   static_cast<long long>(stats.wireBytes));
+  }
+  return json + "}";
+}
+
+/// This rank's entry of the report's "ranks" list.
+std::string rankJson(const ztrt_ctx &ctx, int rank,
+                     const std::vector<StepRecord> &records) {
+  std::string losses, times;
+  for (size_t i = 0; i < records.size(); ++i) {
+    losses += (i ? ", " : "") + jsonLoss(records[i].loss);
+    times += format("%s%.6f", i ? ", " : "", records[i].timeMs);
+  }
+  return format("{\"rank\": %d, \"losses\": [%s], \"time_ms\": [%s],\n"
+                "     \"memory\": %s,\n     \"communication\": %s}",
+                rank, losses.c_str(), times.c_str(),
+                memoryJson(ctx.memory()).c_str(),
+                communicationJson(ctx).c_str());
+}
+
+/// Written by rank 0: the top-level numbers are rank 0's (the step losses
+/// are the means over ranks), `ranks` has every rank's own.
+void writeReport(const std::string &path, const ztrt_ctx &ctx,
+                 const Descriptor &desc, const std::vector<StepRecord> &records,
+                 int threads, int worldSize,
+                 const std::vector<std::string> &ranks) {
+  std::string json = format(
+      "{\n  \"rank\": 0,\n  \"world_size\": %d,\n  \"steps\": [", worldSize);
+  for (size_t i = 0; i < records.size(); ++i) {
+    const StepRecord &r = records[i];
+    json += format("%s\n    {\"step\": %lld, \"loss\": %s, \"time_ms\": %.6f}",
+                   i ? "," : "", static_cast<long long>(r.step),
+                   jsonLoss(r.meanLoss).c_str(), r.timeMs);
+  }
+  json += records.empty() ? "],\n" : "\n  ],\n";
+  json += "  \"memory\": " + memoryJson(ctx.memory()) + ",\n";
+  json += "  \"communication\": " + communicationJson(ctx) + ",\n";
+  json += "  \"ranks\": [";
+  for (size_t r = 0; r < ranks.size(); ++r)
+    json += (r ? ",\n    " : "\n    ") + ranks[r];
+  json += "\n  ],\n";
   json += format("  \"threads\": %d,\n  \"params\": [", threads);
   for (size_t i = 0; i < desc.params.size(); ++i) {
     const ParamSpec &spec = desc.params[i];
@@ -169,7 +230,7 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
 
 } // namespace
 
-Options parseOptions(int argc, char **argv) {
+Options parseOptions(int argc, char **argv, int rank) {
   Options opts;
   const char *program = argc > 0 ? argv[0] : "ztrain-model";
   for (int i = 1; i < argc; ++i) {
@@ -183,7 +244,8 @@ Options parseOptions(int argc, char **argv) {
     if (flag == "--help") {
       if (inlineValue)
         usageError("flag --help takes no value");
-      std::printf(kUsage, program);
+      if (rank == 0)
+        std::printf(kUsage, program);
       std::exit(0);
     }
     static const char *const valued[] = {"--steps",  "--seed",   "--init",
@@ -228,18 +290,33 @@ Options parseOptions(int argc, char **argv) {
 }
 
 int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
-  Options opts = parseOptions(argc, argv);
+  std::unique_ptr<Communicator> world = Communicator::initWorld(&argc, &argv);
+  const int rank = world->rank(), ranks = world->count();
+  Options opts = parseOptions(argc, argv, rank);
   Descriptor desc = parseDescriptor(descriptor);
+  if (desc.gridSize > 0 && desc.gridSize != ranks) {
+    // Every rank sees the mismatch; one line is enough. Rank 0 reports it
+    // and aborts the job, the others wait in a collective rank 0 never
+    // joins until the abort ends them.
+    if (rank == 0)
+      fatal("the model was compiled for dp=%lld ranks but was launched on "
+            "%d (compile with --dp=%d, or launch %lld ranks)",
+            static_cast<long long>(desc.gridSize), ranks, ranks,
+            static_cast<long long>(desc.gridSize));
+    float unused = 0.0f;
+    world->broadcast(&unused, 1, 0);
+  }
 
-  ztrt_ctx ctx(createCpuBackend());
+  ztrt_ctx ctx(createCpuBackend(), std::move(world));
   Backend &backend = ctx.backend();
+  Communicator &comm = ctx.comm();
   if (opts.threads > 0)
     backend.setThreads(opts.threads);
 
   // Open the data before allocating anything: a bad file fails in
   // milliseconds, not after initialising a large model.
   std::unique_ptr<DataSource> data =
-      createDataSource(desc, opts.data, opts.seed);
+      createDataSource(desc, opts.data, opts.seed, rank, ranks);
 
   for (const ParamSpec &spec : desc.params)
     ctx.params.push_back(ctx.allocate(spec.bytes, ZTRT_CAT_PARAMETERS,
@@ -254,6 +331,8 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   for (const InputSpec &spec : desc.inputs)
     ctx.inputs.push_back(ctx.allocate(spec.bytes, ZTRT_CAT_OTHER,
                                       ("input '" + spec.name + "'").c_str()));
+  // Every rank initialises the full parameters identically (from the seed or
+  // the same file), so replicas start equal without communication.
   initParams(ctx, desc, opts);
 
   std::vector<std::vector<char>> staging;
@@ -276,19 +355,29 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
       fatal("step %lld: the model did not report a loss (ztrt_set_loss)",
             static_cast<long long>(t));
     double ms = std::chrono::duration<double, std::milli>(end - start).count();
-    records.push_back({t, ctx.loss, ms});
-    if (opts.logEvery > 0 && (t % opts.logEvery == 0 || t == opts.steps)) {
+    // The driver's own exchange, not the model's traffic: it is not counted
+    // in the communication statistics.
+    float meanLoss = meanOverRanks(comm, ctx.loss);
+    records.push_back({t, ctx.loss, meanLoss, ms});
+    if (rank == 0 && opts.logEvery > 0 &&
+        (t % opts.logEvery == 0 || t == opts.steps)) {
       std::printf("step %*lld/%lld  loss %.7g  %.2f ms/step\n", width,
                   static_cast<long long>(t), static_cast<long long>(opts.steps),
-                  ctx.loss, ms);
+                  meanLoss, ms);
       std::fflush(stdout);
     }
   }
 
-  if (!opts.save.empty())
+  // Parameters are replicated on every rank, so rank 0's are the model.
+  if (rank == 0 && !opts.save.empty())
     saveParams(ctx, desc, opts.save);
-  if (!opts.report.empty())
-    writeReport(opts.report, ctx, desc, records, backend.threads());
+  if (!opts.report.empty()) {
+    std::vector<std::string> perRank =
+        comm.gatherToRoot(rankJson(ctx, rank, records));
+    if (rank == 0)
+      writeReport(opts.report, ctx, desc, records, backend.threads(), ranks,
+                  perRank);
+  }
   return 0;
 }
 

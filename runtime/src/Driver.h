@@ -25,13 +25,15 @@ struct Options {
   int threads = 0;
 };
 
-/// Parses the executable's flags; prints help and exits 0 on --help, exits 2
-/// with one line on any mistake.
-Options parseOptions(int argc, char **argv);
+/// Parses the executable's flags; on --help prints the usage (on rank 0
+/// only: every rank of a job parses the same flags) and exits 0; exits 2 with
+/// one line on any mistake.
+Options parseOptions(int argc, char **argv, int rank = 0);
 
 using StepFn = void (*)(ztrt_ctx *);
 
-/// Runs the whole training; returns the process exit status.
+/// Runs the whole training as one rank of the MPI job that launched this
+/// process (or as a world of one); returns the process exit status.
 int runMain(int argc, char **argv, const char *descriptor, StepFn step);
 
 } // namespace ztrt

@@ -43,11 +43,19 @@ void unregisterTempFile(const std::string &path) {
   }
 }
 
+// Set by setJobRank() for a rank of a multi-process job; -1 otherwise.
+int jobRank = -1;
+void (*jobAbort)(int status) = nullptr;
+
 [[noreturn]] void die(int status, const char *fmt, va_list args) {
   char message[2048];
   vsnprintf(message, sizeof(message), fmt, args);
   // One write() so that lines from several ranks do not interleave.
-  std::string line = std::string("ztrain: error: ") + message + "\n";
+  std::string line = "ztrain: error: ";
+  if (jobRank >= 0)
+    line += "[rank " + std::to_string(jobRank) + "] ";
+  line += message;
+  line += "\n";
   fflush(stdout);
   if (::write(STDERR_FILENO, line.data(), line.size()) < 0) {
     // Nothing better to do than exit with the status anyway.
@@ -58,6 +66,8 @@ void unregisterTempFile(const std::string &path) {
       ::unlink(path.c_str());
     tempFiles().clear();
   }
+  if (jobAbort)
+    jobAbort(status);
   std::exit(status);
 }
 
@@ -73,6 +83,11 @@ void usageError(const char *fmt, ...) {
   va_list args;
   va_start(args, fmt);
   die(2, fmt, args);
+}
+
+void setJobRank(int rank, void (*abortJob)(int status)) {
+  jobRank = rank;
+  jobAbort = abortJob;
 }
 
 std::string format(const char *fmt, ...) {

@@ -23,6 +23,13 @@ namespace ztrt {
 [[noreturn]] void usageError(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
 
+/// Makes fatal errors of one rank of a multi-process job say which rank they
+/// come from (`ztrain: error: [rank 1] ...`) and end through `abortJob`
+/// (MPI_Abort) instead of exit(), so that no other rank waits forever in a
+/// collective. abortJob receives the exit status; if it returns, the process
+/// exits anyway.
+void setJobRank(int rank, void (*abortJob)(int status));
+
 /// printf into a std::string.
 std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

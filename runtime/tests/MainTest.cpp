@@ -11,45 +11,18 @@
 #include "src/Safetensors.h"
 
 #include <cstring>
-#include <fcntl.h>
 #include <regex>
-#include <sys/wait.h>
-#include <unistd.h>
 
 using namespace ztrt;
 using namespace ztrt::test;
 
 namespace {
 
-struct Result {
-  int status;
-  std::string out, err;
-};
+using Result = ProcessResult;
 
 Result run(const TempDir &dir, std::vector<std::string> args) {
   args.insert(args.begin(), ZTRT_FAKE_MODEL);
-  std::string outPath = dir.root() + ".stdout",
-              errPath = dir.root() + ".stderr";
-  pid_t pid = fork();
-  if (pid == 0) {
-    int out = open(outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int err = open(errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(out, 1);
-    dup2(err, 2);
-    std::vector<char *> argv;
-    for (std::string &arg : args)
-      argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, readBytes(outPath),
-           readBytes(errPath)};
-  unlink(outPath.c_str());
-  unlink(errPath.c_str());
-  return r;
+  return runProcess(dir, std::move(args));
 }
 
 size_t countLines(const std::string &s) {

@@ -9,11 +9,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <dirent.h>
+#include <fcntl.h>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
 #include <vector>
 
 namespace ztrt::test {
@@ -70,6 +76,57 @@ inline std::vector<float> testValues(size_t n, uint32_t seed) {
     v = static_cast<float>(state >> 8) / 8388608.0f - 1.0f;
   }
   return out;
+}
+
+struct ProcessResult {
+  /// Exit status; -1 if killed by a signal (or by the timeout).
+  int status;
+  std::string out, err;
+  bool timedOut;
+};
+
+/// Runs `args` (args[0] is the program's path) with stdout and stderr
+/// captured in files next to `dir`, in a process group of its own that is
+/// killed as a whole after `timeoutSeconds` (so that a hung MPI job cannot
+/// hang the test).
+inline ProcessResult runProcess(const TempDir &dir,
+                                std::vector<std::string> args,
+                                int timeoutSeconds = 120) {
+  std::string outPath = dir.root() + ".stdout",
+              errPath = dir.root() + ".stderr";
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    int out = open(outPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = open(errPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(out, 1);
+    dup2(err, 2);
+    std::vector<char *> argv;
+    for (std::string &arg : args)
+      argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  setpgid(pid, pid); // Also here: the child may not have run yet.
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSeconds);
+  int status = 0;
+  bool timedOut = false;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      timedOut = true;
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ProcessResult r{WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+                  readBytes(outPath), readBytes(errPath), timedOut};
+  unlink(outPath.c_str());
+  unlink(errPath.c_str());
+  return r;
 }
 
 } // namespace ztrt::test

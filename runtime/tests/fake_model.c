@@ -3,8 +3,9 @@
  * Stands in for what ztrain-compile emits: a descriptor and a step function
  * made of ztrt_* calls. The model is linear regression onto a fixed weight
  * vector, y = x . w_true, with an MSE loss built from matmul, sub, mul and a
- * mean reduce, and SGD with momentum. Linked with libztrt_main it is a
- * complete training executable for the end-to-end tests.
+ * mean reduce, and SGD with momentum on the gradient averaged over ranks
+ * (data parallelism; a copy in a world of one). Linked with libztrt_main it
+ * is a complete training executable for the end-to-end tests.
  *
  * It passes the host array kTrueW straight to a kernel, which is only valid
  * on the cpu backend; a real compiled model keeps constants in ztrt memory.
@@ -51,6 +52,7 @@ void ztrain_step(ztrt_ctx *ctx) {
   void *grad = ztrt_alloc(ctx, DIM * sizeof(float), ZTRT_CAT_GRADIENTS);
   ztrt_scale_f32(ctx, diff, diff, BATCH, 2.0 / BATCH);
   ztrt_matmul_f32(ctx, x, diff, grad, 1, DIM, 1, BATCH, 1, 0, 0, 0, 0);
+  ztrt_all_reduce_f32(ctx, grad, grad, DIM, 1);
   ztrt_sgd_update_f32(ctx, w, grad, momentum, DIM, 0.1, 0.5, 0.0, 0.0, 0);
 
   ztrt_free(ctx, grad);

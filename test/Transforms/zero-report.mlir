@@ -21,9 +21,10 @@
 // ONE: parameters                           112
 // ONE: gradients                            112
 // ONE: optimizer states                     224
+// ONE: inputs (micro-batch)                  32
 // ONE: activations (peak)                   120
 // ONE: communication buffers                  0
-// ONE: predicted peak                       568
+// ONE: predicted peak                       600
 
 // Stage 0: everything replicated, gradients all-reduced: 2 Psi (N-1)/N.
 // S0: zero-report: stage 0, 4 ranks over @dp
@@ -55,9 +56,10 @@
 // S3-NEXT: "activations": 120,
 // S3-NEXT: "communication_buffers": 96,
 // S3-NEXT: "gradients": 32,
+// S3-NEXT: "inputs": 32,
 // S3-NEXT: "optimizer_states": 64,
 // S3-NEXT: "parameters": 32,
-// S3-NEXT: "predicted_peak": 344
+// S3-NEXT: "predicted_peak": 376
 // S3: "stage": 3,
 // S3-NEXT: "world_size": 4
 

@@ -75,5 +75,5 @@ def test_model_states_match_zero_formulas(big_gpt, stage):
         kinds = {"reduce_scatter", "all_gather"}
     assert r["communication_bytes_per_step"] == expected
     assert {c["kind"] for c in r["collectives"]} == kinds
-    assert per_rank["predicted_peak"] == (states + per_rank["activations"]
+    assert per_rank["predicted_peak"] == (states + per_rank["inputs"] + per_rank["activations"]
                                           + per_rank["communication_buffers"])

@@ -83,6 +83,13 @@ cl::opt<double> dampening("dampening", cl::desc("SGD dampening"),
                           cl::init(0.0), cl::cat(category));
 cl::opt<bool> nesterov("nesterov", cl::desc("SGD Nesterov momentum"),
                        cl::init(false), cl::cat(category));
+cl::opt<int64_t> zeroStage("zero-stage",
+                           cl::desc("ZeRO stage 0-3 (with --dp)"),
+                           cl::init(0), cl::cat(category));
+cl::opt<int64_t> dp("dp",
+                    cl::desc("Data-parallel ranks the executable runs on "
+                             "(each step input is one rank's micro-batch)"),
+                    cl::init(1), cl::cat(category));
 cl::opt<std::string>
     runtimeDir("runtime-dir",
                cl::desc("Directory with libztrt.a and libztrt_main.a "
@@ -241,8 +248,9 @@ int main(int argc, char **argv) {
   if (!module)
     return 1;
 
-  // The whole compilation is the two named pipelines, exactly what
-  // `ztrain-opt --ztrain-training=... --ztrain-to-llvm` runs.
+  // The whole compilation is the named pipelines, exactly what
+  // `ztrain-opt --ztrain-training=... [--ztrain-zero=...] --ztrain-to-llvm`
+  // runs.
   ztrain::TrainingPipelineOptions training;
   training.optimizer = optimizer;
   training.lr = lr;
@@ -255,6 +263,12 @@ int main(int argc, char **argv) {
   training.nesterov = nesterov;
   PassManager pm(&context);
   ztrain::buildTrainingPipeline(pm, training);
+  if (dp != 1 || zeroStage != 0) {
+    ztrain::ZeroPipelineOptions zero;
+    zero.stage = zeroStage;
+    zero.dp = dp;
+    ztrain::buildZeroPipeline(pm, zero);
+  }
   ztrain::buildToLLVMPipeline(pm);
 
   DumpAfterEachPass *dumper = nullptr;

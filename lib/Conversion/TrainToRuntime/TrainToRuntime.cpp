@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ztrain/Conversion/Passes.h"
+#include "ztrain/Dialect/Dist/IR/DistOps.h"
 #include "ztrain/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -272,11 +273,36 @@ void LowerToRuntimePass::runOnOperation() {
     return signalPassFailure();
   }
 
-  if (Attribute zero = module->getAttr("dist.zero")) {
-    entry.emitError() << "the step is partitioned (" << zero
-                      << ") but the runtime lowering does not execute "
-                         "ZeRO plans yet; lower an unpartitioned step";
-    return signalPassFailure();
+  // A partitioned step runs on gridSize ranks; the runtime checks the
+  // launch matches.
+  int64_t gridSize = 1;
+  if (auto zero = module->getAttrOfType<dist::ZeroAttr>(dist::kZeroAttr)) {
+    if (zero.getStage() != 0) {
+      entry.emitError() << "the step is partitioned for ZeRO stage "
+                        << zero.getStage()
+                        << ", which the runtime lowering does not execute "
+                           "yet (stage 0 it does)";
+      return signalPassFailure();
+    }
+    SymbolTableCollection symbols;
+    FailureOr<int64_t> n = dist::getGridSize(module, zero.getGrid(), symbols);
+    if (failed(n))
+      return signalPassFailure();
+    gridSize = *n;
+    // Without its collectives a partitioned step would silently train N
+    // diverging replicas.
+    WalkResult missing = entry.walk([&](Operation *op) {
+      if (gridSize > 1 && isa<SGDUpdateOp, AdamUpdateOp>(op) &&
+          !op->getOperand(0).getDefiningOp<dist::CollectiveOpInterface>()) {
+        op->emitError() << "the gradient of this update is not "
+                           "synchronized over the grid: run "
+                           "zero-insert-collectives first";
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (missing.wasInterrupted())
+      return signalPassFailure();
   }
 
   // The descriptor is whitespace-separated text: a name with whitespace in
@@ -307,6 +333,7 @@ void LowerToRuntimePass::runOnOperation() {
   std::string descriptor;
   llvm::raw_string_ostream os(descriptor);
   os << "ztrain-descriptor 1\n";
+  os << "grid " << gridSize << '\n';
   for (auto param : module.getOps<ParamOp>()) {
     os << "param " << param.getSymName() << ' ' << dtypeName(param.getType());
     appendShape(os, param.getType());
@@ -345,11 +372,12 @@ void LowerToRuntimePass::runOnOperation() {
   if (failed(lowerStep(entry, descriptor)))
     return signalPassFailure();
 
-  // The declarations now live in the descriptor.
+  // The declarations and the grid now live in the descriptor.
   for (Operation &op : llvm::make_early_inc_range(module.getOps()))
-    if (isa<ParamOp, StateOp>(op))
+    if (isa<ParamOp, StateOp, shard::GridOp>(op))
       op.erase();
   module->removeAttr(kOptimizerAttr);
+  module->removeAttr(dist::kZeroAttr);
 }
 
 LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
@@ -641,6 +669,17 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
                       e.f64(o.getEpsilon().convertToDouble()),
                       e.f64(o.getWeightDecay().convertToDouble()),
                       e.i32(o.getDecoupled())});
+              return success();
+            })
+            .Case([&](dist::AllReduceOp o) -> LogicalResult {
+              if (!cast<RankedTensorType>(o.getType()).getElementType().isF32())
+                return o.emitOpError() << "only f32 collectives run on the "
+                                          "runtime";
+              Value x = get(o.getInput());
+              e.call("all_reduce_f32",
+                     {x, alloc(o.getResult()),
+                      e.i64(numElements(o.getResult())),
+                      e.i32(o.getReduction() == dist::Reduction::mean)});
               return success();
             })
             .Case([&](func::ReturnOp o) {

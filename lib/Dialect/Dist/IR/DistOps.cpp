@@ -128,14 +128,15 @@ LogicalResult BroadcastOp::verifySymbolUses(SymbolTableCollection &symbols) {
   FailureOr<int64_t> n = verifyCollective(*this, getGridAttr(), symbols);
   if (failed(n))
     return failure();
-  if (getRoot() < 0 || getRoot() >= *n)
-    return emitOpError() << "root " << getRoot() << " is not a rank of grid "
+  int64_t root = static_cast<int64_t>(getRoot());
+  if (root < 0 || root >= *n)
+    return emitOpError() << "root " << root << " is not a rank of grid "
                          << getGridAttr() << " (size " << *n << ")";
   return success();
 }
 
 int64_t BroadcastOp::getCommunicatedBytes(int64_t n) {
-  return bytesOf(getInput()) * (n - 1) / n;
+  return n > 1 ? bytesOf(getInput()) : 0;
 }
 
 #define GET_OP_CLASSES

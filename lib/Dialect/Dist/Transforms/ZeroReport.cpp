@@ -53,13 +53,13 @@ struct Report {
   std::string grid;
   int64_t paramCount = 0, paramElements = 0, paramBytes = 0;
   int64_t parameters = 0, gradients = 0, optimizerStates = 0;
-  int64_t activations = 0, communicationBuffers = 0;
+  int64_t inputs = 0, activations = 0, communicationBuffers = 0;
   bool hasStates = false;
   bool collectivesFromIR = false;
   std::vector<Collective> collectives;
 
   int64_t predictedPeak() const {
-    return parameters + gradients + optimizerStates + activations +
+    return parameters + gradients + optimizerStates + inputs + activations +
            communicationBuffers;
   }
   int64_t communicationBytes() const {
@@ -181,6 +181,9 @@ FailureOr<Report> ZeroReportPass::analyze() {
   func::FuncOp entry = train::getEntryFunction(module);
   if (!entry)
     return failure();
+  for (Type t : entry.getArgumentTypes())
+    if (isa<RankedTensorType>(t))
+      r.inputs += tensorBytes(t);
   if (entry.getBody().hasOneBlock())
     r.activations = activationPeak(entry);
 
@@ -222,6 +225,7 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
   row("gradients", r.gradients);
   row(r.hasStates ? "optimizer states" : "optimizer states (none yet)",
       r.optimizerStates);
+  row("inputs (micro-batch)", r.inputs);
   row("activations (peak)", r.activations);
   row("communication buffers", r.communicationBuffers);
   row("predicted peak", r.predictedPeak());
@@ -260,6 +264,7 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
        llvm::json::Object{{"parameters", r.parameters},
                           {"gradients", r.gradients},
                           {"optimizer_states", r.optimizerStates},
+                          {"inputs", r.inputs},
                           {"activations", r.activations},
                           {"communication_buffers", r.communicationBuffers},
                           {"predicted_peak", r.predictedPeak()}}},

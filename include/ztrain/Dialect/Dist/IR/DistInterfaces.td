@@ -25,7 +25,7 @@ def Dist_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
         (the bandwidth-optimal ring algorithms): an all-reduce of S bytes
         sends 2 S (N - 1) / N, a reduce-scatter or all-gather of a full
         buffer of S bytes sends S (N - 1) / N, a broadcast of S bytes is
-        counted as S (N - 1) / N.
+        counted as S (the root's payload). The runtime counts the same.
       }],
       "int64_t", "getCommunicatedBytes", (ins "int64_t":$gridSize)>
   ];

@@ -22,8 +22,8 @@ def ZeroPartition : Pass<"zero-partition", "::mlir::ModuleOp"> {
     - stage 2: also the gradients (recorded by the stage: they are values);
     - stage 3: also the parameters (`train.param`).
 
-    This pass only decides the partition; `zero-insert-collectives` (not
-    implemented yet) rewrites the step to match it, and `zero-report`
+    This pass only decides the partition; `zero-insert-collectives`
+    rewrites the step to match it (stage 0 so far), and `zero-report`
     prices it.
 
     Before:
@@ -47,6 +47,37 @@ def ZeroPartition : Pass<"zero-partition", "::mlir::ModuleOp"> {
   ];
 }
 
+def ZeroInsertCollectives : Pass<"zero-insert-collectives", "::mlir::ModuleOp"> {
+  let summary = "Inserts the collectives a partitioned step needs";
+  let description = [{
+    Rewrites the step partitioned by `zero-partition` so that every rank
+    computes the same update as single-process training on the global
+    batch (the step's inputs are one rank's micro-batch; the global batch
+    is dp of them).
+
+    - stage 0 (data parallelism): each gradient is averaged over the grid
+      with one `dist.all_reduce mean` right before its update: 2 Psi (N-1)/N
+      per step, the minimum for replicated states.
+    - stages 1-3: not implemented yet (the pass says so and fails).
+
+    Nothing is inserted on a grid of one rank.
+
+    Before:
+    ```mlir
+    train.adam_update @w, %dw states(@w.exp_avg, @w.exp_avg_sq) {...} : tensor<7x3xf32>
+    ```
+    After (stage 0, dp = 4):
+    ```mlir
+    %0 = dist.all_reduce mean %dw on @dp : tensor<7x3xf32>
+    train.adam_update @w, %0 states(@w.exp_avg, @w.exp_avg_sq) {...} : tensor<7x3xf32>
+    ```
+  }];
+  let dependentDialects = ["::ztrain::dist::DistDialect"];
+  let statistics = [
+    Statistic<"numCollectives", "collectives", "Collectives inserted">
+  ];
+}
+
 def ZeroReport : Pass<"zero-report", "::mlir::ModuleOp"> {
   let summary = "Per-rank memory and communication of a (partitioned) step";
   let description = [{
@@ -59,6 +90,7 @@ def ZeroReport : Pass<"zero-report", "::mlir::ModuleOp"> {
     - model states per rank, by category: parameters, gradients (same
       element type as their parameter), optimizer states; partitioned
       states count their padded shard;
+    - inputs: the step's micro-batch;
     - activations: the peak over the straight-line entry function of the
       bytes of live intermediate tensors (parameter reads and reshapes
       alias storage and are not counted);

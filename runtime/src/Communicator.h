@@ -1,0 +1,82 @@
+//===- Communicator.h - The ranks of a job and data movement ---*- C++ -*-===//
+//
+// Modeled on IREE's HAL channel: a communicator is described by a params
+// struct (this process's rank and the number of ranks) and is what the
+// collectives of ztrt_abi.def run on. The context owns one; nothing about the
+// job is global except MPI's own state.
+//
+// A process is one rank of an MPI job only when a launcher (mpirun, mpiexec,
+// srun) started it; a process started by hand is a world of one that never
+// initializes MPI (see launchedByMpi() for why and how).
+//
+// The functions below move host memory between ranks and do no arithmetic,
+// so their results never depend on MPI's choice of algorithm; backends build
+// the reducing collectives on top of them with a fixed summation order. They
+// are collective: every rank must call them in the same order with the same
+// sizes. In a world of one they are local copies.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRT_SRC_COMMUNICATOR_H
+#define ZTRT_SRC_COMMUNICATOR_H
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ztrt {
+
+struct CommunicatorParams {
+  /// This process's rank, in [0, count).
+  int rank = 0;
+  /// The number of ranks.
+  int count = 1;
+};
+
+/// True when the environment shows that an MPI launcher started this
+/// process: Open MPI's mpirun (OMPI_COMM_WORLD_SIZE), any PMIx launcher
+/// (PMIX_RANK: Open MPI 4/5, srun --mpi=pmix) or a PMI-1/2 launcher
+/// (PMI_RANK: MPICH and Intel MPI's hydra, srun --mpi=pmi2).
+bool launchedByMpi();
+
+class Communicator {
+public:
+  /// A world of one process, without MPI.
+  Communicator();
+  ~Communicator();
+  Communicator(const Communicator &) = delete;
+  Communicator &operator=(const Communicator &) = delete;
+
+  /// The job this process belongs to. Under a launcher: initializes MPI
+  /// (MPI_THREAD_FUNNELED: only the main thread calls MPI), takes a
+  /// duplicate of MPI_COMM_WORLD, finalizes MPI at process exit, and, when
+  /// there is more than one rank, makes fatal errors name the rank and abort
+  /// the whole job. Otherwise a world of one. Call at most once per process.
+  static std::unique_ptr<Communicator> initWorld(int *argc, char ***argv);
+
+  const CommunicatorParams &params() const { return p; }
+  int rank() const { return p.rank; }
+  int count() const { return p.count; }
+
+  /// `send` holds count() blocks of `elems` floats; block r goes to rank r.
+  /// Block s of `recv` (count() * elems floats) is what rank s sent here.
+  void allToAll(const float *send, float *recv, int64_t elems);
+  /// `recv` (count() * elems floats) = every rank's `send` (elems floats),
+  /// in rank order. `send` must not overlap `recv`.
+  void allGather(const float *send, float *recv, int64_t elems);
+  /// `buf` (elems floats) = root's `buf`, on every rank.
+  void broadcast(float *buf, int64_t elems, int root);
+  /// Every rank's `text`, in rank order, on rank 0; empty on the others.
+  std::vector<std::string> gatherToRoot(const std::string &text);
+
+private:
+  struct Mpi;
+  CommunicatorParams p;
+  /// Null in a world of one.
+  std::unique_ptr<Mpi> mpi;
+};
+
+} // namespace ztrt
+
+#endif // ZTRT_SRC_COMMUNICATOR_H

@@ -1,0 +1,152 @@
+"""ZeRO stage 0 over MPI: N ranks, each with a micro-batch of B rows, end
+with the same weights as one process training on the global batch of N*B
+rows, and every configuration run twice is bitwise identical.
+
+Runs the compiled executables under `mpirun` (as root, oversubscribed: CI
+has 2 cores and runs as root).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import e2e_util
+from ztrain import models, parity, safetensors
+
+STEPS = 8
+MPIRUN = shutil.which("mpirun")
+
+# Why 1e-5, norm-wise per tensor: the N-rank step sums N per-rank mean
+# gradients (each a mean over B rows) and divides by N, where one process
+# takes the mean over N*B rows inside its GEMMs: the same sum in another
+# order, ~1e-7 relative per step in float32. Adam's update is scale-free and
+# at these lr's moves weights ~1e-3 per step, so 8 steps leave the weights
+# ~1e-6 apart at most; 1e-5 has margin and is still ~100x below what one
+# rank's gradient missing from the average would give (its 1/N share).
+TOL = 1e-5
+# The attention key bias has an exactly-zero gradient (softmax is
+# shift-invariant): both runs update it with rounding noise, which Adam
+# scales up to full-size steps of either sign, so its trajectories are not
+# comparable at all and it is left out (see parity.zero_gradient_params).
+
+
+def mpirun(n, cmd):
+    assert MPIRUN, "mpirun not found (openmpi-bin)"
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    p = subprocess.run([MPIRUN, "--oversubscribe", "-np", str(n)] + cmd,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=300, env=env)
+    assert p.returncode == 0, f"mpirun -np {n} failed:\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def make(kind, batch):
+    if kind == "mlp":
+        return models.mlp(batch=batch, in_features=12, hidden=[16], classes=5)
+    return models.gpt(batch=batch, seq=8, vocab=32, layers=1, width=16, heads=2)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "gpt"])
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_stage0_matches_single_process(kind, n, tmp_path):
+    micro = 2
+    ref_spec, spec = make(kind, n * micro), make(kind, micro)
+    init = parity.make_init(spec, seed=3)
+    init_path = str(tmp_path / "init.safetensors")
+    data_path = str(tmp_path / "data.safetensors")
+    safetensors.save(init_path, init)
+    # 3 global batches of samples: later steps wrap around.
+    safetensors.save(data_path, parity.make_data(spec, samples=3 * n * micro, seed=4))
+    opt = parity.OptimizerConfig("adam", lr=1e-2)
+
+    ref_exe = e2e_util.compile_spec(ref_spec, str(tmp_path), opt, name="ref")
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), opt, name=f"dp{n}",
+                                extra=["--dp", str(n)])
+    parity.run_exe(ref_exe, steps=STEPS, init=init_path, data=data_path,
+                   save=str(tmp_path / "ref.safetensors"), threads=1)
+    saves = []
+    for run in range(2):
+        save = str(tmp_path / f"dp{n}-{run}.safetensors")
+        mpirun(n, [exe, "--steps", str(STEPS), "--init", init_path, "--data", data_path,
+                   "--save", save, "--threads", "1"])
+        saves.append(save)
+
+    with open(saves[0], "rb") as a, open(saves[1], "rb") as b:
+        assert a.read() == b.read(), "two identical runs differ"
+
+    ref = safetensors.load(str(tmp_path / "ref.safetensors"))
+    got = safetensors.load(saves[0])
+    assert set(ref) == set(got)
+    noise = parity.zero_gradient_params(spec)
+    bad = {}
+    for name in sorted(set(ref) - noise):
+        err = parity.rel_err(got[name], ref[name])
+        if err > TOL:
+            bad[name] = err
+    assert not bad, f"dp={n} differs from one process on the global batch: {bad}"
+    # The weights moved, so the comparison says something.
+    assert any(parity.rel_err(ref[k], init[k]) > 1e-3 for k in ref)
+
+
+def zero_report(mlir_path, stage, dp, optimizer):
+    opt = e2e_util.require_tool("ztrain-opt")
+    p = subprocess.run([opt, mlir_path, f"--ztrain-training=optimizer={optimizer}",
+                        f"--ztrain-zero=stage={stage} dp={dp}",
+                        "--zero-report=format=json", "-o", "/dev/null"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_stage0_report_is_the_truth(n, tmp_path):
+    """What the runtime measures equals what zero-report predicted."""
+    spec = make("mlp", 2)
+    src = tmp_path / "model.mlir"
+    src.write_text(spec.to_mlir())
+    exe = parity.compile_model(str(src), str(tmp_path / "model"),
+                               parity.OptimizerConfig("adam", lr=1e-2), ["--dp", str(n)])
+    steps = 3
+    report_path = str(tmp_path / "report.json")
+    mpirun(n, [exe, "--steps", str(steps), "--report", report_path, "--threads", "1"])
+    measured = parity.read_report(report_path)
+    predicted = zero_report(str(src), 0, n, "adam")["per_rank"]
+    plan = zero_report(str(src), 0, n, "adam")
+
+    assert measured["world_size"] == n
+    for rank in measured["ranks"]:
+        mem, comm = rank["memory"], rank["communication"]
+        # Model states: exact.
+        assert mem["parameters"] == predicted["parameters"]
+        assert mem["optimizer_states"] == predicted["optimizer_states"]
+        # Communication per step: exact, and all of it is all-reduce.
+        assert comm["all_reduce"]["bytes"] == steps * plan["communication_bytes_per_step"]
+        assert comm["all_reduce"]["calls"] == steps * len(spec.params)
+        assert all(comm[k]["bytes"] == 0 for k in ("reduce_scatter", "all_gather", "broadcast"))
+        # The prediction bounds what was really live at once.
+        assert mem["peak"] <= predicted["predicted_peak"], (mem, predicted)
+
+
+def test_world_size_must_match_dp(tmp_path):
+    """A model compiled for dp=2 refuses other launches: one line naming both,
+    non-zero exit, no hang."""
+    spec = make("mlp", 2)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), name="dp2", extra=["--dp", "2"])
+    plain = subprocess.run([exe, "--steps", "1"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+    assert plain.returncode != 0
+    assert plain.stderr.strip().splitlines() == [
+        "ztrain: error: the model was compiled for dp=2 ranks but was launched on 1 "
+        "(compile with --dp=1, or launch 2 ranks)"]
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    p = subprocess.run([MPIRUN, "--oversubscribe", "-np", "4", exe, "--steps", "1"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=120, env=env)
+    assert p.returncode != 0
+    errors = [line for line in p.stderr.splitlines() if line.startswith("ztrain: error:")]
+    assert errors == ["ztrain: error: [rank 0] the model was compiled for dp=2 ranks but was "
+                      "launched on 4 (compile with --dp=4, or launch 2 ranks)"]
