@@ -16,18 +16,30 @@
 //
 //   ztrain-descriptor 1
 //   grid <N>
-//   param <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale>
-//   state <name> <dtype> <rank> <d0> .. <dn-1> of <param-name>
+//   param <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale> [<store>]
+//   state <name> <dtype> <rank> <d0> .. <dn-1> of <param-name> [<store>]
 //   input <name> <dtype> <rank> <d0> .. <dn-1> bound <b>
 //   optimizer <free text up to end of line>
 //
 // `grid N`: the step was compiled for N data-parallel ranks; main() refuses
-// any other world size (absent: any size, for hand-written models). <dtype> is f32 or i32. <kind> is zeros | ones | normal | uniform: normal
-// draws N(0, scale^2), uniform draws U(-scale, scale). States start at zero.
+// any other world size (absent: any size, for hand-written models). <dtype>
+// is f32 or i32. <kind> is zeros | ones | normal | uniform: normal draws
+// N(0, scale^2), uniform draws U(-scale, scale). States start at zero.
 // For an i32 input, bound b > 0 means every value must lie in [0, b) (a
 // class count or vocabulary size the compiler derived); 0 means unknown.
 // The index of a param / state / input in ztrt_param / ztrt_state /
 // ztrt_input is its position among the records of its kind.
+//
+// <store> is `store <E> full` or `store <E> shard`: what each rank stores
+// of the tensor (n elements, row-major) in the buffer ztrt_param /
+// ztrt_state return, E elements (E * 4 bytes) on every rank, for ZeRO:
+//   absent           the whole tensor, E = n;
+//   `store E full`   E >= n: the whole tensor in [0, n), zeros in [n, E);
+//   `store E shard`  rank r holds flat elements [r*E, r*E + E), zeros for
+//                    indices >= n; needs E * world size >= n.
+// The runtime initialises, loads (--init) and saves (--save) full tensors
+// and slices / gathers them; the padding starts at zero and the compiled
+// step must keep it zero.
 //
 //===----------------------------------------------------------------------===//
 

@@ -129,6 +129,17 @@ void Communicator::allGather(const float *send, float *recv, int64_t elems) {
         "MPI_Allgather");
 }
 
+void Communicator::gather(const float *send, float *recv, int64_t elems,
+                          int root) {
+  if (!mpi) {
+    std::memmove(recv, send, static_cast<size_t>(elems) * sizeof(float));
+    return;
+  }
+  int n = mpiCount("MPI_Gather", elems);
+  check(MPI_Gather(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, root, mpi->comm),
+        "MPI_Gather");
+}
+
 void Communicator::broadcast(float *buf, int64_t elems, int root) {
   if (!mpi)
     return;

@@ -65,6 +65,10 @@ public:
   /// `recv` (count() * elems floats) = every rank's `send` (elems floats),
   /// in rank order. `send` must not overlap `recv`.
   void allGather(const float *send, float *recv, int64_t elems);
+  /// On `root`, `recv` (count() * elems floats) = every rank's `send` (elems
+  /// floats), in rank order; elsewhere `recv` is unused and may be null.
+  /// `send` must not overlap `recv`.
+  void gather(const float *send, float *recv, int64_t elems, int root);
   /// `buf` (elems floats) = root's `buf`, on every rank.
   void broadcast(float *buf, int64_t elems, int root);
   /// Every rank's `text`, in rank order, on rank 0; empty on the others.

@@ -8,6 +8,7 @@
 
 #include "src/Support.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -21,6 +22,42 @@ const char *elemTypeName(ElemType type) {
 
 const char *elemTypeSafetensorsName(ElemType type) {
   return type == ElemType::F32 ? "F32" : "I32";
+}
+
+StorageSlice StoredTensorSpec::slice(int64_t rank) const {
+  if (store == StoreMode::Full)
+    return {0, numel};
+  // A rank whose window starts past the end stores padding only; testing
+  // that first keeps rank * storeElems from overflowing.
+  if (rank > 0 && storeElems > numel / rank)
+    return {numel, 0};
+  int64_t begin = rank * storeElems;
+  return {begin, std::min(storeElems, numel - begin)};
+}
+
+std::string shardCoverageProblem(const char *kind, const StoredTensorSpec &spec,
+                                 int64_t ranks) {
+  // E * N >= n, written as E >= ceil(n / N) so that it cannot overflow.
+  if (spec.store == StoreMode::Full ||
+      spec.storeElems >= (spec.numel + ranks - 1) / ranks)
+    return "";
+  return format("%s '%s' has %lld elements, but shards of %lld on %lld "
+                "ranks hold only %lld",
+                kind, spec.name.c_str(), static_cast<long long>(spec.numel),
+                static_cast<long long>(spec.storeElems),
+                static_cast<long long>(ranks),
+                static_cast<long long>(spec.storeElems * ranks));
+}
+
+void checkStorage(const Descriptor &desc, int64_t ranks) {
+  for (const ParamSpec &spec : desc.params)
+    if (std::string problem = shardCoverageProblem("param", spec, ranks);
+        !problem.empty())
+      fatal("descriptor: %s", problem.c_str());
+  for (const StateSpec &spec : desc.states)
+    if (std::string problem = shardCoverageProblem("state", spec, ranks);
+        !problem.empty())
+      fatal("descriptor: %s", problem.c_str());
 }
 
 namespace {
@@ -104,6 +141,31 @@ public:
     spec.bytes = spec.numel * 4; // f32 and i32 are both 4 bytes.
   }
 
+  /// The optional `store <E> full|shard` suffix of a param or state record,
+  /// then the end of the line. Without it a rank stores the whole tensor.
+  void storage(StoredTensorSpec &spec) {
+    spec.store = StoreMode::Full;
+    spec.storeElems = spec.numel;
+    if (!atEnd()) {
+      if (word("field") != "store")
+        error("unexpected trailing fields");
+      spec.storeElems = integer("storage size");
+      if (spec.storeElems > (int64_t(1) << 60))
+        error("storage of '" + spec.name + "' is too large");
+      std::string mode = word("storage mode");
+      if (mode == "shard")
+        spec.store = StoreMode::Shard;
+      else if (mode != "full")
+        error("unknown storage mode '" + mode + "' (expected full or shard)");
+      if (spec.store == StoreMode::Full && spec.storeElems < spec.numel)
+        error("full storage of '" + spec.name + "' has " +
+              std::to_string(spec.storeElems) + " elements, fewer than its " +
+              std::to_string(spec.numel));
+    }
+    spec.storeBytes = spec.storeElems * 4;
+    end();
+  }
+
 private:
   std::string line;
   int lineNumber;
@@ -117,6 +179,14 @@ Descriptor parseDescriptor(const char *text) {
     fatal("descriptor: the model has no ztrain_descriptor");
   Descriptor desc;
   std::set<std::string> names;
+  // Sharded records are checked against the grid once every record is read
+  // (the grid record may come after them); the line is kept for the error.
+  struct Sharded {
+    LineParser line;
+    bool isParam;
+    size_t index;
+  };
+  std::vector<Sharded> sharded;
   std::string all(text);
   size_t start = 0;
   int lineNumber = 0;
@@ -158,19 +228,21 @@ Descriptor parseDescriptor(const char *text) {
         p.error("unknown init kind '" + init +
                 "' (expected zeros, ones, normal or uniform)");
       spec.scale = p.number("init scale");
-      p.end();
+      p.storage(spec);
       if (spec.type == ElemType::I32 &&
           (spec.init == InitKind::Normal || spec.init == InitKind::Uniform))
         p.error("i32 parameter '" + spec.name + "' cannot have a random init");
       if (!names.insert(spec.name).second)
         p.error("duplicate name '" + spec.name + "'");
+      if (spec.store == StoreMode::Shard)
+        sharded.push_back({p, true, desc.params.size()});
       desc.params.push_back(std::move(spec));
     } else if (kind == "state") {
       StateSpec spec;
       p.tensor(spec);
       p.keyword("of");
       spec.of = p.word("parameter name");
-      p.end();
+      p.storage(spec);
       for (size_t i = 0; i < desc.params.size(); ++i)
         if (desc.params[i].name == spec.of)
           spec.paramIndex = static_cast<int64_t>(i);
@@ -179,6 +251,8 @@ Descriptor parseDescriptor(const char *text) {
                 spec.of + "'");
       if (!names.insert(spec.name).second)
         p.error("duplicate name '" + spec.name + "'");
+      if (spec.store == StoreMode::Shard)
+        sharded.push_back({p, false, desc.states.size()});
       desc.states.push_back(std::move(spec));
     } else if (kind == "input") {
       InputSpec spec;
@@ -205,6 +279,17 @@ Descriptor parseDescriptor(const char *text) {
   }
   if (!sawHeader)
     fatal("descriptor: empty (expected 'ztrain-descriptor 1')");
+  if (desc.gridSize > 0) {
+    for (const Sharded &s : sharded) {
+      std::string problem =
+          s.isParam ? shardCoverageProblem("param", desc.params[s.index],
+                                           desc.gridSize)
+                    : shardCoverageProblem("state", desc.states[s.index],
+                                           desc.gridSize);
+      if (!problem.empty())
+        s.line.error(problem);
+    }
+  }
   return desc;
 }
 

@@ -30,14 +30,47 @@ struct TensorSpec {
   int64_t bytes = 4;
 };
 
+/// How each rank stores a parameter or optimizer state: the record's
+/// optional `store <E> full|shard` suffix (format in ztrt.h).
+enum class StoreMode { Full, Shard };
+
+/// The part of a tensor one rank stores: global row-major elements
+/// [begin, begin + count) sit in elements [0, count) of its storage, whose
+/// remaining elements [count, storeElems) are zero padding.
+struct StorageSlice {
+  int64_t begin = 0;
+  int64_t count = 0;
+};
+
+/// A tensor that lives in per-rank storage (parameters and states; inputs
+/// are always whole per-rank buffers).
+struct StoredTensorSpec : TensorSpec {
+  StoreMode store = StoreMode::Full;
+  /// Elements each rank stores (E); numel when the record has no suffix.
+  int64_t storeElems = 1;
+  /// storeElems * 4: what every rank allocates (and what the compiler's
+  /// memory prediction counts).
+  int64_t storeBytes = 4;
+
+  /// What rank `rank` stores: everything for `full`, the rank's E-element
+  /// window of the flat tensor for `shard` (empty past the end).
+  StorageSlice slice(int64_t rank) const;
+};
+
+/// Empty if shards of `spec` on `ranks` ranks cover the whole tensor (always
+/// so for `full` storage), else the error naming the tensor; `kind` is
+/// "param" or "state".
+std::string shardCoverageProblem(const char *kind, const StoredTensorSpec &spec,
+                                 int64_t ranks);
+
 enum class InitKind { Zeros, Ones, Normal, Uniform };
 
-struct ParamSpec : TensorSpec {
+struct ParamSpec : StoredTensorSpec {
   InitKind init = InitKind::Zeros;
   double scale = 0.0;
 };
 
-struct StateSpec : TensorSpec {
+struct StateSpec : StoredTensorSpec {
   std::string of;
   int64_t paramIndex = -1;
 };
@@ -59,8 +92,13 @@ struct Descriptor {
 };
 
 /// Parses and validates a descriptor; fatal with the line number on any
-/// malformed record.
+/// malformed record. With a `grid N` record, shards must cover their tensors
+/// on N ranks; without one, call checkStorage() once the world size is known.
 Descriptor parseDescriptor(const char *text);
+
+/// Fatal, naming the tensor, if a sharded parameter or state does not fit
+/// `ranks` ranks (E * ranks < numel).
+void checkStorage(const Descriptor &desc, int64_t ranks);
 
 } // namespace ztrt
 

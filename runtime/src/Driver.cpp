@@ -78,14 +78,19 @@ std::vector<char> toHost(Backend &backend, const void *src, int64_t bytes) {
   return host;
 }
 
+/// Fills every parameter's storage on this rank, from the seed or from the
+/// --init file (which holds full tensors: each rank takes its slice). Every
+/// rank computes exactly its own elements, so replicas and shards start
+/// consistent without communication.
 void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
   Backend &backend = ctx.backend();
+  const int64_t rank = ctx.comm().rank();
   if (opts.init.empty()) {
     for (size_t i = 0; i < desc.params.size(); ++i) {
       const ParamSpec &spec = desc.params[i];
-      std::vector<char> host(static_cast<size_t>(spec.bytes));
-      initParameter(spec, opts.seed, 0, spec.numel, host.data());
-      backend.copyFromHost(ctx.params[i], host.data(), spec.bytes);
+      std::vector<char> host(static_cast<size_t>(spec.storeBytes));
+      initParameterStorage(spec, opts.seed, rank, host.data());
+      backend.copyFromHost(ctx.params[i], host.data(), spec.storeBytes);
     }
     return;
   }
@@ -104,16 +109,48 @@ void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
       fatal("--init '%s': tensor '%s' has shape %s, the model expects %s", path,
             spec.name.c_str(), formatShape(tensor->shape).c_str(),
             formatShape(spec.shape).c_str());
-    backend.copyFromHost(ctx.params[i], tensor->data, spec.bytes);
+    StorageSlice slice = spec.slice(rank);
+    std::vector<char> host(static_cast<size_t>(spec.storeBytes), 0);
+    std::memcpy(host.data(), tensor->data + slice.begin * 4,
+                static_cast<size_t>(slice.count) * 4);
+    backend.copyFromHost(ctx.params[i], host.data(), spec.storeBytes);
   }
 }
 
+/// Writes the full parameters to `path` on rank 0, as one process holding
+/// them would: padding dropped, shards gathered to rank 0 in rank order.
+/// Every rank calls it: the gathers of sharded parameters are collective.
 void saveParams(ztrt_ctx &ctx, const Descriptor &desc,
                 const std::string &path) {
+  Backend &backend = ctx.backend();
+  Communicator &comm = ctx.comm();
+  const bool root = comm.rank() == 0;
   std::vector<std::vector<char>> host;
+  for (size_t i = 0; i < desc.params.size(); ++i) {
+    const ParamSpec &spec = desc.params[i];
+    if (spec.store == StoreMode::Full) {
+      // The tensor is the first numel elements; the padding stays behind.
+      if (root)
+        host.push_back(toHost(backend, ctx.params[i], spec.bytes));
+      continue;
+    }
+    std::vector<char> shard = toHost(backend, ctx.params[i], spec.storeBytes);
+    std::vector<char> all(root ? static_cast<size_t>(comm.count()) *
+                                     static_cast<size_t>(spec.storeBytes)
+                               : 0);
+    // Shards concatenated in rank order are the flat tensor followed by the
+    // padding (checkStorage: E * N >= numel). The gather moves 4-byte words
+    // without converting them, so i32 parameters pass through unchanged.
+    comm.gather(reinterpret_cast<const float *>(shard.data()),
+                reinterpret_cast<float *>(all.data()), spec.storeElems, 0);
+    if (root) {
+      all.resize(static_cast<size_t>(spec.bytes));
+      host.push_back(std::move(all));
+    }
+  }
+  if (!root)
+    return;
   std::vector<SafetensorsWriteTensor> tensors;
-  for (size_t i = 0; i < desc.params.size(); ++i)
-    host.push_back(toHost(ctx.backend(), ctx.params[i], desc.params[i].bytes));
   for (size_t i = 0; i < desc.params.size(); ++i) {
     const ParamSpec &spec = desc.params[i];
     tensors.push_back({spec.name, elemTypeSafetensorsName(spec.type),
@@ -306,6 +343,10 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     float unused = 0.0f;
     world->broadcast(&unused, 1, 0);
   }
+  // Shards must cover their tensors on the ranks there are. The parser
+  // checks that against a grid record; without one this is the first point
+  // at which the number of ranks is known.
+  checkStorage(desc, ranks);
 
   ztrt_ctx ctx(createCpuBackend(), std::move(world));
   Backend &backend = ctx.backend();
@@ -318,21 +359,21 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   std::unique_ptr<DataSource> data =
       createDataSource(desc, opts.data, opts.seed, rank, ranks);
 
+  // Parameters and states take their per-rank storage (E elements), which
+  // is what the compiler's memory prediction counts.
   for (const ParamSpec &spec : desc.params)
-    ctx.params.push_back(ctx.allocate(spec.bytes, ZTRT_CAT_PARAMETERS,
+    ctx.params.push_back(ctx.allocate(spec.storeBytes, ZTRT_CAT_PARAMETERS,
                                       ("param '" + spec.name + "'").c_str()));
   for (const StateSpec &spec : desc.states) {
-    void *ptr = ctx.allocate(spec.bytes, ZTRT_CAT_OPTIMIZER_STATES,
+    void *ptr = ctx.allocate(spec.storeBytes, ZTRT_CAT_OPTIMIZER_STATES,
                              ("state '" + spec.name + "'").c_str());
-    std::vector<char> zeros(static_cast<size_t>(spec.bytes), 0);
-    backend.copyFromHost(ptr, zeros.data(), spec.bytes);
+    std::vector<char> zeros(static_cast<size_t>(spec.storeBytes), 0);
+    backend.copyFromHost(ptr, zeros.data(), spec.storeBytes);
     ctx.states.push_back(ptr);
   }
   for (const InputSpec &spec : desc.inputs)
     ctx.inputs.push_back(ctx.allocate(spec.bytes, ZTRT_CAT_OTHER,
                                       ("input '" + spec.name + "'").c_str()));
-  // Every rank initialises the full parameters identically (from the seed or
-  // the same file), so replicas start equal without communication.
   initParams(ctx, desc, opts);
 
   std::vector<std::vector<char>> staging;
@@ -368,8 +409,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     }
   }
 
-  // Parameters are replicated on every rank, so rank 0's are the model.
-  if (rank == 0 && !opts.save.empty())
+  if (!opts.save.empty())
     saveParams(ctx, desc, opts.save);
   if (!opts.report.empty()) {
     std::vector<std::string> perRank =

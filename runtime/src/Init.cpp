@@ -7,6 +7,7 @@
 #include "src/Init.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 namespace ztrt {
@@ -86,6 +87,16 @@ void initParameter(const ParamSpec &spec, uint64_t seed, int64_t begin,
                                   spec.scale);
     return;
   }
+}
+
+void initParameterStorage(const ParamSpec &spec, uint64_t seed, int64_t rank,
+                          void *dst) {
+  StorageSlice slice = spec.slice(rank);
+  initParameter(spec, seed, slice.begin, slice.begin + slice.count, dst);
+  // Padding is zero whatever the init kind: the compiler relies on it (zero
+  // gradients there make every optimizer update of the padding 0).
+  std::memset(static_cast<char *>(dst) + slice.count * 4, 0,
+              static_cast<size_t>(spec.storeElems - slice.count) * 4);
 }
 
 } // namespace ztrt

@@ -42,6 +42,12 @@ uint64_t below(uint64_t key, uint64_t counter, uint64_t bound);
 void initParameter(const ParamSpec &spec, uint64_t seed, int64_t begin,
                    int64_t end, void *dst);
 
+/// Writes rank `rank`'s storage of parameter `spec` (spec.storeElems
+/// elements, see StoredTensorSpec::slice) into host memory `dst`: the init
+/// values of the global elements it holds, zeros in its padding.
+void initParameterStorage(const ParamSpec &spec, uint64_t seed, int64_t rank,
+                          void *dst);
+
 } // namespace ztrt
 
 #endif // ZTRT_SRC_INIT_H

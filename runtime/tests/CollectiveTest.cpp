@@ -72,6 +72,14 @@ TEST(CollectiveTest, WorldOfOneIsACopy) {
   EXPECT_TRUE(sameBits(out, in));
 }
 
+TEST(CollectiveTest, WorldOfOneGatherIsACopy) {
+  Communicator world;
+  const std::vector<float> in = trickyValues();
+  std::vector<float> out(in.size(), 42.0f);
+  world.gather(in.data(), out.data(), static_cast<int64_t>(in.size()), 0);
+  EXPECT_TRUE(sameBits(out, in));
+}
+
 TEST(CollectiveTest, WorldOfOneCountsCallsButNoBytes) {
   auto ctx = cpuContext();
   std::vector<float> buf(10, 1.0f);

@@ -33,6 +33,70 @@ TEST(DescriptorTest, ParsesAllRecordKinds) {
   EXPECT_EQ(d.optimizer, "adamw lr=0.001 betas=(0.9, 0.999)");
 }
 
+TEST(DescriptorTest, WithoutStoreSuffixARankStoresTheWholeTensor) {
+  Descriptor d = parseDescriptor("ztrain-descriptor 1\n"
+                                 "param w f32 2 4 3 init zeros 0\n"
+                                 "state m f32 2 4 3 of w\n");
+  for (const StoredTensorSpec *spec :
+       {static_cast<const StoredTensorSpec *>(&d.params[0]),
+        static_cast<const StoredTensorSpec *>(&d.states[0])}) {
+    EXPECT_EQ(spec->store, StoreMode::Full);
+    EXPECT_EQ(spec->storeElems, 12);
+    EXPECT_EQ(spec->storeBytes, 48);
+    EXPECT_EQ(spec->slice(3).begin, 0);
+    EXPECT_EQ(spec->slice(3).count, 12);
+  }
+}
+
+TEST(DescriptorTest, ParsesStoreSuffixes) {
+  // ZeRO-2 on 4 ranks for a 7-element tensor: the parameter is full but
+  // padded to 4 * ceil(7/4) = 8, its state is sharded 2 per rank.
+  Descriptor d = parseDescriptor("ztrain-descriptor 1\n"
+                                 "param w f32 1 7 init normal 1 store 8 full\n"
+                                 "state m f32 1 7 of w store 2 shard\n"
+                                 "grid 4\n");
+  const ParamSpec &w = d.params[0];
+  EXPECT_EQ(w.store, StoreMode::Full);
+  EXPECT_EQ(w.storeElems, 8);
+  EXPECT_EQ(w.storeBytes, 32);
+  EXPECT_EQ(w.bytes, 28); // The tensor itself, as saved.
+  EXPECT_EQ(w.slice(2).begin, 0);
+  EXPECT_EQ(w.slice(2).count, 7);
+  const StateSpec &m = d.states[0];
+  EXPECT_EQ(m.store, StoreMode::Shard);
+  EXPECT_EQ(m.storeElems, 2);
+  EXPECT_EQ(m.storeBytes, 8);
+  // Rank r holds [2r, 2r + 2) of 7: the last rank one element and padding.
+  const int64_t begins[4] = {0, 2, 4, 6}, counts[4] = {2, 2, 2, 1};
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(m.slice(r).begin, begins[r]) << "rank " << r;
+    EXPECT_EQ(m.slice(r).count, counts[r]) << "rank " << r;
+  }
+}
+
+TEST(DescriptorTest, ShardsPastTheEndHoldOnlyPadding) {
+  // 3 elements in shards of 2 on 4 ranks: rank 2 and 3 store padding only,
+  // and a huge rank must not overflow rank * E.
+  Descriptor d = parseDescriptor("ztrain-descriptor 1\n"
+                                 "param w f32 1 3 init ones 0 store 2 shard\n"
+                                 "grid 4\n");
+  const ParamSpec &w = d.params[0];
+  EXPECT_EQ(w.slice(1).begin, 2);
+  EXPECT_EQ(w.slice(1).count, 1);
+  for (int64_t r : {int64_t(2), int64_t(3), int64_t(1) << 62})
+    EXPECT_EQ(w.slice(r).count, 0) << "rank " << r;
+}
+
+TEST(DescriptorTest, ShardsAreCheckedAgainstTheWorldWithoutAGrid) {
+  Descriptor d = parseDescriptor("ztrain-descriptor 1\n"
+                                 "param w f32 1 7 init zeros 0\n"
+                                 "state m f32 1 7 of w store 2 shard\n");
+  checkStorage(d, 4); // 2 * 4 >= 7: fits.
+  EXPECT_EXIT(checkStorage(d, 3), ::testing::ExitedWithCode(1),
+              "^ztrain: error: descriptor: state 'm' has 7 elements, but "
+              "shards of 2 on 3 ranks hold only 6\n$");
+}
+
 struct BadDescriptor {
   const char *text;
   const char *error;
@@ -76,4 +140,37 @@ INSTANTIATE_TEST_SUITE_P(
         BadDescriptor{"ztrain-descriptor 1\ninput x  f32 1 2 bound 0\n",
                       "descriptor line 2: empty dtype"},
         BadDescriptor{"ztrain-descriptor 1\nbuffer x f32 1 2\n",
-                      "descriptor line 2: unknown record kind 'buffer'"}));
+                      "descriptor line 2: unknown record kind 'buffer'"},
+        BadDescriptor{"ztrain-descriptor 1\n"
+                      "param w f32 1 7 init zeros 0 store 6 full\n",
+                      "descriptor line 2: full storage of 'w' has 6 elements, "
+                      "fewer than its 7"},
+        // The grid may come before or after the records it constrains.
+        BadDescriptor{"ztrain-descriptor 1\ngrid 2\n"
+                      "param w f32 1 7 init zeros 0 store 3 shard\n",
+                      "descriptor line 3: param 'w' has 7 elements, but "
+                      "shards of 3 on 2 ranks hold only 6"},
+        BadDescriptor{"ztrain-descriptor 1\n"
+                      "param w f32 1 7 init zeros 0\n"
+                      "state m f32 1 7 of w store 1 shard\ngrid 4\n",
+                      "descriptor line 3: state 'm' has 7 elements, but "
+                      "shards of 1 on 4 ranks hold only 4"},
+        BadDescriptor{"ztrain-descriptor 1\n"
+                      "param w f32 1 7 init zeros 0 store 8 split\n",
+                      "descriptor line 2: unknown storage mode 'split' "
+                      "\\(expected full or shard\\)"},
+        BadDescriptor{"ztrain-descriptor 1\n"
+                      "param w f32 1 7 init zeros 0 store full\n",
+                      "descriptor line 2: bad storage size 'full'"},
+        BadDescriptor{"ztrain-descriptor 1\n"
+                      "param w f32 1 7 init zeros 0 store\n",
+                      "descriptor line 2: missing storage size"},
+        BadDescriptor{"ztrain-descriptor 1\n"
+                      "param w f32 1 7 init zeros 0 store 8\n",
+                      "descriptor line 2: missing storage mode"},
+        BadDescriptor{"ztrain-descriptor 1\n"
+                      "param w f32 1 7 init zeros 0 store 8 full 1\n",
+                      "descriptor line 2: unexpected trailing fields"},
+        BadDescriptor{"ztrain-descriptor 1\n"
+                      "param w f32 1 7 init zeros 0 keep 8 full\n",
+                      "descriptor line 2: unexpected trailing fields"}));

@@ -20,7 +20,25 @@ ParamSpec param(const std::string &name, InitKind kind, double scale,
   spec.bytes = 4 * n;
   spec.init = kind;
   spec.scale = scale;
+  spec.storeElems = n;
+  spec.storeBytes = 4 * n;
   return spec;
+}
+
+/// `spec` stored as `mode` with E = `elems` per rank.
+ParamSpec stored(ParamSpec spec, StoreMode mode, int64_t elems) {
+  spec.store = mode;
+  spec.storeElems = elems;
+  spec.storeBytes = 4 * elems;
+  return spec;
+}
+
+std::vector<float> initStorage(const ParamSpec &spec, uint64_t seed,
+                               int64_t rank) {
+  // Poisoned, so that an element initStorage forgets to write shows up.
+  std::vector<float> out(spec.storeElems, -99.0f);
+  initParameterStorage(spec, seed, rank, out.data());
+  return out;
 }
 
 std::vector<float> init(const ParamSpec &spec, uint64_t seed) {
@@ -62,6 +80,49 @@ TEST(InitTest, ShardsMatchTheFullTensor) {
   std::vector<float> shard(300);
   initParameter(spec, 3, 500, 800, shard.data());
   EXPECT_EQ(0, std::memcmp(shard.data(), full.data() + 500, 300 * 4));
+}
+
+TEST(InitTest, ShardStorageIsTheSliceOfTheFullInitBitForBit) {
+  // 1001 elements on N ranks in shards of E >= ceil(1001 / N), some with
+  // extra padding (E = 400 on 4 ranks leaves rank 3 with padding only): the
+  // concatenated storage must be the full init followed by zeros, for every
+  // init kind (ones and normal must not leak into the padding).
+  struct Layout {
+    int64_t ranks, elems;
+  };
+  for (InitKind kind :
+       {InitKind::Zeros, InitKind::Ones, InitKind::Normal, InitKind::Uniform}) {
+    auto spec = param("w", kind, 0.5, 1001);
+    std::vector<float> full = init(spec, 3);
+    for (Layout layout : {Layout{1, 1001}, Layout{2, 501}, Layout{3, 334},
+                          Layout{4, 251}, Layout{4, 400}}) {
+      SCOPED_TRACE("init kind " + std::to_string(static_cast<int>(kind)) +
+                   ", " + std::to_string(layout.ranks) + " ranks of " +
+                   std::to_string(layout.elems));
+      auto sharded = stored(spec, StoreMode::Shard, layout.elems);
+      std::vector<float> concatenated;
+      for (int64_t r = 0; r < layout.ranks; ++r) {
+        std::vector<float> shard = initStorage(sharded, 3, r);
+        concatenated.insert(concatenated.end(), shard.begin(), shard.end());
+      }
+      std::vector<float> expected = full;
+      expected.resize(layout.ranks * layout.elems, 0.0f);
+      EXPECT_TRUE(sameBits(concatenated, expected));
+    }
+  }
+}
+
+TEST(InitTest, FullStorageIsTheWholeInitThenZeros) {
+  for (InitKind kind : {InitKind::Ones, InitKind::Normal}) {
+    auto spec = param("w", kind, 0.5, 7);
+    std::vector<float> expected = init(spec, 5);
+    expected.resize(8, 0.0f);
+    auto padded = stored(spec, StoreMode::Full, 8);
+    // Every rank holds the same full, padded tensor.
+    for (int64_t r = 0; r < 4; ++r)
+      EXPECT_TRUE(sameBits(initStorage(padded, 5, r), expected))
+          << "rank " << r;
+  }
 }
 
 TEST(InitTest, NormalHasRequestedMoments) {

@@ -29,13 +29,7 @@ constexpr int64_t kGradElems = 4;
 
 class MpiMainTest : public ::testing::Test {
 protected:
-  void SetUp() override {
-    // Open MPI's mpirun refuses to run as root (CI does) and to start more
-    // ranks than cores (CI has 2) unless told; other launchers ignore these.
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
-  }
+  void SetUp() override { allowMpiJobsHere(); }
 
   ProcessResult launch(int ranks, std::vector<std::string> args) {
     std::vector<std::string> command = {ZTRT_MPIEXEC, ZTRT_MPIEXEC_NUMPROC_FLAG,

@@ -117,3 +117,29 @@ TEST_F(OptimizerTest, UpdatesNeedAStep) {
       ::testing::ExitedWithCode(1),
       "sgd_update: momentum 0.9 needs a momentum buffer");
 }
+
+TEST_F(OptimizerTest, ZeroPaddingStaysExactlyZero) {
+  // ZeRO pads parameters and states with zeros and the compiler pads
+  // gradients with zeros; the runtime relies on every update of such an
+  // element being exactly +0 (no check per step), with weight decay,
+  // momentum, nesterov and Adam's bias correction alike.
+  float p = 0.0f, g = 0.0f, buf = 0.0f;
+  float q[2] = {}, m[2] = {}, v[2] = {};
+  for (int64_t t = 1; t <= 3; ++t) {
+    ctx->step = t;
+    ztrt_sgd_update_f32(ctx.get(), &p, &g, &buf, 1, 0.1, 0.9, 0.1, 0.01, 1);
+    EXPECT_FALSE(std::signbit(p)) << "sgd step " << t;
+    EXPECT_EQ(p, 0.0f);
+    EXPECT_EQ(buf, 0.0f);
+    for (int32_t decoupled : {0, 1}) {
+      ztrt_adam_update_f32(ctx.get(), &q[decoupled], &g, &m[decoupled],
+                           &v[decoupled], 1, 1e-3, 0.9, 0.999, 1e-8, 0.01,
+                           decoupled);
+      EXPECT_FALSE(std::signbit(q[decoupled]))
+          << "adam decoupled=" << decoupled << " step " << t;
+      EXPECT_EQ(q[decoupled], 0.0f);
+      EXPECT_EQ(m[decoupled], 0.0f);
+      EXPECT_EQ(v[decoupled], 0.0f);
+    }
+  }
+}

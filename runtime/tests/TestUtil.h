@@ -78,6 +78,14 @@ inline std::vector<float> testValues(size_t n, uint32_t seed) {
   return out;
 }
 
+/// Open MPI's mpirun refuses to run as root (CI does) and to start more
+/// ranks than cores (CI has 2) unless told; other launchers ignore these.
+inline void allowMpiJobsHere() {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+}
+
 struct ProcessResult {
   /// Exit status; -1 if killed by a signal (or by the timeout).
   int status;

@@ -205,6 +205,28 @@ TEST(MpiCollectives, AllGatherConcatenatesInRankOrder) {
   }
 }
 
+TEST(MpiCollectives, GatherToEveryRoot) {
+  // The runtime's own gather (the checkpoint's consolidation of shards):
+  // root gets every rank's block in rank order, bit for bit; the others'
+  // receive buffers stay untouched.
+  for (int root = 0; root < ranks(); ++root) {
+    SCOPED_TRACE("root " + std::to_string(root));
+    const int64_t count = 1001;
+    std::vector<float> expected;
+    for (int s = 0; s < ranks(); ++s) {
+      std::vector<float> part = values(s, count, 400);
+      expected.insert(expected.end(), part.begin(), part.end());
+    }
+    std::vector<float> in = values(rank(), count, 400);
+    std::vector<float> out(static_cast<size_t>(ranks() * count), -1.0f);
+    ctx->comm().gather(in.data(), out.data(), count, root);
+    if (rank() == root)
+      EXPECT_TRUE(sameBits(out, expected));
+    else
+      EXPECT_TRUE(sameBits(out, std::vector<float>(out.size(), -1.0f)));
+  }
+}
+
 TEST(MpiCollectives, BcastFromEveryRoot) {
   for (int root = 0; root < ranks(); ++root) {
     SCOPED_TRACE("root " + std::to_string(root));

@@ -35,7 +35,7 @@
 // BADDP: error: dp must be >= 1, got 0
 // NOSTEP: error: zero-partition runs on a complete training step: run train-autodiff and train-optimizer first
 // TWICE: error: the module is already partitioned: #dist.zero<stage = 1, grid = @dp>
-// LOWER: error: the step is partitioned for ZeRO stage 1, which the runtime lowering does not execute yet (stage 0 it does)
+// LOWER: error: the gradient of this update is not synchronized over the grid: run zero-insert-collectives first
 
 train.param @w : tensor<7x3xf32> init(normal, 0.02)
 train.param @b : tensor<7xf32> init(zeros)

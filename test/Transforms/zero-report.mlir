@@ -34,9 +34,11 @@
 // S0: all_reduce                           168           2
 // S0: total                                168
 
-// Stage 1: states 2 x 32 bytes; reduce-scatter + all-gather of the padded
-// buffers: 2 x 128 x 3/4 = 192 bytes, never an all-reduce.
-// S1: parameters                           112
+// Stage 1: states 2 x 32 bytes; parameters stay replicated but padded to 4
+// equal slices (128 bytes: they are updated by slice and all-gathered in
+// place); reduce-scatter + all-gather of the padded buffers: 2 x 128 x 3/4
+// = 192 bytes, never an all-reduce.
+// S1: parameters                           128
 // S1: gradients                            112
 // S1: optimizer states                      64
 // S1: reduce_scatter                        96           2
@@ -44,7 +46,7 @@
 // S1-NOT: all_reduce
 // S1: total                                192
 
-// S2: parameters                           112
+// S2: parameters                           128
 // S2: gradients                             32
 // S2: optimizer states                      64
 // S2: communication buffers                 96

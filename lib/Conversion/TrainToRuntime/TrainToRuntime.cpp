@@ -107,6 +107,25 @@ public:
                                             b.getContext()));
   }
 
+  /// `base` advanced by `bytes` (an i64 value).
+  Value offset(Value base, Value bytes) {
+    auto ptrTy = LLVM::LLVMPointerType::get(b.getContext());
+    return LLVM::GEPOp::create(b, loc, ptrTy, b.getI8Type(), base,
+                               ValueRange{bytes});
+  }
+
+  /// This process's rank (one ztrt_rank call per step, at its top).
+  Value rank() {
+    if (!rankValue) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointAfterValue(ctx);
+      if (!ctx.getParentBlock()->empty())
+        b.setInsertionPoint(&ctx.getParentBlock()->front());
+      rankValue = call("rank", {});
+    }
+    return rankValue;
+  }
+
   /// Calls ztrt_<name>(ctx, args...) and returns its result (or null).
   Value call(StringRef name, ArrayRef<Value> args) {
     func::FuncOp callee = declare(("ztrt_" + name).str());
@@ -188,6 +207,7 @@ private:
   Value ctx;
   std::map<std::string, LLVM::GlobalOp> arrays;
   DenseMap<Attribute, Value> constants;
+  Value rankValue;
 };
 
 int64_t numElements(Value v) {
@@ -256,9 +276,27 @@ struct LowerToRuntimePass
   using LowerToRuntimeBase::LowerToRuntimeBase;
   void runOnOperation() override;
   LogicalResult lowerStep(func::FuncOp entry, const std::string &descriptor);
+
+  using Storage = dist::StateStorage;
+  Storage storageOf(Operation *symbolOp, Type type) {
+    return dist::getStateStorage(symbolOp, cast<RankedTensorType>(type),
+                                 stage, gridSize);
+  }
+
+  int64_t stage = 0;
+  int64_t gridSize = 1;
 };
 
 } // namespace
+
+/// The descriptor's optional `store <E> full|shard` suffix.
+template <typename StorageT>
+static void appendStorage(llvm::raw_ostream &os, const StorageT &storage) {
+  if (storage.mode == StorageT::PaddedFull)
+    os << " store " << storage.elements << " full";
+  else if (storage.mode == StorageT::Shard)
+    os << " store " << storage.elements << " shard";
+}
 
 void LowerToRuntimePass::runOnOperation() {
   ModuleOp module = getOperation();
@@ -275,15 +313,8 @@ void LowerToRuntimePass::runOnOperation() {
 
   // A partitioned step runs on gridSize ranks; the runtime checks the
   // launch matches.
-  int64_t gridSize = 1;
   if (auto zero = module->getAttrOfType<dist::ZeroAttr>(dist::kZeroAttr)) {
-    if (zero.getStage() != 0) {
-      entry.emitError() << "the step is partitioned for ZeRO stage "
-                        << zero.getStage()
-                        << ", which the runtime lowering does not execute "
-                           "yet (stage 0 it does)";
-      return signalPassFailure();
-    }
+    stage = zero.getStage();
     SymbolTableCollection symbols;
     FailureOr<int64_t> n = dist::getGridSize(module, zero.getGrid(), symbols);
     if (failed(n))
@@ -339,13 +370,17 @@ void LowerToRuntimePass::runOnOperation() {
     appendShape(os, param.getType());
     os << " init " << stringifyInitKind(param.getInit()) << ' '
        << llvm::format("%.17g", param.getScaleAttr()
-                                                ? param.getScaleAttr().getValueAsDouble()
-                                                : 0.0) << '\n';
+                                    ? param.getScaleAttr().getValueAsDouble()
+                                    : 0.0);
+    appendStorage(os, storageOf(param, param.getType()));
+    os << '\n';
   }
   for (auto state : module.getOps<StateOp>()) {
     os << "state " << state.getSymName() << ' ' << dtypeName(state.getType());
     appendShape(os, state.getType());
-    os << " of " << state.getParam() << '\n';
+    os << " of " << state.getParam();
+    appendStorage(os, storageOf(state, state.getType()));
+    os << '\n';
   }
   for (BlockArgument arg : entry.getArguments()) {
     auto name = entry.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
@@ -443,6 +478,22 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
   DenseMap<Value, Value> buffer; // tensor value -> !llvm.ptr
   DenseSet<Value> owned;         // roots allocated by this step
   auto get = [&](Value v) { return buffer.lookup(v); };
+  SymbolTable symbolTable(module);
+  auto paramOp = [&](StringRef name) {
+    return symbolTable.lookup<ParamOp>(name);
+  };
+  // The storage a (possibly sharded) update writes: the whole parameter, its
+  // shard when it rests partitioned, or this rank's slice of its padded
+  // replicated storage.
+  auto updatedParam = [&](StringRef name, bool sharded, int64_t slice) {
+    Value p = e.call("param", {e.i64(paramIndex.lookup(name))});
+    ParamOp param = paramOp(name);
+    if (!sharded || gridSize == 1 ||
+        storageOf(param, param.getType()).mode == Storage::Shard)
+      return p;
+    return e.offset(p, arith::MulIOp::create(b, e.loc, e.rank(),
+                                             e.i64(slice * 4)));
+  };
   auto alloc = [&](Value v) {
     int32_t category = gradients.contains(v) ? ZTRT_CAT_GRADIENTS
                                              : ZTRT_CAT_ACTIVATIONS;
@@ -460,7 +511,12 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
     e.loc = op.getLoc();
     LogicalResult status =
         llvm::TypeSwitch<Operation *, LogicalResult>(&op)
-            .Case([&](ParamReadOp o) {
+            .Case([&](ParamReadOp o) -> LogicalResult {
+              if (gridSize > 1 && paramOp(o.getParam())->hasAttr(
+                                      dist::kPartitionAttr))
+                return o.emitOpError()
+                       << "reads a parameter partitioned at rest; run "
+                          "zero-insert-collectives (it gathers it)";
               buffer[o.getResult()] =
                   e.call("param", {e.i64(paramIndex.lookup(o.getParam()))});
               return success();
@@ -637,8 +693,8 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
               return success();
             })
             .Case([&](SGDUpdateOp o) {
-              Value p = e.call("param",
-                               {e.i64(paramIndex.lookup(o.getParam()))});
+              Value p = updatedParam(o.getParam(), o.getSharded(),
+                                     numElements(o.getGrad()));
               Value buf = o.getMomentumBuffer()
                               ? e.call("state", {e.i64(stateIndex.lookup(
                                                     *o.getMomentumBuffer()))})
@@ -654,8 +710,8 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
               return success();
             })
             .Case([&](AdamUpdateOp o) {
-              Value p = e.call("param",
-                               {e.i64(paramIndex.lookup(o.getParam()))});
+              Value p = updatedParam(o.getParam(), o.getSharded(),
+                                     numElements(o.getGrad()));
               Value m = e.call("state",
                                {e.i64(stateIndex.lookup(o.getExpAvg()))});
               Value v = e.call("state",
@@ -680,6 +736,58 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
                      {x, alloc(o.getResult()),
                       e.i64(numElements(o.getResult())),
                       e.i32(o.getReduction() == dist::Reduction::mean)});
+              return success();
+            })
+            .Case([&](dist::PadFlatOp o) {
+              int64_t n = numElements(o.getInput());
+              int64_t total = numElements(o.getResult());
+              Value x = get(o.getInput()), out = alloc(o.getResult());
+              e.call("copy", {x, out, e.i64(n * 4)});
+              if (total > n)
+                e.call("fill_f32", {e.offset(out, e.i64(n * 4)),
+                                    e.i64(total - n), e.f64(0.0)});
+              return success();
+            })
+            .Case([&](dist::ReduceScatterOp o) {
+              Value x = get(o.getInput());
+              e.call("reduce_scatter_f32",
+                     {x, alloc(o.getResult()),
+                      e.i64(numElements(o.getResult())),
+                      e.i32(o.getReduction() == dist::Reduction::mean)});
+              return success();
+            })
+            .Case([&](dist::AllGatherOp o) {
+              Value x = get(o.getInput());
+              e.call("all_gather_f32", {x, alloc(o.getResult()),
+                                        e.i64(numElements(o.getInput()))});
+              return success();
+            })
+            .Case([&](dist::GatherParamOp o) {
+              // The gathered copy is a communication buffer of N padded
+              // slices; the tensor is its first elements.
+              int64_t shard = storageOf(paramOp(o.getParam()),
+                                        o.getResult().getType())
+                                  .elements;
+              Value shardPtr =
+                  e.call("param", {e.i64(paramIndex.lookup(o.getParam()))});
+              Value full = e.call("alloc", {e.i64(shard * gridSize * 4),
+                                            e.i32(ZTRT_CAT_OTHER)});
+              buffer[o.getResult()] = full;
+              owned.insert(o.getResult());
+              ++numBuffers;
+              e.call("all_gather_f32", {shardPtr, full, e.i64(shard)});
+              return success();
+            })
+            .Case([&](dist::AllGatherParamOp o) {
+              ParamOp param = paramOp(o.getParam());
+              int64_t shard = storageOf(param, param.getType()).elements /
+                              gridSize;
+              Value p =
+                  e.call("param", {e.i64(paramIndex.lookup(o.getParam()))});
+              Value mine = e.offset(
+                  p, arith::MulIOp::create(b, e.loc, e.rank(),
+                                           e.i64(shard * 4)));
+              e.call("all_gather_f32", {mine, p, e.i64(shard)});
               return success();
             })
             .Case([&](func::ReturnOp o) {

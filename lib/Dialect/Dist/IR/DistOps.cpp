@@ -5,12 +5,14 @@
 //===----------------------------------------------------------------------===//
 
 #include "ztrain/Dialect/Dist/IR/DistOps.h"
+#include "ztrain/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
+using namespace ztrain;
 using namespace ztrain::dist;
 
 #include "ztrain/Dialect/Dist/IR/DistDialect.cpp.inc"
@@ -45,6 +47,18 @@ FailureOr<int64_t> ztrain::dist::getGridSize(Operation *from,
            << " must be one-dimensional with a static size, e.g. "
               "shard.grid @dp(shape = 4)";
   return shape[0];
+}
+
+StateStorage ztrain::dist::getStateStorage(Operation *symbolOp,
+                                           RankedTensorType type,
+                                           int64_t stage, int64_t gridSize) {
+  int64_t elements = type.getNumElements();
+  int64_t shard = (elements + gridSize - 1) / gridSize;
+  if (gridSize > 1 && symbolOp->hasAttr(kPartitionAttr))
+    return {StateStorage::Shard, shard};
+  if (gridSize > 1 && stage >= 1 && isa<train::ParamOp>(symbolOp))
+    return {StateStorage::PaddedFull, shard * gridSize};
+  return {StateStorage::Whole, elements};
 }
 
 static int64_t bytesOf(Value v) {
@@ -137,6 +151,73 @@ LogicalResult BroadcastOp::verifySymbolUses(SymbolTableCollection &symbols) {
 
 int64_t BroadcastOp::getCommunicatedBytes(int64_t n) {
   return n > 1 ? bytesOf(getInput()) : 0;
+}
+
+LogicalResult PadFlatOp::verify() {
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto out = cast<RankedTensorType>(getResult().getType());
+  if (out.getRank() != 1 || out.getNumElements() < in.getNumElements() ||
+      in.getElementType() != out.getElementType())
+    return emitOpError() << "result must be a one-dimensional "
+                         << in.getElementType() << " tensor of at least "
+                         << in.getNumElements() << " elements, got " << out;
+  return success();
+}
+
+/// The train.param `ref` names, looked up from `op`.
+static FailureOr<train::ParamOp> lookupParam(Operation *op,
+                                             FlatSymbolRefAttr ref,
+                                             SymbolTableCollection &symbols) {
+  auto param = symbols.lookupNearestSymbolFrom<train::ParamOp>(op, ref);
+  if (!param)
+    return op->emitOpError() << "references undeclared parameter " << ref;
+  return param;
+}
+
+static int64_t gatheredBytes(RankedTensorType type, int64_t n) {
+  int64_t shard = (type.getNumElements() + n - 1) / n;
+  return shard * (n - 1) * (type.getElementTypeBitWidth() / 8);
+}
+
+LogicalResult
+GatherParamOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (failed(getGridSize(*this, getGridAttr(), symbols)))
+    return failure();
+  FailureOr<train::ParamOp> param = lookupParam(*this, getParamAttr(), symbols);
+  if (failed(param))
+    return failure();
+  if (param->getType() != getResult().getType())
+    return emitOpError() << "result type " << getResult().getType()
+                         << " does not match parameter " << getParamAttr()
+                         << " declared as " << param->getType();
+  auto partition = (*param)->getAttrOfType<PartitionAttr>(kPartitionAttr);
+  if (!partition || partition.getGrid() != getGridAttr())
+    return emitOpError() << "parameter " << getParamAttr()
+                         << " is not partitioned over " << getGridAttr();
+  return success();
+}
+
+int64_t GatherParamOp::getCommunicatedBytes(int64_t n) {
+  return gatheredBytes(cast<RankedTensorType>(getResult().getType()), n);
+}
+
+LogicalResult
+AllGatherParamOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (failed(getGridSize(*this, getGridAttr(), symbols)))
+    return failure();
+  FailureOr<train::ParamOp> param = lookupParam(*this, getParamAttr(), symbols);
+  if (failed(param))
+    return failure();
+  if ((*param)->hasAttr(kPartitionAttr))
+    return emitOpError() << "parameter " << getParamAttr()
+                         << " is partitioned at rest; use dist.gather_param";
+  return success();
+}
+
+int64_t AllGatherParamOp::getCommunicatedBytes(int64_t n) {
+  auto param = SymbolTable::lookupNearestSymbolFrom<train::ParamOp>(
+      *this, getParamAttr());
+  return param ? gatheredBytes(param.getTensorType(), n) : 0;
 }
 
 #define GET_OP_CLASSES

@@ -32,6 +32,111 @@ struct ZeroInsertCollectivesPass
 };
 } // namespace
 
+/// Stage 0: average each gradient right before its update.
+static void insertAllReduces(func::FuncOp entry, FlatSymbolRefAttr grid,
+                             int64_t &count) {
+  OpBuilder b(entry.getContext());
+  entry.walk([&](Operation *op) {
+    if (!isa<train::SGDUpdateOp, train::AdamUpdateOp>(op))
+      return;
+    // Operand 0 of both update ops is the gradient.
+    Value grad = op->getOperand(0);
+    b.setInsertionPoint(op);
+    Value avg = AllReduceOp::create(
+        b, op->getLoc(), grad.getType(),
+        ReductionAttr::get(b.getContext(), Reduction::mean), grad, grid);
+    op->setOperand(0, avg);
+    ++count;
+  });
+}
+
+/// Stages 1-3: each rank updates one slice of every parameter.
+static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
+                                          int64_t stage, int64_t n,
+                                          FlatSymbolRefAttr grid,
+                                          int64_t &count) {
+  MLIRContext *ctx = module.getContext();
+  OpBuilder b(ctx);
+  auto meanAttr = ReductionAttr::get(ctx, Reduction::mean);
+  SmallVector<Operation *> updates;
+  entry.walk([&](Operation *op) {
+    if (isa<train::SGDUpdateOp, train::AdamUpdateOp>(op))
+      updates.push_back(op);
+  });
+  for (Operation *update : updates) {
+    Value grad = update->getOperand(0);
+    auto type = cast<RankedTensorType>(grad.getType());
+    int64_t shard = (type.getNumElements() + n - 1) / n;
+    // Stage 1 keeps full gradients until the optimizer runs; stages 2 and 3
+    // reduce-scatter each gradient as soon as it is final, so only its shard
+    // outlives the backward pass.
+    if (stage == 1 || !grad.getDefiningOp())
+      b.setInsertionPoint(update);
+    else
+      b.setInsertionPointAfter(grad.getDefiningOp());
+    Location loc = update->getLoc();
+    Value flat = PadFlatOp::create(
+        b, loc, RankedTensorType::get({shard * n}, type.getElementType()),
+        grad);
+    Value slice = ReduceScatterOp::create(
+        b, loc, RankedTensorType::get({shard}, type.getElementType()),
+        meanAttr, flat, grid);
+    update->setOperand(0, slice);
+    update->setAttr("sharded", b.getUnitAttr());
+    ++count;
+    if (stage < 3) {
+      // Parameters stay replicated: every rank needs every updated slice.
+      b.setInsertionPointAfter(update);
+      auto param = update->getAttrOfType<FlatSymbolRefAttr>("param");
+      AllGatherParamOp::create(b, loc, param, grid);
+      ++count;
+    }
+  }
+  if (stage < 3)
+    return success();
+
+  // Stage 3: parameters rest partitioned. Each read becomes a gather for
+  // the forward pass and, when the backward pass uses it too, a second
+  // gather right before its first backward use, so that the gathered copy
+  // can be released in between (the point of stage 3).
+  Block &body = entry.getBody().front();
+  Operation *lossOp =
+      body.getTerminator()->getOperand(0).getDefiningOp();
+  DenseMap<Operation *, unsigned> position;
+  for (auto [i, op] : llvm::enumerate(body))
+    position[&op] = i;
+  unsigned boundary = lossOp ? position[lossOp] : 0;
+  SmallVector<train::ParamReadOp> reads(body.getOps<train::ParamReadOp>());
+  for (train::ParamReadOp read : reads) {
+    SmallVector<OpOperand *> forwardUses, backwardUses;
+    for (OpOperand &use : read.getResult().getUses())
+      (position[use.getOwner()] <= boundary ? forwardUses : backwardUses)
+          .push_back(&use);
+    auto gather = [&](Operation *before) {
+      b.setInsertionPoint(before);
+      ++count;
+      return GatherParamOp::create(b, read.getLoc(), read.getType(),
+                                   read.getParamAttr(), grid);
+    };
+    if (!forwardUses.empty()) {
+      Value full = gather(read);
+      for (OpOperand *use : forwardUses)
+        use->set(full);
+    }
+    if (!backwardUses.empty()) {
+      Operation *first = backwardUses.front()->getOwner();
+      for (OpOperand *use : backwardUses)
+        if (position[use->getOwner()] < position[first])
+          first = use->getOwner();
+      Value full = gather(first);
+      for (OpOperand *use : backwardUses)
+        use->set(full);
+    }
+    read.erase();
+  }
+  return success();
+}
+
 void ZeroInsertCollectivesPass::runOnOperation() {
   ModuleOp module = getOperation();
   func::FuncOp entry = train::getEntryFunction(module);
@@ -47,32 +152,23 @@ void ZeroInsertCollectivesPass::runOnOperation() {
   FailureOr<int64_t> n = getGridSize(module, zero.getGrid(), symbols);
   if (failed(n))
     return signalPassFailure();
-  if (zero.getStage() != 0) {
-    entry.emitError() << "zero-insert-collectives: ZeRO stage "
-                      << zero.getStage()
-                      << " is not implemented yet (stage 0 is)";
-    return signalPassFailure();
-  }
   bool already = false;
   entry.walk([&](CollectiveOpInterface) { already = true; });
   if (already) {
     entry.emitError() << "the step already has collectives";
     return signalPassFailure();
   }
+  if (!entry.getBody().hasOneBlock()) {
+    entry.emitError() << "zero-insert-collectives needs a single-block step";
+    return signalPassFailure();
+  }
   if (*n == 1)
     return;
-
-  OpBuilder b(module.getContext());
-  entry.walk([&](Operation *op) {
-    if (!isa<train::SGDUpdateOp, train::AdamUpdateOp>(op))
-      return;
-    // Operand 0 of both update ops is the gradient.
-    Value grad = op->getOperand(0);
-    b.setInsertionPoint(op);
-    Value avg = AllReduceOp::create(b, op->getLoc(), grad.getType(),
-                                    ReductionAttr::get(b.getContext(), Reduction::mean),
-                                    grad, zero.getGrid());
-    op->setOperand(0, avg);
-    ++numCollectives;
-  });
+  int64_t count = 0;
+  if (zero.getStage() == 0)
+    insertAllReduces(entry, zero.getGrid(), count);
+  else if (failed(insertShardedUpdates(module, entry, zero.getStage(), *n,
+                                       zero.getGrid(), count)))
+    return signalPassFailure();
+  numCollectives += count;
 }

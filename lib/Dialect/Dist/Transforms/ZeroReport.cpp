@@ -73,7 +73,7 @@ struct Report {
 /// Peak bytes of live intermediate tensors over the straight-line entry
 /// function. Parameter reads and reshapes alias existing storage; the
 /// gradients the optimizer consumes are counted as gradients instead.
-int64_t activationPeak(func::FuncOp entry) {
+int64_t activationPeak(func::FuncOp entry, int64_t gridSize) {
   Block &body = entry.getBody().front();
   DenseMap<Operation *, unsigned> position;
   for (auto [i, op] : llvm::enumerate(body))
@@ -106,8 +106,15 @@ int64_t activationPeak(func::FuncOp entry) {
         continue;
       unsigned def = position[&op];
       unsigned end = lastUse.count(r) ? lastUse[r] : def;
-      delta[def] += tensorBytes(r.getType());
-      delta[end + 1] -= tensorBytes(r.getType());
+      // A gathered parameter occupies N padded slices.
+      int64_t bytes = tensorBytes(r.getType());
+      if (isa<GatherParamOp>(op)) {
+        auto type = cast<RankedTensorType>(r.getType());
+        bytes = (type.getNumElements() + gridSize - 1) / gridSize * gridSize *
+                elementBytes(type);
+      }
+      delta[def] += bytes;
+      delta[end + 1] -= bytes;
     }
   int64_t live = 0, peak = 0;
   for (int64_t d : delta) {
@@ -150,7 +157,8 @@ FailureOr<Report> ZeroReportPass::analyze() {
     ++r.paramCount;
     r.paramElements += elements;
     r.paramBytes += full;
-    r.parameters += r.stage >= 3 ? shard : full;
+    r.parameters +=
+        getStateStorage(param, param.getTensorType(), r.stage, n).elements * eb;
     r.gradients += r.stage >= 2 ? shard : full;
     largestParam = std::max(largestParam, shardOf(elements) * n * eb);
     if (n == 1)
@@ -170,10 +178,9 @@ FailureOr<Report> ZeroReportPass::analyze() {
   }
   for (auto state : module.getOps<train::StateOp>()) {
     r.hasStates = true;
-    int64_t elements = cast<RankedTensorType>(state.getType()).getNumElements();
-    int64_t eb = elementBytes(state.getType());
-    r.optimizerStates +=
-        r.stage >= 1 ? shardOf(elements) * eb : elements * eb;
+    auto type = cast<RankedTensorType>(state.getType());
+    r.optimizerStates += getStateStorage(state, type, r.stage, n).elements *
+                         elementBytes(type);
   }
   if (n > 1 && r.stage >= 2)
     r.communicationBuffers = largestParam;
@@ -185,20 +192,32 @@ FailureOr<Report> ZeroReportPass::analyze() {
     if (isa<RankedTensorType>(t))
       r.inputs += tensorBytes(t);
   if (entry.getBody().hasOneBlock())
-    r.activations = activationPeak(entry);
+    r.activations = activationPeak(entry, n);
 
   // Once collectives are in the IR they are the truth, not the plan.
   SmallVector<CollectiveOpInterface> ops;
   entry.walk([&](CollectiveOpInterface c) { ops.push_back(c); });
   if (!ops.empty()) {
+    // The buffers of the inserted collectives are values of the step: the
+    // activation sweep already counts them.
     r.collectivesFromIR = true;
+    r.communicationBuffers = 0;
     r.collectives.clear();
     for (CollectiveOpInterface c : ops) {
       FailureOr<int64_t> size = getGridSize(c, c.getGridRef(), symbols);
       if (failed(size))
         return failure();
-      r.collectives.push_back({c->getName().stripDialect().str(), "", 1,
-                               c.getCommunicatedBytes(*size)});
+      // Parameter gathers are all-gathers into a buffer or in place.
+      std::string kind = c->getName().stripDialect().str(), tensor;
+      if (auto g = dyn_cast<GatherParamOp>(c.getOperation())) {
+        kind = "all_gather";
+        tensor = g.getParam().str();
+      } else if (auto g = dyn_cast<AllGatherParamOp>(c.getOperation())) {
+        kind = "all_gather";
+        tensor = g.getParam().str();
+      }
+      r.collectives.push_back(
+          {kind, tensor, 1, c.getCommunicatedBytes(*size)});
     }
   }
   return r;

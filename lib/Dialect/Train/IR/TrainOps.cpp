@@ -311,10 +311,30 @@ static LogicalResult verifyState(Operation *op,
   return success();
 }
 
+/// The parameter an update names, with its gradient's type checked: the
+/// parameter's own type, or a 1-D slice when the update is sharded. Returns
+/// the parameter's declared type (the states' type).
+static FailureOr<Type> verifyUpdateGrad(Operation *op,
+                                        SymbolTableCollection &symbolTable,
+                                        FlatSymbolRefAttr param, Value grad,
+                                        bool sharded) {
+  auto p = verifySymbol<ParamOp>(op, symbolTable, param,
+                                 sharded ? Type() : grad.getType(),
+                                 "parameter");
+  if (failed(p))
+    return failure();
+  if (sharded && cast<RankedTensorType>(grad.getType()).getRank() != 1)
+    return op->emitOpError() << "a sharded update takes a one-dimensional "
+                                "gradient slice, got "
+                             << grad.getType();
+  return p->getType();
+}
+
 LogicalResult
 SGDUpdateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  if (failed(verifySymbol<ParamOp>(*this, symbolTable, getParamAttr(),
-                                   getGrad().getType(), "parameter")))
+  FailureOr<Type> type = verifyUpdateGrad(*this, symbolTable, getParamAttr(),
+                                          getGrad(), getSharded());
+  if (failed(type))
     return failure();
   bool hasMomentum = getMomentum().convertToDouble() != 0.0;
   if (hasMomentum != (bool)getMomentumBufferAttr())
@@ -323,19 +343,20 @@ SGDUpdateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
                                            "momentum is 0");
   if (getMomentumBufferAttr())
     return verifyState(*this, symbolTable, getMomentumBufferAttr(),
-                       getParamAttr(), getGrad().getType());
+                       getParamAttr(), *type);
   return success();
 }
 
 LogicalResult
 AdamUpdateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  if (failed(verifySymbol<ParamOp>(*this, symbolTable, getParamAttr(),
-                                   getGrad().getType(), "parameter")))
+  FailureOr<Type> type = verifyUpdateGrad(*this, symbolTable, getParamAttr(),
+                                          getGrad(), getSharded());
+  if (failed(type))
     return failure();
   if (failed(verifyState(*this, symbolTable, getExpAvgAttr(), getParamAttr(),
-                         getGrad().getType())) ||
+                         *type)) ||
       failed(verifyState(*this, symbolTable, getExpAvgSqAttr(),
-                         getParamAttr(), getGrad().getType())))
+                         getParamAttr(), *type)))
     return failure();
   return success();
 }

@@ -115,7 +115,7 @@ void TrainOptimizerPass::runOnOperation() {
       auto op = SGDUpdateOp::create(
           b, param.getLoc(), ref, grad, buffer, b.getF64FloatAttr(lr),
           b.getF64FloatAttr(momentum), b.getF64FloatAttr(dampening),
-          b.getF64FloatAttr(weightDecay), UnitAttr());
+          b.getF64FloatAttr(weightDecay), UnitAttr(), UnitAttr());
       op.setNesterov(nesterov);
     } else {
       auto m = declareState(param, "exp_avg", after);
@@ -127,7 +127,8 @@ void TrainOptimizerPass::runOnOperation() {
       auto op = AdamUpdateOp::create(
           b, param.getLoc(), ref, grad, *m, *v, b.getF64FloatAttr(lr),
           b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
-          b.getF64FloatAttr(eps), b.getF64FloatAttr(weightDecay), UnitAttr());
+          b.getF64FloatAttr(eps), b.getF64FloatAttr(weightDecay), UnitAttr(),
+          UnitAttr());
       op.setDecoupled(isAdamW);
     }
   }

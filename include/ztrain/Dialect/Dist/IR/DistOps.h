@@ -33,6 +33,25 @@ namespace ztrain::dist {
 mlir::FailureOr<int64_t> getGridSize(mlir::Operation *from,
                                      mlir::FlatSymbolRefAttr ref,
                                      mlir::SymbolTableCollection &symbols);
+
+/// How one rank stores a parameter or optimizer state of a ZeRO plan: the
+/// contract between the lowering (the descriptor's `store` suffix) and
+/// zero-report, which must agree byte for byte.
+struct StateStorage {
+  enum Mode {
+    Whole,      ///< the tensor as declared
+    PaddedFull, ///< the whole tensor, zero-padded to N equal slices
+    Shard       ///< this rank's slice of the flattened, padded tensor
+  } mode = Whole;
+  int64_t elements = 0; ///< per rank
+};
+
+/// The storage of `symbolOp` (a train.param / train.state of `type`) under
+/// ZeRO `stage` over `gridSize` ranks: partitioned states are shards, stage
+/// 1-2 parameters are padded (updated by slice, all-gathered in place).
+StateStorage getStateStorage(mlir::Operation *symbolOp,
+                             mlir::RankedTensorType type, int64_t stage,
+                             int64_t gridSize);
 } // namespace ztrain::dist
 
 #endif // ZTRAIN_DIALECT_DIST_IR_DISTOPS_H

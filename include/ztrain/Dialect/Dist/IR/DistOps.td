@@ -104,4 +104,77 @@ def Dist_BroadcastOp : Dist_CollectiveOp<"broadcast", [SameOperandsAndResultType
   let assemblyFormat = "$input `on` $grid `root` $root attr-dict `:` type($result)";
 }
 
+//===----------------------------------------------------------------------===//
+// ZeRO's partitioned parameters
+//===----------------------------------------------------------------------===//
+
+def Dist_PadFlatOp : Op<Dist_Dialect, "pad_flat", [Pure]> {
+  let summary = "flattens a tensor and pads it with zeros";
+  let description = [{
+    The row-major elements of the operand followed by zeros up to the
+    result's size: the flat buffer ZeRO reduce-scatters, N equal shards.
+
+    ```mlir
+    %flat = dist.pad_flat %dw : tensor<7x3xf32> -> tensor<24xf32>
+    ```
+
+    **Constraints:**
+    - the result is one-dimensional, no smaller than the operand, with the
+      same element type.
+  }];
+  let arguments = (ins AnyStaticShapeTensor:$input);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+// Collectives on a partitioned parameter's storage: they read or write
+// module-level state, so they carry memory effects instead of being pure.
+class Dist_ParamCollectiveOp<string mnemonic, list<Trait> traits = []>
+    : Op<Dist_Dialect, mnemonic, !listconcat(traits, [
+        DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+        DeclareOpInterfaceMethods<Dist_CollectiveOpInterface,
+                                  ["getCommunicatedBytes"]>])>;
+
+def Dist_GatherParamOp : Dist_ParamCollectiveOp<"gather_param",
+    [MemoryEffects<[MemRead]>]> {
+  let summary = "the full value of a parameter partitioned at rest";
+  let description = [{
+    ZeRO stage 3 keeps each parameter as one flat shard per rank and
+    all-gathers it before use, once for the forward pass and again for the
+    backward pass; the gathered copy is released after its last use.
+
+    ```mlir
+    %w = dist.gather_param @fc1.weight on @dp : tensor<128x784xf32>
+    ```
+
+    **Constraints:**
+    - `@param` is a `train.param` of the result type with a
+      `#dist.partition` over `@grid`.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, FlatSymbolRefAttr:$grid);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = "$param `on` $grid attr-dict `:` type($result)";
+}
+
+def Dist_AllGatherParamOp : Dist_ParamCollectiveOp<"all_gather_param",
+    [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "gathers every rank's updated slice of a parameter";
+  let description = [{
+    ZeRO stages 1 and 2 keep parameters replicated but update them by
+    slice (each rank owns the optimizer states of one slice). After the
+    sharded updates, this writes every rank's slice into every rank's
+    parameter storage, in place.
+
+    ```mlir
+    dist.all_gather_param @fc1.weight on @dp
+    ```
+
+    **Constraints:**
+    - `@param` is a `train.param` stored replicated (no `#dist.partition`).
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, FlatSymbolRefAttr:$grid);
+  let assemblyFormat = "$param `on` $grid attr-dict";
+}
+
 #endif // ZTRAIN_DIALECT_DIST_DISTOPS_TD

@@ -538,8 +538,12 @@ def Train_SGDUpdateOp : Train_Op<"sgd_update", [
         {lr = 1.000000e-02 : f64, momentum = 9.000000e-01 : f64} : tensor<128x784xf32>
     ```
 
+    With `sharded` (ZeRO stages 1-3), `grad` is this rank's contiguous
+    slice of the flattened, zero-padded gradient; the op updates the same
+    slice of the parameter and of its (partitioned) states.
+
     **Constraints:**
-    - `grad` has the parameter's type;
+    - `grad` has the parameter's type, or is one-dimensional with `sharded`;
     - a `momentum_buffer` (a `train.state` of the parameter) is present iff
       `momentum` is non-zero.
   }];
@@ -549,7 +553,7 @@ def Train_SGDUpdateOp : Train_Op<"sgd_update", [
                        DefaultValuedAttr<F64Attr, "0.0">:$momentum,
                        DefaultValuedAttr<F64Attr, "0.0">:$dampening,
                        DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
-                       UnitAttr:$nesterov);
+                       UnitAttr:$nesterov, UnitAttr:$sharded);
   let assemblyFormat = [{
     $param `,` $grad (`momentum_buffer` `(` $momentum_buffer^ `)`)? attr-dict `:` type($grad)
   }];
@@ -573,8 +577,12 @@ def Train_AdamUpdateOp : Train_Op<"adam_update", [
         : tensor<128x784xf32>
     ```
 
+    With `sharded` (ZeRO stages 1-3), `grad` is this rank's contiguous
+    slice of the flattened, zero-padded gradient; the op updates the same
+    slice of the parameter and of its (partitioned) states.
+
     **Constraints:**
-    - `grad` has the parameter's type;
+    - `grad` has the parameter's type, or is one-dimensional with `sharded`;
     - both states are `train.state`s of the parameter.
   }];
   let arguments = (ins FlatSymbolRefAttr:$param, Train_F32Tensor:$grad,
@@ -582,7 +590,7 @@ def Train_AdamUpdateOp : Train_Op<"adam_update", [
                        F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2,
                        F64Attr:$epsilon,
                        DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
-                       UnitAttr:$decoupled);
+                       UnitAttr:$decoupled, UnitAttr:$sharded);
   let assemblyFormat = [{
     $param `,` $grad `states` `(` $exp_avg `,` $exp_avg_sq `)` attr-dict `:` type($grad)
   }];

@@ -1,0 +1,112 @@
+/*===- fake_zero_model.c - fake_model.c with ZeRO storage ----------------===*
+ *
+ * The model of fake_model.c (linear regression onto kTrueW, MSE loss, SGD
+ * with momentum, data parallel) with the per-rank storage the compiler
+ * emits for ZeRO, as a hand-written stand-in for the end-to-end tests of
+ * the descriptor's `store` suffix. Built once per (stage, ranks) with
+ *
+ *   ZERO_STAGE  2: the parameter is full but padded to RANKS * CHUNK (the
+ *                  updated shards are all-gathered in place), its momentum
+ *                  buffer is sharded;
+ *               3: both are sharded; the step all-gathers the weights.
+ *   ZERO_RANKS  the grid size N;
+ *   ZERO_CHUNK  the shard size C >= ceil(4 / N); the tests pick one element
+ *               more than needed, so that every layout has padding;
+ *   ZERO_PADDED N * C, spelled out because the descriptor needs its digits.
+ *
+ * Every rank averages the gradient with reduce_scatter (rank-order sum,
+ * then / N) where fake_model.c all-reduces it, and the cpu backend's
+ * all_reduce is exactly that reduce_scatter followed by an all_gather, so
+ * both models compute the same bits: their checkpoints must be identical.
+ *
+ *===----------------------------------------------------------------------===*/
+
+#include "ztrt.h"
+
+#include <stdint.h>
+
+#define BATCH 8
+#define DIM 4
+#if ZERO_PADDED != ZERO_RANKS * ZERO_CHUNK
+#error "ZERO_PADDED must be ZERO_RANKS * ZERO_CHUNK"
+#endif
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+#if ZERO_STAGE == 2
+#define PARAM_STORE STR(ZERO_PADDED) " full"
+#elif ZERO_STAGE == 3
+#define PARAM_STORE STR(ZERO_CHUNK) " shard"
+#else
+#error "ZERO_STAGE must be 2 or 3"
+#endif
+
+/* clang-format cannot lay out string pieces made by macros. */
+/* clang-format off */
+const char ztrain_descriptor[] =
+    "ztrain-descriptor 1\n"
+    "grid " STR(ZERO_RANKS) "\n"
+    "param w f32 2 4 1 init normal 0.5 store " PARAM_STORE "\n"
+    "state w.momentum_buffer f32 2 4 1 of w store " STR(ZERO_CHUNK) " shard\n"
+    "input x f32 2 8 4 bound 0\n"
+    "optimizer sgd lr=0.1 momentum=0.5\n";
+/* clang-format on */
+
+static const float kTrueW[DIM] = {1.0f, -2.0f, 0.5f, 3.0f};
+static const int64_t kLossShape[2] = {BATCH, 1};
+static const int64_t kLossMask[2] = {1, 1};
+
+void ztrain_step(ztrt_ctx *ctx) {
+  const int64_t rank = ztrt_rank(ctx);
+  void *momentum = ztrt_state(ctx, 0);
+  const void *x = ztrt_input(ctx, 0);
+#if ZERO_STAGE == 3
+  float *shard = (float *)ztrt_param(ctx, 0);
+  float *w = (float *)ztrt_alloc(ctx, ZERO_PADDED * sizeof(float),
+                                 ZTRT_CAT_PARAMETERS);
+  ztrt_all_gather_f32(ctx, shard, w, ZERO_CHUNK);
+#else
+  float *w = (float *)ztrt_param(ctx, 0);
+  float *shard = w + rank * ZERO_CHUNK;
+#endif
+  const int64_t vec = BATCH * sizeof(float);
+  void *pred = ztrt_alloc(ctx, vec, ZTRT_CAT_ACTIVATIONS);
+  void *target = ztrt_alloc(ctx, vec, ZTRT_CAT_ACTIVATIONS);
+  void *diff = ztrt_alloc(ctx, vec, ZTRT_CAT_ACTIVATIONS);
+  void *sq = ztrt_alloc(ctx, vec, ZTRT_CAT_ACTIVATIONS);
+  void *loss = ztrt_alloc(ctx, sizeof(float), ZTRT_CAT_ACTIVATIONS);
+
+  /* Forward: loss = mean((x w - x w_true)^2), w = the first DIM elements. */
+  ztrt_matmul_f32(ctx, x, w, pred, 1, BATCH, 1, DIM, 0, 0, 0, 0, 0);
+  ztrt_matmul_f32(ctx, x, kTrueW, target, 1, BATCH, 1, DIM, 0, 0, 0, 0, 0);
+  ztrt_sub_f32(ctx, pred, target, diff, BATCH);
+  ztrt_mul_f32(ctx, diff, diff, sq, BATCH);
+  ztrt_reduce_f32(ctx, sq, loss, 2, kLossShape, kLossMask, 1);
+  ztrt_set_loss(ctx, loss);
+
+  /* Backward into a gradient padded with zeros, so that the update of the
+   * padding is exactly 0 and it stays zero, as the compiler guarantees. */
+  void *grad = ztrt_alloc(ctx, ZERO_PADDED * sizeof(float), ZTRT_CAT_GRADIENTS);
+  void *gradShard =
+      ztrt_alloc(ctx, ZERO_CHUNK * sizeof(float), ZTRT_CAT_GRADIENTS);
+  ztrt_fill_f32(ctx, grad, ZERO_PADDED, 0.0);
+  ztrt_scale_f32(ctx, diff, diff, BATCH, 2.0 / BATCH);
+  ztrt_matmul_f32(ctx, x, diff, grad, 1, DIM, 1, BATCH, 1, 0, 0, 0, 0);
+  ztrt_reduce_scatter_f32(ctx, grad, gradShard, ZERO_CHUNK, 1);
+  ztrt_sgd_update_f32(ctx, shard, gradShard, momentum, ZERO_CHUNK, 0.1, 0.5,
+                      0.0, 0.0, 0);
+#if ZERO_STAGE == 2
+  ztrt_all_gather_f32(ctx, shard, w, ZERO_CHUNK);
+#else
+  ztrt_free(ctx, w);
+#endif
+
+  ztrt_free(ctx, gradShard);
+  ztrt_free(ctx, grad);
+  ztrt_free(ctx, loss);
+  ztrt_free(ctx, sq);
+  ztrt_free(ctx, diff);
+  ztrt_free(ctx, target);
+  ztrt_free(ctx, pred);
+}
