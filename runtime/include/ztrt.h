@@ -18,9 +18,13 @@
 //   grid <N>
 //   param <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale> [<store>]
 //   state <name> <dtype> <rank> <d0> .. <dn-1> of <param-name> [<store>]
+//   grad <param-name> <E>
 //   input <name> <dtype> <rank> <d0> .. <dn-1> bound <b>
 //   optimizer <free text up to end of line>
 //
+// `grad p E` (optional; then one per parameter, in parameter order): the
+// persistent gradient buffer of parameter p, E f32 elements per rank,
+// returned by ztrt_grad.
 // `grid N`: the step was compiled for N data-parallel ranks; main() refuses
 // any other world size (absent: any size, for hand-written models). <dtype>
 // is f32 or i32. <kind> is zeros | ones | normal | uniform: normal draws

@@ -82,6 +82,11 @@ void *ztrt_state(ztrt_ctx *ctx, int64_t index) {
   return binding("state", ctx->states, index, "optimizer state");
 }
 
+void *ztrt_grad(ztrt_ctx *ctx, int64_t index) {
+  backendOf(ctx, "grad");
+  return binding("grad", ctx->grads, index, "gradient");
+}
+
 void *ztrt_input(ztrt_ctx *ctx, int64_t index) {
   backendOf(ctx, "input");
   return binding("input", ctx->inputs, index, "input");

@@ -147,6 +147,11 @@ void Communicator::broadcast(float *buf, int64_t elems, int root) {
   check(MPI_Bcast(buf, n, MPI_FLOAT, root, mpi->comm), "MPI_Bcast");
 }
 
+void Communicator::barrier() {
+  if (mpi)
+    check(MPI_Barrier(mpi->comm), "MPI_Barrier");
+}
+
 std::vector<std::string> Communicator::gatherToRoot(const std::string &text) {
   if (!mpi)
     return {text};

@@ -71,6 +71,9 @@ public:
   void gather(const float *send, float *recv, int64_t elems, int root);
   /// `buf` (elems floats) = root's `buf`, on every rank.
   void broadcast(float *buf, int64_t elems, int root);
+  /// Returns once every rank has called it: what a rank did before its
+  /// call (a committed file) happened before what any rank does after.
+  void barrier();
   /// Every rank's `text`, in rank order, on rank 0; empty on the others.
   std::vector<std::string> gatherToRoot(const std::string &text);
 

@@ -86,6 +86,9 @@ struct ztrt_ctx {
   }
 
   std::vector<void *> params, states, inputs;
+  /// One persistent gradient buffer per parameter (empty when the model
+  /// declares none); indexed like params.
+  std::vector<void *> grads;
   /// 1-based number of the step being run; 0 before the first.
   int64_t step = 0;
   /// The value ztrt_set_loss received during the current step.

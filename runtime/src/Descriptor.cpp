@@ -265,6 +265,24 @@ Descriptor parseDescriptor(const char *text) {
       if (!names.insert(spec.name).second)
         p.error("duplicate name '" + spec.name + "'");
       desc.inputs.push_back(std::move(spec));
+    } else if (kind == "grad") {
+      // One per parameter, in parameter order, so ztrt_grad(i) pairs with
+      // ztrt_param(i).
+      std::string of = p.word("parameter name");
+      GradSpec spec;
+      spec.elements = p.integer("gradient elements");
+      p.end();
+      size_t next = desc.grads.size();
+      if (next >= desc.params.size() || desc.params[next].name != of)
+        p.error("gradient record for '" + of + "' out of order (expected " +
+                (next < desc.params.size()
+                     ? "'" + desc.params[next].name + "'"
+                     : std::string("no more")) +
+                ", one per parameter in parameter order)");
+      if (spec.elements < 1)
+        p.error("gradient of '" + of + "' must have >= 1 elements");
+      spec.paramIndex = static_cast<int64_t>(next);
+      desc.grads.push_back(spec);
     } else if (kind == "grid") {
       desc.gridSize = p.integer("grid size");
       p.end();

@@ -75,6 +75,14 @@ struct StateSpec : StoredTensorSpec {
   int64_t paramIndex = -1;
 };
 
+/// `grad <param> <E>`: the parameter's persistent gradient buffer holds E
+/// f32 elements per rank (the whole gradient, its padded form or a slice,
+/// as the compiler planned it).
+struct GradSpec {
+  int64_t paramIndex = -1;
+  int64_t elements = 0;
+};
+
 struct InputSpec : TensorSpec {
   /// Every value of an i32 input must lie in [0, bound); 0 = unknown.
   int64_t bound = 0;
@@ -87,6 +95,8 @@ struct Descriptor {
   int64_t gridSize = 0;
   std::vector<ParamSpec> params;
   std::vector<StateSpec> states;
+  /// Empty, or one per parameter in parameter order.
+  std::vector<GradSpec> grads;
   std::vector<InputSpec> inputs;
   std::string optimizer;
 };

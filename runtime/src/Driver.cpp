@@ -7,6 +7,7 @@
 #include "src/Driver.h"
 
 #include "cpu/CpuBackend.h"
+#include "src/Checkpoint.h"
 #include "src/Communicator.h"
 #include "src/Context.h"
 #include "src/Data.h"
@@ -32,7 +33,8 @@ const char kUsage[] =
     "usage: %s [flags]\n"
     "Runs the training steps compiled into this executable.\n"
     "\n"
-    "  --steps N          number of steps (default 10)\n"
+    "  --steps N          number of steps to run (default 10); with --resume,\n"
+    "                     steps after the checkpoint's\n"
     "  --seed S           seed of parameter init and synthetic data "
     "(default 0)\n"
     "  --init F           initial parameters from safetensors file F\n"
@@ -40,6 +42,12 @@ const char kUsage[] =
     "                     any other file: bytes as tokens for inputs\n"
     "                     (tokens, targets); default: synthetic data\n"
     "  --save F           write the final parameters to safetensors file F\n"
+    "  --save-checkpoint D  write a sharded checkpoint (parameters and\n"
+    "                     optimizer states, one file per rank, index.json) to\n"
+    "                     directory D at the end\n"
+    "  --checkpoint-every N  also write it after every N-th step\n"
+    "  --resume D         continue the training saved in checkpoint D (same\n"
+    "                     build, same number of ranks)\n"
     "  --log-every N      print a progress line every N steps and on the last\n"
     "                     (default 1; 0 prints none)\n"
     "  --report F         write a JSON report (losses, times, memory,\n"
@@ -285,9 +293,17 @@ Options parseOptions(int argc, char **argv, int rank) {
         std::printf(kUsage, program);
       std::exit(0);
     }
-    static const char *const valued[] = {"--steps",  "--seed",   "--init",
-                                         "--data",   "--save",   "--log-every",
-                                         "--report", "--threads"};
+    static const char *const valued[] = {"--steps",
+                                         "--seed",
+                                         "--init",
+                                         "--data",
+                                         "--save",
+                                         "--log-every",
+                                         "--report",
+                                         "--threads",
+                                         "--save-checkpoint",
+                                         "--checkpoint-every",
+                                         "--resume"};
     bool known = false;
     for (const char *name : valued)
       known = known || flag == name;
@@ -307,9 +323,10 @@ Options parseOptions(int argc, char **argv, int rank) {
       usageError("flag %s needs a value", flag.c_str());
     if (flag == "--steps")
       opts.steps = parseInteger(flag, value, 0);
-    else if (flag == "--seed")
+    else if (flag == "--seed") {
       opts.seed = parseSeed(value);
-    else if (flag == "--init")
+      opts.seedGiven = true;
+    } else if (flag == "--init")
       opts.init = value;
     else if (flag == "--data")
       opts.data = value;
@@ -319,10 +336,21 @@ Options parseOptions(int argc, char **argv, int rank) {
       opts.logEvery = parseInteger(flag, value, 0);
     else if (flag == "--report")
       opts.report = value;
+    else if (flag == "--save-checkpoint")
+      opts.saveCheckpoint = value;
+    else if (flag == "--checkpoint-every")
+      opts.checkpointEvery = parseInteger(flag, value, 1);
+    else if (flag == "--resume")
+      opts.resume = value;
     else if (flag == "--threads")
       opts.threads = static_cast<int>(
           std::min<int64_t>(parseInteger(flag, value, 1), 1 << 16));
   }
+  if (opts.checkpointEvery > 0 && opts.saveCheckpoint.empty())
+    usageError("flag --checkpoint-every needs --save-checkpoint DIR");
+  if (!opts.resume.empty() && !opts.init.empty())
+    usageError("flags --init and --resume exclude each other (a resumed run "
+               "continues the checkpoint's parameters)");
   return opts;
 }
 
@@ -348,6 +376,30 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   // at which the number of ranks is known.
   checkStorage(desc, ranks);
 
+  // A resumed run continues the checkpoint's data stream, so its seed must
+  // be known before the data source opens. Rank 0 alone checks the index
+  // against this model, so that a mismatch is one line; the other ranks
+  // wait at the barrier until the check passes or rank 0's error aborts the
+  // job, and then read the index it accepted.
+  CheckpointIndex resumed;
+  if (!opts.resume.empty()) {
+    if (rank == 0) {
+      resumed = readCheckpointIndex(opts.resume, "--resume");
+      checkResumable(resumed, desc, descriptor, ranks);
+      if (opts.seedGiven && opts.seed != resumed.seed)
+        fatal("--resume '%s': the checkpoint was trained with --seed %llu, "
+              "this run has --seed %llu (leave --seed out to continue its "
+              "data)",
+              opts.resume.c_str(),
+              static_cast<unsigned long long>(resumed.seed),
+              static_cast<unsigned long long>(opts.seed));
+    }
+    world->barrier();
+    if (rank != 0)
+      resumed = readCheckpointIndex(opts.resume, "--resume");
+    opts.seed = resumed.seed;
+  }
+
   ztrt_ctx ctx(createCpuBackend(), std::move(world));
   Backend &backend = ctx.backend();
   Communicator &comm = ctx.comm();
@@ -371,17 +423,36 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     backend.copyFromHost(ptr, zeros.data(), spec.storeBytes);
     ctx.states.push_back(ptr);
   }
+  if (!desc.grads.empty() && desc.grads.size() != desc.params.size())
+    fatal("descriptor: %zu gradient records for %zu parameters",
+          desc.grads.size(), desc.params.size());
+  for (const GradSpec &spec : desc.grads)
+    ctx.grads.push_back(ctx.allocate(
+        spec.elements * 4, ZTRT_CAT_GRADIENTS,
+        ("gradient of '" + desc.params[spec.paramIndex].name + "'").c_str()));
   for (const InputSpec &spec : desc.inputs)
     ctx.inputs.push_back(ctx.allocate(spec.bytes, ZTRT_CAT_OTHER,
                                       ("input '" + spec.name + "'").c_str()));
-  initParams(ctx, desc, opts);
+  if (opts.resume.empty())
+    initParams(ctx, desc, opts);
+  else
+    loadCheckpointShard(ctx, desc, resumed);
 
+  // Steps are numbered as if the run had never stopped: the data of step t,
+  // Adam's bias correction (1 - beta^t) and SGD's first-step momentum all
+  // depend on t, so a resumed run computes exactly what an uninterrupted
+  // one would.
+  const int64_t first = resumed.step + 1, last = resumed.step + opts.steps;
+  auto checkpoint = [&](int64_t done) {
+    saveCheckpoint(ctx, desc, descriptor, {done, opts.seed, opts.data},
+                   opts.saveCheckpoint);
+  };
   std::vector<std::vector<char>> staging;
   for (const InputSpec &spec : desc.inputs)
     staging.emplace_back(static_cast<size_t>(spec.bytes));
-  int width = static_cast<int>(std::to_string(opts.steps).size());
+  int width = static_cast<int>(std::to_string(last).size());
   std::vector<StepRecord> records;
-  for (int64_t t = 1; t <= opts.steps; ++t) {
+  for (int64_t t = first; t <= last; ++t) {
     for (size_t i = 0; i < desc.inputs.size(); ++i) {
       data->fill(t, i, staging[i].data());
       backend.copyFromHost(ctx.inputs[i], staging[i].data(),
@@ -401,16 +472,21 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     float meanLoss = meanOverRanks(comm, ctx.loss);
     records.push_back({t, ctx.loss, meanLoss, ms});
     if (rank == 0 && opts.logEvery > 0 &&
-        (t % opts.logEvery == 0 || t == opts.steps)) {
+        (t % opts.logEvery == 0 || t == last)) {
       std::printf("step %*lld/%lld  loss %.7g  %.2f ms/step\n", width,
-                  static_cast<long long>(t), static_cast<long long>(opts.steps),
+                  static_cast<long long>(t), static_cast<long long>(last),
                   meanLoss, ms);
       std::fflush(stdout);
     }
+    // The last step's checkpoint is the one written below.
+    if (opts.checkpointEvery > 0 && t % opts.checkpointEvery == 0 && t != last)
+      checkpoint(t);
   }
 
   if (!opts.save.empty())
     saveParams(ctx, desc, opts.save);
+  if (!opts.saveCheckpoint.empty())
+    checkpoint(last);
   if (!opts.report.empty()) {
     std::vector<std::string> perRank =
         comm.gatherToRoot(rankJson(ctx, rank, records));

@@ -19,7 +19,14 @@ namespace ztrt {
 struct Options {
   int64_t steps = 10;
   uint64_t seed = 0;
+  /// Whether --seed was given: --resume takes the checkpoint's seed and
+  /// refuses a different explicit one.
+  bool seedGiven = false;
   std::string init, data, save, report;
+  /// --save-checkpoint DIR and --resume DIR (sharded checkpoints).
+  std::string saveCheckpoint, resume;
+  /// Also checkpoint after every step divisible by this; 0: only at the end.
+  int64_t checkpointEvery = 0;
   int64_t logEvery = 1;
   /// 0: leave the libraries' defaults.
   int threads = 0;

@@ -122,6 +122,18 @@ int64_t checkedNumel(const std::vector<int64_t> &shape) {
   return numel;
 }
 
+void syncParentDirectory(const std::string &path) {
+  std::string dir = ".";
+  size_t slash = path.rfind('/');
+  if (slash != std::string::npos)
+    dir = slash == 0 ? "/" : path.substr(0, slash);
+  int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dirFd >= 0) {
+    ::fsync(dirFd);
+    ::close(dirFd);
+  }
+}
+
 AtomicFile::AtomicFile(std::string destination) : path(std::move(destination)) {
   tempPath = path + ".tmp." + std::to_string(::getpid());
   fd = ::open(tempPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -165,15 +177,7 @@ void AtomicFile::commit() {
   unregisterTempFile(tempPath);
   // Make the rename itself durable; failure here leaves a complete file, so
   // it is not an error worth dying for.
-  std::string dir = ".";
-  size_t slash = path.rfind('/');
-  if (slash != std::string::npos)
-    dir = slash == 0 ? "/" : path.substr(0, slash);
-  int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dirFd >= 0) {
-    ::fsync(dirFd);
-    ::close(dirFd);
-  }
+  syncParentDirectory(path);
 }
 
 } // namespace ztrt

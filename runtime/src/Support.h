@@ -39,6 +39,11 @@ std::string formatShape(const std::vector<int64_t> &shape);
 /// Product of `shape`, or -1 if it overflows int64 (or a dim is negative).
 int64_t checkedNumel(const std::vector<int64_t> &shape);
 
+/// fsyncs the directory that holds `path`, making a rename or unlink of
+/// `path` durable; best effort (a failure leaves the file system consistent,
+/// only perhaps without that last change after a crash).
+void syncParentDirectory(const std::string &path);
+
 /// A file written via a temporary path and renamed into place on commit().
 /// Until then the temporary is registered with the error handler, so that a
 /// fatal error anywhere (not only in this writer) removes it.

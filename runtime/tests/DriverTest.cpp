@@ -42,6 +42,26 @@ TEST(DriverTest, BothValueSpellings) {
   EXPECT_EQ(o.threads, 4);
 }
 
+TEST(DriverTest, CheckpointFlags) {
+  Options o = parse({"--save-checkpoint", "ck", "--checkpoint-every=5",
+                     "--resume=old", "--seed=3"});
+  EXPECT_EQ(o.saveCheckpoint, "ck");
+  EXPECT_EQ(o.checkpointEvery, 5);
+  EXPECT_EQ(o.resume, "old");
+  EXPECT_TRUE(o.seedGiven);
+  EXPECT_FALSE(parse({}).seedGiven);
+
+  using ::testing::ExitedWithCode;
+  EXPECT_EXIT(parse({"--checkpoint-every=5"}), ExitedWithCode(2),
+              "^ztrain: error: flag --checkpoint-every needs "
+              "--save-checkpoint DIR\n$");
+  EXPECT_EXIT(parse({"--save-checkpoint=ck", "--checkpoint-every=0"}),
+              ExitedWithCode(2),
+              "flag --checkpoint-every: '0' is not an integer >= 1");
+  EXPECT_EXIT(parse({"--resume=ck", "--init=w.safetensors"}), ExitedWithCode(2),
+              "^ztrain: error: flags --init and --resume exclude each other");
+}
+
 TEST(DriverTest, MistakesExitWithStatus2) {
   using ::testing::ExitedWithCode;
   EXPECT_EXIT(parse({"--stesp=3"}), ExitedWithCode(2),

@@ -34,12 +34,13 @@
 // S0: all_reduce                           168           2
 // S0: total                                168
 
-// Stage 1: states 2 x 32 bytes; parameters stay replicated but padded to 4
-// equal slices (128 bytes: they are updated by slice and all-gathered in
-// place); reduce-scatter + all-gather of the padded buffers: 2 x 128 x 3/4
-// = 192 bytes, never an all-reduce.
+// Stage 1: states 2 x 32 bytes; parameters and gradients stay full-size but
+// padded to 4 equal slices (128 bytes: parameters are updated by slice and
+// all-gathered in place, gradients reduce-scattered from the padded buffer);
+// reduce-scatter + all-gather of the padded buffers: 2 x 128 x 3/4 = 192
+// bytes, never an all-reduce.
 // S1: parameters                           128
-// S1: gradients                            112
+// S1: gradients                            128
 // S1: optimizer states                      64
 // S1: reduce_scatter                        96           2
 // S1: all_gather                            96           2

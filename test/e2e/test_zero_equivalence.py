@@ -130,8 +130,9 @@ def test_report_is_the_truth(stage, n, kind, tmp_path):
     assert len(measured["ranks"]) == n
     for rank in measured["ranks"]:
         mem, comm = rank["memory"], rank["communication"]
-        # Model states at rest: exact.
+        # Model states (what stays allocated between steps): exact.
         assert mem["parameters"] == predicted["parameters"]
+        assert mem["gradients"] == predicted["gradients"]
         assert mem["optimizer_states"] == predicted["optimizer_states"]
         # Communication: exact, per kind; stages 1-2 never all-reduce.
         for k in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"):

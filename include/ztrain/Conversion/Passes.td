@@ -23,9 +23,18 @@ def LowerToRuntime : Pass<"lower-to-runtime", "::mlir::ModuleOp"> {
 
     Buffers: every tensor value gets a buffer from `ztrt_alloc` with a
     memory category (gradients for the values the optimizer consumes,
-    activations otherwise), freed right after its last use; reshapes alias
-    their operand; parameter, state and input buffers belong to the
-    runtime (`ztrt_param`, `ztrt_state`, `ztrt_input`).
+    activations otherwise, "other" for gathered parameters), freed right
+    after its last use; reshapes alias their operand; parameter, state and
+    input buffers belong to the runtime (`ztrt_param`, `ztrt_state`,
+    `ztrt_input`).
+
+    Partitioned steps (after `zero-insert-collectives`): the descriptor
+    records the grid size and each state's per-rank storage (`store E full`
+    for padded replicated parameters, `store E shard` for slices); `dist`
+    collectives become `ztrt_all_reduce_f32`, `ztrt_reduce_scatter_f32` and
+    `ztrt_all_gather_f32`, and a sharded update addresses this rank's slice
+    at `ztrt_rank(ctx) * slice` bytes into the parameter. A partitioned
+    step whose gradients are not synchronized is rejected.
 
     Before:
     ```mlir

@@ -118,9 +118,7 @@ public:
   Value rank() {
     if (!rankValue) {
       OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointAfterValue(ctx);
-      if (!ctx.getParentBlock()->empty())
-        b.setInsertionPoint(&ctx.getParentBlock()->front());
+      b.setInsertionPointToStart(ctx.getParentBlock());
       rankValue = call("rank", {});
     }
     return rankValue;
@@ -375,6 +373,9 @@ void LowerToRuntimePass::runOnOperation() {
     appendStorage(os, storageOf(param, param.getType()));
     os << '\n';
   }
+  for (auto param : module.getOps<ParamOp>())
+    os << "grad " << param.getSymName() << ' '
+       << dist::getGradientElements(param, stage, gridSize) << '\n';
   for (auto state : module.getOps<StateOp>()) {
     os << "state " << state.getSymName() << ' ' << dtypeName(state.getType());
     appendShape(os, state.getType());
@@ -461,19 +462,42 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
     Value r = root.lookup(v);
     return r ? r : v;
   };
+  // Each parameter's gradient lives in a persistent runtime buffer (the
+  // descriptor's `grad` records): the value stored there is the gradient as
+  // the update consumes it (stage 0: before the in-place all-reduce), the
+  // padded flat gradient (stage 1) or this rank's reduced slice (stages
+  // 2-3). Everything else is a temporary.
+  DenseMap<Value, int64_t> gradSlot;
+  for (Operation &op : body) {
+    if (!isa<SGDUpdateOp, AdamUpdateOp>(op))
+      continue;
+    auto param = op.getAttrOfType<FlatSymbolRefAttr>("param");
+    Value g = op.getOperand(0);
+    if (auto ar = g.getDefiningOp<dist::AllReduceOp>())
+      g = ar.getInput();
+    else if (auto rs = g.getDefiningOp<dist::ReduceScatterOp>();
+             rs && stage == 1)
+      g = rs.getInput();
+    // A value that is also something else (the same adjoint flowing to two
+    // parameters) stays a temporary; its parameter's buffer is then unused.
+    if (g.hasOneUse() && !isa<BlockArgument>(g))
+      gradSlot[g] = paramIndex.lookup(param.getValue());
+  }
   DenseMap<Value, unsigned> lastUse;
   for (Operation &op : body) {
-    if (auto r = dyn_cast<ReshapeOp>(op))
+    // A reshape aliases its operand, unless its result is a gradient that
+    // must land in its persistent buffer (then it copies). An all-reduce
+    // runs in place.
+    if (auto r = dyn_cast<ReshapeOp>(op); r && !gradSlot.count(r.getResult()))
       root[r.getResult()] = rootOf(r.getInput());
+    if (auto ar = dyn_cast<dist::AllReduceOp>(op);
+        ar && ar.getInput().hasOneUse())
+      root[ar.getResult()] = rootOf(ar.getInput());
     for (Value operand : op.getOperands()) {
       unsigned &last = lastUse[rootOf(operand)];
       last = std::max(last, position[&op]);
     }
   }
-  DenseSet<Value> gradients;
-  for (Operation &op : body)
-    if (isa<SGDUpdateOp, AdamUpdateOp>(op))
-      gradients.insert(rootOf(op.getOperand(0)));
 
   DenseMap<Value, Value> buffer; // tensor value -> !llvm.ptr
   DenseSet<Value> owned;         // roots allocated by this step
@@ -495,9 +519,14 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
                                              e.i64(slice * 4)));
   };
   auto alloc = [&](Value v) {
-    int32_t category = gradients.contains(v) ? ZTRT_CAT_GRADIENTS
-                                             : ZTRT_CAT_ACTIVATIONS;
-    Value ptr = e.call("alloc", {e.i64(numElements(v) * 4), e.i32(category)});
+    auto slot = gradSlot.find(v);
+    if (slot != gradSlot.end()) {
+      Value ptr = e.call("grad", {e.i64(slot->second)});
+      buffer[v] = ptr;
+      return ptr;
+    }
+    Value ptr = e.call("alloc", {e.i64(numElements(v) * 4),
+                                 e.i32(ZTRT_CAT_ACTIVATIONS)});
     buffer[v] = ptr;
     owned.insert(v);
     ++numBuffers;
@@ -629,7 +658,13 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
               return success();
             })
             .Case([&](ReshapeOp o) {
-              buffer[o.getResult()] = get(o.getInput());
+              if (!gradSlot.count(o.getResult())) {
+                buffer[o.getResult()] = get(o.getInput());
+                return success();
+              }
+              Value x = get(o.getInput());
+              e.call("copy", {x, alloc(o.getResult()),
+                              e.i64(numElements(o.getResult()) * 4)});
               return success();
             })
             .Case([&](TransposeOp o) {
@@ -731,10 +766,16 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
               if (!cast<RankedTensorType>(o.getType()).getElementType().isF32())
                 return o.emitOpError() << "only f32 collectives run on the "
                                           "runtime";
+              // In place (the result takes the operand's buffer) unless the
+              // operand is still needed.
               Value x = get(o.getInput());
+              Value out = x;
+              if (o.getInput().hasOneUse())
+                buffer[o.getResult()] = x;
+              else
+                out = alloc(o.getResult());
               e.call("all_reduce_f32",
-                     {x, alloc(o.getResult()),
-                      e.i64(numElements(o.getResult())),
+                     {x, out, e.i64(numElements(o.getResult())),
                       e.i32(o.getReduction() == dist::Reduction::mean)});
               return success();
             })

@@ -3,7 +3,7 @@
 
 // The descriptor lists parameters, states and inputs in index order; the
 // label input's bound is the class count of the cross-entropy it feeds.
-// CHECK: llvm.mlir.global external constant @ztrain_descriptor("ztrain-descriptor 1\0Agrid 1\0Aparam w f32 2 3 4 init normal 0.02\0Aparam b f32 1 3 init zeros 0\0Astate w.momentum_buffer f32 2 3 4 of w\0Astate b.momentum_buffer f32 1 3 of b\0Ainput x f32 3 2 5 4 bound 0\0Ainput labels i32 2 2 5 bound 3\0Aoptimizer sgd
+// CHECK: llvm.mlir.global external constant @ztrain_descriptor("ztrain-descriptor 1\0Agrid 1\0Aparam w f32 2 3 4 init normal 0.02\0Aparam b f32 1 3 init zeros 0\0Agrad w 12\0Agrad b 3\0Astate w.momentum_buffer f32 2 3 4 of w\0Astate b.momentum_buffer f32 1 3 of b\0Ainput x f32 3 2 5 4 bound 0\0Ainput labels i32 2 2 5 bound 3\0Aoptimizer sgd
 // CHECK-NOT: train.param
 // CHECK-NOT: train.state
 
@@ -19,10 +19,11 @@
 // bias-added successor directly.
 // CHECK-NOT: reshape
 // CHECK: call @ztrt_cross_entropy_f32(%[[CTX]], %[[LOGITS:.*]], %[[LAB]], %[[LOSS:.*]], %{{.*}}, %{{.*}})
-// Gradients are allocated in the gradients category (1).
-// CHECK: %[[DW:.*]] = call @ztrt_alloc(%[[CTX]], %{{.*}}, %[[GRADCAT:c1_i32.*]])
+// Gradients are written straight into the runtime's persistent gradient
+// buffers (the descriptor's grad records), which the step never frees.
+// CHECK: %[[DW:.*]] = call @ztrt_grad(%[[CTX]], %[[C0]])
 // CHECK: call @ztrt_sgd_update_f32(%[[CTX]], %{{.*}}, %[[DW]], %{{.*}}) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, f64, f64, f64, f64, i32) -> ()
-// CHECK: call @ztrt_free(%[[CTX]], %[[DW]])
+// CHECK-NOT: call @ztrt_free(%[[CTX]], %[[DW]])
 // CHECK: call @ztrt_set_loss(%[[CTX]], %[[LOSS]])
 // CHECK: call @ztrt_free(%[[CTX]], %[[LOSS]])
 // CHECK-NEXT: return

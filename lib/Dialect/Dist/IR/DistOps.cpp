@@ -61,6 +61,16 @@ StateStorage ztrain::dist::getStateStorage(Operation *symbolOp,
   return {StateStorage::Whole, elements};
 }
 
+int64_t ztrain::dist::getGradientElements(Operation *param, int64_t stage,
+                                          int64_t gridSize) {
+  int64_t elements =
+      cast<train::ParamOp>(param).getTensorType().getNumElements();
+  int64_t shard = (elements + gridSize - 1) / gridSize;
+  if (gridSize == 1 || stage == 0)
+    return elements;
+  return stage == 1 ? shard * gridSize : shard;
+}
+
 static int64_t bytesOf(Value v) {
   auto t = cast<RankedTensorType>(v.getType());
   return t.getNumElements() *

@@ -159,7 +159,7 @@ FailureOr<Report> ZeroReportPass::analyze() {
     r.paramBytes += full;
     r.parameters +=
         getStateStorage(param, param.getTensorType(), r.stage, n).elements * eb;
-    r.gradients += r.stage >= 2 ? shard : full;
+    r.gradients += getGradientElements(param, r.stage, n) * eb;
     largestParam = std::max(largestParam, shardOf(elements) * n * eb);
     if (n == 1)
       continue;

@@ -52,6 +52,13 @@ struct StateStorage {
 StateStorage getStateStorage(mlir::Operation *symbolOp,
                              mlir::RankedTensorType type, int64_t stage,
                              int64_t gridSize);
+
+/// The elements of one rank's persistent gradient buffer of a parameter:
+/// the whole gradient (stage 0), the gradient padded to N equal slices
+/// (stage 1: reduce-scattered at the optimizer), or this rank's slice
+/// (stages 2-3).
+int64_t getGradientElements(mlir::Operation *param, int64_t stage,
+                            int64_t gridSize);
 } // namespace ztrain::dist
 
 #endif // ZTRAIN_DIALECT_DIST_IR_DISTOPS_H

@@ -1,0 +1,458 @@
+//===- Checkpoint.cpp - Sharded checkpoints: save, resume, consolidate ----===//
+//
+// Part of ztrain's runtime.
+//
+//===----------------------------------------------------------------------===//
+
+#include "src/Checkpoint.h"
+
+#include "src/Context.h"
+#include "src/Json.h"
+#include "src/Safetensors.h"
+#include "src/Support.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace ztrt {
+
+namespace {
+
+constexpr const char *kIndexName = "index.json";
+constexpr int64_t kIndexVersion = 1;
+
+std::string joinPath(const std::string &dir, const std::string &name) {
+  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+/// The index's tensor list of a descriptor: parameters, then states.
+std::vector<CheckpointTensor> checkpointTensors(const Descriptor &desc) {
+  std::vector<CheckpointTensor> tensors;
+  for (const ParamSpec &spec : desc.params)
+    tensors.push_back({spec, true});
+  for (const StateSpec &spec : desc.states)
+    tensors.push_back({spec, false});
+  return tensors;
+}
+
+std::string tensorJson(const CheckpointTensor &tensor) {
+  const StoredTensorSpec &spec = tensor.spec;
+  std::string json =
+      format("{\"name\": %s, \"kind\": \"%s\", \"dtype\": "
+             "\"%s\", \"shape\": ",
+             jsonQuote(spec.name).c_str(), tensor.isParam ? "param" : "state",
+             elemTypeSafetensorsName(spec.type));
+  json += formatShape(spec.shape);
+  return json + format(", \"storage\": \"%s\", \"elements\": %lld}",
+                       storageName(spec),
+                       static_cast<long long>(spec.storeElems));
+}
+
+/// DIR/index.json: Hugging Face's sharded-checkpoint keys ("metadata" with
+/// the total tensor bytes, "weight_map"), then ztrain's own. A ZeRO tensor
+/// lives in every rank's file, so its weight_map entry is the list of
+/// files in rank order rather than one file name.
+std::string indexJson(const Descriptor &desc, const char *descriptorText,
+                      const CheckpointProgress &progress, int64_t ranks) {
+  std::vector<CheckpointTensor> tensors = checkpointTensors(desc);
+  int64_t rankBytes = 0;
+  for (const CheckpointTensor &tensor : tensors)
+    rankBytes += tensor.spec.storeBytes;
+  std::string files;
+  for (int64_t r = 0; r < ranks; ++r)
+    files += (r ? ", \"" : "\"") + checkpointShardName(r, ranks) + "\"";
+  std::string json = format("{\n  \"metadata\": {\"total_size\": %lld},\n"
+                            "  \"weight_map\": {",
+                            static_cast<long long>(rankBytes * ranks));
+  for (size_t i = 0; i < tensors.size(); ++i)
+    json += format("%s\n    %s: [%s]", i ? "," : "",
+                   jsonQuote(tensors[i].spec.name).c_str(), files.c_str());
+  json += tensors.empty() ? "},\n" : "\n  },\n";
+  json += format("  \"ztrain\": {\n    \"version\": %lld,\n"
+                 "    \"world_size\": %lld,\n    \"files\": [%s],\n"
+                 "    \"step\": %lld,\n    \"seed\": %llu,\n"
+                 "    \"data\": %s,\n    \"tensors\": [",
+                 static_cast<long long>(kIndexVersion),
+                 static_cast<long long>(ranks), files.c_str(),
+                 static_cast<long long>(progress.step),
+                 static_cast<unsigned long long>(progress.seed),
+                 jsonQuote(progress.data).c_str());
+  for (size_t i = 0; i < tensors.size(); ++i)
+    json += (i ? ",\n      " : "\n      ") + tensorJson(tensors[i]);
+  json += tensors.empty() ? "],\n" : "\n    ],\n";
+  json += "    \"descriptor\": " + jsonQuote(descriptorText) + "\n  }\n}\n";
+  return json;
+}
+
+/// Creates `dir` unless it exists; fatal if it cannot be made or is not a
+/// directory.
+void makeDirectory(const std::string &dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    fatal("--save-checkpoint: cannot create directory '%s': %s", dir.c_str(),
+          strerror(errno));
+  struct stat info;
+  if (::stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
+    fatal("--save-checkpoint: '%s' is not a directory", dir.c_str());
+}
+
+/// The metadata value `key` of a shard file, or "".
+std::string metadataValue(const SafetensorsFile &file, const char *key) {
+  for (const auto &[name, value] : file.metadata())
+    if (name == key)
+      return value;
+  return "";
+}
+
+/// Reads rank `rank`'s shard file of `index` and checks that it belongs to
+/// this checkpoint (rank, world size and step in its metadata: a shard left
+/// from another save is refused) and holds every tensor of the index as
+/// 1-D storage of E elements.
+SafetensorsFile readShard(const CheckpointIndex &index, int64_t rank,
+                          const char *what) {
+  std::string path =
+      joinPath(index.dir, checkpointShardName(rank, index.worldSize));
+  SafetensorsFile file = SafetensorsFile::read(path, what);
+  const char *name = path.c_str();
+  std::string expected[3][2] = {
+      {"ztrain_rank", std::to_string(rank)},
+      {"ztrain_world_size", std::to_string(index.worldSize)},
+      {"ztrain_step", std::to_string(index.step)}};
+  for (const auto &[key, value] : expected) {
+    std::string got = metadataValue(file, key.c_str());
+    if (got != value)
+      fatal("%s: '%s' has %s '%s' but the index says '%s' (a shard of "
+            "another save)",
+            what, name, key.c_str(), got.c_str(), value.c_str());
+  }
+  for (const CheckpointTensor &tensor : index.tensors) {
+    const StoredTensorSpec &spec = tensor.spec;
+    const SafetensorsTensor *stored = file.find(spec.name);
+    if (!stored)
+      fatal("%s: '%s' has no tensor '%s'", what, name, spec.name.c_str());
+    const char *dtype = elemTypeSafetensorsName(spec.type);
+    std::vector<int64_t> shape = {spec.storeElems};
+    if (stored->dtype != dtype || stored->shape != shape)
+      fatal("%s: '%s': tensor '%s' is %s %s, the index says %s %s", what, name,
+            spec.name.c_str(), stored->dtype.c_str(),
+            formatShape(stored->shape).c_str(), dtype,
+            formatShape(shape).c_str());
+  }
+  return file;
+}
+
+/// `text` split at newlines, empty lines dropped (the descriptor parser
+/// skips them too).
+std::vector<std::string> nonEmptyLines(const std::string &text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty())
+      lines.push_back(line);
+  return lines;
+}
+
+std::string describeStorage(const StoredTensorSpec &spec) {
+  return format("%s %s, storage '%s' of %lld elements",
+                elemTypeSafetensorsName(spec.type),
+                formatShape(spec.shape).c_str(), storageName(spec),
+                static_cast<long long>(spec.storeElems));
+}
+
+} // namespace
+
+const char *storageName(const StoredTensorSpec &spec) {
+  if (spec.store == StoreMode::Shard)
+    return "shard";
+  return spec.storeElems == spec.numel ? "whole" : "full";
+}
+
+std::string checkpointShardName(int64_t rank, int64_t ranks) {
+  return format("rank-%lld-of-%lld.safetensors", static_cast<long long>(rank),
+                static_cast<long long>(ranks));
+}
+
+void saveCheckpoint(ztrt_ctx &ctx, const Descriptor &desc,
+                    const char *descriptorText,
+                    const CheckpointProgress &progress,
+                    const std::string &dir) {
+  Communicator &comm = ctx.comm();
+  const int rank = comm.rank(), ranks = comm.count();
+  const std::string indexPath = joinPath(dir, kIndexName);
+  if (rank == 0) {
+    makeDirectory(dir);
+    // An index that outlived a crash below would name shards that were
+    // partly replaced by this save; without one the directory is plainly
+    // not (yet) a checkpoint.
+    if (::unlink(indexPath.c_str()) != 0 && errno != ENOENT)
+      fatal("--save-checkpoint: cannot remove the old '%s': %s",
+            indexPath.c_str(), strerror(errno));
+    syncParentDirectory(indexPath);
+  }
+  // The directory exists and holds no index before any shard is replaced.
+  comm.barrier();
+
+  Backend &backend = ctx.backend();
+  std::vector<std::vector<char>> host;
+  std::vector<SafetensorsWriteTensor> tensors;
+  auto add = [&](const StoredTensorSpec &spec, const void *storage) {
+    host.emplace_back(static_cast<size_t>(spec.storeBytes));
+    backend.copyToHost(host.back().data(), storage, spec.storeBytes);
+  };
+  for (size_t i = 0; i < desc.params.size(); ++i)
+    add(desc.params[i], ctx.params[i]);
+  for (size_t i = 0; i < desc.states.size(); ++i)
+    add(desc.states[i], ctx.states[i]);
+  std::vector<CheckpointTensor> specs = checkpointTensors(desc);
+  for (size_t i = 0; i < specs.size(); ++i)
+    tensors.push_back({specs[i].spec.name,
+                       elemTypeSafetensorsName(specs[i].spec.type),
+                       {specs[i].spec.storeElems},
+                       host[i].data()});
+  writeSafetensors(joinPath(dir, checkpointShardName(rank, ranks)), tensors,
+                   {{"format", "pt"},
+                    {"ztrain_rank", std::to_string(rank)},
+                    {"ztrain_world_size", std::to_string(ranks)},
+                    {"ztrain_step", std::to_string(progress.step)}});
+
+  // Every shard is committed before the index that names them exists.
+  comm.barrier();
+  if (rank == 0) {
+    std::string json = indexJson(desc, descriptorText, progress, ranks);
+    AtomicFile file(indexPath);
+    file.write(json.data(), json.size());
+    file.commit();
+  }
+}
+
+CheckpointIndex readCheckpointIndex(const std::string &dir, const char *what) {
+  const std::string path = joinPath(dir, kIndexName);
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    fatal("%s: cannot open '%s': %s (not a checkpoint, or an incomplete "
+          "one)",
+          what, path.c_str(), strerror(errno));
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  auto bad = [&](const std::string &message) {
+    fatal("%s: '%s' is not a valid checkpoint index: %s", what, path.c_str(),
+          message.c_str());
+  };
+  JsonValue root;
+  std::string error;
+  if (!parseJson(text, root, error))
+    bad(error);
+  const JsonValue *ztrain = root.find("ztrain");
+  if (!ztrain || ztrain->kind != JsonValue::Kind::Object)
+    bad("no \"ztrain\" object");
+  auto integer = [&](const JsonValue &object, const char *key, int64_t min) {
+    const JsonValue *value = object.find(key);
+    int64_t out;
+    if (!value || !value->getInt64(out) || out < min)
+      bad(format("\"%s\" is not an integer >= %lld", key,
+                 static_cast<long long>(min)));
+    return out;
+  };
+  auto string = [&](const JsonValue &object, const char *key) {
+    const JsonValue *value = object.find(key);
+    if (!value || value->kind != JsonValue::Kind::String)
+      bad(format("\"%s\" is not a string", key));
+    return value->text;
+  };
+
+  CheckpointIndex index;
+  index.dir = dir;
+  if (integer(*ztrain, "version", 0) != kIndexVersion)
+    bad(format("unsupported version (this runtime reads version %lld)",
+               static_cast<long long>(kIndexVersion)));
+  index.worldSize = integer(*ztrain, "world_size", 1);
+  index.step = integer(*ztrain, "step", 0);
+  const JsonValue *seed = ztrain->find("seed");
+  char *end = nullptr;
+  errno = 0;
+  if (!seed || seed->kind != JsonValue::Kind::Number || seed->text.empty() ||
+      seed->text[0] == '-' ||
+      (index.seed = std::strtoull(seed->text.c_str(), &end, 10), *end) ||
+      errno == ERANGE)
+    bad("\"seed\" is not an unsigned 64-bit integer");
+  index.data = string(*ztrain, "data");
+  index.descriptor = string(*ztrain, "descriptor");
+
+  // The files are exactly the canonical names, so that an index cannot
+  // point outside its directory.
+  const JsonValue *files = ztrain->find("files");
+  if (!files || files->kind != JsonValue::Kind::Array ||
+      static_cast<int64_t>(files->items.size()) != index.worldSize)
+    bad("\"files\" is not a list of world_size file names");
+  for (int64_t r = 0; r < index.worldSize; ++r)
+    if (files->items[r].kind != JsonValue::Kind::String ||
+        files->items[r].text != checkpointShardName(r, index.worldSize))
+      bad(format("file %lld is not '%s'", static_cast<long long>(r),
+                 checkpointShardName(r, index.worldSize).c_str()));
+
+  const JsonValue *tensors = ztrain->find("tensors");
+  if (!tensors || tensors->kind != JsonValue::Kind::Array)
+    bad("\"tensors\" is not a list");
+  for (const JsonValue &entry : tensors->items) {
+    if (entry.kind != JsonValue::Kind::Object)
+      bad("a tensor entry is not an object");
+    CheckpointTensor tensor;
+    StoredTensorSpec &spec = tensor.spec;
+    spec.name = string(entry, "name");
+    std::string where = "tensor '" + spec.name + "'";
+    std::string kind = string(entry, "kind");
+    if (kind != "param" && kind != "state")
+      bad(where + " has kind '" + kind + "' (expected param or state)");
+    tensor.isParam = kind == "param";
+    std::string dtype = string(entry, "dtype");
+    if (dtype != "F32" && dtype != "I32")
+      bad(where + " has dtype '" + dtype + "' (expected F32 or I32)");
+    spec.type = dtype == "F32" ? ElemType::F32 : ElemType::I32;
+    const JsonValue *shape = entry.find("shape");
+    if (!shape || shape->kind != JsonValue::Kind::Array)
+      bad(where + " has no \"shape\" list");
+    for (const JsonValue &dim : shape->items) {
+      int64_t d;
+      if (!dim.getInt64(d) || d < 0)
+        bad(where + " has a dimension that is not a non-negative integer");
+      spec.shape.push_back(d);
+    }
+    spec.numel = checkedNumel(spec.shape);
+    spec.storeElems = integer(entry, "elements", 0);
+    if (spec.numel < 0 || spec.numel > (int64_t(1) << 60) ||
+        spec.storeElems > (int64_t(1) << 60))
+      bad(where + " is too large");
+    spec.bytes = spec.numel * 4;
+    spec.storeBytes = spec.storeElems * 4;
+    std::string storage = string(entry, "storage");
+    spec.store = storage == "shard" ? StoreMode::Shard : StoreMode::Full;
+    if (storage != storageName(spec))
+      bad(format("%s has storage '%s' of %lld elements, which does not fit "
+                 "its %lld elements (whole: equal, full: more, or shard)",
+                 where.c_str(), storage.c_str(),
+                 static_cast<long long>(spec.storeElems),
+                 static_cast<long long>(spec.numel)));
+    if (std::string problem =
+            shardCoverageProblem(kind.c_str(), spec, index.worldSize);
+        !problem.empty())
+      bad(problem);
+    for (const CheckpointTensor &other : index.tensors)
+      if (other.spec.name == spec.name)
+        bad("duplicate " + where);
+    index.tensors.push_back(std::move(tensor));
+  }
+  return index;
+}
+
+void checkResumable(const CheckpointIndex &index, const Descriptor &desc,
+                    const char *descriptorText, int64_t ranks) {
+  const char *dir = index.dir.c_str();
+  // The number of ranks first: it changes every sharded tensor's storage,
+  // and is what a user who relaunched differently needs to hear.
+  if (index.worldSize != ranks)
+    fatal("--resume '%s': the checkpoint was written for dp=%lld, this run "
+          "has dp=%lld; resume with the same number of ranks and the same "
+          "build",
+          dir, static_cast<long long>(index.worldSize),
+          static_cast<long long>(ranks));
+  std::vector<CheckpointTensor> model = checkpointTensors(desc);
+  for (const CheckpointTensor &want : model) {
+    const char *kind = want.isParam ? "param" : "state";
+    const char *name = want.spec.name.c_str();
+    auto it = std::find_if(index.tensors.begin(), index.tensors.end(),
+                           [&](const CheckpointTensor &t) {
+                             return t.spec.name == want.spec.name;
+                           });
+    if (it == index.tensors.end())
+      fatal("--resume '%s': the checkpoint has no %s '%s', which this model "
+            "has",
+            dir, kind, name);
+    const StoredTensorSpec &have = it->spec;
+    if (it->isParam != want.isParam || have.type != want.spec.type ||
+        have.shape != want.spec.shape || have.store != want.spec.store ||
+        have.storeElems != want.spec.storeElems)
+      fatal("--resume '%s': %s '%s' is %s in the checkpoint, this model has "
+            "%s",
+            dir, kind, name, describeStorage(have).c_str(),
+            describeStorage(want.spec).c_str());
+  }
+  for (const CheckpointTensor &have : index.tensors)
+    if (std::none_of(model.begin(), model.end(),
+                     [&](const CheckpointTensor &t) {
+                       return t.spec.name == have.spec.name;
+                     }))
+      fatal("--resume '%s': the checkpoint has %s '%s', which this model "
+            "does not have",
+            dir, have.isParam ? "param" : "state", have.spec.name.c_str());
+  // Everything the runtime allocates agrees; the rest of the descriptor
+  // (optimizer hyper-parameters, inputs, batch size) decides what the steps
+  // compute, so continuing "exactly" needs it unchanged too.
+  std::vector<std::string> saved = nonEmptyLines(index.descriptor),
+                           current = nonEmptyLines(descriptorText);
+  for (size_t i = 0; i < std::max(saved.size(), current.size()); ++i) {
+    const char *a = i < saved.size() ? saved[i].c_str() : "(none)";
+    const char *b = i < current.size() ? current[i].c_str() : "(none)";
+    if (std::strcmp(a, b) != 0)
+      fatal("--resume '%s': descriptor record %zu is '%s' in the checkpoint, "
+            "'%s' in this model",
+            dir, i + 1, a, b);
+  }
+}
+
+void loadCheckpointShard(ztrt_ctx &ctx, const Descriptor &desc,
+                         const CheckpointIndex &index) {
+  SafetensorsFile file = readShard(index, ctx.comm().rank(), "--resume");
+  Backend &backend = ctx.backend();
+  // checkResumable made sure that the index, and so (readShard) the file,
+  // has every tensor of the descriptor with its storage size.
+  auto load = [&](const StoredTensorSpec &spec, void *storage) {
+    backend.copyFromHost(storage, file.find(spec.name)->data, spec.storeBytes);
+  };
+  for (size_t i = 0; i < desc.params.size(); ++i)
+    load(desc.params[i], ctx.params[i]);
+  for (size_t i = 0; i < desc.states.size(); ++i)
+    load(desc.states[i], ctx.states[i]);
+}
+
+void consolidateCheckpoint(const std::string &dir, const std::string &out) {
+  const char *what = "ztrain-consolidate";
+  CheckpointIndex index = readCheckpointIndex(dir, what);
+  std::vector<const CheckpointTensor *> params;
+  std::vector<std::vector<char>> full;
+  for (const CheckpointTensor &tensor : index.tensors) {
+    if (!tensor.isParam)
+      continue;
+    params.push_back(&tensor);
+    full.emplace_back(static_cast<size_t>(tensor.spec.bytes));
+  }
+  // One shard file in memory at a time: a rank's slice of each tensor goes
+  // to its place in the full tensor. Rank 0's copy of `whole` / `full`
+  // storage is taken, as --save does; its padding is dropped.
+  for (int64_t rank = 0; rank < index.worldSize; ++rank) {
+    SafetensorsFile file = readShard(index, rank, what);
+    for (size_t i = 0; i < params.size(); ++i) {
+      const StoredTensorSpec &spec = params[i]->spec;
+      if (spec.store == StoreMode::Full && rank != 0)
+        continue;
+      StorageSlice slice = spec.slice(rank);
+      std::memcpy(full[i].data() + slice.begin * 4, file.find(spec.name)->data,
+                  static_cast<size_t>(slice.count) * 4);
+    }
+  }
+  std::vector<SafetensorsWriteTensor> tensors;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const StoredTensorSpec &spec = params[i]->spec;
+    tensors.push_back({spec.name, elemTypeSafetensorsName(spec.type),
+                       spec.shape, full[i].data()});
+  }
+  // The same metadata as --save: "format": "pt" is what Hugging Face
+  // loaders look for in PyTorch weights.
+  writeSafetensors(out, tensors, {{"format", "pt"}});
+}
+
+} // namespace ztrt

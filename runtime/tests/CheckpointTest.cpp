@@ -1,0 +1,393 @@
+//===- CheckpointTest.cpp - Sharded checkpoints, resume, consolidation ----===//
+//
+// End to end with the fake models: training K steps, checkpointing and
+// resuming for M more is bitwise the same as K + M steps straight (final
+// weights and every step's loss), in a world of one and under the MPI
+// launcher with ZeRO stage 2 and 3 storage; consolidating the shards gives
+// the bytes --save writes. In process: the index, the resume checks and the
+// consolidation errors, each one line.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TestUtil.h"
+
+#include "src/Checkpoint.h"
+#include "src/Descriptor.h"
+#include "src/Json.h"
+#include "src/Safetensors.h"
+
+#include <cstring>
+#include <regex>
+#include <sys/stat.h>
+
+using namespace ztrt;
+using namespace ztrt::test;
+
+namespace {
+
+// As in MpiMainTest: a healthy job takes about a second.
+constexpr int kTimeoutSeconds = 60;
+
+/// Runs `model` with `args`, under the launcher with `ranks` ranks (a lone
+/// process for 0); expects success.
+ProcessResult run(const TempDir &dir, const std::string &model, int ranks,
+                  std::vector<std::string> args) {
+  std::vector<std::string> command = {model};
+  if (ranks > 0)
+    command.insert(command.begin(), {ZTRT_MPIEXEC, ZTRT_MPIEXEC_NUMPROC_FLAG,
+                                     std::to_string(ranks)});
+  command.insert(command.end(), args.begin(), args.end());
+  ProcessResult r = runProcess(dir, command, kTimeoutSeconds);
+  EXPECT_FALSE(r.timedOut) << "the job hung; stderr:\n" << r.err;
+  return r;
+}
+
+std::string zeroModel(int stage, int ranks) {
+  return std::string(ZTRT_FAKE_ZERO_MODEL_DIR) + "/ztrt_fake_zero" +
+         std::to_string(stage) + "_np" + std::to_string(ranks);
+}
+
+JsonValue readJson(const std::string &path) {
+  JsonValue value;
+  std::string error;
+  EXPECT_TRUE(parseJson(readBytes(path), value, error))
+      << path << ": " << error;
+  return value;
+}
+
+/// The report's (step, loss) pairs, the loss as its %.9g literal: equal
+/// literals are equal floats, so comparing them is bitwise.
+std::vector<std::pair<std::string, std::string>>
+reportLosses(const std::string &path) {
+  std::vector<std::pair<std::string, std::string>> out;
+  JsonValue report = readJson(path);
+  const JsonValue *steps = report.find("steps");
+  EXPECT_NE(steps, nullptr);
+  if (steps)
+    for (const JsonValue &step : steps->items)
+      out.emplace_back(step.find("step")->text, step.find("loss")->text);
+  return out;
+}
+
+/// The `ztrain: error:` lines of a job's stderr (the launcher adds its own
+/// abort notice around them).
+std::vector<std::string> errorLines(const std::string &err) {
+  std::vector<std::string> lines;
+  std::regex line("ztrain: error: [^\n]*");
+  for (auto it = std::sregex_iterator(err.begin(), err.end(), line);
+       it != std::sregex_iterator(); ++it)
+    lines.push_back(it->str());
+  return lines;
+}
+
+/// Trains `model` 2K steps straight, and K steps + checkpoint + K resumed
+/// steps; the final weights and every step's loss must agree bitwise,
+/// since the resumed run must compute exactly what the straight one did.
+void expectResumeIsExact(const TempDir &dir, const std::string &model,
+                         int ranks, int64_t k) {
+  std::string half = std::to_string(k), all = std::to_string(2 * k);
+  ProcessResult straight =
+      run(dir, model, ranks,
+          {"--steps", all, "--seed=5", "--threads=1", "--save",
+           dir.path("straight.safetensors"), "--report", dir.path("s.json")});
+  ASSERT_EQ(straight.status, 0) << straight.err;
+  ProcessResult first =
+      run(dir, model, ranks,
+          {"--steps", half, "--seed=5", "--threads=1", "--save-checkpoint",
+           dir.path("ck"), "--report", dir.path("a.json")});
+  ASSERT_EQ(first.status, 0) << first.err;
+  ProcessResult resumed =
+      run(dir, model, ranks,
+          {"--steps", half, "--resume", dir.path("ck"), "--threads=1", "--save",
+           dir.path("resumed.safetensors"), "--report", dir.path("b.json")});
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+
+  std::string want = readBytes(dir.path("straight.safetensors"));
+  EXPECT_FALSE(want.empty());
+  EXPECT_EQ(readBytes(dir.path("resumed.safetensors")), want);
+  auto losses = reportLosses(dir.path("a.json"));
+  auto more = reportLosses(dir.path("b.json"));
+  losses.insert(losses.end(), more.begin(), more.end());
+  EXPECT_EQ(losses, reportLosses(dir.path("s.json")));
+  // Progress lines count on from the checkpoint, against the new total.
+  EXPECT_NE(resumed.out.find("step " + std::to_string(k + 1) + "/" + all),
+            std::string::npos)
+      << resumed.out;
+}
+
+} // namespace
+
+TEST(CheckpointTest, ResumeInAWorldOfOneIsExact) {
+  TempDir dir;
+  expectResumeIsExact(dir, ZTRT_FAKE_MODEL, 0, 10);
+
+  // The index: Hugging Face's keys, then what resuming needs.
+  JsonValue index = readJson(dir.path("ck/index.json"));
+  const JsonValue *ztrain = index.find("ztrain");
+  ASSERT_NE(ztrain, nullptr);
+  int64_t value = -1;
+  EXPECT_TRUE(ztrain->find("step")->getInt64(value) && value == 10);
+  EXPECT_TRUE(ztrain->find("world_size")->getInt64(value) && value == 1);
+  EXPECT_EQ(ztrain->find("seed")->text, "5");
+  EXPECT_NE(index.find("metadata"), nullptr);
+  const JsonValue *map = index.find("weight_map");
+  ASSERT_NE(map, nullptr);
+  ASSERT_NE(map->find("w.momentum_buffer"), nullptr);
+  EXPECT_EQ(map->find("w")->items.at(0).text, "rank-0-of-1.safetensors");
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{
+                               "a.json", "b.json", "ck", "resumed.safetensors",
+                               "s.json", "straight.safetensors"}));
+
+  // The shard holds the parameter and its momentum buffer as stored.
+  SafetensorsFile shard =
+      SafetensorsFile::read(dir.path("ck/rank-0-of-1.safetensors"), "test");
+  ASSERT_EQ(shard.tensors().size(), 2u);
+  EXPECT_EQ(shard.tensors()[1].name, "w.momentum_buffer");
+  EXPECT_EQ(shard.tensors()[1].shape, (std::vector<int64_t>{4}));
+}
+
+TEST(CheckpointTest, CheckpointEveryOverwritesWithTheLatest) {
+  // Checkpoints at steps 4 and 8 go to the same directory; the end of the
+  // run (step 10) replaces them, so the files are exactly those of a run
+  // that checkpoints once at the end.
+  TempDir dir;
+  ASSERT_EQ(run(dir, ZTRT_FAKE_MODEL, 0,
+                {"--steps=10", "--save-checkpoint", dir.path("every"),
+                 "--checkpoint-every=4", "--threads=1"})
+                .status,
+            0);
+  ASSERT_EQ(
+      run(dir, ZTRT_FAKE_MODEL, 0,
+          {"--steps=10", "--save-checkpoint", dir.path("once"), "--threads=1"})
+          .status,
+      0);
+  for (const char *name : {"index.json", "rank-0-of-1.safetensors"})
+    EXPECT_EQ(readBytes(dir.path("every/") + name),
+              readBytes(dir.path("once/") + name))
+        << name;
+}
+
+/// ZeRO stage 2 (padded full parameter, sharded momentum) and stage 3 (both
+/// sharded) on two ranks.
+class MpiCheckpointTest : public ::testing::TestWithParam<int> {
+protected:
+  void SetUp() override { allowMpiJobsHere(); }
+  TempDir dir;
+};
+
+TEST_P(MpiCheckpointTest, ResumeIsExactAndShardsConsolidate) {
+  const std::string model = zeroModel(GetParam(), 2);
+  expectResumeIsExact(dir, model, 2, 10);
+
+  // Each rank's file holds its raw storage: E elements per tensor.
+  const int64_t chunk = 3, padded = 6; // See tests/CMakeLists.txt.
+  for (int r = 0; r < 2; ++r) {
+    SafetensorsFile shard = SafetensorsFile::read(
+        dir.path("ck/rank-" + std::to_string(r) + "-of-2.safetensors"), "t");
+    EXPECT_EQ(shard.find("w")->shape,
+              (std::vector<int64_t>{GetParam() == 2 ? padded : chunk}));
+    EXPECT_EQ(shard.find("w.momentum_buffer")->shape,
+              (std::vector<int64_t>{chunk}));
+  }
+
+  // The consolidated checkpoint is what --save of the same run writes.
+  ProcessResult saved = run(dir, model, 2,
+                            {"--steps=7", "--save-checkpoint", dir.path("ck7"),
+                             "--save", dir.path("saved7.safetensors")});
+  ASSERT_EQ(saved.status, 0) << saved.err;
+  consolidateCheckpoint(dir.path("ck7"), dir.path("full7.safetensors"));
+  EXPECT_EQ(readBytes(dir.path("full7.safetensors")),
+            readBytes(dir.path("saved7.safetensors")));
+}
+
+TEST_P(MpiCheckpointTest, MismatchesAreOneLineOnEveryLaunch) {
+  const int stage = GetParam();
+  ASSERT_EQ(run(dir, zeroModel(stage, 2), 2,
+                {"--steps=2", "--save-checkpoint", dir.path("ck")})
+                .status,
+            0);
+  // Another number of ranks, with a build for it.
+  ProcessResult wider =
+      run(dir, zeroModel(stage, 4), 4, {"--resume", dir.path("ck")});
+  EXPECT_NE(wider.status, 0);
+  EXPECT_EQ(errorLines(wider.err),
+            std::vector<std::string>{
+                "ztrain: error: [rank 0] --resume '" + dir.path("ck") +
+                "': the checkpoint was written for dp=2, this run has dp=4; "
+                "resume with the same number of ranks and the same build"});
+  // The same ranks, the other stage: the parameter's storage differs.
+  ProcessResult other =
+      run(dir, zeroModel(5 - stage, 2), 2, {"--resume", dir.path("ck")});
+  EXPECT_NE(other.status, 0);
+  std::vector<std::string> lines = errorLines(other.err);
+  ASSERT_EQ(lines.size(), 1u) << other.err;
+  EXPECT_NE(
+      lines[0].find("param 'w' is F32 [4, 1], storage '" +
+                    std::string(stage == 2 ? "full' of 6" : "shard' of 3") +
+                    " elements in the checkpoint, this model has"),
+      std::string::npos)
+      << lines[0];
+  // A shard missing on rank 1 only: rank 1 names it, the job ends.
+  ASSERT_EQ(unlink(dir.path("ck/rank-1-of-2.safetensors").c_str()), 0);
+  ProcessResult missing =
+      run(dir, zeroModel(stage, 2), 2, {"--resume", dir.path("ck")});
+  EXPECT_NE(missing.status, 0);
+  EXPECT_EQ(errorLines(missing.err),
+            std::vector<std::string>{
+                "ztrain: error: [rank 1] --resume: cannot open '" +
+                dir.path("ck") +
+                "/rank-1-of-2.safetensors': No such file or directory"});
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, MpiCheckpointTest, ::testing::Values(2, 3),
+                         [](const ::testing::TestParamInfo<int> &info) {
+                           return "Stage" + std::to_string(info.param);
+                         });
+
+namespace {
+
+// fake_zero_model.c's descriptor at stage 3 on two ranks.
+const char kStage3[] = "ztrain-descriptor 1\n"
+                       "grid 2\n"
+                       "param w f32 2 4 1 init normal 0.5 store 3 shard\n"
+                       "state w.momentum_buffer f32 2 4 1 of w store 3 shard\n"
+                       "input x f32 2 8 4 bound 0\n"
+                       "optimizer sgd lr=0.1 momentum=0.5\n";
+
+/// Writes a two-rank checkpoint of kStage3 at step 4 into `dir` without
+/// running a model: the index the runtime writes and shards with known
+/// values (w = 1..4, then the padding; momentum = -1..-4).
+void writeFakeCheckpoint(const std::string &dir) {
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  const float w[2][3] = {{1, 2, 3}, {4, 0, 0}};
+  const float m[2][3] = {{-1, -2, -3}, {-4, 0, 0}};
+  for (int r = 0; r < 2; ++r)
+    writeSafetensors(
+        dir + "/" + checkpointShardName(r, 2),
+        {{"w", "F32", {3}, w[r]}, {"w.momentum_buffer", "F32", {3}, m[r]}},
+        {{"format", "pt"},
+         {"ztrain_rank", std::to_string(r)},
+         {"ztrain_world_size", "2"},
+         {"ztrain_step", "4"}});
+  std::string tensors =
+      "[{\"name\": \"w\", \"kind\": \"param\", \"dtype\": \"F32\", "
+      "\"shape\": [4, 1], \"storage\": \"shard\", \"elements\": 3}, "
+      "{\"name\": \"w.momentum_buffer\", \"kind\": \"state\", \"dtype\": "
+      "\"F32\", \"shape\": [4, 1], \"storage\": \"shard\", \"elements\": 3}]";
+  writeBytes(dir + "/index.json",
+             "{\"metadata\": {\"total_size\": 48}, \"weight_map\": {}, "
+             "\"ztrain\": {\"version\": 1, \"world_size\": 2, \"files\": "
+             "[\"rank-0-of-2.safetensors\", \"rank-1-of-2.safetensors\"], "
+             "\"step\": 4, \"seed\": 18446744073709551615, \"data\": \"\", "
+             "\"tensors\": " +
+                 tensors + ", \"descriptor\": " + jsonQuote(kStage3) + "}}");
+}
+
+} // namespace
+
+TEST(CheckpointTest, IndexReadsBack) {
+  TempDir dir;
+  writeFakeCheckpoint(dir.path("ck"));
+  CheckpointIndex index = readCheckpointIndex(dir.path("ck"), "test");
+  EXPECT_EQ(index.worldSize, 2);
+  EXPECT_EQ(index.step, 4);
+  EXPECT_EQ(index.seed, 18446744073709551615ull);
+  EXPECT_EQ(index.descriptor, kStage3);
+  ASSERT_EQ(index.tensors.size(), 2u);
+  EXPECT_TRUE(index.tensors[0].isParam);
+  EXPECT_FALSE(index.tensors[1].isParam);
+  EXPECT_EQ(index.tensors[1].spec.shape, (std::vector<int64_t>{4, 1}));
+  EXPECT_EQ(index.tensors[1].spec.store, StoreMode::Shard);
+  EXPECT_EQ(index.tensors[1].spec.storeElems, 3);
+}
+
+TEST(CheckpointTest, ResumeChecksNameBothValues) {
+  TempDir dir;
+  writeFakeCheckpoint(dir.path("ck"));
+  CheckpointIndex index = readCheckpointIndex(dir.path("ck"), "test");
+  // Death tests re-run the test in a child with a TempDir of its own, so the
+  // patterns match any directory.
+  const std::string prefix = "^ztrain: error: --resume '[^']*/ck': ";
+  Descriptor desc = parseDescriptor(kStage3);
+  checkResumable(index, desc, kStage3, 2); // Passes.
+
+  using ::testing::ExitedWithCode;
+  EXPECT_EXIT(checkResumable(index, desc, kStage3, 4), ExitedWithCode(1),
+              prefix + "the checkpoint was written for dp=2, this run has "
+                       "dp=4; resume with the same number of ranks and the "
+                       "same build\n$");
+  // A parameter of another shape: named with both shapes and storages,
+  // before the descriptor text (which differs too) is compared.
+  std::string wide = "ztrain-descriptor 1\n"
+                     "param w f32 2 5 1 init normal 0.5 store 3 shard\n"
+                     "state w.momentum_buffer f32 2 5 1 of w store 3 shard\n";
+  EXPECT_EXIT(
+      checkResumable(index, parseDescriptor(wide.c_str()), wide.c_str(), 2),
+      ExitedWithCode(1),
+      prefix + "param 'w' is F32 \\[4, 1\\], storage 'shard' of 3 "
+               "elements in the checkpoint, this model has F32 "
+               "\\[5, 1\\], storage 'shard' of 3 elements\n$");
+  // A state the checkpoint lacks.
+  std::string extra =
+      std::string(kStage3) + "state w.v f32 2 4 1 of w store 3 shard\n";
+  EXPECT_EXIT(
+      checkResumable(index, parseDescriptor(extra.c_str()), extra.c_str(), 2),
+      ExitedWithCode(1),
+      prefix + "the checkpoint has no state 'w.v', which this model "
+               "has\n$");
+  // The same tensors, another learning rate.
+  std::string lr =
+      std::regex_replace(std::string(kStage3), std::regex("lr=0.1"), "lr=0.2");
+  EXPECT_EXIT(checkResumable(index, parseDescriptor(lr.c_str()), lr.c_str(), 2),
+              ExitedWithCode(1),
+              prefix + "descriptor record 6 is 'optimizer sgd lr=0.1 "
+                       "momentum=0.5' in the checkpoint, 'optimizer sgd "
+                       "lr=0.2 momentum=0.5' in this model\n$");
+}
+
+TEST(CheckpointTest, ConsolidationReassemblesAndRefusesBadShards) {
+  TempDir dir;
+  const std::string ck = dir.path("ck"), out = dir.path("full.safetensors");
+  writeFakeCheckpoint(ck);
+  consolidateCheckpoint(ck, out);
+  SafetensorsFile full = SafetensorsFile::read(out, "test");
+  ASSERT_EQ(full.tensors().size(), 1u); // Parameters only.
+  const SafetensorsTensor &w = full.tensors()[0];
+  EXPECT_EQ(w.shape, (std::vector<int64_t>{4, 1}));
+  const float expected[4] = {1, 2, 3, 4};
+  ASSERT_EQ(w.bytes, sizeof(expected));
+  EXPECT_EQ(std::memcmp(w.data, expected, sizeof(expected)), 0);
+  ASSERT_EQ(unlink(out.c_str()), 0);
+
+  using ::testing::ExitedWithCode;
+  const std::string shard1 = ck + "/rank-1-of-2.safetensors";
+  // Death tests re-run the test in a child with a TempDir of its own, so the
+  // patterns match any directory.
+  const std::string shard1Pattern = "[^']*/ck/rank-1-of-2.safetensors";
+  std::string good = readBytes(shard1);
+  // Each failure is one line, and leaves neither the output nor a
+  // temporary behind.
+  auto fails = [&](const std::string &pattern) {
+    EXPECT_EXIT(consolidateCheckpoint(ck, out), ExitedWithCode(1),
+                "^ztrain: error: ztrain-consolidate: " + pattern + "\n$");
+    EXPECT_EQ(dir.entries(), std::vector<std::string>{"ck"});
+  };
+  writeBytes(shard1, good.substr(0, good.size() - 4));
+  fails("'" + shard1Pattern + "' is not a valid safetensors file: .*");
+  writeSafetensors(
+      shard1, {{"w", "F32", {3}, expected}},
+      {{"ztrain_rank", "1"}, {"ztrain_world_size", "2"}, {"ztrain_step", "3"}});
+  fails("'" + shard1Pattern +
+        "' has ztrain_step '3' but the index says '4' \\(a "
+        "shard of another save\\)");
+  ASSERT_EQ(unlink(shard1.c_str()), 0);
+  EXPECT_EXIT(consolidateCheckpoint(ck, out), ExitedWithCode(1),
+              "^ztrain: error: ztrain-consolidate: cannot open '" +
+                  shard1Pattern + "': No such file or directory\n$");
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"ck"});
+  ASSERT_EQ(unlink((ck + "/index.json").c_str()), 0);
+  EXPECT_EXIT(consolidateCheckpoint(ck, out), ExitedWithCode(1),
+              "^ztrain: error: ztrain-consolidate: cannot open '[^']*/ck"
+              "/index.json': No such file or directory \\(not a "
+              "checkpoint, or an incomplete one\\)\n$");
+}

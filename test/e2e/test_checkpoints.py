@@ -1,0 +1,129 @@
+"""Sharded checkpoints of a compiled model (ZeRO stage 3, dp=2, Adam):
+--save-checkpoint writes one file per rank plus index.json, ztrain-consolidate
+turns them into the full weights that --save writes and PyTorch loads,
+--resume continues bitwise where the run stopped, and a checkpoint of another
+rank count or a damaged shard is refused with one line.
+
+Every comparison is bitwise: resuming must compute exactly what the
+uninterrupted run computes (same step numbers, data and Adam bias
+correction), and consolidation only moves bytes.
+"""
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+import e2e_util
+from ztrain import models, parity, safetensors
+
+MPIRUN = shutil.which("mpirun")
+
+
+def mpirun(n, cmd, check=True):
+    assert MPIRUN, "mpirun not found (openmpi-bin)"
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    p = subprocess.run([MPIRUN, "--oversubscribe", "-np", str(n)] + [str(c) for c in cmd],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=300, env=env)
+    if check:
+        assert p.returncode == 0, f"mpirun -np {n} failed:\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def error_lines(stderr):
+    return [line for line in stderr.splitlines() if line.startswith("ztrain: error:")]
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    """The MLP compiled for ZeRO stage 3 on 2 and on 4 ranks: (dir, {dp: exe})."""
+    d = tmp_path_factory.mktemp("checkpoints")
+    spec = models.mlp(batch=2, in_features=12, hidden=[16], classes=5)
+    opt = parity.OptimizerConfig("adam", lr=1e-2)
+    exes = {dp: e2e_util.compile_text(spec.to_mlir(), str(d), opt, name=f"dp{dp}",
+                                      extra=["--dp", str(dp), "--zero-stage", "3"])
+            for dp in (2, 4)}
+    return d, exes
+
+
+def consolidate(ckpt, out):
+    return e2e_util.run([e2e_util.require_tool("ztrain-consolidate"), ckpt, "-o", out])
+
+
+def test_consolidated_shards_are_the_saved_weights(build, tmp_path):
+    _, exes = build
+    ckpt, saved, full = tmp_path / "ck", tmp_path / "saved.safetensors", tmp_path / "full.safetensors"
+    mpirun(2, [exes[2], "--steps", "3", "--threads", "1", "--save-checkpoint", ckpt,
+               "--save", saved])
+    assert sorted(os.listdir(ckpt)) == ["index.json", "rank-0-of-2.safetensors",
+                                        "rank-1-of-2.safetensors"]
+    p = consolidate(ckpt, full)
+    assert p.returncode == 0, p.stderr
+    assert full.read_bytes() == saved.read_bytes()
+
+    # What PyTorch gets: the model's full shapes, bitwise the saved values.
+    want = safetensors.load(str(saved))
+    got = {k: torch.from_numpy(v) for k, v in safetensors.load(str(full)).items()}
+    assert set(got) == set(want)
+    for name, tensor in got.items():
+        assert tuple(tensor.shape) == want[name].shape
+        assert torch.equal(tensor.view(torch.int32),
+                           torch.from_numpy(want[name]).view(torch.int32)), name
+
+
+def test_resume_continues_bitwise(build, tmp_path):
+    _, exes = build
+    exe = exes[2]
+    common = ["--threads", "1", "--seed", "11"]
+    mpirun(2, [exe, "--steps", "12", "--save", tmp_path / "straight.safetensors",
+               "--report", tmp_path / "straight.json"] + common)
+    mpirun(2, [exe, "--steps", "6", "--save-checkpoint", tmp_path / "ck",
+               "--report", tmp_path / "first.json"] + common)
+    # --steps counts the steps after the checkpoint's; the seed comes from it.
+    mpirun(2, [exe, "--steps", "6", "--resume", tmp_path / "ck", "--threads", "1",
+               "--save", tmp_path / "resumed.safetensors",
+               "--report", tmp_path / "second.json"])
+
+    assert ((tmp_path / "resumed.safetensors").read_bytes()
+            == (tmp_path / "straight.safetensors").read_bytes())
+    straight = parity.read_report(str(tmp_path / "straight.json"))["steps"]
+    halves = (parity.read_report(str(tmp_path / "first.json"))["steps"]
+              + parity.read_report(str(tmp_path / "second.json"))["steps"])
+    assert [s["step"] for s in halves] == list(range(1, 13))
+    # The report prints losses with %.9g, which round-trips a float32.
+    assert [s["loss"] for s in halves] == [s["loss"] for s in straight]
+
+
+def test_resume_on_another_rank_count_is_one_line(build, tmp_path):
+    _, exes = build
+    ckpt = tmp_path / "ck"
+    mpirun(2, [exes[2], "--steps", "1", "--save-checkpoint", ckpt])
+    p = mpirun(4, [exes[4], "--steps", "1", "--resume", ckpt], check=False)
+    assert p.returncode != 0
+    assert error_lines(p.stderr) == [
+        f"ztrain: error: [rank 0] --resume '{ckpt}': the checkpoint was written for dp=2, "
+        "this run has dp=4; resume with the same number of ranks and the same build"]
+
+
+def test_consolidating_a_damaged_checkpoint_fails_cleanly(build, tmp_path):
+    _, exes = build
+    ckpt, full = tmp_path / "ck", tmp_path / "full.safetensors"
+    mpirun(2, [exes[2], "--steps", "1", "--save-checkpoint", ckpt])
+    shard = ckpt / "rank-1-of-2.safetensors"
+    data = shard.read_bytes()
+    shard.write_bytes(data[:-8])
+    p = consolidate(ckpt, full)
+    assert p.returncode == 1
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"ztrain: error: ztrain-consolidate: '{shard}' is not a valid safetensors file: "), p.stderr
+    shard.unlink()
+    p = consolidate(ckpt, full)
+    assert p.returncode == 1
+    assert p.stderr.splitlines() == [
+        f"ztrain: error: ztrain-consolidate: cannot open '{shard}': No such file or directory"]
+    assert sorted(os.listdir(tmp_path)) == ["ck"]
