@@ -12,6 +12,7 @@
 #include "ztrain/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/MapVector.h"
 
 #define DEBUG_TYPE "zero-insert-collectives"
 
@@ -95,44 +96,46 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
   if (stage < 3)
     return success();
 
-  // Stage 3: parameters rest partitioned. Each read becomes a gather for
-  // the forward pass and, when the backward pass uses it too, a second
-  // gather right before its first backward use, so that the gathered copy
-  // can be released in between (the point of stage 3).
+  // Stage 3: parameters rest partitioned. The forward uses of a parameter
+  // (of all its reads: tied weights are read twice) share one gather placed
+  // before the first of them; the backward uses share a second one, placed
+  // before the first backward use, so that the gathered copy can be
+  // released in between (the point of stage 3). At most two gathers per
+  // parameter: 3 Psi (N-1)/N per step with the reduce-scatter.
   Block &body = entry.getBody().front();
-  Operation *lossOp =
-      body.getTerminator()->getOperand(0).getDefiningOp();
+  Operation *lossOp = body.getTerminator()->getOperand(0).getDefiningOp();
   DenseMap<Operation *, unsigned> position;
   for (auto [i, op] : llvm::enumerate(body))
     position[&op] = i;
   unsigned boundary = lossOp ? position[lossOp] : 0;
-  SmallVector<train::ParamReadOp> reads(body.getOps<train::ParamReadOp>());
-  for (train::ParamReadOp read : reads) {
+  llvm::MapVector<StringAttr, SmallVector<train::ParamReadOp>> readsOf;
+  for (auto read : body.getOps<train::ParamReadOp>())
+    readsOf[read.getParamAttr().getAttr()].push_back(read);
+  for (auto &[name, reads] : readsOf) {
     SmallVector<OpOperand *> forwardUses, backwardUses;
-    for (OpOperand &use : read.getResult().getUses())
-      (position[use.getOwner()] <= boundary ? forwardUses : backwardUses)
-          .push_back(&use);
-    auto gather = [&](Operation *before) {
-      b.setInsertionPoint(before);
-      ++count;
-      return GatherParamOp::create(b, read.getLoc(), read.getType(),
-                                   read.getParamAttr(), grid);
-    };
-    if (!forwardUses.empty()) {
-      Value full = gather(read);
-      for (OpOperand *use : forwardUses)
-        use->set(full);
-    }
-    if (!backwardUses.empty()) {
-      Operation *first = backwardUses.front()->getOwner();
-      for (OpOperand *use : backwardUses)
+    for (train::ParamReadOp read : reads)
+      for (OpOperand &use : read.getResult().getUses())
+        (position[use.getOwner()] <= boundary ? forwardUses : backwardUses)
+            .push_back(&use);
+    auto gatherFor = [&](ArrayRef<OpOperand *> uses) {
+      if (uses.empty())
+        return;
+      Operation *first = uses.front()->getOwner();
+      for (OpOperand *use : uses)
         if (position[use->getOwner()] < position[first])
           first = use->getOwner();
-      Value full = gather(first);
-      for (OpOperand *use : backwardUses)
+      b.setInsertionPoint(first);
+      Value full = GatherParamOp::create(b, reads.front().getLoc(),
+                                         reads.front().getType(),
+                                         reads.front().getParamAttr(), grid);
+      ++count;
+      for (OpOperand *use : uses)
         use->set(full);
-    }
-    read.erase();
+    };
+    gatherFor(forwardUses);
+    gatherFor(backwardUses);
+    for (train::ParamReadOp read : reads)
+      read.erase();
   }
   return success();
 }
