@@ -32,6 +32,8 @@ def main():
 
     row("parameters (bytes)", predicted["parameters"],
         max(r["memory"]["parameters"] for r in ranks))
+    row("gradients (bytes)", predicted["gradients"],
+        max(r["memory"]["gradients"] for r in ranks))
     row("optimizer states (bytes)", predicted["optimizer_states"],
         max(r["memory"]["optimizer_states"] for r in ranks))
     for kind in ("all_reduce", "reduce_scatter", "all_gather"):
