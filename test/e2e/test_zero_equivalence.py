@@ -160,3 +160,30 @@ def test_world_size_must_match_dp(tmp_path):
     errors = [line for line in p.stderr.splitlines() if line.startswith("ztrain: error:")]
     assert errors == ["ztrain: error: [rank 0] the model was compiled for dp=2 ranks but was "
                       "launched on 4 (compile with --dp=4, or launch 2 ranks)"]
+
+
+def test_shared_gradient_peak_is_bounded(tmp_path):
+    """One adjoint flowing to two parameters (a + b) stays a temporary: the
+    all-reduces then need their own buffers, and the prediction must count
+    them (it once did not)."""
+    src = tmp_path / "shared.mlir"
+    src.write_text("""
+train.param @a : tensor<1024xf32> init(normal, 0.02)
+train.param @b : tensor<1024xf32> init(normal, 0.02)
+func.func @loss(%x: tensor<4xf32> {train.name = "x"}) -> tensor<f32> attributes {train.entry} {
+  %a = train.param_read @a : tensor<1024xf32>
+  %b = train.param_read @b : tensor<1024xf32>
+  %s = train.add %a, %b : tensor<1024xf32>
+  %l = train.reduce sum %s [0] : tensor<1024xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+""")
+    exe = parity.compile_model(str(src), str(tmp_path / "shared"),
+                               parity.OptimizerConfig("sgd", lr=0.1), ["--dp", "2"])
+    report = str(tmp_path / "report.json")
+    mpirun(2, [exe, "--steps", "2", "--report", report, "--threads", "1"])
+    measured = parity.read_report(report)
+    predicted = zero_report(str(src), 0, 2, "sgd")["per_rank"]
+    for rank in measured["ranks"]:
+        assert rank["memory"]["peak"] <= predicted["predicted_peak"]
+        assert rank["memory"]["gradients"] == predicted["gradients"]

@@ -13,6 +13,7 @@
 
 #include "ztrain/Conversion/Passes.h"
 #include "ztrain/Dialect/Dist/IR/DistOps.h"
+#include "ztrain/Dialect/Dist/IR/StepBuffers.h"
 #include "ztrain/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -451,53 +452,12 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
   b.setInsertionPointToStart(block);
   StepEmitter e(module, b, step.getArgument(0));
 
-  // Liveness over the straight-line body. Reshapes alias their operand, so
-  // buffers are tracked by their root value.
+  // Aliases, persistent gradient buffers and last uses: the same analysis
+  // zero-report predicts memory with.
   Block &body = entry.getBody().front();
-  DenseMap<Operation *, unsigned> position;
-  for (auto [i, op] : llvm::enumerate(body))
-    position[&op] = i;
-  DenseMap<Value, Value> root;
-  auto rootOf = [&](Value v) {
-    Value r = root.lookup(v);
-    return r ? r : v;
-  };
-  // Each parameter's gradient lives in a persistent runtime buffer (the
-  // descriptor's `grad` records): the value stored there is the gradient as
-  // the update consumes it (stage 0: before the in-place all-reduce), the
-  // padded flat gradient (stage 1) or this rank's reduced slice (stages
-  // 2-3). Everything else is a temporary.
-  DenseMap<Value, int64_t> gradSlot;
-  for (Operation &op : body) {
-    if (!isa<SGDUpdateOp, AdamUpdateOp>(op))
-      continue;
-    auto param = op.getAttrOfType<FlatSymbolRefAttr>("param");
-    Value g = op.getOperand(0);
-    if (auto ar = g.getDefiningOp<dist::AllReduceOp>())
-      g = ar.getInput();
-    else if (auto rs = g.getDefiningOp<dist::ReduceScatterOp>();
-             rs && stage == 1)
-      g = rs.getInput();
-    // A value that is also something else (the same adjoint flowing to two
-    // parameters) stays a temporary; its parameter's buffer is then unused.
-    if (g.hasOneUse() && !isa<BlockArgument>(g))
-      gradSlot[g] = paramIndex.lookup(param.getValue());
-  }
-  DenseMap<Value, unsigned> lastUse;
-  for (Operation &op : body) {
-    // A reshape aliases its operand, unless its result is a gradient that
-    // must land in its persistent buffer (then it copies). An all-reduce
-    // runs in place.
-    if (auto r = dyn_cast<ReshapeOp>(op); r && !gradSlot.count(r.getResult()))
-      root[r.getResult()] = rootOf(r.getInput());
-    if (auto ar = dyn_cast<dist::AllReduceOp>(op);
-        ar && ar.getInput().hasOneUse())
-      root[ar.getResult()] = rootOf(ar.getInput());
-    for (Value operand : op.getOperands()) {
-      unsigned &last = lastUse[rootOf(operand)];
-      last = std::max(last, position[&op]);
-    }
-  }
+  dist::StepBuffers buffers(entry, stage);
+  auto rootOf = [&](Value v) { return buffers.root(v); };
+  Value loss = body.getTerminator()->getOperand(0);
 
   DenseMap<Value, Value> buffer; // tensor value -> !llvm.ptr
   DenseSet<Value> owned;         // roots allocated by this step
@@ -519,9 +479,8 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
                                              e.i64(slice * 4)));
   };
   auto alloc = [&](Value v) {
-    auto slot = gradSlot.find(v);
-    if (slot != gradSlot.end()) {
-      Value ptr = e.call("grad", {e.i64(slot->second)});
+    if (FlatSymbolRefAttr param = buffers.gradientOf(v)) {
+      Value ptr = e.call("grad", {e.i64(paramIndex.lookup(param.getValue()))});
       buffer[v] = ptr;
       return ptr;
     }
@@ -535,6 +494,10 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
 
   for (BlockArgument arg : entry.getArguments())
     buffer[arg] = e.call("input", {e.i64(arg.getArgNumber())});
+  // The loss is reported as soon as it exists: later ops update parameters
+  // in place, and the loss may be (a view of) a parameter.
+  if (isa<BlockArgument>(loss))
+    e.call("set_loss", {get(loss)});
 
   for (Operation &op : body) {
     e.loc = op.getLoc();
@@ -658,7 +621,7 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
               return success();
             })
             .Case([&](ReshapeOp o) {
-              if (!gradSlot.count(o.getResult())) {
+              if (!buffers.gradientOf(o.getResult())) {
                 buffer[o.getResult()] = get(o.getInput());
                 return success();
               }
@@ -770,7 +733,7 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
               // operand is still needed.
               Value x = get(o.getInput());
               Value out = x;
-              if (o.getInput().hasOneUse())
+              if (buffers.isAlias(o.getResult()))
                 buffer[o.getResult()] = x;
               else
                 out = alloc(o.getResult());
@@ -831,10 +794,7 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
               e.call("all_gather_f32", {mine, p, e.i64(shard)});
               return success();
             })
-            .Case([&](func::ReturnOp o) {
-              e.call("set_loss", {get(o.getOperand(0))});
-              return success();
-            })
+            .Case([&](func::ReturnOp) { return success(); })
             .Default([&](Operation *other) {
               return other->emitOpError()
                      << "cannot be lowered to the ztrain runtime";
@@ -842,13 +802,19 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
     if (failed(status))
       return failure();
 
+    if (llvm::is_contained(op.getResults(), loss))
+      e.call("set_loss", {get(loss)});
+
     // Results nobody reads die at once; operands die after their last use.
+    unsigned here = buffers.position(&op);
     for (Value r : op.getResults())
-      if (owned.contains(r) && !lastUse.count(r))
+      if (owned.contains(r) && buffers.lastUse(r) == here) {
         e.call("free", {buffer[r]});
+        owned.erase(r);
+      }
     for (Value operand : op.getOperands()) {
       Value r = rootOf(operand);
-      if (owned.contains(r) && lastUse.lookup(r) == position[&op]) {
+      if (owned.contains(r) && buffers.lastUse(r) == here) {
         e.call("free", {buffer[r]});
         owned.erase(r);
       }

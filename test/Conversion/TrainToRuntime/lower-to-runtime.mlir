@@ -19,12 +19,13 @@
 // bias-added successor directly.
 // CHECK-NOT: reshape
 // CHECK: call @ztrt_cross_entropy_f32(%[[CTX]], %[[LOGITS:.*]], %[[LAB]], %[[LOSS:.*]], %{{.*}}, %{{.*}})
+// The loss is reported as soon as it exists, before the in-place updates.
+// CHECK-NEXT: call @ztrt_set_loss(%[[CTX]], %[[LOSS]])
 // Gradients are written straight into the runtime's persistent gradient
 // buffers (the descriptor's grad records), which the step never frees.
 // CHECK: %[[DW:.*]] = call @ztrt_grad(%[[CTX]], %[[C0]])
 // CHECK: call @ztrt_sgd_update_f32(%[[CTX]], %{{.*}}, %[[DW]], %{{.*}}) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, f64, f64, f64, f64, i32) -> ()
 // CHECK-NOT: call @ztrt_free(%[[CTX]], %[[DW]])
-// CHECK: call @ztrt_set_loss(%[[CTX]], %[[LOSS]])
 // CHECK: call @ztrt_free(%[[CTX]], %[[LOSS]])
 // CHECK-NEXT: return
 // Runtime functions are declared once, from the ABI table.

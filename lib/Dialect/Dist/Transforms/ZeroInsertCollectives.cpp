@@ -98,7 +98,7 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
 
   // Stage 3: parameters rest partitioned. The forward uses of a parameter
   // (of all its reads: tied weights are read twice) share one gather placed
-  // before the first of them; the backward uses share a second one, placed
+  // at the first read; the backward uses share a second one, placed
   // before the first backward use, so that the gathered copy can be
   // released in between (the point of stage 3). At most two gathers per
   // parameter: 3 Psi (N-1)/N per step with the reduce-scatter.
@@ -114,16 +114,23 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
   for (auto &[name, reads] : readsOf) {
     SmallVector<OpOperand *> forwardUses, backwardUses;
     for (train::ParamReadOp read : reads)
-      for (OpOperand &use : read.getResult().getUses())
-        (position[use.getOwner()] <= boundary ? forwardUses : backwardUses)
-            .push_back(&use);
-    auto gatherFor = [&](ArrayRef<OpOperand *> uses) {
+      for (OpOperand &use : read.getResult().getUses()) {
+        // Returning a parameter as the loss is a forward use: the loss is
+        // the value before the update.
+        bool forward = position[use.getOwner()] <= boundary ||
+                       use.getOwner()->hasTrait<OpTrait::IsTerminator>();
+        (forward ? forwardUses : backwardUses).push_back(&use);
+      }
+    // The forward gather goes where the first read was; the backward one
+    // right before its first use.
+    auto gatherFor = [&](ArrayRef<OpOperand *> uses, Operation *at) {
       if (uses.empty())
         return;
-      Operation *first = uses.front()->getOwner();
-      for (OpOperand *use : uses)
-        if (position[use->getOwner()] < position[first])
-          first = use->getOwner();
+      Operation *first = at ? at : uses.front()->getOwner();
+      if (!at)
+        for (OpOperand *use : uses)
+          if (position[use->getOwner()] < position[first])
+            first = use->getOwner();
       b.setInsertionPoint(first);
       Value full = GatherParamOp::create(b, reads.front().getLoc(),
                                          reads.front().getType(),
@@ -132,8 +139,8 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
       for (OpOperand *use : uses)
         use->set(full);
     };
-    gatherFor(forwardUses);
-    gatherFor(backwardUses);
+    gatherFor(forwardUses, reads.front());
+    gatherFor(backwardUses, nullptr);
     for (train::ParamReadOp read : reads)
       read.erase();
   }

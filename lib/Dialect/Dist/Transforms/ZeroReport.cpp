@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ztrain/Dialect/Dist/IR/DistOps.h"
+#include "ztrain/Dialect/Dist/IR/StepBuffers.h"
 #include "ztrain/Dialect/Dist/Transforms/Passes.h"
 #include "ztrain/Dialect/Train/IR/TrainOps.h"
 
@@ -70,42 +71,21 @@ struct Report {
   }
 };
 
-/// Peak bytes of live intermediate tensors over the straight-line entry
-/// function. Parameter reads and reshapes alias existing storage; the
-/// gradients the optimizer consumes are counted as gradients instead.
-int64_t activationPeak(func::FuncOp entry, int64_t gridSize) {
+/// Peak bytes of live temporaries over the straight-line entry function,
+/// by the buffer analysis the lowering allocates with: parameter reads
+/// and aliases use existing storage, and values in persistent gradient
+/// buffers are counted as gradients.
+int64_t activationPeak(func::FuncOp entry, int64_t stage, int64_t gridSize) {
   Block &body = entry.getBody().front();
-  DenseMap<Operation *, unsigned> position;
-  for (auto [i, op] : llvm::enumerate(body))
-    position[&op] = i;
-  DenseMap<Value, Value> root;
-  auto rootOf = [&](Value v) {
-    Value r = root.lookup(v);
-    return r ? r : v;
-  };
-  DenseMap<Value, unsigned> lastUse;
-  DenseSet<Value> excluded;
-  for (Operation &op : body) {
-    if (auto r = dyn_cast<train::ReshapeOp>(op))
-      root[r.getResult()] = rootOf(r.getInput());
-    if (isa<train::ParamReadOp>(op))
-      excluded.insert(op.getResult(0));
-    if (isa<train::SGDUpdateOp, train::AdamUpdateOp>(op))
-      excluded.insert(rootOf(op.getOperand(0)));
-    for (Value operand : op.getOperands()) {
-      unsigned &last = lastUse[rootOf(operand)];
-      last = std::max(last, position[&op]);
-    }
-  }
-  // Sweep: +bytes at definition, -bytes after the last use.
+  StepBuffers buffers(entry, stage);
   std::vector<int64_t> delta(body.getOperations().size() + 1, 0);
-  for (Operation &op : body)
+  for (Operation &op : body) {
+    if (isa<train::ParamReadOp>(op))
+      continue;
     for (Value r : op.getResults()) {
-      if (rootOf(r) != r || excluded.contains(r) ||
+      if (buffers.isAlias(r) || buffers.gradientOf(r) ||
           !isa<RankedTensorType>(r.getType()))
         continue;
-      unsigned def = position[&op];
-      unsigned end = lastUse.count(r) ? lastUse[r] : def;
       // A gathered parameter occupies N padded slices.
       int64_t bytes = tensorBytes(r.getType());
       if (isa<GatherParamOp>(op)) {
@@ -113,9 +93,10 @@ int64_t activationPeak(func::FuncOp entry, int64_t gridSize) {
         bytes = (type.getNumElements() + gridSize - 1) / gridSize * gridSize *
                 elementBytes(type);
       }
-      delta[def] += bytes;
-      delta[end + 1] -= bytes;
+      delta[buffers.position(&op)] += bytes;
+      delta[buffers.lastUse(r) + 1] -= bytes;
     }
+  }
   int64_t live = 0, peak = 0;
   for (int64_t d : delta) {
     live += d;
@@ -192,7 +173,7 @@ FailureOr<Report> ZeroReportPass::analyze() {
     if (isa<RankedTensorType>(t))
       r.inputs += tensorBytes(t);
   if (entry.getBody().hasOneBlock())
-    r.activations = activationPeak(entry, n);
+    r.activations = activationPeak(entry, r.stage, n);
 
   // Once collectives are in the IR they are the truth, not the plan.
   SmallVector<CollectiveOpInterface> ops;

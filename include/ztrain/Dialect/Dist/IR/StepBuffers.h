@@ -1,0 +1,56 @@
+//===- StepBuffers.h - Buffers of a straight-line training step -*- C++ -*-===//
+//
+// Part of the ztrain project.
+//
+// Which values of a training step share a buffer, which values live in a
+// parameter's persistent gradient buffer, and where each buffer is last
+// used. The lowering allocates and frees by it and zero-report predicts
+// memory by it, so the two cannot disagree.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRAIN_DIALECT_DIST_IR_STEPBUFFERS_H
+#define ZTRAIN_DIALECT_DIST_IR_STEPBUFFERS_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
+
+namespace ztrain::dist {
+
+class StepBuffers {
+public:
+  /// Analyzes the single-block step `entry` of a plan for ZeRO `stage`.
+  StepBuffers(mlir::func::FuncOp entry, int64_t stage);
+
+  /// The value whose buffer `v` uses: itself, or what it aliases (a reshape
+  /// of its operand; an all-reduce done in place).
+  mlir::Value root(mlir::Value v) const {
+    mlir::Value r = roots.lookup(v);
+    return r ? r : v;
+  }
+  bool isAlias(mlir::Value v) const { return roots.count(v); }
+
+  /// The parameter whose persistent gradient buffer holds `v`, or null.
+  /// That is the gradient as the update consumes it (stage 0: before its
+  /// in-place all-reduce), the padded flat gradient (stage 1) or this
+  /// rank's reduced slice (stages 2-3), unless the value is also used for
+  /// something else (one adjoint flowing to two parameters).
+  mlir::FlatSymbolRefAttr gradientOf(mlir::Value v) const {
+    return gradients.lookup(v);
+  }
+
+  unsigned position(mlir::Operation *op) const { return positions.lookup(op); }
+  /// The position of the last op that uses the buffer of `rootValue`; the
+  /// position of its definition when nothing uses it.
+  unsigned lastUse(mlir::Value rootValue) const;
+
+private:
+  llvm::DenseMap<mlir::Operation *, unsigned> positions;
+  llvm::DenseMap<mlir::Value, mlir::Value> roots;
+  llvm::DenseMap<mlir::Value, mlir::FlatSymbolRefAttr> gradients;
+  llvm::DenseMap<mlir::Value, unsigned> lastUses;
+};
+
+} // namespace ztrain::dist
+
+#endif // ZTRAIN_DIALECT_DIST_IR_STEPBUFFERS_H
