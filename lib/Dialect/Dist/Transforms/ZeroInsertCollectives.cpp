@@ -111,36 +111,69 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
   llvm::MapVector<StringAttr, SmallVector<train::ParamReadOp>> readsOf;
   for (auto read : body.getOps<train::ParamReadOp>())
     readsOf[read.getParamAttr().getAttr()].push_back(read);
+  auto isBackward = [&](OpOperand &use) {
+    // Returning a parameter as the loss is a forward use: the loss is the
+    // value before the update.
+    return position[use.getOwner()] > boundary &&
+           !use.getOwner()->hasTrait<OpTrait::IsTerminator>();
+  };
   for (auto &[name, reads] : readsOf) {
+    // Backward uses reached through a forward reshape of the parameter get a
+    // reshape of the backward gather, so that the forward copy is not kept
+    // alive through the backward pass.
     SmallVector<OpOperand *> forwardUses, backwardUses;
+    SmallVector<std::pair<train::ReshapeOp, SmallVector<OpOperand *>>>
+        reshapedBackwardUses;
     for (train::ParamReadOp read : reads)
       for (OpOperand &use : read.getResult().getUses()) {
-        // Returning a parameter as the loss is a forward use: the loss is
-        // the value before the update.
-        bool forward = position[use.getOwner()] <= boundary ||
-                       use.getOwner()->hasTrait<OpTrait::IsTerminator>();
-        (forward ? forwardUses : backwardUses).push_back(&use);
+        if (isBackward(use)) {
+          backwardUses.push_back(&use);
+          continue;
+        }
+        forwardUses.push_back(&use);
+        if (auto reshape = dyn_cast<train::ReshapeOp>(use.getOwner())) {
+          SmallVector<OpOperand *> later;
+          for (OpOperand &reshapeUse : reshape.getResult().getUses())
+            if (isBackward(reshapeUse))
+              later.push_back(&reshapeUse);
+          if (!later.empty())
+            reshapedBackwardUses.push_back({reshape, later});
+        }
       }
-    // The forward gather goes where the first read was; the backward one
-    // right before its first use.
-    auto gatherFor = [&](ArrayRef<OpOperand *> uses, Operation *at) {
-      if (uses.empty())
-        return;
-      Operation *first = at ? at : uses.front()->getOwner();
-      if (!at)
-        for (OpOperand *use : uses)
-          if (position[use->getOwner()] < position[first])
-            first = use->getOwner();
-      b.setInsertionPoint(first);
-      Value full = GatherParamOp::create(b, reads.front().getLoc(),
-                                         reads.front().getType(),
-                                         reads.front().getParamAttr(), grid);
+    auto gatherAt = [&](Operation *before) {
+      b.setInsertionPoint(before);
       ++count;
-      for (OpOperand *use : uses)
-        use->set(full);
+      return GatherParamOp::create(b, reads.front().getLoc(),
+                                   reads.front().getType(),
+                                   reads.front().getParamAttr(), grid);
     };
-    gatherFor(forwardUses, reads.front());
-    gatherFor(backwardUses, nullptr);
+    // The forward gather goes where the first read was.
+    if (!forwardUses.empty()) {
+      Value full = gatherAt(reads.front());
+      for (OpOperand *use : forwardUses)
+        use->set(full);
+    }
+    // The backward one right before the first backward use, direct or
+    // through a reshape.
+    Operation *first = nullptr;
+    auto consider = [&](OpOperand *use) {
+      if (!first || position[use->getOwner()] < position[first])
+        first = use->getOwner();
+    };
+    llvm::for_each(backwardUses, consider);
+    for (auto &[reshape, uses] : reshapedBackwardUses)
+      llvm::for_each(uses, consider);
+    if (first) {
+      Value full = gatherAt(first);
+      for (OpOperand *use : backwardUses)
+        use->set(full);
+      for (auto &[reshape, uses] : reshapedBackwardUses) {
+        Value again = train::ReshapeOp::create(
+            b, reshape.getLoc(), reshape.getResult().getType(), full);
+        for (OpOperand *use : uses)
+          use->set(again);
+      }
+    }
     for (train::ParamReadOp read : reads)
       read.erase();
   }
