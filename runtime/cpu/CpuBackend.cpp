@@ -80,6 +80,26 @@ private:
   std::vector<int64_t> outerShape, outerStrides;
 };
 
+/// out (contiguous, walk.rows x walk.inner) = the elements of x the walk
+/// maps each row to, times `factor`: the gather behind transpose and
+/// broadcast.
+void gatherRows(const RowWalker &walk, const float *x, float *out,
+                double factor) {
+  int64_t inner = walk.inner, step = walk.innerStride;
+#pragma omp parallel for schedule(static) if (walk.rows * inner >=             \
+                                              kParallelElements)
+  for (int64_t row = 0; row < walk.rows; ++row) {
+    const float *src = x + walk.offset(row);
+    float *dst = out + row * inner;
+    if (factor == 1.0)
+      for (int64_t j = 0; j < inner; ++j)
+        dst[j] = src[j * step];
+    else
+      for (int64_t j = 0; j < inner; ++j)
+        dst[j] = static_cast<float>(src[j * step] * factor);
+  }
+}
+
 /// Row-major element strides of `shape`.
 std::vector<int64_t> contiguousStrides(int64_t rank, const int64_t *shape) {
   std::vector<int64_t> strides(rank);
@@ -379,16 +399,7 @@ public:
       outShape[d] = xShape[perm[d]];
       srcStrides[d] = xStrides[perm[d]];
     }
-    RowWalker walk(rank, outShape.data(), srcStrides);
-    int64_t inner = walk.inner, stride = walk.innerStride;
-#pragma omp parallel for schedule(static) if (walk.rows * inner >=             \
-                                              kParallelElements)
-    for (int64_t row = 0; row < walk.rows; ++row) {
-      const float *src = x + walk.offset(row);
-      float *dst = out + row * inner;
-      for (int64_t j = 0; j < inner; ++j)
-        dst[j] = src[j * stride];
-    }
+    gatherRows(RowWalker(rank, outShape.data(), srcStrides), x, out, 1.0);
   }
 
   void reduce(const float *x, float *out, int64_t rank, const int64_t *xShape,
@@ -436,16 +447,7 @@ public:
       if (!mask[d])
         stride *= outShape[d];
     }
-    RowWalker walk(rank, outShape, srcStrides);
-    int64_t inner = walk.inner, step = walk.innerStride;
-#pragma omp parallel for schedule(static) if (walk.rows * inner >=             \
-                                              kParallelElements)
-    for (int64_t row = 0; row < walk.rows; ++row) {
-      const float *src = x + walk.offset(row);
-      float *dst = out + row * inner;
-      for (int64_t j = 0; j < inner; ++j)
-        dst[j] = static_cast<float>(src[j * step] * factor);
-    }
+    gatherRows(RowWalker(rank, outShape, srcStrides), x, out, factor);
   }
 
   void crossEntropy(const float *logits, const int32_t *labels, float *loss,

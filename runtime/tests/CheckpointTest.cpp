@@ -47,14 +47,6 @@ std::string zeroModel(int stage, int ranks) {
          std::to_string(stage) + "_np" + std::to_string(ranks);
 }
 
-JsonValue readJson(const std::string &path) {
-  JsonValue value;
-  std::string error;
-  EXPECT_TRUE(parseJson(readBytes(path), value, error))
-      << path << ": " << error;
-  return value;
-}
-
 /// The report's (step, loss) pairs, the loss as its %.9g literal: equal
 /// literals are equal floats, so comparing them is bitwise.
 std::vector<std::pair<std::string, std::string>>

@@ -25,24 +25,6 @@ Result run(const TempDir &dir, std::vector<std::string> args) {
   return runProcess(dir, std::move(args));
 }
 
-size_t countLines(const std::string &s) {
-  return std::count(s.begin(), s.end(), '\n');
-}
-
-JsonValue readJson(const std::string &path) {
-  JsonValue value;
-  std::string error;
-  EXPECT_TRUE(parseJson(readBytes(path), value, error)) << error;
-  return value;
-}
-
-int64_t member(const JsonValue &object, const char *key) {
-  const JsonValue *v = object.find(key);
-  int64_t out = -1;
-  EXPECT_TRUE(v && v->getInt64(out)) << key;
-  return out;
-}
-
 } // namespace
 
 TEST(MainTest, TrainsLogsSavesAndReports) {

@@ -43,24 +43,6 @@ protected:
   TempDir dir;
 };
 
-size_t countLines(const std::string &s) {
-  return std::count(s.begin(), s.end(), '\n');
-}
-
-JsonValue readJson(const std::string &path) {
-  JsonValue value;
-  std::string error;
-  EXPECT_TRUE(parseJson(readBytes(path), value, error)) << error;
-  return value;
-}
-
-int64_t member(const JsonValue &object, const char *key) {
-  const JsonValue *v = object.find(key);
-  int64_t out = -1;
-  EXPECT_TRUE(v && v->getInt64(out)) << key;
-  return out;
-}
-
 /// The report's "communication" / "all_reduce" record.
 const JsonValue &allReduceStats(const JsonValue &holder) {
   const JsonValue *comm = holder.find("communication");

@@ -60,13 +60,6 @@ protected:
   TempDir dir;
 };
 
-int64_t member(const JsonValue &object, const char *key) {
-  const JsonValue *v = object.find(key);
-  int64_t out = -1;
-  EXPECT_TRUE(v && v->getInt64(out)) << key;
-  return out;
-}
-
 std::string
 printName(const ::testing::TestParamInfo<std::tuple<int, int>> &info) {
   return "Stage" + std::to_string(std::get<0>(info.param)) + "Np" +

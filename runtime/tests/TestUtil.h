@@ -5,6 +5,7 @@
 
 #include "cpu/CpuBackend.h"
 #include "src/Context.h"
+#include "src/Json.h"
 
 #include <gtest/gtest.h>
 
@@ -135,6 +136,28 @@ inline ProcessResult runProcess(const TempDir &dir,
   unlink(outPath.c_str());
   unlink(errPath.c_str());
   return r;
+}
+
+inline size_t countLines(const std::string &s) {
+  return std::count(s.begin(), s.end(), '\n');
+}
+
+/// The JSON document in `path` (a test failure, naming the file, if it
+/// does not parse).
+inline JsonValue readJson(const std::string &path) {
+  JsonValue value;
+  std::string error;
+  EXPECT_TRUE(parseJson(readBytes(path), value, error))
+      << path << ": " << error;
+  return value;
+}
+
+/// The integer `key` of a JSON object (-1 and a test failure if absent).
+inline int64_t member(const JsonValue &object, const char *key) {
+  const JsonValue *v = object.find(key);
+  int64_t out = -1;
+  EXPECT_TRUE(v && v->getInt64(out)) << key;
+  return out;
 }
 
 } // namespace ztrt::test
