@@ -20,6 +20,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
@@ -28,7 +29,8 @@
 void ztrain::registerAllDialects(mlir::DialectRegistry &registry) {
   registry.insert<train::TrainDialect, dist::DistDialect,
                   mlir::shard::ShardDialect, mlir::func::FuncDialect,
-                  mlir::arith::ArithDialect, mlir::LLVM::LLVMDialect>();
+                  mlir::arith::ArithDialect, mlir::LLVM::LLVMDialect,
+                  mlir::scf::SCFDialect>();
   mlir::arith::registerConvertArithToLLVMInterface(registry);
   mlir::registerConvertFuncToLLVMInterface(registry);
   mlir::registerBuiltinDialectTranslation(registry);

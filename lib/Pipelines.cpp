@@ -39,6 +39,15 @@ void ztrain::buildZeroPipeline(OpPassManager &pm,
   partition.dp = options.dp;
   pm.addPass(dist::createZeroPartition(partition));
   pm.addPass(dist::createZeroInsertCollectives());
+  if (options.overlap) {
+    dist::OverlapScheduleOptions schedule;
+    schedule.prefetchDepth = options.prefetchDepth;
+    schedule.maxLiveBytes = options.maxLiveBytes;
+    schedule.bucketBytes = options.bucketBytes;
+    schedule.reshardAfterForward = options.reshardAfterForward;
+    pm.addPass(dist::createOverlapSchedule(schedule));
+  }
+  pm.addPass(dist::createCheckCollectives());
 }
 
 void ztrain::buildToLLVMPipeline(OpPassManager &pm) {
@@ -57,7 +66,8 @@ void ztrain::registerPipelines() {
   PassPipelineRegistration<ZeroPipelineOptions>(
       "ztrain-zero",
       "Partition a training step over dp ranks the way ZeRO stage `stage` "
-      "does and insert its collectives",
+      "does, insert its collectives, schedule them to overlap compute "
+      "(overlap=false: synchronous) and check every rank issues them alike",
       buildZeroPipeline);
   PassPipelineRegistration<>(
       "ztrain-to-llvm",

@@ -52,6 +52,28 @@ struct ZeroPipelineOptions
                         llvm::cl::init(0)};
   Option<int64_t> dp{*this, "dp", llvm::cl::desc("Data-parallel ranks"),
                      llvm::cl::init(1)};
+  Option<bool> overlap{
+      *this, "overlap",
+      llvm::cl::desc("Schedule the collectives to overlap compute "
+                     "(overlap-schedule)"),
+      llvm::cl::init(true)};
+  Option<int64_t> prefetchDepth{
+      *this, "prefetch-depth",
+      llvm::cl::desc("overlap-schedule: gathers in flight ahead of use"),
+      llvm::cl::init(1)};
+  Option<int64_t> maxLiveBytes{
+      *this, "max-live-bytes",
+      llvm::cl::desc("overlap-schedule: bound on gathered parameter bytes "
+                     "(0: none)"),
+      llvm::cl::init(0)};
+  Option<int64_t> bucketBytes{
+      *this, "bucket-bytes",
+      llvm::cl::desc("overlap-schedule: gradient bucket size in bytes"),
+      llvm::cl::init(25 << 20)};
+  Option<bool> reshardAfterForward{
+      *this, "reshard-after-forward",
+      llvm::cl::desc("overlap-schedule: gather again for the backward pass"),
+      llvm::cl::init(true)};
 };
 
 /// train-autodiff then train-optimizer: forward + loss → training step.

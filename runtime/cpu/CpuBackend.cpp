@@ -156,6 +156,15 @@ public:
 #endif
   }
 
+  void adoptThreads(int threads) override {
+    // OpenMP's thread count is a per-thread setting: a thread that never
+    // set it uses the process default (all cores), not the count the step
+    // thread was given.
+#ifdef _OPENMP
+    omp_set_num_threads(threads);
+#endif
+  }
+
   void *allocate(int64_t bytes) override {
     if (bytes > std::numeric_limits<int64_t>::max() - kAlignment)
       return nullptr;
@@ -182,6 +191,22 @@ public:
     // memmove: the compiler may copy a buffer onto an overlapping view.
     if (bytes > 0)
       std::memmove(dst, src, static_cast<size_t>(bytes));
+  }
+
+  void copy2d(const void *src, void *dst, int64_t rows, int64_t rowBytes,
+              int64_t srcStride, int64_t dstStride) override {
+    if (rows <= 0 || rowBytes <= 0)
+      return;
+    const char *from = static_cast<const char *>(src);
+    char *to = static_cast<char *>(dst);
+    // Packed on both sides: one block.
+    if (srcStride == rowBytes && dstStride == rowBytes) {
+      std::memcpy(to, from, static_cast<size_t>(rows * rowBytes));
+      return;
+    }
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(to + r * dstStride, from + r * srcStride,
+                  static_cast<size_t>(rowBytes));
   }
 
   void fill(float *out, int64_t n, double value) override {

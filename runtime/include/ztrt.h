@@ -65,7 +65,10 @@ typedef enum ztrt_category {
   ZTRT_CAT_OPTIMIZER_STATES = 2,
   ZTRT_CAT_ACTIVATIONS = 3,
   ZTRT_CAT_OTHER = 4,
-  ZTRT_CAT_COUNT = 5
+  // Full copies of parameters partitioned at rest (ZeRO stage 3), from
+  // their gather's start to their release: what `max-live-bytes` bounds.
+  ZTRT_CAT_GATHERED = 5,
+  ZTRT_CAT_COUNT = 6
 } ztrt_category;
 
 #define ZTRT_TYPE_CTX ztrt_ctx *

@@ -2,9 +2,12 @@
 //
 // Part of ztrain's runtime. Each entry point checks what can be checked
 // without touching tensor data (counts, ranks, permutations, masks), names
-// itself in any error, and dispatches to the context's backend. Definitions
-// are inside extern "C" with the exact types of ztrt.h, so a signature that
-// drifts from ztrt_abi.def is a compile error rather than a silent overload.
+// itself in any error, and dispatches to the context's backend; collectives
+// go through the context's queue (src/CommQueue.h), which runs them on the
+// communication thread. Kernel calls are recorded in the trace when --trace
+// is on (a null-pointer test otherwise). Definitions are inside extern "C"
+// with the exact types of ztrt.h, so a signature that drifts from
+// ztrt_abi.def is a compile error rather than a silent overload.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +16,7 @@
 #include "src/Context.h"
 #include "src/Support.h"
 
+#include <cstdint>
 #include <vector>
 
 using namespace ztrt;
@@ -58,6 +62,40 @@ const float *f(const void *p) { return static_cast<const float *>(p); }
 float *f(void *p) { return static_cast<float *>(p); }
 const int32_t *i32(const void *p) { return static_cast<const int32_t *>(p); }
 
+/// Whether a row of one set of `rows` rows of `rowBytes` bytes (the i-th at
+/// a + i * aStride) intersects a row of the other. Both lists are sorted by
+/// address (strides >= 0), so a merge walk decides it in O(rows): a row
+/// that ends before the other list's current row cannot meet any later
+/// row of that list. Interleaved layouts (a bucket unpacked into its own
+/// gaps) are disjoint although their extents overlap.
+bool rowsIntersect(uintptr_t a, int64_t aStride, uintptr_t b, int64_t bStride,
+                   int64_t rows, int64_t rowBytes) {
+  const uintptr_t length = static_cast<uintptr_t>(rowBytes);
+  int64_t i = 0, j = 0;
+  while (i < rows && j < rows) {
+    const uintptr_t x = a + static_cast<uintptr_t>(i * aStride),
+                    y = b + static_cast<uintptr_t>(j * bStride);
+    if (x < y + length && y < x + length)
+      return true;
+    if (x < y)
+      ++i;
+    else
+      ++j;
+  }
+  return false;
+}
+
+CollectiveRequest request(Collective kind, const void *in, void *out,
+                          int64_t elems, int32_t mean) {
+  CollectiveRequest r;
+  r.kind = kind;
+  r.in = f(in);
+  r.out = f(out);
+  r.elems = elems;
+  r.mean = mean != 0;
+  return r;
+}
+
 } // namespace
 
 extern "C" {
@@ -102,12 +140,51 @@ void ztrt_set_loss(ztrt_ctx *ctx, const void *loss) {
 
 void ztrt_copy(ztrt_ctx *ctx, const void *src, void *dst, int64_t bytes) {
   Backend &backend = backendOf(ctx, "copy");
+  TraceScope trace(ctx->trace(), "copy");
   checkCount("copy", "byte count", bytes);
   backend.copy(src, dst, bytes);
 }
 
+void ztrt_copy_2d(ztrt_ctx *ctx, const void *src, void *dst, int64_t rows,
+                  int64_t row_bytes, int64_t src_stride, int64_t dst_stride) {
+  Backend &backend = backendOf(ctx, "copy_2d");
+  TraceScope trace(ctx->trace(), "copy_2d");
+  checkCount("copy_2d", "row count", rows);
+  checkCount("copy_2d", "row size", row_bytes);
+  checkCount("copy_2d", "src_stride", src_stride);
+  checkCount("copy_2d", "dst_stride", dst_stride);
+  if (rows == 0 || row_bytes == 0)
+    return;
+  if (rows > 1 && dst_stride < row_bytes)
+    fatal("copy_2d: dst_stride %lld is less than row_bytes %lld (rows would "
+          "overwrite each other)",
+          static_cast<long long>(dst_stride),
+          static_cast<long long>(row_bytes));
+  int64_t srcExtent, dstExtent;
+  if (__builtin_mul_overflow(rows - 1, src_stride, &srcExtent) ||
+      __builtin_add_overflow(srcExtent, row_bytes, &srcExtent) ||
+      __builtin_mul_overflow(rows - 1, dst_stride, &dstExtent) ||
+      __builtin_add_overflow(dstExtent, row_bytes, &dstExtent))
+    fatal("copy_2d: %lld rows of stride %lld / %lld bytes overflow int64",
+          static_cast<long long>(rows), static_cast<long long>(src_stride),
+          static_cast<long long>(dst_stride));
+  // No row may be read after another has overwritten it, on any backend
+  // (a device copies rows in parallel), so source and destination rows
+  // must be disjoint; copying a region onto itself is a no-op.
+  if (src == dst && src_stride == dst_stride)
+    return;
+  const uintptr_t from = reinterpret_cast<uintptr_t>(src),
+                  to = reinterpret_cast<uintptr_t>(dst);
+  if (from < to + static_cast<uint64_t>(dstExtent) &&
+      to < from + static_cast<uint64_t>(srcExtent) &&
+      rowsIntersect(from, src_stride, to, dst_stride, rows, row_bytes))
+    fatal("copy_2d: source and destination rows overlap");
+  backend.copy2d(src, dst, rows, row_bytes, src_stride, dst_stride);
+}
+
 void ztrt_fill_f32(ztrt_ctx *ctx, void *out, int64_t n, double value) {
   Backend &backend = backendOf(ctx, "fill_f32");
+  TraceScope trace(ctx->trace(), "fill_f32");
   checkCount("fill_f32", "element count", n);
   backend.fill(f(out), n, value);
 }
@@ -115,6 +192,7 @@ void ztrt_fill_f32(ztrt_ctx *ctx, void *out, int64_t n, double value) {
 void ztrt_add_f32(ztrt_ctx *ctx, const void *a, const void *b, void *out,
                   int64_t n) {
   Backend &backend = backendOf(ctx, "add_f32");
+  TraceScope trace(ctx->trace(), "add_f32");
   checkCount("add_f32", "element count", n);
   backend.add(f(a), f(b), f(out), n);
 }
@@ -122,6 +200,7 @@ void ztrt_add_f32(ztrt_ctx *ctx, const void *a, const void *b, void *out,
 void ztrt_sub_f32(ztrt_ctx *ctx, const void *a, const void *b, void *out,
                   int64_t n) {
   Backend &backend = backendOf(ctx, "sub_f32");
+  TraceScope trace(ctx->trace(), "sub_f32");
   checkCount("sub_f32", "element count", n);
   backend.sub(f(a), f(b), f(out), n);
 }
@@ -129,6 +208,7 @@ void ztrt_sub_f32(ztrt_ctx *ctx, const void *a, const void *b, void *out,
 void ztrt_mul_f32(ztrt_ctx *ctx, const void *a, const void *b, void *out,
                   int64_t n) {
   Backend &backend = backendOf(ctx, "mul_f32");
+  TraceScope trace(ctx->trace(), "mul_f32");
   checkCount("mul_f32", "element count", n);
   backend.mul(f(a), f(b), f(out), n);
 }
@@ -136,6 +216,7 @@ void ztrt_mul_f32(ztrt_ctx *ctx, const void *a, const void *b, void *out,
 void ztrt_scale_f32(ztrt_ctx *ctx, const void *x, void *out, int64_t n,
                     double factor) {
   Backend &backend = backendOf(ctx, "scale_f32");
+  TraceScope trace(ctx->trace(), "scale_f32");
   checkCount("scale_f32", "element count", n);
   backend.scale(f(x), f(out), n, factor);
 }
@@ -143,6 +224,7 @@ void ztrt_scale_f32(ztrt_ctx *ctx, const void *x, void *out, int64_t n,
 void ztrt_bias_add_f32(ztrt_ctx *ctx, const void *x, const void *bias,
                        void *out, int64_t rows, int64_t cols) {
   Backend &backend = backendOf(ctx, "bias_add_f32");
+  TraceScope trace(ctx->trace(), "bias_add_f32");
   checkCount("bias_add_f32", "row count", rows);
   checkCount("bias_add_f32", "column count", cols);
   backend.biasAdd(f(x), f(bias), f(out), rows, cols);
@@ -150,6 +232,7 @@ void ztrt_bias_add_f32(ztrt_ctx *ctx, const void *x, const void *bias,
 
 void ztrt_relu_f32(ztrt_ctx *ctx, const void *x, void *out, int64_t n) {
   Backend &backend = backendOf(ctx, "relu_f32");
+  TraceScope trace(ctx->trace(), "relu_f32");
   checkCount("relu_f32", "element count", n);
   backend.relu(f(x), f(out), n);
 }
@@ -157,12 +240,14 @@ void ztrt_relu_f32(ztrt_ctx *ctx, const void *x, void *out, int64_t n) {
 void ztrt_relu_grad_f32(ztrt_ctx *ctx, const void *dy, const void *x, void *dx,
                         int64_t n) {
   Backend &backend = backendOf(ctx, "relu_grad_f32");
+  TraceScope trace(ctx->trace(), "relu_grad_f32");
   checkCount("relu_grad_f32", "element count", n);
   backend.reluGrad(f(dy), f(x), f(dx), n);
 }
 
 void ztrt_gelu_f32(ztrt_ctx *ctx, const void *x, void *out, int64_t n) {
   Backend &backend = backendOf(ctx, "gelu_f32");
+  TraceScope trace(ctx->trace(), "gelu_f32");
   checkCount("gelu_f32", "element count", n);
   backend.gelu(f(x), f(out), n);
 }
@@ -170,6 +255,7 @@ void ztrt_gelu_f32(ztrt_ctx *ctx, const void *x, void *out, int64_t n) {
 void ztrt_gelu_grad_f32(ztrt_ctx *ctx, const void *dy, const void *x, void *dx,
                         int64_t n) {
   Backend &backend = backendOf(ctx, "gelu_grad_f32");
+  TraceScope trace(ctx->trace(), "gelu_grad_f32");
   checkCount("gelu_grad_f32", "element count", n);
   backend.geluGrad(f(dy), f(x), f(dx), n);
 }
@@ -179,6 +265,7 @@ void ztrt_matmul_f32(ztrt_ctx *ctx, const void *a, const void *b, void *c,
                      int32_t trans_a, int32_t trans_b, int64_t stride_a,
                      int64_t stride_b, int64_t stride_c) {
   Backend &backend = backendOf(ctx, "matmul_f32");
+  TraceScope trace(ctx->trace(), "matmul_f32");
   checkCount("matmul_f32", "batch", batch);
   checkCount("matmul_f32", "m", m);
   checkCount("matmul_f32", "n", n);
@@ -198,6 +285,7 @@ void ztrt_layer_norm_f32(ztrt_ctx *ctx, const void *x, const void *gamma,
                          const void *beta, void *y, int64_t rows, int64_t cols,
                          double eps) {
   Backend &backend = backendOf(ctx, "layer_norm_f32");
+  TraceScope trace(ctx->trace(), "layer_norm_f32");
   checkCount("layer_norm_f32", "row count", rows);
   checkCount("layer_norm_f32", "column count", cols);
   backend.layerNorm(f(x), f(gamma), f(beta), f(y), rows, cols, eps);
@@ -208,6 +296,7 @@ void ztrt_layer_norm_grad_f32(ztrt_ctx *ctx, const void *dy, const void *x,
                               void *dbeta, int64_t rows, int64_t cols,
                               double eps) {
   Backend &backend = backendOf(ctx, "layer_norm_grad_f32");
+  TraceScope trace(ctx->trace(), "layer_norm_grad_f32");
   checkCount("layer_norm_grad_f32", "row count", rows);
   checkCount("layer_norm_grad_f32", "column count", cols);
   backend.layerNormGrad(f(dy), f(x), f(gamma), f(dx), f(dgamma), f(dbeta), rows,
@@ -217,6 +306,7 @@ void ztrt_layer_norm_grad_f32(ztrt_ctx *ctx, const void *dy, const void *x,
 void ztrt_softmax_f32(ztrt_ctx *ctx, const void *x, void *y, int64_t rows,
                       int64_t cols, int32_t causal) {
   Backend &backend = backendOf(ctx, "softmax_f32");
+  TraceScope trace(ctx->trace(), "softmax_f32");
   checkCount("softmax_f32", "row count", rows);
   checkCount("softmax_f32", "column count", cols);
   if (causal && cols > 0 && rows % cols != 0)
@@ -229,6 +319,7 @@ void ztrt_softmax_f32(ztrt_ctx *ctx, const void *x, void *y, int64_t rows,
 void ztrt_softmax_grad_f32(ztrt_ctx *ctx, const void *dy, const void *y,
                            void *dx, int64_t rows, int64_t cols) {
   Backend &backend = backendOf(ctx, "softmax_grad_f32");
+  TraceScope trace(ctx->trace(), "softmax_grad_f32");
   checkCount("softmax_grad_f32", "row count", rows);
   checkCount("softmax_grad_f32", "column count", cols);
   backend.softmaxGrad(f(dy), f(y), f(dx), rows, cols);
@@ -237,6 +328,7 @@ void ztrt_softmax_grad_f32(ztrt_ctx *ctx, const void *dy, const void *y,
 void ztrt_transpose_f32(ztrt_ctx *ctx, const void *x, void *out, int64_t rank,
                         const void *x_shape, const void *perm) {
   Backend &backend = backendOf(ctx, "transpose_f32");
+  TraceScope trace(ctx->trace(), "transpose_f32");
   checkRank("transpose_f32", rank, x_shape);
   const int64_t *p = static_cast<const int64_t *>(perm);
   if (rank > 0 && !p)
@@ -258,6 +350,7 @@ void ztrt_reduce_f32(ztrt_ctx *ctx, const void *x, void *out, int64_t rank,
                      const void *x_shape, const void *reduce_mask,
                      int32_t mean) {
   Backend &backend = backendOf(ctx, "reduce_f32");
+  TraceScope trace(ctx->trace(), "reduce_f32");
   checkRank("reduce_f32", rank, x_shape);
   if (rank > 0 && !reduce_mask)
     fatal("reduce_f32: null reduce_mask");
@@ -269,6 +362,7 @@ void ztrt_broadcast_f32(ztrt_ctx *ctx, const void *x, void *out, int64_t rank,
                         const void *out_shape, const void *bcast_mask,
                         double factor) {
   Backend &backend = backendOf(ctx, "broadcast_f32");
+  TraceScope trace(ctx->trace(), "broadcast_f32");
   checkRank("broadcast_f32", rank, out_shape);
   if (rank > 0 && !bcast_mask)
     fatal("broadcast_f32: null bcast_mask");
@@ -280,6 +374,7 @@ void ztrt_cross_entropy_f32(ztrt_ctx *ctx, const void *logits,
                             const void *labels, void *loss, int64_t rows,
                             int64_t classes) {
   Backend &backend = backendOf(ctx, "cross_entropy");
+  TraceScope trace(ctx->trace(), "cross_entropy_f32");
   checkCount("cross_entropy", "row count", rows);
   checkCount("cross_entropy", "class count", classes);
   backend.crossEntropy(f(logits), i32(labels), f(loss), rows, classes);
@@ -289,6 +384,7 @@ void ztrt_cross_entropy_grad_f32(ztrt_ctx *ctx, const void *dloss,
                                  const void *logits, const void *labels,
                                  void *dlogits, int64_t rows, int64_t classes) {
   Backend &backend = backendOf(ctx, "cross_entropy_grad");
+  TraceScope trace(ctx->trace(), "cross_entropy_grad_f32");
   checkCount("cross_entropy_grad", "row count", rows);
   checkCount("cross_entropy_grad", "class count", classes);
   backend.crossEntropyGrad(f(dloss), f(logits), i32(labels), f(dlogits), rows,
@@ -298,6 +394,7 @@ void ztrt_cross_entropy_grad_f32(ztrt_ctx *ctx, const void *dloss,
 void ztrt_embedding_f32(ztrt_ctx *ctx, const void *table, const void *ids,
                         void *out, int64_t n_ids, int64_t vocab, int64_t dim) {
   Backend &backend = backendOf(ctx, "embedding");
+  TraceScope trace(ctx->trace(), "embedding_f32");
   checkCount("embedding", "id count", n_ids);
   checkCount("embedding", "vocabulary size", vocab);
   checkCount("embedding", "dimension", dim);
@@ -308,6 +405,7 @@ void ztrt_embedding_grad_f32(ztrt_ctx *ctx, const void *dy, const void *ids,
                              void *dtable, int64_t n_ids, int64_t vocab,
                              int64_t dim) {
   Backend &backend = backendOf(ctx, "embedding_grad");
+  TraceScope trace(ctx->trace(), "embedding_grad_f32");
   checkCount("embedding_grad", "id count", n_ids);
   checkCount("embedding_grad", "vocabulary size", vocab);
   checkCount("embedding_grad", "dimension", dim);
@@ -319,6 +417,7 @@ void ztrt_sgd_update_f32(ztrt_ctx *ctx, void *param, const void *grad,
                          double momentum, double dampening, double weight_decay,
                          int32_t nesterov) {
   Backend &backend = backendOf(ctx, "sgd_update");
+  TraceScope trace(ctx->trace(), "sgd_update_f32");
   checkCount("sgd_update", "element count", n);
   if (momentum != 0.0 && !momentum_buf)
     fatal("sgd_update: momentum %g needs a momentum buffer", momentum);
@@ -337,6 +436,7 @@ void ztrt_adam_update_f32(ztrt_ctx *ctx, void *param, const void *grad,
                           double weight_decay, int32_t decoupled) {
   const char *op = decoupled ? "adamw_update" : "adam_update";
   Backend &backend = backendOf(ctx, op);
+  TraceScope trace(ctx->trace(), "adam_update_f32");
   checkCount(op, "element count", n);
   if (ctx->step < 1)
     fatal("%s: called outside a step (step counter is %lld)", op,
@@ -359,38 +459,66 @@ int64_t ztrt_world_size(ztrt_ctx *ctx) {
 
 void ztrt_all_reduce_f32(ztrt_ctx *ctx, const void *in, void *out, int64_t n,
                          int32_t mean) {
-  Backend &backend = backendOf(ctx, "all_reduce_f32");
+  backendOf(ctx, "all_reduce_f32");
   checkCount("all_reduce_f32", "element count", n);
-  int64_t sent = backend.allReduce(ctx->comm(), f(in), f(out), n, mean != 0);
-  ctx->recordCollective(Collective::AllReduce, n, sent);
+  ctx->runCollective(request(Collective::AllReduce, in, out, n, mean),
+                     "all_reduce_f32");
 }
 
 void ztrt_reduce_scatter_f32(ztrt_ctx *ctx, const void *in, void *out,
                              int64_t count, int32_t mean) {
-  Backend &backend = backendOf(ctx, "reduce_scatter_f32");
+  backendOf(ctx, "reduce_scatter_f32");
   checkCount("reduce_scatter_f32", "element count", count);
-  int64_t sent =
-      backend.reduceScatter(ctx->comm(), f(in), f(out), count, mean != 0);
-  ctx->recordCollective(Collective::ReduceScatter, count, sent);
+  ctx->runCollective(request(Collective::ReduceScatter, in, out, count, mean),
+                     "reduce_scatter_f32");
 }
 
 void ztrt_all_gather_f32(ztrt_ctx *ctx, const void *in, void *out,
                          int64_t count) {
-  Backend &backend = backendOf(ctx, "all_gather_f32");
+  backendOf(ctx, "all_gather_f32");
   checkCount("all_gather_f32", "element count", count);
-  int64_t sent = backend.allGather(ctx->comm(), f(in), f(out), count);
-  ctx->recordCollective(Collective::AllGather, count, sent);
+  ctx->runCollective(request(Collective::AllGather, in, out, count, 0),
+                     "all_gather_f32");
 }
 
 void ztrt_bcast_f32(ztrt_ctx *ctx, void *buf, int64_t n, int64_t root) {
-  Backend &backend = backendOf(ctx, "bcast_f32");
+  backendOf(ctx, "bcast_f32");
   checkCount("bcast_f32", "element count", n);
-  Communicator &comm = ctx->comm();
-  if (root < 0 || root >= comm.count())
+  const int ranks = ctx->comm().count();
+  if (root < 0 || root >= ranks)
     fatal("bcast_f32: root %lld out of range [0, %d)",
-          static_cast<long long>(root), comm.count());
-  int64_t sent = backend.bcast(comm, f(buf), n, static_cast<int>(root));
-  ctx->recordCollective(Collective::Broadcast, n, sent);
+          static_cast<long long>(root), ranks);
+  CollectiveRequest r = request(Collective::Broadcast, buf, buf, n, 0);
+  r.root = static_cast<int>(root);
+  ctx->runCollective(r, "bcast_f32");
+}
+
+int64_t ztrt_all_reduce_start_f32(ztrt_ctx *ctx, const void *in, void *out,
+                                  int64_t n, int32_t mean) {
+  backendOf(ctx, "all_reduce_start_f32");
+  checkCount("all_reduce_start_f32", "element count", n);
+  return ctx->startCollective(request(Collective::AllReduce, in, out, n, mean));
+}
+
+int64_t ztrt_reduce_scatter_start_f32(ztrt_ctx *ctx, const void *in, void *out,
+                                      int64_t count, int32_t mean) {
+  backendOf(ctx, "reduce_scatter_start_f32");
+  checkCount("reduce_scatter_start_f32", "element count", count);
+  return ctx->startCollective(
+      request(Collective::ReduceScatter, in, out, count, mean));
+}
+
+int64_t ztrt_all_gather_start_f32(ztrt_ctx *ctx, const void *in, void *out,
+                                  int64_t count) {
+  backendOf(ctx, "all_gather_start_f32");
+  checkCount("all_gather_start_f32", "element count", count);
+  return ctx->startCollective(
+      request(Collective::AllGather, in, out, count, 0));
+}
+
+void ztrt_wait(ztrt_ctx *ctx, int64_t handle) {
+  backendOf(ctx, "wait");
+  ctx->waitCollective(handle, "wait");
 }
 
 } // extern "C"

@@ -45,6 +45,11 @@ public:
   virtual void setThreads(int threads) = 0;
   /// The number of threads kernels use.
   virtual int threads() const = 0;
+  /// Makes the calling thread's own kernel loops use `threads` threads,
+  /// without touching process-wide settings (BLAS). The communication
+  /// thread calls it so that the sums of reducing collectives respect
+  /// --threads: thread-count settings like OpenMP's are per thread.
+  virtual void adoptThreads(int threads) = 0;
 
   // --- Memory ----------------------------------------------------------------
   /// `bytes` of backend memory, or null when out of memory. Distinct calls
@@ -54,6 +59,12 @@ public:
   virtual void copyFromHost(void *dst, const void *hostSrc, int64_t bytes) = 0;
   virtual void copyToHost(void *hostDst, const void *src, int64_t bytes) = 0;
   virtual void copy(const void *src, void *dst, int64_t bytes) = 0;
+  /// `rows` rows of `rowBytes` bytes, row r from src + r * srcStride to
+  /// dst + r * dstStride (strides in bytes, >= 0). Source and destination
+  /// do not overlap (the entry point checks).
+  virtual void copy2d(const void *src, void *dst, int64_t rows,
+                      int64_t rowBytes, int64_t srcStride,
+                      int64_t dstStride) = 0;
 
   // --- Kernels (argument meaning as in ztrt_abi.def)
   // ---------------------------
@@ -110,7 +121,10 @@ public:
   // --- Collectives over the ranks of `comm` (meaning as in ztrt_abi.def) -----
   // Each returns the bytes this rank handed to the transport for other ranks
   // (its "wire bytes"), which depend on the backend's algorithm. In a world
-  // of one each is a copy that returns 0.
+  // of one each is a copy that returns 0. With more than one rank they run
+  // on the context's communication thread (src/CommQueue.h), one at a time
+  // in the order the step issued them, concurrently with the step's kernels
+  // on other buffers.
   virtual int64_t allReduce(Communicator &comm, const float *in, float *out,
                             int64_t n, bool mean) = 0;
   virtual int64_t reduceScatter(Communicator &comm, const float *in, float *out,

@@ -13,6 +13,7 @@
 
 #include "src/Communicator.h"
 
+#include "src/CommQueue.h"
 #include "src/Support.h"
 
 #include <climits>
@@ -35,11 +36,26 @@ void abortJob(int status) { MPI_Abort(MPI_COMM_WORLD, status); }
 /// Registered with atexit() once MPI is initialized, so that every normal way
 /// out (return from main, --help's exit(0), a fatal error in a world of one)
 /// leaves MPI cleanly. Fatal errors with several ranks abort before this.
+/// A communication thread still running (exit() while a context lives) is
+/// joined first: no thread may call MPI during or after MPI_Finalize.
 void finalizeAtExit() {
+  stopCommQueues();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized)
     MPI_Finalize();
+}
+
+const char *threadLevelName(int level) {
+  if (level == MPI_THREAD_SINGLE)
+    return "MPI_THREAD_SINGLE";
+  if (level == MPI_THREAD_FUNNELED)
+    return "MPI_THREAD_FUNNELED";
+  if (level == MPI_THREAD_SERIALIZED)
+    return "MPI_THREAD_SERIALIZED";
+  if (level == MPI_THREAD_MULTIPLE)
+    return "MPI_THREAD_MULTIPLE";
+  return "unknown";
 }
 
 /// Turns an MPI error code (the runtime's communicator returns them instead
@@ -84,17 +100,24 @@ std::unique_ptr<Communicator> Communicator::initWorld(int *argc, char ***argv) {
     return world;
   int initialized = 0;
   MPI_Initialized(&initialized);
+  int provided = 0;
   if (!initialized) {
-    int provided = 0;
-    // OpenMP and OpenBLAS threads never call MPI; only the main thread does.
-    check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided),
+    // Two threads call MPI, never at the same time: the communication
+    // thread performs the step's collectives (src/CommQueue.h), the main
+    // thread the driver's own exchanges between steps, when every
+    // collective of the step has been waited. OpenMP and OpenBLAS threads
+    // never call MPI.
+    check(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided),
           "MPI_Init_thread");
     std::atexit(finalizeAtExit);
-    if (provided < MPI_THREAD_FUNNELED)
-      fatal("MPI provides thread level %d, the runtime needs "
-            "MPI_THREAD_FUNNELED (%d)",
-            provided, MPI_THREAD_FUNNELED);
+  } else {
+    check(MPI_Query_thread(&provided), "MPI_Query_thread");
   }
+  if (provided < MPI_THREAD_SERIALIZED)
+    fatal("MPI provides thread level %s (%d), the runtime's communication "
+          "thread needs MPI_THREAD_SERIALIZED (%d) or higher (use an MPI "
+          "library built with thread support)",
+          threadLevelName(provided), provided, MPI_THREAD_SERIALIZED);
   world->mpi = std::make_unique<Mpi>();
   // A private duplicate: the runtime's messages never match anyone else's,
   // and its errors come back as codes that check() reports in the runtime's

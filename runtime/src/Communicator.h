@@ -9,6 +9,10 @@
 // srun) started it; a process started by hand is a world of one that never
 // initializes MPI (see launchedByMpi() for why and how).
 //
+// Only one thread calls a communicator's functions at a time: while a step
+// runs, the context's communication thread (src/CommQueue.h); between steps,
+// the driver's thread, once every collective of the step has been waited.
+//
 // The functions below move host memory between ranks and do no arithmetic,
 // so their results never depend on MPI's choice of algorithm; backends build
 // the reducing collectives on top of them with a fixed summation order. They
@@ -49,8 +53,10 @@ public:
   Communicator &operator=(const Communicator &) = delete;
 
   /// The job this process belongs to. Under a launcher: initializes MPI
-  /// (MPI_THREAD_FUNNELED: only the main thread calls MPI), takes a
-  /// duplicate of MPI_COMM_WORLD, finalizes MPI at process exit, and, when
+  /// (MPI_THREAD_SERIALIZED: the context's communication thread and the
+  /// main thread call MPI, never at once; less is a fatal error), takes a
+  /// duplicate of MPI_COMM_WORLD, finalizes MPI at process exit (after
+  /// joining any communication thread still running), and, when
   /// there is more than one rank, makes fatal errors name the rank and abort
   /// the whole job. Otherwise a world of one. Call at most once per process.
   static std::unique_ptr<Communicator> initWorld(int *argc, char ***argv);

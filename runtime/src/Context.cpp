@@ -16,7 +16,8 @@ Backend::~Backend() = default;
 
 const char *categoryName(int category) {
   static const char *const names[ZTRT_CAT_COUNT] = {
-      "parameters", "gradients", "optimizer_states", "activations", "other"};
+      "parameters",  "gradients", "optimizer_states",
+      "activations", "other",     "gathered_parameters"};
   return category >= 0 && category < ZTRT_CAT_COUNT ? names[category]
                                                     : "invalid";
 }
@@ -51,16 +52,38 @@ int64_t collectiveBytes(Collective kind, int64_t elems, int64_t ranks) {
   return 0;
 }
 
+double OverlapStats::hiddenFraction() const {
+  if (commNanos <= 0)
+    return 0.0;
+  double hidden = static_cast<double>(commNanos - exposedNanos) /
+                  static_cast<double>(commNanos);
+  return std::clamp(hidden, 0.0, 1.0);
+}
+
 } // namespace ztrt
 
 using namespace ztrt;
 
+namespace {
+
+int64_t nanosBetween(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from)
+      .count();
+}
+
+} // namespace
+
 ztrt_ctx::ztrt_ctx(std::unique_ptr<Backend> backend,
-                   std::unique_ptr<Communicator> comm)
+                   std::unique_ptr<Communicator> comm, CommMode mode)
     : impl(std::move(backend)),
-      world(comm ? std::move(comm) : std::make_unique<Communicator>()) {}
+      world(comm ? std::move(comm) : std::make_unique<Communicator>()) {
+  const bool threaded = mode == CommMode::Thread || world->count() > 1;
+  queue = std::make_unique<CommQueue>(*impl, *world, threaded);
+}
 
 ztrt_ctx::~ztrt_ctx() {
+  // The thread may still be writing into buffers freed below.
+  queue.reset();
   for (auto &[ptr, allocation] : live)
     impl->deallocate(ptr);
 }
@@ -99,10 +122,89 @@ void ztrt_ctx::deallocate(void *ptr, const char *op) {
   impl->deallocate(ptr);
 }
 
-void ztrt_ctx::recordCollective(Collective kind, int64_t elems,
-                                int64_t wireBytes) {
-  CollectiveStats &stats = traffic[static_cast<int>(kind)];
+void ztrt_ctx::countCall(const CollectiveRequest &request) {
+  CollectiveStats &stats = traffic[static_cast<int>(request.kind)];
   ++stats.calls;
-  stats.bytes += collectiveBytes(kind, elems, world->count());
-  stats.wireBytes += wireBytes;
+  stats.bytes += collectiveBytes(request.kind, request.elems, world->count());
+}
+
+int64_t ztrt_ctx::startCollective(const CollectiveRequest &request) {
+  const Clock::time_point begin = Clock::now();
+  countCall(request);
+  const int64_t handle = queue->start(request);
+  // Performed inline: the step thread did the work itself.
+  if (!queue->threaded())
+    overlapStats.exposedNanos += nanosBetween(begin, Clock::now());
+  return handle;
+}
+
+void ztrt_ctx::finishCollective(int64_t handle,
+                                const CollectiveResult &result) {
+  traffic[static_cast<int>(result.kind)].wireBytes += result.wireBytes;
+  overlapStats.commNanos += nanosBetween(result.begin, result.end);
+  if (tracer) {
+    TraceEvent event(TraceEvent::Type::Collective);
+    event.kind = static_cast<uint8_t>(result.kind);
+    event.begin = result.begin;
+    event.end = result.end;
+    event.value = handle;
+    event.elems = result.elems;
+    event.bytes = collectiveBytes(result.kind, result.elems, world->count());
+    event.wireBytes = result.wireBytes;
+    tracer->add(event);
+  }
+}
+
+void ztrt_ctx::waitCollective(int64_t handle, const char *op) {
+  const Clock::time_point begin = Clock::now();
+  CollectiveResult result = queue->wait(handle, op);
+  const Clock::time_point end = Clock::now();
+  overlapStats.exposedNanos += nanosBetween(begin, end);
+  finishCollective(handle, result);
+  if (tracer) {
+    TraceEvent event(TraceEvent::Type::Wait);
+    event.kind = static_cast<uint8_t>(result.kind);
+    event.begin = begin;
+    event.end = end;
+    event.value = handle;
+    tracer->add(event);
+  }
+}
+
+void ztrt_ctx::runCollective(const CollectiveRequest &request, const char *op) {
+  const Clock::time_point begin = Clock::now();
+  countCall(request);
+  const int64_t handle = queue->start(request);
+  CollectiveResult result = queue->wait(handle, op);
+  const Clock::time_point end = Clock::now();
+  overlapStats.exposedNanos += nanosBetween(begin, end);
+  finishCollective(handle, result);
+  if (tracer) {
+    TraceEvent event(TraceEvent::Type::SyncCollective);
+    event.kind = static_cast<uint8_t>(request.kind);
+    event.name = op;
+    event.begin = begin;
+    event.end = end;
+    event.value = handle;
+    tracer->add(event);
+  }
+}
+
+void ztrt_ctx::requireCollectivesWaited(const char *when, int64_t step) {
+  Collective kind = Collective::AllReduce;
+  size_t count = 0;
+  const int64_t handle = queue->oldestOutstanding(&kind, &count);
+  if (handle == 0)
+    return;
+  const std::string where =
+      step >= 0 ? format("%s %lld", when, static_cast<long long>(step)) : when;
+  fatal("%s: collective started but never waited (handle %lld, %s; %zu "
+        "outstanding)",
+        where.c_str(), static_cast<long long>(handle), collectiveName(kind),
+        count);
+}
+
+void ztrt_ctx::enableTrace() {
+  if (!tracer)
+    tracer = std::make_unique<Trace>(Clock::now());
 }

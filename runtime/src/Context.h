@@ -1,9 +1,11 @@
 //===- Context.h - The runtime context behind ztrt_ctx ----------*- C++ -*-===//
 //
 // One per process: the backend, the communicator (this process's rank among
-// the job's), the bindings of parameters / states / inputs that ztrt_param &
-// co. return, the step counter, the loss of the current step, the byte
-// accounting per memory category and the traffic per collective kind.
+// the job's), the queue of collectives (with the communication thread when
+// there is more than one rank), the bindings of parameters / states / inputs
+// that ztrt_param & co. return, the step counter, the loss of the current
+// step, the byte accounting per memory category, the traffic per collective
+// kind, the overlap of communication with compute, and the trace.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,7 +15,9 @@
 #include "ztrt.h"
 
 #include "src/Backend.h"
+#include "src/CommQueue.h"
 #include "src/Communicator.h"
+#include "src/Trace.h"
 
 #include <cstdint>
 #include <memory>
@@ -22,7 +26,8 @@
 
 namespace ztrt {
 
-/// Category name as in reports: "parameters", "optimizer_states", ...
+/// Category name as in reports: "parameters", "optimizer_states", ...,
+/// "gathered_parameters".
 const char *categoryName(int category);
 
 struct MemoryStats {
@@ -56,13 +61,37 @@ struct CollectiveStats {
   int64_t wireBytes = 0;
 };
 
+/// How much of the communication the step thread waited for.
+struct OverlapStats {
+  /// Sum of the durations of all collectives, from the backend's start to
+  /// its end (on the communication thread, or inline in a world of one).
+  int64_t commNanos = 0;
+  /// Wall time the step thread spent blocked on collectives: in ztrt_wait,
+  /// in synchronous collectives, and performing a collective inline (a
+  /// world of one).
+  int64_t exposedNanos = 0;
+  /// (comm - exposed) / comm clamped to [0, 1]; 0 without communication.
+  double hiddenFraction() const;
+};
+
+/// Where a context's collectives run.
+enum class CommMode {
+  /// On a communication thread when there is more than one rank, inline
+  /// otherwise.
+  Automatic,
+  /// On a communication thread even in a world of one (tests of the queue).
+  Thread,
+};
+
 } // namespace ztrt
 
 struct ztrt_ctx {
   /// A null communicator means a world of one.
   explicit ztrt_ctx(std::unique_ptr<ztrt::Backend> backend,
-                    std::unique_ptr<ztrt::Communicator> comm = nullptr);
-  /// Frees whatever is still allocated.
+                    std::unique_ptr<ztrt::Communicator> comm = nullptr,
+                    ztrt::CommMode mode = ztrt::CommMode::Automatic);
+  /// Lets queued collectives finish, stops the communication thread, then
+  /// frees whatever is still allocated.
   ~ztrt_ctx();
   ztrt_ctx(const ztrt_ctx &) = delete;
   ztrt_ctx &operator=(const ztrt_ctx &) = delete;
@@ -77,13 +106,39 @@ struct ztrt_ctx {
   void deallocate(void *ptr, const char *op);
   const ztrt::MemoryStats &memory() const { return stats; }
 
-  /// Accounts one collective call of `kind` on `elems` elements (as in
-  /// collectiveBytes) that sent `wireBytes`.
-  void recordCollective(ztrt::Collective kind, int64_t elems,
-                        int64_t wireBytes);
+  // --- Collectives (the ztrt_* entry points check the arguments) ----------
+  /// Starts a collective and returns its handle: counts the call and its
+  /// payload bytes now (its wire bytes when it is waited).
+  int64_t startCollective(const ztrt::CollectiveRequest &request);
+  /// ztrt_wait: blocks until the collective behind `handle` completed, then
+  /// accounts and traces it. Fatal, naming `op`, for a handle that is not
+  /// outstanding.
+  void waitCollective(int64_t handle, const char *op);
+  /// A synchronous collective: start and wait, traced as one blocking call
+  /// named `op` on the compute track.
+  void runCollective(const ztrt::CollectiveRequest &request, const char *op);
+  /// Fatal error "<when>[ <step>]: collective started but never waited
+  /// ..." if a started collective has not been waited (`step` is printed
+  /// when >= 0). The driver checks after each step: the step owns its
+  /// collectives, and the driver's own exchanges (and MPI_Finalize) must
+  /// find the communication thread idle.
+  void requireCollectivesWaited(const char *when, int64_t step = -1);
+  /// Whether the collective behind `handle` completed (never blocks; a
+  /// waited handle has). For tests.
+  bool collectiveCompleted(int64_t handle) { return queue->completed(handle); }
+  /// Whether collectives run on a communication thread.
+  bool commThreaded() const { return queue->threaded(); }
+
   const ztrt::CollectiveStats &communication(ztrt::Collective kind) const {
     return traffic[static_cast<int>(kind)];
   }
+  const ztrt::OverlapStats &overlap() const { return overlapStats; }
+
+  // --- Trace ----------------------------------------------------------------
+  /// Starts recording (timestamps relative to now); see Trace.h.
+  void enableTrace();
+  /// The trace being recorded, or null when tracing is off.
+  ztrt::Trace *trace() { return tracer.get(); }
 
   std::vector<void *> params, states, inputs;
   /// One persistent gradient buffer per parameter (empty when the model
@@ -100,11 +155,19 @@ private:
     int64_t bytes;
     int32_t category;
   };
+  /// Counts a collective's call and payload bytes (at its start).
+  void countCall(const ztrt::CollectiveRequest &request);
+  /// Accounts a completed collective: wire bytes, duration, trace event.
+  void finishCollective(int64_t handle, const ztrt::CollectiveResult &result);
+
   std::unique_ptr<ztrt::Backend> impl;
   std::unique_ptr<ztrt::Communicator> world;
+  std::unique_ptr<ztrt::CommQueue> queue;
   std::unordered_map<void *, Allocation> live;
   ztrt::MemoryStats stats;
   ztrt::CollectiveStats traffic[ztrt::kCollectiveKinds];
+  ztrt::OverlapStats overlapStats;
+  std::unique_ptr<ztrt::Trace> tracer;
 };
 
 #endif // ZTRT_SRC_CONTEXT_H

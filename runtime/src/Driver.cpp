@@ -16,6 +16,7 @@
 #include "src/Json.h"
 #include "src/Safetensors.h"
 #include "src/Support.h"
+#include "src/Trace.h"
 
 #include <cerrno>
 #include <chrono>
@@ -51,7 +52,11 @@ const char kUsage[] =
     "  --log-every N      print a progress line every N steps and on the last\n"
     "                     (default 1; 0 prints none)\n"
     "  --report F         write a JSON report (losses, times, memory,\n"
-    "                     communication) to F\n"
+    "                     communication, overlap) to F\n"
+    "  --trace F          write a Chrome trace of every kernel call and\n"
+    "                     collective to F (open it in ui.perfetto.dev); with\n"
+    "                     several ranks, rank r writes F with .rank<r> before\n"
+    "                     the extension (trace.rank0.json)\n"
     "  --threads N        threads for BLAS and kernels (default: the "
     "libraries')\n"
     "  --help             show this help\n";
@@ -221,6 +226,16 @@ std::string communicationJson(const ztrt_ctx &ctx) {
   return json + "}";
 }
 
+/// How much communication the steps hid behind compute (OverlapStats).
+std::string overlapJson(const ztrt_ctx &ctx) {
+  const OverlapStats &overlap = ctx.overlap();
+  return format("{\"comm_ms\": %.6f, \"exposed_ms\": %.6f, "
+                "\"hidden_fraction\": %.6f}",
+                static_cast<double>(overlap.commNanos) * 1e-6,
+                static_cast<double>(overlap.exposedNanos) * 1e-6,
+                overlap.hiddenFraction());
+}
+
 /// This rank's entry of the report's "ranks" list.
 std::string rankJson(const ztrt_ctx &ctx, int rank,
                      const std::vector<StepRecord> &records) {
@@ -230,10 +245,11 @@ std::string rankJson(const ztrt_ctx &ctx, int rank,
     times += format("%s%.6f", i ? ", " : "", records[i].timeMs);
   }
   return format("{\"rank\": %d, \"losses\": [%s], \"time_ms\": [%s],\n"
-                "     \"memory\": %s,\n     \"communication\": %s}",
+                "     \"memory\": %s,\n     \"communication\": %s,\n"
+                "     \"overlap\": %s}",
                 rank, losses.c_str(), times.c_str(),
                 memoryJson(ctx.memory()).c_str(),
-                communicationJson(ctx).c_str());
+                communicationJson(ctx).c_str(), overlapJson(ctx).c_str());
 }
 
 /// Written by rank 0: the top-level numbers are rank 0's (the step losses
@@ -253,6 +269,7 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
   json += records.empty() ? "],\n" : "\n  ],\n";
   json += "  \"memory\": " + memoryJson(ctx.memory()) + ",\n";
   json += "  \"communication\": " + communicationJson(ctx) + ",\n";
+  json += "  \"overlap\": " + overlapJson(ctx) + ",\n";
   json += "  \"ranks\": [";
   for (size_t r = 0; r < ranks.size(); ++r)
     json += (r ? ",\n    " : "\n    ") + ranks[r];
@@ -303,7 +320,8 @@ Options parseOptions(int argc, char **argv, int rank) {
                                          "--threads",
                                          "--save-checkpoint",
                                          "--checkpoint-every",
-                                         "--resume"};
+                                         "--resume",
+                                         "--trace"};
     bool known = false;
     for (const char *name : valued)
       known = known || flag == name;
@@ -336,6 +354,8 @@ Options parseOptions(int argc, char **argv, int rank) {
       opts.logEvery = parseInteger(flag, value, 0);
     else if (flag == "--report")
       opts.report = value;
+    else if (flag == "--trace")
+      opts.trace = value;
     else if (flag == "--save-checkpoint")
       opts.saveCheckpoint = value;
     else if (flag == "--checkpoint-every")
@@ -405,6 +425,12 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   Communicator &comm = ctx.comm();
   if (opts.threads > 0)
     backend.setThreads(opts.threads);
+  if (!opts.trace.empty()) {
+    // Every rank takes its time origin as it leaves this barrier, so the
+    // ranks' traces line up to within the barrier's skew.
+    comm.barrier();
+    ctx.enableTrace();
+  }
 
   // Open the data before allocating anything: a bad file fails in
   // milliseconds, not after initialising a large model.
@@ -460,9 +486,19 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     }
     ctx.step = t;
     ctx.lossSet = false;
-    auto start = std::chrono::steady_clock::now();
+    auto start = Clock::now();
     step(&ctx);
-    auto end = std::chrono::steady_clock::now();
+    auto end = Clock::now();
+    // The step owns its collectives; the driver's own exchanges below must
+    // find the communication thread idle.
+    ctx.requireCollectivesWaited("step", t);
+    if (Trace *trace = ctx.trace()) {
+      TraceEvent event(TraceEvent::Type::Step);
+      event.begin = start;
+      event.end = end;
+      event.value = t;
+      trace->add(event);
+    }
     if (!ctx.lossSet)
       fatal("step %lld: the model did not report a loss (ztrt_set_loss)",
             static_cast<long long>(t));
@@ -483,6 +519,8 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
       checkpoint(t);
   }
 
+  // Nothing but steps starts collectives; this covers --steps 0 too.
+  ctx.requireCollectivesWaited("before saving");
   if (!opts.save.empty())
     saveParams(ctx, desc, opts.save);
   if (!opts.saveCheckpoint.empty())
@@ -494,6 +532,10 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
       writeReport(opts.report, ctx, desc, records, backend.threads(), ranks,
                   perRank);
   }
+  // Each rank its own file, no communication: written last, so that a
+  // failed save or report leaves no trace file either.
+  if (Trace *trace = ctx.trace())
+    trace->write(traceFilePath(opts.trace, rank, ranks), rank, ranks);
   return 0;
 }
 

@@ -23,6 +23,8 @@ struct Options {
   /// refuses a different explicit one.
   bool seedGiven = false;
   std::string init, data, save, report;
+  /// --trace FILE: Chrome trace-event JSON, one file per rank (Trace.h).
+  std::string trace;
   /// --save-checkpoint DIR and --resume DIR (sharded checkpoints).
   std::string saveCheckpoint, resume;
   /// Also checkpoint after every step divisible by this; 0: only at the end.

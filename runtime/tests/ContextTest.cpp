@@ -54,3 +54,18 @@ TEST(ContextTest, RejectsBadCategoryAndForeignPointers) {
               "alloc: out of cpu memory allocating 4611686018427387904 bytes "
               "of activations");
 }
+
+TEST(ContextTest, GatheredParametersAreACategoryOfTheirOwn) {
+  EXPECT_EQ(ZTRT_CAT_COUNT, 6);
+  EXPECT_STREQ(categoryName(ZTRT_CAT_GATHERED), "gathered_parameters");
+  EXPECT_STREQ(categoryName(ZTRT_CAT_OTHER), "other");
+  EXPECT_STREQ(categoryName(ZTRT_CAT_COUNT), "invalid");
+  auto ctx = cpuContext();
+  void *w = ztrt_alloc(ctx.get(), 64, ZTRT_CAT_GATHERED);
+  EXPECT_EQ(ctx->memory().current[ZTRT_CAT_GATHERED], 64);
+  ztrt_free(ctx.get(), w);
+  EXPECT_EQ(ctx->memory().current[ZTRT_CAT_GATHERED], 0);
+  EXPECT_EQ(ctx->memory().peak[ZTRT_CAT_GATHERED], 64);
+  EXPECT_EXIT(ztrt_alloc(ctx.get(), 8, 6), ::testing::ExitedWithCode(1),
+              "^ztrain: error: alloc: invalid memory category 6\n$");
+}

@@ -5,6 +5,7 @@
 #include "src/Driver.h"
 
 using namespace ztrt;
+using namespace ztrt::test;
 
 namespace {
 
@@ -25,13 +26,14 @@ TEST(DriverTest, Defaults) {
   EXPECT_EQ(o.logEvery, 1);
   EXPECT_EQ(o.threads, 0);
   EXPECT_TRUE(o.init.empty() && o.data.empty() && o.save.empty() &&
-              o.report.empty());
+              o.report.empty() && o.trace.empty());
 }
 
 TEST(DriverTest, BothValueSpellings) {
   Options o = parse({"--steps=3", "--seed", "18446744073709551615",
                      "--init=i.safetensors", "--data", "d.txt", "--save=s",
-                     "--log-every", "2", "--report=r.json", "--threads=4"});
+                     "--log-every", "2", "--report=r.json", "--threads=4",
+                     "--trace", "t.json"});
   EXPECT_EQ(o.steps, 3);
   EXPECT_EQ(o.seed, 18446744073709551615ull);
   EXPECT_EQ(o.init, "i.safetensors");
@@ -40,6 +42,8 @@ TEST(DriverTest, BothValueSpellings) {
   EXPECT_EQ(o.logEvery, 2);
   EXPECT_EQ(o.report, "r.json");
   EXPECT_EQ(o.threads, 4);
+  EXPECT_EQ(o.trace, "t.json");
+  EXPECT_EQ(parse({"--trace=x"}).trace, "x");
 }
 
 TEST(DriverTest, CheckpointFlags) {
@@ -80,8 +84,22 @@ TEST(DriverTest, MistakesExitWithStatus2) {
               "flag --help takes no value");
   EXPECT_EXIT(parse({"extra"}), ExitedWithCode(2),
               "unexpected argument 'extra'");
+  EXPECT_EXIT(parse({"--trace"}), ExitedWithCode(2),
+              "^ztrain: error: flag --trace needs a value\n$");
+  EXPECT_EXIT(parse({"--trace="}), ExitedWithCode(2),
+              "flag --trace needs a value");
 }
 
 TEST(DriverTest, HelpExitsZero) {
   EXPECT_EXIT(parse({"--help"}), ::testing::ExitedWithCode(0), "");
+}
+
+TEST(DriverTest, HelpMentionsTrace) {
+  // --help prints to stdout and exits; the death test's child captures
+  // only stderr, so run the fake model instead.
+  TempDir dir;
+  ProcessResult r = runProcess(dir, {ZTRT_FAKE_MODEL, "--help"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("--trace F"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ui.perfetto.dev"), std::string::npos) << r.out;
 }

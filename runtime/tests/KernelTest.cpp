@@ -552,3 +552,68 @@ TEST_F(KernelTest, ResultsDoNotDependOnThreadCount) {
   auto one = run(1), two = run(2);
   EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float)));
 }
+
+TEST_F(KernelTest, Copy2dMovesRowsBetweenStrides) {
+  // Pack 3 rows of 2 floats out of a 3 x 4 matrix (stride 16 bytes) into a
+  // dense 3 x 2 block, then unpack them into columns 1..2 of another.
+  std::vector<float> src(12);
+  for (size_t i = 0; i < src.size(); ++i)
+    src[i] = static_cast<float>(i);
+  std::vector<float> packed(6, -1.0f);
+  ztrt_copy_2d(ctx.get(), src.data(), packed.data(), 3, 8, 16, 8);
+  EXPECT_EQ(packed, (std::vector<float>{0, 1, 4, 5, 8, 9}));
+  std::vector<float> unpacked(12, -1.0f);
+  ztrt_copy_2d(ctx.get(), packed.data(), unpacked.data() + 1, 3, 8, 8, 16);
+  EXPECT_EQ(unpacked,
+            (std::vector<float>{-1, 0, 1, -1, -1, 4, 5, -1, -1, 8, 9, -1}));
+  // Packed on both sides (one block), a stride-0 source (one row
+  // repeated), no rows, empty rows, and a region onto itself.
+  std::vector<float> dense(12, -1.0f);
+  ztrt_copy_2d(ctx.get(), src.data(), dense.data(), 4, 12, 12, 12);
+  EXPECT_EQ(dense, src);
+  std::vector<float> repeated(6, -1.0f);
+  ztrt_copy_2d(ctx.get(), src.data() + 2, repeated.data(), 3, 8, 0, 8);
+  EXPECT_EQ(repeated, (std::vector<float>{2, 3, 2, 3, 2, 3}));
+  ztrt_copy_2d(ctx.get(), nullptr, nullptr, 0, 8, 8, 8);
+  ztrt_copy_2d(ctx.get(), nullptr, nullptr, 5, 0, 8, 8);
+  ztrt_copy_2d(ctx.get(), src.data(), src.data(), 3, 8, 16, 16);
+  EXPECT_EQ(dense, src);
+  // Interleaved in one buffer: even rows to odd rows, disjoint although
+  // the two regions' extents overlap.
+  std::vector<float> slots = {0, -1, 1, -1, 2, -1};
+  ztrt_copy_2d(ctx.get(), slots.data(), slots.data() + 1, 3, 4, 8, 8);
+  EXPECT_EQ(slots, (std::vector<float>{0, 0, 1, 1, 2, 2}));
+  // Single bytes: row_bytes need not be a multiple of 4.
+  const char text[] = "abcdefgh";
+  char out[5] = {};
+  ztrt_copy_2d(ctx.get(), text, out, 4, 1, 2, 1);
+  EXPECT_STREQ(out, "aceg");
+}
+
+TEST_F(KernelTest, Copy2dRejectsMalformedArguments) {
+  std::vector<float> a(16), b(16);
+  using ::testing::ExitedWithCode;
+  EXPECT_EXIT(ztrt_copy_2d(ctx.get(), a.data(), b.data(), -1, 4, 4, 4),
+              ExitedWithCode(1),
+              "^ztrain: error: copy_2d: negative row count -1\n$");
+  EXPECT_EXIT(ztrt_copy_2d(ctx.get(), a.data(), b.data(), 2, -4, 4, 4),
+              ExitedWithCode(1), "copy_2d: negative row size -4");
+  EXPECT_EXIT(ztrt_copy_2d(ctx.get(), a.data(), b.data(), 2, 4, -4, 4),
+              ExitedWithCode(1), "copy_2d: negative src_stride -4");
+  EXPECT_EXIT(ztrt_copy_2d(ctx.get(), a.data(), b.data(), 2, 4, 4, -8),
+              ExitedWithCode(1), "copy_2d: negative dst_stride -8");
+  EXPECT_EXIT(ztrt_copy_2d(ctx.get(), a.data(), b.data(), 2, 8, 8, 4),
+              ExitedWithCode(1),
+              "^ztrain: error: copy_2d: dst_stride 4 is less than row_bytes "
+              "8 \\(rows would overwrite each other\\)\n$");
+  EXPECT_EXIT(ztrt_copy_2d(ctx.get(), a.data(), a.data() + 2, 2, 16, 16, 16),
+              ExitedWithCode(1),
+              "^ztrain: error: copy_2d: source and destination rows "
+              "overlap\n$");
+  // Only the last source row meets the first destination row.
+  EXPECT_EXIT(ztrt_copy_2d(ctx.get(), a.data(), a.data() + 6, 2, 8, 24, 8),
+              ExitedWithCode(1), "copy_2d: source and destination rows");
+  EXPECT_EXIT(ztrt_copy_2d(ctx.get(), a.data(), b.data(), int64_t(1) << 40, 8,
+                           int64_t(1) << 40, 8),
+              ExitedWithCode(1), "copy_2d: .* overflow int64");
+}

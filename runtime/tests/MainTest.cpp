@@ -196,3 +196,63 @@ TEST(MainTest, FailedSaveLeavesNoPartialFile) {
   // The report comes after the checkpoint, so neither exists.
   EXPECT_TRUE(dir.entries().empty());
 }
+
+TEST(MainTest, ReportHasOverlapAndGatheredParameters) {
+  TempDir dir;
+  Result r =
+      run(dir, {"--steps=3", "--threads=1", "--report", dir.path("r.json")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  JsonValue report = readJson(dir.path("r.json"));
+  const JsonValue *memory = report.find("memory");
+  ASSERT_NE(memory, nullptr);
+  // The fake model gathers nothing.
+  EXPECT_EQ(member(*memory, "gathered_parameters"), 0);
+  EXPECT_EQ(member(*memory->find("peak_by_category"), "gathered_parameters"),
+            0);
+  const JsonValue *rank0 = &report.find("ranks")->items.at(0);
+  for (const JsonValue *holder :
+       {static_cast<const JsonValue *>(&report), rank0}) {
+    const JsonValue *overlap = holder->find("overlap");
+    ASSERT_NE(overlap, nullptr);
+    const double comm = overlap->find("comm_ms")->getDouble();
+    const double exposed = overlap->find("exposed_ms")->getDouble();
+    // Three synchronous all_reduces done inline: the step thread performs
+    // them itself, so all of it is exposed (exactly, not by timing: each
+    // copy lies inside the blocking call that times the exposure) and
+    // nothing is hidden.
+    EXPECT_GE(comm, 0.0);
+    EXPECT_GE(exposed, comm);
+    EXPECT_EQ(overlap->find("hidden_fraction")->getDouble(), 0.0);
+  }
+}
+
+TEST(MainTest, TraceOfAWorldOfOne) {
+  TempDir dir;
+  Result r = run(dir, {"--steps=3", "--threads=1", "--trace",
+                       dir.path("trace.json"), "--report", dir.path("r.json")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  // A world of one writes the file it was given, nothing else.
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"r.json", "trace.json"}));
+  TraceSummary summary = checkTrace(readJson(dir.path("trace.json")), 0);
+  EXPECT_EQ(summary.steps, 3);
+  for (int t = 1; t <= 3; ++t)
+    EXPECT_EQ(summary.names["step " + std::to_string(t)], 1);
+  // Per step (fake_model.c): 3 matmuls, sub, mul, reduce, scale, one
+  // synchronous all_reduce on the compute track and its execution on the
+  // communication track, the SGD update.
+  EXPECT_EQ(summary.names["matmul_f32"], 9);
+  EXPECT_EQ(summary.names["sub_f32"], 3);
+  EXPECT_EQ(summary.names["reduce_f32"], 3);
+  EXPECT_EQ(summary.names["sgd_update_f32"], 3);
+  EXPECT_EQ(summary.names["all_reduce_f32"], 3);
+  EXPECT_EQ(summary.names["all_reduce"], 3);
+  EXPECT_EQ(summary.collectives, 3);
+}
+
+TEST(MainTest, FailedRunLeavesNoTrace) {
+  TempDir dir;
+  Result r = run(dir, {"--steps=2", "--save", dir.path("sub/w.safetensors"),
+                       "--trace", dir.path("t.json")});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(dir.entries().empty());
+}

@@ -131,6 +131,41 @@ TEST_P(MpiZeroTest, TrainsLikeTheReplicatedModelBitwise) {
     ASSERT_NE(memory, nullptr);
     EXPECT_EQ(member(*memory, "parameters"), paramElems * 4);
     EXPECT_EQ(member(*memory, "optimizer_states"), chunk() * 4);
+    // Stage 3's gathered weights live only inside the step.
+    EXPECT_EQ(member(*memory, "gathered_parameters"), 0);
+    EXPECT_EQ(member(*memory->find("peak_by_category"), "gathered_parameters"),
+              stage() == 3 ? ranks() * chunk() * 4 : 0);
+    // How much was hidden depends on the scheduling of an oversubscribed
+    // machine; only the definition's bounds hold for sure.
+    const JsonValue *overlap = perRank->items[r].find("overlap");
+    ASSERT_NE(overlap, nullptr);
+    EXPECT_GE(overlap->find("comm_ms")->getDouble(), 0.0);
+    EXPECT_GE(overlap->find("exposed_ms")->getDouble(), 0.0);
+    const double hidden = overlap->find("hidden_fraction")->getDouble();
+    EXPECT_GE(hidden, 0.0);
+    EXPECT_LE(hidden, 1.0);
+  }
+  ASSERT_NE(report.find("overlap"), nullptr);
+}
+
+TEST_P(MpiZeroTest, TraceFilePerRank) {
+  run(ranks(), {"--steps=3", "--threads=1", "--trace", dir.path("trace.json")});
+  std::vector<std::string> expected;
+  for (int r = 0; r < ranks(); ++r)
+    expected.push_back("trace.rank" + std::to_string(r) + ".json");
+  EXPECT_EQ(dir.entries(), expected);
+  for (int r = 0; r < ranks(); ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    TraceSummary summary = checkTrace(readJson(dir.path(expected[r])), r);
+    EXPECT_EQ(summary.steps, 3);
+    // Per step: one all_gather (stage 3 before the forward, stage 2 after
+    // the update) and one reduce_scatter, both started and waited.
+    EXPECT_EQ(summary.names["all_gather"], 3);
+    EXPECT_EQ(summary.names["reduce_scatter"], 3);
+    EXPECT_EQ(summary.collectives, 6);
+    EXPECT_EQ(summary.names["wait"], 6);
+    EXPECT_EQ(summary.names["copy_2d"], 3);
+    EXPECT_EQ(summary.names["sgd_update_f32"], 3);
   }
 }
 

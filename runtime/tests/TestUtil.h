@@ -16,12 +16,23 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
+
+namespace ztrt {
+
+/// How gtest names a CommMode parameter (found by argument-dependent lookup).
+inline void PrintTo(CommMode mode, std::ostream *os) {
+  *os << (mode == CommMode::Thread ? "CommMode::Thread"
+                                   : "CommMode::Automatic");
+}
+
+} // namespace ztrt
 
 namespace ztrt::test {
 
@@ -158,6 +169,161 @@ inline int64_t member(const JsonValue &object, const char *key) {
   int64_t out = -1;
   EXPECT_TRUE(v && v->getInt64(out)) << key;
   return out;
+}
+
+/// What checkTrace() found in a trace file.
+struct TraceSummary {
+  /// Complete events per name ("matmul_f32", "step 3", "wait", ...).
+  std::map<std::string, int> names;
+  int steps = 0;
+  /// Events on the communication track.
+  int collectives = 0;
+};
+
+/// Checks the structure of rank `rank`'s --trace file (Chrome trace-event
+/// JSON) and returns what it holds: the metadata names the process "rank
+/// <rank>" and threads 1 "compute" and 2 "communication"; every complete
+/// event has pid `rank`, one of those tids, ts >= 0 and dur >= 0; every
+/// compute and communication event lies inside a step when there are
+/// steps; a wait or synchronous collective ends after the collective it
+/// names (same handle and kind), which a synchronous one contains.
+///
+/// Containment is exact in the recorded nanoseconds (the clock is
+/// monotonic and each check is a happens-before: a kernel runs between its
+/// step's two clock readings; a collective is queued after its start and
+/// published before its wait returns). The file has microseconds with 3
+/// decimals, exact decimal renderings of those nanoseconds; parsing rounds
+/// monotonically, but an end (ts + dur) is a double sum, hence the
+/// tolerance of one nanosecond (0.001 us), far above that rounding error
+/// and below any real violation.
+inline TraceSummary checkTrace(const JsonValue &trace, int rank) {
+  constexpr double kEps = 1e-3;
+  TraceSummary summary;
+  const JsonValue *events = trace.find("traceEvents");
+  EXPECT_TRUE(events && events->kind == JsonValue::Kind::Array);
+  if (!events)
+    return summary;
+  const JsonValue *unit = trace.find("displayTimeUnit");
+  EXPECT_TRUE(unit && unit->text == "ms");
+  struct Span {
+    double begin, end;
+  };
+  std::vector<Span> steps;
+  std::map<int64_t, std::pair<std::string, Span>> comm;
+  struct Blocked {
+    std::string name, kind;
+    int64_t handle;
+    Span span;
+  };
+  std::vector<Blocked> blocked;
+  std::vector<std::pair<std::string, Span>> compute;
+  std::map<std::string, std::string> metadata;
+  for (const JsonValue &e : events->items) {
+    const JsonValue *ph = e.find("ph");
+    const JsonValue *name = e.find("name");
+    EXPECT_TRUE(ph && name && name->kind == JsonValue::Kind::String);
+    if (!ph || !name)
+      continue;
+    EXPECT_EQ(member(e, "pid"), rank);
+    const int64_t tid = member(e, "tid");
+    const JsonValue *args = e.find("args");
+    if (ph->text == "M") {
+      const JsonValue *value = args ? args->find("name") : nullptr;
+      if (value)
+        metadata[name->text + "/" + std::to_string(tid)] = value->text;
+      continue;
+    }
+    EXPECT_EQ(ph->text, "X") << name->text;
+    const JsonValue *ts = e.find("ts"), *dur = e.find("dur");
+    EXPECT_TRUE(ts && dur) << name->text;
+    if (!ts || !dur)
+      continue;
+    EXPECT_GE(ts->getDouble(), 0.0) << name->text;
+    EXPECT_GE(dur->getDouble(), 0.0) << name->text;
+    Span span{ts->getDouble(), ts->getDouble() + dur->getDouble()};
+    ++summary.names[name->text];
+    if (tid == 2) {
+      ++summary.collectives;
+      EXPECT_TRUE(args && args->find("elements") && args->find("bytes"))
+          << name->text;
+      int64_t handle = args ? member(*args, "handle") : -1;
+      EXPECT_TRUE(comm.emplace(handle, std::pair{name->text, span}).second)
+          << "handle " << handle << " twice";
+      continue;
+    }
+    EXPECT_EQ(tid, 1) << name->text;
+    if (name->text.rfind("step ", 0) == 0) {
+      ++summary.steps;
+      steps.push_back(span);
+      continue;
+    }
+    compute.push_back({name->text, span});
+    if (args && args->find("handle")) {
+      const JsonValue *kind = args->find("kind");
+      EXPECT_NE(kind, nullptr) << name->text;
+      blocked.push_back(
+          {name->text, kind ? kind->text : "", member(*args, "handle"), span});
+    }
+  }
+  EXPECT_EQ(metadata["process_name/0"], "rank " + std::to_string(rank));
+  EXPECT_EQ(metadata["thread_name/1"], "compute");
+  EXPECT_EQ(metadata["thread_name/2"], "communication");
+
+  auto inside = [&](const Span &s, const Span &outer) {
+    return s.begin >= outer.begin - kEps && s.end <= outer.end + kEps;
+  };
+  auto inSomeStep = [&](const Span &s) {
+    return std::any_of(steps.begin(), steps.end(),
+                       [&](const Span &step) { return inside(s, step); });
+  };
+  if (!steps.empty()) {
+    for (const auto &[name, span] : compute)
+      EXPECT_TRUE(inSomeStep(span)) << name << " at " << span.begin;
+    for (const auto &[handle, named] : comm)
+      EXPECT_TRUE(inSomeStep(named.second))
+          << named.first << " " << handle << " at " << named.second.begin;
+  }
+  // Perfetto shows only slices that nest perfectly or are disjoint on
+  // their track: the compute track is steps around sequential calls, the
+  // communication thread does one collective at a time.
+  auto checkNesting = [&](std::vector<Span> spans, const char *track) {
+    std::sort(spans.begin(), spans.end(), [](const Span &a, const Span &b) {
+      return a.begin != b.begin ? a.begin < b.begin : a.end > b.end;
+    });
+    std::vector<double> open;
+    for (const Span &s : spans) {
+      while (!open.empty() && open.back() <= s.begin + kEps)
+        open.pop_back();
+      if (!open.empty()) {
+        EXPECT_LE(s.end, open.back() + kEps)
+            << track << ": the slice at " << s.begin
+            << " overlaps another partially";
+      }
+      open.push_back(s.end);
+    }
+  };
+  std::vector<Span> computeSpans = steps, commSpans;
+  for (const auto &[name, span] : compute)
+    computeSpans.push_back(span);
+  for (const auto &[handle, named] : comm)
+    commSpans.push_back(named.second);
+  checkNesting(computeSpans, "compute");
+  checkNesting(commSpans, "communication");
+
+  for (const Blocked &b : blocked) {
+    auto it = comm.find(b.handle);
+    EXPECT_NE(it, comm.end()) << b.name << " of handle " << b.handle;
+    if (it == comm.end())
+      continue;
+    EXPECT_EQ(it->second.first, b.kind) << "handle " << b.handle;
+    EXPECT_LE(it->second.second.end, b.span.end + kEps)
+        << b.name << " returned before collective " << b.handle << " ended";
+    if (b.name != "wait") {
+      EXPECT_TRUE(inside(it->second.second, b.span))
+          << b.name << " does not contain collective " << b.handle;
+    }
+  }
+  return summary;
 }
 
 } // namespace ztrt::test

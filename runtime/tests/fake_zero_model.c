@@ -19,6 +19,13 @@
  * all_reduce is exactly that reduce_scatter followed by an all_gather, so
  * both models compute the same bits: their checkpoints must be identical.
  *
+ * Its collectives are the asynchronous ones, as an overlap-scheduled step
+ * issues them: stage 3 starts the weights' gather and computes the target
+ * (which does not need them) before waiting; the gradient is packed into a
+ * rank-major bucket with ztrt_copy_2d (here the identity layout: one
+ * parameter) and reduce-scattered while the activations are freed. The
+ * gathered weights of stage 3 are ZTRT_CAT_GATHERED memory.
+ *
  *===----------------------------------------------------------------------===*/
 
 #include "ztrt.h"
@@ -63,9 +70,9 @@ void ztrain_step(ztrt_ctx *ctx) {
   const void *x = ztrt_input(ctx, 0);
 #if ZERO_STAGE == 3
   float *shard = (float *)ztrt_param(ctx, 0);
-  float *w = (float *)ztrt_alloc(ctx, ZERO_PADDED * sizeof(float),
-                                 ZTRT_CAT_PARAMETERS);
-  ztrt_all_gather_f32(ctx, shard, w, ZERO_CHUNK);
+  float *w =
+      (float *)ztrt_alloc(ctx, ZERO_PADDED * sizeof(float), ZTRT_CAT_GATHERED);
+  int64_t gather = ztrt_all_gather_start_f32(ctx, shard, w, ZERO_CHUNK);
 #else
   float *w = (float *)ztrt_param(ctx, 0);
   float *shard = w + rank * ZERO_CHUNK;
@@ -77,9 +84,13 @@ void ztrain_step(ztrt_ctx *ctx) {
   void *sq = ztrt_alloc(ctx, vec, ZTRT_CAT_ACTIVATIONS);
   void *loss = ztrt_alloc(ctx, sizeof(float), ZTRT_CAT_ACTIVATIONS);
 
-  /* Forward: loss = mean((x w - x w_true)^2), w = the first DIM elements. */
-  ztrt_matmul_f32(ctx, x, w, pred, 1, BATCH, 1, DIM, 0, 0, 0, 0, 0);
+  /* Forward: loss = mean((x w - x w_true)^2), w = the first DIM elements.
+   * The target needs no weights: it is computed while they arrive. */
   ztrt_matmul_f32(ctx, x, kTrueW, target, 1, BATCH, 1, DIM, 0, 0, 0, 0, 0);
+#if ZERO_STAGE == 3
+  ztrt_wait(ctx, gather);
+#endif
+  ztrt_matmul_f32(ctx, x, w, pred, 1, BATCH, 1, DIM, 0, 0, 0, 0, 0);
   ztrt_sub_f32(ctx, pred, target, diff, BATCH);
   ztrt_mul_f32(ctx, diff, diff, sq, BATCH);
   ztrt_reduce_f32(ctx, sq, loss, 2, kLossShape, kLossMask, 1);
@@ -88,25 +99,33 @@ void ztrain_step(ztrt_ctx *ctx) {
   /* Backward into a gradient padded with zeros, so that the update of the
    * padding is exactly 0 and it stays zero, as the compiler guarantees. */
   void *grad = ztrt_alloc(ctx, ZERO_PADDED * sizeof(float), ZTRT_CAT_GRADIENTS);
+  void *bucket =
+      ztrt_alloc(ctx, ZERO_PADDED * sizeof(float), ZTRT_CAT_GRADIENTS);
   void *gradShard =
       ztrt_alloc(ctx, ZERO_CHUNK * sizeof(float), ZTRT_CAT_GRADIENTS);
   ztrt_fill_f32(ctx, grad, ZERO_PADDED, 0.0);
   ztrt_scale_f32(ctx, diff, diff, BATCH, 2.0 / BATCH);
   ztrt_matmul_f32(ctx, x, diff, grad, 1, DIM, 1, BATCH, 1, 0, 0, 0, 0);
-  ztrt_reduce_scatter_f32(ctx, grad, gradShard, ZERO_CHUNK, 1);
-  ztrt_sgd_update_f32(ctx, shard, gradShard, momentum, ZERO_CHUNK, 0.1, 0.5,
-                      0.0, 0.0, 0);
-#if ZERO_STAGE == 2
-  ztrt_all_gather_f32(ctx, shard, w, ZERO_CHUNK);
-#else
-  ztrt_free(ctx, w);
-#endif
-
-  ztrt_free(ctx, gradShard);
-  ztrt_free(ctx, grad);
+  /* Row r of the bucket is what rank r receives reduced. */
+  ztrt_copy_2d(ctx, grad, bucket, ZERO_RANKS, ZERO_CHUNK * sizeof(float),
+               ZERO_CHUNK * sizeof(float), ZERO_CHUNK * sizeof(float));
+  int64_t reduce =
+      ztrt_reduce_scatter_start_f32(ctx, bucket, gradShard, ZERO_CHUNK, 1);
   ztrt_free(ctx, loss);
   ztrt_free(ctx, sq);
   ztrt_free(ctx, diff);
   ztrt_free(ctx, target);
   ztrt_free(ctx, pred);
+  ztrt_free(ctx, grad);
+  ztrt_wait(ctx, reduce);
+  ztrt_sgd_update_f32(ctx, shard, gradShard, momentum, ZERO_CHUNK, 0.1, 0.5,
+                      0.0, 0.0, 0);
+#if ZERO_STAGE == 2
+  ztrt_wait(ctx, ztrt_all_gather_start_f32(ctx, shard, w, ZERO_CHUNK));
+#else
+  ztrt_free(ctx, w);
+#endif
+
+  ztrt_free(ctx, gradShard);
+  ztrt_free(ctx, bucket);
 }

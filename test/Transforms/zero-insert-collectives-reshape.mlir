@@ -1,4 +1,4 @@
-// RUN: ztrain-opt %s --ztrain-training --ztrain-zero="stage=3 dp=2" | FileCheck %s
+// RUN: ztrain-opt %s --ztrain-training --ztrain-zero="stage=3 dp=2 overlap=false" | FileCheck %s
 
 // Stage 3 with a parameter used through a reshape in both passes (the
 // second layer's weight, needed for the hidden activation's gradient): the

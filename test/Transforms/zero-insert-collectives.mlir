@@ -1,13 +1,13 @@
 // RUN: ztrain-opt %s --ztrain-training --zero-partition="stage=0 dp=4" --zero-insert-collectives | FileCheck %s --check-prefix=S0
-// RUN: ztrain-opt %s --ztrain-training --ztrain-zero="stage=1 dp=4" | FileCheck %s --check-prefix=S1
-// RUN: ztrain-opt %s --ztrain-training --ztrain-zero="stage=2 dp=4" | FileCheck %s --check-prefix=S2
-// RUN: ztrain-opt %s --ztrain-training --ztrain-zero="stage=3 dp=4" | FileCheck %s --check-prefix=S3
-// RUN: ztrain-opt %s --ztrain-training --ztrain-zero="stage=3 dp=1" | FileCheck %s --check-prefix=ONE
-// RUN: ztrain-opt %s --ztrain-training --ztrain-zero="stage=0 dp=4" --lower-to-runtime | FileCheck %s --check-prefix=LOWER0
-// RUN: ztrain-opt %s --ztrain-training --ztrain-zero="stage=1 dp=4" --lower-to-runtime | FileCheck %s --check-prefix=LOWER1
-// RUN: ztrain-opt %s --ztrain-training --ztrain-zero="stage=3 dp=4" --lower-to-runtime | FileCheck %s --check-prefix=LOWER3
+// RUN: ztrain-opt %s --ztrain-training --ztrain-zero="stage=1 dp=4 overlap=false" | FileCheck %s --check-prefix=S1
+// RUN: ztrain-opt %s --ztrain-training --ztrain-zero="stage=2 dp=4 overlap=false" | FileCheck %s --check-prefix=S2
+// RUN: ztrain-opt %s --ztrain-training --ztrain-zero="stage=3 dp=4 overlap=false" | FileCheck %s --check-prefix=S3
+// RUN: ztrain-opt %s --ztrain-training --ztrain-zero="stage=3 dp=1 overlap=false" | FileCheck %s --check-prefix=ONE
+// RUN: ztrain-opt %s --ztrain-training --ztrain-zero="stage=0 dp=4 overlap=false" --lower-to-runtime | FileCheck %s --check-prefix=LOWER0
+// RUN: ztrain-opt %s --ztrain-training --ztrain-zero="stage=1 dp=4 overlap=false" --lower-to-runtime | FileCheck %s --check-prefix=LOWER1
+// RUN: ztrain-opt %s --ztrain-training --ztrain-zero="stage=3 dp=4 overlap=false" --lower-to-runtime | FileCheck %s --check-prefix=LOWER3
 // RUN: not ztrain-opt %s --ztrain-training --zero-insert-collectives 2>&1 | FileCheck %s --check-prefix=NOPART
-// RUN: not ztrain-opt %s --ztrain-training --ztrain-zero="stage=0 dp=4" --zero-insert-collectives 2>&1 | FileCheck %s --check-prefix=TWICE
+// RUN: not ztrain-opt %s --ztrain-training --ztrain-zero="stage=0 dp=4 overlap=false" --zero-insert-collectives 2>&1 | FileCheck %s --check-prefix=TWICE
 // RUN: not ztrain-opt %s --ztrain-training --zero-partition="stage=0 dp=4" --lower-to-runtime 2>&1 | FileCheck %s --check-prefix=UNSYNC
 // RUN: not ztrain-opt %s --ztrain-training --zero-partition="stage=3 dp=4" --lower-to-runtime 2>&1 | FileCheck %s --check-prefix=UNSYNC
 

@@ -58,6 +58,7 @@
 // S3: "per_rank": {
 // S3-NEXT: "activations": 120,
 // S3-NEXT: "communication_buffers": 96,
+// S3-NEXT: "gathered_parameters_peak": 0,
 // S3-NEXT: "gradients": 32,
 // S3-NEXT: "inputs": 32,
 // S3-NEXT: "optimizer_states": 64,

@@ -90,6 +90,30 @@ cl::opt<int64_t> dp("dp",
                     cl::desc("Data-parallel ranks the executable runs on "
                              "(each step input is one rank's micro-batch)"),
                     cl::init(1), cl::cat(category));
+cl::opt<bool> overlap("overlap",
+                      cl::desc("Overlap collectives with compute "
+                               "(overlap-schedule; --overlap=false: "
+                               "synchronous collectives)"),
+                      cl::init(true), cl::cat(category));
+cl::opt<int64_t> prefetchDepth(
+    "prefetch-depth",
+    cl::desc("Stage 3: parameter gathers in flight ahead of their use"),
+    cl::init(1), cl::cat(category));
+cl::opt<int64_t> maxLiveBytes(
+    "max-live-bytes",
+    cl::desc("Stage 3: bound on the bytes of gathered parameters allocated "
+             "at once (0: none)"),
+    cl::init(0), cl::cat(category));
+cl::opt<int64_t> bucketBytes(
+    "bucket-bytes",
+    cl::desc("Gradient bucket size in bytes (0: one collective per "
+             "gradient)"),
+    cl::init(25 << 20), cl::cat(category));
+cl::opt<bool> reshardAfterForward(
+    "reshard-after-forward",
+    cl::desc("Stage 3: free gathered parameters after the forward pass and "
+             "gather again for the backward pass"),
+    cl::init(true), cl::cat(category));
 cl::opt<std::string>
     runtimeDir("runtime-dir",
                cl::desc("Directory with libztrt.a and libztrt_main.a "
@@ -267,6 +291,11 @@ int main(int argc, char **argv) {
     ztrain::ZeroPipelineOptions zero;
     zero.stage = zeroStage;
     zero.dp = dp;
+    zero.overlap = overlap;
+    zero.prefetchDepth = prefetchDepth;
+    zero.maxLiveBytes = maxLiveBytes;
+    zero.bucketBytes = bucketBytes;
+    zero.reshardAfterForward = reshardAfterForward;
     ztrain::buildZeroPipeline(pm, zero);
   }
   ztrain::buildToLLVMPipeline(pm);

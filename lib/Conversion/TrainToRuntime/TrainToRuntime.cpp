@@ -323,7 +323,8 @@ void LowerToRuntimePass::runOnOperation() {
     // diverging replicas.
     WalkResult missing = entry.walk([&](Operation *op) {
       if (gridSize > 1 && isa<SGDUpdateOp, AdamUpdateOp>(op) &&
-          !op->getOperand(0).getDefiningOp<dist::CollectiveOpInterface>()) {
+          !isa_and_nonnull<dist::CollectiveOpInterface, dist::WaitOp>(
+              op->getOperand(0).getDefiningOp())) {
         op->emitError() << "the gradient of this update is not "
                            "synchronized over the grid: run "
                            "zero-insert-collectives first";
@@ -461,6 +462,13 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
 
   DenseMap<Value, Value> buffer; // tensor value -> !llvm.ptr
   DenseSet<Value> owned;         // roots allocated by this step
+  // Collectives in flight: the runtime's handle and a bucket's packed
+  // buffers (in, and out for a reduce-scatter) with each tensor's offset.
+  struct Pending {
+    Value handle, in, out;
+    SmallVector<int64_t> offsets;
+  };
+  DenseMap<Value, Pending> pending;
   auto get = [&](Value v) { return buffer.lookup(v); };
   SymbolTable symbolTable(module);
   auto paramOp = [&](StringRef name) {
@@ -794,6 +802,152 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
               e.call("all_gather_f32", {mine, p, e.i64(shard)});
               return success();
             })
+            .Case([&](dist::GatherParamStartOp o) {
+              // The full copy is allocated now and filled while the ops up
+              // to the wait compute (see dist.gather_param).
+              auto wait = cast<dist::WaitOp>(*o.getToken().getUsers().begin());
+              Value result = wait.getResult(0);
+              int64_t shard = storageOf(paramOp(o.getParam()),
+                                        result.getType())
+                                  .elements;
+              Value shardPtr =
+                  e.call("param", {e.i64(paramIndex.lookup(o.getParam()))});
+              Value full = e.call("alloc", {e.i64(shard * gridSize * 4),
+                                            e.i32(ZTRT_CAT_GATHERED)});
+              buffer[result] = full;
+              owned.insert(result);
+              ++numBuffers;
+              pending[o.getToken()] = {
+                  e.call("all_gather_start_f32",
+                         {shardPtr, full, e.i64(shard)}),
+                  {}, {}, {}};
+              return success();
+            })
+            .Case([&](dist::AllGatherParamStartOp o) {
+              ParamOp param = paramOp(o.getParam());
+              int64_t shard = storageOf(param, param.getType()).elements /
+                              gridSize;
+              Value p =
+                  e.call("param", {e.i64(paramIndex.lookup(o.getParam()))});
+              Value mine = e.offset(
+                  p, arith::MulIOp::create(b, e.loc, e.rank(),
+                                           e.i64(shard * 4)));
+              pending[o.getToken()] = {
+                  e.call("all_gather_start_f32", {mine, p, e.i64(shard)}),
+                  {}, {}, {}};
+              return success();
+            })
+            .Case([&](dist::ReduceScatterStartOp o) -> LogicalResult {
+              if (!cast<RankedTensorType>(o.getInputs()[0].getType())
+                       .getElementType()
+                       .isF32())
+                return o.emitOpError() << "only f32 collectives run on the "
+                                          "runtime";
+              auto wait = cast<dist::WaitOp>(*o.getToken().getUsers().begin());
+              Value mean = e.i32(o.getReduction() == dist::Reduction::mean);
+              if (o.getInputs().size() == 1) {
+                // One tensor: straight into the result's buffer.
+                Value out = alloc(wait.getResult(0));
+                pending[o.getToken()] = {
+                    e.call("reduce_scatter_start_f32",
+                           {get(o.getInputs()[0]), out,
+                            e.i64(numElements(wait.getResult(0))), mean}),
+                    {}, {}, {}};
+                return success();
+              }
+              // A bucket: chunk r of every tensor side by side in row r, so
+              // that one reduce-scatter leaves each rank its chunks.
+              SmallVector<int64_t> offsets;
+              int64_t total = 0;
+              for (Value r : wait.getResults()) {
+                offsets.push_back(total);
+                total += numElements(r);
+              }
+              Value in = e.call("alloc", {e.i64(total * gridSize * 4),
+                                          e.i32(ZTRT_CAT_OTHER)});
+              Value out =
+                  e.call("alloc", {e.i64(total * 4), e.i32(ZTRT_CAT_OTHER)});
+              numBuffers += 2;
+              for (auto [x, r, off] :
+                   llvm::zip(o.getInputs(), wait.getResults(), offsets)) {
+                int64_t chunk = numElements(r) * 4;
+                e.call("copy_2d", {get(x), e.offset(in, e.i64(off * 4)),
+                                   e.i64(gridSize), e.i64(chunk), e.i64(chunk),
+                                   e.i64(total * 4)});
+              }
+              pending[o.getToken()] = {
+                  e.call("reduce_scatter_start_f32",
+                         {in, out, e.i64(total), mean}),
+                  in, out, offsets};
+              return success();
+            })
+            .Case([&](dist::AllReduceStartOp o) -> LogicalResult {
+              if (!cast<RankedTensorType>(o.getInputs()[0].getType())
+                       .getElementType()
+                       .isF32())
+                return o.emitOpError() << "only f32 collectives run on the "
+                                          "runtime";
+              auto wait = cast<dist::WaitOp>(*o.getToken().getUsers().begin());
+              Value mean = e.i32(o.getReduction() == dist::Reduction::mean);
+              if (o.getInputs().size() == 1) {
+                // In place when nothing else reads the operand.
+                Value x = get(o.getInputs()[0]);
+                Value out = buffers.isAlias(wait.getResult(0))
+                                ? x
+                                : alloc(wait.getResult(0));
+                buffer[wait.getResult(0)] = out;
+                pending[o.getToken()] = {
+                    e.call("all_reduce_start_f32",
+                           {x, out, e.i64(numElements(wait.getResult(0))),
+                            mean}),
+                    {}, {}, {}};
+                return success();
+              }
+              // A bucket: the tensors concatenated, reduced in place.
+              SmallVector<int64_t> offsets;
+              int64_t total = 0;
+              for (Value x : o.getInputs()) {
+                offsets.push_back(total);
+                total += numElements(x);
+              }
+              Value packed =
+                  e.call("alloc", {e.i64(total * 4), e.i32(ZTRT_CAT_OTHER)});
+              ++numBuffers;
+              for (auto [x, off] : llvm::zip(o.getInputs(), offsets))
+                e.call("copy", {get(x), e.offset(packed, e.i64(off * 4)),
+                                e.i64(numElements(x) * 4)});
+              pending[o.getToken()] = {
+                  e.call("all_reduce_start_f32",
+                         {packed, packed, e.i64(total), mean}),
+                  packed, Value(), offsets};
+              return success();
+            })
+            .Case([&](dist::WaitOp o) {
+              Pending p = pending.lookup(o.getToken());
+              e.call("wait", {p.handle});
+              Operation *start = o.getStart();
+              if (!p.in)
+                return success();
+              // Unpack the bucket into each result's buffer: in place into
+              // the operand (all-reduce) when the result aliases it.
+              Value packed = isa<dist::ReduceScatterStartOp>(start) ? p.out
+                                                                   : p.in;
+              for (auto [i, r] : llvm::enumerate(o.getResults())) {
+                Value dst = buffers.isAlias(r) ? get(start->getOperand(i))
+                                               : alloc(r);
+                buffer[r] = dst;
+                e.call("copy", {e.offset(packed, e.i64(p.offsets[i] * 4)),
+                                dst, e.i64(numElements(r) * 4)});
+              }
+              e.call("free", {p.in});
+              if (p.out)
+                e.call("free", {p.out});
+              return success();
+            })
+            .Case([&](dist::ReleaseOp) {
+              // The gathered copy's last use: freed below.
+              return success();
+            })
             .Case([&](func::ReturnOp) { return success(); })
             .Default([&](Operation *other) {
               return other->emitOpError()
@@ -812,7 +966,12 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
         e.call("free", {buffer[r]});
         owned.erase(r);
       }
-    for (Value operand : op.getOperands()) {
+    // A collective reads its operands until its wait.
+    SmallVector<Value> operands(op.getOperands());
+    if (auto wait = dyn_cast<dist::WaitOp>(op);
+        wait && wait.getStart()->getNumOperands() == 1)
+      llvm::append_range(operands, wait.getStart()->getOperands());
+    for (Value operand : operands) {
       Value r = rootOf(operand);
       if (owned.contains(r) && buffers.lastUse(r) == here) {
         e.call("free", {buffer[r]});

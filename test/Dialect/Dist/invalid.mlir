@@ -68,3 +68,107 @@ func.func @f(%x: tensor<4xf32>) {
   %0 = dist.all_reduce max %x on @dp : tensor<4xf32>
   return
 }
+
+// -----
+
+shard.grid @dp(shape = 4)
+func.func @f(%x: tensor<32xf32>) {
+  // expected-error @+1 {{token must have exactly one use, a dist.wait (every started collective is waited once)}}
+  %t = dist.all_reduce_start sum %x on @dp : tensor<32xf32>
+  return
+}
+
+// -----
+
+shard.grid @dp(shape = 4)
+func.func @f(%x: tensor<32xf32>) {
+  // expected-error @+1 {{token must have exactly one use}}
+  %t = dist.all_reduce_start sum %x on @dp : tensor<32xf32>
+  %a = dist.wait %t : tensor<32xf32>
+  %b = dist.wait %t : tensor<32xf32>
+  return
+}
+
+// -----
+
+shard.grid @dp(shape = 4)
+func.func @f(%x: tensor<30xf32>) {
+  // expected-error @+1 {{operand of 30 elements does not split into 4 equal chunks (grid @dp)}}
+  %t = dist.reduce_scatter_start sum %x on @dp : tensor<30xf32>
+  %a = dist.wait %t : tensor<7xf32>
+  return
+}
+
+// -----
+
+shard.grid @dp(shape = 4)
+func.func @f(%x: tensor<4x8xf32>) {
+  // expected-error @+1 {{operands must be flat (one-dimensional), got 'tensor<4x8xf32>'}}
+  %t = dist.reduce_scatter_start sum %x on @dp : tensor<4x8xf32>
+  %a = dist.wait %t : tensor<8xf32>
+  return
+}
+
+// -----
+
+shard.grid @dp(shape = 4)
+func.func @f(%x: tensor<32xf32>) {
+  // expected-note @+1 {{started here}}
+  %t = dist.reduce_scatter_start sum %x on @dp : tensor<32xf32>
+  // expected-error @+1 {{'dist.wait' op yields ('tensor<32xf32>') but its dist.reduce_scatter_start produces ('tensor<8xf32>')}}
+  %a = dist.wait %t : tensor<32xf32>
+  return
+}
+
+// -----
+
+shard.grid @dp(shape = 4)
+func.func @f(%x: tensor<32xf32>, %y: tensor<8xi32>) {
+  // expected-error @+1 {{mixes element types 'f32' and 'i32' in one bucket}}
+  %t = dist.all_reduce_start sum %x, %y on @dp : tensor<32xf32>, tensor<8xi32>
+  %a, %b = dist.wait %t : tensor<32xf32>, tensor<8xi32>
+  return
+}
+
+// -----
+
+shard.grid @dp(shape = 4)
+train.param @w : tensor<10x3xf32> init(zeros)
+func.func @f() {
+  // expected-error @+1 {{parameter @w is not partitioned over @dp}}
+  %t = dist.gather_param_start @w on @dp
+  %w = dist.wait %t : tensor<10x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%t: !dist.token) {
+  // expected-error @+1 {{token must come from a dist.*_start op}}
+  %w = dist.wait %t : tensor<10x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) {
+  // expected-error @+1 {{releases a value that is not a gathered parameter}}
+  dist.release %x : tensor<4xf32>
+  return
+}
+
+// -----
+
+shard.grid @dp(shape = 4)
+train.param @w : tensor<10x3xf32> init(zeros) {dist.partition = #dist.partition<@dp, 8>}
+func.func @f(%x: tensor<2x10xf32>) -> tensor<2x3xf32> {
+  %t = dist.gather_param_start @w on @dp
+  %w = dist.wait %t : tensor<10x3xf32>
+  %r = train.reshape %w : tensor<10x3xf32> -> tensor<30xf32>
+  // expected-error @+1 {{frees a gathered parameter that is used afterwards}}
+  dist.release %w : tensor<10x3xf32>
+  // expected-note @+1 {{used here}}
+  %v = train.reshape %r : tensor<30xf32> -> tensor<10x3xf32>
+  %y = train.matmul %x, %v : (tensor<2x10xf32>, tensor<10x3xf32>) -> tensor<2x3xf32>
+  return %y : tensor<2x3xf32>
+}

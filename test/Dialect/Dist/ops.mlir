@@ -22,4 +22,23 @@ module attributes {dist.zero = #dist.zero<stage = 3, grid = @dp>} {
     %4 = dist.broadcast %x on @dp root 3 : tensor<32xf32>
     return
   }
+
+  // CHECK-LABEL: func.func @async
+  func.func @async(%x: tensor<32xf32>, %y: tensor<8xf32>, %m: tensor<3x2xf32>) {
+    // CHECK: %[[T:.*]] = dist.gather_param_start @w on @dp
+    %t = dist.gather_param_start @w on @dp
+    // CHECK: %[[W:.*]] = dist.wait %[[T]] : tensor<10x3xf32>
+    %w = dist.wait %t : tensor<10x3xf32>
+    // CHECK: dist.release %[[W]] : tensor<10x3xf32>
+    dist.release %w : tensor<10x3xf32>
+    // CHECK: %[[R:.*]] = dist.reduce_scatter_start mean %{{.*}}, %{{.*}} on @dp : tensor<32xf32>, tensor<8xf32>
+    %r = dist.reduce_scatter_start mean %x, %y on @dp : tensor<32xf32>, tensor<8xf32>
+    // CHECK: dist.wait %[[R]] : tensor<8xf32>, tensor<2xf32>
+    %a, %b = dist.wait %r : tensor<8xf32>, tensor<2xf32>
+    // CHECK: %[[A:.*]] = dist.all_reduce_start sum %{{.*}}, %{{.*}} on @dp : tensor<32xf32>, tensor<3x2xf32>
+    %s = dist.all_reduce_start sum %x, %m on @dp : tensor<32xf32>, tensor<3x2xf32>
+    // CHECK: dist.wait %[[A]] : tensor<32xf32>, tensor<3x2xf32>
+    %c, %d = dist.wait %s : tensor<32xf32>, tensor<3x2xf32>
+    return
+  }
 }

@@ -22,10 +22,17 @@ using namespace ztrain::dist;
 #define GET_ATTRDEF_CLASSES
 #include "ztrain/Dialect/Dist/IR/DistAttrs.cpp.inc"
 
+#define GET_TYPEDEF_CLASSES
+#include "ztrain/Dialect/Dist/IR/DistTypes.cpp.inc"
+
 void DistDialect::initialize() {
   addAttributes<
 #define GET_ATTRDEF_LIST
 #include "ztrain/Dialect/Dist/IR/DistAttrs.cpp.inc"
+      >();
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "ztrain/Dialect/Dist/IR/DistTypes.cpp.inc"
       >();
   addOperations<
 #define GET_OP_LIST
@@ -228,6 +235,200 @@ int64_t AllGatherParamOp::getCommunicatedBytes(int64_t n) {
   auto param = SymbolTable::lookupNearestSymbolFrom<train::ParamOp>(
       *this, getParamAttr());
   return param ? gatheredBytes(param.getTensorType(), n) : 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Asynchronous collectives
+//===----------------------------------------------------------------------===//
+
+/// Every start's token feeds exactly one dist.wait in its block.
+static LogicalResult verifyStartToken(Operation *op) {
+  Value token = op->getResult(0);
+  if (!token.hasOneUse() || !isa<WaitOp>(*token.getUsers().begin()))
+    return op->emitOpError() << "token must have exactly one use, a dist.wait "
+                                "(every started collective is waited once)";
+  Operation *wait = *token.getUsers().begin();
+  if (wait->getBlock() != op->getBlock())
+    return op->emitOpError() << "must be waited in the same block";
+  return success();
+}
+
+/// The wait completing `start` (verified to exist).
+static WaitOp waitOf(Operation *start) {
+  return cast<WaitOp>(*start->getResult(0).getUsers().begin());
+}
+
+/// Checks that the wait of `start` yields exactly `expected`.
+static LogicalResult verifyWaitTypes(Operation *start,
+                                     ArrayRef<Type> expected) {
+  WaitOp wait = waitOf(start);
+  if (TypeRange(wait.getResults().getTypes()) == TypeRange(expected))
+    return success();
+  InFlightDiagnostic diag = wait.emitOpError()
+                            << "yields (" << wait.getResults().getTypes()
+                            << ") but its " << start->getName()
+                            << " produces (";
+  llvm::interleaveComma(expected, diag);
+  diag << ")";
+  diag.attachNote(start->getLoc()) << "started here";
+  return diag;
+}
+
+/// Bucketed collectives: one or more operands of one element type.
+static LogicalResult verifyBucket(Operation *op, ValueRange inputs) {
+  if (inputs.empty())
+    return op->emitOpError() << "needs at least one operand";
+  Type elem = cast<RankedTensorType>(inputs[0].getType()).getElementType();
+  for (Value v : inputs)
+    if (cast<RankedTensorType>(v.getType()).getElementType() != elem)
+      return op->emitOpError() << "mixes element types " << elem << " and "
+                               << cast<RankedTensorType>(v.getType())
+                                      .getElementType()
+                               << " in one bucket";
+  return success();
+}
+
+static int64_t totalBytes(ValueRange values) {
+  int64_t total = 0;
+  for (Value v : values)
+    total += bytesOf(v);
+  return total;
+}
+
+LogicalResult GatherParamStartOp::verify() { return verifyStartToken(*this); }
+
+LogicalResult
+GatherParamStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (failed(getGridSize(*this, getGridAttr(), symbols)))
+    return failure();
+  FailureOr<train::ParamOp> param = lookupParam(*this, getParamAttr(), symbols);
+  if (failed(param))
+    return failure();
+  auto partition = (*param)->getAttrOfType<PartitionAttr>(kPartitionAttr);
+  if (!partition || partition.getGrid() != getGridAttr())
+    return emitOpError() << "parameter " << getParamAttr()
+                         << " is not partitioned over " << getGridAttr();
+  return verifyWaitTypes(*this, {param->getType()});
+}
+
+int64_t GatherParamStartOp::getCommunicatedBytes(int64_t n) {
+  auto param = SymbolTable::lookupNearestSymbolFrom<train::ParamOp>(
+      *this, getParamAttr());
+  return param ? gatheredBytes(param.getTensorType(), n) : 0;
+}
+
+LogicalResult ReduceScatterStartOp::verify() {
+  if (failed(verifyBucket(*this, getInputs())))
+    return failure();
+  for (Value v : getInputs())
+    if (cast<RankedTensorType>(v.getType()).getRank() != 1)
+      return emitOpError() << "operands must be flat (one-dimensional), got "
+                           << v.getType();
+  return verifyStartToken(*this);
+}
+
+LogicalResult
+ReduceScatterStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> n = getGridSize(*this, getGridAttr(), symbols);
+  if (failed(n))
+    return failure();
+  SmallVector<Type> expected;
+  for (Value v : getInputs()) {
+    auto t = cast<RankedTensorType>(v.getType());
+    if (t.getDimSize(0) % *n != 0)
+      return emitOpError() << "operand of " << t.getDimSize(0)
+                           << " elements does not split into " << *n
+                           << " equal chunks (grid " << getGridAttr() << ")";
+    expected.push_back(
+        RankedTensorType::get({t.getDimSize(0) / *n}, t.getElementType()));
+  }
+  return verifyWaitTypes(*this, expected);
+}
+
+int64_t ReduceScatterStartOp::getCommunicatedBytes(int64_t n) {
+  return totalBytes(getInputs()) * (n - 1) / n;
+}
+
+LogicalResult AllReduceStartOp::verify() {
+  if (failed(verifyBucket(*this, getInputs())))
+    return failure();
+  return verifyStartToken(*this);
+}
+
+LogicalResult
+AllReduceStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (failed(getGridSize(*this, getGridAttr(), symbols)))
+    return failure();
+  return verifyWaitTypes(*this, llvm::to_vector(getInputs().getTypes()));
+}
+
+int64_t AllReduceStartOp::getCommunicatedBytes(int64_t n) {
+  // One collective over the concatenation: rounded once, as the runtime
+  // counts it.
+  return 2 * totalBytes(getInputs()) * (n - 1) / n;
+}
+
+LogicalResult AllGatherParamStartOp::verify() {
+  return verifyStartToken(*this);
+}
+
+LogicalResult
+AllGatherParamStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (failed(getGridSize(*this, getGridAttr(), symbols)))
+    return failure();
+  FailureOr<train::ParamOp> param = lookupParam(*this, getParamAttr(), symbols);
+  if (failed(param))
+    return failure();
+  if ((*param)->hasAttr(kPartitionAttr))
+    return emitOpError() << "parameter " << getParamAttr()
+                         << " is partitioned at rest; use "
+                            "dist.gather_param_start";
+  return verifyWaitTypes(*this, {});
+}
+
+int64_t AllGatherParamStartOp::getCommunicatedBytes(int64_t n) {
+  auto param = SymbolTable::lookupNearestSymbolFrom<train::ParamOp>(
+      *this, getParamAttr());
+  return param ? gatheredBytes(param.getTensorType(), n) : 0;
+}
+
+LogicalResult WaitOp::verify() {
+  Operation *start = getStart();
+  if (!start || !isa<GatherParamStartOp, ReduceScatterStartOp,
+                     AllReduceStartOp, AllGatherParamStartOp>(start))
+    return emitOpError() << "token must come from a dist.*_start op";
+  return success();
+}
+
+LogicalResult ReleaseOp::verify() {
+  Value v = getInput();
+  bool gathered = v.getDefiningOp<GatherParamOp>() != nullptr;
+  if (auto wait = v.getDefiningOp<WaitOp>())
+    gathered = isa_and_nonnull<GatherParamStartOp>(wait.getStart());
+  if (!gathered)
+    return emitOpError() << "releases a value that is not a gathered "
+                            "parameter (the result of dist.gather_param or "
+                            "of a dist.wait on dist.gather_param_start)";
+  // The value and its reshapes (which share its buffer) are dead here.
+  SmallVector<Value> work{v};
+  while (!work.empty()) {
+    Value cur = work.pop_back_val();
+    for (Operation *user : cur.getUsers()) {
+      if (user == getOperation())
+        continue;
+      if (user->getBlock() == getOperation()->getBlock() &&
+          getOperation()->isBeforeInBlock(user)) {
+        InFlightDiagnostic diag = emitOpError()
+                                  << "frees a gathered parameter that is "
+                                     "used afterwards";
+        diag.attachNote(user->getLoc()) << "used here";
+        return diag;
+      }
+      if (auto reshape = dyn_cast<train::ReshapeOp>(user))
+        work.push_back(reshape.getResult());
+    }
+  }
+  return success();
 }
 
 #define GET_OP_CLASSES

@@ -25,6 +25,14 @@ StepBuffers::StepBuffers(func::FuncOp entry, int64_t stage) {
       g = ar.getInput();
     else if (auto rs = g.getDefiningOp<ReduceScatterOp>(); rs && stage == 1)
       g = rs.getInput();
+    else if (auto wait = g.getDefiningOp<WaitOp>()) {
+      // Of a bucket, the gradient's own operand.
+      Operation *start = wait.getStart();
+      unsigned i = cast<OpResult>(g).getResultNumber();
+      if (isa<AllReduceStartOp>(start) ||
+          (isa<ReduceScatterStartOp>(start) && stage == 1))
+        g = start->getOperand(i);
+    }
     if (g.hasOneUse() && !isa<BlockArgument>(g))
       gradients[g] = op.getAttrOfType<FlatSymbolRefAttr>("param");
   }
@@ -38,11 +46,56 @@ StepBuffers::StepBuffers(func::FuncOp entry, int64_t stage) {
       roots[r.getResult()] = root(r.getInput());
     if (auto ar = dyn_cast<AllReduceOp>(op); ar && ar.getInput().hasOneUse())
       roots[ar.getResult()] = root(ar.getInput());
+    if (auto wait = dyn_cast<WaitOp>(op)) {
+      Operation *start = wait.getStart();
+      // A bucketed all-reduce reduces each tensor in place when nothing
+      // else reads it; other waits yield fresh buffers, filled directly by
+      // a gather or a one-tensor reduce-scatter.
+      if (isa<AllReduceStartOp>(start)) {
+        for (auto [in, out] :
+             llvm::zip(start->getOperands(), wait.getResults()))
+          if (in.hasOneUse())
+            roots[out] = root(in);
+      } else if (isa<GatherParamStartOp>(start) ||
+                 (isa<ReduceScatterStartOp>(start) &&
+                  start->getNumOperands() == 1)) {
+        filledBy[wait.getResult(0)] = start;
+      }
+      // A one-tensor collective reads its operand until it completes (a
+      // bucket's operands are copied into the packed buffer at the start).
+      for (Value operand : start->getNumOperands() == 1
+                               ? start->getOperands()
+                               : OperandRange(start->getOperands().end(),
+                                              start->getOperands().end())) {
+        unsigned &last = lastUses[root(operand)];
+        last = std::max(last, positions[&op]);
+      }
+      // A bucket of several tensors travels packed.
+      if (start->getNumOperands() > 1) {
+        int64_t bytes = 0;
+        auto add = [&](Value v) {
+          auto t = cast<RankedTensorType>(v.getType());
+          bytes += t.getNumElements() * (t.getElementTypeBitWidth() / 8);
+        };
+        llvm::for_each(start->getOperands(), add);
+        if (isa<ReduceScatterStartOp>(start))
+          llvm::for_each(wait.getResults(), add);
+        stagingBuffers.push_back(
+            {start, bytes, positions[start], positions[&op]});
+      }
+    }
     for (Value operand : op.getOperands()) {
       unsigned &last = lastUses[root(operand)];
       last = std::max(last, positions[&op]);
     }
   }
+}
+
+unsigned StepBuffers::allocPosition(Value rootValue) const {
+  if (Operation *start = filledBy.lookup(rootValue))
+    return positions.lookup(start);
+  Operation *def = rootValue.getDefiningOp();
+  return def ? positions.lookup(def) : 0;
 }
 
 unsigned StepBuffers::lastUse(Value rootValue) const {

@@ -55,6 +55,8 @@ struct Report {
   int64_t paramCount = 0, paramElements = 0, paramBytes = 0;
   int64_t parameters = 0, gradients = 0, optimizerStates = 0;
   int64_t inputs = 0, activations = 0, communicationBuffers = 0;
+  /// Of the activations: gathered parameters allocated at once.
+  int64_t gatheredPeak = 0;
   bool hasStates = false;
   bool collectivesFromIR = false;
   std::vector<Collective> collectives;
@@ -75,10 +77,12 @@ struct Report {
 /// by the buffer analysis the lowering allocates with: parameter reads
 /// and aliases use existing storage, and values in persistent gradient
 /// buffers are counted as gradients.
-int64_t activationPeak(func::FuncOp entry, int64_t stage, int64_t gridSize) {
+int64_t activationPeak(func::FuncOp entry, int64_t stage, int64_t gridSize,
+                       int64_t &gatheredPeak) {
   Block &body = entry.getBody().front();
   StepBuffers buffers(entry, stage);
-  std::vector<int64_t> delta(body.getOperations().size() + 1, 0);
+  size_t size = body.getOperations().size() + 1;
+  std::vector<int64_t> delta(size, 0), gathered(size, 0);
   for (Operation &op : body) {
     if (isa<train::ParamReadOp>(op))
       continue;
@@ -86,21 +90,37 @@ int64_t activationPeak(func::FuncOp entry, int64_t stage, int64_t gridSize) {
       if (buffers.isAlias(r) || buffers.gradientOf(r) ||
           !isa<RankedTensorType>(r.getType()))
         continue;
-      // A gathered parameter occupies N padded slices.
+      // A gathered parameter occupies N padded slices, from the start of
+      // its gather.
       int64_t bytes = tensorBytes(r.getType());
-      if (isa<GatherParamOp>(op)) {
+      bool isGathered = isa<GatherParamOp>(op) ||
+                        isa_and_nonnull<GatherParamStartOp>(
+                            buffers.filledByStart(r));
+      if (isGathered) {
         auto type = cast<RankedTensorType>(r.getType());
         bytes = (type.getNumElements() + gridSize - 1) / gridSize * gridSize *
                 elementBytes(type);
       }
-      delta[buffers.position(&op)] += bytes;
-      delta[buffers.lastUse(r) + 1] -= bytes;
+      unsigned from = buffers.allocPosition(r), to = buffers.lastUse(r) + 1;
+      delta[from] += bytes;
+      delta[to] -= bytes;
+      if (isGathered) {
+        gathered[from] += bytes;
+        gathered[to] -= bytes;
+      }
     }
   }
-  int64_t live = 0, peak = 0;
-  for (int64_t d : delta) {
-    live += d;
+  for (const StepBuffers::Staging &s : buffers.staging()) {
+    delta[s.from] += s.bytes;
+    delta[s.to + 1] -= s.bytes;
+  }
+  int64_t live = 0, peak = 0, liveGathered = 0;
+  gatheredPeak = 0;
+  for (size_t i = 0; i < size; ++i) {
+    live += delta[i];
     peak = std::max(peak, live);
+    liveGathered += gathered[i];
+    gatheredPeak = std::max(gatheredPeak, liveGathered);
   }
   return peak;
 }
@@ -173,7 +193,7 @@ FailureOr<Report> ZeroReportPass::analyze() {
     if (isa<RankedTensorType>(t))
       r.inputs += tensorBytes(t);
   if (entry.getBody().hasOneBlock())
-    r.activations = activationPeak(entry, r.stage, n);
+    r.activations = activationPeak(entry, r.stage, n, r.gatheredPeak);
 
   // Once collectives are in the IR they are the truth, not the plan.
   SmallVector<CollectiveOpInterface> ops;
@@ -190,12 +210,17 @@ FailureOr<Report> ZeroReportPass::analyze() {
         return failure();
       // Parameter gathers are all-gathers into a buffer or in place.
       std::string kind = c->getName().stripDialect().str(), tensor;
-      if (auto g = dyn_cast<GatherParamOp>(c.getOperation())) {
+      if (StringRef(kind).ends_with("_start"))
+        kind.resize(kind.size() - strlen("_start"));
+      Operation *op = c.getOperation();
+      if (isa<GatherParamOp, GatherParamStartOp, AllGatherParamOp,
+              AllGatherParamStartOp>(op)) {
         kind = "all_gather";
-        tensor = g.getParam().str();
-      } else if (auto g = dyn_cast<AllGatherParamOp>(c.getOperation())) {
-        kind = "all_gather";
-        tensor = g.getParam().str();
+        tensor = op->getAttrOfType<FlatSymbolRefAttr>("param")
+                     .getValue()
+                     .str();
+      } else if (op->getNumOperands() > 1) {
+        tensor = llvm::formatv("bucket of {0}", op->getNumOperands()).str();
       }
       r.collectives.push_back(
           {kind, tensor, 1, c.getCommunicatedBytes(*size)});
@@ -227,6 +252,8 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
       r.optimizerStates);
   row("inputs (micro-batch)", r.inputs);
   row("activations (peak)", r.activations);
+  if (r.gatheredPeak)
+    row("  of which gathered", r.gatheredPeak);
   row("communication buffers", r.communicationBuffers);
   row("predicted peak", r.predictedPeak());
 
@@ -267,6 +294,7 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
                           {"inputs", r.inputs},
                           {"activations", r.activations},
                           {"communication_buffers", r.communicationBuffers},
+                          {"gathered_parameters_peak", r.gatheredPeak},
                           {"predicted_peak", r.predictedPeak()}}},
       {"collectives_source", r.collectivesFromIR ? "ir" : "plan"},
       {"collectives", std::move(collectives)},

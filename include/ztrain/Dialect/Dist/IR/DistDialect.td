@@ -28,8 +28,15 @@ def Dist_Dialect : Dialect {
       `dist.all_gather`, `dist.broadcast`) have value semantics on tensors;
       their verifiers check the shape rules against the grid size, and they
       share `CollectiveOpInterface`, which gives the bytes each moves.
+    - Asynchronous collectives (`dist.gather_param_start`,
+      `dist.reduce_scatter_start`, `dist.all_reduce_start`,
+      `dist.all_gather_param_start`) return a `!dist.token`; `dist.wait`
+      turns it into the results. `overlap-schedule` places the starts ahead
+      of the compute they overlap and the waits just before first use, and
+      `dist.release` ends a gathered parameter's lifetime.
   }];
   let useDefaultAttributePrinterParser = 1;
+  let useDefaultTypePrinterParser = 1;
   let dependentDialects = ["::mlir::shard::ShardDialect"];
 }
 

@@ -22,6 +22,9 @@
 #define GET_ATTRDEF_CLASSES
 #include "ztrain/Dialect/Dist/IR/DistAttrs.h.inc"
 
+#define GET_TYPEDEF_CLASSES
+#include "ztrain/Dialect/Dist/IR/DistTypes.h.inc"
+
 #include "ztrain/Dialect/Dist/IR/DistInterfaces.h.inc"
 
 #define GET_OP_CLASSES

@@ -17,6 +17,7 @@ include "ztrain/Dialect/Dist/IR/DistDialect.td"
 include "ztrain/Dialect/Dist/IR/DistEnums.td"
 include "ztrain/Dialect/Dist/IR/DistAttrs.td"
 include "ztrain/Dialect/Dist/IR/DistInterfaces.td"
+include "ztrain/Dialect/Dist/IR/DistTypes.td"
 
 // Collectives have value semantics: every rank runs the same program, so
 // any rewrite (CSE, dead-code removal, reordering of independent ones) is
@@ -175,6 +176,174 @@ def Dist_AllGatherParamOp : Dist_ParamCollectiveOp<"all_gather_param",
   }];
   let arguments = (ins FlatSymbolRefAttr:$param, FlatSymbolRefAttr:$grid);
   let assemblyFormat = "$param `on` $grid attr-dict";
+}
+
+//===----------------------------------------------------------------------===//
+// Asynchronous collectives
+//===----------------------------------------------------------------------===//
+
+// A start issues a collective to the communication stream and returns a
+// token; it reads its operands until the matching dist.wait. Starts and
+// waits carry memory effects so that nothing moves them behind the
+// scheduler's back: their order is the communication order of every rank.
+class Dist_StartOp<string mnemonic, list<Trait> traits = []>
+    : Op<Dist_Dialect, mnemonic, !listconcat(traits, [
+        MemoryEffects<[MemRead, MemWrite]>,
+        DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+        DeclareOpInterfaceMethods<Dist_CollectiveOpInterface,
+                                  ["getCommunicatedBytes"]>])> {
+  let results = (outs Dist_TokenType:$token);
+  let hasVerifier = 1;
+}
+
+def Dist_GatherParamStartOp : Dist_StartOp<"gather_param_start"> {
+  let summary = "starts gathering a parameter partitioned at rest";
+  let description = [{
+    The asynchronous form of `dist.gather_param`: the full copy's buffer is
+    allocated here and filled while the ops up to the matching `dist.wait`
+    run. The wait yields the parameter's full value; `dist.release` frees
+    it after its last use.
+
+    ```mlir
+    %t = dist.gather_param_start @fc1.weight on @dp
+    ...
+    %w = dist.wait %t : tensor<128x784xf32>
+    ```
+
+    **Constraints:**
+    - as for `dist.gather_param`; the wait's one result has the parameter's
+      type.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, FlatSymbolRefAttr:$grid);
+  let assemblyFormat = "$param `on` $grid attr-dict";
+}
+
+def Dist_ReduceScatterStartOp : Dist_StartOp<"reduce_scatter_start"> {
+  let summary = "starts a reduce-scatter of one or more flat buffers (a bucket)";
+  let description = [{
+    The asynchronous, bucketed form of `dist.reduce_scatter` on flat
+    buffers: every operand is a one-dimensional tensor of N equal chunks and
+    the wait yields, for each operand, this rank's reduced chunk. All
+    operands travel in one collective (a gradient bucket): they are packed
+    rank-major, chunk r of every operand next to each other, so that one
+    reduce-scatter leaves each rank exactly its chunks. The sums are the
+    same as with one collective per operand.
+
+    ```mlir
+    %t = dist.reduce_scatter_start mean %a, %b on @dp : tensor<1024xf32>, tensor<64xf32>
+    ...
+    %sa, %sb = dist.wait %t : tensor<256xf32>, tensor<16xf32>
+    ```
+
+    **Constraints:**
+    - at least one operand; every operand one-dimensional with a size
+      divisible by the grid size, all of one element type.
+  }];
+  let arguments = (ins Dist_Reduction:$reduction,
+                       Variadic<AnyStaticShapeTensor>:$inputs,
+                       FlatSymbolRefAttr:$grid);
+  let assemblyFormat = [{
+    $reduction $inputs `on` $grid attr-dict `:` type($inputs)
+  }];
+}
+
+def Dist_AllReduceStartOp : Dist_StartOp<"all_reduce_start"> {
+  let summary = "starts an all-reduce of one or more tensors (a bucket)";
+  let description = [{
+    The asynchronous, bucketed form of `dist.all_reduce`: the operands
+    travel concatenated in one collective and the wait yields each one's
+    sum (or mean) over the ranks.
+
+    ```mlir
+    %t = dist.all_reduce_start mean %dw, %db on @dp : tensor<16x12xf32>, tensor<16xf32>
+    ...
+    %w, %b = dist.wait %t : tensor<16x12xf32>, tensor<16xf32>
+    ```
+
+    **Constraints:**
+    - at least one operand, all of one element type.
+  }];
+  let arguments = (ins Dist_Reduction:$reduction,
+                       Variadic<AnyStaticShapeTensor>:$inputs,
+                       FlatSymbolRefAttr:$grid);
+  let assemblyFormat = [{
+    $reduction $inputs `on` $grid attr-dict `:` type($inputs)
+  }];
+}
+
+def Dist_AllGatherParamStartOp : Dist_StartOp<"all_gather_param_start"> {
+  let summary = "starts gathering every rank's updated slice of a parameter";
+  let description = [{
+    The asynchronous form of `dist.all_gather_param` (ZeRO stages 1-2): the
+    parameter's storage is rewritten in place by the time the matching
+    `dist.wait` (which has no results) returns, and must not be read or
+    written before.
+
+    ```mlir
+    %t = dist.all_gather_param_start @fc1.weight on @dp
+    ...
+    dist.wait %t
+    ```
+
+    **Constraints:**
+    - as for `dist.all_gather_param`.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, FlatSymbolRefAttr:$grid);
+  let assemblyFormat = "$param `on` $grid attr-dict";
+}
+
+def Dist_WaitOp : Op<Dist_Dialect, "wait", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "waits for an asynchronous collective and yields its results";
+  let description = [{
+    Blocks until the collective that produced `token` has completed on this
+    rank, then yields its results: the gathered parameter of a
+    `gather_param_start`, the reduced chunks of a `reduce_scatter_start`,
+    the reduced tensors of an `all_reduce_start`, nothing for an
+    `all_gather_param_start`.
+
+    ```mlir
+    %w = dist.wait %t : tensor<128x784xf32>
+    ```
+
+    **Constraints:**
+    - `token` comes from a `dist.*_start` in the same block, and this is its
+      only use;
+    - the result types are what that start produces.
+  }];
+  let arguments = (ins Dist_TokenType:$token);
+  let results = (outs Variadic<AnyStaticShapeTensor>:$results);
+  let assemblyFormat = "$token attr-dict (`:` type($results)^)?";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The start op this wait completes (null if the token is a block
+    /// argument, which the verifier rejects).
+    ::mlir::Operation *getStart() { return getToken().getDefiningOp(); }
+  }];
+}
+
+def Dist_ReleaseOp : Op<Dist_Dialect, "release", [MemoryEffects<[MemFree]>]> {
+  let summary = "frees a gathered parameter after its last use";
+  let description = [{
+    Ends the lifetime of the full copy of a parameter partitioned at rest:
+    its buffer is freed here. Nothing may use the value (or a reshape of
+    it) afterwards. `overlap-schedule` places one right after the last use
+    of every gather, and `max-live-bytes` counts gathered copies from their
+    start to their release.
+
+    ```mlir
+    %w = dist.wait %t : tensor<128x784xf32>
+    %y = train.matmul %x, %w ...
+    dist.release %w : tensor<128x784xf32>
+    ```
+
+    **Constraints:**
+    - the operand is the result of a `dist.wait` on a
+      `dist.gather_param_start`, or of a `dist.gather_param`;
+    - no use of it, or of a reshape of it, follows in the block.
+  }];
+  let arguments = (ins AnyStaticShapeTensor:$input);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
 }
 
 #endif // ZTRAIN_DIALECT_DIST_DISTOPS_TD

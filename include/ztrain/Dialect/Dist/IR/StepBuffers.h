@@ -40,12 +40,33 @@ public:
   }
 
   unsigned position(mlir::Operation *op) const { return positions.lookup(op); }
+  /// The position where the buffer of `rootValue` is allocated: its
+  /// definition, or the start of the asynchronous collective that fills it
+  /// (a gathered parameter, the chunk of a one-tensor reduce-scatter).
+  unsigned allocPosition(mlir::Value rootValue) const;
   /// The position of the last op that uses the buffer of `rootValue`; the
   /// position of its definition when nothing uses it.
   unsigned lastUse(mlir::Value rootValue) const;
 
+  /// Buffers that are not values: the packed input and output of a
+  /// multi-tensor bucket, live from its start to its wait.
+  struct Staging {
+    mlir::Operation *start;
+    int64_t bytes;
+    unsigned from, to;
+  };
+  llvm::ArrayRef<Staging> staging() const { return stagingBuffers; }
+
+  /// The start op whose wait yields `v` when that start fills `v`'s buffer
+  /// directly (see allocPosition), else null.
+  mlir::Operation *filledByStart(mlir::Value v) const {
+    return filledBy.lookup(v);
+  }
+
 private:
   llvm::DenseMap<mlir::Operation *, unsigned> positions;
+  llvm::DenseMap<mlir::Value, mlir::Operation *> filledBy;
+  llvm::SmallVector<Staging> stagingBuffers;
   llvm::DenseMap<mlir::Value, mlir::Value> roots;
   llvm::DenseMap<mlir::Value, mlir::FlatSymbolRefAttr> gradients;
   llvm::DenseMap<mlir::Value, unsigned> lastUses;

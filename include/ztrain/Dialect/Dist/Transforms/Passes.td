@@ -58,7 +58,16 @@ def ZeroInsertCollectives : Pass<"zero-insert-collectives", "::mlir::ModuleOp"> 
     - stage 0 (data parallelism): each gradient is averaged over the grid
       with one `dist.all_reduce mean` right before its update: 2 Psi (N-1)/N
       per step, the minimum for replicated states.
-    - stages 1-3: not implemented yet (the pass says so and fails).
+    - stages 1-2: each gradient is padded flat (`dist.pad_flat`) and
+      reduce-scattered; the update is `sharded` (this rank's slice of the
+      parameter and its states) and `dist.all_gather_param` rebuilds the
+      replicated parameter in place: 2 Psi (N-1)/N.
+    - stage 3: parameters rest partitioned; `dist.gather_param` gathers each
+      once for the forward pass (at its first read) and once for the
+      backward pass (before its first backward use): 3 Psi (N-1)/N.
+
+    The collectives are synchronous; `overlap-schedule` turns them into
+    start/wait pairs that overlap compute.
 
     Nothing is inserted on a grid of one rank.
 
@@ -112,6 +121,103 @@ def ZeroReport : Pass<"zero-report", "::mlir::ModuleOp"> {
     Option<"output", "output", "std::string", "\"-\"",
            "File to write the report to ('-': stdout)">
   ];
+}
+
+def OverlapSchedule : Pass<"overlap-schedule", "::mlir::ModuleOp"> {
+  let summary = "Overlaps a step's collectives with its compute";
+  let description = [{
+    Runs after `zero-insert-collectives` on a single-block step and turns
+    its synchronous collectives into asynchronous ones (a `dist.*_start`
+    returning a `!dist.token`, a `dist.wait` yielding the results):
+
+    - **Parameter gathers (stage 3).** Gathers are ordered by first use.
+      The wait of each goes right before its first use and a
+      `dist.release` right after its last use (through reshapes). The
+      start of gather j goes right before the wait of gather
+      j - `prefetch-depth` (the first ones at the earliest point), so that
+      while one layer computes the next `prefetch-depth` layers' parameters
+      are in flight - across the forward/backward boundary too. With
+      `max-live-bytes` > 0 a start is delayed until the gathered copies
+      live at once (from start to release) fit in that many bytes: the
+      static form of FSDP's rate limiter and DeepSpeed's
+      `stage3_max_live_parameters`. A parameter that cannot fit, even
+      alone at its use, is an error that names it.
+    - **reshard-after-forward=false** keeps each forward gather alive into
+      the backward pass instead of gathering again: 2 Psi (N-1)/N per step
+      instead of 3, for the memory of the full parameters.
+    - **Gradient buckets.** Gradient reduce-scatters (all-reduces at
+      stage 0) are grouped in the order their gradients become final into
+      buckets of at least `bucket-bytes` bytes (0: one per gradient). A
+      bucket's start goes right after its last gradient is final, during
+      the rest of the backward pass; its wait right before the first use of
+      any of its results.
+    - **Parameter all-gathers (stages 1-2)** start right after their update
+      and are waited at the end of the step, so that they overlap the
+      remaining updates.
+
+    The step computes the same values: every collective sums in rank order
+    whether bucketed or not. Every rank runs the same schedule (it is
+    static), which `check-collectives` verifies.
+
+    Before (stage 3, dp = 2):
+    ```mlir
+    %w1 = dist.gather_param @fc1.weight on @dp : tensor<16x12xf32>
+    %h = train.matmul %x, %w1 ...
+    %w2 = dist.gather_param @fc2.weight on @dp : tensor<5x16xf32>
+    %y = train.matmul %h, %w2 ...
+    ```
+    After `overlap-schedule{prefetch-depth=1}`:
+    ```mlir
+    %t1 = dist.gather_param_start @fc1.weight on @dp
+    %t2 = dist.gather_param_start @fc2.weight on @dp
+    %w1 = dist.wait %t1 : tensor<16x12xf32>
+    %h = train.matmul %x, %w1 ...
+    dist.release %w1 : tensor<16x12xf32>
+    %w2 = dist.wait %t2 : tensor<5x16xf32>
+    %y = train.matmul %h, %w2 ...
+    ```
+  }];
+  let dependentDialects = ["::ztrain::dist::DistDialect"];
+  let options = [
+    Option<"prefetchDepth", "prefetch-depth", "int64_t", "1",
+           "Parameter gathers in flight ahead of the one being used">,
+    Option<"maxLiveBytes", "max-live-bytes", "int64_t", "0",
+           "Bound on the bytes of gathered parameters allocated at once "
+           "(0: unbounded)">,
+    Option<"bucketBytes", "bucket-bytes", "int64_t", "26214400",
+           "Smallest gradient bucket in bytes (0: one collective per "
+           "gradient); 25 MiB as PyTorch DDP's bucket_cap_mb">,
+    Option<"reshardAfterForward", "reshard-after-forward", "bool", "true",
+           "Free gathered parameters after the forward pass and gather them "
+           "again for the backward pass (stage 3)">
+  ];
+  let statistics = [
+    Statistic<"numStarts", "starts", "Asynchronous collectives issued">,
+    Statistic<"numBuckets", "buckets", "Gradient buckets (multi-tensor)">,
+    Statistic<"numReleases", "releases", "Gathered parameters released">
+  ];
+}
+
+def CheckCollectives : Pass<"check-collectives", "::mlir::ModuleOp"> {
+  let summary = "Verifies that every rank issues the same collectives in order";
+  let description = [{
+    A compile-time proof obligation of a plan: every rank must issue the
+    same collectives, with the same sizes, in the same order, or the job
+    deadlocks or silently mixes up buffers. The step is one program run by
+    every rank, so this holds when
+
+    - every collective (synchronous, start or wait) is in the top-level
+      block of the step function, not inside a region whose execution
+      could differ between ranks (a branch or loop on the rank, on data);
+    - every start is waited exactly once, in that block, before the step
+      ends;
+    - collective shapes are static (the verifiers ensure it);
+    - the step calls no other function that could hide collectives.
+
+    Anything else is an error located at the offending op, with a note at
+    the region that makes it rank-dependent. The pass changes nothing.
+  }];
+  let dependentDialects = ["::ztrain::dist::DistDialect"];
 }
 
 #endif // ZTRAIN_DIALECT_DIST_TRANSFORMS_PASSES_TD

@@ -1,0 +1,397 @@
+//===- OverlapSchedule.cpp - overlap-schedule -----------------------------===//
+//
+// Part of the ztrain project.
+//
+// Turns the synchronous collectives of a partitioned step into start/wait
+// pairs placed so that communication overlaps compute: parameter gathers
+// prefetched `prefetch-depth` uses ahead under a bound on the gathered bytes
+// live at once, gradient reductions grouped in buckets issued as soon as
+// their gradients are final, gathered copies released after their last use.
+// The schedule is static: the compiler decides it and the IR shows it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ztrain/Dialect/Dist/IR/DistOps.h"
+#include "ztrain/Dialect/Dist/Transforms/Passes.h"
+#include "ztrain/Dialect/Train/IR/TrainOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/MapVector.h"
+
+#define DEBUG_TYPE "overlap-schedule"
+
+namespace ztrain::dist {
+#define GEN_PASS_DEF_OVERLAPSCHEDULE
+#include "ztrain/Dialect/Dist/Transforms/Passes.h.inc"
+} // namespace ztrain::dist
+
+using namespace mlir;
+using namespace ztrain;
+using namespace ztrain::dist;
+
+namespace {
+
+int64_t bytesOf(Type type) {
+  auto t = cast<RankedTensorType>(type);
+  return t.getNumElements() *
+         static_cast<int64_t>(t.getElementTypeBitWidth() / 8);
+}
+
+/// Where new ops go relative to existing ones, so that ops inserted at the
+/// same point keep the order they were created in.
+class Inserter {
+public:
+  explicit Inserter(OpBuilder &b) : b(b) {}
+  /// Right before `op`, after what was inserted there earlier.
+  void before(Operation *op) { b.setInsertionPoint(op); }
+  /// Right after `op` (block start when null), after what was inserted
+  /// there earlier. Call done() with the created op.
+  void after(Operation *op, Block *block) {
+    Operation *&last = lastAfter[op];
+    if (last)
+      b.setInsertionPointAfter(last);
+    else if (op)
+      b.setInsertionPointAfter(op);
+    else
+      b.setInsertionPointToStart(block);
+    current = op;
+  }
+  void done(Operation *created) { lastAfter[current] = created; }
+
+private:
+  OpBuilder &b;
+  DenseMap<Operation *, Operation *> lastAfter;
+  Operation *current = nullptr;
+};
+
+struct OverlapSchedulePass
+    : public dist::impl::OverlapScheduleBase<OverlapSchedulePass> {
+  using OverlapScheduleBase::OverlapScheduleBase;
+  void runOnOperation() override;
+
+  void reuseForwardGathers(Block &body);
+  void bucketGradients(Block &body, FlatSymbolRefAttr grid);
+  LogicalResult scheduleGathers(Block &body, int64_t gridSize);
+  void asyncParamAllGathers(Block &body);
+};
+
+/// Positions of the ops of `body`, for ordering decisions.
+DenseMap<Operation *, unsigned> positionsOf(Block &body) {
+  DenseMap<Operation *, unsigned> pos;
+  for (auto [i, op] : llvm::enumerate(body))
+    pos[&op] = i;
+  return pos;
+}
+
+/// The first op of `body` that uses `v`, or null.
+Operation *firstUser(Value v, const DenseMap<Operation *, unsigned> &pos) {
+  Operation *first = nullptr;
+  for (Operation *user : v.getUsers())
+    if (!first || pos.lookup(user) < pos.lookup(first))
+      first = user;
+  return first;
+}
+
+} // namespace
+
+/// reshard-after-forward=false: the backward pass uses the forward gather.
+void OverlapSchedulePass::reuseForwardGathers(Block &body) {
+  llvm::MapVector<StringAttr, SmallVector<GatherParamOp>> gathersOf;
+  for (auto g : body.getOps<GatherParamOp>())
+    gathersOf[g.getParamAttr().getAttr()].push_back(g);
+  for (auto &[name, gathers] : gathersOf)
+    for (GatherParamOp again : llvm::drop_begin(gathers)) {
+      again.getResult().replaceAllUsesWith(gathers.front().getResult());
+      again.erase();
+    }
+}
+
+/// Gradient reduce-scatters / all-reduces -> bucketed starts and waits.
+void OverlapSchedulePass::bucketGradients(Block &body,
+                                          FlatSymbolRefAttr grid) {
+  OpBuilder b(&getContext());
+  // A gradient is final when it is defined: its flat copy moves there
+  // (stage 1 placed it at the optimizer).
+  SmallVector<Operation *> collectives;
+  for (Operation &op : body) {
+    if (auto rs = dyn_cast<ReduceScatterOp>(op)) {
+      if (cast<RankedTensorType>(rs.getInput().getType()).getRank() != 1)
+        continue;
+      if (auto pad = rs.getInput().getDefiningOp<PadFlatOp>();
+          pad && pad->hasOneUse()) {
+        if (Operation *def = pad.getInput().getDefiningOp())
+          pad->moveAfter(def);
+        else
+          pad->moveBefore(&body.front());
+      }
+      collectives.push_back(&op);
+    } else if (isa<AllReduceOp>(op)) {
+      collectives.push_back(&op);
+    }
+  }
+  if (collectives.empty())
+    return;
+  DenseMap<Operation *, unsigned> pos = positionsOf(body);
+  auto readyPos = [&](Operation *c) -> int64_t {
+    Operation *def = c->getOperand(0).getDefiningOp();
+    return def ? pos.lookup(def) : -1;
+  };
+  auto usePos = [&](Operation *c) -> int64_t {
+    Operation *user = firstUser(c->getResult(0), pos);
+    return user ? pos.lookup(user) : pos.lookup(body.getTerminator());
+  };
+  llvm::stable_sort(collectives, [&](Operation *x, Operation *y) {
+    return readyPos(x) < readyPos(y);
+  });
+
+  // Greedy buckets in ready order: a bucket closes when it has bucket-bytes,
+  // when the next gradient is of another kind, or when one of its results
+  // is needed before the next gradient is ready.
+  SmallVector<SmallVector<Operation *>> buckets;
+  int64_t bucketBytesSoFar = 0, bucketFirstUse = 0;
+  for (Operation *c : collectives) {
+    bool fits = !buckets.empty() && !buckets.back().empty();
+    if (fits) {
+      Operation *head = buckets.back().front();
+      fits = head->getName() == c->getName() &&
+             head->getAttr("reduction") == c->getAttr("reduction") &&
+             head->getAttr("grid") == c->getAttr("grid") &&
+             cast<RankedTensorType>(head->getOperand(0).getType())
+                     .getElementType() ==
+                 cast<RankedTensorType>(c->getOperand(0).getType())
+                     .getElementType() &&
+             bucketBytes > 0 && bucketBytesSoFar < bucketBytes &&
+             readyPos(c) < bucketFirstUse;
+    }
+    if (!fits) {
+      buckets.emplace_back();
+      bucketBytesSoFar = 0;
+      bucketFirstUse = usePos(c);
+    }
+    buckets.back().push_back(c);
+    bucketBytesSoFar += bytesOf(c->getOperand(0).getType());
+    bucketFirstUse = std::min<int64_t>(bucketFirstUse, usePos(c));
+  }
+
+  Inserter at(b);
+  for (ArrayRef<Operation *> bucket : buckets) {
+    Operation *head = bucket.front();
+    SmallVector<Value> inputs;
+    SmallVector<Type> types;
+    for (Operation *c : bucket) {
+      inputs.push_back(c->getOperand(0));
+      types.push_back(c->getResult(0).getType());
+    }
+    Operation *lastReady = bucket.back()->getOperand(0).getDefiningOp();
+    at.after(lastReady, &body);
+    Location loc = head->getLoc();
+    Operation *start;
+    if (auto rs = dyn_cast<ReduceScatterOp>(head))
+      start = ReduceScatterStartOp::create(b, loc, rs.getReductionAttr(),
+                                           inputs, rs.getGridAttr());
+    else
+      start = AllReduceStartOp::create(
+          b, loc, cast<AllReduceOp>(head).getReductionAttr(), inputs,
+          cast<AllReduceOp>(head).getGridAttr());
+    at.done(start);
+    // The wait goes right before the first use of any result.
+    Operation *first = nullptr;
+    for (Operation *c : bucket)
+      if (Operation *u = firstUser(c->getResult(0), pos))
+        if (!first || pos.lookup(u) < pos.lookup(first))
+          first = u;
+    at.before(first ? first : body.getTerminator());
+    auto wait = WaitOp::create(b, loc, types, start->getResult(0));
+    for (auto [c, r] : llvm::zip(bucket, wait.getResults())) {
+      c->getResult(0).replaceAllUsesWith(r);
+      c->erase();
+    }
+    ++numStarts;
+    if (bucket.size() > 1)
+      ++numBuckets;
+  }
+  (void)grid;
+}
+
+LogicalResult OverlapSchedulePass::scheduleGathers(Block &body,
+                                                   int64_t gridSize) {
+  SmallVector<GatherParamOp> gathers(body.getOps<GatherParamOp>());
+  if (gathers.empty())
+    return success();
+  DenseMap<Operation *, unsigned> pos = positionsOf(body);
+  Operation *terminator = body.getTerminator();
+
+  struct Gather {
+    GatherParamOp op;
+    Operation *first = nullptr, *last = nullptr;
+    unsigned startPos = 0;
+    int64_t bytes = 0;
+  };
+  SmallVector<Gather> plan;
+  for (GatherParamOp g : gathers) {
+    Gather info{g};
+    auto type = cast<RankedTensorType>(g.getType());
+    info.bytes = (type.getNumElements() + gridSize - 1) / gridSize *
+                 gridSize * (type.getElementTypeBitWidth() / 8);
+    // Uses through reshapes share the gathered buffer.
+    SmallVector<Value> work{g.getResult()};
+    while (!work.empty()) {
+      Value v = work.pop_back_val();
+      for (Operation *user : v.getUsers()) {
+        if (!info.first || pos[user] < pos[info.first])
+          if (v == g.getResult())
+            info.first = user;
+        if (!info.last || pos[user] > pos[info.last])
+          info.last = user;
+        if (auto r = dyn_cast<train::ReshapeOp>(user))
+          work.push_back(r.getResult());
+      }
+    }
+    if (!info.first) { // unused: nothing to gather
+      g.erase();
+      continue;
+    }
+    plan.push_back(info);
+  }
+  llvm::stable_sort(plan, [&](const Gather &x, const Gather &y) {
+    return pos[x.first] < pos[y.first];
+  });
+
+  // Gathered bytes allocated at each position: [start, last use].
+  std::vector<int64_t> live(body.getOperations().size() + 1, 0);
+  unsigned previousStart = 0;
+  for (auto [j, g] : llvm::enumerate(plan)) {
+    unsigned use = pos[g.first];
+    unsigned end = pos[g.last];
+    int64_t ahead = static_cast<int64_t>(j) - prefetchDepth;
+    unsigned p = ahead < 0 ? 0 : pos[plan[ahead].first];
+    p = std::max(p, previousStart);
+    if (maxLiveBytes > 0) {
+      if (g.bytes > maxLiveBytes)
+        return g.op.emitOpError()
+               << "gathers " << g.bytes << " bytes of " << g.op.getParamAttr()
+               << ", more than max-live-bytes="
+               << static_cast<int64_t>(maxLiveBytes)
+               << ": raise the bound or tile the operators that use it "
+                  "(memory-centric-tiling)";
+      auto fitsFrom = [&](unsigned from) {
+        for (unsigned k = from; k <= end; ++k)
+          if (live[k] + g.bytes > maxLiveBytes)
+            return false;
+        return true;
+      };
+      while (p <= use && !fitsFrom(p))
+        ++p;
+      if (p > use) {
+        int64_t others = 0;
+        for (unsigned k = use; k <= end; ++k)
+          others = std::max(others, live[k]);
+        InFlightDiagnostic diag =
+            g.op.emitOpError()
+            << "cannot gather " << g.op.getParamAttr() << " (" << g.bytes
+            << " bytes) within max-live-bytes="
+            << static_cast<int64_t>(maxLiveBytes) << ": " << others
+            << " bytes of other gathered parameters are live during its use";
+        if (!reshardAfterForward)
+          diag << " (with reshard-after-forward=false, forward gathers stay "
+                  "live into the backward pass)";
+        return diag;
+      }
+    }
+    for (unsigned k = p; k <= end; ++k)
+      live[k] += g.bytes;
+    g.startPos = p;
+    previousStart = p;
+  }
+
+  // Materialize: before an op, starts first, then waits; releases after the
+  // last use.
+  SmallVector<Operation *> ops = llvm::map_to_vector(
+      body.getOperations(), [](Operation &op) { return &op; });
+  OpBuilder b(&getContext());
+  Inserter at(b);
+  DenseMap<Operation *, SmallVector<Gather *>> startsBefore, waitsBefore;
+  for (Gather &g : plan) {
+    startsBefore[ops[g.startPos]].push_back(&g);
+    waitsBefore[g.first].push_back(&g);
+  }
+  DenseMap<Gather *, Value> tokens;
+  for (Operation *op : ops) {
+    at.before(op);
+    for (Gather *g : startsBefore.lookup(op)) {
+      auto start = GatherParamStartOp::create(b, g->op.getLoc(),
+                                              g->op.getParamAttr(),
+                                              g->op.getGridAttr());
+      tokens[g] = start.getToken();
+      ++numStarts;
+    }
+    for (Gather *g : waitsBefore.lookup(op)) {
+      auto wait = WaitOp::create(b, g->op.getLoc(),
+                                 TypeRange{g->op.getType()}, tokens[g]);
+      g->op.getResult().replaceAllUsesWith(wait.getResult(0));
+      if (g->last != terminator) {
+        at.after(g->last, &body);
+        at.done(ReleaseOp::create(b, g->op.getLoc(), wait.getResult(0)));
+        at.before(op);
+        ++numReleases;
+      }
+    }
+  }
+  for (Gather &g : plan)
+    g.op.erase();
+  return success();
+}
+
+/// Stages 1-2: the in-place parameter all-gathers overlap the remaining
+/// updates; all are waited at the end of the step.
+void OverlapSchedulePass::asyncParamAllGathers(Block &body) {
+  SmallVector<AllGatherParamOp> gathers(body.getOps<AllGatherParamOp>());
+  OpBuilder b(&getContext());
+  for (AllGatherParamOp g : gathers) {
+    b.setInsertionPoint(g);
+    auto start = AllGatherParamStartOp::create(b, g.getLoc(),
+                                               g.getParamAttr(),
+                                               g.getGridAttr());
+    b.setInsertionPoint(body.getTerminator());
+    WaitOp::create(b, g.getLoc(), TypeRange{}, start.getToken());
+    g.erase();
+    ++numStarts;
+  }
+}
+
+void OverlapSchedulePass::runOnOperation() {
+  ModuleOp module = getOperation();
+  func::FuncOp entry = train::getEntryFunction(module);
+  if (!entry)
+    return signalPassFailure();
+  if (prefetchDepth < 0 || maxLiveBytes < 0 || bucketBytes < 0) {
+    module.emitError() << "overlap-schedule: prefetch-depth, max-live-bytes "
+                          "and bucket-bytes must be >= 0";
+    return signalPassFailure();
+  }
+  auto zero = module->getAttrOfType<ZeroAttr>(kZeroAttr);
+  if (!zero)
+    return; // one process: nothing to overlap
+  SymbolTableCollection symbols;
+  FailureOr<int64_t> n = getGridSize(module, zero.getGrid(), symbols);
+  if (failed(n))
+    return signalPassFailure();
+  if (!entry.getBody().hasOneBlock()) {
+    entry.emitError() << "overlap-schedule needs a single-block step";
+    return signalPassFailure();
+  }
+  Block &body = entry.getBody().front();
+  bool scheduled = false;
+  body.walk([&](WaitOp) { scheduled = true; });
+  if (scheduled) {
+    entry.emitError() << "the step is already scheduled (it has dist.wait "
+                         "ops)";
+    return signalPassFailure();
+  }
+  if (!reshardAfterForward)
+    reuseForwardGathers(body);
+  bucketGradients(body, zero.getGrid());
+  if (failed(scheduleGathers(body, *n)))
+    return signalPassFailure();
+  asyncParamAllGathers(body);
+}

@@ -1,0 +1,206 @@
+//===- CommQueue.cpp - The communication thread and its queue -------------===//
+//
+// Part of ztrain's runtime.
+//
+// Locking: one mutex guards the queue, the outstanding entries and the stop
+// flag. The thread holds it only to take the next handle and to publish a
+// result, never while it performs a collective, so start() and wait() on
+// the step thread never wait for MPI except in wait()'s own condition.
+// fatal() is never called with the mutex held: it may end in exit(), whose
+// handlers stop the queues and would need the mutex.
+//
+//===----------------------------------------------------------------------===//
+
+#include "src/CommQueue.h"
+
+#include "src/Backend.h"
+#include "src/Communicator.h"
+#include "src/Context.h"
+#include "src/Support.h"
+
+#include <algorithm>
+#include <pthread.h>
+#include <vector>
+
+namespace ztrt {
+
+namespace {
+
+// The live threaded queues, for stopCommQueues() at exit. Never destroyed:
+// a function-local static made after MPI's atexit handler was registered
+// would be destroyed before that handler runs (exit() unwinds both in
+// reverse order), and the handler would walk a dead vector.
+std::mutex registryMutex;
+std::vector<CommQueue *> &registry() {
+  static auto *queues = new std::vector<CommQueue *>;
+  return *queues;
+}
+
+} // namespace
+
+CommQueue::CommQueue(Backend &backend, Communicator &comm, bool threaded)
+    : backend(backend), comm(comm), threadedMode(threaded) {
+  if (!threadedMode)
+    return;
+  worker = std::thread([this] { run(); });
+  // Visible in debuggers and top -H; at most 15 characters.
+  pthread_setname_np(worker.native_handle(), "ztrt-comm");
+  std::lock_guard<std::mutex> lock(registryMutex);
+  registry().push_back(this);
+}
+
+CommQueue::~CommQueue() {
+  // Unregistered first, so that stopCommQueues() never touches a queue
+  // being destroyed.
+  {
+    std::lock_guard<std::mutex> lock(registryMutex);
+    auto &queues = registry();
+    queues.erase(std::remove(queues.begin(), queues.end(), this), queues.end());
+  }
+  stop();
+}
+
+void CommQueue::stop() {
+  if (!threadedMode)
+    return;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    stopping = true;
+  }
+  queued.notify_all();
+  if (!worker.joinable())
+    return;
+  if (worker.get_id() == std::this_thread::get_id()) {
+    // exit() on the thread itself: it cannot join itself, and it ends
+    // with the process.
+    worker.detach();
+    return;
+  }
+  worker.join();
+}
+
+CollectiveResult CommQueue::execute(const CollectiveRequest &r) {
+  CollectiveResult result;
+  result.kind = r.kind;
+  result.elems = r.elems;
+  result.begin = Clock::now();
+  switch (r.kind) {
+  case Collective::AllReduce:
+    result.wireBytes = backend.allReduce(comm, r.in, r.out, r.elems, r.mean);
+    break;
+  case Collective::ReduceScatter:
+    result.wireBytes =
+        backend.reduceScatter(comm, r.in, r.out, r.elems, r.mean);
+    break;
+  case Collective::AllGather:
+    result.wireBytes = backend.allGather(comm, r.in, r.out, r.elems);
+    break;
+  case Collective::Broadcast:
+    result.wireBytes = backend.bcast(comm, r.out, r.elems, r.root);
+    break;
+  }
+  result.end = Clock::now();
+  return result;
+}
+
+int64_t CommQueue::start(const CollectiveRequest &request) {
+  if (!threadedMode) {
+    CollectiveResult result = execute(request);
+    std::lock_guard<std::mutex> lock(mutex);
+    const int64_t handle = nextHandle++;
+    Entry &entry = outstanding[handle];
+    entry.request = request;
+    entry.done = true;
+    entry.result = result;
+    return handle;
+  }
+  // Read on the step thread, where --threads was applied.
+  const int threads = backend.threads();
+  int64_t handle;
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (stopping) {
+      lock.unlock();
+      fatal("%s: the communication thread has stopped",
+            collectiveName(request.kind));
+    }
+    handle = nextHandle++;
+    Entry &entry = outstanding[handle];
+    entry.request = request;
+    entry.threads = threads;
+    pending.push_back(handle);
+  }
+  queued.notify_one();
+  return handle;
+}
+
+void CommQueue::run() {
+  std::unique_lock<std::mutex> lock(mutex);
+  for (;;) {
+    queued.wait(lock, [this] { return !pending.empty() || stopping; });
+    // Stopping still performs what was queued: a rank that left a
+    // collective undone would leave the others waiting for it.
+    if (pending.empty())
+      return;
+    const int64_t handle = pending.front();
+    pending.pop_front();
+    // The entry stays put until its wait, which needs `done` first.
+    Entry &entry = outstanding.find(handle)->second;
+    const CollectiveRequest request = entry.request;
+    const int threads = entry.threads;
+    lock.unlock();
+    if (threads > 0 && threads != appliedThreads) {
+      backend.adoptThreads(threads);
+      appliedThreads = threads;
+    }
+    CollectiveResult result = execute(request);
+    lock.lock();
+    entry.result = result;
+    entry.done = true;
+    completedCv.notify_all();
+  }
+}
+
+CollectiveResult CommQueue::wait(int64_t handle, const char *op) {
+  std::unique_lock<std::mutex> lock(mutex);
+  auto it = outstanding.find(handle);
+  if (it == outstanding.end()) {
+    const bool issued = handle >= 1 && handle < nextHandle;
+    lock.unlock();
+    if (issued)
+      fatal("%s: collective handle %lld was already waited", op,
+            static_cast<long long>(handle));
+    fatal("%s: unknown collective handle %lld (no collective was started "
+          "with it)",
+          op, static_cast<long long>(handle));
+  }
+  completedCv.wait(lock, [&] { return it->second.done; });
+  CollectiveResult result = it->second.result;
+  outstanding.erase(it);
+  return result;
+}
+
+bool CommQueue::completed(int64_t handle) {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = outstanding.find(handle);
+  return it == outstanding.end() || it->second.done;
+}
+
+int64_t CommQueue::oldestOutstanding(Collective *kind, size_t *count) {
+  std::lock_guard<std::mutex> lock(mutex);
+  *count = outstanding.size();
+  if (outstanding.empty())
+    return 0;
+  *kind = outstanding.begin()->second.request.kind;
+  return outstanding.begin()->first;
+}
+
+void stopCommQueues() {
+  // Held throughout: a destructor on another thread waits until its queue
+  // is stopped here, and then finds nothing left to join.
+  std::lock_guard<std::mutex> lock(registryMutex);
+  for (CommQueue *queue : registry())
+    queue->stop();
+}
+
+} // namespace ztrt

@@ -1,0 +1,136 @@
+//===- Trace.cpp - Chrome trace-event recording ---------------------------===//
+//
+// Part of ztrain's runtime.
+//
+// The file is the JSON object form of the trace-event format:
+// {"displayTimeUnit": "ms", "traceEvents": [...], "otherData": {...}}, with
+// metadata events naming the process ("rank r") and the two threads, then
+// complete events ("ph": "X") sorted by start time, longer first, so that a
+// step precedes the kernels inside it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "src/Trace.h"
+
+#include "src/Context.h"
+#include "src/Json.h"
+#include "src/Support.h"
+
+#include <algorithm>
+
+namespace ztrt {
+
+namespace {
+
+/// Microseconds since the origin with nanosecond digits, printed from the
+/// integer so that nested events keep their exact order and containment
+/// (a double would be just as exact here, but this needs no reasoning).
+std::string micros(int64_t nanos) {
+  if (nanos < 0)
+    nanos = 0;
+  return format("%lld.%03lld", static_cast<long long>(nanos / 1000),
+                static_cast<long long>(nanos % 1000));
+}
+
+int64_t nanosBetween(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(to - from)
+      .count();
+}
+
+} // namespace
+
+void Trace::write(const std::string &path, int rank, int worldSize) const {
+  std::vector<const TraceEvent *> sorted;
+  sorted.reserve(events.size());
+  for (const TraceEvent &event : events)
+    sorted.push_back(&event);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const TraceEvent *a, const TraceEvent *b) {
+                     if (a->begin != b->begin)
+                       return a->begin < b->begin;
+                     return a->end > b->end;
+                   });
+
+  AtomicFile file(path);
+  // displayTimeUnit first: Perfetto applies it only when it comes before
+  // the events (it is the viewer's unit; ts and dur are microseconds).
+  std::string out = "{\"displayTimeUnit\": \"ms\",\n\"traceEvents\": [\n";
+  out += format("  {\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, "
+                "\"tid\": 0, \"args\": {\"name\": \"rank %d\"}},\n",
+                rank, rank);
+  out += format("  {\"name\": \"process_sort_index\", \"ph\": \"M\", "
+                "\"pid\": %d, \"tid\": 0, \"args\": {\"sort_index\": %d}},\n",
+                rank, rank);
+  for (auto [tid, name] : {std::pair{kComputeTrack, "compute"},
+                           std::pair{kCommunicationTrack, "communication"}}) {
+    out += format("  {\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, "
+                  "\"tid\": %d, \"args\": {\"name\": \"%s\"}},\n",
+                  rank, tid, name);
+    out += format("  {\"name\": \"thread_sort_index\", \"ph\": \"M\", "
+                  "\"pid\": %d, \"tid\": %d, \"args\": {\"sort_index\": %d}}",
+                  rank, tid, tid);
+    out += tid == kCommunicationTrack && sorted.empty() ? "\n" : ",\n";
+  }
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const TraceEvent &e = *sorted[i];
+    const int64_t ts = nanosBetween(origin, e.begin);
+    const int64_t dur = std::max<int64_t>(nanosBetween(e.begin, e.end), 0);
+    const char *kind = collectiveName(static_cast<Collective>(e.kind));
+    std::string name, args;
+    int tid = kComputeTrack;
+    switch (e.type) {
+    case TraceEvent::Type::Kernel:
+      name = e.name;
+      break;
+    case TraceEvent::Type::Step:
+      name = format("step %lld", static_cast<long long>(e.value));
+      break;
+    case TraceEvent::Type::Wait:
+    case TraceEvent::Type::SyncCollective:
+      name = e.type == TraceEvent::Type::Wait ? "wait" : e.name;
+      args = format(", \"args\": {\"handle\": %lld, \"kind\": \"%s\"}",
+                    static_cast<long long>(e.value), kind);
+      break;
+    case TraceEvent::Type::Collective:
+      name = kind;
+      tid = kCommunicationTrack;
+      args = format(
+          ", \"args\": {\"handle\": %lld, \"elements\": %lld, "
+          "\"bytes\": %lld, \"wire_bytes\": %lld}",
+          static_cast<long long>(e.value), static_cast<long long>(e.elems),
+          static_cast<long long>(e.bytes), static_cast<long long>(e.wireBytes));
+      break;
+    }
+    out += format("  {\"name\": %s, \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
+                  "\"ts\": %s, \"dur\": %s%s}%s\n",
+                  jsonQuote(name).c_str(), rank, tid, micros(ts).c_str(),
+                  micros(dur).c_str(), args.c_str(),
+                  i + 1 < sorted.size() ? "," : "");
+    // Hand the text over in pieces: a full trace is ~100 MB of JSON.
+    if (out.size() >= (1u << 20)) {
+      file.write(out.data(), out.size());
+      out.clear();
+    }
+  }
+  out += format("],\n\"otherData\": {\"rank\": %d, \"world_size\": %d, "
+                "\"dropped_events\": %lld}}\n",
+                rank, worldSize, static_cast<long long>(dropped));
+  file.write(out.data(), out.size());
+  file.commit();
+}
+
+std::string traceFilePath(const std::string &file, int rank, int worldSize) {
+  if (worldSize <= 1)
+    return file;
+  const std::string suffix = ".rank" + std::to_string(rank);
+  const size_t slash = file.rfind('/');
+  const size_t base = slash == std::string::npos ? 0 : slash + 1;
+  const size_t dot = file.rfind('.');
+  // An extension is a dot inside the last component, not its first
+  // character (".trace" is a hidden file without one).
+  if (dot == std::string::npos || dot <= base)
+    return file + suffix;
+  return file.substr(0, dot) + suffix + file.substr(dot);
+}
+
+} // namespace ztrt
