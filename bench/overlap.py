@@ -6,13 +6,14 @@ waits for every gather and reduce-scatter. This program compiles one
 communication-heavy model (large layers, small per-rank batch) at
 `--dp N --zero-stage 3` several ways:
 
-  sync          --overlap=false: every collective blocks where it is issued
-  overlap       the default schedule: gathers prefetched one use ahead,
-                gradients in 25 MiB buckets, releases after last use
-  deep+buckets  --prefetch-depth 2 --bucket-bytes 1 MiB: more in flight,
-                gradient reductions issued during the backward pass
-  bounded       the default schedule under --max-live-bytes = 2 x the
-                largest gathered layer (the rate limiter binds)
+  sync           --overlap=false: every collective blocks where it is issued
+  overlap        --overlap with the default schedule: gathers prefetched one
+                 use ahead, gradients in 1 MiB buckets (larger ones alone)
+                 reduced during the backward pass, releases after last use
+  depth 2        --prefetch-depth 2: two gathers in flight ahead of use
+  25MiB buckets  --bucket-bytes 25 MiB (PyTorch DDP's default)
+  bounded        --max-live-bytes = 2 x the largest gathered layer (the rate
+                 limiter binds)
 
 and runs each with `ztrain-run --np N` (Open MPI over shared memory), every
 rank with one compute thread (--threads 1; the runtime's communication
@@ -68,9 +69,10 @@ MiB = float(1 << 20)
 def configs(largest):
     return [
         ("sync", ["--overlap=false"]),
-        ("overlap", []),
-        ("deep+buckets", ["--prefetch-depth", "2", "--bucket-bytes", str(1 << 20)]),
-        ("bounded", ["--max-live-bytes", str(2 * largest)]),
+        ("overlap", ["--overlap"]),
+        ("depth 2", ["--overlap", "--prefetch-depth", "2"]),
+        ("25MiB buckets", ["--overlap", "--bucket-bytes", str(25 << 20)]),
+        ("bounded", ["--overlap", "--max-live-bytes", str(2 * largest)]),
     ]
 
 
@@ -201,7 +203,7 @@ def main():
 
     trace = os.path.join(work, "trace.json")
     zs.wait_quiet(args.quiet_wait)
-    run(work, "overlap", [], n, 4, trace=trace)
+    run(work, "overlap", ["--overlap"], n, 4, trace=trace)
     t = trace_summary(os.path.join(work, "trace.rank0.json"))
     print()
     print(f"trace (overlap, rank 0, last of 4 steps; files {work}/trace.rank*.json):")

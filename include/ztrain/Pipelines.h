@@ -69,7 +69,7 @@ struct ZeroPipelineOptions
   Option<int64_t> bucketBytes{
       *this, "bucket-bytes",
       llvm::cl::desc("overlap-schedule: gradient bucket size in bytes"),
-      llvm::cl::init(25 << 20)};
+      llvm::cl::init(1 << 20)};
   Option<bool> reshardAfterForward{
       *this, "reshard-after-forward",
       llvm::cl::desc("overlap-schedule: gather again for the backward pass"),

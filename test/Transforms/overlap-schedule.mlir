@@ -3,14 +3,14 @@
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 prefetch-depth=2" | FileCheck %s --check-prefix=DEPTH2
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 max-live-bytes=320" | FileCheck %s --check-prefix=LIVE
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 reshard-after-forward=false" | FileCheck %s --check-prefix=KEEP
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=200" | FileCheck %s --check-prefix=BUCKET
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=300" | FileCheck %s --check-prefix=BUCKET
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=0" | FileCheck %s --check-prefix=NOBUCKET
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=0 dp=2 bucket-bytes=200" | FileCheck %s --check-prefix=S0
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=0 dp=2 bucket-bytes=300" | FileCheck %s --check-prefix=S0
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=1 dp=2" | FileCheck %s --check-prefix=S1
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 overlap=false" --overlap-schedule | FileCheck %s --check-prefix=DEPTH1
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 max-live-bytes=320" --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=REPORT
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2" --lower-to-runtime | FileCheck %s --check-prefix=LOWER3
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=200" --lower-to-runtime | FileCheck %s --check-prefix=LOWER2
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=300" --lower-to-runtime | FileCheck %s --check-prefix=LOWER2
 
 // Three layers, stage 3 over 2 ranks. Gathered sizes: w1 192 bytes, w2 256,
 // w3 128 (no padding: every size is even).
@@ -44,7 +44,7 @@
 // DEPTH1: %[[W2B:.*]] = dist.wait %[[T2B]] : tensor<8x8xf32>
 // DEPTH1-NEXT: train.matmul %{{.*}}, %[[W2B]] :
 // DEPTH1-NEXT: dist.release %[[W2B]]
-// The default bucket (25 MiB) holds every gradient: one reduce-scatter,
+// The default bucket (1 MiB) holds every gradient: one reduce-scatter,
 // issued when the last gradient is final, waited before the first update.
 // DEPTH1: %[[BK:.*]] = dist.reduce_scatter_start mean %{{.*}}, %{{.*}}, %{{.*}} on @dp : tensor<32xf32>, tensor<64xf32>, tensor<48xf32>
 // DEPTH1-NEXT: %[[G:.*]]:3 = dist.wait %[[BK]] : tensor<16xf32>, tensor<32xf32>, tensor<24xf32>
@@ -100,7 +100,7 @@
 // KEEP-NEXT: train.matmul %{{.*}}, %[[W3]] :
 // KEEP-NEXT: dist.release %[[W3]]
 
-// Buckets of at least 200 bytes in the order gradients become final: w3's
+// Buckets of at least 300 bytes in the order gradients become final: w3's
 // (128 bytes) and w2's (256) together, issued after w2's gradient, while
 // w1's gradient is still computed; w1's alone.
 // BUCKET: %[[F3:.*]] = dist.pad_flat %{{.*}} : tensor<4x8xf32> -> tensor<32xf32>

@@ -81,7 +81,7 @@
 
 // Stage 3: shard storage; gathers into communication buffers (category 4).
 // LOWER3: param w1 f32 2 4 3 init normal 0.02 store 3 shard
-// LOWER3: %[[BUF:.*]] = call @ztrt_alloc(%{{.*}}, %c48_i64, %c4_i32)
+// LOWER3: %[[BUF:.*]] = call @ztrt_alloc(%{{.*}}, %c48_i64, %c5_i32)
 // LOWER3-NEXT: call @ztrt_all_gather_f32(%{{.*}}, %{{.*}}, %[[BUF]], %c3_i64)
 
 // NOPART: error: the step is not partitioned: run zero-partition first

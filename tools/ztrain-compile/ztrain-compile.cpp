@@ -108,7 +108,7 @@ cl::opt<int64_t> bucketBytes(
     "bucket-bytes",
     cl::desc("Gradient bucket size in bytes (0: one collective per "
              "gradient)"),
-    cl::init(25 << 20), cl::cat(category));
+    cl::init(1 << 20), cl::cat(category));
 cl::opt<bool> reshardAfterForward(
     "reshard-after-forward",
     cl::desc("Stage 3: free gathered parameters after the forward pass and "

@@ -23,10 +23,18 @@ def LowerToRuntime : Pass<"lower-to-runtime", "::mlir::ModuleOp"> {
 
     Buffers: every tensor value gets a buffer from `ztrt_alloc` with a
     memory category (gradients for the values the optimizer consumes,
-    activations otherwise, "other" for gathered parameters), freed right
-    after its last use; reshapes alias their operand; parameter, state and
-    input buffers belong to the runtime (`ztrt_param`, `ztrt_state`,
-    `ztrt_input`).
+    `gathered_parameters` for gathered parameters, "other" for the packed
+    buffers of gradient buckets, activations otherwise), freed right after
+    its last use (a `dist.release` is a use); reshapes alias their operand;
+    parameter, state and input buffers belong to the runtime
+    (`ztrt_param`, `ztrt_state`, `ztrt_input`).
+
+    Asynchronous collectives become `ztrt_*_start_f32` calls returning a
+    handle and `ztrt_wait(handle)`: a gathered parameter's buffer is
+    allocated at its start, a one-tensor reduce-scatter writes straight into
+    its result's buffer, and a bucket is packed (`ztrt_copy_2d`, rank-major
+    for a reduce-scatter) at its start and unpacked at its wait. Operands of
+    a one-tensor collective stay allocated until its wait.
 
     Partitioned steps (after `zero-insert-collectives`): the descriptor
     records the grid size and each state's per-rank storage (`store E full`

@@ -783,7 +783,7 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
               Value shardPtr =
                   e.call("param", {e.i64(paramIndex.lookup(o.getParam()))});
               Value full = e.call("alloc", {e.i64(shard * gridSize * 4),
-                                            e.i32(ZTRT_CAT_OTHER)});
+                                            e.i32(ZTRT_CAT_GATHERED)});
               buffer[o.getResult()] = full;
               owned.insert(o.getResult());
               ++numBuffers;

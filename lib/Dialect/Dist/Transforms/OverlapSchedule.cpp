@@ -145,8 +145,9 @@ void OverlapSchedulePass::bucketGradients(Block &body,
   });
 
   // Greedy buckets in ready order: a bucket closes when it has bucket-bytes,
-  // when the next gradient is of another kind, or when one of its results
-  // is needed before the next gradient is ready.
+  // when the next gradient is of another kind or is itself at least
+  // bucket-bytes (it travels alone: packing it would only copy it twice),
+  // or when one of its results is needed before the next gradient is ready.
   SmallVector<SmallVector<Operation *>> buckets;
   int64_t bucketBytesSoFar = 0, bucketFirstUse = 0;
   for (Operation *c : collectives) {
@@ -161,6 +162,7 @@ void OverlapSchedulePass::bucketGradients(Block &body,
                  cast<RankedTensorType>(c->getOperand(0).getType())
                      .getElementType() &&
              bucketBytes > 0 && bucketBytesSoFar < bucketBytes &&
+             bytesOf(c->getOperand(0).getType()) < bucketBytes &&
              readyPos(c) < bucketFirstUse;
     }
     if (!fits) {

@@ -147,10 +147,14 @@ def OverlapSchedule : Pass<"overlap-schedule", "::mlir::ModuleOp"> {
       instead of 3, for the memory of the full parameters.
     - **Gradient buckets.** Gradient reduce-scatters (all-reduces at
       stage 0) are grouped in the order their gradients become final into
-      buckets of at least `bucket-bytes` bytes (0: one per gradient). A
-      bucket's start goes right after its last gradient is final, during
-      the rest of the backward pass; its wait right before the first use of
-      any of its results.
+      buckets of at least `bucket-bytes` bytes (0: one per gradient; a
+      gradient of `bucket-bytes` or more travels alone, since packing it
+      would only copy it). A bucket's start goes right after its last
+      gradient is final, during the rest of the backward pass; its wait
+      right before the first use of any of its results. The default, 1 MiB,
+      batches the small tensors (biases, norms) and was measured faster on
+      shared memory than PyTorch DDP's 25 MiB, which is sized for network
+      latency (docs/benchmarks.md).
     - **Parameter all-gathers (stages 1-2)** start right after their update
       and are waited at the end of the step, so that they overlap the
       remaining updates.
@@ -184,9 +188,9 @@ def OverlapSchedule : Pass<"overlap-schedule", "::mlir::ModuleOp"> {
     Option<"maxLiveBytes", "max-live-bytes", "int64_t", "0",
            "Bound on the bytes of gathered parameters allocated at once "
            "(0: unbounded)">,
-    Option<"bucketBytes", "bucket-bytes", "int64_t", "26214400",
+    Option<"bucketBytes", "bucket-bytes", "int64_t", "1048576",
            "Smallest gradient bucket in bytes (0: one collective per "
-           "gradient); 25 MiB as PyTorch DDP's bucket_cap_mb">,
+           "gradient); a gradient this large travels alone">,
     Option<"reshardAfterForward", "reshard-after-forward", "bool", "true",
            "Free gathered parameters after the forward pass and gather them "
            "again for the backward pass (stage 3)">
