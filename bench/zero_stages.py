@@ -157,7 +157,7 @@ def wait_quiet(limit, threshold=NOISY):
 
 def zero_report(mlir, stage, n):
     p = subprocess.run([parity.tool("ztrain-opt"), mlir, f"--ztrain-training=optimizer={OPT.kind}",
-                        f"--ztrain-zero=stage={stage} dp={n}", "--zero-report=format=json",
+                        f"--ztrain-zero=stage={stage} dp={n}", "--plan-memory", "--zero-report=format=json",
                         "-o", "/dev/null"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, check=True)
     return json.loads(p.stdout)

@@ -51,6 +51,7 @@ void ztrain::buildZeroPipeline(OpPassManager &pm,
 }
 
 void ztrain::buildToLLVMPipeline(OpPassManager &pm) {
+  pm.addPass(dist::createPlanMemory());
   pm.addPass(createLowerToRuntime());
   pm.addPass(createArithToLLVMConversionPass());
   pm.addPass(createConvertFuncToLLVMPass());
@@ -71,6 +72,7 @@ void ztrain::registerPipelines() {
       buildZeroPipeline);
   PassPipelineRegistration<>(
       "ztrain-to-llvm",
-      "Lower a training step to runtime calls and then to the LLVM dialect",
+      "Plan the step's memory statically, lower it to runtime calls and then "
+      "to the LLVM dialect",
       buildToLLVMPipeline);
 }

@@ -39,8 +39,11 @@ def main():
     for kind in ("all_reduce", "reduce_scatter", "all_gather"):
         row(f"{kind} (bytes/step)", per_kind.get(kind, 0),
             max(r["communication"][kind]["bytes"] for r in ranks) // steps)
-    row("peak memory (bytes, bound)", predicted["predicted_peak"],
+    row("peak memory (bytes)", predicted["predicted_peak"],
         max(r["memory"]["peak"] for r in ranks))
+    if "overlap" in ranks[0]:
+        hidden = min(r["overlap"]["hidden_fraction"] for r in ranks)
+        print(f"  communication hidden behind compute (min over ranks): {hidden:.0%}")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ echo "== compiling examples/gpt.mlir for ZeRO stage $STAGE on $RANKS ranks"
   --dp=$RANKS --zero-stage=$STAGE --dump-ir-dir=out/ir
 "$BIN/ztrain-opt" examples/gpt.mlir \
   --ztrain-training="optimizer=adamw lr=3e-3 weight-decay=0.01" \
-  --ztrain-zero="stage=$STAGE dp=$RANKS" \
+  --ztrain-zero="stage=$STAGE dp=$RANKS" --plan-memory \
   --zero-report="format=json output=out/zero-report.json" -o /dev/null
 echo "   IR after every pass: out/ir/"
 echo "== training on examples/data/genesis-kjv.txt: $RANKS ranks x 8 sequences, $STEPS steps"

@@ -97,7 +97,7 @@ def test_matches_single_process(stage, kind, n, tmp_path):
 def zero_report(mlir_path, stage, dp, optimizer):
     opt = e2e_util.require_tool("ztrain-opt")
     p = subprocess.run([opt, mlir_path, f"--ztrain-training=optimizer={optimizer}",
-                        f"--ztrain-zero=stage={stage} dp={dp}",
+                        f"--ztrain-zero=stage={stage} dp={dp}", "--plan-memory",
                         "--zero-report=format=json", "-o", "/dev/null"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.returncode == 0, p.stderr
@@ -137,8 +137,8 @@ def test_report_is_the_truth(stage, n, kind, tmp_path):
         # Communication: exact, per kind; stages 1-2 never all-reduce.
         for k in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"):
             assert comm[k]["bytes"] == steps * per_kind.get(k, 0), (k, comm, per_kind)
-        # The prediction bounds what was really live at once.
-        assert mem["peak"] <= predicted["predicted_peak"], (mem, predicted)
+        # The static memory plan is what the executable allocates: exact.
+        assert mem["peak"] == predicted["predicted_peak"], (mem, predicted)
 
 
 def test_world_size_must_match_dp(tmp_path):

@@ -17,11 +17,12 @@
 // DUMP: 00-input.mlir
 // DUMP-NEXT: 01-train-autodiff.mlir
 // DUMP-NEXT: 02-train-optimizer.mlir
-// DUMP-NEXT: 03-lower-to-runtime.mlir
-// DUMP-NEXT: 04-convert-arith-to-llvm.mlir
-// DUMP-NEXT: 05-convert-func-to-llvm.mlir
-// DUMP-NEXT: 06-reconcile-unrealized-casts.mlir
-// DUMP-NEXT: 07-llvm-ir.ll
+// DUMP-NEXT: 03-plan-memory.mlir
+// DUMP-NEXT: 04-lower-to-runtime.mlir
+// DUMP-NEXT: 05-convert-arith-to-llvm.mlir
+// DUMP-NEXT: 06-convert-func-to-llvm.mlir
+// DUMP-NEXT: 07-reconcile-unrealized-casts.mlir
+// DUMP-NEXT: 08-llvm-ir.ll
 // OPT: train.sgd_update @w, %{{.*}} {lr = 5.000000e-01 : f64}
 // STEPS: step 10/30 loss
 // STEPS: step 20/30 loss

@@ -416,6 +416,8 @@ void LowerToRuntimePass::runOnOperation() {
       op.erase();
   module->removeAttr(kOptimizerAttr);
   module->removeAttr(dist::kZeroAttr);
+  module->removeAttr(dist::kArenasAttr);
+  module->removeAttr("dist.max_live_bytes");
 }
 
 LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
@@ -486,9 +488,53 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
     return e.offset(p, arith::MulIOp::create(b, e.loc, e.rank(),
                                              e.i64(slice * 4)));
   };
+  // plan-memory's arenas: one block per category for the whole step, every
+  // buffer at its planned offset. Without a plan, each buffer is allocated
+  // and freed on its own.
+  llvm::StringMap<Value> arenaBase;
+  bool planned = false;
+  if (auto arenas = module->getAttrOfType<DictionaryAttr>(dist::kArenasAttr)) {
+    planned = true;
+    for (NamedAttribute arena : arenas) {
+      int64_t bytes = cast<IntegerAttr>(arena.getValue()).getInt();
+      StringRef name = arena.getName().getValue();
+      int32_t category = name == "activations" ? ZTRT_CAT_ACTIVATIONS
+                         : name == "gathered_parameters" ? ZTRT_CAT_GATHERED
+                                                         : ZTRT_CAT_OTHER;
+      if (bytes > 0)
+        arenaBase[name] = e.call("alloc", {e.i64(bytes), e.i32(category)});
+    }
+  }
+  bool planBroken = false;
+  auto planned_ptr = [&](Attribute attr, Operation *where) -> Value {
+    auto slot = dyn_cast_or_null<dist::SlotAttr>(attr);
+    if (!slot || !arenaBase.count(slot.getArena())) {
+      where->emitOpError() << "has no place in the memory plan; run "
+                              "plan-memory right before lower-to-runtime";
+      planBroken = true;
+      return e.null();
+    }
+    return e.offset(arenaBase[slot.getArena()], e.i64(slot.getOffset()));
+  };
+  // The planned buffer of result `i` of `op`, or of staging buffer `i` of a
+  // bucket's start op.
+  auto slotOf = [&](Operation *op, unsigned i) {
+    auto list = op->getAttrOfType<ArrayAttr>(dist::kSlotsAttr);
+    return planned_ptr(list && i < list.size() ? list[i] : Attribute(), op);
+  };
+  auto stagingOf = [&](Operation *op, unsigned i) {
+    auto list = op->getAttrOfType<ArrayAttr>(dist::kStagingAttr);
+    return planned_ptr(list && i < list.size() ? list[i] : Attribute(), op);
+  };
   auto alloc = [&](Value v) {
     if (FlatSymbolRefAttr param = buffers.gradientOf(v)) {
       Value ptr = e.call("grad", {e.i64(paramIndex.lookup(param.getValue()))});
+      buffer[v] = ptr;
+      return ptr;
+    }
+    if (planned) {
+      auto r = cast<OpResult>(v);
+      Value ptr = slotOf(r.getOwner(), r.getResultNumber());
       buffer[v] = ptr;
       return ptr;
     }
@@ -782,11 +828,16 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
                                   .elements;
               Value shardPtr =
                   e.call("param", {e.i64(paramIndex.lookup(o.getParam()))});
-              Value full = e.call("alloc", {e.i64(shard * gridSize * 4),
-                                            e.i32(ZTRT_CAT_GATHERED)});
+              Value full;
+              if (planned) {
+                full = slotOf(o, 0);
+              } else {
+                full = e.call("alloc", {e.i64(shard * gridSize * 4),
+                                        e.i32(ZTRT_CAT_GATHERED)});
+                owned.insert(o.getResult());
+                ++numBuffers;
+              }
               buffer[o.getResult()] = full;
-              owned.insert(o.getResult());
-              ++numBuffers;
               e.call("all_gather_f32", {shardPtr, full, e.i64(shard)});
               return success();
             })
@@ -812,11 +863,16 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
                                   .elements;
               Value shardPtr =
                   e.call("param", {e.i64(paramIndex.lookup(o.getParam()))});
-              Value full = e.call("alloc", {e.i64(shard * gridSize * 4),
-                                            e.i32(ZTRT_CAT_GATHERED)});
+              Value full;
+              if (planned) {
+                full = slotOf(wait, 0);
+              } else {
+                full = e.call("alloc", {e.i64(shard * gridSize * 4),
+                                        e.i32(ZTRT_CAT_GATHERED)});
+                owned.insert(result);
+                ++numBuffers;
+              }
               buffer[result] = full;
-              owned.insert(result);
-              ++numBuffers;
               pending[o.getToken()] = {
                   e.call("all_gather_start_f32",
                          {shardPtr, full, e.i64(shard)}),
@@ -863,11 +919,17 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
                 offsets.push_back(total);
                 total += numElements(r);
               }
-              Value in = e.call("alloc", {e.i64(total * gridSize * 4),
-                                          e.i32(ZTRT_CAT_OTHER)});
-              Value out =
-                  e.call("alloc", {e.i64(total * 4), e.i32(ZTRT_CAT_OTHER)});
-              numBuffers += 2;
+              Value in, out;
+              if (planned) {
+                in = stagingOf(o, 0);
+                out = stagingOf(o, 1);
+              } else {
+                in = e.call("alloc", {e.i64(total * gridSize * 4),
+                                      e.i32(ZTRT_CAT_OTHER)});
+                out = e.call("alloc",
+                             {e.i64(total * 4), e.i32(ZTRT_CAT_OTHER)});
+                numBuffers += 2;
+              }
               for (auto [x, r, off] :
                    llvm::zip(o.getInputs(), wait.getResults(), offsets)) {
                 int64_t chunk = numElements(r) * 4;
@@ -910,9 +972,14 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
                 offsets.push_back(total);
                 total += numElements(x);
               }
-              Value packed =
-                  e.call("alloc", {e.i64(total * 4), e.i32(ZTRT_CAT_OTHER)});
-              ++numBuffers;
+              Value packed;
+              if (planned) {
+                packed = stagingOf(o, 0);
+              } else {
+                packed = e.call("alloc",
+                                {e.i64(total * 4), e.i32(ZTRT_CAT_OTHER)});
+                ++numBuffers;
+              }
               for (auto [x, off] : llvm::zip(o.getInputs(), offsets))
                 e.call("copy", {get(x), e.offset(packed, e.i64(off * 4)),
                                 e.i64(numElements(x) * 4)});
@@ -939,9 +1006,11 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
                 e.call("copy", {e.offset(packed, e.i64(p.offsets[i] * 4)),
                                 dst, e.i64(numElements(r) * 4)});
               }
-              e.call("free", {p.in});
-              if (p.out)
-                e.call("free", {p.out});
+              if (!planned) {
+                e.call("free", {p.in});
+                if (p.out)
+                  e.call("free", {p.out});
+              }
               return success();
             })
             .Case([&](dist::ReleaseOp) {
@@ -979,6 +1048,12 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
       }
     }
   }
+  if (planBroken)
+    return failure();
+  if (auto arenas = module->getAttrOfType<DictionaryAttr>(dist::kArenasAttr))
+    for (NamedAttribute arena : arenas)
+      if (Value base = arenaBase.lookup(arena.getName().getValue()))
+        e.call("free", {base});
   func::ReturnOp::create(b, entry.getLoc());
   numCalls += e.calls;
   entry.erase();

@@ -395,5 +395,10 @@ void OverlapSchedulePass::runOnOperation() {
   bucketGradients(body, zero.getGrid());
   if (failed(scheduleGathers(body, *n)))
     return signalPassFailure();
+  // plan-memory must keep the bound when it places the gathered buffers.
+  if (maxLiveBytes > 0)
+    module->setAttr("dist.max_live_bytes",
+                    IntegerAttr::get(IntegerType::get(&getContext(), 64),
+                                     static_cast<int64_t>(maxLiveBytes)));
   asyncParamAllGathers(body);
 }

@@ -59,6 +59,8 @@ struct Report {
   int64_t gatheredPeak = 0;
   bool hasStates = false;
   bool collectivesFromIR = false;
+  /// Memory from plan-memory's arenas (exact) rather than a liveness sweep.
+  bool staticPlan = false;
   std::vector<Collective> collectives;
 
   int64_t predictedPeak() const {
@@ -192,8 +194,18 @@ FailureOr<Report> ZeroReportPass::analyze() {
   for (Type t : entry.getArgumentTypes())
     if (isa<RankedTensorType>(t))
       r.inputs += tensorBytes(t);
-  if (entry.getBody().hasOneBlock())
+  if (auto arenas = module->getAttrOfType<DictionaryAttr>(kArenasAttr)) {
+    // plan-memory decided it: the arenas are what the step allocates.
+    auto arena = [&](StringRef name) {
+      auto bytes = arenas.getAs<IntegerAttr>(name);
+      return bytes ? bytes.getInt() : 0;
+    };
+    r.staticPlan = true;
+    r.activations = arena("activations");
+    r.gatheredPeak = arena("gathered_parameters");
+  } else if (entry.getBody().hasOneBlock()) {
     r.activations = activationPeak(entry, r.stage, n, r.gatheredPeak);
+  }
 
   // Once collectives are in the IR they are the truth, not the plan.
   SmallVector<CollectiveOpInterface> ops;
@@ -203,6 +215,11 @@ FailureOr<Report> ZeroReportPass::analyze() {
     // activation sweep already counts them.
     r.collectivesFromIR = true;
     r.communicationBuffers = 0;
+    if (auto arenas = module->getAttrOfType<DictionaryAttr>(kArenasAttr)) {
+      for (StringRef name : {"gathered_parameters", "other"})
+        if (auto bytes = arenas.getAs<IntegerAttr>(name))
+          r.communicationBuffers += bytes.getInt();
+    }
     r.collectives.clear();
     for (CollectiveOpInterface c : ops) {
       FailureOr<int64_t> size = getGridSize(c, c.getGridRef(), symbols);
@@ -251,7 +268,8 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
   row(r.hasStates ? "optimizer states" : "optimizer states (none yet)",
       r.optimizerStates);
   row("inputs (micro-batch)", r.inputs);
-  row("activations (peak)", r.activations);
+  row(r.staticPlan ? "activations (arena)" : "activations (peak)",
+      r.activations);
   if (r.gatheredPeak)
     row("  of which gathered", r.gatheredPeak);
   row("communication buffers", r.communicationBuffers);
@@ -297,6 +315,7 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
                           {"gathered_parameters_peak", r.gatheredPeak},
                           {"predicted_peak", r.predictedPeak()}}},
       {"collectives_source", r.collectivesFromIR ? "ir" : "plan"},
+      {"memory_plan", r.staticPlan ? "static" : "liveness"},
       {"collectives", std::move(collectives)},
       {"communication_bytes_per_step", r.communicationBytes()}};
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";

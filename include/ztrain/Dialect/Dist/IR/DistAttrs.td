@@ -47,4 +47,22 @@ def Dist_ZeroAttr : Dist_Attr<"Zero", "zero"> {
   let assemblyFormat = "`<` `stage` `=` $stage `,` `grid` `=` $grid `>`";
 }
 
+def Dist_SlotAttr : Dist_Attr<"Slot", "slot"> {
+  let summary = "a buffer's place in one of the step's arenas";
+  let description = [{
+    Set by `plan-memory`: the buffer of a value (or a bucket's packed
+    buffer) lives at byte `offset` of the arena `arena`, `bytes` long, from
+    its allocation point to its last use. Arenas are one block per memory
+    category (`activations`, `gathered_parameters`, `other`), allocated once
+    per step; their sizes are the module's `dist.arenas`.
+
+    ```mlir
+    %y = train.matmul %x, %w {dist.slots = [#dist.slot<"activations", 4096, 512>]} ...
+    ```
+  }];
+  let parameters = (ins StringRefParameter<>:$arena, "int64_t":$offset,
+                        "int64_t":$bytes);
+  let assemblyFormat = "`<` $arena `,` $offset `,` $bytes `>`";
+}
+
 #endif // ZTRAIN_DIALECT_DIST_DISTATTRS_TD

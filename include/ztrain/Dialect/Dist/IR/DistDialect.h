@@ -17,6 +17,11 @@ namespace ztrain::dist {
 inline constexpr llvm::StringLiteral kPartitionAttr = "dist.partition";
 /// Module attribute: a #dist.zero.
 inline constexpr llvm::StringLiteral kZeroAttr = "dist.zero";
+/// plan-memory's results: per-result #dist.slot arrays on ops, the packed
+/// buffers of a bucket on its start op, and the arena sizes on the module.
+inline constexpr llvm::StringLiteral kSlotsAttr = "dist.slots";
+inline constexpr llvm::StringLiteral kStagingAttr = "dist.staging";
+inline constexpr llvm::StringLiteral kArenasAttr = "dist.arenas";
 } // namespace ztrain::dist
 
 #endif // ZTRAIN_DIALECT_DIST_IR_DISTDIALECT_H

@@ -224,4 +224,38 @@ def CheckCollectives : Pass<"check-collectives", "::mlir::ModuleOp"> {
   let dependentDialects = ["::ztrain::dist::DistDialect"];
 }
 
+def PlanMemory : Pass<"plan-memory", "::mlir::ModuleOp"> {
+  let summary = "Decides every step buffer's place at compile time";
+  let description = [{
+    Runs last before `lower-to-runtime` on a straight-line step (after
+    `overlap-schedule` when there is one). Every buffer the step needs -
+    each intermediate tensor, each gathered parameter (from its gather's
+    start to its release), each gradient bucket's packed buffers - gets a
+    lifetime (allocation point and last use, from the same analysis the
+    lowering and `zero-report` use) and an offset in one arena per memory
+    category: `activations`, `gathered_parameters`, `other`. Offsets are
+    assigned largest buffer first at the lowest address free during the
+    buffer's whole lifetime (64-byte aligned), so buffers whose lifetimes do
+    not overlap share memory.
+
+    The result is in the IR: `dist.slots = [#dist.slot<arena, offset,
+    bytes>, ...]` on each op (one per result; `unit` for results that need
+    no buffer: parameter reads, aliases, persistent gradient buffers),
+    `dist.staging` on bucket starts, and `dist.arenas = {name = bytes}` on
+    the module. `lower-to-runtime` then allocates each arena once per step
+    and addresses buffers by offset (no per-tensor allocation), and
+    `zero-report` prices the step from the arenas, which is exactly what
+    the executable allocates.
+
+    The `gathered_parameters` arena never exceeds the `max-live-bytes` that
+    `overlap-schedule` recorded (`dist.max_live_bytes`): if fragmentation
+    would make it larger, the pass fails and names the bound.
+  }];
+  let dependentDialects = ["::ztrain::dist::DistDialect"];
+  let statistics = [
+    Statistic<"numBuffers", "buffers", "Buffers placed">,
+    Statistic<"numBytes", "arena-bytes", "Bytes of all arenas">
+  ];
+}
+
 #endif // ZTRAIN_DIALECT_DIST_TRANSFORMS_PASSES_TD
