@@ -39,6 +39,11 @@ void ztrain::buildZeroPipeline(OpPassManager &pm,
   partition.dp = options.dp;
   pm.addPass(dist::createZeroPartition(partition));
   pm.addPass(dist::createZeroInsertCollectives());
+  if (options.maxTileBytes > 0) {
+    dist::MemoryCentricTilingOptions tiling;
+    tiling.maxTileBytes = options.maxTileBytes;
+    pm.addPass(dist::createMemoryCentricTiling(tiling));
+  }
   if (options.overlap) {
     dist::OverlapScheduleOptions schedule;
     schedule.prefetchDepth = options.prefetchDepth;

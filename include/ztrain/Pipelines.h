@@ -70,6 +70,11 @@ struct ZeroPipelineOptions
       *this, "bucket-bytes",
       llvm::cl::desc("overlap-schedule: gradient bucket size in bytes"),
       llvm::cl::init(1 << 20)};
+  Option<int64_t> maxTileBytes{
+      *this, "max-tile-bytes",
+      llvm::cl::desc("memory-centric-tiling: largest gathered tile in bytes "
+                     "(0: no tiling)"),
+      llvm::cl::init(0)};
   Option<bool> reshardAfterForward{
       *this, "reshard-after-forward",
       llvm::cl::desc("overlap-schedule: gather again for the backward pass"),

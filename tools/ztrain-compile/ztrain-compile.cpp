@@ -109,6 +109,12 @@ cl::opt<int64_t> bucketBytes(
     cl::desc("Gradient bucket size in bytes (0: one collective per "
              "gradient)"),
     cl::init(1 << 20), cl::cat(category));
+cl::opt<int64_t> maxTileBytes(
+    "max-tile-bytes",
+    cl::desc("Stage 3: split operators whose gathered parameter exceeds this "
+             "many bytes into tiles gathered one at a time "
+             "(memory-centric-tiling; 0: no tiling)"),
+    cl::init(0), cl::cat(category));
 cl::opt<bool> reshardAfterForward(
     "reshard-after-forward",
     cl::desc("Stage 3: free gathered parameters after the forward pass and "
@@ -296,6 +302,7 @@ int main(int argc, char **argv) {
     zero.maxLiveBytes = maxLiveBytes;
     zero.bucketBytes = bucketBytes;
     zero.reshardAfterForward = reshardAfterForward;
+    zero.maxTileBytes = maxTileBytes;
     ztrain::buildZeroPipeline(pm, zero);
   }
   ztrain::buildToLLVMPipeline(pm);

@@ -823,11 +823,15 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
             .Case([&](dist::GatherParamOp o) {
               // The gathered copy is a communication buffer of N padded
               // slices; the tensor is its first elements.
-              int64_t shard = storageOf(paramOp(o.getParam()),
-                                        o.getResult().getType())
-                                  .elements;
+              ParamOp param = paramOp(o.getParam());
+              int64_t shard = storageOf(param, param.getType()).elements;
               Value shardPtr =
                   e.call("param", {e.i64(paramIndex.lookup(o.getParam()))});
+              // A tile gathers chunk j of the T chunks of every shard.
+              if (std::optional<int64_t> tiles = o.getTiles()) {
+                shard /= *tiles;
+                shardPtr = e.offset(shardPtr, e.i64(*o.getTile() * shard * 4));
+              }
               Value full;
               if (planned) {
                 full = slotOf(o, 0);
@@ -858,11 +862,14 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
               // to the wait compute (see dist.gather_param).
               auto wait = cast<dist::WaitOp>(*o.getToken().getUsers().begin());
               Value result = wait.getResult(0);
-              int64_t shard = storageOf(paramOp(o.getParam()),
-                                        result.getType())
-                                  .elements;
+              ParamOp param = paramOp(o.getParam());
+              int64_t shard = storageOf(param, param.getType()).elements;
               Value shardPtr =
                   e.call("param", {e.i64(paramIndex.lookup(o.getParam()))});
+              if (std::optional<int64_t> tiles = o.getTiles()) {
+                shard /= *tiles;
+                shardPtr = e.offset(shardPtr, e.i64(*o.getTile() * shard * 4));
+              }
               Value full;
               if (planned) {
                 full = slotOf(wait, 0);
@@ -1013,6 +1020,46 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
               }
               return success();
             })
+            .Case<dist::AssembleTilesOp, dist::ExtractTileOp>(
+                [&](auto o) {
+                  // Row blocks of R / (N T) features move between the
+                  // tile's rank order and the parameter's order.
+                  constexpr bool assemble =
+                      std::is_same_v<decltype(o), dist::AssembleTilesOp>;
+                  Value whole = assemble ? o.getResult() : o->getOperand(0);
+                  auto [rows, features] = rowsCols(whole);
+                  int64_t tiles, first;
+                  if constexpr (assemble) {
+                    tiles = o.getInputs().size();
+                    first = 0;
+                  } else {
+                    tiles = o.getTiles();
+                    first = o.getTile();
+                  }
+                  int64_t block = features / (gridSize * tiles);
+                  int64_t tileWidth = features / tiles;
+                  Value wholePtr = assemble ? alloc(o.getResult())
+                                            : get(o->getOperand(0));
+                  Value tilePtr = assemble ? Value() : alloc(o.getResult());
+                  int64_t count = assemble ? tiles : 1;
+                  for (int64_t k = 0; k < count; ++k) {
+                    int64_t j = first + k;
+                    Value t = assemble ? get(o->getOperand(k)) : tilePtr;
+                    for (int64_t r = 0; r < gridSize; ++r) {
+                      Value inTile = e.offset(t, e.i64(r * block * 4));
+                      Value inWhole = e.offset(
+                          wholePtr,
+                          e.i64((r * (features / gridSize) + j * block) * 4));
+                      Value src = assemble ? inTile : inWhole;
+                      Value dst = assemble ? inWhole : inTile;
+                      e.call("copy_2d",
+                             {src, dst, e.i64(rows), e.i64(block * 4),
+                              e.i64((assemble ? tileWidth : features) * 4),
+                              e.i64((assemble ? features : tileWidth) * 4)});
+                    }
+                  }
+                  return success();
+                })
             .Case([&](dist::ReleaseOp) {
               // The gathered copy's last use: freed below.
               return success();

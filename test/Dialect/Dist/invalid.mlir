@@ -172,3 +172,51 @@ func.func @f(%x: tensor<2x10xf32>) -> tensor<2x3xf32> {
   %y = train.matmul %x, %v : (tensor<2x10xf32>, tensor<10x3xf32>) -> tensor<2x3xf32>
   return %y : tensor<2x3xf32>
 }
+
+// -----
+
+shard.grid @dp(shape = 2)
+train.param @w : tensor<12x4xf32> init(zeros) {dist.partition = #dist.partition<@dp, 24>}
+func.func @f() {
+  // expected-error @+1 {{parameter w of type 'tensor<12x4xf32>' has no 4 tiles over 2 ranks: dim 0 must be divisible by 8}}
+  %w = dist.gather_param @w tile 0 of 4 on @dp : tensor<3x4xf32>
+  return
+}
+
+// -----
+
+shard.grid @dp(shape = 2)
+train.param @w : tensor<12x4xf32> init(zeros) {dist.partition = #dist.partition<@dp, 24>}
+func.func @f() {
+  // expected-error @+1 {{tile 3 of 3 is not a tile (0 <= tile < tiles)}}
+  %w = dist.gather_param @w tile 3 of 3 on @dp : tensor<4x4xf32>
+  return
+}
+
+// -----
+
+shard.grid @dp(shape = 2)
+train.param @w : tensor<12x4xf32> init(zeros) {dist.partition = #dist.partition<@dp, 24>}
+func.func @f() {
+  // expected-error @+1 {{result type 'tensor<6x4xf32>' does not match parameter @w tile, expected 'tensor<4x4xf32>'}}
+  %w = dist.gather_param @w tile 1 of 3 on @dp : tensor<6x4xf32>
+  return
+}
+
+// -----
+
+shard.grid @dp(shape = 2)
+func.func @f(%a: tensor<8x5xf32>, %b: tensor<8x5xf32>) {
+  // expected-error @+1 {{the whole's last dimension must be 2 x the tile's and divisible by 4 (grid size x tiles)}}
+  %y = dist.assemble_tiles %a, %b on @dp : tensor<8x5xf32>, tensor<8x5xf32> -> tensor<8x10xf32>
+  return
+}
+
+// -----
+
+shard.grid @dp(shape = 2)
+func.func @f(%a: tensor<8x16xf32>) {
+  // expected-error @+1 {{tile 2 of 2 is not a tile (0 <= tile < tiles)}}
+  %y = dist.extract_tile %a tile 2 of 2 on @dp : tensor<8x16xf32> -> tensor<8x8xf32>
+  return
+}

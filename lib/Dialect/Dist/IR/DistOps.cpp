@@ -196,17 +196,46 @@ static int64_t gatheredBytes(RankedTensorType type, int64_t n) {
   return shard * (n - 1) * (type.getElementTypeBitWidth() / 8);
 }
 
+/// The type a gather of `param` yields: the parameter's, or R / tiles of its
+/// R rows for a tile; checks the tile's constraints.
+static FailureOr<RankedTensorType>
+gatheredType(Operation *op, train::ParamOp param, std::optional<int64_t> tile,
+             std::optional<int64_t> tiles, int64_t n) {
+  RankedTensorType type = param.getTensorType();
+  if (tile.has_value() != tiles.has_value())
+    return op->emitOpError() << "needs both `tile` and `tiles` or neither";
+  if (!tiles)
+    return type;
+  if (*tiles < 1 || *tile < 0 || *tile >= *tiles)
+    return op->emitOpError() << "tile " << *tile << " of " << *tiles
+                             << " is not a tile (0 <= tile < tiles)";
+  if (type.getRank() < 1 || type.getDimSize(0) % (n * *tiles) != 0)
+    return op->emitOpError()
+           << "parameter " << param.getSymName() << " of type " << type
+           << " has no " << *tiles << " tiles over " << n
+           << " ranks: dim 0 must be divisible by " << n * *tiles;
+  SmallVector<int64_t> shape(type.getShape());
+  shape[0] /= *tiles;
+  return RankedTensorType::get(shape, type.getElementType());
+}
+
 LogicalResult
 GatherParamOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  if (failed(getGridSize(*this, getGridAttr(), symbols)))
+  FailureOr<int64_t> n = getGridSize(*this, getGridAttr(), symbols);
+  if (failed(n))
     return failure();
   FailureOr<train::ParamOp> param = lookupParam(*this, getParamAttr(), symbols);
   if (failed(param))
     return failure();
-  if (param->getType() != getResult().getType())
+  FailureOr<RankedTensorType> expected =
+      gatheredType(*this, *param, getTile(), getTiles(), *n);
+  if (failed(expected))
+    return failure();
+  if (*expected != getResult().getType())
     return emitOpError() << "result type " << getResult().getType()
                          << " does not match parameter " << getParamAttr()
-                         << " declared as " << param->getType();
+                         << (getTiles() ? " tile, expected " : " declared as ")
+                         << *expected;
   auto partition = (*param)->getAttrOfType<PartitionAttr>(kPartitionAttr);
   if (!partition || partition.getGrid() != getGridAttr())
     return emitOpError() << "parameter " << getParamAttr()
@@ -299,7 +328,8 @@ LogicalResult GatherParamStartOp::verify() { return verifyStartToken(*this); }
 
 LogicalResult
 GatherParamStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  if (failed(getGridSize(*this, getGridAttr(), symbols)))
+  FailureOr<int64_t> n = getGridSize(*this, getGridAttr(), symbols);
+  if (failed(n))
     return failure();
   FailureOr<train::ParamOp> param = lookupParam(*this, getParamAttr(), symbols);
   if (failed(param))
@@ -308,13 +338,73 @@ GatherParamStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
   if (!partition || partition.getGrid() != getGridAttr())
     return emitOpError() << "parameter " << getParamAttr()
                          << " is not partitioned over " << getGridAttr();
-  return verifyWaitTypes(*this, {param->getType()});
+  FailureOr<RankedTensorType> expected =
+      gatheredType(*this, *param, getTile(), getTiles(), *n);
+  if (failed(expected))
+    return failure();
+  return verifyWaitTypes(*this, {*expected});
 }
 
 int64_t GatherParamStartOp::getCommunicatedBytes(int64_t n) {
   auto param = SymbolTable::lookupNearestSymbolFrom<train::ParamOp>(
       *this, getParamAttr());
-  return param ? gatheredBytes(param.getTensorType(), n) : 0;
+  if (!param)
+    return 0;
+  RankedTensorType type = param.getTensorType();
+  if (std::optional<int64_t> tiles = getTiles()) {
+    SmallVector<int64_t> shape(type.getShape());
+    shape[0] /= *tiles;
+    type = RankedTensorType::get(shape, type.getElementType());
+  }
+  return gatheredBytes(type, n);
+}
+
+/// Shapes of a tile permutation: `big` is `small` with the last dimension
+/// `tiles` times larger, divisible by n x tiles.
+static LogicalResult verifyTileShapes(Operation *op, RankedTensorType small,
+                                      RankedTensorType big, int64_t tiles,
+                                      int64_t n) {
+  if (small.getRank() < 1 || small.getRank() != big.getRank() ||
+      small.getElementType() != big.getElementType() ||
+      small.getShape().drop_back() != big.getShape().drop_back() ||
+      big.getShape().back() != small.getShape().back() * tiles ||
+      big.getShape().back() % (n * tiles) != 0)
+    return op->emitOpError()
+           << "tiles of type " << small << " and the whole " << big
+           << " do not match: the whole's last dimension must be " << tiles
+           << " x the tile's and divisible by " << n * tiles
+           << " (grid size x tiles), other dimensions equal";
+  return success();
+}
+
+LogicalResult
+AssembleTilesOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> n = getGridSize(*this, getGridAttr(), symbols);
+  if (failed(n))
+    return failure();
+  if (getInputs().empty())
+    return emitOpError() << "needs at least one tile";
+  Type first = getInputs()[0].getType();
+  for (Value v : getInputs())
+    if (v.getType() != first)
+      return emitOpError() << "tiles must all have one type, got " << first
+                           << " and " << v.getType();
+  return verifyTileShapes(*this, cast<RankedTensorType>(first),
+                          cast<RankedTensorType>(getResult().getType()),
+                          getInputs().size(), *n);
+}
+
+LogicalResult
+ExtractTileOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> n = getGridSize(*this, getGridAttr(), symbols);
+  if (failed(n))
+    return failure();
+  if (getTiles() < 1 || getTile() < 0 || getTile() >= getTiles())
+    return emitOpError() << "tile " << getTile() << " of " << getTiles()
+                         << " is not a tile (0 <= tile < tiles)";
+  return verifyTileShapes(*this, cast<RankedTensorType>(getResult().getType()),
+                          cast<RankedTensorType>(getInput().getType()),
+                          getTiles(), *n);
 }
 
 LogicalResult ReduceScatterStartOp::verify() {

@@ -96,9 +96,12 @@ Operation *firstUser(Value v, const DenseMap<Operation *, unsigned> &pos) {
 
 /// reshard-after-forward=false: the backward pass uses the forward gather.
 void OverlapSchedulePass::reuseForwardGathers(Block &body) {
-  llvm::MapVector<StringAttr, SmallVector<GatherParamOp>> gathersOf;
+  // Per parameter, and per tile of a tiled one.
+  llvm::MapVector<std::pair<StringAttr, int64_t>, SmallVector<GatherParamOp>>
+      gathersOf;
   for (auto g : body.getOps<GatherParamOp>())
-    gathersOf[g.getParamAttr().getAttr()].push_back(g);
+    gathersOf[{g.getParamAttr().getAttr(), g.getTile().value_or(-1)}]
+        .push_back(g);
   for (auto &[name, gathers] : gathersOf)
     for (GatherParamOp again : llvm::drop_begin(gathers)) {
       again.getResult().replaceAllUsesWith(gathers.front().getResult());
@@ -321,9 +324,9 @@ LogicalResult OverlapSchedulePass::scheduleGathers(Block &body,
   for (Operation *op : ops) {
     at.before(op);
     for (Gather *g : startsBefore.lookup(op)) {
-      auto start = GatherParamStartOp::create(b, g->op.getLoc(),
-                                              g->op.getParamAttr(),
-                                              g->op.getGridAttr());
+      auto start = GatherParamStartOp::create(
+          b, g->op.getLoc(), g->op.getParamAttr(), g->op.getTileAttr(),
+          g->op.getTilesAttr(), g->op.getGridAttr());
       tokens[g] = start.getToken();
       ++numStarts;
     }

@@ -145,7 +145,8 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
       ++count;
       return GatherParamOp::create(b, reads.front().getLoc(),
                                    reads.front().getType(),
-                                   reads.front().getParamAttr(), grid);
+                                   reads.front().getParamAttr(), IntegerAttr(),
+                                   IntegerAttr(), grid);
     };
     // The forward gather goes where the first read was.
     if (!forwardUses.empty()) {

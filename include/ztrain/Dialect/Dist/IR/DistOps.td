@@ -149,13 +149,31 @@ def Dist_GatherParamOp : Dist_ParamCollectiveOp<"gather_param",
     %w = dist.gather_param @fc1.weight on @dp : tensor<128x784xf32>
     ```
 
+    **Tiles** (`memory-centric-tiling`): `tile j of T` gathers only chunk j
+    of the T equal chunks of every rank's shard, so the result holds R / T
+    of the parameter's R rows: rank r's rows r*R/N + j*R/(N*T) + i for
+    i < R/(N*T), in rank order. The shard layout at rest is unchanged and
+    the T tiles together move exactly what one gather moves.
+    `dist.assemble_tiles` / `dist.extract_tile` map between that row order
+    and the parameter's.
+
+    ```mlir
+    %w1 = dist.gather_param @fc2.weight tile 1 of 4 on @dp : tensor<64x256xf32>
+    ```
+
     **Constraints:**
-    - `@param` is a `train.param` of the result type with a
-      `#dist.partition` over `@grid`.
+    - `@param` is a `train.param` with a `#dist.partition` over `@grid`,
+      of the result type (untiled);
+    - tiled: `tile` < `tiles`, the parameter's dim 0 (R) divisible by
+      N x `tiles`, the result R / `tiles` rows of the parameter's shape.
   }];
-  let arguments = (ins FlatSymbolRefAttr:$param, FlatSymbolRefAttr:$grid);
+  let arguments = (ins FlatSymbolRefAttr:$param,
+                       OptionalAttr<I64Attr>:$tile, OptionalAttr<I64Attr>:$tiles,
+                       FlatSymbolRefAttr:$grid);
   let results = (outs AnyStaticShapeTensor:$result);
-  let assemblyFormat = "$param `on` $grid attr-dict `:` type($result)";
+  let assemblyFormat = [{
+    $param (`tile` $tile^ `of` $tiles)? `on` $grid attr-dict `:` type($result)
+  }];
 }
 
 def Dist_AllGatherParamOp : Dist_ParamCollectiveOp<"all_gather_param",
@@ -211,11 +229,13 @@ def Dist_GatherParamStartOp : Dist_StartOp<"gather_param_start"> {
     ```
 
     **Constraints:**
-    - as for `dist.gather_param`; the wait's one result has the parameter's
-      type.
+    - as for `dist.gather_param` (tiles included); the wait's one result
+      has the type the gather would have.
   }];
-  let arguments = (ins FlatSymbolRefAttr:$param, FlatSymbolRefAttr:$grid);
-  let assemblyFormat = "$param `on` $grid attr-dict";
+  let arguments = (ins FlatSymbolRefAttr:$param,
+                       OptionalAttr<I64Attr>:$tile, OptionalAttr<I64Attr>:$tiles,
+                       FlatSymbolRefAttr:$grid);
+  let assemblyFormat = "$param (`tile` $tile^ `of` $tiles)? `on` $grid attr-dict";
 }
 
 def Dist_ReduceScatterStartOp : Dist_StartOp<"reduce_scatter_start"> {
@@ -344,6 +364,64 @@ def Dist_ReleaseOp : Op<Dist_Dialect, "release", [MemoryEffects<[MemFree]>]> {
   let arguments = (ins AnyStaticShapeTensor:$input);
   let assemblyFormat = "$input attr-dict `:` type($input)";
   let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Memory-centric tiling
+//===----------------------------------------------------------------------===//
+
+def Dist_AssembleTilesOp : Op<Dist_Dialect, "assemble_tiles", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "puts per-tile output features back in parameter order";
+  let description = [{
+    The operands are the outputs of one computation per tile of a
+    parameter gathered with `tile j of T` (operand j for tile j), each
+    with R / T features in the last dimension, in the tile's row order
+    (see `dist.gather_param`). The result has the R features in the
+    parameter's order: feature r*R/N + j*R/(N*T) + i comes from operand j,
+    position r*R/(N*T) + i. A pure permutation (copies, no arithmetic).
+
+    ```mlir
+    %y = dist.assemble_tiles %y0, %y1 on @dp : tensor<8x64xf32>, tensor<8x64xf32> -> tensor<8x128xf32>
+    ```
+
+    **Constraints:**
+    - T >= 1 operands of one type; the result has their shape with the
+      last dimension T times larger, divisible by N x T.
+  }];
+  let arguments = (ins Variadic<AnyStaticShapeTensor>:$inputs,
+                       FlatSymbolRefAttr:$grid);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = [{
+    $inputs `on` $grid attr-dict `:` type($inputs) `->` type($result)
+  }];
+}
+
+def Dist_ExtractTileOp : Op<Dist_Dialect, "extract_tile", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "the features of one tile, in the tile's row order";
+  let description = [{
+    The inverse of `dist.assemble_tiles` for one tile: the R / T features
+    (last dimension) that tile `tile` of `tiles` of a parameter's R rows
+    covers, in the order `dist.gather_param ... tile` gathers those rows.
+    The backward pass of a tiled layer multiplies this slice of the output
+    gradient with the tile.
+
+    ```mlir
+    %d1 = dist.extract_tile %dy tile 1 of 2 on @dp : tensor<8x128xf32> -> tensor<8x64xf32>
+    ```
+
+    **Constraints:**
+    - the operand's last dimension is divisible by grid size x `tiles`;
+      the result has it divided by `tiles`, other dimensions equal;
+    - `tile` < `tiles`.
+  }];
+  let arguments = (ins AnyStaticShapeTensor:$input, I64Attr:$tile,
+                       I64Attr:$tiles, FlatSymbolRefAttr:$grid);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = [{
+    $input `tile` $tile `of` $tiles `on` $grid attr-dict `:` type($input) `->` type($result)
+  }];
 }
 
 #endif // ZTRAIN_DIALECT_DIST_DISTOPS_TD

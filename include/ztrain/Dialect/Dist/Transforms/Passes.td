@@ -123,6 +123,56 @@ def ZeroReport : Pass<"zero-report", "::mlir::ModuleOp"> {
   ];
 }
 
+def MemoryCentricTiling : Pass<"memory-centric-tiling", "::mlir::ModuleOp"> {
+  let summary = "Splits operators on huge parameters into tiles gathered alone";
+  let description = [{
+    ZeRO-Infinity's memory-centric tiling, decided at compile time. Runs
+    after `zero-insert-collectives` on a ZeRO stage-3 step (and before
+    `overlap-schedule`). Every parameter gather larger than
+    `max-tile-bytes` (N padded shards) is split into T tiles, the smallest
+    T with bytes / T <= `max-tile-bytes` for which the parameter's R rows
+    divide into N x T; each tile is `dist.gather_param ... tile j of T`:
+    chunk j of every rank's shard, so the layout at rest, the checkpoints
+    and the optimizer are untouched and the T tiles together move exactly
+    what one gather moves. Each use is rewritten tile by tile:
+
+    - `train.matmul %x, %W {transpose_b}` (a linear layer, W = [out, in]):
+      one matmul per tile produces R / T output features;
+      `dist.assemble_tiles` puts them in order. Each output element is the
+      same dot product as before.
+    - `train.matmul %dy, %W` (its input gradient): each tile multiplies
+      its slice of `%dy` (`dist.extract_tile`) and the partial products
+      are summed (`train.add`) - the one place the arithmetic changes: the
+      sum over R features is split into T partial sums.
+
+    Uses of other shapes keep the whole gather. The weight gradient does not
+    need the parameter and is reduced once, as before. With
+    `overlap-schedule` every tile's gather is prefetched and released on its
+    own, so the gathered working set of the layer falls by about T.
+    A parameter that cannot be split (R not divisible by N x T for any T
+    small enough) gets a warning and stays whole.
+
+    After `memory-centric-tiling{max-tile-bytes=65536}` (dp = 2, W is
+    256 x 256, 256 KiB):
+    ```mlir
+    %w0 = dist.gather_param @fc2.weight tile 0 of 4 on @dp : tensor<64x256xf32>
+    %y0 = train.matmul %x, %w0 {transpose_b} : (tensor<8x256xf32>, tensor<64x256xf32>) -> tensor<8x64xf32>
+    ...
+    %y = dist.assemble_tiles %y0, %y1, %y2, %y3 on @dp : ... -> tensor<8x256xf32>
+    ```
+  }];
+  let dependentDialects = ["::ztrain::dist::DistDialect",
+                           "::ztrain::train::TrainDialect"];
+  let options = [
+    Option<"maxTileBytes", "max-tile-bytes", "int64_t", "0",
+           "Largest gathered tile in bytes (0: no tiling)">
+  ];
+  let statistics = [
+    Statistic<"numTiled", "tiled", "Parameter gathers split into tiles">,
+    Statistic<"numTiles", "tiles", "Tile gathers created">
+  ];
+}
+
 def OverlapSchedule : Pass<"overlap-schedule", "::mlir::ModuleOp"> {
   let summary = "Overlaps a step's collectives with its compute";
   let description = [{
