@@ -72,8 +72,9 @@ void ztrain::registerPipelines() {
   PassPipelineRegistration<ZeroPipelineOptions>(
       "ztrain-zero",
       "Partition a training step over dp ranks the way ZeRO stage `stage` "
-      "does, insert its collectives, schedule them to overlap compute "
-      "(overlap=false: synchronous) and check every rank issues them alike",
+      "does, insert its collectives (tiled with max-tile-bytes, scheduled to "
+      "overlap compute with overlap=true) and check every rank issues them "
+      "alike",
       buildZeroPipeline);
   PassPipelineRegistration<>(
       "ztrain-to-llvm",

@@ -13,13 +13,13 @@ mkdir -p out
 STEPS=${STEPS:-600}
 RANKS=2
 STAGE=3
-FLAGS=(--optimizer=adamw --lr=3e-3 --weight-decay=0.01)
+FLAGS=(--optimizer=adamw --lr=3e-3 --weight-decay=0.01 --overlap)
 echo "== compiling examples/gpt.mlir for ZeRO stage $STAGE on $RANKS ranks"
 "$BIN/ztrain-compile" examples/gpt.mlir -o out/gpt "${FLAGS[@]}" \
   --dp=$RANKS --zero-stage=$STAGE --dump-ir-dir=out/ir
 "$BIN/ztrain-opt" examples/gpt.mlir \
   --ztrain-training="optimizer=adamw lr=3e-3 weight-decay=0.01" \
-  --ztrain-zero="stage=$STAGE dp=$RANKS" --plan-memory \
+  --ztrain-zero="stage=$STAGE dp=$RANKS overlap=true" --plan-memory \
   --zero-report="format=json output=out/zero-report.json" -o /dev/null
 echo "   IR after every pass: out/ir/"
 echo "== training on examples/data/genesis-kjv.txt: $RANKS ranks x 8 sequences, $STEPS steps"

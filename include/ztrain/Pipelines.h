@@ -55,8 +55,9 @@ struct ZeroPipelineOptions
   Option<bool> overlap{
       *this, "overlap",
       llvm::cl::desc("Schedule the collectives to overlap compute "
-                     "(overlap-schedule)"),
-      llvm::cl::init(true)};
+                     "(overlap-schedule; off by default, see "
+                     "docs/benchmarks.md)"),
+      llvm::cl::init(false)};
   Option<int64_t> prefetchDepth{
       *this, "prefetch-depth",
       llvm::cl::desc("overlap-schedule: gathers in flight ahead of use"),

@@ -262,34 +262,19 @@ public:
       dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
   }
 
-  // PyTorch's GeluKernel.cpp (approximate='tanh'), evaluated in float.
-  static constexpr float kBeta = 0.7978845608028654f; // sqrt(2 / pi)
-  static constexpr float kKappa = 0.044715f;
-
+  // PyTorch's GeluKernel.cpp (approximate='tanh'), evaluated in float; the
+  // formulas are shared with the cuda backend (VecMath.h).
   void gelu(const float *x, float *out, int64_t n) override {
 #pragma omp parallel for schedule(static) if (n >= kParallelElements)
-    for (int64_t i = 0; i < n; ++i) {
-      float v = x[i];
-      float inner = kBeta * (v + kKappa * v * v * v);
-      out[i] = 0.5f * v * (1.0f + vecmath::tanh(inner));
-    }
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = vecmath::gelu(x[i]);
   }
 
   void geluGrad(const float *dy, const float *x, float *dx,
                 int64_t n) override {
 #pragma omp parallel for schedule(static) if (n >= kParallelElements)
-    for (int64_t i = 0; i < n; ++i) {
-      float v = x[i];
-      float vSq = v * v;
-      float inner = kBeta * (v + kKappa * vSq * v);
-      float t = vecmath::tanh(inner);
-      float left = 0.5f * v;
-      float right = 1.0f + t;
-      float leftDerivative = 0.5f * right;
-      float rightDerivative =
-          left * (1.0f - t * t) * kBeta * (1.0f + 3.0f * kKappa * vSq);
-      dx[i] = dy[i] * (leftDerivative + rightDerivative);
-    }
+    for (int64_t i = 0; i < n; ++i)
+      dx[i] = vecmath::geluGrad(dy[i], x[i]);
   }
 
   void matmul(const float *a, const float *b, float *c, int64_t batch,

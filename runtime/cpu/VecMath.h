@@ -9,6 +9,11 @@
 // Accuracy: a few float ulp over the whole range (tested against libm in
 // runtime/tests/VecMathTest.cpp).
 //
+// The cuda backend's kernels include this header too (ZTRT_HD makes the
+// functions __host__ __device__ under nvcc), so that gelu and its gradient
+// round exactly as on the cpu: both are pure float arithmetic, and the
+// CUDA kernels are compiled without FMA contraction (--fmad=false).
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef ZTRT_CPU_VECMATH_H
@@ -18,10 +23,16 @@
 #include <cstdint>
 #include <cstring>
 
+#ifdef __CUDACC__
+#define ZTRT_HD __host__ __device__
+#else
+#define ZTRT_HD
+#endif
+
 namespace ztrt::vecmath {
 
 /// exp(x) for x in [-87, 0] (clamped below): Cephes expf.
-inline float expNonPositive(float x) {
+ZTRT_HD inline float expNonPositive(float x) {
   x = x < -87.0f ? -87.0f : x;
   float t = x * 1.44269504088896341f + 0.5f;
   int32_t n = static_cast<int32_t>(t);
@@ -47,7 +58,7 @@ inline float expNonPositive(float x) {
 
 /// tanh(x): Cephes tanhf. |x| < 0.625: odd minimax polynomial; otherwise
 /// (1 - e) / (1 + e) with e = exp(-2|x|), which has no cancellation there.
-inline float tanh(float x) {
+ZTRT_HD inline float tanh(float x) {
   float a = std::fabs(x);
   float e = expNonPositive(-2.0f * a);
   float large = (1.0f - e) / (1.0f + e);
@@ -61,6 +72,29 @@ inline float tanh(float x) {
                     z * a +
                 a;
   return std::copysign(a < 0.625f ? small : large, x);
+}
+
+// GELU with the tanh approximation, evaluated in float in the order of
+// PyTorch's GeluKernel.cpp (approximate='tanh').
+constexpr float kGeluBeta = 0.7978845608028654f; // sqrt(2 / pi)
+constexpr float kGeluKappa = 0.044715f;
+
+ZTRT_HD inline float gelu(float v) {
+  float inner = kGeluBeta * (v + kGeluKappa * v * v * v);
+  return 0.5f * v * (1.0f + tanh(inner));
+}
+
+/// dy * gelu'(v).
+ZTRT_HD inline float geluGrad(float dy, float v) {
+  float vSq = v * v;
+  float inner = kGeluBeta * (v + kGeluKappa * vSq * v);
+  float t = tanh(inner);
+  float left = 0.5f * v;
+  float right = 1.0f + t;
+  float leftDerivative = 0.5f * right;
+  float rightDerivative =
+      left * (1.0f - t * t) * kGeluBeta * (1.0f + 3.0f * kGeluKappa * vSq);
+  return dy * (leftDerivative + rightDerivative);
 }
 
 } // namespace ztrt::vecmath

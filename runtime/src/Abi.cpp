@@ -110,6 +110,28 @@ void ztrt_free(ztrt_ctx *ctx, void *ptr) {
   ctx->deallocate(ptr, "free");
 }
 
+void *ztrt_arena(ztrt_ctx *ctx, int64_t index, int64_t bytes,
+                 int32_t category) {
+  backendOf(ctx, "arena");
+  if (index < 0 || index > 64)
+    fatal("arena: index %lld out of range [0, 64]",
+          static_cast<long long>(index));
+  size_t i = static_cast<size_t>(index);
+  if (i >= ctx->arenas.size())
+    ctx->arenas.resize(i + 1, {nullptr, 0});
+  auto &[ptr, size] = ctx->arenas[i];
+  if (!ptr) {
+    ptr = ctx->allocate(bytes, category, "arena");
+    size = bytes;
+  } else if (size != bytes) {
+    fatal("arena: arena %lld was allocated with %lld bytes, now asked for "
+          "%lld",
+          static_cast<long long>(index), static_cast<long long>(size),
+          static_cast<long long>(bytes));
+  }
+  return ptr;
+}
+
 void *ztrt_param(ztrt_ctx *ctx, int64_t index) {
   backendOf(ctx, "param");
   return binding("param", ctx->params, index, "parameter");
@@ -134,7 +156,9 @@ void ztrt_set_loss(ztrt_ctx *ctx, const void *loss) {
   Backend &backend = backendOf(ctx, "set_loss");
   if (!loss)
     fatal("set_loss: null loss buffer");
-  backend.copyToHost(&ctx->loss, loss, sizeof(float));
+  // The driver reads the loss after the step's synchronize(); a device
+  // backend need not stall its stream in the middle of the step for it.
+  backend.copyToHostAtSync(&ctx->loss, loss, sizeof(float));
   ctx->lossSet = true;
 }
 

@@ -10,20 +10,40 @@
 // Numerics contract shared by all backends: results mirror PyTorch float32
 // (documented per kernel in docs/runtime.md) and are bitwise deterministic
 // for a fixed configuration (device, thread count). Collectives are bitwise
-// identical on every rank and independent of the transport's algorithms:
-// sums over ranks are taken in rank order 0..N-1 in float, and a mean is
-// that sum divided by N in float.
+// identical on every rank. On the cpu backend they are also independent of
+// the transport's algorithms: sums over ranks are taken in rank order
+// 0..N-1 in float, and a mean is that sum divided by N in float. The cuda
+// backend sums in NCCL's order (fixed by NCCL's version, the topology and
+// the size; the same on every rank and in every run) and divides by N in
+// float: equal to the rank-order sum up to float reassociation (bitwise for
+// N <= 2), see docs/cuda.md.
+//
+// Execution model: a host backend finishes every call before returning. A
+// device backend (cuda) enqueues kernels on its compute stream and returns
+// at once; everything it enqueues runs in call order, so results are as if
+// each call had finished, and the host sees device memory only through
+// copyToHost (which waits) or after synchronize().
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef ZTRT_SRC_BACKEND_H
 #define ZTRT_SRC_BACKEND_H
 
+#include "src/Trace.h"
+
 #include <cstdint>
 
 namespace ztrt {
 
 class Communicator;
+struct CollectiveRequest;
+
+/// When an enqueued collective ran on the device, on the host's clock, and
+/// how long the step's compute stream stood still waiting for it.
+struct DeviceCollectiveTiming {
+  Clock::time_point begin, end;
+  int64_t exposedNanos = 0;
+};
 
 struct SgdHyper {
   double lr, momentum, dampening, weightDecay;
@@ -51,6 +71,16 @@ public:
   /// --threads: thread-count settings like OpenMP's are per thread.
   virtual void adoptThreads(int threads) = 0;
 
+  /// Called once by the context, before any collective, with the job's
+  /// communicator (a device backend bootstraps its transport here: every
+  /// rank constructs its context at the same point of the program).
+  virtual void attach(Communicator &comm) {}
+  /// Blocks until every operation issued so far has completed, then
+  /// reports errors that kernels found in the data (a label out of range)
+  /// as the runtime's one-line fatal error. The driver calls it after every
+  /// step. Host backends finish each call before returning: a no-op.
+  virtual void synchronize() {}
+
   // --- Memory ----------------------------------------------------------------
   /// `bytes` of backend memory, or null when out of memory. Distinct calls
   /// return distinct pointers, also for 0 bytes.
@@ -58,6 +88,12 @@ public:
   virtual void deallocate(void *ptr) = 0;
   virtual void copyFromHost(void *dst, const void *hostSrc, int64_t bytes) = 0;
   virtual void copyToHost(void *hostDst, const void *src, int64_t bytes) = 0;
+  /// Like copyToHost, but the bytes need only have arrived in hostDst when
+  /// the next synchronize() returns, so a device backend need not stall
+  /// its stream (ztrt_set_loss). Host backends copy at once.
+  virtual void copyToHostAtSync(void *hostDst, const void *src, int64_t bytes) {
+    copyToHost(hostDst, src, bytes);
+  }
   virtual void copy(const void *src, void *dst, int64_t bytes) = 0;
   /// `rows` rows of `rowBytes` bytes, row r from src + r * srcStride to
   /// dst + r * dstStride (strides in bytes, >= 0). Source and destination
@@ -133,6 +169,32 @@ public:
                             int64_t count) = 0;
   virtual int64_t bcast(Communicator &comm, float *buf, int64_t n,
                         int root) = 0;
+
+  // --- Enqueued collectives (device backends) --------------------------------
+  // A backend whose collectives are device work ordered by events returns
+  // true from enqueuesCollectives(). The context then runs no communication
+  // thread, in any world size: the step thread enqueues each collective
+  // (src/CommQueue.h), which every rank does in the same order, and neither
+  // start nor wait blocks the host.
+
+  /// Whether collectives go through the four functions below instead of
+  /// allReduce & co. on a communication thread.
+  virtual bool enqueuesCollectives() const { return false; }
+  /// Orders the collective after all work issued so far, starts it on the
+  /// communication stream and returns a ticket (> 0) at once; `*wireBytes`
+  /// is what allReduce & co. would return.
+  virtual int64_t enqueueCollective(Communicator &comm,
+                                    const CollectiveRequest &request,
+                                    int64_t *wireBytes);
+  /// Orders all work issued after this call behind the collective's
+  /// completion, without blocking the host. Once per ticket.
+  virtual void awaitCollective(int64_t ticket);
+  /// Whether the collective has completed; never blocks.
+  virtual bool collectiveDone(int64_t ticket);
+  /// After a synchronize() that followed awaitCollective(ticket): the
+  /// collective's timing; releases the ticket. False if it is not known.
+  virtual bool takeCollectiveTiming(int64_t ticket,
+                                    DeviceCollectiveTiming *timing);
 };
 
 } // namespace ztrt

@@ -39,7 +39,8 @@ std::vector<CommQueue *> &registry() {
 } // namespace
 
 CommQueue::CommQueue(Backend &backend, Communicator &comm, bool threaded)
-    : backend(backend), comm(comm), threadedMode(threaded) {
+    : backend(backend), comm(comm), deviceMode(backend.enqueuesCollectives()),
+      threadedMode(threaded && !deviceMode) {
   if (!threadedMode)
     return;
   worker = std::thread([this] { run(); });
@@ -104,6 +105,24 @@ CollectiveResult CommQueue::execute(const CollectiveRequest &r) {
 }
 
 int64_t CommQueue::start(const CollectiveRequest &request) {
+  if (deviceMode) {
+    // The step thread enqueues: every rank issues its collectives in the
+    // same order, which is all NCCL needs, and only this thread uses the
+    // communicator during a step.
+    int64_t wireBytes = 0;
+    const int64_t ticket = backend.enqueueCollective(comm, request, &wireBytes);
+    std::lock_guard<std::mutex> lock(mutex);
+    const int64_t handle = nextHandle++;
+    Entry &entry = outstanding[handle];
+    entry.request = request;
+    entry.ticket = ticket;
+    entry.result.kind = request.kind;
+    entry.result.elems = request.elems;
+    entry.result.wireBytes = wireBytes;
+    entry.result.deferred = true;
+    entry.result.ticket = ticket;
+    return handle;
+  }
   if (!threadedMode) {
     CollectiveResult result = execute(request);
     std::lock_guard<std::mutex> lock(mutex);
@@ -174,6 +193,13 @@ CollectiveResult CommQueue::wait(int64_t handle, const char *op) {
           "with it)",
           op, static_cast<long long>(handle));
   }
+  if (deviceMode) {
+    CollectiveResult result = it->second.result;
+    outstanding.erase(it);
+    lock.unlock();
+    backend.awaitCollective(result.ticket);
+    return result;
+  }
   completedCv.wait(lock, [&] { return it->second.done; });
   CollectiveResult result = it->second.result;
   outstanding.erase(it);
@@ -181,9 +207,16 @@ CollectiveResult CommQueue::wait(int64_t handle, const char *op) {
 }
 
 bool CommQueue::completed(int64_t handle) {
-  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_lock<std::mutex> lock(mutex);
   auto it = outstanding.find(handle);
-  return it == outstanding.end() || it->second.done;
+  if (it == outstanding.end())
+    return true;
+  if (deviceMode) {
+    const int64_t ticket = it->second.ticket;
+    lock.unlock();
+    return backend.collectiveDone(ticket);
+  }
+  return it->second.done;
 }
 
 int64_t CommQueue::oldestOutstanding(Collective *kind, size_t *count) {

@@ -13,6 +13,14 @@
 // In a world of one a collective is a copy: it is done inline in start(),
 // no thread needed, and the handle bookkeeping is the same.
 //
+// A device backend (Backend::enqueuesCollectives(), the cuda backend) needs
+// no thread either: start() enqueues the collective on the backend's
+// communication stream behind an event of its compute stream, wait() makes
+// the compute stream wait for the collective's completion event, and
+// neither blocks the host. The collective's timing is known only once the
+// device has run it, so its result is marked `deferred` and the context
+// accounts it at its next synchronize().
+//
 // Handles are 1, 2, 3, ... in start order. A handle is "outstanding" from
 // its start until its one wait; waiting on anything else is a fatal error.
 //
@@ -59,14 +67,19 @@ struct CollectiveResult {
   /// The backend's return value: bytes this rank handed to the transport.
   int64_t wireBytes = 0;
   /// When the backend began and ended it (on the communication thread, or
-  /// inline).
+  /// inline). Not set when `deferred`.
   Clock::time_point begin, end;
+  /// Enqueued on a device: begin, end and the exposed time come from the
+  /// backend's takeCollectiveTiming(ticket) after the next synchronize.
+  bool deferred = false;
+  int64_t ticket = 0;
 };
 
 class CommQueue {
 public:
   /// `threaded`: run collectives on a communication thread of their own;
-  /// otherwise inline in start() (a world of one).
+  /// otherwise inline in start() (a world of one). A backend that enqueues
+  /// collectives overrides both: no thread, and start() enqueues.
   CommQueue(Backend &backend, Communicator &comm, bool threaded);
   /// stop().
   ~CommQueue();
@@ -74,6 +87,8 @@ public:
   CommQueue &operator=(const CommQueue &) = delete;
 
   bool threaded() const { return threadedMode; }
+  /// Whether collectives are enqueued on the backend's device streams.
+  bool enqueued() const { return deviceMode; }
 
   /// Queues (or, inline, performs) a collective; returns its handle.
   int64_t start(const CollectiveRequest &request);
@@ -101,6 +116,8 @@ private:
     /// The step thread's kernel thread count at start (see adoptThreads).
     int threads = 0;
     bool done = false;
+    /// The backend's ticket (device mode only).
+    int64_t ticket = 0;
     CollectiveResult result;
   };
 
@@ -110,6 +127,7 @@ private:
 
   Backend &backend;
   Communicator &comm;
+  const bool deviceMode;
   const bool threadedMode;
 
   std::mutex mutex;

@@ -127,6 +127,15 @@ std::unique_ptr<Communicator> Communicator::initWorld(int *argc, char ***argv) {
         "MPI_Comm_set_errhandler");
   check(MPI_Comm_rank(world->mpi->comm, &world->p.rank), "MPI_Comm_rank");
   check(MPI_Comm_size(world->mpi->comm, &world->p.count), "MPI_Comm_size");
+  // The ranks on this node, whatever the launcher: a device backend gives
+  // each its own GPU by this index. Every rank does this at start-up.
+  MPI_Comm local = MPI_COMM_NULL;
+  check(MPI_Comm_split_type(world->mpi->comm, MPI_COMM_TYPE_SHARED,
+                            world->p.rank, MPI_INFO_NULL, &local),
+        "MPI_Comm_split_type");
+  check(MPI_Comm_rank(local, &world->p.localRank), "MPI_Comm_rank");
+  check(MPI_Comm_size(local, &world->p.localCount), "MPI_Comm_size");
+  MPI_Comm_free(&local);
   if (world->p.count > 1)
     setJobRank(world->p.rank, abortJob);
   return world;
@@ -168,6 +177,13 @@ void Communicator::broadcast(float *buf, int64_t elems, int root) {
     return;
   int n = mpiCount("MPI_Bcast", elems);
   check(MPI_Bcast(buf, n, MPI_FLOAT, root, mpi->comm), "MPI_Bcast");
+}
+
+void Communicator::broadcastBytes(void *buf, int64_t bytes, int root) {
+  if (!mpi)
+    return;
+  int n = mpiCount("MPI_Bcast", bytes);
+  check(MPI_Bcast(buf, n, MPI_BYTE, root, mpi->comm), "MPI_Bcast");
 }
 
 void Communicator::barrier() {

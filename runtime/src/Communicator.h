@@ -36,6 +36,10 @@ struct CommunicatorParams {
   int rank = 0;
   /// The number of ranks.
   int count = 1;
+  /// This process's rank among the ranks on its node (the processes that
+  /// share its memory), and their number: what picks a rank's GPU.
+  int localRank = 0;
+  int localCount = 1;
 };
 
 /// True when the environment shows that an MPI launcher started this
@@ -64,6 +68,8 @@ public:
   const CommunicatorParams &params() const { return p; }
   int rank() const { return p.rank; }
   int count() const { return p.count; }
+  int localRank() const { return p.localRank; }
+  int localCount() const { return p.localCount; }
 
   /// `send` holds count() blocks of `elems` floats; block r goes to rank r.
   /// Block s of `recv` (count() * elems floats) is what rank s sent here.
@@ -77,6 +83,9 @@ public:
   void gather(const float *send, float *recv, int64_t elems, int root);
   /// `buf` (elems floats) = root's `buf`, on every rank.
   void broadcast(float *buf, int64_t elems, int root);
+  /// `buf` (`bytes` bytes, moved as such) = root's `buf`, on every rank
+  /// (NCCL's unique id).
+  void broadcastBytes(void *buf, int64_t bytes, int root);
   /// Returns once every rank has called it: what a rank did before its
   /// call (a committed file) happened before what any rank does after.
   void barrier();

@@ -14,6 +14,23 @@ namespace ztrt {
 
 Backend::~Backend() = default;
 
+// Only backends that return true from enqueuesCollectives() are asked to
+// enqueue; reaching these is a bug in the runtime, not in the program.
+int64_t Backend::enqueueCollective(Communicator &, const CollectiveRequest &,
+                                   int64_t *) {
+  fatal("the %s backend does not enqueue collectives", name());
+}
+
+void Backend::awaitCollective(int64_t) {
+  fatal("the %s backend does not enqueue collectives", name());
+}
+
+bool Backend::collectiveDone(int64_t) { return true; }
+
+bool Backend::takeCollectiveTiming(int64_t, DeviceCollectiveTiming *) {
+  return false;
+}
+
 const char *categoryName(int category) {
   static const char *const names[ZTRT_CAT_COUNT] = {
       "parameters",  "gradients", "optimizer_states",
@@ -77,6 +94,9 @@ ztrt_ctx::ztrt_ctx(std::unique_ptr<Backend> backend,
                    std::unique_ptr<Communicator> comm, CommMode mode)
     : impl(std::move(backend)),
       world(comm ? std::move(comm) : std::make_unique<Communicator>()) {
+  // Before the queue exists: a device backend bootstraps its transport
+  // (NCCL) over the communicator here.
+  impl->attach(*world);
   const bool threaded = mode == CommMode::Thread || world->count() > 1;
   queue = std::make_unique<CommQueue>(*impl, *world, threaded);
 }
@@ -84,6 +104,9 @@ ztrt_ctx::ztrt_ctx(std::unique_ptr<Backend> backend,
 ztrt_ctx::~ztrt_ctx() {
   // The thread may still be writing into buffers freed below.
   queue.reset();
+  // Device work may still read them too (frees are stream-ordered on a
+  // device, but a final synchronize keeps teardown simple to reason about).
+  impl->synchronize();
   for (auto &[ptr, allocation] : live)
     impl->deallocate(ptr);
 }
@@ -141,6 +164,11 @@ int64_t ztrt_ctx::startCollective(const CollectiveRequest &request) {
 void ztrt_ctx::finishCollective(int64_t handle,
                                 const CollectiveResult &result) {
   traffic[static_cast<int>(result.kind)].wireBytes += result.wireBytes;
+  if (result.deferred) {
+    deferred.push_back(
+        {handle, result.ticket, result.kind, result.elems, result.wireBytes});
+    return;
+  }
   overlapStats.commNanos += nanosBetween(result.begin, result.end);
   if (tracer) {
     TraceEvent event(TraceEvent::Type::Collective);
@@ -159,7 +187,10 @@ void ztrt_ctx::waitCollective(int64_t handle, const char *op) {
   const Clock::time_point begin = Clock::now();
   CollectiveResult result = queue->wait(handle, op);
   const Clock::time_point end = Clock::now();
-  overlapStats.exposedNanos += nanosBetween(begin, end);
+  // An enqueued wait does not block the host; how long the device's
+  // compute waited is measured on the device (synchronize()).
+  if (!result.deferred)
+    overlapStats.exposedNanos += nanosBetween(begin, end);
   finishCollective(handle, result);
   if (tracer) {
     TraceEvent event(TraceEvent::Type::Wait);
@@ -177,7 +208,8 @@ void ztrt_ctx::runCollective(const CollectiveRequest &request, const char *op) {
   const int64_t handle = queue->start(request);
   CollectiveResult result = queue->wait(handle, op);
   const Clock::time_point end = Clock::now();
-  overlapStats.exposedNanos += nanosBetween(begin, end);
+  if (!result.deferred)
+    overlapStats.exposedNanos += nanosBetween(begin, end);
   finishCollective(handle, result);
   if (tracer) {
     TraceEvent event(TraceEvent::Type::SyncCollective);
@@ -188,6 +220,29 @@ void ztrt_ctx::runCollective(const CollectiveRequest &request, const char *op) {
     event.value = handle;
     tracer->add(event);
   }
+}
+
+void ztrt_ctx::synchronize() {
+  impl->synchronize();
+  for (const DeferredCollective &c : deferred) {
+    DeviceCollectiveTiming timing;
+    if (!impl->takeCollectiveTiming(c.ticket, &timing))
+      continue;
+    overlapStats.commNanos += nanosBetween(timing.begin, timing.end);
+    overlapStats.exposedNanos += timing.exposedNanos;
+    if (tracer) {
+      TraceEvent event(TraceEvent::Type::Collective);
+      event.kind = static_cast<uint8_t>(c.kind);
+      event.begin = timing.begin;
+      event.end = timing.end;
+      event.value = c.handle;
+      event.elems = c.elems;
+      event.bytes = collectiveBytes(c.kind, c.elems, world->count());
+      event.wireBytes = c.wireBytes;
+      tracer->add(event);
+    }
+  }
+  deferred.clear();
 }
 
 void ztrt_ctx::requireCollectivesWaited(const char *when, int64_t step) {

@@ -128,6 +128,15 @@ struct ztrt_ctx {
   bool collectiveCompleted(int64_t handle) { return queue->completed(handle); }
   /// Whether collectives run on a communication thread.
   bool commThreaded() const { return queue->threaded(); }
+  /// Whether collectives are enqueued on the backend's device streams.
+  bool commEnqueued() const { return queue->enqueued(); }
+
+  /// Waits for the backend's device work (Backend::synchronize: reports
+  /// errors kernels found), then accounts the collectives waited since the
+  /// last call whose timing only the device knew: their durations, the
+  /// time compute waited for them, their trace events. The driver calls it
+  /// after every step; a no-op on host backends.
+  void synchronize();
 
   const ztrt::CollectiveStats &communication(ztrt::Collective kind) const {
     return traffic[static_cast<int>(kind)];
@@ -141,6 +150,8 @@ struct ztrt_ctx {
   ztrt::Trace *trace() { return tracer.get(); }
 
   std::vector<void *> params, states, inputs;
+  /// The step's arenas (ztrt_arena), by index: pointer and size.
+  std::vector<std::pair<void *, int64_t>> arenas;
   /// One persistent gradient buffer per parameter (empty when the model
   /// declares none); indexed like params.
   std::vector<void *> grads;
@@ -157,8 +168,17 @@ private:
   };
   /// Counts a collective's call and payload bytes (at its start).
   void countCall(const ztrt::CollectiveRequest &request);
-  /// Accounts a completed collective: wire bytes, duration, trace event.
+  /// Accounts a completed collective: wire bytes, duration, trace event
+  /// (for a deferred result the last two at the next synchronize()).
   void finishCollective(int64_t handle, const ztrt::CollectiveResult &result);
+
+  /// A waited collective whose timing the device reports later.
+  struct DeferredCollective {
+    int64_t handle, ticket;
+    ztrt::Collective kind;
+    int64_t elems, wireBytes;
+  };
+  std::vector<DeferredCollective> deferred;
 
   std::unique_ptr<ztrt::Backend> impl;
   std::unique_ptr<ztrt::Communicator> world;

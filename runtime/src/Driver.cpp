@@ -7,6 +7,9 @@
 #include "src/Driver.h"
 
 #include "cpu/CpuBackend.h"
+#ifdef ZTRT_HAVE_CUDA
+#include "cuda/CudaBackend.h"
+#endif
 #include "src/Checkpoint.h"
 #include "src/Communicator.h"
 #include "src/Context.h"
@@ -59,6 +62,9 @@ const char kUsage[] =
     "                     the extension (trace.rank0.json)\n"
     "  --threads N        threads for BLAS and kernels (default: the "
     "libraries')\n"
+    "  --backend B        where the steps run: cpu (host memory, OpenBLAS,\n"
+    "                     MPI; the default) or cuda (a GPU per rank, cuBLAS,\n"
+    "                     NCCL; needs a runtime built with CUDA)\n"
     "  --help             show this help\n";
 
 int64_t parseInteger(const std::string &flag, const std::string &value,
@@ -292,6 +298,22 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
 
 } // namespace
 
+std::unique_ptr<Backend> createBackend(const std::string &name,
+                                       const Communicator &comm) {
+  if (name == "cpu")
+    return createCpuBackend();
+#ifdef ZTRT_HAVE_CUDA
+  CudaOptions options;
+  // Fatal, naming the reason, when there is no usable GPU for this rank.
+  options.device = selectCudaDevice(comm.params());
+  return createCudaBackend(options);
+#else
+  fatal("--backend cuda: this executable was built without CUDA support "
+        "(the runtime was configured without the CUDA toolkit and NCCL; "
+        "see docs/cuda.md)");
+#endif
+}
+
 Options parseOptions(int argc, char **argv, int rank) {
   Options opts;
   const char *program = argc > 0 ? argv[0] : "ztrain-model";
@@ -321,7 +343,8 @@ Options parseOptions(int argc, char **argv, int rank) {
                                          "--save-checkpoint",
                                          "--checkpoint-every",
                                          "--resume",
-                                         "--trace"};
+                                         "--trace",
+                                         "--backend"};
     bool known = false;
     for (const char *name : valued)
       known = known || flag == name;
@@ -362,7 +385,12 @@ Options parseOptions(int argc, char **argv, int rank) {
       opts.checkpointEvery = parseInteger(flag, value, 1);
     else if (flag == "--resume")
       opts.resume = value;
-    else if (flag == "--threads")
+    else if (flag == "--backend") {
+      if (value != "cpu" && value != "cuda")
+        usageError("flag --backend: '%s' is not a backend (cpu or cuda)",
+                   value.c_str());
+      opts.backend = value;
+    } else if (flag == "--threads")
       opts.threads = static_cast<int>(
           std::min<int64_t>(parseInteger(flag, value, 1), 1 << 16));
   }
@@ -420,7 +448,8 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     opts.seed = resumed.seed;
   }
 
-  ztrt_ctx ctx(createCpuBackend(), std::move(world));
+  std::unique_ptr<Backend> impl = createBackend(opts.backend, *world);
+  ztrt_ctx ctx(std::move(impl), std::move(world));
   Backend &backend = ctx.backend();
   Communicator &comm = ctx.comm();
   if (opts.threads > 0)
@@ -488,6 +517,9 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     ctx.lossSet = false;
     auto start = Clock::now();
     step(&ctx);
+    // A device backend has only enqueued the step: its time, its loss and
+    // errors its kernels found are known once the device has run it.
+    ctx.synchronize();
     auto end = Clock::now();
     // The step owns its collectives; the driver's own exchanges below must
     // find the communication thread idle.

@@ -12,6 +12,7 @@
 #include "ztrt.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace ztrt {
@@ -32,12 +33,23 @@ struct Options {
   int64_t logEvery = 1;
   /// 0: leave the libraries' defaults.
   int threads = 0;
+  /// --backend: "cpu" or "cuda".
+  std::string backend = "cpu";
 };
 
 /// Parses the executable's flags; on --help prints the usage (on rank 0
 /// only: every rank of a job parses the same flags) and exits 0; exits 2 with
 /// one line on any mistake.
 Options parseOptions(int argc, char **argv, int rank = 0);
+
+class Backend;
+class Communicator;
+
+/// The backend named by --backend ("cpu" or "cuda") for this rank of
+/// `comm`: for cuda, the GPU of its local rank. Fatal, naming the reason,
+/// when the runtime was built without CUDA or no GPU is usable.
+std::unique_ptr<Backend> createBackend(const std::string &name,
+                                       const Communicator &comm);
 
 using StepFn = void (*)(ztrt_ctx *);
 

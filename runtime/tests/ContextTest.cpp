@@ -69,3 +69,24 @@ TEST(ContextTest, GatheredParametersAreACategoryOfTheirOwn) {
   EXPECT_EXIT(ztrt_alloc(ctx.get(), 8, 6), ::testing::ExitedWithCode(1),
               "^ztrain: error: alloc: invalid memory category 6\n$");
 }
+
+TEST(ContextTest, ArenasPersistAcrossSteps) {
+  auto ctx = cpuContext();
+  void *a = ztrt_arena(ctx.get(), 0, 256, ZTRT_CAT_ACTIVATIONS);
+  void *g = ztrt_arena(ctx.get(), 1, 128, ZTRT_CAT_GATHERED);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(g, nullptr);
+  EXPECT_NE(a, g);
+  // Later steps get the same blocks and allocate nothing more.
+  EXPECT_EQ(ztrt_arena(ctx.get(), 0, 256, ZTRT_CAT_ACTIVATIONS), a);
+  EXPECT_EQ(ztrt_arena(ctx.get(), 1, 128, ZTRT_CAT_GATHERED), g);
+  EXPECT_EQ(ctx->memory().current[ZTRT_CAT_ACTIVATIONS], 256);
+  EXPECT_EQ(ctx->memory().current[ZTRT_CAT_GATHERED], 128);
+  EXPECT_EQ(ctx->memory().peakTotal, 384);
+  EXPECT_EXIT(ztrt_arena(ctx.get(), 0, 512, ZTRT_CAT_ACTIVATIONS),
+              ::testing::ExitedWithCode(1),
+              "^ztrain: error: arena: arena 0 was allocated with 256 bytes, "
+              "now asked for 512\n$");
+  EXPECT_EXIT(ztrt_arena(ctx.get(), 65, 8, ZTRT_CAT_OTHER),
+              ::testing::ExitedWithCode(1), "arena: index 65 out of range");
+}

@@ -25,6 +25,7 @@ TEST(DriverTest, Defaults) {
   EXPECT_EQ(o.seed, 0u);
   EXPECT_EQ(o.logEvery, 1);
   EXPECT_EQ(o.threads, 0);
+  EXPECT_EQ(o.backend, "cpu");
   EXPECT_TRUE(o.init.empty() && o.data.empty() && o.save.empty() &&
               o.report.empty() && o.trace.empty());
 }
@@ -44,6 +45,8 @@ TEST(DriverTest, BothValueSpellings) {
   EXPECT_EQ(o.threads, 4);
   EXPECT_EQ(o.trace, "t.json");
   EXPECT_EQ(parse({"--trace=x"}).trace, "x");
+  EXPECT_EQ(parse({"--backend", "cuda"}).backend, "cuda");
+  EXPECT_EQ(parse({"--backend=cpu"}).backend, "cpu");
 }
 
 TEST(DriverTest, CheckpointFlags) {
@@ -88,6 +91,9 @@ TEST(DriverTest, MistakesExitWithStatus2) {
               "^ztrain: error: flag --trace needs a value\n$");
   EXPECT_EXIT(parse({"--trace="}), ExitedWithCode(2),
               "flag --trace needs a value");
+  EXPECT_EXIT(parse({"--backend=gpu"}), ExitedWithCode(2),
+              "^ztrain: error: flag --backend: 'gpu' is not a backend \\(cpu "
+              "or cuda\\)\n$");
 }
 
 TEST(DriverTest, HelpExitsZero) {
@@ -102,4 +108,5 @@ TEST(DriverTest, HelpMentionsTrace) {
   EXPECT_EQ(r.status, 0);
   EXPECT_NE(r.out.find("--trace F"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ui.perfetto.dev"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--backend B"), std::string::npos) << r.out;
 }

@@ -9,6 +9,9 @@
 
 #include "src/Json.h"
 #include "src/Safetensors.h"
+#ifdef ZTRT_HAVE_CUDA
+#include "cuda/CudaBackend.h"
+#endif
 
 #include <cstring>
 #include <regex>
@@ -152,6 +155,26 @@ TEST(MainTest, BadFlagExits2WithOneLine) {
       run(dir, {"--steps=3", "--lr=0.1", "--save", dir.path("w.safetensors")});
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(r.err, "ztrain: error: unknown flag '--lr' (try --help)\n");
+  EXPECT_TRUE(dir.entries().empty());
+}
+
+TEST(MainTest, CudaBackendWithoutAGpuIsOneLine) {
+  // Where the cuda backend can run, the fake model could not (it passes a
+  // host array to a kernel): the GPU runs are test/e2e/test_cuda.py's.
+  std::string expected =
+      "--backend cuda: this executable was built without CUDA support";
+#ifdef ZTRT_HAVE_CUDA
+  std::string reason;
+  if (cudaDeviceCount(&reason) > 0)
+    GTEST_SKIP() << "a CUDA device is present";
+  expected = "ztrain: error: --backend cuda: no CUDA device: " + reason + "\n";
+#endif
+  TempDir dir;
+  Result r = run(dir, {"--backend", "cuda", "--save", dir.path("w.safetensors"),
+                       "--report", dir.path("r.json")});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(countLines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
   EXPECT_TRUE(dir.entries().empty());
 }
 

@@ -1,5 +1,5 @@
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 max-tile-bytes=65536 overlap=false" | FileCheck %s
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 max-tile-bytes=65536" | FileCheck %s --check-prefix=SCHED
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 max-tile-bytes=65536 overlap=true" | FileCheck %s --check-prefix=SCHED
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 max-tile-bytes=65536 overlap=false" --lower-to-runtime | FileCheck %s --check-prefix=LOWER
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 max-tile-bytes=1000 overlap=false" 2>&1 | FileCheck %s --check-prefix=WARN
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 max-tile-bytes=65536 overlap=false" | FileCheck %s --check-prefix=STAGE2

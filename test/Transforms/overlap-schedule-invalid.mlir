@@ -1,6 +1,6 @@
-// RUN: not ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 max-live-bytes=200" 2>&1 | FileCheck %s --check-prefix=TOOBIG
-// RUN: not ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 max-live-bytes=300 reshard-after-forward=false" 2>&1 | FileCheck %s --check-prefix=CROWDED
-// RUN: not ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2" --overlap-schedule 2>&1 | FileCheck %s --check-prefix=TWICE
+// RUN: not ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 max-live-bytes=200 overlap=true" 2>&1 | FileCheck %s --check-prefix=TOOBIG
+// RUN: not ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 max-live-bytes=300 reshard-after-forward=false overlap=true" 2>&1 | FileCheck %s --check-prefix=CROWDED
+// RUN: not ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 overlap=true" --overlap-schedule 2>&1 | FileCheck %s --check-prefix=TWICE
 // RUN: not ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 overlap=false" --overlap-schedule=prefetch-depth=-1 2>&1 | FileCheck %s --check-prefix=NEGATIVE
 
 // w2 alone (256 bytes gathered) exceeds the bound: the error names it and

@@ -1,16 +1,16 @@
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2" | FileCheck %s --check-prefix=DEPTH1
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 prefetch-depth=0" | FileCheck %s --check-prefix=DEPTH0
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 prefetch-depth=2" | FileCheck %s --check-prefix=DEPTH2
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 max-live-bytes=320" | FileCheck %s --check-prefix=LIVE
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 reshard-after-forward=false" | FileCheck %s --check-prefix=KEEP
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=300" | FileCheck %s --check-prefix=BUCKET
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=0" | FileCheck %s --check-prefix=NOBUCKET
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=0 dp=2 bucket-bytes=300" | FileCheck %s --check-prefix=S0
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=1 dp=2" | FileCheck %s --check-prefix=S1
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 overlap=true" | FileCheck %s --check-prefix=DEPTH1
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 prefetch-depth=0 overlap=true" | FileCheck %s --check-prefix=DEPTH0
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 prefetch-depth=2 overlap=true" | FileCheck %s --check-prefix=DEPTH2
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 max-live-bytes=320 overlap=true" | FileCheck %s --check-prefix=LIVE
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 reshard-after-forward=false overlap=true" | FileCheck %s --check-prefix=KEEP
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=300 overlap=true" | FileCheck %s --check-prefix=BUCKET
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=0 overlap=true" | FileCheck %s --check-prefix=NOBUCKET
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=0 dp=2 bucket-bytes=300 overlap=true" | FileCheck %s --check-prefix=S0
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=1 dp=2 overlap=true" | FileCheck %s --check-prefix=S1
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 overlap=false" --overlap-schedule | FileCheck %s --check-prefix=DEPTH1
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 max-live-bytes=320" --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=REPORT
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2" --lower-to-runtime | FileCheck %s --check-prefix=LOWER3
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=300" --lower-to-runtime | FileCheck %s --check-prefix=LOWER2
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 max-live-bytes=320 overlap=true" --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=REPORT
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 overlap=true" --lower-to-runtime | FileCheck %s --check-prefix=LOWER3
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=300 overlap=true" --lower-to-runtime | FileCheck %s --check-prefix=LOWER2
 
 // Three layers, stage 3 over 2 ranks. Gathered sizes: w1 192 bytes, w2 256,
 // w3 128 (no padding: every size is even).

@@ -1,7 +1,7 @@
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=300" --plan-memory | FileCheck %s
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2" --plan-memory | FileCheck %s --check-prefix=GATHER
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=300" --plan-memory --lower-to-runtime | FileCheck %s --check-prefix=LOWER
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=300" --plan-memory --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=REPORT
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=300 overlap=true" --plan-memory | FileCheck %s
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 overlap=true" --plan-memory | FileCheck %s --check-prefix=GATHER
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=300 overlap=true" --plan-memory --lower-to-runtime | FileCheck %s --check-prefix=LOWER
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=300 overlap=true" --plan-memory --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=REPORT
 // RUN: not ztrain-opt %s --ztrain-training=optimizer=sgd --plan-memory --plan-memory 2>&1 | FileCheck %s --check-prefix=TWICE
 
 // Every buffer gets an arena and an offset; buffers whose lifetimes do not
@@ -23,15 +23,15 @@
 // GATHER: dist.arenas = {activations = {{[0-9]+}} : i64, gathered_parameters = 512 : i64
 // GATHER: dist.wait %{{.*}} {dist.slots = [#dist.slot<"gathered_parameters", {{[0-9]+}}, 192>]} : tensor<8x6xf32>
 
-// Lowered: one allocation per arena for the whole step, buffers at their
-// offsets, freed at the end; no per-tensor allocation.
-// LOWER: %[[ACT:.*]] = call @ztrt_alloc(%arg0, %c772_i64, %c3_i32)
-// LOWER-NEXT: %[[OTHER:.*]] = call @ztrt_alloc(%arg0, %c576_i64, %c4_i32)
+// Lowered: one persistent arena per category (ztrt_arena allocates it on
+// the first step and returns it on later ones), buffers at their offsets;
+// no per-tensor allocation or free.
+// LOWER: %[[ACT:.*]] = call @ztrt_arena(%arg0, %c0_i64, %c772_i64, %c3_i32)
+// LOWER-NEXT: %[[OTHER:.*]] = call @ztrt_arena(%arg0, %c2_i64, %c576_i64, %c4_i32)
 // LOWER: llvm.getelementptr %[[ACT]][%c640_i64]
 // LOWER-NOT: call @ztrt_alloc
-// LOWER: call @ztrt_free(%arg0, %[[ACT]])
-// LOWER-NEXT: call @ztrt_free(%arg0, %[[OTHER]])
-// LOWER-NEXT: return
+// LOWER-NOT: call @ztrt_free
+// LOWER: return
 
 // The report prices the plan: activations = the activation arena,
 // communication buffers = the gathered and staging arenas.

@@ -50,10 +50,10 @@ def train(exe, n, init, data, save, extra=()):
 # same inputs, so any difference at all is a bug (a buffer overwritten while
 # a collective still reads it, a wait too late or missing).
 SCHEDULES = {
-    "default": [],
-    "small-buckets-deep-prefetch": ["--bucket-bytes", "512", "--prefetch-depth", "2"],
-    "one-collective-per-gradient": ["--bucket-bytes", "0", "--prefetch-depth", "0"],
-    "keep-forward-gathers": ["--reshard-after-forward=false"],
+    "default": ["--overlap"],
+    "small-buckets-deep-prefetch": ["--overlap", "--bucket-bytes", "512", "--prefetch-depth", "2"],
+    "one-collective-per-gradient": ["--overlap", "--bucket-bytes", "0", "--prefetch-depth", "0"],
+    "keep-forward-gathers": ["--overlap", "--reshard-after-forward=false"],
 }
 
 
@@ -82,7 +82,7 @@ def test_four_ranks_stage3_bitwise(tmp_path):
     sync = parity.compile_model(str(src), str(tmp_path / "sync"), opt, base + ["--overlap=false"])
     want = train(sync, n, init, data, str(tmp_path / "sync.safetensors"))
     exe = parity.compile_model(str(src), str(tmp_path / "async"), opt,
-                               base + ["--bucket-bytes", "1024", "--prefetch-depth", "2"])
+                               base + ["--overlap", "--bucket-bytes", "1024", "--prefetch-depth", "2"])
     assert train(exe, n, init, data, str(tmp_path / "async.safetensors")) == want
 
 
@@ -103,19 +103,20 @@ def test_max_live_bytes_bounds_measured_gathers(tmp_path):
     stays within max-live-bytes."""
     n = 2
     src, init, data = prepare("gpt", tmp_path, n)
-    free = zero_report(src, f"stage=3 dp={n}")["per_rank"]["gathered_parameters_peak"]
+    free = zero_report(src, f"stage=3 dp={n} overlap=true")["per_rank"][
+        "gathered_parameters_peak"]
     # A bound below the unbounded schedule's peak that still holds the
     # largest gathered parameter (N padded shards) next to the tied
     # embedding, which stays gathered through the forward pass.
     largest = max(-(-a.size // n) * n * 4 for a in parity.make_init(make("gpt")).values())
     bound = free - 1024
     assert largest < bound < free, (largest, bound, free)
-    plan = zero_report(src, f"stage=3 dp={n} max-live-bytes={bound}")["per_rank"]
+    plan = zero_report(src, f"stage=3 dp={n} overlap=true max-live-bytes={bound}")["per_rank"]
     assert plan["gathered_parameters_peak"] <= bound
 
     exe = parity.compile_model(str(src), str(tmp_path / "bounded"),
                                parity.OptimizerConfig("adam", lr=1e-2),
-                               ["--dp", str(n), "--zero-stage", "3",
+                               ["--dp", str(n), "--zero-stage", "3", "--overlap",
                                 "--max-live-bytes", str(bound)])
     report = str(tmp_path / "report.json")
     mpirun(n, [exe, "--steps", "3", "--init", init, "--data", data,
@@ -133,7 +134,8 @@ def test_trace_per_rank_and_hidden_fraction(tmp_path):
     src, init, data = prepare("gpt", tmp_path, n)
     exe = parity.compile_model(str(src), str(tmp_path / "model"),
                                parity.OptimizerConfig("adam", lr=1e-2),
-                               ["--dp", str(n), "--zero-stage", "3", "--bucket-bytes", "1024"])
+                               ["--dp", str(n), "--zero-stage", "3", "--overlap",
+                                "--bucket-bytes", "1024"])
     trace = tmp_path / "trace.json"
     report = str(tmp_path / "report.json")
     mpirun(n, [exe, "--steps", "2", "--init", init, "--data", data, "--threads", "1",

@@ -80,7 +80,7 @@ def test_tiled_layer_trains_like_untiled_in_a_quarter_of_the_memory(overlap, tmp
     first = safetensors.load(str(one))
     assert all(parity.rel_err(whole[k], first[k]) > 1e-3 for k in whole)
 
-    flags = "" if overlap else "overlap=false"
+    flags = f"overlap={'true' if overlap else 'false'}"
     predicted = {"whole": plan(src, flags),
                  "tiled": plan(src, f"{flags} max-tile-bytes={TILE}")}
     gathered = {}

@@ -92,9 +92,11 @@ cl::opt<int64_t> dp("dp",
                     cl::init(1), cl::cat(category));
 cl::opt<bool> overlap("overlap",
                       cl::desc("Overlap collectives with compute "
-                               "(overlap-schedule; --overlap=false: "
-                               "synchronous collectives)"),
-                      cl::init(true), cl::cat(category));
+                               "(overlap-schedule: asynchronous collectives, "
+                               "prefetch, gradient buckets); off by default: "
+                               "on the CPU backend over shared memory it was "
+                               "measured no faster (docs/benchmarks.md)"),
+                      cl::init(false), cl::cat(category));
 cl::opt<int64_t> prefetchDepth(
     "prefetch-depth",
     cl::desc("Stage 3: parameter gathers in flight ahead of their use"),

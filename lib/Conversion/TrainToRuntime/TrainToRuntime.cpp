@@ -495,14 +495,17 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
   bool planned = false;
   if (auto arenas = module->getAttrOfType<DictionaryAttr>(dist::kArenasAttr)) {
     planned = true;
-    for (NamedAttribute arena : arenas) {
+    // Persistent across steps (ztrt_arena): steady-state steps allocate
+    // nothing, and large arenas are not mapped and faulted in every step.
+    for (auto [index, arena] : llvm::enumerate(arenas)) {
       int64_t bytes = cast<IntegerAttr>(arena.getValue()).getInt();
       StringRef name = arena.getName().getValue();
       int32_t category = name == "activations" ? ZTRT_CAT_ACTIVATIONS
                          : name == "gathered_parameters" ? ZTRT_CAT_GATHERED
                                                          : ZTRT_CAT_OTHER;
       if (bytes > 0)
-        arenaBase[name] = e.call("alloc", {e.i64(bytes), e.i32(category)});
+        arenaBase[name] = e.call("arena", {e.i64(index), e.i64(bytes),
+                                           e.i32(category)});
     }
   }
   bool planBroken = false;
@@ -1097,10 +1100,6 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
   }
   if (planBroken)
     return failure();
-  if (auto arenas = module->getAttrOfType<DictionaryAttr>(dist::kArenasAttr))
-    for (NamedAttribute arena : arenas)
-      if (Value base = arenaBase.lookup(arena.getName().getValue()))
-        e.call("free", {base});
   func::ReturnOp::create(b, entry.getLoc());
   numCalls += e.calls;
   entry.erase();

@@ -34,7 +34,7 @@
 
 // LLVM: llvm.func @ztrain_step(%{{.*}}: !llvm.ptr)
 // LLVM: llvm.call @ztrt_adam_update_f32
-// LLVM: llvm.func @ztrt_alloc(!llvm.ptr, i64, i32) -> !llvm.ptr
+// LLVM: llvm.func @ztrt_arena(!llvm.ptr, i64, i64, i32) -> !llvm.ptr
 
 train.param @w : tensor<3x4xf32> init(normal, 0.02)
 train.param @b : tensor<3xf32> init(zeros)

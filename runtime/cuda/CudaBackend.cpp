@@ -1,0 +1,944 @@
+//===- CudaBackend.cpp - The CUDA / NCCL backend --------------------------===//
+//
+// Part of ztrain's runtime. Host side of the cuda backend: device, streams,
+// memory, cuBLAS, NCCL, the enqueued collectives and the deferred error
+// checks. The kernels are in the .cu files (Kernels.h). Design: docs/cuda.md.
+//
+// Streams. All kernels, copies and frees run on one compute stream, in call
+// order, so a step's program order is the device's order. Collectives run
+// on a communication stream of higher priority (NCCL kernels should not
+// queue behind compute kernels they could overlap): enqueueCollective
+// records an event on the compute stream, makes the communication stream
+// wait for it, enqueues the NCCL call and records a completion event;
+// awaitCollective makes the compute stream wait for that event. The host
+// never blocks in either, so the compiler's schedule (start early, wait
+// late) is the overlap the device gets.
+//
+// Memory. cudaMallocAsync / cudaFreeAsync on the compute stream, from the
+// device's default pool with its release threshold at the maximum: freed
+// blocks stay cached for the next step's allocations (a caching allocator
+// without our own bookkeeping), and a free is ordered after every use the
+// program made before it. No managed memory.
+//
+// Errors. API errors are fatal at once. Data errors (a label or id out of
+// range) are found by the kernels, which record the first offending index
+// in an error slot and never read out of bounds; the host reads the slots
+// at its next synchronization (synchronize(), copyToHost) and reports the
+// first error in call order with the cpu backend's message.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda/CudaBackend.h"
+
+#include "cuda/Kernels.h"
+#include "cuda/Libraries.h"
+#include "src/CommQueue.h"
+#include "src/Communicator.h"
+#include "src/Context.h"
+#include "src/Support.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <dlfcn.h>
+#include <limits>
+#include <unordered_map>
+#include <vector>
+
+namespace ztrt {
+
+namespace cuda {
+
+void check(cudaError_t status, const char *what) {
+  if (status == cudaSuccess)
+    return;
+  fatal("cuda: %s: %s (%s)", what, cudaGetErrorString(status),
+        cudaGetErrorName(status));
+}
+
+void *scratch(int64_t bytes, cudaStream_t stream, const char *op) {
+  void *ptr = nullptr;
+  cudaError_t status = cudaMallocAsync(
+      &ptr, static_cast<size_t>(std::max<int64_t>(bytes, 1)), stream);
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    fatal("%s: out of cuda memory allocating %lld bytes of scratch", op,
+          static_cast<long long>(bytes));
+  }
+  check(status, "cudaMallocAsync");
+  return ptr;
+}
+
+} // namespace cuda
+
+using cuda::check;
+
+namespace {
+
+// Every allocation is a multiple of this: distinct pointers for 0 bytes,
+// and any vector width is aligned.
+constexpr int64_t kAllocationGranule = 256;
+// Checking kernels between two synchronizations; more forces one.
+constexpr size_t kErrorSlots = 256;
+// Pinned bytes for copyToHostAtSync between two synchronizations.
+constexpr size_t kStagingBytes = 4096;
+
+void checkNccl(ncclResult_t result, const char *what) {
+  if (result == ncclSuccess)
+    return;
+  fatal("NCCL %s failed: %s", what, cuda::nccl().getErrorString(result));
+}
+
+void checkBlas(cublasStatus_t status, const char *what) {
+  if (status == CUBLAS_STATUS_SUCCESS)
+    return;
+  fatal("cuBLAS %s failed: %s", what, cuda::cublas().statusString(status));
+}
+
+bool overlaps(const void *a, int64_t aBytes, const void *b, int64_t bBytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + static_cast<uintptr_t>(bBytes) &&
+         y < x + static_cast<uintptr_t>(aBytes);
+}
+
+/// Drops unit dims and merges dims d, d+1 whose source strides are
+/// contiguous (stride[d] == stride[d+1] * shape[d+1]): fewer divisions per
+/// element, same offsets in the same order.
+void simplify(int &rank, int64_t *shape, int64_t *strides) {
+  int out = 0;
+  for (int d = 0; d < rank; ++d) {
+    if (shape[d] == 1)
+      continue;
+    if (out > 0 && strides[out - 1] == strides[d] * shape[d]) {
+      shape[out - 1] *= shape[d];
+      strides[out - 1] = strides[d];
+      continue;
+    }
+    shape[out] = shape[d];
+    strides[out] = strides[d];
+    ++out;
+  }
+  rank = out;
+}
+
+std::vector<int64_t> contiguousStrides(int64_t rank, const int64_t *shape) {
+  std::vector<int64_t> strides(rank);
+  int64_t stride = 1;
+  for (int64_t d = rank; d-- > 0;) {
+    strides[d] = stride;
+    stride *= shape[d];
+  }
+  return strides;
+}
+
+/// What a checking kernel's error slot stands for.
+struct SlotInfo {
+  const char *op;
+  /// "label ... at row" or "id ... at position".
+  bool labels;
+  int64_t bound;
+};
+
+/// A copyToHostAtSync waiting for the next synchronization.
+struct Staged {
+  void *hostDst;
+  size_t offset, bytes;
+};
+
+/// An enqueued collective's events and, once known, its timing.
+struct Ticket {
+  cudaEvent_t ready = nullptr;   // compute stream -> communication stream
+  cudaEvent_t begin = nullptr;   // on the communication stream
+  cudaEvent_t end = nullptr;     // on the communication stream
+  cudaEvent_t reached = nullptr; // compute stream at the await
+  bool awaited = false;
+  /// begin / end mapped to the host clock (the events have completed).
+  bool placed = false;
+  /// The exposed time is known too.
+  bool timed = false;
+  DeviceCollectiveTiming timing;
+};
+
+class CudaBackend final : public Backend {
+public:
+  explicit CudaBackend(const CudaOptions &options) : options(options) {
+    device = options.device;
+    check(cudaSetDevice(device), "cudaSetDevice");
+    int pools = 0;
+    check(
+        cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device),
+        "cudaDeviceGetAttribute");
+    if (!pools)
+      fatal("--backend cuda: device %d does not support stream-ordered "
+            "memory pools (cudaMallocAsync), which the backend needs",
+            device);
+    // Keep freed memory in the pool: a step frees and re-allocates the same
+    // activation sizes every time.
+    cudaMemPool_t pool;
+    check(cudaDeviceGetDefaultMemPool(&pool, device),
+          "cudaDeviceGetDefaultMemPool");
+    uint64_t threshold = UINT64_MAX;
+    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold,
+                                  &threshold),
+          "cudaMemPoolSetAttribute");
+    int least = 0, greatest = 0;
+    check(cudaDeviceGetStreamPriorityRange(&least, &greatest),
+          "cudaDeviceGetStreamPriorityRange");
+    check(cudaStreamCreateWithPriority(&compute, cudaStreamNonBlocking, least),
+          "cudaStreamCreate");
+    check(cudaStreamCreateWithPriority(&comm, cudaStreamNonBlocking, greatest),
+          "cudaStreamCreate");
+
+    const cuda::CublasApi &blas = cuda::cublas();
+    checkBlas(blas.create(&handle), "cublasCreate");
+    checkBlas(blas.setStream(handle, compute), "cublasSetStream");
+    // CUBLAS_DEFAULT_MATH keeps float32 GEMMs in float32: no TF32 tensor
+    // cores (that needs CUBLAS_TF32_TENSOR_OP_MATH), so results match the
+    // cpu backend up to summation order (CudaConformanceTest checks it).
+    checkBlas(blas.setMathMode(handle, CUBLAS_DEFAULT_MATH),
+              "cublasSetMathMode");
+
+    check(cudaMalloc(&slots, kErrorSlots * sizeof(cuda::ErrorSlot)),
+          "cudaMalloc");
+    check(cudaMemsetAsync(slots, 0xff, kErrorSlots * sizeof(cuda::ErrorSlot),
+                          compute),
+          "cudaMemsetAsync");
+    check(cudaMallocHost(&staging, kStagingBytes), "cudaMallocHost");
+    check(cudaEventCreate(&base), "cudaEventCreate");
+    rebase();
+  }
+
+  ~CudaBackend() override {
+    // Best effort: errors here cannot be reported through fatal() (it may
+    // be running already).
+    cudaStreamSynchronize(comm);
+    cudaStreamSynchronize(compute);
+    if (ncclComm)
+      cuda::nccl().commDestroy(ncclComm);
+    for (auto &[id, ticket] : tickets)
+      for (cudaEvent_t e :
+           {ticket.ready, ticket.begin, ticket.end, ticket.reached})
+        if (e)
+          cudaEventDestroy(e);
+    for (cudaEvent_t e : timedEvents)
+      cudaEventDestroy(e);
+    for (cudaEvent_t e : untimedEvents)
+      cudaEventDestroy(e);
+    cudaEventDestroy(base);
+    cudaFreeHost(staging);
+    cudaFree(slots);
+    cuda::cublas().destroy(handle);
+    cudaStreamDestroy(comm);
+    cudaStreamDestroy(compute);
+  }
+
+  const char *name() const override { return "cuda"; }
+  // Kernels run on the device; --threads only sets what the report says.
+  void setThreads(int threads) override { hostThreads = threads; }
+  int threads() const override { return hostThreads; }
+  void adoptThreads(int) override {}
+
+  void attach(Communicator &world) override {
+    ranks = world.count();
+    rank = world.rank();
+    if (ranks == 1 && !options.ncclInWorldOfOne)
+      return;
+    // NCCL's bootstrap: rank 0 makes the id, MPI carries it to the others,
+    // and every rank joins the communicator on its own GPU.
+    const cuda::NcclApi &api = cuda::nccl();
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof(id));
+    if (rank == 0)
+      checkNccl(api.getUniqueId(&id), "ncclGetUniqueId");
+    world.broadcastBytes(&id, sizeof(id), 0);
+    check(cudaSetDevice(device), "cudaSetDevice");
+    checkNccl(api.commInitRank(&ncclComm, ranks, id, rank), "ncclCommInitRank");
+  }
+
+  void synchronize() override {
+    check(cudaStreamSynchronize(comm), "cudaStreamSynchronize");
+    check(cudaStreamSynchronize(compute), "cudaStreamSynchronize");
+    for (const Staged &s : staged)
+      std::memcpy(s.hostDst, staging + s.offset, s.bytes);
+    staged.clear();
+    stagingUsed = 0;
+    reportErrors();
+    if (ncclComm) {
+      ncclResult_t state = ncclSuccess;
+      checkNccl(cuda::nccl().commGetAsyncError(ncclComm, &state),
+                "ncclCommGetAsyncError");
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+      // Non-blocking communicators report work in progress; ours block.
+      if (state == ncclInProgress)
+        state = ncclSuccess;
+#endif
+      checkNccl(state, "collective");
+    }
+    placeTickets();
+    rebase();
+  }
+
+  // --- Memory ----------------------------------------------------------------
+
+  void *allocate(int64_t bytes) override {
+    if (bytes > std::numeric_limits<int64_t>::max() - kAllocationGranule)
+      return nullptr;
+    const int64_t rounded =
+        (std::max<int64_t>(bytes, 1) + kAllocationGranule - 1) /
+        kAllocationGranule * kAllocationGranule;
+    void *ptr = nullptr;
+    cudaError_t status =
+        cudaMallocAsync(&ptr, static_cast<size_t>(rounded), compute);
+    // Out of memory; a size the pool can never satisfy may also come back
+    // as an invalid value. Neither is sticky: the caller reports it.
+    if (status == cudaErrorMemoryAllocation ||
+        status == cudaErrorInvalidValue) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    check(status, "cudaMallocAsync");
+    return ptr;
+  }
+
+  void deallocate(void *ptr) override {
+    check(cudaFreeAsync(ptr, compute), "cudaFreeAsync");
+  }
+
+  void copyFromHost(void *dst, const void *hostSrc, int64_t bytes) override {
+    if (bytes <= 0)
+      return;
+    check(cudaMemcpyAsync(dst, hostSrc, static_cast<size_t>(bytes),
+                          cudaMemcpyHostToDevice, compute),
+          "cudaMemcpyAsync (host to device)");
+    // The host buffer may be reused as soon as this returns.
+    check(cudaStreamSynchronize(compute), "cudaStreamSynchronize");
+  }
+
+  void copyToHost(void *hostDst, const void *src, int64_t bytes) override {
+    if (bytes <= 0)
+      return;
+    check(cudaMemcpyAsync(hostDst, src, static_cast<size_t>(bytes),
+                          cudaMemcpyDeviceToHost, compute),
+          "cudaMemcpyAsync (device to host)");
+    check(cudaStreamSynchronize(compute), "cudaStreamSynchronize");
+    // What was computed before is known now: report its data errors
+    // rather than hand out values computed from them.
+    reportErrors();
+  }
+
+  void copyToHostAtSync(void *hostDst, const void *src,
+                        int64_t bytes) override {
+    if (bytes <= 0)
+      return;
+    const size_t size = static_cast<size_t>(bytes);
+    if (stagingUsed + size > kStagingBytes)
+      synchronize();
+    if (size > kStagingBytes) {
+      copyToHost(hostDst, src, bytes);
+      return;
+    }
+    check(cudaMemcpyAsync(staging + stagingUsed, src, size,
+                          cudaMemcpyDeviceToHost, compute),
+          "cudaMemcpyAsync (device to host)");
+    staged.push_back({hostDst, stagingUsed, size});
+    stagingUsed += (size + 15) / 16 * 16;
+  }
+
+  void copy(const void *src, void *dst, int64_t bytes) override {
+    if (bytes <= 0 || src == dst)
+      return;
+    // memmove semantics (the compiler may copy onto an overlapping view);
+    // cudaMemcpy's are undefined for overlap, so go through scratch.
+    if (overlaps(src, bytes, dst, bytes)) {
+      void *tmp = cuda::scratch(bytes, compute, "copy");
+      check(cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice, compute),
+            "cudaMemcpyAsync");
+      check(cudaMemcpyAsync(dst, tmp, bytes, cudaMemcpyDeviceToDevice, compute),
+            "cudaMemcpyAsync");
+      cuda::release(tmp, compute);
+      return;
+    }
+    check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                          cudaMemcpyDeviceToDevice, compute),
+          "cudaMemcpyAsync");
+  }
+
+  void copy2d(const void *src, void *dst, int64_t rows, int64_t rowBytes,
+              int64_t srcStride, int64_t dstStride) override {
+    cuda::copy2d(src, dst, rows, rowBytes, srcStride, dstStride, compute);
+  }
+
+  // --- Kernels ---------------------------------------------------------------
+
+  void fill(float *out, int64_t n, double value) override {
+    cuda::fill(out, n, static_cast<float>(value), compute);
+  }
+  void add(const float *a, const float *b, float *out, int64_t n) override {
+    cuda::binary(cuda::Binary::Add, a, b, out, n, compute);
+  }
+  void sub(const float *a, const float *b, float *out, int64_t n) override {
+    cuda::binary(cuda::Binary::Sub, a, b, out, n, compute);
+  }
+  void mul(const float *a, const float *b, float *out, int64_t n) override {
+    cuda::binary(cuda::Binary::Mul, a, b, out, n, compute);
+  }
+  void scale(const float *x, float *out, int64_t n, double factor) override {
+    cuda::scale(x, out, n, static_cast<float>(factor), compute);
+  }
+  void biasAdd(const float *x, const float *bias, float *out, int64_t rows,
+               int64_t cols) override {
+    cuda::biasAdd(x, bias, out, rows, cols, compute);
+  }
+  void relu(const float *x, float *out, int64_t n) override {
+    cuda::relu(x, out, n, compute);
+  }
+  void reluGrad(const float *dy, const float *x, float *dx,
+                int64_t n) override {
+    cuda::reluGrad(dy, x, dx, n, compute);
+  }
+  void gelu(const float *x, float *out, int64_t n) override {
+    cuda::gelu(x, out, n, compute);
+  }
+  void geluGrad(const float *dy, const float *x, float *dx,
+                int64_t n) override {
+    cuda::geluGrad(dy, x, dx, n, compute);
+  }
+
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS
+  // gets B first, with the row-major leading dimensions unchanged (a
+  // row-major matrix is its transpose in column-major order).
+  void matmul(const float *a, const float *b, float *c, int64_t batch,
+              int64_t m, int64_t n, int64_t k, bool transA, bool transB,
+              int64_t strideA, int64_t strideB, int64_t strideC) override {
+    if (batch == 0 || m == 0 || n == 0)
+      return;
+    if (k == 0) {
+      // An empty sum; cuBLAS, like BLAS, need not touch C when k == 0.
+      if (strideC == m * n)
+        fill(c, batch * m * n, 0.0);
+      else
+        for (int64_t i = 0; i < batch; ++i)
+          fill(c + i * strideC, m * n, 0.0);
+      return;
+    }
+    const int64_t lda = transA ? m : k, ldb = transB ? k : n;
+    // As on the cpu: a shared B with packed, untransposed A_i and packed
+    // C_i is one (batch * m) x k GEMM.
+    if (batch > 1 && strideB == 0 && !transA && strideA == m * k &&
+        strideC == m * n) {
+      m *= batch;
+      batch = 1;
+    }
+    if (std::max({m, n, k, lda, ldb, batch}) > INT_MAX)
+      fatal("matmul_f32: %lld x %lld x %lld (batch %lld) is too large for "
+            "cuBLAS",
+            static_cast<long long>(m), static_cast<long long>(n),
+            static_cast<long long>(k), static_cast<long long>(batch));
+    const float one = 1.0f, zero = 0.0f;
+    checkBlas(cuda::cublas().sgemmStridedBatched(
+                  handle, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                  transA ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+                  static_cast<int>(m), static_cast<int>(k), &one, b,
+                  static_cast<int>(ldb), strideB, a, static_cast<int>(lda),
+                  strideA, &zero, c, static_cast<int>(n), strideC,
+                  static_cast<int>(batch)),
+              "cublasSgemmStridedBatched");
+  }
+
+  void layerNorm(const float *x, const float *gamma, const float *beta,
+                 float *y, int64_t rows, int64_t cols, double eps) override {
+    cuda::layerNorm(x, gamma, beta, y, rows, cols, eps, compute);
+  }
+  void layerNormGrad(const float *dy, const float *x, const float *gamma,
+                     float *dx, float *dgamma, float *dbeta, int64_t rows,
+                     int64_t cols, double eps) override {
+    cuda::layerNormGrad(dy, x, gamma, dx, dgamma, dbeta, rows, cols, eps,
+                        compute);
+  }
+  void softmax(const float *x, float *y, int64_t rows, int64_t cols,
+               bool causal) override {
+    cuda::softmax(x, y, rows, cols, causal, compute);
+  }
+  void softmaxGrad(const float *dy, const float *y, float *dx, int64_t rows,
+                   int64_t cols) override {
+    cuda::softmaxGrad(dy, y, dx, rows, cols, compute);
+  }
+
+  void transpose(const float *x, float *out, int64_t rank,
+                 const int64_t *xShape, const int64_t *perm) override {
+    std::vector<int64_t> xStrides = contiguousStrides(rank, xShape);
+    cuda::Gather plan;
+    plan.rank = static_cast<int>(rank);
+    for (int64_t d = 0; d < rank; ++d) {
+      plan.shape[d] = xShape[perm[d]];
+      plan.strides[d] = xStrides[perm[d]];
+    }
+    simplify(plan.rank, plan.shape, plan.strides);
+    cuda::gather(x, out, plan, 1.0, compute);
+  }
+
+  void reduce(const float *x, float *out, int64_t rank, const int64_t *xShape,
+              const int64_t *mask, bool mean) override {
+    std::vector<int64_t> strides = contiguousStrides(rank, xShape);
+    cuda::Reduction plan;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (mask[d]) {
+        plan.reducedShape[plan.reducedRank] = xShape[d];
+        plan.reducedStrides[plan.reducedRank++] = strides[d];
+        plan.reduced *= xShape[d];
+      } else {
+        plan.keptShape[plan.keptRank] = xShape[d];
+        plan.keptStrides[plan.keptRank++] = strides[d];
+        plan.outputs *= xShape[d];
+      }
+    }
+    simplify(plan.keptRank, plan.keptShape, plan.keptStrides);
+    simplify(plan.reducedRank, plan.reducedShape, plan.reducedStrides);
+    if (plan.reducedRank == 0) {
+      // One term per output (nothing reduced, or only unit dims).
+      plan.reducedRank = 1;
+      plan.reducedShape[0] = 1;
+      plan.reducedStrides[0] = 0;
+    }
+    cuda::reduce(x, out, plan, mean, compute);
+  }
+
+  void broadcast(const float *x, float *out, int64_t rank,
+                 const int64_t *outShape, const int64_t *mask,
+                 double factor) override {
+    cuda::Gather plan;
+    plan.rank = static_cast<int>(rank);
+    int64_t stride = 1;
+    for (int64_t d = rank; d-- > 0;) {
+      plan.shape[d] = outShape[d];
+      plan.strides[d] = mask[d] ? 0 : stride;
+      if (!mask[d])
+        stride *= outShape[d];
+    }
+    simplify(plan.rank, plan.shape, plan.strides);
+    cuda::gather(x, out, plan, factor, compute);
+  }
+
+  void crossEntropy(const float *logits, const int32_t *labels, float *loss,
+                    int64_t rows, int64_t classes) override {
+    checkRows("cross_entropy", rows);
+    cuda::crossEntropy(logits, labels, loss, rows, classes,
+                       slot("cross_entropy", true, classes), compute);
+  }
+  void crossEntropyGrad(const float *dloss, const float *logits,
+                        const int32_t *labels, float *dlogits, int64_t rows,
+                        int64_t classes) override {
+    checkRows("cross_entropy_grad", rows);
+    cuda::crossEntropyGrad(dloss, logits, labels, dlogits, rows, classes,
+                           slot("cross_entropy_grad", true, classes), compute);
+  }
+  void embedding(const float *table, const int32_t *ids, float *out,
+                 int64_t nIds, int64_t vocab, int64_t dim) override {
+    checkRows("embedding", nIds);
+    cuda::embedding(table, ids, out, nIds, vocab, dim,
+                    slot("embedding", false, vocab), compute);
+  }
+  void embeddingGrad(const float *dy, const int32_t *ids, float *dtable,
+                     int64_t nIds, int64_t vocab, int64_t dim) override {
+    checkRows("embedding_grad", nIds);
+    cuda::embeddingGrad(dy, ids, dtable, nIds, vocab, dim,
+                        slot("embedding_grad", false, vocab), compute);
+  }
+
+  // Scalars exactly as cpu/CpuBackend.cpp rounds them.
+  void sgdUpdate(float *param, const float *grad, float *momentumBuf, int64_t n,
+                 const SgdHyper &hyper, int64_t step) override {
+    cuda::SgdScalars s;
+    s.negLr = static_cast<float>(-hyper.lr);
+    s.momentum = static_cast<float>(hyper.momentum);
+    s.keep = static_cast<float>(1.0 - hyper.dampening);
+    s.decay = static_cast<float>(hyper.weightDecay);
+    s.useMomentum = hyper.momentum != 0.0;
+    s.first = step == 1;
+    s.nesterov = hyper.nesterov;
+    cuda::sgdUpdate(param, grad, momentumBuf, n, s, compute);
+  }
+
+  void adamUpdate(float *param, const float *grad, float *expAvg,
+                  float *expAvgSq, int64_t n, const AdamHyper &hyper,
+                  int64_t step) override {
+    const double t = static_cast<double>(step);
+    const double bias1 = 1.0 - std::pow(hyper.beta1, t);
+    const double bias2 = 1.0 - std::pow(hyper.beta2, t);
+    cuda::AdamScalars s;
+    s.negStepSize = static_cast<float>(-(hyper.lr / bias1));
+    s.bias2Sqrt = static_cast<float>(std::sqrt(bias2));
+    s.beta1 = static_cast<float>(hyper.beta1);
+    s.beta2 = static_cast<float>(hyper.beta2);
+    s.oneMinusBeta1 = static_cast<float>(1.0 - hyper.beta1);
+    s.oneMinusBeta2 = static_cast<float>(1.0 - hyper.beta2);
+    s.eps = static_cast<float>(hyper.eps);
+    s.decay = static_cast<float>(hyper.weightDecay);
+    s.shrink = static_cast<float>(1.0 - hyper.lr * hyper.weightDecay);
+    s.decoupled = hyper.decoupled;
+    cuda::adamUpdate(param, grad, expAvg, expAvgSq, n, s, compute);
+  }
+
+  // --- Collectives -----------------------------------------------------------
+  // The synchronous forms (not used by the context, which enqueues): the
+  // enqueued collective, waited and finished.
+
+  int64_t allReduce(Communicator &world, const float *in, float *out, int64_t n,
+                    bool mean) override {
+    return blocking(world, Collective::AllReduce, in, out, n, mean, 0);
+  }
+  int64_t reduceScatter(Communicator &world, const float *in, float *out,
+                        int64_t count, bool mean) override {
+    return blocking(world, Collective::ReduceScatter, in, out, count, mean, 0);
+  }
+  int64_t allGather(Communicator &world, const float *in, float *out,
+                    int64_t count) override {
+    return blocking(world, Collective::AllGather, in, out, count, false, 0);
+  }
+  int64_t bcast(Communicator &world, float *buf, int64_t n, int root) override {
+    return blocking(world, Collective::Broadcast, buf, buf, n, false, root);
+  }
+
+  bool enqueuesCollectives() const override { return true; }
+
+  int64_t enqueueCollective(Communicator &world,
+                            const CollectiveRequest &request,
+                            int64_t *wireBytes) override {
+    Ticket ticket;
+    ticket.ready = event(false);
+    ticket.begin = event(true);
+    ticket.end = event(true);
+    check(cudaEventRecord(ticket.ready, compute), "cudaEventRecord");
+    check(cudaStreamWaitEvent(comm, ticket.ready, 0), "cudaStreamWaitEvent");
+    check(cudaEventRecord(ticket.begin, comm), "cudaEventRecord");
+    execute(request);
+    check(cudaEventRecord(ticket.end, comm), "cudaEventRecord");
+    // NCCL does not say what it sent: the ring algorithm's per-rank volume,
+    // the payload formula of the report (0 in a world of one).
+    *wireBytes = collectiveBytes(request.kind, request.elems, ranks);
+    const int64_t id = nextTicket++;
+    tickets.emplace(id, ticket);
+    return id;
+  }
+
+  void awaitCollective(int64_t id) override {
+    Ticket &ticket = find(id);
+    ticket.reached = event(true);
+    check(cudaEventRecord(ticket.reached, compute), "cudaEventRecord");
+    check(cudaStreamWaitEvent(compute, ticket.end, 0), "cudaStreamWaitEvent");
+    ticket.awaited = true;
+  }
+
+  bool collectiveDone(int64_t id) override {
+    cudaError_t status = cudaEventQuery(find(id).end);
+    if (status == cudaErrorNotReady)
+      return false;
+    check(status, "cudaEventQuery");
+    return true;
+  }
+
+  bool takeCollectiveTiming(int64_t id,
+                            DeviceCollectiveTiming *timing) override {
+    auto it = tickets.find(id);
+    if (it == tickets.end() || !it->second.timed)
+      return false;
+    *timing = it->second.timing;
+    Ticket &t = it->second;
+    recycle(t.ready, false);
+    recycle(t.begin, true);
+    recycle(t.end, true);
+    recycle(t.reached, true);
+    tickets.erase(it);
+    return true;
+  }
+
+private:
+  /// Enqueues the collective's data movement on the communication stream.
+  void execute(const CollectiveRequest &r) {
+    const int64_t n = r.elems;
+    const int64_t bytes = n * 4;
+    if (!ncclComm) {
+      // A world of one: each collective is a copy (bcast: nothing).
+      if (r.kind != Collective::Broadcast)
+        copyOnComm(r.in, r.out, bytes);
+      return;
+    }
+    const cuda::NcclApi &api = cuda::nccl();
+    const size_t count = static_cast<size_t>(n);
+    const float *in = r.in;
+    void *staged = nullptr;
+    // NCCL allows exactly one kind of overlap per collective (its "in
+    // place" layout); any other overlap goes through a copy of `in`, so
+    // that `in` is read completely before `out` is written, as on the cpu.
+    auto stage = [&](int64_t inBytes) {
+      staged = cuda::scratch(inBytes, comm, collectiveName(r.kind));
+      check(cudaMemcpyAsync(staged, in, static_cast<size_t>(inBytes),
+                            cudaMemcpyDeviceToDevice, comm),
+            "cudaMemcpyAsync");
+      in = static_cast<const float *>(staged);
+    };
+    switch (r.kind) {
+    case Collective::AllReduce:
+      if (in != r.out && overlaps(in, bytes, r.out, bytes))
+        stage(bytes);
+      checkNccl(
+          api.allReduce(in, r.out, count, ncclFloat, ncclSum, ncclComm, comm),
+          "ncclAllReduce");
+      break;
+    case Collective::ReduceScatter:
+      if (r.out != in + rank * n && overlaps(in, bytes * ranks, r.out, bytes))
+        stage(bytes * ranks);
+      checkNccl(api.reduceScatter(in, r.out, count, ncclFloat, ncclSum,
+                                  ncclComm, comm),
+                "ncclReduceScatter");
+      break;
+    case Collective::AllGather:
+      if (in != r.out + rank * n && overlaps(in, bytes, r.out, bytes * ranks))
+        stage(bytes);
+      checkNccl(api.allGather(in, r.out, count, ncclFloat, ncclComm, comm),
+                "ncclAllGather");
+      break;
+    case Collective::Broadcast:
+      checkNccl(
+          api.broadcast(r.out, r.out, count, ncclFloat, r.root, ncclComm, comm),
+          "ncclBroadcast");
+      break;
+    }
+    // The mean is the sum divided by N in float, as on the cpu (not NCCL's
+    // ncclAvg, which scales each rank's term before summing).
+    if (r.mean && ranks > 1 && r.kind != Collective::Broadcast)
+      cuda::divide(r.out, n, static_cast<float>(ranks), comm);
+    if (staged)
+      cuda::release(staged, comm);
+  }
+
+  void copyOnComm(const float *in, float *out, int64_t bytes) {
+    if (bytes <= 0 || in == out)
+      return;
+    if (overlaps(in, bytes, out, bytes)) {
+      void *tmp = cuda::scratch(bytes, comm, "collective");
+      check(cudaMemcpyAsync(tmp, in, bytes, cudaMemcpyDeviceToDevice, comm),
+            "cudaMemcpyAsync");
+      check(cudaMemcpyAsync(out, tmp, bytes, cudaMemcpyDeviceToDevice, comm),
+            "cudaMemcpyAsync");
+      cuda::release(tmp, comm);
+      return;
+    }
+    check(cudaMemcpyAsync(out, in, static_cast<size_t>(bytes),
+                          cudaMemcpyDeviceToDevice, comm),
+          "cudaMemcpyAsync");
+  }
+
+  int64_t blocking(Communicator &world, Collective kind, const float *in,
+                   float *out, int64_t elems, bool mean, int root) {
+    CollectiveRequest request;
+    request.kind = kind;
+    request.in = in;
+    request.out = out;
+    request.elems = elems;
+    request.mean = mean;
+    request.root = root;
+    int64_t wireBytes = 0;
+    const int64_t id = enqueueCollective(world, request, &wireBytes);
+    awaitCollective(id);
+    synchronize();
+    DeviceCollectiveTiming unused;
+    takeCollectiveTiming(id, &unused);
+    return wireBytes;
+  }
+
+  Ticket &find(int64_t id) {
+    auto it = tickets.find(id);
+    if (it == tickets.end())
+      fatal("cuda: unknown collective ticket %lld", static_cast<long long>(id));
+    return it->second;
+  }
+
+  cudaEvent_t event(bool timed) {
+    std::vector<cudaEvent_t> &pool = timed ? timedEvents : untimedEvents;
+    if (!pool.empty()) {
+      cudaEvent_t e = pool.back();
+      pool.pop_back();
+      return e;
+    }
+    cudaEvent_t e;
+    check(cudaEventCreateWithFlags(&e, timed ? cudaEventDefault
+                                             : cudaEventDisableTiming),
+          "cudaEventCreate");
+    return e;
+  }
+
+  void recycle(cudaEvent_t e, bool timed) {
+    if (e)
+      (timed ? timedEvents : untimedEvents).push_back(e);
+  }
+
+  /// Milliseconds from `from` to `to` (both completed); 0 if CUDA cannot
+  /// say (an event recorded after the other).
+  static float elapsed(cudaEvent_t from, cudaEvent_t to) {
+    float ms = 0.0f;
+    if (cudaEventElapsedTime(&ms, from, to) != cudaSuccess) {
+      cudaGetLastError();
+      return 0.0f;
+    }
+    return ms;
+  }
+
+  Clock::time_point hostTime(cudaEvent_t e) const {
+    const double ns = static_cast<double>(elapsed(base, e)) * 1e6;
+    return hostBase +
+           std::chrono::nanoseconds(static_cast<int64_t>(std::llround(ns)));
+  }
+
+  /// After both streams finished: maps every collective's events onto the
+  /// host clock through the base event, and the exposed time of those
+  /// awaited (how long the compute stream, having reached the wait, still
+  /// waited for the collective's end).
+  void placeTickets() {
+    for (auto &[id, t] : tickets) {
+      if (!t.placed) {
+        t.timing.begin = hostTime(t.begin);
+        t.timing.end = std::max(t.timing.begin, hostTime(t.end));
+        t.placed = true;
+      }
+      if (t.awaited && !t.timed) {
+        const float ms = elapsed(t.reached, t.end);
+        t.timing.exposedNanos =
+            ms > 0.0f ? static_cast<int64_t>(std::llround(ms * 1e6)) : 0;
+        t.timed = true;
+      }
+    }
+  }
+
+  /// A fresh pair (device event, host time) for placing events: taken at
+  /// every synchronization, so elapsed times stay short and precise in
+  /// float milliseconds.
+  void rebase() {
+    check(cudaEventRecord(base, compute), "cudaEventRecord");
+    check(cudaEventSynchronize(base), "cudaEventSynchronize");
+    hostBase = Clock::now();
+  }
+
+  static void checkRows(const char *op, int64_t rows) {
+    // Error slots hold the row in 32 bits.
+    if (rows > INT32_MAX)
+      fatal("%s: %lld rows exceed the cuda backend's limit of %d", op,
+            static_cast<long long>(rows), INT32_MAX);
+  }
+
+  cuda::ErrorSlot *slot(const char *op, bool labels, int64_t bound) {
+    if (slotInfo.size() == kErrorSlots) {
+      check(cudaStreamSynchronize(compute), "cudaStreamSynchronize");
+      reportErrors();
+    }
+    slotInfo.push_back({op, labels, bound});
+    return slots + slotInfo.size() - 1;
+  }
+
+  /// Fatal with the cpu backend's message for the first recorded error, in
+  /// call order; then the slots are free again. The compute stream must
+  /// have finished the checking kernels.
+  void reportErrors() {
+    if (slotInfo.empty())
+      return;
+    std::vector<cuda::ErrorSlot> values(slotInfo.size());
+    check(cudaMemcpy(values.data(), slots,
+                     values.size() * sizeof(cuda::ErrorSlot),
+                     cudaMemcpyDeviceToHost),
+          "cudaMemcpy (error slots)");
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (values[i] == cuda::kNoError)
+        continue;
+      const SlotInfo &info = slotInfo[i];
+      const long long index = static_cast<long long>(values[i] >> 32);
+      const int32_t value =
+          static_cast<int32_t>(static_cast<uint32_t>(values[i] & 0xffffffffu));
+      if (info.labels)
+        fatal("%s: label %d out of range [0, %lld) at row %lld", info.op, value,
+              static_cast<long long>(info.bound), index);
+      fatal("%s: id %d out of range [0, %lld) at position %lld", info.op, value,
+            static_cast<long long>(info.bound), index);
+    }
+    check(cudaMemsetAsync(slots, 0xff,
+                          slotInfo.size() * sizeof(cuda::ErrorSlot), compute),
+          "cudaMemsetAsync");
+    slotInfo.clear();
+  }
+
+  CudaOptions options;
+  int device = 0;
+  int hostThreads = 1;
+  int ranks = 1, rank = 0;
+  cudaStream_t compute = nullptr, comm = nullptr;
+  cublasHandle_t handle = nullptr;
+  ncclComm_t ncclComm = nullptr;
+
+  cuda::ErrorSlot *slots = nullptr;
+  std::vector<SlotInfo> slotInfo;
+
+  char *staging = nullptr;
+  size_t stagingUsed = 0;
+  std::vector<Staged> staged;
+
+  std::unordered_map<int64_t, Ticket> tickets;
+  int64_t nextTicket = 1;
+  std::vector<cudaEvent_t> timedEvents, untimedEvents;
+  cudaEvent_t base = nullptr;
+  Clock::time_point hostBase;
+};
+
+} // namespace
+
+int cudaDeviceCount(std::string *reason) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    *reason = format("cudaGetDeviceCount returned %s (%s)",
+                     cudaGetErrorName(status), cudaGetErrorString(status));
+    // "Driver version is insufficient" is also what a machine without any
+    // NVIDIA driver gets; say which it is.
+    if (void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL))
+      dlclose(driver);
+    else
+      *reason += "; the NVIDIA driver (libcuda.so.1) is not installed";
+    return 0;
+  }
+  if (count == 0)
+    *reason = "cudaGetDeviceCount found no device";
+  return count;
+}
+
+std::string cudaDeviceDescription(int device) {
+  cudaDeviceProp prop;
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  return format("%s (sm_%d%d, %d SMs, %.1f GiB)", prop.name, prop.major,
+                prop.minor, prop.multiProcessorCount,
+                static_cast<double>(prop.totalGlobalMem) / (1 << 30));
+}
+
+int selectCudaDevice(const CommunicatorParams &params) {
+  std::string reason;
+  const int count = cudaDeviceCount(&reason);
+  if (count == 0)
+    fatal("--backend cuda: no CUDA device: %s", reason.c_str());
+  if (params.localCount <= count)
+    return params.localRank;
+  // One visible device per rank: the launcher gave each rank its own GPU
+  // (CUDA_VISIBLE_DEVICES per rank). If they all see the same one, NCCL
+  // refuses to put two ranks on it.
+  if (count == 1)
+    return 0;
+  fatal("--backend cuda: %d ranks on this node but %d CUDA devices visible "
+        "(one GPU per rank: launch at most %d ranks per node)",
+        params.localCount, count, count);
+}
+
+std::unique_ptr<Backend> createCudaBackend(const CudaOptions &options) {
+  return std::make_unique<CudaBackend>(options);
+}
+
+} // namespace ztrt

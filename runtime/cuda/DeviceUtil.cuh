@@ -1,0 +1,82 @@
+//===- DeviceUtil.cuh - Helpers shared by the .cu files --------*- CUDA -*-===//
+//
+// Part of ztrain's runtime. Launch geometry and deterministic reductions:
+// every reduction here has a fixed shape (a butterfly within a warp, then
+// the warps' partial results summed in warp order), so a given launch
+// configuration always adds the same numbers in the same order. No float
+// atomics anywhere in the backend.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRT_CUDA_DEVICEUTIL_CUH
+#define ZTRT_CUDA_DEVICEUTIL_CUH
+
+#include "cuda/Kernels.h"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace ztrt::cuda {
+
+constexpr int kBlock = 256;
+constexpr int kWarp = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+/// Blocks for a grid-stride loop over n elements. Past 2^20 blocks (2^28
+/// threads) the loop strides instead of launching more.
+inline unsigned blocksFor(int64_t n, int threads = kBlock) {
+  int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(std::min<int64_t>(blocks, int64_t(1) << 20));
+}
+
+/// Thread index and stride of a 1-D grid-stride loop, in 64 bits.
+__device__ __forceinline__ int64_t globalThread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t gridThreads() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+/// Sum over the warp; every lane gets the same value (the xor butterfly is
+/// symmetric: lane i and lane i^o add the same two numbers).
+template <typename V> __device__ __forceinline__ V warpSum(V v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+
+/// Max over the warp, ignoring NaNs as std::max(max, x) does on the cpu
+/// when max starts at -inf (fmaxf returns the non-NaN operand).
+__device__ __forceinline__ float warpMax(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
+  return v;
+}
+
+/// Sum over the block (blockDim.x a multiple of 32, at most 1024); every
+/// thread gets the same value. `shared` holds 32 values; the function
+/// synchronizes before returning, so it may be called again at once.
+template <typename V> __device__ V blockSum(V v, V *shared) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  v = warpSum(v);
+  if (lane == 0)
+    shared[warp] = v;
+  __syncthreads();
+  V total = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x) / kWarp; ++w)
+    total += shared[w];
+  __syncthreads();
+  return total;
+}
+
+/// Records (index, value) in `slot` if it precedes what is there: the
+/// error reported is the first in index order, as on the cpu.
+__device__ __forceinline__ void recordError(ErrorSlot *slot, int64_t index,
+                                            int32_t value) {
+  atomicMin(slot, (static_cast<unsigned long long>(index) << 32) |
+                      static_cast<uint32_t>(value));
+}
+
+} // namespace ztrt::cuda
+
+#endif // ZTRT_CUDA_DEVICEUTIL_CUH

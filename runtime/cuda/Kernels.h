@@ -1,0 +1,170 @@
+//===- Kernels.h - CUDA kernel launchers of the cuda backend ----*- C++ -*-===//
+//
+// Part of ztrain's runtime. Host functions that enqueue the backend's CUDA
+// kernels on a stream and return; the kernels themselves live in the .cu
+// files of this directory (Elementwise.cu, Rows.cu, Layout.cu), compiled
+// by nvcc with --fmad=false so that float expressions round exactly like
+// the cpu backend's (no FMA contraction on either side).
+//
+// Every launcher is a template on the element type T (storage) with float
+// arithmetic (double where the cpu backend accumulates in double); only
+// T = float is instantiated today. bf16 is an instantiation away for the
+// elementwise and row kernels: loads go through static_cast<float>, stores
+// through static_cast<T>.
+//
+// Launchers do nothing for empty tensors (a CUDA grid may not be empty).
+// Data checks (label and id ranges) are done by the kernels, which record
+// the first offending index in an error slot (see ErrorSlot); the backend
+// reports it at its next synchronize().
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRT_CUDA_KERNELS_H
+#define ZTRT_CUDA_KERNELS_H
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace ztrt::cuda {
+
+/// Fatal runtime error `cuda: <what>: <CUDA's message>` unless `status` is
+/// cudaSuccess (defined in CudaBackend.cpp).
+void check(cudaError_t status, const char *what);
+
+/// Stream-ordered scratch memory from the device's pool (cudaMallocAsync);
+/// fatal when the device is out of memory.
+void *scratch(int64_t bytes, cudaStream_t stream, const char *op);
+inline void release(void *ptr, cudaStream_t stream) {
+  check(cudaFreeAsync(ptr, stream), "cudaFreeAsync");
+}
+
+/// A device word that a checking kernel sets (atomicMin) to
+/// (index << 32) | uint32(value) of the first offending element: the row of
+/// a label, the position of an id. All ones: no error. Kernels only record;
+/// they never read out of bounds.
+using ErrorSlot = unsigned long long;
+constexpr ErrorSlot kNoError = ~0ULL;
+
+// --- Elementwise (Elementwise.cu) --------------------------------------------
+
+enum class Binary { Add, Sub, Mul };
+
+template <typename T>
+void fill(T *out, int64_t n, float value, cudaStream_t stream);
+template <typename T>
+void binary(Binary op, const T *a, const T *b, T *out, int64_t n,
+            cudaStream_t stream);
+template <typename T>
+void scale(const T *x, T *out, int64_t n, float factor, cudaStream_t stream);
+/// out[i] /= divisor: the mean of a collective (the sum divided by N in
+/// float, as the cpu backend does).
+template <typename T>
+void divide(T *buf, int64_t n, float divisor, cudaStream_t stream);
+template <typename T>
+void biasAdd(const T *x, const T *bias, T *out, int64_t rows, int64_t cols,
+             cudaStream_t stream);
+template <typename T>
+void relu(const T *x, T *out, int64_t n, cudaStream_t stream);
+template <typename T>
+void reluGrad(const T *dy, const T *x, T *dx, int64_t n, cudaStream_t stream);
+template <typename T>
+void gelu(const T *x, T *out, int64_t n, cudaStream_t stream);
+template <typename T>
+void geluGrad(const T *dy, const T *x, T *dx, int64_t n, cudaStream_t stream);
+
+/// torch.optim.SGD with every scalar already rounded to float, as the cpu
+/// backend does.
+struct SgdScalars {
+  float negLr, momentum, keep, decay;
+  bool useMomentum, first, nesterov;
+};
+template <typename T>
+void sgdUpdate(T *param, const T *grad, T *momentumBuf, int64_t n,
+               const SgdScalars &s, cudaStream_t stream);
+
+/// torch.optim.Adam / AdamW scalars (bias corrections computed in double on
+/// the host, then rounded to float).
+struct AdamScalars {
+  float negStepSize, bias2Sqrt, beta1, beta2, oneMinusBeta1, oneMinusBeta2, eps,
+      decay, shrink;
+  bool decoupled;
+};
+template <typename T>
+void adamUpdate(T *param, const T *grad, T *expAvg, T *expAvgSq, int64_t n,
+                const AdamScalars &s, cudaStream_t stream);
+
+// --- Rows: normalization, softmax, losses (Rows.cu) --------------------------
+
+template <typename T>
+void layerNorm(const T *x, const T *gamma, const T *beta, T *y, int64_t rows,
+               int64_t cols, double eps, cudaStream_t stream);
+template <typename T>
+void layerNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
+                   T *dbeta, int64_t rows, int64_t cols, double eps,
+                   cudaStream_t stream);
+template <typename T>
+void softmax(const T *x, T *y, int64_t rows, int64_t cols, bool causal,
+             cudaStream_t stream);
+template <typename T>
+void softmaxGrad(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols,
+                 cudaStream_t stream);
+template <typename T>
+void crossEntropy(const T *logits, const int32_t *labels, T *loss, int64_t rows,
+                  int64_t classes, ErrorSlot *error, cudaStream_t stream);
+/// `dloss` is device memory (one element), read by the kernel.
+template <typename T>
+void crossEntropyGrad(const T *dloss, const T *logits, const int32_t *labels,
+                      T *dlogits, int64_t rows, int64_t classes,
+                      ErrorSlot *error, cudaStream_t stream);
+
+// --- Layout and lookups (Layout.cu) ------------------------------------------
+
+constexpr int kMaxDims = 16;
+
+/// out (contiguous, row-major `shape`) element at coordinates c is
+/// src[sum_d c[d] * strides[d]]: transpose (permuted strides) and broadcast
+/// (stride 0 along broadcast dims).
+struct Gather {
+  int rank = 0;
+  int64_t shape[kMaxDims];
+  int64_t strides[kMaxDims];
+};
+/// out = gather(x) * factor; factor == 1 copies bits, otherwise each
+/// element is float(double(x) * factor) as on the cpu.
+template <typename T>
+void gather(const T *x, T *out, const Gather &plan, double factor,
+            cudaStream_t stream);
+
+/// Sum over some dims: output o (row-major over the kept dims) sums, in
+/// double, the elements at keptOffset(o) + reducedOffset(r) for r over the
+/// reduced dims. Offsets are element strides into the input.
+struct Reduction {
+  int keptRank = 0, reducedRank = 0;
+  int64_t keptShape[kMaxDims], keptStrides[kMaxDims];
+  int64_t reducedShape[kMaxDims], reducedStrides[kMaxDims];
+  int64_t outputs = 1, reduced = 1;
+};
+template <typename T>
+void reduce(const T *x, T *out, const Reduction &plan, bool mean,
+            cudaStream_t stream);
+
+template <typename T>
+void embedding(const T *table, const int32_t *ids, T *out, int64_t nIds,
+               int64_t vocab, int64_t dim, ErrorSlot *error,
+               cudaStream_t stream);
+/// dtable = 0, then every row that occurs in `ids` is the float sum, in
+/// index order, of its dy rows: bitwise the cpu backend's result.
+template <typename T>
+void embeddingGrad(const T *dy, const int32_t *ids, T *dtable, int64_t nIds,
+                   int64_t vocab, int64_t dim, ErrorSlot *error,
+                   cudaStream_t stream);
+
+/// The strided row copy of ztrt_copy_2d (byte strides; rows do not
+/// overlap, which the entry point checks).
+void copy2d(const void *src, void *dst, int64_t rows, int64_t rowBytes,
+            int64_t srcStride, int64_t dstStride, cudaStream_t stream);
+
+} // namespace ztrt::cuda
+
+#endif // ZTRT_CUDA_KERNELS_H

@@ -1,0 +1,352 @@
+//===- Layout.cu - Transpose, reduce, broadcast, lookups, copies --------===//
+//
+// Part of ztrain's runtime (cuda backend). The host side (CudaBackend.cpp)
+// turns a shape, permutation or mask into a Gather or Reduction plan with
+// unit dims dropped and contiguous runs merged; the kernels here only
+// decode indices. Index arithmetic is 32-bit when every index fits, which
+// makes the divisions several times cheaper.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda/DeviceUtil.cuh"
+
+#include <climits>
+
+namespace ztrt::cuda {
+
+namespace {
+
+/// Offset in the source of output element `i` (row-major over the plan's
+/// shape).
+template <typename Index>
+__device__ __forceinline__ Index gatherOffset(const Gather &plan, Index i) {
+  Index offset = 0;
+  for (int d = plan.rank - 1; d >= 0; --d) {
+    const Index extent = static_cast<Index>(plan.shape[d]);
+    offset += (i % extent) * static_cast<Index>(plan.strides[d]);
+    i /= extent;
+  }
+  return offset;
+}
+
+template <typename T, typename Index>
+__global__ void gatherKernel(const T *x, T *out, Gather plan, Index n,
+                             double factor, bool scaled) {
+  for (Index i = static_cast<Index>(globalThread()); i < n;
+       i += static_cast<Index>(gridThreads())) {
+    const T v = x[gatherOffset(plan, i)];
+    out[i] = scaled ? static_cast<T>(static_cast<float>(
+                          static_cast<double>(static_cast<float>(v)) * factor))
+                    : v;
+  }
+}
+
+/// Sums the elements of one output from reduced index `begin` to `end`, in
+/// double: an odometer over the reduced dims (at least one: the host plan
+/// has a unit dim when nothing is reduced), so only the start is decoded
+/// with divisions.
+template <typename T>
+__device__ double reduceRange(const T *x, const Reduction &plan, int64_t base,
+                              int64_t begin, int64_t end) {
+  double acc = 0.0;
+  if (begin >= end)
+    return acc;
+  if (plan.reducedRank == 1) {
+    const int64_t stride = plan.reducedStrides[0];
+    for (int64_t r = begin; r < end; ++r)
+      acc += static_cast<double>(static_cast<float>(x[base + r * stride]));
+    return acc;
+  }
+  int64_t coord[kMaxDims];
+  int64_t offset = 0, rest = begin;
+  for (int d = plan.reducedRank - 1; d >= 0; --d) {
+    coord[d] = rest % plan.reducedShape[d];
+    rest /= plan.reducedShape[d];
+    offset += coord[d] * plan.reducedStrides[d];
+  }
+  const int last = plan.reducedRank - 1;
+  for (int64_t r = begin; r < end; ++r) {
+    acc += static_cast<double>(static_cast<float>(x[base + offset]));
+    int d = last;
+    ++coord[d];
+    offset += plan.reducedStrides[d];
+    while (d > 0 && coord[d] == plan.reducedShape[d]) {
+      offset -= coord[d] * plan.reducedStrides[d];
+      coord[d] = 0;
+      --d;
+      ++coord[d];
+      offset += plan.reducedStrides[d];
+    }
+  }
+  return acc;
+}
+
+__device__ int64_t keptOffset(const Reduction &plan, int64_t o) {
+  int64_t offset = 0;
+  for (int d = plan.keptRank - 1; d >= 0; --d) {
+    offset += (o % plan.keptShape[d]) * plan.keptStrides[d];
+    o /= plan.keptShape[d];
+  }
+  return offset;
+}
+
+// Thread (segment s, output o), o fastest so that a warp reads neighbouring
+// outputs (coalesced when the kept dims are the inner ones, as for bias
+// gradients). One segment: the result itself; several: partial sums that
+// reduceFinishKernel adds in segment order.
+template <typename T>
+__global__ void reducePartialKernel(const T *x, T *out, double *partial,
+                                    Reduction plan, int64_t segments,
+                                    int64_t segmentLength, bool mean) {
+  const int64_t total = segments * plan.outputs;
+  for (int64_t t = globalThread(); t < total; t += gridThreads()) {
+    const int64_t o = t % plan.outputs, s = t / plan.outputs;
+    const int64_t begin = s * segmentLength;
+    const int64_t end = min(plan.reduced, begin + segmentLength);
+    const double acc = reduceRange(x, plan, keptOffset(plan, o), begin, end);
+    if (partial)
+      partial[t] = acc;
+    else
+      out[o] =
+          static_cast<T>(static_cast<float>(mean ? acc / plan.reduced : acc));
+  }
+}
+
+template <typename T>
+__global__ void reduceFinishKernel(const double *partial, T *out,
+                                   int64_t outputs, int64_t segments,
+                                   int64_t reduced, bool mean) {
+  for (int64_t o = globalThread(); o < outputs; o += gridThreads()) {
+    double acc = 0.0;
+    for (int64_t s = 0; s < segments; ++s)
+      acc += partial[s * outputs + o];
+    out[o] = static_cast<T>(static_cast<float>(mean ? acc / reduced : acc));
+  }
+}
+
+__global__ void checkIdsKernel(const int32_t *ids, int64_t nIds, int64_t vocab,
+                               ErrorSlot *error) {
+  for (int64_t i = globalThread(); i < nIds; i += gridThreads())
+    if (ids[i] < 0 || ids[i] >= vocab)
+      recordError(error, i, ids[i]);
+}
+
+template <typename T>
+__global__ void embeddingKernel(const T *table, const int32_t *ids, T *out,
+                                int64_t nIds, int64_t vocab, int64_t dim,
+                                ErrorSlot *error) {
+  const int64_t n = nIds * dim;
+  for (int64_t k = globalThread(); k < n; k += gridThreads()) {
+    const int64_t i = k / dim, j = k % dim;
+    const int32_t id = ids[i];
+    if (id < 0 || id >= vocab) {
+      if (j == 0)
+        recordError(error, i, id);
+      out[k] = static_cast<T>(0.0f);
+      continue;
+    }
+    out[k] = table[static_cast<int64_t>(id) * dim + j];
+  }
+}
+
+// One block per position i. Only the first occurrence of an id accumulates
+// its row: it collects, chunk by chunk and in index order, the positions
+// j >= i with the same id and adds their dy rows into its (exclusively
+// owned, zeroed) table row. Every column therefore receives exactly the
+// cpu's float additions in the cpu's order, without atomics. The scans
+// compare one id per thread per chunk, O(nIds^2 / blockDim) per call.
+template <typename T>
+__global__ void embeddingGradKernel(const T *dy, const int32_t *ids, T *dtable,
+                                    int64_t nIds, int64_t vocab, int64_t dim,
+                                    ErrorSlot *error) {
+  __shared__ int64_t matches[kBlock];
+  __shared__ int warpCounts[kBlock / kWarp];
+  const int64_t i = blockIdx.x;
+  const int32_t id = ids[i];
+  if (id < 0 || id >= vocab) {
+    if (threadIdx.x == 0)
+      recordError(error, i, id);
+    return;
+  }
+  // An earlier occurrence owns the row.
+  for (int64_t j0 = 0; j0 < i; j0 += blockDim.x) {
+    const int64_t j = j0 + threadIdx.x;
+    if (__syncthreads_or(j < i && ids[j] == id))
+      return;
+  }
+  T *row = dtable + static_cast<int64_t>(id) * dim;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  for (int64_t j0 = i; j0 < nIds; j0 += blockDim.x) {
+    // Compact this chunk's matches, in index order, into `matches`.
+    const int64_t j = j0 + threadIdx.x;
+    const bool match = j < nIds && ids[j] == id;
+    const unsigned ballot = __ballot_sync(kFullMask, match);
+    if (lane == 0)
+      warpCounts[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, count = 0;
+    for (int w = 0; w < static_cast<int>(blockDim.x) / kWarp; ++w) {
+      before += w < warp ? warpCounts[w] : 0;
+      count += warpCounts[w];
+    }
+    if (match)
+      matches[before + __popc(ballot & ((1u << lane) - 1))] = j;
+    __syncthreads();
+    for (int m = 0; m < count; ++m) {
+      const T *src = dy + matches[m] * dim;
+      for (int64_t c = threadIdx.x; c < dim; c += blockDim.x)
+        row[c] = static_cast<T>(static_cast<float>(row[c]) +
+                                static_cast<float>(src[c]));
+    }
+    __syncthreads();
+  }
+}
+
+template <typename Word>
+__global__ void copy2dKernel(const char *src, char *dst, int64_t rows,
+                             int64_t words, int64_t srcStride,
+                             int64_t dstStride) {
+  const int64_t n = rows * words;
+  for (int64_t k = globalThread(); k < n; k += gridThreads()) {
+    const int64_t r = k / words, w = k % words;
+    reinterpret_cast<Word *>(dst + r * dstStride)[w] =
+        reinterpret_cast<const Word *>(src + r * srcStride)[w];
+  }
+}
+
+template <typename Word>
+void launchCopy2d(const void *src, void *dst, int64_t rows, int64_t rowBytes,
+                  int64_t srcStride, int64_t dstStride, cudaStream_t stream) {
+  const int64_t words = rowBytes / static_cast<int64_t>(sizeof(Word));
+  copy2dKernel<Word><<<blocksFor(rows * words), kBlock, 0, stream>>>(
+      static_cast<const char *>(src), static_cast<char *>(dst), rows, words,
+      srcStride, dstStride);
+}
+
+} // namespace
+
+template <typename T>
+void gather(const T *x, T *out, const Gather &plan, double factor,
+            cudaStream_t stream) {
+  int64_t n = 1, span = 1;
+  for (int d = 0; d < plan.rank; ++d) {
+    n *= plan.shape[d];
+    span += (plan.shape[d] - 1) * plan.strides[d];
+  }
+  if (n <= 0)
+    return;
+  const bool scaled = factor != 1.0;
+  // Unsigned: i + the grid's stride (< 2^28) never wraps below 2^32.
+  if (n <= INT_MAX && span <= INT_MAX)
+    gatherKernel<T, uint32_t><<<blocksFor(n), kBlock, 0, stream>>>(
+        x, out, plan, static_cast<uint32_t>(n), factor, scaled);
+  else
+    gatherKernel<T, int64_t>
+        <<<blocksFor(n), kBlock, 0, stream>>>(x, out, plan, n, factor, scaled);
+  check(cudaGetLastError(), "transpose/broadcast kernel launch");
+}
+
+template <typename T>
+void reduce(const T *x, T *out, const Reduction &plan, bool mean,
+            cudaStream_t stream) {
+  if (plan.outputs <= 0)
+    return;
+  // Split each output's sum into segments when there are too few outputs to
+  // fill the device (a bias gradient: a few hundred outputs, thousands of
+  // rows each): at least 32 elements per segment, at most 1024 segments.
+  int64_t segments = 1;
+  if (plan.outputs < 65536 && plan.reduced > 64) {
+    segments = std::min<int64_t>({(65536 + plan.outputs - 1) / plan.outputs,
+                                  (plan.reduced + 31) / 32, 1024});
+    segments = std::max<int64_t>(segments, 1);
+  }
+  const int64_t length =
+      segments > 1 ? (plan.reduced + segments - 1) / segments : plan.reduced;
+  if (segments > 1)
+    segments = (plan.reduced + length - 1) / length;
+  double *partial = nullptr;
+  if (segments > 1)
+    partial = static_cast<double *>(scratch(
+        segments * plan.outputs * sizeof(double), stream, "reduce_f32"));
+  reducePartialKernel<<<blocksFor(segments * plan.outputs), kBlock, 0,
+                        stream>>>(x, out, partial, plan, segments, length,
+                                  mean);
+  if (partial) {
+    reduceFinishKernel<<<blocksFor(plan.outputs), kBlock, 0, stream>>>(
+        partial, out, plan.outputs, segments, plan.reduced, mean);
+    release(partial, stream);
+  }
+  check(cudaGetLastError(), "reduce_f32 kernel launch");
+}
+
+template <typename T>
+void embedding(const T *table, const int32_t *ids, T *out, int64_t nIds,
+               int64_t vocab, int64_t dim, ErrorSlot *error,
+               cudaStream_t stream) {
+  if (nIds <= 0)
+    return;
+  if (dim <= 0) {
+    // Nothing to copy, but the ids are still checked, as on the cpu.
+    checkIdsKernel<<<blocksFor(nIds), kBlock, 0, stream>>>(ids, nIds, vocab,
+                                                           error);
+    check(cudaGetLastError(), "embedding kernel launch");
+    return;
+  }
+  embeddingKernel<<<blocksFor(nIds * dim), kBlock, 0, stream>>>(
+      table, ids, out, nIds, vocab, dim, error);
+  check(cudaGetLastError(), "embedding kernel launch");
+}
+
+template <typename T>
+void embeddingGrad(const T *dy, const int32_t *ids, T *dtable, int64_t nIds,
+                   int64_t vocab, int64_t dim, ErrorSlot *error,
+                   cudaStream_t stream) {
+  // Zero bits are +0.0f: the cpu's fill(0).
+  if (vocab > 0 && dim > 0)
+    check(cudaMemsetAsync(dtable, 0, vocab * dim * sizeof(T), stream),
+          "embedding_grad: cudaMemsetAsync");
+  if (nIds <= 0)
+    return;
+  if (nIds > 0x7fffffff)
+    check(cudaErrorInvalidConfiguration, "embedding_grad: too many ids");
+  embeddingGradKernel<<<static_cast<unsigned>(nIds), kBlock, 0, stream>>>(
+      dy, ids, dtable, nIds, vocab, dim, error);
+  check(cudaGetLastError(), "embedding_grad kernel launch");
+}
+
+void copy2d(const void *src, void *dst, int64_t rows, int64_t rowBytes,
+            int64_t srcStride, int64_t dstStride, cudaStream_t stream) {
+  if (rows <= 0 || rowBytes <= 0)
+    return;
+  // The widest word that every row start and length is a multiple of.
+  const uint64_t bits = reinterpret_cast<uintptr_t>(src) |
+                        reinterpret_cast<uintptr_t>(dst) |
+                        static_cast<uint64_t>(rowBytes) |
+                        static_cast<uint64_t>(rows > 1 ? srcStride : 0) |
+                        static_cast<uint64_t>(rows > 1 ? dstStride : 0);
+  if (bits % 16 == 0)
+    launchCopy2d<uint4>(src, dst, rows, rowBytes, srcStride, dstStride, stream);
+  else if (bits % 8 == 0)
+    launchCopy2d<uint2>(src, dst, rows, rowBytes, srcStride, dstStride, stream);
+  else if (bits % 4 == 0)
+    launchCopy2d<uint32_t>(src, dst, rows, rowBytes, srcStride, dstStride,
+                           stream);
+  else
+    launchCopy2d<uint8_t>(src, dst, rows, rowBytes, srcStride, dstStride,
+                          stream);
+  check(cudaGetLastError(), "copy_2d kernel launch");
+}
+
+#define ZTRT_INSTANTIATE(T)                                                    \
+  template void gather<T>(const T *, T *, const Gather &, double,              \
+                          cudaStream_t);                                       \
+  template void reduce<T>(const T *, T *, const Reduction &, bool,             \
+                          cudaStream_t);                                       \
+  template void embedding<T>(const T *, const int32_t *, T *, int64_t,         \
+                             int64_t, int64_t, ErrorSlot *, cudaStream_t);     \
+  template void embeddingGrad<T>(const T *, const int32_t *, T *, int64_t,     \
+                                 int64_t, int64_t, ErrorSlot *, cudaStream_t);
+
+ZTRT_INSTANTIATE(float)
+
+} // namespace ztrt::cuda

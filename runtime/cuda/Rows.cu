@@ -1,0 +1,378 @@
+//===- Rows.cu - Layer norm, softmax, cross-entropy ---------------------===//
+//
+// Part of ztrain's runtime (cuda backend). Per-row statistics in double,
+// rounded once, with the cpu backend's formulas (cpu/CpuBackend.cpp); only
+// the order of the double sums differs (a block or warp tree instead of a
+// serial loop), which changes a float result only when the double sums
+// round to different floats. exp and log are CUDA's (within 1-2 ulp of
+// glibc's), the one other source of difference.
+//
+// Geometry: layer norm uses a block per row (rows are the model width,
+// hundreds to thousands of columns); softmax and cross-entropy a warp per
+// row (attention rows are the sequence length). Column sums over rows
+// (dgamma, dbeta) and the mean over rows of cross-entropy are two-stage:
+// fixed chunks of rows, then the chunks in order. Everything is a fixed
+// tree for given sizes: deterministic.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda/DeviceUtil.cuh"
+
+#include <cmath>
+
+namespace ztrt::cuda {
+
+namespace {
+
+template <typename T> __device__ __forceinline__ double ldd(const T &v) {
+  return static_cast<double>(static_cast<float>(v));
+}
+template <typename T> __device__ __forceinline__ float ldf(const T &v) {
+  return static_cast<float>(v);
+}
+
+constexpr int kRowsPerBlock = kBlock / kWarp;
+
+/// The row handled by this warp in a warp-per-row launch.
+__device__ __forceinline__ int64_t warpRow() {
+  return static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+}
+
+inline unsigned warpRowBlocks(int64_t rows) {
+  return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+
+/// Mean and 1/sqrt(biased variance + eps) of a row, two-pass in double (the
+/// cpu's rowMoments); every thread of the block gets them.
+template <typename T>
+__device__ void rowMoments(const T *xr, int64_t cols, double eps,
+                           double *shared, double &mean, double &rstd) {
+  double sum = 0.0;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    sum += ldd(xr[c]);
+  mean = blockSum(sum, shared) / cols;
+  double sq = 0.0;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    double d = ldd(xr[c]) - mean;
+    sq += d * d;
+  }
+  rstd = 1.0 / sqrt(blockSum(sq, shared) / cols + eps);
+}
+
+template <typename T>
+__global__ void layerNormKernel(const T *x, const T *gamma, const T *beta, T *y,
+                                int64_t cols, double eps) {
+  __shared__ double shared[kWarp];
+  const int64_t row = blockIdx.x;
+  const T *xr = x + row * cols;
+  T *yr = y + row * cols;
+  double mean, rstd;
+  rowMoments(xr, cols, eps, shared, mean, rstd);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    yr[c] = static_cast<T>(static_cast<float>(
+        (ldd(xr[c]) - mean) * rstd * ldd(gamma[c]) + ldd(beta[c])));
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma; the
+// row's mean and rstd are kept for the column sums.
+template <typename T>
+__global__ void layerNormGradRowsKernel(const T *dy, const T *x, const T *gamma,
+                                        T *dx, double *stats, int64_t cols,
+                                        double eps) {
+  __shared__ double shared[kWarp];
+  const int64_t row = blockIdx.x;
+  const T *xr = x + row * cols, *dyr = dy + row * cols;
+  double mean, rstd;
+  rowMoments(xr, cols, eps, shared, mean, rstd);
+  double sumG = 0.0, sumGX = 0.0;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    double g = ldd(dyr[c]) * ldd(gamma[c]);
+    sumG += g;
+    sumGX += g * (ldd(xr[c]) - mean) * rstd;
+  }
+  const double meanG = blockSum(sumG, shared) / cols;
+  const double meanGX = blockSum(sumGX, shared) / cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    double g = ldd(dyr[c]) * ldd(gamma[c]);
+    double xhat = (ldd(xr[c]) - mean) * rstd;
+    dx[row * cols + c] =
+        static_cast<T>(static_cast<float>(rstd * (g - meanG - xhat * meanGX)));
+  }
+  if (threadIdx.x == 0) {
+    stats[2 * row] = mean;
+    stats[2 * row + 1] = rstd;
+  }
+}
+
+// Column sums of dy * xhat and dy over a chunk of rows, in row order.
+template <typename T>
+__global__ void layerNormGradColumnsKernel(const T *dy, const T *x,
+                                           const double *stats, double *partial,
+                                           int64_t rows, int64_t cols,
+                                           int64_t chunkRows) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t chunk = blockIdx.y;
+  if (c >= cols)
+    return;
+  const int64_t begin = chunk * chunkRows;
+  const int64_t end = min(rows, begin + chunkRows);
+  double sumGamma = 0.0, sumBeta = 0.0;
+  for (int64_t r = begin; r < end; ++r) {
+    double d = ldd(dy[r * cols + c]);
+    sumGamma += d * ((ldd(x[r * cols + c]) - stats[2 * r]) * stats[2 * r + 1]);
+    sumBeta += d;
+  }
+  const int64_t chunks = gridDim.y;
+  partial[chunk * cols + c] = sumGamma;
+  partial[(chunks + chunk) * cols + c] = sumBeta;
+}
+
+template <typename T>
+__global__ void layerNormGradFinishKernel(const double *partial, T *dgamma,
+                                          T *dbeta, int64_t cols,
+                                          int64_t chunks) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols)
+    return;
+  double sumGamma = 0.0, sumBeta = 0.0;
+  for (int64_t k = 0; k < chunks; ++k) {
+    sumGamma += partial[k * cols + c];
+    sumBeta += partial[(chunks + k) * cols + c];
+  }
+  dgamma[c] = static_cast<T>(static_cast<float>(sumGamma));
+  dbeta[c] = static_cast<T>(static_cast<float>(sumBeta));
+}
+
+// Causal: row i of each [cols x cols] block sees entries 0..i; the rest are
+// exactly 0. exp in float, the row sum in double, then one float scale.
+template <typename T>
+__global__ void softmaxKernel(const T *x, T *y, int64_t rows, int64_t cols,
+                              bool causal) {
+  const int64_t row = warpRow();
+  if (row >= rows)
+    return; // The whole warp: rows are warp-uniform.
+  const int lane = threadIdx.x % kWarp;
+  const T *xr = x + row * cols;
+  T *yr = y + row * cols;
+  const int64_t visible = causal ? row % cols + 1 : cols;
+  float max = -INFINITY;
+  for (int64_t j = lane; j < visible; j += kWarp)
+    max = fmaxf(max, ldf(xr[j]));
+  max = warpMax(max);
+  double sum = 0.0;
+  for (int64_t j = lane; j < visible; j += kWarp)
+    sum += static_cast<double>(expf(ldf(xr[j]) - max));
+  sum = warpSum(sum);
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t j = lane; j < cols; j += kWarp)
+    yr[j] = static_cast<T>(j < visible ? expf(ldf(xr[j]) - max) * inv : 0.0f);
+}
+
+template <typename T>
+__global__ void softmaxGradKernel(const T *dy, const T *y, T *dx, int64_t rows,
+                                  int64_t cols) {
+  const int64_t row = warpRow();
+  if (row >= rows)
+    return;
+  const int lane = threadIdx.x % kWarp;
+  const T *dyr = dy + row * cols, *yr = y + row * cols;
+  double dot = 0.0;
+  for (int64_t j = lane; j < cols; j += kWarp)
+    dot += ldd(dyr[j]) * ldd(yr[j]);
+  const float d = static_cast<float>(warpSum(dot));
+  for (int64_t j = lane; j < cols; j += kWarp)
+    dx[row * cols + j] = static_cast<T>(ldf(yr[j]) * (ldf(dyr[j]) - d));
+}
+
+/// log(sum(exp(x))) of a row in double, max-shifted (the cpu's
+/// logSumExp); every lane of the warp gets it.
+template <typename T>
+__device__ double warpLogSumExp(const T *xr, int64_t n, int lane) {
+  float max = -INFINITY;
+  for (int64_t j = lane; j < n; j += kWarp)
+    max = fmaxf(max, ldf(xr[j]));
+  max = warpMax(max);
+  double sum = 0.0;
+  for (int64_t j = lane; j < n; j += kWarp)
+    sum += exp(ldd(xr[j]) - static_cast<double>(max));
+  return static_cast<double>(max) + log(warpSum(sum));
+}
+
+template <typename T>
+__global__ void crossEntropyRowsKernel(const T *logits, const int32_t *labels,
+                                       double *rowLoss, int64_t rows,
+                                       int64_t classes, ErrorSlot *error) {
+  const int64_t row = warpRow();
+  if (row >= rows)
+    return;
+  const int lane = threadIdx.x % kWarp;
+  const T *xr = logits + row * classes;
+  const double lse = warpLogSumExp(xr, classes, lane);
+  const int32_t label = labels[row];
+  const bool valid = label >= 0 && label < classes;
+  if (lane == 0) {
+    if (!valid)
+      recordError(error, row, label);
+    rowLoss[row] = valid ? lse - ldd(xr[label]) : 0.0;
+  }
+}
+
+// Mean over rows: one block, each thread a strided share in row order, then
+// the block tree.
+template <typename T>
+__global__ void meanKernel(const double *values, T *out, int64_t n) {
+  __shared__ double shared[kWarp];
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    sum += values[i];
+  sum = blockSum(sum, shared);
+  if (threadIdx.x == 0)
+    out[0] = static_cast<T>(static_cast<float>(sum / n));
+}
+
+template <typename T>
+__global__ void crossEntropyGradKernel(const T *dloss, const T *logits,
+                                       const int32_t *labels, T *dlogits,
+                                       int64_t rows, int64_t classes,
+                                       ErrorSlot *error) {
+  const int64_t row = warpRow();
+  if (row >= rows)
+    return;
+  const int lane = threadIdx.x % kWarp;
+  const T *xr = logits + row * classes;
+  T *dr = dlogits + row * classes;
+  const double scale = ldd(dloss[0]) / rows;
+  const double lse = warpLogSumExp(xr, classes, lane);
+  const int32_t label = labels[row];
+  if (lane == 0 && !(label >= 0 && label < classes))
+    recordError(error, row, label);
+  for (int64_t j = lane; j < classes; j += kWarp) {
+    double p = exp(ldd(xr[j]) - lse);
+    dr[j] = static_cast<T>(
+        static_cast<float>((p - (j == label ? 1.0 : 0.0)) * scale));
+  }
+}
+
+/// Threads of a block per row for layer norm: enough warps for the row,
+/// at most kBlock.
+int rowThreads(int64_t cols) {
+  int64_t warps = (cols + kWarp - 1) / kWarp;
+  return static_cast<int>(std::min<int64_t>(warps, kBlock / kWarp) * kWarp);
+}
+
+void checkGrid(int64_t blocks, const char *op) {
+  if (blocks > 0x7fffffff)
+    check(cudaErrorInvalidConfiguration, op);
+}
+
+} // namespace
+
+template <typename T>
+void layerNorm(const T *x, const T *gamma, const T *beta, T *y, int64_t rows,
+               int64_t cols, double eps, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0)
+    return;
+  checkGrid(rows, "layer_norm_f32: too many rows");
+  layerNormKernel<<<static_cast<unsigned>(rows), rowThreads(cols), 0, stream>>>(
+      x, gamma, beta, y, cols, eps);
+  check(cudaGetLastError(), "layer_norm_f32 kernel launch");
+}
+
+template <typename T>
+void layerNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
+                   T *dbeta, int64_t rows, int64_t cols, double eps,
+                   cudaStream_t stream) {
+  if (cols <= 0)
+    return;
+  if (rows <= 0) {
+    // Empty column sums: zeros, as on the cpu.
+    fill(dgamma, cols, 0.0f, stream);
+    fill(dbeta, cols, 0.0f, stream);
+    return;
+  }
+  checkGrid(rows, "layer_norm_grad_f32: too many rows");
+  // Chunks of at least 32 rows, at most 256 of them: enough threads for
+  // the column sums, and the partial sums stay within 4 KiB per column.
+  const int64_t chunks = std::min<int64_t>(256, (rows + 31) / 32);
+  const int64_t chunkRows = (rows + chunks - 1) / chunks;
+  auto *stats = static_cast<double *>(
+      scratch(rows * 2 * sizeof(double), stream, "layer_norm_grad_f32"));
+  auto *partial = static_cast<double *>(scratch(
+      2 * chunks * cols * sizeof(double), stream, "layer_norm_grad_f32"));
+  layerNormGradRowsKernel<<<static_cast<unsigned>(rows), rowThreads(cols), 0,
+                            stream>>>(dy, x, gamma, dx, stats, cols, eps);
+  const unsigned columnBlocks =
+      static_cast<unsigned>((cols + kBlock - 1) / kBlock);
+  layerNormGradColumnsKernel<<<
+      dim3(columnBlocks, static_cast<unsigned>(chunks)), kBlock, 0, stream>>>(
+      dy, x, stats, partial, rows, cols, chunkRows);
+  layerNormGradFinishKernel<<<columnBlocks, kBlock, 0, stream>>>(
+      partial, dgamma, dbeta, cols, chunks);
+  check(cudaGetLastError(), "layer_norm_grad_f32 kernel launch");
+  release(partial, stream);
+  release(stats, stream);
+}
+
+template <typename T>
+void softmax(const T *x, T *y, int64_t rows, int64_t cols, bool causal,
+             cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0)
+    return;
+  softmaxKernel<<<warpRowBlocks(rows), kBlock, 0, stream>>>(x, y, rows, cols,
+                                                            causal);
+  check(cudaGetLastError(), "softmax_f32 kernel launch");
+}
+
+template <typename T>
+void softmaxGrad(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols,
+                 cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0)
+    return;
+  softmaxGradKernel<<<warpRowBlocks(rows), kBlock, 0, stream>>>(dy, y, dx, rows,
+                                                                cols);
+  check(cudaGetLastError(), "softmax_grad_f32 kernel launch");
+}
+
+template <typename T>
+void crossEntropy(const T *logits, const int32_t *labels, T *loss, int64_t rows,
+                  int64_t classes, ErrorSlot *error, cudaStream_t stream) {
+  // No rows: the mean of nothing, NaN, as on the cpu (0 / 0).
+  auto *rowLoss = static_cast<double *>(scratch(
+      std::max<int64_t>(rows, 1) * sizeof(double), stream, "cross_entropy"));
+  if (rows > 0)
+    crossEntropyRowsKernel<<<warpRowBlocks(rows), kBlock, 0, stream>>>(
+        logits, labels, rowLoss, rows, classes, error);
+  meanKernel<<<1, kBlock, 0, stream>>>(rowLoss, loss, rows);
+  check(cudaGetLastError(), "cross_entropy kernel launch");
+  release(rowLoss, stream);
+}
+
+template <typename T>
+void crossEntropyGrad(const T *dloss, const T *logits, const int32_t *labels,
+                      T *dlogits, int64_t rows, int64_t classes,
+                      ErrorSlot *error, cudaStream_t stream) {
+  if (rows <= 0)
+    return;
+  crossEntropyGradKernel<<<warpRowBlocks(rows), kBlock, 0, stream>>>(
+      dloss, logits, labels, dlogits, rows, classes, error);
+  check(cudaGetLastError(), "cross_entropy_grad kernel launch");
+}
+
+#define ZTRT_INSTANTIATE(T)                                                    \
+  template void layerNorm<T>(const T *, const T *, const T *, T *, int64_t,    \
+                             int64_t, double, cudaStream_t);                   \
+  template void layerNormGrad<T>(const T *, const T *, const T *, T *, T *,    \
+                                 T *, int64_t, int64_t, double, cudaStream_t); \
+  template void softmax<T>(const T *, T *, int64_t, int64_t, bool,             \
+                           cudaStream_t);                                      \
+  template void softmaxGrad<T>(const T *, const T *, T *, int64_t, int64_t,    \
+                               cudaStream_t);                                  \
+  template void crossEntropy<T>(const T *, const int32_t *, T *, int64_t,      \
+                                int64_t, ErrorSlot *, cudaStream_t);           \
+  template void crossEntropyGrad<T>(const T *, const T *, const int32_t *,     \
+                                    T *, int64_t, int64_t, ErrorSlot *,        \
+                                    cudaStream_t);
+
+ZTRT_INSTANTIATE(float)
+
+} // namespace ztrt::cuda

@@ -1,0 +1,854 @@
+//===- CudaConformanceTest.cpp - The cuda backend against the cpu one -----===//
+//
+// Every kernel, copy and collective of the cuda backend, called through the
+// C ABI on device memory, against the cpu backend on the same inputs in
+// host memory. Each comparison states its tolerance and why, next to the
+// assertion: the cuda backend evaluates the cpu's float expressions in the
+// same order (bitwise equal), except where it sums in another order
+// (cuBLAS, the double row sums, NCCL) or uses CUDA's exp / log.
+//
+// Without a usable GPU every test is skipped, saying why (GTEST_SKIP: CTest
+// shows them as "Skipped", not "Passed").
+//
+//===----------------------------------------------------------------------===//
+
+#include "TestUtil.h"
+
+#include "cuda/CudaBackend.h"
+#include "cuda/Libraries.h"
+#include "ztrt.h"
+
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+using namespace ztrt;
+using namespace ztrt::test;
+
+namespace {
+
+/// Why this machine cannot run the suite; empty when it can.
+const std::string &noGpuReason() {
+  static const std::string reason = [] {
+    std::string why;
+    return cudaDeviceCount(&why) > 0 ? std::string() : "no CUDA device: " + why;
+  }();
+  return reason;
+}
+
+uint32_t bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof(b));
+  return b;
+}
+
+/// Distance in units in the last place (adjacent floats are 1 apart, +0
+/// and -0 are 0 apart); both NaN is 0, one NaN is "infinitely" far.
+int64_t ulps(float a, float b) {
+  if (std::isnan(a) || std::isnan(b))
+    return std::isnan(a) && std::isnan(b) ? 0 : INT64_MAX;
+  auto ordered = [](float v) {
+    int32_t i = static_cast<int32_t>(bits(v));
+    return i < 0 ? static_cast<int64_t>(INT32_MIN) - i
+                 : static_cast<int64_t>(i);
+  };
+  return std::llabs(ordered(a) - ordered(b));
+}
+
+/// Same bits, or both NaN (the payload of a NaN produced by arithmetic is
+/// the hardware's: x86 propagates an operand's, CUDA makes a canonical one).
+void expectBitwise(const std::vector<float> &got,
+                   const std::vector<float> &want, const std::string &what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size() && bad < 5; ++i)
+    if (bits(got[i]) != bits(want[i]) &&
+        !(std::isnan(got[i]) && std::isnan(want[i]))) {
+      ADD_FAILURE() << what << "[" << i << "]: cuda " << got[i] << " (0x"
+                    << std::hex << bits(got[i]) << "), cpu " << want[i]
+                    << " (0x" << bits(want[i]) << std::dec << ")";
+      ++bad;
+    }
+}
+
+void expectUlps(const std::vector<float> &got, const std::vector<float> &want,
+                int64_t maxUlps, const std::string &what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size() && bad < 5; ++i)
+    if (ulps(got[i], want[i]) > maxUlps) {
+      ADD_FAILURE() << what << "[" << i << "]: cuda " << got[i] << ", cpu "
+                    << want[i] << ", " << ulps(got[i], want[i])
+                    << " ulp apart (allowed " << maxUlps << ")";
+      ++bad;
+    }
+}
+
+/// |got - want| <= maxUlps ulp of want, or <= absTol.
+void expectUlpsOrAbs(const std::vector<float> &got,
+                     const std::vector<float> &want, int64_t maxUlps,
+                     double absTol, const std::string &what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size() && bad < 5; ++i)
+    if (ulps(got[i], want[i]) > maxUlps &&
+        !(std::fabs(static_cast<double>(got[i]) - want[i]) <= absTol)) {
+      ADD_FAILURE() << what << "[" << i << "]: cuda " << got[i] << ", cpu "
+                    << want[i] << " (allowed " << maxUlps << " ulp or "
+                    << absTol << ")";
+      ++bad;
+    }
+}
+
+/// Inputs in [-scale, scale) plus, optionally, the special values.
+std::vector<float> inputs(size_t n, uint32_t seed, float scale = 1.0f,
+                          bool special = false) {
+  std::vector<float> v = testValues(n, seed);
+  for (float &x : v)
+    x *= scale;
+  if (special && n >= 8) {
+    const float s[] = {0.0f,
+                       -0.0f,
+                       INFINITY,
+                       -INFINITY,
+                       NAN,
+                       FLT_MIN,
+                       1e-40f /* denormal */,
+                       -FLT_MAX};
+    for (size_t i = 0; i < 8; ++i)
+      v[i * (n / 8)] = s[i];
+  }
+  return v;
+}
+
+/// A tensor on both backends: `host` is what the cpu backend computes on
+/// and in, `dev` its copy in the cuda backend's memory.
+template <typename T> struct Twin {
+  std::vector<T> host;
+  void *dev = nullptr;
+};
+
+class CudaConformanceTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!noGpuReason().empty())
+      GTEST_SKIP() << noGpuReason();
+    cuda = std::make_unique<ztrt_ctx>(createCudaBackend(options()));
+    cpu = cpuContext();
+  }
+  virtual CudaOptions options() const { return CudaOptions{}; }
+
+  ztrt_ctx *c() { return cpu.get(); }
+  ztrt_ctx *g() { return cuda.get(); }
+
+  template <typename T> Twin<T> twin(std::vector<T> values) {
+    Twin<T> t;
+    t.host = std::move(values);
+    const int64_t bytes = static_cast<int64_t>(t.host.size() * sizeof(T));
+    t.dev = ztrt_alloc(g(), bytes, ZTRT_CAT_OTHER);
+    g()->backend().copyFromHost(t.dev, t.host.data(), bytes);
+    return t;
+  }
+  /// An output: NaNs on both sides, so that an element a kernel forgets to
+  /// write shows up.
+  Twin<float> output(size_t n) { return twin(std::vector<float>(n, NAN)); }
+
+  template <typename T> std::vector<T> fetch(const Twin<T> &t) {
+    std::vector<T> out(t.host.size());
+    g()->backend().copyToHost(out.data(), t.dev,
+                              static_cast<int64_t>(out.size() * sizeof(T)));
+    return out;
+  }
+
+  /// Pointer of `t` on one side.
+  template <typename T> static void *at(Twin<T> &t, bool dev) {
+    return dev ? t.dev : static_cast<void *>(t.host.data());
+  }
+
+  /// Runs `op(ctx, dev)` on the cpu (dev = false) and the cuda backend.
+  void both(const std::function<void(ztrt_ctx *, bool)> &op) {
+    op(c(), false);
+    op(g(), true);
+  }
+
+  std::unique_ptr<ztrt_ctx> cpu, cuda;
+};
+
+TEST_F(CudaConformanceTest, ElementwiseIsBitwiseTheCpus) {
+  // One float operation (or the shared gelu formulas, VecMath.h) per
+  // element, no FMA contraction on either side: bitwise equal, also for
+  // the special values (NaN compared as NaN).
+  for (size_t n : {size_t(1), size_t(37), size_t(1) << 20}) {
+    auto a = twin(inputs(n, 1, 4.0f, true)), b = twin(inputs(n, 2, 4.0f, true));
+    auto out = output(n);
+    const int64_t len = static_cast<int64_t>(n);
+    const std::string size = " n=" + std::to_string(n);
+    both([&](ztrt_ctx *x, bool d) {
+      ztrt_add_f32(x, at(a, d), at(b, d), at(out, d), len);
+    });
+    expectBitwise(fetch(out), out.host, "add" + size);
+    both([&](ztrt_ctx *x, bool d) {
+      ztrt_sub_f32(x, at(a, d), at(b, d), at(out, d), len);
+    });
+    expectBitwise(fetch(out), out.host, "sub" + size);
+    both([&](ztrt_ctx *x, bool d) {
+      ztrt_mul_f32(x, at(a, d), at(b, d), at(out, d), len);
+    });
+    expectBitwise(fetch(out), out.host, "mul" + size);
+    both([&](ztrt_ctx *x, bool d) {
+      ztrt_scale_f32(x, at(a, d), at(out, d), len, -0.3);
+    });
+    expectBitwise(fetch(out), out.host, "scale" + size);
+    both([&](ztrt_ctx *x, bool d) { ztrt_fill_f32(x, at(out, d), len, 0.1); });
+    expectBitwise(fetch(out), out.host, "fill" + size);
+    both([&](ztrt_ctx *x, bool d) {
+      ztrt_relu_f32(x, at(a, d), at(out, d), len);
+    });
+    expectBitwise(fetch(out), out.host, "relu" + size);
+    both([&](ztrt_ctx *x, bool d) {
+      ztrt_relu_grad_f32(x, at(b, d), at(a, d), at(out, d), len);
+    });
+    expectBitwise(fetch(out), out.host, "relu_grad" + size);
+    both([&](ztrt_ctx *x, bool d) {
+      ztrt_gelu_f32(x, at(a, d), at(out, d), len);
+    });
+    expectBitwise(fetch(out), out.host, "gelu" + size);
+    both([&](ztrt_ctx *x, bool d) {
+      ztrt_gelu_grad_f32(x, at(b, d), at(a, d), at(out, d), len);
+    });
+    expectBitwise(fetch(out), out.host, "gelu_grad" + size);
+    // In place: out aliases an input.
+    both([&](ztrt_ctx *x, bool d) {
+      ztrt_add_f32(x, at(a, d), at(b, d), at(a, d), len);
+    });
+    expectBitwise(fetch(a), a.host, "add in place" + size);
+  }
+}
+
+TEST_F(CudaConformanceTest, BiasAddIsBitwise) {
+  // One float addition per element.
+  for (auto shape : {std::pair<int64_t, int64_t>{1, 1}, {5, 7}, {1000, 768}}) {
+    const int64_t rows = shape.first, cols = shape.second;
+    auto x = twin(inputs(rows * cols, 3)), bias = twin(inputs(cols, 4));
+    auto out = output(rows * cols);
+    both([&](ztrt_ctx *c, bool d) {
+      ztrt_bias_add_f32(c, at(x, d), at(bias, d), at(out, d), rows, cols);
+    });
+    expectBitwise(fetch(out), out.host, "bias_add");
+  }
+}
+
+TEST_F(CudaConformanceTest, OptimizerUpdatesAreBitwise) {
+  // The cpu's per-element float expressions, scalars rounded on the host
+  // the same way, IEEE sqrt and division: bitwise, over three steps (the
+  // first step's momentum rule, then the general one), every flag.
+  const int64_t n = 4099;
+  struct Sgd {
+    double lr, momentum, dampening, decay;
+    int nesterov;
+  };
+  for (Sgd h : {Sgd{0.1, 0.0, 0.0, 0.0, 0}, Sgd{0.05, 0.9, 0.0, 1e-2, 0},
+                Sgd{0.05, 0.9, 0.1, 0.0, 0}, Sgd{0.01, 0.9, 0.0, 1e-3, 1}}) {
+    auto p = twin(inputs(n, 5)), buf = twin(std::vector<float>(n, 0.0f));
+    for (int64_t t = 1; t <= 3; ++t) {
+      auto grad = twin(inputs(n, 10 + static_cast<uint32_t>(t)));
+      c()->step = g()->step = t;
+      both([&](ztrt_ctx *x, bool d) {
+        ztrt_sgd_update_f32(x, at(p, d), at(grad, d), at(buf, d), n, h.lr,
+                            h.momentum, h.dampening, h.decay, h.nesterov);
+      });
+    }
+    expectBitwise(fetch(p), p.host, "sgd param");
+    expectBitwise(fetch(buf), buf.host, "sgd momentum");
+  }
+  for (int decoupled : {0, 1})
+    for (double decay : {0.0, 0.1}) {
+      auto p = twin(inputs(n, 6)), m = twin(std::vector<float>(n, 0.0f)),
+           v = twin(std::vector<float>(n, 0.0f));
+      for (int64_t t = 1; t <= 3; ++t) {
+        auto grad = twin(inputs(n, 20 + static_cast<uint32_t>(t)));
+        c()->step = g()->step = t;
+        both([&](ztrt_ctx *x, bool d) {
+          ztrt_adam_update_f32(x, at(p, d), at(grad, d), at(m, d), at(v, d), n,
+                               1e-3, 0.9, 0.999, 1e-8, decay, decoupled);
+        });
+      }
+      expectBitwise(fetch(p), p.host, "adam param");
+      expectBitwise(fetch(m), m.host, "adam exp_avg");
+      expectBitwise(fetch(v), v.host, "adam exp_avg_sq");
+    }
+}
+
+TEST_F(CudaConformanceTest, MatmulMatchesUpToSummationOrder) {
+  // cuBLAS and OpenBLAS sum the k products in different orders (blocking,
+  // tensor-core tiles). Each order's error is at most (k-1) u sum|a||b|
+  // (u = 2^-24), so the two differ by at most 2 k u sum_l |a_il||b_lj|:
+  // a rigorous bound, checked per element. TF32 would exceed it by ~2^13.
+  struct Case {
+    int64_t batch, m, n, k;
+    int ta, tb;
+    int64_t sa, sb; // -1: packed (m*k / k*n)
+  };
+  std::vector<Case> cases;
+  for (int ta : {0, 1})
+    for (int tb : {0, 1}) {
+      cases.push_back({1, 33, 65, 127, ta, tb, -1, -1});
+      cases.push_back({3, 17, 9, 31, ta, tb, -1, -1});
+      cases.push_back({4, 8, 16, 12, ta, tb, 0, -1}); // shared A
+      cases.push_back({4, 8, 16, 12, ta, tb, -1, 0}); // shared B
+    }
+  cases.push_back({1, 256, 512, 1024, 0, 0, -1, -1});
+  for (const Case &cs : cases) {
+    const int64_t sa = cs.sa < 0 ? cs.m * cs.k : cs.sa;
+    const int64_t sb = cs.sb < 0 ? cs.k * cs.n : cs.sb;
+    const int64_t sc = cs.m * cs.n;
+    // A stride of 0 shares one matrix across the batch.
+    auto a =
+        twin(inputs(static_cast<size_t>(sa ? cs.batch * sa : cs.m * cs.k), 30));
+    auto b =
+        twin(inputs(static_cast<size_t>(sb ? cs.batch * sb : cs.k * cs.n), 31));
+    auto out = output(static_cast<size_t>(cs.batch * sc));
+    both([&](ztrt_ctx *x, bool d) {
+      ztrt_matmul_f32(x, at(a, d), at(b, d), at(out, d), cs.batch, cs.m, cs.n,
+                      cs.k, cs.ta, cs.tb, sa, sb, sc);
+    });
+    std::vector<float> got = fetch(out);
+    const std::string what =
+        "matmul batch=" + std::to_string(cs.batch) +
+        " m=" + std::to_string(cs.m) + " n=" + std::to_string(cs.n) +
+        " k=" + std::to_string(cs.k) + " ta=" + std::to_string(cs.ta) +
+        " tb=" + std::to_string(cs.tb) + " sa=" + std::to_string(sa) +
+        " sb=" + std::to_string(sb);
+    int bad = 0;
+    for (int64_t i = 0; i < cs.batch && bad < 5; ++i)
+      for (int64_t r = 0; r < cs.m; ++r)
+        for (int64_t col = 0; col < cs.n; ++col) {
+          double mag = 0.0;
+          for (int64_t l = 0; l < cs.k; ++l) {
+            const float av =
+                a.host[i * sa + (cs.ta ? l * cs.m + r : r * cs.k + l)];
+            const float bv =
+                b.host[i * sb + (cs.tb ? col * cs.k + l : l * cs.n + col)];
+            mag += std::fabs(static_cast<double>(av) * bv);
+          }
+          const size_t e = static_cast<size_t>(i * sc + r * cs.n + col);
+          const double bound = 2.0 * cs.k * std::ldexp(1.0, -24) * mag + 1e-30;
+          if (!(std::fabs(static_cast<double>(got[e]) - out.host[e]) <=
+                bound) &&
+              bad++ < 5)
+            ADD_FAILURE() << what << " C[" << i << "][" << r << "][" << col
+                          << "]: cuda " << got[e] << ", cpu " << out.host[e]
+                          << ", bound " << bound;
+        }
+  }
+}
+
+TEST_F(CudaConformanceTest, MatmulDoesNotUseTF32) {
+  // A = 1 + 2^-20 everywhere, B = 1, k = 16: every partial sum
+  // j (1 + 2^-20), j <= 16, is a float, so any summation order gives
+  // exactly 16 + 2^-16. TF32 keeps 10 mantissa bits: it would round A to 1
+  // and give 16.
+  const int64_t m = 128, n = 128, k = 16;
+  const float one = 1.0f + std::ldexp(1.0f, -20);
+  auto a = twin(std::vector<float>(m * k, one)),
+       b = twin(std::vector<float>(k * n, 1.0f));
+  auto out = output(m * n);
+  ztrt_matmul_f32(g(), a.dev, b.dev, out.dev, 1, m, n, k, 0, 0, 0, 0, 0);
+  const float exact = 16.0f + std::ldexp(1.0f, -16);
+  for (float v : fetch(out))
+    ASSERT_EQ(v, exact) << "cuBLAS rounded float32 inputs (TF32 tensor cores?)";
+}
+
+TEST_F(CudaConformanceTest, MatmulWithEmptyInnerDimWritesZeros) {
+  // Exact: an empty sum is +0 on both sides.
+  auto a = twin(std::vector<float>(1, 0.0f)),
+       b = twin(std::vector<float>(1, 0.0f));
+  auto out = output(2 * 3 * 4);
+  both([&](ztrt_ctx *x, bool d) {
+    ztrt_matmul_f32(x, at(a, d), at(b, d), at(out, d), 2, 3, 4, 0, 0, 0, 0, 0,
+                    12);
+  });
+  expectBitwise(fetch(out), out.host, "matmul k=0");
+}
+
+TEST_F(CudaConformanceTest, LayerNormAndGrad) {
+  for (auto shape :
+       {std::pair<int64_t, int64_t>{1, 1}, {7, 16}, {64, 1000}, {300, 768}}) {
+    const int64_t rows = shape.first, cols = shape.second;
+    auto x = twin(inputs(rows * cols, 40, 3.0f)),
+         gamma = twin(inputs(cols, 41)), beta = twin(inputs(cols, 42)),
+         dy = twin(inputs(rows * cols, 43));
+    auto y = output(rows * cols), dx = output(rows * cols),
+         dgamma = output(cols), dbeta = output(cols);
+    const std::string what =
+        " " + std::to_string(rows) + "x" + std::to_string(cols);
+    both([&](ztrt_ctx *c, bool d) {
+      ztrt_layer_norm_f32(c, at(x, d), at(gamma, d), at(beta, d), at(y, d),
+                          rows, cols, 1e-5);
+      ztrt_layer_norm_grad_f32(c, at(dy, d), at(x, d), at(gamma, d), at(dx, d),
+                               at(dgamma, d), at(dbeta, d), rows, cols, 1e-5);
+    });
+    // The same double formulas with the row sums in another order: mean
+    // and rstd differ by ~1e-15 relative, so the floats y rounds to are
+    // equal or adjacent; where (x - mean) rstd gamma + beta cancels to
+    // almost 0 that difference (~1e-14 absolute here) is the bound instead.
+    expectUlpsOrAbs(fetch(y), y.host, 1, 1e-12, "layer_norm" + what);
+    // dx = rstd * (g - mean(g) - xhat * mean(g xhat)) can cancel: where it
+    // does, the double difference's rounding (~1e-15 of the terms, O(1)
+    // here) is the bound instead.
+    expectUlpsOrAbs(fetch(dx), dx.host, 1, 1e-12, "layer_norm_grad dx" + what);
+    // Column sums over rows in double, chunked instead of serial: adjacent
+    // floats, or ~rows * 2^-53 * sum|terms| (< 1e-11 here) near zero.
+    expectUlpsOrAbs(fetch(dgamma), dgamma.host, 1, 1e-11, "dgamma" + what);
+    expectUlpsOrAbs(fetch(dbeta), dbeta.host, 1, 1e-11, "dbeta" + what);
+  }
+}
+
+TEST_F(CudaConformanceTest, SoftmaxCausalOrNotAndGrad) {
+  for (int causal : {0, 1})
+    for (auto shape :
+         {std::pair<int64_t, int64_t>{8, 8}, {3 * 64, 64}, {2 * 257, 257}}) {
+      // Causal rows are whole [cols x cols] blocks; plain ones need not be.
+      const int64_t rows = !causal && shape.first == 8 ? 5 : shape.first;
+      const int64_t cols = shape.second;
+      auto x = twin(inputs(rows * cols, 50, 6.0f)),
+           dy = twin(inputs(rows * cols, 51));
+      auto y = output(rows * cols), dx = output(rows * cols);
+      const std::string what = (causal ? " causal " : " ") +
+                               std::to_string(rows) + "x" +
+                               std::to_string(cols);
+      both([&](ztrt_ctx *c, bool d) {
+        ztrt_softmax_f32(c, at(x, d), at(y, d), rows, cols, causal);
+        ztrt_softmax_grad_f32(c, at(dy, d), at(y, d), at(dx, d), rows, cols);
+      });
+      std::vector<float> got = fetch(y);
+      // CUDA's expf is within 2 ulp, glibc's within 1: each exp differs by
+      // <= 3 ulp, the double row sums (and so the float 1/sum) by as much,
+      // the product by one more rounding: 8 ulp bounds it.
+      expectUlps(got, y.host, 8, "softmax" + what);
+      // Masked entries are exactly zero on both sides.
+      if (causal) {
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t j = r % cols + 1; j < cols; ++j)
+            ASSERT_EQ(bits(got[r * cols + j]), 0u) << what << " masked " << r;
+      }
+      // softmax_grad on each side's own y would compound the softmax
+      // difference; given the same y (the cpu's) it is y * (dy - d) with
+      // d = float(dot in double): the two d are equal or adjacent, so the
+      // results differ by at most |y| (ulp(d) + ulp(dy - d)) plus their own
+      // rounding: within 2^-22 |y| (|dy| + |d|).
+      g()->backend().copyFromHost(y.dev, y.host.data(), rows * cols * 4);
+      ztrt_softmax_grad_f32(g(), dy.dev, y.dev, dx.dev, rows, cols);
+      std::vector<float> gotDx = fetch(dx);
+      for (int64_t r = 0; r < rows; ++r) {
+        double dot = 0.0;
+        for (int64_t j = 0; j < cols; ++j)
+          dot +=
+              static_cast<double>(dy.host[r * cols + j]) * y.host[r * cols + j];
+        for (int64_t j = 0; j < cols; ++j) {
+          const size_t e = static_cast<size_t>(r * cols + j);
+          const double tol = std::ldexp(
+              std::fabs(y.host[e]) * (std::fabs(dy.host[e]) + std::fabs(dot)),
+              -22);
+          if (!(std::fabs(static_cast<double>(gotDx[e]) - dx.host[e]) <= tol))
+            FAIL() << "softmax_grad" << what << " [" << e << "]: cuda "
+                   << gotDx[e] << ", cpu " << dx.host[e];
+        }
+      }
+    }
+}
+
+TEST_F(CudaConformanceTest, TransposeAndBroadcastAreBitwise) {
+  // Pure data movement (broadcast's factor: one double product rounded to
+  // float on both sides).
+  struct Case {
+    std::vector<int64_t> shape, perm;
+  };
+  for (const Case &cs : {Case{{3, 5}, {1, 0}}, Case{{2, 3, 4}, {2, 0, 1}},
+                         Case{{2, 64, 4, 16}, {0, 2, 1, 3}},
+                         Case{{3, 1, 5, 2}, {3, 2, 1, 0}}, Case{{7}, {0}}}) {
+    int64_t n = 1;
+    for (int64_t v : cs.shape)
+      n *= v;
+    auto x = twin(inputs(n, 60)), out = output(n);
+    both([&](ztrt_ctx *c, bool d) {
+      ztrt_transpose_f32(c, at(x, d), at(out, d),
+                         static_cast<int64_t>(cs.shape.size()), cs.shape.data(),
+                         cs.perm.data());
+    });
+    expectBitwise(fetch(out), out.host, "transpose");
+  }
+  const std::vector<int64_t> shape{3, 4, 5, 2};
+  for (const std::vector<int64_t> &mask :
+       std::vector<std::vector<int64_t>>{{0, 0, 0, 0},
+                                         {1, 0, 0, 0},
+                                         {0, 0, 0, 1},
+                                         {1, 0, 1, 0},
+                                         {0, 1, 1, 0},
+                                         {1, 1, 1, 1},
+                                         {1, 1, 0, 1}})
+    for (double factor : {1.0, 0.125, -3.3}) {
+      int64_t inN = 1;
+      for (size_t d = 0; d < shape.size(); ++d)
+        inN *= mask[d] ? 1 : shape[d];
+      auto x = twin(inputs(inN, 61, 1.0f, inN >= 8)),
+           out = output(3 * 4 * 5 * 2);
+      both([&](ztrt_ctx *c, bool d) {
+        ztrt_broadcast_f32(c, at(x, d), at(out, d), 4, shape.data(),
+                           mask.data(), factor);
+      });
+      expectBitwise(fetch(out), out.host, "broadcast");
+    }
+}
+
+TEST_F(CudaConformanceTest, ReduceSumsInDouble) {
+  // Both sum in double and round once; the cuda backend splits long sums
+  // into chunks. The double sums differ by ~R 2^-53 sum|x|: adjacent
+  // floats, or that much absolute where the sum cancels to ~0.
+  const std::vector<int64_t> shape{6, 70, 3, 33};
+  int64_t n = 1;
+  for (int64_t v : shape)
+    n *= v;
+  auto x = twin(inputs(n, 70));
+  for (const std::vector<int64_t> &mask :
+       std::vector<std::vector<int64_t>>{{0, 0, 0, 0},
+                                         {1, 0, 0, 0},
+                                         {0, 0, 0, 1},
+                                         {1, 1, 1, 0},
+                                         {0, 1, 0, 1},
+                                         {1, 1, 1, 1},
+                                         {1, 0, 1, 1}})
+    for (int mean : {0, 1}) {
+      int64_t outN = 1;
+      for (size_t d = 0; d < shape.size(); ++d)
+        outN *= mask[d] ? 1 : shape[d];
+      auto out = output(outN);
+      both([&](ztrt_ctx *c, bool d) {
+        ztrt_reduce_f32(c, at(x, d), at(out, d), 4, shape.data(), mask.data(),
+                        mean);
+      });
+      expectUlpsOrAbs(fetch(out), out.host, 1, 1e-11, "reduce");
+    }
+  // A bias gradient's shape: few outputs, many rows (the chunked path).
+  const std::vector<int64_t> bias{8192, 96}, rowMask{1, 0};
+  auto y = twin(inputs(8192 * 96, 71)), out = output(96);
+  both([&](ztrt_ctx *c, bool d) {
+    ztrt_reduce_f32(c, at(y, d), at(out, d), 2, bias.data(), rowMask.data(), 0);
+  });
+  expectUlpsOrAbs(fetch(out), out.host, 1, 1e-10, "reduce rows");
+}
+
+TEST_F(CudaConformanceTest, CrossEntropyAndGrad) {
+  const int64_t rows = 300, classes = 1000;
+  std::vector<int32_t> labelValues(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    labelValues[r] = static_cast<int32_t>((r * 7919) % classes);
+  auto logits = twin(inputs(rows * classes, 80, 8.0f)),
+       dloss = twin(std::vector<float>{0.7f});
+  auto labels = twin(labelValues);
+  auto loss = output(1), dlogits = output(rows * classes);
+  both([&](ztrt_ctx *c, bool d) {
+    ztrt_cross_entropy_f32(c, at(logits, d), at(labels, d), at(loss, d), rows,
+                           classes);
+    ztrt_cross_entropy_grad_f32(c, at(dloss, d), at(logits, d), at(labels, d),
+                                at(dlogits, d), rows, classes);
+  });
+  // Log-sum-exp and the mean in double with CUDA's exp / log (within 1-2
+  // ulp of double): the float results are equal or adjacent; p - 1 for the
+  // label's entry may cancel to ~1e-16 absolute.
+  expectUlps(fetch(loss), loss.host, 1, "cross_entropy");
+  expectUlpsOrAbs(fetch(dlogits), dlogits.host, 1, 1e-12, "cross_entropy_grad");
+}
+
+TEST_F(CudaConformanceTest, OutOfRangeLabelIsTheCpusError) {
+  // The kernel records the first bad row; the error surfaces, with the cpu
+  // backend's message, at the next synchronization.
+  const int64_t rows = 6, classes = 10;
+  auto logits = twin(inputs(rows * classes, 81));
+  auto labels = twin(std::vector<int32_t>{1, 2, 3, 12, 0, -4});
+  auto loss = output(1);
+  EXPECT_EXIT(
+      {
+        ztrt_cross_entropy_f32(g(), logits.dev, labels.dev, loss.dev, rows,
+                               classes);
+        g()->synchronize();
+      },
+      ::testing::ExitedWithCode(1),
+      "ztrain: error: cross_entropy: label 12 out of range \\[0, 10\\) at row "
+      "3\n");
+  auto dlogits = output(rows * classes);
+  auto dloss = twin(std::vector<float>{1.0f});
+  EXPECT_EXIT(
+      {
+        ztrt_cross_entropy_grad_f32(g(), dloss.dev, logits.dev, labels.dev,
+                                    dlogits.dev, rows, classes);
+        std::vector<float> host(rows * classes);
+        g()->backend().copyToHost(host.data(), dlogits.dev, rows * classes * 4);
+      },
+      ::testing::ExitedWithCode(1),
+      "cross_entropy_grad: label 12 out of range \\[0, 10\\) at row 3");
+}
+
+TEST_F(CudaConformanceTest, EmbeddingAndDeterministicGradAreBitwise) {
+  // Gather: copies. Grad: zero, then each row the float sum of its dy rows
+  // in index order, exactly the cpu's additions in the cpu's order.
+  const int64_t vocab = 50, dim = 300, nIds = 1000;
+  std::vector<int32_t> idValues(nIds);
+  for (int64_t i = 0; i < nIds; ++i)
+    idValues[i] = static_cast<int32_t>((i * i * 31 + 7) % 37); // repeats, gaps
+  idValues[5] = 49;
+  auto table = twin(inputs(vocab * dim, 90)), dy = twin(inputs(nIds * dim, 91));
+  auto ids = twin(idValues);
+  auto out = output(nIds * dim), dtable = output(vocab * dim);
+  both([&](ztrt_ctx *c, bool d) {
+    ztrt_embedding_f32(c, at(table, d), at(ids, d), at(out, d), nIds, vocab,
+                       dim);
+    ztrt_embedding_grad_f32(c, at(dy, d), at(ids, d), at(dtable, d), nIds,
+                            vocab, dim);
+  });
+  expectBitwise(fetch(out), out.host, "embedding");
+  expectBitwise(fetch(dtable), dtable.host, "embedding_grad");
+  // Every id the same: one row sums all of dy.
+  auto same = twin(std::vector<int32_t>(nIds, 3));
+  both([&](ztrt_ctx *c, bool d) {
+    ztrt_embedding_grad_f32(c, at(dy, d), at(same, d), at(dtable, d), nIds,
+                            vocab, dim);
+  });
+  expectBitwise(fetch(dtable), dtable.host, "embedding_grad one id");
+  auto bad = twin(std::vector<int32_t>{0, 1, -1, 60});
+  EXPECT_EXIT(
+      {
+        ztrt_embedding_f32(g(), table.dev, bad.dev, out.dev, 4, vocab, dim);
+        g()->synchronize();
+      },
+      ::testing::ExitedWithCode(1),
+      "embedding: id -1 out of range \\[0, 50\\) at position 2");
+  EXPECT_EXIT(
+      {
+        ztrt_embedding_grad_f32(g(), dy.dev, bad.dev, dtable.dev, 4, vocab,
+                                dim);
+        g()->synchronize();
+      },
+      ::testing::ExitedWithCode(1),
+      "embedding_grad: id -1 out of range \\[0, 50\\) at position 2");
+}
+
+TEST_F(CudaConformanceTest, CopiesAreBitwise) {
+  std::vector<float> values = inputs(1000, 100, 1.0f, true);
+  auto src = twin(values), dst = output(1000);
+  both(
+      [&](ztrt_ctx *c, bool d) { ztrt_copy(c, at(src, d), at(dst, d), 4000); });
+  expectBitwise(fetch(dst), dst.host, "copy");
+  // An overlapping copy has memmove semantics.
+  both([&](ztrt_ctx *c, bool d) {
+    ztrt_copy(c, at(src, d), static_cast<char *>(at(src, d)) + 40, 3000);
+  });
+  expectBitwise(fetch(src), src.host, "copy onto an overlapping view");
+  struct Case {
+    int64_t rows, rowBytes, srcStride, dstStride;
+  };
+  for (const Case &cs :
+       {Case{10, 16, 48, 16}, Case{10, 16, 16, 48}, Case{7, 12, 0, 12},
+        Case{5, 3, 7, 9}, Case{40, 100, 100, 100}, Case{1, 4000, 0, 0}}) {
+    auto from = twin(values), to = output(1000);
+    both([&](ztrt_ctx *c, bool d) {
+      ztrt_copy_2d(c, at(from, d), at(to, d), cs.rows, cs.rowBytes,
+                   cs.srcStride, cs.dstStride);
+    });
+    expectBitwise(fetch(to), to.host,
+                  "copy_2d rows=" + std::to_string(cs.rows) +
+                      " bytes=" + std::to_string(cs.rowBytes));
+  }
+}
+
+TEST_F(CudaConformanceTest, MemoryIsAccountedAsOnTheCpu) {
+  // The context accounts categories whatever the backend.
+  void *a = ztrt_alloc(g(), 1000, ZTRT_CAT_PARAMETERS);
+  void *b = ztrt_alloc(g(), 0, ZTRT_CAT_ACTIVATIONS);
+  void *e = ztrt_alloc(g(), 0, ZTRT_CAT_ACTIVATIONS);
+  EXPECT_NE(b, e) << "zero-byte allocations must be distinct";
+  EXPECT_EQ(g()->memory().current[ZTRT_CAT_PARAMETERS], 1000);
+  ztrt_free(g(), a);
+  ztrt_free(g(), b);
+  ztrt_free(g(), e);
+  ztrt_free(g(), nullptr);
+  EXPECT_EQ(g()->memory().current[ZTRT_CAT_PARAMETERS], 0);
+  EXPECT_EQ(g()->memory().peak[ZTRT_CAT_PARAMETERS], 1000);
+  EXPECT_EXIT(ztrt_alloc(g(), int64_t(1) << 50, ZTRT_CAT_ACTIVATIONS),
+              ::testing::ExitedWithCode(1),
+              "alloc: out of cuda memory allocating 1125899906842624 bytes");
+}
+
+TEST_F(CudaConformanceTest, LossArrivesAtSynchronize) {
+  auto loss = twin(std::vector<float>{2.5f});
+  g()->loss = 0.0f;
+  ztrt_set_loss(g(), loss.dev);
+  g()->synchronize();
+  EXPECT_EQ(g()->loss, 2.5f);
+}
+
+TEST_F(CudaConformanceTest, SameInputsTwiceGiveTheSameBits) {
+  // Determinism: no atomics on floats, fixed reduction trees, one cuBLAS
+  // handle on one stream.
+  auto run = [&] {
+    auto x = twin(inputs(512 * 768, 110)), w = twin(inputs(768 * 768, 111)),
+         gamma = twin(inputs(768, 112));
+    auto ids = twin(std::vector<int32_t>(512, 7));
+    auto h = output(512 * 768), dx = output(512 * 768), dg = output(768),
+         db = output(768), bias = output(768), dt = output(20 * 768);
+    ztrt_matmul_f32(g(), x.dev, w.dev, h.dev, 1, 512, 768, 768, 0, 1, 0, 0, 0);
+    ztrt_layer_norm_grad_f32(g(), h.dev, x.dev, gamma.dev, dx.dev, dg.dev,
+                             db.dev, 512, 768, 1e-5);
+    const int64_t shape[2] = {512, 768}, mask[2] = {1, 0};
+    ztrt_reduce_f32(g(), dx.dev, bias.dev, 2, shape, mask, 0);
+    ztrt_embedding_grad_f32(g(), dx.dev, ids.dev, dt.dev, 512, 20, 768);
+    std::vector<float> all = fetch(h);
+    for (auto *t : {&dx, &dg, &db, &bias, &dt}) {
+      std::vector<float> v = fetch(*t);
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  };
+  std::vector<float> first = run(), second = run();
+  expectBitwise(second, first, "second run");
+}
+
+/// The collectives in a world of one, through the copy path (plain) and
+/// through a one-rank NCCL communicator (Nccl): bit-exact copies, as the
+/// cpu backend's.
+class CudaCollectiveTest : public CudaConformanceTest,
+                           public ::testing::WithParamInterface<bool> {
+protected:
+  CudaOptions options() const override {
+    CudaOptions o;
+    o.ncclInWorldOfOne = GetParam();
+    return o;
+  }
+};
+
+TEST_P(CudaCollectiveTest, EnqueuedAndCopiesBitwise) {
+  EXPECT_TRUE(g()->commEnqueued());
+  EXPECT_FALSE(g()->commThreaded());
+  const int64_t n = (1 << 18) + 3;
+  std::vector<float> values = inputs(n, 120, 1.0f, true);
+  values[1] = -0.0f;
+  uint32_t payload = 0x7fc01234u; // a NaN with a payload, copied as is
+  std::memcpy(&values[2], &payload, 4);
+  for (int kind = 0; kind < 3; ++kind)
+    for (int mean : {0, 1}) {
+      auto in = twin(values), out = output(n);
+      both([&](ztrt_ctx *c, bool d) {
+        if (kind == 0)
+          ztrt_all_reduce_f32(c, at(in, d), at(out, d), n, mean);
+        else if (kind == 1)
+          ztrt_reduce_scatter_f32(c, at(in, d), at(out, d), n, mean);
+        else
+          ztrt_all_gather_f32(c, at(in, d), at(out, d), n);
+      });
+      std::vector<float> got = fetch(out);
+      ASSERT_EQ(std::memcmp(got.data(), values.data(), n * 4), 0)
+          << "collective " << kind << " mean " << mean << " is not a copy";
+      // In place.
+      both([&](ztrt_ctx *c, bool d) {
+        const int64_t h =
+            kind == 0
+                ? ztrt_all_reduce_start_f32(c, at(in, d), at(in, d), n, mean)
+            : kind == 1 ? ztrt_reduce_scatter_start_f32(c, at(in, d), at(in, d),
+                                                        n, mean)
+                        : ztrt_all_gather_start_f32(c, at(in, d), at(in, d), n);
+        ztrt_wait(c, h);
+      });
+      got = fetch(in);
+      ASSERT_EQ(std::memcmp(got.data(), values.data(), n * 4), 0);
+    }
+  auto buf = twin(values);
+  ztrt_bcast_f32(g(), buf.dev, n, 0);
+  std::vector<float> got = fetch(buf);
+  EXPECT_EQ(std::memcmp(got.data(), values.data(), n * 4), 0);
+}
+
+TEST_P(CudaCollectiveTest, SeveralInFlightOrderedAgainstCompute) {
+  // Each input is written by a kernel just before its collective starts and
+  // each output read by a kernel just after its wait: the events must
+  // order them (a missing wait would read stale data).
+  const int64_t n = 1 << 20;
+  std::vector<Twin<float>> ins, outs;
+  std::vector<int64_t> handles;
+  for (int i = 0; i < 4; ++i) {
+    ins.push_back(output(n));
+    outs.push_back(output(n));
+  }
+  for (int i = 0; i < 4; ++i) {
+    ztrt_fill_f32(g(), ins[i].dev, n, 1.0 + i);
+    handles.push_back(
+        ztrt_all_reduce_start_f32(g(), ins[i].dev, outs[i].dev, n, 0));
+  }
+  for (int i : {2, 0, 3, 1}) {
+    ztrt_wait(g(), handles[i]);
+    ztrt_scale_f32(g(), outs[i].dev, outs[i].dev, n, 2.0);
+  }
+  g()->synchronize();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(g()->collectiveCompleted(handles[i]));
+    std::vector<float> got = fetch(outs[i]);
+    for (float v : got)
+      ASSERT_EQ(v, 2.0f * (1.0f + i)) << "collective " << i;
+  }
+  // Overlap accounting comes from the device's events at synchronize.
+  const OverlapStats &overlap = g()->overlap();
+  EXPECT_GT(overlap.commNanos, 0);
+  EXPECT_GE(overlap.exposedNanos, 0);
+  EXPECT_GE(overlap.hiddenFraction(), 0.0);
+  EXPECT_LE(overlap.hiddenFraction(), 1.0);
+  EXPECT_EQ(g()->communication(Collective::AllReduce).calls, 4);
+  EXPECT_EQ(g()->communication(Collective::AllReduce).bytes, 0); // world of one
+}
+
+TEST_P(CudaCollectiveTest, UnwaitedCollectiveIsFatal) {
+  auto in = output(16);
+  ztrt_all_gather_start_f32(g(), in.dev, in.dev, 16);
+  EXPECT_EXIT(g()->requireCollectivesWaited("step", 1),
+              ::testing::ExitedWithCode(1),
+              "step 1: collective started but never waited");
+  EXPECT_EXIT(ztrt_wait(g(), 42), ::testing::ExitedWithCode(1),
+              "unknown collective handle 42");
+}
+
+INSTANTIATE_TEST_SUITE_P(Transport, CudaCollectiveTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool> &info) {
+                           return info.param ? "Nccl" : "Copy";
+                         });
+
+TEST(CudaBackendTest, CublasAndNcclLoadWithEveryFunction) {
+  // dlopen and dlsym only (no GPU needed): the paths CMake recorded work
+  // and every function the backend calls is there.
+  int major = 0, version = 0;
+  ASSERT_EQ(cuda::cublas().getProperty(MAJOR_VERSION, &major),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_GE(major, 11);
+  ASSERT_EQ(cuda::nccl().getVersion(&version), ncclSuccess);
+  EXPECT_GE(version, 21000) << "NCCL 2.10 or newer";
+}
+
+TEST(CudaBackendTest, DeviceCountSaysWhyThereIsNone) {
+  std::string reason;
+  const int count = cudaDeviceCount(&reason);
+  if (count > 0)
+    GTEST_SKIP() << count << " CUDA device(s) present";
+  EXPECT_FALSE(reason.empty());
+  EXPECT_NE(reason.find("cudaGetDeviceCount"), std::string::npos) << reason;
+}
+
+TEST(CudaBackendTest, NoDeviceIsOneLine) {
+  std::string reason;
+  if (cudaDeviceCount(&reason) > 0)
+    GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_EXIT(selectCudaDevice(CommunicatorParams{}),
+              ::testing::ExitedWithCode(1),
+              "ztrain: error: --backend cuda: no CUDA device: "
+              "cudaGetDeviceCount returned");
+}
+
+} // namespace

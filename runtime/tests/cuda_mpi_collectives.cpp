@@ -1,0 +1,257 @@
+//===- cuda_mpi_collectives.cpp - NCCL collectives across real ranks ------===//
+//
+// A GoogleTest program run under the MPI launcher (`mpiexec -n N
+// ztrt_cuda_mpi_collectives`; CTest runs it for N = 2), one GPU per rank:
+// the cuda backend's collectives, bootstrapped over MPI, against the cpu
+// backend's rank-order reference computed on every rank.
+//
+// For N = 2 a sum is one float addition, which is commutative, so NCCL's
+// result must equal the reference bitwise; for N > 2 NCCL's order differs
+// from rank order and the difference is bounded by 2 (N-1) u sum_s |x_s|
+// per element (each order's error is at most (N-1) u sum|x|, u = 2^-24).
+// Every rank must hold the same bits either way.
+//
+// Without as many GPUs as ranks on the node, every rank exits with 77,
+// which CTest reports as skipped; rank 0 says why.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda/CudaBackend.h"
+#include "src/Communicator.h"
+#include "src/Context.h"
+
+#include "ztrt.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <mpi.h>
+#include <string>
+#include <vector>
+
+using namespace ztrt;
+
+namespace {
+
+ztrt_ctx *ctx = nullptr;
+
+int rank() { return static_cast<int>(ztrt_rank(ctx)); }
+int ranks() { return static_cast<int>(ztrt_world_size(ctx)); }
+
+/// Rank r's element i: mixed signs and magnitudes 2^-10 .. 2^10, so that
+/// the order of a sum changes its rounding (as in mpi_collectives.cpp).
+float value(int r, int64_t i, uint32_t salt) {
+  uint32_t h = static_cast<uint32_t>(r) * 0x9E3779B9u ^
+               static_cast<uint32_t>(i) * 0x85EBCA6Bu ^ salt * 0xC2B2AE35u;
+  h ^= h >> 16;
+  h *= 0x7FEB352Du;
+  h ^= h >> 15;
+  float unit = static_cast<float>(h >> 8) / 16777216.0f - 0.5f;
+  return std::ldexp(unit, static_cast<int>(h % 21) - 10);
+}
+
+std::vector<float> values(int r, int64_t offset, int64_t n, uint32_t salt) {
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = value(r, offset + i, salt);
+  return out;
+}
+
+void *upload(const std::vector<float> &host, int64_t extra = 0) {
+  const int64_t bytes = static_cast<int64_t>(host.size()) * 4;
+  void *dev = ztrt_alloc(ctx, bytes + extra, ZTRT_CAT_OTHER);
+  ctx->backend().copyFromHost(dev, host.data(), bytes);
+  return dev;
+}
+
+std::vector<float> download(const void *dev, int64_t n, int64_t offset = 0) {
+  std::vector<float> out(static_cast<size_t>(n));
+  ctx->backend().copyToHost(out.data(),
+                            static_cast<const float *>(dev) + offset, n * 4);
+  return out;
+}
+
+/// Checks a reduced result against the rank-order reference: bitwise for
+/// two ranks, within 2 (N-1) u sum|x| otherwise; and that every rank holds
+/// the same bits.
+void expectReduced(const std::vector<float> &got, int64_t offset, uint32_t salt,
+                   bool mean, const char *what) {
+  const int n = ranks();
+  int bad = 0;
+  for (size_t i = 0; i < got.size() && bad < 5; ++i) {
+    float sum = value(0, offset + i, salt);
+    double magnitude = std::fabs(sum);
+    for (int s = 1; s < n; ++s) {
+      sum += value(s, offset + i, salt);
+      magnitude += std::fabs(value(s, offset + i, salt));
+    }
+    const float want = mean ? sum / static_cast<float>(n) : sum;
+    const double bound =
+        n == 2 ? 0.0
+               : 2.0 * (n - 1) * std::ldexp(magnitude, -24) / (mean ? n : 1);
+    uint32_t a, b;
+    std::memcpy(&a, &got[i], 4);
+    std::memcpy(&b, &want, 4);
+    const bool ok =
+        n == 2 ? a == b
+               : std::fabs(static_cast<double>(got[i]) - want) <= bound;
+    if (!ok && bad++ < 5)
+      ADD_FAILURE() << "[rank " << rank() << "] " << what << "[" << i
+                    << "]: " << got[i] << ", rank-order reference " << want;
+  }
+  // Same bits on every rank.
+  uint64_t hash = 1469598103934665603ull;
+  for (float v : got) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    hash = (hash ^ bits) * 1099511628211ull;
+  }
+  std::vector<uint64_t> all(static_cast<size_t>(n));
+  MPI_Allgather(&hash, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T,
+                MPI_COMM_WORLD);
+  for (int s = 1; s < n; ++s)
+    EXPECT_EQ(all[s], all[0])
+        << what << ": rank " << s << " differs from rank 0";
+}
+
+class CudaMpiTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(CudaMpiTest, AllReduceSumAndMean) {
+  const int64_t n = GetParam();
+  for (int mean : {0, 1}) {
+    void *in = upload(values(rank(), 0, n, 1));
+    void *out = ztrt_alloc(ctx, n * 4, ZTRT_CAT_OTHER);
+    ztrt_all_reduce_f32(ctx, in, out, n, mean);
+    expectReduced(download(out, n), 0, 1, mean, "all_reduce");
+    // In place, asynchronously.
+    ztrt_wait(ctx, ztrt_all_reduce_start_f32(ctx, in, in, n, mean));
+    expectReduced(download(in, n), 0, 1, mean, "all_reduce in place");
+    ztrt_free(ctx, in);
+    ztrt_free(ctx, out);
+  }
+}
+
+TEST_P(CudaMpiTest, ReduceScatterInEveryLayout) {
+  const int64_t count = GetParam(), n = ranks();
+  for (int layout = 0; layout < 3; ++layout) {
+    void *in = upload(values(rank(), 0, n * count, 2));
+    float *base = static_cast<float *>(in);
+    // 0: separate output; 1: NCCL's in-place layout (out = in + rank *
+    // count); 2: another overlap (out = in), which the backend stages.
+    float *out =
+        layout == 0
+            ? static_cast<float *>(ztrt_alloc(ctx, count * 4, ZTRT_CAT_OTHER))
+        : layout == 1 ? base + rank() * count
+                      : base;
+    ztrt_wait(ctx, ztrt_reduce_scatter_start_f32(ctx, in, out, count, 1));
+    expectReduced(download(out, count), rank() * count, 2, true,
+                  layout == 0   ? "reduce_scatter"
+                  : layout == 1 ? "reduce_scatter in place"
+                                : "reduce_scatter overlapping");
+    if (layout == 0)
+      ztrt_free(ctx, out);
+    ztrt_free(ctx, in);
+  }
+}
+
+TEST_P(CudaMpiTest, AllGatherInEveryLayout) {
+  const int64_t count = GetParam(), n = ranks();
+  std::vector<float> want;
+  for (int s = 0; s < n; ++s) {
+    std::vector<float> part = values(s, 0, count, 3);
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  for (int layout = 0; layout < 3; ++layout) {
+    float *out =
+        static_cast<float *>(ztrt_alloc(ctx, n * count * 4, ZTRT_CAT_OTHER));
+    const std::vector<float> mine = values(rank(), 0, count, 3);
+    float *in;
+    if (layout == 0) {
+      in = static_cast<float *>(upload(mine));
+    } else {
+      // 1: in place (in = out + rank * count); 2: in = out, staged.
+      in = layout == 1 ? out + rank() * count : out;
+      ctx->backend().copyFromHost(in, mine.data(), count * 4);
+    }
+    ztrt_all_gather_f32(ctx, in, out, count);
+    std::vector<float> got = download(out, n * count);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+        << "[rank " << rank() << "] all_gather layout " << layout;
+    if (layout == 0)
+      ztrt_free(ctx, in);
+    ztrt_free(ctx, out);
+  }
+}
+
+TEST_P(CudaMpiTest, BroadcastFromEveryRoot) {
+  const int64_t n = GetParam();
+  for (int root = 0; root < ranks(); ++root) {
+    void *buf = upload(values(rank(), 0, n, 4));
+    ztrt_bcast_f32(ctx, buf, n, root);
+    std::vector<float> got = download(buf, n), want = values(root, 0, n, 4);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), n * 4), 0)
+        << "[rank " << rank() << "] bcast from " << root;
+    ztrt_free(ctx, buf);
+  }
+}
+
+TEST_P(CudaMpiTest, SeveralInFlightWaitedOutOfOrder) {
+  const int64_t n = GetParam();
+  std::vector<void *> ins, outs;
+  std::vector<int64_t> handles;
+  for (uint32_t k = 0; k < 4; ++k) {
+    ins.push_back(upload(values(rank(), 0, n, 10 + k)));
+    outs.push_back(ztrt_alloc(ctx, n * 4, ZTRT_CAT_OTHER));
+    handles.push_back(ztrt_all_reduce_start_f32(ctx, ins[k], outs[k], n, 0));
+  }
+  for (int k : {3, 1, 0, 2})
+    ztrt_wait(ctx, handles[k]);
+  ctx->synchronize();
+  for (uint32_t k = 0; k < 4; ++k) {
+    expectReduced(download(outs[k], n), 0, 10 + k, false, "in flight");
+    ztrt_free(ctx, ins[k]);
+    ztrt_free(ctx, outs[k]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, CudaMpiTest,
+                         ::testing::Values(int64_t(1), int64_t(1000),
+                                           int64_t(1 << 20) + 5));
+
+} // namespace
+
+int main(int argc, char **argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (!launchedByMpi()) {
+    std::fprintf(stderr, "usage: mpiexec -n N %s\n", argv[0]);
+    return 2;
+  }
+  std::unique_ptr<Communicator> world = Communicator::initWorld(&argc, &argv);
+  // Skip on every rank, or on none.
+  std::string why;
+  const int devices = cudaDeviceCount(&why);
+  int usable = devices > 0 && devices >= world->localCount() ? 1 : 0;
+  if (devices > 0 && !usable)
+    why = std::to_string(world->localCount()) + " ranks on this node but " +
+          std::to_string(devices) + " CUDA device(s)";
+  if (devices == 0)
+    why = "no CUDA device: " + why;
+  int allUsable = usable;
+  MPI_Allreduce(&usable, &allUsable, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!allUsable) {
+    if (world->rank() == 0)
+      std::printf("SKIPPED: %s\n",
+                  why.empty() ? "another rank has no GPU" : why.c_str());
+    return 77;
+  }
+  CudaOptions options;
+  options.device = selectCudaDevice(world->params());
+  ztrt_ctx context(createCudaBackend(options), std::move(world));
+  ctx = &context;
+  int failed = RUN_ALL_TESTS();
+  int anyFailed = 0;
+  MPI_Allreduce(&failed, &anyFailed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return anyFailed ? 1 : 0;
+}
