@@ -40,7 +40,6 @@ Without a GPU it exits with status 2 and says why.
 """
 
 import argparse
-import ctypes
 import json
 import os
 import statistics
@@ -56,25 +55,10 @@ os.environ.setdefault("ZTRAIN_BIN_DIR", os.path.join(HERE, "..", "build", "bin")
 import numpy as np  # noqa: E402
 
 from ztrain import models, parity, safetensors  # noqa: E402
+from ztrain.devices import cuda_devices  # noqa: E402
 
 OPT = parity.OptimizerConfig("adamw", lr=1e-4)
 WARMUP = 3
-
-
-def cuda_devices():
-    """(GPUs the NVIDIA driver sees, why none), asking libcuda directly."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError as e:
-        return 0, f"the NVIDIA driver library libcuda.so.1 cannot be loaded ({e})"
-    status = cuda.cuInit(0)
-    if status != 0:
-        return 0, f"cuInit(0) returned CUresult {status}"
-    count = ctypes.c_int(0)
-    status = cuda.cuDeviceGetCount(ctypes.byref(count))
-    if status != 0:
-        return 0, f"cuDeviceGetCount returned CUresult {status}"
-    return count.value, "" if count.value else "cuDeviceGetCount found no device"
 
 
 def model_flops(c):

@@ -183,18 +183,21 @@ void ztrt_ctx::finishCollective(int64_t handle,
   }
 }
 
-void ztrt_ctx::waitCollective(int64_t handle, const char *op) {
-  const Clock::time_point begin = Clock::now();
-  CollectiveResult result = queue->wait(handle, op);
-  const Clock::time_point end = Clock::now();
+/// The step thread waited for `handle` from `begin` to `end`: exposed
+/// communication time (unless the device, not the host, waited), the
+/// collective's accounting, and a compute-track event of `type`.
+void ztrt_ctx::finishWait(int64_t handle, const CollectiveResult &result,
+                          Clock::time_point begin, Clock::time_point end,
+                          TraceEvent::Type type, const char *name) {
   // An enqueued wait does not block the host; how long the device's
   // compute waited is measured on the device (synchronize()).
   if (!result.deferred)
     overlapStats.exposedNanos += nanosBetween(begin, end);
   finishCollective(handle, result);
   if (tracer) {
-    TraceEvent event(TraceEvent::Type::Wait);
+    TraceEvent event(type);
     event.kind = static_cast<uint8_t>(result.kind);
+    event.name = name;
     event.begin = begin;
     event.end = end;
     event.value = handle;
@@ -202,24 +205,20 @@ void ztrt_ctx::waitCollective(int64_t handle, const char *op) {
   }
 }
 
+void ztrt_ctx::waitCollective(int64_t handle, const char *op) {
+  const Clock::time_point begin = Clock::now();
+  CollectiveResult result = queue->wait(handle, op);
+  finishWait(handle, result, begin, Clock::now(), TraceEvent::Type::Wait,
+             nullptr);
+}
+
 void ztrt_ctx::runCollective(const CollectiveRequest &request, const char *op) {
   const Clock::time_point begin = Clock::now();
   countCall(request);
   const int64_t handle = queue->start(request);
   CollectiveResult result = queue->wait(handle, op);
-  const Clock::time_point end = Clock::now();
-  if (!result.deferred)
-    overlapStats.exposedNanos += nanosBetween(begin, end);
-  finishCollective(handle, result);
-  if (tracer) {
-    TraceEvent event(TraceEvent::Type::SyncCollective);
-    event.kind = static_cast<uint8_t>(request.kind);
-    event.name = op;
-    event.begin = begin;
-    event.end = end;
-    event.value = handle;
-    tracer->add(event);
-  }
+  finishWait(handle, result, begin, Clock::now(),
+             TraceEvent::Type::SyncCollective, op);
 }
 
 void ztrt_ctx::synchronize() {

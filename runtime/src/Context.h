@@ -171,6 +171,9 @@ private:
   /// Accounts a completed collective: wire bytes, duration, trace event
   /// (for a deferred result the last two at the next synchronize()).
   void finishCollective(int64_t handle, const ztrt::CollectiveResult &result);
+  void finishWait(int64_t handle, const ztrt::CollectiveResult &result,
+                  ztrt::Clock::time_point begin, ztrt::Clock::time_point end,
+                  ztrt::TraceEvent::Type type, const char *name);
 
   /// A waited collective whose timing the device reports later.
   struct DeferredCollective {

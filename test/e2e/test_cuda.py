@@ -10,7 +10,6 @@ machine whose runtime was built without CUDA the tests skip too, quoting
 the executable's error. See docs/cuda.md for how to run them on a GPU.
 """
 
-import ctypes
 import json
 import os
 import shutil
@@ -21,6 +20,7 @@ import pytest
 
 import e2e_util
 from ztrain import models, parity, safetensors
+from ztrain.devices import cuda_devices
 
 STEPS = 8
 MPIRUN = shutil.which("mpirun")
@@ -41,25 +41,6 @@ WEIGHT_TOL = 1e-4
 # The step losses are means over the batch of log-softmax terms: relative
 # differences of a few float ulp per step, growing with the weights'.
 LOSS_TOL = 1e-5
-
-
-def cuda_devices():
-    """(number of GPUs the NVIDIA driver sees, why none) -- without CUDA in
-    this process beyond the driver's own library."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError as e:
-        return 0, f"the NVIDIA driver library libcuda.so.1 cannot be loaded ({e})"
-    status = cuda.cuInit(0)
-    if status != 0:
-        return 0, f"cuInit(0) returned CUresult {status}"
-    count = ctypes.c_int(0)
-    status = cuda.cuDeviceGetCount(ctypes.byref(count))
-    if status != 0:
-        return 0, f"cuDeviceGetCount returned CUresult {status}"
-    if count.value == 0:
-        return 0, "cuDeviceGetCount found no device"
-    return count.value, ""
 
 
 GPUS, NO_GPU = cuda_devices()

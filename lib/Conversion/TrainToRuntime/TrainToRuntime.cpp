@@ -549,6 +549,72 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
     return ptr;
   };
 
+  // A bucket's packed buffer `index` (its planned staging slot on `start`, or
+  // a fresh allocation freed at the wait).
+  auto stagingBuffer = [&](Operation *start, unsigned index, int64_t bytes) {
+    if (planned)
+      return stagingOf(start, index);
+    ++numBuffers;
+    return e.call("alloc", {e.i64(bytes), e.i32(ZTRT_CAT_OTHER)});
+  };
+  // Where each of `values` starts in a packed buffer (elements), and the
+  // buffer's total elements.
+  auto packedOffsets = [&](ValueRange values) {
+    SmallVector<int64_t> offsets;
+    int64_t total = 0;
+    for (Value v : values) {
+      offsets.push_back(total);
+      total += numElements(v);
+    }
+    return std::make_pair(offsets, total);
+  };
+  auto requireF32 = [](Operation *op, Value v) -> LogicalResult {
+    if (cast<RankedTensorType>(v.getType()).getElementType().isF32())
+      return success();
+    return op->emitOpError() << "only f32 collectives run on the runtime";
+  };
+
+  // A gather of a parameter partitioned at rest (or of its tile j of T):
+  // this rank's shard (chunk), the buffer of N of them that `result` lives
+  // in (its planned slot on `slotOwner`, or a fresh allocation), and the
+  // elements each rank sends.
+  struct Gather {
+    Value shard, full;
+    int64_t count;
+  };
+  auto gatherParam = [&](StringRef name, std::optional<int64_t> tile,
+                         std::optional<int64_t> tiles, Value result,
+                         Operation *slotOwner) {
+    ParamOp param = paramOp(name);
+    int64_t count = storageOf(param, param.getType()).elements;
+    Value shard = e.call("param", {e.i64(paramIndex.lookup(name))});
+    if (tiles) {
+      count /= *tiles;
+      shard = e.offset(shard, e.i64(*tile * count * 4));
+    }
+    Value full;
+    if (planned) {
+      full = slotOf(slotOwner, 0);
+    } else {
+      full = e.call("alloc", {e.i64(count * gridSize * 4),
+                              e.i32(ZTRT_CAT_GATHERED)});
+      owned.insert(result);
+      ++numBuffers;
+    }
+    buffer[result] = full;
+    return Gather{shard, full, count};
+  };
+  // Stages 1-2: this rank's updated slice of a replicated parameter, to be
+  // all-gathered in place into the parameter's storage.
+  auto paramSlice = [&](StringRef name) {
+    ParamOp param = paramOp(name);
+    int64_t count = storageOf(param, param.getType()).elements / gridSize;
+    Value p = e.call("param", {e.i64(paramIndex.lookup(name))});
+    Value mine = e.offset(
+        p, arith::MulIOp::create(b, e.loc, e.rank(), e.i64(count * 4)));
+    return Gather{mine, p, count};
+  };
+
   for (BlockArgument arg : entry.getArguments())
     buffer[arg] = e.call("input", {e.i64(arg.getArgNumber())});
   // The loss is reported as soon as it exists: later ops update parameters
@@ -783,9 +849,8 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
               return success();
             })
             .Case([&](dist::AllReduceOp o) -> LogicalResult {
-              if (!cast<RankedTensorType>(o.getType()).getElementType().isF32())
-                return o.emitOpError() << "only f32 collectives run on the "
-                                          "runtime";
+              if (failed(requireF32(o, o.getInput())))
+                return failure();
               // In place (the result takes the operand's buffer) unless the
               // operand is still needed.
               Value x = get(o.getInput());
@@ -826,89 +891,39 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
             .Case([&](dist::GatherParamOp o) {
               // The gathered copy is a communication buffer of N padded
               // slices; the tensor is its first elements.
-              ParamOp param = paramOp(o.getParam());
-              int64_t shard = storageOf(param, param.getType()).elements;
-              Value shardPtr =
-                  e.call("param", {e.i64(paramIndex.lookup(o.getParam()))});
-              // A tile gathers chunk j of the T chunks of every shard.
-              if (std::optional<int64_t> tiles = o.getTiles()) {
-                shard /= *tiles;
-                shardPtr = e.offset(shardPtr, e.i64(*o.getTile() * shard * 4));
-              }
-              Value full;
-              if (planned) {
-                full = slotOf(o, 0);
-              } else {
-                full = e.call("alloc", {e.i64(shard * gridSize * 4),
-                                        e.i32(ZTRT_CAT_GATHERED)});
-                owned.insert(o.getResult());
-                ++numBuffers;
-              }
-              buffer[o.getResult()] = full;
-              e.call("all_gather_f32", {shardPtr, full, e.i64(shard)});
+              Gather g = gatherParam(o.getParam(), o.getTile(), o.getTiles(),
+                                     o.getResult(), o);
+              e.call("all_gather_f32", {g.shard, g.full, e.i64(g.count)});
               return success();
             })
             .Case([&](dist::AllGatherParamOp o) {
-              ParamOp param = paramOp(o.getParam());
-              int64_t shard = storageOf(param, param.getType()).elements /
-                              gridSize;
-              Value p =
-                  e.call("param", {e.i64(paramIndex.lookup(o.getParam()))});
-              Value mine = e.offset(
-                  p, arith::MulIOp::create(b, e.loc, e.rank(),
-                                           e.i64(shard * 4)));
-              e.call("all_gather_f32", {mine, p, e.i64(shard)});
+              Gather g = paramSlice(o.getParam());
+              e.call("all_gather_f32", {g.shard, g.full, e.i64(g.count)});
               return success();
             })
             .Case([&](dist::GatherParamStartOp o) {
               // The full copy is allocated now and filled while the ops up
               // to the wait compute (see dist.gather_param).
               auto wait = cast<dist::WaitOp>(*o.getToken().getUsers().begin());
-              Value result = wait.getResult(0);
-              ParamOp param = paramOp(o.getParam());
-              int64_t shard = storageOf(param, param.getType()).elements;
-              Value shardPtr =
-                  e.call("param", {e.i64(paramIndex.lookup(o.getParam()))});
-              if (std::optional<int64_t> tiles = o.getTiles()) {
-                shard /= *tiles;
-                shardPtr = e.offset(shardPtr, e.i64(*o.getTile() * shard * 4));
-              }
-              Value full;
-              if (planned) {
-                full = slotOf(wait, 0);
-              } else {
-                full = e.call("alloc", {e.i64(shard * gridSize * 4),
-                                        e.i32(ZTRT_CAT_GATHERED)});
-                owned.insert(result);
-                ++numBuffers;
-              }
-              buffer[result] = full;
+              Gather g = gatherParam(o.getParam(), o.getTile(), o.getTiles(),
+                                     wait.getResult(0), wait);
               pending[o.getToken()] = {
                   e.call("all_gather_start_f32",
-                         {shardPtr, full, e.i64(shard)}),
+                         {g.shard, g.full, e.i64(g.count)}),
                   {}, {}, {}};
               return success();
             })
             .Case([&](dist::AllGatherParamStartOp o) {
-              ParamOp param = paramOp(o.getParam());
-              int64_t shard = storageOf(param, param.getType()).elements /
-                              gridSize;
-              Value p =
-                  e.call("param", {e.i64(paramIndex.lookup(o.getParam()))});
-              Value mine = e.offset(
-                  p, arith::MulIOp::create(b, e.loc, e.rank(),
-                                           e.i64(shard * 4)));
+              Gather g = paramSlice(o.getParam());
               pending[o.getToken()] = {
-                  e.call("all_gather_start_f32", {mine, p, e.i64(shard)}),
+                  e.call("all_gather_start_f32",
+                         {g.shard, g.full, e.i64(g.count)}),
                   {}, {}, {}};
               return success();
             })
             .Case([&](dist::ReduceScatterStartOp o) -> LogicalResult {
-              if (!cast<RankedTensorType>(o.getInputs()[0].getType())
-                       .getElementType()
-                       .isF32())
-                return o.emitOpError() << "only f32 collectives run on the "
-                                          "runtime";
+              if (failed(requireF32(o, o.getInputs()[0])))
+                return failure();
               auto wait = cast<dist::WaitOp>(*o.getToken().getUsers().begin());
               Value mean = e.i32(o.getReduction() == dist::Reduction::mean);
               if (o.getInputs().size() == 1) {
@@ -923,23 +938,9 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
               }
               // A bucket: chunk r of every tensor side by side in row r, so
               // that one reduce-scatter leaves each rank its chunks.
-              SmallVector<int64_t> offsets;
-              int64_t total = 0;
-              for (Value r : wait.getResults()) {
-                offsets.push_back(total);
-                total += numElements(r);
-              }
-              Value in, out;
-              if (planned) {
-                in = stagingOf(o, 0);
-                out = stagingOf(o, 1);
-              } else {
-                in = e.call("alloc", {e.i64(total * gridSize * 4),
-                                      e.i32(ZTRT_CAT_OTHER)});
-                out = e.call("alloc",
-                             {e.i64(total * 4), e.i32(ZTRT_CAT_OTHER)});
-                numBuffers += 2;
-              }
+              auto [offsets, total] = packedOffsets(wait.getResults());
+              Value in = stagingBuffer(o, 0, total * gridSize * 4);
+              Value out = stagingBuffer(o, 1, total * 4);
               for (auto [x, r, off] :
                    llvm::zip(o.getInputs(), wait.getResults(), offsets)) {
                 int64_t chunk = numElements(r) * 4;
@@ -954,11 +955,8 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
               return success();
             })
             .Case([&](dist::AllReduceStartOp o) -> LogicalResult {
-              if (!cast<RankedTensorType>(o.getInputs()[0].getType())
-                       .getElementType()
-                       .isF32())
-                return o.emitOpError() << "only f32 collectives run on the "
-                                          "runtime";
+              if (failed(requireF32(o, o.getInputs()[0])))
+                return failure();
               auto wait = cast<dist::WaitOp>(*o.getToken().getUsers().begin());
               Value mean = e.i32(o.getReduction() == dist::Reduction::mean);
               if (o.getInputs().size() == 1) {
@@ -976,20 +974,8 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
                 return success();
               }
               // A bucket: the tensors concatenated, reduced in place.
-              SmallVector<int64_t> offsets;
-              int64_t total = 0;
-              for (Value x : o.getInputs()) {
-                offsets.push_back(total);
-                total += numElements(x);
-              }
-              Value packed;
-              if (planned) {
-                packed = stagingOf(o, 0);
-              } else {
-                packed = e.call("alloc",
-                                {e.i64(total * 4), e.i32(ZTRT_CAT_OTHER)});
-                ++numBuffers;
-              }
+              auto [offsets, total] = packedOffsets(o.getInputs());
+              Value packed = stagingBuffer(o, 0, total * 4);
               for (auto [x, off] : llvm::zip(o.getInputs(), offsets))
                 e.call("copy", {get(x), e.offset(packed, e.i64(off * 4)),
                                 e.i64(numElements(x) * 4)});

@@ -196,12 +196,31 @@ static int64_t gatheredBytes(RankedTensorType type, int64_t n) {
   return shard * (n - 1) * (type.getElementTypeBitWidth() / 8);
 }
 
-/// The type a gather of `param` yields: the parameter's, or R / tiles of its
-/// R rows for a tile; checks the tile's constraints.
+/// Tile `tiles` of a parameter of `type`: R / tiles of its R rows.
+static RankedTensorType tileType(RankedTensorType type, int64_t tiles) {
+  SmallVector<int64_t> shape(type.getShape());
+  shape[0] /= tiles;
+  return RankedTensorType::get(shape, type.getElementType());
+}
+
+/// The checks dist.gather_param and dist.gather_param_start share: the grid,
+/// a parameter partitioned over it, and the tile's constraints. Returns the
+/// type the gather yields: the parameter's, or its tile's.
 static FailureOr<RankedTensorType>
-gatheredType(Operation *op, train::ParamOp param, std::optional<int64_t> tile,
-             std::optional<int64_t> tiles, int64_t n) {
-  RankedTensorType type = param.getTensorType();
+verifyGather(Operation *op, FlatSymbolRefAttr paramRef, FlatSymbolRefAttr grid,
+             std::optional<int64_t> tile, std::optional<int64_t> tiles,
+             SymbolTableCollection &symbols) {
+  FailureOr<int64_t> n = getGridSize(op, grid, symbols);
+  if (failed(n))
+    return failure();
+  FailureOr<train::ParamOp> param = lookupParam(op, paramRef, symbols);
+  if (failed(param))
+    return failure();
+  auto partition = (*param)->getAttrOfType<PartitionAttr>(kPartitionAttr);
+  if (!partition || partition.getGrid() != grid)
+    return op->emitOpError() << "parameter " << paramRef
+                             << " is not partitioned over " << grid;
+  RankedTensorType type = param->getTensorType();
   if (tile.has_value() != tiles.has_value())
     return op->emitOpError() << "needs both `tile` and `tiles` or neither";
   if (!tiles)
@@ -209,26 +228,49 @@ gatheredType(Operation *op, train::ParamOp param, std::optional<int64_t> tile,
   if (*tiles < 1 || *tile < 0 || *tile >= *tiles)
     return op->emitOpError() << "tile " << *tile << " of " << *tiles
                              << " is not a tile (0 <= tile < tiles)";
-  if (type.getRank() < 1 || type.getDimSize(0) % (n * *tiles) != 0)
+  if (type.getRank() < 1 || type.getDimSize(0) % (*n * *tiles) != 0)
     return op->emitOpError()
-           << "parameter " << param.getSymName() << " of type " << type
-           << " has no " << *tiles << " tiles over " << n
-           << " ranks: dim 0 must be divisible by " << n * *tiles;
-  SmallVector<int64_t> shape(type.getShape());
-  shape[0] /= *tiles;
-  return RankedTensorType::get(shape, type.getElementType());
+           << "parameter " << param->getSymName() << " of type " << type
+           << " has no " << *tiles << " tiles over " << *n
+           << " ranks: dim 0 must be divisible by " << *n * *tiles;
+  return tileType(type, *tiles);
+}
+
+/// The checks dist.all_gather_param and its start share: the grid, and a
+/// parameter stored replicated.
+static LogicalResult verifyParamAllGather(Operation *op,
+                                          FlatSymbolRefAttr paramRef,
+                                          FlatSymbolRefAttr grid,
+                                          SymbolTableCollection &symbols) {
+  if (failed(getGridSize(op, grid, symbols)))
+    return failure();
+  FailureOr<train::ParamOp> param = lookupParam(op, paramRef, symbols);
+  if (failed(param))
+    return failure();
+  if ((*param)->hasAttr(kPartitionAttr))
+    return op->emitOpError() << "parameter " << paramRef
+                             << " is partitioned at rest; use "
+                             << (isa<AllGatherParamOp>(op)
+                                     ? "dist.gather_param"
+                                     : "dist.gather_param_start");
+  return success();
+}
+
+/// Bytes one rank sends gathering `paramRef` (a tile of it when `tiles`).
+static int64_t paramGatherBytes(Operation *op, FlatSymbolRefAttr paramRef,
+                                std::optional<int64_t> tiles, int64_t n) {
+  auto param =
+      SymbolTable::lookupNearestSymbolFrom<train::ParamOp>(op, paramRef);
+  if (!param)
+    return 0;
+  RankedTensorType type = param.getTensorType();
+  return gatheredBytes(tiles ? tileType(type, *tiles) : type, n);
 }
 
 LogicalResult
 GatherParamOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  FailureOr<int64_t> n = getGridSize(*this, getGridAttr(), symbols);
-  if (failed(n))
-    return failure();
-  FailureOr<train::ParamOp> param = lookupParam(*this, getParamAttr(), symbols);
-  if (failed(param))
-    return failure();
-  FailureOr<RankedTensorType> expected =
-      gatheredType(*this, *param, getTile(), getTiles(), *n);
+  FailureOr<RankedTensorType> expected = verifyGather(
+      *this, getParamAttr(), getGridAttr(), getTile(), getTiles(), symbols);
   if (failed(expected))
     return failure();
   if (*expected != getResult().getType())
@@ -236,10 +278,6 @@ GatherParamOp::verifySymbolUses(SymbolTableCollection &symbols) {
                          << " does not match parameter " << getParamAttr()
                          << (getTiles() ? " tile, expected " : " declared as ")
                          << *expected;
-  auto partition = (*param)->getAttrOfType<PartitionAttr>(kPartitionAttr);
-  if (!partition || partition.getGrid() != getGridAttr())
-    return emitOpError() << "parameter " << getParamAttr()
-                         << " is not partitioned over " << getGridAttr();
   return success();
 }
 
@@ -249,21 +287,11 @@ int64_t GatherParamOp::getCommunicatedBytes(int64_t n) {
 
 LogicalResult
 AllGatherParamOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  if (failed(getGridSize(*this, getGridAttr(), symbols)))
-    return failure();
-  FailureOr<train::ParamOp> param = lookupParam(*this, getParamAttr(), symbols);
-  if (failed(param))
-    return failure();
-  if ((*param)->hasAttr(kPartitionAttr))
-    return emitOpError() << "parameter " << getParamAttr()
-                         << " is partitioned at rest; use dist.gather_param";
-  return success();
+  return verifyParamAllGather(*this, getParamAttr(), getGridAttr(), symbols);
 }
 
 int64_t AllGatherParamOp::getCommunicatedBytes(int64_t n) {
-  auto param = SymbolTable::lookupNearestSymbolFrom<train::ParamOp>(
-      *this, getParamAttr());
-  return param ? gatheredBytes(param.getTensorType(), n) : 0;
+  return paramGatherBytes(*this, getParamAttr(), std::nullopt, n);
 }
 
 //===----------------------------------------------------------------------===//
@@ -328,35 +356,15 @@ LogicalResult GatherParamStartOp::verify() { return verifyStartToken(*this); }
 
 LogicalResult
 GatherParamStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  FailureOr<int64_t> n = getGridSize(*this, getGridAttr(), symbols);
-  if (failed(n))
-    return failure();
-  FailureOr<train::ParamOp> param = lookupParam(*this, getParamAttr(), symbols);
-  if (failed(param))
-    return failure();
-  auto partition = (*param)->getAttrOfType<PartitionAttr>(kPartitionAttr);
-  if (!partition || partition.getGrid() != getGridAttr())
-    return emitOpError() << "parameter " << getParamAttr()
-                         << " is not partitioned over " << getGridAttr();
-  FailureOr<RankedTensorType> expected =
-      gatheredType(*this, *param, getTile(), getTiles(), *n);
+  FailureOr<RankedTensorType> expected = verifyGather(
+      *this, getParamAttr(), getGridAttr(), getTile(), getTiles(), symbols);
   if (failed(expected))
     return failure();
   return verifyWaitTypes(*this, {*expected});
 }
 
 int64_t GatherParamStartOp::getCommunicatedBytes(int64_t n) {
-  auto param = SymbolTable::lookupNearestSymbolFrom<train::ParamOp>(
-      *this, getParamAttr());
-  if (!param)
-    return 0;
-  RankedTensorType type = param.getTensorType();
-  if (std::optional<int64_t> tiles = getTiles()) {
-    SmallVector<int64_t> shape(type.getShape());
-    shape[0] /= *tiles;
-    type = RankedTensorType::get(shape, type.getElementType());
-  }
-  return gatheredBytes(type, n);
+  return paramGatherBytes(*this, getParamAttr(), getTiles(), n);
 }
 
 /// Shapes of a tile permutation: `big` is `small` with the last dimension
@@ -464,22 +472,14 @@ LogicalResult AllGatherParamStartOp::verify() {
 
 LogicalResult
 AllGatherParamStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  if (failed(getGridSize(*this, getGridAttr(), symbols)))
+  if (failed(verifyParamAllGather(*this, getParamAttr(), getGridAttr(),
+                                  symbols)))
     return failure();
-  FailureOr<train::ParamOp> param = lookupParam(*this, getParamAttr(), symbols);
-  if (failed(param))
-    return failure();
-  if ((*param)->hasAttr(kPartitionAttr))
-    return emitOpError() << "parameter " << getParamAttr()
-                         << " is partitioned at rest; use "
-                            "dist.gather_param_start";
   return verifyWaitTypes(*this, {});
 }
 
 int64_t AllGatherParamStartOp::getCommunicatedBytes(int64_t n) {
-  auto param = SymbolTable::lookupNearestSymbolFrom<train::ParamOp>(
-      *this, getParamAttr());
-  return param ? gatheredBytes(param.getTensorType(), n) : 0;
+  return paramGatherBytes(*this, getParamAttr(), std::nullopt, n);
 }
 
 LogicalResult WaitOp::verify() {

@@ -12,8 +12,9 @@ using namespace mlir;
 using namespace ztrain;
 using namespace ztrain::dist;
 
-StepBuffers::StepBuffers(func::FuncOp entry, int64_t stage) {
-  Block &body = entry.getBody().front();
+StepBuffers::StepBuffers(func::FuncOp entry, int64_t stage)
+    : body(&entry.getBody().front()) {
+  Block &body = *this->body;
   for (auto [i, op] : llvm::enumerate(body))
     positions[&op] = i;
 
@@ -70,19 +71,6 @@ StepBuffers::StepBuffers(func::FuncOp entry, int64_t stage) {
         unsigned &last = lastUses[root(operand)];
         last = std::max(last, positions[&op]);
       }
-      // A bucket of several tensors travels packed.
-      if (start->getNumOperands() > 1) {
-        int64_t bytes = 0;
-        auto add = [&](Value v) {
-          auto t = cast<RankedTensorType>(v.getType());
-          bytes += t.getNumElements() * (t.getElementTypeBitWidth() / 8);
-        };
-        llvm::for_each(start->getOperands(), add);
-        if (isa<ReduceScatterStartOp>(start))
-          llvm::for_each(wait.getResults(), add);
-        stagingBuffers.push_back(
-            {start, bytes, positions[start], positions[&op]});
-      }
     }
     for (Value operand : op.getOperands()) {
       unsigned &last = lastUses[root(operand)];
@@ -104,4 +92,49 @@ unsigned StepBuffers::lastUse(Value rootValue) const {
     return it->second;
   Operation *def = rootValue.getDefiningOp();
   return def ? positions.lookup(def) : 0;
+}
+
+static int64_t bytesOf(Type type) {
+  auto t = cast<RankedTensorType>(type);
+  return t.getNumElements() *
+         static_cast<int64_t>(t.getElementTypeBitWidth() / 8);
+}
+
+std::vector<StepBuffers::Buffer> StepBuffers::list(int64_t gridSize) const {
+  std::vector<Buffer> out;
+  for (Operation &op : *body) {
+    if (isa<train::ParamReadOp>(op))
+      continue;
+    for (OpResult r : op.getResults()) {
+      auto type = dyn_cast<RankedTensorType>(r.getType());
+      if (!type || isAlias(r) || gradientOf(r))
+        continue;
+      bool gathered = isa<GatherParamOp>(op) ||
+                      isa_and_nonnull<GatherParamStartOp>(filledByStart(r));
+      int64_t bytes = bytesOf(type);
+      if (gathered) // N padded shards (a tile divides evenly: no padding)
+        bytes = (type.getNumElements() + gridSize - 1) / gridSize * gridSize *
+                (type.getElementTypeBitWidth() / 8);
+      out.push_back({gathered ? Buffer::Gathered : Buffer::Activation, bytes,
+                     allocPosition(r), lastUse(r), &op, r.getResultNumber()});
+    }
+    // A bucket of several tensors travels packed, from its start to its
+    // wait: a reduce-scatter's N chunks in, one chunk out; an all-reduce's
+    // concatenation reduced in place.
+    auto wait = dyn_cast<WaitOp>(op);
+    if (!wait || wait.getStart()->getNumOperands() < 2)
+      continue;
+    Operation *start = wait.getStart();
+    unsigned from = positions.lookup(start), to = positions.lookup(&op);
+    int64_t in = 0, reduced = 0;
+    for (Value v : start->getOperands())
+      in += bytesOf(v.getType());
+    out.push_back({Buffer::Staging, in, from, to, start, 0});
+    if (isa<ReduceScatterStartOp>(start)) {
+      for (Value v : wait.getResults())
+        reduced += bytesOf(v.getType());
+      out.push_back({Buffer::Staging, reduced, from, to, start, 1});
+    }
+  }
+  return out;
 }

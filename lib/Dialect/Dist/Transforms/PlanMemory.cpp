@@ -30,42 +30,42 @@ using namespace ztrain::dist;
 
 namespace {
 
+/// Indexed by StepBuffers::Buffer::Kind.
 constexpr llvm::StringLiteral kArenaNames[] = {
     "activations", "gathered_parameters", "other"};
 
-struct Buffer {
-  unsigned arena; ///< index into kArenaNames
-  int64_t bytes;
-  unsigned from, to; ///< inclusive op positions
+/// A buffer of the step and its place: arena index (Buffer::Kind) and
+/// offset.
+struct Placed {
+  StepBuffers::Buffer buf;
   int64_t offset = -1;
-  Operation *owner;  ///< the op that carries the slot
-  int index;         ///< result number, or staging index (owner = start)
-  bool staging;
 };
 
 /// Places `buffers` (of one arena) at the lowest `align`-aligned offset free
 /// for their whole lifetime, largest first; returns the arena size.
-int64_t pack(SmallVectorImpl<Buffer *> &buffers, int64_t align) {
-  llvm::stable_sort(buffers, [](Buffer *a, Buffer *b) {
-    return a->bytes != b->bytes ? a->bytes > b->bytes : a->from < b->from;
+int64_t pack(SmallVectorImpl<Placed *> &buffers, int64_t align) {
+  llvm::stable_sort(buffers, [](Placed *a, Placed *b) {
+    return a->buf.bytes != b->buf.bytes ? a->buf.bytes > b->buf.bytes
+                                        : a->buf.from < b->buf.from;
   });
-  SmallVector<Buffer *> placed;
+  SmallVector<Placed *> placed;
   int64_t size = 0;
-  for (Buffer *buf : buffers) {
+  for (Placed *p : buffers) {
+    const StepBuffers::Buffer &buf = p->buf;
     SmallVector<std::pair<int64_t, int64_t>> busy;
-    for (Buffer *other : placed)
-      if (other->from <= buf->to && buf->from <= other->to)
-        busy.push_back({other->offset, other->offset + other->bytes});
+    for (Placed *other : placed)
+      if (other->buf.from <= buf.to && buf.from <= other->buf.to)
+        busy.push_back({other->offset, other->offset + other->buf.bytes});
     llvm::sort(busy);
     int64_t offset = 0;
     for (auto [lo, hi] : busy) {
-      if (offset + buf->bytes <= lo)
+      if (offset + buf.bytes <= lo)
         break;
       offset = std::max(offset, (hi + align - 1) / align * align);
     }
-    buf->offset = offset;
-    size = std::max(size, offset + buf->bytes);
-    placed.push_back(buf);
+    p->offset = offset;
+    size = std::max(size, offset + buf.bytes);
+    placed.push_back(p);
   }
   return size;
 }
@@ -101,55 +101,20 @@ void PlanMemoryPass::runOnOperation() {
   }
 
   Block &body = entry.getBody().front();
-  StepBuffers buffers(entry, stage);
-  std::vector<Buffer> all;
-  for (Operation &op : body) {
-    if (isa<train::ParamReadOp>(op))
-      continue;
-    for (OpResult r : op.getResults()) {
-      auto type = dyn_cast<RankedTensorType>(r.getType());
-      if (!type || buffers.isAlias(r) || buffers.gradientOf(r))
-        continue;
-      int64_t elemBytes = type.getElementTypeBitWidth() / 8;
-      int64_t bytes = type.getNumElements() * elemBytes;
-      bool gathered = isa<GatherParamOp>(op) ||
-                      isa_and_nonnull<GatherParamStartOp>(
-                          buffers.filledByStart(r));
-      if (gathered) // N padded shards
-        bytes = (type.getNumElements() + gridSize - 1) / gridSize * gridSize *
-                elemBytes;
-      all.push_back({gathered ? 1u : 0u, bytes, buffers.allocPosition(r),
-                     buffers.lastUse(r), -1, &op,
-                     static_cast<int>(r.getResultNumber()), false});
-    }
-  }
-  DenseMap<Operation *, int> stagingCount;
-  for (const StepBuffers::Staging &s : buffers.staging()) {
-    // A reduce-scatter bucket packs its operands into `in` and receives
-    // into `out`; an all-reduce bucket reduces one packed buffer in place.
-    Operation *start = s.start;
-    auto wait = cast<WaitOp>(*start->getResult(0).getUsers().begin());
-    int64_t in = 0, out = 0;
-    for (Value v : start->getOperands())
-      in += cast<RankedTensorType>(v.getType()).getNumElements() * 4;
-    for (Value v : wait.getResults())
-      out += cast<RankedTensorType>(v.getType()).getNumElements() * 4;
-    all.push_back({2u, in, s.from, s.to, -1, start, stagingCount[start]++,
-                   true});
-    if (isa<ReduceScatterStartOp>(start))
-      all.push_back({2u, out, s.from, s.to, -1, start,
-                     stagingCount[start]++, true});
-  }
+  std::vector<Placed> all;
+  for (const StepBuffers::Buffer &buf :
+       StepBuffers(entry, stage).list(gridSize))
+    all.push_back({buf});
 
   // Pack each arena; the gathered one must respect max-live-bytes, which
   // tighter alignment can rescue when padding to 16 bytes would not.
   int64_t sizes[3] = {0, 0, 0};
   auto bound = module->getAttrOfType<IntegerAttr>("dist.max_live_bytes");
   for (unsigned arena = 0; arena < 3; ++arena) {
-    SmallVector<Buffer *> mine;
-    for (Buffer &b : all)
-      if (b.arena == arena)
-        mine.push_back(&b);
+    SmallVector<Placed *> mine;
+    for (Placed &p : all)
+      if (static_cast<unsigned>(p.buf.kind) == arena)
+        mine.push_back(&p);
     sizes[arena] = pack(mine, 16);
     if (arena == 1 && bound && sizes[arena] > bound.getInt())
       sizes[arena] = pack(mine, 4);
@@ -171,10 +136,11 @@ void PlanMemoryPass::runOnOperation() {
   for (Operation &op : body)
     if (op.getNumResults() && !isa<train::ParamReadOp>(op))
       slots[&op].assign(op.getNumResults(), UnitAttr::get(ctx));
-  for (Buffer &buf : all) {
-    auto slot = SlotAttr::get(ctx, kArenaNames[buf.arena], buf.offset,
-                              buf.bytes);
-    if (buf.staging) {
+  for (Placed &p : all) {
+    const StepBuffers::Buffer &buf = p.buf;
+    auto slot =
+        SlotAttr::get(ctx, kArenaNames[buf.kind], p.offset, buf.bytes);
+    if (buf.kind == StepBuffers::Buffer::Staging) {
       auto &list = staging[buf.owner];
       list.resize(std::max<size_t>(list.size(), buf.index + 1));
       list[buf.index] = slot;

@@ -85,36 +85,13 @@ int64_t activationPeak(func::FuncOp entry, int64_t stage, int64_t gridSize,
   StepBuffers buffers(entry, stage);
   size_t size = body.getOperations().size() + 1;
   std::vector<int64_t> delta(size, 0), gathered(size, 0);
-  for (Operation &op : body) {
-    if (isa<train::ParamReadOp>(op))
-      continue;
-    for (Value r : op.getResults()) {
-      if (buffers.isAlias(r) || buffers.gradientOf(r) ||
-          !isa<RankedTensorType>(r.getType()))
-        continue;
-      // A gathered parameter occupies N padded slices, from the start of
-      // its gather.
-      int64_t bytes = tensorBytes(r.getType());
-      bool isGathered = isa<GatherParamOp>(op) ||
-                        isa_and_nonnull<GatherParamStartOp>(
-                            buffers.filledByStart(r));
-      if (isGathered) {
-        auto type = cast<RankedTensorType>(r.getType());
-        bytes = (type.getNumElements() + gridSize - 1) / gridSize * gridSize *
-                elementBytes(type);
-      }
-      unsigned from = buffers.allocPosition(r), to = buffers.lastUse(r) + 1;
-      delta[from] += bytes;
-      delta[to] -= bytes;
-      if (isGathered) {
-        gathered[from] += bytes;
-        gathered[to] -= bytes;
-      }
+  for (const StepBuffers::Buffer &buf : buffers.list(gridSize)) {
+    delta[buf.from] += buf.bytes;
+    delta[buf.to + 1] -= buf.bytes;
+    if (buf.kind == StepBuffers::Buffer::Gathered) {
+      gathered[buf.from] += buf.bytes;
+      gathered[buf.to + 1] -= buf.bytes;
     }
-  }
-  for (const StepBuffers::Staging &s : buffers.staging()) {
-    delta[s.from] += s.bytes;
-    delta[s.to + 1] -= s.bytes;
   }
   int64_t live = 0, peak = 0, liveGathered = 0;
   gatheredPeak = 0;

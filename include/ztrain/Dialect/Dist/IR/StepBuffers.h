@@ -48,14 +48,24 @@ public:
   /// position of its definition when nothing uses it.
   unsigned lastUse(mlir::Value rootValue) const;
 
-  /// Buffers that are not values: the packed input and output of a
-  /// multi-tensor bucket, live from its start to its wait.
-  struct Staging {
-    mlir::Operation *start;
+  /// Every buffer the step allocates (persistent gradient buffers, aliases
+  /// and parameter reads excluded), with its lifetime [from, to] in op
+  /// positions: plan-memory places these and zero-report sweeps them.
+  struct Buffer {
+    enum Kind {
+      Activation, ///< an intermediate tensor
+      Gathered,   ///< a gathered parameter: N padded shards (or its tile)
+      Staging     ///< a bucket's packed input (0) or reduce-scatter output (1)
+    } kind;
     int64_t bytes;
     unsigned from, to;
+    /// The op that defines the value (result `index`), or for staging the
+    /// bucket's start op (staging buffer `index`).
+    mlir::Operation *owner;
+    unsigned index;
   };
-  llvm::ArrayRef<Staging> staging() const { return stagingBuffers; }
+  /// The buffers of the step on a grid of `gridSize` ranks, in op order.
+  std::vector<Buffer> list(int64_t gridSize) const;
 
   /// The start op whose wait yields `v` when that start fills `v`'s buffer
   /// directly (see allocPosition), else null.
@@ -65,8 +75,8 @@ public:
 
 private:
   llvm::DenseMap<mlir::Operation *, unsigned> positions;
+  mlir::Block *body;
   llvm::DenseMap<mlir::Value, mlir::Operation *> filledBy;
-  llvm::SmallVector<Staging> stagingBuffers;
   llvm::DenseMap<mlir::Value, mlir::Value> roots;
   llvm::DenseMap<mlir::Value, mlir::FlatSymbolRefAttr> gradients;
   llvm::DenseMap<mlir::Value, unsigned> lastUses;
