@@ -16,6 +16,18 @@
 #include <algorithm>
 #include <cstdint>
 
+// Kernel launches: `ZTRT_LAUNCH(grid, block, sharedBytes, stream, kernel)(
+// args...)` is `kernel<<<grid, block, sharedBytes, stream>>>(args...)` for
+// nvcc; the CUDA emulator (ZTRT_CUDA_EMULATOR, defined by its
+// cuda_runtime_api.h) compiles the same files as C++ and runs the grid on
+// the host (cuda/emu/Device.h).
+#ifdef ZTRT_CUDA_EMULATOR
+#include "cuda/emu/Device.h"
+#else
+#define ZTRT_LAUNCH(grid, block, sharedBytes, stream, ...)                     \
+  __VA_ARGS__<<<grid, block, sharedBytes, stream>>>
+#endif
+
 namespace ztrt::cuda {
 
 constexpr int kBlock = 256;

@@ -121,7 +121,7 @@ template <typename T>
 void fill(T *out, int64_t n, float value, cudaStream_t stream) {
   if (n <= 0)
     return;
-  fillKernel<<<blocksFor(n), kBlock, 0, stream>>>(out, n, value);
+  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, fillKernel)(out, n, value);
   check(cudaGetLastError(), "fill_f32 kernel launch");
 }
 
@@ -132,16 +132,16 @@ void binary(Binary op, const T *a, const T *b, T *out, int64_t n,
     return;
   switch (op) {
   case Binary::Add:
-    binaryKernel<T, Binary::Add>
-        <<<blocksFor(n), kBlock, 0, stream>>>(a, b, out, n);
+    ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, binaryKernel<T, Binary::Add>)
+    (a, b, out, n);
     break;
   case Binary::Sub:
-    binaryKernel<T, Binary::Sub>
-        <<<blocksFor(n), kBlock, 0, stream>>>(a, b, out, n);
+    ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, binaryKernel<T, Binary::Sub>)
+    (a, b, out, n);
     break;
   case Binary::Mul:
-    binaryKernel<T, Binary::Mul>
-        <<<blocksFor(n), kBlock, 0, stream>>>(a, b, out, n);
+    ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, binaryKernel<T, Binary::Mul>)
+    (a, b, out, n);
     break;
   }
   check(cudaGetLastError(), "elementwise kernel launch");
@@ -151,7 +151,7 @@ template <typename T>
 void scale(const T *x, T *out, int64_t n, float factor, cudaStream_t stream) {
   if (n <= 0)
     return;
-  scaleKernel<<<blocksFor(n), kBlock, 0, stream>>>(x, out, n, factor);
+  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, scaleKernel)(x, out, n, factor);
   check(cudaGetLastError(), "scale_f32 kernel launch");
 }
 
@@ -159,7 +159,7 @@ template <typename T>
 void divide(T *buf, int64_t n, float divisor, cudaStream_t stream) {
   if (n <= 0)
     return;
-  divideKernel<<<blocksFor(n), kBlock, 0, stream>>>(buf, n, divisor);
+  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, divideKernel)(buf, n, divisor);
   check(cudaGetLastError(), "collective mean kernel launch");
 }
 
@@ -169,7 +169,8 @@ void biasAdd(const T *x, const T *bias, T *out, int64_t rows, int64_t cols,
   const int64_t n = rows * cols;
   if (n <= 0)
     return;
-  biasAddKernel<<<blocksFor(n), kBlock, 0, stream>>>(x, bias, out, n, cols);
+  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, biasAddKernel)
+  (x, bias, out, n, cols);
   check(cudaGetLastError(), "bias_add_f32 kernel launch");
 }
 
@@ -177,7 +178,7 @@ template <typename T>
 void relu(const T *x, T *out, int64_t n, cudaStream_t stream) {
   if (n <= 0)
     return;
-  reluKernel<<<blocksFor(n), kBlock, 0, stream>>>(x, out, n);
+  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, reluKernel)(x, out, n);
   check(cudaGetLastError(), "relu_f32 kernel launch");
 }
 
@@ -185,7 +186,7 @@ template <typename T>
 void reluGrad(const T *dy, const T *x, T *dx, int64_t n, cudaStream_t stream) {
   if (n <= 0)
     return;
-  reluGradKernel<<<blocksFor(n), kBlock, 0, stream>>>(dy, x, dx, n);
+  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, reluGradKernel)(dy, x, dx, n);
   check(cudaGetLastError(), "relu_grad_f32 kernel launch");
 }
 
@@ -193,7 +194,7 @@ template <typename T>
 void gelu(const T *x, T *out, int64_t n, cudaStream_t stream) {
   if (n <= 0)
     return;
-  geluKernel<<<blocksFor(n), kBlock, 0, stream>>>(x, out, n);
+  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, geluKernel)(x, out, n);
   check(cudaGetLastError(), "gelu_f32 kernel launch");
 }
 
@@ -201,7 +202,7 @@ template <typename T>
 void geluGrad(const T *dy, const T *x, T *dx, int64_t n, cudaStream_t stream) {
   if (n <= 0)
     return;
-  geluGradKernel<<<blocksFor(n), kBlock, 0, stream>>>(dy, x, dx, n);
+  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, geluGradKernel)(dy, x, dx, n);
   check(cudaGetLastError(), "gelu_grad_f32 kernel launch");
 }
 
@@ -210,8 +211,8 @@ void sgdUpdate(T *param, const T *grad, T *momentumBuf, int64_t n,
                const SgdScalars &s, cudaStream_t stream) {
   if (n <= 0)
     return;
-  sgdKernel<<<blocksFor(n), kBlock, 0, stream>>>(param, grad, momentumBuf, n,
-                                                 s);
+  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, sgdKernel)
+  (param, grad, momentumBuf, n, s);
   check(cudaGetLastError(), "sgd_update_f32 kernel launch");
 }
 
@@ -220,8 +221,8 @@ void adamUpdate(T *param, const T *grad, T *expAvg, T *expAvgSq, int64_t n,
                 const AdamScalars &s, cudaStream_t stream) {
   if (n <= 0)
     return;
-  adamKernel<<<blocksFor(n), kBlock, 0, stream>>>(param, grad, expAvg, expAvgSq,
-                                                  n, s);
+  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, adamKernel)
+  (param, grad, expAvg, expAvgSq, n, s);
   check(cudaGetLastError(), "adam_update_f32 kernel launch");
 }
 

@@ -218,9 +218,9 @@ template <typename Word>
 void launchCopy2d(const void *src, void *dst, int64_t rows, int64_t rowBytes,
                   int64_t srcStride, int64_t dstStride, cudaStream_t stream) {
   const int64_t words = rowBytes / static_cast<int64_t>(sizeof(Word));
-  copy2dKernel<Word><<<blocksFor(rows * words), kBlock, 0, stream>>>(
-      static_cast<const char *>(src), static_cast<char *>(dst), rows, words,
-      srcStride, dstStride);
+  ZTRT_LAUNCH(blocksFor(rows * words), kBlock, 0, stream, copy2dKernel<Word>)
+  (static_cast<const char *>(src), static_cast<char *>(dst), rows, words,
+   srcStride, dstStride);
 }
 
 } // namespace
@@ -238,11 +238,11 @@ void gather(const T *x, T *out, const Gather &plan, double factor,
   const bool scaled = factor != 1.0;
   // Unsigned: i + the grid's stride (< 2^28) never wraps below 2^32.
   if (n <= INT_MAX && span <= INT_MAX)
-    gatherKernel<T, uint32_t><<<blocksFor(n), kBlock, 0, stream>>>(
-        x, out, plan, static_cast<uint32_t>(n), factor, scaled);
+    ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, gatherKernel<T, uint32_t>)
+    (x, out, plan, static_cast<uint32_t>(n), factor, scaled);
   else
-    gatherKernel<T, int64_t>
-        <<<blocksFor(n), kBlock, 0, stream>>>(x, out, plan, n, factor, scaled);
+    ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, gatherKernel<T, int64_t>)
+    (x, out, plan, n, factor, scaled);
   check(cudaGetLastError(), "transpose/broadcast kernel launch");
 }
 
@@ -268,12 +268,12 @@ void reduce(const T *x, T *out, const Reduction &plan, bool mean,
   if (segments > 1)
     partial = static_cast<double *>(scratch(
         segments * plan.outputs * sizeof(double), stream, "reduce_f32"));
-  reducePartialKernel<<<blocksFor(segments * plan.outputs), kBlock, 0,
-                        stream>>>(x, out, partial, plan, segments, length,
-                                  mean);
+  ZTRT_LAUNCH(blocksFor(segments * plan.outputs), kBlock, 0, stream,
+              reducePartialKernel)
+  (x, out, partial, plan, segments, length, mean);
   if (partial) {
-    reduceFinishKernel<<<blocksFor(plan.outputs), kBlock, 0, stream>>>(
-        partial, out, plan.outputs, segments, plan.reduced, mean);
+    ZTRT_LAUNCH(blocksFor(plan.outputs), kBlock, 0, stream, reduceFinishKernel)
+    (partial, out, plan.outputs, segments, plan.reduced, mean);
     release(partial, stream);
   }
   check(cudaGetLastError(), "reduce_f32 kernel launch");
@@ -287,13 +287,13 @@ void embedding(const T *table, const int32_t *ids, T *out, int64_t nIds,
     return;
   if (dim <= 0) {
     // Nothing to copy, but the ids are still checked, as on the cpu.
-    checkIdsKernel<<<blocksFor(nIds), kBlock, 0, stream>>>(ids, nIds, vocab,
-                                                           error);
+    ZTRT_LAUNCH(blocksFor(nIds), kBlock, 0, stream, checkIdsKernel)
+    (ids, nIds, vocab, error);
     check(cudaGetLastError(), "embedding kernel launch");
     return;
   }
-  embeddingKernel<<<blocksFor(nIds * dim), kBlock, 0, stream>>>(
-      table, ids, out, nIds, vocab, dim, error);
+  ZTRT_LAUNCH(blocksFor(nIds * dim), kBlock, 0, stream, embeddingKernel)
+  (table, ids, out, nIds, vocab, dim, error);
   check(cudaGetLastError(), "embedding kernel launch");
 }
 
@@ -309,8 +309,9 @@ void embeddingGrad(const T *dy, const int32_t *ids, T *dtable, int64_t nIds,
     return;
   if (nIds > 0x7fffffff)
     check(cudaErrorInvalidConfiguration, "embedding_grad: too many ids");
-  embeddingGradKernel<<<static_cast<unsigned>(nIds), kBlock, 0, stream>>>(
-      dy, ids, dtable, nIds, vocab, dim, error);
+  ZTRT_LAUNCH(static_cast<unsigned>(nIds), kBlock, 0, stream,
+              embeddingGradKernel)
+  (dy, ids, dtable, nIds, vocab, dim, error);
   check(cudaGetLastError(), "embedding_grad kernel launch");
 }
 

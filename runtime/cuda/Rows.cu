@@ -273,8 +273,9 @@ void layerNorm(const T *x, const T *gamma, const T *beta, T *y, int64_t rows,
   if (rows <= 0 || cols <= 0)
     return;
   checkGrid(rows, "layer_norm_f32: too many rows");
-  layerNormKernel<<<static_cast<unsigned>(rows), rowThreads(cols), 0, stream>>>(
-      x, gamma, beta, y, cols, eps);
+  ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
+              layerNormKernel)
+  (x, gamma, beta, y, cols, eps);
   check(cudaGetLastError(), "layer_norm_f32 kernel launch");
 }
 
@@ -299,15 +300,16 @@ void layerNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
       scratch(rows * 2 * sizeof(double), stream, "layer_norm_grad_f32"));
   auto *partial = static_cast<double *>(scratch(
       2 * chunks * cols * sizeof(double), stream, "layer_norm_grad_f32"));
-  layerNormGradRowsKernel<<<static_cast<unsigned>(rows), rowThreads(cols), 0,
-                            stream>>>(dy, x, gamma, dx, stats, cols, eps);
+  ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
+              layerNormGradRowsKernel)
+  (dy, x, gamma, dx, stats, cols, eps);
   const unsigned columnBlocks =
       static_cast<unsigned>((cols + kBlock - 1) / kBlock);
-  layerNormGradColumnsKernel<<<
-      dim3(columnBlocks, static_cast<unsigned>(chunks)), kBlock, 0, stream>>>(
-      dy, x, stats, partial, rows, cols, chunkRows);
-  layerNormGradFinishKernel<<<columnBlocks, kBlock, 0, stream>>>(
-      partial, dgamma, dbeta, cols, chunks);
+  ZTRT_LAUNCH(dim3(columnBlocks, static_cast<unsigned>(chunks)), kBlock, 0,
+              stream, layerNormGradColumnsKernel)
+  (dy, x, stats, partial, rows, cols, chunkRows);
+  ZTRT_LAUNCH(columnBlocks, kBlock, 0, stream, layerNormGradFinishKernel)
+  (partial, dgamma, dbeta, cols, chunks);
   check(cudaGetLastError(), "layer_norm_grad_f32 kernel launch");
   release(partial, stream);
   release(stats, stream);
@@ -318,8 +320,8 @@ void softmax(const T *x, T *y, int64_t rows, int64_t cols, bool causal,
              cudaStream_t stream) {
   if (rows <= 0 || cols <= 0)
     return;
-  softmaxKernel<<<warpRowBlocks(rows), kBlock, 0, stream>>>(x, y, rows, cols,
-                                                            causal);
+  ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream, softmaxKernel)
+  (x, y, rows, cols, causal);
   check(cudaGetLastError(), "softmax_f32 kernel launch");
 }
 
@@ -328,8 +330,8 @@ void softmaxGrad(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols,
                  cudaStream_t stream) {
   if (rows <= 0 || cols <= 0)
     return;
-  softmaxGradKernel<<<warpRowBlocks(rows), kBlock, 0, stream>>>(dy, y, dx, rows,
-                                                                cols);
+  ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream, softmaxGradKernel)
+  (dy, y, dx, rows, cols);
   check(cudaGetLastError(), "softmax_grad_f32 kernel launch");
 }
 
@@ -340,9 +342,9 @@ void crossEntropy(const T *logits, const int32_t *labels, T *loss, int64_t rows,
   auto *rowLoss = static_cast<double *>(scratch(
       std::max<int64_t>(rows, 1) * sizeof(double), stream, "cross_entropy"));
   if (rows > 0)
-    crossEntropyRowsKernel<<<warpRowBlocks(rows), kBlock, 0, stream>>>(
-        logits, labels, rowLoss, rows, classes, error);
-  meanKernel<<<1, kBlock, 0, stream>>>(rowLoss, loss, rows);
+    ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream, crossEntropyRowsKernel)
+    (logits, labels, rowLoss, rows, classes, error);
+  ZTRT_LAUNCH(1, kBlock, 0, stream, meanKernel)(rowLoss, loss, rows);
   check(cudaGetLastError(), "cross_entropy kernel launch");
   release(rowLoss, stream);
 }
@@ -353,8 +355,8 @@ void crossEntropyGrad(const T *dloss, const T *logits, const int32_t *labels,
                       ErrorSlot *error, cudaStream_t stream) {
   if (rows <= 0)
     return;
-  crossEntropyGradKernel<<<warpRowBlocks(rows), kBlock, 0, stream>>>(
-      dloss, logits, labels, dlogits, rows, classes, error);
+  ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream, crossEntropyGradKernel)
+  (dloss, logits, labels, dlogits, rows, classes, error);
   check(cudaGetLastError(), "cross_entropy_grad kernel launch");
 }
 

@@ -1,0 +1,356 @@
+//===- Grid.cpp - Kernel launches: one fiber per CUDA thread
+//---------------===//
+//
+// Part of ztrain's CUDA emulator (docs/cuda.md#the-cuda-emulator). A grid
+// runs on its stream's worker thread, one block after another. A block
+// runs its threads as fibers (ucontext) on that thread, each until it
+// finishes or suspends at a barrier or warp intrinsic; when no fiber can
+// run, the scheduler completes what can be completed: a warp intrinsic
+// once every lane of its mask is there (a lane of the mask that has
+// exited is a fault: undefined on a GPU), else __syncthreads once every
+// thread that has not exited is there. Nothing completable is a deadlock,
+// reported as a fault.
+//
+// ZTRT_CUDAEMU_SHUFFLE=<seed> runs blocks, and the fibers between two
+// barriers, in a seeded random order instead of index order: a kernel
+// whose result depends on the order of its threads or blocks (a race)
+// then gives different results.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda/emu/Device.h"
+#include "cuda/emu/Emu.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <vector>
+
+thread_local uint3 threadIdx;
+thread_local uint3 blockIdx;
+thread_local dim3 blockDim;
+thread_local dim3 gridDim;
+
+namespace ztrt::cudaemu {
+
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr unsigned kMaxThreads = 1024;
+// Kernels keep a few small arrays on the stack; sanitizers need more.
+constexpr size_t kStackBytes = 256 * 1024;
+
+enum class Wait { None, Block, Warp };
+
+struct Fiber {
+  ucontext_t context;
+  uint3 index;
+  unsigned linear = 0;
+  bool done = false;
+  Wait wait = Wait::None;
+  WarpOp op = WarpOp::ShuffleXor;
+  unsigned mask = 0;
+  int param = 0;
+  uint64_t in = 0, out = 0;
+};
+
+/// Fiber stacks, mapped once per worker thread and reused by every block
+/// (pages are committed only when touched).
+class Stacks {
+public:
+  ~Stacks() {
+    if (base)
+      munmap(base, kMaxThreads * kStackBytes);
+  }
+  char *get(unsigned i) {
+    if (!base) {
+      void *p = mmap(nullptr, kMaxThreads * kStackBytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) {
+        std::fprintf(stderr, "cuda emulator: cannot map fiber stacks\n");
+        std::abort();
+      }
+      base = static_cast<char *>(p);
+    }
+    return base + i * kStackBytes;
+  }
+
+private:
+  char *base = nullptr;
+};
+
+struct BlockRun {
+  const LaunchConfig *config = nullptr;
+  const std::function<void()> *body = nullptr;
+  std::vector<Fiber> fibers;
+  std::vector<unsigned> order;
+  ucontext_t scheduler;
+  Fiber *current = nullptr;
+  Stacks stacks;
+};
+
+thread_local BlockRun *tRun = nullptr;
+
+long long shuffleSeed() {
+  static const long long seed = envInt("ZTRT_CUDAEMU_SHUFFLE", -1);
+  return seed;
+}
+
+void fiberMain() {
+  BlockRun &run = *tRun;
+  (*run.body)();
+  run.current->done = true;
+  // Returning resumes uc_link: the scheduler.
+}
+
+void resume(BlockRun &run, Fiber &f) {
+  run.current = &f;
+  threadIdx = f.index;
+  swapcontext(&run.scheduler, &f.context);
+  run.current = nullptr;
+}
+
+/// Completes the warp intrinsics that every lane of their mask has reached.
+/// False (after a fault) when one can never complete.
+bool releaseWarps(BlockRun &run, bool &released) {
+  const unsigned n = static_cast<unsigned>(run.fibers.size());
+  for (unsigned base = 0; base < n; base += kWarpSize) {
+    const unsigned lanes = std::min<unsigned>(kWarpSize, n - base);
+    int first = -1;
+    for (unsigned l = 0; l < lanes; ++l)
+      if (run.fibers[base + l].wait == Wait::Warp) {
+        first = static_cast<int>(l);
+        break;
+      }
+    if (first < 0)
+      continue;
+    const Fiber &lead = run.fibers[base + first];
+    bool ready = true;
+    for (unsigned l = 0; l < kWarpSize; ++l) {
+      if (!(lead.mask >> l & 1u))
+        continue;
+      if (l >= lanes || run.fibers[base + l].done) {
+        fault("kernel %s: warp intrinsic in block (%u,%u,%u) with mask 0x%08x "
+              "names lane %u of warp %u, which %s",
+              run.config->kernel, blockIdx.x, blockIdx.y, blockIdx.z, lead.mask,
+              l, base / kWarpSize,
+              l >= lanes ? "does not exist" : "has exited");
+        return false;
+      }
+      const Fiber &f = run.fibers[base + l];
+      if (f.wait != Wait::Warp) {
+        ready = false;
+        continue;
+      }
+      if (f.op != lead.op || f.mask != lead.mask) {
+        fault("kernel %s: lanes %u and %d of warp %u in block (%u,%u,%u) are "
+              "at different warp intrinsics",
+              run.config->kernel, l, first, base / kWarpSize, blockIdx.x,
+              blockIdx.y, blockIdx.z);
+        return false;
+      }
+    }
+    if (!ready)
+      continue;
+    uint64_t ballot = 0;
+    for (unsigned l = 0; l < lanes; ++l)
+      if (lead.mask >> l & 1u)
+        ballot |= (run.fibers[base + l].in != 0 ? 1ull : 0ull) << l;
+    for (unsigned l = 0; l < lanes; ++l) {
+      if (!(lead.mask >> l & 1u))
+        continue;
+      Fiber &f = run.fibers[base + l];
+      if (f.op == WarpOp::Ballot) {
+        f.out = ballot;
+      } else {
+        const unsigned partner = l ^ static_cast<unsigned>(f.param);
+        if (partner >= kWarpSize || !(lead.mask >> partner & 1u)) {
+          fault("kernel %s: __shfl_xor_sync in block (%u,%u,%u) reads lane "
+                "%u, which is not in mask 0x%08x",
+                run.config->kernel, blockIdx.x, blockIdx.y, blockIdx.z, partner,
+                lead.mask);
+          return false;
+        }
+        f.out = run.fibers[base + partner].in;
+      }
+    }
+    for (unsigned l = 0; l < lanes; ++l)
+      if (lead.mask >> l & 1u)
+        run.fibers[base + l].wait = Wait::None;
+    released = true;
+  }
+  return true;
+}
+
+/// Runs one block; false after a fault.
+bool runBlock(BlockRun &run, std::mt19937_64 *rng) {
+  const dim3 b = run.config->block;
+  const unsigned n = b.x * b.y * b.z;
+  run.fibers.assign(n, Fiber());
+  run.order.resize(n);
+  for (unsigned i = 0; i < n; ++i) {
+    Fiber &f = run.fibers[i];
+    f.linear = i;
+    f.index = {i % b.x, i / b.x % b.y, i / (b.x * b.y)};
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = run.stacks.get(i);
+    f.context.uc_stack.ss_size = kStackBytes;
+    f.context.uc_link = &run.scheduler;
+    makecontext(&f.context, fiberMain, 0);
+    run.order[i] = i;
+  }
+  for (;;) {
+    if (rng)
+      std::shuffle(run.order.begin(), run.order.end(), *rng);
+    for (unsigned i : run.order) {
+      Fiber &f = run.fibers[i];
+      if (!f.done && f.wait == Wait::None)
+        resume(run, f);
+    }
+    unsigned live = 0, atBlock = 0;
+    for (const Fiber &f : run.fibers) {
+      live += !f.done;
+      atBlock += !f.done && f.wait == Wait::Block;
+    }
+    if (live == 0)
+      return true;
+    bool released = false;
+    if (!releaseWarps(run, released))
+      return false;
+    if (released)
+      continue;
+    if (atBlock == live) {
+      int any = 0;
+      for (const Fiber &f : run.fibers)
+        any |= !f.done && f.in != 0;
+      for (Fiber &f : run.fibers)
+        if (!f.done) {
+          f.out = static_cast<uint64_t>(any);
+          f.wait = Wait::None;
+        }
+      continue;
+    }
+    unsigned waiter = 0;
+    for (const Fiber &f : run.fibers)
+      if (!f.done && f.wait == Wait::Block) {
+        waiter = f.linear;
+        break;
+      }
+    fault("kernel %s: deadlock in block (%u,%u,%u): thread %u waits at "
+          "__syncthreads while %u of the block's %u live threads wait at a "
+          "warp intrinsic whose lanes never all arrive",
+          run.config->kernel, blockIdx.x, blockIdx.y, blockIdx.z, waiter,
+          live - atBlock, live);
+    return false;
+  }
+}
+
+void runGrid(const LaunchConfig &config, const std::function<void()> &body) {
+  if (sticky() != cudaSuccess)
+    return; // A faulted context runs nothing more, as on a GPU.
+  thread_local std::unique_ptr<BlockRun> run;
+  if (!run)
+    run = std::make_unique<BlockRun>();
+  run->config = &config;
+  run->body = &body;
+  BlockRun *outer = tRun;
+  tRun = run.get();
+  gridDim = config.grid;
+  blockDim = config.block;
+  const dim3 g = config.grid;
+  const uint64_t blocks = uint64_t(g.x) * g.y * g.z;
+  std::unique_ptr<std::mt19937_64> rng;
+  if (shuffleSeed() >= 0)
+    rng =
+        std::make_unique<std::mt19937_64>(static_cast<uint64_t>(shuffleSeed()));
+  std::vector<uint64_t> order;
+  if (rng) {
+    order.resize(blocks);
+    for (uint64_t i = 0; i < blocks; ++i)
+      order[i] = i;
+    std::shuffle(order.begin(), order.end(), *rng);
+  }
+  for (uint64_t k = 0; k < blocks; ++k) {
+    const uint64_t i = rng ? order[k] : k;
+    blockIdx = {static_cast<unsigned>(i % g.x),
+                static_cast<unsigned>(i / g.x % g.y),
+                static_cast<unsigned>(i / (uint64_t(g.x) * g.y))};
+    if (!runBlock(*run, rng.get()))
+      break;
+  }
+  tRun = outer;
+}
+
+} // namespace
+
+int blockBarrier(int vote) {
+  BlockRun *run = tRun;
+  if (!run || !run->current) {
+    fault("__syncthreads called outside a kernel");
+    return 0;
+  }
+  Fiber &f = *run->current;
+  f.wait = Wait::Block;
+  f.in = static_cast<uint64_t>(vote);
+  swapcontext(&f.context, &run->scheduler);
+  return static_cast<int>(f.out);
+}
+
+uint64_t warpExchange(WarpOp op, unsigned mask, uint64_t bits, int param) {
+  BlockRun *run = tRun;
+  if (!run || !run->current) {
+    fault("warp intrinsic called outside a kernel");
+    return 0;
+  }
+  Fiber &f = *run->current;
+  if (!(mask >> (f.linear % kWarpSize) & 1u)) {
+    fault("kernel %s: thread %u calls a warp intrinsic with mask 0x%08x, "
+          "which does not name its own lane",
+          run->config->kernel, f.linear, mask);
+    return 0;
+  }
+  f.wait = Wait::Warp;
+  f.op = op;
+  f.mask = mask;
+  f.param = param;
+  f.in = bits;
+  swapcontext(&f.context, &run->scheduler);
+  return f.out;
+}
+
+bool checkArgument(const LaunchConfig &config, int index, const void *ptr) {
+  if (!ptr || isDevice(ptr, 0))
+    return true;
+  fault("kernel %s: argument %d is %s, not device memory", config.kernel, index,
+        describe(ptr).c_str());
+  return false;
+}
+
+void launchGrid(const LaunchConfig &config, std::function<void()> thread) {
+  if (sticky() != cudaSuccess)
+    return;
+  const dim3 g = config.grid, b = config.block;
+  const uint64_t threads = uint64_t(b.x) * b.y * b.z;
+  if (threads == 0 || threads > kMaxThreads || b.x > 1024 || b.y > 1024 ||
+      b.z > 64 || g.x == 0 || g.y == 0 || g.z == 0 || g.x > 0x7fffffffu ||
+      g.y > 65535 || g.z > 65535 || config.sharedBytes > 48 * 1024) {
+    std::fprintf(stderr,
+                 "cuda emulator: kernel %s: invalid launch configuration: "
+                 "grid (%u,%u,%u), block (%u,%u,%u), %zu shared bytes\n",
+                 config.kernel, g.x, g.y, g.z, b.x, b.y, b.z,
+                 config.sharedBytes);
+    fail(cudaErrorInvalidConfiguration);
+    return;
+  }
+  if (!validStream(config.stream)) {
+    fail(cudaErrorInvalidResourceHandle);
+    return;
+  }
+  enqueue(config.stream,
+          [config, thread = std::move(thread)]() { runGrid(config, thread); });
+}
+
+} // namespace ztrt::cudaemu

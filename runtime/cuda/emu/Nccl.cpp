@@ -1,0 +1,290 @@
+//===- Nccl.cpp - NCCL's collectives over MPI
+//--------------------------------===//
+//
+// Part of ztrain's CUDA emulator (docs/cuda.md#the-cuda-emulator). What the
+// cuda backend calls of NCCL, with NCCL's checks:
+//
+// - ncclCommInitRank: every rank must pass the same unique id (the
+//   bootstrap's broadcast worked) and its own rank; two ranks on one node
+//   may not use the same device ("Duplicate GPU detected", as NCCL says).
+//   A communicator of more than one rank spans MPI_COMM_WORLD.
+// - collectives: float sums and broadcasts of buffers in device memory of
+//   the extent the call touches; send and receive buffers may overlap only
+//   in NCCL's in-place layout (allGather: sendbuff == recvbuff + rank *
+//   count; reduceScatter: recvbuff == sendbuff + rank * count; the others:
+//   identical pointers).
+//
+// In a communicator of one rank the collective is a copy on the stream, in
+// stream order. With more ranks it runs on the calling thread, after the
+// stream has finished what was enqueued before it (through MPI, which the
+// program initialized), so it still sees exactly what stream order allows;
+// only the host blocks where a GPU would not.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda/emu/Emu.h"
+
+#include <nccl.h>
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+namespace ztrt::cudaemu {
+struct NcclComm {
+  int ranks = 1, rank = 0, device = 0;
+};
+} // namespace ztrt::cudaemu
+
+using namespace ztrt::cudaemu;
+
+namespace {
+
+constexpr char kMagic[] = "ztrain-cudaemu-nccl-id";
+
+bool overlaps(const void *a, size_t aBytes, const void *b, size_t bBytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + bBytes && y < x + aBytes;
+}
+
+ncclResult_t invalid(const char *format, ...)
+    __attribute__((format(printf, 1, 2)));
+ncclResult_t invalid(const char *format, ...) {
+  char buf[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buf, sizeof(buf), format, args);
+  va_end(args);
+  std::fprintf(stderr, "cuda emulator: NCCL: %s\n", buf);
+  return ncclInvalidUsage;
+}
+
+/// Checks the communicator, type, and buffers of a collective.
+ncclResult_t checkCall(const char *api, ncclComm_t comm, ncclDataType_t type,
+                       const void *send, size_t sendBytes, const void *recv,
+                       size_t recvBytes, bool inPlace, cudaStream_t stream) {
+  if (!comm)
+    return invalid("%s: null communicator", api);
+  if (type != ncclFloat32)
+    return invalid("%s: the emulator implements float32 only", api);
+  if (!validStream(stream))
+    return invalid("%s: invalid stream", api);
+  if (sticky())
+    return ncclUnhandledCudaError;
+  if (!isDevice(send, sendBytes))
+    return invalid("%s: send buffer %s (%zu bytes) is not device memory", api,
+                   describe(send).c_str(), sendBytes);
+  if (!isDevice(recv, recvBytes))
+    return invalid("%s: receive buffer %s (%zu bytes) is not device memory",
+                   api, describe(recv).c_str(), recvBytes);
+  if (!inPlace && overlaps(send, sendBytes, recv, recvBytes))
+    return invalid("%s: send and receive buffers overlap outside NCCL's "
+                   "in-place layout (undefined in NCCL)",
+                   api);
+  return ncclSuccess;
+}
+
+bool mpiReady() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+} // namespace
+
+ncclResult_t ncclGetVersion(int *version) {
+  if (!version)
+    return ncclInvalidArgument;
+  *version = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+  if (!id)
+    return ncclInvalidArgument;
+  static int counter = 0;
+  std::memset(id, 0, sizeof(*id));
+  std::snprintf(id->internal, sizeof(id->internal), "%s:%d:%d", kMagic,
+                static_cast<int>(getpid()), ++counter);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id,
+                              int rank) {
+  if (!comm || nranks < 1 || rank < 0 || rank >= nranks)
+    return invalid("ncclCommInitRank: rank %d of %d", rank, nranks);
+  if (std::strncmp(id.internal, kMagic, sizeof(kMagic) - 1) != 0)
+    return invalid("ncclCommInitRank: the unique id was not made by "
+                   "ncclGetUniqueId (was it broadcast from rank 0?)");
+  const int device = currentDevice();
+  if (nranks > 1) {
+    if (!mpiReady())
+      return invalid("ncclCommInitRank: %d ranks, but MPI (the emulator's "
+                     "transport) is not initialized",
+                     nranks);
+    int worldSize = 0, worldRank = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+    MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
+    if (worldSize != nranks || worldRank != rank)
+      return invalid("ncclCommInitRank: rank %d of %d, but this process is "
+                     "rank %d of MPI_COMM_WORLD's %d (the emulator's "
+                     "communicators span MPI_COMM_WORLD)",
+                     rank, nranks, worldRank, worldSize);
+    struct Member {
+      ncclUniqueId id;
+      char host[64];
+      int device;
+    } me;
+    std::memset(&me, 0, sizeof(me));
+    me.id = id;
+    gethostname(me.host, sizeof(me.host) - 1);
+    me.device = device;
+    std::vector<Member> all(static_cast<size_t>(nranks));
+    MPI_Allgather(&me, sizeof(me), MPI_BYTE, all.data(), sizeof(me), MPI_BYTE,
+                  MPI_COMM_WORLD);
+    for (int r = 0; r < nranks; ++r) {
+      if (std::memcmp(&all[r].id, &id, sizeof(id)) != 0)
+        return invalid("ncclCommInitRank: rank %d passed another unique id "
+                       "than rank %d",
+                       r, rank);
+      if (r != rank && all[r].device == device &&
+          std::strcmp(all[r].host, me.host) == 0)
+        return invalid("ncclCommInitRank: Duplicate GPU detected: rank %d and "
+                       "rank %d both on device %d of %s",
+                       rank, r, device, me.host);
+    }
+  }
+  *comm = new NcclComm{nranks, rank, device};
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  delete comm;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  delete comm;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *error) {
+  if (!comm || !error)
+    return ncclInvalidArgument;
+  *error = ncclSuccess;
+  return ncclSuccess;
+}
+
+const char *ncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+  case ncclSuccess:
+    return "no error";
+  case ncclUnhandledCudaError:
+    return "unhandled cuda error";
+  case ncclSystemError:
+    return "unhandled system error";
+  case ncclInternalError:
+    return "internal error";
+  case ncclInvalidArgument:
+    return "invalid argument";
+  case ncclInvalidUsage:
+    return "invalid usage";
+  case ncclRemoteError:
+    return "remote process exited or there was a network error";
+  case ncclInProgress:
+    return "NCCL operation in progress";
+  }
+  return "unknown result code";
+}
+
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count,
+                           ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t stream) {
+  const size_t bytes = count * sizeof(float);
+  if (op != ncclSum)
+    return invalid("ncclAllReduce: the emulator implements ncclSum only");
+  if (ncclResult_t r = checkCall("ncclAllReduce", comm, type, send, bytes, recv,
+                                 bytes, send == recv, stream))
+    return r;
+  if (comm->ranks == 1) {
+    enqueue(stream, [=] { std::memmove(recv, send, bytes); });
+    return ncclSuccess;
+  }
+  drain(stream);
+  MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv,
+                static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count,
+                               ncclDataType_t type, ncclRedOp_t op,
+                               ncclComm_t comm, cudaStream_t stream) {
+  if (op != ncclSum)
+    return invalid("ncclReduceScatter: the emulator implements ncclSum only");
+  const size_t bytes = count * sizeof(float);
+  const int ranks = comm ? comm->ranks : 1, rank = comm ? comm->rank : 0;
+  const bool inPlace = recv == static_cast<const char *>(send) +
+                                   static_cast<size_t>(rank) * bytes;
+  if (ncclResult_t r = checkCall("ncclReduceScatter", comm, type, send,
+                                 bytes * ranks, recv, bytes, inPlace, stream))
+    return r;
+  if (ranks == 1) {
+    enqueue(stream, [=] { std::memmove(recv, send, bytes); });
+    return ncclSuccess;
+  }
+  drain(stream);
+  std::vector<float> out(count);
+  MPI_Reduce_scatter_block(send, out.data(), static_cast<int>(count), MPI_FLOAT,
+                           MPI_SUM, MPI_COMM_WORLD);
+  std::memcpy(recv, out.data(), bytes);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t count,
+                           ncclDataType_t type, ncclComm_t comm,
+                           cudaStream_t stream) {
+  const size_t bytes = count * sizeof(float);
+  const int ranks = comm ? comm->ranks : 1, rank = comm ? comm->rank : 0;
+  const bool inPlace = send == static_cast<const char *>(recv) +
+                                   static_cast<size_t>(rank) * bytes;
+  if (ncclResult_t r = checkCall("ncclAllGather", comm, type, send, bytes, recv,
+                                 bytes * ranks, inPlace, stream))
+    return r;
+  if (ranks == 1) {
+    enqueue(stream, [=] { std::memmove(recv, send, bytes); });
+    return ncclSuccess;
+  }
+  drain(stream);
+  MPI_Allgather(inPlace ? MPI_IN_PLACE : send, static_cast<int>(count),
+                MPI_FLOAT, recv, static_cast<int>(count), MPI_FLOAT,
+                MPI_COMM_WORLD);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count,
+                           ncclDataType_t type, int root, ncclComm_t comm,
+                           cudaStream_t stream) {
+  const size_t bytes = count * sizeof(float);
+  if (comm && (root < 0 || root >= comm->ranks))
+    return invalid("ncclBroadcast: root %d of %d ranks", root, comm->ranks);
+  // sendbuff is only read on the root.
+  const bool isRoot = comm && comm->rank == root;
+  if (ncclResult_t r =
+          checkCall("ncclBroadcast", comm, type, isRoot ? send : recv, bytes,
+                    recv, bytes, !isRoot || send == recv, stream))
+    return r;
+  if (comm->ranks == 1) {
+    enqueue(stream, [=] { std::memmove(recv, send, bytes); });
+    return ncclSuccess;
+  }
+  drain(stream);
+  if (isRoot && send != recv)
+    std::memmove(recv, send, bytes);
+  MPI_Bcast(recv, static_cast<int>(count), MPI_FLOAT, root, MPI_COMM_WORLD);
+  return ncclSuccess;
+}
