@@ -4,10 +4,19 @@ weights on the same data, follow the same losses and end at the same
 weights; and every ZeRO stage on as many ranks as the machine has GPUs
 (one GPU per rank) ends where one process on the global batch does.
 
-Skipped, saying why, where there is no usable NVIDIA GPU (CI): the probe
-asks the driver (libcuda) directly, before anything is compiled. On a GPU
-machine whose runtime was built without CUDA the tests skip too, quoting
-the executable's error. See docs/cuda.md for how to run them on a GPU.
+Every test runs on two targets:
+
+- `gpu`: the runtime of this build, on NVIDIA GPUs. Skipped, saying why,
+  where there is no usable GPU (CI): the probe asks the driver (libcuda)
+  directly, before anything is compiled. On a GPU machine whose runtime was
+  built without CUDA the tests skip too, quoting the executable's error.
+  See docs/cuda.md for how to run them on a GPU.
+- `emulator`: the same cuda backend linked from lib/cudaemu (the CUDA
+  emulator, docs/cuda.md#the-cuda-emulator), on every machine: the
+  backend's host code, kernels, stream ordering, cuBLAS and NCCL calls run
+  on the host, eight emulated devices, NCCL over MPI. It cannot show what
+  only a GPU shows (the hardware's exp and rounding, real concurrency,
+  speed); the tolerances are the GPU's.
 """
 
 import json
@@ -44,7 +53,31 @@ LOSS_TOL = 1e-5
 
 
 GPUS, NO_GPU = cuda_devices()
-pytestmark = pytest.mark.skipif(GPUS == 0, reason=f"no CUDA device: {NO_GPU}")
+EMULATOR_DIR = os.path.join(os.path.dirname(parity.bin_dir()), "lib", "cudaemu")
+HAVE_EMULATOR = os.path.exists(os.path.join(EMULATOR_DIR, "libztrt.a"))
+# The emulator's devices (ZTRT_CUDAEMU_DEVICES, default 8); the ranks run
+# on this machine's cores, so the rank counts stop at 4 as on the cpu.
+EMULATED_DEVICES = 8
+
+
+@pytest.fixture(params=[
+    pytest.param("gpu", marks=pytest.mark.skipif(
+        GPUS == 0, reason=f"no CUDA device: {NO_GPU}")),
+    pytest.param("emulator", marks=pytest.mark.skipif(
+        not HAVE_EMULATOR,
+        reason=f"no CUDA emulator runtime at {EMULATOR_DIR} (ZTRT_BUILD_CUDA_EMULATOR=OFF)")),
+])
+def target(request):
+    return request.param
+
+
+def runtime_flags(target):
+    """ztrain-compile flags that link the target's runtime."""
+    return [] if target == "gpu" else ["--runtime-dir", EMULATOR_DIR]
+
+
+def device_count(target):
+    return GPUS if target == "gpu" else EMULATED_DEVICES
 
 
 def make(kind, batch):
@@ -83,13 +116,15 @@ def compare_weights(got, ref, spec, what):
 
 
 @pytest.mark.parametrize("kind", ["mlp", "gpt"])
-def test_one_gpu_matches_the_cpu(kind, tmp_path):
+def test_one_gpu_matches_the_cpu(kind, target, tmp_path):
     spec = make(kind, 4)
     init = str(tmp_path / "init.safetensors")
     data = str(tmp_path / "data.safetensors")
     safetensors.save(init, parity.make_init(spec, seed=3))
     safetensors.save(data, parity.make_data(spec, samples=24, seed=4))
-    exe = e2e_util.compile_spec(spec, str(tmp_path), parity.OptimizerConfig("adam", lr=1e-2))
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
+                                parity.OptimizerConfig("adam", lr=1e-2),
+                                extra=runtime_flags(target))
     require_cuda_runtime(exe)
 
     runs = {}
@@ -121,10 +156,10 @@ def test_one_gpu_matches_the_cpu(kind, tmp_path):
 @pytest.mark.parametrize("kind", ["mlp", "gpt"])
 @pytest.mark.parametrize("n", [1, 2, 4])
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
-def test_zero_stages_on_gpus(stage, n, kind, tmp_path):
+def test_zero_stages_on_gpus(stage, n, kind, target, tmp_path):
     """N ranks with one GPU each end where one cpu process on the global
     batch does (test_zero_equivalence.py's check, on the cuda backend)."""
-    if n > GPUS:
+    if n > device_count(target):
         pytest.skip(f"needs {n} GPUs (one per rank), this machine has {GPUS}")
     micro = 2
     ref_spec, spec = make(kind, n * micro), make(kind, micro)
@@ -134,9 +169,11 @@ def test_zero_stages_on_gpus(stage, n, kind, tmp_path):
     safetensors.save(init_path, init)
     safetensors.save(data_path, parity.make_data(spec, samples=3 * n * micro, seed=4))
     opt = parity.OptimizerConfig("adam", lr=1e-2)
-    ref_exe = e2e_util.compile_spec(ref_spec, str(tmp_path), opt, name="ref")
+    ref_exe = e2e_util.compile_text(ref_spec.to_mlir(), str(tmp_path), opt, name="ref",
+                                    extra=runtime_flags(target))
     exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), opt, name=f"dp{n}",
-                                extra=["--dp", str(n), "--zero-stage", str(stage)])
+                                extra=["--dp", str(n), "--zero-stage", str(stage)]
+                                + runtime_flags(target))
     # The reference runs in a world of one, so it is also the probe.
     require_cuda_runtime(ref_exe)
     parity.run_exe(ref_exe, steps=STEPS, init=init_path, data=data_path,
