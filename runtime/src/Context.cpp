@@ -155,8 +155,10 @@ int64_t ztrt_ctx::startCollective(const CollectiveRequest &request) {
   const Clock::time_point begin = Clock::now();
   countCall(request);
   const int64_t handle = queue->start(request);
-  // Performed inline: the step thread did the work itself.
-  if (!queue->threaded())
+  // Performed inline: the step thread did the work itself. (A device
+  // backend only enqueued it: its exposed time is the device's, accounted
+  // at synchronize.)
+  if (!queue->threaded() && !queue->enqueued())
     overlapStats.exposedNanos += nanosBetween(begin, Clock::now());
   return handle;
 }

@@ -142,12 +142,13 @@ TEST_P(CudaMpiTest, ReduceScatterInEveryLayout) {
     void *in = upload(values(rank(), 0, n * count, 2));
     float *base = static_cast<float *>(in);
     // 0: separate output; 1: NCCL's in-place layout (out = in + rank *
-    // count); 2: another overlap (out = in), which the backend stages.
+    // count); 2: another overlap (out = in + the next rank's offset, never
+    // the in-place layout), which the backend stages.
     float *out =
         layout == 0
             ? static_cast<float *>(ztrt_alloc(ctx, count * 4, ZTRT_CAT_OTHER))
         : layout == 1 ? base + rank() * count
-                      : base;
+                      : base + (rank() + 1) % n * count;
     ztrt_wait(ctx, ztrt_reduce_scatter_start_f32(ctx, in, out, count, 1));
     expectReduced(download(out, count), rank() * count, 2, true,
                   layout == 0   ? "reduce_scatter"
@@ -175,8 +176,9 @@ TEST_P(CudaMpiTest, AllGatherInEveryLayout) {
     if (layout == 0) {
       in = static_cast<float *>(upload(mine));
     } else {
-      // 1: in place (in = out + rank * count); 2: in = out, staged.
-      in = layout == 1 ? out + rank() * count : out;
+      // 1: in place (in = out + rank * count); 2: in = out + the next
+      // rank's offset (overlapping, never in place), staged.
+      in = layout == 1 ? out + rank() * count : out + (rank() + 1) % n * count;
       ctx->backend().copyFromHost(in, mine.data(), count * 4);
     }
     ztrt_all_gather_f32(ctx, in, out, count);
@@ -202,21 +204,31 @@ TEST_P(CudaMpiTest, BroadcastFromEveryRoot) {
 }
 
 TEST_P(CudaMpiTest, SeveralInFlightWaitedOutOfOrder) {
+  // Each input is written on the compute stream just before its start and
+  // each output copied on the compute stream just after its wait, so only
+  // the backend's events order them against the collectives.
   const int64_t n = GetParam();
-  std::vector<void *> ins, outs;
+  std::vector<void *> sources, ins, outs, copies;
   std::vector<int64_t> handles;
   for (uint32_t k = 0; k < 4; ++k) {
-    ins.push_back(upload(values(rank(), 0, n, 10 + k)));
+    sources.push_back(upload(values(rank(), 0, n, 10 + k)));
+    ins.push_back(ztrt_alloc(ctx, n * 4, ZTRT_CAT_OTHER));
     outs.push_back(ztrt_alloc(ctx, n * 4, ZTRT_CAT_OTHER));
+    copies.push_back(ztrt_alloc(ctx, n * 4, ZTRT_CAT_OTHER));
+  }
+  for (uint32_t k = 0; k < 4; ++k) {
+    ctx->backend().copy(sources[k], ins[k], n * 4);
     handles.push_back(ztrt_all_reduce_start_f32(ctx, ins[k], outs[k], n, 0));
   }
-  for (int k : {3, 1, 0, 2})
+  for (int k : {3, 1, 0, 2}) {
     ztrt_wait(ctx, handles[k]);
+    ctx->backend().copy(outs[k], copies[k], n * 4);
+  }
   ctx->synchronize();
   for (uint32_t k = 0; k < 4; ++k) {
-    expectReduced(download(outs[k], n), 0, 10 + k, false, "in flight");
-    ztrt_free(ctx, ins[k]);
-    ztrt_free(ctx, outs[k]);
+    expectReduced(download(copies[k], n), 0, 10 + k, false, "in flight");
+    for (void *p : {sources[k], ins[k], outs[k], copies[k]})
+      ztrt_free(ctx, p);
   }
 }
 

@@ -37,6 +37,10 @@ bool validStream(cudaStream_t stream);
 /// [ptr, ptr + bytes) lies inside one live device allocation (not freed,
 /// not pending a cudaFreeAsync). Zero bytes: ptr is inside or one past.
 bool isDevice(const void *ptr, size_t bytes);
+/// For work already enqueued, when its stream runs it: [ptr, ptr + bytes)
+/// lies in a device allocation not yet freed (a cudaFreeAsync later in
+/// stream order is fine).
+bool isLiveDevice(const void *ptr, size_t bytes);
 /// ptr is inside any device allocation, live or not.
 bool anyDevice(const void *ptr);
 /// "0x... (device allocation of N bytes at offset K)" or "(host memory)".

@@ -15,10 +15,12 @@
 //   identical pointers).
 //
 // In a communicator of one rank the collective is a copy on the stream, in
-// stream order. With more ranks it runs on the calling thread, after the
-// stream has finished what was enqueued before it (through MPI, which the
-// program initialized), so it still sees exactly what stream order allows;
-// only the host blocks where a GPU would not.
+// stream order. With more ranks the exchange runs on the calling thread
+// (through MPI, which the program initialized) after the stream has
+// finished what was enqueued before it, so it reads exactly what stream
+// order allows; its result is written to the receive buffer by the stream,
+// in stream order, so a reader that does not wait for the stream reads
+// stale data as on a GPU. Only the host blocks where a GPU would not.
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,6 +32,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -86,6 +89,22 @@ ncclResult_t checkCall(const char *api, ncclComm_t comm, ncclDataType_t type,
                    "in-place layout (undefined in NCCL)",
                    api);
   return ncclSuccess;
+}
+
+/// Writes `result` to `recv` in `stream`'s order.
+void deliver(cudaStream_t stream, void *recv, std::vector<float> result) {
+  auto data = std::make_shared<std::vector<float>>(std::move(result));
+  enqueue(stream, [recv, data] {
+    const size_t bytes = data->size() * sizeof(float);
+    if (!isLiveDevice(recv, bytes)) {
+      fault("NCCL collective: the receive buffer %s was freed before the "
+            "collective wrote it (its free is not ordered after the "
+            "collective)",
+            describe(recv).c_str());
+      return;
+    }
+    std::memcpy(recv, data->data(), bytes);
+  });
 }
 
 bool mpiReady() {
@@ -216,8 +235,10 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count,
     return ncclSuccess;
   }
   drain(stream);
-  MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv,
-                static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  std::vector<float> out(count);
+  MPI_Allreduce(send, out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                MPI_COMM_WORLD);
+  deliver(stream, recv, std::move(out));
   return ncclSuccess;
 }
 
@@ -241,7 +262,7 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count,
   std::vector<float> out(count);
   MPI_Reduce_scatter_block(send, out.data(), static_cast<int>(count), MPI_FLOAT,
                            MPI_SUM, MPI_COMM_WORLD);
-  std::memcpy(recv, out.data(), bytes);
+  deliver(stream, recv, std::move(out));
   return ncclSuccess;
 }
 
@@ -260,9 +281,10 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t count,
     return ncclSuccess;
   }
   drain(stream);
-  MPI_Allgather(inPlace ? MPI_IN_PLACE : send, static_cast<int>(count),
-                MPI_FLOAT, recv, static_cast<int>(count), MPI_FLOAT,
-                MPI_COMM_WORLD);
+  std::vector<float> out(count * static_cast<size_t>(ranks));
+  MPI_Allgather(send, static_cast<int>(count), MPI_FLOAT, out.data(),
+                static_cast<int>(count), MPI_FLOAT, MPI_COMM_WORLD);
+  deliver(stream, recv, std::move(out));
   return ncclSuccess;
 }
 
@@ -283,8 +305,11 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count,
     return ncclSuccess;
   }
   drain(stream);
-  if (isRoot && send != recv)
-    std::memmove(recv, send, bytes);
-  MPI_Bcast(recv, static_cast<int>(count), MPI_FLOAT, root, MPI_COMM_WORLD);
+  std::vector<float> out(count);
+  if (isRoot)
+    std::memcpy(out.data(), send, bytes);
+  MPI_Bcast(out.data(), static_cast<int>(count), MPI_FLOAT, root,
+            MPI_COMM_WORLD);
+  deliver(stream, recv, std::move(out));
   return ncclSuccess;
 }

@@ -19,7 +19,8 @@
 //
 // Streams: a worker thread each, running its work in order; streams run
 // concurrently with each other and with the host, so work that a program
-// fails to order with events races here as it would on a GPU. The legacy
+// fails to order with events races here as it would on a GPU
+// (ZTRT_CUDAEMU_DELAY_US makes such races likely). The legacy
 // default stream (0) runs work at once on the calling thread (the
 // backend's streams are non-blocking: nothing orders them with it).
 //
@@ -38,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -52,8 +54,17 @@ struct Stream {
   bool busy = false, stopping = false;
   int priority = 0;
   std::thread worker;
+  // ZTRT_CUDAEMU_DELAY_US: each operation starts after a random delay of
+  // up to that many microseconds, so that streams a program fails to order
+  // get out of step (seeded by the stream's number: reproducible).
+  long long delayMicros = 0;
+  std::mt19937_64 rng;
 
   Stream() {
+    static std::atomic<uint64_t> streams{0};
+    static const long long delay = envInt("ZTRT_CUDAEMU_DELAY_US", 0);
+    delayMicros = delay;
+    rng.seed(++streams);
     worker = std::thread([this] { run(); });
   }
   ~Stream() {
@@ -74,6 +85,9 @@ struct Stream {
       work.pop_front();
       busy = true;
       lock.unlock();
+      if (delayMicros > 0)
+        std::this_thread::sleep_for(std::chrono::microseconds(
+            std::uniform_int_distribution<long long>(0, delayMicros)(rng)));
       op();
       lock.lock();
       busy = false;
@@ -114,13 +128,16 @@ namespace {
 struct Allocation {
   size_t bytes;
   bool pinned;
-  bool freed; // cudaFreeAsync called; the stream frees it later
+  bool freed;    // cudaFree / cudaFreeAsync called: no new work may use it
+  bool released; // the free happened (a stream reached cudaFreeAsync)
 };
 
 struct Registry {
   std::mutex mutex;
   std::map<uintptr_t, Allocation> allocations;
   size_t deviceBytes = 0;
+  std::deque<std::pair<void *, size_t>> quarantine;
+  size_t quarantineBytes = 0;
   std::set<Stream *> streams;
   std::set<Event *> events;
 };
@@ -155,10 +172,14 @@ const std::pair<const uintptr_t, Allocation> *find(const void *ptr) {
   return &*it;
 }
 
-bool inside(const void *ptr, size_t bytes, bool pinned) {
+/// [ptr, ptr + bytes) inside one allocation of the kind; `enqueued`: for
+/// work already enqueued when its stream runs it, which may use memory
+/// whose cudaFreeAsync comes later in stream order.
+bool inside(const void *ptr, size_t bytes, bool pinned, bool enqueued = false) {
   std::lock_guard<std::mutex> lock(registry().mutex);
   const auto *a = find(ptr);
-  if (!a || a->second.pinned != pinned || a->second.freed)
+  if (!a || a->second.pinned != pinned || a->second.released ||
+      (a->second.freed && !enqueued))
     return false;
   const auto p = reinterpret_cast<uintptr_t>(ptr);
   return p + bytes <= a->first + a->second.bytes;
@@ -184,7 +205,7 @@ cudaError_t allocate(void **ptr, size_t bytes, bool pinned) {
   void *p = std::aligned_alloc(256, rounded);
   if (!p)
     return fail(cudaErrorMemoryAllocation);
-  r.allocations[reinterpret_cast<uintptr_t>(p)] = {bytes, pinned, false};
+  r.allocations[reinterpret_cast<uintptr_t>(p)] = {bytes, pinned, false, false};
   if (!pinned)
     r.deviceBytes += rounded;
   *ptr = p;
@@ -209,19 +230,35 @@ cudaError_t markFreed(void *ptr, bool pinned, size_t *bytes) {
   return cudaSuccess;
 }
 
+/// Releases an allocation into quarantine: it stays in the registry, freed,
+/// and its memory is not reused until 256 MiB freed after it have joined
+/// the quarantine, so that a late access to it is recognised (and not made
+/// to another allocation at the same address).
 void release(void *ptr, bool pinned) {
+  constexpr size_t kQuarantineBytes = 256u << 20;
   Registry &r = registry();
+  std::vector<void *> expired;
   {
     std::lock_guard<std::mutex> lock(r.mutex);
     auto it = r.allocations.find(reinterpret_cast<uintptr_t>(ptr));
     if (it == r.allocations.end())
       return;
+    const size_t rounded = (std::max<size_t>(it->second.bytes, 1) + 255) / 256 * 256;
     if (!pinned)
-      r.deviceBytes -=
-          (std::max<size_t>(it->second.bytes, 1) + 255) / 256 * 256;
-    r.allocations.erase(it);
+      r.deviceBytes -= rounded;
+    it->second.freed = it->second.released = true;
+    r.quarantine.push_back({ptr, rounded});
+    r.quarantineBytes += rounded;
+    while (r.quarantineBytes > kQuarantineBytes) {
+      auto [old, bytes] = r.quarantine.front();
+      r.quarantine.pop_front();
+      r.quarantineBytes -= bytes;
+      r.allocations.erase(reinterpret_cast<uintptr_t>(old));
+      expired.push_back(old);
+    }
   }
-  std::free(ptr);
+  for (void *p : expired)
+    std::free(p);
 }
 
 bool validEvent(cudaEvent_t e) {
@@ -266,6 +303,20 @@ bool checkCopy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                  api, describe(dst).c_str(), describe(src).c_str(), bytes,
                  problem);
   return ok;
+}
+
+/// When a stream reaches a copy: its device ranges must still be live (a
+/// free that is not ordered after the copy is a use after free on a GPU).
+bool stillValid(void *dst, const void *src, size_t bytes) {
+  for (const void *p : {static_cast<const void *>(dst), src}) {
+    if (!p || !anyDevice(p) || inside(p, bytes, false, true))
+      continue;
+    fault("a copy on a stream touches %s, freed before the stream got there "
+          "(its free is not ordered after the copy)",
+          describe(p).c_str());
+    return false;
+  }
+  return true;
 }
 
 } // namespace
@@ -333,6 +384,10 @@ bool isDevice(const void *ptr, size_t bytes) {
   return inside(ptr, bytes, false);
 }
 
+bool isLiveDevice(const void *ptr, size_t bytes) {
+  return inside(ptr, bytes, false, true);
+}
+
 bool anyDevice(const void *ptr) {
   std::lock_guard<std::mutex> lock(registry().mutex);
   const auto *a = find(ptr);
@@ -348,7 +403,10 @@ std::string describe(const void *ptr) {
   } else {
     const auto offset = reinterpret_cast<uintptr_t>(ptr) - a->first;
     std::snprintf(buf, sizeof(buf), "%p (%s%s of %zu bytes, at offset %zu)",
-                  ptr, a->second.freed ? "freed " : "",
+                  ptr,
+                  a->second.released ? "freed "
+                  : a->second.freed  ? "to-be-freed "
+                                     : "",
                   a->second.pinned ? "pinned host allocation"
                                    : "device allocation",
                   a->second.bytes, static_cast<size_t>(offset));
@@ -624,10 +682,14 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
     auto staged = std::make_shared<std::vector<char>>(
         static_cast<const char *>(src), static_cast<const char *>(src) + bytes);
     enqueue(stream, [dst, staged] {
-      std::memcpy(dst, staged->data(), staged->size());
+      if (stillValid(dst, nullptr, staged->size()))
+        std::memcpy(dst, staged->data(), staged->size());
     });
   } else {
-    enqueue(stream, [dst, src, bytes] { std::memmove(dst, src, bytes); });
+    enqueue(stream, [dst, src, bytes] {
+      if (stillValid(dst, src, bytes))
+        std::memmove(dst, src, bytes);
+    });
   }
   if (dstPageable)
     drain(stream); // Pageable destination: complete on return.
@@ -659,7 +721,10 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes,
                  describe(dst).c_str(), bytes);
     return fail(cudaErrorInvalidValue);
   }
-  enqueue(stream, [dst, value, bytes] { std::memset(dst, value, bytes); });
+  enqueue(stream, [dst, value, bytes] {
+    if (stillValid(dst, nullptr, bytes))
+      std::memset(dst, value, bytes);
+  });
   return cudaSuccess;
 }
 
