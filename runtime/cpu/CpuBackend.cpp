@@ -21,6 +21,7 @@
 #include "src/Support.h"
 
 #include <algorithm>
+#include <fstream>
 #include <cblas.h>
 #include <climits>
 #include <cmath>
@@ -140,6 +141,18 @@ void checkIds(const char *op, const int32_t *ids, int64_t n, int64_t vocab) {
 class CpuBackend final : public Backend {
 public:
   const char *name() const override { return "cpu"; }
+  std::string deviceName() const override {
+    // /proc/cpuinfo's first "model name" (Linux); the name alone elsewhere.
+    std::ifstream info("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(info, line))
+      if (line.compare(0, 10, "model name") == 0) {
+        size_t colon = line.find(':');
+        if (colon != std::string::npos && colon + 2 <= line.size())
+          return line.substr(colon + 2);
+      }
+    return "host CPU";
+  }
 
   void setThreads(int threads) override {
     openblas_set_num_threads(threads);

@@ -45,6 +45,7 @@
 #include <cstring>
 #include <dlfcn.h>
 #include <limits>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -177,12 +178,22 @@ public:
             device);
     // Keep freed memory in the pool: a step frees and re-allocates the same
     // activation sizes every time.
-    cudaMemPool_t pool;
     check(cudaDeviceGetDefaultMemPool(&pool, device),
           "cudaDeviceGetDefaultMemPool");
     uint64_t threshold = UINT64_MAX;
     check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold,
                                   &threshold),
+          "cudaMemPoolSetAttribute");
+    // Memory freed on one stream is not handed to an allocation on the
+    // other by making that stream wait (the pool's default): a compute
+    // allocation reusing a collective's staging buffer would then wait for
+    // the collective, serializing what the schedule overlaps. The events
+    // already order every use; the pool reuses memory whose free has
+    // completed (opportunistic reuse, on by default).
+    int internalDependencies = 0;
+    check(cudaMemPoolSetAttribute(pool,
+                                  cudaMemPoolReuseAllowInternalDependencies,
+                                  &internalDependencies),
           "cudaMemPoolSetAttribute");
     int least = 0, greatest = 0;
     check(cudaDeviceGetStreamPriorityRange(&least, &greatest),
@@ -236,6 +247,9 @@ public:
   }
 
   const char *name() const override { return "cuda"; }
+  std::string deviceName() const override {
+    return cudaDeviceDescription(options.device);
+  }
   // Kernels run on the device; --threads only sets what the report says.
   void setThreads(int threads) override { hostThreads = threads; }
   int threads() const override { return hostThreads; }
@@ -259,8 +273,8 @@ public:
   }
 
   void synchronize() override {
-    check(cudaStreamSynchronize(comm), "cudaStreamSynchronize");
-    check(cudaStreamSynchronize(compute), "cudaStreamSynchronize");
+    awaitStream(comm);
+    awaitStream(compute);
     for (const Staged &s : staged)
       std::memcpy(s.hostDst, staging + s.offset, s.bytes);
     staged.clear();
@@ -292,6 +306,17 @@ public:
     void *ptr = nullptr;
     cudaError_t status =
         cudaMallocAsync(&ptr, static_cast<size_t>(rounded), compute);
+    if (status == cudaErrorMemoryAllocation) {
+      // The pool keeps every freed block (release threshold: all), which
+      // fragmented sizes or memory taken outside it (NCCL's buffers,
+      // cuBLAS's workspace) can leave unusable: finish the pending frees,
+      // give the pool's unused memory back to the device, and try once
+      // more, as PyTorch's caching allocator does.
+      cudaGetLastError();
+      check(cudaStreamSynchronize(compute), "cudaStreamSynchronize");
+      check(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo");
+      status = cudaMallocAsync(&ptr, static_cast<size_t>(rounded), compute);
+    }
     // Out of memory; a size the pool can never satisfy may also come back
     // as an invalid value. Neither is sticky: the caller reports it.
     if (status == cudaErrorMemoryAllocation ||
@@ -314,7 +339,7 @@ public:
                           cudaMemcpyHostToDevice, compute),
           "cudaMemcpyAsync (host to device)");
     // The host buffer may be reused as soon as this returns.
-    check(cudaStreamSynchronize(compute), "cudaStreamSynchronize");
+    awaitStream(compute);
   }
 
   void copyToHost(void *hostDst, const void *src, int64_t bytes) override {
@@ -323,7 +348,7 @@ public:
     check(cudaMemcpyAsync(hostDst, src, static_cast<size_t>(bytes),
                           cudaMemcpyDeviceToHost, compute),
           "cudaMemcpyAsync (device to host)");
-    check(cudaStreamSynchronize(compute), "cudaStreamSynchronize");
+    awaitStream(compute);
     // What was computed before is known now: report its data errors
     // rather than hand out values computed from them.
     reportErrors();
@@ -750,6 +775,44 @@ private:
     return wireBytes;
   }
 
+  /// Blocks until `stream` has finished. With a communicator, polls NCCL's
+  /// asynchronous error meanwhile (NCCL's error model): a collective whose
+  /// peer died or whose network failed never finishes, so waiting for the
+  /// stream alone would hang the job; the communicator is aborted and the
+  /// error reported instead.
+  void awaitStream(cudaStream_t stream) {
+    if (!ncclComm) {
+      check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      return;
+    }
+    for (;;) {
+      const cudaError_t status = cudaStreamQuery(stream);
+      if (status == cudaSuccess)
+        return;
+      if (status != cudaErrorNotReady)
+        check(status, "cudaStreamQuery");
+      cudaGetLastError(); // cudaErrorNotReady is not an error.
+      ncclResult_t state = ncclSuccess;
+      checkNccl(cuda::nccl().commGetAsyncError(ncclComm, &state),
+                "ncclCommGetAsyncError");
+      if (state != ncclSuccess && !inProgress(state)) {
+        cuda::nccl().commAbort(ncclComm);
+        ncclComm = nullptr;
+        fatal("NCCL collective failed: %s (communicator aborted)",
+              cuda::nccl().getErrorString(state));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  static bool inProgress(ncclResult_t state) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+    return state == ncclInProgress;
+#else
+    return false;
+#endif
+  }
+
   Ticket &find(int64_t id) {
     auto it = tickets.find(id);
     if (it == tickets.end())
@@ -831,7 +894,7 @@ private:
 
   cuda::ErrorSlot *slot(const char *op, bool labels, int64_t bound) {
     if (slotInfo.size() == kErrorSlots) {
-      check(cudaStreamSynchronize(compute), "cudaStreamSynchronize");
+      awaitStream(compute);
       reportErrors();
     }
     slotInfo.push_back({op, labels, bound});
@@ -873,6 +936,7 @@ private:
   int hostThreads = 1;
   int ranks = 1, rank = 0;
   cudaStream_t compute = nullptr, comm = nullptr;
+  cudaMemPool_t pool = nullptr;
   cublasHandle_t handle = nullptr;
   ncclComm_t ncclComm = nullptr;
 

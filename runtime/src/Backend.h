@@ -32,6 +32,7 @@
 #include "src/Trace.h"
 
 #include <cstdint>
+#include <string>
 
 namespace ztrt {
 
@@ -61,6 +62,9 @@ public:
 
   /// Short name for reports and messages ("cpu").
   virtual const char *name() const = 0;
+  /// What this rank computes on, for reports: the processor's model, or
+  /// "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)".
+  virtual std::string deviceName() const { return name(); }
   /// Sets the number of threads kernels use (> 0).
   virtual void setThreads(int threads) = 0;
   /// The number of threads kernels use.

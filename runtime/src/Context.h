@@ -97,6 +97,7 @@ struct ztrt_ctx {
   ztrt_ctx &operator=(const ztrt_ctx &) = delete;
 
   ztrt::Backend &backend() { return *impl; }
+  const ztrt::Backend &backend() const { return *impl; }
   ztrt::Communicator &comm() { return *world; }
 
   /// Allocates through the backend and accounts the bytes to `category`;

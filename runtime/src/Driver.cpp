@@ -250,10 +250,12 @@ std::string rankJson(const ztrt_ctx &ctx, int rank,
     losses += (i ? ", " : "") + jsonLoss(records[i].loss);
     times += format("%s%.6f", i ? ", " : "", records[i].timeMs);
   }
-  return format("{\"rank\": %d, \"losses\": [%s], \"time_ms\": [%s],\n"
+  return format("{\"rank\": %d, \"device\": %s, \"losses\": [%s], "
+                "\"time_ms\": [%s],\n"
                 "     \"memory\": %s,\n     \"communication\": %s,\n"
                 "     \"overlap\": %s}",
-                rank, losses.c_str(), times.c_str(),
+                rank, jsonQuote(ctx.backend().deviceName()).c_str(),
+                losses.c_str(), times.c_str(),
                 memoryJson(ctx.memory()).c_str(),
                 communicationJson(ctx).c_str(), overlapJson(ctx).c_str());
 }
@@ -265,7 +267,10 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
                  int threads, int worldSize,
                  const std::vector<std::string> &ranks) {
   std::string json = format(
-      "{\n  \"rank\": 0,\n  \"world_size\": %d,\n  \"steps\": [", worldSize);
+      "{\n  \"rank\": 0,\n  \"world_size\": %d,\n  \"backend\": %s,\n"
+      "  \"device\": %s,\n  \"steps\": [",
+      worldSize, jsonQuote(ctx.backend().name()).c_str(),
+      jsonQuote(ctx.backend().deviceName()).c_str());
   for (size_t i = 0; i < records.size(); ++i) {
     const StepRecord &r = records[i];
     json += format("%s\n    {\"step\": %lld, \"loss\": %s, \"time_ms\": %.6f}",

@@ -198,3 +198,39 @@ def test_zero_stages_on_gpus(stage, n, kind, target, tmp_path):
         comm = [e for e in events if e.get("ph") == "X" and e.get("tid") == 2]
         assert n == 1 or comm, f"{name}: no collective on the communication track"
         assert all(e["dur"] >= 0 for e in comm)
+
+
+def test_out_of_device_memory_is_one_line(tmp_path):
+    """A model that does not fit the device: one located line, exit 1, no
+    half-written output (the emulator's device has ZTRT_CUDAEMU_MEMORY
+    bytes; the backend first trims its pool and retries)."""
+    if not HAVE_EMULATOR:
+        pytest.skip(f"no CUDA emulator runtime at {EMULATOR_DIR}")
+    spec = make("gpt", 4)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
+                                parity.OptimizerConfig("adam", lr=1e-2),
+                                extra=runtime_flags("emulator"))
+    save = tmp_path / "out.safetensors"
+    env = dict(os.environ, ZTRT_CUDAEMU_MEMORY="4096")
+    p = subprocess.run([exe, "--backend", "cuda", "--steps", "2", "--save", str(save)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=300, env=env)
+    assert p.returncode == 1, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "out of cuda memory allocating" in lines[0], p.stderr
+    assert not save.exists()
+
+
+def test_emulated_device_is_named_in_the_report(tmp_path):
+    """The report says which device ran the step, so an emulated run is never
+    mistaken for a GPU's."""
+    if not HAVE_EMULATOR:
+        pytest.skip(f"no CUDA emulator runtime at {EMULATOR_DIR}")
+    spec = make("mlp", 4)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
+                                parity.OptimizerConfig("adam", lr=1e-2),
+                                extra=runtime_flags("emulator"))
+    report = str(tmp_path / "report.json")
+    parity.run_exe(exe, steps=1, report=report, extra=["--backend", "cuda"])
+    text = json.dumps(parity.read_report(report))
+    assert "ztrain CUDA emulator" in text, text[:2000]

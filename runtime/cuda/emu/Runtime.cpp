@@ -101,6 +101,10 @@ struct Stream {
     }
     cv.notify_all();
   }
+  bool idle() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return work.empty() && !busy;
+  }
   void drain() {
     std::unique_lock<std::mutex> lock(mutex);
     cv.wait(lock, [&] { return work.empty() && !busy; });
@@ -586,7 +590,14 @@ cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int d) {
 
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr,
                                     void *value) {
-  if (!pool || !value || attr != cudaMemPoolAttrReleaseThreshold)
+  if (!pool || !value || attr < cudaMemPoolReuseFollowEventDependencies ||
+      attr > cudaMemPoolAttrReleaseThreshold)
+    return fail(cudaErrorInvalidValue);
+  return cudaSuccess; // Allocations are the host's: nothing to tune.
+}
+
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t) {
+  if (!pool)
     return fail(cudaErrorInvalidValue);
   return cudaSuccess;
 }
@@ -773,6 +784,13 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     return fail(cudaErrorInvalidResourceHandle);
   drain(stream);
   return sticky();
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  ZTRT_STICKY();
+  if (!validStream(stream))
+    return fail(cudaErrorInvalidResourceHandle);
+  return !stream || stream->idle() ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,

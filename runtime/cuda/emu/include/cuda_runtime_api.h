@@ -51,6 +51,9 @@ enum cudaDeviceAttr {
 };
 
 enum cudaMemPoolAttr {
+  cudaMemPoolReuseFollowEventDependencies = 1,
+  cudaMemPoolReuseAllowOpportunistic = 2,
+  cudaMemPoolReuseAllowInternalDependencies = 3,
   cudaMemPoolAttrReleaseThreshold = 4,
 };
 
@@ -107,6 +110,7 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest);
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device);
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr,
                                     void *value);
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t minBytesToKeep);
 cudaError_t cudaDeviceSynchronize();
 
 cudaError_t cudaMalloc(void **ptr, size_t bytes);
@@ -130,6 +134,7 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t *stream, unsigned flags,
                                          int priority);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamQuery(cudaStream_t stream);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
                                 unsigned flags = 0);
 
