@@ -297,9 +297,12 @@ void ztrt_matmul_f32(ztrt_ctx *ctx, const void *a, const void *b, void *c,
   checkCount("matmul_f32", "stride_a", stride_a);
   checkCount("matmul_f32", "stride_b", stride_b);
   checkCount("matmul_f32", "stride_c", stride_c);
-  if (batch > 1 && stride_c == 0 && m > 0 && n > 0)
-    fatal("matmul_f32: stride_c is 0 with batch %lld (results would "
-          "overwrite each other)",
+  // Output matrices that overlap have no defined result (on the cpu the
+  // last one written wins; cuBLAS computes them concurrently).
+  if (batch > 1 && m > 0 && n > 0 && stride_c < m * n)
+    fatal("matmul_f32: stride_c %lld is less than m * n = %lld with batch "
+          "%lld (results would overwrite each other)",
+          static_cast<long long>(stride_c), static_cast<long long>(m * n),
           static_cast<long long>(batch));
   backend.matmul(f(a), f(b), f(c), batch, m, n, k, trans_a != 0, trans_b != 0,
                  stride_a, stride_b, stride_c);

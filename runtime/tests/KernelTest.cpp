@@ -529,6 +529,13 @@ TEST_F(KernelTest, EntryPointsRejectMalformedArguments) {
               ::testing::ExitedWithCode(1), "softmax_f32: causal rows");
   EXPECT_EXIT(ztrt_param(ctx.get(), 0), ::testing::ExitedWithCode(1),
               "param: parameter index 0 out of range \\[0, 0\\)");
+  // Batched outputs that overlap (2 x 2 results 3 floats apart).
+  float big[16];
+  EXPECT_EXIT(ztrt_matmul_f32(ctx.get(), big, big, big, 2, 2, 2, 1, 0, 0, 2,
+                              2, 3),
+              ::testing::ExitedWithCode(1),
+              "^ztrain: error: matmul_f32: stride_c 3 is less than m \\* n "
+              "= 4 with batch 2 \\(results would overwrite each other\\)\n$");
 }
 
 TEST_F(KernelTest, ResultsDoNotDependOnThreadCount) {

@@ -67,7 +67,14 @@ EMULATED_DEVICES = 8
         not HAVE_EMULATOR,
         reason=f"no CUDA emulator runtime at {EMULATOR_DIR} (ZTRT_BUILD_CUDA_EMULATOR=OFF)")),
 ])
-def target(request):
+def target(request, monkeypatch):
+    if request.param == "emulator":
+        # Blocks and threads in a shuffled order, and every stream operation
+        # after a random delay of up to 200 us: a kernel that depends on the
+        # order of its threads, or work the backend's events fail to order,
+        # then changes the results (docs/cuda.md#the-cuda-emulator).
+        monkeypatch.setenv("ZTRT_CUDAEMU_SHUFFLE", "1")
+        monkeypatch.setenv("ZTRT_CUDAEMU_DELAY_US", "200")
     return request.param
 
 
