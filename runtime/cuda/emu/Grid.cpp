@@ -29,6 +29,16 @@
 #include <ucontext.h>
 #include <vector>
 
+// AddressSanitizer must be told about stack switches (its fake stacks and
+// stack bounds), or it reports false positives; see
+// sanitizer/common_interface_defs.h.
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define ZTRT_ASAN_FIBERS 1
+#else
+#define ZTRT_ASAN_FIBERS 0
+#endif
+
 thread_local uint3 threadIdx;
 thread_local uint3 blockIdx;
 thread_local dim3 blockDim;
@@ -55,6 +65,7 @@ struct Fiber {
   unsigned mask = 0;
   int param = 0;
   uint64_t in = 0, out = 0;
+  void *fakeStack = nullptr; // AddressSanitizer's, while switched away
 };
 
 /// Fiber stacks, mapped once per worker thread and reused by every block
@@ -90,6 +101,9 @@ struct BlockRun {
   ucontext_t scheduler;
   Fiber *current = nullptr;
   Stacks stacks;
+  // The scheduler's stack, for AddressSanitizer's switch annotations.
+  const void *schedulerStack = nullptr;
+  size_t schedulerStackBytes = 0;
 };
 
 thread_local BlockRun *tRun = nullptr;
@@ -101,16 +115,45 @@ long long shuffleSeed() {
 
 void fiberMain() {
   BlockRun &run = *tRun;
+#if ZTRT_ASAN_FIBERS
+  __sanitizer_finish_switch_fiber(nullptr, &run.schedulerStack,
+                                  &run.schedulerStackBytes);
+#endif
   (*run.body)();
   run.current->done = true;
+#if ZTRT_ASAN_FIBERS
+  // This fiber's stack is done with: no fake stack to keep.
+  __sanitizer_start_switch_fiber(nullptr, run.schedulerStack,
+                                 run.schedulerStackBytes);
+#endif
   // Returning resumes uc_link: the scheduler.
 }
 
 void resume(BlockRun &run, Fiber &f) {
   run.current = &f;
   threadIdx = f.index;
+#if ZTRT_ASAN_FIBERS
+  void *fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, f.context.uc_stack.ss_sp,
+                                 f.context.uc_stack.ss_size);
+#endif
   swapcontext(&run.scheduler, &f.context);
+#if ZTRT_ASAN_FIBERS
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
   run.current = nullptr;
+}
+
+/// Suspends the running fiber until the scheduler resumes it.
+void suspend(BlockRun &run, Fiber &f) {
+#if ZTRT_ASAN_FIBERS
+  __sanitizer_start_switch_fiber(&f.fakeStack, run.schedulerStack,
+                                 run.schedulerStackBytes);
+#endif
+  swapcontext(&f.context, &run.scheduler);
+#if ZTRT_ASAN_FIBERS
+  __sanitizer_finish_switch_fiber(f.fakeStack, nullptr, nullptr);
+#endif
 }
 
 /// Completes the warp intrinsics that every lane of their mask has reached.
@@ -295,7 +338,7 @@ int blockBarrier(int vote) {
   Fiber &f = *run->current;
   f.wait = Wait::Block;
   f.in = static_cast<uint64_t>(vote);
-  swapcontext(&f.context, &run->scheduler);
+  suspend(*run, f);
   return static_cast<int>(f.out);
 }
 
@@ -317,7 +360,7 @@ uint64_t warpExchange(WarpOp op, unsigned mask, uint64_t bits, int param) {
   f.mask = mask;
   f.param = param;
   f.in = bits;
-  swapcontext(&f.context, &run->scheduler);
+  suspend(*run, f);
   return f.out;
 }
 
