@@ -39,6 +39,51 @@
 #define ZTRT_ASAN_FIBERS 0
 #endif
 
+// Fiber switches. glibc's swapcontext saves and restores the signal mask
+// with a system call each time, which made it most of the emulator's time;
+// on x86-64 a switch saves the callee-saved registers and the floating
+// point control words on the stack and swaps stack pointers instead. Other
+// architectures, and AddressSanitizer builds (annotated for ucontext),
+// use ucontext.
+#if defined(__x86_64__) && !ZTRT_ASAN_FIBERS
+#define ZTRT_FAST_FIBERS 1
+extern "C" void ztrt_emu_switch(void **saveSp, void *loadSp);
+asm(R"(
+  .text
+  .globl ztrt_emu_switch
+  .type ztrt_emu_switch, @function
+ztrt_emu_switch:
+  .cfi_startproc
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .cfi_endproc
+  .size ztrt_emu_switch, .-ztrt_emu_switch
+  .section .note.GNU-stack,"",@progbits
+  .text
+)");
+#else
+#define ZTRT_FAST_FIBERS 0
+#endif
+
 thread_local uint3 threadIdx;
 thread_local uint3 blockIdx;
 thread_local dim3 blockDim;
@@ -56,7 +101,12 @@ constexpr size_t kStackBytes = 256 * 1024;
 enum class Wait { None, Block, Warp };
 
 struct Fiber {
+#if ZTRT_FAST_FIBERS
+  void *sp = nullptr; // saved stack pointer while switched away
+#else
   ucontext_t context;
+#endif
+  char *stack = nullptr;
   uint3 index;
   unsigned linear = 0;
   bool done = false;
@@ -98,7 +148,11 @@ struct BlockRun {
   const std::function<void()> *body = nullptr;
   std::vector<Fiber> fibers;
   std::vector<unsigned> order;
+#if ZTRT_FAST_FIBERS
+  void *schedulerSp = nullptr;
+#else
   ucontext_t scheduler;
+#endif
   Fiber *current = nullptr;
   Stacks stacks;
   // The scheduler's stack, for AddressSanitizer's switch annotations.
@@ -126,26 +180,65 @@ void fiberMain() {
   __sanitizer_start_switch_fiber(nullptr, run.schedulerStack,
                                  run.schedulerStackBytes);
 #endif
+#if ZTRT_FAST_FIBERS
+  ztrt_emu_switch(&run.current->sp, run.schedulerSp);
+  __builtin_unreachable(); // A finished fiber is never resumed.
+#endif
   // Returning resumes uc_link: the scheduler.
+}
+
+/// Makes `f` start at fiberMain on its stack when first resumed.
+void prepare(BlockRun &run, Fiber &f) {
+#if ZTRT_FAST_FIBERS
+  // The stack as ztrt_emu_switch leaves it: control words, six registers,
+  // the address it returns to (fiberMain), and a slot where fiberMain's
+  // return address would be, so that fiberMain starts with the stack
+  // aligned as after a call.
+  auto top = reinterpret_cast<uintptr_t>(f.stack + kStackBytes) & ~uintptr_t(15);
+  auto *slots = reinterpret_cast<uint64_t *>(top);
+  slots[-1] = 0;
+  slots[-2] = reinterpret_cast<uint64_t>(&fiberMain);
+  for (int r = 3; r <= 8; ++r)
+    slots[-r] = 0;
+  uint32_t mxcsr;
+  uint16_t fpucw;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fpucw));
+  uint64_t control = mxcsr | static_cast<uint64_t>(fpucw) << 32;
+  slots[-9] = control;
+  f.sp = &slots[-9];
+#else
+  getcontext(&f.context);
+  f.context.uc_stack.ss_sp = f.stack;
+  f.context.uc_stack.ss_size = kStackBytes;
+  f.context.uc_link = &run.scheduler;
+  makecontext(&f.context, fiberMain, 0);
+#endif
 }
 
 void resume(BlockRun &run, Fiber &f) {
   run.current = &f;
   threadIdx = f.index;
+#if ZTRT_FAST_FIBERS
+  ztrt_emu_switch(&run.schedulerSp, f.sp);
+#else
 #if ZTRT_ASAN_FIBERS
   void *fake = nullptr;
-  __sanitizer_start_switch_fiber(&fake, f.context.uc_stack.ss_sp,
-                                 f.context.uc_stack.ss_size);
+  __sanitizer_start_switch_fiber(&fake, f.stack, kStackBytes);
 #endif
   swapcontext(&run.scheduler, &f.context);
 #if ZTRT_ASAN_FIBERS
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
 #endif
   run.current = nullptr;
 }
 
 /// Suspends the running fiber until the scheduler resumes it.
 void suspend(BlockRun &run, Fiber &f) {
+#if ZTRT_FAST_FIBERS
+  ztrt_emu_switch(&f.sp, run.schedulerSp);
+#else
 #if ZTRT_ASAN_FIBERS
   __sanitizer_start_switch_fiber(&f.fakeStack, run.schedulerStack,
                                  run.schedulerStackBytes);
@@ -153,6 +246,7 @@ void suspend(BlockRun &run, Fiber &f) {
   swapcontext(&f.context, &run.scheduler);
 #if ZTRT_ASAN_FIBERS
   __sanitizer_finish_switch_fiber(f.fakeStack, nullptr, nullptr);
+#endif
 #endif
 }
 
@@ -238,11 +332,8 @@ bool runBlock(BlockRun &run, std::mt19937_64 *rng) {
     Fiber &f = run.fibers[i];
     f.linear = i;
     f.index = {i % b.x, i / b.x % b.y, i / (b.x * b.y)};
-    getcontext(&f.context);
-    f.context.uc_stack.ss_sp = run.stacks.get(i);
-    f.context.uc_stack.ss_size = kStackBytes;
-    f.context.uc_link = &run.scheduler;
-    makecontext(&f.context, fiberMain, 0);
+    f.stack = run.stacks.get(i);
+    prepare(run, f);
     run.order[i] = i;
   }
   for (;;) {
