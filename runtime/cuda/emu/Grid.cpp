@@ -8,8 +8,9 @@
 // run, the scheduler completes what can be completed: a warp intrinsic
 // once every lane of its mask is there (a lane of the mask that has
 // exited is a fault: undefined on a GPU), else __syncthreads once every
-// thread that has not exited is there. Nothing completable is a deadlock,
-// reported as a fault.
+// thread of the block is there (one that has exited instead is a fault:
+// CUDA requires a barrier's condition to be the same for the whole block).
+// Nothing completable is a deadlock, reported as a fault.
 //
 // ZTRT_CUDAEMU_SHUFFLE=<seed> runs blocks, and the fibers between two
 // barriers, in a seeded random order instead of index order: a kernel
@@ -357,6 +358,17 @@ bool runBlock(BlockRun &run, std::mt19937_64 *rng) {
     if (released)
       continue;
     if (atBlock == live) {
+      if (live < n) {
+        // CUDA: "__syncthreads() is allowed in conditional code but only if
+        // the conditional evaluates identically across the entire thread
+        // block, otherwise the code execution is likely to hang".
+        fault("kernel %s: __syncthreads in block (%u,%u,%u) reached by %u "
+              "threads while %u have exited (a barrier under a condition "
+              "that differs within the block)",
+              run.config->kernel, blockIdx.x, blockIdx.y, blockIdx.z, live,
+              n - live);
+        return false;
+      }
       int any = 0;
       for (const Fiber &f : run.fibers)
         any |= !f.done && f.in != 0;

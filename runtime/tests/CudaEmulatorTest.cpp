@@ -1,0 +1,361 @@
+//===- CudaEmulatorTest.cpp - The CUDA emulator's own semantics -----------===//
+//
+// The emulator (runtime/cuda/emu, docs/cuda.md#the-cuda-emulator) stands in
+// for a GPU in CI, so what it claims to check must be checked: warp and
+// block intrinsics compute what CUDA's do; stream order, events and
+// cudaStreamWaitEvent order work across streams; and what a GPU faults on
+// or NCCL / cuBLAS refuse is refused here too, with a message. A fault is
+// sticky for the process (as on a GPU), so each one runs in a death test.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda/emu/Device.h"
+
+#include <cublas_v2.h>
+#include <nccl.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+namespace {
+
+// --- Kernels -------------------------------------------------------------------
+
+__global__ void warpSums(const float *x, float *out) {
+  float v = x[blockIdx.x * blockDim.x + threadIdx.x];
+  for (int offset = 16; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  out[blockIdx.x * blockDim.x + threadIdx.x] = v;
+}
+
+__global__ void ballots(const int *flags, unsigned *out) {
+  out[threadIdx.x] = __ballot_sync(0xffffffffu, flags[threadIdx.x]);
+}
+
+/// Each thread writes its slot, then (after the barrier) reads its
+/// neighbour's: correct only if the barrier holds every thread back.
+__global__ void rotate(int *out) {
+  __shared__ int slots[256];
+  slots[threadIdx.x] = static_cast<int>(threadIdx.x) * 10;
+  __syncthreads();
+  out[threadIdx.x] = slots[(threadIdx.x + 1) % blockDim.x];
+}
+
+__global__ void anyOdd(const int *x, int *out) {
+  out[threadIdx.x] = __syncthreads_or(x[threadIdx.x] % 2);
+}
+
+__global__ void fillValue(float *out, float v, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = v;
+}
+
+__global__ void divergentBarrier(int *out) {
+  if (threadIdx.x < 32) // Half the block never reaches the barrier.
+    __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+/// Half a warp at a block barrier, the other half at a shuffle that needs
+/// the first half: neither can complete.
+__global__ void barrierShuffleDeadlock(int *out) {
+  if (threadIdx.x < 16)
+    __syncthreads();
+  else
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
+}
+
+__global__ void shuffleAfterExit(float *out) {
+  if (threadIdx.x % 32 == 5)
+    return;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+}
+
+template <typename T> T *deviceArray(const std::vector<T> &host) {
+  void *p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(T)), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  return static_cast<T *>(p);
+}
+
+template <typename T> std::vector<T> hostCopy(const T *dev, size_t n) {
+  std::vector<T> out(n);
+  EXPECT_EQ(cudaMemcpy(out.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  return out;
+}
+
+// --- Intrinsics ----------------------------------------------------------------
+
+TEST(CudaEmulatorTest, WarpShuffleSumsEveryLane) {
+  std::vector<float> x(64);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>(i);
+  float *dx = deviceArray(x), *dout = deviceArray(std::vector<float>(64));
+  ZTRT_LAUNCH(1, 64, 0, nullptr, warpSums)(dx, dout);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<float> got = hostCopy(dout, 64);
+  // Exact: small integers. Warp 0 sums 0..31, warp 1 sums 32..63.
+  for (int i = 0; i < 64; ++i)
+    EXPECT_EQ(got[i], i < 32 ? 496.0f : 1520.0f) << i;
+  cudaFree(dx);
+  cudaFree(dout);
+}
+
+TEST(CudaEmulatorTest, BallotAndSyncthreadsOr) {
+  std::vector<int> flags(32, 0);
+  flags[3] = flags[17] = flags[31] = 1;
+  int *dflags = deviceArray(flags);
+  unsigned *dballot = deviceArray(std::vector<unsigned>(32));
+  ZTRT_LAUNCH(1, 32, 0, nullptr, ballots)(dflags, dballot);
+  for (unsigned b : hostCopy(dballot, 32))
+    EXPECT_EQ(b, (1u << 3) | (1u << 17) | (1u << 31));
+
+  std::vector<int> even(64, 2), one(64, 2);
+  one[40] = 7;
+  int *dEven = deviceArray(even), *dOne = deviceArray(one);
+  int *dout = deviceArray(std::vector<int>(64));
+  ZTRT_LAUNCH(1, 64, 0, nullptr, anyOdd)(dEven, dout);
+  for (int v : hostCopy(dout, 64))
+    EXPECT_EQ(v, 0);
+  ZTRT_LAUNCH(1, 64, 0, nullptr, anyOdd)(dOne, dout);
+  for (int v : hostCopy(dout, 64))
+    EXPECT_EQ(v, 1);
+}
+
+TEST(CudaEmulatorTest, SyncthreadsHoldsTheBlockBack) {
+  int *dout = deviceArray(std::vector<int>(256));
+  ZTRT_LAUNCH(1, 256, 0, nullptr, rotate)(dout);
+  std::vector<int> got = hostCopy(dout, 256);
+  for (int i = 0; i < 256; ++i)
+    EXPECT_EQ(got[i], (i + 1) % 256 * 10) << i;
+}
+
+TEST(CudaEmulatorTest, InvalidLaunchConfigurationLaunchesNothing) {
+  int *dout = deviceArray(std::vector<int>(4, 0));
+  ZTRT_LAUNCH(1, 2048, 0, nullptr, rotate)(dout); // > 1024 threads
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  ZTRT_LAUNCH(dim3(1, 70000), 32, 0, nullptr, rotate)(dout); // grid y > 65535
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  ZTRT_LAUNCH(0u, 32, 0, nullptr, rotate)(dout); // empty grid
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess); // Not sticky.
+  for (int v : hostCopy(dout, 4))
+    EXPECT_EQ(v, 0);
+}
+
+// --- Streams and events --------------------------------------------------------
+
+TEST(CudaEmulatorTest, StreamWaitEventOrdersAcrossStreams) {
+  // s1 fills slowly (a large grid); s2 copies the result after waiting for
+  // s1's event. Without the wait, s2 would copy zeros.
+  const int64_t n = 1 << 18;
+  cudaStream_t s1, s2;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t done;
+  ASSERT_EQ(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+            cudaSuccess);
+  float *a = deviceArray(std::vector<float>(n, 0.0f));
+  float *b = deviceArray(std::vector<float>(n, 0.0f));
+  ZTRT_LAUNCH(64, 256, 0, s1, fillValue)(a, 3.0f, n);
+  ASSERT_EQ(cudaEventRecord(done, s1), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(s2, done, 0), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(b, a, n * 4, cudaMemcpyDeviceToDevice, s2),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s2), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(done), cudaSuccess);
+  for (float v : hostCopy(b, n))
+    ASSERT_EQ(v, 3.0f);
+  float ms = 0;
+  EXPECT_EQ(cudaEventElapsedTime(&ms, done, done),
+            cudaErrorInvalidResourceHandle); // timing disabled
+  cudaGetLastError();
+  cudaEventDestroy(done);
+  cudaStreamDestroy(s1);
+  cudaStreamDestroy(s2);
+  cudaFree(a);
+  cudaFree(b);
+}
+
+TEST(CudaEmulatorTest, PageableCopiesCompleteOnReturnPinnedOnesAtSync) {
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  float *d = deviceArray(std::vector<float>(4, 5.0f));
+  std::vector<float> pageable(4, 0.0f);
+  ASSERT_EQ(cudaMemcpyAsync(pageable.data(), d, 16, cudaMemcpyDeviceToHost, s),
+            cudaSuccess);
+  EXPECT_EQ(pageable[3], 5.0f);
+  float *pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned, 16), cudaSuccess);
+  pinned[0] = 0.0f;
+  ASSERT_EQ(cudaMemcpyAsync(pinned, d, 16, cudaMemcpyDeviceToHost, s),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(pinned[0], 5.0f);
+  cudaFreeHost(pinned);
+  cudaStreamDestroy(s);
+  cudaFree(d);
+}
+
+TEST(CudaEmulatorTest, MisusedCopiesAreRefused) {
+  float host[4] = {};
+  float *d = deviceArray(std::vector<float>(4));
+  // Wrong kind, and an extent past the allocation.
+  EXPECT_EQ(cudaMemcpy(d, host, 16, cudaMemcpyDeviceToHost),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemcpy(d, host, 32, cudaMemcpyHostToDevice),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cudaFree(host), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaFree(d), cudaSuccess);
+  EXPECT_EQ(cudaFree(d), cudaErrorInvalidValue); // twice
+  cudaGetLastError();
+}
+
+TEST(CudaEmulatorTest, CublasChecksItsArguments) {
+  cublasHandle_t h;
+  ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+  float *a = deviceArray(std::vector<float>(6, 1.0f)); // 2 x 3
+  float *c = deviceArray(std::vector<float>(4, 0.0f));
+  const float one = 1, zero = 0;
+  // C (2x2) = A (2x3) * A^T (3x2), column-major: lda = 2.
+  EXPECT_EQ(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, 2, 2, 3, &one,
+                                      a, 2, 0, a, 2, 0, &zero, c, 2, 0, 1),
+            CUBLAS_STATUS_SUCCESS);
+  for (float v : hostCopy(c, 4))
+    EXPECT_EQ(v, 3.0f);
+  // lda below the rows of A.
+  EXPECT_EQ(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, 2, 2, 3, &one,
+                                      a, 1, 0, a, 2, 0, &zero, c, 2, 0, 1),
+            CUBLAS_STATUS_INVALID_VALUE);
+  cublasDestroy(h);
+}
+
+// --- Faults (sticky: each in its own process) -------------------------------------
+
+/// Runs `body`, then exits 3 if the sticky illegal-address error is set.
+template <typename F> void faultThenExit(F body) {
+  body();
+  cudaDeviceSynchronize();
+  std::exit(cudaGetLastError() == cudaErrorIllegalAddress ? 3 : 4);
+}
+
+TEST(CudaEmulatorDeathTest, DivergentBarrierFaults) {
+  EXPECT_EXIT(faultThenExit([] {
+                int *d = deviceArray(std::vector<int>(64));
+                ZTRT_LAUNCH(1, 64, 0, nullptr, divergentBarrier)(d);
+              }),
+              ::testing::ExitedWithCode(3),
+              "kernel divergentBarrier: __syncthreads in block \\(0,0,0\\) "
+              "reached by 32 threads while 32 have exited");
+}
+
+TEST(CudaEmulatorDeathTest, BarrierAgainstShuffleIsADeadlock) {
+  EXPECT_EXIT(faultThenExit([] {
+                int *d = deviceArray(std::vector<int>(32));
+                ZTRT_LAUNCH(1, 32, 0, nullptr, barrierShuffleDeadlock)(d);
+              }),
+              ::testing::ExitedWithCode(3),
+              "kernel barrierShuffleDeadlock: deadlock in block \\(0,0,0\\)");
+}
+
+TEST(CudaEmulatorDeathTest, ShuffleWithAnExitedLaneFaults) {
+  EXPECT_EXIT(faultThenExit([] {
+                float *d = deviceArray(std::vector<float>(32));
+                ZTRT_LAUNCH(1, 32, 0, nullptr, shuffleAfterExit)(d);
+              }),
+              ::testing::ExitedWithCode(3),
+              "names lane 5 of warp 0, which has exited");
+}
+
+TEST(CudaEmulatorDeathTest, HostPointerKernelArgumentFaults) {
+  EXPECT_EXIT(faultThenExit([] {
+                static float host[64];
+                ZTRT_LAUNCH(1, 32, 0, nullptr, fillValue)(host, 1.0f, 64);
+              }),
+              ::testing::ExitedWithCode(3),
+              "kernel fillValue: argument 0 is 0x[0-9a-f]+ \\(host memory\\), "
+              "not device memory");
+}
+
+TEST(CudaEmulatorDeathTest, GemmOperandOutsideItsAllocationFaults) {
+  EXPECT_EXIT(faultThenExit([] {
+                cublasHandle_t h;
+                cublasCreate(&h);
+                float *a = deviceArray(std::vector<float>(4));
+                float *c = deviceArray(std::vector<float>(4));
+                const float one = 1, zero = 0;
+                // A claims 2 x 3 (lda 2): 6 elements of a 4-element buffer.
+                cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3,
+                                          &one, a, 2, 0, a, 3, 0, &zero, c, 2,
+                                          0, 1);
+              }),
+              ::testing::ExitedWithCode(3),
+              "cublasSgemmStridedBatched: A of batch 0 \\(2 x 3, ld 2");
+}
+
+TEST(CudaEmulatorDeathTest, UseAfterStreamOrderedFreeFaults) {
+  // A copy on s2 reads memory that s1 frees without any ordering between
+  // them: s2 is held back by an event recorded after the free.
+  EXPECT_EXIT(faultThenExit([] {
+                cudaStream_t s1, s2;
+                cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+                cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+                float *a = deviceArray(std::vector<float>(4));
+                float *b = deviceArray(std::vector<float>(4));
+                cudaEvent_t freed;
+                cudaEventCreate(&freed);
+                cudaMemcpyAsync(b, a, 16, cudaMemcpyDeviceToDevice, s2);
+                cudaStreamSynchronize(s2);
+                cudaFreeAsync(a, s1);
+                cudaEventRecord(freed, s1);
+                cudaStreamSynchronize(s1);
+                // Enqueued after the free: refused at the call.
+                if (cudaMemcpyAsync(b, a, 16, cudaMemcpyDeviceToDevice, s2) !=
+                    cudaErrorInvalidValue)
+                  std::exit(5);
+                ZTRT_LAUNCH(1, 32, 0, s2, fillValue)(a, 1.0f, 4);
+              }),
+              ::testing::ExitedWithCode(3),
+              "argument 0 is 0x[0-9a-f]+ \\(freed device allocation");
+}
+
+TEST(CudaEmulatorDeathTest, NcclOverlapOutsideInPlaceLayoutIsRefused) {
+  EXPECT_EXIT(
+      {
+        ncclUniqueId id;
+        ncclGetUniqueId(&id);
+        ncclComm_t comm;
+        if (ncclCommInitRank(&comm, 1, id, 0) != ncclSuccess)
+          std::exit(5);
+        float *buf = deviceArray(std::vector<float>(8));
+        // 4 elements from buf to buf + 2: overlapping, not in place.
+        std::exit(ncclAllReduce(buf, buf + 2, 4, ncclFloat, ncclSum, comm,
+                                nullptr) == ncclInvalidUsage
+                      ? 3
+                      : 4);
+      },
+      ::testing::ExitedWithCode(3),
+      "ncclAllReduce: send and receive buffers overlap outside NCCL's "
+      "in-place layout");
+}
+
+TEST(CudaEmulatorDeathTest, NcclIdNotFromGetUniqueIdIsRefused) {
+  EXPECT_EXIT(
+      {
+        ncclUniqueId id{};
+        ncclComm_t comm;
+        std::exit(ncclCommInitRank(&comm, 1, id, 0) == ncclInvalidUsage ? 3
+                                                                         : 4);
+      },
+      ::testing::ExitedWithCode(3), "the unique id was not made by");
+}
+
+} // namespace
