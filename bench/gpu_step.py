@@ -155,9 +155,21 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--peak-n", type=int, default=8192, help="GEMM size of the peak")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="compile the model (into $ZTRAIN_COMPILE_CACHE, for a GPU "
+                         "machine without the compiler: docs/cuda.md#gpu-kit) and stop")
     args = ap.parse_args(argv)
     if args.steps <= WARMUP:
         ap.error(f"--steps must exceed the {WARMUP} warm-up steps")
+    if args.compile_only:
+        spec = models.gpt(batch=args.batch, seq=args.seq, vocab=args.vocab,
+                          layers=args.layers, width=args.width, heads=args.heads)
+        with tempfile.TemporaryDirectory(prefix="ztrain-gpu-step-") as d:
+            mlir = os.path.join(d, "model.mlir")
+            with open(mlir, "w") as fh:
+                fh.write(spec.to_mlir())
+            parity.compile_model(mlir, os.path.join(d, "model"), OPT)
+        return 0
 
     gpus, why = cuda_devices()
     if gpus == 0:

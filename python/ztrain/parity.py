@@ -16,6 +16,7 @@ Tools come from $ZTRAIN_BIN_DIR, else <repo>/build/bin.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -96,13 +97,42 @@ def _run(cmd, what, timeout=600):
     return p
 
 
+def _cache_key(mlir_path, flags):
+    h = hashlib.sha256()
+    with open(mlir_path, "rb") as fh:
+        h.update(fh.read())
+    for f in flags:
+        h.update(b"\0" + f.encode())
+    return h.hexdigest()[:32]
+
+
 def compile_model(mlir_path, out_path, optimizer=None, extra=()):
-    """ztrain-compile IN -o OUT with the optimizer's flags; returns OUT."""
-    cmd = [tool("ztrain-compile"), mlir_path, "-o", out_path]
-    if optimizer is not None:
-        cmd += optimizer.compile_flags()
-    cmd += list(extra)
-    _run(cmd, "ztrain-compile")
+    """ztrain-compile IN -o OUT with the optimizer's flags; returns OUT.
+
+    With $ZTRAIN_COMPILE_CACHE set, executables are kept in that folder,
+    keyed by the MLIR text and the flags: a hit is copied to OUT without
+    compiling, a miss is compiled and stored. A machine without ztrain-compile
+    (a GPU machine without LLVM/MLIR, docs/cuda.md#gpu-kit) then runs the
+    end-to-end tests from executables compiled elsewhere.
+    $ZTRAIN_COMPILE_RUNTIME_DIR adds --runtime-dir to what is compiled
+    without entering the key (a kit's executables link the runtime that
+    will run them)."""
+    flags = (optimizer.compile_flags() if optimizer is not None else []) + list(extra)
+    cache = os.environ.get("ZTRAIN_COMPILE_CACHE")
+    if cache:
+        cached = os.path.join(cache, _cache_key(mlir_path, flags))
+        if os.path.exists(cached):
+            shutil.copyfile(cached, out_path)
+            os.chmod(out_path, 0o755)
+            return out_path
+    runtime = os.environ.get("ZTRAIN_COMPILE_RUNTIME_DIR")
+    extra_runtime = ["--runtime-dir", runtime] if runtime else []
+    _run([tool("ztrain-compile"), mlir_path, "-o", out_path] + flags + extra_runtime,
+         "ztrain-compile")
+    if cache:
+        os.makedirs(cache, exist_ok=True)
+        shutil.copyfile(out_path, cached + ".tmp")
+        os.replace(cached + ".tmp", cached)
     return out_path
 
 

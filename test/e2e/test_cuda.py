@@ -53,6 +53,14 @@ LOSS_TOL = 1e-5
 
 
 GPUS, NO_GPU = cuda_devices()
+# ZTRAIN_GPU_KIT=populate (scripts/gpu-kit.sh, on a machine with the
+# compiler): the `gpu` cases compile their executables into
+# $ZTRAIN_COMPILE_CACHE and skip before running them, so that a GPU machine
+# without LLVM/MLIR can run them from the cache (docs/cuda.md#gpu-kit);
+# ZTRAIN_GPU_KIT_GPUS says how many GPUs that machine has (default 1).
+POPULATE = os.environ.get("ZTRAIN_GPU_KIT") == "populate"
+if POPULATE:
+    GPUS, NO_GPU = int(os.environ.get("ZTRAIN_GPU_KIT_GPUS", "1")), ""
 EMULATOR_DIR = os.path.join(os.path.dirname(parity.bin_dir()), "lib", "cudaemu")
 HAVE_EMULATOR = os.path.exists(os.path.join(EMULATOR_DIR, "libztrt.a"))
 # The emulator's devices (ZTRT_CUDAEMU_DEVICES, default 8); the ranks run
@@ -64,7 +72,7 @@ EMULATED_DEVICES = 8
     pytest.param("gpu", marks=pytest.mark.skipif(
         GPUS == 0, reason=f"no CUDA device: {NO_GPU}")),
     pytest.param("emulator", marks=pytest.mark.skipif(
-        not HAVE_EMULATOR,
+        not HAVE_EMULATOR or POPULATE,
         reason=f"no CUDA emulator runtime at {EMULATOR_DIR} (ZTRT_BUILD_CUDA_EMULATOR=OFF)")),
 ])
 def target(request, monkeypatch):
@@ -96,6 +104,8 @@ def make(kind, batch):
 def require_cuda_runtime(exe):
     """Skip (quoting the executable) when this build's runtime has no cuda
     backend; fail on any other error of `--backend cuda`."""
+    if POPULATE:
+        pytest.skip("compiled into the GPU kit's cache")
     p = subprocess.run([exe, "--backend", "cuda", "--steps", "0"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        timeout=300)
@@ -211,7 +221,7 @@ def test_out_of_device_memory_is_one_line(tmp_path):
     """A model that does not fit the device: one located line, exit 1, no
     half-written output (the emulator's device has ZTRT_CUDAEMU_MEMORY
     bytes; the backend first trims its pool and retries)."""
-    if not HAVE_EMULATOR:
+    if not HAVE_EMULATOR or POPULATE:
         pytest.skip(f"no CUDA emulator runtime at {EMULATOR_DIR}")
     spec = make("gpt", 4)
     exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
@@ -231,7 +241,7 @@ def test_out_of_device_memory_is_one_line(tmp_path):
 def test_emulated_device_is_named_in_the_report(tmp_path):
     """The report says which device ran the step, so an emulated run is never
     mistaken for a GPU's."""
-    if not HAVE_EMULATOR:
+    if not HAVE_EMULATOR or POPULATE:
         pytest.skip(f"no CUDA emulator runtime at {EMULATOR_DIR}")
     spec = make("mlp", 4)
     exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Packs what a GPU machine without LLVM/MLIR needs to run the cuda backend's
+# tests and benchmark (docs/cuda.md#gpu-kit): the GPU test binaries, every
+# executable test_cuda.py and bench/gpu_step.py compile (in a compile cache
+# keyed by model and flags), and the shared libraries they link (MPI,
+# OpenBLAS) except glibc, libstdc++ and the NVIDIA driver's. Writes
+# kit/ztrain-gpu-kit.tar.xz; scripts/gpu-kit-run.sh runs it on the GPU
+# machine. Needs a build with the cuda backend (CMake found the CUDA toolkit
+# and NCCL).
+#
+#   scripts/gpu-kit.sh            # GPUs on the target machine: 1
+#   ZTRAIN_GPU_KIT_GPUS=8 scripts/gpu-kit.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${ZTRAIN_BUILD_DIR:-build}
+KIT=kit
+PY=/usr/bin/python3
+if [ ! -x "$BUILD/bin/ztrt_cuda_tests" ]; then
+  echo "gpu-kit: $BUILD has no cuda backend (configure where CMake finds the CUDA toolkit and NCCL)" >&2
+  exit 1
+fi
+stage=$(mktemp -d /tmp/ztrain-gpu-kit.XXXXXX)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib" "$stage/cache"
+cp "$BUILD/bin/ztrt_cuda_tests" "$BUILD/bin/ztrt_cuda_gemm_peak" \
+   "$BUILD/bin/ztrt_cuda_mpi_collectives" "$stage/bin/"
+
+echo "== compiling the test and benchmark models into the kit's cache"
+export ZTRAIN_COMPILE_CACHE="$stage/cache" ZTRAIN_BIN_DIR="$PWD/$BUILD/bin" PYTHONPATH=python
+ZTRAIN_GPU_KIT=populate "$PY" -m pytest -q -p no:cacheprovider test/e2e/test_cuda.py | tail -1
+"$PY" bench/gpu_step.py --compile-only
+echo "   $(ls "$stage/cache" | wc -l) executables"
+
+echo "== shared libraries"
+for f in "$stage"/bin/* "$stage"/cache/*; do ldd "$f"; done |
+  awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
+  grep -vE '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|libcuda|libnvidia-[a-z]*)\.so' |
+  while read -r lib; do cp -L "$lib" "$stage/lib/"; done
+ls "$stage/lib" | sed 's/^/   /'
+
+mkdir -p "$KIT"
+tar -C "$stage" -cJf "$KIT/ztrain-gpu-kit.tar.xz" .
+echo "== $KIT/ztrain-gpu-kit.tar.xz: $(du -h "$KIT/ztrain-gpu-kit.tar.xz" | cut -f1)"
+echo "   on the GPU machine: scripts/gpu-kit-run.sh (device tool: carry [\"kit\"])"
