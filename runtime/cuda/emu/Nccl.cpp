@@ -62,7 +62,7 @@ ncclResult_t invalid(const char *format, ...) {
   va_start(args, format);
   std::vsnprintf(buf, sizeof(buf), format, args);
   va_end(args);
-  std::fprintf(stderr, "cuda emulator: NCCL: %s\n", buf);
+  report("NCCL: %s", buf);
   return ncclInvalidUsage;
 }
 

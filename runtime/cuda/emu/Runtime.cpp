@@ -346,13 +346,26 @@ int deviceCount() {
 }
 int currentDevice() { return device; }
 
-void fault(const char *format, ...) {
+namespace {
+void vreport(const char *prefix, const char *format, va_list args) {
   char buf[1024];
+  std::vsnprintf(buf, sizeof(buf), format, args);
+  std::fprintf(stderr, "cuda emulator: %s%s\n", prefix, buf);
+}
+} // namespace
+
+void report(const char *format, ...) {
   va_list args;
   va_start(args, format);
-  std::vsnprintf(buf, sizeof(buf), format, args);
+  vreport("", format, args);
   va_end(args);
-  std::fprintf(stderr, "cuda emulator: fault: %s\n", buf);
+}
+
+void fault(const char *format, ...) {
+  va_list args;
+  va_start(args, format);
+  vreport("fault: ", format, args);
+  va_end(args);
   int expected = cudaSuccess;
   stickyError.compare_exchange_strong(expected, cudaErrorIllegalAddress);
 }
