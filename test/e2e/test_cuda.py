@@ -251,3 +251,33 @@ def test_emulated_device_is_named_in_the_report(tmp_path):
     parity.run_exe(exe, steps=1, report=report, extra=["--backend", "cuda"])
     text = json.dumps(parity.read_report(report))
     assert "ztrain CUDA emulator" in text, text[:2000]
+
+
+@pytest.mark.parametrize("devices,expect", [
+    (3, "4 ranks on this node but 3 CUDA devices visible"),
+    (1, "NCCL ncclCommInitRank failed: invalid usage"),
+])
+def test_device_choice_errors_are_one_line_per_rank(devices, expect, tmp_path):
+    """One GPU per rank, chosen by local rank: more ranks than devices is an
+    error naming both counts; ranks that all see one device (assumed to be
+    CUDA_VISIBLE_DEVICES per rank) end at NCCL's duplicate-GPU check, which
+    the emulator makes as NCCL does."""
+    if not HAVE_EMULATOR or POPULATE:
+        pytest.skip(f"no CUDA emulator runtime at {EMULATOR_DIR}")
+    n = 4 if devices == 3 else 2
+    spec = make("mlp", 2)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
+                                parity.OptimizerConfig("adam", lr=1e-2), name=f"dp{n}",
+                                extra=["--dp", str(n), "--zero-stage", "1"]
+                                + runtime_flags("emulator"))
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               ZTRT_CUDAEMU_DEVICES=str(devices))
+    p = subprocess.run([MPIRUN, "--oversubscribe", "-x", "ZTRT_CUDAEMU_DEVICES", "-np", str(n),
+                        exe, "--backend", "cuda", "--steps", "1"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=300, env=env)
+    assert p.returncode != 0
+    errors = [l for l in p.stderr.splitlines() if l.startswith("ztrain: error:")]
+    assert errors and all(expect in l for l in errors), p.stderr
+    if devices == 1:
+        assert "Duplicate GPU detected" in p.stderr, p.stderr
