@@ -284,11 +284,9 @@ public:
       ncclResult_t state = ncclSuccess;
       checkNccl(cuda::nccl().commGetAsyncError(ncclComm, &state),
                 "ncclCommGetAsyncError");
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
       // Non-blocking communicators report work in progress; ours block.
-      if (state == ncclInProgress)
+      if (inProgress(state))
         state = ncclSuccess;
-#endif
       checkNccl(state, "collective");
     }
     placeTickets();

@@ -217,16 +217,21 @@ def test_zero_stages_on_gpus(stage, n, kind, target, tmp_path):
         assert all(e["dur"] >= 0 for e in comm)
 
 
+def emulator_exe(kind, batch, tmp_path, name="model", extra=()):
+    """The model compiled against the CUDA emulator's runtime, for the
+    emulator-only cases (skipped where it is not built)."""
+    if not HAVE_EMULATOR or POPULATE:
+        pytest.skip(f"no CUDA emulator runtime at {EMULATOR_DIR}")
+    return e2e_util.compile_text(make(kind, batch).to_mlir(), str(tmp_path),
+                                 parity.OptimizerConfig("adam", lr=1e-2), name=name,
+                                 extra=list(extra) + runtime_flags("emulator"))
+
+
 def test_out_of_device_memory_is_one_line(tmp_path):
     """A model that does not fit the device: one located line, exit 1, no
     half-written output (the emulator's device has ZTRT_CUDAEMU_MEMORY
     bytes; the backend first trims its pool and retries)."""
-    if not HAVE_EMULATOR or POPULATE:
-        pytest.skip(f"no CUDA emulator runtime at {EMULATOR_DIR}")
-    spec = make("gpt", 4)
-    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
-                                parity.OptimizerConfig("adam", lr=1e-2),
-                                extra=runtime_flags("emulator"))
+    exe = emulator_exe("gpt", 4, tmp_path)
     save = tmp_path / "out.safetensors"
     env = dict(os.environ, ZTRT_CUDAEMU_MEMORY="4096")
     p = subprocess.run([exe, "--backend", "cuda", "--steps", "2", "--save", str(save)],
@@ -241,12 +246,7 @@ def test_out_of_device_memory_is_one_line(tmp_path):
 def test_emulated_device_is_named_in_the_report(tmp_path):
     """The report says which device ran the step, so an emulated run is never
     mistaken for a GPU's."""
-    if not HAVE_EMULATOR or POPULATE:
-        pytest.skip(f"no CUDA emulator runtime at {EMULATOR_DIR}")
-    spec = make("mlp", 4)
-    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
-                                parity.OptimizerConfig("adam", lr=1e-2),
-                                extra=runtime_flags("emulator"))
+    exe = emulator_exe("mlp", 4, tmp_path)
     report = str(tmp_path / "report.json")
     parity.run_exe(exe, steps=1, report=report, extra=["--backend", "cuda"])
     text = json.dumps(parity.read_report(report))
@@ -262,14 +262,9 @@ def test_device_choice_errors_are_one_line_per_rank(devices, expect, tmp_path):
     error naming both counts; ranks that all see one device (assumed to be
     CUDA_VISIBLE_DEVICES per rank) end at NCCL's duplicate-GPU check, which
     the emulator makes as NCCL does."""
-    if not HAVE_EMULATOR or POPULATE:
-        pytest.skip(f"no CUDA emulator runtime at {EMULATOR_DIR}")
     n = 4 if devices == 3 else 2
-    spec = make("mlp", 2)
-    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
-                                parity.OptimizerConfig("adam", lr=1e-2), name=f"dp{n}",
-                                extra=["--dp", str(n), "--zero-stage", "1"]
-                                + runtime_flags("emulator"))
+    exe = emulator_exe("mlp", 2, tmp_path, name=f"dp{n}",
+                       extra=["--dp", str(n), "--zero-stage", "1"])
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                ZTRT_CUDAEMU_DEVICES=str(devices))
     p = subprocess.run([MPIRUN, "--oversubscribe", "-x", "ZTRT_CUDAEMU_DEVICES", "-np", str(n),

@@ -46,6 +46,8 @@ bool anyDevice(const void *ptr);
 /// "0x... (device allocation of N bytes at offset K)" or "(host memory)".
 std::string describe(const void *ptr);
 
+/// Prints "cuda emulator: <prefix><message>" to stderr.
+void vreport(const char *prefix, const char *format, va_list args);
 /// Prints "cuda emulator: <message>" to stderr.
 void report(const char *format, ...) __attribute__((format(printf, 1, 2)));
 /// Records a GPU fault: prints the message and sets the sticky error.

@@ -195,7 +195,8 @@ void prepare(BlockRun &run, Fiber &f) {
   // the address it returns to (fiberMain), and a slot where fiberMain's
   // return address would be, so that fiberMain starts with the stack
   // aligned as after a call.
-  auto top = reinterpret_cast<uintptr_t>(f.stack + kStackBytes) & ~uintptr_t(15);
+  auto top =
+      reinterpret_cast<uintptr_t>(f.stack + kStackBytes) & ~uintptr_t(15);
   auto *slots = reinterpret_cast<uint64_t *>(top);
   slots[-1] = 0;
   slots[-2] = reinterpret_cast<uint64_t>(&fiberMain);

@@ -57,12 +57,10 @@ bool overlaps(const void *a, size_t aBytes, const void *b, size_t bBytes) {
 ncclResult_t invalid(const char *format, ...)
     __attribute__((format(printf, 1, 2)));
 ncclResult_t invalid(const char *format, ...) {
-  char buf[512];
   va_list args;
   va_start(args, format);
-  std::vsnprintf(buf, sizeof(buf), format, args);
+  vreport("NCCL: ", format, args);
   va_end(args);
-  report("NCCL: %s", buf);
   return ncclInvalidUsage;
 }
 
@@ -105,6 +103,25 @@ void deliver(cudaStream_t stream, void *recv, std::vector<float> result) {
     }
     std::memcpy(recv, data->data(), bytes);
   });
+}
+
+/// Runs a collective that writes `result` elements to `recv`: in a
+/// one-rank communicator the copy of `send` on the stream; otherwise
+/// `exchange(out)` (MPI) on the host once the stream's earlier work is done,
+/// its result delivered in stream order.
+template <typename Exchange>
+ncclResult_t run(ncclComm_t comm, cudaStream_t stream, const void *send,
+                 void *recv, size_t result, Exchange exchange) {
+  const size_t bytes = result * sizeof(float);
+  if (comm->ranks == 1) {
+    enqueue(stream, [=] { std::memmove(recv, send, bytes); });
+    return ncclSuccess;
+  }
+  drain(stream);
+  std::vector<float> out(result);
+  exchange(out.data());
+  deliver(stream, recv, std::move(out));
+  return ncclSuccess;
 }
 
 bool mpiReady() {
@@ -230,16 +247,10 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count,
   if (ncclResult_t r = checkCall("ncclAllReduce", comm, type, send, bytes, recv,
                                  bytes, send == recv, stream))
     return r;
-  if (comm->ranks == 1) {
-    enqueue(stream, [=] { std::memmove(recv, send, bytes); });
-    return ncclSuccess;
-  }
-  drain(stream);
-  std::vector<float> out(count);
-  MPI_Allreduce(send, out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
-                MPI_COMM_WORLD);
-  deliver(stream, recv, std::move(out));
-  return ncclSuccess;
+  return run(comm, stream, send, recv, count, [&](float *out) {
+    MPI_Allreduce(send, out, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                  MPI_COMM_WORLD);
+  });
 }
 
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count,
@@ -254,16 +265,10 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count,
   if (ncclResult_t r = checkCall("ncclReduceScatter", comm, type, send,
                                  bytes * ranks, recv, bytes, inPlace, stream))
     return r;
-  if (ranks == 1) {
-    enqueue(stream, [=] { std::memmove(recv, send, bytes); });
-    return ncclSuccess;
-  }
-  drain(stream);
-  std::vector<float> out(count);
-  MPI_Reduce_scatter_block(send, out.data(), static_cast<int>(count), MPI_FLOAT,
-                           MPI_SUM, MPI_COMM_WORLD);
-  deliver(stream, recv, std::move(out));
-  return ncclSuccess;
+  return run(comm, stream, send, recv, count, [&](float *out) {
+    MPI_Reduce_scatter_block(send, out, static_cast<int>(count), MPI_FLOAT,
+                             MPI_SUM, MPI_COMM_WORLD);
+  });
 }
 
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t count,
@@ -276,16 +281,12 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t count,
   if (ncclResult_t r = checkCall("ncclAllGather", comm, type, send, bytes, recv,
                                  bytes * ranks, inPlace, stream))
     return r;
-  if (ranks == 1) {
-    enqueue(stream, [=] { std::memmove(recv, send, bytes); });
-    return ncclSuccess;
-  }
-  drain(stream);
-  std::vector<float> out(count * static_cast<size_t>(ranks));
-  MPI_Allgather(send, static_cast<int>(count), MPI_FLOAT, out.data(),
-                static_cast<int>(count), MPI_FLOAT, MPI_COMM_WORLD);
-  deliver(stream, recv, std::move(out));
-  return ncclSuccess;
+  return run(comm, stream, send, recv, count * static_cast<size_t>(ranks),
+             [&](float *out) {
+               MPI_Allgather(send, static_cast<int>(count), MPI_FLOAT, out,
+                             static_cast<int>(count), MPI_FLOAT,
+                             MPI_COMM_WORLD);
+             });
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count,
@@ -300,16 +301,9 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count,
           checkCall("ncclBroadcast", comm, type, isRoot ? send : recv, bytes,
                     recv, bytes, !isRoot || send == recv, stream))
     return r;
-  if (comm->ranks == 1) {
-    enqueue(stream, [=] { std::memmove(recv, send, bytes); });
-    return ncclSuccess;
-  }
-  drain(stream);
-  std::vector<float> out(count);
-  if (isRoot)
-    std::memcpy(out.data(), send, bytes);
-  MPI_Bcast(out.data(), static_cast<int>(count), MPI_FLOAT, root,
-            MPI_COMM_WORLD);
-  deliver(stream, recv, std::move(out));
-  return ncclSuccess;
+  return run(comm, stream, send, recv, count, [&](float *out) {
+    if (isRoot)
+      std::memcpy(out, send, bytes);
+    MPI_Bcast(out, static_cast<int>(count), MPI_FLOAT, root, MPI_COMM_WORLD);
+  });
 }

@@ -247,7 +247,8 @@ void release(void *ptr, bool pinned) {
     auto it = r.allocations.find(reinterpret_cast<uintptr_t>(ptr));
     if (it == r.allocations.end())
       return;
-    const size_t rounded = (std::max<size_t>(it->second.bytes, 1) + 255) / 256 * 256;
+    const size_t rounded =
+        (std::max<size_t>(it->second.bytes, 1) + 255) / 256 * 256;
     if (!pinned)
       r.deviceBytes -= rounded;
     it->second.freed = it->second.released = true;
@@ -346,13 +347,11 @@ int deviceCount() {
 }
 int currentDevice() { return device; }
 
-namespace {
 void vreport(const char *prefix, const char *format, va_list args) {
   char buf[1024];
   std::vsnprintf(buf, sizeof(buf), format, args);
   std::fprintf(stderr, "cuda emulator: %s%s\n", prefix, buf);
 }
-} // namespace
 
 void report(const char *format, ...) {
   va_list args;
@@ -419,14 +418,13 @@ std::string describe(const void *ptr) {
     std::snprintf(buf, sizeof(buf), "%p (host memory)", ptr);
   } else {
     const auto offset = reinterpret_cast<uintptr_t>(ptr) - a->first;
-    std::snprintf(buf, sizeof(buf), "%p (%s%s of %zu bytes, at offset %zu)",
-                  ptr,
-                  a->second.released ? "freed "
-                  : a->second.freed  ? "to-be-freed "
-                                     : "",
-                  a->second.pinned ? "pinned host allocation"
-                                   : "device allocation",
-                  a->second.bytes, static_cast<size_t>(offset));
+    std::snprintf(
+        buf, sizeof(buf), "%p (%s%s of %zu bytes, at offset %zu)", ptr,
+        a->second.released ? "freed "
+        : a->second.freed  ? "to-be-freed "
+                           : "",
+        a->second.pinned ? "pinned host allocation" : "device allocation",
+        a->second.bytes, static_cast<size_t>(offset));
   }
   return buf;
 }
