@@ -15,6 +15,11 @@
 // RUN: not test -e %t/out
 // SHAPE: shape.mlir:4:8: error: 'train.matmul' op contracted dims differ: lhs [2, 4] gives 4, rhs [3, 5] (transposed) gives 5
 
+// A zero-size class dimension (it used to end in SIGFPE in the lowering).
+// RUN: not ztrain-compile %t/zeroclasses.mlir -o %t/out 2>&1 | FileCheck %s --check-prefix=ZEROCLASSES
+// RUN: not test -e %t/out
+// ZEROCLASSES: zeroclasses.mlir:1:1: error: 'train.param' op type has a zero-size dimension (dim 0 of [0, 4]); empty tensors are not supported
+
 // RUN: not ztrain-compile %t/undeclared.mlir -o %t/out 2>&1 | FileCheck %s --check-prefix=UNDECLARED
 // RUN: not test -e %t/out
 // UNDECLARED: undeclared.mlir:3:8: error: 'train.param_read' op references undeclared parameter @fc9.weight
@@ -62,4 +67,13 @@ func.func @f(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attributes {
 //--- noentry.mlir
 func.func @f(%x: tensor<f32>) -> tensor<f32> {
   return %x : tensor<f32>
+}
+
+//--- zeroclasses.mlir
+train.param @w : tensor<0x4xf32> init(normal, 0.02)
+func.func @f(%x: tensor<8x4xf32>, %y: tensor<8xi32>) -> tensor<f32> attributes {train.entry} {
+  %w = train.param_read @w : tensor<0x4xf32>
+  %l = train.matmul %x, %w {transpose_b} : (tensor<8x4xf32>, tensor<0x4xf32>) -> tensor<8x0xf32>
+  %loss = train.cross_entropy %l, %y : (tensor<8x0xf32>, tensor<8xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
 }

@@ -64,64 +64,17 @@ cl::opt<std::string>
     dumpIrDir("dump-ir-dir",
               cl::desc("Write the IR after every stage into this directory"),
               cl::value_desc("dir"), cl::cat(category));
-cl::opt<std::string> optimizer("optimizer", cl::desc("sgd, adam or adamw"),
-                               cl::init("adamw"), cl::cat(category));
-cl::opt<double> lr("lr", cl::desc("Learning rate"), cl::init(1e-3),
-                   cl::cat(category));
-cl::opt<double> beta1("beta1", cl::desc("Adam beta1"), cl::init(0.9),
-                      cl::cat(category));
-cl::opt<double> beta2("beta2", cl::desc("Adam beta2"), cl::init(0.999),
-                      cl::cat(category));
-cl::opt<double> eps("eps", cl::desc("Adam epsilon"), cl::init(1e-8),
-                    cl::cat(category));
-cl::opt<double> weightDecay("weight-decay",
-                            cl::desc("Weight decay (decoupled for adamw)"),
-                            cl::init(0.0), cl::cat(category));
-cl::opt<double> momentum("momentum", cl::desc("SGD momentum"), cl::init(0.0),
-                         cl::cat(category));
-cl::opt<double> dampening("dampening", cl::desc("SGD dampening"),
-                          cl::init(0.0), cl::cat(category));
-cl::opt<bool> nesterov("nesterov", cl::desc("SGD Nesterov momentum"),
-                       cl::init(false), cl::cat(category));
-cl::opt<int64_t> zeroStage("zero-stage",
-                           cl::desc("ZeRO stage 0-3 (with --dp)"),
-                           cl::init(0), cl::cat(category));
-cl::opt<int64_t> dp("dp",
-                    cl::desc("Data-parallel ranks the executable runs on "
-                             "(each step input is one rank's micro-batch)"),
-                    cl::init(1), cl::cat(category));
-cl::opt<bool> overlap("overlap",
-                      cl::desc("Overlap collectives with compute "
-                               "(overlap-schedule: asynchronous collectives, "
-                               "prefetch, gradient buckets); off by default: "
-                               "on the CPU backend over shared memory it was "
-                               "measured no faster (docs/benchmarks.md)"),
-                      cl::init(false), cl::cat(category));
-cl::opt<int64_t> prefetchDepth(
-    "prefetch-depth",
-    cl::desc("Stage 3: parameter gathers in flight ahead of their use"),
-    cl::init(1), cl::cat(category));
-cl::opt<int64_t> maxLiveBytes(
-    "max-live-bytes",
-    cl::desc("Stage 3: bound on the bytes of gathered parameters allocated "
-             "at once (0: none)"),
-    cl::init(0), cl::cat(category));
-cl::opt<int64_t> bucketBytes(
-    "bucket-bytes",
-    cl::desc("Gradient bucket size in bytes (0: one collective per "
-             "gradient)"),
-    cl::init(1 << 20), cl::cat(category));
-cl::opt<int64_t> maxTileBytes(
-    "max-tile-bytes",
-    cl::desc("Stage 3: split operators whose gathered parameter exceeds this "
-             "many bytes into tiles gathered one at a time "
-             "(memory-centric-tiling; 0: no tiling)"),
-    cl::init(0), cl::cat(category));
-cl::opt<bool> reshardAfterForward(
-    "reshard-after-forward",
-    cl::desc("Stage 3: free gathered parameters after the forward pass and "
-             "gather again for the backward pass"),
-    cl::init(true), cl::cat(category));
+// The pipeline options (ztrain-training, ztrain-zero) as top-level flags:
+// one per row of PipelineOptions.def, named by its FLAG column.
+namespace flags {
+#define ZTRAIN_PIPELINE_FLAG(MEMBER, TYPE, DEFAULT, OPTION, FLAG, DESC)        \
+  cl::opt<TYPE> MEMBER(FLAG, cl::desc(DESC), cl::init(DEFAULT),                \
+                       cl::cat(category));
+#define ZTRAIN_TRAINING_OPTION ZTRAIN_PIPELINE_FLAG
+#define ZTRAIN_ZERO_OPTION ZTRAIN_PIPELINE_FLAG
+#include "ztrain/PipelineOptions.def"
+#undef ZTRAIN_PIPELINE_FLAG
+} // namespace flags
 cl::opt<std::string>
     runtimeDir("runtime-dir",
                cl::desc("Directory with libztrt.a and libztrt_main.a "
@@ -284,27 +237,14 @@ int main(int argc, char **argv) {
   // `ztrain-opt --ztrain-training=... [--ztrain-zero=...] --ztrain-to-llvm`
   // runs.
   ztrain::TrainingPipelineOptions training;
-  training.optimizer = optimizer;
-  training.lr = lr;
-  training.beta1 = beta1;
-  training.beta2 = beta2;
-  training.eps = eps;
-  training.weightDecay = weightDecay;
-  training.momentum = momentum;
-  training.dampening = dampening;
-  training.nesterov = nesterov;
+#define ZTRAIN_TRAINING_OPTION(MEMBER, ...) training.MEMBER = flags::MEMBER;
+#include "ztrain/PipelineOptions.def"
   PassManager pm(&context);
   ztrain::buildTrainingPipeline(pm, training);
-  if (dp != 1 || zeroStage != 0) {
+  if (flags::dp != 1 || flags::stage != 0) {
     ztrain::ZeroPipelineOptions zero;
-    zero.stage = zeroStage;
-    zero.dp = dp;
-    zero.overlap = overlap;
-    zero.prefetchDepth = prefetchDepth;
-    zero.maxLiveBytes = maxLiveBytes;
-    zero.bucketBytes = bucketBytes;
-    zero.reshardAfterForward = reshardAfterForward;
-    zero.maxTileBytes = maxTileBytes;
+#define ZTRAIN_ZERO_OPTION(MEMBER, ...) zero.MEMBER = flags::MEMBER;
+#include "ztrain/PipelineOptions.def"
     ztrain::buildZeroPipeline(pm, zero);
   }
   ztrain::buildToLLVMPipeline(pm);

@@ -67,7 +67,7 @@ func.func @f(%a: tensor<4xf32>, %b: tensor<5xf32>) {
 // -----
 
 func.func @f(%a: tensor<?xf32>) {
-  // expected-error @+1 {{must be statically shaped tensor of 32-bit float values}}
+  // expected-error @+1 {{must be statically shaped tensor of 32-bit float or bfloat16 type or 16-bit float values}}
   %0 = train.relu %a : tensor<?xf32>
   return
 }
@@ -326,5 +326,76 @@ func.func @f(%g: tensor<4xf32>) {
 func.func @f() {
   // expected-error @+1 {{'train.param' op expects parent op 'builtin.module'}}
   train.param @w : tensor<4xf32> init(zeros)
+  return
+}
+
+// -----
+
+// Element types: one per op, f32 / bf16 / f16 only.
+func.func @f(%a: tensor<4x8xbf16>, %b: tensor<8x2xf32>) -> tensor<4x2xbf16> {
+  // expected-error @+1 {{'train.matmul' op mixes element types: operand #0 is 'bf16' but operand #1 is 'f32'; every floating-point tensor of the op must have the same element type}}
+  %c = train.matmul %a, %b : (tensor<4x8xbf16>, tensor<8x2xf32>) -> tensor<4x2xbf16>
+  return %c : tensor<4x2xbf16>
+}
+
+// -----
+
+func.func @f(%x: tensor<4x8xf16>, %g: tensor<8xf32>, %b: tensor<8xf32>) -> tensor<4x8xf16> {
+  // expected-error @+1 {{'train.layer_norm' op mixes element types: operand #0 is 'f16' but operand #1 is 'f32'}}
+  %y = train.layer_norm %x, %g, %b : tensor<4x8xf16>, tensor<8xf32>
+  return %y : tensor<4x8xf16>
+}
+
+// -----
+
+func.func @f(%a: tensor<4xf64>) -> tensor<4xf64> {
+  // expected-error @+1 {{operand #0 must be statically shaped tensor of 32-bit float or bfloat16 type or 16-bit float values, but got 'tensor<4xf64>'}}
+  %0 = train.relu %a : tensor<4xf64>
+  return %0 : tensor<4xf64>
+}
+
+// -----
+
+func.func @f(%a: tensor<4xbf16>, %b: tensor<4xf32>) -> tensor<4xbf16> {
+  // expected-error @+1 {{'train.add' op requires the same type for all operands and results}}
+  %0 = "train.add"(%a, %b) : (tensor<4xbf16>, tensor<4xf32>) -> tensor<4xbf16>
+  return %0 : tensor<4xbf16>
+}
+
+// -----
+
+// Zero-size dimensions are refused (a zero-size class dimension used to
+// crash the lowering; a zero-size batch trained on with a NaN loss).
+func.func @f(%l: tensor<8x0xf32>, %y: tensor<8xi32>) -> tensor<f32> {
+  // expected-error @+1 {{'train.cross_entropy' op operand #0 has a zero-size dimension (dim 1 of [8, 0]); empty tensors are not supported}}
+  %loss = train.cross_entropy %l, %y : (tensor<8x0xf32>, tensor<8xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// expected-error @+1 {{'train.param' op type has a zero-size dimension (dim 0 of [0, 4])}}
+train.param @w : tensor<0x4xf32> init(zeros)
+
+// -----
+
+// Element counts that overflow int64 are refused.
+// expected-error @+1 {{'train.param' op type has shape [4294967296, 4294967296], whose byte size overflows int64}}
+train.param @w : tensor<4294967296x4294967296xf32> init(zeros)
+
+// -----
+
+func.func @f(%x: tensor<3037000500x3037000500xf32>) -> tensor<3037000500x3037000500xf32> {
+  // expected-error @+1 {{'train.relu' op operand #0 has shape [3037000500, 3037000500], whose byte size overflows int64}}
+  %y = train.relu %x : tensor<3037000500x3037000500xf32>
+  return %y : tensor<3037000500x3037000500xf32>
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+func.func @f(%g: tensor<4xbf16>) {
+  // expected-error @+1 {{gradient element type 'bf16' differs from parameter @w's element type 'f32'}}
+  train.sgd_update @w, %g {lr = 0.1 : f64, sharded} : tensor<4xbf16>
   return
 }

@@ -86,3 +86,18 @@ func.func @backward_ops(%dy: tensor<2x5x4xf32>, %x: tensor<2x5x4xf32>, %g: tenso
   train.sgd_update @b, %g {lr = 0.1 : f64} : tensor<4xf32>
   return
 }
+
+// Compute ops take bf16 and f16 tensors as they take f32 ones; the loss of
+// a cross-entropy stays f32.
+// CHECK-LABEL: func.func @low_precision
+func.func @low_precision(%x: tensor<2x5x4xbf16>, %w: tensor<3x4xbf16>, %g: tensor<4xbf16>, %h: tensor<6x10xf16>, %y: tensor<6xi32>) -> tensor<f32> {
+  // CHECK: train.matmul %{{.*}}, %{{.*}} {transpose_b} : (tensor<2x5x4xbf16>, tensor<3x4xbf16>) -> tensor<2x5x3xbf16>
+  %0 = train.matmul %x, %w {transpose_b} : (tensor<2x5x4xbf16>, tensor<3x4xbf16>) -> tensor<2x5x3xbf16>
+  // CHECK: train.layer_norm %{{.*}} : tensor<2x5x4xbf16>, tensor<4xbf16>
+  %1 = train.layer_norm %x, %g, %g : tensor<2x5x4xbf16>, tensor<4xbf16>
+  // CHECK: train.gelu %{{.*}} : tensor<6x10xf16>
+  %2 = train.gelu %h : tensor<6x10xf16>
+  // CHECK: train.cross_entropy %{{.*}} : (tensor<6x10xf16>, tensor<6xi32>) -> tensor<f32>
+  %3 = train.cross_entropy %2, %y : (tensor<6x10xf16>, tensor<6xi32>) -> tensor<f32>
+  return %3 : tensor<f32>
+}

@@ -78,11 +78,7 @@ int64_t ztrain::dist::getGradientElements(Operation *param, int64_t stage,
   return stage == 1 ? shard * gridSize : shard;
 }
 
-static int64_t bytesOf(Value v) {
-  auto t = cast<RankedTensorType>(v.getType());
-  return t.getNumElements() *
-         static_cast<int64_t>(t.getElementTypeBitWidth() / 8);
-}
+static int64_t bytesOf(Value v) { return tensorBytes(v); }
 
 /// The checks every collective shares: the grid exists and is usable, and
 /// the element types agree.

@@ -19,9 +19,10 @@ StepBuffers::StepBuffers(func::FuncOp entry, int64_t stage)
     positions[&op] = i;
 
   for (Operation &op : body) {
-    if (!isa<train::SGDUpdateOp, train::AdamUpdateOp>(op))
+    auto update = dyn_cast<train::OptimizerUpdateOpInterface>(op);
+    if (!update)
       continue;
-    Value g = op.getOperand(0); // the gradient of both update ops
+    Value g = update.getGradient();
     if (auto ar = g.getDefiningOp<AllReduceOp>())
       g = ar.getInput();
     else if (auto rs = g.getDefiningOp<ReduceScatterOp>(); rs && stage == 1)
@@ -35,7 +36,7 @@ StepBuffers::StepBuffers(func::FuncOp entry, int64_t stage)
         g = start->getOperand(i);
     }
     if (g.hasOneUse() && !isa<BlockArgument>(g))
-      gradients[g] = op.getAttrOfType<FlatSymbolRefAttr>("param");
+      gradients[g] = update.getUpdatedParam();
   }
 
   for (Operation &op : body) {
@@ -94,11 +95,7 @@ unsigned StepBuffers::lastUse(Value rootValue) const {
   return def ? positions.lookup(def) : 0;
 }
 
-static int64_t bytesOf(Type type) {
-  auto t = cast<RankedTensorType>(type);
-  return t.getNumElements() *
-         static_cast<int64_t>(t.getElementTypeBitWidth() / 8);
-}
+static int64_t bytesOf(Type type) { return tensorBytes(type); }
 
 std::vector<StepBuffers::Buffer> StepBuffers::list(int64_t gridSize) const {
   std::vector<Buffer> out;
@@ -114,7 +111,7 @@ std::vector<StepBuffers::Buffer> StepBuffers::list(int64_t gridSize) const {
       int64_t bytes = bytesOf(type);
       if (gathered) // N padded shards (a tile divides evenly: no padding)
         bytes = (type.getNumElements() + gridSize - 1) / gridSize * gridSize *
-                (type.getElementTypeBitWidth() / 8);
+                elementBytes(type);
       out.push_back({gathered ? Buffer::Gathered : Buffer::Activation, bytes,
                      allocPosition(r), lastUse(r), &op, r.getResultNumber()});
     }

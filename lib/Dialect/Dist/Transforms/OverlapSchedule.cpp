@@ -31,11 +31,7 @@ using namespace ztrain::dist;
 
 namespace {
 
-int64_t bytesOf(Type type) {
-  auto t = cast<RankedTensorType>(type);
-  return t.getNumElements() *
-         static_cast<int64_t>(t.getElementTypeBitWidth() / 8);
-}
+int64_t bytesOf(Type type) { return tensorBytes(type); }
 
 /// Where new ops go relative to existing ones, so that ops inserted at the
 /// same point keep the order they were created in.

@@ -116,8 +116,18 @@ void PlanMemoryPass::runOnOperation() {
       if (static_cast<unsigned>(p.buf.kind) == arena)
         mine.push_back(&p);
     sizes[arena] = pack(mine, 16);
-    if (arena == 1 && bound && sizes[arena] > bound.getInt())
-      sizes[arena] = pack(mine, 4);
+    if (arena == 1 && bound && sizes[arena] > bound.getInt()) {
+      // The tightest packing that keeps every element aligned.
+      int64_t align = 1;
+      for (Placed *p : mine) {
+        Operation *owner = p->buf.owner;
+        Value v = p->buf.kind == StepBuffers::Buffer::Staging
+                      ? owner->getOperand(0)
+                      : owner->getResult(p->buf.index);
+        align = std::max(align, elementBytes(v.getType()));
+      }
+      sizes[arena] = pack(mine, align);
+    }
     if (arena == 1 && bound && sizes[arena] > bound.getInt()) {
       module.emitError() << "plan-memory: the gathered parameters need an "
                             "arena of "

@@ -37,16 +37,13 @@ struct ZeroInsertCollectivesPass
 static void insertAllReduces(func::FuncOp entry, FlatSymbolRefAttr grid,
                              int64_t &count) {
   OpBuilder b(entry.getContext());
-  entry.walk([&](Operation *op) {
-    if (!isa<train::SGDUpdateOp, train::AdamUpdateOp>(op))
-      return;
-    // Operand 0 of both update ops is the gradient.
-    Value grad = op->getOperand(0);
-    b.setInsertionPoint(op);
+  entry.walk([&](train::OptimizerUpdateOpInterface update) {
+    Value grad = update.getGradient();
+    b.setInsertionPoint(update);
     Value avg = AllReduceOp::create(
-        b, op->getLoc(), grad.getType(),
+        b, update->getLoc(), grad.getType(),
         ReductionAttr::get(b.getContext(), Reduction::mean), grad, grid);
-    op->setOperand(0, avg);
+    update.getGradientOperand().set(avg);
     ++count;
   });
 }
@@ -59,13 +56,12 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
   MLIRContext *ctx = module.getContext();
   OpBuilder b(ctx);
   auto meanAttr = ReductionAttr::get(ctx, Reduction::mean);
-  SmallVector<Operation *> updates;
-  entry.walk([&](Operation *op) {
-    if (isa<train::SGDUpdateOp, train::AdamUpdateOp>(op))
-      updates.push_back(op);
+  SmallVector<train::OptimizerUpdateOpInterface> updates;
+  entry.walk([&](train::OptimizerUpdateOpInterface update) {
+    updates.push_back(update);
   });
-  for (Operation *update : updates) {
-    Value grad = update->getOperand(0);
+  for (train::OptimizerUpdateOpInterface update : updates) {
+    Value grad = update.getGradient();
     auto type = cast<RankedTensorType>(grad.getType());
     int64_t shard = (type.getNumElements() + n - 1) / n;
     // Stage 1 keeps full gradients until the optimizer runs; stages 2 and 3
@@ -82,14 +78,13 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
     Value slice = ReduceScatterOp::create(
         b, loc, RankedTensorType::get({shard}, type.getElementType()),
         meanAttr, flat, grid);
-    update->setOperand(0, slice);
-    update->setAttr("sharded", b.getUnitAttr());
+    update.getGradientOperand().set(slice);
+    update.setShardedUpdate();
     ++count;
     if (stage < 3) {
       // Parameters stay replicated: every rank needs every updated slice.
       b.setInsertionPointAfter(update);
-      auto param = update->getAttrOfType<FlatSymbolRefAttr>("param");
-      AllGatherParamOp::create(b, loc, param, grid);
+      AllGatherParamOp::create(b, loc, update.getUpdatedParam(), grid);
       ++count;
     }
   }

@@ -33,14 +33,6 @@ using namespace ztrain::dist;
 
 namespace {
 
-int64_t elementBytes(Type type) {
-  return static_cast<int64_t>(
-      cast<RankedTensorType>(type).getElementTypeBitWidth() / 8);
-}
-int64_t tensorBytes(Type type) {
-  return cast<RankedTensorType>(type).getNumElements() * elementBytes(type);
-}
-
 struct Collective {
   std::string kind;
   std::string tensor;

@@ -32,6 +32,86 @@ static ArrayRef<int64_t> shapeOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getShape();
 }
 
+std::optional<int64_t>
+ztrain::train::checkedElementCount(ArrayRef<int64_t> shape,
+                                   int64_t elementBytes) {
+  int64_t count = elementBytes;
+  for (int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(count, d, &count))
+      return std::nullopt;
+  return elementBytes ? count / elementBytes : 0;
+}
+
+/// What is wrong with a tensor type's shape, or "" when nothing is.
+static std::string shapeProblem(RankedTensorType type) {
+  ArrayRef<int64_t> shape = type.getShape();
+  for (auto [d, size] : llvm::enumerate(shape))
+    if (size == 0)
+      return ("has a zero-size dimension (dim " + Twine(d) + " of " +
+              fmtShape(shape) +
+              "); empty tensors are not supported")
+          .str();
+  if (type.hasStaticShape() &&
+      !checkedElementCount(shape, ztrain::elementBytes(type)))
+    return "has shape " + fmtShape(shape) +
+           ", whose byte size overflows int64";
+  return "";
+}
+
+LogicalResult ztrain::train::verifyTensorShapes(Operation *op) {
+  auto check = [&](Type type, StringRef what, unsigned i) -> LogicalResult {
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    if (!tensor)
+      return success();
+    std::string problem = shapeProblem(tensor);
+    if (problem.empty())
+      return success();
+    return op->emitOpError() << what << " #" << i << " " << problem;
+  };
+  for (auto [i, v] : llvm::enumerate(op->getOperands()))
+    if (failed(check(v.getType(), "operand", i)))
+      return failure();
+  for (auto [i, v] : llvm::enumerate(op->getResults()))
+    if (failed(check(v.getType(), "result", i)))
+      return failure();
+  return success();
+}
+
+LogicalResult ztrain::train::verifySameFloatElementType(Operation *op) {
+  // The loss of a cross-entropy is f32 whatever the logits are, and so is
+  // the adjoint that seeds its gradient.
+  bool lossExempt = isa<CrossEntropyOp, CrossEntropyGradOp>(op);
+  Type first;
+  std::string firstWhat;
+  auto check = [&](Value v, StringRef what, unsigned i) -> LogicalResult {
+    auto tensor = dyn_cast<RankedTensorType>(v.getType());
+    if (!tensor || !isa<FloatType>(tensor.getElementType()))
+      return success();
+    if (lossExempt && tensor.getRank() == 0)
+      return success();
+    std::string name = (what + " #" + Twine(i)).str();
+    if (!first) {
+      first = tensor.getElementType();
+      firstWhat = name;
+      return success();
+    }
+    if (tensor.getElementType() == first)
+      return success();
+    return op->emitOpError()
+           << "mixes element types: " << firstWhat << " is " << first
+           << " but " << name << " is " << tensor.getElementType()
+           << "; every floating-point tensor of the op must have the same "
+              "element type";
+  };
+  for (auto [i, v] : llvm::enumerate(op->getOperands()))
+    if (failed(check(v, "operand", i)))
+      return failure();
+  for (auto [i, v] : llvm::enumerate(op->getResults()))
+    if (failed(check(v, "result", i)))
+      return failure();
+  return success();
+}
+
 func::FuncOp ztrain::train::getEntryFunction(ModuleOp module) {
   func::FuncOp entry;
   for (auto fn : module.getOps<func::FuncOp>()) {
@@ -80,6 +160,8 @@ LogicalResult ParamOp::verify() {
   if (!getTensorType().getElementType().isF32())
     return emitOpError() << "element type must be f32, got "
                          << getTensorType().getElementType();
+  if (std::string problem = shapeProblem(getTensorType()); !problem.empty())
+    return emitOpError() << "type " << problem;
   bool needsScale =
       getInit() == InitKind::normal || getInit() == InitKind::uniform;
   std::optional<double> scale;
@@ -323,6 +405,12 @@ static FailureOr<Type> verifyUpdateGrad(Operation *op,
                                  "parameter");
   if (failed(p))
     return failure();
+  Type gradElement = cast<RankedTensorType>(grad.getType()).getElementType();
+  Type paramElement = cast<RankedTensorType>(p->getType()).getElementType();
+  if (gradElement != paramElement)
+    return op->emitOpError() << "gradient element type " << gradElement
+                             << " differs from parameter " << param
+                             << "'s element type " << paramElement;
   if (sharded && cast<RankedTensorType>(grad.getType()).getRank() != 1)
     return op->emitOpError() << "a sharded update takes a one-dimensional "
                                 "gradient slice, got "

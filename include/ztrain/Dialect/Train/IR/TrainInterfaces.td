@@ -29,4 +29,60 @@ def Train_GradientOpInterface : OpInterface<"GradientOpInterface"> {
   ];
 }
 
+
+def Train_RuntimeKernelOpInterface : OpInterface<"RuntimeKernelOpInterface"> {
+  let cppNamespace = "::ztrain::train";
+  let description = [{
+    A compute op that runs as one call of a runtime kernel. The op describes
+    the call (the kernel's ABI name, the element type it computes in, its
+    tensors and scalars in ABI order) and `lower-to-runtime` emits it: the
+    lowering has no case per compute op. See `KernelCall.h`.
+  }];
+  let methods = [
+    InterfaceMethod<
+      "The runtime kernel call that computes this op's results.",
+      "::ztrain::train::KernelCall", "getKernelCall", (ins)>
+  ];
+}
+
+def Train_OptimizerUpdateOpInterface : OpInterface<"OptimizerUpdateOpInterface"> {
+  let cppNamespace = "::ztrain::train";
+  let description = [{
+    An in-place optimizer update of one parameter: it reads the parameter's
+    gradient (an SSA value), and updates the parameter and its optimizer
+    states (module-level symbols) in place. ZeRO partitioning, collective
+    insertion, the buffer analysis and the lowering ask this interface, not
+    a list of update ops. With `sharded`, the gradient is this rank's slice
+    of the flattened, zero-padded gradient and the update touches the same
+    slice of the parameter and of its states.
+  }];
+  let methods = [
+    InterfaceMethod<"The updated parameter.",
+      "::mlir::FlatSymbolRefAttr", "getUpdatedParam", (ins),
+      [{ return $_op.getParamAttr(); }]>,
+    InterfaceMethod<"The gradient.",
+      "::mlir::Value", "getGradient", (ins),
+      [{ return $_op.getGrad(); }]>,
+    InterfaceMethod<"The gradient operand.",
+      "::mlir::OpOperand &", "getGradientOperand", (ins),
+      [{ return $_op.getGradMutable(); }]>,
+    InterfaceMethod<[{
+      The optimizer states the update reads and writes, in the order its
+      runtime kernel takes them; a null entry is an optional state that is
+      absent (SGD without momentum).
+    }], "::llvm::SmallVector<::mlir::FlatSymbolRefAttr>", "getUpdatedStates",
+      (ins)>,
+    InterfaceMethod<"Whether the update works on a ZeRO slice.",
+      "bool", "isSharded", (ins), [{ return $_op.getSharded(); }]>,
+    InterfaceMethod<"Makes the update work on a ZeRO slice.",
+      "void", "setShardedUpdate", (ins),
+      [{ $_op.setSharded(true); }]>,
+    InterfaceMethod<[{
+      The runtime kernel (ABI name without `ztrt_` or a type suffix) and the
+      scalar arguments that follow the parameter, gradient, states and
+      element count in its ABI signature (hyper-parameters).
+    }], "::ztrain::train::KernelCall", "getUpdateKernel", (ins)>
+  ];
+}
+
 #endif // ZTRAIN_DIALECT_TRAIN_TRAININTERFACES_TD

@@ -14,11 +14,44 @@
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "ztrain/Dialect/Train/IR/ElementType.h"
+#include "ztrain/Dialect/Train/IR/KernelCall.h"
 #include "ztrain/Dialect/Train/IR/TrainDialect.h"
 
 #include "ztrain/Dialect/Train/IR/TrainEnums.h.inc"
 
 #include "ztrain/Dialect/Train/IR/TrainInterfaces.h.inc"
+
+namespace ztrain::train {
+/// Positive dimensions, and element and byte counts that fit in int64, for
+/// every tensor operand and result of `op`.
+mlir::LogicalResult verifyTensorShapes(mlir::Operation *op);
+/// One element type for the floating-point tensors of `op`; the 0-d f32
+/// loss of cross_entropy (and its adjoint seed) are exempt.
+mlir::LogicalResult verifySameFloatElementType(mlir::Operation *op);
+/// The element count of a static shape, or nullopt when it overflows
+/// int64 (also counting `elementBytes` bytes per element).
+std::optional<int64_t> checkedElementCount(llvm::ArrayRef<int64_t> shape,
+                                           int64_t elementBytes = 1);
+
+template <typename ConcreteType>
+class ValidTensorShapes
+    : public mlir::OpTrait::TraitBase<ConcreteType, ValidTensorShapes> {
+public:
+  static mlir::LogicalResult verifyTrait(mlir::Operation *op) {
+    return verifyTensorShapes(op);
+  }
+};
+
+template <typename ConcreteType>
+class SameFloatElementType
+    : public mlir::OpTrait::TraitBase<ConcreteType, SameFloatElementType> {
+public:
+  static mlir::LogicalResult verifyTrait(mlir::Operation *op) {
+    return verifySameFloatElementType(op);
+  }
+};
+} // namespace ztrain::train
 
 #define GET_OP_CLASSES
 #include "ztrain/Dialect/Train/IR/TrainOps.h.inc"

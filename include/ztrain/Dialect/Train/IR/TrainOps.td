@@ -17,22 +17,52 @@ include "ztrain/Dialect/Train/IR/TrainDialect.td"
 include "ztrain/Dialect/Train/IR/TrainEnums.td"
 include "ztrain/Dialect/Train/IR/TrainInterfaces.td"
 
-class Train_Op<string mnemonic, list<Trait> traits = []>
-    : Op<Train_Dialect, mnemonic, traits>;
+// Every tensor of a train op has positive dimensions and a byte size that
+// fits in int64 (TrainOps.h: ValidTensorShapes).
+def Train_ValidTensorShapes : NativeOpTrait<"ValidTensorShapes"> {
+  let cppNamespace = "::ztrain::train";
+}
 
-def Train_F32Tensor : StaticShapeTensorOf<[F32]>;
+// The floating-point tensors of the op share one element type (f32, bf16 or
+// f16); integer ids and labels and an f32 loss are exempt where the op says
+// so (TrainOps.h: SameFloatElementType).
+def Train_SameFloatElementType : NativeOpTrait<"SameFloatElementType"> {
+  let cppNamespace = "::ztrain::train";
+}
+
+class Train_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Train_Dialect, mnemonic, !listconcat(traits, [Train_ValidTensorShapes])>;
+
+// Compute ops run in f32, bf16 or f16 (kernels accumulate in f32).
+def Train_FloatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;
 def Train_I32Tensor : StaticShapeTensorOf<[I32]>;
 def Train_F32Scalar : 0DTensorOf<[F32]>;
 
 // A differentiable compute op: pure and built into the backward pass by
 // train-autodiff through GradientOpInterface.
 class Train_ComputeOp<string mnemonic, list<Trait> traits = []>
-    : Train_Op<mnemonic, !listconcat(traits, [Pure,
+    : Train_Op<mnemonic, !listconcat(traits, [Pure, Train_SameFloatElementType,
         DeclareOpInterfaceMethods<Train_GradientOpInterface>])>;
 
 // An op that only the backward pass needs; not differentiated again.
 class Train_GradOp<string mnemonic, list<Trait> traits = []>
-    : Train_Op<mnemonic, !listconcat(traits, [Pure])>;
+    : Train_Op<mnemonic, !listconcat(traits, [Pure, Train_SameFloatElementType])>;
+
+// An op that runs as one runtime kernel call, which it describes
+// (RuntimeKernelOpInterface; the definition is in TrainKernels.cpp unless
+// the op's class gives it).
+defvar Train_Kernel = DeclareOpInterfaceMethods<Train_RuntimeKernelOpInterface>;
+
+// The call of an elementwise kernel named after the op: its operands and
+// result, then the element count (the ABI's `(in..., out, n)`).
+class Train_ElementwiseKernel<string kernel> {
+  code definition = [{
+    ::ztrain::train::KernelCall $cppClass::getKernelCall() {
+      return ::ztrain::train::elementwiseKernelCall(getOperation(), "}] #
+      kernel # [{");
+    }
+  }];
+}
 
 //===----------------------------------------------------------------------===//
 // Module-level state
@@ -122,7 +152,8 @@ def Train_ParamReadOp : Train_Op<"param_read", [
 //===----------------------------------------------------------------------===//
 
 class Train_BinaryOp<string mnemonic, string what>
-    : Train_ComputeOp<mnemonic, [SameOperandsAndResultType]> {
+    : Train_ComputeOp<mnemonic, [SameOperandsAndResultType, Train_Kernel]> {
+  let extraClassDefinition = Train_ElementwiseKernel<mnemonic>.definition;
   let summary = "elementwise " # what;
   let description = [{
     Elementwise }] # what # [{ of two tensors of the same shape.
@@ -131,8 +162,8 @@ class Train_BinaryOp<string mnemonic, string what>
     %c = train.}] # mnemonic # [{ %a, %b : tensor<8x16xf32>
     ```
   }];
-  let arguments = (ins Train_F32Tensor:$lhs, Train_F32Tensor:$rhs);
-  let results = (outs Train_F32Tensor:$result);
+  let arguments = (ins Train_FloatTensor:$lhs, Train_FloatTensor:$rhs);
+  let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
 }
 
@@ -141,10 +172,11 @@ def Train_SubOp : Train_BinaryOp<"sub", "difference">;
 def Train_MulOp : Train_BinaryOp<"mul", "product">;
 
 class Train_UnaryOp<string mnemonic, string what>
-    : Train_ComputeOp<mnemonic, [SameOperandsAndResultType]> {
+    : Train_ComputeOp<mnemonic, [SameOperandsAndResultType, Train_Kernel]> {
+  let extraClassDefinition = Train_ElementwiseKernel<mnemonic>.definition;
   let summary = what;
-  let arguments = (ins Train_F32Tensor:$input);
-  let results = (outs Train_F32Tensor:$result);
+  let arguments = (ins Train_FloatTensor:$input);
+  let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
 }
 
@@ -169,7 +201,7 @@ def Train_GeluOp : Train_UnaryOp<"gelu", "Gaussian error linear unit (tanh form)
   }];
 }
 
-def Train_ScaleOp : Train_ComputeOp<"scale", [SameOperandsAndResultType]> {
+def Train_ScaleOp : Train_ComputeOp<"scale", [SameOperandsAndResultType, Train_Kernel]> {
   let summary = "multiplies by a constant";
   let description = [{
     `x * factor` elementwise.
@@ -178,13 +210,13 @@ def Train_ScaleOp : Train_ComputeOp<"scale", [SameOperandsAndResultType]> {
     %y = train.scale %x {factor = 1.250000e-01 : f64} : tensor<8x4x64x64xf32>
     ```
   }];
-  let arguments = (ins Train_F32Tensor:$input, F64Attr:$factor);
-  let results = (outs Train_F32Tensor:$result);
+  let arguments = (ins Train_FloatTensor:$input, F64Attr:$factor);
+  let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
 }
 
 def Train_BiasAddOp : Train_ComputeOp<"bias_add",
-    [AllTypesMatch<["input", "result"]>]> {
+    [AllTypesMatch<["input", "result"]>, Train_Kernel]> {
   let summary = "adds a vector along the last dimension";
   let description = [{
     `result[..., j] = input[..., j] + bias[j]`.
@@ -196,13 +228,13 @@ def Train_BiasAddOp : Train_ComputeOp<"bias_add",
     **Constraints:**
     - `bias` has rank 1 and its size equals the last dimension of `input`.
   }];
-  let arguments = (ins Train_F32Tensor:$input, Train_F32Tensor:$bias);
-  let results = (outs Train_F32Tensor:$result);
+  let arguments = (ins Train_FloatTensor:$input, Train_FloatTensor:$bias);
+  let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$input `,` $bias attr-dict `:` type($input) `,` type($bias)";
   let hasVerifier = 1;
 }
 
-def Train_FillOp : Train_Op<"fill", [Pure]> {
+def Train_FillOp : Train_Op<"fill", [Pure, Train_Kernel]> {
   let summary = "a tensor with every element equal to a constant";
   let description = [{
     ```mlir
@@ -210,7 +242,7 @@ def Train_FillOp : Train_Op<"fill", [Pure]> {
     ```
   }];
   let arguments = (ins F64Attr:$value);
-  let results = (outs Train_F32Tensor:$result);
+  let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "attr-dict `:` type($result)";
 }
 
@@ -218,7 +250,7 @@ def Train_FillOp : Train_Op<"fill", [Pure]> {
 // Linear algebra, normalization, softmax
 //===----------------------------------------------------------------------===//
 
-def Train_MatmulOp : Train_ComputeOp<"matmul"> {
+def Train_MatmulOp : Train_ComputeOp<"matmul", [Train_Kernel]> {
   let summary = "(batched) matrix product with optional transposes";
   let description = [{
     `result = op(lhs) x op(rhs)` over the last two dimensions, where `op`
@@ -238,15 +270,15 @@ def Train_MatmulOp : Train_ComputeOp<"matmul"> {
     - batch dimensions agree, the contracted dimensions agree;
     - the result is [batch..., M, N].
   }];
-  let arguments = (ins Train_F32Tensor:$lhs, Train_F32Tensor:$rhs,
+  let arguments = (ins Train_FloatTensor:$lhs, Train_FloatTensor:$rhs,
                        UnitAttr:$transpose_a, UnitAttr:$transpose_b);
-  let results = (outs Train_F32Tensor:$result);
+  let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 
 def Train_LayerNormOp : Train_ComputeOp<"layer_norm", [
-    AllTypesMatch<["input", "result"]>, AllTypesMatch<["gamma", "beta"]>]> {
+    AllTypesMatch<["input", "result"]>, AllTypesMatch<["gamma", "beta"]>, Train_Kernel]> {
   let summary = "layer normalization over the last dimension";
   let description = [{
     `(x - mean) / sqrt(var + epsilon) * gamma + beta` with the biased
@@ -261,17 +293,17 @@ def Train_LayerNormOp : Train_ComputeOp<"layer_norm", [
     - `gamma` and `beta` have rank 1 and the size of the last dimension;
     - `epsilon` is positive.
   }];
-  let arguments = (ins Train_F32Tensor:$input, Train_F32Tensor:$gamma,
-                       Train_F32Tensor:$beta,
+  let arguments = (ins Train_FloatTensor:$input, Train_FloatTensor:$gamma,
+                       Train_FloatTensor:$beta,
                        DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
-  let results = (outs Train_F32Tensor:$result);
+  let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = [{
     $input `,` $gamma `,` $beta attr-dict `:` type($input) `,` type($gamma)
   }];
   let hasVerifier = 1;
 }
 
-def Train_SoftmaxOp : Train_ComputeOp<"softmax", [SameOperandsAndResultType]> {
+def Train_SoftmaxOp : Train_ComputeOp<"softmax", [SameOperandsAndResultType, Train_Kernel]> {
   let summary = "softmax over the last dimension, optionally causal";
   let description = [{
     Softmax over the last dimension. With `causal`, the last two dimensions
@@ -285,8 +317,8 @@ def Train_SoftmaxOp : Train_ComputeOp<"softmax", [SameOperandsAndResultType]> {
     **Constraints:**
     - with `causal`: rank >= 2 and the last two dimensions are equal.
   }];
-  let arguments = (ins Train_F32Tensor:$input, UnitAttr:$causal);
-  let results = (outs Train_F32Tensor:$result);
+  let arguments = (ins Train_FloatTensor:$input, UnitAttr:$causal);
+  let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
   let hasVerifier = 1;
 }
@@ -313,7 +345,7 @@ def Train_ReshapeOp : Train_ComputeOp<"reshape"> {
   let hasVerifier = 1;
 }
 
-def Train_TransposeOp : Train_ComputeOp<"transpose"> {
+def Train_TransposeOp : Train_ComputeOp<"transpose", [Train_Kernel]> {
   let summary = "permutes dimensions";
   let description = [{
     Result dimension `d` is operand dimension `permutation[d]`.
@@ -326,13 +358,13 @@ def Train_TransposeOp : Train_ComputeOp<"transpose"> {
     - `permutation` is a permutation of [0, rank);
     - the result shape is the permuted operand shape.
   }];
-  let arguments = (ins Train_F32Tensor:$input, DenseI64ArrayAttr:$permutation);
-  let results = (outs Train_F32Tensor:$result);
+  let arguments = (ins Train_FloatTensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$input $permutation attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
 }
 
-def Train_ReduceOp : Train_ComputeOp<"reduce"> {
+def Train_ReduceOp : Train_ComputeOp<"reduce", [Train_Kernel]> {
   let summary = "sum or mean over dimensions";
   let description = [{
     Reduces the listed dimensions, which disappear from the result.
@@ -346,14 +378,14 @@ def Train_ReduceOp : Train_ComputeOp<"reduce"> {
     - `dims` are strictly increasing and in [0, rank);
     - the result shape is the operand shape without `dims`.
   }];
-  let arguments = (ins Train_ReduceKind:$kind, Train_F32Tensor:$input,
+  let arguments = (ins Train_ReduceKind:$kind, Train_FloatTensor:$input,
                        DenseI64ArrayAttr:$dims);
-  let results = (outs Train_F32Tensor:$result);
+  let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$kind $input $dims attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
 }
 
-def Train_BroadcastOp : Train_ComputeOp<"broadcast"> {
+def Train_BroadcastOp : Train_ComputeOp<"broadcast", [Train_Kernel]> {
   let summary = "repeats a tensor along new dimensions";
   let description = [{
     Inserts the listed result dimensions: the result with `dims` removed is
@@ -368,8 +400,8 @@ def Train_BroadcastOp : Train_ComputeOp<"broadcast"> {
     - `dims` are strictly increasing and in [0, result rank);
     - the result shape without `dims` is the operand shape.
   }];
-  let arguments = (ins Train_F32Tensor:$input, DenseI64ArrayAttr:$dims);
-  let results = (outs Train_F32Tensor:$result);
+  let arguments = (ins Train_FloatTensor:$input, DenseI64ArrayAttr:$dims);
+  let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$input $dims attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
 }
@@ -378,7 +410,7 @@ def Train_BroadcastOp : Train_ComputeOp<"broadcast"> {
 // Lookups and losses
 //===----------------------------------------------------------------------===//
 
-def Train_EmbeddingOp : Train_ComputeOp<"embedding"> {
+def Train_EmbeddingOp : Train_ComputeOp<"embedding", [Train_Kernel]> {
   let summary = "looks up rows of a table";
   let description = [{
     `result[i..., :] = table[ids[i...], :]`. Ids outside [0, vocab) are a
@@ -392,13 +424,13 @@ def Train_EmbeddingOp : Train_ComputeOp<"embedding"> {
     **Constraints:**
     - `table` is [vocab, dim]; the result shape is the ids shape + [dim].
   }];
-  let arguments = (ins Train_F32Tensor:$table, Train_I32Tensor:$ids);
-  let results = (outs Train_F32Tensor:$result);
+  let arguments = (ins Train_FloatTensor:$table, Train_I32Tensor:$ids);
+  let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$table `,` $ids attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 
-def Train_CrossEntropyOp : Train_ComputeOp<"cross_entropy"> {
+def Train_CrossEntropyOp : Train_ComputeOp<"cross_entropy", [Train_Kernel]> {
   let summary = "mean softmax cross-entropy with integer labels";
   let description = [{
     `mean_r(-log softmax(logits[r])[labels[r]])`, as
@@ -413,7 +445,7 @@ def Train_CrossEntropyOp : Train_ComputeOp<"cross_entropy"> {
     **Constraints:**
     - `logits` is [rows, classes], `labels` is [rows], the result is a 0-d tensor.
   }];
-  let arguments = (ins Train_F32Tensor:$logits, Train_I32Tensor:$labels);
+  let arguments = (ins Train_FloatTensor:$logits, Train_I32Tensor:$labels);
   let results = (outs Train_F32Scalar:$result);
   let assemblyFormat = "$logits `,` $labels attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -424,7 +456,8 @@ def Train_CrossEntropyOp : Train_ComputeOp<"cross_entropy"> {
 //===----------------------------------------------------------------------===//
 
 class Train_ActivationGradOp<string mnemonic, string fwd>
-    : Train_GradOp<mnemonic, [SameOperandsAndResultType]> {
+    : Train_GradOp<mnemonic, [SameOperandsAndResultType, Train_Kernel]> {
+  let extraClassDefinition = Train_ElementwiseKernel<mnemonic>.definition;
   let summary = "adjoint of train." # fwd;
   let description = [{
     `dy * }] # fwd # [{'(x)` elementwise, with `x` the forward input.
@@ -433,15 +466,15 @@ class Train_ActivationGradOp<string mnemonic, string fwd>
     %dx = train.}] # mnemonic # [{ %dy, %x : tensor<32x128xf32>
     ```
   }];
-  let arguments = (ins Train_F32Tensor:$grad, Train_F32Tensor:$input);
-  let results = (outs Train_F32Tensor:$result);
+  let arguments = (ins Train_FloatTensor:$grad, Train_FloatTensor:$input);
+  let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$grad `,` $input attr-dict `:` type($result)";
 }
 
 def Train_ReluGradOp : Train_ActivationGradOp<"relu_grad", "relu">;
 def Train_GeluGradOp : Train_ActivationGradOp<"gelu_grad", "gelu">;
 
-def Train_SoftmaxGradOp : Train_GradOp<"softmax_grad", [SameOperandsAndResultType]> {
+def Train_SoftmaxGradOp : Train_GradOp<"softmax_grad", [SameOperandsAndResultType, Train_Kernel]> {
   let summary = "adjoint of train.softmax";
   let description = [{
     `y * (dy - sum(dy * y))` over the last dimension, with `y` the forward
@@ -451,12 +484,13 @@ def Train_SoftmaxGradOp : Train_GradOp<"softmax_grad", [SameOperandsAndResultTyp
     %dx = train.softmax_grad %dy, %y : tensor<8x4x64x64xf32>
     ```
   }];
-  let arguments = (ins Train_F32Tensor:$grad, Train_F32Tensor:$output);
-  let results = (outs Train_F32Tensor:$result);
+  let arguments = (ins Train_FloatTensor:$grad, Train_FloatTensor:$output);
+  let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$grad `,` $output attr-dict `:` type($result)";
 }
 
 def Train_LayerNormGradOp : Train_GradOp<"layer_norm_grad", [
+    Train_Kernel,
     AllTypesMatch<["input", "grad", "input_grad"]>,
     AllTypesMatch<["gamma", "gamma_grad", "beta_grad"]>]> {
   let summary = "adjoint of train.layer_norm";
@@ -470,17 +504,18 @@ def Train_LayerNormGradOp : Train_GradOp<"layer_norm_grad", [
         : tensor<8x64x256xf32>, tensor<256xf32>
     ```
   }];
-  let arguments = (ins Train_F32Tensor:$grad, Train_F32Tensor:$input,
-                       Train_F32Tensor:$gamma,
+  let arguments = (ins Train_FloatTensor:$grad, Train_FloatTensor:$input,
+                       Train_FloatTensor:$gamma,
                        DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
-  let results = (outs Train_F32Tensor:$input_grad, Train_F32Tensor:$gamma_grad,
-                      Train_F32Tensor:$beta_grad);
+  let results = (outs Train_FloatTensor:$input_grad, Train_FloatTensor:$gamma_grad,
+                      Train_FloatTensor:$beta_grad);
   let assemblyFormat = [{
     $grad `,` $input `,` $gamma attr-dict `:` type($input) `,` type($gamma)
   }];
 }
 
 def Train_CrossEntropyGradOp : Train_GradOp<"cross_entropy_grad", [
+    Train_Kernel,
     AllTypesMatch<["logits", "result"]>]> {
   let summary = "adjoint of train.cross_entropy";
   let description = [{
@@ -491,15 +526,15 @@ def Train_CrossEntropyGradOp : Train_GradOp<"cross_entropy_grad", [
         : (tensor<f32>, tensor<32x10xf32>, tensor<32xi32>) -> tensor<32x10xf32>
     ```
   }];
-  let arguments = (ins Train_F32Scalar:$grad, Train_F32Tensor:$logits,
+  let arguments = (ins Train_F32Scalar:$grad, Train_FloatTensor:$logits,
                        Train_I32Tensor:$labels);
-  let results = (outs Train_F32Tensor:$result);
+  let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = [{
     $grad `,` $logits `,` $labels attr-dict `:` functional-type(operands, results)
   }];
 }
 
-def Train_EmbeddingGradOp : Train_GradOp<"embedding_grad"> {
+def Train_EmbeddingGradOp : Train_GradOp<"embedding_grad", [Train_Kernel]> {
   let summary = "adjoint of train.embedding with respect to the table";
   let description = [{
     A zero table into which each row of `grad` is added at its id, in index
@@ -513,8 +548,8 @@ def Train_EmbeddingGradOp : Train_GradOp<"embedding_grad"> {
     **Constraints:**
     - `grad` has the ids shape + [dim]; the result is [vocab, dim].
   }];
-  let arguments = (ins Train_F32Tensor:$grad, Train_I32Tensor:$ids);
-  let results = (outs Train_F32Tensor:$result);
+  let arguments = (ins Train_FloatTensor:$grad, Train_I32Tensor:$ids);
+  let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$grad `,` $ids attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
@@ -525,6 +560,7 @@ def Train_EmbeddingGradOp : Train_GradOp<"embedding_grad"> {
 
 def Train_SGDUpdateOp : Train_Op<"sgd_update", [
     DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface>,
     MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "in-place SGD step on a parameter";
   let description = [{
@@ -547,7 +583,7 @@ def Train_SGDUpdateOp : Train_Op<"sgd_update", [
     - a `momentum_buffer` (a `train.state` of the parameter) is present iff
       `momentum` is non-zero.
   }];
-  let arguments = (ins FlatSymbolRefAttr:$param, Train_F32Tensor:$grad,
+  let arguments = (ins FlatSymbolRefAttr:$param, Train_FloatTensor:$grad,
                        OptionalAttr<FlatSymbolRefAttr>:$momentum_buffer,
                        F64Attr:$lr,
                        DefaultValuedAttr<F64Attr, "0.0">:$momentum,
@@ -561,6 +597,7 @@ def Train_SGDUpdateOp : Train_Op<"sgd_update", [
 
 def Train_AdamUpdateOp : Train_Op<"adam_update", [
     DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    DeclareOpInterfaceMethods<Train_OptimizerUpdateOpInterface>,
     MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "in-place Adam / AdamW step on a parameter";
   let description = [{
@@ -585,7 +622,7 @@ def Train_AdamUpdateOp : Train_Op<"adam_update", [
     - `grad` has the parameter's type, or is one-dimensional with `sharded`;
     - both states are `train.state`s of the parameter.
   }];
-  let arguments = (ins FlatSymbolRefAttr:$param, Train_F32Tensor:$grad,
+  let arguments = (ins FlatSymbolRefAttr:$param, Train_FloatTensor:$grad,
                        FlatSymbolRefAttr:$exp_avg, FlatSymbolRefAttr:$exp_avg_sq,
                        F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2,
                        F64Attr:$epsilon,

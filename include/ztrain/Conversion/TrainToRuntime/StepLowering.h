@@ -1,0 +1,228 @@
+//===- StepLowering.h - Lowering a training step to runtime calls -*- C++ -*-===//
+//
+// Part of the ztrain project.
+//
+// lower-to-runtime, split by concern:
+//   RuntimeCalls     the ABI: ztrt_* declarations from ztrt_abi.def, calls,
+//                    constants, constant arrays (RuntimeCalls.cpp);
+//   StepLowering     memory addressing: which pointer each tensor value
+//                    lives at (persistent gradient buffers, plan-memory's
+//                    arena slots or allocations freed after the last use),
+//                    and the model state's storage (StepMemory.cpp);
+//   RuntimePattern   the lowering of one op or op family, in files by
+//                    family: train compute ops through their
+//                    RuntimeKernelOpInterface, optimizer updates through
+//                    OptimizerUpdateOpInterface (TrainPatterns.cpp), the
+//                    dist ops' collectives, buckets and tiles
+//                    (DistToRuntime/DistPatterns.cpp);
+//   the descriptor   the model's parameters, states and inputs for the
+//                    runtime's main (Descriptor.cpp);
+//   the pass         walks the step in order and applies the patterns
+//                    (LowerToRuntime.cpp).
+//
+// The step is one straight-line block whose buffers are decided by a
+// positional analysis (dist::StepBuffers: aliases, last uses, plan slots)
+// of the unmodified function, so the patterns run in op order over the
+// original ops and record each value's pointer here, instead of going
+// through the dialect conversion driver (docs/lowering.md says why).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRAIN_CONVERSION_TRAINTORUNTIME_STEPLOWERING_H
+#define ZTRAIN_CONVERSION_TRAINTORUNTIME_STEPLOWERING_H
+
+#include "ztrain/Dialect/Dist/IR/DistOps.h"
+#include "ztrain/Dialect/Dist/IR/StepBuffers.h"
+#include "ztrain/Dialect/Train/IR/TrainOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <map>
+#include <memory>
+#include <vector>
+
+namespace ztrain {
+
+/// Builds the calls of ztrain_step: ztrt_* functions declared from the ABI
+/// table on first use, one arith.constant per distinct value at the top of
+/// the step, constant int64 arrays as shared globals.
+class RuntimeCalls {
+public:
+  RuntimeCalls(mlir::ModuleOp module, mlir::OpBuilder &b, mlir::Value ctx);
+
+  mlir::Value i64(int64_t v);
+  mlir::Value i32(int32_t v);
+  mlir::Value f64(double v);
+  mlir::Value null();
+  /// `base` advanced by `bytes`.
+  mlir::Value offset(mlir::Value base, mlir::Value bytes);
+  mlir::Value offset(mlir::Value base, int64_t bytes) {
+    return offset(base, i64(bytes));
+  }
+  mlir::Value mul(mlir::Value a, mlir::Value b);
+  /// This process's rank (one ztrt_rank call per step, at its top).
+  mlir::Value rank();
+  /// Calls ztrt_<name>(ctx, args...) and returns its result (or null).
+  /// `name` must be in ztrt_abi.def: the call verifier then checks the
+  /// arguments against the declaration.
+  mlir::Value call(llvm::StringRef name, llvm::ArrayRef<mlir::Value> args);
+  /// Whether ztrt_<name> is in the ABI table.
+  static bool exists(llvm::StringRef name);
+  /// A pointer to a constant int64 array global; equal arrays share one.
+  mlir::Value i64Array(llvm::ArrayRef<int64_t> values);
+
+  mlir::OpBuilder &builder() { return b; }
+  mlir::Location loc;
+  unsigned calls = 0;
+
+private:
+  mlir::Value constant(mlir::TypedAttr value);
+  mlir::func::FuncOp declare(const std::string &name);
+
+  mlir::ModuleOp module;
+  mlir::OpBuilder &b;
+  mlir::Value ctx;
+  std::map<std::string, mlir::LLVM::GlobalOp> arrays;
+  llvm::DenseMap<mlir::Attribute, mlir::Value> constants;
+  mlir::Value rankValue;
+};
+
+/// The lowering's state: where every tensor value of the step lives, and
+/// the model state's storage under the plan.
+class StepLowering {
+public:
+  StepLowering(mlir::ModuleOp module, mlir::func::FuncOp entry,
+               RuntimeCalls &rt, int64_t stage, int64_t gridSize);
+
+  RuntimeCalls &rt;
+  const dist::StepBuffers &buffers() const { return stepBuffers; }
+  int64_t stage, gridSize;
+
+  // --- Values and their buffers ----------------------------------------------
+  /// The pointer of a value lowered earlier.
+  mlir::Value get(mlir::Value v) const { return pointers.lookup(v); }
+  /// Records that `v` lives at `ptr` (a view, an alias, a runtime binding).
+  void bind(mlir::Value v, mlir::Value ptr) { pointers[v] = ptr; }
+  /// The buffer of result `v`: its parameter's persistent gradient buffer,
+  /// its slot in plan-memory's arenas, or (unplanned) a fresh activation
+  /// freed after its last use.
+  mlir::Value alloc(mlir::Value v);
+  /// Unplanned only: `bytes` in `category` for `v`, freed after the last
+  /// use of `v`.
+  mlir::Value allocOwned(mlir::Value v, int64_t bytes, int32_t category);
+  bool planned() const { return isPlanned; }
+  /// The planned buffer of result `i` of `op`, or of staging buffer `i` of
+  /// a bucket's start op.
+  mlir::Value slotOf(mlir::Operation *op, unsigned i);
+  mlir::Value stagingOf(mlir::Operation *op, unsigned i);
+  /// A bucket's packed buffer `index` (its planned staging slot, or an
+  /// allocation the wait frees).
+  mlir::Value stagingBuffer(mlir::Operation *start, unsigned index,
+                            int64_t bytes);
+
+  // --- Model state ---------------------------------------------------------
+  train::ParamOp paramOp(llvm::StringRef name) {
+    return symbols.lookup<train::ParamOp>(name);
+  }
+  dist::StateStorage storageOf(mlir::Operation *symbolOp, mlir::Type type) {
+    return dist::getStateStorage(symbolOp,
+                                 llvm::cast<mlir::RankedTensorType>(type),
+                                 stage, gridSize);
+  }
+  /// ztrt_param / ztrt_state of a symbol (a null pointer for a null ref).
+  mlir::Value param(llvm::StringRef name);
+  mlir::Value state(mlir::FlatSymbolRefAttr name);
+  /// The storage an update writes: the whole parameter, its shard when it
+  /// rests partitioned, or this rank's slice of `slice` elements of its
+  /// padded replicated storage.
+  mlir::Value updatedParam(llvm::StringRef name, bool sharded, int64_t slice);
+
+  // --- Asynchronous collectives ---------------------------------------------
+  /// A collective in flight: the runtime's handle, and a bucket's packed
+  /// buffers (in, and out for a reduce-scatter) with each tensor's offset
+  /// in elements.
+  struct Pending {
+    mlir::Value handle, in, out;
+    llvm::SmallVector<int64_t> offsets;
+  };
+  llvm::DenseMap<mlir::Value, Pending> pending;
+
+  /// After `op` is lowered: report the loss if `op` made it, free the
+  /// buffers whose last use `op` was.
+  void finishOp(mlir::Operation &op);
+  /// Whether every buffer found its place in the plan.
+  bool planOk() const { return !planBroken; }
+  unsigned numBuffers = 0;
+
+private:
+  mlir::Value planned(mlir::Attribute attr, mlir::Operation *where);
+
+  mlir::ModuleOp module;
+  dist::StepBuffers stepBuffers;
+  mlir::SymbolTable symbols;
+  mlir::Value loss;
+  llvm::StringMap<int64_t> paramIndex, stateIndex;
+  llvm::DenseMap<mlir::Value, mlir::Value> pointers;
+  llvm::DenseSet<mlir::Value> owned; // roots allocated by this step
+  llvm::StringMap<mlir::Value> arenaBase;
+  bool isPlanned = false, planBroken = false;
+};
+
+/// The lowering of one op (or family of ops) to runtime calls.
+class RuntimePattern {
+public:
+  virtual ~RuntimePattern();
+  /// The op this pattern lowers, or null when it matches by interface.
+  virtual std::optional<mlir::TypeID> rootKind() const { return {}; }
+  virtual bool matches(mlir::Operation *op) const = 0;
+  virtual mlir::LogicalResult lower(mlir::Operation *op,
+                                    StepLowering &s) const = 0;
+};
+
+/// A pattern for one op class.
+template <typename OpTy> class OpRuntimePattern : public RuntimePattern {
+public:
+  std::optional<mlir::TypeID> rootKind() const final {
+    return mlir::TypeID::get<OpTy>();
+  }
+  bool matches(mlir::Operation *op) const final { return mlir::isa<OpTy>(op); }
+  mlir::LogicalResult lower(mlir::Operation *op,
+                            StepLowering &s) const final {
+    return lower(mlir::cast<OpTy>(op), s);
+  }
+  virtual mlir::LogicalResult lower(OpTy op, StepLowering &s) const = 0;
+};
+
+using RuntimePatternList = std::vector<std::unique_ptr<RuntimePattern>>;
+
+/// train ops: compute ops by their kernel call, parameter reads, reshapes,
+/// optimizer updates.
+void populateTrainToRuntimePatterns(RuntimePatternList &patterns);
+
+/// The ABI name of `kernel` in `elementType`, or a located error when the
+/// runtime has no such kernel in that type.
+mlir::FailureOr<std::string> typedKernel(mlir::Operation *where,
+                                         llvm::StringRef kernel,
+                                         mlir::Type elementType);
+
+/// Emits a described kernel call: tensors become their buffers (results
+/// get theirs from StepLowering::alloc, in argument order).
+mlir::LogicalResult emitKernelCall(mlir::Operation *op,
+                                   const train::KernelCall &call,
+                                   StepLowering &s);
+
+/// The runtime's descriptor of the module's parameters, states and inputs
+/// (docs/runtime.md), or a located error for names or types it cannot
+/// carry.
+mlir::FailureOr<std::string> buildDescriptor(mlir::ModuleOp module,
+                                             mlir::func::FuncOp entry,
+                                             int64_t stage, int64_t gridSize);
+
+} // namespace ztrain
+
+#endif // ZTRAIN_CONVERSION_TRAINTORUNTIME_STEPLOWERING_H

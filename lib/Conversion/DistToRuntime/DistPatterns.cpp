@@ -1,0 +1,378 @@
+//===- DistPatterns.cpp - dist ops to runtime calls -----------------------===//
+//
+// Part of the ztrain project.
+//
+// The collectives of a partitioned step. Synchronous collectives become
+// ztrt_all_reduce / reduce_scatter / all_gather calls; asynchronous ones a
+// *_start call returning a handle and a ztrt_wait. A gathered parameter's
+// buffer (N padded shards, or one tile of them) is allocated at its start,
+// a one-tensor reduce-scatter writes straight into its result, and a
+// bucket is packed at its start (rank-major rows for a reduce-scatter, so
+// that one collective leaves each rank its chunk of every tensor) and
+// unpacked at its wait. Byte offsets derive from each tensor's element
+// type.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ztrain/Conversion/DistToRuntime/DistToRuntime.h"
+
+#include "ztrt.h" // ztrt_category
+
+using namespace mlir;
+using namespace ztrain;
+using namespace ztrain::dist;
+using train::numElements;
+
+namespace {
+
+Value meanFlag(StepLowering &s, Reduction reduction) {
+  return s.rt.i32(reduction == Reduction::mean);
+}
+
+/// ztrt_<kernel>_<type> for the element type of `typed`.
+FailureOr<std::string> collective(Operation *op, StringRef kernel,
+                                  Value typed) {
+  return typedKernel(op, kernel, train::elementTypeOf(typed));
+}
+
+/// A gather of a parameter partitioned at rest (or of its tile j of T):
+/// this rank's shard (chunk), the buffer of N of them that `result` lives
+/// in (its planned slot on `slotOwner`, or a fresh allocation), and the
+/// elements each rank sends.
+struct Gather {
+  Value shard, full;
+  int64_t count;
+};
+
+Gather gatherParam(StepLowering &s, StringRef name,
+                   std::optional<int64_t> tile, std::optional<int64_t> tiles,
+                   Value result, Operation *slotOwner) {
+  train::ParamOp param = s.paramOp(name);
+  int64_t bytes = elementBytes(param.getType());
+  int64_t count = s.storageOf(param, param.getType()).elements;
+  Value shard = s.param(name);
+  if (tiles) {
+    count /= *tiles;
+    shard = s.rt.offset(shard, *tile * count * bytes);
+  }
+  Value full;
+  if (s.planned()) {
+    full = s.slotOf(slotOwner, 0);
+    s.bind(result, full);
+  } else {
+    full = s.allocOwned(result, count * s.gridSize * bytes, ZTRT_CAT_GATHERED);
+  }
+  return Gather{shard, full, count};
+}
+
+/// Stages 1-2: this rank's updated slice of a replicated parameter, to be
+/// all-gathered in place into the parameter's storage.
+Gather paramSlice(StepLowering &s, StringRef name) {
+  train::ParamOp param = s.paramOp(name);
+  int64_t count = s.storageOf(param, param.getType()).elements / s.gridSize;
+  Value p = s.param(name);
+  Value mine = s.rt.offset(
+      p, s.rt.mul(s.rt.rank(),
+                  s.rt.i64(count * elementBytes(param.getType()))));
+  return Gather{mine, p, count};
+}
+
+/// Where each of `values` starts in a packed buffer (elements), and the
+/// buffer's total elements.
+std::pair<SmallVector<int64_t>, int64_t> packedOffsets(ValueRange values) {
+  SmallVector<int64_t> offsets;
+  int64_t total = 0;
+  for (Value v : values) {
+    offsets.push_back(total);
+    total += numElements(v);
+  }
+  return {offsets, total};
+}
+
+WaitOp waitOf(Value token) { return cast<WaitOp>(*token.getUsers().begin()); }
+
+struct AllReducePattern : OpRuntimePattern<AllReduceOp> {
+  LogicalResult lower(AllReduceOp op, StepLowering &s) const override {
+    auto name = collective(op, "all_reduce", op.getInput());
+    if (failed(name))
+      return failure();
+    // In place (the result takes the operand's buffer) unless the operand
+    // is still needed.
+    Value x = s.get(op.getInput());
+    Value out = x;
+    if (s.buffers().isAlias(op.getResult()))
+      s.bind(op.getResult(), x);
+    else
+      out = s.alloc(op.getResult());
+    s.rt.call(*name, {x, out, s.rt.i64(numElements(op.getResult())),
+                      meanFlag(s, op.getReduction())});
+    return success();
+  }
+};
+
+struct PadFlatPattern : OpRuntimePattern<PadFlatOp> {
+  LogicalResult lower(PadFlatOp op, StepLowering &s) const override {
+    auto fill = collective(op, "fill", op.getResult());
+    if (failed(fill))
+      return failure();
+    int64_t n = numElements(op.getInput());
+    int64_t total = numElements(op.getResult());
+    int64_t bytes = elementBytes(op.getInput().getType());
+    Value x = s.get(op.getInput()), out = s.alloc(op.getResult());
+    s.rt.call("copy", {x, out, s.rt.i64(n * bytes)});
+    if (total > n)
+      s.rt.call(*fill, {s.rt.offset(out, n * bytes), s.rt.i64(total - n),
+                        s.rt.f64(0.0)});
+    return success();
+  }
+};
+
+struct ReduceScatterPattern : OpRuntimePattern<ReduceScatterOp> {
+  LogicalResult lower(ReduceScatterOp op, StepLowering &s) const override {
+    auto name = collective(op, "reduce_scatter", op.getInput());
+    if (failed(name))
+      return failure();
+    Value x = s.get(op.getInput());
+    s.rt.call(*name, {x, s.alloc(op.getResult()),
+                      s.rt.i64(numElements(op.getResult())),
+                      meanFlag(s, op.getReduction())});
+    return success();
+  }
+};
+
+struct AllGatherPattern : OpRuntimePattern<AllGatherOp> {
+  LogicalResult lower(AllGatherOp op, StepLowering &s) const override {
+    auto name = collective(op, "all_gather", op.getInput());
+    if (failed(name))
+      return failure();
+    Value x = s.get(op.getInput());
+    s.rt.call(*name, {x, s.alloc(op.getResult()),
+                      s.rt.i64(numElements(op.getInput()))});
+    return success();
+  }
+};
+
+/// The gathered copy is a communication buffer of N padded slices; the
+/// tensor is its first elements.
+struct GatherParamPattern : OpRuntimePattern<GatherParamOp> {
+  LogicalResult lower(GatherParamOp op, StepLowering &s) const override {
+    auto name = collective(op, "all_gather", op.getResult());
+    if (failed(name))
+      return failure();
+    Gather g = gatherParam(s, op.getParam(), op.getTile(), op.getTiles(),
+                           op.getResult(), op);
+    s.rt.call(*name, {g.shard, g.full, s.rt.i64(g.count)});
+    return success();
+  }
+};
+
+struct AllGatherParamPattern : OpRuntimePattern<AllGatherParamOp> {
+  LogicalResult lower(AllGatherParamOp op, StepLowering &s) const override {
+    train::ParamOp param = s.paramOp(op.getParam());
+    auto name = typedKernel(op, "all_gather",
+                            param.getTensorType().getElementType());
+    if (failed(name))
+      return failure();
+    Gather g = paramSlice(s, op.getParam());
+    s.rt.call(*name, {g.shard, g.full, s.rt.i64(g.count)});
+    return success();
+  }
+};
+
+/// The full copy is allocated now and filled while the ops up to the wait
+/// compute (see dist.gather_param).
+struct GatherParamStartPattern : OpRuntimePattern<GatherParamStartOp> {
+  LogicalResult lower(GatherParamStartOp op, StepLowering &s) const override {
+    WaitOp wait = waitOf(op.getToken());
+    auto name = collective(op, "all_gather_start", wait.getResult(0));
+    if (failed(name))
+      return failure();
+    Gather g = gatherParam(s, op.getParam(), op.getTile(), op.getTiles(),
+                           wait.getResult(0), wait);
+    s.pending[op.getToken()] = {
+        s.rt.call(*name, {g.shard, g.full, s.rt.i64(g.count)}), {}, {}, {}};
+    return success();
+  }
+};
+
+struct AllGatherParamStartPattern : OpRuntimePattern<AllGatherParamStartOp> {
+  LogicalResult lower(AllGatherParamStartOp op,
+                      StepLowering &s) const override {
+    train::ParamOp param = s.paramOp(op.getParam());
+    auto name = typedKernel(op, "all_gather_start",
+                            param.getTensorType().getElementType());
+    if (failed(name))
+      return failure();
+    Gather g = paramSlice(s, op.getParam());
+    s.pending[op.getToken()] = {
+        s.rt.call(*name, {g.shard, g.full, s.rt.i64(g.count)}), {}, {}, {}};
+    return success();
+  }
+};
+
+struct ReduceScatterStartPattern : OpRuntimePattern<ReduceScatterStartOp> {
+  LogicalResult lower(ReduceScatterStartOp op,
+                      StepLowering &s) const override {
+    auto name = collective(op, "reduce_scatter_start", op.getInputs()[0]);
+    if (failed(name))
+      return failure();
+    WaitOp wait = waitOf(op.getToken());
+    Value mean = meanFlag(s, op.getReduction());
+    if (op.getInputs().size() == 1) {
+      // One tensor: straight into the result's buffer.
+      Value out = s.alloc(wait.getResult(0));
+      s.pending[op.getToken()] = {
+          s.rt.call(*name, {s.get(op.getInputs()[0]), out,
+                            s.rt.i64(numElements(wait.getResult(0))), mean}),
+          {}, {}, {}};
+      return success();
+    }
+    // A bucket: chunk r of every tensor side by side in row r, so that one
+    // reduce-scatter leaves each rank its chunks.
+    int64_t bytes = elementBytes(op.getInputs()[0].getType());
+    auto [offsets, total] = packedOffsets(wait.getResults());
+    Value in = s.stagingBuffer(op, 0, total * s.gridSize * bytes);
+    Value out = s.stagingBuffer(op, 1, total * bytes);
+    for (auto [x, r, off] :
+         llvm::zip(op.getInputs(), wait.getResults(), offsets)) {
+      int64_t chunk = numElements(r) * bytes;
+      s.rt.call("copy_2d", {s.get(x), s.rt.offset(in, off * bytes),
+                            s.rt.i64(s.gridSize), s.rt.i64(chunk),
+                            s.rt.i64(chunk), s.rt.i64(total * bytes)});
+    }
+    s.pending[op.getToken()] = {
+        s.rt.call(*name, {in, out, s.rt.i64(total), mean}), in, out,
+        offsets};
+    return success();
+  }
+};
+
+struct AllReduceStartPattern : OpRuntimePattern<AllReduceStartOp> {
+  LogicalResult lower(AllReduceStartOp op, StepLowering &s) const override {
+    auto name = collective(op, "all_reduce_start", op.getInputs()[0]);
+    if (failed(name))
+      return failure();
+    WaitOp wait = waitOf(op.getToken());
+    Value mean = meanFlag(s, op.getReduction());
+    if (op.getInputs().size() == 1) {
+      // In place when nothing else reads the operand.
+      Value x = s.get(op.getInputs()[0]);
+      Value out = s.buffers().isAlias(wait.getResult(0))
+                      ? x
+                      : s.alloc(wait.getResult(0));
+      s.bind(wait.getResult(0), out);
+      s.pending[op.getToken()] = {
+          s.rt.call(*name, {x, out, s.rt.i64(numElements(wait.getResult(0))),
+                            mean}),
+          {}, {}, {}};
+      return success();
+    }
+    // A bucket: the tensors concatenated, reduced in place.
+    int64_t bytes = elementBytes(op.getInputs()[0].getType());
+    auto [offsets, total] = packedOffsets(op.getInputs());
+    Value packed = s.stagingBuffer(op, 0, total * bytes);
+    for (auto [x, off] : llvm::zip(op.getInputs(), offsets))
+      s.rt.call("copy", {s.get(x), s.rt.offset(packed, off * bytes),
+                         s.rt.i64(tensorBytes(x.getType()))});
+    s.pending[op.getToken()] = {
+        s.rt.call(*name, {packed, packed, s.rt.i64(total), mean}), packed,
+        Value(), offsets};
+    return success();
+  }
+};
+
+struct WaitPattern : OpRuntimePattern<WaitOp> {
+  LogicalResult lower(WaitOp op, StepLowering &s) const override {
+    StepLowering::Pending p = s.pending.lookup(op.getToken());
+    s.rt.call("wait", {p.handle});
+    Operation *start = op.getStart();
+    if (!p.in)
+      return success();
+    // Unpack the bucket into each result's buffer: in place into the
+    // operand (all-reduce) when the result aliases it.
+    Value packed = isa<ReduceScatterStartOp>(start) ? p.out : p.in;
+    for (auto [i, r] : llvm::enumerate(op.getResults())) {
+      Value dst = s.buffers().isAlias(r) ? s.get(start->getOperand(i))
+                                         : s.alloc(r);
+      s.bind(r, dst);
+      int64_t bytes = elementBytes(r.getType());
+      s.rt.call("copy", {s.rt.offset(packed, p.offsets[i] * bytes), dst,
+                         s.rt.i64(tensorBytes(r.getType()))});
+    }
+    if (!s.planned()) {
+      s.rt.call("free", {p.in});
+      if (p.out)
+        s.rt.call("free", {p.out});
+    }
+    return success();
+  }
+};
+
+/// Row blocks of R / (N T) features move between the tile's rank order and
+/// the parameter's order.
+template <typename OpTy>
+struct TilePattern : OpRuntimePattern<OpTy> {
+  LogicalResult lower(OpTy o, StepLowering &s) const override {
+    constexpr bool assemble = std::is_same_v<OpTy, AssembleTilesOp>;
+    Value whole = assemble ? o->getResult(0) : o->getOperand(0);
+    auto [rows, features] = train::rowsCols(whole);
+    int64_t bytes = elementBytes(whole.getType());
+    int64_t tiles, first;
+    if constexpr (assemble) {
+      tiles = o.getInputs().size();
+      first = 0;
+    } else {
+      tiles = o.getTiles();
+      first = o.getTile();
+    }
+    int64_t n = s.gridSize;
+    int64_t block = features / (n * tiles);
+    int64_t tileWidth = features / tiles;
+    Value wholePtr =
+        assemble ? s.alloc(o->getResult(0)) : s.get(o->getOperand(0));
+    Value tilePtr = assemble ? Value() : s.alloc(o->getResult(0));
+    int64_t count = assemble ? tiles : 1;
+    for (int64_t k = 0; k < count; ++k) {
+      int64_t j = first + k;
+      Value t = assemble ? s.get(o->getOperand(k)) : tilePtr;
+      for (int64_t r = 0; r < n; ++r) {
+        Value inTile = s.rt.offset(t, r * block * bytes);
+        Value inWhole = s.rt.offset(
+            wholePtr, (r * (features / n) + j * block) * bytes);
+        Value src = assemble ? inTile : inWhole;
+        Value dst = assemble ? inWhole : inTile;
+        s.rt.call("copy_2d",
+                  {src, dst, s.rt.i64(rows), s.rt.i64(block * bytes),
+                   s.rt.i64((assemble ? tileWidth : features) * bytes),
+                   s.rt.i64((assemble ? features : tileWidth) * bytes)});
+      }
+    }
+    return success();
+  }
+};
+
+/// The gathered copy's last use: freed by the lowering's epilogue.
+struct ReleasePattern : OpRuntimePattern<ReleaseOp> {
+  LogicalResult lower(ReleaseOp, StepLowering &) const override {
+    return success();
+  }
+};
+
+} // namespace
+
+void ztrain::populateDistToRuntimePatterns(RuntimePatternList &patterns) {
+  patterns.push_back(std::make_unique<AllReducePattern>());
+  patterns.push_back(std::make_unique<PadFlatPattern>());
+  patterns.push_back(std::make_unique<ReduceScatterPattern>());
+  patterns.push_back(std::make_unique<AllGatherPattern>());
+  patterns.push_back(std::make_unique<GatherParamPattern>());
+  patterns.push_back(std::make_unique<AllGatherParamPattern>());
+  patterns.push_back(std::make_unique<GatherParamStartPattern>());
+  patterns.push_back(std::make_unique<AllGatherParamStartPattern>());
+  patterns.push_back(std::make_unique<ReduceScatterStartPattern>());
+  patterns.push_back(std::make_unique<AllReduceStartPattern>());
+  patterns.push_back(std::make_unique<WaitPattern>());
+  patterns.push_back(std::make_unique<TilePattern<AssembleTilesOp>>());
+  patterns.push_back(std::make_unique<TilePattern<ExtractTileOp>>());
+  patterns.push_back(std::make_unique<ReleasePattern>());
+}

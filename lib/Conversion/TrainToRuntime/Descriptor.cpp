@@ -1,0 +1,182 @@
+//===- Descriptor.cpp - The model descriptor the runtime's main reads -----===//
+//
+// Part of the ztrain project.
+//
+// Whitespace-separated text, one record per line, in index order:
+//   ztrain-descriptor 1
+//   grid N
+//   param <name> <dtype> <rank> <dims...> init <kind> <scale> [store E full|shard]
+//   grad <name> <elements>
+//   state <name> <dtype> <rank> <dims...> of <param> [store E full|shard]
+//   input <name> <dtype> <rank> <dims...> bound <B>
+//   optimizer <kind>
+// (docs/runtime.md). Names become checkpoint and data keys.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ztrain/Conversion/TrainToRuntime/StepLowering.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace ztrain;
+using namespace ztrain::train;
+
+namespace {
+
+/// The descriptor's name of a tensor's element type, or "" when the runtime
+/// cannot hold it.
+std::string dtypeName(Type t) {
+  Type e = cast<RankedTensorType>(t).getElementType();
+  if (e.isF32())
+    return "f32";
+  if (e.isInteger(32))
+    return "i32";
+  return "";
+}
+
+void appendShape(llvm::raw_ostream &os, Type t) {
+  ArrayRef<int64_t> s = cast<RankedTensorType>(t).getShape();
+  os << ' ' << s.size();
+  for (int64_t d : s)
+    os << ' ' << d;
+}
+
+/// The descriptor's optional `store <E> full|shard` suffix.
+void appendStorage(llvm::raw_ostream &os, const dist::StateStorage &storage) {
+  if (storage.mode == dist::StateStorage::PaddedFull)
+    os << " store " << storage.elements << " full";
+  else if (storage.mode == dist::StateStorage::Shard)
+    os << " store " << storage.elements << " shard";
+}
+
+/// The upper bound of the values of an i32 input: the class count of a
+/// cross-entropy or the vocabulary of an embedding it feeds (through
+/// reshapes). 0 when it feeds neither.
+int64_t inputBound(Value v) {
+  auto shapeOf = [](Value x) {
+    return cast<RankedTensorType>(x.getType()).getShape();
+  };
+  int64_t bound = 0;
+  auto tighten = [&](int64_t b) { bound = bound ? std::min(bound, b) : b; };
+  SmallVector<Value> work{v};
+  while (!work.empty()) {
+    Value cur = work.pop_back_val();
+    for (OpOperand &use : cur.getUses()) {
+      Operation *user = use.getOwner();
+      if (auto r = dyn_cast<ReshapeOp>(user))
+        work.push_back(r.getResult());
+      else if (auto ce = dyn_cast<CrossEntropyOp>(user))
+        tighten(shapeOf(ce.getLogits())[1]);
+      else if (auto ceg = dyn_cast<CrossEntropyGradOp>(user))
+        tighten(shapeOf(ceg.getLogits())[1]);
+      else if (auto emb = dyn_cast<EmbeddingOp>(user))
+        tighten(shapeOf(emb.getTable())[0]);
+      else if (auto embg = dyn_cast<EmbeddingGradOp>(user))
+        tighten(shapeOf(embg.getResult())[0]);
+    }
+  }
+  return bound;
+}
+
+/// The descriptor cannot carry a name with whitespace in it (a quoted
+/// symbol, a train.name string).
+bool checkName(Operation *op, StringRef what, StringRef name) {
+  if (!name.empty() &&
+      llvm::none_of(name, [](char c) { return c <= ' ' || c == 127; }))
+    return true;
+  op->emitError() << what << " name '" << name
+                  << "' must be non-empty and contain no whitespace or "
+                     "control characters (it becomes a checkpoint / data "
+                     "key)";
+  return false;
+}
+
+/// The dtype of a parameter or state, or an error: the runtime holds f32
+/// model state so far.
+FailureOr<std::string> stateDtype(Operation *op, StringRef what, Type type) {
+  std::string dtype = dtypeName(type);
+  if (dtype != "f32")
+    return op->emitError() << what << " has type " << type
+                           << "; the runtime holds f32 model state only so "
+                              "far";
+  return dtype;
+}
+
+} // namespace
+
+FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
+                                               func::FuncOp entry,
+                                               int64_t stage,
+                                               int64_t gridSize) {
+  bool namesOk = true;
+  for (auto param : module.getOps<ParamOp>())
+    namesOk &= checkName(param, "parameter", param.getSymName());
+  for (auto state : module.getOps<StateOp>())
+    namesOk &= checkName(state, "state", state.getSymName());
+  for (BlockArgument arg : entry.getArguments())
+    if (auto name = entry.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                       kInputNameAttr))
+      namesOk &= checkName(entry, "input", name.getValue());
+  if (!namesOk)
+    return failure();
+
+  auto storageOf = [&](Operation *symbolOp, Type type) {
+    return dist::getStateStorage(symbolOp, cast<RankedTensorType>(type),
+                                 stage, gridSize);
+  };
+  std::string descriptor;
+  llvm::raw_string_ostream os(descriptor);
+  os << "ztrain-descriptor 1\n";
+  os << "grid " << gridSize << '\n';
+  for (auto param : module.getOps<ParamOp>()) {
+    FailureOr<std::string> dtype =
+        stateDtype(param, "parameter", param.getType());
+    if (failed(dtype))
+      return failure();
+    os << "param " << param.getSymName() << ' ' << *dtype;
+    appendShape(os, param.getType());
+    os << " init " << stringifyInitKind(param.getInit()) << ' '
+       << llvm::format("%.17g", param.getScaleAttr()
+                                    ? param.getScaleAttr().getValueAsDouble()
+                                    : 0.0);
+    appendStorage(os, storageOf(param, param.getType()));
+    os << '\n';
+  }
+  for (auto param : module.getOps<ParamOp>())
+    os << "grad " << param.getSymName() << ' '
+       << dist::getGradientElements(param, stage, gridSize) << '\n';
+  for (auto state : module.getOps<StateOp>()) {
+    FailureOr<std::string> dtype =
+        stateDtype(state, "optimizer state", state.getType());
+    if (failed(dtype))
+      return failure();
+    os << "state " << state.getSymName() << ' ' << *dtype;
+    appendShape(os, state.getType());
+    os << " of " << state.getParam();
+    appendStorage(os, storageOf(state, state.getType()));
+    os << '\n';
+  }
+  for (BlockArgument arg : entry.getArguments()) {
+    auto name = entry.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                   kInputNameAttr);
+    std::string dtype = isa<RankedTensorType>(arg.getType())
+                            ? dtypeName(arg.getType())
+                            : std::string();
+    if (dtype.empty())
+      return entry.emitError()
+             << "input #" << arg.getArgNumber() << " has type "
+             << arg.getType()
+             << "; inputs must be static tensors of f32 or i32";
+    os << "input "
+       << (name ? name.getValue().str()
+                : ("arg" + Twine(arg.getArgNumber())).str())
+       << ' ' << dtype;
+    appendShape(os, arg.getType());
+    os << " bound " << (dtype == "i32" ? inputBound(arg) : 0) << '\n';
+  }
+  if (auto opt = module->getAttrOfType<StringAttr>(kOptimizerAttr))
+    os << "optimizer " << opt.getValue() << '\n';
+  return descriptor;
+}

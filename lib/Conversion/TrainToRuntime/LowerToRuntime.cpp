@@ -1,0 +1,186 @@
+//===- LowerToRuntime.cpp - lower-to-runtime ------------------------------===//
+//
+// Part of the ztrain project.
+//
+// Lowers a complete training step to ztrain_step(ctx), a straight-line
+// sequence of ztrt_* runtime calls on opaque buffer pointers, and embeds the
+// descriptor the runtime's main() reads. This file only checks the step,
+// collects the patterns and walks the ops in order; the lowering itself is
+// in the patterns (TrainPatterns.cpp, DistToRuntime/DistPatterns.cpp), the
+// addressing in StepMemory.cpp, the ABI in RuntimeCalls.cpp and the
+// descriptor in Descriptor.cpp (see StepLowering.h).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ztrain/Conversion/DistToRuntime/DistToRuntime.h"
+#include "ztrain/Conversion/Passes.h"
+#include "ztrain/Conversion/TrainToRuntime/StepLowering.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+
+#define DEBUG_TYPE "lower-to-runtime"
+
+namespace ztrain {
+#define GEN_PASS_DEF_LOWERTORUNTIME
+#include "ztrain/Conversion/Passes.h.inc"
+} // namespace ztrain
+
+using namespace mlir;
+using namespace ztrain;
+using namespace ztrain::train;
+
+namespace {
+
+/// The patterns by the op they lower; interface patterns are tried in
+/// order for the ops no op pattern names.
+class PatternSet {
+public:
+  PatternSet() {
+    populateTrainToRuntimePatterns(all);
+    populateDistToRuntimePatterns(all);
+    for (const auto &p : all) {
+      if (std::optional<TypeID> kind = p->rootKind())
+        byOp[*kind] = p.get();
+      else
+        byInterface.push_back(p.get());
+    }
+  }
+  const RuntimePattern *lookup(Operation *op) const {
+    std::optional<RegisteredOperationName> name =
+        op->getName().getRegisteredInfo();
+    if (name)
+      if (const RuntimePattern *p = byOp.lookup(name->getTypeID()))
+        return p;
+    for (const RuntimePattern *p : byInterface)
+      if (p->matches(op))
+        return p;
+    return nullptr;
+  }
+
+private:
+  RuntimePatternList all;
+  DenseMap<TypeID, const RuntimePattern *> byOp;
+  SmallVector<const RuntimePattern *> byInterface;
+};
+
+struct LowerToRuntimePass
+    : public ztrain::impl::LowerToRuntimeBase<LowerToRuntimePass> {
+  using LowerToRuntimeBase::LowerToRuntimeBase;
+  void runOnOperation() override;
+  LogicalResult lowerStep(func::FuncOp entry, const std::string &descriptor);
+
+  int64_t stage = 0;
+  int64_t gridSize = 1;
+};
+
+} // namespace
+
+void LowerToRuntimePass::runOnOperation() {
+  ModuleOp module = getOperation();
+  func::FuncOp entry = getEntryFunction(module);
+  if (!entry)
+    return signalPassFailure();
+  if (!entry->hasAttr(kStepAttr)) {
+    entry.emitError() << "@" << entry.getSymName()
+                      << " is not a training step yet: run train-autodiff "
+                         "and train-optimizer (the ztrain-training pipeline) "
+                         "first";
+    return signalPassFailure();
+  }
+
+  // A partitioned step runs on gridSize ranks; the runtime checks the
+  // launch matches.
+  if (auto zero = module->getAttrOfType<dist::ZeroAttr>(dist::kZeroAttr)) {
+    stage = zero.getStage();
+    SymbolTableCollection symbols;
+    FailureOr<int64_t> n = dist::getGridSize(module, zero.getGrid(), symbols);
+    if (failed(n))
+      return signalPassFailure();
+    gridSize = *n;
+    // Without its collectives a partitioned step would silently train N
+    // diverging replicas.
+    WalkResult missing = entry.walk([&](OptimizerUpdateOpInterface update) {
+      if (gridSize > 1 &&
+          !isa_and_nonnull<dist::CollectiveOpInterface, dist::WaitOp>(
+              update.getGradient().getDefiningOp())) {
+        update->emitError() << "the gradient of this update is not "
+                               "synchronized over the grid: run "
+                               "zero-insert-collectives first";
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (missing.wasInterrupted())
+      return signalPassFailure();
+  }
+
+  FailureOr<std::string> descriptor =
+      buildDescriptor(module, entry, stage, gridSize);
+  if (failed(descriptor) || failed(lowerStep(entry, *descriptor)))
+    return signalPassFailure();
+
+  // The declarations and the grid now live in the descriptor.
+  for (Operation &op : llvm::make_early_inc_range(module.getOps()))
+    if (isa<ParamOp, StateOp, shard::GridOp>(op))
+      op.erase();
+  module->removeAttr(kOptimizerAttr);
+  module->removeAttr(dist::kZeroAttr);
+  module->removeAttr(dist::kArenasAttr);
+  module->removeAttr("dist.max_live_bytes");
+}
+
+LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
+                                            const std::string &descriptor) {
+  ModuleOp module = getOperation();
+  MLIRContext *mctx = module.getContext();
+  auto ptrTy = LLVM::LLVMPointerType::get(mctx);
+  OpBuilder b(mctx);
+
+  if (module.lookupSymbol("ztrain_step") ||
+      module.lookupSymbol("ztrain_descriptor")) {
+    module.emitError() << "the symbols ztrain_step and ztrain_descriptor are "
+                          "reserved for the lowered step";
+    return failure();
+  }
+
+  b.setInsertionPointToEnd(module.getBody());
+  std::string withNul = descriptor + '\0';
+  auto strTy =
+      LLVM::LLVMArrayType::get(IntegerType::get(mctx, 8), withNul.size());
+  LLVM::GlobalOp::create(b, entry.getLoc(), strTy, /*isConstant=*/true,
+                         LLVM::Linkage::External, "ztrain_descriptor",
+                         b.getStringAttr(withNul));
+
+  auto step = func::FuncOp::create(b, entry.getLoc(), "ztrain_step",
+                                   b.getFunctionType({ptrTy}, {}));
+  Block *block = step.addEntryBlock();
+  b.setInsertionPointToStart(block);
+  RuntimeCalls rt(module, b, step.getArgument(0));
+  StepLowering s(module, entry, rt, stage, gridSize);
+
+  Block &body = entry.getBody().front();
+  for (BlockArgument arg : entry.getArguments())
+    s.bind(arg, rt.call("input", {rt.i64(arg.getArgNumber())}));
+  // The loss is reported as soon as it exists (here: it is an input).
+  Value loss = body.getTerminator()->getOperand(0);
+  if (isa<BlockArgument>(loss))
+    rt.call("set_loss", {s.get(loss)});
+
+  static const PatternSet patterns;
+  for (Operation &op : body) {
+    rt.loc = op.getLoc();
+    const RuntimePattern *pattern = patterns.lookup(&op);
+    if (!pattern)
+      return op.emitOpError() << "cannot be lowered to the ztrain runtime";
+    if (failed(pattern->lower(&op, s)))
+      return failure();
+    s.finishOp(op);
+  }
+  if (!s.planOk())
+    return failure();
+  func::ReturnOp::create(b, entry.getLoc());
+  numCalls += rt.calls;
+  numBuffers += s.numBuffers;
+  entry.erase();
+  return success();
+}

@@ -1,0 +1,203 @@
+//===- StepMemory.cpp - Where each tensor of a lowered step lives ---------===//
+//
+// Part of the ztrain project.
+//
+// Memory addressing for lower-to-runtime. Every tensor value of the step
+// gets a pointer: parameters, states and inputs are the runtime's
+// (ztrt_param / ztrt_state / ztrt_input); a gradient the optimizer consumes
+// is written into its parameter's persistent gradient buffer (ztrt_grad);
+// everything else has a slot in plan-memory's arenas (an offset into one
+// persistent block per category) or, without a plan, its own allocation
+// freed right after its last use. Which is which comes from
+// dist::StepBuffers, the analysis zero-report prices, so what the lowering
+// allocates is what the report predicted.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ztrain/Conversion/TrainToRuntime/StepLowering.h"
+
+#include "ztrt.h" // ztrt_category
+
+using namespace mlir;
+using namespace ztrain;
+using namespace ztrain::train;
+
+RuntimePattern::~RuntimePattern() = default;
+
+StepLowering::StepLowering(ModuleOp module, func::FuncOp entry,
+                           RuntimeCalls &rt, int64_t stage, int64_t gridSize)
+    : rt(rt), stage(stage), gridSize(gridSize), module(module),
+      stepBuffers(entry, stage), symbols(module),
+      loss(entry.getBody().front().getTerminator()->getOperand(0)) {
+  for (auto param : module.getOps<ParamOp>())
+    paramIndex[param.getSymName()] = paramIndex.size();
+  for (auto state : module.getOps<StateOp>())
+    stateIndex[state.getSymName()] = stateIndex.size();
+
+  // plan-memory's arenas: one block per category for the whole step, every
+  // buffer at its planned offset, persistent across steps (ztrt_arena):
+  // steady-state steps allocate nothing, and large arenas are not mapped
+  // and faulted in every step. Without a plan, each buffer is allocated
+  // and freed on its own.
+  auto arenas = module->getAttrOfType<DictionaryAttr>(dist::kArenasAttr);
+  if (!arenas)
+    return;
+  isPlanned = true;
+  for (auto [index, arena] : llvm::enumerate(arenas)) {
+    int64_t bytes = cast<IntegerAttr>(arena.getValue()).getInt();
+    StringRef name = arena.getName().getValue();
+    int32_t category = name == "activations" ? ZTRT_CAT_ACTIVATIONS
+                       : name == "gathered_parameters" ? ZTRT_CAT_GATHERED
+                                                       : ZTRT_CAT_OTHER;
+    if (bytes > 0)
+      arenaBase[name] =
+          rt.call("arena", {rt.i64(index), rt.i64(bytes), rt.i32(category)});
+  }
+}
+
+Value StepLowering::planned(Attribute attr, Operation *where) {
+  auto slot = dyn_cast_or_null<dist::SlotAttr>(attr);
+  if (!slot || !arenaBase.count(slot.getArena())) {
+    where->emitOpError() << "has no place in the memory plan; run "
+                            "plan-memory right before lower-to-runtime";
+    planBroken = true;
+    return rt.null();
+  }
+  return rt.offset(arenaBase[slot.getArena()], slot.getOffset());
+}
+
+Value StepLowering::slotOf(Operation *op, unsigned i) {
+  auto list = op->getAttrOfType<ArrayAttr>(dist::kSlotsAttr);
+  return planned(list && i < list.size() ? list[i] : Attribute(), op);
+}
+
+Value StepLowering::stagingOf(Operation *op, unsigned i) {
+  auto list = op->getAttrOfType<ArrayAttr>(dist::kStagingAttr);
+  return planned(list && i < list.size() ? list[i] : Attribute(), op);
+}
+
+Value StepLowering::alloc(Value v) {
+  Value ptr;
+  if (FlatSymbolRefAttr param = stepBuffers.gradientOf(v)) {
+    ptr = rt.call("grad", {rt.i64(paramIndex.lookup(param.getValue()))});
+  } else if (isPlanned) {
+    auto r = cast<OpResult>(v);
+    ptr = slotOf(r.getOwner(), r.getResultNumber());
+  } else {
+    return allocOwned(v, tensorBytes(v.getType()), ZTRT_CAT_ACTIVATIONS);
+  }
+  bind(v, ptr);
+  return ptr;
+}
+
+Value StepLowering::allocOwned(Value v, int64_t bytes, int32_t category) {
+  Value ptr = rt.call("alloc", {rt.i64(bytes), rt.i32(category)});
+  bind(v, ptr);
+  owned.insert(v);
+  ++numBuffers;
+  return ptr;
+}
+
+Value StepLowering::stagingBuffer(Operation *start, unsigned index,
+                                  int64_t bytes) {
+  if (isPlanned)
+    return stagingOf(start, index);
+  ++numBuffers;
+  return rt.call("alloc", {rt.i64(bytes), rt.i32(ZTRT_CAT_OTHER)});
+}
+
+Value StepLowering::param(StringRef name) {
+  return rt.call("param", {rt.i64(paramIndex.lookup(name))});
+}
+
+Value StepLowering::state(FlatSymbolRefAttr name) {
+  if (!name)
+    return rt.null();
+  return rt.call("state", {rt.i64(stateIndex.lookup(name.getValue()))});
+}
+
+Value StepLowering::updatedParam(StringRef name, bool sharded, int64_t slice) {
+  Value p = param(name);
+  ParamOp op = paramOp(name);
+  if (!sharded || gridSize == 1 ||
+      storageOf(op, op.getType()).mode == dist::StateStorage::Shard)
+    return p;
+  return rt.offset(
+      p, rt.mul(rt.rank(), rt.i64(slice * elementBytes(op.getType()))));
+}
+
+void StepLowering::finishOp(Operation &op) {
+  // The loss is reported as soon as it exists: later ops update parameters
+  // in place, and the loss may be (a view of) a parameter.
+  if (llvm::is_contained(op.getResults(), loss))
+    rt.call("set_loss", {get(loss)});
+
+  // Results nobody reads die at once; operands die after their last use.
+  unsigned here = stepBuffers.position(&op);
+  auto release = [&](Value root) {
+    if (owned.contains(root) && stepBuffers.lastUse(root) == here) {
+      rt.call("free", {pointers[root]});
+      owned.erase(root);
+    }
+  };
+  for (Value r : op.getResults())
+    release(r);
+  // A one-tensor collective reads its operand until its wait.
+  SmallVector<Value> operands(op.getOperands());
+  if (auto wait = dyn_cast<dist::WaitOp>(op);
+      wait && wait.getStart()->getNumOperands() == 1)
+    llvm::append_range(operands, wait.getStart()->getOperands());
+  for (Value operand : operands)
+    release(stepBuffers.root(operand));
+}
+
+FailureOr<std::string> ztrain::typedKernel(Operation *where, StringRef kernel,
+                                           Type elementType) {
+  // The runtime's kernels are f32 so far; bf16 / f16 instantiations come
+  // with the element type in the ABI (docs/lowering.md).
+  if (!elementType.isF32())
+    return where->emitOpError()
+           << "computes in " << elementType
+           << ", but the runtime's kernels are f32 only so far (ztrt_"
+           << kernel << " has no " << elementType << " instantiation)";
+  std::string name = (kernel + "_f32").str();
+  if (!RuntimeCalls::exists(name))
+    return where->emitOpError()
+           << "names the runtime kernel ztrt_" << name
+           << ", which is not in the ABI table (ztrt_abi.def)";
+  return name;
+}
+
+LogicalResult ztrain::emitKernelCall(Operation *op, const KernelCall &call,
+                                     StepLowering &s) {
+  FailureOr<std::string> name =
+      typedKernel(op, call.kernel, call.elementType);
+  if (failed(name))
+    return failure();
+  RuntimeCalls &rt = s.rt;
+  SmallVector<Value> args;
+  for (const KernelArg &arg : call.args) {
+    switch (arg.kind) {
+    case KernelArg::Buffer: {
+      auto result = dyn_cast<OpResult>(arg.value);
+      args.push_back(result && result.getOwner() == op ? s.alloc(arg.value)
+                                                       : s.get(arg.value));
+      break;
+    }
+    case KernelArg::I64:
+      args.push_back(rt.i64(arg.i));
+      break;
+    case KernelArg::I32:
+      args.push_back(rt.i32(static_cast<int32_t>(arg.i)));
+      break;
+    case KernelArg::F64:
+      args.push_back(rt.f64(arg.f));
+      break;
+    case KernelArg::I64Array:
+      args.push_back(rt.i64Array(arg.array));
+      break;
+    }
+  }
+  rt.call(*name, args);
+  return success();
+}

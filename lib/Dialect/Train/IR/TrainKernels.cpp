@@ -1,0 +1,225 @@
+//===- TrainKernels.cpp - The runtime kernel call of each compute op ------===//
+//
+// Part of the ztrain project.
+//
+// RuntimeKernelOpInterface: each compute op describes the ztrt_* kernel
+// call that computes it (runtime/include/ztrt_abi.def documents the
+// arguments). Elementwise ops get theirs from their ODS class
+// (elementwiseKernelCall); the rest are here, one function per op.
+// lower-to-runtime turns the description into a call on buffer pointers.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ztrain/Dialect/Train/IR/TrainOps.h"
+
+using namespace mlir;
+using namespace ztrain;
+using namespace ztrain::train;
+
+int64_t train::numElements(Value v) {
+  return cast<RankedTensorType>(v.getType()).getNumElements();
+}
+
+std::pair<int64_t, int64_t> train::rowsCols(Value v) {
+  ArrayRef<int64_t> s = cast<RankedTensorType>(v.getType()).getShape();
+  int64_t cols = s.empty() ? 1 : s.back();
+  // Verifiers refuse zero-size dimensions; guard the division anyway.
+  return {cols ? numElements(v) / cols : 0, cols};
+}
+
+Type train::elementTypeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType();
+}
+
+static ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+static SmallVector<int64_t> dimMask(int64_t rank, ArrayRef<int64_t> dims) {
+  SmallVector<int64_t> mask(rank, 0);
+  for (int64_t d : dims)
+    mask[d] = 1;
+  return mask;
+}
+
+static KernelCall call(StringRef kernel, Value typed,
+                       std::initializer_list<KernelArg> args) {
+  return KernelCall{kernel.str(), elementTypeOf(typed),
+                    SmallVector<KernelArg>(args)};
+}
+using A = KernelArg;
+
+KernelCall train::elementwiseKernelCall(Operation *op, StringRef kernel) {
+  KernelCall c{kernel.str(), elementTypeOf(op->getResult(0)), {}};
+  for (Value v : op->getOperands())
+    c.args.push_back(A::buffer(v));
+  c.args.push_back(A::buffer(op->getResult(0)));
+  c.args.push_back(A::i64(numElements(op->getResult(0))));
+  return c;
+}
+
+KernelCall FillOp::getKernelCall() {
+  return call("fill", getResult(),
+              {A::buffer(getResult()), A::i64(numElements(getResult())),
+               A::f64(getValue().convertToDouble())});
+}
+
+KernelCall ScaleOp::getKernelCall() {
+  return call("scale", getResult(),
+              {A::buffer(getInput()), A::buffer(getResult()),
+               A::i64(numElements(getResult())),
+               A::f64(getFactor().convertToDouble())});
+}
+
+KernelCall BiasAddOp::getKernelCall() {
+  auto [rows, cols] = rowsCols(getInput());
+  return call("bias_add", getResult(),
+              {A::buffer(getInput()), A::buffer(getBias()),
+               A::buffer(getResult()), A::i64(rows), A::i64(cols)});
+}
+
+KernelCall MatmulOp::getKernelCall() {
+  ArrayRef<int64_t> a = shapeOf(getLhs()), bs = shapeOf(getRhs()),
+                    c = shapeOf(getResult());
+  int64_t rank = a.size();
+  int64_t batch = 1;
+  for (int64_t d : a.drop_back(2))
+    batch *= d;
+  int64_t m = c[rank - 2], n = c[rank - 1];
+  int64_t k = getTransposeA() ? a[rank - 2] : a[rank - 1];
+  int64_t strideA = m * k, strideB = k * n, strideC = m * n;
+  if (bs.size() == 2 && rank > 2) {
+    strideB = 0;
+    if (!getTransposeA()) {
+      // Rows of every batch element are contiguous: one GEMM.
+      m *= batch;
+      batch = 1;
+      strideA = m * k;
+      strideC = m * n;
+    }
+  }
+  return call("matmul", getResult(),
+              {A::buffer(getLhs()), A::buffer(getRhs()),
+               A::buffer(getResult()), A::i64(batch), A::i64(m), A::i64(n),
+               A::i64(k), A::i32(getTransposeA()), A::i32(getTransposeB()),
+               A::i64(strideA), A::i64(strideB), A::i64(strideC)});
+}
+
+KernelCall LayerNormOp::getKernelCall() {
+  auto [rows, cols] = rowsCols(getInput());
+  return call("layer_norm", getResult(),
+              {A::buffer(getInput()), A::buffer(getGamma()),
+               A::buffer(getBeta()), A::buffer(getResult()), A::i64(rows),
+               A::i64(cols), A::f64(getEpsilon().convertToDouble())});
+}
+
+KernelCall LayerNormGradOp::getKernelCall() {
+  auto [rows, cols] = rowsCols(getInput());
+  return call("layer_norm_grad", getInputGrad(),
+              {A::buffer(getGrad()), A::buffer(getInput()),
+               A::buffer(getGamma()), A::buffer(getInputGrad()),
+               A::buffer(getGammaGrad()), A::buffer(getBetaGrad()),
+               A::i64(rows), A::i64(cols),
+               A::f64(getEpsilon().convertToDouble())});
+}
+
+KernelCall SoftmaxOp::getKernelCall() {
+  auto [rows, cols] = rowsCols(getInput());
+  return call("softmax", getResult(),
+              {A::buffer(getInput()), A::buffer(getResult()), A::i64(rows),
+               A::i64(cols), A::i32(getCausal())});
+}
+
+KernelCall SoftmaxGradOp::getKernelCall() {
+  auto [rows, cols] = rowsCols(getOutput());
+  return call("softmax_grad", getResult(),
+              {A::buffer(getGrad()), A::buffer(getOutput()),
+               A::buffer(getResult()), A::i64(rows), A::i64(cols)});
+}
+
+KernelCall TransposeOp::getKernelCall() {
+  ArrayRef<int64_t> s = shapeOf(getInput());
+  return call("transpose", getResult(),
+              {A::buffer(getInput()), A::buffer(getResult()),
+               A::i64(s.size()), A::i64Array(s),
+               A::i64Array(getPermutation())});
+}
+
+KernelCall ReduceOp::getKernelCall() {
+  ArrayRef<int64_t> s = shapeOf(getInput());
+  return call("reduce", getResult(),
+              {A::buffer(getInput()), A::buffer(getResult()),
+               A::i64(s.size()), A::i64Array(s),
+               A::i64Array(dimMask(s.size(), getDims())),
+               A::i32(getKind() == ReduceKind::mean)});
+}
+
+KernelCall BroadcastOp::getKernelCall() {
+  ArrayRef<int64_t> s = shapeOf(getResult());
+  return call("broadcast", getResult(),
+              {A::buffer(getInput()), A::buffer(getResult()),
+               A::i64(s.size()), A::i64Array(s),
+               A::i64Array(dimMask(s.size(), getDims())), A::f64(1.0)});
+}
+
+KernelCall CrossEntropyOp::getKernelCall() {
+  auto [rows, classes] = rowsCols(getLogits());
+  return call("cross_entropy", getLogits(),
+              {A::buffer(getLogits()), A::buffer(getLabels()),
+               A::buffer(getResult()), A::i64(rows), A::i64(classes)});
+}
+
+KernelCall CrossEntropyGradOp::getKernelCall() {
+  auto [rows, classes] = rowsCols(getLogits());
+  return call("cross_entropy_grad", getLogits(),
+              {A::buffer(getGrad()), A::buffer(getLogits()),
+               A::buffer(getLabels()), A::buffer(getResult()), A::i64(rows),
+               A::i64(classes)});
+}
+
+KernelCall EmbeddingOp::getKernelCall() {
+  ArrayRef<int64_t> t = shapeOf(getTable());
+  return call("embedding", getTable(),
+              {A::buffer(getTable()), A::buffer(getIds()),
+               A::buffer(getResult()), A::i64(numElements(getIds())),
+               A::i64(t[0]), A::i64(t[1])});
+}
+
+KernelCall EmbeddingGradOp::getKernelCall() {
+  ArrayRef<int64_t> t = shapeOf(getResult());
+  return call("embedding_grad", getResult(),
+              {A::buffer(getGrad()), A::buffer(getIds()),
+               A::buffer(getResult()), A::i64(numElements(getIds())),
+               A::i64(t[0]), A::i64(t[1])});
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer updates (OptimizerUpdateOpInterface)
+//===----------------------------------------------------------------------===//
+
+SmallVector<FlatSymbolRefAttr> SGDUpdateOp::getUpdatedStates() {
+  return {getMomentumBufferAttr()};
+}
+
+KernelCall SGDUpdateOp::getUpdateKernel() {
+  return call("sgd_update", getGrad(),
+              {A::f64(getLr().convertToDouble()),
+               A::f64(getMomentum().convertToDouble()),
+               A::f64(getDampening().convertToDouble()),
+               A::f64(getWeightDecay().convertToDouble()),
+               A::i32(getNesterov())});
+}
+
+SmallVector<FlatSymbolRefAttr> AdamUpdateOp::getUpdatedStates() {
+  return {getExpAvgAttr(), getExpAvgSqAttr()};
+}
+
+KernelCall AdamUpdateOp::getUpdateKernel() {
+  return call("adam_update", getGrad(),
+              {A::f64(getLr().convertToDouble()),
+               A::f64(getBeta1().convertToDouble()),
+               A::f64(getBeta2().convertToDouble()),
+               A::f64(getEpsilon().convertToDouble()),
+               A::f64(getWeightDecay().convertToDouble()),
+               A::i32(getDecoupled())});
+}
