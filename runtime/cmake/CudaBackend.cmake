@@ -115,8 +115,10 @@ function(ztrt_add_cuda_backend target)
     CUDA_STANDARD 17
     CUDA_STANDARD_REQUIRED ON
     POSITION_INDEPENDENT_CODE ON)
+  # runtime/ for cuda/ and src/DType.h (the storage types bf16 / f16),
+  # runtime/include for the ztrt.h it includes.
   target_include_directories(ztrt_cuda_kernels PRIVATE
-    ${CMAKE_CURRENT_SOURCE_DIR})
+    ${CMAKE_CURRENT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR}/include)
   # No FMA contraction: elementwise kernels round exactly like the cpu
   # backend's loops (x86-64 without -mfma contracts nothing). Division and
   # square root stay IEEE (nvcc's defaults; never --use_fast_math).

@@ -10,7 +10,10 @@
 //
 // Precision: per-row statistics (layer-norm mean and variance, softmax and
 // log-sum-exp sums, reductions) are accumulated in double and rounded once;
-// elementwise formulas are evaluated in float in PyTorch's order.
+// elementwise formulas are evaluated in float in PyTorch's order. Every
+// kernel is one template over the element type (float, bf16, f16): bf16 /
+// f16 elements are widened to float on load and results rounded once on
+// store, so those results are the f32 results rounded (src/DType.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,6 +32,7 @@
 #include <cstring>
 #include <limits>
 #include <malloc.h>
+#include <type_traits>
 #include <vector>
 
 #ifdef _OPENMP
@@ -81,23 +85,66 @@ private:
   std::vector<int64_t> outerShape, outerStrides;
 };
 
+/// A buffer argument as an array of T.
+template <typename T> const T *as(const void *p) {
+  return static_cast<const T *>(p);
+}
+template <typename T> T *as(void *p) { return static_cast<T *>(p); }
+
+/// An element widened to float (exact), and a float or double result
+/// rounded once to T. For T = float both are the identity (or the same
+/// double -> float rounding as before), so the f32 kernels are unchanged.
+template <typename T> inline float ld(T v) { return static_cast<float>(v); }
+template <typename T, typename V> inline T st(V v) {
+  return static_cast<T>(v);
+}
+
+/// out[i] = f(x[i]) for n elements.
+template <typename T, typename F>
+void unary(const void *x, void *out, int64_t n, F f) {
+  const T *xs = as<T>(x);
+  T *os = as<T>(out);
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+  for (int64_t i = 0; i < n; ++i)
+    os[i] = st<T>(f(ld(xs[i])));
+}
+
+/// out[i] = f(a[i], b[i]) for n elements (out may alias an input).
+template <typename T, typename F>
+void binary(const void *a, const void *b, void *out, int64_t n, F f) {
+  const T *as_ = as<T>(a), *bs = as<T>(b);
+  T *os = as<T>(out);
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+  for (int64_t i = 0; i < n; ++i)
+    os[i] = st<T>(f(ld(as_[i]), ld(bs[i])));
+}
+
+/// n elements of T widened into a float buffer.
+template <typename T> std::vector<float> widen(const T *x, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = ld(x[i]);
+  return out;
+}
+
 /// out (contiguous, walk.rows x walk.inner) = the elements of x the walk
 /// maps each row to, times `factor`: the gather behind transpose and
 /// broadcast.
-void gatherRows(const RowWalker &walk, const float *x, float *out,
-                double factor) {
+template <typename T>
+void gatherRows(const RowWalker &walk, const T *x, T *out, double factor) {
   int64_t inner = walk.inner, step = walk.innerStride;
 #pragma omp parallel for schedule(static) if (walk.rows * inner >=             \
                                               kParallelElements)
   for (int64_t row = 0; row < walk.rows; ++row) {
-    const float *src = x + walk.offset(row);
-    float *dst = out + row * inner;
+    const T *src = x + walk.offset(row);
+    T *dst = out + row * inner;
     if (factor == 1.0)
       for (int64_t j = 0; j < inner; ++j)
         dst[j] = src[j * step];
     else
       for (int64_t j = 0; j < inner; ++j)
-        dst[j] = static_cast<float>(src[j * step] * factor);
+        dst[j] = st<T>(ld(src[j * step]) * factor);
   }
 }
 
@@ -113,14 +160,30 @@ std::vector<int64_t> contiguousStrides(int64_t rank, const int64_t *shape) {
 }
 
 /// log(sum(exp(x))) of one row, max-shifted.
-double logSumExp(const float *x, int64_t n) {
+template <typename T> double logSumExp(const T *x, int64_t n) {
   float max = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j)
-    max = std::max(max, x[j]);
+    max = std::max(max, ld(x[j]));
   double sum = 0.0;
   for (int64_t j = 0; j < n; ++j)
-    sum += std::exp(static_cast<double>(x[j]) - max);
+    sum += std::exp(static_cast<double>(ld(x[j])) - max);
   return max + std::log(sum);
+}
+
+/// Mean and 1/sqrt(biased variance + eps) of one row, two-pass in double.
+template <typename T>
+void rowMoments(const T *x, int64_t n, double eps, double &mean,
+                double &rstd) {
+  double sum = 0.0;
+  for (int64_t j = 0; j < n; ++j)
+    sum += ld(x[j]);
+  mean = sum / n;
+  double sq = 0.0;
+  for (int64_t j = 0; j < n; ++j) {
+    double d = ld(x[j]) - mean;
+    sq += d * d;
+  }
+  rstd = 1.0 / std::sqrt(sq / n + eps);
 }
 
 void checkLabels(const char *op, const int32_t *labels, int64_t rows,
@@ -222,83 +285,275 @@ public:
                   static_cast<size_t>(rowBytes));
   }
 
-  void fill(float *out, int64_t n, double value) override {
-    float v = static_cast<float>(value);
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = v;
+  // --- Kernels: each written once over the element type T ---------------------
+  // The public methods dispatch on the dtype (src/DType.h); the templates
+  // load T as float and store float (or double) results rounded once to T.
+
+#define ZTRT_CPU_DISPATCH(dtype, call)                                        \
+  dispatch(dtype, [&](auto tag) {                                              \
+    using T = decltype(tag);                                                   \
+    call;                                                                      \
+  })
+
+  void fill(DType dtype, void *out, int64_t n, double value) override {
+    ZTRT_CPU_DISPATCH(dtype, fillT<T>(out, n, value));
   }
 
-  void add(const float *a, const float *b, float *out, int64_t n) override {
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = a[i] + b[i];
+  void add(DType dtype, const void *a, const void *b, void *out,
+           int64_t n) override {
+    ZTRT_CPU_DISPATCH(dtype, binary<T>(a, b, out, n,
+                                       [](float x, float y) { return x + y; }));
   }
 
-  void sub(const float *a, const float *b, float *out, int64_t n) override {
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = a[i] - b[i];
+  void sub(DType dtype, const void *a, const void *b, void *out,
+           int64_t n) override {
+    ZTRT_CPU_DISPATCH(dtype, binary<T>(a, b, out, n,
+                                       [](float x, float y) { return x - y; }));
   }
 
-  void mul(const float *a, const float *b, float *out, int64_t n) override {
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = a[i] * b[i];
+  void mul(DType dtype, const void *a, const void *b, void *out,
+           int64_t n) override {
+    ZTRT_CPU_DISPATCH(dtype, binary<T>(a, b, out, n,
+                                       [](float x, float y) { return x * y; }));
   }
 
-  void scale(const float *x, float *out, int64_t n, double factor) override {
-    float f = static_cast<float>(factor);
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = x[i] * f;
+  void scale(DType dtype, const void *x, void *out, int64_t n,
+             double factor) override {
+    const float f = static_cast<float>(factor);
+    ZTRT_CPU_DISPATCH(dtype,
+                      unary<T>(x, out, n, [f](float v) { return v * f; }));
   }
 
-  void biasAdd(const float *x, const float *bias, float *out, int64_t rows,
-               int64_t cols) override {
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements)
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c)
-        out[r * cols + c] = x[r * cols + c] + bias[c];
+  void biasAdd(DType dtype, const void *x, const void *bias, void *out,
+               int64_t rows, int64_t cols) override {
+    ZTRT_CPU_DISPATCH(dtype, biasAddT<T>(x, bias, out, rows, cols));
   }
 
-  void relu(const float *x, float *out, int64_t n) override {
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  void relu(DType dtype, const void *x, void *out, int64_t n) override {
+    ZTRT_CPU_DISPATCH(dtype, unary<T>(x, out, n, [](float v) {
+                        return v > 0.0f ? v : 0.0f;
+                      }));
   }
 
-  void reluGrad(const float *dy, const float *x, float *dx,
+  void reluGrad(DType dtype, const void *dy, const void *x, void *dx,
                 int64_t n) override {
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-    for (int64_t i = 0; i < n; ++i)
-      dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+    ZTRT_CPU_DISPATCH(dtype, binary<T>(dy, x, dx, n, [](float g, float v) {
+                        return v > 0.0f ? g : 0.0f;
+                      }));
   }
 
   // PyTorch's GeluKernel.cpp (approximate='tanh'), evaluated in float; the
   // formulas are shared with the cuda backend (VecMath.h).
-  void gelu(const float *x, float *out, int64_t n) override {
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-    for (int64_t i = 0; i < n; ++i)
-      out[i] = vecmath::gelu(x[i]);
+  void gelu(DType dtype, const void *x, void *out, int64_t n) override {
+    ZTRT_CPU_DISPATCH(dtype, unary<T>(x, out, n, [](float v) {
+                        return vecmath::gelu(v);
+                      }));
   }
 
-  void geluGrad(const float *dy, const float *x, float *dx,
+  void geluGrad(DType dtype, const void *dy, const void *x, void *dx,
                 int64_t n) override {
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-    for (int64_t i = 0; i < n; ++i)
-      dx[i] = vecmath::geluGrad(dy[i], x[i]);
+    ZTRT_CPU_DISPATCH(dtype, binary<T>(dy, x, dx, n, [](float g, float v) {
+                        return vecmath::geluGrad(g, v);
+                      }));
   }
 
-  void matmul(const float *a, const float *b, float *c, int64_t batch,
-              int64_t m, int64_t n, int64_t k, bool transA, bool transB,
-              int64_t strideA, int64_t strideB, int64_t strideC) override {
+  void matmul(DType dtype, const void *a, const void *b, void *c,
+              int64_t batch, int64_t m, int64_t n, int64_t k, int32_t transA,
+              int32_t transB, int64_t strideA, int64_t strideB,
+              int64_t strideC) override {
+    ZTRT_CPU_DISPATCH(dtype, matmulT<T>(as<T>(a), as<T>(b), as<T>(c), batch,
+                                        m, n, k, transA != 0, transB != 0,
+                                        strideA, strideB, strideC));
+  }
+
+  void layerNorm(DType dtype, const void *x, const void *gamma,
+                 const void *beta, void *y, int64_t rows, int64_t cols,
+                 double eps) override {
+    ZTRT_CPU_DISPATCH(dtype, layerNormT<T>(as<T>(x), as<T>(gamma),
+                                           as<T>(beta), as<T>(y), rows, cols,
+                                           eps));
+  }
+
+  void layerNormGrad(DType dtype, const void *dy, const void *x,
+                     const void *gamma, void *dx, void *dgamma, void *dbeta,
+                     int64_t rows, int64_t cols, double eps) override {
+    ZTRT_CPU_DISPATCH(dtype,
+                      layerNormGradT<T>(as<T>(dy), as<T>(x), as<T>(gamma),
+                                        as<T>(dx), as<T>(dgamma), as<T>(dbeta),
+                                        rows, cols, eps));
+  }
+
+  void softmax(DType dtype, const void *x, void *y, int64_t rows,
+               int64_t cols, int32_t causal) override {
+    ZTRT_CPU_DISPATCH(dtype,
+                      softmaxT<T>(as<T>(x), as<T>(y), rows, cols, causal != 0));
+  }
+
+  void softmaxGrad(DType dtype, const void *dy, const void *y, void *dx,
+                   int64_t rows, int64_t cols) override {
+    ZTRT_CPU_DISPATCH(dtype, softmaxGradT<T>(as<T>(dy), as<T>(y), as<T>(dx),
+                                             rows, cols));
+  }
+
+  void transpose(DType dtype, const void *x, void *out, int64_t rank,
+                 const void *xShapeArg, const void *permArg) override {
+    const int64_t *xShape = as<int64_t>(xShapeArg),
+                  *perm = as<int64_t>(permArg);
+    std::vector<int64_t> xStrides = contiguousStrides(rank, xShape);
+    std::vector<int64_t> outShape(rank), srcStrides(rank);
+    for (int64_t d = 0; d < rank; ++d) {
+      outShape[d] = xShape[perm[d]];
+      srcStrides[d] = xStrides[perm[d]];
+    }
+    RowWalker walk(rank, outShape.data(), srcStrides);
+    ZTRT_CPU_DISPATCH(dtype, gatherRows<T>(walk, as<T>(x), as<T>(out), 1.0));
+  }
+
+  void reduce(DType dtype, const void *x, void *out, int64_t rank,
+              const void *xShape, const void *mask, int32_t mean) override {
+    ZTRT_CPU_DISPATCH(dtype, reduceT<T>(as<T>(x), as<T>(out), rank,
+                                        as<int64_t>(xShape), as<int64_t>(mask),
+                                        mean != 0));
+  }
+
+  void broadcast(DType dtype, const void *x, void *out, int64_t rank,
+                 const void *outShapeArg, const void *maskArg,
+                 double factor) override {
+    const int64_t *outShape = as<int64_t>(outShapeArg),
+                  *mask = as<int64_t>(maskArg);
+    // x's strides over the output's dims, 0 along broadcast dims.
+    std::vector<int64_t> srcStrides(rank);
+    int64_t stride = 1;
+    for (int64_t d = rank; d-- > 0;) {
+      srcStrides[d] = mask[d] ? 0 : stride;
+      if (!mask[d])
+        stride *= outShape[d];
+    }
+    RowWalker walk(rank, outShape, srcStrides);
+    ZTRT_CPU_DISPATCH(dtype,
+                      gatherRows<T>(walk, as<T>(x), as<T>(out), factor));
+  }
+
+  void crossEntropy(DType dtype, const void *logits, const void *labels,
+                    void *loss, int64_t rows, int64_t classes) override {
+    ZTRT_CPU_DISPATCH(dtype, crossEntropyT<T>(as<T>(logits),
+                                              as<int32_t>(labels),
+                                              as<float>(loss), rows, classes));
+  }
+
+  void crossEntropyGrad(DType dtype, const void *dloss, const void *logits,
+                        const void *labels, void *dlogits, int64_t rows,
+                        int64_t classes) override {
+    ZTRT_CPU_DISPATCH(dtype,
+                      crossEntropyGradT<T>(as<float>(dloss), as<T>(logits),
+                                           as<int32_t>(labels), as<T>(dlogits),
+                                           rows, classes));
+  }
+
+  void embedding(DType dtype, const void *table, const void *ids, void *out,
+                 int64_t nIds, int64_t vocab, int64_t dim) override {
+    const int32_t *idx = as<int32_t>(ids);
+    checkIds("embedding", idx, nIds, vocab);
+    const int64_t rowBytes = dim * elementBytes(dtype);
+    const char *src = static_cast<const char *>(table);
+    char *dst = static_cast<char *>(out);
+#pragma omp parallel for schedule(static) if (nIds * dim >= kParallelElements)
+    for (int64_t i = 0; i < nIds; ++i)
+      std::memcpy(dst + i * rowBytes, src + idx[i] * rowBytes,
+                  static_cast<size_t>(rowBytes));
+  }
+
+  void embeddingGrad(DType dtype, const void *dy, const void *ids,
+                     void *dtable, int64_t nIds, int64_t vocab,
+                     int64_t dim) override {
+    ZTRT_CPU_DISPATCH(dtype, embeddingGradT<T>(as<T>(dy), as<int32_t>(ids),
+                                               as<T>(dtable), nIds, vocab,
+                                               dim));
+  }
+
+  void sgdUpdate(DType dtype, void *param, const void *grad,
+                 void *momentumBuf, int64_t n, const SgdHyper &hyper,
+                 int64_t step) override {
+    ZTRT_CPU_DISPATCH(dtype, sgdUpdateT<T>(as<T>(param), as<T>(grad),
+                                           as<T>(momentumBuf), n, hyper,
+                                           step));
+  }
+
+  void adamUpdate(DType dtype, void *param, const void *grad, void *expAvg,
+                  void *expAvgSq, int64_t n, const AdamHyper &hyper,
+                  int64_t step) override {
+    ZTRT_CPU_DISPATCH(dtype, adamUpdateT<T>(as<T>(param), as<T>(grad),
+                                            as<T>(expAvg), as<T>(expAvgSq), n,
+                                            hyper, step));
+  }
+
+  // Collectives: MPI moves the data (Communicator), the sums are ours, so the
+  // result is the same on every rank and for any MPI algorithm. Each returns
+  // the bytes the communicator handed MPI for other ranks during the call.
+
+  int64_t allReduce(Communicator &comm, DType dtype, const void *in, void *out,
+                    int64_t n, bool mean) override {
+    const int64_t before = comm.sentBytes();
+    ZTRT_CPU_DISPATCH(dtype,
+                      allReduceT<T>(comm, as<T>(in), as<T>(out), n, mean));
+    return comm.sentBytes() - before;
+  }
+
+  int64_t reduceScatter(Communicator &comm, DType dtype, const void *in,
+                        void *out, int64_t count, bool mean) override {
+    const int64_t before = comm.sentBytes();
+    ZTRT_CPU_DISPATCH(dtype, reduceScatterT<T>(comm, as<T>(in), as<T>(out),
+                                               count, mean));
+    return comm.sentBytes() - before;
+  }
+
+  int64_t allGather(Communicator &comm, DType dtype, const void *in, void *out,
+                    int64_t count) override {
+    const int64_t before = comm.sentBytes();
+    ZTRT_CPU_DISPATCH(dtype,
+                      allGatherT<T>(comm, as<T>(in), as<T>(out), count));
+    return comm.sentBytes() - before;
+  }
+
+  int64_t bcast(Communicator &comm, DType dtype, void *buf, int64_t n,
+                int root) override {
+    const int64_t before = comm.sentBytes();
+    comm.broadcast(buf, n, elementBytes(dtype), root);
+    return comm.sentBytes() - before;
+  }
+
+#undef ZTRT_CPU_DISPATCH
+
+private:
+  template <typename T> static void fillT(void *out, int64_t n, double value) {
+    const T v = st<T>(static_cast<float>(value));
+    T *o = as<T>(out);
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+    for (int64_t i = 0; i < n; ++i)
+      o[i] = v;
+  }
+
+  template <typename T>
+  static void biasAddT(const void *xArg, const void *biasArg, void *outArg,
+                       int64_t rows, int64_t cols) {
+    const T *x = as<T>(xArg), *bias = as<T>(biasArg);
+    T *out = as<T>(outArg);
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        out[r * cols + c] = st<T>(ld(x[r * cols + c]) + ld(bias[c]));
+  }
+
+  /// The f32 GEMM: OpenBLAS's sgemm.
+  void sgemm(const float *a, const float *b, float *c, int64_t batch,
+             int64_t m, int64_t n, int64_t k, bool transA, bool transB,
+             int64_t strideA, int64_t strideB, int64_t strideC) {
     if (batch == 0 || m == 0 || n == 0)
       return;
     if (k == 0) {
       // An empty sum; BLAS implementations disagree on touching C here.
       for (int64_t i = 0; i < batch; ++i)
-        fill(c + i * strideC, m * n, 0.0);
+        fillT<float>(c + i * strideC, m * n, 0.0);
       return;
     }
     int64_t lda = transA ? m : k, ldb = transB ? k : n, ldc = n;
@@ -310,7 +565,7 @@ public:
       batch = 1;
     }
     if (std::max({m, n, k, lda, ldb}) > INT_MAX)
-      fatal("matmul_f32: %lld x %lld x %lld is too large for BLAS",
+      fatal("matmul: %lld x %lld x %lld is too large for BLAS",
             static_cast<long long>(m), static_cast<long long>(n),
             static_cast<long long>(k));
     for (int64_t i = 0; i < batch; ++i)
@@ -322,26 +577,57 @@ public:
                   static_cast<int>(ldc));
   }
 
-  void layerNorm(const float *x, const float *gamma, const float *beta,
-                 float *y, int64_t rows, int64_t cols, double eps) override {
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float *xr = x + r * cols;
-      float *yr = y + r * cols;
-      double mean, rstd;
-      rowMoments(xr, cols, eps, mean, rstd);
-      for (int64_t c = 0; c < cols; ++c)
-        yr[c] = static_cast<float>((xr[c] - mean) * rstd * gamma[c] + beta[c]);
+  /// bf16 / f16: the operands widened to float, the f32 GEMM (float
+  /// accumulation), the product rounded once.
+  template <typename T>
+  void matmulT(const T *a, const T *b, T *c, int64_t batch, int64_t m,
+               int64_t n, int64_t k, bool transA, bool transB, int64_t strideA,
+               int64_t strideB, int64_t strideC) {
+    if constexpr (std::is_same_v<T, float>) {
+      sgemm(a, b, c, batch, m, n, k, transA, transB, strideA, strideB,
+            strideC);
+    } else {
+      if (batch == 0 || m == 0 || n == 0)
+        return;
+      const int64_t spanA = (batch - 1) * strideA + m * k,
+                    spanB = (batch - 1) * strideB + k * n;
+      std::vector<float> wa = widen(a, spanA), wb = widen(b, spanB);
+      std::vector<float> wc(static_cast<size_t>(batch * m * n));
+      sgemm(wa.data(), wb.data(), wc.data(), batch, m, n, k, transA, transB,
+            strideA, strideB, m * n);
+      for (int64_t i = 0; i < batch; ++i) {
+        const float *src = wc.data() + i * m * n;
+        T *dst = c + i * strideC;
+#pragma omp parallel for schedule(static) if (m * n >= kParallelElements)
+        for (int64_t j = 0; j < m * n; ++j)
+          dst[j] = st<T>(src[j]);
+      }
     }
   }
 
-  void layerNormGrad(const float *dy, const float *x, const float *gamma,
-                     float *dx, float *dgamma, float *dbeta, int64_t rows,
-                     int64_t cols, double eps) override {
+  template <typename T>
+  static void layerNormT(const T *x, const T *gamma, const T *beta, T *y,
+                         int64_t rows, int64_t cols, double eps) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *xr = x + r * cols;
+      T *yr = y + r * cols;
+      double mean, rstd;
+      rowMoments(xr, cols, eps, mean, rstd);
+      for (int64_t c = 0; c < cols; ++c)
+        yr[c] = st<T>((ld(xr[c]) - mean) * rstd * ld(gamma[c]) +
+                      ld(beta[c]));
+    }
+  }
+
+  template <typename T>
+  static void layerNormGradT(const T *dy, const T *x, const T *gamma, T *dx,
+                             T *dgamma, T *dbeta, int64_t rows, int64_t cols,
+                             double eps) {
     std::vector<double> means(rows), rstds(rows);
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements)
     for (int64_t r = 0; r < rows; ++r) {
-      const float *xr = x + r * cols, *dyr = dy + r * cols;
+      const T *xr = x + r * cols, *dyr = dy + r * cols;
       double mean, rstd;
       rowMoments(xr, cols, eps, mean, rstd);
       means[r] = mean;
@@ -349,84 +635,85 @@ public:
       // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma.
       double sumG = 0.0, sumGX = 0.0;
       for (int64_t c = 0; c < cols; ++c) {
-        double g = static_cast<double>(dyr[c]) * gamma[c];
+        double g = static_cast<double>(ld(dyr[c])) * ld(gamma[c]);
         sumG += g;
-        sumGX += g * (xr[c] - mean) * rstd;
+        sumGX += g * (ld(xr[c]) - mean) * rstd;
       }
       double meanG = sumG / cols, meanGX = sumGX / cols;
       for (int64_t c = 0; c < cols; ++c) {
-        double g = static_cast<double>(dyr[c]) * gamma[c];
-        double xhat = (xr[c] - mean) * rstd;
-        dx[r * cols + c] =
-            static_cast<float>(rstd * (g - meanG - xhat * meanGX));
+        double g = static_cast<double>(ld(dyr[c])) * ld(gamma[c]);
+        double xhat = (ld(xr[c]) - mean) * rstd;
+        dx[r * cols + c] = st<T>(rstd * (g - meanG - xhat * meanGX));
       }
     }
     // Column sums over rows, serially in row order (see file comment).
     std::vector<double> sumGamma(cols, 0.0), sumBeta(cols, 0.0);
     for (int64_t r = 0; r < rows; ++r) {
-      const float *xr = x + r * cols, *dyr = dy + r * cols;
+      const T *xr = x + r * cols, *dyr = dy + r * cols;
       for (int64_t c = 0; c < cols; ++c) {
-        sumGamma[c] += dyr[c] * ((xr[c] - means[r]) * rstds[r]);
-        sumBeta[c] += dyr[c];
+        sumGamma[c] += ld(dyr[c]) * ((ld(xr[c]) - means[r]) * rstds[r]);
+        sumBeta[c] += ld(dyr[c]);
       }
     }
     for (int64_t c = 0; c < cols; ++c) {
-      dgamma[c] = static_cast<float>(sumGamma[c]);
-      dbeta[c] = static_cast<float>(sumBeta[c]);
+      dgamma[c] = st<T>(sumGamma[c]);
+      dbeta[c] = st<T>(sumBeta[c]);
     }
   }
 
-  void softmax(const float *x, float *y, int64_t rows, int64_t cols,
-               bool causal) override {
+  template <typename T>
+  static void softmaxT(const T *x, T *y, int64_t rows, int64_t cols,
+                       bool causal) {
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements)
     for (int64_t r = 0; r < rows; ++r) {
-      const float *xr = x + r * cols;
-      float *yr = y + r * cols;
+      const T *xr = x + r * cols;
+      T *yr = y + r * cols;
       // Causal: row i of each [cols x cols] block sees entries 0..i.
       int64_t visible = causal ? r % cols + 1 : cols;
       float max = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < visible; ++j)
-        max = std::max(max, xr[j]);
+        max = std::max(max, ld(xr[j]));
       double sum = 0.0;
-      for (int64_t j = 0; j < visible; ++j) {
-        yr[j] = std::exp(xr[j] - max);
-        sum += yr[j];
+      if constexpr (std::is_same_v<T, float>) {
+        // The exponentials wait in y for their scale.
+        for (int64_t j = 0; j < visible; ++j) {
+          yr[j] = std::exp(xr[j] - max);
+          sum += yr[j];
+        }
+        float inv = static_cast<float>(1.0 / sum);
+        for (int64_t j = 0; j < visible; ++j)
+          yr[j] *= inv;
+      } else {
+        // y cannot hold a float: the same exponentials, computed again.
+        for (int64_t j = 0; j < visible; ++j)
+          sum += std::exp(ld(xr[j]) - max);
+        float inv = static_cast<float>(1.0 / sum);
+        for (int64_t j = 0; j < visible; ++j)
+          yr[j] = st<T>(std::exp(ld(xr[j]) - max) * inv);
       }
-      float inv = static_cast<float>(1.0 / sum);
-      for (int64_t j = 0; j < visible; ++j)
-        yr[j] *= inv;
       for (int64_t j = visible; j < cols; ++j)
-        yr[j] = 0.0f;
+        yr[j] = st<T>(0.0f);
     }
   }
 
-  void softmaxGrad(const float *dy, const float *y, float *dx, int64_t rows,
-                   int64_t cols) override {
+  template <typename T>
+  static void softmaxGradT(const T *dy, const T *y, T *dx, int64_t rows,
+                           int64_t cols) {
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements)
     for (int64_t r = 0; r < rows; ++r) {
-      const float *dyr = dy + r * cols, *yr = y + r * cols;
+      const T *dyr = dy + r * cols, *yr = y + r * cols;
       double dot = 0.0;
       for (int64_t j = 0; j < cols; ++j)
-        dot += static_cast<double>(dyr[j]) * yr[j];
+        dot += static_cast<double>(ld(dyr[j])) * ld(yr[j]);
       float d = static_cast<float>(dot);
       for (int64_t j = 0; j < cols; ++j)
-        dx[r * cols + j] = yr[j] * (dyr[j] - d);
+        dx[r * cols + j] = st<T>(ld(yr[j]) * (ld(dyr[j]) - d));
     }
   }
 
-  void transpose(const float *x, float *out, int64_t rank,
-                 const int64_t *xShape, const int64_t *perm) override {
-    std::vector<int64_t> xStrides = contiguousStrides(rank, xShape);
-    std::vector<int64_t> outShape(rank), srcStrides(rank);
-    for (int64_t d = 0; d < rank; ++d) {
-      outShape[d] = xShape[perm[d]];
-      srcStrides[d] = xStrides[perm[d]];
-    }
-    gatherRows(RowWalker(rank, outShape.data(), srcStrides), x, out, 1.0);
-  }
-
-  void reduce(const float *x, float *out, int64_t rank, const int64_t *xShape,
-              const int64_t *mask, bool mean) override {
+  template <typename T>
+  static void reduceT(const T *x, T *out, int64_t rank, const int64_t *xShape,
+                      const int64_t *mask, bool mean) {
     // Output strides over the input's dims, 0 where a dim is reduced.
     std::vector<int64_t> outStrides(rank);
     int64_t outElements = 1, reduced = 1;
@@ -443,45 +730,32 @@ public:
     std::vector<double> acc(outElements, 0.0);
     RowWalker walk(rank, xShape, outStrides);
     for (int64_t row = 0; row < walk.rows; ++row) {
-      const float *src = x + row * walk.inner;
+      const T *src = x + row * walk.inner;
       double *dst = acc.data() + walk.offset(row);
       if (walk.innerStride == 0) {
         double sum = 0.0;
         for (int64_t j = 0; j < walk.inner; ++j)
-          sum += src[j];
+          sum += ld(src[j]);
         *dst += sum;
       } else {
         for (int64_t j = 0; j < walk.inner; ++j)
-          dst[j] += src[j];
+          dst[j] += ld(src[j]);
       }
     }
     for (int64_t i = 0; i < outElements; ++i)
-      out[i] = static_cast<float>(mean ? acc[i] / reduced : acc[i]);
+      out[i] = st<T>(mean ? acc[i] / reduced : acc[i]);
   }
 
-  void broadcast(const float *x, float *out, int64_t rank,
-                 const int64_t *outShape, const int64_t *mask,
-                 double factor) override {
-    // x's strides over the output's dims, 0 along broadcast dims.
-    std::vector<int64_t> srcStrides(rank);
-    int64_t stride = 1;
-    for (int64_t d = rank; d-- > 0;) {
-      srcStrides[d] = mask[d] ? 0 : stride;
-      if (!mask[d])
-        stride *= outShape[d];
-    }
-    gatherRows(RowWalker(rank, outShape, srcStrides), x, out, factor);
-  }
-
-  void crossEntropy(const float *logits, const int32_t *labels, float *loss,
-                    int64_t rows, int64_t classes) override {
+  template <typename T>
+  static void crossEntropyT(const T *logits, const int32_t *labels,
+                            float *loss, int64_t rows, int64_t classes) {
     checkLabels("cross_entropy", labels, rows, classes);
     std::vector<double> rowLoss(rows);
 #pragma omp parallel for schedule(static) if (rows * classes >=                \
                                               kParallelElements)
     for (int64_t r = 0; r < rows; ++r) {
-      const float *xr = logits + r * classes;
-      rowLoss[r] = logSumExp(xr, classes) - xr[labels[r]];
+      const T *xr = logits + r * classes;
+      rowLoss[r] = logSumExp(xr, classes) - ld(xr[labels[r]]);
     }
     double sum = 0.0;
     for (int64_t r = 0; r < rows; ++r)
@@ -489,49 +763,57 @@ public:
     loss[0] = static_cast<float>(sum / rows);
   }
 
-  void crossEntropyGrad(const float *dloss, const float *logits,
-                        const int32_t *labels, float *dlogits, int64_t rows,
-                        int64_t classes) override {
+  template <typename T>
+  static void crossEntropyGradT(const float *dloss, const T *logits,
+                                const int32_t *labels, T *dlogits,
+                                int64_t rows, int64_t classes) {
     checkLabels("cross_entropy_grad", labels, rows, classes);
     double scale = static_cast<double>(dloss[0]) / rows;
 #pragma omp parallel for schedule(static) if (rows * classes >=                \
                                               kParallelElements)
     for (int64_t r = 0; r < rows; ++r) {
-      const float *xr = logits + r * classes;
-      float *dr = dlogits + r * classes;
+      const T *xr = logits + r * classes;
+      T *dr = dlogits + r * classes;
       double lse = logSumExp(xr, classes);
       for (int64_t j = 0; j < classes; ++j) {
-        double p = std::exp(xr[j] - lse);
-        dr[j] = static_cast<float>((p - (j == labels[r] ? 1.0 : 0.0)) * scale);
+        double p = std::exp(ld(xr[j]) - lse);
+        dr[j] = st<T>((p - (j == labels[r] ? 1.0 : 0.0)) * scale);
       }
     }
   }
 
-  void embedding(const float *table, const int32_t *ids, float *out,
-                 int64_t nIds, int64_t vocab, int64_t dim) override {
-    checkIds("embedding", ids, nIds, vocab);
-#pragma omp parallel for schedule(static) if (nIds * dim >= kParallelElements)
-    for (int64_t i = 0; i < nIds; ++i)
-      std::memcpy(out + i * dim, table + ids[i] * dim, dim * sizeof(float));
-  }
-
-  void embeddingGrad(const float *dy, const int32_t *ids, float *dtable,
-                     int64_t nIds, int64_t vocab, int64_t dim) override {
+  template <typename T>
+  static void embeddingGradT(const T *dy, const int32_t *ids, T *dtable,
+                             int64_t nIds, int64_t vocab, int64_t dim) {
     checkIds("embedding_grad", ids, nIds, vocab);
-    fill(dtable, vocab * dim, 0.0);
-    // Index order, serially: repeated ids accumulate deterministically.
+    // Index order, serially: repeated ids accumulate deterministically, in
+    // float (a float table directly; otherwise a float copy rounded once).
+    std::vector<float> scratch;
+    float *acc;
+    if constexpr (std::is_same_v<T, float>) {
+      acc = dtable;
+    } else {
+      scratch.resize(static_cast<size_t>(vocab * dim));
+      acc = scratch.data();
+    }
+    fillT<float>(acc, vocab * dim, 0.0);
     for (int64_t i = 0; i < nIds; ++i) {
-      float *dst = dtable + ids[i] * dim;
-      const float *src = dy + i * dim;
+      float *dst = acc + ids[i] * dim;
+      const T *src = dy + i * dim;
       for (int64_t j = 0; j < dim; ++j)
-        dst[j] += src[j];
+        dst[j] += ld(src[j]);
+    }
+    if constexpr (!std::is_same_v<T, float>) {
+      for (int64_t i = 0; i < vocab * dim; ++i)
+        dtable[i] = st<T>(acc[i]);
     }
   }
 
   // torch.optim.SGD's single-tensor path: every scalar is rounded to float
   // before it meets a tensor, as PyTorch's CPU kernels do.
-  void sgdUpdate(float *param, const float *grad, float *momentumBuf, int64_t n,
-                 const SgdHyper &hyper, int64_t step) override {
+  template <typename T>
+  static void sgdUpdateT(T *param, const T *grad, T *momentumBuf, int64_t n,
+                         const SgdHyper &hyper, int64_t step) {
     const float negLr = static_cast<float>(-hyper.lr);
     const float momentum = static_cast<float>(hyper.momentum);
     const float keep = static_cast<float>(1.0 - hyper.dampening);
@@ -539,23 +821,24 @@ public:
     const bool useMomentum = hyper.momentum != 0.0, first = step == 1;
 #pragma omp parallel for schedule(static) if (n >= kParallelElements)
     for (int64_t i = 0; i < n; ++i) {
-      float d = grad[i];
+      float d = ld(grad[i]);
+      const float p = ld(param[i]);
       if (decay != 0.0f)
-        d = d + decay * param[i];
+        d = d + decay * p;
       if (useMomentum) {
-        float buf = first ? d : momentumBuf[i] * momentum + keep * d;
-        momentumBuf[i] = buf;
+        float buf = first ? d : ld(momentumBuf[i]) * momentum + keep * d;
+        momentumBuf[i] = st<T>(buf);
         d = hyper.nesterov ? d + momentum * buf : buf;
       }
-      param[i] = param[i] + negLr * d;
+      param[i] = st<T>(p + negLr * d);
     }
   }
 
   // torch.optim.Adam / AdamW (1.13) single-tensor path; bias corrections in
   // double as Python computes them, then rounded to float.
-  void adamUpdate(float *param, const float *grad, float *expAvg,
-                  float *expAvgSq, int64_t n, const AdamHyper &hyper,
-                  int64_t step) override {
+  template <typename T>
+  static void adamUpdateT(T *param, const T *grad, T *expAvg, T *expAvgSq,
+                          int64_t n, const AdamHyper &hyper, int64_t step) {
     const double t = static_cast<double>(step);
     const double bias1 = 1.0 - std::pow(hyper.beta1, t);
     const double bias2 = 1.0 - std::pow(hyper.beta2, t);
@@ -571,121 +854,97 @@ public:
     const bool decoupled = hyper.decoupled;
 #pragma omp parallel for schedule(static) if (n >= kParallelElements)
     for (int64_t i = 0; i < n; ++i) {
-      float g = grad[i];
-      float p = param[i];
+      float g = ld(grad[i]);
+      float p = ld(param[i]);
       if (decoupled)
         p = p * shrink;
       else if (decay != 0.0f)
         g = g + decay * p;
-      float m = expAvg[i] * beta1 + oneMinusBeta1 * g;
-      float v = expAvgSq[i] * beta2 + oneMinusBeta2 * g * g;
-      expAvg[i] = m;
-      expAvgSq[i] = v;
+      float m = ld(expAvg[i]) * beta1 + oneMinusBeta1 * g;
+      float v = ld(expAvgSq[i]) * beta2 + oneMinusBeta2 * g * g;
+      expAvg[i] = st<T>(m);
+      expAvgSq[i] = st<T>(v);
       float denom = std::sqrt(v) / bias2Sqrt + eps;
-      param[i] = p + negStepSize * m / denom;
+      param[i] = st<T>(p + negStepSize * m / denom);
     }
   }
 
-  // Collectives: MPI moves the data (Communicator), the sums are ours, so the
-  // result is the same on every rank and for any MPI algorithm.
-
-  int64_t allReduce(Communicator &comm, const float *in, float *out, int64_t n,
-                    bool mean) override {
+  template <typename T>
+  void allReduceT(Communicator &comm, const T *in, T *out, int64_t n,
+                  bool mean) {
     const int64_t ranks = comm.count();
+    const int64_t bytes = static_cast<int64_t>(sizeof(T));
     if (ranks == 1) {
-      copy(in, out, n * 4);
-      return 0;
+      copy(in, out, n * bytes);
+      return;
     }
     // Reduce-scatter chunks of ceil(n / N), then all-gather them. When n is
     // not a multiple of N the input is padded with zeros, which add nothing
     // to any sum; the padded buffer then also receives the gathered result.
     const int64_t chunk = (n + ranks - 1) / ranks;
     const int64_t padded = chunk * ranks;
-    std::vector<float> pad;
-    const float *send = in;
+    std::vector<T> pad;
+    const T *send = in;
     if (padded != n) {
-      pad.assign(static_cast<size_t>(padded), 0.0f);
-      copy(in, pad.data(), n * 4);
+      pad.assign(static_cast<size_t>(padded), st<T>(0.0f));
+      copy(in, pad.data(), n * bytes);
       send = pad.data();
     }
-    std::vector<float> mine(static_cast<size_t>(chunk));
-    int64_t sent = reduceScatter(comm, send, mine.data(), chunk, mean);
+    std::vector<T> mine(static_cast<size_t>(chunk));
+    reduceScatterT(comm, send, mine.data(), chunk, mean);
     // `in` has been read completely, so gathering into `out` is safe even
     // when it is `in`.
     if (padded == n) {
-      comm.allGather(mine.data(), out, chunk);
+      comm.allGather(mine.data(), out, chunk, bytes);
     } else {
-      comm.allGather(mine.data(), pad.data(), chunk);
-      copy(pad.data(), out, n * 4);
+      comm.allGather(mine.data(), pad.data(), chunk, bytes);
+      copy(pad.data(), out, n * bytes);
     }
-    return sent + (ranks - 1) * chunk * 4;
   }
 
-  int64_t reduceScatter(Communicator &comm, const float *in, float *out,
-                        int64_t count, bool mean) override {
+  template <typename T>
+  void reduceScatterT(Communicator &comm, const T *in, T *out, int64_t count,
+                      bool mean) {
     const int64_t ranks = comm.count();
+    const int64_t bytes = static_cast<int64_t>(sizeof(T));
     if (ranks == 1) {
-      copy(in, out, count * 4);
-      return 0;
+      copy(in, out, count * bytes);
+      return;
     }
     // Block s of `received` is rank s's chunk for this rank. `in` is read
     // completely before `out` is written, so the two may overlap.
-    std::vector<float> received(static_cast<size_t>(ranks * count));
-    comm.allToAll(in, received.data(), count);
-    const float *blocks = received.data();
+    std::vector<T> received(static_cast<size_t>(ranks * count));
+    comm.allToAll(in, received.data(), count, bytes);
+    const T *blocks = received.data();
     const float divisor = static_cast<float>(ranks);
 #pragma omp parallel for schedule(static) if (count >= kParallelElements)
     for (int64_t i = 0; i < count; ++i) {
-      float sum = blocks[i];
+      float sum = ld(blocks[i]);
       for (int64_t s = 1; s < ranks; ++s)
-        sum += blocks[s * count + i];
-      out[i] = mean ? sum / divisor : sum;
+        sum += ld(blocks[s * count + i]);
+      out[i] = st<T>(mean ? sum / divisor : sum);
     }
-    return (ranks - 1) * count * 4;
   }
 
-  int64_t allGather(Communicator &comm, const float *in, float *out,
-                    int64_t count) override {
+  template <typename T>
+  void allGatherT(Communicator &comm, const T *in, T *out, int64_t count) {
     const int64_t ranks = comm.count();
+    const int64_t bytes = static_cast<int64_t>(sizeof(T));
     if (ranks == 1) {
-      copy(in, out, count * 4);
-      return 0;
+      copy(in, out, count * bytes);
+      return;
     }
     // MPI forbids overlapping send and receive buffers, so a gather in place
     // (`in` inside `out`, as ZeRO does with its own shard) goes through a
     // copy of `in`.
-    std::vector<float> staged;
-    auto address = [](const float *p) {
-      return reinterpret_cast<uintptr_t>(p);
-    };
+    std::vector<T> staged;
+    auto address = [](const T *p) { return reinterpret_cast<uintptr_t>(p); };
     if (address(in) < address(out + ranks * count) &&
         address(out) < address(in + count)) {
       staged.assign(in, in + count);
       in = staged.data();
     }
-    comm.allGather(in, out, count);
-    return (ranks - 1) * count * 4;
-  }
-
-  int64_t bcast(Communicator &comm, float *buf, int64_t n, int root) override {
-    comm.broadcast(buf, n, root);
-    return comm.rank() == root ? (comm.count() - 1) * n * 4 : 0;
-  }
-
-private:
-  /// Mean and 1/sqrt(biased variance + eps) of one row, two-pass in double.
-  static void rowMoments(const float *x, int64_t n, double eps, double &mean,
-                         double &rstd) {
-    double sum = 0.0;
-    for (int64_t j = 0; j < n; ++j)
-      sum += x[j];
-    mean = sum / n;
-    double sq = 0.0;
-    for (int64_t j = 0; j < n; ++j) {
-      double d = x[j] - mean;
-      sq += d * d;
-    }
-    rstd = 1.0 / std::sqrt(sq / n + eps);
+    comm.allGather(in, out, count, bytes);
   }
 };
 

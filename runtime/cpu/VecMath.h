@@ -23,10 +23,12 @@
 #include <cstdint>
 #include <cstring>
 
+#ifndef ZTRT_HD
 #ifdef __CUDACC__
 #define ZTRT_HD __host__ __device__
 #else
 #define ZTRT_HD
+#endif
 #endif
 
 namespace ztrt::vecmath {

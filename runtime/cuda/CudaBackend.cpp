@@ -99,6 +99,12 @@ void checkBlas(cublasStatus_t status, const char *what) {
   fatal("cuBLAS %s failed: %s", what, cuda::cublas().statusString(status));
 }
 
+/// A buffer argument as an array of T.
+template <typename T> const T *as(const void *p) {
+  return static_cast<const T *>(p);
+}
+template <typename T> T *as(void *p) { return static_cast<T *>(p); }
+
 bool overlaps(const void *a, int64_t aBytes, const void *b, int64_t bBytes) {
   auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
   return x < y + static_cast<uintptr_t>(bBytes) &&
@@ -395,56 +401,82 @@ public:
   }
 
   // --- Kernels ---------------------------------------------------------------
+  // Each method dispatches on the dtype (src/DType.h) to the launcher
+  // template of Kernels.h instantiated for float, bf16 or f16: one kernel
+  // per op, loads widened to float, each output rounded once to T.
 
-  void fill(float *out, int64_t n, double value) override {
-    cuda::fill(out, n, static_cast<float>(value), compute);
+#define ZTRT_CUDA_DISPATCH(dtype, call)                                        \
+  dispatch(dtype, [&](auto tag) {                                              \
+    using T = decltype(tag);                                                   \
+    call;                                                                      \
+  })
+
+  void fill(DType dtype, void *out, int64_t n, double value) override {
+    ZTRT_CUDA_DISPATCH(dtype, cuda::fill(as<T>(out), n,
+                                         static_cast<float>(value), compute));
   }
-  void add(const float *a, const float *b, float *out, int64_t n) override {
-    cuda::binary(cuda::Binary::Add, a, b, out, n, compute);
+  void add(DType dtype, const void *a, const void *b, void *out,
+           int64_t n) override {
+    ZTRT_CUDA_DISPATCH(dtype, cuda::binary(cuda::Binary::Add, as<T>(a),
+                                           as<T>(b), as<T>(out), n, compute));
   }
-  void sub(const float *a, const float *b, float *out, int64_t n) override {
-    cuda::binary(cuda::Binary::Sub, a, b, out, n, compute);
+  void sub(DType dtype, const void *a, const void *b, void *out,
+           int64_t n) override {
+    ZTRT_CUDA_DISPATCH(dtype, cuda::binary(cuda::Binary::Sub, as<T>(a),
+                                           as<T>(b), as<T>(out), n, compute));
   }
-  void mul(const float *a, const float *b, float *out, int64_t n) override {
-    cuda::binary(cuda::Binary::Mul, a, b, out, n, compute);
+  void mul(DType dtype, const void *a, const void *b, void *out,
+           int64_t n) override {
+    ZTRT_CUDA_DISPATCH(dtype, cuda::binary(cuda::Binary::Mul, as<T>(a),
+                                           as<T>(b), as<T>(out), n, compute));
   }
-  void scale(const float *x, float *out, int64_t n, double factor) override {
-    cuda::scale(x, out, n, static_cast<float>(factor), compute);
+  void scale(DType dtype, const void *x, void *out, int64_t n,
+             double factor) override {
+    ZTRT_CUDA_DISPATCH(dtype, cuda::scale(as<T>(x), as<T>(out), n,
+                                          static_cast<float>(factor), compute));
   }
-  void biasAdd(const float *x, const float *bias, float *out, int64_t rows,
-               int64_t cols) override {
-    cuda::biasAdd(x, bias, out, rows, cols, compute);
+  void biasAdd(DType dtype, const void *x, const void *bias, void *out,
+               int64_t rows, int64_t cols) override {
+    ZTRT_CUDA_DISPATCH(dtype, cuda::biasAdd(as<T>(x), as<T>(bias), as<T>(out),
+                                            rows, cols, compute));
   }
-  void relu(const float *x, float *out, int64_t n) override {
-    cuda::relu(x, out, n, compute);
+  void relu(DType dtype, const void *x, void *out, int64_t n) override {
+    ZTRT_CUDA_DISPATCH(dtype, cuda::relu(as<T>(x), as<T>(out), n, compute));
   }
-  void reluGrad(const float *dy, const float *x, float *dx,
+  void reluGrad(DType dtype, const void *dy, const void *x, void *dx,
                 int64_t n) override {
-    cuda::reluGrad(dy, x, dx, n, compute);
+    ZTRT_CUDA_DISPATCH(dtype, cuda::reluGrad(as<T>(dy), as<T>(x), as<T>(dx), n,
+                                             compute));
   }
-  void gelu(const float *x, float *out, int64_t n) override {
-    cuda::gelu(x, out, n, compute);
+  void gelu(DType dtype, const void *x, void *out, int64_t n) override {
+    ZTRT_CUDA_DISPATCH(dtype, cuda::gelu(as<T>(x), as<T>(out), n, compute));
   }
-  void geluGrad(const float *dy, const float *x, float *dx,
+  void geluGrad(DType dtype, const void *dy, const void *x, void *dx,
                 int64_t n) override {
-    cuda::geluGrad(dy, x, dx, n, compute);
+    ZTRT_CUDA_DISPATCH(dtype, cuda::geluGrad(as<T>(dy), as<T>(x), as<T>(dx), n,
+                                             compute));
   }
 
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS
   // gets B first, with the row-major leading dimensions unchanged (a
-  // row-major matrix is its transpose in column-major order).
-  void matmul(const float *a, const float *b, float *c, int64_t batch,
-              int64_t m, int64_t n, int64_t k, bool transA, bool transB,
-              int64_t strideA, int64_t strideB, int64_t strideC) override {
+  // row-major matrix is its transpose in column-major order). float:
+  // cublasSgemmStridedBatched; bf16 / f16: cublasGemmStridedBatchedEx with
+  // the operands and C in the dtype and CUBLAS_COMPUTE_32F (products and
+  // sums in float, C rounded once to the dtype).
+  void matmul(DType dtype, const void *a, const void *b, void *c,
+              int64_t batch, int64_t m, int64_t n, int64_t k, int32_t transA,
+              int32_t transB, int64_t strideA, int64_t strideB,
+              int64_t strideC) override {
     if (batch == 0 || m == 0 || n == 0)
       return;
     if (k == 0) {
       // An empty sum; cuBLAS, like BLAS, need not touch C when k == 0.
+      const int64_t elem = elementBytes(dtype);
       if (strideC == m * n)
-        fill(c, batch * m * n, 0.0);
+        fill(dtype, c, batch * m * n, 0.0);
       else
         for (int64_t i = 0; i < batch; ++i)
-          fill(c + i * strideC, m * n, 0.0);
+          fill(dtype, static_cast<char *>(c) + i * strideC * elem, m * n, 0.0);
       return;
     }
     const int64_t lda = transA ? m : k, ldb = transB ? k : n;
@@ -456,42 +488,66 @@ public:
       batch = 1;
     }
     if (std::max({m, n, k, lda, ldb, batch}) > INT_MAX)
-      fatal("matmul_f32: %lld x %lld x %lld (batch %lld) is too large for "
+      fatal("matmul: %lld x %lld x %lld (batch %lld) is too large for "
             "cuBLAS",
             static_cast<long long>(m), static_cast<long long>(n),
             static_cast<long long>(k), static_cast<long long>(batch));
+    const cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
     const float one = 1.0f, zero = 0.0f;
-    checkBlas(cuda::cublas().sgemmStridedBatched(
-                  handle, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
-                  transA ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
-                  static_cast<int>(m), static_cast<int>(k), &one, b,
-                  static_cast<int>(ldb), strideB, a, static_cast<int>(lda),
-                  strideA, &zero, c, static_cast<int>(n), strideC,
-                  static_cast<int>(batch)),
-              "cublasSgemmStridedBatched");
+    if (dtype == DType::F32) {
+      checkBlas(cuda::cublas().sgemmStridedBatched(
+                    handle, opB, opA, static_cast<int>(n), static_cast<int>(m),
+                    static_cast<int>(k), &one, as<float>(b),
+                    static_cast<int>(ldb), strideB, as<float>(a),
+                    static_cast<int>(lda), strideA, &zero, as<float>(c),
+                    static_cast<int>(n), strideC, static_cast<int>(batch)),
+                "cublasSgemmStridedBatched");
+      return;
+    }
+    const cudaDataType type =
+        dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    // CUBLAS_COMPUTE_32F: alpha and beta are floats.
+    checkBlas(cuda::cublas().gemmStridedBatchedEx(
+                  handle, opB, opA, static_cast<int>(n), static_cast<int>(m),
+                  static_cast<int>(k), &one, b, type, static_cast<int>(ldb),
+                  strideB, a, type, static_cast<int>(lda), strideA, &zero, c,
+                  type, static_cast<int>(n), strideC, static_cast<int>(batch),
+                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmStridedBatchedEx");
   }
 
-  void layerNorm(const float *x, const float *gamma, const float *beta,
-                 float *y, int64_t rows, int64_t cols, double eps) override {
-    cuda::layerNorm(x, gamma, beta, y, rows, cols, eps, compute);
+  void layerNorm(DType dtype, const void *x, const void *gamma,
+                 const void *beta, void *y, int64_t rows, int64_t cols,
+                 double eps) override {
+    ZTRT_CUDA_DISPATCH(dtype, cuda::layerNorm(as<T>(x), as<T>(gamma),
+                                              as<T>(beta), as<T>(y), rows,
+                                              cols, eps, compute));
   }
-  void layerNormGrad(const float *dy, const float *x, const float *gamma,
-                     float *dx, float *dgamma, float *dbeta, int64_t rows,
-                     int64_t cols, double eps) override {
-    cuda::layerNormGrad(dy, x, gamma, dx, dgamma, dbeta, rows, cols, eps,
-                        compute);
+  void layerNormGrad(DType dtype, const void *dy, const void *x,
+                     const void *gamma, void *dx, void *dgamma, void *dbeta,
+                     int64_t rows, int64_t cols, double eps) override {
+    ZTRT_CUDA_DISPATCH(dtype,
+                       cuda::layerNormGrad(as<T>(dy), as<T>(x), as<T>(gamma),
+                                           as<T>(dx), as<T>(dgamma),
+                                           as<T>(dbeta), rows, cols, eps,
+                                           compute));
   }
-  void softmax(const float *x, float *y, int64_t rows, int64_t cols,
-               bool causal) override {
-    cuda::softmax(x, y, rows, cols, causal, compute);
+  void softmax(DType dtype, const void *x, void *y, int64_t rows, int64_t cols,
+               int32_t causal) override {
+    ZTRT_CUDA_DISPATCH(dtype, cuda::softmax(as<T>(x), as<T>(y), rows, cols,
+                                            causal != 0, compute));
   }
-  void softmaxGrad(const float *dy, const float *y, float *dx, int64_t rows,
-                   int64_t cols) override {
-    cuda::softmaxGrad(dy, y, dx, rows, cols, compute);
+  void softmaxGrad(DType dtype, const void *dy, const void *y, void *dx,
+                   int64_t rows, int64_t cols) override {
+    ZTRT_CUDA_DISPATCH(dtype, cuda::softmaxGrad(as<T>(dy), as<T>(y), as<T>(dx),
+                                                rows, cols, compute));
   }
 
-  void transpose(const float *x, float *out, int64_t rank,
-                 const int64_t *xShape, const int64_t *perm) override {
+  void transpose(DType dtype, const void *x, void *out, int64_t rank,
+                 const void *xShapeArg, const void *permArg) override {
+    const int64_t *xShape = as<int64_t>(xShapeArg),
+                  *perm = as<int64_t>(permArg);
     std::vector<int64_t> xStrides = contiguousStrides(rank, xShape);
     cuda::Gather plan;
     plan.rank = static_cast<int>(rank);
@@ -500,11 +556,15 @@ public:
       plan.strides[d] = xStrides[perm[d]];
     }
     simplify(plan.rank, plan.shape, plan.strides);
-    cuda::gather(x, out, plan, 1.0, compute);
+    ZTRT_CUDA_DISPATCH(dtype,
+                       cuda::gather(as<T>(x), as<T>(out), plan, 1.0, compute));
   }
 
-  void reduce(const float *x, float *out, int64_t rank, const int64_t *xShape,
-              const int64_t *mask, bool mean) override {
+  void reduce(DType dtype, const void *x, void *out, int64_t rank,
+              const void *xShapeArg, const void *maskArg,
+              int32_t mean) override {
+    const int64_t *xShape = as<int64_t>(xShapeArg),
+                  *mask = as<int64_t>(maskArg);
     std::vector<int64_t> strides = contiguousStrides(rank, xShape);
     cuda::Reduction plan;
     for (int64_t d = 0; d < rank; ++d) {
@@ -526,12 +586,15 @@ public:
       plan.reducedShape[0] = 1;
       plan.reducedStrides[0] = 0;
     }
-    cuda::reduce(x, out, plan, mean, compute);
+    ZTRT_CUDA_DISPATCH(dtype, cuda::reduce(as<T>(x), as<T>(out), plan,
+                                           mean != 0, compute));
   }
 
-  void broadcast(const float *x, float *out, int64_t rank,
-                 const int64_t *outShape, const int64_t *mask,
+  void broadcast(DType dtype, const void *x, void *out, int64_t rank,
+                 const void *outShapeArg, const void *maskArg,
                  double factor) override {
+    const int64_t *outShape = as<int64_t>(outShapeArg),
+                  *mask = as<int64_t>(maskArg);
     cuda::Gather plan;
     plan.rank = static_cast<int>(rank);
     int64_t stride = 1;
@@ -542,38 +605,52 @@ public:
         stride *= outShape[d];
     }
     simplify(plan.rank, plan.shape, plan.strides);
-    cuda::gather(x, out, plan, factor, compute);
+    ZTRT_CUDA_DISPATCH(dtype, cuda::gather(as<T>(x), as<T>(out), plan, factor,
+                                           compute));
   }
 
-  void crossEntropy(const float *logits, const int32_t *labels, float *loss,
-                    int64_t rows, int64_t classes) override {
+  // The loss and dloss are one float whatever the dtype; labels and ids
+  // int32.
+  void crossEntropy(DType dtype, const void *logits, const void *labels,
+                    void *loss, int64_t rows, int64_t classes) override {
     checkRows("cross_entropy", rows);
-    cuda::crossEntropy(logits, labels, loss, rows, classes,
-                       slot("cross_entropy", true, classes), compute);
+    cuda::ErrorSlot *error = slot("cross_entropy", true, classes);
+    ZTRT_CUDA_DISPATCH(dtype,
+                       cuda::crossEntropy(as<T>(logits), as<int32_t>(labels),
+                                          as<float>(loss), rows, classes,
+                                          error, compute));
   }
-  void crossEntropyGrad(const float *dloss, const float *logits,
-                        const int32_t *labels, float *dlogits, int64_t rows,
+  void crossEntropyGrad(DType dtype, const void *dloss, const void *logits,
+                        const void *labels, void *dlogits, int64_t rows,
                         int64_t classes) override {
     checkRows("cross_entropy_grad", rows);
-    cuda::crossEntropyGrad(dloss, logits, labels, dlogits, rows, classes,
-                           slot("cross_entropy_grad", true, classes), compute);
+    cuda::ErrorSlot *error = slot("cross_entropy_grad", true, classes);
+    ZTRT_CUDA_DISPATCH(dtype, cuda::crossEntropyGrad(
+                                  as<float>(dloss), as<T>(logits),
+                                  as<int32_t>(labels), as<T>(dlogits), rows,
+                                  classes, error, compute));
   }
-  void embedding(const float *table, const int32_t *ids, float *out,
+  void embedding(DType dtype, const void *table, const void *ids, void *out,
                  int64_t nIds, int64_t vocab, int64_t dim) override {
     checkRows("embedding", nIds);
-    cuda::embedding(table, ids, out, nIds, vocab, dim,
-                    slot("embedding", false, vocab), compute);
+    cuda::ErrorSlot *error = slot("embedding", false, vocab);
+    ZTRT_CUDA_DISPATCH(dtype, cuda::embedding(as<T>(table), as<int32_t>(ids),
+                                              as<T>(out), nIds, vocab, dim,
+                                              error, compute));
   }
-  void embeddingGrad(const float *dy, const int32_t *ids, float *dtable,
-                     int64_t nIds, int64_t vocab, int64_t dim) override {
+  void embeddingGrad(DType dtype, const void *dy, const void *ids,
+                     void *dtable, int64_t nIds, int64_t vocab,
+                     int64_t dim) override {
     checkRows("embedding_grad", nIds);
-    cuda::embeddingGrad(dy, ids, dtable, nIds, vocab, dim,
-                        slot("embedding_grad", false, vocab), compute);
+    cuda::ErrorSlot *error = slot("embedding_grad", false, vocab);
+    ZTRT_CUDA_DISPATCH(dtype, cuda::embeddingGrad(as<T>(dy), as<int32_t>(ids),
+                                                  as<T>(dtable), nIds, vocab,
+                                                  dim, error, compute));
   }
 
   // Scalars exactly as cpu/CpuBackend.cpp rounds them.
-  void sgdUpdate(float *param, const float *grad, float *momentumBuf, int64_t n,
-                 const SgdHyper &hyper, int64_t step) override {
+  void sgdUpdate(DType dtype, void *param, const void *grad, void *momentumBuf,
+                 int64_t n, const SgdHyper &hyper, int64_t step) override {
     cuda::SgdScalars s;
     s.negLr = static_cast<float>(-hyper.lr);
     s.momentum = static_cast<float>(hyper.momentum);
@@ -582,11 +659,13 @@ public:
     s.useMomentum = hyper.momentum != 0.0;
     s.first = step == 1;
     s.nesterov = hyper.nesterov;
-    cuda::sgdUpdate(param, grad, momentumBuf, n, s, compute);
+    ZTRT_CUDA_DISPATCH(dtype, cuda::sgdUpdate(as<T>(param), as<T>(grad),
+                                              as<T>(momentumBuf), n, s,
+                                              compute));
   }
 
-  void adamUpdate(float *param, const float *grad, float *expAvg,
-                  float *expAvgSq, int64_t n, const AdamHyper &hyper,
+  void adamUpdate(DType dtype, void *param, const void *grad, void *expAvg,
+                  void *expAvgSq, int64_t n, const AdamHyper &hyper,
                   int64_t step) override {
     const double t = static_cast<double>(step);
     const double bias1 = 1.0 - std::pow(hyper.beta1, t);
@@ -602,27 +681,34 @@ public:
     s.decay = static_cast<float>(hyper.weightDecay);
     s.shrink = static_cast<float>(1.0 - hyper.lr * hyper.weightDecay);
     s.decoupled = hyper.decoupled;
-    cuda::adamUpdate(param, grad, expAvg, expAvgSq, n, s, compute);
+    ZTRT_CUDA_DISPATCH(dtype, cuda::adamUpdate(as<T>(param), as<T>(grad),
+                                               as<T>(expAvg), as<T>(expAvgSq),
+                                               n, s, compute));
   }
 
+#undef ZTRT_CUDA_DISPATCH
   // --- Collectives -----------------------------------------------------------
   // The synchronous forms (not used by the context, which enqueues): the
   // enqueued collective, waited and finished.
 
-  int64_t allReduce(Communicator &world, const float *in, float *out, int64_t n,
-                    bool mean) override {
-    return blocking(world, Collective::AllReduce, in, out, n, mean, 0);
+  int64_t allReduce(Communicator &world, DType dtype, const void *in,
+                    void *out, int64_t n, bool mean) override {
+    return blocking(world, Collective::AllReduce, dtype, in, out, n, mean, 0);
   }
-  int64_t reduceScatter(Communicator &world, const float *in, float *out,
-                        int64_t count, bool mean) override {
-    return blocking(world, Collective::ReduceScatter, in, out, count, mean, 0);
+  int64_t reduceScatter(Communicator &world, DType dtype, const void *in,
+                        void *out, int64_t count, bool mean) override {
+    return blocking(world, Collective::ReduceScatter, dtype, in, out, count,
+                    mean, 0);
   }
-  int64_t allGather(Communicator &world, const float *in, float *out,
+  int64_t allGather(Communicator &world, DType dtype, const void *in, void *out,
                     int64_t count) override {
-    return blocking(world, Collective::AllGather, in, out, count, false, 0);
+    return blocking(world, Collective::AllGather, dtype, in, out, count, false,
+                    0);
   }
-  int64_t bcast(Communicator &world, float *buf, int64_t n, int root) override {
-    return blocking(world, Collective::Broadcast, buf, buf, n, false, root);
+  int64_t bcast(Communicator &world, DType dtype, void *buf, int64_t n,
+                int root) override {
+    return blocking(world, Collective::Broadcast, dtype, buf, buf, n, false,
+                    root);
   }
 
   bool enqueuesCollectives() const override { return true; }
@@ -639,9 +725,7 @@ public:
     check(cudaEventRecord(ticket.begin, comm), "cudaEventRecord");
     execute(request);
     check(cudaEventRecord(ticket.end, comm), "cudaEventRecord");
-    // NCCL does not say what it sent: the ring algorithm's per-rank volume,
-    // the payload formula of the report (0 in a world of one).
-    *wireBytes = collectiveBytes(request.kind, request.elems, ranks);
+    *wireBytes = ncclWireBytes(request);
     const int64_t id = nextTicket++;
     tickets.emplace(id, ticket);
     return id;
@@ -679,10 +763,47 @@ public:
   }
 
 private:
+  /// The bytes this rank hands NCCL for other ranks: NCCL does not say what
+  /// it sent, so the ring algorithm's per-rank volume for the element count
+  /// and element size NCCL was given (reduce-scatter and all-gather send
+  /// N-1 chunks of `count`; all-reduce 2 (N-1) / N of its payload, integer
+  /// bytes; a broadcast forwards its payload once). 0 without a
+  /// communicator of more than one rank (a world of one copies).
+  int64_t ncclWireBytes(const CollectiveRequest &r) const {
+    if (!ncclComm || ranks <= 1)
+      return 0;
+    const int64_t payload = r.elems * elementBytes(r.dtype);
+    switch (r.kind) {
+    case Collective::AllReduce:
+      return 2 * (ranks - 1) * payload / ranks;
+    case Collective::ReduceScatter:
+    case Collective::AllGather:
+      return (ranks - 1) * payload;
+    case Collective::Broadcast:
+      return payload;
+    }
+    return 0;
+  }
+
+  static ncclDataType_t ncclType(DType dtype) {
+    switch (dtype) {
+    case DType::BF16:
+      return ncclBfloat16;
+    case DType::F16:
+      return ncclFloat16;
+    case DType::F32:
+      break;
+    }
+    return ncclFloat32;
+  }
+
   /// Enqueues the collective's data movement on the communication stream.
+  /// Sums are NCCL's (in its order, in the dtype: see docs/cuda.md); a mean
+  /// divides the sum by N in float and rounds once to the dtype.
   void execute(const CollectiveRequest &r) {
     const int64_t n = r.elems;
-    const int64_t bytes = n * 4;
+    const int64_t elem = elementBytes(r.dtype);
+    const int64_t bytes = n * elem;
     if (!ncclComm) {
       // A world of one: each collective is a copy (bcast: nothing).
       if (r.kind != Collective::Broadcast)
@@ -691,7 +812,9 @@ private:
     }
     const cuda::NcclApi &api = cuda::nccl();
     const size_t count = static_cast<size_t>(n);
-    const float *in = r.in;
+    const ncclDataType_t type = ncclType(r.dtype);
+    const char *in = static_cast<const char *>(r.in);
+    char *out = static_cast<char *>(r.out);
     void *staged = nullptr;
     // NCCL allows exactly one kind of overlap per collective (its "in
     // place" layout); any other overlap goes through a copy of `in`, so
@@ -701,44 +824,45 @@ private:
       check(cudaMemcpyAsync(staged, in, static_cast<size_t>(inBytes),
                             cudaMemcpyDeviceToDevice, comm),
             "cudaMemcpyAsync");
-      in = static_cast<const float *>(staged);
+      in = static_cast<const char *>(staged);
     };
     switch (r.kind) {
     case Collective::AllReduce:
-      if (in != r.out && overlaps(in, bytes, r.out, bytes))
+      if (in != out && overlaps(in, bytes, out, bytes))
         stage(bytes);
-      checkNccl(
-          api.allReduce(in, r.out, count, ncclFloat, ncclSum, ncclComm, comm),
-          "ncclAllReduce");
+      checkNccl(api.allReduce(in, out, count, type, ncclSum, ncclComm, comm),
+                "ncclAllReduce");
       break;
     case Collective::ReduceScatter:
-      if (r.out != in + rank * n && overlaps(in, bytes * ranks, r.out, bytes))
+      if (out != in + rank * bytes && overlaps(in, bytes * ranks, out, bytes))
         stage(bytes * ranks);
-      checkNccl(api.reduceScatter(in, r.out, count, ncclFloat, ncclSum,
-                                  ncclComm, comm),
-                "ncclReduceScatter");
+      checkNccl(
+          api.reduceScatter(in, out, count, type, ncclSum, ncclComm, comm),
+          "ncclReduceScatter");
       break;
     case Collective::AllGather:
-      if (in != r.out + rank * n && overlaps(in, bytes, r.out, bytes * ranks))
+      if (in != out + rank * bytes && overlaps(in, bytes, out, bytes * ranks))
         stage(bytes);
-      checkNccl(api.allGather(in, r.out, count, ncclFloat, ncclComm, comm),
+      checkNccl(api.allGather(in, out, count, type, ncclComm, comm),
                 "ncclAllGather");
       break;
     case Collective::Broadcast:
-      checkNccl(
-          api.broadcast(r.out, r.out, count, ncclFloat, r.root, ncclComm, comm),
-          "ncclBroadcast");
+      checkNccl(api.broadcast(out, out, count, type, r.root, ncclComm, comm),
+                "ncclBroadcast");
       break;
     }
     // The mean is the sum divided by N in float, as on the cpu (not NCCL's
     // ncclAvg, which scales each rank's term before summing).
     if (r.mean && ranks > 1 && r.kind != Collective::Broadcast)
-      cuda::divide(r.out, n, static_cast<float>(ranks), comm);
+      dispatch(r.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        cuda::divide(as<T>(r.out), n, static_cast<float>(ranks), comm);
+      });
     if (staged)
       cuda::release(staged, comm);
   }
 
-  void copyOnComm(const float *in, float *out, int64_t bytes) {
+  void copyOnComm(const void *in, void *out, int64_t bytes) {
     if (bytes <= 0 || in == out)
       return;
     if (overlaps(in, bytes, out, bytes)) {
@@ -755,10 +879,12 @@ private:
           "cudaMemcpyAsync");
   }
 
-  int64_t blocking(Communicator &world, Collective kind, const float *in,
-                   float *out, int64_t elems, bool mean, int root) {
+  int64_t blocking(Communicator &world, Collective kind, DType dtype,
+                   const void *in, void *out, int64_t elems, bool mean,
+                   int root) {
     CollectiveRequest request;
     request.kind = kind;
+    request.dtype = dtype;
     request.in = in;
     request.out = out;
     request.elems = elems;

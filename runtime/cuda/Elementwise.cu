@@ -4,7 +4,8 @@
 // element, the same float expression in the same order as the cpu backend
 // (cpu/CpuBackend.cpp); with --fmad=false, IEEE division and square root
 // (nvcc's defaults) and gelu shared through cpu/VecMath.h, the results are
-// bitwise those of the cpu backend.
+// bitwise those of the cpu backend. Elements are loaded as float and every
+// output element is stored once, rounded to T (float, bf16, f16).
 //
 //===----------------------------------------------------------------------===//
 
@@ -122,7 +123,7 @@ void fill(T *out, int64_t n, float value, cudaStream_t stream) {
   if (n <= 0)
     return;
   ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, fillKernel)(out, n, value);
-  check(cudaGetLastError(), "fill_f32 kernel launch");
+  check(cudaGetLastError(), "fill kernel launch");
 }
 
 template <typename T>
@@ -152,7 +153,7 @@ void scale(const T *x, T *out, int64_t n, float factor, cudaStream_t stream) {
   if (n <= 0)
     return;
   ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, scaleKernel)(x, out, n, factor);
-  check(cudaGetLastError(), "scale_f32 kernel launch");
+  check(cudaGetLastError(), "scale kernel launch");
 }
 
 template <typename T>
@@ -171,7 +172,7 @@ void biasAdd(const T *x, const T *bias, T *out, int64_t rows, int64_t cols,
     return;
   ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, biasAddKernel)
   (x, bias, out, n, cols);
-  check(cudaGetLastError(), "bias_add_f32 kernel launch");
+  check(cudaGetLastError(), "bias_add kernel launch");
 }
 
 template <typename T>
@@ -179,7 +180,7 @@ void relu(const T *x, T *out, int64_t n, cudaStream_t stream) {
   if (n <= 0)
     return;
   ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, reluKernel)(x, out, n);
-  check(cudaGetLastError(), "relu_f32 kernel launch");
+  check(cudaGetLastError(), "relu kernel launch");
 }
 
 template <typename T>
@@ -187,7 +188,7 @@ void reluGrad(const T *dy, const T *x, T *dx, int64_t n, cudaStream_t stream) {
   if (n <= 0)
     return;
   ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, reluGradKernel)(dy, x, dx, n);
-  check(cudaGetLastError(), "relu_grad_f32 kernel launch");
+  check(cudaGetLastError(), "relu_grad kernel launch");
 }
 
 template <typename T>
@@ -195,7 +196,7 @@ void gelu(const T *x, T *out, int64_t n, cudaStream_t stream) {
   if (n <= 0)
     return;
   ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, geluKernel)(x, out, n);
-  check(cudaGetLastError(), "gelu_f32 kernel launch");
+  check(cudaGetLastError(), "gelu kernel launch");
 }
 
 template <typename T>
@@ -203,7 +204,7 @@ void geluGrad(const T *dy, const T *x, T *dx, int64_t n, cudaStream_t stream) {
   if (n <= 0)
     return;
   ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, geluGradKernel)(dy, x, dx, n);
-  check(cudaGetLastError(), "gelu_grad_f32 kernel launch");
+  check(cudaGetLastError(), "gelu_grad kernel launch");
 }
 
 template <typename T>
@@ -213,7 +214,7 @@ void sgdUpdate(T *param, const T *grad, T *momentumBuf, int64_t n,
     return;
   ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, sgdKernel)
   (param, grad, momentumBuf, n, s);
-  check(cudaGetLastError(), "sgd_update_f32 kernel launch");
+  check(cudaGetLastError(), "sgd_update kernel launch");
 }
 
 template <typename T>
@@ -223,7 +224,7 @@ void adamUpdate(T *param, const T *grad, T *expAvg, T *expAvgSq, int64_t n,
     return;
   ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, adamKernel)
   (param, grad, expAvg, expAvgSq, n, s);
-  check(cudaGetLastError(), "adam_update_f32 kernel launch");
+  check(cudaGetLastError(), "adam_update kernel launch");
 }
 
 #define ZTRT_INSTANTIATE(T)                                                    \
@@ -244,5 +245,7 @@ void adamUpdate(T *param, const T *grad, T *expAvg, T *expAvgSq, int64_t n,
                               const AdamScalars &, cudaStream_t);
 
 ZTRT_INSTANTIATE(float)
+ZTRT_INSTANTIATE(ztrt::bf16)
+ZTRT_INSTANTIATE(ztrt::f16)
 
 } // namespace ztrt::cuda

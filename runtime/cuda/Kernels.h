@@ -7,10 +7,13 @@
 // the cpu backend's (no FMA contraction on either side).
 //
 // Every launcher is a template on the element type T (storage) with float
-// arithmetic (double where the cpu backend accumulates in double); only
-// T = float is instantiated today. bf16 is an instantiation away for the
-// elementwise and row kernels: loads go through static_cast<float>, stores
-// through static_cast<T>.
+// arithmetic (double where the cpu backend accumulates in double),
+// instantiated for float, ztrt::bf16 and ztrt::f16 (src/DType.h, whose
+// conversions are __host__ __device__): loads go through
+// static_cast<float>, and each output element is stored once through
+// static_cast<T>, so a bf16 / f16 result is the float kernel's result on
+// the widened inputs, rounded once. For T = float the conversions are the
+// identity: the float kernels are unchanged by the templating.
 //
 // Launchers do nothing for empty tensors (a CUDA grid may not be empty).
 // Data checks (label and id ranges) are done by the kernels, which record
@@ -21,6 +24,8 @@
 
 #ifndef ZTRT_CUDA_KERNELS_H
 #define ZTRT_CUDA_KERNELS_H
+
+#include "src/DType.h"
 
 #include <cuda_runtime_api.h>
 
@@ -109,14 +114,16 @@ void softmax(const T *x, T *y, int64_t rows, int64_t cols, bool causal,
 template <typename T>
 void softmaxGrad(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols,
                  cudaStream_t stream);
+/// The loss is one float whatever T (ztrt_abi.def).
 template <typename T>
-void crossEntropy(const T *logits, const int32_t *labels, T *loss, int64_t rows,
-                  int64_t classes, ErrorSlot *error, cudaStream_t stream);
-/// `dloss` is device memory (one element), read by the kernel.
+void crossEntropy(const T *logits, const int32_t *labels, float *loss,
+                  int64_t rows, int64_t classes, ErrorSlot *error,
+                  cudaStream_t stream);
+/// `dloss` is device memory (one float), read by the kernel.
 template <typename T>
-void crossEntropyGrad(const T *dloss, const T *logits, const int32_t *labels,
-                      T *dlogits, int64_t rows, int64_t classes,
-                      ErrorSlot *error, cudaStream_t stream);
+void crossEntropyGrad(const float *dloss, const T *logits,
+                      const int32_t *labels, T *dlogits, int64_t rows,
+                      int64_t classes, ErrorSlot *error, cudaStream_t stream);
 
 // --- Layout and lookups (Layout.cu) ------------------------------------------
 
@@ -154,7 +161,9 @@ void embedding(const T *table, const int32_t *ids, T *out, int64_t nIds,
                int64_t vocab, int64_t dim, ErrorSlot *error,
                cudaStream_t stream);
 /// dtable = 0, then every row that occurs in `ids` is the float sum, in
-/// index order, of its dy rows: bitwise the cpu backend's result.
+/// index order, of its dy rows: bitwise the cpu backend's result. For
+/// T != float the sums accumulate in a float scratch table, rounded to T
+/// once at the end (as the cpu backend does).
 template <typename T>
 void embeddingGrad(const T *dy, const int32_t *ids, T *dtable, int64_t nIds,
                    int64_t vocab, int64_t dim, ErrorSlot *error,

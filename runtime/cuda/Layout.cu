@@ -11,6 +11,7 @@
 #include "cuda/DeviceUtil.cuh"
 
 #include <climits>
+#include <type_traits>
 
 namespace ztrt::cuda {
 
@@ -152,13 +153,15 @@ __global__ void embeddingKernel(const T *table, const int32_t *ids, T *out,
 // One block per position i. Only the first occurrence of an id accumulates
 // its row: it collects, chunk by chunk and in index order, the positions
 // j >= i with the same id and adds their dy rows into its (exclusively
-// owned, zeroed) table row. Every column therefore receives exactly the
+// owned, zeroed) row of `acc`. Every column therefore receives exactly the
 // cpu's float additions in the cpu's order, without atomics. The scans
 // compare one id per thread per chunk, O(nIds^2 / blockDim) per call.
+// `acc` is the float table itself for T = float, a float scratch table
+// otherwise (rounded to T afterwards, once per element).
 template <typename T>
-__global__ void embeddingGradKernel(const T *dy, const int32_t *ids, T *dtable,
-                                    int64_t nIds, int64_t vocab, int64_t dim,
-                                    ErrorSlot *error) {
+__global__ void embeddingGradKernel(const T *dy, const int32_t *ids,
+                                    float *acc, int64_t nIds, int64_t vocab,
+                                    int64_t dim, ErrorSlot *error) {
   __shared__ int64_t matches[kBlock];
   __shared__ int warpCounts[kBlock / kWarp];
   const int64_t i = blockIdx.x;
@@ -174,7 +177,7 @@ __global__ void embeddingGradKernel(const T *dy, const int32_t *ids, T *dtable,
     if (__syncthreads_or(j < i && ids[j] == id))
       return;
   }
-  T *row = dtable + static_cast<int64_t>(id) * dim;
+  float *row = acc + static_cast<int64_t>(id) * dim;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   for (int64_t j0 = i; j0 < nIds; j0 += blockDim.x) {
     // Compact this chunk's matches, in index order, into `matches`.
@@ -195,11 +198,17 @@ __global__ void embeddingGradKernel(const T *dy, const int32_t *ids, T *dtable,
     for (int m = 0; m < count; ++m) {
       const T *src = dy + matches[m] * dim;
       for (int64_t c = threadIdx.x; c < dim; c += blockDim.x)
-        row[c] = static_cast<T>(static_cast<float>(row[c]) +
-                                static_cast<float>(src[c]));
+        row[c] = row[c] + static_cast<float>(src[c]);
     }
     __syncthreads();
   }
+}
+
+/// out[i] = T(acc[i]): the one rounding of embedding_grad's float sums.
+template <typename T>
+__global__ void roundKernel(const float *acc, T *out, int64_t n) {
+  for (int64_t i = globalThread(); i < n; i += gridThreads())
+    out[i] = static_cast<T>(acc[i]);
 }
 
 template <typename Word>
@@ -267,7 +276,7 @@ void reduce(const T *x, T *out, const Reduction &plan, bool mean,
   double *partial = nullptr;
   if (segments > 1)
     partial = static_cast<double *>(scratch(
-        segments * plan.outputs * sizeof(double), stream, "reduce_f32"));
+        segments * plan.outputs * sizeof(double), stream, "reduce"));
   ZTRT_LAUNCH(blocksFor(segments * plan.outputs), kBlock, 0, stream,
               reducePartialKernel)
   (x, out, partial, plan, segments, length, mean);
@@ -276,7 +285,7 @@ void reduce(const T *x, T *out, const Reduction &plan, bool mean,
     (partial, out, plan.outputs, segments, plan.reduced, mean);
     release(partial, stream);
   }
-  check(cudaGetLastError(), "reduce_f32 kernel launch");
+  check(cudaGetLastError(), "reduce kernel launch");
 }
 
 template <typename T>
@@ -301,17 +310,36 @@ template <typename T>
 void embeddingGrad(const T *dy, const int32_t *ids, T *dtable, int64_t nIds,
                    int64_t vocab, int64_t dim, ErrorSlot *error,
                    cudaStream_t stream) {
-  // Zero bits are +0.0f: the cpu's fill(0).
-  if (vocab > 0 && dim > 0)
-    check(cudaMemsetAsync(dtable, 0, vocab * dim * sizeof(T), stream),
+  // Zero bits are +0 in every T: the cpu's fill(0).
+  const int64_t n = vocab * dim;
+  if (n > 0)
+    check(cudaMemsetAsync(dtable, 0, n * sizeof(T), stream),
           "embedding_grad: cudaMemsetAsync");
   if (nIds <= 0)
     return;
   if (nIds > 0x7fffffff)
     check(cudaErrorInvalidConfiguration, "embedding_grad: too many ids");
+  // The float sums: in the table itself for float, else in a zeroed float
+  // scratch table rounded to T once (the cpu backend's float copy).
+  using Acc = float;
+  Acc *acc = nullptr;
+  if constexpr (std::is_same_v<T, Acc>) {
+    acc = dtable;
+  } else {
+    const int64_t accBytes = n * static_cast<int64_t>(sizeof(Acc));
+    acc = static_cast<Acc *>(scratch(accBytes, stream, "embedding_grad"));
+    if (n > 0)
+      check(cudaMemsetAsync(acc, 0, static_cast<size_t>(accBytes), stream),
+            "embedding_grad: cudaMemsetAsync");
+  }
   ZTRT_LAUNCH(static_cast<unsigned>(nIds), kBlock, 0, stream,
               embeddingGradKernel)
-  (dy, ids, dtable, nIds, vocab, dim, error);
+  (dy, ids, acc, nIds, vocab, dim, error);
+  if constexpr (!std::is_same_v<T, Acc>) {
+    if (n > 0)
+      ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, roundKernel)(acc, dtable, n);
+    release(acc, stream);
+  }
   check(cudaGetLastError(), "embedding_grad kernel launch");
 }
 
@@ -349,5 +377,7 @@ void copy2d(const void *src, void *dst, int64_t rows, int64_t rowBytes,
                                  int64_t, int64_t, ErrorSlot *, cudaStream_t);
 
 ZTRT_INSTANTIATE(float)
+ZTRT_INSTANTIATE(ztrt::bf16)
+ZTRT_INSTANTIATE(ztrt::f16)
 
 } // namespace ztrt::cuda

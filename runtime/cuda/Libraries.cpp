@@ -70,6 +70,10 @@ const CublasApi &cublas() {
     bind(lib, what, "cublasSetStream_v2", api.setStream);
     bind(lib, what, "cublasSetMathMode", api.setMathMode);
     bind(lib, what, "cublasSgemmStridedBatched", api.sgemmStridedBatched);
+    // Compiles only if the header declares the C function with this type.
+    [[maybe_unused]] const GemmStridedBatchedExFn declared =
+        &cublasGemmStridedBatchedEx;
+    bind(lib, what, "cublasGemmStridedBatchedEx", api.gemmStridedBatchedEx);
     bind(lib, what, "cublasGetStatusString", api.statusString);
     bind(lib, what, "cublasGetProperty", api.getProperty);
   });

@@ -13,7 +13,11 @@
 // executable's runpath, ld.so.cache).
 //
 // The tables hold the functions the backend calls, typed from the libraries'
-// own headers (decltype), so a signature mismatch does not compile.
+// own headers (decltype), so a signature mismatch does not compile. The one
+// exception is cublasGemmStridedBatchedEx, which cuBLAS's header overloads
+// in C++ (a static inline wrapper taking the pre-11 cudaDataType compute
+// type): its type is spelled out (GemmStridedBatchedExFn) and checked
+// against the header's C function where the table is filled.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,12 +29,23 @@
 
 namespace ztrt::cuda {
 
+/// cublasGemmStridedBatchedEx with cuBLAS >= 11's cublasComputeType_t.
+using GemmStridedBatchedExFn = cublasStatus_t (*)(
+    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+    int m, int n, int k, const void *alpha, const void *A, cudaDataType Atype,
+    int lda, long long strideA, const void *B, cudaDataType Btype, int ldb,
+    long long strideB, const void *beta, void *C, cudaDataType Ctype, int ldc,
+    long long strideC, int batchCount, cublasComputeType_t computeType,
+    cublasGemmAlgo_t algo);
+
 struct CublasApi {
   decltype(&cublasCreate_v2) create;
   decltype(&cublasDestroy_v2) destroy;
   decltype(&cublasSetStream_v2) setStream;
   decltype(&cublasSetMathMode) setMathMode;
   decltype(&cublasSgemmStridedBatched) sgemmStridedBatched;
+  /// bf16 / f16 GEMMs (CUDA_R_16BF / CUDA_R_16F, CUBLAS_COMPUTE_32F).
+  GemmStridedBatchedExFn gemmStridedBatchedEx;
   decltype(&cublasGetStatusString) statusString;
   decltype(&cublasGetProperty) getProperty;
 };

@@ -14,6 +14,13 @@
 // fixed chunks of rows, then the chunks in order. Everything is a fixed
 // tree for given sizes: deterministic.
 //
+// Element types: inputs are loaded as float (ldf) or float widened to double
+// (ldd); each output element is stored once, as the float the f32 kernel
+// stores, rounded to T. Softmax never keeps an intermediate in y (it
+// computes each exponential again for the store), so no T rounding sits
+// between two float steps. The loss of cross-entropy and its dloss are one
+// float whatever T.
+//
 //===----------------------------------------------------------------------===//
 
 #include "cuda/DeviceUtil.cuh"
@@ -219,19 +226,19 @@ __global__ void crossEntropyRowsKernel(const T *logits, const int32_t *labels,
 
 // Mean over rows: one block, each thread a strided share in row order, then
 // the block tree.
-template <typename T>
-__global__ void meanKernel(const double *values, T *out, int64_t n) {
+// The loss is one float whatever the logits' type.
+__global__ void meanKernel(const double *values, float *out, int64_t n) {
   __shared__ double shared[kWarp];
   double sum = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
     sum += values[i];
   sum = blockSum(sum, shared);
   if (threadIdx.x == 0)
-    out[0] = static_cast<T>(static_cast<float>(sum / n));
+    out[0] = static_cast<float>(sum / n);
 }
 
 template <typename T>
-__global__ void crossEntropyGradKernel(const T *dloss, const T *logits,
+__global__ void crossEntropyGradKernel(const float *dloss, const T *logits,
                                        const int32_t *labels, T *dlogits,
                                        int64_t rows, int64_t classes,
                                        ErrorSlot *error) {
@@ -241,7 +248,7 @@ __global__ void crossEntropyGradKernel(const T *dloss, const T *logits,
   const int lane = threadIdx.x % kWarp;
   const T *xr = logits + row * classes;
   T *dr = dlogits + row * classes;
-  const double scale = ldd(dloss[0]) / rows;
+  const double scale = static_cast<double>(dloss[0]) / rows;
   const double lse = warpLogSumExp(xr, classes, lane);
   const int32_t label = labels[row];
   if (lane == 0 && !(label >= 0 && label < classes))
@@ -272,11 +279,11 @@ void layerNorm(const T *x, const T *gamma, const T *beta, T *y, int64_t rows,
                int64_t cols, double eps, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0)
     return;
-  checkGrid(rows, "layer_norm_f32: too many rows");
+  checkGrid(rows, "layer_norm: too many rows");
   ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
               layerNormKernel)
   (x, gamma, beta, y, cols, eps);
-  check(cudaGetLastError(), "layer_norm_f32 kernel launch");
+  check(cudaGetLastError(), "layer_norm kernel launch");
 }
 
 template <typename T>
@@ -291,15 +298,15 @@ void layerNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
     fill(dbeta, cols, 0.0f, stream);
     return;
   }
-  checkGrid(rows, "layer_norm_grad_f32: too many rows");
+  checkGrid(rows, "layer_norm_grad: too many rows");
   // Chunks of at least 32 rows, at most 256 of them: enough threads for
   // the column sums, and the partial sums stay within 4 KiB per column.
   const int64_t chunks = std::min<int64_t>(256, (rows + 31) / 32);
   const int64_t chunkRows = (rows + chunks - 1) / chunks;
   auto *stats = static_cast<double *>(
-      scratch(rows * 2 * sizeof(double), stream, "layer_norm_grad_f32"));
+      scratch(rows * 2 * sizeof(double), stream, "layer_norm_grad"));
   auto *partial = static_cast<double *>(scratch(
-      2 * chunks * cols * sizeof(double), stream, "layer_norm_grad_f32"));
+      2 * chunks * cols * sizeof(double), stream, "layer_norm_grad"));
   ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
               layerNormGradRowsKernel)
   (dy, x, gamma, dx, stats, cols, eps);
@@ -310,7 +317,7 @@ void layerNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
   (dy, x, stats, partial, rows, cols, chunkRows);
   ZTRT_LAUNCH(columnBlocks, kBlock, 0, stream, layerNormGradFinishKernel)
   (partial, dgamma, dbeta, cols, chunks);
-  check(cudaGetLastError(), "layer_norm_grad_f32 kernel launch");
+  check(cudaGetLastError(), "layer_norm_grad kernel launch");
   release(partial, stream);
   release(stats, stream);
 }
@@ -322,7 +329,7 @@ void softmax(const T *x, T *y, int64_t rows, int64_t cols, bool causal,
     return;
   ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream, softmaxKernel)
   (x, y, rows, cols, causal);
-  check(cudaGetLastError(), "softmax_f32 kernel launch");
+  check(cudaGetLastError(), "softmax kernel launch");
 }
 
 template <typename T>
@@ -332,12 +339,13 @@ void softmaxGrad(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols,
     return;
   ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream, softmaxGradKernel)
   (dy, y, dx, rows, cols);
-  check(cudaGetLastError(), "softmax_grad_f32 kernel launch");
+  check(cudaGetLastError(), "softmax_grad kernel launch");
 }
 
 template <typename T>
-void crossEntropy(const T *logits, const int32_t *labels, T *loss, int64_t rows,
-                  int64_t classes, ErrorSlot *error, cudaStream_t stream) {
+void crossEntropy(const T *logits, const int32_t *labels, float *loss,
+                  int64_t rows, int64_t classes, ErrorSlot *error,
+                  cudaStream_t stream) {
   // No rows: the mean of nothing, NaN, as on the cpu (0 / 0).
   auto *rowLoss = static_cast<double *>(scratch(
       std::max<int64_t>(rows, 1) * sizeof(double), stream, "cross_entropy"));
@@ -350,9 +358,9 @@ void crossEntropy(const T *logits, const int32_t *labels, T *loss, int64_t rows,
 }
 
 template <typename T>
-void crossEntropyGrad(const T *dloss, const T *logits, const int32_t *labels,
-                      T *dlogits, int64_t rows, int64_t classes,
-                      ErrorSlot *error, cudaStream_t stream) {
+void crossEntropyGrad(const float *dloss, const T *logits,
+                      const int32_t *labels, T *dlogits, int64_t rows,
+                      int64_t classes, ErrorSlot *error, cudaStream_t stream) {
   if (rows <= 0)
     return;
   ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream, crossEntropyGradKernel)
@@ -369,12 +377,14 @@ void crossEntropyGrad(const T *dloss, const T *logits, const int32_t *labels,
                            cudaStream_t);                                      \
   template void softmaxGrad<T>(const T *, const T *, T *, int64_t, int64_t,    \
                                cudaStream_t);                                  \
-  template void crossEntropy<T>(const T *, const int32_t *, T *, int64_t,      \
+  template void crossEntropy<T>(const T *, const int32_t *, float *, int64_t,  \
                                 int64_t, ErrorSlot *, cudaStream_t);           \
-  template void crossEntropyGrad<T>(const T *, const T *, const int32_t *,     \
+  template void crossEntropyGrad<T>(const float *, const T *, const int32_t *, \
                                     T *, int64_t, int64_t, ErrorSlot *,        \
                                     cudaStream_t);
 
 ZTRT_INSTANTIATE(float)
+ZTRT_INSTANTIATE(ztrt::bf16)
+ZTRT_INSTANTIATE(ztrt::f16)
 
 } // namespace ztrt::cuda

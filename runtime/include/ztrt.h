@@ -36,7 +36,7 @@
 //
 // <store> is `store <E> full` or `store <E> shard`: what each rank stores
 // of the tensor (n elements, row-major) in the buffer ztrt_param /
-// ztrt_state return, E elements (E * 4 bytes) on every rank, for ZeRO:
+// ztrt_state return, E elements of its dtype on every rank, for ZeRO:
 //   absent           the whole tensor, E = n;
 //   `store E full`   E >= n: the whole tensor in [0, n), zeros in [n, E);
 //   `store E shard`  rank r holds flat elements [r*E, r*E + E), zeros for
@@ -71,7 +71,16 @@ typedef enum ztrt_category {
   ZTRT_CAT_COUNT = 6
 } ztrt_category;
 
+// Element types of tensor buffers (the DTYPE argument of kernels and
+// collectives): stored as such, computed in float.
+typedef enum ztrt_dtype {
+  ZTRT_F32 = 0,
+  ZTRT_BF16 = 1,
+  ZTRT_F16 = 2
+} ztrt_dtype;
+
 #define ZTRT_TYPE_CTX ztrt_ctx *
+#define ZTRT_TYPE_DTYPE int32_t
 #define ZTRT_TYPE_PTR void *
 #define ZTRT_TYPE_CPTR const void *
 #define ZTRT_TYPE_I32 int32_t
@@ -94,11 +103,14 @@ typedef enum ztrt_category {
 #define ZTRT_ARGS_12(a, ...) ZTRT_T_(a), ZTRT_ARGS_11(__VA_ARGS__)
 #define ZTRT_ARGS_13(a, ...) ZTRT_T_(a), ZTRT_ARGS_12(__VA_ARGS__)
 #define ZTRT_ARGS_14(a, ...) ZTRT_T_(a), ZTRT_ARGS_13(__VA_ARGS__)
+#define ZTRT_ARGS_15(a, ...) ZTRT_T_(a), ZTRT_ARGS_14(__VA_ARGS__)
+#define ZTRT_ARGS_16(a, ...) ZTRT_T_(a), ZTRT_ARGS_15(__VA_ARGS__)
 #define ZTRT_NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13,   \
-                    _14, N, ...)                                              \
+                    _14, _15, _16, N, ...)                                    \
   N
 #define ZTRT_NARGS(...)                                                        \
-  ZTRT_NARGS_(__VA_ARGS__, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
+  ZTRT_NARGS_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, \
+              1)
 #define ZTRT_CAT2_(a, b) a##b
 #define ZTRT_CAT2(a, b) ZTRT_CAT2_(a, b)
 #define ZTRT_ARGS(...)                                                         \

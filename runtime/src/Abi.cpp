@@ -17,6 +17,9 @@
 #include "src/Support.h"
 
 #include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace ztrt;
@@ -58,9 +61,14 @@ void *binding(const char *op, const std::vector<void *> &list, int64_t index,
   return list[index];
 }
 
-const float *f(const void *p) { return static_cast<const float *>(p); }
-float *f(void *p) { return static_cast<float *>(p); }
-const int32_t *i32(const void *p) { return static_cast<const int32_t *>(p); }
+DType checkDType(const char *op, int32_t code) {
+  DType type;
+  if (!dtypeFromCode(code, &type))
+    fatal("%s: unknown element type code %d (ztrt_dtype: %d f32, %d bf16, "
+          "%d f16)",
+          op, code, ZTRT_F32, ZTRT_BF16, ZTRT_F16);
+  return type;
+}
 
 /// Whether a row of one set of `rows` rows of `rowBytes` bytes (the i-th at
 /// a + i * aStride) intersects a row of the other. Both lists are sorted by
@@ -85,16 +93,165 @@ bool rowsIntersect(uintptr_t a, int64_t aStride, uintptr_t b, int64_t bStride,
   return false;
 }
 
-CollectiveRequest request(Collective kind, const void *in, void *out,
+/// A collective's request, after the checks every collective entry makes.
+CollectiveRequest request(const char *op, ztrt_ctx *ctx, int32_t dtype,
+                          Collective kind, const void *in, void *out,
                           int64_t elems, int32_t mean) {
+  backendOf(ctx, op);
   CollectiveRequest r;
+  r.dtype = checkDType(op, dtype);
+  checkCount(op, "element count", elems);
   r.kind = kind;
-  r.in = f(in);
-  r.out = f(out);
+  r.in = in;
+  r.out = out;
   r.elems = elems;
   r.mean = mean != 0;
   return r;
 }
+
+// --- Generated kernel entry points -------------------------------------------
+
+/// The name of argument `index` in a space-separated list ("a b out n").
+std::string argumentName(const char *names, int index) {
+  const char *p = names;
+  for (int i = 0; i < index && p; ++i) {
+    p = std::strchr(p, ' ');
+    if (p)
+      ++p;
+  }
+  if (!p)
+    return format("argument %d", index + 1);
+  const char *end = std::strchr(p, ' ');
+  return end ? std::string(p, end) : std::string(p);
+}
+
+/// Every int64 argument of a kernel is a size, an index or a stride: >= 0.
+template <typename... Args>
+void checkSizes(const char *op, const char *names, Args... args) {
+  int index = 0;
+  auto one = [&](auto value) {
+    if constexpr (std::is_same_v<decltype(value), int64_t>)
+      if (value < 0)
+        fatal("%s: negative %s %lld", op, argumentName(names, index).c_str(),
+              static_cast<long long>(value));
+    ++index;
+  };
+  (one(args), ...);
+}
+
+/// A kernel's own checks beyond sizes, by its backend method; none unless
+/// specialized below.
+template <auto Method> struct KernelChecks {
+  template <typename... Args> static void check(const char *, Args...) {}
+};
+
+template <> struct KernelChecks<&Backend::matmul> {
+  static void check(const char *op, const void *, const void *, void *,
+                    int64_t batch, int64_t m, int64_t n, int64_t, int32_t,
+                    int32_t, int64_t, int64_t, int64_t strideC) {
+    // Output matrices that overlap have no defined result (on the cpu the
+    // last one written wins; cuBLAS computes them concurrently).
+    if (batch > 1 && m > 0 && n > 0 && strideC < m * n)
+      fatal("%s: stride_c %lld is less than m * n = %lld with batch %lld "
+            "(results would overwrite each other)",
+            op, static_cast<long long>(strideC), static_cast<long long>(m * n),
+            static_cast<long long>(batch));
+  }
+};
+
+template <> struct KernelChecks<&Backend::softmax> {
+  static void check(const char *op, const void *, void *, int64_t rows,
+                    int64_t cols, int32_t causal) {
+    if (causal && cols > 0 && rows % cols != 0)
+      fatal("%s: causal rows (%lld) must be whole [%lld x %lld] blocks", op,
+            static_cast<long long>(rows), static_cast<long long>(cols),
+            static_cast<long long>(cols));
+  }
+};
+
+template <> struct KernelChecks<&Backend::transpose> {
+  static void check(const char *op, const void *, void *, int64_t rank,
+                    const void *xShape, const void *perm) {
+    checkRank(op, rank, xShape);
+    const int64_t *p = static_cast<const int64_t *>(perm);
+    if (rank > 0 && !p)
+      fatal("%s: null perm", op);
+    std::vector<bool> seen(rank, false);
+    for (int64_t d = 0; d < rank; ++d) {
+      if (p[d] < 0 || p[d] >= rank || seen[p[d]])
+        fatal("%s: perm is not a permutation of [0, %lld) (entry %lld is "
+              "%lld)",
+              op, static_cast<long long>(rank), static_cast<long long>(d),
+              static_cast<long long>(p[d]));
+      seen[p[d]] = true;
+    }
+  }
+};
+
+template <> struct KernelChecks<&Backend::reduce> {
+  static void check(const char *op, const void *, void *, int64_t rank,
+                    const void *xShape, const void *mask, int32_t) {
+    checkRank(op, rank, xShape);
+    if (rank > 0 && !mask)
+      fatal("%s: null reduce_mask", op);
+  }
+};
+
+template <> struct KernelChecks<&Backend::broadcast> {
+  static void check(const char *op, const void *, void *, int64_t rank,
+                    const void *outShape, const void *mask, double) {
+    checkRank(op, rank, outShape);
+    if (rank > 0 && !mask)
+      fatal("%s: null bcast_mask", op);
+  }
+};
+
+/// The body of every generated kernel entry point.
+template <auto Method, typename... Args>
+void kernelEntry(const char *op, const char *names, ztrt_ctx *ctx,
+                 int32_t dtype, Args... args) {
+  Backend &backend = backendOf(ctx, op);
+  TraceScope trace(ctx->trace(), op);
+  const DType type = checkDType(op, dtype);
+  checkSizes(op, names, args...);
+  KernelChecks<Method>::check(op, args...);
+  (backend.*Method)(type, args...);
+}
+
+// Parameter lists p16..p1 for the tags of a kernel entry, and their names.
+#define ZTRT_P_(tag, i) ZTRT_T_(tag) p##i
+#define ZTRT_PARAMS_1(a) ZTRT_P_(a, 1)
+#define ZTRT_PARAMS_2(a, ...) ZTRT_P_(a, 2), ZTRT_PARAMS_1(__VA_ARGS__)
+#define ZTRT_PARAMS_3(a, ...) ZTRT_P_(a, 3), ZTRT_PARAMS_2(__VA_ARGS__)
+#define ZTRT_PARAMS_4(a, ...) ZTRT_P_(a, 4), ZTRT_PARAMS_3(__VA_ARGS__)
+#define ZTRT_PARAMS_5(a, ...) ZTRT_P_(a, 5), ZTRT_PARAMS_4(__VA_ARGS__)
+#define ZTRT_PARAMS_6(a, ...) ZTRT_P_(a, 6), ZTRT_PARAMS_5(__VA_ARGS__)
+#define ZTRT_PARAMS_7(a, ...) ZTRT_P_(a, 7), ZTRT_PARAMS_6(__VA_ARGS__)
+#define ZTRT_PARAMS_8(a, ...) ZTRT_P_(a, 8), ZTRT_PARAMS_7(__VA_ARGS__)
+#define ZTRT_PARAMS_9(a, ...) ZTRT_P_(a, 9), ZTRT_PARAMS_8(__VA_ARGS__)
+#define ZTRT_PARAMS_10(a, ...) ZTRT_P_(a, 10), ZTRT_PARAMS_9(__VA_ARGS__)
+#define ZTRT_PARAMS_11(a, ...) ZTRT_P_(a, 11), ZTRT_PARAMS_10(__VA_ARGS__)
+#define ZTRT_PARAMS_12(a, ...) ZTRT_P_(a, 12), ZTRT_PARAMS_11(__VA_ARGS__)
+#define ZTRT_PARAMS_13(a, ...) ZTRT_P_(a, 13), ZTRT_PARAMS_12(__VA_ARGS__)
+#define ZTRT_PARAMS_14(a, ...) ZTRT_P_(a, 14), ZTRT_PARAMS_13(__VA_ARGS__)
+#define ZTRT_PARAMS(...)                                                       \
+  ZTRT_CAT2(ZTRT_PARAMS_, ZTRT_NARGS(__VA_ARGS__))(__VA_ARGS__)
+#define ZTRT_NAMES_1(a) p1
+#define ZTRT_NAMES_2(a, ...) p2, ZTRT_NAMES_1(__VA_ARGS__)
+#define ZTRT_NAMES_3(a, ...) p3, ZTRT_NAMES_2(__VA_ARGS__)
+#define ZTRT_NAMES_4(a, ...) p4, ZTRT_NAMES_3(__VA_ARGS__)
+#define ZTRT_NAMES_5(a, ...) p5, ZTRT_NAMES_4(__VA_ARGS__)
+#define ZTRT_NAMES_6(a, ...) p6, ZTRT_NAMES_5(__VA_ARGS__)
+#define ZTRT_NAMES_7(a, ...) p7, ZTRT_NAMES_6(__VA_ARGS__)
+#define ZTRT_NAMES_8(a, ...) p8, ZTRT_NAMES_7(__VA_ARGS__)
+#define ZTRT_NAMES_9(a, ...) p9, ZTRT_NAMES_8(__VA_ARGS__)
+#define ZTRT_NAMES_10(a, ...) p10, ZTRT_NAMES_9(__VA_ARGS__)
+#define ZTRT_NAMES_11(a, ...) p11, ZTRT_NAMES_10(__VA_ARGS__)
+#define ZTRT_NAMES_12(a, ...) p12, ZTRT_NAMES_11(__VA_ARGS__)
+#define ZTRT_NAMES_13(a, ...) p13, ZTRT_NAMES_12(__VA_ARGS__)
+#define ZTRT_NAMES_14(a, ...) p14, ZTRT_NAMES_13(__VA_ARGS__)
+#define ZTRT_PARAM_NAMES(...)                                                  \
+  ZTRT_CAT2(ZTRT_NAMES_, ZTRT_NARGS(__VA_ARGS__))(__VA_ARGS__)
 
 } // namespace
 
@@ -158,7 +315,7 @@ void ztrt_set_loss(ztrt_ctx *ctx, const void *loss) {
     fatal("set_loss: null loss buffer");
   // The driver reads the loss after the step's synchronize(); a device
   // backend need not stall its stream in the middle of the step for it.
-  backend.copyToHostAtSync(&ctx->loss, loss, sizeof(float));
+  backend.copyToHostAtSync(&ctx->loss, loss, sizeof(ctx->loss));
   ctx->lossSet = true;
 }
 
@@ -206,245 +363,26 @@ void ztrt_copy_2d(ztrt_ctx *ctx, const void *src, void *dst, int64_t rows,
   backend.copy2d(src, dst, rows, row_bytes, src_stride, dst_stride);
 }
 
-void ztrt_fill_f32(ztrt_ctx *ctx, void *out, int64_t n, double value) {
-  Backend &backend = backendOf(ctx, "fill_f32");
-  TraceScope trace(ctx->trace(), "fill_f32");
-  checkCount("fill_f32", "element count", n);
-  backend.fill(f(out), n, value);
-}
-
-void ztrt_add_f32(ztrt_ctx *ctx, const void *a, const void *b, void *out,
-                  int64_t n) {
-  Backend &backend = backendOf(ctx, "add_f32");
-  TraceScope trace(ctx->trace(), "add_f32");
-  checkCount("add_f32", "element count", n);
-  backend.add(f(a), f(b), f(out), n);
-}
-
-void ztrt_sub_f32(ztrt_ctx *ctx, const void *a, const void *b, void *out,
-                  int64_t n) {
-  Backend &backend = backendOf(ctx, "sub_f32");
-  TraceScope trace(ctx->trace(), "sub_f32");
-  checkCount("sub_f32", "element count", n);
-  backend.sub(f(a), f(b), f(out), n);
-}
-
-void ztrt_mul_f32(ztrt_ctx *ctx, const void *a, const void *b, void *out,
-                  int64_t n) {
-  Backend &backend = backendOf(ctx, "mul_f32");
-  TraceScope trace(ctx->trace(), "mul_f32");
-  checkCount("mul_f32", "element count", n);
-  backend.mul(f(a), f(b), f(out), n);
-}
-
-void ztrt_scale_f32(ztrt_ctx *ctx, const void *x, void *out, int64_t n,
-                    double factor) {
-  Backend &backend = backendOf(ctx, "scale_f32");
-  TraceScope trace(ctx->trace(), "scale_f32");
-  checkCount("scale_f32", "element count", n);
-  backend.scale(f(x), f(out), n, factor);
-}
-
-void ztrt_bias_add_f32(ztrt_ctx *ctx, const void *x, const void *bias,
-                       void *out, int64_t rows, int64_t cols) {
-  Backend &backend = backendOf(ctx, "bias_add_f32");
-  TraceScope trace(ctx->trace(), "bias_add_f32");
-  checkCount("bias_add_f32", "row count", rows);
-  checkCount("bias_add_f32", "column count", cols);
-  backend.biasAdd(f(x), f(bias), f(out), rows, cols);
-}
-
-void ztrt_relu_f32(ztrt_ctx *ctx, const void *x, void *out, int64_t n) {
-  Backend &backend = backendOf(ctx, "relu_f32");
-  TraceScope trace(ctx->trace(), "relu_f32");
-  checkCount("relu_f32", "element count", n);
-  backend.relu(f(x), f(out), n);
-}
-
-void ztrt_relu_grad_f32(ztrt_ctx *ctx, const void *dy, const void *x, void *dx,
-                        int64_t n) {
-  Backend &backend = backendOf(ctx, "relu_grad_f32");
-  TraceScope trace(ctx->trace(), "relu_grad_f32");
-  checkCount("relu_grad_f32", "element count", n);
-  backend.reluGrad(f(dy), f(x), f(dx), n);
-}
-
-void ztrt_gelu_f32(ztrt_ctx *ctx, const void *x, void *out, int64_t n) {
-  Backend &backend = backendOf(ctx, "gelu_f32");
-  TraceScope trace(ctx->trace(), "gelu_f32");
-  checkCount("gelu_f32", "element count", n);
-  backend.gelu(f(x), f(out), n);
-}
-
-void ztrt_gelu_grad_f32(ztrt_ctx *ctx, const void *dy, const void *x, void *dx,
-                        int64_t n) {
-  Backend &backend = backendOf(ctx, "gelu_grad_f32");
-  TraceScope trace(ctx->trace(), "gelu_grad_f32");
-  checkCount("gelu_grad_f32", "element count", n);
-  backend.geluGrad(f(dy), f(x), f(dx), n);
-}
-
-void ztrt_matmul_f32(ztrt_ctx *ctx, const void *a, const void *b, void *c,
-                     int64_t batch, int64_t m, int64_t n, int64_t k,
-                     int32_t trans_a, int32_t trans_b, int64_t stride_a,
-                     int64_t stride_b, int64_t stride_c) {
-  Backend &backend = backendOf(ctx, "matmul_f32");
-  TraceScope trace(ctx->trace(), "matmul_f32");
-  checkCount("matmul_f32", "batch", batch);
-  checkCount("matmul_f32", "m", m);
-  checkCount("matmul_f32", "n", n);
-  checkCount("matmul_f32", "k", k);
-  checkCount("matmul_f32", "stride_a", stride_a);
-  checkCount("matmul_f32", "stride_b", stride_b);
-  checkCount("matmul_f32", "stride_c", stride_c);
-  // Output matrices that overlap have no defined result (on the cpu the
-  // last one written wins; cuBLAS computes them concurrently).
-  if (batch > 1 && m > 0 && n > 0 && stride_c < m * n)
-    fatal("matmul_f32: stride_c %lld is less than m * n = %lld with batch "
-          "%lld (results would overwrite each other)",
-          static_cast<long long>(stride_c), static_cast<long long>(m * n),
-          static_cast<long long>(batch));
-  backend.matmul(f(a), f(b), f(c), batch, m, n, k, trans_a != 0, trans_b != 0,
-                 stride_a, stride_b, stride_c);
-}
-
-void ztrt_layer_norm_f32(ztrt_ctx *ctx, const void *x, const void *gamma,
-                         const void *beta, void *y, int64_t rows, int64_t cols,
-                         double eps) {
-  Backend &backend = backendOf(ctx, "layer_norm_f32");
-  TraceScope trace(ctx->trace(), "layer_norm_f32");
-  checkCount("layer_norm_f32", "row count", rows);
-  checkCount("layer_norm_f32", "column count", cols);
-  backend.layerNorm(f(x), f(gamma), f(beta), f(y), rows, cols, eps);
-}
-
-void ztrt_layer_norm_grad_f32(ztrt_ctx *ctx, const void *dy, const void *x,
-                              const void *gamma, void *dx, void *dgamma,
-                              void *dbeta, int64_t rows, int64_t cols,
-                              double eps) {
-  Backend &backend = backendOf(ctx, "layer_norm_grad_f32");
-  TraceScope trace(ctx->trace(), "layer_norm_grad_f32");
-  checkCount("layer_norm_grad_f32", "row count", rows);
-  checkCount("layer_norm_grad_f32", "column count", cols);
-  backend.layerNormGrad(f(dy), f(x), f(gamma), f(dx), f(dgamma), f(dbeta), rows,
-                        cols, eps);
-}
-
-void ztrt_softmax_f32(ztrt_ctx *ctx, const void *x, void *y, int64_t rows,
-                      int64_t cols, int32_t causal) {
-  Backend &backend = backendOf(ctx, "softmax_f32");
-  TraceScope trace(ctx->trace(), "softmax_f32");
-  checkCount("softmax_f32", "row count", rows);
-  checkCount("softmax_f32", "column count", cols);
-  if (causal && cols > 0 && rows % cols != 0)
-    fatal("softmax_f32: causal rows (%lld) must be whole [%lld x %lld] blocks",
-          static_cast<long long>(rows), static_cast<long long>(cols),
-          static_cast<long long>(cols));
-  backend.softmax(f(x), f(y), rows, cols, causal != 0);
-}
-
-void ztrt_softmax_grad_f32(ztrt_ctx *ctx, const void *dy, const void *y,
-                           void *dx, int64_t rows, int64_t cols) {
-  Backend &backend = backendOf(ctx, "softmax_grad_f32");
-  TraceScope trace(ctx->trace(), "softmax_grad_f32");
-  checkCount("softmax_grad_f32", "row count", rows);
-  checkCount("softmax_grad_f32", "column count", cols);
-  backend.softmaxGrad(f(dy), f(y), f(dx), rows, cols);
-}
-
-void ztrt_transpose_f32(ztrt_ctx *ctx, const void *x, void *out, int64_t rank,
-                        const void *x_shape, const void *perm) {
-  Backend &backend = backendOf(ctx, "transpose_f32");
-  TraceScope trace(ctx->trace(), "transpose_f32");
-  checkRank("transpose_f32", rank, x_shape);
-  const int64_t *p = static_cast<const int64_t *>(perm);
-  if (rank > 0 && !p)
-    fatal("transpose_f32: null perm");
-  std::vector<bool> seen(rank, false);
-  for (int64_t d = 0; d < rank; ++d) {
-    if (p[d] < 0 || p[d] >= rank || seen[p[d]])
-      fatal("transpose_f32: perm is not a permutation of [0, %lld) "
-            "(entry %lld is %lld)",
-            static_cast<long long>(rank), static_cast<long long>(d),
-            static_cast<long long>(p[d]));
-    seen[p[d]] = true;
+// Every ZTRT_KERNEL entry of ztrt_abi.def, generated: ztrt_<name>(ctx,
+// dtype, p1, ..., pN) -> kernelEntry<&Backend::Method>(...).
+#define ZTRT_FN(...)
+#define ZTRT_KERNEL(name, method, names, ...)                                  \
+  void ztrt_##name(ztrt_ctx *ctx, int32_t dtype,                              \
+                   ZTRT_PARAMS(__VA_ARGS__)) {                                 \
+    kernelEntry<&Backend::method>(#name, names, ctx, dtype,                   \
+                                  ZTRT_PARAM_NAMES(__VA_ARGS__));              \
   }
-  backend.transpose(f(x), f(out), rank, static_cast<const int64_t *>(x_shape),
-                    p);
-}
+#include "ztrt_abi.def"
+#undef ZTRT_KERNEL
+#undef ZTRT_FN
 
-void ztrt_reduce_f32(ztrt_ctx *ctx, const void *x, void *out, int64_t rank,
-                     const void *x_shape, const void *reduce_mask,
-                     int32_t mean) {
-  Backend &backend = backendOf(ctx, "reduce_f32");
-  TraceScope trace(ctx->trace(), "reduce_f32");
-  checkRank("reduce_f32", rank, x_shape);
-  if (rank > 0 && !reduce_mask)
-    fatal("reduce_f32: null reduce_mask");
-  backend.reduce(f(x), f(out), rank, static_cast<const int64_t *>(x_shape),
-                 static_cast<const int64_t *>(reduce_mask), mean != 0);
-}
-
-void ztrt_broadcast_f32(ztrt_ctx *ctx, const void *x, void *out, int64_t rank,
-                        const void *out_shape, const void *bcast_mask,
-                        double factor) {
-  Backend &backend = backendOf(ctx, "broadcast_f32");
-  TraceScope trace(ctx->trace(), "broadcast_f32");
-  checkRank("broadcast_f32", rank, out_shape);
-  if (rank > 0 && !bcast_mask)
-    fatal("broadcast_f32: null bcast_mask");
-  backend.broadcast(f(x), f(out), rank, static_cast<const int64_t *>(out_shape),
-                    static_cast<const int64_t *>(bcast_mask), factor);
-}
-
-void ztrt_cross_entropy_f32(ztrt_ctx *ctx, const void *logits,
-                            const void *labels, void *loss, int64_t rows,
-                            int64_t classes) {
-  Backend &backend = backendOf(ctx, "cross_entropy");
-  TraceScope trace(ctx->trace(), "cross_entropy_f32");
-  checkCount("cross_entropy", "row count", rows);
-  checkCount("cross_entropy", "class count", classes);
-  backend.crossEntropy(f(logits), i32(labels), f(loss), rows, classes);
-}
-
-void ztrt_cross_entropy_grad_f32(ztrt_ctx *ctx, const void *dloss,
-                                 const void *logits, const void *labels,
-                                 void *dlogits, int64_t rows, int64_t classes) {
-  Backend &backend = backendOf(ctx, "cross_entropy_grad");
-  TraceScope trace(ctx->trace(), "cross_entropy_grad_f32");
-  checkCount("cross_entropy_grad", "row count", rows);
-  checkCount("cross_entropy_grad", "class count", classes);
-  backend.crossEntropyGrad(f(dloss), f(logits), i32(labels), f(dlogits), rows,
-                           classes);
-}
-
-void ztrt_embedding_f32(ztrt_ctx *ctx, const void *table, const void *ids,
-                        void *out, int64_t n_ids, int64_t vocab, int64_t dim) {
-  Backend &backend = backendOf(ctx, "embedding");
-  TraceScope trace(ctx->trace(), "embedding_f32");
-  checkCount("embedding", "id count", n_ids);
-  checkCount("embedding", "vocabulary size", vocab);
-  checkCount("embedding", "dimension", dim);
-  backend.embedding(f(table), i32(ids), f(out), n_ids, vocab, dim);
-}
-
-void ztrt_embedding_grad_f32(ztrt_ctx *ctx, const void *dy, const void *ids,
-                             void *dtable, int64_t n_ids, int64_t vocab,
-                             int64_t dim) {
-  Backend &backend = backendOf(ctx, "embedding_grad");
-  TraceScope trace(ctx->trace(), "embedding_grad_f32");
-  checkCount("embedding_grad", "id count", n_ids);
-  checkCount("embedding_grad", "vocabulary size", vocab);
-  checkCount("embedding_grad", "dimension", dim);
-  backend.embeddingGrad(f(dy), i32(ids), f(dtable), n_ids, vocab, dim);
-}
-
-void ztrt_sgd_update_f32(ztrt_ctx *ctx, void *param, const void *grad,
-                         void *momentum_buf, int64_t n, double lr,
-                         double momentum, double dampening, double weight_decay,
-                         int32_t nesterov) {
+void ztrt_sgd_update(ztrt_ctx *ctx, int32_t dtype, void *param,
+                     const void *grad, void *momentum_buf, int64_t n, double lr,
+                     double momentum, double dampening, double weight_decay,
+                     int32_t nesterov) {
   Backend &backend = backendOf(ctx, "sgd_update");
-  TraceScope trace(ctx->trace(), "sgd_update_f32");
+  TraceScope trace(ctx->trace(), "sgd_update");
+  const DType type = checkDType("sgd_update", dtype);
   checkCount("sgd_update", "element count", n);
   if (momentum != 0.0 && !momentum_buf)
     fatal("sgd_update: momentum %g needs a momentum buffer", momentum);
@@ -452,24 +390,25 @@ void ztrt_sgd_update_f32(ztrt_ctx *ctx, void *param, const void *grad,
     fatal("sgd_update: called outside a step (step counter is %lld)",
           static_cast<long long>(ctx->step));
   backend.sgdUpdate(
-      f(param), f(grad), f(momentum_buf), n,
+      type, param, grad, momentum_buf, n,
       SgdHyper{lr, momentum, dampening, weight_decay, nesterov != 0},
       ctx->step);
 }
 
-void ztrt_adam_update_f32(ztrt_ctx *ctx, void *param, const void *grad,
-                          void *exp_avg, void *exp_avg_sq, int64_t n, double lr,
-                          double beta1, double beta2, double eps,
-                          double weight_decay, int32_t decoupled) {
+void ztrt_adam_update(ztrt_ctx *ctx, int32_t dtype, void *param,
+                      const void *grad, void *exp_avg, void *exp_avg_sq,
+                      int64_t n, double lr, double beta1, double beta2,
+                      double eps, double weight_decay, int32_t decoupled) {
   const char *op = decoupled ? "adamw_update" : "adam_update";
   Backend &backend = backendOf(ctx, op);
-  TraceScope trace(ctx->trace(), "adam_update_f32");
+  TraceScope trace(ctx->trace(), "adam_update");
+  const DType type = checkDType(op, dtype);
   checkCount(op, "element count", n);
   if (ctx->step < 1)
     fatal("%s: called outside a step (step counter is %lld)", op,
           static_cast<long long>(ctx->step));
   backend.adamUpdate(
-      f(param), f(grad), f(exp_avg), f(exp_avg_sq), n,
+      type, param, grad, exp_avg, exp_avg_sq, n,
       AdamHyper{lr, beta1, beta2, eps, weight_decay, decoupled != 0},
       ctx->step);
 }
@@ -484,63 +423,58 @@ int64_t ztrt_world_size(ztrt_ctx *ctx) {
   return ctx->comm().count();
 }
 
-void ztrt_all_reduce_f32(ztrt_ctx *ctx, const void *in, void *out, int64_t n,
-                         int32_t mean) {
-  backendOf(ctx, "all_reduce_f32");
-  checkCount("all_reduce_f32", "element count", n);
-  ctx->runCollective(request(Collective::AllReduce, in, out, n, mean),
-                     "all_reduce_f32");
+void ztrt_all_reduce(ztrt_ctx *ctx, int32_t dtype, const void *in, void *out,
+                     int64_t n, int32_t mean) {
+  ctx->runCollective(
+      request("all_reduce", ctx, dtype, Collective::AllReduce, in, out, n, mean),
+      "all_reduce");
 }
 
-void ztrt_reduce_scatter_f32(ztrt_ctx *ctx, const void *in, void *out,
-                             int64_t count, int32_t mean) {
-  backendOf(ctx, "reduce_scatter_f32");
-  checkCount("reduce_scatter_f32", "element count", count);
-  ctx->runCollective(request(Collective::ReduceScatter, in, out, count, mean),
-                     "reduce_scatter_f32");
+void ztrt_reduce_scatter(ztrt_ctx *ctx, int32_t dtype, const void *in,
+                         void *out, int64_t count, int32_t mean) {
+  ctx->runCollective(request("reduce_scatter", ctx, dtype,
+                             Collective::ReduceScatter, in, out, count, mean),
+                     "reduce_scatter");
 }
 
-void ztrt_all_gather_f32(ztrt_ctx *ctx, const void *in, void *out,
-                         int64_t count) {
-  backendOf(ctx, "all_gather_f32");
-  checkCount("all_gather_f32", "element count", count);
-  ctx->runCollective(request(Collective::AllGather, in, out, count, 0),
-                     "all_gather_f32");
+void ztrt_all_gather(ztrt_ctx *ctx, int32_t dtype, const void *in, void *out,
+                     int64_t count) {
+  ctx->runCollective(request("all_gather", ctx, dtype, Collective::AllGather,
+                             in, out, count, 0),
+                     "all_gather");
 }
 
-void ztrt_bcast_f32(ztrt_ctx *ctx, void *buf, int64_t n, int64_t root) {
-  backendOf(ctx, "bcast_f32");
-  checkCount("bcast_f32", "element count", n);
+void ztrt_bcast(ztrt_ctx *ctx, int32_t dtype, void *buf, int64_t n,
+                int64_t root) {
+  CollectiveRequest r =
+      request("bcast", ctx, dtype, Collective::Broadcast, buf, buf, n, 0);
   const int ranks = ctx->comm().count();
   if (root < 0 || root >= ranks)
-    fatal("bcast_f32: root %lld out of range [0, %d)",
-          static_cast<long long>(root), ranks);
-  CollectiveRequest r = request(Collective::Broadcast, buf, buf, n, 0);
+    fatal("bcast: root %lld out of range [0, %d)", static_cast<long long>(root),
+          ranks);
   r.root = static_cast<int>(root);
-  ctx->runCollective(r, "bcast_f32");
+  ctx->runCollective(r, "bcast");
 }
 
-int64_t ztrt_all_reduce_start_f32(ztrt_ctx *ctx, const void *in, void *out,
-                                  int64_t n, int32_t mean) {
-  backendOf(ctx, "all_reduce_start_f32");
-  checkCount("all_reduce_start_f32", "element count", n);
-  return ctx->startCollective(request(Collective::AllReduce, in, out, n, mean));
+int64_t ztrt_all_reduce_start(ztrt_ctx *ctx, int32_t dtype, const void *in,
+                              void *out, int64_t n, int32_t mean) {
+  return ctx->startCollective(request("all_reduce_start", ctx, dtype,
+                                      Collective::AllReduce, in, out, n, mean));
 }
 
-int64_t ztrt_reduce_scatter_start_f32(ztrt_ctx *ctx, const void *in, void *out,
-                                      int64_t count, int32_t mean) {
-  backendOf(ctx, "reduce_scatter_start_f32");
-  checkCount("reduce_scatter_start_f32", "element count", count);
-  return ctx->startCollective(
-      request(Collective::ReduceScatter, in, out, count, mean));
+int64_t ztrt_reduce_scatter_start(ztrt_ctx *ctx, int32_t dtype,
+                                  const void *in, void *out, int64_t count,
+                                  int32_t mean) {
+  return ctx->startCollective(request("reduce_scatter_start", ctx, dtype,
+                                      Collective::ReduceScatter, in, out,
+                                      count, mean));
 }
 
-int64_t ztrt_all_gather_start_f32(ztrt_ctx *ctx, const void *in, void *out,
-                                  int64_t count) {
-  backendOf(ctx, "all_gather_start_f32");
-  checkCount("all_gather_start_f32", "element count", count);
-  return ctx->startCollective(
-      request(Collective::AllGather, in, out, count, 0));
+int64_t ztrt_all_gather_start(ztrt_ctx *ctx, int32_t dtype, const void *in,
+                              void *out, int64_t count) {
+  return ctx->startCollective(request("all_gather_start", ctx, dtype,
+                                      Collective::AllGather, in, out, count,
+                                      0));
 }
 
 void ztrt_wait(ztrt_ctx *ctx, int64_t handle) {

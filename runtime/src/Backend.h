@@ -7,8 +7,10 @@
 // compiler emits). Checks that need the data itself (label and id ranges)
 // are the backend's job.
 //
-// Numerics contract shared by all backends: results mirror PyTorch float32
-// (documented per kernel in docs/runtime.md) and are bitwise deterministic
+// Numerics contract shared by all backends: f32 results mirror PyTorch
+// float32 (documented per kernel in docs/runtime.md), and a bf16 / f16
+// result is the f32 computation on the widened inputs rounded once to the
+// storage type (src/DType.h) and are bitwise deterministic
 // for a fixed configuration (device, thread count). Collectives are bitwise
 // identical on every rank. On the cpu backend they are also independent of
 // the transport's algorithms: sums over ranks are taken in rank order
@@ -29,7 +31,9 @@
 #ifndef ZTRT_SRC_BACKEND_H
 #define ZTRT_SRC_BACKEND_H
 
+#include "src/DType.h"
 #include "src/Trace.h"
+#include "ztrt.h"
 
 #include <cstdint>
 #include <string>
@@ -106,72 +110,46 @@ public:
                       int64_t rowBytes, int64_t srcStride,
                       int64_t dstStride) = 0;
 
-  // --- Kernels (argument meaning as in ztrt_abi.def)
-  // ---------------------------
-  virtual void fill(float *out, int64_t n, double value) = 0;
-  virtual void add(const float *a, const float *b, float *out, int64_t n) = 0;
-  virtual void sub(const float *a, const float *b, float *out, int64_t n) = 0;
-  virtual void mul(const float *a, const float *b, float *out, int64_t n) = 0;
-  virtual void scale(const float *x, float *out, int64_t n, double factor) = 0;
-  virtual void biasAdd(const float *x, const float *bias, float *out,
-                       int64_t rows, int64_t cols) = 0;
-  virtual void relu(const float *x, float *out, int64_t n) = 0;
-  virtual void reluGrad(const float *dy, const float *x, float *dx,
-                        int64_t n) = 0;
-  virtual void gelu(const float *x, float *out, int64_t n) = 0;
-  virtual void geluGrad(const float *dy, const float *x, float *dx,
-                        int64_t n) = 0;
-  virtual void matmul(const float *a, const float *b, float *c, int64_t batch,
-                      int64_t m, int64_t n, int64_t k, bool transA, bool transB,
-                      int64_t strideA, int64_t strideB, int64_t strideC) = 0;
-  virtual void layerNorm(const float *x, const float *gamma, const float *beta,
-                         float *y, int64_t rows, int64_t cols, double eps) = 0;
-  virtual void layerNormGrad(const float *dy, const float *x,
-                             const float *gamma, float *dx, float *dgamma,
-                             float *dbeta, int64_t rows, int64_t cols,
-                             double eps) = 0;
-  virtual void softmax(const float *x, float *y, int64_t rows, int64_t cols,
-                       bool causal) = 0;
-  virtual void softmaxGrad(const float *dy, const float *y, float *dx,
-                           int64_t rows, int64_t cols) = 0;
-  virtual void transpose(const float *x, float *out, int64_t rank,
-                         const int64_t *xShape, const int64_t *perm) = 0;
-  virtual void reduce(const float *x, float *out, int64_t rank,
-                      const int64_t *xShape, const int64_t *mask,
-                      bool mean) = 0;
-  virtual void broadcast(const float *x, float *out, int64_t rank,
-                         const int64_t *outShape, const int64_t *mask,
-                         double factor) = 0;
-  virtual void crossEntropy(const float *logits, const int32_t *labels,
-                            float *loss, int64_t rows, int64_t classes) = 0;
-  virtual void crossEntropyGrad(const float *dloss, const float *logits,
-                                const int32_t *labels, float *dlogits,
-                                int64_t rows, int64_t classes) = 0;
-  virtual void embedding(const float *table, const int32_t *ids, float *out,
-                         int64_t nIds, int64_t vocab, int64_t dim) = 0;
-  virtual void embeddingGrad(const float *dy, const int32_t *ids, float *dtable,
-                             int64_t nIds, int64_t vocab, int64_t dim) = 0;
+  // --- Kernels ---------------------------------------------------------------
+  // One pure virtual per ZTRT_KERNEL entry of ztrt_abi.def, generated from
+  // it: Method(DType dtype, arguments...) with the entry's argument types
+  // (buffers as void *, flags as int32_t) and meaning. Tensor buffers hold
+  // `dtype` elements; backends compute in float and round once on store
+  // (src/DType.h), instantiating one template per kernel for every dtype.
+#define ZTRT_FN(...)
+#define ZTRT_KERNEL(name, method, names, ...)                                  \
+  virtual void method(DType dtype, ZTRT_ARGS(__VA_ARGS__)) = 0;
+#include "ztrt_abi.def"
+#undef ZTRT_KERNEL
+#undef ZTRT_FN
+
+  // --- Optimizer updates (ztrt_sgd_update / ztrt_adam_update) ----------------
   /// `step` is the 1-based step counter (first step: buffer = gradient).
-  virtual void sgdUpdate(float *param, const float *grad, float *momentumBuf,
-                         int64_t n, const SgdHyper &hyper, int64_t step) = 0;
-  virtual void adamUpdate(float *param, const float *grad, float *expAvg,
-                          float *expAvgSq, int64_t n, const AdamHyper &hyper,
-                          int64_t step) = 0;
+  /// Parameter, gradient and states hold `dtype`.
+  virtual void sgdUpdate(DType dtype, void *param, const void *grad,
+                         void *momentumBuf, int64_t n, const SgdHyper &hyper,
+                         int64_t step) = 0;
+  virtual void adamUpdate(DType dtype, void *param, const void *grad,
+                          void *expAvg, void *expAvgSq, int64_t n,
+                          const AdamHyper &hyper, int64_t step) = 0;
 
   // --- Collectives over the ranks of `comm` (meaning as in ztrt_abi.def) -----
   // Each returns the bytes this rank handed to the transport for other ranks
-  // (its "wire bytes"), which depend on the backend's algorithm. In a world
+  // (its "wire bytes": the sizes of the sends it passed to MPI or NCCL, in
+  // bytes of `dtype`), which depend on the backend's algorithm. In a world
   // of one each is a copy that returns 0. With more than one rank they run
   // on the context's communication thread (src/CommQueue.h), one at a time
   // in the order the step issued them, concurrently with the step's kernels
-  // on other buffers.
-  virtual int64_t allReduce(Communicator &comm, const float *in, float *out,
-                            int64_t n, bool mean) = 0;
-  virtual int64_t reduceScatter(Communicator &comm, const float *in, float *out,
-                                int64_t count, bool mean) = 0;
-  virtual int64_t allGather(Communicator &comm, const float *in, float *out,
-                            int64_t count) = 0;
-  virtual int64_t bcast(Communicator &comm, float *buf, int64_t n,
+  // on other buffers. Sums are accumulated in float in rank order and
+  // rounded once to `dtype`.
+  virtual int64_t allReduce(Communicator &comm, DType dtype, const void *in,
+                            void *out, int64_t n, bool mean) = 0;
+  virtual int64_t reduceScatter(Communicator &comm, DType dtype,
+                                const void *in, void *out, int64_t count,
+                                bool mean) = 0;
+  virtual int64_t allGather(Communicator &comm, DType dtype, const void *in,
+                            void *out, int64_t count) = 0;
+  virtual int64_t bcast(Communicator &comm, DType dtype, void *buf, int64_t n,
                         int root) = 0;
 
   // --- Enqueued collectives (device backends) --------------------------------

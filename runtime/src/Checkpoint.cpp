@@ -327,8 +327,8 @@ CheckpointIndex readCheckpointIndex(const std::string &dir, const char *what) {
     if (spec.numel < 0 || spec.numel > (int64_t(1) << 60) ||
         spec.storeElems > (int64_t(1) << 60))
       bad(where + " is too large");
-    spec.bytes = spec.numel * 4;
-    spec.storeBytes = spec.storeElems * 4;
+    spec.bytes = spec.numel * spec.elemBytes();
+    spec.storeBytes = spec.storeElems * spec.elemBytes();
     std::string storage = string(entry, "storage");
     spec.store = storage == "shard" ? StoreMode::Shard : StoreMode::Full;
     if (storage != storageName(spec))
@@ -440,8 +440,9 @@ void consolidateCheckpoint(const std::string &dir, const std::string &out) {
       if (spec.store == StoreMode::Full && rank != 0)
         continue;
       StorageSlice slice = spec.slice(rank);
-      std::memcpy(full[i].data() + slice.begin * 4, file.find(spec.name)->data,
-                  static_cast<size_t>(slice.count) * 4);
+      std::memcpy(full[i].data() + slice.begin * spec.elemBytes(),
+                  file.find(spec.name)->data,
+                  static_cast<size_t>(slice.count * spec.elemBytes()));
     }
   }
   std::vector<SafetensorsWriteTensor> tensors;

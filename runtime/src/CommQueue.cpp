@@ -84,20 +84,22 @@ CollectiveResult CommQueue::execute(const CollectiveRequest &r) {
   CollectiveResult result;
   result.kind = r.kind;
   result.elems = r.elems;
+  result.payloadBytes = r.elems * elementBytes(r.dtype);
   result.begin = Clock::now();
   switch (r.kind) {
   case Collective::AllReduce:
-    result.wireBytes = backend.allReduce(comm, r.in, r.out, r.elems, r.mean);
+    result.wireBytes =
+        backend.allReduce(comm, r.dtype, r.in, r.out, r.elems, r.mean);
     break;
   case Collective::ReduceScatter:
     result.wireBytes =
-        backend.reduceScatter(comm, r.in, r.out, r.elems, r.mean);
+        backend.reduceScatter(comm, r.dtype, r.in, r.out, r.elems, r.mean);
     break;
   case Collective::AllGather:
-    result.wireBytes = backend.allGather(comm, r.in, r.out, r.elems);
+    result.wireBytes = backend.allGather(comm, r.dtype, r.in, r.out, r.elems);
     break;
   case Collective::Broadcast:
-    result.wireBytes = backend.bcast(comm, r.out, r.elems, r.root);
+    result.wireBytes = backend.bcast(comm, r.dtype, r.out, r.elems, r.root);
     break;
   }
   result.end = Clock::now();
@@ -118,6 +120,7 @@ int64_t CommQueue::start(const CollectiveRequest &request) {
     entry.ticket = ticket;
     entry.result.kind = request.kind;
     entry.result.elems = request.elems;
+    entry.result.payloadBytes = request.elems * elementBytes(request.dtype);
     entry.result.wireBytes = wireBytes;
     entry.result.deferred = true;
     entry.result.ticket = ticket;

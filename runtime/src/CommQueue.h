@@ -32,6 +32,7 @@
 #ifndef ZTRT_SRC_COMMQUEUE_H
 #define ZTRT_SRC_COMMQUEUE_H
 
+#include "src/DType.h"
 #include "src/Trace.h"
 
 #include <condition_variable>
@@ -50,9 +51,10 @@ enum class Collective;
 /// One collective's arguments, as the ztrt_* entry point received them.
 struct CollectiveRequest {
   Collective kind;
-  const float *in = nullptr;
+  DType dtype = DType::F32;
+  const void *in = nullptr;
   /// The output; the buffer of a broadcast.
-  float *out = nullptr;
+  void *out = nullptr;
   /// n for all_reduce and broadcast, count for reduce_scatter and
   /// all_gather (as in collectiveBytes).
   int64_t elems = 0;
@@ -64,6 +66,9 @@ struct CollectiveRequest {
 struct CollectiveResult {
   Collective kind;
   int64_t elems = 0;
+  /// elems * the element size of the request's dtype: the per-rank payload
+  /// the entry point handed the backend.
+  int64_t payloadBytes = 0;
   /// The backend's return value: bytes this rank handed to the transport.
   int64_t wireBytes = 0;
   /// When the backend began and ended it (on the communication thread, or

@@ -78,6 +78,22 @@ int mpiCount(const char *call, int64_t count) {
   return static_cast<int>(count);
 }
 
+/// The MPI type that moves elements of `bytes` bytes as bits.
+MPI_Datatype elementType(const char *call, int64_t bytes) {
+  switch (bytes) {
+  case 1:
+    return MPI_BYTE;
+  case 2:
+    return MPI_UINT16_T;
+  case 4:
+    return MPI_UINT32_T;
+  case 8:
+    return MPI_UINT64_T;
+  }
+  fatal("%s: no MPI type for %lld-byte elements", call,
+        static_cast<long long>(bytes));
+}
+
 } // namespace
 
 bool launchedByMpi() {
@@ -141,42 +157,54 @@ std::unique_ptr<Communicator> Communicator::initWorld(int *argc, char ***argv) {
   return world;
 }
 
-void Communicator::allToAll(const float *send, float *recv, int64_t elems) {
+void Communicator::allToAll(const void *send, void *recv, int64_t elems,
+                            int64_t elemBytes) {
   if (!mpi) {
-    std::memmove(recv, send, static_cast<size_t>(elems) * sizeof(float));
+    std::memmove(recv, send, static_cast<size_t>(elems * elemBytes));
     return;
   }
   int n = mpiCount("MPI_Alltoall", elems);
-  check(MPI_Alltoall(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, mpi->comm),
-        "MPI_Alltoall");
+  MPI_Datatype type = elementType("MPI_Alltoall", elemBytes);
+  check(MPI_Alltoall(send, n, type, recv, n, type, mpi->comm), "MPI_Alltoall");
+  sent += (p.count - 1) * elems * elemBytes;
 }
 
-void Communicator::allGather(const float *send, float *recv, int64_t elems) {
+void Communicator::allGather(const void *send, void *recv, int64_t elems,
+                             int64_t elemBytes) {
   if (!mpi) {
-    std::memmove(recv, send, static_cast<size_t>(elems) * sizeof(float));
+    std::memmove(recv, send, static_cast<size_t>(elems * elemBytes));
     return;
   }
   int n = mpiCount("MPI_Allgather", elems);
-  check(MPI_Allgather(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, mpi->comm),
+  MPI_Datatype type = elementType("MPI_Allgather", elemBytes);
+  check(MPI_Allgather(send, n, type, recv, n, type, mpi->comm),
         "MPI_Allgather");
+  sent += (p.count - 1) * elems * elemBytes;
 }
 
-void Communicator::gather(const float *send, float *recv, int64_t elems,
-                          int root) {
+void Communicator::gather(const void *send, void *recv, int64_t elems,
+                          int64_t elemBytes, int root) {
   if (!mpi) {
-    std::memmove(recv, send, static_cast<size_t>(elems) * sizeof(float));
+    std::memmove(recv, send, static_cast<size_t>(elems * elemBytes));
     return;
   }
   int n = mpiCount("MPI_Gather", elems);
-  check(MPI_Gather(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, root, mpi->comm),
+  MPI_Datatype type = elementType("MPI_Gather", elemBytes);
+  check(MPI_Gather(send, n, type, recv, n, type, root, mpi->comm),
         "MPI_Gather");
+  if (p.rank != root)
+    sent += elems * elemBytes;
 }
 
-void Communicator::broadcast(float *buf, int64_t elems, int root) {
+void Communicator::broadcast(void *buf, int64_t elems, int64_t elemBytes,
+                             int root) {
   if (!mpi)
     return;
   int n = mpiCount("MPI_Bcast", elems);
-  check(MPI_Bcast(buf, n, MPI_FLOAT, root, mpi->comm), "MPI_Bcast");
+  MPI_Datatype type = elementType("MPI_Bcast", elemBytes);
+  check(MPI_Bcast(buf, n, type, root, mpi->comm), "MPI_Bcast");
+  if (p.rank == root)
+    sent += (p.count - 1) * elems * elemBytes;
 }
 
 void Communicator::broadcastBytes(void *buf, int64_t bytes, int root) {

@@ -71,18 +71,24 @@ public:
   int localRank() const { return p.localRank; }
   int localCount() const { return p.localCount; }
 
-  /// `send` holds count() blocks of `elems` floats; block r goes to rank r.
-  /// Block s of `recv` (count() * elems floats) is what rank s sent here.
-  void allToAll(const float *send, float *recv, int64_t elems);
-  /// `recv` (count() * elems floats) = every rank's `send` (elems floats),
-  /// in rank order. `send` must not overlap `recv`.
-  void allGather(const float *send, float *recv, int64_t elems);
-  /// On `root`, `recv` (count() * elems floats) = every rank's `send` (elems
-  /// floats), in rank order; elsewhere `recv` is unused and may be null.
-  /// `send` must not overlap `recv`.
-  void gather(const float *send, float *recv, int64_t elems, int root);
-  /// `buf` (elems floats) = root's `buf`, on every rank.
-  void broadcast(float *buf, int64_t elems, int root);
+  // Elements are `elemBytes` bytes each (1, 2, 4 or 8: the size of a
+  // tensor's dtype) and are moved as bits, never converted.
+
+  /// `send` holds count() blocks of `elems` elements; block r goes to rank r.
+  /// Block s of `recv` (count() * elems elements) is what rank s sent here.
+  void allToAll(const void *send, void *recv, int64_t elems,
+                int64_t elemBytes);
+  /// `recv` (count() * elems elements) = every rank's `send` (elems
+  /// elements), in rank order. `send` must not overlap `recv`.
+  void allGather(const void *send, void *recv, int64_t elems,
+                 int64_t elemBytes);
+  /// On `root`, `recv` (count() * elems elements) = every rank's `send`
+  /// (elems elements), in rank order; elsewhere `recv` is unused and may be
+  /// null. `send` must not overlap `recv`.
+  void gather(const void *send, void *recv, int64_t elems, int64_t elemBytes,
+              int root);
+  /// `buf` (elems elements) = root's `buf`, on every rank.
+  void broadcast(void *buf, int64_t elems, int64_t elemBytes, int root);
   /// `buf` (`bytes` bytes, moved as such) = root's `buf`, on every rank
   /// (NCCL's unique id).
   void broadcastBytes(void *buf, int64_t bytes, int root);
@@ -92,9 +98,16 @@ public:
   /// Every rank's `text`, in rank order, on rank 0; empty on the others.
   std::vector<std::string> gatherToRoot(const std::string &text);
 
+  /// Bytes of data this rank has handed MPI for other ranks so far in
+  /// allToAll, allGather, gather and broadcast: the counts it passed, times
+  /// the element size, for every destination but itself. Backends report
+  /// a collective's wire bytes as the difference across it.
+  int64_t sentBytes() const { return sent; }
+
 private:
   struct Mpi;
   CommunicatorParams p;
+  int64_t sent = 0;
   /// Null in a world of one.
   std::unique_ptr<Mpi> mpi;
 };

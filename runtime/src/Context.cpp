@@ -53,10 +53,10 @@ const char *collectiveName(Collective kind) {
   return "invalid";
 }
 
-int64_t collectiveBytes(Collective kind, int64_t elems, int64_t ranks) {
+int64_t collectiveBytes(Collective kind, int64_t payloadBytes, int64_t ranks) {
   if (ranks <= 1)
     return 0;
-  const int64_t bytes = elems * 4;
+  const int64_t bytes = payloadBytes;
   switch (kind) {
   case Collective::AllReduce:
     return 2 * (ranks - 1) * bytes / ranks;
@@ -148,7 +148,9 @@ void ztrt_ctx::deallocate(void *ptr, const char *op) {
 void ztrt_ctx::countCall(const CollectiveRequest &request) {
   CollectiveStats &stats = traffic[static_cast<int>(request.kind)];
   ++stats.calls;
-  stats.bytes += collectiveBytes(request.kind, request.elems, world->count());
+  stats.bytes += collectiveBytes(request.kind,
+                                 request.elems * elementBytes(request.dtype),
+                                 world->count());
 }
 
 int64_t ztrt_ctx::startCollective(const CollectiveRequest &request) {
@@ -168,7 +170,8 @@ void ztrt_ctx::finishCollective(int64_t handle,
   traffic[static_cast<int>(result.kind)].wireBytes += result.wireBytes;
   if (result.deferred) {
     deferred.push_back(
-        {handle, result.ticket, result.kind, result.elems, result.wireBytes});
+        {handle, result.ticket, result.kind, result.elems, result.payloadBytes,
+         result.wireBytes});
     return;
   }
   overlapStats.commNanos += nanosBetween(result.begin, result.end);
@@ -179,7 +182,8 @@ void ztrt_ctx::finishCollective(int64_t handle,
     event.end = result.end;
     event.value = handle;
     event.elems = result.elems;
-    event.bytes = collectiveBytes(result.kind, result.elems, world->count());
+    event.bytes =
+        collectiveBytes(result.kind, result.payloadBytes, world->count());
     event.wireBytes = result.wireBytes;
     tracer->add(event);
   }
@@ -238,7 +242,7 @@ void ztrt_ctx::synchronize() {
       event.end = timing.end;
       event.value = c.handle;
       event.elems = c.elems;
-      event.bytes = collectiveBytes(c.kind, c.elems, world->count());
+      event.bytes = collectiveBytes(c.kind, c.payloadBytes, world->count());
       event.wireBytes = c.wireBytes;
       tracer->add(event);
     }

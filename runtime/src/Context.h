@@ -44,13 +44,13 @@ constexpr int kCollectiveKinds = 4;
 /// Collective name as in reports: "all_reduce", "reduce_scatter", ...
 const char *collectiveName(Collective kind);
 
-/// The bytes one call moves by the formulas the ZeRO analysis uses (the "bus
-/// bytes" of nccl-tests): all_reduce of n elements 2(N-1)/N * 4n (rounded
-/// down), reduce_scatter and all_gather of N * count elements
-/// (N-1) * 4count, broadcast of n elements 4n; 0 in a world of one (N = 1),
-/// which moves nothing. `elems` is n, or count for reduce_scatter and
-/// all_gather.
-int64_t collectiveBytes(Collective kind, int64_t elems, int64_t ranks);
+/// The bytes one call moves (the "bus bytes" of nccl-tests, the quantity
+/// the ZeRO analysis counts), from the payload the step handed the
+/// runtime: B = n or count elements times the size of their dtype.
+/// all_reduce: 2(N-1)/N * B (rounded down); reduce_scatter and all_gather:
+/// (N-1) * B; broadcast: B; 0 in a world of one (N = 1), which moves
+/// nothing.
+int64_t collectiveBytes(Collective kind, int64_t payloadBytes, int64_t ranks);
 
 struct CollectiveStats {
   int64_t calls = 0;
@@ -180,7 +180,7 @@ private:
   struct DeferredCollective {
     int64_t handle, ticket;
     ztrt::Collective kind;
-    int64_t elems, wireBytes;
+    int64_t elems, payloadBytes, wireBytes;
   };
   std::vector<DeferredCollective> deferred;
 

@@ -102,7 +102,8 @@ public:
   void fill(int64_t step, size_t index, void *dst) const override {
     const InputSpec &input = inputs[index];
     int64_t batch = input.shape[0];
-    size_t rowBytes = static_cast<size_t>(elementsPerSample(input) * 4);
+    size_t rowBytes =
+        static_cast<size_t>(elementsPerSample(input) * input.elemBytes());
     int64_t first = slice.firstRow(step, batch);
     for (int64_t b = 0; b < batch; ++b) {
       int64_t sample = (first + b) % samples;

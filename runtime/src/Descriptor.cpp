@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "src/Descriptor.h"
+#include "src/DType.h"
 
 #include "src/Support.h"
 
@@ -15,6 +16,16 @@
 #include <set>
 
 namespace ztrt {
+
+int64_t elemTypeBytes(ElemType type) {
+  switch (type) {
+  case ElemType::F32:
+    return elementBytes(DType::F32);
+  case ElemType::I32:
+    return static_cast<int64_t>(sizeof(int32_t));
+  }
+  return 0;
+}
 
 const char *elemTypeName(ElemType type) {
   return type == ElemType::F32 ? "f32" : "i32";
@@ -138,7 +149,7 @@ public:
     spec.numel = checkedNumel(spec.shape);
     if (spec.numel < 0 || spec.numel > (int64_t(1) << 60))
       error("tensor '" + spec.name + "' is too large");
-    spec.bytes = spec.numel * 4; // f32 and i32 are both 4 bytes.
+    spec.bytes = spec.numel * spec.elemBytes();
   }
 
   /// The optional `store <E> full|shard` suffix of a param or state record,
@@ -162,7 +173,7 @@ public:
               std::to_string(spec.storeElems) + " elements, fewer than its " +
               std::to_string(spec.numel));
     }
-    spec.storeBytes = spec.storeElems * 4;
+    spec.storeBytes = spec.storeElems * spec.elemBytes();
     end();
   }
 

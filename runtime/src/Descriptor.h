@@ -19,6 +19,8 @@ enum class ElemType { F32, I32 };
 
 /// "f32" / "i32", as in the descriptor.
 const char *elemTypeName(ElemType type);
+/// Bytes of one element (both are 4 bytes).
+int64_t elemTypeBytes(ElemType type);
 /// "F32" / "I32", as in safetensors headers.
 const char *elemTypeSafetensorsName(ElemType type);
 
@@ -28,6 +30,8 @@ struct TensorSpec {
   std::vector<int64_t> shape;
   int64_t numel = 1;
   int64_t bytes = 4;
+  /// Bytes of one element.
+  int64_t elemBytes() const { return elemTypeBytes(type); }
 };
 
 /// How each rank stores a parameter or optimizer state: the record's

@@ -130,8 +130,8 @@ void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
             formatShape(spec.shape).c_str());
     StorageSlice slice = spec.slice(rank);
     std::vector<char> host(static_cast<size_t>(spec.storeBytes), 0);
-    std::memcpy(host.data(), tensor->data + slice.begin * 4,
-                static_cast<size_t>(slice.count) * 4);
+    std::memcpy(host.data(), tensor->data + slice.begin * spec.elemBytes(),
+                static_cast<size_t>(slice.count * spec.elemBytes()));
     backend.copyFromHost(ctx.params[i], host.data(), spec.storeBytes);
   }
 }
@@ -158,10 +158,10 @@ void saveParams(ztrt_ctx &ctx, const Descriptor &desc,
                                      static_cast<size_t>(spec.storeBytes)
                                : 0);
     // Shards concatenated in rank order are the flat tensor followed by the
-    // padding (checkStorage: E * N >= numel). The gather moves 4-byte words
-    // without converting them, so i32 parameters pass through unchanged.
-    comm.gather(reinterpret_cast<const float *>(shard.data()),
-                reinterpret_cast<float *>(all.data()), spec.storeElems, 0);
+    // padding (checkStorage: E * N >= numel). The gather moves elements as
+    // bits, without converting them.
+    comm.gather(shard.data(), all.data(), spec.storeElems, spec.elemBytes(),
+                0);
     if (root) {
       all.resize(static_cast<size_t>(spec.bytes));
       host.push_back(std::move(all));
@@ -191,7 +191,7 @@ struct StepRecord {
 /// itself in a world of one.
 float meanOverRanks(Communicator &comm, float value) {
   std::vector<float> values(static_cast<size_t>(comm.count()));
-  comm.allGather(&value, values.data(), 1);
+  comm.allGather(&value, values.data(), 1, sizeof(value));
   float sum = values[0];
   for (size_t r = 1; r < values.size(); ++r)
     sum += values[r];
@@ -422,7 +422,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
             static_cast<long long>(desc.gridSize), ranks, ranks,
             static_cast<long long>(desc.gridSize));
     float unused = 0.0f;
-    world->broadcast(&unused, 1, 0);
+    world->broadcast(&unused, 1, sizeof(unused), 0);
   }
   // Shards must cover their tensors on the ranks there are. The parser
   // checks that against a grid record; without one this is the first point
@@ -488,7 +488,8 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
           desc.grads.size(), desc.params.size());
   for (const GradSpec &spec : desc.grads)
     ctx.grads.push_back(ctx.allocate(
-        spec.elements * 4, ZTRT_CAT_GRADIENTS,
+        spec.elements * desc.params[spec.paramIndex].elemBytes(),
+        ZTRT_CAT_GRADIENTS,
         ("gradient of '" + desc.params[spec.paramIndex].name + "'").c_str()));
   for (const InputSpec &spec : desc.inputs)
     ctx.inputs.push_back(ctx.allocate(spec.bytes, ZTRT_CAT_OTHER,

@@ -95,8 +95,9 @@ void initParameterStorage(const ParamSpec &spec, uint64_t seed, int64_t rank,
   initParameter(spec, seed, slice.begin, slice.begin + slice.count, dst);
   // Padding is zero whatever the init kind: the compiler relies on it (zero
   // gradients there make every optimizer update of the padding 0).
-  std::memset(static_cast<char *>(dst) + slice.count * 4, 0,
-              static_cast<size_t>(spec.storeElems - slice.count) * 4);
+  std::memset(static_cast<char *>(dst) + slice.count * spec.elemBytes(), 0,
+              static_cast<size_t>((spec.storeElems - slice.count) *
+                                  spec.elemBytes()));
 }
 
 } // namespace ztrt

@@ -87,7 +87,11 @@ void Trace::write(const std::string &path, int rank, int worldSize) const {
       break;
     case TraceEvent::Type::Wait:
     case TraceEvent::Type::SyncCollective:
-      name = e.type == TraceEvent::Type::Wait ? "wait" : e.name;
+      // A synchronous collective's entry point blocks the step thread for
+      // the whole collective: "sync all_reduce", beside the collective's
+      // own event ("all_reduce") on the communication track.
+      name = e.type == TraceEvent::Type::Wait ? std::string("wait")
+                                              : std::string("sync ") + e.name;
       args = format(", \"args\": {\"handle\": %lld, \"kind\": \"%s\"}",
                     static_cast<long long>(e.value), kind);
       break;

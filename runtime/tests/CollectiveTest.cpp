@@ -53,22 +53,22 @@ TEST(CollectiveTest, WorldOfOneIsACopy) {
   const int64_t n = static_cast<int64_t>(in.size());
   for (int32_t mean : {0, 1}) {
     std::vector<float> out(in.size(), 42.0f);
-    ztrt_all_reduce_f32(ctx.get(), in.data(), out.data(), n, mean);
+    ztrt_all_reduce(ctx.get(), ZTRT_F32, in.data(), out.data(), n, mean);
     EXPECT_TRUE(sameBits(out, in)) << "all_reduce mean=" << mean;
     out.assign(in.size(), 42.0f);
-    ztrt_reduce_scatter_f32(ctx.get(), in.data(), out.data(), n, mean);
+    ztrt_reduce_scatter(ctx.get(), ZTRT_F32, in.data(), out.data(), n, mean);
     EXPECT_TRUE(sameBits(out, in)) << "reduce_scatter mean=" << mean;
   }
   std::vector<float> out(in.size(), 42.0f);
-  ztrt_all_gather_f32(ctx.get(), in.data(), out.data(), n);
+  ztrt_all_gather(ctx.get(), ZTRT_F32, in.data(), out.data(), n);
   EXPECT_TRUE(sameBits(out, in));
   out = in;
-  ztrt_bcast_f32(ctx.get(), out.data(), n, 0);
+  ztrt_bcast(ctx.get(), ZTRT_F32, out.data(), n, 0);
   EXPECT_TRUE(sameBits(out, in));
   // In place, as ZeRO calls them.
   out = in;
-  ztrt_all_reduce_f32(ctx.get(), out.data(), out.data(), n, 1);
-  ztrt_all_gather_f32(ctx.get(), out.data(), out.data(), n);
+  ztrt_all_reduce(ctx.get(), ZTRT_F32, out.data(), out.data(), n, 1);
+  ztrt_all_gather(ctx.get(), ZTRT_F32, out.data(), out.data(), n);
   EXPECT_TRUE(sameBits(out, in));
 }
 
@@ -76,17 +76,18 @@ TEST(CollectiveTest, WorldOfOneGatherIsACopy) {
   Communicator world;
   const std::vector<float> in = trickyValues();
   std::vector<float> out(in.size(), 42.0f);
-  world.gather(in.data(), out.data(), static_cast<int64_t>(in.size()), 0);
+  world.gather(in.data(), out.data(), static_cast<int64_t>(in.size()),
+               sizeof(in[0]), 0);
   EXPECT_TRUE(sameBits(out, in));
 }
 
 TEST(CollectiveTest, WorldOfOneCountsCallsButNoBytes) {
   auto ctx = cpuContext();
   std::vector<float> buf(10, 1.0f);
-  ztrt_all_reduce_f32(ctx.get(), buf.data(), buf.data(), 10, 0);
-  ztrt_all_reduce_f32(ctx.get(), buf.data(), buf.data(), 3, 1);
-  ztrt_reduce_scatter_f32(ctx.get(), buf.data(), buf.data(), 10, 0);
-  ztrt_all_gather_f32(ctx.get(), buf.data(), buf.data(), 0);
+  ztrt_all_reduce(ctx.get(), ZTRT_F32, buf.data(), buf.data(), 10, 0);
+  ztrt_all_reduce(ctx.get(), ZTRT_F32, buf.data(), buf.data(), 3, 1);
+  ztrt_reduce_scatter(ctx.get(), ZTRT_F32, buf.data(), buf.data(), 10, 0);
+  ztrt_all_gather(ctx.get(), ZTRT_F32, buf.data(), buf.data(), 0);
   for (auto [kind, calls] : {std::pair{Collective::AllReduce, 2},
                              {Collective::ReduceScatter, 1},
                              {Collective::AllGather, 1},
@@ -98,42 +99,47 @@ TEST(CollectiveTest, WorldOfOneCountsCallsButNoBytes) {
   }
 }
 
+/// The payload of n f32 elements, in bytes.
+int64_t f32(int64_t n) { return n * elementBytes(DType::F32); }
+
 TEST(CollectiveTest, TrafficFormulas) {
   // all_reduce of n floats: 2(N-1)/N * 4n bytes, rounded down.
-  EXPECT_EQ(collectiveBytes(Collective::AllReduce, 1000, 2), 4000);
-  EXPECT_EQ(collectiveBytes(Collective::AllReduce, 1000, 4), 6000);
-  EXPECT_EQ(collectiveBytes(Collective::AllReduce, 10, 3), 53); // 53.33
+  EXPECT_EQ(collectiveBytes(Collective::AllReduce, f32(1000), 2), 4000);
+  EXPECT_EQ(collectiveBytes(Collective::AllReduce, f32(1000), 4), 6000);
+  EXPECT_EQ(collectiveBytes(Collective::AllReduce, f32(10), 3), 53); // 53.33
   // reduce_scatter / all_gather of N * count floats: (N-1) * 4count.
-  EXPECT_EQ(collectiveBytes(Collective::ReduceScatter, 250, 4), 3000);
-  EXPECT_EQ(collectiveBytes(Collective::AllGather, 250, 4), 3000);
-  EXPECT_EQ(collectiveBytes(Collective::AllGather, 7, 2), 28);
+  EXPECT_EQ(collectiveBytes(Collective::ReduceScatter, f32(250), 4), 3000);
+  EXPECT_EQ(collectiveBytes(Collective::AllGather, f32(250), 4), 3000);
+  EXPECT_EQ(collectiveBytes(Collective::AllGather, f32(7), 2), 28);
   // broadcast of n floats: 4n, whatever N (> 1).
-  EXPECT_EQ(collectiveBytes(Collective::Broadcast, 100, 2), 400);
-  EXPECT_EQ(collectiveBytes(Collective::Broadcast, 100, 8), 400);
+  EXPECT_EQ(collectiveBytes(Collective::Broadcast, f32(100), 2), 400);
+  EXPECT_EQ(collectiveBytes(Collective::Broadcast, f32(100), 8), 400);
   // Nothing moves in a world of one.
   for (Collective kind : {Collective::AllReduce, Collective::ReduceScatter,
                           Collective::AllGather, Collective::Broadcast})
-    EXPECT_EQ(collectiveBytes(kind, 100, 1), 0) << collectiveName(kind);
+    EXPECT_EQ(collectiveBytes(kind, f32(100), 1), 0) << collectiveName(kind);
+  // The payload's element size counts: half the bytes in bf16.
+  EXPECT_EQ(collectiveBytes(Collective::AllReduce, 1000 * elementBytes(DType::BF16), 2), 2000);
   // ZeRO's identity: all_reduce = reduce_scatter + all_gather of n / N each.
-  EXPECT_EQ(collectiveBytes(Collective::AllReduce, 4096, 8),
-            collectiveBytes(Collective::ReduceScatter, 512, 8) +
-                collectiveBytes(Collective::AllGather, 512, 8));
+  EXPECT_EQ(collectiveBytes(Collective::AllReduce, f32(4096), 8),
+            collectiveBytes(Collective::ReduceScatter, f32(512), 8) +
+                collectiveBytes(Collective::AllGather, f32(512), 8));
 }
 
 TEST(CollectiveTest, ArgumentErrors) {
   auto ctx = cpuContext();
   float x = 0.0f;
-  EXPECT_EXIT(ztrt_all_reduce_f32(ctx.get(), &x, &x, -1, 0),
+  EXPECT_EXIT(ztrt_all_reduce(ctx.get(), ZTRT_F32, &x, &x, -1, 0),
               ::testing::ExitedWithCode(1),
-              "^ztrain: error: all_reduce_f32: negative element count -1\n$");
-  EXPECT_EXIT(ztrt_reduce_scatter_f32(ctx.get(), &x, &x, -2, 0),
+              "^ztrain: error: all_reduce: negative element count -1\n$");
+  EXPECT_EXIT(ztrt_reduce_scatter(ctx.get(), ZTRT_F32, &x, &x, -2, 0),
               ::testing::ExitedWithCode(1),
-              "reduce_scatter_f32: negative element count -2");
-  EXPECT_EXIT(ztrt_all_gather_f32(ctx.get(), &x, &x, -3),
+              "reduce_scatter: negative element count -2");
+  EXPECT_EXIT(ztrt_all_gather(ctx.get(), ZTRT_F32, &x, &x, -3),
               ::testing::ExitedWithCode(1),
-              "all_gather_f32: negative element count -3");
-  EXPECT_EXIT(ztrt_bcast_f32(ctx.get(), &x, 1, 1), ::testing::ExitedWithCode(1),
-              "^ztrain: error: bcast_f32: root 1 out of range \\[0, 1\\)\n$");
+              "all_gather: negative element count -3");
+  EXPECT_EXIT(ztrt_bcast(ctx.get(), ZTRT_F32, &x, 1, 1), ::testing::ExitedWithCode(1),
+              "^ztrain: error: bcast: root 1 out of range \\[0, 1\\)\n$");
 }
 
 TEST(CollectiveTest, LaunchedByMpiReadsTheLaunchersVariables) {

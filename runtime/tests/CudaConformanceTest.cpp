@@ -186,42 +186,42 @@ TEST_F(CudaConformanceTest, ElementwiseIsBitwiseTheCpus) {
     const int64_t len = static_cast<int64_t>(n);
     const std::string size = " n=" + std::to_string(n);
     both([&](ztrt_ctx *x, bool d) {
-      ztrt_add_f32(x, at(a, d), at(b, d), at(out, d), len);
+      ztrt_add(x, ZTRT_F32, at(a, d), at(b, d), at(out, d), len);
     });
     expectBitwise(fetch(out), out.host, "add" + size);
     both([&](ztrt_ctx *x, bool d) {
-      ztrt_sub_f32(x, at(a, d), at(b, d), at(out, d), len);
+      ztrt_sub(x, ZTRT_F32, at(a, d), at(b, d), at(out, d), len);
     });
     expectBitwise(fetch(out), out.host, "sub" + size);
     both([&](ztrt_ctx *x, bool d) {
-      ztrt_mul_f32(x, at(a, d), at(b, d), at(out, d), len);
+      ztrt_mul(x, ZTRT_F32, at(a, d), at(b, d), at(out, d), len);
     });
     expectBitwise(fetch(out), out.host, "mul" + size);
     both([&](ztrt_ctx *x, bool d) {
-      ztrt_scale_f32(x, at(a, d), at(out, d), len, -0.3);
+      ztrt_scale(x, ZTRT_F32, at(a, d), at(out, d), len, -0.3);
     });
     expectBitwise(fetch(out), out.host, "scale" + size);
-    both([&](ztrt_ctx *x, bool d) { ztrt_fill_f32(x, at(out, d), len, 0.1); });
+    both([&](ztrt_ctx *x, bool d) { ztrt_fill(x, ZTRT_F32, at(out, d), len, 0.1); });
     expectBitwise(fetch(out), out.host, "fill" + size);
     both([&](ztrt_ctx *x, bool d) {
-      ztrt_relu_f32(x, at(a, d), at(out, d), len);
+      ztrt_relu(x, ZTRT_F32, at(a, d), at(out, d), len);
     });
     expectBitwise(fetch(out), out.host, "relu" + size);
     both([&](ztrt_ctx *x, bool d) {
-      ztrt_relu_grad_f32(x, at(b, d), at(a, d), at(out, d), len);
+      ztrt_relu_grad(x, ZTRT_F32, at(b, d), at(a, d), at(out, d), len);
     });
     expectBitwise(fetch(out), out.host, "relu_grad" + size);
     both([&](ztrt_ctx *x, bool d) {
-      ztrt_gelu_f32(x, at(a, d), at(out, d), len);
+      ztrt_gelu(x, ZTRT_F32, at(a, d), at(out, d), len);
     });
     expectBitwise(fetch(out), out.host, "gelu" + size);
     both([&](ztrt_ctx *x, bool d) {
-      ztrt_gelu_grad_f32(x, at(b, d), at(a, d), at(out, d), len);
+      ztrt_gelu_grad(x, ZTRT_F32, at(b, d), at(a, d), at(out, d), len);
     });
     expectBitwise(fetch(out), out.host, "gelu_grad" + size);
     // In place: out aliases an input.
     both([&](ztrt_ctx *x, bool d) {
-      ztrt_add_f32(x, at(a, d), at(b, d), at(a, d), len);
+      ztrt_add(x, ZTRT_F32, at(a, d), at(b, d), at(a, d), len);
     });
     expectBitwise(fetch(a), a.host, "add in place" + size);
   }
@@ -234,7 +234,7 @@ TEST_F(CudaConformanceTest, BiasAddIsBitwise) {
     auto x = twin(inputs(rows * cols, 3)), bias = twin(inputs(cols, 4));
     auto out = output(rows * cols);
     both([&](ztrt_ctx *c, bool d) {
-      ztrt_bias_add_f32(c, at(x, d), at(bias, d), at(out, d), rows, cols);
+      ztrt_bias_add(c, ZTRT_F32, at(x, d), at(bias, d), at(out, d), rows, cols);
     });
     expectBitwise(fetch(out), out.host, "bias_add");
   }
@@ -256,7 +256,7 @@ TEST_F(CudaConformanceTest, OptimizerUpdatesAreBitwise) {
       auto grad = twin(inputs(n, 10 + static_cast<uint32_t>(t)));
       c()->step = g()->step = t;
       both([&](ztrt_ctx *x, bool d) {
-        ztrt_sgd_update_f32(x, at(p, d), at(grad, d), at(buf, d), n, h.lr,
+        ztrt_sgd_update(x, ZTRT_F32, at(p, d), at(grad, d), at(buf, d), n, h.lr,
                             h.momentum, h.dampening, h.decay, h.nesterov);
       });
     }
@@ -271,7 +271,7 @@ TEST_F(CudaConformanceTest, OptimizerUpdatesAreBitwise) {
         auto grad = twin(inputs(n, 20 + static_cast<uint32_t>(t)));
         c()->step = g()->step = t;
         both([&](ztrt_ctx *x, bool d) {
-          ztrt_adam_update_f32(x, at(p, d), at(grad, d), at(m, d), at(v, d), n,
+          ztrt_adam_update(x, ZTRT_F32, at(p, d), at(grad, d), at(m, d), at(v, d), n,
                                1e-3, 0.9, 0.999, 1e-8, decay, decoupled);
         });
       }
@@ -311,7 +311,7 @@ TEST_F(CudaConformanceTest, MatmulMatchesUpToSummationOrder) {
         twin(inputs(static_cast<size_t>(sb ? cs.batch * sb : cs.k * cs.n), 31));
     auto out = output(static_cast<size_t>(cs.batch * sc));
     both([&](ztrt_ctx *x, bool d) {
-      ztrt_matmul_f32(x, at(a, d), at(b, d), at(out, d), cs.batch, cs.m, cs.n,
+      ztrt_matmul(x, ZTRT_F32, at(a, d), at(b, d), at(out, d), cs.batch, cs.m, cs.n,
                       cs.k, cs.ta, cs.tb, sa, sb, sc);
     });
     std::vector<float> got = fetch(out);
@@ -355,7 +355,7 @@ TEST_F(CudaConformanceTest, MatmulDoesNotUseTF32) {
   auto a = twin(std::vector<float>(m * k, one)),
        b = twin(std::vector<float>(k * n, 1.0f));
   auto out = output(m * n);
-  ztrt_matmul_f32(g(), a.dev, b.dev, out.dev, 1, m, n, k, 0, 0, 0, 0, 0);
+  ztrt_matmul(g(), ZTRT_F32, a.dev, b.dev, out.dev, 1, m, n, k, 0, 0, 0, 0, 0);
   const float exact = 16.0f + std::ldexp(1.0f, -16);
   for (float v : fetch(out))
     ASSERT_EQ(v, exact) << "cuBLAS rounded float32 inputs (TF32 tensor cores?)";
@@ -367,7 +367,7 @@ TEST_F(CudaConformanceTest, MatmulWithEmptyInnerDimWritesZeros) {
        b = twin(std::vector<float>(1, 0.0f));
   auto out = output(2 * 3 * 4);
   both([&](ztrt_ctx *x, bool d) {
-    ztrt_matmul_f32(x, at(a, d), at(b, d), at(out, d), 2, 3, 4, 0, 0, 0, 0, 0,
+    ztrt_matmul(x, ZTRT_F32, at(a, d), at(b, d), at(out, d), 2, 3, 4, 0, 0, 0, 0, 0,
                     12);
   });
   expectBitwise(fetch(out), out.host, "matmul k=0");
@@ -385,9 +385,9 @@ TEST_F(CudaConformanceTest, LayerNormAndGrad) {
     const std::string what =
         " " + std::to_string(rows) + "x" + std::to_string(cols);
     both([&](ztrt_ctx *c, bool d) {
-      ztrt_layer_norm_f32(c, at(x, d), at(gamma, d), at(beta, d), at(y, d),
+      ztrt_layer_norm(c, ZTRT_F32, at(x, d), at(gamma, d), at(beta, d), at(y, d),
                           rows, cols, 1e-5);
-      ztrt_layer_norm_grad_f32(c, at(dy, d), at(x, d), at(gamma, d), at(dx, d),
+      ztrt_layer_norm_grad(c, ZTRT_F32, at(dy, d), at(x, d), at(gamma, d), at(dx, d),
                                at(dgamma, d), at(dbeta, d), rows, cols, 1e-5);
     });
     // The same double formulas with the row sums in another order: mean
@@ -420,8 +420,8 @@ TEST_F(CudaConformanceTest, SoftmaxCausalOrNotAndGrad) {
                                std::to_string(rows) + "x" +
                                std::to_string(cols);
       both([&](ztrt_ctx *c, bool d) {
-        ztrt_softmax_f32(c, at(x, d), at(y, d), rows, cols, causal);
-        ztrt_softmax_grad_f32(c, at(dy, d), at(y, d), at(dx, d), rows, cols);
+        ztrt_softmax(c, ZTRT_F32, at(x, d), at(y, d), rows, cols, causal);
+        ztrt_softmax_grad(c, ZTRT_F32, at(dy, d), at(y, d), at(dx, d), rows, cols);
       });
       std::vector<float> got = fetch(y);
       // CUDA's expf is within 2 ulp, glibc's within 1: each exp differs by
@@ -440,7 +440,7 @@ TEST_F(CudaConformanceTest, SoftmaxCausalOrNotAndGrad) {
       // results differ by at most |y| (ulp(d) + ulp(dy - d)) plus their own
       // rounding: within 2^-22 |y| (|dy| + |d|).
       g()->backend().copyFromHost(y.dev, y.host.data(), rows * cols * 4);
-      ztrt_softmax_grad_f32(g(), dy.dev, y.dev, dx.dev, rows, cols);
+      ztrt_softmax_grad(g(), ZTRT_F32, dy.dev, y.dev, dx.dev, rows, cols);
       std::vector<float> gotDx = fetch(dx);
       for (int64_t r = 0; r < rows; ++r) {
         double dot = 0.0;
@@ -474,7 +474,7 @@ TEST_F(CudaConformanceTest, TransposeAndBroadcastAreBitwise) {
       n *= v;
     auto x = twin(inputs(n, 60)), out = output(n);
     both([&](ztrt_ctx *c, bool d) {
-      ztrt_transpose_f32(c, at(x, d), at(out, d),
+      ztrt_transpose(c, ZTRT_F32, at(x, d), at(out, d),
                          static_cast<int64_t>(cs.shape.size()), cs.shape.data(),
                          cs.perm.data());
     });
@@ -496,7 +496,7 @@ TEST_F(CudaConformanceTest, TransposeAndBroadcastAreBitwise) {
       auto x = twin(inputs(inN, 61, 1.0f, inN >= 8)),
            out = output(3 * 4 * 5 * 2);
       both([&](ztrt_ctx *c, bool d) {
-        ztrt_broadcast_f32(c, at(x, d), at(out, d), 4, shape.data(),
+        ztrt_broadcast(c, ZTRT_F32, at(x, d), at(out, d), 4, shape.data(),
                            mask.data(), factor);
       });
       expectBitwise(fetch(out), out.host, "broadcast");
@@ -526,7 +526,7 @@ TEST_F(CudaConformanceTest, ReduceSumsInDouble) {
         outN *= mask[d] ? 1 : shape[d];
       auto out = output(outN);
       both([&](ztrt_ctx *c, bool d) {
-        ztrt_reduce_f32(c, at(x, d), at(out, d), 4, shape.data(), mask.data(),
+        ztrt_reduce(c, ZTRT_F32, at(x, d), at(out, d), 4, shape.data(), mask.data(),
                         mean);
       });
       expectUlpsOrAbs(fetch(out), out.host, 1, 1e-11, "reduce");
@@ -535,7 +535,7 @@ TEST_F(CudaConformanceTest, ReduceSumsInDouble) {
   const std::vector<int64_t> bias{8192, 96}, rowMask{1, 0};
   auto y = twin(inputs(8192 * 96, 71)), out = output(96);
   both([&](ztrt_ctx *c, bool d) {
-    ztrt_reduce_f32(c, at(y, d), at(out, d), 2, bias.data(), rowMask.data(), 0);
+    ztrt_reduce(c, ZTRT_F32, at(y, d), at(out, d), 2, bias.data(), rowMask.data(), 0);
   });
   expectUlpsOrAbs(fetch(out), out.host, 1, 1e-10, "reduce rows");
 }
@@ -550,9 +550,9 @@ TEST_F(CudaConformanceTest, CrossEntropyAndGrad) {
   auto labels = twin(labelValues);
   auto loss = output(1), dlogits = output(rows * classes);
   both([&](ztrt_ctx *c, bool d) {
-    ztrt_cross_entropy_f32(c, at(logits, d), at(labels, d), at(loss, d), rows,
+    ztrt_cross_entropy(c, ZTRT_F32, at(logits, d), at(labels, d), at(loss, d), rows,
                            classes);
-    ztrt_cross_entropy_grad_f32(c, at(dloss, d), at(logits, d), at(labels, d),
+    ztrt_cross_entropy_grad(c, ZTRT_F32, at(dloss, d), at(logits, d), at(labels, d),
                                 at(dlogits, d), rows, classes);
   });
   // Log-sum-exp and the mean in double with CUDA's exp / log (within 1-2
@@ -571,7 +571,7 @@ TEST_F(CudaConformanceTest, OutOfRangeLabelIsTheCpusError) {
   auto loss = output(1);
   EXPECT_EXIT(
       {
-        ztrt_cross_entropy_f32(g(), logits.dev, labels.dev, loss.dev, rows,
+        ztrt_cross_entropy(g(), ZTRT_F32, logits.dev, labels.dev, loss.dev, rows,
                                classes);
         g()->synchronize();
       },
@@ -582,7 +582,7 @@ TEST_F(CudaConformanceTest, OutOfRangeLabelIsTheCpusError) {
   auto dloss = twin(std::vector<float>{1.0f});
   EXPECT_EXIT(
       {
-        ztrt_cross_entropy_grad_f32(g(), dloss.dev, logits.dev, labels.dev,
+        ztrt_cross_entropy_grad(g(), ZTRT_F32, dloss.dev, logits.dev, labels.dev,
                                     dlogits.dev, rows, classes);
         std::vector<float> host(rows * classes);
         g()->backend().copyToHost(host.data(), dlogits.dev, rows * classes * 4);
@@ -603,9 +603,9 @@ TEST_F(CudaConformanceTest, EmbeddingAndDeterministicGradAreBitwise) {
   auto ids = twin(idValues);
   auto out = output(nIds * dim), dtable = output(vocab * dim);
   both([&](ztrt_ctx *c, bool d) {
-    ztrt_embedding_f32(c, at(table, d), at(ids, d), at(out, d), nIds, vocab,
+    ztrt_embedding(c, ZTRT_F32, at(table, d), at(ids, d), at(out, d), nIds, vocab,
                        dim);
-    ztrt_embedding_grad_f32(c, at(dy, d), at(ids, d), at(dtable, d), nIds,
+    ztrt_embedding_grad(c, ZTRT_F32, at(dy, d), at(ids, d), at(dtable, d), nIds,
                             vocab, dim);
   });
   expectBitwise(fetch(out), out.host, "embedding");
@@ -613,21 +613,21 @@ TEST_F(CudaConformanceTest, EmbeddingAndDeterministicGradAreBitwise) {
   // Every id the same: one row sums all of dy.
   auto same = twin(std::vector<int32_t>(nIds, 3));
   both([&](ztrt_ctx *c, bool d) {
-    ztrt_embedding_grad_f32(c, at(dy, d), at(same, d), at(dtable, d), nIds,
+    ztrt_embedding_grad(c, ZTRT_F32, at(dy, d), at(same, d), at(dtable, d), nIds,
                             vocab, dim);
   });
   expectBitwise(fetch(dtable), dtable.host, "embedding_grad one id");
   auto bad = twin(std::vector<int32_t>{0, 1, -1, 60});
   EXPECT_EXIT(
       {
-        ztrt_embedding_f32(g(), table.dev, bad.dev, out.dev, 4, vocab, dim);
+        ztrt_embedding(g(), ZTRT_F32, table.dev, bad.dev, out.dev, 4, vocab, dim);
         g()->synchronize();
       },
       ::testing::ExitedWithCode(1),
       "embedding: id -1 out of range \\[0, 50\\) at position 2");
   EXPECT_EXIT(
       {
-        ztrt_embedding_grad_f32(g(), dy.dev, bad.dev, dtable.dev, 4, vocab,
+        ztrt_embedding_grad(g(), ZTRT_F32, dy.dev, bad.dev, dtable.dev, 4, vocab,
                                 dim);
         g()->synchronize();
       },
@@ -698,12 +698,12 @@ TEST_F(CudaConformanceTest, SameInputsTwiceGiveTheSameBits) {
     auto ids = twin(std::vector<int32_t>(512, 7));
     auto h = output(512 * 768), dx = output(512 * 768), dg = output(768),
          db = output(768), bias = output(768), dt = output(20 * 768);
-    ztrt_matmul_f32(g(), x.dev, w.dev, h.dev, 1, 512, 768, 768, 0, 1, 0, 0, 0);
-    ztrt_layer_norm_grad_f32(g(), h.dev, x.dev, gamma.dev, dx.dev, dg.dev,
+    ztrt_matmul(g(), ZTRT_F32, x.dev, w.dev, h.dev, 1, 512, 768, 768, 0, 1, 0, 0, 0);
+    ztrt_layer_norm_grad(g(), ZTRT_F32, h.dev, x.dev, gamma.dev, dx.dev, dg.dev,
                              db.dev, 512, 768, 1e-5);
     const int64_t shape[2] = {512, 768}, mask[2] = {1, 0};
-    ztrt_reduce_f32(g(), dx.dev, bias.dev, 2, shape, mask, 0);
-    ztrt_embedding_grad_f32(g(), dx.dev, ids.dev, dt.dev, 512, 20, 768);
+    ztrt_reduce(g(), ZTRT_F32, dx.dev, bias.dev, 2, shape, mask, 0);
+    ztrt_embedding_grad(g(), ZTRT_F32, dx.dev, ids.dev, dt.dev, 512, 20, 768);
     std::vector<float> all = fetch(h);
     for (auto *t : {&dx, &dg, &db, &bias, &dt}) {
       std::vector<float> v = fetch(*t);
@@ -741,11 +741,11 @@ TEST_P(CudaCollectiveTest, EnqueuedAndCopiesBitwise) {
       auto in = twin(values), out = output(n);
       both([&](ztrt_ctx *c, bool d) {
         if (kind == 0)
-          ztrt_all_reduce_f32(c, at(in, d), at(out, d), n, mean);
+          ztrt_all_reduce(c, ZTRT_F32, at(in, d), at(out, d), n, mean);
         else if (kind == 1)
-          ztrt_reduce_scatter_f32(c, at(in, d), at(out, d), n, mean);
+          ztrt_reduce_scatter(c, ZTRT_F32, at(in, d), at(out, d), n, mean);
         else
-          ztrt_all_gather_f32(c, at(in, d), at(out, d), n);
+          ztrt_all_gather(c, ZTRT_F32, at(in, d), at(out, d), n);
       });
       std::vector<float> got = fetch(out);
       ASSERT_EQ(std::memcmp(got.data(), values.data(), n * 4), 0)
@@ -754,17 +754,17 @@ TEST_P(CudaCollectiveTest, EnqueuedAndCopiesBitwise) {
       both([&](ztrt_ctx *c, bool d) {
         const int64_t h =
             kind == 0
-                ? ztrt_all_reduce_start_f32(c, at(in, d), at(in, d), n, mean)
-            : kind == 1 ? ztrt_reduce_scatter_start_f32(c, at(in, d), at(in, d),
+                ? ztrt_all_reduce_start(c, ZTRT_F32, at(in, d), at(in, d), n, mean)
+            : kind == 1 ? ztrt_reduce_scatter_start(c, ZTRT_F32, at(in, d), at(in, d),
                                                         n, mean)
-                        : ztrt_all_gather_start_f32(c, at(in, d), at(in, d), n);
+                        : ztrt_all_gather_start(c, ZTRT_F32, at(in, d), at(in, d), n);
         ztrt_wait(c, h);
       });
       got = fetch(in);
       ASSERT_EQ(std::memcmp(got.data(), values.data(), n * 4), 0);
     }
   auto buf = twin(values);
-  ztrt_bcast_f32(g(), buf.dev, n, 0);
+  ztrt_bcast(g(), ZTRT_F32, buf.dev, n, 0);
   std::vector<float> got = fetch(buf);
   EXPECT_EQ(std::memcmp(got.data(), values.data(), n * 4), 0);
 }
@@ -781,13 +781,13 @@ TEST_P(CudaCollectiveTest, SeveralInFlightOrderedAgainstCompute) {
     outs.push_back(output(n));
   }
   for (int i = 0; i < 4; ++i) {
-    ztrt_fill_f32(g(), ins[i].dev, n, 1.0 + i);
+    ztrt_fill(g(), ZTRT_F32, ins[i].dev, n, 1.0 + i);
     handles.push_back(
-        ztrt_all_reduce_start_f32(g(), ins[i].dev, outs[i].dev, n, 0));
+        ztrt_all_reduce_start(g(), ZTRT_F32, ins[i].dev, outs[i].dev, n, 0));
   }
   for (int i : {2, 0, 3, 1}) {
     ztrt_wait(g(), handles[i]);
-    ztrt_scale_f32(g(), outs[i].dev, outs[i].dev, n, 2.0);
+    ztrt_scale(g(), ZTRT_F32, outs[i].dev, outs[i].dev, n, 2.0);
   }
   g()->synchronize();
   for (int i = 0; i < 4; ++i) {
@@ -808,7 +808,7 @@ TEST_P(CudaCollectiveTest, SeveralInFlightOrderedAgainstCompute) {
 
 TEST_P(CudaCollectiveTest, UnwaitedCollectiveIsFatal) {
   auto in = output(16);
-  ztrt_all_gather_start_f32(g(), in.dev, in.dev, 16);
+  ztrt_all_gather_start(g(), ZTRT_F32, in.dev, in.dev, 16);
   EXPECT_EXIT(g()->requireCollectivesWaited("step", 1),
               ::testing::ExitedWithCode(1),
               "step 1: collective started but never waited");

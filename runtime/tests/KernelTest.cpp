@@ -61,30 +61,30 @@ TEST_F(KernelTest, ElementwiseMatchFloatArithmeticExactly) {
   const int64_t n = 37;
   auto a = testValues(n, 1), b = testValues(n, 2);
   std::vector<float> out(n);
-  ztrt_add_f32(ctx.get(), a.data(), b.data(), out.data(), n);
+  ztrt_add(ctx.get(), ZTRT_F32, a.data(), b.data(), out.data(), n);
   for (int64_t i = 0; i < n; ++i)
     EXPECT_EQ(out[i], a[i] + b[i]);
-  ztrt_sub_f32(ctx.get(), a.data(), b.data(), out.data(), n);
+  ztrt_sub(ctx.get(), ZTRT_F32, a.data(), b.data(), out.data(), n);
   for (int64_t i = 0; i < n; ++i)
     EXPECT_EQ(out[i], a[i] - b[i]);
-  ztrt_mul_f32(ctx.get(), a.data(), b.data(), out.data(), n);
+  ztrt_mul(ctx.get(), ZTRT_F32, a.data(), b.data(), out.data(), n);
   for (int64_t i = 0; i < n; ++i)
     EXPECT_EQ(out[i], a[i] * b[i]);
-  ztrt_scale_f32(ctx.get(), a.data(), out.data(), n, 0.25);
+  ztrt_scale(ctx.get(), ZTRT_F32, a.data(), out.data(), n, 0.25);
   for (int64_t i = 0; i < n; ++i)
     EXPECT_EQ(out[i], a[i] * 0.25f);
-  ztrt_relu_f32(ctx.get(), a.data(), out.data(), n);
+  ztrt_relu(ctx.get(), ZTRT_F32, a.data(), out.data(), n);
   for (int64_t i = 0; i < n; ++i)
     EXPECT_EQ(out[i], a[i] > 0 ? a[i] : 0.0f);
-  ztrt_relu_grad_f32(ctx.get(), b.data(), a.data(), out.data(), n);
+  ztrt_relu_grad(ctx.get(), ZTRT_F32, b.data(), a.data(), out.data(), n);
   for (int64_t i = 0; i < n; ++i)
     EXPECT_EQ(out[i], a[i] > 0 ? b[i] : 0.0f);
-  ztrt_fill_f32(ctx.get(), out.data(), n, 3.5);
+  ztrt_fill(ctx.get(), ZTRT_F32, out.data(), n, 3.5);
   for (int64_t i = 0; i < n; ++i)
     EXPECT_EQ(out[i], 3.5f);
   // In place: out aliases an input.
   std::vector<float> acc = a;
-  ztrt_add_f32(ctx.get(), acc.data(), b.data(), acc.data(), n);
+  ztrt_add(ctx.get(), ZTRT_F32, acc.data(), b.data(), acc.data(), n);
   for (int64_t i = 0; i < n; ++i)
     EXPECT_EQ(acc[i], a[i] + b[i]);
 }
@@ -93,7 +93,7 @@ TEST_F(KernelTest, BiasAddBroadcastsOverRows) {
   const int64_t rows = 5, cols = 7;
   auto x = testValues(rows * cols, 3), bias = testValues(cols, 4);
   std::vector<float> out(rows * cols);
-  ztrt_bias_add_f32(ctx.get(), x.data(), bias.data(), out.data(), rows, cols);
+  ztrt_bias_add(ctx.get(), ZTRT_F32, x.data(), bias.data(), out.data(), rows, cols);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
       EXPECT_EQ(out[r * cols + c], x[r * cols + c] + bias[c]);
@@ -109,7 +109,7 @@ TEST_F(KernelTest, GeluMatchesTanhApproximation) {
   for (float &v : x)
     v *= 4; // Cover the saturated tails too.
   std::vector<float> y(x.size());
-  ztrt_gelu_f32(ctx.get(), x.data(), y.data(), x.size());
+  ztrt_gelu(ctx.get(), ZTRT_F32, x.data(), y.data(), x.size());
   for (size_t i = 0; i < x.size(); ++i)
     // A few float roundings of an O(1) value: 1e-6 is ~8 ulp.
     EXPECT_NEAR(y[i], geluRef(x[i]), 1e-6) << "x = " << x[i];
@@ -120,7 +120,7 @@ TEST_F(KernelTest, GeluGradMatchesFiniteDifferences) {
   for (float &v : x)
     v *= 4;
   std::vector<float> dx(x.size());
-  ztrt_gelu_grad_f32(ctx.get(), dy.data(), x.data(), dx.data(), x.size());
+  ztrt_gelu_grad(ctx.get(), ZTRT_F32, dy.data(), x.data(), dx.data(), x.size());
   auto wd = toDouble(dy);
   auto fd = finiteDiff(toDouble(x), [&](const std::vector<double> &v) {
     double s = 0;
@@ -155,7 +155,7 @@ TEST_P(MatmulTest, MatchesNaiveReference) {
   auto a = testValues((p.shareA ? 1 : p.batch) * p.m * p.k, 11);
   auto b = testValues((p.shareB ? 1 : p.batch) * p.k * p.n, 12);
   std::vector<float> c(p.batch * sc, -7.0f);
-  ztrt_matmul_f32(ctx.get(), a.data(), b.data(), c.data(), p.batch, p.m, p.n,
+  ztrt_matmul(ctx.get(), ZTRT_F32, a.data(), b.data(), c.data(), p.batch, p.m, p.n,
                   p.k, p.ta, p.tb, sa, sb, sc);
   for (int64_t i = 0; i < p.batch; ++i)
     for (int64_t r = 0; r < p.m; ++r)
@@ -202,7 +202,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST_F(KernelTest, MatmulWithEmptyInnerDimWritesZeros) {
   std::vector<float> c(6, 5.0f);
   float dummy = 0;
-  ztrt_matmul_f32(ctx.get(), &dummy, &dummy, c.data(), 1, 2, 3, 0, 0, 0, 0, 0,
+  ztrt_matmul(ctx.get(), ZTRT_F32, &dummy, &dummy, c.data(), 1, 2, 3, 0, 0, 0, 0, 0,
                   6);
   for (float v : c)
     EXPECT_EQ(v, 0.0f);
@@ -235,7 +235,7 @@ TEST_F(KernelTest, LayerNormMatchesBiasedVarianceReference) {
   for (float &v : x)
     v = v * 3 + 1; // Non-zero mean exercises the centring.
   std::vector<float> y(x.size());
-  ztrt_layer_norm_f32(ctx.get(), x.data(), g.data(), b.data(), y.data(), rows,
+  ztrt_layer_norm(ctx.get(), ZTRT_F32, x.data(), g.data(), b.data(), y.data(), rows,
                       cols, eps);
   auto ref =
       layerNormRef(toDouble(x), toDouble(g), toDouble(b), rows, cols, eps);
@@ -250,7 +250,7 @@ TEST_F(KernelTest, LayerNormGradMatchesFiniteDifferences) {
   auto x = testValues(rows * cols, 31), g = testValues(cols, 32),
        b = testValues(cols, 33), dy = testValues(rows * cols, 34);
   std::vector<float> dx(x.size()), dg(cols, 9.0f), db(cols, 9.0f);
-  ztrt_layer_norm_grad_f32(ctx.get(), dy.data(), x.data(), g.data(), dx.data(),
+  ztrt_layer_norm_grad(ctx.get(), ZTRT_F32, dy.data(), x.data(), g.data(), dx.data(),
                            dg.data(), db.data(), rows, cols, eps);
   auto xd = toDouble(x), gd = toDouble(g), bd = toDouble(b), w = toDouble(dy);
   auto fdX = finiteDiff(xd, [&](const std::vector<double> &v) {
@@ -291,7 +291,7 @@ TEST_F(KernelTest, SoftmaxMatchesReference) {
   auto x = testValues(rows * cols, 41);
   x[3] = 80.0f; // Large logits must not overflow (max subtraction).
   std::vector<float> y(x.size());
-  ztrt_softmax_f32(ctx.get(), x.data(), y.data(), rows, cols, 0);
+  ztrt_softmax(ctx.get(), ZTRT_F32, x.data(), y.data(), rows, cols, 0);
   auto ref = softmaxRef(toDouble(x), rows, cols, false);
   for (size_t i = 0; i < y.size(); ++i)
     // Probabilities in [0, 1], a few float roundings each.
@@ -302,7 +302,7 @@ TEST_F(KernelTest, CausalSoftmaxMasksTheFuture) {
   const int64_t T = 4, blocks = 3; // e.g. [batch*heads = 3, T, T] scores
   auto x = testValues(blocks * T * T, 42);
   std::vector<float> y(x.size());
-  ztrt_softmax_f32(ctx.get(), x.data(), y.data(), blocks * T, T, 1);
+  ztrt_softmax(ctx.get(), ZTRT_F32, x.data(), y.data(), blocks * T, T, 1);
   auto ref = softmaxRef(toDouble(x), blocks * T, T, true);
   for (int64_t r = 0; r < blocks * T; ++r)
     for (int64_t j = 0; j < T; ++j) {
@@ -317,8 +317,8 @@ TEST_F(KernelTest, SoftmaxGradMatchesFiniteDifferences) {
   const int64_t rows = 3, cols = 5;
   auto x = testValues(rows * cols, 43), dy = testValues(rows * cols, 44);
   std::vector<float> y(x.size()), dx(x.size());
-  ztrt_softmax_f32(ctx.get(), x.data(), y.data(), rows, cols, 0);
-  ztrt_softmax_grad_f32(ctx.get(), dy.data(), y.data(), dx.data(), rows, cols);
+  ztrt_softmax(ctx.get(), ZTRT_F32, x.data(), y.data(), rows, cols, 0);
+  ztrt_softmax_grad(ctx.get(), ZTRT_F32, dy.data(), y.data(), dx.data(), rows, cols);
   auto w = toDouble(dy);
   auto fd = finiteDiff(toDouble(x), [&](const std::vector<double> &v) {
     return dot(w, softmaxRef(v, rows, cols, false));
@@ -346,7 +346,7 @@ TEST_F(KernelTest, TransposeRanks2To4) {
       n *= d;
     auto x = testValues(n, 51);
     std::vector<float> out(n);
-    ztrt_transpose_f32(ctx.get(), x.data(), out.data(), rank, c.shape.data(),
+    ztrt_transpose(ctx.get(), ZTRT_F32, x.data(), out.data(), rank, c.shape.data(),
                        c.perm.data());
     // Reference: for each input index, where it lands in the output.
     std::vector<int64_t> idx(rank, 0), outShape(rank);
@@ -406,7 +406,7 @@ TEST_F(KernelTest, ReduceAndBroadcastWithSeveralMasks) {
     for (int mean = 0; mean <= 1; ++mean) {
       auto ref = reduceRef(x, shape, mask, mean);
       std::vector<float> out(ref.size());
-      ztrt_reduce_f32(ctx.get(), x.data(), out.data(), 3, shape.data(),
+      ztrt_reduce(ctx.get(), ZTRT_F32, x.data(), out.data(), 3, shape.data(),
                       mask.data(), mean);
       for (size_t i = 0; i < ref.size(); ++i)
         // Double accumulation, one rounding: within one float ulp.
@@ -416,7 +416,7 @@ TEST_F(KernelTest, ReduceAndBroadcastWithSeveralMasks) {
     // Broadcast is reduce's adjoint: <reduce(x), y> == <x, broadcast(y)>.
     auto y = testValues(reduceRef(x, shape, mask, false).size(), 62);
     std::vector<float> big(24);
-    ztrt_broadcast_f32(ctx.get(), y.data(), big.data(), 3, shape.data(),
+    ztrt_broadcast(ctx.get(), ZTRT_F32, y.data(), big.data(), 3, shape.data(),
                        mask.data(), 0.5);
     auto reduced = reduceRef(x, shape, mask, false);
     double lhs = 0, rhs = 0;
@@ -457,7 +457,7 @@ TEST_F(KernelTest, CrossEntropyAndGrad) {
     v *= 5;
   std::vector<int32_t> labels = {0, 9, 3, 3, 7, 1};
   float loss = 0;
-  ztrt_cross_entropy_f32(ctx.get(), logits.data(), labels.data(), &loss, rows,
+  ztrt_cross_entropy(ctx.get(), ZTRT_F32, logits.data(), labels.data(), &loss, rows,
                          classes);
   auto ld = toDouble(logits);
   // Double log-sum-exp, one rounding of an O(1) mean.
@@ -465,7 +465,7 @@ TEST_F(KernelTest, CrossEntropyAndGrad) {
 
   float dloss = 2.0f;
   std::vector<float> grad(logits.size());
-  ztrt_cross_entropy_grad_f32(ctx.get(), &dloss, logits.data(), labels.data(),
+  ztrt_cross_entropy_grad(ctx.get(), ZTRT_F32, &dloss, logits.data(), labels.data(),
                               grad.data(), rows, classes);
   auto fd = finiteDiff(ld, [&](const std::vector<double> &v) {
     return 2.0 * crossEntropyRef(v, labels, rows, classes);
@@ -479,7 +479,7 @@ TEST_F(KernelTest, CrossEntropyRejectsOutOfRangeLabel) {
   std::vector<float> logits(40, 0.0f);
   std::vector<int32_t> labels = {1, 2, 3, 12};
   float loss;
-  EXPECT_EXIT(ztrt_cross_entropy_f32(ctx.get(), logits.data(), labels.data(),
+  EXPECT_EXIT(ztrt_cross_entropy(ctx.get(), ZTRT_F32, logits.data(), labels.data(),
                                      &loss, 4, 10),
               ::testing::ExitedWithCode(1),
               "^ztrain: error: cross_entropy: label 12 out of range \\[0, "
@@ -491,7 +491,7 @@ TEST_F(KernelTest, EmbeddingGatherAndDeterministicScatter) {
   auto table = testValues(vocab * dim, 81);
   std::vector<int32_t> ids = {4, 0, 4, 2};
   std::vector<float> out(ids.size() * dim);
-  ztrt_embedding_f32(ctx.get(), table.data(), ids.data(), out.data(),
+  ztrt_embedding(ctx.get(), ZTRT_F32, table.data(), ids.data(), out.data(),
                      ids.size(), vocab, dim);
   for (size_t i = 0; i < ids.size(); ++i)
     for (int64_t j = 0; j < dim; ++j)
@@ -499,7 +499,7 @@ TEST_F(KernelTest, EmbeddingGatherAndDeterministicScatter) {
 
   auto dy = testValues(ids.size() * dim, 82);
   std::vector<float> dtable(vocab * dim, 123.0f);
-  ztrt_embedding_grad_f32(ctx.get(), dy.data(), ids.data(), dtable.data(),
+  ztrt_embedding_grad(ctx.get(), ZTRT_F32, dy.data(), ids.data(), dtable.data(),
                           ids.size(), vocab, dim);
   for (int64_t v = 0; v < vocab; ++v)
     for (int64_t j = 0; j < dim; ++j) {
@@ -509,7 +509,7 @@ TEST_F(KernelTest, EmbeddingGatherAndDeterministicScatter) {
           expected += dy[i * dim + j];
       EXPECT_EQ(dtable[v * dim + j], expected);
     }
-  EXPECT_EXIT(ztrt_embedding_f32(ctx.get(), table.data(),
+  EXPECT_EXIT(ztrt_embedding(ctx.get(), ZTRT_F32, table.data(),
                                  std::vector<int32_t>{1, 5}.data(), out.data(),
                                  2, vocab, dim),
               ::testing::ExitedWithCode(1),
@@ -518,23 +518,23 @@ TEST_F(KernelTest, EmbeddingGatherAndDeterministicScatter) {
 
 TEST_F(KernelTest, EntryPointsRejectMalformedArguments) {
   float buf[4];
-  EXPECT_EXIT(ztrt_add_f32(ctx.get(), buf, buf, buf, -1),
+  EXPECT_EXIT(ztrt_add(ctx.get(), ZTRT_F32, buf, buf, buf, -1),
               ::testing::ExitedWithCode(1),
-              "add_f32: negative element count -1");
+              "add: negative n -1");
   int64_t shape[2] = {2, 2}, perm[2] = {0, 0};
-  EXPECT_EXIT(ztrt_transpose_f32(ctx.get(), buf, buf, 2, shape, perm),
+  EXPECT_EXIT(ztrt_transpose(ctx.get(), ZTRT_F32, buf, buf, 2, shape, perm),
               ::testing::ExitedWithCode(1),
-              "transpose_f32: perm is not a permutation");
-  EXPECT_EXIT(ztrt_softmax_f32(ctx.get(), buf, buf, 3, 2, 1),
-              ::testing::ExitedWithCode(1), "softmax_f32: causal rows");
+              "transpose: perm is not a permutation");
+  EXPECT_EXIT(ztrt_softmax(ctx.get(), ZTRT_F32, buf, buf, 3, 2, 1),
+              ::testing::ExitedWithCode(1), "softmax: causal rows");
   EXPECT_EXIT(ztrt_param(ctx.get(), 0), ::testing::ExitedWithCode(1),
               "param: parameter index 0 out of range \\[0, 0\\)");
   // Batched outputs that overlap (2 x 2 results 3 floats apart).
   float big[16];
-  EXPECT_EXIT(ztrt_matmul_f32(ctx.get(), big, big, big, 2, 2, 2, 1, 0, 0, 2,
+  EXPECT_EXIT(ztrt_matmul(ctx.get(), ZTRT_F32, big, big, big, 2, 2, 2, 1, 0, 0, 2,
                               2, 3),
               ::testing::ExitedWithCode(1),
-              "^ztrain: error: matmul_f32: stride_c 3 is less than m \\* n "
+              "^ztrain: error: matmul: stride_c 3 is less than m \\* n "
               "= 4 with batch 2 \\(results would overwrite each other\\)\n$");
 }
 
@@ -548,12 +548,12 @@ TEST_F(KernelTest, ResultsDoNotDependOnThreadCount) {
     std::vector<float> out(4 * rows * cols + 2 * cols);
     float *y = out.data(), *sm = y + rows * cols, *dx = sm + rows * cols,
           *dx2 = dx + rows * cols, *dg = dx2 + rows * cols, *db = dg + cols;
-    ztrt_layer_norm_f32(ctx.get(), x.data(), g.data(), b.data(), y, rows, cols,
+    ztrt_layer_norm(ctx.get(), ZTRT_F32, x.data(), g.data(), b.data(), y, rows, cols,
                         1e-5);
-    ztrt_layer_norm_grad_f32(ctx.get(), dy.data(), x.data(), g.data(), dx, dg,
+    ztrt_layer_norm_grad(ctx.get(), ZTRT_F32, dy.data(), x.data(), g.data(), dx, dg,
                              db, rows, cols, 1e-5);
-    ztrt_softmax_f32(ctx.get(), x.data(), sm, rows, cols, 0);
-    ztrt_softmax_grad_f32(ctx.get(), dy.data(), sm, dx2, rows, cols);
+    ztrt_softmax(ctx.get(), ZTRT_F32, x.data(), sm, rows, cols, 0);
+    ztrt_softmax_grad(ctx.get(), ZTRT_F32, dy.data(), sm, dx2, rows, cols);
     return out;
   };
   auto one = run(1), two = run(2);

@@ -263,11 +263,11 @@ TEST(MainTest, TraceOfAWorldOfOne) {
   // Per step (fake_model.c): 3 matmuls, sub, mul, reduce, scale, one
   // synchronous all_reduce on the compute track and its execution on the
   // communication track, the SGD update.
-  EXPECT_EQ(summary.names["matmul_f32"], 9);
-  EXPECT_EQ(summary.names["sub_f32"], 3);
-  EXPECT_EQ(summary.names["reduce_f32"], 3);
-  EXPECT_EQ(summary.names["sgd_update_f32"], 3);
-  EXPECT_EQ(summary.names["all_reduce_f32"], 3);
+  EXPECT_EQ(summary.names["matmul"], 9);
+  EXPECT_EQ(summary.names["sub"], 3);
+  EXPECT_EQ(summary.names["reduce"], 3);
+  EXPECT_EQ(summary.names["sgd_update"], 3);
+  EXPECT_EQ(summary.names["sync all_reduce"], 3);
   EXPECT_EQ(summary.names["all_reduce"], 3);
   EXPECT_EQ(summary.collectives, 3);
 }

@@ -1,7 +1,7 @@
 //===- MpiMainTest.cpp - ztrt_main as the ranks of an MPI job -------------===//
 //
 // Runs the fake model (whose step averages its gradient with
-// ztrt_all_reduce_f32) under the MPI launcher found at configure time, and
+// ztrt_all_reduce) under the MPI launcher found at configure time, and
 // once without it: who prints, what the report holds, the traffic numbers,
 // reproducibility, and that errors end every rank instead of hanging one.
 //

@@ -165,7 +165,7 @@ TEST_P(MpiZeroTest, TraceFilePerRank) {
     EXPECT_EQ(summary.collectives, 6);
     EXPECT_EQ(summary.names["wait"], 6);
     EXPECT_EQ(summary.names["copy_2d"], 3);
-    EXPECT_EQ(summary.names["sgd_update_f32"], 3);
+    EXPECT_EQ(summary.names["sgd_update"], 3);
   }
 }
 

@@ -173,7 +173,7 @@ inline int64_t member(const JsonValue &object, const char *key) {
 
 /// What checkTrace() found in a trace file.
 struct TraceSummary {
-  /// Complete events per name ("matmul_f32", "step 3", "wait", ...).
+  /// Complete events per name ("matmul", "step 3", "wait", ...).
   std::map<std::string, int> names;
   int steps = 0;
   /// Events on the communication track.

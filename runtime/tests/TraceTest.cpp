@@ -37,7 +37,7 @@ TEST(TraceTest, NothingIsRecordedWithoutTrace) {
   auto ctx = cpuContext();
   EXPECT_EQ(ctx->trace(), nullptr);
   float x = 1.0f;
-  ztrt_scale_f32(ctx.get(), &x, &x, 1, 2.0);
+  ztrt_scale(ctx.get(), ZTRT_F32, &x, &x, 1, 2.0);
   EXPECT_EQ(ctx->trace(), nullptr);
 }
 
@@ -51,18 +51,18 @@ TEST_P(TraceModeTest, KernelsWaitsAndCollectivesOnTheirTracks) {
   ASSERT_NE(ctx->trace(), nullptr);
   const int64_t n = 1000;
   std::vector<float> a = testValues(n, 1), b(n), c(n);
-  ztrt_add_f32(ctx.get(), a.data(), a.data(), b.data(), n);
-  int64_t h1 = ztrt_all_reduce_start_f32(ctx.get(), b.data(), c.data(), n, 1);
-  int64_t h2 = ztrt_all_gather_start_f32(ctx.get(), a.data(), b.data(), 10);
+  ztrt_add(ctx.get(), ZTRT_F32, a.data(), a.data(), b.data(), n);
+  int64_t h1 = ztrt_all_reduce_start(ctx.get(), ZTRT_F32, b.data(), c.data(), n, 1);
+  int64_t h2 = ztrt_all_gather_start(ctx.get(), ZTRT_F32, a.data(), b.data(), 10);
   // Meanwhile compute on other buffers: `a` is only read while the
   // all_gather may be reading it.
   std::vector<float> d(n);
-  ztrt_mul_f32(ctx.get(), a.data(), a.data(), d.data(), n);
+  ztrt_mul(ctx.get(), ZTRT_F32, a.data(), a.data(), d.data(), n);
   ztrt_wait(ctx.get(), h2);
   ztrt_wait(ctx.get(), h1);
-  ztrt_reduce_scatter_f32(ctx.get(), c.data(), c.data(), n, 0);
+  ztrt_reduce_scatter(ctx.get(), ZTRT_F32, c.data(), c.data(), n, 0);
   ztrt_copy_2d(ctx.get(), a.data(), c.data(), 10, 8, 16, 8);
-  ztrt_bcast_f32(ctx.get(), c.data(), n, 0);
+  ztrt_bcast(ctx.get(), ZTRT_F32, c.data(), n, 0);
   ctx->trace()->write(dir.path("t.json"), 0, 1);
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"t.json"});
 
@@ -70,12 +70,12 @@ TEST_P(TraceModeTest, KernelsWaitsAndCollectivesOnTheirTracks) {
   TraceSummary summary = checkTrace(trace, 0);
   EXPECT_EQ(summary.steps, 0);
   EXPECT_EQ(summary.collectives, 4);
-  const std::map<std::string, int> expected = {{"add_f32", 1},
-                                               {"mul_f32", 1},
+  const std::map<std::string, int> expected = {{"add", 1},
+                                               {"mul", 1},
                                                {"copy_2d", 1},
                                                {"wait", 2},
-                                               {"reduce_scatter_f32", 1},
-                                               {"bcast_f32", 1},
+                                               {"sync reduce_scatter", 1},
+                                               {"sync bcast", 1},
                                                {"all_reduce", 1},
                                                {"all_gather", 1},
                                                {"reduce_scatter", 1},
@@ -117,7 +117,7 @@ TEST(TraceTest, RecordingStopsAtTheCapAndSaysSo) {
   Trace trace(Clock::now(), 10);
   const Clock::time_point t = Clock::now();
   for (size_t i = 0; i < 15; ++i)
-    trace.kernel("fill_f32", t, t);
+    trace.kernel("fill", t, t);
   EXPECT_EQ(trace.size(), 10u);
   EXPECT_EQ(trace.droppedEvents(), 5);
   trace.write(dir.path("t.json"), 2, 3);

@@ -126,10 +126,10 @@ TEST_P(CudaMpiTest, AllReduceSumAndMean) {
   for (int mean : {0, 1}) {
     void *in = upload(values(rank(), 0, n, 1));
     void *out = ztrt_alloc(ctx, n * 4, ZTRT_CAT_OTHER);
-    ztrt_all_reduce_f32(ctx, in, out, n, mean);
+    ztrt_all_reduce(ctx, ZTRT_F32, in, out, n, mean);
     expectReduced(download(out, n), 0, 1, mean, "all_reduce");
     // In place, asynchronously.
-    ztrt_wait(ctx, ztrt_all_reduce_start_f32(ctx, in, in, n, mean));
+    ztrt_wait(ctx, ztrt_all_reduce_start(ctx, ZTRT_F32, in, in, n, mean));
     expectReduced(download(in, n), 0, 1, mean, "all_reduce in place");
     ztrt_free(ctx, in);
     ztrt_free(ctx, out);
@@ -149,7 +149,7 @@ TEST_P(CudaMpiTest, ReduceScatterInEveryLayout) {
             ? static_cast<float *>(ztrt_alloc(ctx, count * 4, ZTRT_CAT_OTHER))
         : layout == 1 ? base + rank() * count
                       : base + (rank() + 1) % n * count;
-    ztrt_wait(ctx, ztrt_reduce_scatter_start_f32(ctx, in, out, count, 1));
+    ztrt_wait(ctx, ztrt_reduce_scatter_start(ctx, ZTRT_F32, in, out, count, 1));
     expectReduced(download(out, count), rank() * count, 2, true,
                   layout == 0   ? "reduce_scatter"
                   : layout == 1 ? "reduce_scatter in place"
@@ -181,7 +181,7 @@ TEST_P(CudaMpiTest, AllGatherInEveryLayout) {
       in = layout == 1 ? out + rank() * count : out + (rank() + 1) % n * count;
       ctx->backend().copyFromHost(in, mine.data(), count * 4);
     }
-    ztrt_all_gather_f32(ctx, in, out, count);
+    ztrt_all_gather(ctx, ZTRT_F32, in, out, count);
     std::vector<float> got = download(out, n * count);
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
         << "[rank " << rank() << "] all_gather layout " << layout;
@@ -195,7 +195,7 @@ TEST_P(CudaMpiTest, BroadcastFromEveryRoot) {
   const int64_t n = GetParam();
   for (int root = 0; root < ranks(); ++root) {
     void *buf = upload(values(rank(), 0, n, 4));
-    ztrt_bcast_f32(ctx, buf, n, root);
+    ztrt_bcast(ctx, ZTRT_F32, buf, n, root);
     std::vector<float> got = download(buf, n), want = values(root, 0, n, 4);
     EXPECT_EQ(std::memcmp(got.data(), want.data(), n * 4), 0)
         << "[rank " << rank() << "] bcast from " << root;
@@ -218,7 +218,7 @@ TEST_P(CudaMpiTest, SeveralInFlightWaitedOutOfOrder) {
   }
   for (uint32_t k = 0; k < 4; ++k) {
     ctx->backend().copy(sources[k], ins[k], n * 4);
-    handles.push_back(ztrt_all_reduce_start_f32(ctx, ins[k], outs[k], n, 0));
+    handles.push_back(ztrt_all_reduce_start(ctx, ZTRT_F32, ins[k], outs[k], n, 0));
   }
   for (int k : {3, 1, 0, 2}) {
     ztrt_wait(ctx, handles[k]);

@@ -41,19 +41,19 @@ void ztrain_step(ztrt_ctx *ctx) {
   void *loss = ztrt_alloc(ctx, sizeof(float), ZTRT_CAT_ACTIVATIONS);
 
   /* Forward: loss = mean((x w - x w_true)^2). */
-  ztrt_matmul_f32(ctx, x, w, pred, 1, BATCH, 1, DIM, 0, 0, 0, 0, 0);
-  ztrt_matmul_f32(ctx, x, kTrueW, target, 1, BATCH, 1, DIM, 0, 0, 0, 0, 0);
-  ztrt_sub_f32(ctx, pred, target, diff, BATCH);
-  ztrt_mul_f32(ctx, diff, diff, sq, BATCH);
-  ztrt_reduce_f32(ctx, sq, loss, 2, kLossShape, kLossMask, 1);
+  ztrt_matmul(ctx, ZTRT_F32, x, w, pred, 1, BATCH, 1, DIM, 0, 0, 0, 0, 0);
+  ztrt_matmul(ctx, ZTRT_F32, x, kTrueW, target, 1, BATCH, 1, DIM, 0, 0, 0, 0, 0);
+  ztrt_sub(ctx, ZTRT_F32, pred, target, diff, BATCH);
+  ztrt_mul(ctx, ZTRT_F32, diff, diff, sq, BATCH);
+  ztrt_reduce(ctx, ZTRT_F32, sq, loss, 2, kLossShape, kLossMask, 1);
   ztrt_set_loss(ctx, loss);
 
   /* Backward: dloss/dpred = 2 diff / B; dw = x^T dpred. */
   void *grad = ztrt_alloc(ctx, DIM * sizeof(float), ZTRT_CAT_GRADIENTS);
-  ztrt_scale_f32(ctx, diff, diff, BATCH, 2.0 / BATCH);
-  ztrt_matmul_f32(ctx, x, diff, grad, 1, DIM, 1, BATCH, 1, 0, 0, 0, 0);
-  ztrt_all_reduce_f32(ctx, grad, grad, DIM, 1);
-  ztrt_sgd_update_f32(ctx, w, grad, momentum, DIM, 0.1, 0.5, 0.0, 0.0, 0);
+  ztrt_scale(ctx, ZTRT_F32, diff, diff, BATCH, 2.0 / BATCH);
+  ztrt_matmul(ctx, ZTRT_F32, x, diff, grad, 1, DIM, 1, BATCH, 1, 0, 0, 0, 0);
+  ztrt_all_reduce(ctx, ZTRT_F32, grad, grad, DIM, 1);
+  ztrt_sgd_update(ctx, ZTRT_F32, w, grad, momentum, DIM, 0.1, 0.5, 0.0, 0.0, 0);
 
   ztrt_free(ctx, grad);
   ztrt_free(ctx, loss);

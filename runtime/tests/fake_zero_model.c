@@ -72,7 +72,7 @@ void ztrain_step(ztrt_ctx *ctx) {
   float *shard = (float *)ztrt_param(ctx, 0);
   float *w =
       (float *)ztrt_alloc(ctx, ZERO_PADDED * sizeof(float), ZTRT_CAT_GATHERED);
-  int64_t gather = ztrt_all_gather_start_f32(ctx, shard, w, ZERO_CHUNK);
+  int64_t gather = ztrt_all_gather_start(ctx, ZTRT_F32, shard, w, ZERO_CHUNK);
 #else
   float *w = (float *)ztrt_param(ctx, 0);
   float *shard = w + rank * ZERO_CHUNK;
@@ -86,14 +86,14 @@ void ztrain_step(ztrt_ctx *ctx) {
 
   /* Forward: loss = mean((x w - x w_true)^2), w = the first DIM elements.
    * The target needs no weights: it is computed while they arrive. */
-  ztrt_matmul_f32(ctx, x, kTrueW, target, 1, BATCH, 1, DIM, 0, 0, 0, 0, 0);
+  ztrt_matmul(ctx, ZTRT_F32, x, kTrueW, target, 1, BATCH, 1, DIM, 0, 0, 0, 0, 0);
 #if ZERO_STAGE == 3
   ztrt_wait(ctx, gather);
 #endif
-  ztrt_matmul_f32(ctx, x, w, pred, 1, BATCH, 1, DIM, 0, 0, 0, 0, 0);
-  ztrt_sub_f32(ctx, pred, target, diff, BATCH);
-  ztrt_mul_f32(ctx, diff, diff, sq, BATCH);
-  ztrt_reduce_f32(ctx, sq, loss, 2, kLossShape, kLossMask, 1);
+  ztrt_matmul(ctx, ZTRT_F32, x, w, pred, 1, BATCH, 1, DIM, 0, 0, 0, 0, 0);
+  ztrt_sub(ctx, ZTRT_F32, pred, target, diff, BATCH);
+  ztrt_mul(ctx, ZTRT_F32, diff, diff, sq, BATCH);
+  ztrt_reduce(ctx, ZTRT_F32, sq, loss, 2, kLossShape, kLossMask, 1);
   ztrt_set_loss(ctx, loss);
 
   /* Backward into a gradient padded with zeros, so that the update of the
@@ -103,14 +103,14 @@ void ztrain_step(ztrt_ctx *ctx) {
       ztrt_alloc(ctx, ZERO_PADDED * sizeof(float), ZTRT_CAT_GRADIENTS);
   void *gradShard =
       ztrt_alloc(ctx, ZERO_CHUNK * sizeof(float), ZTRT_CAT_GRADIENTS);
-  ztrt_fill_f32(ctx, grad, ZERO_PADDED, 0.0);
-  ztrt_scale_f32(ctx, diff, diff, BATCH, 2.0 / BATCH);
-  ztrt_matmul_f32(ctx, x, diff, grad, 1, DIM, 1, BATCH, 1, 0, 0, 0, 0);
+  ztrt_fill(ctx, ZTRT_F32, grad, ZERO_PADDED, 0.0);
+  ztrt_scale(ctx, ZTRT_F32, diff, diff, BATCH, 2.0 / BATCH);
+  ztrt_matmul(ctx, ZTRT_F32, x, diff, grad, 1, DIM, 1, BATCH, 1, 0, 0, 0, 0);
   /* Row r of the bucket is what rank r receives reduced. */
   ztrt_copy_2d(ctx, grad, bucket, ZERO_RANKS, ZERO_CHUNK * sizeof(float),
                ZERO_CHUNK * sizeof(float), ZERO_CHUNK * sizeof(float));
   int64_t reduce =
-      ztrt_reduce_scatter_start_f32(ctx, bucket, gradShard, ZERO_CHUNK, 1);
+      ztrt_reduce_scatter_start(ctx, ZTRT_F32, bucket, gradShard, ZERO_CHUNK, 1);
   ztrt_free(ctx, loss);
   ztrt_free(ctx, sq);
   ztrt_free(ctx, diff);
@@ -118,10 +118,10 @@ void ztrain_step(ztrt_ctx *ctx) {
   ztrt_free(ctx, pred);
   ztrt_free(ctx, grad);
   ztrt_wait(ctx, reduce);
-  ztrt_sgd_update_f32(ctx, shard, gradShard, momentum, ZERO_CHUNK, 0.1, 0.5,
+  ztrt_sgd_update(ctx, ZTRT_F32, shard, gradShard, momentum, ZERO_CHUNK, 0.1, 0.5,
                       0.0, 0.0, 0);
 #if ZERO_STAGE == 2
-  ztrt_wait(ctx, ztrt_all_gather_start_f32(ctx, shard, w, ZERO_CHUNK));
+  ztrt_wait(ctx, ztrt_all_gather_start(ctx, ZTRT_F32, shard, w, ZERO_CHUNK));
 #else
   ztrt_free(ctx, w);
 #endif

@@ -19,6 +19,7 @@
 #include "src/Communicator.h"
 #include "src/Context.h"
 
+#include "src/DType.h"
 #include "ztrt.h"
 
 #include <gtest/gtest.h>
@@ -123,8 +124,8 @@ TEST(MpiCollectives, AllReduceHandComputed) {
   std::vector<float> in(5), sum(5), mean(5);
   for (int i = 0; i < 5; ++i)
     in[i] = static_cast<float>((rank() + 1) * 100 + i);
-  ztrt_all_reduce_f32(ctx, in.data(), sum.data(), 5, 0);
-  ztrt_all_reduce_f32(ctx, in.data(), mean.data(), 5, 1);
+  ztrt_all_reduce(ctx, ZTRT_F32, in.data(), sum.data(), 5, 0);
+  ztrt_all_reduce(ctx, ZTRT_F32, in.data(), mean.data(), 5, 1);
   for (int i = 0; i < 5; ++i) {
     EXPECT_EQ(sum[i], static_cast<float>(50 * n * (n + 1) + n * i)) << i;
     EXPECT_EQ(mean[i], static_cast<float>(50 * (n + 1) + i)) << i;
@@ -143,7 +144,7 @@ TEST(MpiCollectives, AllReduceSumsInRankOrder) {
   else if (n >= 3 && rank() == n - 2)
     mine = -1e8f;
   float out = 0.0f;
-  ztrt_all_reduce_f32(ctx, &mine, &out, 1, 0);
+  ztrt_all_reduce(ctx, ZTRT_F32, &mine, &out, 1, 0);
   EXPECT_EQ(out, n == 2 ? 1e8f : 1.0f);
 }
 
@@ -155,11 +156,11 @@ TEST(MpiCollectives, AllReduceMatchesReferenceBitwise) {
       std::vector<float> expected = reference(0, n, salt, mean);
       std::vector<float> in = values(rank(), n, salt);
       std::vector<float> out(static_cast<size_t>(n), -1.0f);
-      ztrt_all_reduce_f32(ctx, in.data(), out.data(), n, mean);
+      ztrt_all_reduce(ctx, ZTRT_F32, in.data(), out.data(), n, mean);
       EXPECT_TRUE(sameBits(out, expected));
       EXPECT_TRUE(sameBits(in, values(rank(), n, salt))) << "input changed";
       // In place.
-      ztrt_all_reduce_f32(ctx, in.data(), in.data(), n, mean);
+      ztrt_all_reduce(ctx, ZTRT_F32, in.data(), in.data(), n, mean);
       EXPECT_TRUE(sameBits(in, expected)) << "in place";
       ++salt;
     }
@@ -177,11 +178,11 @@ TEST(MpiCollectives, ReduceScatterMatchesReferenceBitwise) {
           reference(rank() * count, count, salt, mean);
       std::vector<float> in = values(rank(), ranks() * count, salt);
       std::vector<float> out(static_cast<size_t>(count), -1.0f);
-      ztrt_reduce_scatter_f32(ctx, in.data(), out.data(), count, mean);
+      ztrt_reduce_scatter(ctx, ZTRT_F32, in.data(), out.data(), count, mean);
       EXPECT_TRUE(sameBits(out, expected));
       // Into the rank's own chunk of the input, as ZeRO does.
       float *own = in.data() + rank() * count;
-      ztrt_reduce_scatter_f32(ctx, in.data(), own, count, mean);
+      ztrt_reduce_scatter(ctx, ZTRT_F32, in.data(), own, count, mean);
       EXPECT_TRUE(sameBits(std::vector<float>(own, own + count), expected))
           << "in place";
       ++salt;
@@ -200,12 +201,12 @@ TEST(MpiCollectives, AllGatherConcatenatesInRankOrder) {
     }
     std::vector<float> in = values(rank(), count, salt);
     std::vector<float> out(static_cast<size_t>(ranks() * count), -1.0f);
-    ztrt_all_gather_f32(ctx, in.data(), out.data(), count);
+    ztrt_all_gather(ctx, ZTRT_F32, in.data(), out.data(), count);
     EXPECT_TRUE(sameBits(out, expected));
     // In place: the rank's own part already sits at its slot.
     std::vector<float> inPlace(out.size(), -1.0f);
     std::copy(in.begin(), in.end(), inPlace.begin() + rank() * count);
-    ztrt_all_gather_f32(ctx, inPlace.data() + rank() * count, inPlace.data(),
+    ztrt_all_gather(ctx, ZTRT_F32, inPlace.data() + rank() * count, inPlace.data(),
                         count);
     EXPECT_TRUE(sameBits(inPlace, expected)) << "in place";
     ++salt;
@@ -226,7 +227,7 @@ TEST(MpiCollectives, GatherToEveryRoot) {
     }
     std::vector<float> in = values(rank(), count, 400);
     std::vector<float> out(static_cast<size_t>(ranks() * count), -1.0f);
-    ctx->comm().gather(in.data(), out.data(), count, root);
+    ctx->comm().gather(in.data(), out.data(), count, sizeof(in[0]), root);
     if (rank() == root)
       EXPECT_TRUE(sameBits(out, expected));
     else
@@ -238,7 +239,7 @@ TEST(MpiCollectives, BcastFromEveryRoot) {
   for (int root = 0; root < ranks(); ++root) {
     SCOPED_TRACE("root " + std::to_string(root));
     std::vector<float> buf = values(rank(), 1001, 300);
-    ztrt_bcast_f32(ctx, buf.data(), 1001, root);
+    ztrt_bcast(ctx, ZTRT_F32, buf.data(), 1001, root);
     EXPECT_TRUE(sameBits(buf, values(root, 1001, 300)));
   }
 }
@@ -251,10 +252,10 @@ TEST(MpiCollectives, TrafficIsAccounted) {
   // 10 elements: not a multiple of 4, so the all_reduce pads to chunks of
   // ceil(10 / N) and sends more than the formula's payload.
   std::vector<float> buf(static_cast<size_t>(10 * n), 1.0f);
-  ztrt_all_reduce_f32(ctx, buf.data(), buf.data(), 10, 0);
-  ztrt_reduce_scatter_f32(ctx, buf.data(), buf.data(), 3, 0);
-  ztrt_all_gather_f32(ctx, buf.data(), buf.data(), 3);
-  ztrt_bcast_f32(ctx, buf.data(), 10, 0);
+  ztrt_all_reduce(ctx, ZTRT_F32, buf.data(), buf.data(), 10, 0);
+  ztrt_reduce_scatter(ctx, ZTRT_F32, buf.data(), buf.data(), 3, 0);
+  ztrt_all_gather(ctx, ZTRT_F32, buf.data(), buf.data(), 3);
+  ztrt_bcast(ctx, ZTRT_F32, buf.data(), 10, 0);
 
   const int64_t chunk = (10 + n - 1) / n;
   struct Expect {
@@ -277,12 +278,71 @@ TEST(MpiCollectives, TrafficIsAccounted) {
   }
 }
 
+/// bf16 and f16 collectives: the sums are taken over the widened values in
+/// rank order in float and rounded once, so each result is the f32
+/// reference of the widened inputs rounded to the type, bit for bit (no
+/// tolerance: the same float operations in the same order, one rounding).
+/// The traffic counts 2-byte elements.
+template <typename T> void checkSixteenBit(int32_t dtype) {
+  auto narrow = [](const std::vector<float> &v) {
+    std::vector<T> out;
+    for (float f : v)
+      out.push_back(T(f));
+    return out;
+  };
+  auto widenedReference = [&](int64_t offset, int64_t n, uint32_t salt,
+                              bool mean) {
+    std::vector<T> out(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      float sum = static_cast<float>(T(value(0, offset + i, salt)));
+      for (int s = 1; s < ranks(); ++s)
+        sum += static_cast<float>(T(value(s, offset + i, salt)));
+      out[i] = T(mean ? sum / static_cast<float>(ranks()) : sum);
+    }
+    return out;
+  };
+  auto same = [](const std::vector<T> &a, const std::vector<T> &b) {
+    return a.size() == b.size() &&
+           std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  };
+  const int64_t N = ranks();
+  for (int64_t n : sizes())
+    for (int32_t mean : {0, 1}) {
+      std::vector<T> in = narrow(values(rank(), n, 900)), out(n);
+      ztrt_all_reduce(ctx, dtype, in.data(), out.data(), n, mean);
+      EXPECT_TRUE(same(out, widenedReference(0, n, 900, mean)))
+          << "all_reduce n=" << n;
+      std::vector<T> whole = narrow(values(rank(), n * N, 901)), mine(n);
+      ztrt_reduce_scatter(ctx, dtype, whole.data(), mine.data(), n, mean);
+      EXPECT_TRUE(same(mine, widenedReference(rank() * n, n, 901, mean)))
+          << "reduce_scatter n=" << n;
+      std::vector<T> gathered(static_cast<size_t>(n * N));
+      ztrt_all_gather(ctx, dtype, mine.data(), gathered.data(), n);
+      EXPECT_TRUE(same(gathered, widenedReference(0, n * N, 901, mean)))
+          << "all_gather n=" << n;
+    }
+  const CollectiveStats before = ctx->communication(Collective::AllGather);
+  std::vector<T> buf(static_cast<size_t>(3 * N));
+  ztrt_all_gather(ctx, dtype, buf.data(), buf.data(), 3);
+  const CollectiveStats &after = ctx->communication(Collective::AllGather);
+  EXPECT_EQ(after.bytes - before.bytes, (N - 1) * 3 * 2);
+  EXPECT_EQ(after.wireBytes - before.wireBytes, (N - 1) * 3 * 2);
+}
+
+TEST(MpiCollectives, Bf16SumsInFloatRoundedOnce) {
+  checkSixteenBit<bf16>(ZTRT_BF16);
+}
+
+TEST(MpiCollectives, F16SumsInFloatRoundedOnce) {
+  checkSixteenBit<f16>(ZTRT_F16);
+}
+
 TEST(MpiCollectives, EveryRankHoldsTheSameBits) {
   // Independent of the code under test: MPI's own allgather of each rank's
   // all-reduce result, compared bitwise across ranks.
   const int64_t n = 4099;
   std::vector<float> in = values(rank(), n, 400), out(n);
-  ztrt_all_reduce_f32(ctx, in.data(), out.data(), n, 1);
+  ztrt_all_reduce(ctx, ZTRT_F32, in.data(), out.data(), n, 1);
   std::vector<float> all(static_cast<size_t>(n * ranks()));
   MPI_Allgather(out.data(), static_cast<int>(n), MPI_FLOAT, all.data(),
                 static_cast<int>(n), MPI_FLOAT, MPI_COMM_WORLD);
@@ -306,16 +366,16 @@ TEST(MpiCollectives, AsyncMatchesReferenceBitwise) {
       std::vector<float> in = values(rank(), n, salt);
       std::vector<float> out(static_cast<size_t>(n), -1.0f);
       ztrt_wait(ctx,
-                ztrt_all_reduce_start_f32(ctx, in.data(), out.data(), n, mean));
+                ztrt_all_reduce_start(ctx, ZTRT_F32, in.data(), out.data(), n, mean));
       EXPECT_TRUE(sameBits(out, reference(0, n, salt, mean))) << "all_reduce";
       ztrt_wait(ctx,
-                ztrt_all_reduce_start_f32(ctx, in.data(), in.data(), n, mean));
+                ztrt_all_reduce_start(ctx, ZTRT_F32, in.data(), in.data(), n, mean));
       EXPECT_TRUE(sameBits(in, out)) << "all_reduce in place";
 
       const int64_t count = n;
       std::vector<float> chunks = values(rank(), ranks() * count, salt + 1);
       std::vector<float> mine(static_cast<size_t>(count), -1.0f);
-      ztrt_wait(ctx, ztrt_reduce_scatter_start_f32(ctx, chunks.data(),
+      ztrt_wait(ctx, ztrt_reduce_scatter_start(ctx, ZTRT_F32, chunks.data(),
                                                    mine.data(), count, mean));
       EXPECT_TRUE(
           sameBits(mine, reference(rank() * count, count, salt + 1, mean)))
@@ -330,7 +390,7 @@ TEST(MpiCollectives, AsyncMatchesReferenceBitwise) {
       std::vector<float> part = values(rank(), count, salt + 2);
       std::copy(part.begin(), part.end(), gathered.begin() + rank() * count);
       ztrt_wait(ctx,
-                ztrt_all_gather_start_f32(ctx, gathered.data() + rank() * count,
+                ztrt_all_gather_start(ctx, ZTRT_F32, gathered.data() + rank() * count,
                                           gathered.data(), count));
       EXPECT_TRUE(sameBits(gathered, expected)) << "all_gather in place";
       salt += 3;
@@ -347,12 +407,12 @@ TEST(MpiCollectives, SeveralInFlightWaitedOutOfOrder) {
   std::vector<float> agIn = values(rank(), count, 602),
                      agOut(ranks() * count, -1.0f);
   std::vector<float> syncIn = values(rank(), n, 603), syncOut(n, -1.0f);
-  int64_t a = ztrt_all_reduce_start_f32(ctx, arIn.data(), arOut.data(), n, 1);
+  int64_t a = ztrt_all_reduce_start(ctx, ZTRT_F32, arIn.data(), arOut.data(), n, 1);
   int64_t b =
-      ztrt_reduce_scatter_start_f32(ctx, rsIn.data(), rsOut.data(), count, 0);
-  int64_t c = ztrt_all_gather_start_f32(ctx, agIn.data(), agOut.data(), count);
+      ztrt_reduce_scatter_start(ctx, ZTRT_F32, rsIn.data(), rsOut.data(), count, 0);
+  int64_t c = ztrt_all_gather_start(ctx, ZTRT_F32, agIn.data(), agOut.data(), count);
   // Queued behind the three.
-  ztrt_all_reduce_f32(ctx, syncIn.data(), syncOut.data(), n, 0);
+  ztrt_all_reduce(ctx, ZTRT_F32, syncIn.data(), syncOut.data(), n, 0);
   EXPECT_TRUE(sameBits(syncOut, reference(0, n, 603, false)));
   ztrt_wait(ctx, c);
   ztrt_wait(ctx, a);
@@ -371,7 +431,7 @@ TEST(MpiCollectives, AsyncTrafficIsCountedAtStart) {
   const int64_t n = ranks();
   const CollectiveStats before = ctx->communication(Collective::AllReduce);
   std::vector<float> buf(10, 1.0f);
-  int64_t h = ztrt_all_reduce_start_f32(ctx, buf.data(), buf.data(), 10, 0);
+  int64_t h = ztrt_all_reduce_start(ctx, ZTRT_F32, buf.data(), buf.data(), 10, 0);
   const CollectiveStats &now = ctx->communication(Collective::AllReduce);
   // The call and its payload count at the start; what the backend handed
   // MPI is known when it is done, and counts at the wait.
@@ -403,12 +463,12 @@ TEST(MpiCollectives, StartReturnsBeforeTheCollectiveCompletes) {
   const int64_t n = 300001;
   std::vector<float> in = values(rank(), n, 700), out(n, -1.0f);
   if (rank() == 0) {
-    int64_t h = ztrt_all_reduce_start_f32(ctx, in.data(), out.data(), n, 0);
+    int64_t h = ztrt_all_reduce_start(ctx, ZTRT_F32, in.data(), out.data(), n, 0);
     EXPECT_FALSE(ctx->collectiveCompleted(h));
     // Compute on other buffers while the collective is pending.
     std::vector<float> x = values(0, 1 << 16, 701), y(x.size());
     for (int i = 0; i < 20; ++i)
-      ztrt_mul_f32(ctx, x.data(), x.data(), y.data(),
+      ztrt_mul(ctx, ZTRT_F32, x.data(), x.data(), y.data(),
                    static_cast<int64_t>(x.size()));
     EXPECT_FALSE(ctx->collectiveCompleted(h));
     FILE *f = std::fopen(flag.c_str(), "w");
@@ -428,7 +488,7 @@ TEST(MpiCollectives, StartReturnsBeforeTheCollectiveCompletes) {
            std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     EXPECT_EQ(stat(flag.c_str(), &st), 0) << "rank 0 never signalled";
-    ztrt_wait(ctx, ztrt_all_reduce_start_f32(ctx, in.data(), out.data(), n, 0));
+    ztrt_wait(ctx, ztrt_all_reduce_start(ctx, ZTRT_F32, in.data(), out.data(), n, 0));
   }
   EXPECT_TRUE(sameBits(out, reference(0, n, 700, false)));
   // Every rank has seen the file once its collective completed.
@@ -448,13 +508,13 @@ TEST(MpiCollectives, OverlapAccounting) {
   const int64_t n = 100000;
   std::vector<float> in = values(rank(), n, 800), out(n);
   for (int i = 0; i < 3; ++i)
-    ztrt_all_reduce_f32(ctx, in.data(), out.data(), n, 0);
+    ztrt_all_reduce(ctx, ZTRT_F32, in.data(), out.data(), n, 0);
   const OverlapStats &after = ctx->overlap();
   EXPECT_GT(after.commNanos - before.commNanos, 0);
   EXPECT_GE(after.exposedNanos - before.exposedNanos,
             after.commNanos - before.commNanos);
   // Started and waited: only the bounds of the definition hold for sure.
-  ztrt_wait(ctx, ztrt_all_reduce_start_f32(ctx, in.data(), out.data(), n, 0));
+  ztrt_wait(ctx, ztrt_all_reduce_start(ctx, ZTRT_F32, in.data(), out.data(), n, 0));
   EXPECT_GE(ctx->overlap().hiddenFraction(), 0.0);
   EXPECT_LE(ctx->overlap().hiddenFraction(), 1.0);
 }

@@ -29,8 +29,8 @@ Value meanFlag(StepLowering &s, Reduction reduction) {
   return s.rt.i32(reduction == Reduction::mean);
 }
 
-/// ztrt_<kernel>_<type> for the element type of `typed`.
-FailureOr<std::string> collective(Operation *op, StringRef kernel,
+/// ztrt_<kernel> in the element type of `typed`.
+FailureOr<RuntimeKernel> collective(Operation *op, StringRef kernel,
                                   Value typed) {
   return typedKernel(op, kernel, train::elementTypeOf(typed));
 }
@@ -104,7 +104,7 @@ struct AllReducePattern : OpRuntimePattern<AllReduceOp> {
       s.bind(op.getResult(), x);
     else
       out = s.alloc(op.getResult());
-    s.rt.call(*name, {x, out, s.rt.i64(numElements(op.getResult())),
+    name->call(s.rt, {x, out, s.rt.i64(numElements(op.getResult())),
                       meanFlag(s, op.getReduction())});
     return success();
   }
@@ -121,7 +121,7 @@ struct PadFlatPattern : OpRuntimePattern<PadFlatOp> {
     Value x = s.get(op.getInput()), out = s.alloc(op.getResult());
     s.rt.call("copy", {x, out, s.rt.i64(n * bytes)});
     if (total > n)
-      s.rt.call(*fill, {s.rt.offset(out, n * bytes), s.rt.i64(total - n),
+      fill->call(s.rt, {s.rt.offset(out, n * bytes), s.rt.i64(total - n),
                         s.rt.f64(0.0)});
     return success();
   }
@@ -133,7 +133,7 @@ struct ReduceScatterPattern : OpRuntimePattern<ReduceScatterOp> {
     if (failed(name))
       return failure();
     Value x = s.get(op.getInput());
-    s.rt.call(*name, {x, s.alloc(op.getResult()),
+    name->call(s.rt, {x, s.alloc(op.getResult()),
                       s.rt.i64(numElements(op.getResult())),
                       meanFlag(s, op.getReduction())});
     return success();
@@ -146,7 +146,7 @@ struct AllGatherPattern : OpRuntimePattern<AllGatherOp> {
     if (failed(name))
       return failure();
     Value x = s.get(op.getInput());
-    s.rt.call(*name, {x, s.alloc(op.getResult()),
+    name->call(s.rt, {x, s.alloc(op.getResult()),
                       s.rt.i64(numElements(op.getInput()))});
     return success();
   }
@@ -161,7 +161,7 @@ struct GatherParamPattern : OpRuntimePattern<GatherParamOp> {
       return failure();
     Gather g = gatherParam(s, op.getParam(), op.getTile(), op.getTiles(),
                            op.getResult(), op);
-    s.rt.call(*name, {g.shard, g.full, s.rt.i64(g.count)});
+    name->call(s.rt, {g.shard, g.full, s.rt.i64(g.count)});
     return success();
   }
 };
@@ -174,7 +174,7 @@ struct AllGatherParamPattern : OpRuntimePattern<AllGatherParamOp> {
     if (failed(name))
       return failure();
     Gather g = paramSlice(s, op.getParam());
-    s.rt.call(*name, {g.shard, g.full, s.rt.i64(g.count)});
+    name->call(s.rt, {g.shard, g.full, s.rt.i64(g.count)});
     return success();
   }
 };
@@ -190,7 +190,7 @@ struct GatherParamStartPattern : OpRuntimePattern<GatherParamStartOp> {
     Gather g = gatherParam(s, op.getParam(), op.getTile(), op.getTiles(),
                            wait.getResult(0), wait);
     s.pending[op.getToken()] = {
-        s.rt.call(*name, {g.shard, g.full, s.rt.i64(g.count)}), {}, {}, {}};
+        name->call(s.rt, {g.shard, g.full, s.rt.i64(g.count)}), {}, {}, {}};
     return success();
   }
 };
@@ -205,7 +205,7 @@ struct AllGatherParamStartPattern : OpRuntimePattern<AllGatherParamStartOp> {
       return failure();
     Gather g = paramSlice(s, op.getParam());
     s.pending[op.getToken()] = {
-        s.rt.call(*name, {g.shard, g.full, s.rt.i64(g.count)}), {}, {}, {}};
+        name->call(s.rt, {g.shard, g.full, s.rt.i64(g.count)}), {}, {}, {}};
     return success();
   }
 };
@@ -222,7 +222,7 @@ struct ReduceScatterStartPattern : OpRuntimePattern<ReduceScatterStartOp> {
       // One tensor: straight into the result's buffer.
       Value out = s.alloc(wait.getResult(0));
       s.pending[op.getToken()] = {
-          s.rt.call(*name, {s.get(op.getInputs()[0]), out,
+          name->call(s.rt, {s.get(op.getInputs()[0]), out,
                             s.rt.i64(numElements(wait.getResult(0))), mean}),
           {}, {}, {}};
       return success();
@@ -241,7 +241,7 @@ struct ReduceScatterStartPattern : OpRuntimePattern<ReduceScatterStartOp> {
                             s.rt.i64(chunk), s.rt.i64(total * bytes)});
     }
     s.pending[op.getToken()] = {
-        s.rt.call(*name, {in, out, s.rt.i64(total), mean}), in, out,
+        name->call(s.rt, {in, out, s.rt.i64(total), mean}), in, out,
         offsets};
     return success();
   }
@@ -262,7 +262,7 @@ struct AllReduceStartPattern : OpRuntimePattern<AllReduceStartOp> {
                       : s.alloc(wait.getResult(0));
       s.bind(wait.getResult(0), out);
       s.pending[op.getToken()] = {
-          s.rt.call(*name, {x, out, s.rt.i64(numElements(wait.getResult(0))),
+          name->call(s.rt, {x, out, s.rt.i64(numElements(wait.getResult(0))),
                             mean}),
           {}, {}, {}};
       return success();
@@ -275,7 +275,7 @@ struct AllReduceStartPattern : OpRuntimePattern<AllReduceStartOp> {
       s.rt.call("copy", {s.get(x), s.rt.offset(packed, off * bytes),
                          s.rt.i64(tensorBytes(x.getType()))});
     s.pending[op.getToken()] = {
-        s.rt.call(*name, {packed, packed, s.rt.i64(total), mean}), packed,
+        name->call(s.rt, {packed, packed, s.rt.i64(total), mean}), packed,
         Value(), offsets};
     return success();
   }

@@ -28,6 +28,7 @@ struct AbiFunction {
 
 const AbiFunction kAbiFunctions[] = {
 #define CTX AbiType::kPtr
+#define DTYPE AbiType::kI32
 #define PTR AbiType::kPtr
 #define CPTR AbiType::kPtr
 #define I32 AbiType::kI32
@@ -38,6 +39,7 @@ const AbiFunction kAbiFunctions[] = {
 #include "ztrt_abi.def"
 #undef ZTRT_FN
 #undef CTX
+#undef DTYPE
 #undef PTR
 #undef CPTR
 #undef I32

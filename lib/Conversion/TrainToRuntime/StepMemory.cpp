@@ -151,26 +151,37 @@ void StepLowering::finishOp(Operation &op) {
     release(stepBuffers.root(operand));
 }
 
-FailureOr<std::string> ztrain::typedKernel(Operation *where, StringRef kernel,
-                                           Type elementType) {
-  // The runtime's kernels are f32 so far; bf16 / f16 instantiations come
-  // with the element type in the ABI (docs/lowering.md).
-  if (!elementType.isF32())
+FailureOr<RuntimeKernel> ztrain::typedKernel(Operation *where,
+                                             StringRef kernel,
+                                             Type elementType) {
+  int32_t dtype;
+  if (elementType.isF32())
+    dtype = ZTRT_F32;
+  else if (elementType.isBF16())
+    dtype = ZTRT_BF16;
+  else if (elementType.isF16())
+    dtype = ZTRT_F16;
+  else
     return where->emitOpError()
            << "computes in " << elementType
-           << ", but the runtime's kernels are f32 only so far (ztrt_"
-           << kernel << " has no " << elementType << " instantiation)";
-  std::string name = (kernel + "_f32").str();
-  if (!RuntimeCalls::exists(name))
+           << ", which the runtime does not store (its kernels take f32, "
+              "bf16 and f16)";
+  if (!RuntimeCalls::exists(kernel))
     return where->emitOpError()
-           << "names the runtime kernel ztrt_" << name
+           << "names the runtime kernel ztrt_" << kernel
            << ", which is not in the ABI table (ztrt_abi.def)";
-  return name;
+  return RuntimeKernel{kernel.str(), dtype};
+}
+
+Value RuntimeKernel::call(RuntimeCalls &rt, ArrayRef<Value> args) const {
+  SmallVector<Value> all{rt.i32(dtype)};
+  all.append(args.begin(), args.end());
+  return rt.call(name, all);
 }
 
 LogicalResult ztrain::emitKernelCall(Operation *op, const KernelCall &call,
                                      StepLowering &s) {
-  FailureOr<std::string> name =
+  FailureOr<RuntimeKernel> name =
       typedKernel(op, call.kernel, call.elementType);
   if (failed(name))
     return failure();
@@ -198,6 +209,6 @@ LogicalResult ztrain::emitKernelCall(Operation *op, const KernelCall &call,
       break;
     }
   }
-  rt.call(*name, args);
+  name->call(rt, args);
   return success();
 }

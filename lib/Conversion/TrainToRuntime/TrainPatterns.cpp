@@ -67,7 +67,7 @@ struct UpdatePattern : RuntimePattern {
   LogicalResult lower(Operation *op, StepLowering &s) const override {
     auto update = cast<OptimizerUpdateOpInterface>(op);
     KernelCall kernel = update.getUpdateKernel();
-    FailureOr<std::string> name =
+    FailureOr<RuntimeKernel> name =
         typedKernel(op, kernel.kernel, kernel.elementType);
     if (failed(name))
       return failure();
@@ -84,7 +84,7 @@ struct UpdatePattern : RuntimePattern {
       args.push_back(hyper.kind == KernelArg::F64
                          ? s.rt.f64(hyper.f)
                          : s.rt.i32(static_cast<int32_t>(hyper.i)));
-    s.rt.call(*name, args);
+    name->call(s.rt, args);
     return success();
   }
 };

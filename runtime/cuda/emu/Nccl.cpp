@@ -8,11 +8,15 @@
 //   bootstrap's broadcast worked) and its own rank; two ranks on one node
 //   may not use the same device ("Duplicate GPU detected", as NCCL says).
 //   A communicator of more than one rank spans MPI_COMM_WORLD.
-// - collectives: float sums and broadcasts of buffers in device memory of
-//   the extent the call touches; send and receive buffers may overlap only
-//   in NCCL's in-place layout (allGather: sendbuff == recvbuff + rank *
-//   count; reduceScatter: recvbuff == sendbuff + rank * count; the others:
-//   identical pointers).
+// - collectives: sums and broadcasts of ncclFloat32, ncclBfloat16 and
+//   ncclFloat16 buffers in device memory of the extent the call touches;
+//   send and receive buffers may overlap only in NCCL's in-place layout
+//   (allGather: sendbuff == recvbuff + rank * count; reduceScatter:
+//   recvbuff == sendbuff + rank * count; the others: identical pointers).
+//   float32 sums are MPI's (MPI_SUM on MPI_FLOAT); bf16 / f16 sums gather
+//   every rank's elements and add them widened to float in rank order,
+//   rounding each result once (NCCL itself adds in its ring or tree order
+//   in the element type; the emulator's sum is the cpu backend's).
 //
 // In a communicator of one rank the collective is a copy on the stream, in
 // stream order. With more ranks the exchange runs on the calling thread
@@ -25,6 +29,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cuda/emu/Emu.h"
+#include "src/DType.h"
 
 #include <nccl.h>
 
@@ -64,14 +69,37 @@ ncclResult_t invalid(const char *format, ...) {
   return ncclInvalidUsage;
 }
 
+/// Bytes of one element of `type`, 0 for the types the emulator does not
+/// implement.
+size_t typeBytes(ncclDataType_t type) {
+  switch (type) {
+  case ncclFloat32:
+    return ztrt::elementBytes(ztrt::DType::F32);
+  case ncclBfloat16:
+    return ztrt::elementBytes(ztrt::DType::BF16);
+  case ncclFloat16:
+    return ztrt::elementBytes(ztrt::DType::F16);
+  default:
+    return 0;
+  }
+}
+
+/// The MPI type that moves one element of `type` unchanged (counts stay
+/// element counts, as NCCL's are).
+MPI_Datatype moveType(ncclDataType_t type) {
+  return type == ncclFloat32 ? MPI_FLOAT : MPI_UINT16_T;
+}
+
 /// Checks the communicator, type, and buffers of a collective.
 ncclResult_t checkCall(const char *api, ncclComm_t comm, ncclDataType_t type,
                        const void *send, size_t sendBytes, const void *recv,
                        size_t recvBytes, bool inPlace, cudaStream_t stream) {
   if (!comm)
     return invalid("%s: null communicator", api);
-  if (type != ncclFloat32)
-    return invalid("%s: the emulator implements float32 only", api);
+  if (typeBytes(type) == 0)
+    return invalid("%s: the emulator implements ncclFloat32, ncclBfloat16 "
+                   "and ncclFloat16 only",
+                   api);
   if (!validStream(stream))
     return invalid("%s: invalid stream", api);
   if (sticky())
@@ -90,10 +118,10 @@ ncclResult_t checkCall(const char *api, ncclComm_t comm, ncclDataType_t type,
 }
 
 /// Writes `result` to `recv` in `stream`'s order.
-void deliver(cudaStream_t stream, void *recv, std::vector<float> result) {
-  auto data = std::make_shared<std::vector<float>>(std::move(result));
+void deliver(cudaStream_t stream, void *recv, std::vector<char> result) {
+  auto data = std::make_shared<std::vector<char>>(std::move(result));
   enqueue(stream, [recv, data] {
-    const size_t bytes = data->size() * sizeof(float);
+    const size_t bytes = data->size();
     if (!isLiveDevice(recv, bytes)) {
       fault("NCCL collective: the receive buffer %s was freed before the "
             "collective wrote it (its free is not ordered after the "
@@ -105,23 +133,47 @@ void deliver(cudaStream_t stream, void *recv, std::vector<float> result) {
   });
 }
 
-/// Runs a collective that writes `result` elements to `recv`: in a
-/// one-rank communicator the copy of `send` on the stream; otherwise
+/// Runs a collective that writes `resultBytes` to `recv`: in a one-rank
+/// communicator the copy of `send` on the stream; otherwise
 /// `exchange(out)` (MPI) on the host once the stream's earlier work is done,
 /// its result delivered in stream order.
 template <typename Exchange>
 ncclResult_t run(ncclComm_t comm, cudaStream_t stream, const void *send,
-                 void *recv, size_t result, Exchange exchange) {
-  const size_t bytes = result * sizeof(float);
+                 void *recv, size_t resultBytes, Exchange exchange) {
   if (comm->ranks == 1) {
-    enqueue(stream, [=] { std::memmove(recv, send, bytes); });
+    enqueue(stream, [=] { std::memmove(recv, send, resultBytes); });
     return ncclSuccess;
   }
   drain(stream);
-  std::vector<float> out(result);
+  std::vector<char> out(resultBytes);
   exchange(out.data());
   deliver(stream, recv, std::move(out));
   return ncclSuccess;
+}
+
+/// out[i] = T(sum over s of float(blocks[s * count + i])), s in rank order
+/// 0..ranks-1: the sum of a 16-bit type, accumulated in float and rounded
+/// once.
+template <typename T>
+void sumInRankOrder(const char *blocks, char *out, size_t count, int ranks) {
+  const T *in = reinterpret_cast<const T *>(blocks);
+  T *result = reinterpret_cast<T *>(out);
+  for (size_t i = 0; i < count; ++i) {
+    float sum = static_cast<float>(in[i]);
+    for (int s = 1; s < ranks; ++s)
+      sum += static_cast<float>(in[static_cast<size_t>(s) * count + i]);
+    result[i] = static_cast<T>(sum);
+  }
+}
+
+/// `blocks` holds `ranks` blocks of `count` elements of a 16-bit `type`;
+/// writes their element-wise sum to `out`.
+void sumBlocks(ncclDataType_t type, const char *blocks, char *out,
+               size_t count, int ranks) {
+  if (type == ncclBfloat16)
+    sumInRankOrder<ztrt::bf16>(blocks, out, count, ranks);
+  else
+    sumInRankOrder<ztrt::f16>(blocks, out, count, ranks);
 }
 
 bool mpiReady() {
@@ -241,15 +293,23 @@ const char *ncclGetErrorString(ncclResult_t result) {
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count,
                            ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream) {
-  const size_t bytes = count * sizeof(float);
+  const size_t bytes = count * typeBytes(type);
   if (op != ncclSum)
     return invalid("ncclAllReduce: the emulator implements ncclSum only");
   if (ncclResult_t r = checkCall("ncclAllReduce", comm, type, send, bytes, recv,
                                  bytes, send == recv, stream))
     return r;
-  return run(comm, stream, send, recv, count, [&](float *out) {
-    MPI_Allreduce(send, out, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
-                  MPI_COMM_WORLD);
+  return run(comm, stream, send, recv, bytes, [&](char *out) {
+    if (type == ncclFloat32) {
+      MPI_Allreduce(send, out, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
+      return;
+    }
+    // Every rank's elements, then the rank-order float sum.
+    std::vector<char> all(bytes * static_cast<size_t>(comm->ranks));
+    MPI_Allgather(send, static_cast<int>(count), moveType(type), all.data(),
+                  static_cast<int>(count), moveType(type), MPI_COMM_WORLD);
+    sumBlocks(type, all.data(), out, count, comm->ranks);
   });
 }
 
@@ -258,33 +318,41 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count,
                                ncclComm_t comm, cudaStream_t stream) {
   if (op != ncclSum)
     return invalid("ncclReduceScatter: the emulator implements ncclSum only");
-  const size_t bytes = count * sizeof(float);
+  const size_t bytes = count * typeBytes(type);
   const int ranks = comm ? comm->ranks : 1, rank = comm ? comm->rank : 0;
   const bool inPlace = recv == static_cast<const char *>(send) +
                                    static_cast<size_t>(rank) * bytes;
   if (ncclResult_t r = checkCall("ncclReduceScatter", comm, type, send,
                                  bytes * ranks, recv, bytes, inPlace, stream))
     return r;
-  return run(comm, stream, send, recv, count, [&](float *out) {
-    MPI_Reduce_scatter_block(send, out, static_cast<int>(count), MPI_FLOAT,
-                             MPI_SUM, MPI_COMM_WORLD);
+  return run(comm, stream, send, recv, bytes, [&](char *out) {
+    if (type == ncclFloat32) {
+      MPI_Reduce_scatter_block(send, out, static_cast<int>(count), MPI_FLOAT,
+                               MPI_SUM, MPI_COMM_WORLD);
+      return;
+    }
+    // Block s of `blocks` is rank s's chunk for this rank.
+    std::vector<char> blocks(bytes * static_cast<size_t>(ranks));
+    MPI_Alltoall(send, static_cast<int>(count), moveType(type), blocks.data(),
+                 static_cast<int>(count), moveType(type), MPI_COMM_WORLD);
+    sumBlocks(type, blocks.data(), out, count, ranks);
   });
 }
 
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t count,
                            ncclDataType_t type, ncclComm_t comm,
                            cudaStream_t stream) {
-  const size_t bytes = count * sizeof(float);
+  const size_t bytes = count * typeBytes(type);
   const int ranks = comm ? comm->ranks : 1, rank = comm ? comm->rank : 0;
   const bool inPlace = send == static_cast<const char *>(recv) +
                                    static_cast<size_t>(rank) * bytes;
   if (ncclResult_t r = checkCall("ncclAllGather", comm, type, send, bytes, recv,
                                  bytes * ranks, inPlace, stream))
     return r;
-  return run(comm, stream, send, recv, count * static_cast<size_t>(ranks),
-             [&](float *out) {
-               MPI_Allgather(send, static_cast<int>(count), MPI_FLOAT, out,
-                             static_cast<int>(count), MPI_FLOAT,
+  return run(comm, stream, send, recv, bytes * static_cast<size_t>(ranks),
+             [&](char *out) {
+               MPI_Allgather(send, static_cast<int>(count), moveType(type), out,
+                             static_cast<int>(count), moveType(type),
                              MPI_COMM_WORLD);
              });
 }
@@ -292,7 +360,7 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t count,
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count,
                            ncclDataType_t type, int root, ncclComm_t comm,
                            cudaStream_t stream) {
-  const size_t bytes = count * sizeof(float);
+  const size_t bytes = count * typeBytes(type);
   if (comm && (root < 0 || root >= comm->ranks))
     return invalid("ncclBroadcast: root %d of %d ranks", root, comm->ranks);
   // sendbuff is only read on the root.
@@ -301,9 +369,10 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count,
           checkCall("ncclBroadcast", comm, type, isRoot ? send : recv, bytes,
                     recv, bytes, !isRoot || send == recv, stream))
     return r;
-  return run(comm, stream, send, recv, count, [&](float *out) {
+  return run(comm, stream, send, recv, bytes, [&](char *out) {
     if (isRoot)
       std::memcpy(out, send, bytes);
-    MPI_Bcast(out, static_cast<int>(count), MPI_FLOAT, root, MPI_COMM_WORLD);
+    MPI_Bcast(out, static_cast<int>(count), moveType(type), root,
+              MPI_COMM_WORLD);
   });
 }

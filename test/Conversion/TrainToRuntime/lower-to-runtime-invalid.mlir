@@ -34,15 +34,3 @@ func.func @f(%x: tensor<f32>) -> tensor<f32> attributes {train.entry, train.step
   %y = arith.addf %x, %x : tensor<f32>
   return %y : tensor<f32>
 }
-
-// -----
-
-// bf16 / f16 ops verify, but the runtime's kernels are f32 only so far: the
-// lowering names the op and the type instead of emitting a call that does
-// not exist.
-func.func @f(%l: tensor<f32>) -> tensor<f32> attributes {train.entry, train.step} {
-  // expected-error @+1 {{'train.fill' op computes in 'bf16', but the runtime's kernels are f32 only so far (ztrt_fill has no 'bf16' instantiation)}}
-  %x = train.fill {value = 1.0 : f64} : tensor<4xbf16>
-  %y = train.relu %x : tensor<4xbf16>
-  return %l : tensor<f32>
-}

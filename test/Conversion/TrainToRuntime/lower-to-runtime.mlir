@@ -14,26 +14,26 @@
 // CHECK: %[[W:.*]] = call @ztrt_param(%[[CTX]], %[[C0]])
 // A linear layer on [2, 5, 4] folds the batch into one GEMM: m = 10.
 // CHECK: %[[H:.*]] = call @ztrt_alloc(%[[CTX]], %[[C120:.*]], %[[ACT:.*]]) : (!llvm.ptr, i64, i32) -> !llvm.ptr
-// CHECK: call @ztrt_matmul_f32(%[[CTX]], %[[X]], %[[W]], %[[H]], %{{.*}}) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, i32, i32, i64, i64, i64) -> ()
+// CHECK: call @ztrt_matmul(%[[CTX]], %c0_i32, %[[X]], %[[W]], %[[H]], %{{.*}}) : (!llvm.ptr, i32, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, i32, i32, i64, i64, i64) -> ()
 // The reshape aliases its operand: no call, the cross-entropy reads %H's
 // bias-added successor directly.
 // CHECK-NOT: reshape
-// CHECK: call @ztrt_cross_entropy_f32(%[[CTX]], %[[LOGITS:.*]], %[[LAB]], %[[LOSS:.*]], %{{.*}}, %{{.*}})
+// CHECK: call @ztrt_cross_entropy(%[[CTX]], %c0_i32, %[[LOGITS:.*]], %[[LAB]], %[[LOSS:.*]], %{{.*}}, %{{.*}})
 // The loss is reported as soon as it exists, before the in-place updates.
 // CHECK-NEXT: call @ztrt_set_loss(%[[CTX]], %[[LOSS]])
 // Gradients are written straight into the runtime's persistent gradient
 // buffers (the descriptor's grad records), which the step never frees.
 // CHECK: %[[DW:.*]] = call @ztrt_grad(%[[CTX]], %[[C0]])
-// CHECK: call @ztrt_sgd_update_f32(%[[CTX]], %{{.*}}, %[[DW]], %{{.*}}) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, f64, f64, f64, f64, i32) -> ()
+// CHECK: call @ztrt_sgd_update(%[[CTX]], %c0_i32, %{{.*}}, %[[DW]], %{{.*}}) : (!llvm.ptr, i32, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, f64, f64, f64, f64, i32) -> ()
 // CHECK-NOT: call @ztrt_free(%[[CTX]], %[[DW]])
 // CHECK: call @ztrt_free(%[[CTX]], %[[LOSS]])
 // CHECK-NEXT: return
 // Runtime functions are declared once, from the ABI table.
 // CHECK-DAG: func.func private @ztrt_alloc(!llvm.ptr, i64, i32) -> !llvm.ptr
-// CHECK-DAG: func.func private @ztrt_matmul_f32(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, i32, i32, i64, i64, i64)
+// CHECK-DAG: func.func private @ztrt_matmul(!llvm.ptr, i32, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, i32, i32, i64, i64, i64)
 
 // LLVM: llvm.func @ztrain_step(%{{.*}}: !llvm.ptr)
-// LLVM: llvm.call @ztrt_adam_update_f32
+// LLVM: llvm.call @ztrt_adam_update(
 // LLVM: llvm.func @ztrt_arena(!llvm.ptr, i64, i64, i32) -> !llvm.ptr
 
 train.param @w : tensor<3x4xf32> init(normal, 0.02)

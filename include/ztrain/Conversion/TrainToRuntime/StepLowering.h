@@ -204,11 +204,21 @@ using RuntimePatternList = std::vector<std::unique_ptr<RuntimePattern>>;
 /// optimizer updates.
 void populateTrainToRuntimePatterns(RuntimePatternList &patterns);
 
-/// The ABI name of `kernel` in `elementType`, or a located error when the
-/// runtime has no such kernel in that type.
-mlir::FailureOr<std::string> typedKernel(mlir::Operation *where,
-                                         llvm::StringRef kernel,
-                                         mlir::Type elementType);
+/// A kernel or collective of the ABI table and the element type it runs
+/// in: ztrt_<name>(ctx, dtype, args...).
+struct RuntimeKernel {
+  std::string name;
+  /// The ztrt_dtype code of the element type.
+  int32_t dtype;
+  /// Emits the call; its result, or a null Value for a void function.
+  mlir::Value call(RuntimeCalls &rt, llvm::ArrayRef<mlir::Value> args) const;
+};
+
+/// `kernel` of the ABI table in `elementType`, or a located error when the
+/// runtime has no such kernel or does not store that type.
+mlir::FailureOr<RuntimeKernel> typedKernel(mlir::Operation *where,
+                                           llvm::StringRef kernel,
+                                           mlir::Type elementType);
 
 /// Emits a described kernel call: tensors become their buffers (results
 /// get theirs from StepLowering::alloc, in argument order).

@@ -39,6 +39,27 @@ typedef enum {
 
 typedef enum { MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL } libraryPropertyType;
 
+// library_types.h: the element types of cublasGemmStridedBatchedEx's
+// operands (the emulator implements these three).
+typedef enum cudaDataType_t {
+  CUDA_R_32F = 0,
+  CUDA_R_16F = 2,
+  CUDA_R_16BF = 14,
+} cudaDataType_t;
+typedef cudaDataType_t cudaDataType;
+
+typedef enum {
+  CUBLAS_COMPUTE_16F = 64,
+  CUBLAS_COMPUTE_32F = 68,
+  CUBLAS_COMPUTE_32F_FAST_16F = 74,
+  CUBLAS_COMPUTE_32F_FAST_16BF = 75,
+  CUBLAS_COMPUTE_32F_FAST_TF32 = 77,
+} cublasComputeType_t;
+
+typedef enum {
+  CUBLAS_GEMM_DEFAULT = -1,
+} cublasGemmAlgo_t;
+
 namespace ztrt::cudaemu {
 struct BlasContext;
 }
@@ -55,6 +76,17 @@ cublasStatus_t cublasSgemmStridedBatched(
     int m, int n, int k, const float *alpha, const float *A, int lda,
     long long strideA, const float *B, int ldb, long long strideB,
     const float *beta, float *C, int ldc, long long strideC, int batchCount);
+// A, B, C of type CUDA_R_32F, CUDA_R_16F or CUDA_R_16BF (all three alike)
+// with computeType CUBLAS_COMPUTE_32F (alpha, beta: float): the operands
+// widened to float, accumulated as cublasSgemmStridedBatched does, C
+// rounded once to its type.
+cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+    int m, int n, int k, const void *alpha, const void *A, cudaDataType Atype,
+    int lda, long long strideA, const void *B, cudaDataType Btype, int ldb,
+    long long strideB, const void *beta, void *C, cudaDataType Ctype, int ldc,
+    long long strideC, int batchCount, cublasComputeType_t computeType,
+    cublasGemmAlgo_t algo);
 
 #define cublasCreate cublasCreate_v2
 #define cublasDestroy cublasDestroy_v2
