@@ -7,7 +7,7 @@
 //   ztrt_cuda_gemm_peak [N] [REPEATS]
 //
 // times C = A B for N x N float32 matrices (default 8192) through the cuda
-// backend's own matmul_f32 (cuBLAS sgemm with TF32 off: the precision the
+// backend's own f32 matmul (cuBLAS sgemm with TF32 off: the precision the
 // step runs at), REPEATS GEMMs per trial after a warm-up, best of 5 trials,
 // and prints one JSON line:
 //
@@ -49,15 +49,15 @@ int main(int argc, char **argv) {
   void *b = ztrt_alloc(&ctx, bytes, ZTRT_CAT_OTHER);
   void *c = ztrt_alloc(&ctx, bytes, ZTRT_CAT_OTHER);
   // Values do not change a GEMM's speed; finite ones keep it honest.
-  ztrt_fill_f32(&ctx, a, n * n, 0.5);
-  ztrt_fill_f32(&ctx, b, n * n, 0.25);
-  ztrt_matmul_f32(&ctx, a, b, c, 1, n, n, n, 0, 0, 0, 0, 0);
+  ztrt_fill(&ctx, ZTRT_F32, a, n * n, 0.5);
+  ztrt_fill(&ctx, ZTRT_F32, b, n * n, 0.25);
+  ztrt_matmul(&ctx, ZTRT_F32, a, b, c, 1, n, n, n, 0, 0, 0, 0, 0);
   ctx.synchronize();
   double best = 1e300;
   for (int trial = 0; trial < 5; ++trial) {
     const auto begin = std::chrono::steady_clock::now();
     for (int r = 0; r < repeats; ++r)
-      ztrt_matmul_f32(&ctx, a, b, c, 1, n, n, n, 0, 0, 0, 0, 0);
+      ztrt_matmul(&ctx, ZTRT_F32, a, b, c, 1, n, n, n, 0, 0, 0, 0, 0);
     ctx.synchronize();
     const double ms = std::chrono::duration<double, std::milli>(
                           std::chrono::steady_clock::now() - begin)

@@ -4,6 +4,14 @@
 // memory, cuBLAS, NCCL, the enqueued collectives and the deferred error
 // checks. The kernels are in the .cu files (Kernels.h). Design: docs/cuda.md.
 //
+// Element types. Every kernel method dispatches on its DType to one
+// launcher template instantiated for float, bf16 and f16 (src/DType.h's
+// storage types, converted on the device): loads widened to float, each
+// output rounded once. matmul is cuBLAS's sgemm for float and GemmEx with
+// CUBLAS_COMPUTE_32F for bf16 / f16; collectives hand NCCL the dtype's
+// ncclFloat32 / ncclBfloat16 / ncclFloat16 and count wire bytes in its
+// element size.
+//
 // Streams. All kernels, copies and frees run on one compute stream, in call
 // order, so a step's program order is the device's order. Collectives run
 // on a communication stream of higher priority (NCCL kernels should not
@@ -412,8 +420,8 @@ public:
   })
 
   void fill(DType dtype, void *out, int64_t n, double value) override {
-    ZTRT_CUDA_DISPATCH(dtype, cuda::fill(as<T>(out), n,
-                                         static_cast<float>(value), compute));
+    ZTRT_CUDA_DISPATCH(
+        dtype, cuda::fill(as<T>(out), n, static_cast<float>(value), compute));
   }
   void add(DType dtype, const void *a, const void *b, void *out,
            int64_t n) override {
@@ -445,16 +453,16 @@ public:
   }
   void reluGrad(DType dtype, const void *dy, const void *x, void *dx,
                 int64_t n) override {
-    ZTRT_CUDA_DISPATCH(dtype, cuda::reluGrad(as<T>(dy), as<T>(x), as<T>(dx), n,
-                                             compute));
+    ZTRT_CUDA_DISPATCH(
+        dtype, cuda::reluGrad(as<T>(dy), as<T>(x), as<T>(dx), n, compute));
   }
   void gelu(DType dtype, const void *x, void *out, int64_t n) override {
     ZTRT_CUDA_DISPATCH(dtype, cuda::gelu(as<T>(x), as<T>(out), n, compute));
   }
   void geluGrad(DType dtype, const void *dy, const void *x, void *dx,
                 int64_t n) override {
-    ZTRT_CUDA_DISPATCH(dtype, cuda::geluGrad(as<T>(dy), as<T>(x), as<T>(dx), n,
-                                             compute));
+    ZTRT_CUDA_DISPATCH(
+        dtype, cuda::geluGrad(as<T>(dy), as<T>(x), as<T>(dx), n, compute));
   }
 
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS
@@ -463,10 +471,9 @@ public:
   // cublasSgemmStridedBatched; bf16 / f16: cublasGemmStridedBatchedEx with
   // the operands and C in the dtype and CUBLAS_COMPUTE_32F (products and
   // sums in float, C rounded once to the dtype).
-  void matmul(DType dtype, const void *a, const void *b, void *c,
-              int64_t batch, int64_t m, int64_t n, int64_t k, int32_t transA,
-              int32_t transB, int64_t strideA, int64_t strideB,
-              int64_t strideC) override {
+  void matmul(DType dtype, const void *a, const void *b, void *c, int64_t batch,
+              int64_t m, int64_t n, int64_t k, int32_t transA, int32_t transB,
+              int64_t strideA, int64_t strideB, int64_t strideC) override {
     if (batch == 0 || m == 0 || n == 0)
       return;
     if (k == 0) {
@@ -505,8 +512,7 @@ public:
                 "cublasSgemmStridedBatched");
       return;
     }
-    const cudaDataType type =
-        dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    const cudaDataType type = dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
     // CUBLAS_COMPUTE_32F: alpha and beta are floats.
     checkBlas(cuda::cublas().gemmStridedBatchedEx(
                   handle, opB, opA, static_cast<int>(n), static_cast<int>(m),
@@ -520,18 +526,17 @@ public:
   void layerNorm(DType dtype, const void *x, const void *gamma,
                  const void *beta, void *y, int64_t rows, int64_t cols,
                  double eps) override {
-    ZTRT_CUDA_DISPATCH(dtype, cuda::layerNorm(as<T>(x), as<T>(gamma),
-                                              as<T>(beta), as<T>(y), rows,
-                                              cols, eps, compute));
+    ZTRT_CUDA_DISPATCH(dtype,
+                       cuda::layerNorm(as<T>(x), as<T>(gamma), as<T>(beta),
+                                       as<T>(y), rows, cols, eps, compute));
   }
   void layerNormGrad(DType dtype, const void *dy, const void *x,
                      const void *gamma, void *dx, void *dgamma, void *dbeta,
                      int64_t rows, int64_t cols, double eps) override {
-    ZTRT_CUDA_DISPATCH(dtype,
-                       cuda::layerNormGrad(as<T>(dy), as<T>(x), as<T>(gamma),
-                                           as<T>(dx), as<T>(dgamma),
-                                           as<T>(dbeta), rows, cols, eps,
-                                           compute));
+    ZTRT_CUDA_DISPATCH(dtype, cuda::layerNormGrad(as<T>(dy), as<T>(x),
+                                                  as<T>(gamma), as<T>(dx),
+                                                  as<T>(dgamma), as<T>(dbeta),
+                                                  rows, cols, eps, compute));
   }
   void softmax(DType dtype, const void *x, void *y, int64_t rows, int64_t cols,
                int32_t causal) override {
@@ -586,8 +591,8 @@ public:
       plan.reducedShape[0] = 1;
       plan.reducedStrides[0] = 0;
     }
-    ZTRT_CUDA_DISPATCH(dtype, cuda::reduce(as<T>(x), as<T>(out), plan,
-                                           mean != 0, compute));
+    ZTRT_CUDA_DISPATCH(
+        dtype, cuda::reduce(as<T>(x), as<T>(out), plan, mean != 0, compute));
   }
 
   void broadcast(DType dtype, const void *x, void *out, int64_t rank,
@@ -605,8 +610,8 @@ public:
         stride *= outShape[d];
     }
     simplify(plan.rank, plan.shape, plan.strides);
-    ZTRT_CUDA_DISPATCH(dtype, cuda::gather(as<T>(x), as<T>(out), plan, factor,
-                                           compute));
+    ZTRT_CUDA_DISPATCH(
+        dtype, cuda::gather(as<T>(x), as<T>(out), plan, factor, compute));
   }
 
   // The loss and dloss are one float whatever the dtype; labels and ids
@@ -617,18 +622,18 @@ public:
     cuda::ErrorSlot *error = slot("cross_entropy", true, classes);
     ZTRT_CUDA_DISPATCH(dtype,
                        cuda::crossEntropy(as<T>(logits), as<int32_t>(labels),
-                                          as<float>(loss), rows, classes,
-                                          error, compute));
+                                          as<float>(loss), rows, classes, error,
+                                          compute));
   }
   void crossEntropyGrad(DType dtype, const void *dloss, const void *logits,
                         const void *labels, void *dlogits, int64_t rows,
                         int64_t classes) override {
     checkRows("cross_entropy_grad", rows);
     cuda::ErrorSlot *error = slot("cross_entropy_grad", true, classes);
-    ZTRT_CUDA_DISPATCH(dtype, cuda::crossEntropyGrad(
-                                  as<float>(dloss), as<T>(logits),
-                                  as<int32_t>(labels), as<T>(dlogits), rows,
-                                  classes, error, compute));
+    ZTRT_CUDA_DISPATCH(
+        dtype, cuda::crossEntropyGrad(as<float>(dloss), as<T>(logits),
+                                      as<int32_t>(labels), as<T>(dlogits), rows,
+                                      classes, error, compute));
   }
   void embedding(DType dtype, const void *table, const void *ids, void *out,
                  int64_t nIds, int64_t vocab, int64_t dim) override {
@@ -638,9 +643,8 @@ public:
                                               as<T>(out), nIds, vocab, dim,
                                               error, compute));
   }
-  void embeddingGrad(DType dtype, const void *dy, const void *ids,
-                     void *dtable, int64_t nIds, int64_t vocab,
-                     int64_t dim) override {
+  void embeddingGrad(DType dtype, const void *dy, const void *ids, void *dtable,
+                     int64_t nIds, int64_t vocab, int64_t dim) override {
     checkRows("embedding_grad", nIds);
     cuda::ErrorSlot *error = slot("embedding_grad", false, vocab);
     ZTRT_CUDA_DISPATCH(dtype, cuda::embeddingGrad(as<T>(dy), as<int32_t>(ids),
@@ -659,9 +663,9 @@ public:
     s.useMomentum = hyper.momentum != 0.0;
     s.first = step == 1;
     s.nesterov = hyper.nesterov;
-    ZTRT_CUDA_DISPATCH(dtype, cuda::sgdUpdate(as<T>(param), as<T>(grad),
-                                              as<T>(momentumBuf), n, s,
-                                              compute));
+    ZTRT_CUDA_DISPATCH(dtype,
+                       cuda::sgdUpdate(as<T>(param), as<T>(grad),
+                                       as<T>(momentumBuf), n, s, compute));
   }
 
   void adamUpdate(DType dtype, void *param, const void *grad, void *expAvg,
@@ -691,8 +695,8 @@ public:
   // The synchronous forms (not used by the context, which enqueues): the
   // enqueued collective, waited and finished.
 
-  int64_t allReduce(Communicator &world, DType dtype, const void *in,
-                    void *out, int64_t n, bool mean) override {
+  int64_t allReduce(Communicator &world, DType dtype, const void *in, void *out,
+                    int64_t n, bool mean) override {
     return blocking(world, Collective::AllReduce, dtype, in, out, n, mean, 0);
   }
   int64_t reduceScatter(Communicator &world, DType dtype, const void *in,

@@ -159,9 +159,9 @@ __global__ void embeddingKernel(const T *table, const int32_t *ids, T *out,
 // `acc` is the float table itself for T = float, a float scratch table
 // otherwise (rounded to T afterwards, once per element).
 template <typename T>
-__global__ void embeddingGradKernel(const T *dy, const int32_t *ids,
-                                    float *acc, int64_t nIds, int64_t vocab,
-                                    int64_t dim, ErrorSlot *error) {
+__global__ void embeddingGradKernel(const T *dy, const int32_t *ids, float *acc,
+                                    int64_t nIds, int64_t vocab, int64_t dim,
+                                    ErrorSlot *error) {
   __shared__ int64_t matches[kBlock];
   __shared__ int warpCounts[kBlock / kWarp];
   const int64_t i = blockIdx.x;

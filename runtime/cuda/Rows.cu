@@ -225,8 +225,7 @@ __global__ void crossEntropyRowsKernel(const T *logits, const int32_t *labels,
 }
 
 // Mean over rows: one block, each thread a strided share in row order, then
-// the block tree.
-// The loss is one float whatever the logits' type.
+// the block tree. The loss is one float whatever the logits' type.
 __global__ void meanKernel(const double *values, float *out, int64_t n) {
   __shared__ double shared[kWarp];
   double sum = 0.0;
@@ -305,8 +304,8 @@ void layerNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
   const int64_t chunkRows = (rows + chunks - 1) / chunks;
   auto *stats = static_cast<double *>(
       scratch(rows * 2 * sizeof(double), stream, "layer_norm_grad"));
-  auto *partial = static_cast<double *>(scratch(
-      2 * chunks * cols * sizeof(double), stream, "layer_norm_grad"));
+  auto *partial = static_cast<double *>(
+      scratch(2 * chunks * cols * sizeof(double), stream, "layer_norm_grad"));
   ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
               layerNormGradRowsKernel)
   (dy, x, gamma, dx, stats, cols, eps);

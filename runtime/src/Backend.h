@@ -140,8 +140,9 @@ public:
   // of one each is a copy that returns 0. With more than one rank they run
   // on the context's communication thread (src/CommQueue.h), one at a time
   // in the order the step issued them, concurrently with the step's kernels
-  // on other buffers. Sums are accumulated in float in rank order and
-  // rounded once to `dtype`.
+  // on other buffers. On the cpu backend, sums are accumulated in float in
+  // rank order and rounded once to `dtype`; NCCL (cuda backend) sums in
+  // `dtype` in its own order (docs/cuda.md).
   virtual int64_t allReduce(Communicator &comm, DType dtype, const void *in,
                             void *out, int64_t n, bool mean) = 0;
   virtual int64_t reduceScatter(Communicator &comm, DType dtype,

@@ -84,10 +84,10 @@ public:
         samples = tensor->shape[0];
       }
       if (input.type == ElemType::I32 && input.bound > 0) {
-        int64_t count = tensor->bytes / 4;
+        int32_t value;
+        int64_t count = tensor->bytes / static_cast<int64_t>(sizeof(value));
         for (int64_t i = 0; i < count; ++i) {
-          int32_t value;
-          std::memcpy(&value, tensor->data + 4 * i, 4);
+          std::memcpy(&value, tensor->data + sizeof(value) * i, sizeof(value));
           if (value < 0 || value >= input.bound)
             fatal("--data '%s': input '%s' value %d out of range [0, %lld) "
                   "(sample %lld)",

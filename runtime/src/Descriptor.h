@@ -29,6 +29,7 @@ struct TensorSpec {
   ElemType type = ElemType::F32;
   std::vector<int64_t> shape;
   int64_t numel = 1;
+  /// numel * elemBytes().
   int64_t bytes = 4;
   /// Bytes of one element.
   int64_t elemBytes() const { return elemTypeBytes(type); }
@@ -52,7 +53,7 @@ struct StoredTensorSpec : TensorSpec {
   StoreMode store = StoreMode::Full;
   /// Elements each rank stores (E); numel when the record has no suffix.
   int64_t storeElems = 1;
-  /// storeElems * 4: what every rank allocates (and what the compiler's
+  /// storeElems * elemBytes(): what every rank allocates (and what the compiler's
   /// memory prediction counts).
   int64_t storeBytes = 4;
 

@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 
 using namespace ztrt;
 using namespace ztrt::test;
@@ -201,7 +202,9 @@ TEST_F(CudaConformanceTest, ElementwiseIsBitwiseTheCpus) {
       ztrt_scale(x, ZTRT_F32, at(a, d), at(out, d), len, -0.3);
     });
     expectBitwise(fetch(out), out.host, "scale" + size);
-    both([&](ztrt_ctx *x, bool d) { ztrt_fill(x, ZTRT_F32, at(out, d), len, 0.1); });
+    both([&](ztrt_ctx *x, bool d) {
+      ztrt_fill(x, ZTRT_F32, at(out, d), len, 0.1);
+    });
     expectBitwise(fetch(out), out.host, "fill" + size);
     both([&](ztrt_ctx *x, bool d) {
       ztrt_relu(x, ZTRT_F32, at(a, d), at(out, d), len);
@@ -257,7 +260,7 @@ TEST_F(CudaConformanceTest, OptimizerUpdatesAreBitwise) {
       c()->step = g()->step = t;
       both([&](ztrt_ctx *x, bool d) {
         ztrt_sgd_update(x, ZTRT_F32, at(p, d), at(grad, d), at(buf, d), n, h.lr,
-                            h.momentum, h.dampening, h.decay, h.nesterov);
+                        h.momentum, h.dampening, h.decay, h.nesterov);
       });
     }
     expectBitwise(fetch(p), p.host, "sgd param");
@@ -271,8 +274,9 @@ TEST_F(CudaConformanceTest, OptimizerUpdatesAreBitwise) {
         auto grad = twin(inputs(n, 20 + static_cast<uint32_t>(t)));
         c()->step = g()->step = t;
         both([&](ztrt_ctx *x, bool d) {
-          ztrt_adam_update(x, ZTRT_F32, at(p, d), at(grad, d), at(m, d), at(v, d), n,
-                               1e-3, 0.9, 0.999, 1e-8, decay, decoupled);
+          ztrt_adam_update(x, ZTRT_F32, at(p, d), at(grad, d), at(m, d),
+                           at(v, d), n, 1e-3, 0.9, 0.999, 1e-8, decay,
+                           decoupled);
         });
       }
       expectBitwise(fetch(p), p.host, "adam param");
@@ -311,8 +315,8 @@ TEST_F(CudaConformanceTest, MatmulMatchesUpToSummationOrder) {
         twin(inputs(static_cast<size_t>(sb ? cs.batch * sb : cs.k * cs.n), 31));
     auto out = output(static_cast<size_t>(cs.batch * sc));
     both([&](ztrt_ctx *x, bool d) {
-      ztrt_matmul(x, ZTRT_F32, at(a, d), at(b, d), at(out, d), cs.batch, cs.m, cs.n,
-                      cs.k, cs.ta, cs.tb, sa, sb, sc);
+      ztrt_matmul(x, ZTRT_F32, at(a, d), at(b, d), at(out, d), cs.batch, cs.m,
+                  cs.n, cs.k, cs.ta, cs.tb, sa, sb, sc);
     });
     std::vector<float> got = fetch(out);
     const std::string what =
@@ -367,8 +371,8 @@ TEST_F(CudaConformanceTest, MatmulWithEmptyInnerDimWritesZeros) {
        b = twin(std::vector<float>(1, 0.0f));
   auto out = output(2 * 3 * 4);
   both([&](ztrt_ctx *x, bool d) {
-    ztrt_matmul(x, ZTRT_F32, at(a, d), at(b, d), at(out, d), 2, 3, 4, 0, 0, 0, 0, 0,
-                    12);
+    ztrt_matmul(x, ZTRT_F32, at(a, d), at(b, d), at(out, d), 2, 3, 4, 0, 0, 0,
+                0, 0, 12);
   });
   expectBitwise(fetch(out), out.host, "matmul k=0");
 }
@@ -385,10 +389,11 @@ TEST_F(CudaConformanceTest, LayerNormAndGrad) {
     const std::string what =
         " " + std::to_string(rows) + "x" + std::to_string(cols);
     both([&](ztrt_ctx *c, bool d) {
-      ztrt_layer_norm(c, ZTRT_F32, at(x, d), at(gamma, d), at(beta, d), at(y, d),
-                          rows, cols, 1e-5);
-      ztrt_layer_norm_grad(c, ZTRT_F32, at(dy, d), at(x, d), at(gamma, d), at(dx, d),
-                               at(dgamma, d), at(dbeta, d), rows, cols, 1e-5);
+      ztrt_layer_norm(c, ZTRT_F32, at(x, d), at(gamma, d), at(beta, d),
+                      at(y, d), rows, cols, 1e-5);
+      ztrt_layer_norm_grad(c, ZTRT_F32, at(dy, d), at(x, d), at(gamma, d),
+                           at(dx, d), at(dgamma, d), at(dbeta, d), rows, cols,
+                           1e-5);
     });
     // The same double formulas with the row sums in another order: mean
     // and rstd differ by ~1e-15 relative, so the floats y rounds to are
@@ -421,7 +426,8 @@ TEST_F(CudaConformanceTest, SoftmaxCausalOrNotAndGrad) {
                                std::to_string(cols);
       both([&](ztrt_ctx *c, bool d) {
         ztrt_softmax(c, ZTRT_F32, at(x, d), at(y, d), rows, cols, causal);
-        ztrt_softmax_grad(c, ZTRT_F32, at(dy, d), at(y, d), at(dx, d), rows, cols);
+        ztrt_softmax_grad(c, ZTRT_F32, at(dy, d), at(y, d), at(dx, d), rows,
+                          cols);
       });
       std::vector<float> got = fetch(y);
       // CUDA's expf is within 2 ulp, glibc's within 1: each exp differs by
@@ -475,8 +481,8 @@ TEST_F(CudaConformanceTest, TransposeAndBroadcastAreBitwise) {
     auto x = twin(inputs(n, 60)), out = output(n);
     both([&](ztrt_ctx *c, bool d) {
       ztrt_transpose(c, ZTRT_F32, at(x, d), at(out, d),
-                         static_cast<int64_t>(cs.shape.size()), cs.shape.data(),
-                         cs.perm.data());
+                     static_cast<int64_t>(cs.shape.size()), cs.shape.data(),
+                     cs.perm.data());
     });
     expectBitwise(fetch(out), out.host, "transpose");
   }
@@ -497,7 +503,7 @@ TEST_F(CudaConformanceTest, TransposeAndBroadcastAreBitwise) {
            out = output(3 * 4 * 5 * 2);
       both([&](ztrt_ctx *c, bool d) {
         ztrt_broadcast(c, ZTRT_F32, at(x, d), at(out, d), 4, shape.data(),
-                           mask.data(), factor);
+                       mask.data(), factor);
       });
       expectBitwise(fetch(out), out.host, "broadcast");
     }
@@ -526,8 +532,8 @@ TEST_F(CudaConformanceTest, ReduceSumsInDouble) {
         outN *= mask[d] ? 1 : shape[d];
       auto out = output(outN);
       both([&](ztrt_ctx *c, bool d) {
-        ztrt_reduce(c, ZTRT_F32, at(x, d), at(out, d), 4, shape.data(), mask.data(),
-                        mean);
+        ztrt_reduce(c, ZTRT_F32, at(x, d), at(out, d), 4, shape.data(),
+                    mask.data(), mean);
       });
       expectUlpsOrAbs(fetch(out), out.host, 1, 1e-11, "reduce");
     }
@@ -535,7 +541,8 @@ TEST_F(CudaConformanceTest, ReduceSumsInDouble) {
   const std::vector<int64_t> bias{8192, 96}, rowMask{1, 0};
   auto y = twin(inputs(8192 * 96, 71)), out = output(96);
   both([&](ztrt_ctx *c, bool d) {
-    ztrt_reduce(c, ZTRT_F32, at(y, d), at(out, d), 2, bias.data(), rowMask.data(), 0);
+    ztrt_reduce(c, ZTRT_F32, at(y, d), at(out, d), 2, bias.data(),
+                rowMask.data(), 0);
   });
   expectUlpsOrAbs(fetch(out), out.host, 1, 1e-10, "reduce rows");
 }
@@ -550,10 +557,10 @@ TEST_F(CudaConformanceTest, CrossEntropyAndGrad) {
   auto labels = twin(labelValues);
   auto loss = output(1), dlogits = output(rows * classes);
   both([&](ztrt_ctx *c, bool d) {
-    ztrt_cross_entropy(c, ZTRT_F32, at(logits, d), at(labels, d), at(loss, d), rows,
-                           classes);
-    ztrt_cross_entropy_grad(c, ZTRT_F32, at(dloss, d), at(logits, d), at(labels, d),
-                                at(dlogits, d), rows, classes);
+    ztrt_cross_entropy(c, ZTRT_F32, at(logits, d), at(labels, d), at(loss, d),
+                       rows, classes);
+    ztrt_cross_entropy_grad(c, ZTRT_F32, at(dloss, d), at(logits, d),
+                            at(labels, d), at(dlogits, d), rows, classes);
   });
   // Log-sum-exp and the mean in double with CUDA's exp / log (within 1-2
   // ulp of double): the float results are equal or adjacent; p - 1 for the
@@ -571,8 +578,8 @@ TEST_F(CudaConformanceTest, OutOfRangeLabelIsTheCpusError) {
   auto loss = output(1);
   EXPECT_EXIT(
       {
-        ztrt_cross_entropy(g(), ZTRT_F32, logits.dev, labels.dev, loss.dev, rows,
-                               classes);
+        ztrt_cross_entropy(g(), ZTRT_F32, logits.dev, labels.dev, loss.dev,
+                           rows, classes);
         g()->synchronize();
       },
       ::testing::ExitedWithCode(1),
@@ -582,8 +589,8 @@ TEST_F(CudaConformanceTest, OutOfRangeLabelIsTheCpusError) {
   auto dloss = twin(std::vector<float>{1.0f});
   EXPECT_EXIT(
       {
-        ztrt_cross_entropy_grad(g(), ZTRT_F32, dloss.dev, logits.dev, labels.dev,
-                                    dlogits.dev, rows, classes);
+        ztrt_cross_entropy_grad(g(), ZTRT_F32, dloss.dev, logits.dev,
+                                labels.dev, dlogits.dev, rows, classes);
         std::vector<float> host(rows * classes);
         g()->backend().copyToHost(host.data(), dlogits.dev, rows * classes * 4);
       },
@@ -603,32 +610,33 @@ TEST_F(CudaConformanceTest, EmbeddingAndDeterministicGradAreBitwise) {
   auto ids = twin(idValues);
   auto out = output(nIds * dim), dtable = output(vocab * dim);
   both([&](ztrt_ctx *c, bool d) {
-    ztrt_embedding(c, ZTRT_F32, at(table, d), at(ids, d), at(out, d), nIds, vocab,
-                       dim);
+    ztrt_embedding(c, ZTRT_F32, at(table, d), at(ids, d), at(out, d), nIds,
+                   vocab, dim);
     ztrt_embedding_grad(c, ZTRT_F32, at(dy, d), at(ids, d), at(dtable, d), nIds,
-                            vocab, dim);
+                        vocab, dim);
   });
   expectBitwise(fetch(out), out.host, "embedding");
   expectBitwise(fetch(dtable), dtable.host, "embedding_grad");
   // Every id the same: one row sums all of dy.
   auto same = twin(std::vector<int32_t>(nIds, 3));
   both([&](ztrt_ctx *c, bool d) {
-    ztrt_embedding_grad(c, ZTRT_F32, at(dy, d), at(same, d), at(dtable, d), nIds,
-                            vocab, dim);
+    ztrt_embedding_grad(c, ZTRT_F32, at(dy, d), at(same, d), at(dtable, d),
+                        nIds, vocab, dim);
   });
   expectBitwise(fetch(dtable), dtable.host, "embedding_grad one id");
   auto bad = twin(std::vector<int32_t>{0, 1, -1, 60});
   EXPECT_EXIT(
       {
-        ztrt_embedding(g(), ZTRT_F32, table.dev, bad.dev, out.dev, 4, vocab, dim);
+        ztrt_embedding(g(), ZTRT_F32, table.dev, bad.dev, out.dev, 4, vocab,
+                       dim);
         g()->synchronize();
       },
       ::testing::ExitedWithCode(1),
       "embedding: id -1 out of range \\[0, 50\\) at position 2");
   EXPECT_EXIT(
       {
-        ztrt_embedding_grad(g(), ZTRT_F32, dy.dev, bad.dev, dtable.dev, 4, vocab,
-                                dim);
+        ztrt_embedding_grad(g(), ZTRT_F32, dy.dev, bad.dev, dtable.dev, 4,
+                            vocab, dim);
         g()->synchronize();
       },
       ::testing::ExitedWithCode(1),
@@ -698,9 +706,10 @@ TEST_F(CudaConformanceTest, SameInputsTwiceGiveTheSameBits) {
     auto ids = twin(std::vector<int32_t>(512, 7));
     auto h = output(512 * 768), dx = output(512 * 768), dg = output(768),
          db = output(768), bias = output(768), dt = output(20 * 768);
-    ztrt_matmul(g(), ZTRT_F32, x.dev, w.dev, h.dev, 1, 512, 768, 768, 0, 1, 0, 0, 0);
+    ztrt_matmul(g(), ZTRT_F32, x.dev, w.dev, h.dev, 1, 512, 768, 768, 0, 1, 0,
+                0, 0);
     ztrt_layer_norm_grad(g(), ZTRT_F32, h.dev, x.dev, gamma.dev, dx.dev, dg.dev,
-                             db.dev, 512, 768, 1e-5);
+                         db.dev, 512, 768, 1e-5);
     const int64_t shape[2] = {512, 768}, mask[2] = {1, 0};
     ztrt_reduce(g(), ZTRT_F32, dx.dev, bias.dev, 2, shape, mask, 0);
     ztrt_embedding_grad(g(), ZTRT_F32, dx.dev, ids.dev, dt.dev, 512, 20, 768);
@@ -713,6 +722,539 @@ TEST_F(CudaConformanceTest, SameInputsTwiceGiveTheSameBits) {
   };
   std::vector<float> first = run(), second = run();
   expectBitwise(second, first, "second run");
+}
+
+// --- bf16 and f16
+// --------------------------------------------------------------
+//
+// Every kernel of the cuda backend for T = bf16 and f16 against the same
+// backend's float kernel on the widened inputs. Inputs are drawn as values
+// of T (float test data rounded to T, so exactly representable), the T
+// kernel runs on them and the float kernel on the same values widened to
+// float (exact), and the T result must equal static_cast<T>(float result)
+// bit for bit: a tolerance of 0 ulp of T. That is exact, not hopeful: every
+// kernel widens its inputs exactly, evaluates the float kernel's float (or
+// double) expressions with the same launch geometry, so in the same order,
+// and rounds once when it stores (src/DType.h, cuda/Kernels.h). The one
+// exception is matmul on a GPU (MatmulIsTheFloatMatmulRounded says why);
+// on the emulator it is bitwise too.
+
+#ifdef ZTRT_CUDA_EMULATOR
+constexpr bool kEmulator = true;
+#else
+constexpr bool kEmulator = false;
+#endif
+
+/// Bits of T in an order where adjacent values are 1 apart (+0 and -0: 0).
+template <typename T> int32_t orderedBits(T v) {
+  const int32_t magnitude = v.bits & 0x7fff;
+  return (v.bits & 0x8000) ? -magnitude : magnitude;
+}
+
+template <typename T> bool isNan(T v) {
+  return std::isnan(static_cast<float>(v));
+}
+
+/// Significant bits of T (bf16: 8, f16: 11).
+template <typename T> int precisionBits() {
+  return std::is_same_v<T, bf16> ? 8 : 11;
+}
+
+template <typename T> class CudaDTypeTest : public CudaConformanceTest {
+protected:
+  static constexpr DType kType = DTypeOf<T>::value;
+  static constexpr int32_t kCode = static_cast<int32_t>(kType);
+
+  /// A tensor of T values twice on the device: as T (`t`, what the T
+  /// kernel reads and writes) and widened to float (`f`, the float
+  /// kernel's).
+  struct Pair {
+    std::vector<T> host;
+    void *t = nullptr, *f = nullptr;
+  };
+
+  /// n values of T: inputs() rounded to T, special values included when
+  /// asked (they round to 0, inf or a quiet NaN of T where T has no such
+  /// value).
+  static std::vector<T> values(size_t n, uint32_t seed, float scale = 1.0f,
+                               bool special = false) {
+    std::vector<float> v = inputs(n, seed, scale, special);
+    std::vector<T> out(n);
+    for (size_t i = 0; i < n; ++i)
+      out[i] = static_cast<T>(v[i]);
+    return out;
+  }
+
+  static std::vector<float> widen(const std::vector<T> &v) {
+    std::vector<float> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      out[i] = static_cast<float>(v[i]);
+    return out;
+  }
+
+  template <typename U> void *upload(const std::vector<U> &host) {
+    const int64_t bytes = static_cast<int64_t>(host.size() * sizeof(U));
+    void *dev = ztrt_alloc(g(), bytes, ZTRT_CAT_OTHER);
+    g()->backend().copyFromHost(dev, host.data(), bytes);
+    return dev;
+  }
+
+  template <typename U> std::vector<U> download(const void *dev, size_t n) {
+    std::vector<U> out(n);
+    g()->backend().copyToHost(out.data(), dev,
+                              static_cast<int64_t>(n * sizeof(U)));
+    return out;
+  }
+
+  Pair pair(std::vector<T> host) {
+    Pair p;
+    p.host = std::move(host);
+    p.t = upload(p.host);
+    p.f = upload(widen(p.host));
+    return p;
+  }
+  /// An output: NaNs on both sides, so that an element a kernel forgets to
+  /// write shows up.
+  Pair output(size_t n) { return pair(std::vector<T>(n, T(NAN))); }
+
+  /// The float side set to the T side's current values (after an update
+  /// in place, the next step's inputs are the T state, widened).
+  void resync(Pair &p) {
+    std::vector<T> now = download<T>(p.t, p.host.size());
+    const std::vector<float> wide = widen(now);
+    g()->backend().copyFromHost(
+        p.f, wide.data(), static_cast<int64_t>(wide.size() * sizeof(float)));
+    p.host = std::move(now);
+  }
+
+  static void *at(Pair &p, bool t) { return t ? p.t : p.f; }
+
+  /// Runs op(dtype, t) for T (t = true), then for float (t = false).
+  void each(const std::function<void(int32_t, bool)> &op) {
+    op(kCode, true);
+    op(ZTRT_F32, false);
+  }
+
+  /// The T result is the float result rounded to T, bit for bit.
+  void expectRounded(const Pair &p, const std::string &what) {
+    const std::vector<T> got = download<T>(p.t, p.host.size());
+    const std::vector<float> ref = download<float>(p.f, p.host.size());
+    const std::string name = std::string(dtypeName(kType)) + " " + what;
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size() && bad < 5; ++i) {
+      const T want = static_cast<T>(ref[i]);
+      if (got[i].bits != want.bits) {
+        ADD_FAILURE() << name << "[" << i << "]: " << static_cast<float>(got[i])
+                      << " (0x" << std::hex << got[i].bits << "), float kernel "
+                      << ref[i] << " rounded: " << static_cast<float>(want)
+                      << " (0x" << want.bits << std::dec << ")";
+        ++bad;
+      }
+    }
+  }
+};
+
+struct DTypeName {
+  template <typename T> static std::string GetName(int) {
+    return dtypeName(DTypeOf<T>::value);
+  }
+};
+using SixteenBitTypes = ::testing::Types<bf16, f16>;
+TYPED_TEST_SUITE(CudaDTypeTest, SixteenBitTypes, DTypeName);
+
+TYPED_TEST(CudaDTypeTest, ElementwiseAreTheFloatKernelsRounded) {
+  ztrt_ctx *x = this->g();
+  for (size_t n : {size_t(1), size_t(37), size_t(1) << 16}) {
+    auto a = this->pair(this->values(n, 1, 4.0f, true)),
+         b = this->pair(this->values(n, 2, 4.0f, true));
+    auto out = this->output(n);
+    const int64_t len = static_cast<int64_t>(n);
+    const std::string size = " n=" + std::to_string(n);
+    using P = decltype(a);
+    auto at = [](P &p, bool t) { return TestFixture::at(p, t); };
+    this->each([&](int32_t ty, bool t) {
+      ztrt_add(x, ty, at(a, t), at(b, t), at(out, t), len);
+    });
+    this->expectRounded(out, "add" + size);
+    this->each([&](int32_t ty, bool t) {
+      ztrt_sub(x, ty, at(a, t), at(b, t), at(out, t), len);
+    });
+    this->expectRounded(out, "sub" + size);
+    this->each([&](int32_t ty, bool t) {
+      ztrt_mul(x, ty, at(a, t), at(b, t), at(out, t), len);
+    });
+    this->expectRounded(out, "mul" + size);
+    this->each([&](int32_t ty, bool t) {
+      ztrt_scale(x, ty, at(a, t), at(out, t), len, -0.3);
+    });
+    this->expectRounded(out, "scale" + size);
+    this->each(
+        [&](int32_t ty, bool t) { ztrt_fill(x, ty, at(out, t), len, 0.1); });
+    this->expectRounded(out, "fill" + size);
+    this->each([&](int32_t ty, bool t) {
+      ztrt_relu(x, ty, at(a, t), at(out, t), len);
+    });
+    this->expectRounded(out, "relu" + size);
+    this->each([&](int32_t ty, bool t) {
+      ztrt_relu_grad(x, ty, at(b, t), at(a, t), at(out, t), len);
+    });
+    this->expectRounded(out, "relu_grad" + size);
+    this->each([&](int32_t ty, bool t) {
+      ztrt_gelu(x, ty, at(a, t), at(out, t), len);
+    });
+    this->expectRounded(out, "gelu" + size);
+    this->each([&](int32_t ty, bool t) {
+      ztrt_gelu_grad(x, ty, at(b, t), at(a, t), at(out, t), len);
+    });
+    this->expectRounded(out, "gelu_grad" + size);
+    // In place: out aliases an input.
+    this->each([&](int32_t ty, bool t) {
+      ztrt_add(x, ty, at(a, t), at(b, t), at(a, t), len);
+    });
+    this->expectRounded(a, "add in place" + size);
+  }
+  for (auto shape : {std::pair<int64_t, int64_t>{1, 1}, {5, 7}, {300, 96}}) {
+    const int64_t rows = shape.first, cols = shape.second;
+    auto in = this->pair(this->values(rows * cols, 3)),
+         bias = this->pair(this->values(cols, 4));
+    auto out = this->output(rows * cols);
+    this->each([&](int32_t ty, bool t) {
+      ztrt_bias_add(x, ty, TestFixture::at(in, t), TestFixture::at(bias, t),
+                    TestFixture::at(out, t), rows, cols);
+    });
+    this->expectRounded(out, "bias_add");
+  }
+}
+
+TYPED_TEST(CudaDTypeTest, OptimizerUpdatesAreTheFloatUpdatesRounded) {
+  // Each step separately: the T states after a step are rounded, so the
+  // next step's float run starts from them widened (resync). Three steps:
+  // the first step's momentum rule, then the general one.
+  ztrt_ctx *x = this->g();
+  const int64_t n = 4099;
+  using P = typename TestFixture::Pair;
+  auto at = [](P &p, bool t) { return TestFixture::at(p, t); };
+  struct Sgd {
+    double lr, momentum, dampening, decay;
+    int nesterov;
+  };
+  for (Sgd h : {Sgd{0.1, 0.0, 0.0, 0.0, 0}, Sgd{0.05, 0.9, 0.0, 1e-2, 0},
+                Sgd{0.05, 0.9, 0.1, 0.0, 0}, Sgd{0.01, 0.9, 0.0, 1e-3, 1}}) {
+    auto p = this->pair(this->values(n, 5)),
+         buf = this->pair(std::vector<TypeParam>(n, TypeParam(0.0f)));
+    for (int64_t step = 1; step <= 3; ++step) {
+      auto grad = this->pair(this->values(n, 10 + static_cast<uint32_t>(step)));
+      x->step = step;
+      this->each([&](int32_t ty, bool t) {
+        ztrt_sgd_update(x, ty, at(p, t), at(grad, t), at(buf, t), n, h.lr,
+                        h.momentum, h.dampening, h.decay, h.nesterov);
+      });
+      const std::string what = " step " + std::to_string(step);
+      this->expectRounded(p, "sgd param" + what);
+      this->expectRounded(buf, "sgd momentum" + what);
+      this->resync(p);
+      this->resync(buf);
+    }
+  }
+  for (int decoupled : {0, 1})
+    for (double decay : {0.0, 0.1}) {
+      auto p = this->pair(this->values(n, 6)),
+           m = this->pair(std::vector<TypeParam>(n, TypeParam(0.0f))),
+           v = this->pair(std::vector<TypeParam>(n, TypeParam(0.0f)));
+      for (int64_t step = 1; step <= 3; ++step) {
+        auto grad =
+            this->pair(this->values(n, 20 + static_cast<uint32_t>(step)));
+        x->step = step;
+        this->each([&](int32_t ty, bool t) {
+          ztrt_adam_update(x, ty, at(p, t), at(grad, t), at(m, t), at(v, t), n,
+                           1e-3, 0.9, 0.999, 1e-8, decay, decoupled);
+        });
+        const std::string what = " step " + std::to_string(step);
+        this->expectRounded(p, "adam param" + what);
+        this->expectRounded(m, "adam exp_avg" + what);
+        this->expectRounded(v, "adam exp_avg_sq" + what);
+        for (P *s : {&p, &m, &v})
+          this->resync(*s);
+      }
+    }
+}
+
+TYPED_TEST(CudaDTypeTest, MatmulIsTheFloatMatmulRounded) {
+  // bf16 / f16: cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F (float
+  // products and sums, C rounded once); float: cublasSgemmStridedBatched.
+  // The emulator implements both as the same float loop in k order, so
+  // the T result is the float result rounded: bitwise. A GPU runs other
+  // kernels for the two (16-bit tensor-core tiles, another k blocking), so
+  // the float sums differ by up to the summation-order bound of
+  // MatmulMatchesUpToSummationOrder, 2 k u sum|a b| (u = 2^-24), and the
+  // two roundings to T by one more spacing of T: that is the GPU's
+  // tolerance.
+  ztrt_ctx *x = this->g();
+  using P = typename TestFixture::Pair;
+  auto at = [](P &p, bool t) { return TestFixture::at(p, t); };
+  struct Case {
+    int64_t batch, m, n, k;
+    int ta, tb;
+    int64_t sa, sb; // -1: packed (m*k / k*n)
+  };
+  std::vector<Case> cases;
+  for (int ta : {0, 1})
+    for (int tb : {0, 1}) {
+      cases.push_back({1, 33, 65, 127, ta, tb, -1, -1});
+      cases.push_back({3, 17, 9, 31, ta, tb, -1, -1});
+      cases.push_back({4, 8, 16, 12, ta, tb, 0, -1}); // shared A
+      cases.push_back({4, 8, 16, 12, ta, tb, -1, 0}); // shared B
+    }
+  cases.push_back({1, 128, 96, 256, 0, 0, -1, -1});
+  cases.push_back({2, 3, 4, 0, 0, 0, -1, -1}); // k = 0: zeros
+  for (const Case &cs : cases) {
+    const int64_t sa = cs.sa < 0 ? cs.m * cs.k : cs.sa;
+    const int64_t sb = cs.sb < 0 ? cs.k * cs.n : cs.sb;
+    const int64_t sc = cs.m * cs.n;
+    // A stride of 0 shares one matrix across the batch.
+    auto a = this->pair(this->values(static_cast<size_t>(std::max<int64_t>(
+                                         sa ? cs.batch * sa : cs.m * cs.k, 1)),
+                                     30));
+    auto b = this->pair(this->values(static_cast<size_t>(std::max<int64_t>(
+                                         sb ? cs.batch * sb : cs.k * cs.n, 1)),
+                                     31));
+    auto out = this->output(static_cast<size_t>(cs.batch * sc));
+    this->each([&](int32_t ty, bool t) {
+      ztrt_matmul(x, ty, at(a, t), at(b, t), at(out, t), cs.batch, cs.m, cs.n,
+                  cs.k, cs.ta, cs.tb, sa, sb, sc);
+    });
+    const std::string what =
+        "matmul batch=" + std::to_string(cs.batch) +
+        " m=" + std::to_string(cs.m) + " n=" + std::to_string(cs.n) +
+        " k=" + std::to_string(cs.k) + " ta=" + std::to_string(cs.ta) +
+        " tb=" + std::to_string(cs.tb) + " sa=" + std::to_string(sa) +
+        " sb=" + std::to_string(sb);
+    if (kEmulator) {
+      this->expectRounded(out, what);
+      continue;
+    }
+    const std::vector<TypeParam> got =
+        this->template download<TypeParam>(out.t, out.host.size());
+    const std::vector<float> ref =
+        this->template download<float>(out.f, out.host.size());
+    const double spacing = std::ldexp(1.0, 1 - precisionBits<TypeParam>());
+    int bad = 0;
+    for (int64_t i = 0; i < cs.batch && bad < 5; ++i)
+      for (int64_t r = 0; r < cs.m; ++r)
+        for (int64_t col = 0; col < cs.n; ++col) {
+          double mag = 0.0;
+          for (int64_t l = 0; l < cs.k; ++l) {
+            const float av = static_cast<float>(
+                a.host[i * sa + (cs.ta ? l * cs.m + r : r * cs.k + l)]);
+            const float bv = static_cast<float>(
+                b.host[i * sb + (cs.tb ? col * cs.k + l : l * cs.n + col)]);
+            mag += std::fabs(static_cast<double>(av) * bv);
+          }
+          const size_t e = static_cast<size_t>(i * sc + r * cs.n + col);
+          const double want =
+              static_cast<float>(static_cast<TypeParam>(ref[e]));
+          // The float sums' difference, then each side's rounding to T
+          // (relative spacing, or T's smallest subnormal near zero).
+          const double order = 2.0 * cs.k * std::ldexp(1.0, -24) * mag;
+          const double bound = order + spacing * (std::fabs(want) + order) +
+                               static_cast<float>(TypeParam::fromBits(1));
+          if (!(std::fabs(static_cast<float>(got[e]) - want) <= bound) &&
+              bad++ < 5)
+            ADD_FAILURE() << dtypeName(TestFixture::kType) << " " << what
+                          << " C[" << e << "]: " << static_cast<float>(got[e])
+                          << ", float kernel rounded " << want << ", bound "
+                          << bound;
+        }
+  }
+}
+
+TYPED_TEST(CudaDTypeTest, LayerNormAndGradAreTheFloatOnesRounded) {
+  ztrt_ctx *x = this->g();
+  using P = typename TestFixture::Pair;
+  auto at = [](P &p, bool t) { return TestFixture::at(p, t); };
+  for (auto shape :
+       {std::pair<int64_t, int64_t>{1, 1}, {7, 16}, {64, 1000}, {300, 96}}) {
+    const int64_t rows = shape.first, cols = shape.second;
+    auto in = this->pair(this->values(rows * cols, 40, 3.0f)),
+         gamma = this->pair(this->values(cols, 41)),
+         beta = this->pair(this->values(cols, 42)),
+         dy = this->pair(this->values(rows * cols, 43));
+    auto y = this->output(rows * cols), dx = this->output(rows * cols),
+         dgamma = this->output(cols), dbeta = this->output(cols);
+    const std::string what =
+        " " + std::to_string(rows) + "x" + std::to_string(cols);
+    this->each([&](int32_t ty, bool t) {
+      ztrt_layer_norm(x, ty, at(in, t), at(gamma, t), at(beta, t), at(y, t),
+                      rows, cols, 1e-5);
+      ztrt_layer_norm_grad(x, ty, at(dy, t), at(in, t), at(gamma, t), at(dx, t),
+                           at(dgamma, t), at(dbeta, t), rows, cols, 1e-5);
+    });
+    this->expectRounded(y, "layer_norm" + what);
+    this->expectRounded(dx, "layer_norm_grad dx" + what);
+    this->expectRounded(dgamma, "dgamma" + what);
+    this->expectRounded(dbeta, "dbeta" + what);
+  }
+}
+
+TYPED_TEST(CudaDTypeTest, SoftmaxAndGradAreTheFloatOnesRounded) {
+  // For T != float the kernel keeps no exponential in y (it computes each
+  // again for the store), so y holds only final, once-rounded values.
+  ztrt_ctx *x = this->g();
+  using P = typename TestFixture::Pair;
+  auto at = [](P &p, bool t) { return TestFixture::at(p, t); };
+  for (int causal : {0, 1})
+    for (auto shape :
+         {std::pair<int64_t, int64_t>{8, 8}, {3 * 64, 64}, {2 * 257, 257}}) {
+      const int64_t rows = !causal && shape.first == 8 ? 5 : shape.first;
+      const int64_t cols = shape.second;
+      auto in = this->pair(this->values(rows * cols, 50, 6.0f)),
+           dy = this->pair(this->values(rows * cols, 51));
+      auto y = this->output(rows * cols), dx = this->output(rows * cols);
+      const std::string what = (causal ? " causal " : " ") +
+                               std::to_string(rows) + "x" +
+                               std::to_string(cols);
+      this->each([&](int32_t ty, bool t) {
+        ztrt_softmax(x, ty, at(in, t), at(y, t), rows, cols, causal);
+      });
+      this->expectRounded(y, "softmax" + what);
+      // softmax_grad on the same y: the T side's, widened for float.
+      this->resync(y);
+      this->each([&](int32_t ty, bool t) {
+        ztrt_softmax_grad(x, ty, at(dy, t), at(y, t), at(dx, t), rows, cols);
+      });
+      this->expectRounded(dx, "softmax_grad" + what);
+    }
+}
+
+TYPED_TEST(CudaDTypeTest, LayoutKernelsAreTheFloatOnesRounded) {
+  // transpose and broadcast with factor 1 move T's bits (which the float
+  // run's rounding gives back exactly); broadcast's factor and reduce's
+  // double sums are rounded once.
+  ztrt_ctx *x = this->g();
+  using P = typename TestFixture::Pair;
+  auto at = [](P &p, bool t) { return TestFixture::at(p, t); };
+  struct Case {
+    std::vector<int64_t> shape, perm;
+  };
+  for (const Case &cs : {Case{{3, 5}, {1, 0}}, Case{{2, 3, 4}, {2, 0, 1}},
+                         Case{{2, 64, 4, 16}, {0, 2, 1, 3}},
+                         Case{{3, 1, 5, 2}, {3, 2, 1, 0}}, Case{{7}, {0}}}) {
+    int64_t n = 1;
+    for (int64_t v : cs.shape)
+      n *= v;
+    auto in = this->pair(this->values(n, 60, 1.0f, n >= 8)),
+         out = this->output(n);
+    this->each([&](int32_t ty, bool t) {
+      ztrt_transpose(x, ty, at(in, t), at(out, t),
+                     static_cast<int64_t>(cs.shape.size()), cs.shape.data(),
+                     cs.perm.data());
+    });
+    this->expectRounded(out, "transpose");
+  }
+  const std::vector<int64_t> shape{3, 4, 5, 2};
+  const std::vector<std::vector<int64_t>> masks{
+      {0, 0, 0, 0}, {1, 0, 0, 0}, {0, 0, 0, 1}, {1, 0, 1, 0},
+      {0, 1, 1, 0}, {1, 1, 1, 1}, {1, 1, 0, 1}};
+  for (const std::vector<int64_t> &mask : masks)
+    for (double factor : {1.0, 0.125, -3.3}) {
+      int64_t inN = 1;
+      for (size_t d = 0; d < shape.size(); ++d)
+        inN *= mask[d] ? 1 : shape[d];
+      auto in = this->pair(this->values(inN, 61, 1.0f, inN >= 8)),
+           out = this->output(3 * 4 * 5 * 2);
+      this->each([&](int32_t ty, bool t) {
+        ztrt_broadcast(x, ty, at(in, t), at(out, t), 4, shape.data(),
+                       mask.data(), factor);
+      });
+      this->expectRounded(out, "broadcast");
+    }
+  const std::vector<int64_t> big{6, 70, 3, 33};
+  int64_t n = 1;
+  for (int64_t v : big)
+    n *= v;
+  auto in = this->pair(this->values(n, 70));
+  for (const std::vector<int64_t> &mask : masks)
+    for (int mean : {0, 1}) {
+      int64_t outN = 1;
+      for (size_t d = 0; d < big.size(); ++d)
+        outN *= mask[d] ? 1 : big[d];
+      auto out = this->output(outN);
+      this->each([&](int32_t ty, bool t) {
+        ztrt_reduce(x, ty, at(in, t), at(out, t), 4, big.data(), mask.data(),
+                    mean);
+      });
+      this->expectRounded(out, "reduce");
+    }
+  // A bias gradient's shape: few outputs, many rows (the chunked path).
+  const std::vector<int64_t> bias{8192, 96}, rowMask{1, 0};
+  auto rowsIn = this->pair(this->values(8192 * 96, 71)), out = this->output(96);
+  this->each([&](int32_t ty, bool t) {
+    ztrt_reduce(x, ty, at(rowsIn, t), at(out, t), 2, bias.data(),
+                rowMask.data(), 0);
+  });
+  this->expectRounded(out, "reduce rows");
+}
+
+TYPED_TEST(CudaDTypeTest, CrossEntropyAndGradAreTheFloatOnesRounded) {
+  // The loss is one float for every dtype: the T kernel's must be the float
+  // kernel's, bit for bit (the same double sums of the same widened
+  // logits). dloss is a float too.
+  ztrt_ctx *x = this->g();
+  using P = typename TestFixture::Pair;
+  auto at = [](P &p, bool t) { return TestFixture::at(p, t); };
+  const int64_t rows = 300, classes = 1000;
+  std::vector<int32_t> labelValues(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    labelValues[r] = static_cast<int32_t>((r * 7919) % classes);
+  void *labels = this->upload(labelValues);
+  void *dloss = this->upload(std::vector<float>{0.7f});
+  void *lossT = this->upload(std::vector<float>{NAN});
+  void *lossF = this->upload(std::vector<float>{NAN});
+  auto logits = this->pair(this->values(rows * classes, 80, 8.0f));
+  auto dlogits = this->output(rows * classes);
+  this->each([&](int32_t ty, bool t) {
+    ztrt_cross_entropy(x, ty, at(logits, t), labels, t ? lossT : lossF, rows,
+                       classes);
+    ztrt_cross_entropy_grad(x, ty, dloss, at(logits, t), labels, at(dlogits, t),
+                            rows, classes);
+  });
+  const float gotLoss = this->template download<float>(lossT, 1)[0];
+  const float refLoss = this->template download<float>(lossF, 1)[0];
+  EXPECT_EQ(bits(gotLoss), bits(refLoss))
+      << dtypeName(TestFixture::kType) << " cross_entropy: " << gotLoss
+      << ", float kernel " << refLoss;
+  this->expectRounded(dlogits, "cross_entropy_grad");
+}
+
+TYPED_TEST(CudaDTypeTest, EmbeddingAndGradAreTheFloatOnesRounded) {
+  // embedding copies rows of T; embedding_grad accumulates in a float
+  // scratch table in index order (the float kernel's additions in its
+  // order) and rounds each element once.
+  ztrt_ctx *x = this->g();
+  using P = typename TestFixture::Pair;
+  auto at = [](P &p, bool t) { return TestFixture::at(p, t); };
+  const int64_t vocab = 50, dim = 300, nIds = 1000;
+  std::vector<int32_t> idValues(nIds);
+  for (int64_t i = 0; i < nIds; ++i)
+    idValues[i] = static_cast<int32_t>((i * i * 31 + 7) % 37); // repeats, gaps
+  idValues[5] = 49;
+  void *ids = this->upload(idValues);
+  void *same = this->upload(std::vector<int32_t>(nIds, 3));
+  auto table = this->pair(this->values(vocab * dim, 90, 1.0f, true)),
+       dy = this->pair(this->values(nIds * dim, 91));
+  auto out = this->output(nIds * dim), dtable = this->output(vocab * dim);
+  this->each([&](int32_t ty, bool t) {
+    ztrt_embedding(x, ty, at(table, t), ids, at(out, t), nIds, vocab, dim);
+    ztrt_embedding_grad(x, ty, at(dy, t), ids, at(dtable, t), nIds, vocab, dim);
+  });
+  this->expectRounded(out, "embedding");
+  this->expectRounded(dtable, "embedding_grad");
+  // Every id the same: one row sums all of dy.
+  this->each([&](int32_t ty, bool t) {
+    ztrt_embedding_grad(x, ty, at(dy, t), same, at(dtable, t), nIds, vocab,
+                        dim);
+  });
+  this->expectRounded(dtable, "embedding_grad one id");
 }
 
 /// The collectives in a world of one, through the copy path (plain) and
@@ -753,11 +1295,12 @@ TEST_P(CudaCollectiveTest, EnqueuedAndCopiesBitwise) {
       // In place.
       both([&](ztrt_ctx *c, bool d) {
         const int64_t h =
-            kind == 0
-                ? ztrt_all_reduce_start(c, ZTRT_F32, at(in, d), at(in, d), n, mean)
-            : kind == 1 ? ztrt_reduce_scatter_start(c, ZTRT_F32, at(in, d), at(in, d),
-                                                        n, mean)
-                        : ztrt_all_gather_start(c, ZTRT_F32, at(in, d), at(in, d), n);
+            kind == 0 ? ztrt_all_reduce_start(c, ZTRT_F32, at(in, d), at(in, d),
+                                              n, mean)
+            : kind == 1
+                ? ztrt_reduce_scatter_start(c, ZTRT_F32, at(in, d), at(in, d),
+                                            n, mean)
+                : ztrt_all_gather_start(c, ZTRT_F32, at(in, d), at(in, d), n);
         ztrt_wait(c, h);
       });
       got = fetch(in);
@@ -814,6 +1357,39 @@ TEST_P(CudaCollectiveTest, UnwaitedCollectiveIsFatal) {
               "step 1: collective started but never waited");
   EXPECT_EXIT(ztrt_wait(g(), 42), ::testing::ExitedWithCode(1),
               "unknown collective handle 42");
+}
+
+TEST_P(CudaCollectiveTest, SixteenBitCollectivesAreCopies) {
+  // bf16 and f16 in a world of one: every collective is a bit-exact copy
+  // of 2-byte elements (NCCL's ncclBfloat16 / ncclFloat16 in the Nccl
+  // variant), whatever the bits (NaN payloads, infinities, subnormals).
+  const int64_t n = (1 << 16) + 3;
+  std::vector<uint16_t> values(n);
+  for (int64_t i = 0; i < n; ++i)
+    values[i] = static_cast<uint16_t>(i * 40503u);
+  for (int32_t ty : {ZTRT_BF16, ZTRT_F16}) {
+    for (int kind = 0; kind < 3; ++kind)
+      for (int mean : {0, 1}) {
+        auto in = twin(values), out = twin(std::vector<uint16_t>(n, 0xffff));
+        if (kind == 0)
+          ztrt_all_reduce(g(), ty, in.dev, out.dev, n, mean);
+        else if (kind == 1)
+          ztrt_reduce_scatter(g(), ty, in.dev, out.dev, n, mean);
+        else
+          ztrt_all_gather(g(), ty, in.dev, out.dev, n);
+        std::vector<uint16_t> got = fetch(out);
+        ASSERT_EQ(std::memcmp(got.data(), values.data(), n * sizeof(uint16_t)),
+                  0)
+            << "dtype " << ty << " collective " << kind << " mean " << mean
+            << " is not a copy";
+      }
+    auto buf = twin(values);
+    ztrt_bcast(g(), ty, buf.dev, n, 0);
+    std::vector<uint16_t> got = fetch(buf);
+    EXPECT_EQ(std::memcmp(got.data(), values.data(), n * sizeof(uint16_t)), 0);
+  }
+  // A world of one moves nothing over the wire, whatever the dtype.
+  EXPECT_EQ(g()->communication(Collective::AllReduce).wireBytes, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transport, CudaCollectiveTest, ::testing::Bool(),

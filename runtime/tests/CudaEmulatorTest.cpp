@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cuda/emu/Device.h"
+#include "src/DType.h"
 
 #include <cublas_v2.h>
 #include <nccl.h>
@@ -17,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -238,6 +240,85 @@ TEST(CudaEmulatorTest, CublasChecksItsArguments) {
   cublasDestroy(h);
 }
 
+TEST(CudaEmulatorTest, GemmExWidensAccumulatesInFloatAndRoundsOnce) {
+  // C (2x2) = A (2x3) * B (3x2, ones) in bf16 and f16 with
+  // CUBLAS_COMPUTE_32F: products and sums in float, one rounding to the
+  // type. Row 0 of A is (1, s, s) with s half a spacing of the type at 1
+  // (bf16: 2^-8, f16: 2^-11): the float sum 1 + 2s is a value of the type,
+  // whereas rounding after each addition would give 1 (1 + s is a tie,
+  // rounded to the even 1, twice). Row 1 is (1, 1, 1): 3.
+  cublasHandle_t h;
+  ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+  auto run = [&](auto tag, cudaDataType type, int halfSpacing) {
+    using T = decltype(tag);
+    const float s = std::ldexp(1.0f, halfSpacing);
+    const float rows[2][3] = {{1.0f, s, s}, {1.0f, 1.0f, 1.0f}};
+    // Column-major 2 x 3: element (r, c) at r + 2c.
+    std::vector<T> a(6);
+    for (int r = 0; r < 2; ++r)
+      for (int c = 0; c < 3; ++c)
+        a[r + 2 * c] = static_cast<T>(rows[r][c]);
+    T *da = deviceArray(a);
+    T *db = deviceArray(std::vector<T>(6, static_cast<T>(1.0f)));
+    T *dc = deviceArray(std::vector<T>(4, static_cast<T>(0.0f)));
+    const float one = 1, zero = 0;
+    ASSERT_EQ(cublasGemmStridedBatchedEx(
+                  h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, da, type, 2, 0,
+                  db, type, 3, 0, &zero, dc, type, 2, 0, 1, CUBLAS_COMPUTE_32F,
+                  CUBLAS_GEMM_DEFAULT),
+              CUBLAS_STATUS_SUCCESS);
+    std::vector<T> got = hostCopy(dc, 4);
+    const T once = static_cast<T>(1.0f + 2 * s), three = static_cast<T>(3.0f);
+    ASSERT_NE(once.bits, static_cast<T>(1.0f).bits);
+    for (int j = 0; j < 2; ++j) {
+      EXPECT_EQ(got[2 * j].bits, once.bits) << "type " << type << " C[0]";
+      EXPECT_EQ(got[1 + 2 * j].bits, three.bits) << "type " << type << " C[1]";
+    }
+    // Mixed types and other compute types are not emulated: refused.
+    EXPECT_EQ(cublasGemmStridedBatchedEx(
+                  h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, da, type, 2, 0,
+                  db, type, 3, 0, &zero, dc, CUDA_R_32F, 2, 0, 1,
+                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              CUBLAS_STATUS_NOT_SUPPORTED);
+    EXPECT_EQ(cublasGemmStridedBatchedEx(
+                  h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, da, type, 2, 0,
+                  db, type, 3, 0, &zero, dc, type, 2, 0, 1, CUBLAS_COMPUTE_16F,
+                  CUBLAS_GEMM_DEFAULT),
+              CUBLAS_STATUS_NOT_SUPPORTED);
+    // cuBLAS's argument checks, as for sgemm: lda below the rows of A.
+    EXPECT_EQ(cublasGemmStridedBatchedEx(
+                  h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, da, type, 1, 0,
+                  db, type, 3, 0, &zero, dc, type, 2, 0, 1, CUBLAS_COMPUTE_32F,
+                  CUBLAS_GEMM_DEFAULT),
+              CUBLAS_STATUS_INVALID_VALUE);
+    cudaFree(da);
+    cudaFree(db);
+    cudaFree(dc);
+  };
+  run(ztrt::bf16{}, CUDA_R_16BF, -8);
+  run(ztrt::f16{}, CUDA_R_16F, -11);
+  cublasDestroy(h);
+}
+
+TEST(CudaEmulatorTest, NcclRefusesTypesItDoesNotImplement) {
+  // float32, bfloat16 and float16 are emulated; anything else is refused
+  // (not silently summed as something else).
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t comm;
+  ASSERT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  int *buf = deviceArray(std::vector<int>(8, 1));
+  EXPECT_EQ(ncclAllReduce(buf, buf, 8, ncclInt32, ncclSum, comm, nullptr),
+            ncclInvalidUsage);
+  uint16_t *half = deviceArray(std::vector<uint16_t>(8, 0x3c00));
+  for (ncclDataType_t type : {ncclBfloat16, ncclFloat16})
+    EXPECT_EQ(ncclAllReduce(half, half, 8, type, ncclSum, comm, nullptr),
+              ncclSuccess);
+  ncclCommDestroy(comm);
+  cudaFree(buf);
+  cudaFree(half);
+}
+
 // --- Faults (sticky: each in its own process) -------------------------------------
 
 /// Runs `body`, then exits 3 if the sticky illegal-address error is set.
@@ -299,6 +380,24 @@ TEST(CudaEmulatorDeathTest, GemmOperandOutsideItsAllocationFaults) {
               }),
               ::testing::ExitedWithCode(3),
               "cublasSgemmStridedBatched: A of batch 0 \\(2 x 3, ld 2");
+}
+
+TEST(CudaEmulatorDeathTest, GemmExOperandOutsideItsAllocationFaults) {
+  // The extent is checked in elements of the operand's type: 6 bf16 of a
+  // 4-element (8-byte) buffer.
+  EXPECT_EXIT(faultThenExit([] {
+                cublasHandle_t h;
+                cublasCreate(&h);
+                auto *a = deviceArray(std::vector<ztrt::bf16>(4));
+                auto *c = deviceArray(std::vector<ztrt::bf16>(4));
+                const float one = 1, zero = 0;
+                cublasGemmStridedBatchedEx(
+                    h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, a, CUDA_R_16BF,
+                    2, 0, a, CUDA_R_16BF, 3, 0, &zero, c, CUDA_R_16BF, 2, 0, 1,
+                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+              }),
+              ::testing::ExitedWithCode(3),
+              "cublasGemmStridedBatchedEx: A of batch 0 \\(2 x 3, ld 2");
 }
 
 TEST(CudaEmulatorDeathTest, UseAfterStreamOrderedFreeFaults) {

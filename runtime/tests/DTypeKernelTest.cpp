@@ -98,10 +98,11 @@ TEST(DTypeTest, Bf16WidensExactlyAndRoundTrips) {
     bf16 v = bf16::fromBits(static_cast<uint16_t>(b));
     float f = static_cast<float>(v);
     ASSERT_EQ(floatToBits(f), b << 16) << b;
-    if (std::isnan(f))
+    if (std::isnan(f)) {
       EXPECT_TRUE(std::isnan(static_cast<float>(bf16(f)))) << b;
-    else
+    } else {
       ASSERT_EQ(bf16(f).bits, b) << b;
+    }
   }
 }
 
@@ -119,8 +120,9 @@ TEST(DTypeTest, F16WidensExactlyAndRoundTrips) {
       ASSERT_EQ(static_cast<double>(std::fabs(f)), expected) << b;
     }
     ASSERT_EQ(std::signbit(f), (b & 0x8000) != 0) << b;
-    if (!std::isnan(f))
+    if (!std::isnan(f)) {
       ASSERT_EQ(f16(f).bits, b) << b;
+    }
   }
 }
 

@@ -29,7 +29,7 @@ def LowerToRuntime : Pass<"lower-to-runtime", "::mlir::ModuleOp"> {
     parameter, state and input buffers belong to the runtime
     (`ztrt_param`, `ztrt_state`, `ztrt_input`).
 
-    Asynchronous collectives become `ztrt_*_start_f32` calls returning a
+    Asynchronous collectives become `ztrt_*_start` calls returning a
     handle and `ztrt_wait(handle)`: a gathered parameter's buffer is
     allocated at its start, a one-tensor reduce-scatter writes straight into
     its result's buffer, and a bucket is packed (`ztrt_copy_2d`, rank-major
@@ -39,8 +39,8 @@ def LowerToRuntime : Pass<"lower-to-runtime", "::mlir::ModuleOp"> {
     Partitioned steps (after `zero-insert-collectives`): the descriptor
     records the grid size and each state's per-rank storage (`store E full`
     for padded replicated parameters, `store E shard` for slices); `dist`
-    collectives become `ztrt_all_reduce_f32`, `ztrt_reduce_scatter_f32` and
-    `ztrt_all_gather_f32`, and a sharded update addresses this rank's slice
+    collectives become `ztrt_all_reduce`, `ztrt_reduce_scatter` and
+    `ztrt_all_gather`, and a sharded update addresses this rank's slice
     at `ztrt_rank(ctx) * slice` bytes into the parameter. A partitioned
     step whose gradients are not synchronized is rejected.
 
@@ -50,12 +50,13 @@ def LowerToRuntime : Pass<"lower-to-runtime", "::mlir::ModuleOp"> {
     ```
     After:
     ```mlir
+    %c0_i32 = arith.constant 0 : i32        // ZTRT_F32 (bf16 1, f16 2)
     %c3_i32 = arith.constant 3 : i32        // ZTRT_CAT_ACTIVATIONS
     %c16384_i64 = arith.constant 16384 : i64 // bytes
     %c4096_i64 = arith.constant 4096 : i64   // elements
     ...
     %buf = call @ztrt_alloc(%ctx, %c16384_i64, %c3_i32) : (!llvm.ptr, i64, i32) -> !llvm.ptr
-    call @ztrt_relu_f32(%ctx, %x, %buf, %c4096_i64) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> ()
+    call @ztrt_relu(%ctx, %c0_i32, %x, %buf, %c4096_i64) : (!llvm.ptr, i32, !llvm.ptr, !llvm.ptr, i64) -> ()
     ```
   }];
   let dependentDialects = ["::mlir::func::FuncDialect",

@@ -50,9 +50,9 @@ bool checkOperand(const char *api, const char *name, const void *p, int rows,
   if (n == 0)
     return true;
   for (int i = 0; i < batch; ++i) {
-    const char *m = static_cast<const char *>(p) +
-                    static_cast<long long>(i) * stride *
-                        static_cast<long long>(elementBytes);
+    const char *m =
+        static_cast<const char *>(p) + static_cast<long long>(i) * stride *
+                                           static_cast<long long>(elementBytes);
     if (!isDevice(m, static_cast<size_t>(n) * elementBytes)) {
       fault("%s: %s of batch %d (%d x %d, ld %d, %lld elements from %s) is "
             "not inside device memory",
@@ -78,12 +78,12 @@ void gemm(bool ta, bool tb, int m, int n, int k, float a, const T *A, int lda,
       for (int row = 0; row < m; ++row) {
         float acc = 0.0f;
         for (int p = 0; p < k; ++p) {
-          const float x =
-              static_cast<float>(ta ? Ai[p + static_cast<long long>(row) * lda]
-                                    : Ai[row + static_cast<long long>(p) * lda]);
-          const float y =
-              static_cast<float>(tb ? Bi[col + static_cast<long long>(p) * ldb]
-                                    : Bi[p + static_cast<long long>(col) * ldb]);
+          const float x = static_cast<float>(
+              ta ? Ai[p + static_cast<long long>(row) * lda]
+                 : Ai[row + static_cast<long long>(p) * lda]);
+          const float y = static_cast<float>(
+              tb ? Bi[col + static_cast<long long>(p) * ldb]
+                 : Bi[p + static_cast<long long>(col) * ldb]);
           acc += x * y;
         }
         T &c = Ci[row + static_cast<long long>(col) * ldc];
@@ -95,9 +95,9 @@ void gemm(bool ta, bool tb, int m, int n, int k, float a, const T *A, int lda,
 
 /// cuBLAS's argument checks shared by both GEMM entries ("parameters m, n,
 /// k, batchCount < 0 or lda, ldb, ldc too small").
-bool validGemm(cublasOperation_t transa, cublasOperation_t transb, int m,
-               int n, int k, const void *alpha, int lda, int ldb,
-               const void *beta, int ldc, int batchCount) {
+bool validGemm(cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+               int k, const void *alpha, int lda, int ldb, const void *beta,
+               int ldc, int batchCount) {
   const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
   return !(m < 0 || n < 0 || k < 0 || batchCount < 0 || !alpha || !beta ||
            lda < std::max(1, ta ? k : m) || ldb < std::max(1, tb ? n : k) ||
@@ -108,12 +108,11 @@ bool validGemm(cublasOperation_t transa, cublasOperation_t transb, int m,
 /// Checks the operands of a GEMM whose arguments are valid and enqueues it
 /// on the handle's stream.
 template <typename T>
-cublasStatus_t runGemm(const char *api, cublasHandle_t handle,
-                       cublasOperation_t transa, cublasOperation_t transb,
-                       int m, int n, int k, float a, const T *A, int lda,
-                       long long strideA, const T *B, int ldb,
-                       long long strideB, float b, T *C, int ldc,
-                       long long strideC, int batchCount) {
+cublasStatus_t
+runGemm(const char *api, cublasHandle_t handle, cublasOperation_t transa,
+        cublasOperation_t transb, int m, int n, int k, float a, const T *A,
+        int lda, long long strideA, const T *B, int ldb, long long strideB,
+        float b, T *C, int ldc, long long strideC, int batchCount) {
   const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
   if (m == 0 || n == 0 || batchCount == 0)
     return CUBLAS_STATUS_SUCCESS;
@@ -230,8 +229,8 @@ cublasStatus_t cublasGemmStridedBatchedEx(
     return CUBLAS_STATUS_INVALID_VALUE;
   // cuBLAS supports more combinations; the emulator those the backend uses
   // (and says so rather than compute something else).
-  const bool known = Atype == CUDA_R_32F || Atype == CUDA_R_16F ||
-                     Atype == CUDA_R_16BF;
+  const bool known =
+      Atype == CUDA_R_32F || Atype == CUDA_R_16F || Atype == CUDA_R_16BF;
   if (!known || Btype != Atype || Ctype != Atype ||
       computeType != CUBLAS_COMPUTE_32F || algo != CUBLAS_GEMM_DEFAULT) {
     report("%s: the emulator implements A, B, C all CUDA_R_32F, CUDA_R_16F "

@@ -13,9 +13,10 @@ namespace ztrt::cuda {
 
 const CublasApi &cublas() {
   static const CublasApi api = {
-      cublasCreate_v2,       cublasDestroy_v2,          cublasSetStream_v2,
-      cublasSetMathMode,     cublasSgemmStridedBatched, cublasGemmStridedBatchedEx,
-      cublasGetStatusString, cublasGetProperty};
+      cublasCreate_v2,           cublasDestroy_v2,
+      cublasSetStream_v2,        cublasSetMathMode,
+      cublasSgemmStridedBatched, cublasGemmStridedBatchedEx,
+      cublasGetStatusString,     cublasGetProperty};
   return api;
 }
 

@@ -168,8 +168,8 @@ void sumInRankOrder(const char *blocks, char *out, size_t count, int ranks) {
 
 /// `blocks` holds `ranks` blocks of `count` elements of a 16-bit `type`;
 /// writes their element-wise sum to `out`.
-void sumBlocks(ncclDataType_t type, const char *blocks, char *out,
-               size_t count, int ranks) {
+void sumBlocks(ncclDataType_t type, const char *blocks, char *out, size_t count,
+               int ranks) {
   if (type == ncclBfloat16)
     sumInRankOrder<ztrt::bf16>(blocks, out, count, ranks);
   else
