@@ -19,17 +19,11 @@
 #ifndef ZTRT_CPU_VECMATH_H
 #define ZTRT_CPU_VECMATH_H
 
+#include "src/DType.h" // ZTRT_HD
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-
-#ifndef ZTRT_HD
-#ifdef __CUDACC__
-#define ZTRT_HD __host__ __device__
-#else
-#define ZTRT_HD
-#endif
-#endif
 
 namespace ztrt::vecmath {
 
