@@ -357,6 +357,67 @@ public:
                       }));
   }
 
+  void silu(DType dtype, const void *x, void *out, int64_t n) override {
+    ZTRT_CPU_DISPATCH(dtype, unary<T>(x, out, n, [](float v) {
+                        return vecmath::silu(v);
+                      }));
+  }
+
+  void siluGrad(DType dtype, const void *dy, const void *x, void *dx,
+                int64_t n) override {
+    ZTRT_CPU_DISPATCH(dtype, binary<T>(dy, x, dx, n, [](float g, float v) {
+                        return vecmath::siluGrad(g, v);
+                      }));
+  }
+
+  void sigmoid(DType dtype, const void *x, void *out, int64_t n) override {
+    ZTRT_CPU_DISPATCH(dtype, unary<T>(x, out, n, [](float v) {
+                        return vecmath::sigmoid(v);
+                      }));
+  }
+
+  void sigmoidGrad(DType dtype, const void *dy, const void *y, void *dx,
+                   int64_t n) override {
+    ZTRT_CPU_DISPATCH(dtype, binary<T>(dy, y, dx, n, [](float g, float v) {
+                        return vecmath::sigmoidGrad(g, v);
+                      }));
+  }
+
+  void exp(DType dtype, const void *x, void *out, int64_t n) override {
+    ZTRT_CPU_DISPATCH(dtype, unary<T>(x, out, n,
+                                      [](float v) { return std::exp(v); }));
+  }
+
+  void sqrt(DType dtype, const void *x, void *out, int64_t n) override {
+    ZTRT_CPU_DISPATCH(dtype, unary<T>(x, out, n,
+                                      [](float v) { return std::sqrt(v); }));
+  }
+
+  void rsqrt(DType dtype, const void *x, void *out, int64_t n) override {
+    ZTRT_CPU_DISPATCH(dtype, unary<T>(x, out, n, [](float v) {
+                        return vecmath::rsqrt(v);
+                      }));
+  }
+
+  void rsqrtGrad(DType dtype, const void *dy, const void *y, void *dx,
+                 int64_t n) override {
+    ZTRT_CPU_DISPATCH(dtype, binary<T>(dy, y, dx, n, [](float g, float v) {
+                        return vecmath::rsqrtGrad(g, v);
+                      }));
+  }
+
+  void div(DType dtype, const void *a, const void *b, void *out,
+           int64_t n) override {
+    ZTRT_CPU_DISPATCH(dtype, binary<T>(a, b, out, n,
+                                       [](float x, float y) { return x / y; }));
+  }
+
+  void maskedFill(DType dtype, const void *x, const void *mask, void *out,
+                  int64_t outer, int64_t inner, double value) override {
+    ZTRT_CPU_DISPATCH(dtype, maskedFillT<T>(as<T>(x), as<int32_t>(mask),
+                                            as<T>(out), outer, inner, value));
+  }
+
   void matmul(DType dtype, const void *a, const void *b, void *c,
               int64_t batch, int64_t m, int64_t n, int64_t k, int32_t transA,
               int32_t transB, int64_t strideA, int64_t strideB,
@@ -395,6 +456,27 @@ public:
                                              rows, cols));
   }
 
+  void rmsNorm(DType dtype, const void *x, const void *gamma, void *y,
+               int64_t rows, int64_t cols, double eps) override {
+    ZTRT_CPU_DISPATCH(dtype, rmsNormT<T>(as<T>(x), as<T>(gamma), as<T>(y),
+                                         rows, cols, eps));
+  }
+
+  void rmsNormGrad(DType dtype, const void *dy, const void *x,
+                   const void *gamma, void *dx, void *dgamma, int64_t rows,
+                   int64_t cols, double eps) override {
+    ZTRT_CPU_DISPATCH(dtype, rmsNormGradT<T>(as<T>(dy), as<T>(x), as<T>(gamma),
+                                             as<T>(dx), as<T>(dgamma), rows,
+                                             cols, eps));
+  }
+
+  void rotaryEmbedding(DType dtype, const void *x, void *out, int64_t outer,
+                       int64_t seq, int64_t inner, int64_t dim, double theta,
+                       int32_t inverse) override {
+    ZTRT_CPU_DISPATCH(dtype, rotaryT<T>(as<T>(x), as<T>(out), outer, seq,
+                                        inner, dim, theta, inverse != 0));
+  }
+
   void transpose(DType dtype, const void *x, void *out, int64_t rank,
                  const void *xShapeArg, const void *permArg) override {
     const int64_t *xShape = as<int64_t>(xShapeArg),
@@ -410,10 +492,19 @@ public:
   }
 
   void reduce(DType dtype, const void *x, void *out, int64_t rank,
-              const void *xShape, const void *mask, int32_t mean) override {
+              const void *xShape, const void *mask, int32_t kind) override {
     ZTRT_CPU_DISPATCH(dtype, reduceT<T>(as<T>(x), as<T>(out), rank,
                                         as<int64_t>(xShape), as<int64_t>(mask),
-                                        mean != 0));
+                                        kind));
+  }
+
+  void reduceMaxGrad(DType dtype, const void *dy, const void *x,
+                     const void *y, void *dx, int64_t rank, const void *xShape,
+                     const void *mask) override {
+    ZTRT_CPU_DISPATCH(dtype, reduceMaxGradT<T>(as<T>(dy), as<T>(x), as<T>(y),
+                                               as<T>(dx), rank,
+                                               as<int64_t>(xShape),
+                                               as<int64_t>(mask)));
   }
 
   void broadcast(DType dtype, const void *x, void *out, int64_t rank,
@@ -711,24 +802,57 @@ private:
     }
   }
 
-  template <typename T>
-  static void reduceT(const T *x, T *out, int64_t rank, const int64_t *xShape,
-                      const int64_t *mask, bool mean) {
-    // Output strides over the input's dims, 0 where a dim is reduced.
-    std::vector<int64_t> outStrides(rank);
+  /// The walk of a reduction: x's rows mapped to output offsets (output
+  /// strides over x's dims, 0 where a dim is reduced).
+  struct ReduceShape {
+    std::vector<int64_t> outStrides;
     int64_t outElements = 1, reduced = 1;
-    for (int64_t d = rank; d-- > 0;) {
-      if (mask[d]) {
-        outStrides[d] = 0;
-        reduced *= xShape[d];
-      } else {
-        outStrides[d] = outElements;
-        outElements *= xShape[d];
+    ReduceShape(int64_t rank, const int64_t *xShape, const int64_t *mask)
+        : outStrides(rank) {
+      for (int64_t d = rank; d-- > 0;) {
+        if (mask[d]) {
+          outStrides[d] = 0;
+          reduced *= xShape[d];
+        } else {
+          outStrides[d] = outElements;
+          outElements *= xShape[d];
+        }
       }
     }
+  };
+
+  /// For every element of x in input order: f(x index, output index).
+  template <typename F>
+  static void forEachReduced(int64_t rank, const int64_t *xShape,
+                             const ReduceShape &shape, F f) {
+    RowWalker walk(rank, xShape, shape.outStrides);
+    for (int64_t row = 0; row < walk.rows; ++row) {
+      int64_t o = walk.offset(row);
+      for (int64_t j = 0; j < walk.inner; ++j)
+        f(row * walk.inner + j, o + j * walk.innerStride);
+    }
+  }
+
+  template <typename T>
+  static void reduceT(const T *x, T *out, int64_t rank, const int64_t *xShape,
+                      const int64_t *mask, int32_t kind) {
+    ReduceShape shape(rank, xShape, mask);
+    if (kind == 2) {
+      // Max, NaN-propagating: once a NaN is in, no comparison replaces it.
+      std::vector<float> acc(shape.outElements,
+                             -std::numeric_limits<float>::infinity());
+      forEachReduced(rank, xShape, shape, [&](int64_t i, int64_t o) {
+        float v = ld(x[i]);
+        if (v > acc[o] || v != v)
+          acc[o] = v;
+      });
+      for (int64_t i = 0; i < shape.outElements; ++i)
+        out[i] = st<T>(acc[i]);
+      return;
+    }
     // Serial, in input order: each output's sum has one fixed order.
-    std::vector<double> acc(outElements, 0.0);
-    RowWalker walk(rank, xShape, outStrides);
+    std::vector<double> acc(shape.outElements, 0.0);
+    RowWalker walk(rank, xShape, shape.outStrides);
     for (int64_t row = 0; row < walk.rows; ++row) {
       const T *src = x + row * walk.inner;
       double *dst = acc.data() + walk.offset(row);
@@ -742,8 +866,116 @@ private:
           dst[j] += ld(src[j]);
       }
     }
-    for (int64_t i = 0; i < outElements; ++i)
-      out[i] = st<T>(mean ? acc[i] / reduced : acc[i]);
+    for (int64_t i = 0; i < shape.outElements; ++i)
+      out[i] = st<T>(kind == 1 ? acc[i] / shape.reduced : acc[i]);
+  }
+
+  template <typename T>
+  static void reduceMaxGradT(const T *dy, const T *x, const T *y, T *dx,
+                             int64_t rank, const int64_t *xShape,
+                             const int64_t *mask) {
+    ReduceShape shape(rank, xShape, mask);
+    std::vector<int64_t> ties(shape.outElements, 0);
+    forEachReduced(rank, xShape, shape, [&](int64_t i, int64_t o) {
+      ties[o] += ld(x[i]) == ld(y[o]);
+    });
+    // torch.amax's backward: (dy / ties) where x reached the maximum.
+    forEachReduced(rank, xShape, shape, [&](int64_t i, int64_t o) {
+      dx[i] = st<T>(ld(x[i]) == ld(y[o])
+                        ? ld(dy[o]) / static_cast<float>(ties[o])
+                        : 0.0f);
+    });
+  }
+
+  template <typename T>
+  static void maskedFillT(const T *x, const int32_t *mask, T *out,
+                          int64_t outer, int64_t inner, double value) {
+    const T fill = st<T>(static_cast<float>(value));
+#pragma omp parallel for schedule(static) if (outer * inner >=                 \
+                                              kParallelElements)
+    for (int64_t r = 0; r < outer; ++r)
+      for (int64_t j = 0; j < inner; ++j)
+        out[r * inner + j] = mask[j] ? fill : x[r * inner + j];
+  }
+
+  /// 1 / sqrt(mean(x^2) + eps) of one row, in double.
+  template <typename T>
+  static double rowRstd(const T *x, int64_t n, double eps) {
+    double sq = 0.0;
+    for (int64_t j = 0; j < n; ++j)
+      sq += static_cast<double>(ld(x[j])) * ld(x[j]);
+    return 1.0 / std::sqrt(sq / n + eps);
+  }
+
+  template <typename T>
+  static void rmsNormT(const T *x, const T *gamma, T *y, int64_t rows,
+                       int64_t cols, double eps) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *xr = x + r * cols;
+      double rstd = rowRstd(xr, cols, eps);
+      for (int64_t c = 0; c < cols; ++c)
+        y[r * cols + c] = st<T>(ld(xr[c]) * rstd * ld(gamma[c]));
+    }
+  }
+
+  template <typename T>
+  static void rmsNormGradT(const T *dy, const T *x, const T *gamma, T *dx,
+                           T *dgamma, int64_t rows, int64_t cols,
+                           double eps) {
+    std::vector<double> rstds(rows);
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *xr = x + r * cols, *dyr = dy + r * cols;
+      double rstd = rowRstd(xr, cols, eps);
+      rstds[r] = rstd;
+      // dx = rstd * (g - xhat * mean(g * xhat)), g = dy * gamma.
+      double sumGX = 0.0;
+      for (int64_t c = 0; c < cols; ++c)
+        sumGX += static_cast<double>(ld(dyr[c])) * ld(gamma[c]) * ld(xr[c]) *
+                 rstd;
+      double meanGX = sumGX / cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        double g = static_cast<double>(ld(dyr[c])) * ld(gamma[c]);
+        double xhat = ld(xr[c]) * rstd;
+        dx[r * cols + c] = st<T>(rstd * (g - xhat * meanGX));
+      }
+    }
+    // Column sums over rows, serially in row order (see file comment).
+    std::vector<double> sum(cols, 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *xr = x + r * cols, *dyr = dy + r * cols;
+      for (int64_t c = 0; c < cols; ++c)
+        sum[c] += ld(dyr[c]) * (ld(xr[c]) * rstds[r]);
+    }
+    for (int64_t c = 0; c < cols; ++c)
+      dgamma[c] = st<T>(sum[c]);
+  }
+
+  template <typename T>
+  static void rotaryT(const T *x, T *out, int64_t outer, int64_t seq,
+                      int64_t inner, int64_t dim, double theta, bool inverse) {
+    const int64_t half = dim / 2;
+    // The table of one [seq, half] block, shared by every outer and inner.
+    std::vector<float> cosT(seq * half), sinT(seq * half);
+    for (int64_t t = 0; t < seq; ++t)
+      for (int64_t i = 0; i < half; ++i)
+        vecmath::ropeCosSin(t, i, dim, theta, cosT[t * half + i],
+                            sinT[t * half + i]);
+    const int64_t rows = outer * seq * inner;
+#pragma omp parallel for schedule(static) if (rows * dim >= kParallelElements)
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t t = (row / inner) % seq;
+      const T *xr = x + row * dim;
+      T *orow = out + row * dim;
+      const float *c = cosT.data() + t * half, *s = sinT.data() + t * half;
+      for (int64_t i = 0; i < half; ++i) {
+        float lo = ld(xr[i]), hi = ld(xr[i + half]);
+        float si = inverse ? -s[i] : s[i];
+        orow[i] = st<T>(lo * c[i] - hi * si);
+        orow[i + half] = st<T>(hi * c[i] + lo * si);
+      }
+    }
   }
 
   template <typename T>

@@ -93,6 +93,50 @@ ZTRT_HD inline float geluGrad(float dy, float v) {
   return dy * (leftDerivative + rightDerivative);
 }
 
+// The activations of Llama-class models, in PyTorch's float order
+// (aten/src/ATen/native/cpu/UnaryOpsKernel.cpp, Activation.cpp): exp is
+// the platform's expf, so a device's result may differ from the host's by
+// the last bit (the conformance tests allow that; gelu alone is
+// polynomial and bitwise equal).
+ZTRT_HD inline float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+
+/// dy * (1 - y) * y with y = sigmoid(x).
+ZTRT_HD inline float sigmoidGrad(float dy, float y) {
+  return dy * (1.0f - y) * y;
+}
+
+ZTRT_HD inline float silu(float v) { return v / (1.0f + std::exp(-v)); }
+
+/// dy * silu'(x) = dy * s * (1 + x * (1 - s)), s = sigmoid(x).
+ZTRT_HD inline float siluGrad(float dy, float v) {
+  float s = 1.0f / (1.0f + std::exp(-v));
+  return dy * s * (1.0f + v * (1.0f - s));
+}
+
+ZTRT_HD inline float rsqrt(float v) { return 1.0f / std::sqrt(v); }
+
+/// -0.5 * dy * y^3 with y = rsqrt(x) (PyTorch's rsqrt backward).
+ZTRT_HD inline float rsqrtGrad(float dy, float y) {
+  return (-0.5f * dy) * (y * y * y);
+}
+
+/// cos and sin of RoPE's angle for position `t` and pair `i` of a head of
+/// `dim` channels: inv = 1 / theta^(2i / dim) and a = t * inv in float, as
+/// Hugging Face's LlamaRotaryEmbedding computes them in float32; the power
+/// and the cosine / sine are taken in double and rounded once, so every
+/// backend gets the same bits.
+ZTRT_HD inline void ropeCosSin(int64_t t, int64_t i, int64_t dim, double theta,
+                               float &c, float &s) {
+  float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+  float power = static_cast<float>(
+      std::pow(static_cast<double>(static_cast<float>(theta)),
+               static_cast<double>(exponent)));
+  float inv = 1.0f / power;
+  float a = static_cast<float>(t) * inv;
+  c = static_cast<float>(std::cos(static_cast<double>(a)));
+  s = static_cast<float>(std::sin(static_cast<double>(a)));
+}
+
 } // namespace ztrt::vecmath
 
 #endif // ZTRT_CPU_VECMATH_H

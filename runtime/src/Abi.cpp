@@ -16,6 +16,7 @@
 #include "src/Context.h"
 #include "src/Support.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -190,10 +191,33 @@ template <> struct KernelChecks<&Backend::transpose> {
 
 template <> struct KernelChecks<&Backend::reduce> {
   static void check(const char *op, const void *, void *, int64_t rank,
-                    const void *xShape, const void *mask, int32_t) {
+                    const void *xShape, const void *mask, int32_t kind) {
     checkRank(op, rank, xShape);
     if (rank > 0 && !mask)
       fatal("%s: null reduce_mask", op);
+    if (kind < 0 || kind > 2)
+      fatal("%s: unknown kind %d (0 sum, 1 mean, 2 max)", op, kind);
+  }
+};
+
+template <> struct KernelChecks<&Backend::reduceMaxGrad> {
+  static void check(const char *op, const void *, const void *, const void *,
+                    void *, int64_t rank, const void *xShape,
+                    const void *mask) {
+    checkRank(op, rank, xShape);
+    if (rank > 0 && !mask)
+      fatal("%s: null reduce_mask", op);
+  }
+};
+
+template <> struct KernelChecks<&Backend::rotaryEmbedding> {
+  static void check(const char *op, const void *, void *, int64_t, int64_t,
+                    int64_t, int64_t dim, double theta, int32_t) {
+    if (dim % 2 != 0)
+      fatal("%s: dim %lld is odd (RoPE rotates pairs)", op,
+            static_cast<long long>(dim));
+    if (!(theta > 0.0) || !std::isfinite(theta))
+      fatal("%s: theta %g is not a positive finite number", op, theta);
   }
 };
 
