@@ -19,7 +19,7 @@ import math
 import re
 
 __all__ = ["Module", "Function", "Value", "Param", "tensor_type", "fmt_float",
-           "symbol_ref", "IRError"]
+           "symbol_ref", "IRError", "REFERENCES", "reference"]
 
 _BARE_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_$.]*$")
 _SSA_BAD = re.compile(r"[^A-Za-z0-9_$.\-]")
@@ -30,6 +30,30 @@ DTYPES = ("f32", "i32")
 
 class IRError(ValueError):
     """A shape or type error found while building IR."""
+
+
+# The PyTorch meaning of every op, registered beside its builder method:
+# op name -> fn(torch, F, operands, attrs, shape) -> tensor, with operands
+# the torch tensors of the op's operands, attrs the builder's keyword
+# attributes and shape the result's static shape. `ztrain.torch_ref.run_ir`
+# evaluates a built module with them; this module itself never imports torch.
+REFERENCES = {}
+
+
+def reference(op):
+    """Registers the decorated function as the PyTorch meaning of `op`."""
+    def register(fn):
+        REFERENCES[op] = fn
+        return staticmethod(fn)
+    return register
+
+
+def _f64_attr(x):
+    """An f64 attribute, infinities included (as MLIR prints them)."""
+    x = float(x)
+    if math.isinf(x):
+        return ("0xFFF0000000000000" if x < 0 else "0x7FF0000000000000") + " : f64"
+    return f"{fmt_float(x)} : f64"
 
 
 def tensor_type(shape, dtype="f32"):
@@ -184,6 +208,10 @@ class Function:
                           f"train.param_read {symbol_ref(param.name)} : {param.type}",
                           "param_read", (), name=param.name)
 
+    @reference("param_read")
+    def _param_read_ref(torch, F, a, attrs, shape):
+        raise AssertionError("parameter reads are bound by the interpreter")
+
     # -- elementwise --------------------------------------------------------------
     def _binary(self, op, a, b, hint):
         self._f32("train." + op, a, b)
@@ -192,20 +220,48 @@ class Function:
         return self._emit(hint or op, a.shape, "f32",
                           f"train.{op} {a.name}, {b.name} : {a.type}", op, (a, b))
 
+    def _unary(self, op, x, hint):
+        self._f32("train." + op, x)
+        return self._emit(hint or op, x.shape, "f32",
+                          f"train.{op} {x.name} : {x.type}", op, (x,))
+
     def add(self, a, b, hint=None):
         return self._binary("add", a, b, hint)
+
+    @reference("add")
+    def _add_ref(torch, F, a, attrs, shape):
+        return a[0] + a[1]
 
     def sub(self, a, b, hint=None):
         return self._binary("sub", a, b, hint)
 
+    @reference("sub")
+    def _sub_ref(torch, F, a, attrs, shape):
+        return a[0] - a[1]
+
     def mul(self, a, b, hint=None):
         return self._binary("mul", a, b, hint)
+
+    @reference("mul")
+    def _mul_ref(torch, F, a, attrs, shape):
+        return a[0] * a[1]
+
+    def div(self, a, b, hint=None):
+        return self._binary("div", a, b, hint)
+
+    @reference("div")
+    def _div_ref(torch, F, a, attrs, shape):
+        return a[0] / a[1]
 
     def scale(self, x, factor, hint=None):
         self._f32("train.scale", x)
         return self._emit(hint or "scaled", x.shape, "f32",
                           f"train.scale {x.name} {{factor = {fmt_float(factor)} : f64}}"
                           f" : {x.type}", "scale", (x,), factor=float(factor))
+
+    @reference("scale")
+    def _scale_ref(torch, F, a, attrs, shape):
+        return a[0] * attrs["factor"]
 
     def bias_add(self, x, b, hint=None):
         self._f32("train.bias_add", x, b)
@@ -216,15 +272,82 @@ class Function:
                           f"train.bias_add {x.name}, {b.name} : {x.type}, {b.type}",
                           "bias_add", (x, b))
 
+    @reference("bias_add")
+    def _bias_add_ref(torch, F, a, attrs, shape):
+        return a[0] + a[1]
+
     def relu(self, x, hint=None):
-        self._f32("train.relu", x)
-        return self._emit(hint or "relu", x.shape, "f32",
-                          f"train.relu {x.name} : {x.type}", "relu", (x,))
+        return self._unary("relu", x, hint)
+
+    @reference("relu")
+    def _relu_ref(torch, F, a, attrs, shape):
+        return F.relu(a[0])
 
     def gelu(self, x, hint=None):
-        self._f32("train.gelu", x)
-        return self._emit(hint or "gelu", x.shape, "f32",
-                          f"train.gelu {x.name} : {x.type}", "gelu", (x,))
+        return self._unary("gelu", x, hint)
+
+    @reference("gelu")
+    def _gelu_ref(torch, F, a, attrs, shape):
+        return F.gelu(a[0], approximate="tanh")
+
+    def silu(self, x, hint=None):
+        return self._unary("silu", x, hint)
+
+    @reference("silu")
+    def _silu_ref(torch, F, a, attrs, shape):
+        return F.silu(a[0])
+
+    def sigmoid(self, x, hint=None):
+        return self._unary("sigmoid", x, hint)
+
+    @reference("sigmoid")
+    def _sigmoid_ref(torch, F, a, attrs, shape):
+        return torch.sigmoid(a[0])
+
+    def exp(self, x, hint=None):
+        return self._unary("exp", x, hint)
+
+    @reference("exp")
+    def _exp_ref(torch, F, a, attrs, shape):
+        return torch.exp(a[0])
+
+    def sqrt(self, x, hint=None):
+        return self._unary("sqrt", x, hint)
+
+    @reference("sqrt")
+    def _sqrt_ref(torch, F, a, attrs, shape):
+        return torch.sqrt(a[0])
+
+    def rsqrt(self, x, hint=None):
+        return self._unary("rsqrt", x, hint)
+
+    @reference("rsqrt")
+    def _rsqrt_ref(torch, F, a, attrs, shape):
+        return torch.rsqrt(a[0])
+
+    def neg(self, x, hint=None):
+        return self._unary("neg", x, hint)
+
+    @reference("neg")
+    def _neg_ref(torch, F, a, attrs, shape):
+        return -a[0]
+
+    def masked_fill(self, x, mask, value, hint=None):
+        """x where mask == 0, `value` (may be +-inf) where not; mask is i32
+        with a suffix of x's shape, broadcast over the leading dims."""
+        self._f32("train.masked_fill", x)
+        if mask.dtype != "i32" or mask.rank > x.rank or \
+                x.shape[x.rank - mask.rank:] != mask.shape:
+            raise IRError(f"train.masked_fill: mask {mask.type} must be i32 with a "
+                          f"suffix of {x.type}'s shape")
+        return self._emit(hint or "masked", x.shape, "f32",
+                          f"train.masked_fill {x.name}, {mask.name} "
+                          f"{{value = {_f64_attr(value)}}} : {x.type}, {mask.type}",
+                          "masked_fill", (x, mask), value=float(value))
+
+    @reference("masked_fill")
+    def _masked_fill_ref(torch, F, a, attrs, shape):
+        return a[0].masked_fill(a[1] != 0, attrs["value"])
 
     # -- linear algebra -------------------------------------------------------------
     def matmul(self, a, b, transpose_a=False, transpose_b=False, hint=None):
@@ -249,6 +372,15 @@ class Function:
                           f"({a.type}, {b.type}) -> {tensor_type(shape)}",
                           "matmul", (a, b), transpose_a=transpose_a, transpose_b=transpose_b)
 
+    @reference("matmul")
+    def _matmul_ref(torch, F, a, attrs, shape):
+        x, y = a
+        if attrs["transpose_a"]:
+            x = x.transpose(-1, -2)
+        if attrs["transpose_b"]:
+            y = y.transpose(-1, -2)
+        return torch.matmul(x, y)
+
     # -- normalization and softmax ----------------------------------------------------
     def layer_norm(self, x, gamma, beta, epsilon=1e-5, hint=None):
         self._f32("train.layer_norm", x, gamma, beta)
@@ -261,6 +393,62 @@ class Function:
                           f"{{epsilon = {fmt_float(epsilon)} : f64}} : {x.type}, {gamma.type}",
                           "layer_norm", (x, gamma, beta), epsilon=float(epsilon))
 
+    @reference("layer_norm")
+    def _layer_norm_ref(torch, F, a, attrs, shape):
+        return F.layer_norm(a[0], a[0].shape[-1:], a[1], a[2], attrs["epsilon"])
+
+    def rms_norm(self, x, gamma, epsilon=1e-5, hint=None):
+        """Llama's RMSNorm over the last dimension (no bias)."""
+        self._f32("train.rms_norm", x, gamma)
+        n = x.shape[-1] if x.rank else None
+        if gamma.shape != (n,):
+            raise IRError(f"train.rms_norm: {gamma.type} must be tensor<{n}xf32>")
+        if not (float(epsilon) > 0 and math.isfinite(float(epsilon))):
+            raise IRError(f"train.rms_norm: epsilon must be positive, got {epsilon}")
+        return self._emit(hint or "rms", x.shape, "f32",
+                          f"train.rms_norm {x.name}, {gamma.name} "
+                          f"{{epsilon = {fmt_float(epsilon)} : f64}} : {x.type}, {gamma.type}",
+                          "rms_norm", (x, gamma), epsilon=float(epsilon))
+
+    @reference("rms_norm")
+    def _rms_norm_ref(torch, F, a, attrs, shape):
+        # transformers' LlamaRMSNorm.
+        x, g = a
+        var = x.pow(2).mean(-1, keepdim=True)
+        return g * (x * torch.rsqrt(var + attrs["epsilon"]))
+
+    def rotary_embedding(self, x, seq_dim, theta=10000.0, hint=None):
+        """RoPE over the last dim (head_dim), positions along `seq_dim`."""
+        self._f32("train.rotary_embedding", x)
+        if x.rank < 2 or not 0 <= seq_dim < x.rank - 1:
+            raise IRError(f"train.rotary_embedding: seq_dim {seq_dim} must be in "
+                          f"[0, {x.rank - 1}) for {x.type}")
+        if x.shape[-1] % 2:
+            raise IRError(f"train.rotary_embedding: head dim of {x.type} must be even")
+        if not (float(theta) > 0 and math.isfinite(float(theta))):
+            raise IRError(f"train.rotary_embedding: theta must be positive, got {theta}")
+        return self._emit(hint or "rope", x.shape, "f32",
+                          f"train.rotary_embedding {x.name} {{seq_dim = {int(seq_dim)} : i64, "
+                          f"theta = {fmt_float(theta)} : f64}} : {x.type}",
+                          "rotary_embedding", (x,), seq_dim=int(seq_dim),
+                          theta=float(theta))
+
+    @reference("rotary_embedding")
+    def _rotary_embedding_ref(torch, F, a, attrs, shape):
+        # transformers' LlamaRotaryEmbedding + apply_rotary_pos_emb: the
+        # frequencies and angles in float32, cos / sin cast to x's dtype.
+        x, seq_dim = a[0], attrs["seq_dim"]
+        D, T = x.shape[-1], x.shape[seq_dim]
+        inv = 1.0 / (attrs["theta"] ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+        freqs = torch.outer(torch.arange(T).float(), inv)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        view = [T if d == seq_dim else (D if d == x.dim() - 1 else 1)
+                for d in range(x.dim())]
+        cos = emb.cos().to(x.dtype).reshape(view)
+        sin = emb.sin().to(x.dtype).reshape(view)
+        x1, x2 = x[..., :D // 2], x[..., D // 2:]
+        return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
     def softmax(self, x, causal=False, hint=None):
         self._f32("train.softmax", x)
         if causal and (x.rank < 2 or x.shape[-1] != x.shape[-2]):
@@ -269,6 +457,15 @@ class Function:
         return self._emit(hint or "sm", x.shape, "f32",
                           f"train.softmax {x.name}{attr} : {x.type}",
                           "softmax", (x,), causal=bool(causal))
+
+    @reference("softmax")
+    def _softmax_ref(torch, F, a, attrs, shape):
+        x = a[0]
+        if attrs["causal"]:
+            T = x.shape[-1]
+            mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+            x = x.masked_fill(mask, float("-inf"))
+        return torch.softmax(x, dim=-1)
 
     # -- layout ---------------------------------------------------------------------------
     def reshape(self, x, shape, hint=None):
@@ -280,6 +477,10 @@ class Function:
                           f"train.reshape {x.name} : {x.type} -> "
                           f"{tensor_type(shape, x.dtype)}", "reshape", (x,), shape=shape)
 
+    @reference("reshape")
+    def _reshape_ref(torch, F, a, attrs, shape):
+        return a[0].reshape(attrs["shape"])
+
     def transpose(self, x, perm, hint=None):
         self._f32("train.transpose", x)
         perm = [int(p) for p in perm]
@@ -290,10 +491,14 @@ class Function:
                           f"train.transpose {x.name} [{', '.join(map(str, perm))}] : "
                           f"{x.type} -> {tensor_type(shape)}", "transpose", (x,), perm=perm)
 
+    @reference("transpose")
+    def _transpose_ref(torch, F, a, attrs, shape):
+        return a[0].permute(*attrs["perm"])
+
     def reduce(self, kind, x, dims, hint=None):
         self._f32("train.reduce", x)
-        if kind not in ("sum", "mean"):
-            raise IRError(f"train.reduce: kind must be sum or mean, got {kind!r}")
+        if kind not in ("sum", "mean", "max"):
+            raise IRError(f"train.reduce: kind must be sum, mean or max, got {kind!r}")
         dims = sorted(int(d) for d in dims)
         if len(set(dims)) != len(dims) or any(d < 0 or d >= x.rank for d in dims):
             raise IRError(f"train.reduce: bad dims {dims} for {x.type}")
@@ -302,6 +507,13 @@ class Function:
                           f"train.reduce {kind} {x.name} [{', '.join(map(str, dims))}] : "
                           f"{x.type} -> {tensor_type(shape)}", "reduce", (x,),
                           kind=kind, dims=dims)
+
+    @reference("reduce")
+    def _reduce_ref(torch, F, a, attrs, shape):
+        if not attrs["dims"]:
+            return a[0]
+        fn = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax}[attrs["kind"]]
+        return fn(a[0], dim=tuple(attrs["dims"]))
 
     def broadcast(self, x, dims, sizes, hint=None):
         """Insert result dims `dims` (sorted positions in the result) of `sizes`."""
@@ -320,6 +532,59 @@ class Function:
                           f"train.broadcast {x.name} [{', '.join(map(str, dims))}] : "
                           f"{x.type} -> {tensor_type(shape)}", "broadcast", (x,), dims=dims)
 
+    @reference("broadcast")
+    def _broadcast_ref(torch, F, a, attrs, shape):
+        r = a[0]
+        for d in attrs["dims"]:
+            r = r.unsqueeze(d)
+        return r.expand(*shape)
+
+    def slice(self, x, dim, start, size, hint=None):
+        """x[..., start:start+size, ...] along `dim`."""
+        self._f32("train.slice", x)
+        dim, start, size = int(dim), int(start), int(size)
+        if not 0 <= dim < x.rank:
+            raise IRError(f"train.slice: dim {dim} out of range for {x.type}")
+        if start < 0 or size <= 0 or start + size > x.shape[dim]:
+            raise IRError(f"train.slice: [{start}, {start + size}) out of range for "
+                          f"dim {dim} of {x.type}")
+        shape = x.shape[:dim] + (size,) + x.shape[dim + 1:]
+        return self._emit(hint or "slice", shape, "f32",
+                          f"train.slice {x.name} {{dim = {dim} : i64, start = {start} : i64}}"
+                          f" : {x.type} -> {tensor_type(shape)}", "slice", (x,),
+                          dim=dim, start=start, size=size)
+
+    @reference("slice")
+    def _slice_ref(torch, F, a, attrs, shape):
+        return a[0].narrow(attrs["dim"], attrs["start"], attrs["size"])
+
+    def concat(self, xs, dim, hint=None):
+        """The tensors `xs` joined along `dim`."""
+        xs = list(xs)
+        if not xs:
+            raise IRError("train.concat: needs at least one operand")
+        self._f32("train.concat", *xs)
+        dim = int(dim)
+        rank = xs[0].rank
+        if not 0 <= dim < rank:
+            raise IRError(f"train.concat: dim {dim} out of range for rank {rank}")
+        for x in xs:
+            if x.rank != rank or any(x.shape[d] != xs[0].shape[d]
+                                     for d in range(rank) if d != dim):
+                raise IRError(f"train.concat: {x.type} does not match {xs[0].type} "
+                              f"outside dim {dim}")
+        shape = list(xs[0].shape)
+        shape[dim] = sum(x.shape[dim] for x in xs)
+        shape = tuple(shape)
+        return self._emit(hint or "cat", shape, "f32",
+                          f"train.concat {', '.join(x.name for x in xs)} {{dim = {dim} : i64}}"
+                          f" : ({', '.join(x.type for x in xs)}) -> {tensor_type(shape)}",
+                          "concat", xs, dim=dim)
+
+    @reference("concat")
+    def _concat_ref(torch, F, a, attrs, shape):
+        return torch.cat(a, dim=attrs["dim"])
+
     # -- losses and lookups -----------------------------------------------------------------
     def cross_entropy(self, logits, labels, hint=None):
         self._f32("train.cross_entropy", logits)
@@ -330,6 +595,10 @@ class Function:
                           f"train.cross_entropy {logits.name}, {labels.name} : "
                           f"({logits.type}, {labels.type}) -> tensor<f32>",
                           "cross_entropy", (logits, labels))
+
+    @reference("cross_entropy")
+    def _cross_entropy_ref(torch, F, a, attrs, shape):
+        return F.cross_entropy(a[0], a[1].long())
 
     def embedding(self, table, ids, hint=None):
         self._f32("train.embedding", table)
@@ -342,10 +611,18 @@ class Function:
                           f"({table.type}, {ids.type}) -> {tensor_type(shape)}",
                           "embedding", (table, ids))
 
+    @reference("embedding")
+    def _embedding_ref(torch, F, a, attrs, shape):
+        return F.embedding(a[1].long(), a[0])
+
     def fill(self, shape, value, hint=None):
         return self._emit(hint or "fill", shape, "f32",
                           f"train.fill {{value = {fmt_float(value)} : f64}} : "
                           f"{tensor_type(shape)}", "fill", (), value=float(value))
+
+    @reference("fill")
+    def _fill_ref(torch, F, a, attrs, shape):
+        return torch.full(shape, attrs["value"])
 
     # -- end ------------------------------------------------------------------------------------
     def ret(self, loss):

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import safetensors
+from . import ir, safetensors
 
 __all__ = ["MLP", "GPT", "from_spec", "load_state", "state_numpy", "make_optimizer"]
 
@@ -168,62 +168,21 @@ def run_ir(module, params, inputs):
     """Evaluate a module built with `ztrain.ir` in torch, op by op.
 
     params / inputs: {name: torch.Tensor}. Returns the loss tensor; autograd
-    gives the gradient of any params that require it. The semantics follow
-    docs/ir-sketch.md, so this checks the model builders against the torch
+    gives the gradient of any params that require it. Each op's meaning is
+    the PyTorch function registered beside its builder in `ztrain.ir`
+    (`ir.REFERENCES`), so this checks the model builders against the torch
     modules above (and gives gradcheck an independent second opinion).
     """
     f = module.functions[0]
     env = {v.name: inputs[n] for v, n in f.args}
     for res, op, operands, attrs in f.ops:
-        a = [env[v.name] for v in operands]
         if op == "param_read":
             r = params[attrs["name"]]
-        elif op in ("add", "sub", "mul"):
-            r = {"add": torch.add, "sub": torch.sub, "mul": torch.mul}[op](a[0], a[1])
-        elif op == "scale":
-            r = a[0] * attrs["factor"]
-        elif op == "bias_add":
-            r = a[0] + a[1]
-        elif op == "relu":
-            r = F.relu(a[0])
-        elif op == "gelu":
-            r = F.gelu(a[0], approximate="tanh")
-        elif op == "matmul":
-            x, y = a
-            if attrs["transpose_a"]:
-                x = x.transpose(-1, -2)
-            if attrs["transpose_b"]:
-                y = y.transpose(-1, -2)
-            r = torch.matmul(x, y)
-        elif op == "layer_norm":
-            r = F.layer_norm(a[0], a[0].shape[-1:], a[1], a[2], attrs["epsilon"])
-        elif op == "softmax":
-            x = a[0]
-            if attrs["causal"]:
-                T = x.shape[-1]
-                mask = torch.ones(T, T, dtype=torch.bool).triu(1)
-                x = x.masked_fill(mask, float("-inf"))
-            r = torch.softmax(x, dim=-1)
-        elif op == "reshape":
-            r = a[0].reshape(attrs["shape"])
-        elif op == "transpose":
-            r = a[0].permute(*attrs["perm"])
-        elif op == "reduce":
-            fn = torch.sum if attrs["kind"] == "sum" else torch.mean
-            r = fn(a[0], dim=tuple(attrs["dims"])) if attrs["dims"] else a[0]
-        elif op == "broadcast":
-            r = a[0]
-            for d in attrs["dims"]:
-                r = r.unsqueeze(d)
-            r = r.expand(*res.shape)
-        elif op == "cross_entropy":
-            r = F.cross_entropy(a[0], a[1].long())
-        elif op == "embedding":
-            r = F.embedding(a[1].long(), a[0])
-        elif op == "fill":
-            r = torch.full(res.shape, attrs["value"])
         else:
-            raise NotImplementedError(op)
+            ref = ir.REFERENCES.get(op)
+            if ref is None:
+                raise NotImplementedError(f"no PyTorch reference for train.{op}")
+            r = ref(torch, F, [env[v.name] for v in operands], attrs, res.shape)
         if tuple(r.shape) != res.shape:
             raise AssertionError(f"{op}: interpreter shape {tuple(r.shape)} != IR {res.shape}")
         env[res.name] = r

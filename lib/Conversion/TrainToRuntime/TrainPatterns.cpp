@@ -5,7 +5,8 @@
 // Compute ops lower through the kernel call they describe
 // (RuntimeKernelOpInterface): no case per op here. What is left are the ops
 // whose lowering is about memory, not a kernel: parameter reads and
-// reshapes (views), and optimizer updates, which address the parameter's
+// reshapes (views), slices and concatenations (strided copies), and
+// optimizer updates, which address the parameter's
 // and its states' storage under the ZeRO plan
 // (OptimizerUpdateOpInterface).
 //
@@ -57,6 +58,78 @@ struct ReshapePattern : OpRuntimePattern<ReshapeOp> {
   }
 };
 
+/// A tensor seen as [outer, size along `dim` * inner] in bytes: the row
+/// length is `along * innerBytes`.
+struct Rows {
+  int64_t outer = 1, innerBytes;
+};
+static Rows rowsAround(RankedTensorType type, int64_t dim) {
+  Rows r{1, elementBytes(type)};
+  for (int64_t d = 0; d < dim; ++d)
+    r.outer *= type.getDimSize(d);
+  for (int64_t d = dim + 1; d < type.getRank(); ++d)
+    r.innerBytes *= type.getDimSize(d);
+  return r;
+}
+
+/// Copies `part` into (or out of) `whole` at `start` along `dim`: one
+/// ztrt_copy_2d of `outer` rows. `toWhole` picks the direction.
+static void copyBlock(StepLowering &s, Value partPtr, RankedTensorType part,
+                      Value wholePtr, RankedTensorType whole, int64_t dim,
+                      int64_t start, bool toWhole) {
+  Rows r = rowsAround(whole, dim);
+  int64_t partRow = part.getDimSize(dim) * r.innerBytes;
+  int64_t wholeRow = whole.getDimSize(dim) * r.innerBytes;
+  Value at = s.rt.offset(wholePtr, start * r.innerBytes);
+  Value src = toWhole ? partPtr : at, dst = toWhole ? at : partPtr;
+  s.rt.call("copy_2d",
+            {src, dst, s.rt.i64(r.outer), s.rt.i64(partRow),
+             s.rt.i64(toWhole ? partRow : wholeRow),
+             s.rt.i64(toWhole ? wholeRow : partRow)});
+}
+
+/// Slices, concatenations and the adjoint of a slice move data without
+/// arithmetic: strided copies (ztrt_copy_2d, every backend has it) and,
+/// for the adjoint, a fill with zeros.
+struct SlicePattern : OpRuntimePattern<SliceOp> {
+  LogicalResult lower(SliceOp op, StepLowering &s) const override {
+    Value out = s.alloc(op.getResult());
+    copyBlock(s, out, op.getType(), s.get(op.getInput()),
+              op.getInput().getType(), op.getDim(), op.getStart(),
+              /*toWhole=*/false);
+    return success();
+  }
+};
+
+struct SliceGradPattern : OpRuntimePattern<SliceGradOp> {
+  LogicalResult lower(SliceGradOp op, StepLowering &s) const override {
+    FailureOr<RuntimeKernel> fill =
+        typedKernel(op, "fill", op.getType().getElementType());
+    if (failed(fill))
+      return failure();
+    Value out = s.alloc(op.getResult());
+    fill->call(s.rt, {out, s.rt.i64(op.getType().getNumElements()),
+                      s.rt.f64(0.0)});
+    copyBlock(s, s.get(op.getGrad()), op.getGrad().getType(), out,
+              op.getType(), op.getDim(), op.getStart(), /*toWhole=*/true);
+    return success();
+  }
+};
+
+struct ConcatPattern : OpRuntimePattern<ConcatOp> {
+  LogicalResult lower(ConcatOp op, StepLowering &s) const override {
+    Value out = s.alloc(op.getResult());
+    int64_t start = 0, dim = op.getDim();
+    for (Value x : op.getInputs()) {
+      auto type = cast<RankedTensorType>(x.getType());
+      copyBlock(s, s.get(x), type, out, op.getType(), dim, start,
+                /*toWhole=*/true);
+      start += type.getDimSize(dim);
+    }
+    return success();
+  }
+};
+
 /// ztrt_<kernel>(param, grad, states..., n, hyper-parameters...): the
 /// parameter (or this rank's slice of it) and its states are updated in
 /// place.
@@ -101,6 +174,9 @@ void ztrain::populateTrainToRuntimePatterns(RuntimePatternList &patterns) {
   patterns.push_back(std::make_unique<KernelPattern>());
   patterns.push_back(std::make_unique<ParamReadPattern>());
   patterns.push_back(std::make_unique<ReshapePattern>());
+  patterns.push_back(std::make_unique<SlicePattern>());
+  patterns.push_back(std::make_unique<SliceGradPattern>());
+  patterns.push_back(std::make_unique<ConcatPattern>());
   patterns.push_back(std::make_unique<UpdatePattern>());
   patterns.push_back(std::make_unique<ReturnPattern>());
 }

@@ -176,6 +176,10 @@ SmallVector<Value> TransposeOp::buildGradients(OpBuilder &b,
 
 SmallVector<Value> ReduceOp::buildGradients(OpBuilder &b,
                                             ArrayRef<Value> resultGrads) {
+  if (getKind() == ReduceKind::max)
+    return {ReduceMaxGradOp::create(b, getLoc(), getInput().getType(),
+                                    resultGrads[0], getInput(), getResult(),
+                                    getDims())};
   Value dx = BroadcastOp::create(b, getLoc(), getInput().getType(),
                                  resultGrads[0], getDims());
   if (getKind() == ReduceKind::mean) {
@@ -206,4 +210,97 @@ CrossEntropyOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads) {
                                      resultGrads[0], getLogits(),
                                      getLabels()),
           Value()};
+}
+
+//===----------------------------------------------------------------------===//
+// The ops of Llama-class models
+//===----------------------------------------------------------------------===//
+
+SmallVector<Value> DivOp::buildGradients(OpBuilder &b,
+                                         ArrayRef<Value> resultGrads) {
+  // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b: da = dy / b, db = -(da * y).
+  Location loc = getLoc();
+  Type t = getType();
+  Value da = DivOp::create(b, loc, t, resultGrads[0], getRhs());
+  Value db = NegOp::create(b, loc, t, MulOp::create(b, loc, t, da, getResult()));
+  return {da, db};
+}
+
+SmallVector<Value> NegOp::buildGradients(OpBuilder &b,
+                                         ArrayRef<Value> resultGrads) {
+  return {NegOp::create(b, getLoc(), getType(), resultGrads[0])};
+}
+
+SmallVector<Value> SiluOp::buildGradients(OpBuilder &b,
+                                          ArrayRef<Value> resultGrads) {
+  return {SiluGradOp::create(b, getLoc(), getType(), resultGrads[0],
+                             getInput())};
+}
+
+SmallVector<Value> SigmoidOp::buildGradients(OpBuilder &b,
+                                             ArrayRef<Value> resultGrads) {
+  return {SigmoidGradOp::create(b, getLoc(), getType(), resultGrads[0],
+                                getResult())};
+}
+
+SmallVector<Value> ExpOp::buildGradients(OpBuilder &b,
+                                         ArrayRef<Value> resultGrads) {
+  return {MulOp::create(b, getLoc(), getType(), resultGrads[0], getResult())};
+}
+
+SmallVector<Value> SqrtOp::buildGradients(OpBuilder &b,
+                                          ArrayRef<Value> resultGrads) {
+  // dy / (2 y): the halving is exact, so this is PyTorch's dy / (2 * y).
+  Value q = DivOp::create(b, getLoc(), getType(), resultGrads[0], getResult());
+  return {scaleBy(b, getLoc(), q, 0.5)};
+}
+
+SmallVector<Value> RsqrtOp::buildGradients(OpBuilder &b,
+                                           ArrayRef<Value> resultGrads) {
+  return {RsqrtGradOp::create(b, getLoc(), getType(), resultGrads[0],
+                              getResult())};
+}
+
+SmallVector<Value> MaskedFillOp::buildGradients(OpBuilder &b,
+                                                ArrayRef<Value> resultGrads) {
+  // Masked elements did not come from the input: their adjoint is 0.
+  return {MaskedFillOp::create(b, getLoc(), getType(), resultGrads[0],
+                               getMask(), b.getF64FloatAttr(0.0)),
+          Value()};
+}
+
+SmallVector<Value> RMSNormOp::buildGradients(OpBuilder &b,
+                                             ArrayRef<Value> resultGrads) {
+  auto grad = RMSNormGradOp::create(b, getLoc(), getInput().getType(),
+                                    getGamma().getType(), resultGrads[0],
+                                    getInput(), getGamma(), getEpsilonAttr());
+  return {grad.getInputGrad(), grad.getGammaGrad()};
+}
+
+SmallVector<Value>
+RotaryEmbeddingOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads) {
+  // A rotation's adjoint is its transpose: the rotation by -angle.
+  auto op = RotaryEmbeddingOp::create(b, getLoc(), getType(), resultGrads[0],
+                                      getSeqDimAttr(), getThetaAttr(),
+                                      UnitAttr());
+  op.setInverse(!getInverse());
+  return {op};
+}
+
+SmallVector<Value> SliceOp::buildGradients(OpBuilder &b,
+                                           ArrayRef<Value> resultGrads) {
+  return {SliceGradOp::create(b, getLoc(), getInput().getType(),
+                              resultGrads[0], getDimAttr(), getStartAttr())};
+}
+
+SmallVector<Value> ConcatOp::buildGradients(OpBuilder &b,
+                                            ArrayRef<Value> resultGrads) {
+  SmallVector<Value> grads;
+  int64_t start = 0, dim = getDim();
+  for (Value x : getInputs()) {
+    grads.push_back(SliceOp::create(b, getLoc(), x.getType(), resultGrads[0],
+                                    getDimAttr(), b.getI64IntegerAttr(start)));
+    start += tensorTy(x).getDimSize(dim);
+  }
+  return grads;
 }

@@ -151,7 +151,64 @@ KernelCall ReduceOp::getKernelCall() {
               {A::buffer(getInput()), A::buffer(getResult()),
                A::i64(s.size()), A::i64Array(s),
                A::i64Array(dimMask(s.size(), getDims())),
-               A::i32(getKind() == ReduceKind::mean)});
+               A::i32(static_cast<int32_t>(getKind()))});
+}
+
+KernelCall ReduceMaxGradOp::getKernelCall() {
+  ArrayRef<int64_t> s = shapeOf(getInput());
+  return call("reduce_max_grad", getResult(),
+              {A::buffer(getGrad()), A::buffer(getInput()),
+               A::buffer(getOutput()), A::buffer(getResult()),
+               A::i64(s.size()), A::i64Array(s),
+               A::i64Array(dimMask(s.size(), getDims()))});
+}
+
+KernelCall NegOp::getKernelCall() {
+  return call("scale", getResult(),
+              {A::buffer(getInput()), A::buffer(getResult()),
+               A::i64(numElements(getResult())), A::f64(-1.0)});
+}
+
+KernelCall MaskedFillOp::getKernelCall() {
+  int64_t inner = numElements(getMask());
+  return call("masked_fill", getResult(),
+              {A::buffer(getInput()), A::buffer(getMask()),
+               A::buffer(getResult()),
+               A::i64(numElements(getInput()) / inner), A::i64(inner),
+               A::f64(getValue().convertToDouble())});
+}
+
+KernelCall RMSNormOp::getKernelCall() {
+  auto [rows, cols] = rowsCols(getInput());
+  return call("rms_norm", getResult(),
+              {A::buffer(getInput()), A::buffer(getGamma()),
+               A::buffer(getResult()), A::i64(rows), A::i64(cols),
+               A::f64(getEpsilon().convertToDouble())});
+}
+
+KernelCall RMSNormGradOp::getKernelCall() {
+  auto [rows, cols] = rowsCols(getInput());
+  return call("rms_norm_grad", getInputGrad(),
+              {A::buffer(getGrad()), A::buffer(getInput()),
+               A::buffer(getGamma()), A::buffer(getInputGrad()),
+               A::buffer(getGammaGrad()), A::i64(rows), A::i64(cols),
+               A::f64(getEpsilon().convertToDouble())});
+}
+
+KernelCall RotaryEmbeddingOp::getKernelCall() {
+  // The input as [outer, seq, inner, dim].
+  ArrayRef<int64_t> s = shapeOf(getInput());
+  int64_t seqDim = getSeqDim(), rank = s.size();
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < seqDim; ++d)
+    outer *= s[d];
+  for (int64_t d = seqDim + 1; d < rank - 1; ++d)
+    inner *= s[d];
+  return call("rotary_embedding", getResult(),
+              {A::buffer(getInput()), A::buffer(getResult()), A::i64(outer),
+               A::i64(s[seqDim]), A::i64(inner), A::i64(s.back()),
+               A::f64(getTheta().convertToDouble()),
+               A::i32(getInverse())});
 }
 
 KernelCall BroadcastOp::getKernelCall() {

@@ -15,6 +15,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace ztrain::train;
 
@@ -251,6 +253,49 @@ LogicalResult LayerNormOp::verify() {
   return success();
 }
 
+LogicalResult RMSNormOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getInput()), g = shapeOf(getGamma());
+  if (x.empty())
+    return emitOpError() << "input must have rank >= 1";
+  if (g.size() != 1 || g[0] != x.back())
+    return emitOpError() << "gamma shape " << fmtShape(g) << " must be ["
+                         << x.back() << "] (the last dim of input)";
+  double eps = getEpsilon().convertToDouble();
+  if (!(eps > 0.0) || !std::isfinite(eps))
+    return emitOpError() << "epsilon must be positive and finite, got " << eps;
+  return success();
+}
+
+LogicalResult RotaryEmbeddingOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getInput());
+  int64_t rank = x.size(), seqDim = getSeqDim();
+  if (rank < 2)
+    return emitOpError() << "input must have rank >= 2 ([..., seq, ..., "
+                            "head_dim]), got "
+                         << fmtShape(x);
+  if (seqDim < 0 || seqDim >= rank - 1)
+    return emitOpError() << "seq_dim " << seqDim << " must be in [0, "
+                         << rank - 1 << ") for input " << fmtShape(x)
+                         << " (the last dim is the head dim)";
+  if (x.back() % 2 != 0)
+    return emitOpError() << "the head dim (last dim of " << fmtShape(x)
+                         << ") must be even: RoPE rotates pairs of channels";
+  double theta = getTheta().convertToDouble();
+  if (!(theta > 0.0) || !std::isfinite(theta))
+    return emitOpError() << "theta must be positive and finite, got "
+                         << theta;
+  return success();
+}
+
+LogicalResult MaskedFillOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getInput()), m = shapeOf(getMask());
+  if (m.size() > x.size() || x.take_back(m.size()) != m)
+    return emitOpError() << "mask shape " << fmtShape(m)
+                         << " must be a suffix of the input shape "
+                         << fmtShape(x);
+  return success();
+}
+
 LogicalResult SoftmaxOp::verify() {
   ArrayRef<int64_t> x = shapeOf(getInput());
   if (x.empty())
@@ -334,6 +379,72 @@ LogicalResult ReduceOp::verify() {
 LogicalResult BroadcastOp::verify() {
   return verifyDims(*this, getDims(), shapeOf(getResult()),
                     shapeOf(getInput()), "result", "operand");
+}
+
+/// Shared by slice and its adjoint: `part` is `whole` narrowed to
+/// [start, start + size) along `dim`.
+static LogicalResult verifySlice(Operation *op, ArrayRef<int64_t> whole,
+                                 ArrayRef<int64_t> part, int64_t dim,
+                                 int64_t start, StringRef wholeName,
+                                 StringRef partName) {
+  int64_t rank = whole.size();
+  if (dim < 0 || dim >= rank)
+    return op->emitOpError() << "dim " << dim << " is out of range for "
+                             << wholeName << " " << fmtShape(whole);
+  if ((int64_t)part.size() != rank)
+    return op->emitOpError() << partName << " " << fmtShape(part)
+                             << " must have the rank of " << wholeName << " "
+                             << fmtShape(whole);
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != dim && part[d] != whole[d])
+      return op->emitOpError()
+             << partName << " " << fmtShape(part) << " and " << wholeName
+             << " " << fmtShape(whole) << " differ in dim " << d
+             << ", which is not the sliced dim " << dim;
+  if (start < 0 || start > whole[dim] - part[dim])
+    return op->emitOpError()
+           << "slice [" << start << ", " << start + part[dim]
+           << ") is out of range for dim " << dim << " of size " << whole[dim];
+  return success();
+}
+
+LogicalResult SliceOp::verify() {
+  return verifySlice(*this, shapeOf(getInput()), shapeOf(getResult()),
+                     getDim(), getStart(), "operand", "result");
+}
+
+LogicalResult SliceGradOp::verify() {
+  return verifySlice(*this, shapeOf(getResult()), shapeOf(getGrad()),
+                     getDim(), getStart(), "result", "grad");
+}
+
+LogicalResult ConcatOp::verify() {
+  if (getInputs().empty())
+    return emitOpError() << "needs at least one operand";
+  ArrayRef<int64_t> y = shapeOf(getResult());
+  int64_t rank = y.size(), dim = getDim();
+  if (dim < 0 || dim >= rank)
+    return emitOpError() << "dim " << dim << " is out of range for result "
+                         << fmtShape(y);
+  int64_t total = 0;
+  for (auto [i, v] : llvm::enumerate(getInputs())) {
+    ArrayRef<int64_t> x = shapeOf(v);
+    if ((int64_t)x.size() != rank)
+      return emitOpError() << "operand #" << i << " " << fmtShape(x)
+                           << " must have the result's rank " << rank;
+    for (int64_t d = 0; d < rank; ++d)
+      if (d != dim && x[d] != y[d])
+        return emitOpError()
+               << "operand #" << i << " " << fmtShape(x) << " and result "
+               << fmtShape(y) << " differ in dim " << d
+               << ", which is not the concatenated dim " << dim;
+    total += x[dim];
+  }
+  if (total != y[dim])
+    return emitOpError() << "the operands' sizes along dim " << dim
+                         << " add up to " << total << ", but the result has "
+                         << y[dim];
+  return success();
 }
 
 /// Shared by embedding and its adjoint: `table` (named `tableName`) is

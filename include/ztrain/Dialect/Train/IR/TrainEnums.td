@@ -20,7 +20,8 @@ def Train_InitKind : I32EnumAttr<"InitKind", "parameter initializer", [
 
 def Train_ReduceKind : I32EnumAttr<"ReduceKind", "reduction kind", [
     I32EnumAttrCase<"sum", 0>,
-    I32EnumAttrCase<"mean", 1>]> {
+    I32EnumAttrCase<"mean", 1>,
+    I32EnumAttrCase<"max", 2>]> {
   let cppNamespace = "::ztrain::train";
 }
 

@@ -201,6 +201,100 @@ def Train_GeluOp : Train_UnaryOp<"gelu", "Gaussian error linear unit (tanh form)
   }];
 }
 
+def Train_DivOp : Train_BinaryOp<"div", "quotient">;
+
+def Train_SiluOp : Train_UnaryOp<"silu", "sigmoid linear unit"> {
+  let description = [{
+    `x * sigmoid(x)` elementwise (PyTorch `F.silu`), the activation of
+    Llama's SwiGLU feed-forward.
+
+    ```mlir
+    %y = train.silu %x : tensor<8x64x256xf32>
+    ```
+  }];
+}
+
+def Train_SigmoidOp : Train_UnaryOp<"sigmoid", "logistic sigmoid"> {
+  let description = [{
+    `1 / (1 + exp(-x))` elementwise.
+
+    ```mlir
+    %y = train.sigmoid %x : tensor<32x128xf32>
+    ```
+  }];
+}
+
+def Train_ExpOp : Train_UnaryOp<"exp", "exponential"> {
+  let description = [{
+    `exp(x)` elementwise; overflows to `inf` above ~88.7 in f32.
+
+    ```mlir
+    %y = train.exp %x : tensor<32x128xf32>
+    ```
+  }];
+}
+
+def Train_SqrtOp : Train_UnaryOp<"sqrt", "square root"> {
+  let description = [{
+    `sqrt(x)` elementwise; NaN for negative `x`. The gradient at 0 is
+    `inf`, as in PyTorch.
+
+    ```mlir
+    %y = train.sqrt %x : tensor<32x128xf32>
+    ```
+  }];
+}
+
+def Train_RsqrtOp : Train_UnaryOp<"rsqrt", "reciprocal square root"> {
+  let description = [{
+    `1 / sqrt(x)` elementwise, with an IEEE division (not an approximate
+    reciprocal square root).
+
+    ```mlir
+    %y = train.rsqrt %x : tensor<8x64x1xf32>
+    ```
+  }];
+}
+
+def Train_NegOp : Train_ComputeOp<"neg", [SameOperandsAndResultType, Train_Kernel]> {
+  let summary = "negation";
+  let description = [{
+    `-x` elementwise (runs as the `scale` kernel with factor -1, which is
+    exact).
+
+    ```mlir
+    %y = train.neg %x : tensor<32x128xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def Train_MaskedFillOp : Train_ComputeOp<"masked_fill", [
+    AllTypesMatch<["input", "result"]>, Train_Kernel]> {
+  let summary = "replaces masked elements with a constant";
+  let description = [{
+    `result = mask != 0 ? value : input` elementwise (PyTorch
+    `masked_fill`), with `mask` an i32 tensor of the trailing dimensions of
+    `input`, broadcast over the leading ones: a `[T, T]` mask applies to
+    every `[B, H, T, T]` score block. The gradient is 0 at masked elements.
+
+    ```mlir
+    %s2 = train.masked_fill %s, %mask {value = 0xFFF0000000000000 : f64}
+        : tensor<8x4x64x64xf32>, tensor<64x64xi32>
+    ```
+
+    **Constraints:**
+    - `mask`'s shape is a suffix of `input`'s shape.
+  }];
+  let arguments = (ins Train_FloatTensor:$input, Train_I32Tensor:$mask,
+                       F64Attr:$value);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $mask attr-dict `:` type($input) `,` type($mask)";
+  let hasVerifier = 1;
+}
+
 def Train_ScaleOp : Train_ComputeOp<"scale", [SameOperandsAndResultType, Train_Kernel]> {
   let summary = "multiplies by a constant";
   let description = [{
@@ -303,6 +397,65 @@ def Train_LayerNormOp : Train_ComputeOp<"layer_norm", [
   let hasVerifier = 1;
 }
 
+def Train_RMSNormOp : Train_ComputeOp<"rms_norm", [
+    AllTypesMatch<["input", "result"]>, Train_Kernel]> {
+  let summary = "root-mean-square normalization over the last dimension";
+  let description = [{
+    `x / sqrt(mean(x^2) + epsilon) * gamma` over the last dimension: Llama's
+    RMSNorm (no mean subtraction, no bias). The mean of squares is taken in
+    double.
+
+    ```mlir
+    %y = train.rms_norm %x, %g {epsilon = 1.000000e-05 : f64}
+        : tensor<8x64x256xf32>, tensor<256xf32>
+    ```
+
+    **Constraints:**
+    - `gamma` has rank 1 and the size of the last dimension;
+    - `epsilon` is positive and finite.
+  }];
+  let arguments = (ins Train_FloatTensor:$input, Train_FloatTensor:$gamma,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $gamma attr-dict `:` type($input) `,` type($gamma)";
+  let hasVerifier = 1;
+}
+
+def Train_RotaryEmbeddingOp : Train_ComputeOp<"rotary_embedding", [
+    SameOperandsAndResultType, Train_Kernel]> {
+  let summary = "rotary position embedding (RoPE) as Llama applies it";
+  let description = [{
+    Rotates pairs of channels of the last dimension (the head dimension,
+    `dim`, even) by an angle proportional to the position, which is the
+    index along `seq_dim`. In the rotate-half form of Hugging Face's
+    `LlamaRotaryEmbedding` / `apply_rotary_pos_emb`: with `h = dim / 2`,
+    `inv_i = theta^(-2i / dim)` and angle `a = t * inv_i` for position `t`,
+
+        out[..., i]     = x[..., i] cos(a) - x[..., i + h] sin(a)
+        out[..., i + h] = x[..., i + h] cos(a) + x[..., i] sin(a)
+
+    for `i < h`. With `inverse` the rotation is by `-a`: that is the
+    adjoint, which `train-autodiff` uses for the gradient.
+
+    ```mlir
+    // q as [batch, seq, heads, head_dim]
+    %qr = train.rotary_embedding %q {seq_dim = 1 : i64, theta = 1.000000e+04 : f64}
+        : tensor<8x64x4x32xf32>
+    ```
+
+    **Constraints:**
+    - rank >= 2, `seq_dim` in [0, rank - 1) (not the head dimension);
+    - the last dimension is even;
+    - `theta` is positive and finite.
+  }];
+  let arguments = (ins Train_FloatTensor:$input, I64Attr:$seq_dim,
+                       DefaultValuedAttr<F64Attr, "10000.0">:$theta,
+                       UnitAttr:$inverse);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
 def Train_SoftmaxOp : Train_ComputeOp<"softmax", [SameOperandsAndResultType, Train_Kernel]> {
   let summary = "softmax over the last dimension, optionally causal";
   let description = [{
@@ -365,13 +518,17 @@ def Train_TransposeOp : Train_ComputeOp<"transpose", [Train_Kernel]> {
 }
 
 def Train_ReduceOp : Train_ComputeOp<"reduce", [Train_Kernel]> {
-  let summary = "sum or mean over dimensions";
+  let summary = "sum, mean or max over dimensions";
   let description = [{
-    Reduces the listed dimensions, which disappear from the result.
+    Reduces the listed dimensions, which disappear from the result. Sums
+    and means accumulate in double; `max` propagates NaN and its gradient
+    is shared equally among the elements that reach the maximum (PyTorch
+    `amax`).
 
     ```mlir
     %s = train.reduce sum %x [0, 1] : tensor<8x64x256xf32> -> tensor<256xf32>
     %m = train.reduce mean %x [0, 1, 2] : tensor<8x64x256xf32> -> tensor<f32>
+    %x = train.reduce max %s [2] : tensor<8x64x256xf32> -> tensor<8x64xf32>
     ```
 
     **Constraints:**
@@ -403,6 +560,51 @@ def Train_BroadcastOp : Train_ComputeOp<"broadcast", [Train_Kernel]> {
   let arguments = (ins Train_FloatTensor:$input, DenseI64ArrayAttr:$dims);
   let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$input $dims attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_SliceOp : Train_ComputeOp<"slice", [AllElementTypesMatch<["input", "result"]>]> {
+  let summary = "a contiguous range of one dimension";
+  let description = [{
+    `result = input[..., start : start + size, ...]` along `dim`, `size`
+    being the result's size there (PyTorch `narrow`). Runs as a strided
+    copy (`ztrt_copy_2d`) on every backend.
+
+    ```mlir
+    %lo = train.slice %x {dim = 2 : i64, start = 0 : i64}
+        : tensor<8x64x512xf32> -> tensor<8x64x256xf32>
+    ```
+
+    **Constraints:**
+    - `dim` in [0, rank); the result has the operand's rank and element
+      type and equal sizes in every other dimension;
+    - `0 <= start` and `start + size <= ` the operand's size along `dim`.
+  }];
+  let arguments = (ins Train_FloatTensor:$input, I64Attr:$dim, I64Attr:$start);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Train_ConcatOp : Train_ComputeOp<"concat", [SameOperandsAndResultElementType]> {
+  let summary = "joins tensors along one dimension";
+  let description = [{
+    The operands placed one after the other along `dim` (PyTorch `cat`).
+    Runs as one strided copy per operand.
+
+    ```mlir
+    %y = train.concat %a, %b {dim = 1 : i64}
+        : (tensor<8x3x16xf32>, tensor<8x5x16xf32>) -> tensor<8x8x16xf32>
+    ```
+
+    **Constraints:**
+    - at least one operand; all have the same rank and element type;
+    - `dim` in [0, rank); sizes agree in every other dimension;
+    - the result's size along `dim` is the sum of the operands'.
+  }];
+  let arguments = (ins Variadic<Train_FloatTensor>:$inputs, I64Attr:$dim);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$inputs attr-dict `:` functional-type($inputs, $result)";
   let hasVerifier = 1;
 }
 
@@ -473,6 +675,91 @@ class Train_ActivationGradOp<string mnemonic, string fwd>
 
 def Train_ReluGradOp : Train_ActivationGradOp<"relu_grad", "relu">;
 def Train_GeluGradOp : Train_ActivationGradOp<"gelu_grad", "gelu">;
+def Train_SiluGradOp : Train_ActivationGradOp<"silu_grad", "silu">;
+
+// The adjoint of an elementwise op whose derivative is cheapest in terms of
+// its result.
+class Train_ResultGradOp<string mnemonic, string fwd, string formula>
+    : Train_GradOp<mnemonic, [SameOperandsAndResultType, Train_Kernel]> {
+  let extraClassDefinition = Train_ElementwiseKernel<mnemonic>.definition;
+  let summary = "adjoint of train." # fwd;
+  let description = [{
+    `}] # formula # [{` elementwise, with `y` the forward result.
+
+    ```mlir
+    %dx = train.}] # mnemonic # [{ %dy, %y : tensor<32x128xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$grad, Train_FloatTensor:$output);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$grad `,` $output attr-dict `:` type($result)";
+}
+
+def Train_SigmoidGradOp : Train_ResultGradOp<"sigmoid_grad", "sigmoid", "dy * (1 - y) * y">;
+def Train_RsqrtGradOp : Train_ResultGradOp<"rsqrt_grad", "rsqrt", "-0.5 * dy * y^3">;
+
+def Train_ReduceMaxGradOp : Train_GradOp<"reduce_max_grad", [
+    AllTypesMatch<["input", "result"]>, AllTypesMatch<["grad", "output"]>,
+    Train_Kernel]> {
+  let summary = "adjoint of train.reduce max";
+  let description = [{
+    `dy / ties` where the input reached its maximum `y`, 0 elsewhere, with
+    `ties` the number of elements that reached it (PyTorch `amax`).
+
+    ```mlir
+    %dx = train.reduce_max_grad %dy, %x, %y [2]
+        : tensor<8x64xf32>, tensor<8x64x256xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$grad, Train_FloatTensor:$input,
+                       Train_FloatTensor:$output, DenseI64ArrayAttr:$dims);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $grad `,` $input `,` $output $dims attr-dict `:` type($grad) `,` type($input)
+  }];
+}
+
+def Train_RMSNormGradOp : Train_GradOp<"rms_norm_grad", [
+    Train_Kernel,
+    AllTypesMatch<["input", "grad", "input_grad"]>,
+    AllTypesMatch<["gamma", "gamma_grad"]>]> {
+  let summary = "adjoint of train.rms_norm";
+  let description = [{
+    Given the adjoint of the output, the forward input and `gamma`, returns
+    the adjoints of the input and of `gamma`; the statistics are recomputed
+    from the input.
+
+    ```mlir
+    %dx, %dg = train.rms_norm_grad %dy, %x, %g {epsilon = 1.000000e-05 : f64}
+        : tensor<8x64x256xf32>, tensor<256xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$grad, Train_FloatTensor:$input,
+                       Train_FloatTensor:$gamma,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs Train_FloatTensor:$input_grad, Train_FloatTensor:$gamma_grad);
+  let assemblyFormat = [{
+    $grad `,` $input `,` $gamma attr-dict `:` type($input) `,` type($gamma)
+  }];
+}
+
+def Train_SliceGradOp : Train_GradOp<"slice_grad", [
+    AllElementTypesMatch<["grad", "result"]>]> {
+  let summary = "adjoint of train.slice";
+  let description = [{
+    A zero tensor of the sliced operand's shape with `grad` written at
+    `start` along `dim`.
+
+    ```mlir
+    %dx = train.slice_grad %dy {dim = 2 : i64, start = 0 : i64}
+        : tensor<8x64x256xf32> -> tensor<8x64x512xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$grad, I64Attr:$dim, I64Attr:$start);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($result)";
+  let hasVerifier = 1;
+}
 
 def Train_SoftmaxGradOp : Train_GradOp<"softmax_grad", [SameOperandsAndResultType, Train_Kernel]> {
   let summary = "adjoint of train.softmax";
