@@ -399,3 +399,131 @@ func.func @f(%g: tensor<4xbf16>) {
   train.sgd_update @w, %g {lr = 0.1 : f64, sharded} : tensor<4xbf16>
   return
 }
+
+// -----
+
+func.func @f(%x: tensor<2x8xf32>, %y: tensor<2x8xbf16>) {
+  // expected-error @+1 {{requires the same type for all operands and results}}
+  %0 = "train.div"(%x, %y) : (tensor<2x8xf32>, tensor<2x8xbf16>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x8xi32>) {
+  // expected-error @+1 {{must be statically shaped tensor of 32-bit float or bfloat16 type or 16-bit float values}}
+  %0 = train.silu %x : tensor<2x8xi32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x8xf32>, %g: tensor<4xf32>) {
+  // expected-error @+1 {{gamma shape [4] must be [8] (the last dim of input)}}
+  %0 = train.rms_norm %x, %g : tensor<2x8xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x8xf32>, %g: tensor<8xf32>) {
+  // expected-error @+1 {{epsilon must be positive and finite, got 0}}
+  %0 = train.rms_norm %x, %g {epsilon = 0.0 : f64} : tensor<2x8xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4x7xf32>) {
+  // expected-error @+1 {{the head dim (last dim of [2, 4, 7]) must be even: RoPE rotates pairs of channels}}
+  %0 = train.rotary_embedding %x {seq_dim = 1 : i64} : tensor<2x4x7xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{seq_dim 2 must be in [0, 2) for input [2, 4, 8] (the last dim is the head dim)}}
+  %0 = train.rotary_embedding %x {seq_dim = 2 : i64} : tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{theta must be positive and finite, got -1}}
+  %0 = train.rotary_embedding %x {seq_dim = 1 : i64, theta = -1.0 : f64} : tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4x4xf32>, %m: tensor<3x4xi32>) {
+  // expected-error @+1 {{mask shape [3, 4] must be a suffix of the input shape [2, 4, 4]}}
+  %0 = train.masked_fill %x, %m {value = 0.0 : f64} : tensor<2x4x4xf32>, tensor<3x4xi32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x6xf32>) {
+  // expected-error @+1 {{slice [4, 8) is out of range for dim 1 of size 6}}
+  %0 = train.slice %x {dim = 1 : i64, start = 4 : i64} : tensor<2x6xf32> -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x6xf32>) {
+  // expected-error @+1 {{slice [-1, 3) is out of range for dim 1 of size 6}}
+  %0 = train.slice %x {dim = 1 : i64, start = -1 : i64} : tensor<2x6xf32> -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x6xf32>) {
+  // expected-error @+1 {{result [3, 4] and operand [2, 6] differ in dim 0, which is not the sliced dim 1}}
+  %0 = train.slice %x {dim = 1 : i64, start = 0 : i64} : tensor<2x6xf32> -> tensor<3x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x6xf32>) {
+  // expected-error @+1 {{dim 2 is out of range for operand [2, 6]}}
+  %0 = train.slice %x {dim = 2 : i64, start = 0 : i64} : tensor<2x6xf32> -> tensor<2x6xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<2x3xf32>, %b: tensor<3x3xf32>) {
+  // expected-error @+1 {{operand #1 [3, 3] and result [2, 6] differ in dim 0, which is not the concatenated dim 1}}
+  %0 = train.concat %a, %b {dim = 1 : i64} : (tensor<2x3xf32>, tensor<3x3xf32>) -> tensor<2x6xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) {
+  // expected-error @+1 {{the operands' sizes along dim 1 add up to 6, but the result has 7}}
+  %0 = train.concat %a, %b {dim = 1 : i64} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x7xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: tensor<2x3xf32>, %b: tensor<2x3xbf16>) {
+  // expected-error @+1 {{requires the same element type for all operands and results}}
+  %0 = train.concat %a, %b {dim = 1 : i64} : (tensor<2x3xf32>, tensor<2x3xbf16>) -> tensor<2x6xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x0xf32>) {
+  // expected-error @+1 {{operand #0 has a zero-size dimension (dim 1 of [2, 0]); empty tensors are not supported}}
+  %0 = train.silu %x : tensor<2x0xf32>
+  return
+}
