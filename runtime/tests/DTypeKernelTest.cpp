@@ -291,6 +291,79 @@ TYPED_TEST(DTypeKernelTest, Elementwise) {
   expectRoundedF32(y.t, y.f, "bias_add");
 }
 
+TYPED_TEST(DTypeKernelTest, LlamaElementwise) {
+  using T = TypeParam;
+  ztrt_ctx *ctx = this->ctx.get();
+  const int64_t n = 40000; // above the parallel threshold
+  Data<T> a(n, 21, -4.0f, 4.0f), b(n, 22), pos(n, 23, 0.25f, 4.0f),
+      out = Data<T>::zeros(n);
+  using Unary = void (*)(ztrt_ctx *, int32_t, const void *, void *, int64_t);
+  using Binary = void (*)(ztrt_ctx *, int32_t, const void *, const void *,
+                          void *, int64_t);
+  struct U {
+    const char *name;
+    Unary fn;
+    Data<T> *x;
+  };
+  for (U u : {U{"silu", ztrt_silu, &a}, U{"sigmoid", ztrt_sigmoid, &a},
+              U{"exp", ztrt_exp, &a}, U{"sqrt", ztrt_sqrt, &pos},
+              U{"rsqrt", ztrt_rsqrt, &pos}}) {
+    u.fn(ctx, this->kT, u.x->t.data(), out.t.data(), n);
+    u.fn(ctx, ZTRT_F32, u.x->f.data(), out.f.data(), n);
+    expectRoundedF32(out.t, out.f, u.name);
+  }
+  struct B {
+    const char *name;
+    Binary fn;
+    Data<T> *x, *y;
+  };
+  for (B g : {B{"silu_grad", ztrt_silu_grad, &b, &a},
+              B{"sigmoid_grad", ztrt_sigmoid_grad, &b, &pos},
+              B{"rsqrt_grad", ztrt_rsqrt_grad, &b, &pos},
+              B{"div", ztrt_div, &a, &pos}}) {
+    g.fn(ctx, this->kT, g.x->t.data(), g.y->t.data(), out.t.data(), n);
+    g.fn(ctx, ZTRT_F32, g.x->f.data(), g.y->f.data(), out.f.data(), n);
+    expectRoundedF32(out.t, out.f, g.name);
+  }
+  const int64_t outer = 40, inner = 1000; // = n
+  std::vector<int32_t> mask(inner);
+  for (int64_t j = 0; j < inner; ++j)
+    mask[j] = (j * 7) % 3 == 0;
+  ztrt_masked_fill(ctx, this->kT, a.t.data(), mask.data(), out.t.data(), outer,
+                   inner, -1.5);
+  ztrt_masked_fill(ctx, ZTRT_F32, a.f.data(), mask.data(), out.f.data(),
+                   outer, inner, -1.5);
+  expectRoundedF32(out.t, out.f, "masked_fill");
+}
+
+TYPED_TEST(DTypeKernelTest, RMSNormAndRotary) {
+  using T = TypeParam;
+  ztrt_ctx *ctx = this->ctx.get();
+  const int64_t rows = 48, cols = 64;
+  Data<T> x(rows * cols, 24, -4.0f, 4.0f), g(cols, 25), dy(rows * cols, 26);
+  Data<T> y = Data<T>::zeros(rows * cols), dx = Data<T>::zeros(rows * cols),
+          dg = Data<T>::zeros(cols);
+  ztrt_rms_norm(ctx, this->kT, x.t.data(), g.t.data(), y.t.data(), rows, cols,
+                1e-6);
+  ztrt_rms_norm(ctx, ZTRT_F32, x.f.data(), g.f.data(), y.f.data(), rows, cols,
+                1e-6);
+  expectRoundedF32(y.t, y.f, "rms_norm");
+  ztrt_rms_norm_grad(ctx, this->kT, dy.t.data(), x.t.data(), g.t.data(),
+                     dx.t.data(), dg.t.data(), rows, cols, 1e-6);
+  ztrt_rms_norm_grad(ctx, ZTRT_F32, dy.f.data(), x.f.data(), g.f.data(),
+                     dx.f.data(), dg.f.data(), rows, cols, 1e-6);
+  expectRoundedF32(dx.t, dx.f, "rms_norm_grad dx");
+  expectRoundedF32(dg.t, dg.f, "rms_norm_grad dgamma");
+  // [outer 2, seq 6, inner 4 heads, dim 64 (= cols / 1)] = 48 rows of 64.
+  for (int32_t inverse : {0, 1}) {
+    ztrt_rotary_embedding(ctx, this->kT, x.t.data(), y.t.data(), 2, 6, 4, 64,
+                          10000.0, inverse);
+    ztrt_rotary_embedding(ctx, ZTRT_F32, x.f.data(), y.f.data(), 2, 6, 4, 64,
+                          10000.0, inverse);
+    expectRoundedF32(y.t, y.f, inverse ? "rotary inverse" : "rotary");
+  }
+}
+
 TYPED_TEST(DTypeKernelTest, Matmul) {
   using T = TypeParam;
   ztrt_ctx *ctx = this->ctx.get();
@@ -370,11 +443,20 @@ TYPED_TEST(DTypeKernelTest, Layout) {
   expectRoundedF32(out.t, out.f, "transpose");
   const int64_t mask[] = {1, 0, 1, 0};
   Data<T> red = Data<T>::zeros(4 * 6);
-  for (int32_t mean : {0, 1}) {
-    ztrt_reduce(ctx, this->kT, x.t.data(), red.t.data(), 4, shape, mask, mean);
-    ztrt_reduce(ctx, ZTRT_F32, x.f.data(), red.f.data(), 4, shape, mask, mean);
-    expectRoundedF32(red.t, red.f, mean ? "reduce mean" : "reduce sum");
+  for (int32_t kind : {0, 1, 2}) {
+    ztrt_reduce(ctx, this->kT, x.t.data(), red.t.data(), 4, shape, mask, kind);
+    ztrt_reduce(ctx, ZTRT_F32, x.f.data(), red.f.data(), 4, shape, mask, kind);
+    expectRoundedF32(red.t, red.f,
+                     kind == 0 ? "reduce sum" : kind == 1 ? "reduce mean"
+                                                           : "reduce max");
   }
+  // The max's adjoint, from the 16-bit maxima (exact in float).
+  Data<T> dred(4 * 6, 14), dxm = Data<T>::zeros(n);
+  ztrt_reduce_max_grad(ctx, this->kT, dred.t.data(), x.t.data(), red.t.data(),
+                       dxm.t.data(), 4, shape, mask);
+  ztrt_reduce_max_grad(ctx, ZTRT_F32, dred.f.data(), x.f.data(), red.f.data(),
+                       dxm.f.data(), 4, shape, mask);
+  expectRoundedF32(dxm.t, dxm.f, "reduce_max_grad");
   Data<T> small(4 * 6, 13), big = Data<T>::zeros(n);
   for (double factor : {1.0, 0.125, 1.0 / 3.0}) {
     ztrt_broadcast(ctx, this->kT, small.t.data(), big.t.data(), 4, shape, mask,

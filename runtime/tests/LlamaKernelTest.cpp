@@ -1,0 +1,182 @@
+//===- LlamaKernelTest.cpp - The f32 kernels of Llama-class models --------===//
+//
+// Part of ztrain's runtime tests. Each kernel against a reference written
+// from its definition (double precision where the kernel accumulates in
+// double), plus the properties the end-to-end gradient checks cannot see:
+// ties and NaN in the max reduction, RoPE's inverse undoing it, the mask
+// broadcast of masked_fill. The 16-bit instantiations are checked against
+// these f32 kernels bit for bit in DTypeKernelTest.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TestUtil.h"
+
+#include "ztrt.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+using namespace ztrt::test;
+
+namespace {
+
+class LlamaKernelTest : public ::testing::Test {
+protected:
+  std::unique_ptr<ztrt_ctx> ctx = cpuContext();
+};
+
+TEST_F(LlamaKernelTest, ActivationsFollowPyTorchsFloatFormulas) {
+  auto x = testValues(1000, 71);
+  std::vector<float> out(x.size());
+  for (float &v : x)
+    v *= 6.0f;
+  ztrt_silu(ctx.get(), ZTRT_F32, x.data(), out.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    // The same float expression as PyTorch's CPU kernel: bitwise.
+    ASSERT_EQ(out[i], x[i] / (1.0f + std::exp(-x[i]))) << "silu at " << x[i];
+  ztrt_sigmoid(ctx.get(), ZTRT_F32, x.data(), out.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(out[i], 1.0f / (1.0f + std::exp(-x[i]))) << "sigmoid";
+  ztrt_exp(ctx.get(), ZTRT_F32, x.data(), out.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(out[i], std::exp(x[i])) << "exp";
+  std::vector<float> pos(x.size()), dy = testValues(x.size(), 72);
+  for (size_t i = 0; i < x.size(); ++i)
+    pos[i] = std::fabs(x[i]) + 0.01f;
+  ztrt_sqrt(ctx.get(), ZTRT_F32, pos.data(), out.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(out[i], std::sqrt(pos[i])) << "sqrt";
+  ztrt_rsqrt(ctx.get(), ZTRT_F32, pos.data(), out.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    // An IEEE division of a correctly rounded sqrt, not an approximation.
+    ASSERT_EQ(out[i], 1.0f / std::sqrt(pos[i])) << "rsqrt";
+  ztrt_div(ctx.get(), ZTRT_F32, x.data(), pos.data(), out.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(out[i], x[i] / pos[i]) << "div";
+  // Gradients against the derivative in double: a few float roundings of
+  // O(1) values, so 1e-5 relative (a formula error would be O(1)).
+  ztrt_silu_grad(ctx.get(), ZTRT_F32, dy.data(), x.data(), out.data(),
+                 x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    double s = 1.0 / (1.0 + std::exp(-(double)x[i]));
+    double ref = dy[i] * s * (1.0 + x[i] * (1.0 - s));
+    ASSERT_NEAR(out[i], ref, 1e-5 * (1.0 + std::fabs(ref))) << "silu_grad";
+  }
+  ztrt_rsqrt(ctx.get(), ZTRT_F32, pos.data(), out.data(), x.size());
+  std::vector<float> y = out;
+  ztrt_rsqrt_grad(ctx.get(), ZTRT_F32, dy.data(), y.data(), out.data(),
+                  x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    double ref = -0.5 * dy[i] * std::pow((double)pos[i], -1.5);
+    ASSERT_NEAR(out[i], ref, 1e-5 * (1.0 + std::fabs(ref))) << "rsqrt_grad";
+  }
+}
+
+TEST_F(LlamaKernelTest, MaxReductionSharesTiesAndPropagatesNaN) {
+  // Rows of [2, 4]: max over the last dim.
+  const int64_t shape[] = {2, 4}, mask[] = {0, 1};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x = {1, 3, 3, 2, -1, nan, 5, 0}, y(2), dx(8);
+  ztrt_reduce(ctx.get(), ZTRT_F32, x.data(), y.data(), 2, shape, mask, 2);
+  EXPECT_EQ(y[0], 3.0f);
+  EXPECT_TRUE(std::isnan(y[1])) << "torch.amax propagates NaN";
+  std::vector<float> dy = {1.0f, 1.0f};
+  ztrt_reduce_max_grad(ctx.get(), ZTRT_F32, dy.data(), x.data(), y.data(),
+                       dx.data(), 2, shape, mask);
+  // Two elements tie at 3: each gets half (torch.amax's backward).
+  EXPECT_EQ(dx[0], 0.0f);
+  EXPECT_EQ(dx[1], 0.5f);
+  EXPECT_EQ(dx[2], 0.5f);
+  EXPECT_EQ(dx[3], 0.0f);
+  // Over the first dim: column maxima.
+  const int64_t mask0[] = {1, 0};
+  std::vector<float> z = {1, 7, -3, 2, 4, 7, -5, 9}, col(4);
+  ztrt_reduce(ctx.get(), ZTRT_F32, z.data(), col.data(), 2, shape, mask0, 2);
+  EXPECT_EQ(col, (std::vector<float>{4, 7, -3, 9}));
+  std::vector<float> dcol = {1, 2, 3, 4}, dz(8);
+  ztrt_reduce_max_grad(ctx.get(), ZTRT_F32, dcol.data(), z.data(), col.data(),
+                       dz.data(), 2, shape, mask0);
+  EXPECT_EQ(dz, (std::vector<float>{0, 1, 3, 0, 1, 1, 0, 4}));
+}
+
+TEST_F(LlamaKernelTest, RMSNormMatchesDoubleReference) {
+  const int64_t rows = 5, cols = 33;
+  auto x = testValues(rows * cols, 73), g = testValues(cols, 74);
+  std::vector<float> y(x.size());
+  ztrt_rms_norm(ctx.get(), ZTRT_F32, x.data(), g.data(), y.data(), rows, cols,
+                1e-6);
+  for (int64_t r = 0; r < rows; ++r) {
+    double sq = 0;
+    for (int64_t c = 0; c < cols; ++c)
+      sq += (double)x[r * cols + c] * x[r * cols + c];
+    double rstd = 1.0 / std::sqrt(sq / cols + 1e-6);
+    for (int64_t c = 0; c < cols; ++c) {
+      double ref = x[r * cols + c] * rstd * g[c];
+      // Computed in double, rounded once: within half a float ulp.
+      EXPECT_EQ(y[r * cols + c], static_cast<float>(ref)) << r << "," << c;
+    }
+  }
+}
+
+TEST_F(LlamaKernelTest, RotaryRotatesPairsByPositionAndInverseUndoesIt) {
+  // [outer 2, seq 5, inner 3, dim 8].
+  const int64_t outer = 2, seq = 5, inner = 3, dim = 8, half = 4;
+  const int64_t n = outer * seq * inner * dim;
+  auto x = testValues(n, 75);
+  std::vector<float> y(n), back(n);
+  ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x.data(), y.data(), outer, seq,
+                        inner, dim, 10000.0, 0);
+  for (int64_t row = 0; row < outer * seq * inner; ++row) {
+    int64_t t = (row / inner) % seq;
+    for (int64_t i = 0; i < half; ++i) {
+      // Hugging Face's float32 frequencies, then the angle in double.
+      float inv = 1.0f / std::pow(10000.0f, (float)(2 * i) / (float)dim);
+      double a = static_cast<float>(t) * inv;
+      double lo = x[row * dim + i], hi = x[row * dim + i + half];
+      double c = std::cos(a), s = std::sin(a);
+      // Two products and a sum of O(1) values in float, and the float
+      // power may differ from the double one by an ulp: 1e-6.
+      EXPECT_NEAR(y[row * dim + i], lo * c - hi * s, 1e-6);
+      EXPECT_NEAR(y[row * dim + i + half], hi * c + lo * s, 1e-6);
+    }
+    if (t == 0)
+      for (int64_t i = 0; i < dim; ++i)
+        // Position 0 is the identity rotation, exactly.
+        EXPECT_EQ(y[row * dim + i], x[row * dim + i]);
+  }
+  ztrt_rotary_embedding(ctx.get(), ZTRT_F32, y.data(), back.data(), outer,
+                        seq, inner, dim, 10000.0, 1);
+  for (int64_t i = 0; i < n; ++i)
+    // A rotation and its transpose in float: a few ulps of O(1) values.
+    EXPECT_NEAR(back[i], x[i], 1e-6) << i;
+}
+
+TEST_F(LlamaKernelTest, MaskedFillBroadcastsTheMaskOverLeadingDims) {
+  const int64_t outer = 3, inner = 4;
+  std::vector<float> x = testValues(outer * inner, 76), out(outer * inner);
+  std::vector<int32_t> mask = {0, 1, 0, 7};
+  ztrt_masked_fill(ctx.get(), ZTRT_F32, x.data(), mask.data(), out.data(),
+                   outer, inner, -INFINITY);
+  for (int64_t r = 0; r < outer; ++r)
+    for (int64_t j = 0; j < inner; ++j)
+      EXPECT_EQ(out[r * inner + j], mask[j] ? -INFINITY : x[r * inner + j]);
+}
+
+TEST_F(LlamaKernelTest, BadArgumentsAreNamed) {
+  float x[8] = {}, y[8] = {};
+  EXPECT_EXIT(ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x, y, 1, 1, 1, 7,
+                                    10000.0, 0),
+              ::testing::ExitedWithCode(1), "rotary_embedding: dim 7 is odd");
+  EXPECT_EXIT(ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x, y, 1, 1, 1, 8,
+                                    -1.0, 0),
+              ::testing::ExitedWithCode(1),
+              "rotary_embedding: theta -1 is not a positive finite number");
+  const int64_t shape[] = {8}, mask[] = {1};
+  EXPECT_EXIT(ztrt_reduce(ctx.get(), ZTRT_F32, x, y, 1, shape, mask, 3),
+              ::testing::ExitedWithCode(1), "reduce: unknown kind 3");
+  EXPECT_EXIT(ztrt_masked_fill(ctx.get(), ZTRT_F32, x, nullptr, y, -1, 8, 0.0),
+              ::testing::ExitedWithCode(1), "masked_fill: negative outer -1");
+}
+
+} // namespace
