@@ -15,3 +15,8 @@ PY=${PYTHON:-python3}
 # ms per step on a 2-core CPU.
 "$PY" -m ztrain.models gpt --batch 8 --seq 64 --vocab 256 --layers 2 --width 64 --heads 4 \
   -o "$here/gpt.mlir"
+
+# Character-level Llama: RMSNorm, SwiGLU (hidden 176 = Llama's 8/3 rule),
+# rotary embeddings, no biases, tied embeddings; same sizes as the GPT.
+"$PY" -m ztrain.models llama --batch 8 --seq 64 --vocab 256 --layers 2 --width 64 --heads 4 \
+  -o "$here/llama.mlir"

@@ -1,4 +1,5 @@
-"""Model builders: train-dialect IR for an MLP and a GPT-2-style decoder.
+"""Model builders: train-dialect IR for an MLP, a GPT-2-style decoder and a
+Llama-style decoder.
 
 Standard library only. Parameter names are the PyTorch state_dict names of
 the matching modules in `ztrain.torch_ref`, so a safetensors file written by
@@ -6,6 +7,7 @@ either side loads into the other.
 
     python -m ztrain.models mlp --batch 32 --in-features 784 --hidden 128 --classes 10
     python -m ztrain.models gpt --batch 8 --seq 64 --vocab 256 --layers 2 --width 64 --heads 4
+    python -m ztrain.models llama --batch 8 --seq 64 --vocab 256 --layers 2 --width 64 --heads 4
 """
 
 import argparse
@@ -14,7 +16,7 @@ import sys
 
 from .ir import Module, IRError
 
-__all__ = ["ModelSpec", "mlp", "gpt", "main"]
+__all__ = ["ModelSpec", "mlp", "gpt", "llama", "main"]
 
 
 class ModelSpec:
@@ -164,12 +166,95 @@ def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5):
     return ModelSpec("gpt", cfg, m)
 
 
+def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
+          rope_theta=10000.0):
+    """Llama-style decoder: RMSNorm, SwiGLU, rotary embeddings, no biases,
+    tied input/output embeddings (as Llama 3.2 1B/3B and TinyLlama-style
+    small models tie them).
+
+    Inputs "tokens" and "targets", both i32 [batch, seq]. Hugging Face
+    LlamaForCausalLM state-dict names: model.embed_tokens.weight [V, C],
+    model.layers.{i}.input_layernorm.weight [C],
+    model.layers.{i}.self_attn.{q,k,v,o}_proj.weight [C, C],
+    model.layers.{i}.post_attention_layernorm.weight [C],
+    model.layers.{i}.mlp.{gate,up}_proj.weight [F, C],
+    model.layers.{i}.mlp.down_proj.weight [C, F], model.norm.weight [C].
+    `hidden` (F) defaults to Llama's rule: 2/3 of 4C rounded up to a
+    multiple of 8. Weights are N(0, 0.02) (initializer_range), norms ones.
+    """
+    B, T, V, L, C, H = (int(v) for v in (batch, seq, vocab, layers, width, heads))
+    if min(B, T, V, C, H) <= 0 or L < 0:
+        raise IRError("llama: sizes must be positive")
+    if C % H:
+        raise IRError(f"llama: width {C} is not divisible by heads {H}")
+    D = C // H
+    if D % 2:
+        raise IRError(f"llama: head dim {D} must be even for rotary embeddings")
+    F = int(hidden) if hidden else (int(2 * 4 * C / 3) + 7) // 8 * 8
+    if F <= 0:
+        raise IRError("llama: hidden size must be positive")
+    normal = ("normal", 0.02)
+    ones = ("ones", None)
+
+    m = Module()
+    f = m.entry("loss")
+    tokens = f.arg("tokens", [B, T], "i32")
+    targets = f.arg("targets", [B, T], "i32")
+    emb = m.param("model.embed_tokens.weight", [V, C], *normal)
+
+    def rms_norm(x, name):
+        g = m.param(f"{name}.weight", [C], *ones)
+        return f.rms_norm(x, f.param_read(g), epsilon, hint=name.split(".")[-1])
+
+    def linear(x, name, fan_in, fan_out):  # nn.Linear(bias=False)
+        w = m.param(f"{name}.weight", [fan_out, fan_in], *normal)
+        return f.matmul(x, f.param_read(w), transpose_b=True,
+                        hint=name.replace(".", "_"))
+
+    x = f.embedding(f.param_read(emb), tokens, hint="tok_emb")
+    for i in range(L):
+        p = f"model.layers.{i}"
+        a = rms_norm(x, f"{p}.input_layernorm")
+
+        def heads(name, rope):  # [B,T,C] -> [B,H,T,D], rotated before the transpose
+            t = f.reshape(linear(a, f"{p}.self_attn.{name}", C, C), [B, T, H, D],
+                          hint=f"l{i}_{name}_r")
+            if rope:
+                t = f.rotary_embedding(t, 1, rope_theta, hint=f"l{i}_{name}_rope")
+            return f.transpose(t, [0, 2, 1, 3], hint=f"l{i}_{name}_t")
+
+        q, k, v = heads("q_proj", True), heads("k_proj", True), heads("v_proj", False)
+        s = f.matmul(q, k, transpose_b=True, hint=f"l{i}_scores")
+        s = f.scale(s, 1.0 / math.sqrt(D), hint=f"l{i}_scaled")
+        att = f.softmax(s, causal=True, hint=f"l{i}_att")
+        y = f.matmul(att, v, hint=f"l{i}_y")                      # [B,H,T,D]
+        y = f.transpose(y, [0, 2, 1, 3], hint=f"l{i}_yt")          # [B,T,H,D]
+        y = f.reshape(y, [B, T, C], hint=f"l{i}_yr")
+        x = f.add(x, linear(y, f"{p}.self_attn.o_proj", C, C), hint=f"l{i}_res1")
+        a = rms_norm(x, f"{p}.post_attention_layernorm")
+        gate = f.silu(linear(a, f"{p}.mlp.gate_proj", C, F), hint=f"l{i}_silu")
+        up = linear(a, f"{p}.mlp.up_proj", C, F)
+        a = f.mul(gate, up, hint=f"l{i}_swiglu")
+        x = f.add(x, linear(a, f"{p}.mlp.down_proj", F, C), hint=f"l{i}_res2")
+    x = rms_norm(x, "model.norm")
+    logits = f.matmul(x, f.param_read(emb, hint="embed_out"), transpose_b=True,
+                      hint="logits")
+    logits = f.reshape(logits, [B * T, V], hint="logits_flat")
+    flat_targets = f.reshape(targets, [B * T], hint="targets_flat")
+    f.ret(f.cross_entropy(logits, flat_targets))
+    cfg = dict(batch=B, seq=T, vocab=V, layers=L, width=C, heads=H, hidden=F,
+               epsilon=epsilon, rope_theta=rope_theta)
+    return ModelSpec("llama", cfg, m)
+
+
 def build(kind, **cfg):
-    """mlp(**cfg) or gpt(**cfg) by name."""
+    """mlp(**cfg), gpt(**cfg) or llama(**cfg) by name."""
     if kind == "mlp":
         return mlp(**cfg)
     if kind == "gpt":
         return gpt(**cfg)
+    if kind == "llama":
+        return llama(**cfg)
     raise IRError(f"unknown model kind {kind!r}")
 
 
@@ -190,7 +275,16 @@ def _parser():
     g.add_argument("--layers", type=int, default=2)
     g.add_argument("--width", type=int, default=64)
     g.add_argument("--heads", type=int, default=4)
-    for p in (a, g):
+    ll = sub.add_parser("llama")
+    ll.add_argument("--batch", type=int, default=8)
+    ll.add_argument("--seq", type=int, default=64)
+    ll.add_argument("--vocab", type=int, default=256)
+    ll.add_argument("--layers", type=int, default=2)
+    ll.add_argument("--width", type=int, default=64)
+    ll.add_argument("--heads", type=int, default=4)
+    ll.add_argument("--hidden", type=int, help="SwiGLU width (default: Llama's 8/3 rule)")
+    ll.add_argument("--rope-theta", type=float, default=10000.0)
+    for p in (a, g, ll):
         p.add_argument("-o", "--output", help="write here instead of stdout")
     return ap
 
@@ -200,8 +294,11 @@ def main(argv=None):
     try:
         if args.model == "mlp":
             spec = mlp(args.batch, args.in_features, args.hidden, args.classes, args.init)
-        else:
+        elif args.model == "gpt":
             spec = gpt(args.batch, args.seq, args.vocab, args.layers, args.width, args.heads)
+        else:
+            spec = llama(args.batch, args.seq, args.vocab, args.layers, args.width,
+                         args.heads, hidden=args.hidden, rope_theta=args.rope_theta)
     except IRError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -11,7 +11,7 @@ name with shape [N, ...]; step t (1-based), row b uses sample
                           optimizer=parity.OptimizerConfig("adam", lr=1e-3))
     print(r.table())
 
-CLI: python -m ztrain.parity --model mlp|gpt [--steps N] [--optimizer ...]
+CLI: python -m ztrain.parity --model mlp|gpt|llama [--steps N] [--optimizer ...]
 Tools come from $ZTRAIN_BIN_DIR, else <repo>/build/bin.
 """
 
@@ -193,7 +193,7 @@ def make_data(spec, samples=None, seed=1):
         out[c.get("input_name", "x")] = rng.standard_normal(
             (n, c["in_features"])).astype(np.float32)
         out[c.get("label_name", "y")] = rng.integers(0, c["classes"], n).astype(np.int32)
-    elif spec.kind == "gpt":
+    elif spec.kind in ("gpt", "llama"):
         # Next-token targets of a random stream, as a language model sees them.
         stream = rng.integers(0, c["vocab"], (n, c["seq"] + 1)).astype(np.int32)
         out["tokens"] = stream[:, :-1].copy()
@@ -398,15 +398,15 @@ def _parser():
     ap = argparse.ArgumentParser(prog="python -m ztrain.parity",
                                  description="Train a model with ztrain and PyTorch "
                                              "from the same weights and data; compare.")
-    ap.add_argument("--model", choices=["mlp", "gpt"], required=True)
+    ap.add_argument("--model", choices=["mlp", "gpt", "llama"], required=True)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--batch", type=int, help="default: mlp 16, gpt 4")
+    ap.add_argument("--batch", type=int, help="default: mlp 16, gpt and llama 4")
     ap.add_argument("--samples", type=int, help="data set size N (default 4 batches)")
     g = ap.add_argument_group("mlp")
     g.add_argument("--in-features", type=int, default=32)
     g.add_argument("--hidden", type=int, nargs="*", default=[64])
     g.add_argument("--classes", type=int, default=10)
-    g = ap.add_argument_group("gpt")
+    g = ap.add_argument_group("gpt and llama")
     g.add_argument("--seq", type=int, default=16)
     g.add_argument("--vocab", type=int, default=64)
     g.add_argument("--layers", type=int, default=2)
@@ -438,8 +438,10 @@ def main(argv=None):
     a = _parser().parse_args(argv)
     if a.model == "mlp":
         spec = models.mlp(a.batch or 16, a.in_features, a.hidden, a.classes)
-    else:
+    elif a.model == "gpt":
         spec = models.gpt(a.batch or 4, a.seq, a.vocab, a.layers, a.width, a.heads)
+    else:
+        spec = models.llama(a.batch or 4, a.seq, a.vocab, a.layers, a.width, a.heads)
     opt = OptimizerConfig(a.optimizer, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay,
                           a.momentum, a.dampening, a.nesterov)
     try:

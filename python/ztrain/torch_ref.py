@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from . import ir, safetensors
 
-__all__ = ["MLP", "GPT", "from_spec", "load_state", "state_numpy", "make_optimizer"]
+__all__ = ["MLP", "GPT", "Llama", "from_spec", "load_state", "state_numpy", "make_optimizer"]
 
 
 class MLP(nn.Module):
@@ -112,6 +112,108 @@ class GPT(nn.Module):
         return batch["tokens"], batch["targets"]
 
 
+class LlamaRMSNorm(nn.Module):
+    """transformers' LlamaRMSNorm (float32 throughout here)."""
+
+    def __init__(self, width, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.eps = eps
+
+    def forward(self, x):
+        var = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(var + self.eps))
+
+
+def _rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, width, heads, theta):
+        super().__init__()
+        self.heads, self.theta = heads, theta
+        self.q_proj = nn.Linear(width, width, bias=False)
+        self.k_proj = nn.Linear(width, width, bias=False)
+        self.v_proj = nn.Linear(width, width, bias=False)
+        self.o_proj = nn.Linear(width, width, bias=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        H = self.heads
+        D = C // H
+
+        def split(t):  # [B,T,C] -> [B,H,T,D]
+            return t.reshape(B, T, H, D).transpose(1, 2)
+
+        q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+        # LlamaRotaryEmbedding: frequencies and angles in float32.
+        inv = 1.0 / (self.theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+        freqs = torch.outer(torch.arange(T).float(), inv)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)   # [T, D]
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        s = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(D))
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+        att = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
+        y = torch.matmul(att, v).transpose(1, 2).reshape(B, T, C)
+        return self.o_proj(y)
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, width, hidden):
+        super().__init__()
+        self.gate_proj = nn.Linear(width, hidden, bias=False)
+        self.up_proj = nn.Linear(width, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, width, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaLayer(nn.Module):
+    def __init__(self, width, heads, hidden, eps, theta):
+        super().__init__()
+        self.input_layernorm = LlamaRMSNorm(width, eps)
+        self.self_attn = LlamaAttention(width, heads, theta)
+        self.post_attention_layernorm = LlamaRMSNorm(width, eps)
+        self.mlp = LlamaMLP(width, hidden)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, vocab, layers, width, heads, hidden, eps, theta):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, width)
+        self.layers = nn.ModuleList([LlamaLayer(width, heads, hidden, eps, theta)
+                                     for _ in range(layers)])
+        self.norm = LlamaRMSNorm(width, eps)
+
+
+class Llama(nn.Module):
+    """LlamaForCausalLM with tie_word_embeddings: the same state-dict names."""
+
+    def __init__(self, vocab, seq, layers, width, heads, hidden, eps=1e-5, theta=10000.0):
+        super().__init__()
+        self.model = LlamaModel(vocab, layers, width, heads, hidden, eps, theta)
+
+    def forward(self, tokens, targets):
+        x = self.model.embed_tokens(tokens.long())
+        for layer in self.model.layers:
+            x = layer(x)
+        logits = torch.matmul(self.model.norm(x), self.model.embed_tokens.weight.t())
+        V = logits.shape[-1]
+        return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1).long())
+
+    def inputs(self, batch):
+        return batch["tokens"], batch["targets"]
+
+
 def from_spec(spec):
     """The torch module for a `ztrain.models.ModelSpec`."""
     c = spec.config
@@ -123,6 +225,9 @@ def from_spec(spec):
     if spec.kind == "gpt":
         return GPT(c["vocab"], c["seq"], c["layers"], c["width"], c["heads"],
                    c.get("epsilon", 1e-5))
+    if spec.kind == "llama":
+        return Llama(c["vocab"], c["seq"], c["layers"], c["width"], c["heads"], c["hidden"],
+                     c.get("epsilon", 1e-5), c.get("rope_theta", 10000.0))
     raise ValueError(f"unknown model kind {spec.kind!r}")
 
 

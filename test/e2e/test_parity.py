@@ -46,6 +46,10 @@ def gpt_spec():
     return models.gpt(batch=4, seq=8, vocab=32, layers=2, width=16, heads=2)
 
 
+def llama_spec():
+    return models.llama(batch=4, seq=8, vocab=32, layers=2, width=16, heads=2)
+
+
 CASES = [
     # (id, spec builder, optimizer, samples N)
     # N not a multiple of B: later steps wrap around inside a batch.
@@ -57,6 +61,11 @@ CASES = [
      parity.OptimizerConfig("sgd", lr=0.05, momentum=0.9, dampening=0.1,
                             weight_decay=1e-3), 56),
     ("gpt-adam", gpt_spec, parity.OptimizerConfig("adam", lr=1e-3), 10),
+    # RMSNorm, SwiGLU, RoPE, no biases, tied embeddings; against the
+    # transformers-style modules in torch_ref (float32 RoPE tables as
+    # LlamaRotaryEmbedding computes them).
+    ("llama-adamw", llama_spec,
+     parity.OptimizerConfig("adamw", lr=1e-3, weight_decay=0.1), 10),
 ]
 
 

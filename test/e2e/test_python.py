@@ -83,7 +83,7 @@ def test_builder_rejects_bad_shapes():
     assert ir.symbol_ref("0.weight") == '@"0.weight"'
 
 
-@pytest.mark.parametrize("name", ["mlp", "gpt"])
+@pytest.mark.parametrize("name", ["mlp", "gpt", "llama"])
 def test_examples_are_current_and_parse(name, tmp_path):
     """examples/*.mlir equal what examples/regen.sh generates, and ztrain-opt
     parses and verifies them."""

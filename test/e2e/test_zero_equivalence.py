@@ -48,11 +48,17 @@ def mpirun(n, cmd):
 def make(kind, batch):
     if kind == "mlp":
         return models.mlp(batch=batch, in_features=12, hidden=[16], classes=5)
+    if kind == "llama":
+        return models.llama(batch=batch, seq=8, vocab=32, layers=1, width=16, heads=2)
     return models.gpt(batch=batch, seq=8, vocab=32, layers=1, width=16, heads=2)
 
 
-@pytest.mark.parametrize("kind", ["mlp", "gpt"])
-@pytest.mark.parametrize("n", [1, 2, 4])
+# (kind, N): Llama also at N = 3, where no partition divides evenly.
+EQUIVALENCE = [(k, n) for k in ("mlp", "gpt") for n in (1, 2, 4)] + \
+    [("llama", n) for n in (1, 2, 3, 4)]
+
+
+@pytest.mark.parametrize("kind,n", EQUIVALENCE)
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_matches_single_process(stage, kind, n, tmp_path):
     micro = 2
@@ -104,7 +110,7 @@ def zero_report(mlir_path, stage, dp, optimizer):
     return json.loads(p.stdout)
 
 
-@pytest.mark.parametrize("kind", ["mlp", "gpt"])
+@pytest.mark.parametrize("kind", ["mlp", "gpt", "llama"])
 @pytest.mark.parametrize("n", [2, 4])
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_report_is_the_truth(stage, n, kind, tmp_path):
