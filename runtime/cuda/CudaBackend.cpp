@@ -465,6 +465,36 @@ public:
         dtype, cuda::geluGrad(as<T>(dy), as<T>(x), as<T>(dx), n, compute));
   }
 
+#define ZTRT_CUDA_UNARY(method, op)                                            \
+  void method(DType dtype, const void *x, void *out, int64_t n) override {     \
+    ZTRT_CUDA_DISPATCH(dtype, cuda::unary(cuda::Unary::op, as<T>(x),           \
+                                          as<T>(out), n, compute));            \
+  }
+#define ZTRT_CUDA_BINARY(method, op)                                           \
+  void method(DType dtype, const void *a, const void *b, void *out, int64_t n) \
+      override {                                                               \
+    ZTRT_CUDA_DISPATCH(dtype, cuda::binary(cuda::Binary::op, as<T>(a),         \
+                                           as<T>(b), as<T>(out), n, compute)); \
+  }
+  ZTRT_CUDA_UNARY(silu, Silu)
+  ZTRT_CUDA_BINARY(siluGrad, SiluGrad)
+  ZTRT_CUDA_UNARY(sigmoid, Sigmoid)
+  ZTRT_CUDA_BINARY(sigmoidGrad, SigmoidGrad)
+  ZTRT_CUDA_UNARY(exp, Exp)
+  ZTRT_CUDA_UNARY(sqrt, Sqrt)
+  ZTRT_CUDA_UNARY(rsqrt, Rsqrt)
+  ZTRT_CUDA_BINARY(rsqrtGrad, RsqrtGrad)
+  ZTRT_CUDA_BINARY(div, Div)
+#undef ZTRT_CUDA_UNARY
+#undef ZTRT_CUDA_BINARY
+
+  void maskedFill(DType dtype, const void *x, const void *mask, void *out,
+                  int64_t outer, int64_t inner, double value) override {
+    ZTRT_CUDA_DISPATCH(
+        dtype, cuda::maskedFill(as<T>(x), as<int32_t>(mask), as<T>(out), outer,
+                                inner, static_cast<float>(value), compute));
+  }
+
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS
   // gets B first, with the row-major leading dimensions unchanged (a
   // row-major matrix is its transpose in column-major order). float:
@@ -538,6 +568,25 @@ public:
                                                   as<T>(dgamma), as<T>(dbeta),
                                                   rows, cols, eps, compute));
   }
+  void rmsNorm(DType dtype, const void *x, const void *gamma, void *y,
+               int64_t rows, int64_t cols, double eps) override {
+    ZTRT_CUDA_DISPATCH(dtype, cuda::rmsNorm(as<T>(x), as<T>(gamma), as<T>(y),
+                                            rows, cols, eps, compute));
+  }
+  void rmsNormGrad(DType dtype, const void *dy, const void *x,
+                   const void *gamma, void *dx, void *dgamma, int64_t rows,
+                   int64_t cols, double eps) override {
+    ZTRT_CUDA_DISPATCH(
+        dtype, cuda::rmsNormGrad(as<T>(dy), as<T>(x), as<T>(gamma), as<T>(dx),
+                                 as<T>(dgamma), rows, cols, eps, compute));
+  }
+  void rotaryEmbedding(DType dtype, const void *x, void *out, int64_t outer,
+                       int64_t seq, int64_t inner, int64_t dim, double theta,
+                       int32_t inverse) override {
+    ZTRT_CUDA_DISPATCH(dtype, cuda::rotaryEmbedding(as<T>(x), as<T>(out), outer,
+                                                    seq, inner, dim, theta,
+                                                    inverse != 0, compute));
+  }
   void softmax(DType dtype, const void *x, void *y, int64_t rows, int64_t cols,
                int32_t causal) override {
     ZTRT_CUDA_DISPATCH(dtype, cuda::softmax(as<T>(x), as<T>(y), rows, cols,
@@ -566,33 +615,34 @@ public:
   }
 
   void reduce(DType dtype, const void *x, void *out, int64_t rank,
-              const void *xShapeArg, const void *maskArg,
-              int32_t mean) override {
+              const void *xShape, const void *mask, int32_t kind) override {
+    const cuda::Reduction plan =
+        reduction(rank, as<int64_t>(xShape), as<int64_t>(mask));
+    ZTRT_CUDA_DISPATCH(dtype, cuda::reduce(as<T>(x), as<T>(out), plan,
+                                           static_cast<cuda::ReduceKind>(kind),
+                                           compute));
+  }
+
+  void reduceMaxGrad(DType dtype, const void *dy, const void *x, const void *y,
+                     void *dx, int64_t rank, const void *xShapeArg,
+                     const void *maskArg) override {
     const int64_t *xShape = as<int64_t>(xShapeArg),
                   *mask = as<int64_t>(maskArg);
-    std::vector<int64_t> strides = contiguousStrides(rank, xShape);
-    cuda::Reduction plan;
-    for (int64_t d = 0; d < rank; ++d) {
-      if (mask[d]) {
-        plan.reducedShape[plan.reducedRank] = xShape[d];
-        plan.reducedStrides[plan.reducedRank++] = strides[d];
-        plan.reduced *= xShape[d];
-      } else {
-        plan.keptShape[plan.keptRank] = xShape[d];
-        plan.keptStrides[plan.keptRank++] = strides[d];
-        plan.outputs *= xShape[d];
-      }
+    const cuda::Reduction plan = reduction(rank, xShape, mask);
+    // x's shape with the output's strides (0 along the reduced dims).
+    cuda::Gather toOutput;
+    toOutput.rank = static_cast<int>(rank);
+    int64_t stride = 1;
+    for (int64_t d = rank; d-- > 0;) {
+      toOutput.shape[d] = xShape[d];
+      toOutput.strides[d] = mask[d] ? 0 : stride;
+      if (!mask[d])
+        stride *= xShape[d];
     }
-    simplify(plan.keptRank, plan.keptShape, plan.keptStrides);
-    simplify(plan.reducedRank, plan.reducedShape, plan.reducedStrides);
-    if (plan.reducedRank == 0) {
-      // One term per output (nothing reduced, or only unit dims).
-      plan.reducedRank = 1;
-      plan.reducedShape[0] = 1;
-      plan.reducedStrides[0] = 0;
-    }
-    ZTRT_CUDA_DISPATCH(
-        dtype, cuda::reduce(as<T>(x), as<T>(out), plan, mean != 0, compute));
+    simplify(toOutput.rank, toOutput.shape, toOutput.strides);
+    ZTRT_CUDA_DISPATCH(dtype,
+                       cuda::reduceMaxGrad(as<T>(dy), as<T>(x), as<T>(y),
+                                           as<T>(dx), plan, toOutput, compute));
   }
 
   void broadcast(DType dtype, const void *x, void *out, int64_t rank,
@@ -1011,6 +1061,33 @@ private:
     check(cudaEventRecord(base, compute), "cudaEventRecord");
     check(cudaEventSynchronize(base), "cudaEventSynchronize");
     hostBase = Clock::now();
+  }
+
+  /// The plan of a reduction of x (xShape) over the dims with mask[d] != 0.
+  static cuda::Reduction reduction(int64_t rank, const int64_t *xShape,
+                                   const int64_t *mask) {
+    std::vector<int64_t> strides = contiguousStrides(rank, xShape);
+    cuda::Reduction plan;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (mask[d]) {
+        plan.reducedShape[plan.reducedRank] = xShape[d];
+        plan.reducedStrides[plan.reducedRank++] = strides[d];
+        plan.reduced *= xShape[d];
+      } else {
+        plan.keptShape[plan.keptRank] = xShape[d];
+        plan.keptStrides[plan.keptRank++] = strides[d];
+        plan.outputs *= xShape[d];
+      }
+    }
+    simplify(plan.keptRank, plan.keptShape, plan.keptStrides);
+    simplify(plan.reducedRank, plan.reducedShape, plan.reducedStrides);
+    if (plan.reducedRank == 0) {
+      // One term per output (nothing reduced, or only unit dims).
+      plan.reducedRank = 1;
+      plan.reducedShape[0] = 1;
+      plan.reducedStrides[0] = 0;
+    }
+    return plan;
   }
 
   static void checkRows(const char *op, int64_t rows) {

@@ -3,14 +3,21 @@
 // Part of ztrain's runtime (cuda backend). Each kernel evaluates, per
 // element, the same float expression in the same order as the cpu backend
 // (cpu/CpuBackend.cpp); with --fmad=false, IEEE division and square root
-// (nvcc's defaults) and gelu shared through cpu/VecMath.h, the results are
-// bitwise those of the cpu backend. Elements are loaded as float and every
-// output element is stored once, rounded to T (float, bf16, f16).
+// (nvcc's defaults) and the activations shared through cpu/VecMath.h, the
+// results are bitwise those of the cpu backend, except where a formula
+// calls exp (exp, sigmoid, silu and silu_grad): CUDA's expf is within 2 ulp,
+// glibc's within 1. Rotary embedding takes its cos / sin table from
+// vecmath::ropeCosSin (pow, cos and sin in double, rounded once to float):
+// the cpu's floats unless a double lands within a few ulp of a float
+// rounding tie. Elements are loaded as float and every output element is
+// stored once, rounded to T (float, bf16, f16).
 //
 //===----------------------------------------------------------------------===//
 
 #include "cpu/VecMath.h"
 #include "cuda/DeviceUtil.cuh"
+
+#include <cmath>
 
 namespace ztrt::cuda {
 
@@ -25,12 +32,81 @@ template <typename T> __global__ void fillKernel(T *out, int64_t n, float v) {
     out[i] = static_cast<T>(v);
 }
 
+// The cpu backend's lambdas (cpu/CpuBackend.cpp), op for op.
+template <Binary Op> __device__ __forceinline__ float apply(float x, float y) {
+  if constexpr (Op == Binary::Add)
+    return x + y;
+  else if constexpr (Op == Binary::Sub)
+    return x - y;
+  else if constexpr (Op == Binary::Mul)
+    return x * y;
+  else if constexpr (Op == Binary::Div)
+    return x / y;
+  else if constexpr (Op == Binary::SiluGrad)
+    return vecmath::siluGrad(x, y);
+  else if constexpr (Op == Binary::SigmoidGrad)
+    return vecmath::sigmoidGrad(x, y);
+  else
+    return vecmath::rsqrtGrad(x, y);
+}
+
+template <Unary Op> __device__ __forceinline__ float apply(float v) {
+  if constexpr (Op == Unary::Silu)
+    return vecmath::silu(v);
+  else if constexpr (Op == Unary::Sigmoid)
+    return vecmath::sigmoid(v);
+  else if constexpr (Op == Unary::Exp)
+    return std::exp(v);
+  else if constexpr (Op == Unary::Sqrt)
+    return std::sqrt(v);
+  else
+    return vecmath::rsqrt(v);
+}
+
 template <typename T, Binary Op>
 __global__ void binaryKernel(const T *a, const T *b, T *out, int64_t n) {
-  for (int64_t i = globalThread(); i < n; i += gridThreads()) {
-    float x = ld(a[i]), y = ld(b[i]);
-    float r = Op == Binary::Add ? x + y : Op == Binary::Sub ? x - y : x * y;
-    out[i] = static_cast<T>(r);
+  for (int64_t i = globalThread(); i < n; i += gridThreads())
+    out[i] = static_cast<T>(apply<Op>(ld(a[i]), ld(b[i])));
+}
+
+template <typename T, Unary Op>
+__global__ void unaryKernel(const T *x, T *out, int64_t n) {
+  for (int64_t i = globalThread(); i < n; i += gridThreads())
+    out[i] = static_cast<T>(apply<Op>(ld(x[i])));
+}
+
+// x's elements are copied as T (their bits), as on the cpu.
+template <typename T>
+__global__ void maskedFillKernel(const T *x, const int32_t *mask, T *out,
+                                 int64_t n, int64_t inner, float value) {
+  const T fill = static_cast<T>(value);
+  for (int64_t i = globalThread(); i < n; i += gridThreads())
+    out[i] = mask[i % inner] ? fill : x[i];
+}
+
+// The cpu's table of one [seq, half] block, entry k = t * half + i.
+__global__ void ropeTableKernel(float *cosT, float *sinT, int64_t entries,
+                                int64_t half, int64_t dim, double theta) {
+  for (int64_t k = globalThread(); k < entries; k += gridThreads())
+    vecmath::ropeCosSin(k / half, k % half, dim, theta, cosT[k], sinT[k]);
+}
+
+// Thread k rotates pair i = k % half of row k / half (a row is one head
+// vector; its position is (row / inner) % seq). It reads both elements
+// before writing them, so out may alias x.
+template <typename T>
+__global__ void rotaryKernel(const T *x, T *out, const float *cosT,
+                             const float *sinT, int64_t pairs, int64_t seq,
+                             int64_t inner, int64_t half, bool inverse) {
+  for (int64_t k = globalThread(); k < pairs; k += gridThreads()) {
+    const int64_t row = k / half, i = k % half;
+    const int64_t t = (row / inner) % seq;
+    const int64_t lo = row * 2 * half + i, hi = lo + half;
+    const float xl = ld(x[lo]), xh = ld(x[hi]);
+    const float c = cosT[t * half + i], s = sinT[t * half + i];
+    const float si = inverse ? -s : s;
+    out[lo] = static_cast<T>(xl * c - xh * si);
+    out[hi] = static_cast<T>(xh * c + xl * si);
   }
 }
 
@@ -131,20 +207,35 @@ void binary(Binary op, const T *a, const T *b, T *out, int64_t n,
             cudaStream_t stream) {
   if (n <= 0)
     return;
+#define ZTRT_CASE(E, OP, KERNEL, ...)                                          \
+  case E::OP:                                                                  \
+    ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, KERNEL<T, E::OP>)             \
+    (__VA_ARGS__);                                                             \
+    break;
   switch (op) {
-  case Binary::Add:
-    ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, binaryKernel<T, Binary::Add>)
-    (a, b, out, n);
-    break;
-  case Binary::Sub:
-    ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, binaryKernel<T, Binary::Sub>)
-    (a, b, out, n);
-    break;
-  case Binary::Mul:
-    ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, binaryKernel<T, Binary::Mul>)
-    (a, b, out, n);
-    break;
+    ZTRT_CASE(Binary, Add, binaryKernel, a, b, out, n)
+    ZTRT_CASE(Binary, Sub, binaryKernel, a, b, out, n)
+    ZTRT_CASE(Binary, Mul, binaryKernel, a, b, out, n)
+    ZTRT_CASE(Binary, Div, binaryKernel, a, b, out, n)
+    ZTRT_CASE(Binary, SiluGrad, binaryKernel, a, b, out, n)
+    ZTRT_CASE(Binary, SigmoidGrad, binaryKernel, a, b, out, n)
+    ZTRT_CASE(Binary, RsqrtGrad, binaryKernel, a, b, out, n)
   }
+  check(cudaGetLastError(), "elementwise kernel launch");
+}
+
+template <typename T>
+void unary(Unary op, const T *x, T *out, int64_t n, cudaStream_t stream) {
+  if (n <= 0)
+    return;
+  switch (op) {
+    ZTRT_CASE(Unary, Silu, unaryKernel, x, out, n)
+    ZTRT_CASE(Unary, Sigmoid, unaryKernel, x, out, n)
+    ZTRT_CASE(Unary, Exp, unaryKernel, x, out, n)
+    ZTRT_CASE(Unary, Sqrt, unaryKernel, x, out, n)
+    ZTRT_CASE(Unary, Rsqrt, unaryKernel, x, out, n)
+  }
+#undef ZTRT_CASE
   check(cudaGetLastError(), "elementwise kernel launch");
 }
 
@@ -208,6 +299,36 @@ void geluGrad(const T *dy, const T *x, T *dx, int64_t n, cudaStream_t stream) {
 }
 
 template <typename T>
+void maskedFill(const T *x, const int32_t *mask, T *out, int64_t outer,
+                int64_t inner, float value, cudaStream_t stream) {
+  const int64_t n = outer * inner;
+  if (n <= 0)
+    return;
+  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, maskedFillKernel)
+  (x, mask, out, n, inner, value);
+  check(cudaGetLastError(), "masked_fill kernel launch");
+}
+
+template <typename T>
+void rotaryEmbedding(const T *x, T *out, int64_t outer, int64_t seq,
+                     int64_t inner, int64_t dim, double theta, bool inverse,
+                     cudaStream_t stream) {
+  const int64_t half = dim / 2, entries = seq * half;
+  const int64_t pairs = outer * seq * inner * half;
+  if (pairs <= 0)
+    return;
+  auto *table = static_cast<float *>(
+      scratch(2 * entries * static_cast<int64_t>(sizeof(float)), stream,
+              "rotary_embedding"));
+  ZTRT_LAUNCH(blocksFor(entries), kBlock, 0, stream, ropeTableKernel)
+  (table, table + entries, entries, half, dim, theta);
+  ZTRT_LAUNCH(blocksFor(pairs), kBlock, 0, stream, rotaryKernel)
+  (x, out, table, table + entries, pairs, seq, inner, half, inverse);
+  check(cudaGetLastError(), "rotary_embedding kernel launch");
+  release(table, stream);
+}
+
+template <typename T>
 void sgdUpdate(T *param, const T *grad, T *momentumBuf, int64_t n,
                const SgdScalars &s, cudaStream_t stream) {
   if (n <= 0)
@@ -231,6 +352,7 @@ void adamUpdate(T *param, const T *grad, T *expAvg, T *expAvgSq, int64_t n,
   template void fill<T>(T *, int64_t, float, cudaStream_t);                    \
   template void binary<T>(Binary, const T *, const T *, T *, int64_t,          \
                           cudaStream_t);                                       \
+  template void unary<T>(Unary, const T *, T *, int64_t, cudaStream_t);        \
   template void scale<T>(const T *, T *, int64_t, float, cudaStream_t);        \
   template void divide<T>(T *, int64_t, float, cudaStream_t);                  \
   template void biasAdd<T>(const T *, const T *, T *, int64_t, int64_t,        \
@@ -239,6 +361,10 @@ void adamUpdate(T *param, const T *grad, T *expAvg, T *expAvgSq, int64_t n,
   template void reluGrad<T>(const T *, const T *, T *, int64_t, cudaStream_t); \
   template void gelu<T>(const T *, T *, int64_t, cudaStream_t);                \
   template void geluGrad<T>(const T *, const T *, T *, int64_t, cudaStream_t); \
+  template void maskedFill<T>(const T *, const int32_t *, T *, int64_t,        \
+                              int64_t, float, cudaStream_t);                   \
+  template void rotaryEmbedding<T>(const T *, T *, int64_t, int64_t, int64_t,  \
+                                   int64_t, double, bool, cudaStream_t);       \
   template void sgdUpdate<T>(T *, const T *, T *, int64_t, const SgdScalars &, \
                              cudaStream_t);                                    \
   template void adamUpdate<T>(T *, const T *, T *, T *, int64_t,               \

@@ -53,13 +53,19 @@ constexpr ErrorSlot kNoError = ~0ULL;
 
 // --- Elementwise (Elementwise.cu) --------------------------------------------
 
-enum class Binary { Add, Sub, Mul };
+/// out = op(a, b). The gradients take (dy, x) (SiluGrad) or (dy, y) with y
+/// the forward result (SigmoidGrad, RsqrtGrad), as in ztrt_abi.def.
+enum class Binary { Add, Sub, Mul, Div, SiluGrad, SigmoidGrad, RsqrtGrad };
+/// out = op(x).
+enum class Unary { Silu, Sigmoid, Exp, Sqrt, Rsqrt };
 
 template <typename T>
 void fill(T *out, int64_t n, float value, cudaStream_t stream);
 template <typename T>
 void binary(Binary op, const T *a, const T *b, T *out, int64_t n,
             cudaStream_t stream);
+template <typename T>
+void unary(Unary op, const T *x, T *out, int64_t n, cudaStream_t stream);
 template <typename T>
 void scale(const T *x, T *out, int64_t n, float factor, cudaStream_t stream);
 /// out[i] /= divisor: the mean of a collective (the sum divided by N in
@@ -77,6 +83,17 @@ template <typename T>
 void gelu(const T *x, T *out, int64_t n, cudaStream_t stream);
 template <typename T>
 void geluGrad(const T *dy, const T *x, T *dx, int64_t n, cudaStream_t stream);
+/// out (outer x inner) = x, or T(value) where mask[inner index] != 0.
+template <typename T>
+void maskedFill(const T *x, const int32_t *mask, T *out, int64_t outer,
+                int64_t inner, float value, cudaStream_t stream);
+/// RoPE over x and out of [outer, seq, inner, dim] (dim even): the cos /
+/// sin table of one [seq, dim / 2] block from vecmath::ropeCosSin (the cpu
+/// backend's bits), then one thread per rotated pair.
+template <typename T>
+void rotaryEmbedding(const T *x, T *out, int64_t outer, int64_t seq,
+                     int64_t inner, int64_t dim, double theta, bool inverse,
+                     cudaStream_t stream);
 
 /// torch.optim.SGD with every scalar already rounded to float, as the cpu
 /// backend does.
@@ -108,6 +125,12 @@ template <typename T>
 void layerNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
                    T *dbeta, int64_t rows, int64_t cols, double eps,
                    cudaStream_t stream);
+template <typename T>
+void rmsNorm(const T *x, const T *gamma, T *y, int64_t rows, int64_t cols,
+             double eps, cudaStream_t stream);
+template <typename T>
+void rmsNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
+                 int64_t rows, int64_t cols, double eps, cudaStream_t stream);
 template <typename T>
 void softmax(const T *x, T *y, int64_t rows, int64_t cols, bool causal,
              cudaStream_t stream);
@@ -143,18 +166,29 @@ template <typename T>
 void gather(const T *x, T *out, const Gather &plan, double factor,
             cudaStream_t stream);
 
-/// Sum over some dims: output o (row-major over the kept dims) sums, in
-/// double, the elements at keptOffset(o) + reducedOffset(r) for r over the
-/// reduced dims. Offsets are element strides into the input.
+/// A reduction over some dims: output o (row-major over the kept dims)
+/// combines the elements at keptOffset(o) + reducedOffset(r) for r over the
+/// reduced dims, in that order. Offsets are element strides into the input.
 struct Reduction {
   int keptRank = 0, reducedRank = 0;
   int64_t keptShape[kMaxDims], keptStrides[kMaxDims];
   int64_t reducedShape[kMaxDims], reducedStrides[kMaxDims];
   int64_t outputs = 1, reduced = 1;
 };
+/// ztrt_reduce's kind: sum and mean in double, max in float (NaN wins, and
+/// among equal values the first in input order, as on the cpu).
+enum class ReduceKind { Sum = 0, Mean = 1, Max = 2 };
 template <typename T>
-void reduce(const T *x, T *out, const Reduction &plan, bool mean,
+void reduce(const T *x, T *out, const Reduction &plan, ReduceKind kind,
             cudaStream_t stream);
+/// The adjoint of a max reduction: `plan` as for reduce; `toOutput` maps x
+/// (row-major over its shape) to offsets in y and dy (stride 0 along the
+/// reduced dims). dx = dy / ties where x == y, 0 elsewhere; ties are
+/// counted per output first.
+template <typename T>
+void reduceMaxGrad(const T *dy, const T *x, const T *y, T *dx,
+                   const Reduction &plan, const Gather &toOutput,
+                   cudaStream_t stream);
 
 template <typename T>
 void embedding(const T *table, const int32_t *ids, T *out, int64_t nIds,

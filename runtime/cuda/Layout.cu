@@ -1,4 +1,4 @@
-//===- Layout.cu - Transpose, reduce, broadcast, lookups, copies --------===//
+//===- Layout.cu - Transpose, reductions, broadcast, lookups, copies ----===//
 //
 // Part of ztrain's runtime (cuda backend). The host side (CudaBackend.cpp)
 // turns a shape, permutation or mask into a Gather or Reduction plan with
@@ -11,6 +11,7 @@
 #include "cuda/DeviceUtil.cuh"
 
 #include <climits>
+#include <cmath>
 #include <type_traits>
 
 namespace ztrt::cuda {
@@ -42,21 +43,64 @@ __global__ void gatherKernel(const T *x, T *out, Gather plan, Index n,
   }
 }
 
-/// Sums the elements of one output from reduced index `begin` to `end`, in
-/// double: an odometer over the reduced dims (at least one: the host plan
-/// has a unit dim when nothing is reduced), so only the start is decoded
-/// with divisions.
-template <typename T>
-__device__ double reduceRange(const T *x, const Reduction &plan, int64_t base,
-                              int64_t begin, int64_t end) {
-  double acc = 0.0;
+// The combining rules of a reduction (Acc: the accumulator; `ref`: a value
+// per output that the rule may compare against). Segments of one output are
+// merged in order, which gives the serial result: for sums by construction
+// (the same double additions chained), for max because merging a later
+// segment keeps the earlier maximum unless the later one is greater or NaN,
+// exactly what the serial loop does element by element.
+struct SumOp {
+  using Acc = double;
+  bool mean = false;
+  int64_t reduced = 1;
+  __device__ Acc init() const { return 0.0; }
+  __device__ void add(Acc &a, float v, float) const {
+    a += static_cast<double>(v);
+  }
+  __device__ void merge(Acc &a, Acc b) const { a += b; }
+  __device__ float finish(Acc a) const {
+    return static_cast<float>(mean ? a / reduced : a);
+  }
+};
+
+// The cpu's max: NaN-propagating (a NaN replaces the maximum and nothing
+// replaces a NaN but another), and an equal value (+0 after -0) does not
+// replace the first.
+struct MaxOp {
+  using Acc = float;
+  __device__ Acc init() const { return -INFINITY; }
+  __device__ void add(Acc &a, float v, float) const {
+    if (v > a || v != v)
+      a = v;
+  }
+  __device__ void merge(Acc &a, Acc b) const { add(a, b, 0.0f); }
+  __device__ float finish(Acc a) const { return a; }
+};
+
+// How many elements equal the output's maximum (`ref`, y[o]).
+struct TiesOp {
+  using Acc = int64_t;
+  __device__ Acc init() const { return 0; }
+  __device__ void add(Acc &a, float v, float ref) const { a += v == ref; }
+  __device__ void merge(Acc &a, Acc b) const { a += b; }
+  __device__ int64_t finish(Acc a) const { return a; }
+};
+
+/// Adds the elements of one output from reduced index `begin` to `end` to
+/// `acc`, in input order: an odometer over the reduced dims (at least one:
+/// the host plan has a unit dim when nothing is reduced), so only the start
+/// is decoded with divisions.
+template <typename Op, typename T>
+__device__ void reduceRange(const T *x, const Reduction &plan, int64_t base,
+                            int64_t begin, int64_t end, const Op &op,
+                            typename Op::Acc &acc, float ref) {
   if (begin >= end)
-    return acc;
+    return;
   if (plan.reducedRank == 1) {
     const int64_t stride = plan.reducedStrides[0];
     for (int64_t r = begin; r < end; ++r)
-      acc += static_cast<double>(static_cast<float>(x[base + r * stride]));
-    return acc;
+      op.add(acc, static_cast<float>(x[base + r * stride]), ref);
+    return;
   }
   int64_t coord[kMaxDims];
   int64_t offset = 0, rest = begin;
@@ -67,7 +111,7 @@ __device__ double reduceRange(const T *x, const Reduction &plan, int64_t base,
   }
   const int last = plan.reducedRank - 1;
   for (int64_t r = begin; r < end; ++r) {
-    acc += static_cast<double>(static_cast<float>(x[base + offset]));
+    op.add(acc, static_cast<float>(x[base + offset]), ref);
     int d = last;
     ++coord[d];
     offset += plan.reducedStrides[d];
@@ -79,7 +123,6 @@ __device__ double reduceRange(const T *x, const Reduction &plan, int64_t base,
       offset += plan.reducedStrides[d];
     }
   }
-  return acc;
 }
 
 __device__ int64_t keptOffset(const Reduction &plan, int64_t o) {
@@ -93,35 +136,54 @@ __device__ int64_t keptOffset(const Reduction &plan, int64_t o) {
 
 // Thread (segment s, output o), o fastest so that a warp reads neighbouring
 // outputs (coalesced when the kept dims are the inner ones, as for bias
-// gradients). One segment: the result itself; several: partial sums that
-// reduceFinishKernel adds in segment order.
-template <typename T>
-__global__ void reducePartialKernel(const T *x, T *out, double *partial,
-                                    Reduction plan, int64_t segments,
-                                    int64_t segmentLength, bool mean) {
+// gradients). One segment: the result itself; several: partial results
+// that reduceFinishKernel merges in segment order. `ref` (per output) may
+// be null.
+template <typename Op, typename T, typename Out>
+__global__ void reducePartialKernel(const T *x, const T *ref, Out *out,
+                                    typename Op::Acc *partial, Reduction plan,
+                                    int64_t segments, int64_t segmentLength,
+                                    Op op) {
   const int64_t total = segments * plan.outputs;
   for (int64_t t = globalThread(); t < total; t += gridThreads()) {
     const int64_t o = t % plan.outputs, s = t / plan.outputs;
     const int64_t begin = s * segmentLength;
     const int64_t end = min(plan.reduced, begin + segmentLength);
-    const double acc = reduceRange(x, plan, keptOffset(plan, o), begin, end);
+    typename Op::Acc acc = op.init();
+    reduceRange(x, plan, keptOffset(plan, o), begin, end, op, acc,
+                ref ? static_cast<float>(ref[o]) : 0.0f);
     if (partial)
       partial[t] = acc;
     else
-      out[o] =
-          static_cast<T>(static_cast<float>(mean ? acc / plan.reduced : acc));
+      out[o] = static_cast<Out>(op.finish(acc));
   }
 }
 
-template <typename T>
-__global__ void reduceFinishKernel(const double *partial, T *out,
-                                   int64_t outputs, int64_t segments,
-                                   int64_t reduced, bool mean) {
+template <typename Op, typename Out>
+__global__ void reduceFinishKernel(const typename Op::Acc *partial, Out *out,
+                                   int64_t outputs, int64_t segments, Op op) {
   for (int64_t o = globalThread(); o < outputs; o += gridThreads()) {
-    double acc = 0.0;
+    typename Op::Acc acc = op.init();
     for (int64_t s = 0; s < segments; ++s)
-      acc += partial[s * outputs + o];
-    out[o] = static_cast<T>(static_cast<float>(mean ? acc / reduced : acc));
+      op.merge(acc, partial[s * outputs + o]);
+    out[o] = static_cast<Out>(op.finish(acc));
+  }
+}
+
+// dx[i] = dy[o] / ties[o] where x[i] equals y[o], else 0; o is x element i's
+// output (`toOutput`: x's shape with the output's strides, 0 along the
+// reduced dims).
+template <typename T, typename Index>
+__global__ void maxGradKernel(const T *dy, const T *x, const T *y,
+                              const int64_t *ties, T *dx, Gather toOutput,
+                              Index n) {
+  for (Index i = static_cast<Index>(globalThread()); i < n;
+       i += static_cast<Index>(gridThreads())) {
+    const Index o = gatherOffset(toOutput, i);
+    dx[i] = static_cast<T>(static_cast<float>(x[i]) == static_cast<float>(y[o])
+                               ? static_cast<float>(dy[o]) /
+                                     static_cast<float>(ties[o])
+                               : 0.0f);
   }
 }
 
@@ -255,11 +317,12 @@ void gather(const T *x, T *out, const Gather &plan, double factor,
   check(cudaGetLastError(), "transpose/broadcast kernel launch");
 }
 
-template <typename T>
-void reduce(const T *x, T *out, const Reduction &plan, bool mean,
-            cudaStream_t stream) {
-  if (plan.outputs <= 0)
-    return;
+namespace {
+
+/// Enqueues the reduction `op` of x into out (one Out per output).
+template <typename Op, typename T, typename Out>
+void launchReduce(const T *x, const T *ref, Out *out, const Reduction &plan,
+                  const Op &op, cudaStream_t stream) {
   // Split each output's sum into segments when there are too few outputs to
   // fill the device (a bias gradient: a few hundred outputs, thousands of
   // rows each): at least 32 elements per segment, at most 1024 segments.
@@ -273,19 +336,62 @@ void reduce(const T *x, T *out, const Reduction &plan, bool mean,
       segments > 1 ? (plan.reduced + segments - 1) / segments : plan.reduced;
   if (segments > 1)
     segments = (plan.reduced + length - 1) / length;
-  double *partial = nullptr;
+  using Acc = typename Op::Acc;
+  Acc *partial = nullptr;
   if (segments > 1)
-    partial = static_cast<double *>(scratch(
-        segments * plan.outputs * sizeof(double), stream, "reduce"));
+    partial = static_cast<Acc *>(
+        scratch(segments * plan.outputs * static_cast<int64_t>(sizeof(Acc)),
+                stream, "reduce"));
   ZTRT_LAUNCH(blocksFor(segments * plan.outputs), kBlock, 0, stream,
-              reducePartialKernel)
-  (x, out, partial, plan, segments, length, mean);
+              reducePartialKernel<Op, T, Out>)
+  (x, ref, out, partial, plan, segments, length, op);
   if (partial) {
-    ZTRT_LAUNCH(blocksFor(plan.outputs), kBlock, 0, stream, reduceFinishKernel)
-    (partial, out, plan.outputs, segments, plan.reduced, mean);
+    ZTRT_LAUNCH(blocksFor(plan.outputs), kBlock, 0, stream,
+                reduceFinishKernel<Op, Out>)
+    (partial, out, plan.outputs, segments, op);
     release(partial, stream);
   }
+}
+
+} // namespace
+
+template <typename T>
+void reduce(const T *x, T *out, const Reduction &plan, ReduceKind kind,
+            cudaStream_t stream) {
+  if (plan.outputs <= 0)
+    return;
+  if (kind == ReduceKind::Max) {
+    launchReduce(x, static_cast<const T *>(nullptr), out, plan, MaxOp{},
+                 stream);
+  } else {
+    SumOp op;
+    op.mean = kind == ReduceKind::Mean;
+    op.reduced = plan.reduced;
+    launchReduce(x, static_cast<const T *>(nullptr), out, plan, op, stream);
+  }
   check(cudaGetLastError(), "reduce kernel launch");
+}
+
+template <typename T>
+void reduceMaxGrad(const T *dy, const T *x, const T *y, T *dx,
+                   const Reduction &plan, const Gather &toOutput,
+                   cudaStream_t stream) {
+  const int64_t n = plan.outputs * plan.reduced;
+  if (n <= 0)
+    return;
+  auto *ties = static_cast<int64_t *>(
+      scratch(plan.outputs * static_cast<int64_t>(sizeof(int64_t)), stream,
+              "reduce_max_grad"));
+  launchReduce(x, y, ties, plan, TiesOp{}, stream);
+  // Unsigned: i + the grid's stride (< 2^28) never wraps below 2^32.
+  if (n <= INT_MAX)
+    ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, maxGradKernel<T, uint32_t>)
+    (dy, x, y, ties, dx, toOutput, static_cast<uint32_t>(n));
+  else
+    ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, maxGradKernel<T, int64_t>)
+    (dy, x, y, ties, dx, toOutput, n);
+  check(cudaGetLastError(), "reduce_max_grad kernel launch");
+  release(ties, stream);
 }
 
 template <typename T>
@@ -369,8 +475,11 @@ void copy2d(const void *src, void *dst, int64_t rows, int64_t rowBytes,
 #define ZTRT_INSTANTIATE(T)                                                    \
   template void gather<T>(const T *, T *, const Gather &, double,              \
                           cudaStream_t);                                       \
-  template void reduce<T>(const T *, T *, const Reduction &, bool,             \
+  template void reduce<T>(const T *, T *, const Reduction &, ReduceKind,       \
                           cudaStream_t);                                       \
+  template void reduceMaxGrad<T>(const T *, const T *, const T *, T *,         \
+                                 const Reduction &, const Gather &,            \
+                                 cudaStream_t);                                \
   template void embedding<T>(const T *, const int32_t *, T *, int64_t,         \
                              int64_t, int64_t, ErrorSlot *, cudaStream_t);     \
   template void embeddingGrad<T>(const T *, const int32_t *, T *, int64_t,     \

@@ -1,4 +1,4 @@
-//===- Rows.cu - Layer norm, softmax, cross-entropy ---------------------===//
+//===- Rows.cu - Layer norm, RMS norm, softmax, cross-entropy -----------===//
 //
 // Part of ztrain's runtime (cuda backend). Per-row statistics in double,
 // rounded once, with the cpu backend's formulas (cpu/CpuBackend.cpp); only
@@ -7,9 +7,9 @@
 // round to different floats. exp and log are CUDA's (within 1-2 ulp of
 // glibc's), the one other source of difference.
 //
-// Geometry: layer norm uses a block per row (rows are the model width,
-// hundreds to thousands of columns); softmax and cross-entropy a warp per
-// row (attention rows are the sequence length). Column sums over rows
+// Geometry: layer norm and RMS norm use a block per row (rows are the model
+// width, hundreds to thousands of columns); softmax and cross-entropy a warp
+// per row (attention rows are the sequence length). Column sums over rows
 // (dgamma, dbeta) and the mean over rows of cross-entropy are two-stage:
 // fixed chunks of rows, then the chunks in order. Everything is a fixed
 // tree for given sizes: deterministic.
@@ -150,6 +150,84 @@ __global__ void layerNormGradFinishKernel(const double *partial, T *dgamma,
   dbeta[c] = static_cast<T>(static_cast<float>(sumBeta));
 }
 
+/// 1 / sqrt(mean(x^2) + eps) of a row in double (the cpu's rowRstd: each
+/// square is exact in double); every thread of the block gets it.
+template <typename T>
+__device__ double rowRstd(const T *xr, int64_t cols, double eps,
+                          double *shared) {
+  double sq = 0.0;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    sq += ldd(xr[c]) * ldd(xr[c]);
+  return 1.0 / sqrt(blockSum(sq, shared) / cols + eps);
+}
+
+template <typename T>
+__global__ void rmsNormKernel(const T *x, const T *gamma, T *y, int64_t cols,
+                              double eps) {
+  __shared__ double shared[kWarp];
+  const int64_t row = blockIdx.x;
+  const T *xr = x + row * cols;
+  T *yr = y + row * cols;
+  const double rstd = rowRstd(xr, cols, eps, shared);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    yr[c] =
+        static_cast<T>(static_cast<float>(ldd(xr[c]) * rstd * ldd(gamma[c])));
+}
+
+// dx = rstd * (g - xhat * mean(g * xhat)), g = dy * gamma, xhat = x * rstd;
+// the row's rstd is kept for the column sums.
+template <typename T>
+__global__ void rmsNormGradRowsKernel(const T *dy, const T *x, const T *gamma,
+                                      T *dx, double *rstds, int64_t cols,
+                                      double eps) {
+  __shared__ double shared[kWarp];
+  const int64_t row = blockIdx.x;
+  const T *xr = x + row * cols, *dyr = dy + row * cols;
+  const double rstd = rowRstd(xr, cols, eps, shared);
+  double sumGX = 0.0;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+    sumGX += ldd(dyr[c]) * ldd(gamma[c]) * ldd(xr[c]) * rstd;
+  const double meanGX = blockSum(sumGX, shared) / cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    double g = ldd(dyr[c]) * ldd(gamma[c]);
+    double xhat = ldd(xr[c]) * rstd;
+    dx[row * cols + c] =
+        static_cast<T>(static_cast<float>(rstd * (g - xhat * meanGX)));
+  }
+  if (threadIdx.x == 0)
+    rstds[row] = rstd;
+}
+
+// Column sums of dy * xhat over a chunk of rows, in row order.
+template <typename T>
+__global__ void rmsNormGradColumnsKernel(const T *dy, const T *x,
+                                         const double *rstds, double *partial,
+                                         int64_t rows, int64_t cols,
+                                         int64_t chunkRows) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t chunk = blockIdx.y;
+  if (c >= cols)
+    return;
+  const int64_t begin = chunk * chunkRows;
+  const int64_t end = min(rows, begin + chunkRows);
+  double sum = 0.0;
+  for (int64_t r = begin; r < end; ++r)
+    sum += ldd(dy[r * cols + c]) * (ldd(x[r * cols + c]) * rstds[r]);
+  partial[chunk * cols + c] = sum;
+}
+
+template <typename T>
+__global__ void rmsNormGradFinishKernel(const double *partial, T *dgamma,
+                                        int64_t cols, int64_t chunks) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols)
+    return;
+  double sum = 0.0;
+  for (int64_t k = 0; k < chunks; ++k)
+    sum += partial[k * cols + c];
+  dgamma[c] = static_cast<T>(static_cast<float>(sum));
+}
+
 // Causal: row i of each [cols x cols] block sees entries 0..i; the rest are
 // exactly 0. exp in float, the row sum in double, then one float scale.
 template <typename T>
@@ -271,6 +349,13 @@ void checkGrid(int64_t blocks, const char *op) {
     check(cudaErrorInvalidConfiguration, op);
 }
 
+/// Chunks of rows for the column sums of a norm's gradient: at least 32
+/// rows each, at most 256 of them (enough threads for the column sums, and
+/// the partial sums stay within 2 KiB per column and sum).
+int64_t columnChunks(int64_t rows) {
+  return std::min<int64_t>(256, (rows + 31) / 32);
+}
+
 } // namespace
 
 template <typename T>
@@ -298,9 +383,7 @@ void layerNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
     return;
   }
   checkGrid(rows, "layer_norm_grad: too many rows");
-  // Chunks of at least 32 rows, at most 256 of them: enough threads for
-  // the column sums, and the partial sums stay within 4 KiB per column.
-  const int64_t chunks = std::min<int64_t>(256, (rows + 31) / 32);
+  const int64_t chunks = columnChunks(rows);
   const int64_t chunkRows = (rows + chunks - 1) / chunks;
   auto *stats = static_cast<double *>(
       scratch(rows * 2 * sizeof(double), stream, "layer_norm_grad"));
@@ -319,6 +402,50 @@ void layerNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
   check(cudaGetLastError(), "layer_norm_grad kernel launch");
   release(partial, stream);
   release(stats, stream);
+}
+
+template <typename T>
+void rmsNorm(const T *x, const T *gamma, T *y, int64_t rows, int64_t cols,
+             double eps, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0)
+    return;
+  checkGrid(rows, "rms_norm: too many rows");
+  ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
+              rmsNormKernel)
+  (x, gamma, y, cols, eps);
+  check(cudaGetLastError(), "rms_norm kernel launch");
+}
+
+template <typename T>
+void rmsNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
+                 int64_t rows, int64_t cols, double eps, cudaStream_t stream) {
+  if (cols <= 0)
+    return;
+  if (rows <= 0) {
+    // Empty column sums: zeros, as on the cpu.
+    fill(dgamma, cols, 0.0f, stream);
+    return;
+  }
+  checkGrid(rows, "rms_norm_grad: too many rows");
+  const int64_t chunks = columnChunks(rows);
+  const int64_t chunkRows = (rows + chunks - 1) / chunks;
+  auto *rstds = static_cast<double *>(
+      scratch(rows * sizeof(double), stream, "rms_norm_grad"));
+  auto *partial = static_cast<double *>(
+      scratch(chunks * cols * sizeof(double), stream, "rms_norm_grad"));
+  ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
+              rmsNormGradRowsKernel)
+  (dy, x, gamma, dx, rstds, cols, eps);
+  const unsigned columnBlocks =
+      static_cast<unsigned>((cols + kBlock - 1) / kBlock);
+  ZTRT_LAUNCH(dim3(columnBlocks, static_cast<unsigned>(chunks)), kBlock, 0,
+              stream, rmsNormGradColumnsKernel)
+  (dy, x, rstds, partial, rows, cols, chunkRows);
+  ZTRT_LAUNCH(columnBlocks, kBlock, 0, stream, rmsNormGradFinishKernel)
+  (partial, dgamma, cols, chunks);
+  check(cudaGetLastError(), "rms_norm_grad kernel launch");
+  release(partial, stream);
+  release(rstds, stream);
 }
 
 template <typename T>
@@ -372,6 +499,10 @@ void crossEntropyGrad(const float *dloss, const T *logits,
                              int64_t, double, cudaStream_t);                   \
   template void layerNormGrad<T>(const T *, const T *, const T *, T *, T *,    \
                                  T *, int64_t, int64_t, double, cudaStream_t); \
+  template void rmsNorm<T>(const T *, const T *, T *, int64_t, int64_t,        \
+                           double, cudaStream_t);                              \
+  template void rmsNormGrad<T>(const T *, const T *, const T *, T *, T *,      \
+                               int64_t, int64_t, double, cudaStream_t);        \
   template void softmax<T>(const T *, T *, int64_t, int64_t, bool,             \
                            cudaStream_t);                                      \
   template void softmaxGrad<T>(const T *, const T *, T *, int64_t, int64_t,    \
