@@ -58,6 +58,28 @@ def _linear(m, f, x, name, fan_in, fan_out, w_init, b_init):
     return f.bias_add(y, f.param_read(b), hint=hint + "_b")
 
 
+def _causal_attention(f, q, k, v, hint):
+    """softmax(q k^T / sqrt(D), causal) v for [B,H,T,D] heads, back to [B,T,H*D]."""
+    B, H, T, D = q.shape
+    s = f.matmul(q, k, transpose_b=True, hint=f"{hint}_scores")
+    s = f.scale(s, 1.0 / math.sqrt(D), hint=f"{hint}_scaled")
+    att = f.softmax(s, causal=True, hint=f"{hint}_att")
+    y = f.matmul(att, v, hint=f"{hint}_y")                     # [B,H,T,D]
+    y = f.transpose(y, [0, 2, 1, 3], hint=f"{hint}_yt")         # [B,T,H,D]
+    return f.reshape(y, [B, T, H * D], hint=f"{hint}_yr")
+
+
+def _tied_lm_loss(f, x, embedding, targets, hint):
+    """Mean next-token cross-entropy of x [B,T,C] against the tied [V,C] embedding."""
+    B, T, _ = x.shape
+    V = embedding.shape[0]
+    logits = f.matmul(x, f.param_read(embedding, hint=hint), transpose_b=True,
+                      hint="logits")
+    logits = f.reshape(logits, [B * T, V], hint="logits_flat")
+    flat_targets = f.reshape(targets, [B * T], hint="targets_flat")
+    f.ret(f.cross_entropy(logits, flat_targets))
+
+
 def mlp(batch, in_features, hidden=(128,), classes=10, init="torch",
         input_name="x", label_name="y"):
     """Linear(in, h0) relu ... Linear(h_last, classes), cross-entropy loss.
@@ -143,25 +165,14 @@ def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5):
         q = heads_first(linear(a, f"{p}.attn.q_proj", C, C), f"h{i}_q")
         k = heads_first(linear(a, f"{p}.attn.k_proj", C, C), f"h{i}_k")
         v = heads_first(linear(a, f"{p}.attn.v_proj", C, C), f"h{i}_v")
-        s = f.matmul(q, k, transpose_b=True, hint=f"h{i}_scores")
-        s = f.scale(s, 1.0 / math.sqrt(D), hint=f"h{i}_scaled")
-        att = f.softmax(s, causal=True, hint=f"h{i}_att")
-        y = f.matmul(att, v, hint=f"h{i}_y")                     # [B,H,T,D]
-        y = f.transpose(y, [0, 2, 1, 3], hint=f"h{i}_yt")         # [B,T,H,D]
-        y = f.reshape(y, [B, T, C], hint=f"h{i}_yr")
-        y = linear(y, f"{p}.attn.c_proj", C, C)
+        y = linear(_causal_attention(f, q, k, v, f"h{i}"), f"{p}.attn.c_proj", C, C)
         x = f.add(x, y, hint=f"h{i}_res1")
         a = layer_norm(x, f"{p}.ln_2")
         a = linear(a, f"{p}.mlp.c_fc", C, 4 * C)
         a = f.gelu(a, hint=f"h{i}_gelu")
         a = linear(a, f"{p}.mlp.c_proj", 4 * C, C)
         x = f.add(x, a, hint=f"h{i}_res2")
-    x = layer_norm(x, "ln_f")
-    logits = f.matmul(x, f.param_read(wte, hint="wte_out"), transpose_b=True,
-                      hint="logits")
-    logits = f.reshape(logits, [B * T, V], hint="logits_flat")
-    flat_targets = f.reshape(targets, [B * T], hint="targets_flat")
-    f.ret(f.cross_entropy(logits, flat_targets))
+    _tied_lm_loss(f, layer_norm(x, "ln_f"), wte, targets, "wte_out")
     cfg = dict(batch=B, seq=T, vocab=V, layers=L, width=C, heads=H, epsilon=epsilon)
     return ModelSpec("gpt", cfg, m)
 
@@ -224,24 +235,14 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
             return f.transpose(t, [0, 2, 1, 3], hint=f"l{i}_{name}_t")
 
         q, k, v = heads("q_proj", True), heads("k_proj", True), heads("v_proj", False)
-        s = f.matmul(q, k, transpose_b=True, hint=f"l{i}_scores")
-        s = f.scale(s, 1.0 / math.sqrt(D), hint=f"l{i}_scaled")
-        att = f.softmax(s, causal=True, hint=f"l{i}_att")
-        y = f.matmul(att, v, hint=f"l{i}_y")                      # [B,H,T,D]
-        y = f.transpose(y, [0, 2, 1, 3], hint=f"l{i}_yt")          # [B,T,H,D]
-        y = f.reshape(y, [B, T, C], hint=f"l{i}_yr")
+        y = _causal_attention(f, q, k, v, f"l{i}")
         x = f.add(x, linear(y, f"{p}.self_attn.o_proj", C, C), hint=f"l{i}_res1")
         a = rms_norm(x, f"{p}.post_attention_layernorm")
         gate = f.silu(linear(a, f"{p}.mlp.gate_proj", C, F), hint=f"l{i}_silu")
         up = linear(a, f"{p}.mlp.up_proj", C, F)
         a = f.mul(gate, up, hint=f"l{i}_swiglu")
         x = f.add(x, linear(a, f"{p}.mlp.down_proj", F, C), hint=f"l{i}_res2")
-    x = rms_norm(x, "model.norm")
-    logits = f.matmul(x, f.param_read(emb, hint="embed_out"), transpose_b=True,
-                      hint="logits")
-    logits = f.reshape(logits, [B * T, V], hint="logits_flat")
-    flat_targets = f.reshape(targets, [B * T], hint="targets_flat")
-    f.ret(f.cross_entropy(logits, flat_targets))
+    _tied_lm_loss(f, rms_norm(x, "model.norm"), emb, targets, "embed_out")
     cfg = dict(batch=B, seq=T, vocab=V, layers=L, width=C, heads=H, hidden=F,
                epsilon=epsilon, rope_theta=rope_theta)
     return ModelSpec("llama", cfg, m)
