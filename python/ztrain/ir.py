@@ -164,6 +164,7 @@ class Function:
         self.result = None
         self.ops = []           # (result, op name, operands, attrs): for interpreters
         self._used = set()
+        self._dropout_streams = 0   # the next train.dropout's stream
 
     # -- naming ---------------------------------------------------------------
     def _fresh(self, hint):
@@ -348,6 +349,55 @@ class Function:
     @reference("masked_fill")
     def _masked_fill_ref(torch, F, a, attrs, shape):
         return a[0].masked_fill(a[1] != 0, attrs["value"])
+
+    def where(self, mask, a, b, hint=None):
+        """a where mask != 0, b where not (torch.where); mask is i32 with a
+        suffix of a's shape, broadcast over the leading dims."""
+        self._f32("train.where", a, b)
+        if a.shape != b.shape:
+            raise IRError(f"train.where: shapes differ: {a.type} vs {b.type}")
+        if mask.dtype != "i32" or mask.rank > a.rank or \
+                a.shape[a.rank - mask.rank:] != mask.shape:
+            raise IRError(f"train.where: mask {mask.type} must be i32 with a "
+                          f"suffix of {a.type}'s shape")
+        return self._emit(hint or "sel", a.shape, "f32",
+                          f"train.where {mask.name}, {a.name}, {b.name} : "
+                          f"{mask.type}, {a.type}", "where", (mask, a, b))
+
+    @reference("where")
+    def _where_ref(torch, F, a, attrs, shape):
+        return torch.where(a[0] != 0, a[1], a[2])
+
+    def dropout(self, x, p, stream=None, hint=None):
+        """Inverted dropout with probability p (training mode). Streams are
+        numbered from 0 in program order unless given; the mask is a
+        function of the run's seed, the stream, the step and each element's
+        index in the step's global batch (docs/runtime.md, "Dropout")."""
+        self._f32("train.dropout", x)
+        p = float(p)
+        if not 0.0 <= p <= 1.0:
+            raise IRError(f"train.dropout: probability must be in [0, 1], got {p}")
+        if stream is None:
+            stream = self._dropout_streams
+        if stream < 0:
+            raise IRError(f"train.dropout: stream must be >= 0, got {stream}")
+        self._dropout_streams = max(self._dropout_streams, stream + 1)
+        return self._emit(hint or "drop", x.shape, "f32",
+                          f"train.dropout {x.name} {{probability = {_f64_attr(p)}, "
+                          f"stream = {int(stream)} : i64}} : {x.type}",
+                          "dropout", (x,), probability=p, stream=int(stream))
+
+    @reference("dropout")
+    def _dropout_ref(torch, F, a, attrs, shape):
+        # The compiled op's mask (ztrain.rng); run_ir supplies the seed and
+        # step of the run it models under "_run".
+        from ztrain import rng
+        run = attrs["_run"]
+        keep = rng.dropout_keep(shape, attrs["probability"], run["seed"],
+                                attrs["stream"], run["step"])
+        scale = float(rng.dropout_scale(attrs["probability"]))
+        noise = torch.from_numpy(keep.astype("float32") * scale).to(a[0].dtype)
+        return a[0] * noise
 
     # -- linear algebra -------------------------------------------------------------
     def matmul(self, a, b, transpose_a=False, transpose_b=False, hint=None):

@@ -58,12 +58,15 @@ def _linear(m, f, x, name, fan_in, fan_out, w_init, b_init):
     return f.bias_add(y, f.param_read(b), hint=hint + "_b")
 
 
-def _causal_attention(f, q, k, v, hint):
-    """softmax(q k^T / sqrt(D), causal) v for [B,H,T,D] heads, back to [B,T,H*D]."""
+def _causal_attention(f, q, k, v, hint, dropout=0.0):
+    """softmax(q k^T / sqrt(D), causal) v for [B,H,T,D] heads, back to [B,T,H*D]
+    (with dropout on the attention probabilities when dropout > 0)."""
     B, H, T, D = q.shape
     s = f.matmul(q, k, transpose_b=True, hint=f"{hint}_scores")
     s = f.scale(s, 1.0 / math.sqrt(D), hint=f"{hint}_scaled")
     att = f.softmax(s, causal=True, hint=f"{hint}_att")
+    if dropout > 0.0:
+        att = f.dropout(att, dropout, hint=f"{hint}_att_drop")
     y = f.matmul(att, v, hint=f"{hint}_y")                     # [B,H,T,D]
     y = f.transpose(y, [0, 2, 1, 3], hint=f"{hint}_yt")         # [B,T,H,D]
     return f.reshape(y, [B, T, H * D], hint=f"{hint}_yr")
@@ -116,19 +119,27 @@ def mlp(batch, in_features, hidden=(128,), classes=10, init="torch",
     return ModelSpec("mlp", cfg, m)
 
 
-def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5):
+def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5, dropout=0.0):
     """GPT-2-style decoder with tied input/output embeddings.
 
     Inputs "tokens" and "targets", both i32 [batch, seq]. State-dict names:
     wte.weight [V, C], wpe.weight [T, C], h.{i}.ln_1.{weight,bias},
     h.{i}.attn.{q_proj,k_proj,v_proj,c_proj}.{weight,bias},
     h.{i}.ln_2.{weight,bias}, h.{i}.mlp.{c_fc,c_proj}.{weight,bias},
-    ln_f.{weight,bias}. Attention uses separate q/k/v projections because the
-    dialect has no slice op.
+    ln_f.{weight,bias}. Attention uses separate q/k/v projections (as the
+    Hugging Face checkpoints' split c_attn gives them).
+
+    dropout > 0 adds nanoGPT's four dropouts (train.dropout, streams in
+    program order): on the embeddings (stream 0), and in layer i on the
+    attention probabilities (1 + 3i), the attention output (2 + 3i) and
+    the MLP output (3 + 3i).
     """
     B, T, V, L, C, H = (int(v) for v in (batch, seq, vocab, layers, width, heads))
     if min(B, T, V, C, H) <= 0 or L < 0:
         raise IRError("gpt: sizes must be positive")
+    dropout = float(dropout)
+    if not 0.0 <= dropout < 1.0:
+        raise IRError(f"gpt: dropout must be in [0, 1), got {dropout}")
     if C % H:
         raise IRError(f"gpt: width {C} is not divisible by heads {H}")
     D = C // H
@@ -159,21 +170,29 @@ def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5):
     tok = f.embedding(f.param_read(wte), tokens, hint="tok_emb")
     pos = f.broadcast(f.param_read(wpe), [0], [B], hint="pos_emb")
     x = f.add(tok, pos, hint="x0")
+
+    def drop(x, hint):
+        return f.dropout(x, dropout, hint=hint) if dropout > 0.0 else x
+
+    x = drop(x, "x0_drop")
     for i in range(L):
         p = f"h.{i}"
         a = layer_norm(x, f"{p}.ln_1")
         q = heads_first(linear(a, f"{p}.attn.q_proj", C, C), f"h{i}_q")
         k = heads_first(linear(a, f"{p}.attn.k_proj", C, C), f"h{i}_k")
         v = heads_first(linear(a, f"{p}.attn.v_proj", C, C), f"h{i}_v")
-        y = linear(_causal_attention(f, q, k, v, f"h{i}"), f"{p}.attn.c_proj", C, C)
-        x = f.add(x, y, hint=f"h{i}_res1")
+        y = linear(_causal_attention(f, q, k, v, f"h{i}", dropout),
+                   f"{p}.attn.c_proj", C, C)
+        x = f.add(x, drop(y, f"h{i}_attn_drop"), hint=f"h{i}_res1")
         a = layer_norm(x, f"{p}.ln_2")
         a = linear(a, f"{p}.mlp.c_fc", C, 4 * C)
         a = f.gelu(a, hint=f"h{i}_gelu")
         a = linear(a, f"{p}.mlp.c_proj", 4 * C, C)
-        x = f.add(x, a, hint=f"h{i}_res2")
+        x = f.add(x, drop(a, f"h{i}_mlp_drop"), hint=f"h{i}_res2")
     _tied_lm_loss(f, layer_norm(x, "ln_f"), wte, targets, "wte_out")
     cfg = dict(batch=B, seq=T, vocab=V, layers=L, width=C, heads=H, epsilon=epsilon)
+    if dropout > 0.0:
+        cfg["dropout"] = dropout
     return ModelSpec("gpt", cfg, m)
 
 

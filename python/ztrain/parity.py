@@ -239,6 +239,8 @@ def torch_train(spec, init, data, steps, optimizer, float64=False):
     for t in range(1, steps + 1):
         b = {k: tensor(v) for k, v in batch_for_step(data, t, spec.batch).items()}
         opt.zero_grad(set_to_none=True)
+        if hasattr(model, "set_run"):
+            model.set_run(seed=0, step=t)   # run_exe's runs use the default seed 0
         loss = model(*model.inputs(b))
         loss.backward()
         opt.step()
@@ -422,6 +424,9 @@ def _parser():
     g.add_argument("--momentum", type=float, default=0.0)
     g.add_argument("--dampening", type=float, default=0.0)
     g.add_argument("--nesterov", action="store_true")
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="gpt: dropout probability (train.dropout; torch drops the same "
+                         "elements through ztrain.rng)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the numpy init and data")
     ap.add_argument("--threads", type=int)
     ap.add_argument("--workdir", help="keep the files here")
@@ -439,7 +444,8 @@ def main(argv=None):
     if a.model == "mlp":
         spec = models.mlp(a.batch or 16, a.in_features, a.hidden, a.classes)
     elif a.model == "gpt":
-        spec = models.gpt(a.batch or 4, a.seq, a.vocab, a.layers, a.width, a.heads)
+        spec = models.gpt(a.batch or 4, a.seq, a.vocab, a.layers, a.width, a.heads,
+                          dropout=a.dropout)
     else:
         spec = models.llama(a.batch or 4, a.seq, a.vocab, a.layers, a.width, a.heads)
     opt = OptimizerConfig(a.optimizer, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay,

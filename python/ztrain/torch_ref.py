@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import ir, safetensors
+from . import ir, rng, safetensors
 
 __all__ = ["MLP", "GPT", "Llama", "from_spec", "load_state", "state_numpy", "make_optimizer"]
 
@@ -39,14 +39,35 @@ class MLP(nn.Module):
         return batch["x"], batch["y"]
 
 
+class Dropout(nn.Module):
+    """train.dropout's inverted dropout with the compiled op's mask
+    (`ztrain.rng`): stream `stream`, the seed and step in the shared `run`
+    dict ({"seed": int, "step": int}, set by the model's owner before each
+    step), one process holding the global batch."""
+
+    def __init__(self, p, stream, run):
+        super().__init__()
+        self.p, self.stream, self.run = p, stream, run
+
+    def forward(self, x):
+        if self.p == 0.0:
+            return x
+        keep = rng.dropout_keep(tuple(x.shape), self.p, self.run["seed"],
+                                self.stream, self.run["step"])
+        noise = keep.astype(np.float32) * rng.dropout_scale(self.p)
+        return x * torch.from_numpy(noise).to(device=x.device, dtype=x.dtype)
+
+
 class Attention(nn.Module):
-    def __init__(self, width, heads):
+    def __init__(self, width, heads, drop_att=None, drop_out=None):
         super().__init__()
         self.heads = heads
         self.q_proj = nn.Linear(width, width)
         self.k_proj = nn.Linear(width, width)
         self.v_proj = nn.Linear(width, width)
         self.c_proj = nn.Linear(width, width)
+        self.drop_att = drop_att or nn.Identity()
+        self.drop_out = drop_out or nn.Identity()
 
     def forward(self, x):
         B, T, C = x.shape
@@ -60,28 +81,29 @@ class Attention(nn.Module):
         s = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(D))
         mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
         s = s.masked_fill(mask, float("-inf"))
-        att = torch.softmax(s, dim=-1)
+        att = self.drop_att(torch.softmax(s, dim=-1))
         y = torch.matmul(att, v).permute(0, 2, 1, 3).reshape(B, T, C)
-        return self.c_proj(y)
+        return self.drop_out(self.c_proj(y))
 
 
 class MLPBlock(nn.Module):
-    def __init__(self, width):
+    def __init__(self, width, drop=None):
         super().__init__()
         self.c_fc = nn.Linear(width, 4 * width)
         self.c_proj = nn.Linear(4 * width, width)
+        self.drop = drop or nn.Identity()
 
     def forward(self, x):
-        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+        return self.drop(self.c_proj(F.gelu(self.c_fc(x), approximate="tanh")))
 
 
 class Block(nn.Module):
-    def __init__(self, width, heads, eps):
+    def __init__(self, width, heads, eps, drops=(None, None, None)):
         super().__init__()
         self.ln_1 = nn.LayerNorm(width, eps=eps)
-        self.attn = Attention(width, heads)
+        self.attn = Attention(width, heads, drops[0], drops[1])
         self.ln_2 = nn.LayerNorm(width, eps=eps)
-        self.mlp = MLPBlock(width)
+        self.mlp = MLPBlock(width, drops[2])
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -89,15 +111,27 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab, seq, layers, width, heads, eps=1e-5):
+    def __init__(self, vocab, seq, layers, width, heads, eps=1e-5, dropout=0.0):
         super().__init__()
         self.wte = nn.Embedding(vocab, width)
         self.wpe = nn.Embedding(seq, width)
-        self.h = nn.ModuleList([Block(width, heads, eps) for _ in range(layers)])
+        # models.gpt's dropout streams: 0 on the embeddings, 1 + 3i, 2 + 3i,
+        # 3 + 3i in layer i (attention probabilities, attention output, MLP).
+        self.run = {"seed": 0, "step": 1}
+        drop = (lambda s: Dropout(dropout, s, self.run)) if dropout > 0.0 else (lambda s: None)
+        self.drop = drop(0) or nn.Identity()
+        self.h = nn.ModuleList([Block(width, heads, eps,
+                                      (drop(1 + 3 * i), drop(2 + 3 * i), drop(3 + 3 * i)))
+                                for i in range(layers)])
         self.ln_f = nn.LayerNorm(width, eps=eps)
 
+    def set_run(self, seed, step):
+        """The seed and 1-based step of the compiled run being modelled
+        (dropout masks depend on them)."""
+        self.run.update(seed=seed, step=step)
+
     def logits(self, tokens):
-        x = self.wte(tokens.long()) + self.wpe.weight.unsqueeze(0)
+        x = self.drop(self.wte(tokens.long()) + self.wpe.weight.unsqueeze(0))
         for block in self.h:
             x = block(x)
         x = self.ln_f(x)
@@ -224,7 +258,7 @@ def from_spec(spec):
         return model
     if spec.kind == "gpt":
         return GPT(c["vocab"], c["seq"], c["layers"], c["width"], c["heads"],
-                   c.get("epsilon", 1e-5))
+                   c.get("epsilon", 1e-5), c.get("dropout", 0.0))
     if spec.kind == "llama":
         return Llama(c["vocab"], c["seq"], c["layers"], c["width"], c["heads"], c["hidden"],
                      c.get("epsilon", 1e-5), c.get("rope_theta", 10000.0))
@@ -269,10 +303,12 @@ def make_optimizer(params, kind, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
 
 # -- an interpreter of the builder's IR ------------------------------------------------
 
-def run_ir(module, params, inputs):
+def run_ir(module, params, inputs, seed=0, step=1):
     """Evaluate a module built with `ztrain.ir` in torch, op by op.
 
-    params / inputs: {name: torch.Tensor}. Returns the loss tensor; autograd
+    params / inputs: {name: torch.Tensor}. seed / step: those of the
+    compiled run being modelled (train.dropout's mask depends on them; one
+    process holding the global batch). Returns the loss tensor; autograd
     gives the gradient of any params that require it. Each op's meaning is
     the PyTorch function registered beside its builder in `ztrain.ir`
     (`ir.REFERENCES`), so this checks the model builders against the torch
@@ -287,7 +323,8 @@ def run_ir(module, params, inputs):
             ref = ir.REFERENCES.get(op)
             if ref is None:
                 raise NotImplementedError(f"no PyTorch reference for train.{op}")
-            r = ref(torch, F, [env[v.name] for v in operands], attrs, res.shape)
+            r = ref(torch, F, [env[v.name] for v in operands],
+                    dict(attrs, _run={"seed": seed, "step": step}), res.shape)
         if tuple(r.shape) != res.shape:
             raise AssertionError(f"{op}: interpreter shape {tuple(r.shape)} != IR {res.shape}")
         env[res.name] = r

@@ -21,6 +21,7 @@
 
 #include "cpu/VecMath.h"
 #include "src/Communicator.h"
+#include "src/Rng.h"
 #include "src/Support.h"
 
 #include <algorithm>
@@ -416,6 +417,18 @@ public:
                   int64_t outer, int64_t inner, double value) override {
     ZTRT_CPU_DISPATCH(dtype, maskedFillT<T>(as<T>(x), as<int32_t>(mask),
                                             as<T>(out), outer, inner, value));
+  }
+
+  void where(DType dtype, const void *mask, const void *x, const void *y,
+             void *out, int64_t outer, int64_t inner) override {
+    ZTRT_CPU_DISPATCH(dtype, whereT<T>(as<int32_t>(mask), as<T>(x), as<T>(y),
+                                       as<T>(out), outer, inner));
+  }
+
+  void dropout(DType dtype, const void *x, void *out, int64_t n, uint64_t key,
+               uint64_t counterBase, uint32_t threshold, float scale) override {
+    ZTRT_CPU_DISPATCH(dtype, dropoutT<T>(as<T>(x), as<T>(out), n, key,
+                                         counterBase, threshold, scale));
   }
 
   void matmul(DType dtype, const void *a, const void *b, void *c,
@@ -896,6 +909,29 @@ private:
     for (int64_t r = 0; r < outer; ++r)
       for (int64_t j = 0; j < inner; ++j)
         out[r * inner + j] = mask[j] ? fill : x[r * inner + j];
+  }
+
+  template <typename T>
+  static void whereT(const int32_t *mask, const T *x, const T *y, T *out,
+                     int64_t outer, int64_t inner) {
+#pragma omp parallel for schedule(static) if (outer * inner >=                 \
+                                              kParallelElements)
+    for (int64_t r = 0; r < outer; ++r)
+      for (int64_t j = 0; j < inner; ++j)
+        out[r * inner + j] = mask[j] ? x[r * inner + j] : y[r * inner + j];
+  }
+
+  template <typename T>
+  static void dropoutT(const T *x, T *out, int64_t n, uint64_t key,
+                       uint64_t counterBase, uint32_t threshold, float scale) {
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+    for (int64_t i = 0; i < n; ++i) {
+      bool drop = rng::bits24(key, counterBase + static_cast<uint64_t>(i)) <
+                  threshold;
+      // x * 0 for a dropped element, as PyTorch's x * mask: NaN and inf
+      // still propagate.
+      out[i] = st<T>(ld(x[i]) * (drop ? 0.0f : scale));
+    }
   }
 
   /// 1 / sqrt(mean(x^2) + eps) of one row, in double.

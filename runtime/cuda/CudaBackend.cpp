@@ -495,6 +495,20 @@ public:
                                 inner, static_cast<float>(value), compute));
   }
 
+  void where(DType dtype, const void *mask, const void *x, const void *y,
+             void *out, int64_t outer, int64_t inner) override {
+    ZTRT_CUDA_DISPATCH(dtype,
+                       cuda::where(as<int32_t>(mask), as<T>(x), as<T>(y),
+                                   as<T>(out), outer, inner, compute));
+  }
+
+  void dropout(DType dtype, const void *x, void *out, int64_t n, uint64_t key,
+               uint64_t counterBase, uint32_t threshold, float scale) override {
+    ZTRT_CUDA_DISPATCH(dtype, cuda::dropout(as<T>(x), as<T>(out), n, key,
+                                            counterBase, threshold, scale,
+                                            compute));
+  }
+
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS
   // gets B first, with the row-major leading dimensions unchanged (a
   // row-major matrix is its transpose in column-major order). float:

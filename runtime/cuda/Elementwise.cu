@@ -16,6 +16,7 @@
 
 #include "cpu/VecMath.h"
 #include "cuda/DeviceUtil.cuh"
+#include "src/Rng.h"
 
 #include <cmath>
 
@@ -82,6 +83,27 @@ __global__ void maskedFillKernel(const T *x, const int32_t *mask, T *out,
   const T fill = static_cast<T>(value);
   for (int64_t i = globalThread(); i < n; i += gridThreads())
     out[i] = mask[i % inner] ? fill : x[i];
+}
+
+// out = mask ? x : y, copied as T (their bits), as on the cpu.
+template <typename T>
+__global__ void whereKernel(const int32_t *mask, const T *x, const T *y,
+                            T *out, int64_t n, int64_t inner) {
+  for (int64_t i = globalThread(); i < n; i += gridThreads())
+    out[i] = mask[i % inner] ? x[i] : y[i];
+}
+
+// The cpu's dropout: the same 24 bits of the same counter (src/Rng.h), the
+// same float multiply.
+template <typename T>
+__global__ void dropoutKernel(const T *x, T *out, int64_t n, uint64_t key,
+                              uint64_t counterBase, uint32_t threshold,
+                              float scale) {
+  for (int64_t i = globalThread(); i < n; i += gridThreads()) {
+    bool drop = rng::bits24(key, counterBase + static_cast<uint64_t>(i)) <
+                threshold;
+    out[i] = static_cast<T>(ld(x[i]) * (drop ? 0.0f : scale));
+  }
 }
 
 // The cpu's table of one [seq, half] block, entry k = t * half + i.
@@ -310,6 +332,27 @@ void maskedFill(const T *x, const int32_t *mask, T *out, int64_t outer,
 }
 
 template <typename T>
+void where(const int32_t *mask, const T *x, const T *y, T *out, int64_t outer,
+           int64_t inner, cudaStream_t stream) {
+  const int64_t n = outer * inner;
+  if (n <= 0)
+    return;
+  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, whereKernel)
+  (mask, x, y, out, n, inner);
+  check(cudaGetLastError(), "where kernel launch");
+}
+
+template <typename T>
+void dropout(const T *x, T *out, int64_t n, uint64_t key, uint64_t counterBase,
+             uint32_t threshold, float scale, cudaStream_t stream) {
+  if (n <= 0)
+    return;
+  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, dropoutKernel)
+  (x, out, n, key, counterBase, threshold, scale);
+  check(cudaGetLastError(), "dropout kernel launch");
+}
+
+template <typename T>
 void rotaryEmbedding(const T *x, T *out, int64_t outer, int64_t seq,
                      int64_t inner, int64_t dim, double theta, bool inverse,
                      cudaStream_t stream) {
@@ -363,6 +406,10 @@ void adamUpdate(T *param, const T *grad, T *expAvg, T *expAvgSq, int64_t n,
   template void geluGrad<T>(const T *, const T *, T *, int64_t, cudaStream_t); \
   template void maskedFill<T>(const T *, const int32_t *, T *, int64_t,        \
                               int64_t, float, cudaStream_t);                   \
+  template void where<T>(const int32_t *, const T *, const T *, T *, int64_t,  \
+                         int64_t, cudaStream_t);                               \
+  template void dropout<T>(const T *, T *, int64_t, uint64_t, uint64_t,        \
+                           uint32_t, float, cudaStream_t);                     \
   template void rotaryEmbedding<T>(const T *, T *, int64_t, int64_t, int64_t,  \
                                    int64_t, double, bool, cudaStream_t);       \
   template void sgdUpdate<T>(T *, const T *, T *, int64_t, const SgdScalars &, \

@@ -87,6 +87,15 @@ void geluGrad(const T *dy, const T *x, T *dx, int64_t n, cudaStream_t stream);
 template <typename T>
 void maskedFill(const T *x, const int32_t *mask, T *out, int64_t outer,
                 int64_t inner, float value, cudaStream_t stream);
+/// out (outer x inner) = mask[inner index] != 0 ? x : y.
+template <typename T>
+void where(const int32_t *mask, const T *x, const T *y, T *out, int64_t outer,
+           int64_t inner, cudaStream_t stream);
+/// out[i] = x[i] * (drop ? 0 : scale), drop = rng::bits24(key,
+/// counterBase + i) < threshold (Backend::dropout).
+template <typename T>
+void dropout(const T *x, T *out, int64_t n, uint64_t key, uint64_t counterBase,
+             uint32_t threshold, float scale, cudaStream_t stream);
 /// RoPE over x and out of [outer, seq, inner, dim] (dim even): the cos /
 /// sin table of one [seq, dim / 2] block from vecmath::ropeCosSin (the cpu
 /// backend's bits), then one thread per rotated pair.

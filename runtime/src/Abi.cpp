@@ -14,6 +14,7 @@
 #include "ztrt.h"
 
 #include "src/Context.h"
+#include "src/Init.h"
 #include "src/Support.h"
 
 #include <cmath>
@@ -435,6 +436,33 @@ void ztrt_adam_update(ztrt_ctx *ctx, int32_t dtype, void *param,
       type, param, grad, exp_avg, exp_avg_sq, n,
       AdamHyper{lr, beta1, beta2, eps, weight_decay, decoupled != 0},
       ctx->step);
+}
+
+void ztrt_dropout(ztrt_ctx *ctx, int32_t dtype, const void *x, void *out,
+                  int64_t n, int64_t stream, double p) {
+  Backend &backend = backendOf(ctx, "dropout");
+  TraceScope trace(ctx->trace(), "dropout");
+  const DType type = checkDType("dropout", dtype);
+  checkCount("dropout", "element count", n);
+  if (stream < 0)
+    fatal("dropout: stream must be >= 0, got %lld",
+          static_cast<long long>(stream));
+  if (!(p >= 0.0 && p <= 1.0))
+    fatal("dropout: probability must be in [0, 1], got %g", p);
+  if (ctx->step < 1)
+    fatal("dropout: called outside a step (step counter is %lld)",
+          static_cast<long long>(ctx->step));
+  // docs/runtime.md, "Dropout": one key per (seed, stream, step); counter
+  // = the element's index in the step's global tensor; element drops when
+  // its 24 random bits, as a fraction of 2^24, are below p.
+  uint64_t key = rng::draw(
+      rng::streamKey(ctx->seed, "dropout/" + std::to_string(stream)),
+      static_cast<uint64_t>(ctx->step));
+  uint64_t base = static_cast<uint64_t>(ctx->comm().rank()) *
+                  static_cast<uint64_t>(n);
+  uint32_t threshold = static_cast<uint32_t>(std::ceil(p * 0x1p24));
+  float scale = p < 1.0 ? static_cast<float>(1.0 / (1.0 - p)) : 0.0f;
+  backend.dropout(type, x, out, n, key, base, threshold, scale);
 }
 
 int64_t ztrt_rank(ztrt_ctx *ctx) {

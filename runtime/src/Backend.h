@@ -133,6 +133,15 @@ public:
                           void *expAvg, void *expAvgSq, int64_t n,
                           const AdamHyper &hyper, int64_t step) = 0;
 
+  // --- Dropout (ztrt_dropout) ------------------------------------------------
+  /// out[i] = x[i] * (drop ? 0 : scale) (NaN and inf propagate), where element i drops when
+  /// rng::bits24(key, counterBase + i) < threshold (src/Rng.h). The entry
+  /// point derives key, counterBase, threshold and scale from the call and
+  /// the context (docs/runtime.md, "Dropout").
+  virtual void dropout(DType dtype, const void *x, void *out, int64_t n,
+                       uint64_t key, uint64_t counterBase, uint32_t threshold,
+                       float scale) = 0;
+
   // --- Collectives over the ranks of `comm` (meaning as in ztrt_abi.def) -----
   // Each returns the bytes this rank handed to the transport for other ranks
   // (its "wire bytes": the sizes of the sends it passed to MPI or NCCL, in

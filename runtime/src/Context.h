@@ -158,6 +158,9 @@ struct ztrt_ctx {
   std::vector<void *> grads;
   /// 1-based number of the step being run; 0 before the first.
   int64_t step = 0;
+  /// The run's seed (--seed, or the resumed checkpoint's): dropout masks
+  /// derive from it.
+  uint64_t seed = 0;
   /// The value ztrt_set_loss received during the current step.
   float loss = 0.0f;
   bool lossSet = false;

@@ -455,6 +455,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
 
   std::unique_ptr<Backend> impl = createBackend(opts.backend, *world);
   ztrt_ctx ctx(std::move(impl), std::move(world));
+  ctx.seed = opts.seed;
   Backend &backend = ctx.backend();
   Communicator &comm = ctx.comm();
   if (opts.threads > 0)

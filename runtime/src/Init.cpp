@@ -13,16 +13,6 @@
 namespace ztrt {
 namespace rng {
 
-namespace {
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-} // namespace
-
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 uint64_t fnv1a64(std::string_view bytes) {
   uint64_t hash = 0xCBF29CE484222325ull;
   for (char c : bytes) {
@@ -37,12 +27,8 @@ uint64_t streamKey(uint64_t seed, std::string_view tag) {
   return mix64(fnv1a64(tag) ^ mix64(seed + kGolden));
 }
 
-uint64_t draw(uint64_t key, uint64_t counter) {
-  return mix64(key + (counter + 1) * kGolden);
-}
-
 double uniform24(uint64_t key, uint64_t counter) {
-  return static_cast<double>(draw(key, counter) >> 40) * 0x1p-24;
+  return static_cast<double>(bits24(key, counter)) * 0x1p-24;
 }
 
 double normal(uint64_t key, uint64_t index) {

@@ -13,6 +13,7 @@
 #define ZTRT_SRC_INIT_H
 
 #include "src/Descriptor.h"
+#include "src/Rng.h" // mix64, draw, bits24
 
 #include <cstdint>
 #include <string_view>
@@ -20,14 +21,10 @@
 namespace ztrt {
 namespace rng {
 
-/// The splitmix64 output finalizer.
-uint64_t mix64(uint64_t z);
 /// 64-bit FNV-1a of `bytes`.
 uint64_t fnv1a64(std::string_view bytes);
 /// The stream key of `tag` under `seed`.
 uint64_t streamKey(uint64_t seed, std::string_view tag);
-/// Output number `counter` (0-based) of splitmix64 started at state `key`.
-uint64_t draw(uint64_t key, uint64_t counter);
 /// U[0, 1) with 24 random bits (exactly representable as float).
 double uniform24(uint64_t key, uint64_t counter);
 /// N(0, 1) by Box–Muller (cosine branch) from draws 2*index and 2*index+1.

@@ -105,3 +105,29 @@ func.func @slice_concat() -> tensor<f32> attributes {train.entry} {
   %l = train.reduce sum %c [0, 1] : tensor<2x8xf32> -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// where: the adjoint of on_true is where(mask, dy, 0), of on_false
+// where(mask, 0, dy), one zero fill shared; dropout: the same op (same
+// probability, same stream, so the same elements drop) applied to dy.
+// CHECK-LABEL: func.func @where_dropout
+// CHECK: %[[A:.*]] = train.param_read @a
+// CHECK: %[[B:.*]] = train.param_read @b
+// CHECK: %[[W:.*]] = train.where %[[MASK:[^,]*]], %[[A]], %[[B]]
+// CHECK: %[[D:.*]] = train.dropout %[[W]] {probability = 2.500000e-01 : f64, stream = 5 : i64}
+// CHECK: %[[DD:.*]] = train.dropout %{{.*}} {probability = 2.500000e-01 : f64, stream = 5 : i64}
+// CHECK: %[[Z:.*]] = train.fill {value = 0.000000e+00 : f64} : tensor<2x3xf32>
+// CHECK: %[[DA:.*]] = train.where %[[MASK]], %[[DD]], %[[Z]]
+// CHECK: %[[DB:.*]] = train.where %[[MASK]], %[[Z]], %[[DD]]
+// CHECK: return %{{.*}}, %[[DA]], %[[DB]]
+train.param @a : tensor<2x3xf32> init(ones)
+train.param @b : tensor<2x3xf32> init(zeros)
+func.func @where_dropout(%mask: tensor<3xi32>) -> tensor<f32> attributes {train.entry} {
+  %a = train.param_read @a : tensor<2x3xf32>
+  %b = train.param_read @b : tensor<2x3xf32>
+  %w = train.where %mask, %a, %b : tensor<3xi32>, tensor<2x3xf32>
+  %d = train.dropout %w {probability = 0.25 : f64, stream = 5 : i64} : tensor<2x3xf32>
+  %l = train.reduce sum %d [0, 1] : tensor<2x3xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}

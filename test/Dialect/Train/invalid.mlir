@@ -527,3 +527,59 @@ func.func @f(%x: tensor<2x0xf32>) {
   %0 = train.silu %x : tensor<2x0xf32>
   return
 }
+
+// -----
+
+func.func @f(%m: tensor<3x4xi32>, %a: tensor<2x4x4xf32>) {
+  // expected-error @+1 {{mask shape [3, 4] must be a suffix of the result shape [2, 4, 4]}}
+  %0 = train.where %m, %a, %a : tensor<3x4xi32>, tensor<2x4x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%m: tensor<4xi32>, %a: tensor<2x4xf32>, %b: tensor<2x4xbf16>) {
+  // expected-error @+1 {{all of {on_true, on_false, result} have same type}}
+  %0 = "train.where"(%m, %a, %b) : (tensor<4xi32>, tensor<2x4xf32>, tensor<2x4xbf16>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%m: tensor<4xf32>, %a: tensor<2x4xf32>) {
+  // expected-error @+1 {{operand #0 must be statically shaped tensor of 32-bit signless integer values}}
+  %0 = "train.where"(%m, %a, %a) : (tensor<4xf32>, tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4xf32>) {
+  // expected-error @+1 {{probability must be in [0, 1], got 1.5}}
+  %0 = train.dropout %x {probability = 1.5 : f64, stream = 0 : i64} : tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4xf32>) {
+  // expected-error @+1 {{probability must be in [0, 1], got nan}}
+  %0 = train.dropout %x {probability = 0x7FF8000000000000 : f64, stream = 0 : i64} : tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4xf32>) {
+  // expected-error @+1 {{stream must be >= 0, got -1}}
+  %0 = train.dropout %x {probability = 0.5 : f64, stream = -1 : i64} : tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x0xf32>) {
+  // expected-error @+1 {{zero-size}}
+  %0 = train.dropout %x {probability = 0.5 : f64, stream = 0 : i64} : tensor<2x0xf32>
+  return
+}

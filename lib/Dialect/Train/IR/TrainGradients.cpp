@@ -2,9 +2,10 @@
 //
 // Part of the ztrain project.
 //
-// GradientOpInterface implementations: given the adjoints of an op's
-// results, build the adjoints of its operands from train ops. train-autodiff
-// drives these in reverse program order.
+// The gradient rules with more logic than creating a few ops (matmul,
+// transpose, reduce, concat), and the helpers every rule may use. The other
+// rules are declared beside their ops in TrainOps.td (`let gradient`).
+// train-autodiff drives them in reverse program order.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,12 +15,14 @@
 
 using namespace mlir;
 using namespace ztrain::train;
+using namespace ztrain::train::grad;
 
 static RankedTensorType tensorTy(Value v) {
   return cast<RankedTensorType>(v.getType());
 }
 
-static Value scaleBy(OpBuilder &b, Location loc, Value x, double factor) {
+Value ztrain::train::grad::scaleBy(OpBuilder &b, Location loc, Value x,
+                                   double factor) {
   return ScaleOp::create(b, loc, x.getType(), x, b.getF64FloatAttr(factor));
 }
 
@@ -39,57 +42,11 @@ static Value reshape(OpBuilder &b, Location loc, Value x,
   return ReshapeOp::create(b, loc, type, x);
 }
 
-/// dims [0, n).
-static SmallVector<int64_t> leadingDims(int64_t n) {
+SmallVector<int64_t> ztrain::train::grad::leadingDims(int64_t n) {
   SmallVector<int64_t> dims;
   for (int64_t d = 0; d < n; ++d)
     dims.push_back(d);
   return dims;
-}
-
-SmallVector<Value> AddOp::buildGradients(OpBuilder &b,
-                                         ArrayRef<Value> resultGrads) {
-  return {resultGrads[0], resultGrads[0]};
-}
-
-SmallVector<Value> SubOp::buildGradients(OpBuilder &b,
-                                         ArrayRef<Value> resultGrads) {
-  return {resultGrads[0], scaleBy(b, getLoc(), resultGrads[0], -1.0)};
-}
-
-SmallVector<Value> MulOp::buildGradients(OpBuilder &b,
-                                         ArrayRef<Value> resultGrads) {
-  Value dy = resultGrads[0];
-  Type t = getType();
-  return {MulOp::create(b, getLoc(), t, dy, getRhs()),
-          MulOp::create(b, getLoc(), t, dy, getLhs())};
-}
-
-SmallVector<Value> ScaleOp::buildGradients(OpBuilder &b,
-                                           ArrayRef<Value> resultGrads) {
-  return {scaleBy(b, getLoc(), resultGrads[0],
-                  getFactor().convertToDouble())};
-}
-
-SmallVector<Value> BiasAddOp::buildGradients(OpBuilder &b,
-                                             ArrayRef<Value> resultGrads) {
-  Value dy = resultGrads[0];
-  int64_t rank = tensorTy(dy).getRank();
-  Value db = ReduceOp::create(b, getLoc(), getBias().getType(),
-                              ReduceKind::sum, dy, leadingDims(rank - 1));
-  return {dy, db};
-}
-
-SmallVector<Value> ReluOp::buildGradients(OpBuilder &b,
-                                          ArrayRef<Value> resultGrads) {
-  return {ReluGradOp::create(b, getLoc(), getType(), resultGrads[0],
-                             getInput())};
-}
-
-SmallVector<Value> GeluOp::buildGradients(OpBuilder &b,
-                                          ArrayRef<Value> resultGrads) {
-  return {GeluGradOp::create(b, getLoc(), getType(), resultGrads[0],
-                             getInput())};
 }
 
 /// C = op(A) op(B) with op = transpose when the flag is set. With
@@ -143,27 +100,6 @@ SmallVector<Value> MatmulOp::buildGradients(OpBuilder &b,
   return {da, db};
 }
 
-SmallVector<Value> LayerNormOp::buildGradients(OpBuilder &b,
-                                               ArrayRef<Value> resultGrads) {
-  auto grad = LayerNormGradOp::create(
-      b, getLoc(), getInput().getType(), getGamma().getType(),
-      getGamma().getType(), resultGrads[0], getInput(), getGamma(),
-      getEpsilonAttr());
-  return {grad.getInputGrad(), grad.getGammaGrad(), grad.getBetaGrad()};
-}
-
-SmallVector<Value> SoftmaxOp::buildGradients(OpBuilder &b,
-                                             ArrayRef<Value> resultGrads) {
-  return {SoftmaxGradOp::create(b, getLoc(), getType(), resultGrads[0],
-                                getResult())};
-}
-
-SmallVector<Value> ReshapeOp::buildGradients(OpBuilder &b,
-                                             ArrayRef<Value> resultGrads) {
-  return {ReshapeOp::create(b, getLoc(), getInput().getType(),
-                            resultGrads[0])};
-}
-
 SmallVector<Value> TransposeOp::buildGradients(OpBuilder &b,
                                                ArrayRef<Value> resultGrads) {
   ArrayRef<int64_t> perm = getPermutation();
@@ -189,108 +125,6 @@ SmallVector<Value> ReduceOp::buildGradients(OpBuilder &b,
     dx = scaleBy(b, getLoc(), dx, 1.0 / (double)count);
   }
   return {dx};
-}
-
-SmallVector<Value> BroadcastOp::buildGradients(OpBuilder &b,
-                                               ArrayRef<Value> resultGrads) {
-  return {ReduceOp::create(b, getLoc(), getInput().getType(), ReduceKind::sum,
-                           resultGrads[0], getDims())};
-}
-
-SmallVector<Value> EmbeddingOp::buildGradients(OpBuilder &b,
-                                               ArrayRef<Value> resultGrads) {
-  return {EmbeddingGradOp::create(b, getLoc(), getTable().getType(),
-                                  resultGrads[0], getIds()),
-          Value()};
-}
-
-SmallVector<Value>
-CrossEntropyOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads) {
-  return {CrossEntropyGradOp::create(b, getLoc(), getLogits().getType(),
-                                     resultGrads[0], getLogits(),
-                                     getLabels()),
-          Value()};
-}
-
-//===----------------------------------------------------------------------===//
-// The ops of Llama-class models
-//===----------------------------------------------------------------------===//
-
-SmallVector<Value> DivOp::buildGradients(OpBuilder &b,
-                                         ArrayRef<Value> resultGrads) {
-  // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b: da = dy / b, db = -(da * y).
-  Location loc = getLoc();
-  Type t = getType();
-  Value da = DivOp::create(b, loc, t, resultGrads[0], getRhs());
-  Value db = NegOp::create(b, loc, t, MulOp::create(b, loc, t, da, getResult()));
-  return {da, db};
-}
-
-SmallVector<Value> NegOp::buildGradients(OpBuilder &b,
-                                         ArrayRef<Value> resultGrads) {
-  return {NegOp::create(b, getLoc(), getType(), resultGrads[0])};
-}
-
-SmallVector<Value> SiluOp::buildGradients(OpBuilder &b,
-                                          ArrayRef<Value> resultGrads) {
-  return {SiluGradOp::create(b, getLoc(), getType(), resultGrads[0],
-                             getInput())};
-}
-
-SmallVector<Value> SigmoidOp::buildGradients(OpBuilder &b,
-                                             ArrayRef<Value> resultGrads) {
-  return {SigmoidGradOp::create(b, getLoc(), getType(), resultGrads[0],
-                                getResult())};
-}
-
-SmallVector<Value> ExpOp::buildGradients(OpBuilder &b,
-                                         ArrayRef<Value> resultGrads) {
-  return {MulOp::create(b, getLoc(), getType(), resultGrads[0], getResult())};
-}
-
-SmallVector<Value> SqrtOp::buildGradients(OpBuilder &b,
-                                          ArrayRef<Value> resultGrads) {
-  // dy / (2 y): the halving is exact, so this is PyTorch's dy / (2 * y).
-  Value q = DivOp::create(b, getLoc(), getType(), resultGrads[0], getResult());
-  return {scaleBy(b, getLoc(), q, 0.5)};
-}
-
-SmallVector<Value> RsqrtOp::buildGradients(OpBuilder &b,
-                                           ArrayRef<Value> resultGrads) {
-  return {RsqrtGradOp::create(b, getLoc(), getType(), resultGrads[0],
-                              getResult())};
-}
-
-SmallVector<Value> MaskedFillOp::buildGradients(OpBuilder &b,
-                                                ArrayRef<Value> resultGrads) {
-  // Masked elements did not come from the input: their adjoint is 0.
-  return {MaskedFillOp::create(b, getLoc(), getType(), resultGrads[0],
-                               getMask(), b.getF64FloatAttr(0.0)),
-          Value()};
-}
-
-SmallVector<Value> RMSNormOp::buildGradients(OpBuilder &b,
-                                             ArrayRef<Value> resultGrads) {
-  auto grad = RMSNormGradOp::create(b, getLoc(), getInput().getType(),
-                                    getGamma().getType(), resultGrads[0],
-                                    getInput(), getGamma(), getEpsilonAttr());
-  return {grad.getInputGrad(), grad.getGammaGrad()};
-}
-
-SmallVector<Value>
-RotaryEmbeddingOp::buildGradients(OpBuilder &b, ArrayRef<Value> resultGrads) {
-  // A rotation's adjoint is its transpose: the rotation by -angle.
-  auto op = RotaryEmbeddingOp::create(b, getLoc(), getType(), resultGrads[0],
-                                      getSeqDimAttr(), getThetaAttr(),
-                                      UnitAttr());
-  op.setInverse(!getInverse());
-  return {op};
-}
-
-SmallVector<Value> SliceOp::buildGradients(OpBuilder &b,
-                                           ArrayRef<Value> resultGrads) {
-  return {SliceGradOp::create(b, getLoc(), getInput().getType(),
-                              resultGrads[0], getDimAttr(), getStartAttr())};
 }
 
 SmallVector<Value> ConcatOp::buildGradients(OpBuilder &b,

@@ -178,6 +178,21 @@ KernelCall MaskedFillOp::getKernelCall() {
                A::f64(getValue().convertToDouble())});
 }
 
+KernelCall WhereOp::getKernelCall() {
+  int64_t inner = numElements(getMask());
+  return call("where", getResult(),
+              {A::buffer(getMask()), A::buffer(getOnTrue()),
+               A::buffer(getOnFalse()), A::buffer(getResult()),
+               A::i64(numElements(getResult()) / inner), A::i64(inner)});
+}
+
+KernelCall DropoutOp::getKernelCall() {
+  return call("dropout", getResult(),
+              {A::buffer(getInput()), A::buffer(getResult()),
+               A::i64(numElements(getInput())), A::i64(getStreamAttr().getInt()),
+               A::f64(getProbability().convertToDouble())});
+}
+
 KernelCall RMSNormOp::getKernelCall() {
   auto [rows, cols] = rowsCols(getInput());
   return call("rms_norm", getResult(),

@@ -296,6 +296,26 @@ LogicalResult MaskedFillOp::verify() {
   return success();
 }
 
+LogicalResult WhereOp::verify() {
+  ArrayRef<int64_t> x = shapeOf(getResult()), m = shapeOf(getMask());
+  if (m.size() > x.size() || x.take_back(m.size()) != m)
+    return emitOpError() << "mask shape " << fmtShape(m)
+                         << " must be a suffix of the result shape "
+                         << fmtShape(x);
+  return success();
+}
+
+LogicalResult DropoutOp::verify() {
+  double p = getProbability().convertToDouble();
+  if (!(p >= 0.0 && p <= 1.0))
+    return emitOpError() << "probability must be in [0, 1], got " << p;
+  // I64Attr's getter is unsigned: read the attribute's signed value.
+  int64_t stream = getStreamAttr().getInt();
+  if (stream < 0)
+    return emitOpError() << "stream must be >= 0, got " << stream;
+  return success();
+}
+
 LogicalResult SoftmaxOp::verify() {
   ArrayRef<int64_t> x = shapeOf(getInput());
   if (x.empty())

@@ -56,6 +56,16 @@ public:
 #define GET_OP_CLASSES
 #include "ztrain/Dialect/Train/IR/TrainOps.h.inc"
 
+/// Helpers of the gradient rules (TrainOps.td's `let gradient` bodies and
+/// TrainGradients.cpp).
+namespace ztrain::train::grad {
+/// `x * factor` as a train.scale.
+mlir::Value scaleBy(mlir::OpBuilder &b, mlir::Location loc, mlir::Value x,
+                    double factor);
+/// The dims [0, n).
+llvm::SmallVector<int64_t> leadingDims(int64_t n);
+} // namespace ztrain::train::grad
+
 namespace ztrain::train {
 /// Returns the entry function of `module` (the func.func with
 /// `train.entry`), or null after emitting an error at the module when

@@ -42,7 +42,30 @@ def Train_F32Scalar : 0DTensorOf<[F32]>;
 // train-autodiff through GradientOpInterface.
 class Train_ComputeOp<string mnemonic, list<Trait> traits = []>
     : Train_Op<mnemonic, !listconcat(traits, [Pure, Train_SameFloatElementType,
-        DeclareOpInterfaceMethods<Train_GradientOpInterface>])>;
+        DeclareOpInterfaceMethods<Train_GradientOpInterface>])> {
+  // The gradient rule, declared beside the op: the body of
+  //   SmallVector<Value> buildGradients(OpBuilder &b,
+  //                                     ArrayRef<Value> resultGrads)
+  // returning one adjoint per operand (a null Value where there is none).
+  // In scope: `b`, `resultGrads`, `loc` (the op's location), `dy` (the
+  // adjoint of the first result) and the helpers of ztrain::train::grad
+  // (TrainOps.h). Left empty, the rule is written in TrainGradients.cpp:
+  // that is for rules with more logic than creating a few ops.
+  code gradient = "";
+  // The class's other C++ definitions (an elementwise op's kernel call).
+  code kernelDefinition = "";
+  let extraClassDefinition = kernelDefinition # !if(!empty(gradient), "", [{
+    ::llvm::SmallVector<::mlir::Value> $cppClass::buildGradients(
+        ::mlir::OpBuilder &b, ::llvm::ArrayRef<::mlir::Value> resultGrads) {
+      using namespace ::ztrain::train::grad;
+      ::mlir::Location loc = getLoc();
+      ::mlir::Value dy = resultGrads.front();
+      (void)loc;
+      (void)dy;
+  }] # gradient # [{
+    }
+  }]);
+}
 
 // An op that only the backward pass needs; not differentiated again.
 class Train_GradOp<string mnemonic, list<Trait> traits = []>
@@ -153,7 +176,7 @@ def Train_ParamReadOp : Train_Op<"param_read", [
 
 class Train_BinaryOp<string mnemonic, string what>
     : Train_ComputeOp<mnemonic, [SameOperandsAndResultType, Train_Kernel]> {
-  let extraClassDefinition = Train_ElementwiseKernel<mnemonic>.definition;
+  let kernelDefinition = Train_ElementwiseKernel<mnemonic>.definition;
   let summary = "elementwise " # what;
   let description = [{
     Elementwise }] # what # [{ of two tensors of the same shape.
@@ -167,13 +190,26 @@ class Train_BinaryOp<string mnemonic, string what>
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
 }
 
-def Train_AddOp : Train_BinaryOp<"add", "sum">;
-def Train_SubOp : Train_BinaryOp<"sub", "difference">;
-def Train_MulOp : Train_BinaryOp<"mul", "product">;
+def Train_AddOp : Train_BinaryOp<"add", "sum"> {
+  let gradient = [{
+    return {dy, dy};
+  }];
+}
+def Train_SubOp : Train_BinaryOp<"sub", "difference"> {
+  let gradient = [{
+    return {dy, scaleBy(b, loc, dy, -1.0)};
+  }];
+}
+def Train_MulOp : Train_BinaryOp<"mul", "product"> {
+  let gradient = [{
+    return {MulOp::create(b, loc, getType(), dy, getRhs()),
+            MulOp::create(b, loc, getType(), dy, getLhs())};
+  }];
+}
 
 class Train_UnaryOp<string mnemonic, string what>
     : Train_ComputeOp<mnemonic, [SameOperandsAndResultType, Train_Kernel]> {
-  let extraClassDefinition = Train_ElementwiseKernel<mnemonic>.definition;
+  let kernelDefinition = Train_ElementwiseKernel<mnemonic>.definition;
   let summary = what;
   let arguments = (ins Train_FloatTensor:$input);
   let results = (outs Train_FloatTensor:$result);
@@ -181,6 +217,9 @@ class Train_UnaryOp<string mnemonic, string what>
 }
 
 def Train_ReluOp : Train_UnaryOp<"relu", "rectified linear unit"> {
+  let gradient = [{
+    return {ReluGradOp::create(b, loc, getType(), dy, getInput())};
+  }];
   let description = [{
     `max(x, 0)` elementwise. The gradient at 0 is 0, as in PyTorch.
 
@@ -191,6 +230,9 @@ def Train_ReluOp : Train_UnaryOp<"relu", "rectified linear unit"> {
 }
 
 def Train_GeluOp : Train_UnaryOp<"gelu", "Gaussian error linear unit (tanh form)"> {
+  let gradient = [{
+    return {GeluGradOp::create(b, loc, getType(), dy, getInput())};
+  }];
   let description = [{
     `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` elementwise: the
     approximation GPT-2 uses (PyTorch `gelu(approximate='tanh')`).
@@ -201,9 +243,19 @@ def Train_GeluOp : Train_UnaryOp<"gelu", "Gaussian error linear unit (tanh form)
   }];
 }
 
-def Train_DivOp : Train_BinaryOp<"div", "quotient">;
+def Train_DivOp : Train_BinaryOp<"div", "quotient"> {
+  let gradient = [{
+    // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b: da = dy / b, db = -(da * y).
+    Value da = DivOp::create(b, loc, getType(), dy, getRhs());
+    Value dbm = MulOp::create(b, loc, getType(), da, getResult());
+    return {da, NegOp::create(b, loc, getType(), dbm)};
+  }];
+}
 
 def Train_SiluOp : Train_UnaryOp<"silu", "sigmoid linear unit"> {
+  let gradient = [{
+    return {SiluGradOp::create(b, loc, getType(), dy, getInput())};
+  }];
   let description = [{
     `x * sigmoid(x)` elementwise (PyTorch `F.silu`), the activation of
     Llama's SwiGLU feed-forward.
@@ -215,6 +267,9 @@ def Train_SiluOp : Train_UnaryOp<"silu", "sigmoid linear unit"> {
 }
 
 def Train_SigmoidOp : Train_UnaryOp<"sigmoid", "logistic sigmoid"> {
+  let gradient = [{
+    return {SigmoidGradOp::create(b, loc, getType(), dy, getResult())};
+  }];
   let description = [{
     `1 / (1 + exp(-x))` elementwise.
 
@@ -225,6 +280,9 @@ def Train_SigmoidOp : Train_UnaryOp<"sigmoid", "logistic sigmoid"> {
 }
 
 def Train_ExpOp : Train_UnaryOp<"exp", "exponential"> {
+  let gradient = [{
+    return {MulOp::create(b, loc, getType(), dy, getResult())};
+  }];
   let description = [{
     `exp(x)` elementwise; overflows to `inf` above ~88.7 in f32.
 
@@ -235,6 +293,11 @@ def Train_ExpOp : Train_UnaryOp<"exp", "exponential"> {
 }
 
 def Train_SqrtOp : Train_UnaryOp<"sqrt", "square root"> {
+  let gradient = [{
+    // dy / (2 y): the halving is exact, so this is PyTorch's dy / (2 * y).
+    Value q = DivOp::create(b, loc, getType(), dy, getResult());
+    return {scaleBy(b, loc, q, 0.5)};
+  }];
   let description = [{
     `sqrt(x)` elementwise; NaN for negative `x`. The gradient at 0 is
     `inf`, as in PyTorch.
@@ -246,6 +309,9 @@ def Train_SqrtOp : Train_UnaryOp<"sqrt", "square root"> {
 }
 
 def Train_RsqrtOp : Train_UnaryOp<"rsqrt", "reciprocal square root"> {
+  let gradient = [{
+    return {RsqrtGradOp::create(b, loc, getType(), dy, getResult())};
+  }];
   let description = [{
     `1 / sqrt(x)` elementwise, with an IEEE division (not an approximate
     reciprocal square root).
@@ -257,6 +323,9 @@ def Train_RsqrtOp : Train_UnaryOp<"rsqrt", "reciprocal square root"> {
 }
 
 def Train_NegOp : Train_ComputeOp<"neg", [SameOperandsAndResultType, Train_Kernel]> {
+  let gradient = [{
+    return {NegOp::create(b, loc, getType(), dy)};
+  }];
   let summary = "negation";
   let description = [{
     `-x` elementwise (runs as the `scale` kernel with factor -1, which is
@@ -273,6 +342,12 @@ def Train_NegOp : Train_ComputeOp<"neg", [SameOperandsAndResultType, Train_Kerne
 
 def Train_MaskedFillOp : Train_ComputeOp<"masked_fill", [
     AllTypesMatch<["input", "result"]>, Train_Kernel]> {
+  let gradient = [{
+    // Masked elements did not come from the input: their adjoint is 0.
+    return {MaskedFillOp::create(b, loc, getType(), dy, getMask(),
+                                 b.getF64FloatAttr(0.0)),
+            Value()};
+  }];
   let summary = "replaces masked elements with a constant";
   let description = [{
     `result = mask != 0 ? value : input` elementwise (PyTorch
@@ -295,7 +370,83 @@ def Train_MaskedFillOp : Train_ComputeOp<"masked_fill", [
   let hasVerifier = 1;
 }
 
+def Train_WhereOp : Train_ComputeOp<"where", [
+    AllTypesMatch<["on_true", "on_false", "result"]>, Train_Kernel]> {
+  let summary = "selects elements of two tensors by a mask";
+  let description = [{
+    `result = mask != 0 ? on_true : on_false` elementwise (PyTorch
+    `torch.where(mask.bool(), on_true, on_false)`), with `mask` an i32
+    tensor of the trailing dimensions of the result, broadcast over the
+    leading ones. The adjoint of `on_true` is the result's adjoint where the
+    mask is set and 0 elsewhere; `on_false`'s the other way round; the mask
+    has none.
+
+    ```mlir
+    %y = train.where %mask, %a, %b : tensor<64x64xi32>, tensor<8x4x64x64xf32>
+    ```
+
+    **Constraints:**
+    - `on_true`, `on_false` and the result have one type;
+    - `mask`'s shape is a suffix of the result's shape.
+  }];
+  let arguments = (ins Train_I32Tensor:$mask, Train_FloatTensor:$on_true,
+                       Train_FloatTensor:$on_false);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = [{
+    $mask `,` $on_true `,` $on_false attr-dict `:` type($mask) `,` type($result)
+  }];
+  let hasVerifier = 1;
+  let gradient = [{
+    Value zero = FillOp::create(b, loc, getType(), b.getF64FloatAttr(0.0));
+    return {Value(), WhereOp::create(b, loc, getType(), getMask(), dy, zero),
+            WhereOp::create(b, loc, getType(), getMask(), zero, dy)};
+  }];
+}
+
+def Train_DropoutOp : Train_ComputeOp<"dropout", [SameOperandsAndResultType, Train_Kernel]> {
+  let summary = "zeroes random elements and rescales the others (training mode)";
+  let description = [{
+    Inverted dropout as PyTorch's `F.dropout(x, p, training=True)`: each
+    element is dropped (multiplied by 0, so NaN and inf still propagate)
+    with probability `probability` and the kept ones are multiplied by
+    `1 / (1 - probability)`.
+
+    Which elements drop is a pure function of the run's seed, `stream`, the
+    step number and the element's index in the *global* batch of the step
+    (docs/runtime.md, "Dropout"): rank r of N holds elements
+    `[r * n, (r + 1) * n)` of the global tensor, so every ZeRO stage and
+    every rank count drops the same elements as one process does, a resumed
+    run the same as an uninterrupted one, and a recomputed op the same as
+    the original. The input's leading dimension must be the batch (true of
+    every activation the `models.*` builders make) for this to hold. The
+    adjoint is the same op, with the same stream, applied to the result's
+    adjoint: the same elements drop.
+
+    ```mlir
+    %h = train.dropout %x {probability = 1.000000e-01 : f64, stream = 3 : i64}
+        : tensor<8x64x256xf32>
+    ```
+
+    **Constraints:**
+    - `0 <= probability <= 1` (1 drops everything, as in PyTorch);
+    - `stream >= 0`. Ops with one stream drop the same elements of
+      same-shaped inputs; the Python builders number them from 0.
+  }];
+  let arguments = (ins Train_FloatTensor:$input, F64Attr:$probability,
+                       I64Attr:$stream);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+  let gradient = [{
+    return {DropoutOp::create(b, loc, getType(), dy, getProbabilityAttr(),
+                              getStreamAttr())};
+  }];
+}
+
 def Train_ScaleOp : Train_ComputeOp<"scale", [SameOperandsAndResultType, Train_Kernel]> {
+  let gradient = [{
+    return {scaleBy(b, loc, dy, getFactor().convertToDouble())};
+  }];
   let summary = "multiplies by a constant";
   let description = [{
     `x * factor` elementwise.
@@ -311,6 +462,12 @@ def Train_ScaleOp : Train_ComputeOp<"scale", [SameOperandsAndResultType, Train_K
 
 def Train_BiasAddOp : Train_ComputeOp<"bias_add",
     [AllTypesMatch<["input", "result"]>, Train_Kernel]> {
+  let gradient = [{
+    int64_t rank = ::llvm::cast<::mlir::RankedTensorType>(dy.getType()).getRank();
+    Value db = ReduceOp::create(b, loc, getBias().getType(), ReduceKind::sum,
+                                dy, leadingDims(rank - 1));
+    return {dy, db};
+  }];
   let summary = "adds a vector along the last dimension";
   let description = [{
     `result[..., j] = input[..., j] + bias[j]`.
@@ -373,6 +530,12 @@ def Train_MatmulOp : Train_ComputeOp<"matmul", [Train_Kernel]> {
 
 def Train_LayerNormOp : Train_ComputeOp<"layer_norm", [
     AllTypesMatch<["input", "result"]>, AllTypesMatch<["gamma", "beta"]>, Train_Kernel]> {
+  let gradient = [{
+    auto grad = LayerNormGradOp::create(
+        b, loc, getInput().getType(), getGamma().getType(),
+        getGamma().getType(), dy, getInput(), getGamma(), getEpsilonAttr());
+    return {grad.getInputGrad(), grad.getGammaGrad(), grad.getBetaGrad()};
+  }];
   let summary = "layer normalization over the last dimension";
   let description = [{
     `(x - mean) / sqrt(var + epsilon) * gamma + beta` with the biased
@@ -399,6 +562,12 @@ def Train_LayerNormOp : Train_ComputeOp<"layer_norm", [
 
 def Train_RMSNormOp : Train_ComputeOp<"rms_norm", [
     AllTypesMatch<["input", "result"]>, Train_Kernel]> {
+  let gradient = [{
+    auto grad = RMSNormGradOp::create(b, loc, getInput().getType(),
+                                      getGamma().getType(), dy, getInput(),
+                                      getGamma(), getEpsilonAttr());
+    return {grad.getInputGrad(), grad.getGammaGrad()};
+  }];
   let summary = "root-mean-square normalization over the last dimension";
   let description = [{
     `x / sqrt(mean(x^2) + epsilon) * gamma` over the last dimension: Llama's
@@ -423,6 +592,13 @@ def Train_RMSNormOp : Train_ComputeOp<"rms_norm", [
 
 def Train_RotaryEmbeddingOp : Train_ComputeOp<"rotary_embedding", [
     SameOperandsAndResultType, Train_Kernel]> {
+  let gradient = [{
+    // A rotation's adjoint is its transpose: the rotation by -angle.
+    auto op = RotaryEmbeddingOp::create(b, loc, getType(), dy, getSeqDimAttr(),
+                                        getThetaAttr(), ::mlir::UnitAttr());
+    op.setInverse(!getInverse());
+    return {op};
+  }];
   let summary = "rotary position embedding (RoPE) as Llama applies it";
   let description = [{
     Rotates pairs of channels of the last dimension (the head dimension,
@@ -457,6 +633,9 @@ def Train_RotaryEmbeddingOp : Train_ComputeOp<"rotary_embedding", [
 }
 
 def Train_SoftmaxOp : Train_ComputeOp<"softmax", [SameOperandsAndResultType, Train_Kernel]> {
+  let gradient = [{
+    return {SoftmaxGradOp::create(b, loc, getType(), dy, getResult())};
+  }];
   let summary = "softmax over the last dimension, optionally causal";
   let description = [{
     Softmax over the last dimension. With `causal`, the last two dimensions
@@ -481,6 +660,9 @@ def Train_SoftmaxOp : Train_ComputeOp<"softmax", [SameOperandsAndResultType, Tra
 //===----------------------------------------------------------------------===//
 
 def Train_ReshapeOp : Train_ComputeOp<"reshape"> {
+  let gradient = [{
+    return {ReshapeOp::create(b, loc, getInput().getType(), dy)};
+  }];
   let summary = "reinterprets a tensor with another shape";
   let description = [{
     Row-major reshape; the element count is unchanged.
@@ -543,6 +725,10 @@ def Train_ReduceOp : Train_ComputeOp<"reduce", [Train_Kernel]> {
 }
 
 def Train_BroadcastOp : Train_ComputeOp<"broadcast", [Train_Kernel]> {
+  let gradient = [{
+    return {ReduceOp::create(b, loc, getInput().getType(), ReduceKind::sum,
+                             dy, getDims())};
+  }];
   let summary = "repeats a tensor along new dimensions";
   let description = [{
     Inserts the listed result dimensions: the result with `dims` removed is
@@ -564,6 +750,10 @@ def Train_BroadcastOp : Train_ComputeOp<"broadcast", [Train_Kernel]> {
 }
 
 def Train_SliceOp : Train_ComputeOp<"slice", [AllElementTypesMatch<["input", "result"]>]> {
+  let gradient = [{
+    return {SliceGradOp::create(b, loc, getInput().getType(), dy,
+                                getDimAttr(), getStartAttr())};
+  }];
   let summary = "a contiguous range of one dimension";
   let description = [{
     `result = input[..., start : start + size, ...]` along `dim`, `size`
@@ -613,6 +803,11 @@ def Train_ConcatOp : Train_ComputeOp<"concat", [SameOperandsAndResultElementType
 //===----------------------------------------------------------------------===//
 
 def Train_EmbeddingOp : Train_ComputeOp<"embedding", [Train_Kernel]> {
+  let gradient = [{
+    return {EmbeddingGradOp::create(b, loc, getTable().getType(), dy,
+                                    getIds()),
+            Value()};
+  }];
   let summary = "looks up rows of a table";
   let description = [{
     `result[i..., :] = table[ids[i...], :]`. Ids outside [0, vocab) are a
@@ -633,6 +828,11 @@ def Train_EmbeddingOp : Train_ComputeOp<"embedding", [Train_Kernel]> {
 }
 
 def Train_CrossEntropyOp : Train_ComputeOp<"cross_entropy", [Train_Kernel]> {
+  let gradient = [{
+    return {CrossEntropyGradOp::create(b, loc, getLogits().getType(), dy,
+                                       getLogits(), getLabels()),
+            Value()};
+  }];
   let summary = "mean softmax cross-entropy with integer labels";
   let description = [{
     `mean_r(-log softmax(logits[r])[labels[r]])`, as
