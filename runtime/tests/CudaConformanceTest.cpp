@@ -875,6 +875,36 @@ TEST_F(CudaConformanceTest, LlamaElementwiseMatchTheCpu) {
   }
 }
 
+TEST_F(CudaConformanceTest, WhereAndDropoutAreBitwise) {
+  // where copies bits; dropout draws the same 24 bits per element (src/Rng.h
+  // on both sides) and does one float multiply: bitwise, NaN and inf
+  // included, at every rank offset of the counter.
+  for (int64_t outer : {int64_t(1), int64_t(7), int64_t(300)}) {
+    const int64_t inner = 37, n = outer * inner;
+    auto a = twin(inputs(n, 121, 1.0f, n >= 8)),
+         b = twin(inputs(n, 122, 1.0f, n >= 8));
+    auto mask = twin(maskValues(inner));
+    auto out = output(n);
+    const std::string what = " n=" + std::to_string(n);
+    both([&](ztrt_ctx *c, bool d) {
+      ztrt_where(c, ZTRT_F32, at(mask, d), at(a, d), at(b, d), at(out, d),
+                 outer, inner);
+    });
+    expectBitwise(fetch(out), out.host, "where" + what);
+    for (int64_t step : {1, 4}) {
+      c()->step = g()->step = step;
+      c()->seed = g()->seed = 99;
+      for (double p : {0.0, 0.1, 0.5, 1.0}) {
+        both([&](ztrt_ctx *c, bool d) {
+          ztrt_dropout(c, ZTRT_F32, at(a, d), at(out, d), n, 3, p);
+        });
+        expectBitwise(fetch(out), out.host,
+                      "dropout p=" + std::to_string(p) + what);
+      }
+    }
+  }
+}
+
 TEST_F(CudaConformanceTest, MaskedFillIsBitwise) {
   // A copy of x's bits or the value rounded to float: no arithmetic.
   struct Case {
@@ -1645,6 +1675,19 @@ TYPED_TEST(CudaDTypeTest, LlamaElementwiseAreTheFloatKernelsRounded) {
                          value);
       });
       this->expectRounded(out, "masked_fill");
+    }
+    auto other = this->pair(this->values(outer * inner, 121, 1.0f, true));
+    this->each([&](int32_t ty, bool t) {
+      ztrt_where(x, ty, mask, at(in, t), at(other, t), at(out, t), outer,
+                 inner);
+    });
+    this->expectRounded(out, "where");
+    x->step = 2;
+    for (double p : {0.1, 0.5}) {
+      this->each([&](int32_t ty, bool t) {
+        ztrt_dropout(x, ty, at(in, t), at(out, t), outer * inner, 1, p);
+      });
+      this->expectRounded(out, "dropout");
     }
   }
 }

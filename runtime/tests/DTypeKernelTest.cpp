@@ -334,6 +334,20 @@ TYPED_TEST(DTypeKernelTest, LlamaElementwise) {
   ztrt_masked_fill(ctx, ZTRT_F32, a.f.data(), mask.data(), out.f.data(),
                    outer, inner, -1.5);
   expectRoundedF32(out.t, out.f, "masked_fill");
+  // where copies bits; dropout multiplies in float and rounds once, with the
+  // same mask for every dtype (it depends on positions, not values).
+  ztrt_where(ctx, this->kT, mask.data(), a.t.data(), b.t.data(), out.t.data(),
+             outer, inner);
+  ztrt_where(ctx, ZTRT_F32, mask.data(), a.f.data(), b.f.data(), out.f.data(),
+             outer, inner);
+  expectRoundedF32(out.t, out.f, "where");
+  ctx->step = 3;
+  ctx->seed = 11;
+  for (double p : {0.1, 0.5}) {
+    ztrt_dropout(ctx, this->kT, a.t.data(), out.t.data(), n, 2, p);
+    ztrt_dropout(ctx, ZTRT_F32, a.f.data(), out.f.data(), n, 2, p);
+    expectRoundedF32(out.t, out.f, "dropout");
+  }
 }
 
 TYPED_TEST(DTypeKernelTest, RMSNormAndRotary) {

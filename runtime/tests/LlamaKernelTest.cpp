@@ -4,7 +4,8 @@
 // from its definition (double precision where the kernel accumulates in
 // double), plus the properties the end-to-end gradient checks cannot see:
 // ties and NaN in the max reduction, RoPE's inverse undoing it, the mask
-// broadcast of masked_fill. The 16-bit instantiations are checked against
+// broadcast of masked_fill and where, dropout's mask against its
+// definition. The 16-bit instantiations are checked against
 // these f32 kernels bit for bit in DTypeKernelTest.cpp.
 //
 //===----------------------------------------------------------------------===//
@@ -15,6 +16,8 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+#include <tuple>
 #include <vector>
 
 using namespace ztrt::test;
@@ -140,10 +143,11 @@ TEST_F(LlamaKernelTest, RotaryRotatesPairsByPositionAndInverseUndoesIt) {
       EXPECT_NEAR(y[row * dim + i], lo * c - hi * s, 1e-6);
       EXPECT_NEAR(y[row * dim + i + half], hi * c + lo * s, 1e-6);
     }
-    if (t == 0)
+    if (t == 0) {
       for (int64_t i = 0; i < dim; ++i)
         // Position 0 is the identity rotation, exactly.
         EXPECT_EQ(y[row * dim + i], x[row * dim + i]);
+    }
   }
   ztrt_rotary_embedding(ctx.get(), ZTRT_F32, y.data(), back.data(), outer,
                         seq, inner, dim, 10000.0, 1);
@@ -163,6 +167,106 @@ TEST_F(LlamaKernelTest, MaskedFillBroadcastsTheMaskOverLeadingDims) {
       EXPECT_EQ(out[r * inner + j], mask[j] ? -INFINITY : x[r * inner + j]);
 }
 
+TEST_F(LlamaKernelTest, WhereSelectsWithABroadcastMask) {
+  const int64_t outer = 3, inner = 4;
+  std::vector<float> a = testValues(outer * inner, 77),
+                     b = testValues(outer * inner, 78), out(outer * inner);
+  std::vector<int32_t> mask = {0, 1, -3, 0};
+  ztrt_where(ctx.get(), ZTRT_F32, mask.data(), a.data(), b.data(), out.data(),
+             outer, inner);
+  for (int64_t r = 0; r < outer; ++r)
+    for (int64_t j = 0; j < inner; ++j)
+      EXPECT_EQ(out[r * inner + j], mask[j] ? a[r * inner + j] : b[r * inner + j]);
+}
+
+// The mask of train.dropout, restated from docs/runtime.md ("Dropout") with
+// the generator written out here (splitmix64), not taken from src/Rng.h.
+static bool droppedByDefinition(uint64_t seed, int64_t stream, int64_t step,
+                                uint64_t index, double p) {
+  auto mix = [](uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  const uint64_t golden = 0x9E3779B97F4A7C15ull;
+  std::string tag = "dropout/" + std::to_string(stream);
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (char c : tag)
+    h = (h ^ static_cast<unsigned char>(c)) * 0x100000001B3ull;
+  uint64_t streamKey = mix(h ^ mix(seed + golden));
+  uint64_t key = mix(streamKey + (static_cast<uint64_t>(step) + 1) * golden);
+  uint64_t bits = mix(key + (index + 1) * golden) >> 40;
+  return static_cast<double>(bits) * 0x1p-24 < p;
+}
+
+TEST_F(LlamaKernelTest, DropoutFollowsItsDefinition) {
+  const int64_t n = 20000;
+  std::vector<float> x = testValues(n, 79), out(n);
+  const double p = 0.3;
+  const float scale = static_cast<float>(1.0 / (1.0 - p));
+  for (uint64_t seed : {0ull, 12345ull}) {
+    ctx->seed = seed;
+    for (int64_t step : {1, 2}) {
+      ctx->step = step;
+      for (int64_t stream : {0, 5}) {
+        ztrt_dropout(ctx.get(), ZTRT_F32, x.data(), out.data(), n, stream, p);
+        int64_t dropped = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          bool drop = droppedByDefinition(seed, stream, step, i, p);
+          dropped += drop;
+          // One float multiply, by 0 or by the rounded 1 / (1 - p): bitwise.
+          ASSERT_EQ(out[i], x[i] * (drop ? 0.0f : scale)) << i;
+        }
+        // Binomial(20000, 0.3): sd 65; 6 sd is a wrong rate, not chance.
+        EXPECT_NEAR(static_cast<double>(dropped), p * n, 6 * 65.0);
+      }
+    }
+  }
+}
+
+TEST_F(LlamaKernelTest, DropoutMasksDifferByStepStreamAndSeedOnly) {
+  const int64_t n = 4096;
+  std::vector<float> ones(n, 1.0f), a(n), b(n);
+  auto run = [&](uint64_t seed, int64_t step, int64_t stream,
+                 std::vector<float> &out) {
+    ctx->seed = seed;
+    ctx->step = step;
+    ztrt_dropout(ctx.get(), ZTRT_F32, ones.data(), out.data(), n, stream, 0.5);
+  };
+  run(1, 1, 0, a);
+  run(1, 1, 0, b);
+  EXPECT_EQ(a, b) << "same seed, step and stream: same mask";
+  for (auto [seed, step, stream] :
+       {std::tuple{2ull, 1, 0}, std::tuple{1ull, 2, 0}, std::tuple{1ull, 1, 1}}) {
+    run(seed, step, stream, b);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; ++i)
+      differ += a[i] != b[i];
+    // Independent masks at p = 0.5 differ in half the elements (sd 32).
+    EXPECT_NEAR(static_cast<double>(differ), n / 2.0, 6 * 32.0)
+        << "seed " << seed << " step " << step << " stream " << stream;
+  }
+  // p = 0 keeps everything as is, p = 1 drops everything (NaN still
+  // propagates through the multiply by 0, as in PyTorch).
+  ctx->step = 1;
+  std::vector<float> x = testValues(n, 80);
+  x[7] = std::numeric_limits<float>::quiet_NaN();
+  ztrt_dropout(ctx.get(), ZTRT_F32, x.data(), a.data(), n, 0, 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i != 7) {
+      ASSERT_EQ(a[i], x[i]);
+    }
+  }
+  EXPECT_TRUE(std::isnan(a[7]));
+  ztrt_dropout(ctx.get(), ZTRT_F32, x.data(), a.data(), n, 0, 1.0);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i != 7) {
+      ASSERT_EQ(a[i], 0.0f);
+    }
+  }
+  EXPECT_TRUE(std::isnan(a[7]));
+}
+
 TEST_F(LlamaKernelTest, BadArgumentsAreNamed) {
   float x[8] = {}, y[8] = {};
   EXPECT_EXIT(ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x, y, 1, 1, 1, 7,
@@ -177,6 +281,17 @@ TEST_F(LlamaKernelTest, BadArgumentsAreNamed) {
               ::testing::ExitedWithCode(1), "reduce: unknown kind 3");
   EXPECT_EXIT(ztrt_masked_fill(ctx.get(), ZTRT_F32, x, nullptr, y, -1, 8, 0.0),
               ::testing::ExitedWithCode(1), "masked_fill: negative outer -1");
+  EXPECT_EXIT(ztrt_dropout(ctx.get(), ZTRT_F32, x, y, 8, 0, 0.5),
+              ::testing::ExitedWithCode(1),
+              "dropout: called outside a step \\(step counter is 0\\)");
+  ctx->step = 1;
+  EXPECT_EXIT(ztrt_dropout(ctx.get(), ZTRT_F32, x, y, 8, 0, 1.5),
+              ::testing::ExitedWithCode(1),
+              "dropout: probability must be in \\[0, 1\\], got 1.5");
+  EXPECT_EXIT(ztrt_dropout(ctx.get(), ZTRT_F32, x, y, 8, -2, 0.5),
+              ::testing::ExitedWithCode(1), "dropout: stream must be >= 0, got -2");
+  EXPECT_EXIT(ztrt_dropout(ctx.get(), ZTRT_F32, x, y, -8, 0, 0.5),
+              ::testing::ExitedWithCode(1), "dropout: negative element count -8");
 }
 
 } // namespace

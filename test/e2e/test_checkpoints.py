@@ -77,7 +77,19 @@ def test_consolidated_shards_are_the_saved_weights(build, tmp_path):
 
 def test_resume_continues_bitwise(build, tmp_path):
     _, exes = build
-    exe = exes[2]
+    _check_resume_continues_bitwise(exes[2], tmp_path)
+
+
+def test_resume_with_dropout_continues_bitwise(tmp_path):
+    # Dropout masks depend on the seed and the step: a resumed run must take
+    # both from the checkpoint to drop what the uninterrupted run dropped.
+    spec = models.gpt(batch=2, seq=8, vocab=32, layers=1, width=16, heads=2, dropout=0.25)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adam", lr=1e-2),
+                                name="gpt_dropout", extra=["--dp", "2", "--zero-stage", "3"])
+    _check_resume_continues_bitwise(exe, tmp_path)
+
+
+def _check_resume_continues_bitwise(exe, tmp_path):
     common = ["--threads", "1", "--seed", "11"]
     mpirun(2, [exe, "--steps", "12", "--save", tmp_path / "straight.safetensors",
                "--report", tmp_path / "straight.json"] + common)

@@ -151,6 +151,13 @@ def _cases():
         Case("masked_fill", {"x": R(3, 3, 3)},
              {"mask": np.triu(np.ones((3, 3), np.int32), 1)},
              lambda f, P, I: f.masked_fill(P["x"], I["mask"], -2.5)),
+        Case("where", {"a": R(3, 3, 3), "b": R(3, 3, 3)},
+             {"mask": np.array([[1, 0, 0], [0, 5, 1], [0, 0, -1]], np.int32)},
+             lambda f, P, I: f.where(I["mask"], P["a"], P["b"])),
+        # The torch reference draws the compiled op's mask (ztrain.rng) for
+        # step 1 and seed 0, the runs' defaults; p = 0.4 drops ~10 of 24.
+        Case("dropout", {"x": R(4, 6)}, {},
+             lambda f, P, I: f.dropout(P["x"], 0.4, stream=2)),
         Case("slice", {"x": R(2, 5, 3)}, {}, lambda f, P, I: f.slice(P["x"], 1, 1, 3)),
         Case("slice_last_dim", {"x": R(2, 5)}, {}, lambda f, P, I: f.slice(P["x"], 1, 2, 2)),
         Case("concat", {"a": R(2, 1, 3), "b": R(2, 2, 3)}, {},
