@@ -25,6 +25,7 @@ _BARE_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_$.]*$")
 _SSA_BAD = re.compile(r"[^A-Za-z0-9_$.\-]")
 
 INIT_KINDS = ("zeros", "ones", "normal", "uniform")
+BUFFER_INIT_KINDS = INIT_KINDS + ("causal",)
 DTYPES = ("f32", "i32")
 
 
@@ -146,6 +147,71 @@ class Param:
         return f"Param({self.name}: {self.type} init {self.init} {self.scale})"
 
 
+class Buffer:
+    """A module-level non-trainable tensor (`train.buffer`): f32 or i32,
+    whole on every rank, filled from --init when the file has it, else by
+    its rule (zeros, ones, normal, uniform, causal)."""
+
+    __slots__ = ("name", "shape", "dtype", "init", "scale")
+
+    def __init__(self, name, shape, dtype="f32", init="zeros", scale=None):
+        if init not in BUFFER_INIT_KINDS:
+            raise IRError(f"buffer {name}: unknown init kind {init!r} "
+                          f"(expected one of {', '.join(BUFFER_INIT_KINDS)})")
+        if dtype not in ("f32", "i32"):
+            raise IRError(f"buffer {name}: buffers are f32 or i32, got {dtype}")
+        if init in ("normal", "uniform"):
+            if dtype != "f32":
+                raise IRError(f"buffer {name}: init {init} needs an f32 buffer")
+            if scale is None or not float(scale) > 0 or math.isinf(float(scale)):
+                raise IRError(f"buffer {name}: init {init} needs a positive finite scale")
+        elif scale is not None:
+            raise IRError(f"buffer {name}: init {init} takes no scale")
+        if init == "causal" and len(shape) < 2:
+            raise IRError(f"buffer {name}: init causal needs rank >= 2")
+        if any(int(d) <= 0 for d in shape):
+            raise IRError(f"buffer {name}: dimensions must be positive, got {list(shape)}")
+        self.name = name
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = dtype
+        self.init = init
+        self.scale = None if scale is None else float(scale)
+
+    @property
+    def type(self):
+        return tensor_type(self.shape, self.dtype)
+
+    def to_mlir(self):
+        init = self.init
+        if self.scale is not None:
+            init += ", " + fmt_float(self.scale)
+        return f"train.buffer {symbol_ref(self.name)} : {self.type} init({init})"
+
+    def value(self, seed=0):
+        """The rule's value as a numpy array, as the runtime computes it
+        from `seed` (docs/runtime.md, "Buffers")."""
+        import numpy as np
+        from ztrain import rng
+        n = _numel(self.shape)
+        if self.init in ("zeros", "ones"):
+            v = np.full(n, 1.0 if self.init == "ones" else 0.0)
+        elif self.init == "causal":
+            rows, cols = self.shape[-2], self.shape[-1]
+            i = np.arange(n)
+            v = ((i % cols) > (i // cols) % rows).astype(np.float64)
+        else:
+            key = rng.stream_key(seed, "buffer/" + self.name)
+            i = np.arange(n, dtype=np.uint64)
+            if self.init == "uniform":
+                v = (2.0 * (rng.bits24(key, i) * 2.0 ** -24) - 1.0) * self.scale
+            else:
+                v = rng.normal(key, i) * self.scale
+        return v.astype(np.float32 if self.dtype == "f32" else np.int32).reshape(self.shape)
+
+    def __repr__(self):
+        return f"Buffer({self.name}: {self.type} init {self.init} {self.scale})"
+
+
 def _numel(shape):
     n = 1
     for d in shape:
@@ -212,6 +278,18 @@ class Function:
     @reference("param_read")
     def _param_read_ref(torch, F, a, attrs, shape):
         raise AssertionError("parameter reads are bound by the interpreter")
+
+    def buffer_read(self, buffer, hint=None):
+        if isinstance(buffer, str):
+            buffer = self.module.buffers_by_name[buffer]
+        return self._emit(hint or buffer.name.replace(".", "_"), buffer.shape,
+                          buffer.dtype,
+                          f"train.buffer_read {symbol_ref(buffer.name)} : {buffer.type}",
+                          "buffer_read", (), name=buffer.name)
+
+    @reference("buffer_read")
+    def _buffer_read_ref(torch, F, a, attrs, shape):
+        raise AssertionError("buffer reads are bound by the interpreter")
 
     # -- elementwise --------------------------------------------------------------
     def _binary(self, op, a, b, hint):
@@ -699,15 +777,27 @@ class Module:
     def __init__(self):
         self.params = []
         self.params_by_name = {}
+        self.buffers = []
+        self.buffers_by_name = {}
         self.functions = []
 
     def param(self, name, shape, init="normal", scale=None):
-        if name in self.params_by_name:
+        if name in self.params_by_name or name in self.buffers_by_name:
             raise IRError(f"duplicate parameter {name!r}")
         p = Param(name, shape, init, scale)
         self.params.append(p)
         self.params_by_name[name] = p
         return p
+
+    def buffer(self, name, shape, dtype="f32", init="zeros", scale=None):
+        """A non-trainable module tensor (`train.buffer`), read with
+        `Function.buffer_read`."""
+        if name in self.params_by_name or name in self.buffers_by_name:
+            raise IRError(f"duplicate buffer {name!r}")
+        b = Buffer(name, shape, dtype, init, scale)
+        self.buffers.append(b)
+        self.buffers_by_name[name] = b
+        return b
 
     def entry(self, name="loss"):
         if self.functions:
@@ -724,6 +814,7 @@ class Module:
     def to_mlir(self):
         lines = ["module {"]
         lines += ["  " + p.to_mlir() for p in self.params]
+        lines += ["  " + b.to_mlir() for b in self.buffers]
         for f in self.functions:
             lines.append(f.to_mlir())
         lines.append("}")

@@ -36,14 +36,28 @@ def draw(key, counter):
     return mix64(key + (counter + 1) * GOLDEN)
 
 
-def bits24(key, counters):
-    """The top 24 bits of draw(key, c) for a uint64 array of counters."""
+def draws(key, counters):
+    """draw(key, c) for a uint64 array of counters."""
     with np.errstate(over="ignore"):
         z = np.uint64(key) + (counters.astype(np.uint64) + np.uint64(1)) * np.uint64(GOLDEN)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(40)).astype(np.uint32)
+        return z ^ (z >> np.uint64(31))
+
+
+def bits24(key, counters):
+    """The top 24 bits of draw(key, c) for a uint64 array of counters."""
+    return (draws(key, counters) >> np.uint64(40)).astype(np.uint32)
+
+
+def normal(key, indices):
+    """N(0, 1) by Box-Muller (cosine branch) from draws 2i and 2i+1, in
+    double, as the runtime's rng::normal (libm's log / cos: the last ulp
+    may differ from C's, which the rounding to float hides)."""
+    i = indices.astype(np.uint64)
+    u1 = ((draws(key, 2 * i) >> np.uint64(11)) + np.uint64(1)).astype(np.float64) * 2.0 ** -53
+    u2 = (draws(key, 2 * i + np.uint64(1)) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+    return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
 
 
 def dropout_key(seed, stream, step):

@@ -306,7 +306,8 @@ def make_optimizer(params, kind, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
 def run_ir(module, params, inputs, seed=0, step=1):
     """Evaluate a module built with `ztrain.ir` in torch, op by op.
 
-    params / inputs: {name: torch.Tensor}. seed / step: those of the
+    params / inputs: {name: torch.Tensor}; params also holds the values of
+    the module's buffers, under their names (as a state dict does). seed / step: those of the
     compiled run being modelled (train.dropout's mask depends on them; one
     process holding the global batch). Returns the loss tensor; autograd
     gives the gradient of any params that require it. Each op's meaning is
@@ -317,8 +318,8 @@ def run_ir(module, params, inputs, seed=0, step=1):
     f = module.functions[0]
     env = {v.name: inputs[n] for v, n in f.args}
     for res, op, operands, attrs in f.ops:
-        if op == "param_read":
-            r = params[attrs["name"]]
+        if op in ("param_read", "buffer_read"):
+            r = params[attrs["name"]]   # a state dict: parameters and buffers
         else:
             ref = ir.REFERENCES.get(op)
             if ref is None:

@@ -18,6 +18,7 @@
 //   grid <N>
 //   param <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale> [<store>]
 //   state <name> <dtype> <rank> <d0> .. <dn-1> of <param-name> [<store>]
+//   buffer <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale>
 //   grad <param-name> <E>
 //   input <name> <dtype> <rank> <d0> .. <dn-1> bound <b>
 //   optimizer <free text up to end of line>
@@ -29,10 +30,14 @@
 // any other world size (absent: any size, for hand-written models). <dtype>
 // is f32 or i32. <kind> is zeros | ones | normal | uniform: normal draws
 // N(0, scale^2), uniform draws U(-scale, scale). States start at zero.
+// A buffer (train.buffer, ztrt_buffer) is whole on every rank; its <kind>
+// may also be causal (1 where column > row in the last two dims); it is
+// filled from --init when the file has its name, else by its rule.
 // For an i32 input, bound b > 0 means every value must lie in [0, b) (a
 // class count or vocabulary size the compiler derived); 0 means unknown.
-// The index of a param / state / input in ztrt_param / ztrt_state /
-// ztrt_input is its position among the records of its kind.
+// The index of a param / state / buffer / input in ztrt_param /
+// ztrt_state / ztrt_buffer / ztrt_input is its position among the records
+// of its kind.
 //
 // <store> is `store <E> full` or `store <E> shard`: what each rank stores
 // of the tensor (n elements, row-major) in the buffer ztrt_param /
@@ -68,7 +73,9 @@ typedef enum ztrt_category {
   // Full copies of parameters partitioned at rest (ZeRO stage 3), from
   // their gather's start to their release: what `max-live-bytes` bounds.
   ZTRT_CAT_GATHERED = 5,
-  ZTRT_CAT_COUNT = 6
+  // Non-trainable module tensors (train.buffer), whole on every rank.
+  ZTRT_CAT_BUFFERS = 6,
+  ZTRT_CAT_COUNT = 7
 } ztrt_category;
 
 // Element types of tensor buffers (the DTYPE argument of kernels and

@@ -329,6 +329,11 @@ void *ztrt_grad(ztrt_ctx *ctx, int64_t index) {
   return binding("grad", ctx->grads, index, "gradient");
 }
 
+void *ztrt_buffer(ztrt_ctx *ctx, int64_t index) {
+  backendOf(ctx, "buffer");
+  return binding("buffer", ctx->buffers, index, "buffer");
+}
+
 void *ztrt_input(ztrt_ctx *ctx, int64_t index) {
   backendOf(ctx, "input");
   return binding("input", ctx->inputs, index, "input");

@@ -31,14 +31,27 @@ std::string joinPath(const std::string &dir, const std::string &name) {
   return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
-/// The index's tensor list of a descriptor: parameters, then states.
+/// The index's tensor list of a descriptor: parameters, then states, then
+/// buffers.
 std::vector<CheckpointTensor> checkpointTensors(const Descriptor &desc) {
+  using Kind = CheckpointTensor::Kind;
   std::vector<CheckpointTensor> tensors;
   for (const ParamSpec &spec : desc.params)
-    tensors.push_back({spec, true});
+    tensors.push_back({spec, Kind::Param});
   for (const StateSpec &spec : desc.states)
-    tensors.push_back({spec, false});
+    tensors.push_back({spec, Kind::State});
+  for (const BufferSpec &spec : desc.buffers)
+    tensors.push_back({spec, Kind::Buffer});
   return tensors;
+}
+
+/// The storage of every checkpoint tensor of `ctx`, in checkpointTensors'
+/// order.
+std::vector<void *> checkpointStorage(ztrt_ctx &ctx) {
+  std::vector<void *> all(ctx.params);
+  all.insert(all.end(), ctx.states.begin(), ctx.states.end());
+  all.insert(all.end(), ctx.buffers.begin(), ctx.buffers.end());
+  return all;
 }
 
 std::string tensorJson(const CheckpointTensor &tensor) {
@@ -46,7 +59,7 @@ std::string tensorJson(const CheckpointTensor &tensor) {
   std::string json =
       format("{\"name\": %s, \"kind\": \"%s\", \"dtype\": "
              "\"%s\", \"shape\": ",
-             jsonQuote(spec.name).c_str(), tensor.isParam ? "param" : "state",
+             jsonQuote(spec.name).c_str(), tensor.kindName(),
              elemTypeSafetensorsName(spec.type));
   json += formatShape(spec.shape);
   return json + format(", \"storage\": \"%s\", \"elements\": %lld}",
@@ -200,15 +213,13 @@ void saveCheckpoint(ztrt_ctx &ctx, const Descriptor &desc,
   Backend &backend = ctx.backend();
   std::vector<std::vector<char>> host;
   std::vector<SafetensorsWriteTensor> tensors;
-  auto add = [&](const StoredTensorSpec &spec, const void *storage) {
-    host.emplace_back(static_cast<size_t>(spec.storeBytes));
-    backend.copyToHost(host.back().data(), storage, spec.storeBytes);
-  };
-  for (size_t i = 0; i < desc.params.size(); ++i)
-    add(desc.params[i], ctx.params[i]);
-  for (size_t i = 0; i < desc.states.size(); ++i)
-    add(desc.states[i], ctx.states[i]);
   std::vector<CheckpointTensor> specs = checkpointTensors(desc);
+  std::vector<void *> storage = checkpointStorage(ctx);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const StoredTensorSpec &spec = specs[i].spec;
+    host.emplace_back(static_cast<size_t>(spec.storeBytes));
+    backend.copyToHost(host.back().data(), storage[i], spec.storeBytes);
+  }
   for (size_t i = 0; i < specs.size(); ++i)
     tensors.push_back({specs[i].spec.name,
                        elemTypeSafetensorsName(specs[i].spec.type),
@@ -306,9 +317,11 @@ CheckpointIndex readCheckpointIndex(const std::string &dir, const char *what) {
     spec.name = string(entry, "name");
     std::string where = "tensor '" + spec.name + "'";
     std::string kind = string(entry, "kind");
-    if (kind != "param" && kind != "state")
-      bad(where + " has kind '" + kind + "' (expected param or state)");
-    tensor.isParam = kind == "param";
+    if (kind != "param" && kind != "state" && kind != "buffer")
+      bad(where + " has kind '" + kind + "' (expected param, state or buffer)");
+    tensor.kind = kind == "param"   ? CheckpointTensor::Kind::Param
+                  : kind == "state" ? CheckpointTensor::Kind::State
+                                    : CheckpointTensor::Kind::Buffer;
     std::string dtype = string(entry, "dtype");
     if (dtype != "F32" && dtype != "I32")
       bad(where + " has dtype '" + dtype + "' (expected F32 or I32)");
@@ -362,7 +375,7 @@ void checkResumable(const CheckpointIndex &index, const Descriptor &desc,
           static_cast<long long>(ranks));
   std::vector<CheckpointTensor> model = checkpointTensors(desc);
   for (const CheckpointTensor &want : model) {
-    const char *kind = want.isParam ? "param" : "state";
+    const char *kind = want.kindName();
     const char *name = want.spec.name.c_str();
     auto it = std::find_if(index.tensors.begin(), index.tensors.end(),
                            [&](const CheckpointTensor &t) {
@@ -373,7 +386,7 @@ void checkResumable(const CheckpointIndex &index, const Descriptor &desc,
             "has",
             dir, kind, name);
     const StoredTensorSpec &have = it->spec;
-    if (it->isParam != want.isParam || have.type != want.spec.type ||
+    if (it->kind != want.kind || have.type != want.spec.type ||
         have.shape != want.spec.shape || have.store != want.spec.store ||
         have.storeElems != want.spec.storeElems)
       fatal("--resume '%s': %s '%s' is %s in the checkpoint, this model has "
@@ -388,7 +401,7 @@ void checkResumable(const CheckpointIndex &index, const Descriptor &desc,
                      }))
       fatal("--resume '%s': the checkpoint has %s '%s', which this model "
             "does not have",
-            dir, have.isParam ? "param" : "state", have.spec.name.c_str());
+            dir, have.kindName(), have.spec.name.c_str());
   // Everything the runtime allocates agrees; the rest of the descriptor
   // (optimizer hyper-parameters, inputs, batch size) decides what the steps
   // compute, so continuing "exactly" needs it unchanged too.
@@ -410,13 +423,11 @@ void loadCheckpointShard(ztrt_ctx &ctx, const Descriptor &desc,
   Backend &backend = ctx.backend();
   // checkResumable made sure that the index, and so (readShard) the file,
   // has every tensor of the descriptor with its storage size.
-  auto load = [&](const StoredTensorSpec &spec, void *storage) {
-    backend.copyFromHost(storage, file.find(spec.name)->data, spec.storeBytes);
-  };
-  for (size_t i = 0; i < desc.params.size(); ++i)
-    load(desc.params[i], ctx.params[i]);
-  for (size_t i = 0; i < desc.states.size(); ++i)
-    load(desc.states[i], ctx.states[i]);
+  std::vector<CheckpointTensor> specs = checkpointTensors(desc);
+  std::vector<void *> storage = checkpointStorage(ctx);
+  for (size_t i = 0; i < specs.size(); ++i)
+    backend.copyFromHost(storage[i], file.find(specs[i].spec.name)->data,
+                         specs[i].spec.storeBytes);
 }
 
 void consolidateCheckpoint(const std::string &dir, const std::string &out) {
@@ -425,7 +436,8 @@ void consolidateCheckpoint(const std::string &dir, const std::string &out) {
   std::vector<const CheckpointTensor *> params;
   std::vector<std::vector<char>> full;
   for (const CheckpointTensor &tensor : index.tensors) {
-    if (!tensor.isParam)
+    // A state dict: parameters and buffers (as --save writes them).
+    if (tensor.kind == CheckpointTensor::Kind::State)
       continue;
     params.push_back(&tensor);
     full.emplace_back(static_cast<size_t>(tensor.spec.bytes));

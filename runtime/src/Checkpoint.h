@@ -3,10 +3,11 @@
 //
 // A sharded checkpoint is a directory, as Hugging Face stores sharded weights:
 //
-//   DIR/rank-<r>-of-<N>.safetensors   rank r's storage of every parameter and
-//                                     optimizer state, exactly as it lives in
-//                                     memory (1-D, E elements, padding
-//                                     included), named as in the descriptor;
+//   DIR/rank-<r>-of-<N>.safetensors   rank r's storage of every parameter,
+//                                     optimizer state and buffer, exactly as
+//                                     it lives in memory (1-D, E elements,
+//                                     padding included), named as in the
+//                                     descriptor;
 //   DIR/index.json                    {"metadata", "weight_map"} plus a
 //                                     "ztrain" object: the descriptor, the
 //                                     storage of every tensor, the number of
@@ -39,10 +40,17 @@ const char *storageName(const StoredTensorSpec &spec);
 /// "rank-<rank>-of-<ranks>.safetensors".
 std::string checkpointShardName(int64_t rank, int64_t ranks);
 
-/// One parameter or optimizer state as the index records it.
+/// One parameter, optimizer state or buffer as the index records it.
 struct CheckpointTensor {
+  enum class Kind { Param, State, Buffer };
   StoredTensorSpec spec;
-  bool isParam = true;
+  Kind kind = Kind::Param;
+  /// "param", "state" or "buffer", as in the index.
+  const char *kindName() const {
+    return kind == Kind::Param ? "param"
+           : kind == Kind::State ? "state"
+                                 : "buffer";
+  }
 };
 
 /// The "ztrain" part of DIR/index.json.
@@ -56,7 +64,7 @@ struct CheckpointIndex {
   uint64_t seed = 0;
   /// The --data argument of the run ("" for synthetic data); informative.
   std::string data;
-  /// Parameters, then states, in descriptor order.
+  /// Parameters, then states, then buffers, in descriptor order.
   std::vector<CheckpointTensor> tensors;
   /// The descriptor of the executable that wrote it, verbatim.
   std::string descriptor;

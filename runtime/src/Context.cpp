@@ -34,7 +34,7 @@ bool Backend::takeCollectiveTiming(int64_t, DeviceCollectiveTiming *) {
 const char *categoryName(int category) {
   static const char *const names[ZTRT_CAT_COUNT] = {
       "parameters",  "gradients", "optimizer_states",
-      "activations", "other",     "gathered_parameters"};
+      "activations", "other",     "gathered_parameters", "buffers"};
   return category >= 0 && category < ZTRT_CAT_COUNT ? names[category]
                                                     : "invalid";
 }

@@ -150,7 +150,7 @@ struct ztrt_ctx {
   /// The trace being recorded, or null when tracing is off.
   ztrt::Trace *trace() { return tracer.get(); }
 
-  std::vector<void *> params, states, inputs;
+  std::vector<void *> params, states, inputs, buffers;
   /// The step's arenas (ztrt_arena), by index: pointer and size.
   std::vector<std::pair<void *, int64_t>> arenas;
   /// One persistent gradient buffer per parameter (empty when the model

@@ -152,6 +152,23 @@ public:
     spec.bytes = spec.numel * spec.elemBytes();
   }
 
+  /// An init kind word; `causal` only where `buffer` is set.
+  InitKind initKind(bool buffer) {
+    std::string init = word("init kind");
+    if (init == "zeros")
+      return InitKind::Zeros;
+    if (init == "ones")
+      return InitKind::Ones;
+    if (init == "normal")
+      return InitKind::Normal;
+    if (init == "uniform")
+      return InitKind::Uniform;
+    if (init == "causal" && buffer)
+      return InitKind::Causal;
+    error("unknown init kind '" + init + "' (expected zeros, ones, normal" +
+          (buffer ? ", uniform or causal)" : " or uniform)"));
+  }
+
   /// The optional `store <E> full|shard` suffix of a param or state record,
   /// then the end of the line. Without it a rank stores the whole tensor.
   void storage(StoredTensorSpec &spec) {
@@ -226,18 +243,7 @@ Descriptor parseDescriptor(const char *text) {
       ParamSpec spec;
       p.tensor(spec);
       p.keyword("init");
-      std::string init = p.word("init kind");
-      if (init == "zeros")
-        spec.init = InitKind::Zeros;
-      else if (init == "ones")
-        spec.init = InitKind::Ones;
-      else if (init == "normal")
-        spec.init = InitKind::Normal;
-      else if (init == "uniform")
-        spec.init = InitKind::Uniform;
-      else
-        p.error("unknown init kind '" + init +
-                "' (expected zeros, ones, normal or uniform)");
+      spec.init = p.initKind(false);
       spec.scale = p.number("init scale");
       p.storage(spec);
       if (spec.type == ElemType::I32 &&
@@ -248,6 +254,21 @@ Descriptor parseDescriptor(const char *text) {
       if (spec.store == StoreMode::Shard)
         sharded.push_back({p, true, desc.params.size()});
       desc.params.push_back(std::move(spec));
+    } else if (kind == "buffer") {
+      BufferSpec spec;
+      p.tensor(spec);
+      p.keyword("init");
+      spec.init = p.initKind(true);
+      spec.scale = p.number("init scale");
+      p.storage(spec); // no suffix: the whole tensor on every rank
+      if (spec.type == ElemType::I32 &&
+          (spec.init == InitKind::Normal || spec.init == InitKind::Uniform))
+        p.error("i32 buffer '" + spec.name + "' cannot have a random init");
+      if (spec.init == InitKind::Causal && spec.shape.size() < 2)
+        p.error("buffer '" + spec.name + "' with init causal needs rank >= 2");
+      if (!names.insert(spec.name).second)
+        p.error("duplicate name '" + spec.name + "'");
+      desc.buffers.push_back(std::move(spec));
     } else if (kind == "state") {
       StateSpec spec;
       p.tensor(spec);

@@ -68,9 +68,18 @@ struct StoredTensorSpec : TensorSpec {
 std::string shardCoverageProblem(const char *kind, const StoredTensorSpec &spec,
                                  int64_t ranks);
 
-enum class InitKind { Zeros, Ones, Normal, Uniform };
+/// Causal: buffers only, 1 where the column index exceeds the row index in
+/// the last two dims, else 0.
+enum class InitKind { Zeros, Ones, Normal, Uniform, Causal };
 
 struct ParamSpec : StoredTensorSpec {
+  InitKind init = InitKind::Zeros;
+  double scale = 0.0;
+};
+
+/// A train.buffer: the whole tensor on every rank (storeElems == numel),
+/// filled before the first step from --init or by its rule.
+struct BufferSpec : StoredTensorSpec {
   InitKind init = InitKind::Zeros;
   double scale = 0.0;
 };
@@ -100,6 +109,8 @@ struct Descriptor {
   int64_t gridSize = 0;
   std::vector<ParamSpec> params;
   std::vector<StateSpec> states;
+  /// In the index order of ztrt_buffer.
+  std::vector<BufferSpec> buffers;
   /// Empty, or one per parameter in parameter order.
   std::vector<GradSpec> grads;
   std::vector<InputSpec> inputs;

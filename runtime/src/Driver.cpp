@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 namespace ztrt {
@@ -97,13 +98,46 @@ std::vector<char> toHost(Backend &backend, const void *src, int64_t bytes) {
   return host;
 }
 
-/// Fills every parameter's storage on this rank, from the seed or from the
+/// Fatal, naming the file and the tensor, unless the --init tensor has the
+/// model's dtype and shape.
+void checkInitTensor(const char *path, const SafetensorsTensor &tensor,
+                     const TensorSpec &spec) {
+  const char *dtype = elemTypeSafetensorsName(spec.type);
+  if (tensor.dtype != dtype)
+    fatal("--init '%s': tensor '%s' has dtype %s, the model expects %s", path,
+          spec.name.c_str(), tensor.dtype.c_str(), dtype);
+  if (tensor.shape != spec.shape)
+    fatal("--init '%s': tensor '%s' has shape %s, the model expects %s", path,
+          spec.name.c_str(), formatShape(tensor.shape).c_str(),
+          formatShape(spec.shape).c_str());
+}
+
+/// Fills every buffer, and every parameter's storage on this rank, from the
+/// seed or from the
 /// --init file (which holds full tensors: each rank takes its slice). Every
 /// rank computes exactly its own elements, so replicas and shards start
 /// consistent without communication.
 void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
   Backend &backend = ctx.backend();
   const int64_t rank = ctx.comm().rank();
+  // Buffers: the --init file's tensor of that name when it has one (a
+  // state dict with persistent buffers), else the buffer's rule.
+  std::optional<SafetensorsFile> initFile;
+  if (!opts.init.empty())
+    initFile.emplace(SafetensorsFile::read(opts.init, "--init"));
+  for (size_t i = 0; i < desc.buffers.size(); ++i) {
+    const BufferSpec &spec = desc.buffers[i];
+    const SafetensorsTensor *tensor =
+        initFile ? initFile->find(spec.name) : nullptr;
+    if (tensor) {
+      checkInitTensor(opts.init.c_str(), *tensor, spec);
+      backend.copyFromHost(ctx.buffers[i], tensor->data, spec.bytes);
+      continue;
+    }
+    std::vector<char> host(static_cast<size_t>(spec.bytes));
+    initBuffer(spec, opts.seed, host.data());
+    backend.copyFromHost(ctx.buffers[i], host.data(), spec.bytes);
+  }
   if (opts.init.empty()) {
     for (size_t i = 0; i < desc.params.size(); ++i) {
       const ParamSpec &spec = desc.params[i];
@@ -113,21 +147,14 @@ void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
     }
     return;
   }
-  SafetensorsFile file = SafetensorsFile::read(opts.init, "--init");
+  const SafetensorsFile &file = *initFile;
   const char *path = opts.init.c_str();
   for (size_t i = 0; i < desc.params.size(); ++i) {
     const ParamSpec &spec = desc.params[i];
     const SafetensorsTensor *tensor = file.find(spec.name);
     if (!tensor)
       fatal("--init '%s': no tensor named '%s'", path, spec.name.c_str());
-    const char *dtype = elemTypeSafetensorsName(spec.type);
-    if (tensor->dtype != dtype)
-      fatal("--init '%s': tensor '%s' has dtype %s, the model expects %s", path,
-            spec.name.c_str(), tensor->dtype.c_str(), dtype);
-    if (tensor->shape != spec.shape)
-      fatal("--init '%s': tensor '%s' has shape %s, the model expects %s", path,
-            spec.name.c_str(), formatShape(tensor->shape).c_str(),
-            formatShape(spec.shape).c_str());
+    checkInitTensor(path, *tensor, spec);
     StorageSlice slice = spec.slice(rank);
     std::vector<char> host(static_cast<size_t>(spec.storeBytes), 0);
     std::memcpy(host.data(), tensor->data + slice.begin * spec.elemBytes(),
@@ -136,8 +163,9 @@ void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
   }
 }
 
-/// Writes the full parameters to `path` on rank 0, as one process holding
-/// them would: padding dropped, shards gathered to rank 0 in rank order.
+/// Writes the full parameters, then the buffers, to `path` on rank 0, as one
+/// process holding them would: padding dropped, shards gathered to rank 0
+/// in rank order.
 /// Every rank calls it: the gathers of sharded parameters are collective.
 void saveParams(ztrt_ctx &ctx, const Descriptor &desc,
                 const std::string &path) {
@@ -169,11 +197,20 @@ void saveParams(ztrt_ctx &ctx, const Descriptor &desc,
   }
   if (!root)
     return;
+  // Then the buffers, as a state dict holds persistent buffers: every rank
+  // has the whole tensor.
+  for (size_t i = 0; i < desc.buffers.size(); ++i)
+    host.push_back(toHost(backend, ctx.buffers[i], desc.buffers[i].bytes));
   std::vector<SafetensorsWriteTensor> tensors;
   for (size_t i = 0; i < desc.params.size(); ++i) {
     const ParamSpec &spec = desc.params[i];
     tensors.push_back({spec.name, elemTypeSafetensorsName(spec.type),
                        spec.shape, host[i].data()});
+  }
+  for (size_t i = 0; i < desc.buffers.size(); ++i) {
+    const BufferSpec &spec = desc.buffers[i];
+    tensors.push_back({spec.name, elemTypeSafetensorsName(spec.type),
+                       spec.shape, host[desc.params.size() + i].data()});
   }
   // "format": "pt" is what Hugging Face loaders look for in PyTorch weights.
   writeSafetensors(path, tensors, {{"format", "pt"}});
@@ -495,6 +532,9 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   for (const InputSpec &spec : desc.inputs)
     ctx.inputs.push_back(ctx.allocate(spec.bytes, ZTRT_CAT_OTHER,
                                       ("input '" + spec.name + "'").c_str()));
+  for (const BufferSpec &spec : desc.buffers)
+    ctx.buffers.push_back(ctx.allocate(spec.bytes, ZTRT_CAT_BUFFERS,
+                                       ("buffer '" + spec.name + "'").c_str()));
   if (opts.resume.empty())
     initParams(ctx, desc, opts);
   else

@@ -72,6 +72,40 @@ void initParameter(const ParamSpec &spec, uint64_t seed, int64_t begin,
       out[i] = static_cast<float>((2.0 * rng::uniform24(key, begin + i) - 1.0) *
                                   spec.scale);
     return;
+  case InitKind::Causal: // buffers only: the descriptor parser refuses it
+    break;
+  }
+}
+
+void initBuffer(const BufferSpec &spec, uint64_t seed, void *dst) {
+  const int64_t n = spec.numel;
+  const uint64_t key = rng::streamKey(seed, "buffer/" + spec.name);
+  const int64_t cols = spec.shape.empty() ? 1 : spec.shape.back();
+  const int64_t rows =
+      spec.shape.size() < 2 ? 1 : spec.shape[spec.shape.size() - 2];
+  auto value = [&](int64_t i) -> double {
+    switch (spec.init) {
+    case InitKind::Zeros:
+      return 0.0;
+    case InitKind::Ones:
+      return 1.0;
+    case InitKind::Normal:
+      return rng::normal(key, i) * spec.scale;
+    case InitKind::Uniform:
+      return (2.0 * rng::uniform24(key, i) - 1.0) * spec.scale;
+    case InitKind::Causal:
+      return (i % cols) > (i / cols) % rows ? 1.0 : 0.0;
+    }
+    return 0.0;
+  };
+  if (spec.type == ElemType::I32) {
+    auto *out = static_cast<int32_t *>(dst);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = static_cast<int32_t>(value(i));
+  } else {
+    auto *out = static_cast<float *>(dst);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = static_cast<float>(value(i));
   }
 }
 

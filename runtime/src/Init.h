@@ -45,6 +45,11 @@ void initParameter(const ParamSpec &spec, uint64_t seed, int64_t begin,
 void initParameterStorage(const ParamSpec &spec, uint64_t seed, int64_t rank,
                           void *dst);
 
+/// Writes buffer `spec` (all spec.numel elements, f32 or i32) by its rule
+/// into host memory `dst`: normal / uniform from key(seed, "buffer/" +
+/// name) as parameters do; causal 1 where column > row in the last two dims.
+void initBuffer(const BufferSpec &spec, uint64_t seed, void *dst);
+
 } // namespace ztrt
 
 #endif // ZTRT_SRC_INIT_H

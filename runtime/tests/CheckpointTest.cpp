@@ -286,8 +286,8 @@ TEST(CheckpointTest, IndexReadsBack) {
   EXPECT_EQ(index.seed, 18446744073709551615ull);
   EXPECT_EQ(index.descriptor, kStage3);
   ASSERT_EQ(index.tensors.size(), 2u);
-  EXPECT_TRUE(index.tensors[0].isParam);
-  EXPECT_FALSE(index.tensors[1].isParam);
+  EXPECT_EQ(index.tensors[0].kind, CheckpointTensor::Kind::Param);
+  EXPECT_EQ(index.tensors[1].kind, CheckpointTensor::Kind::State);
   EXPECT_EQ(index.tensors[1].spec.shape, (std::vector<int64_t>{4, 1}));
   EXPECT_EQ(index.tensors[1].spec.store, StoreMode::Shard);
   EXPECT_EQ(index.tensors[1].spec.storeElems, 3);

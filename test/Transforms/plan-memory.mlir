@@ -37,6 +37,7 @@
 // communication buffers = the gathered and staging arenas.
 // REPORT: "memory_plan": "static",
 // REPORT: "activations": 772,
+// REPORT-NEXT: "buffers": 0,
 // REPORT-NEXT: "communication_buffers": 576,
 
 // TWICE: error: the step already has a memory plan (dist.arenas)

@@ -57,6 +57,7 @@
 // S3: "communication_bytes_per_step": 288,
 // S3: "per_rank": {
 // S3-NEXT: "activations": 120,
+// S3-NEXT: "buffers": 0,
 // S3-NEXT: "communication_buffers": 96,
 // S3-NEXT: "gathered_parameters_peak": 0,
 // S3-NEXT: "gradients": 32,

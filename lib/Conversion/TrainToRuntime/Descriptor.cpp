@@ -8,6 +8,7 @@
 //   param <name> <dtype> <rank> <dims...> init <kind> <scale> [store E full|shard]
 //   grad <name> <elements>
 //   state <name> <dtype> <rank> <dims...> of <param> [store E full|shard]
+//   buffer <name> <dtype> <rank> <dims...> init <kind> <scale>
 //   input <name> <dtype> <rank> <dims...> bound <B>
 //   optimizer <kind>
 // (docs/runtime.md). Names become checkpoint and data keys.
@@ -115,6 +116,8 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
     namesOk &= checkName(param, "parameter", param.getSymName());
   for (auto state : module.getOps<StateOp>())
     namesOk &= checkName(state, "state", state.getSymName());
+  for (auto buffer : module.getOps<BufferOp>())
+    namesOk &= checkName(buffer, "buffer", buffer.getSymName());
   for (BlockArgument arg : entry.getArguments())
     if (auto name = entry.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
                                                        kInputNameAttr))
@@ -157,6 +160,16 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
     os << " of " << state.getParam();
     appendStorage(os, storageOf(state, state.getType()));
     os << '\n';
+  }
+  for (auto buffer : module.getOps<BufferOp>()) {
+    // f32 or i32 (the verifier's rule), the whole tensor on every rank.
+    os << "buffer " << buffer.getSymName() << ' ' << dtypeName(buffer.getType());
+    appendShape(os, buffer.getType());
+    os << " init " << stringifyInitKind(buffer.getInit()) << ' '
+       << llvm::format("%.17g", buffer.getScaleAttr()
+                                    ? buffer.getScaleAttr().getValueAsDouble()
+                                    : 0.0)
+       << '\n';
   }
   for (BlockArgument arg : entry.getArguments()) {
     auto name = entry.getArgAttrOfType<StringAttr>(arg.getArgNumber(),

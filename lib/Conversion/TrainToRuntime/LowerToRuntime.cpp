@@ -121,7 +121,7 @@ void LowerToRuntimePass::runOnOperation() {
 
   // The declarations and the grid now live in the descriptor.
   for (Operation &op : llvm::make_early_inc_range(module.getOps()))
-    if (isa<ParamOp, StateOp, shard::GridOp>(op))
+    if (isa<ParamOp, StateOp, BufferOp, shard::GridOp>(op))
       op.erase();
   module->removeAttr(kOptimizerAttr);
   module->removeAttr(dist::kZeroAttr);

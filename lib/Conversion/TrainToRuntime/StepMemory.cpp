@@ -33,6 +33,8 @@ StepLowering::StepLowering(ModuleOp module, func::FuncOp entry,
     paramIndex[param.getSymName()] = paramIndex.size();
   for (auto state : module.getOps<StateOp>())
     stateIndex[state.getSymName()] = stateIndex.size();
+  for (auto buffer : module.getOps<BufferOp>())
+    bufferIndex[buffer.getSymName()] = bufferIndex.size();
 
   // plan-memory's arenas: one block per category for the whole step, every
   // buffer at its planned offset, persistent across steps (ztrt_arena):
@@ -108,6 +110,10 @@ Value StepLowering::stagingBuffer(Operation *start, unsigned index,
 
 Value StepLowering::param(StringRef name) {
   return rt.call("param", {rt.i64(paramIndex.lookup(name))});
+}
+
+Value StepLowering::buffer(StringRef name) {
+  return rt.call("buffer", {rt.i64(bufferIndex.lookup(name))});
 }
 
 Value StepLowering::state(FlatSymbolRefAttr name) {

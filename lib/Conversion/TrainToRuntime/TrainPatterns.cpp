@@ -43,6 +43,14 @@ struct ParamReadPattern : OpRuntimePattern<ParamReadOp> {
   }
 };
 
+/// The buffer's storage itself (the step never writes a buffer).
+struct BufferReadPattern : OpRuntimePattern<BufferReadOp> {
+  LogicalResult lower(BufferReadOp op, StepLowering &s) const override {
+    s.bind(op.getResult(), s.buffer(op.getBuffer()));
+    return success();
+  }
+};
+
 /// A view of its operand, unless its result must land in a gradient
 /// buffer: then a copy.
 struct ReshapePattern : OpRuntimePattern<ReshapeOp> {
@@ -173,6 +181,7 @@ struct ReturnPattern : OpRuntimePattern<func::ReturnOp> {
 void ztrain::populateTrainToRuntimePatterns(RuntimePatternList &patterns) {
   patterns.push_back(std::make_unique<KernelPattern>());
   patterns.push_back(std::make_unique<ParamReadPattern>());
+  patterns.push_back(std::make_unique<BufferReadPattern>());
   patterns.push_back(std::make_unique<ReshapePattern>());
   patterns.push_back(std::make_unique<SlicePattern>());
   patterns.push_back(std::make_unique<SliceGradPattern>());

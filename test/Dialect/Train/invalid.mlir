@@ -15,7 +15,7 @@ train.param @w : tensor<4xf32> init(zeros, 1.0)
 
 // -----
 
-// expected-error @+1 {{enum values for attribute 'init' [zeros, ones, normal, uniform]}}
+// expected-error @+1 {{enum values for attribute 'init' [zeros, ones, normal, uniform, causal]}}
 train.param @w : tensor<4xf32> init(gaussian, 1.0)
 
 // -----
@@ -581,5 +581,58 @@ func.func @f(%x: tensor<2x4xf32>) {
 func.func @f(%x: tensor<2x0xf32>) {
   // expected-error @+1 {{zero-size}}
   %0 = train.dropout %x {probability = 0.5 : f64, stream = 0 : i64} : tensor<2x0xf32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'train.buffer' op element type must be f32 or i32, got 'bf16'}}
+train.buffer @b : tensor<4xbf16> init(zeros)
+
+// -----
+
+// expected-error @+1 {{'train.buffer' op initializer 'normal' needs an f32 buffer, got 'i32'}}
+train.buffer @b : tensor<4xi32> init(normal, 1.0)
+
+// -----
+
+// expected-error @+1 {{'train.buffer' op initializer 'uniform' needs a positive finite scale, e.g. init(uniform, 0.02)}}
+train.buffer @b : tensor<4xf32> init(uniform, 0x7FF0000000000000)
+
+// -----
+
+// expected-error @+1 {{'train.buffer' op initializer 'causal' takes no scale}}
+train.buffer @b : tensor<4x4xi32> init(causal, 1.0)
+
+// -----
+
+// expected-error @+1 {{'train.buffer' op initializer 'causal' needs rank >= 2, got 'tensor<4xi32>'}}
+train.buffer @b : tensor<4xi32> init(causal)
+
+// -----
+
+// expected-error @+1 {{'train.buffer' op type has a zero-size dimension}}
+train.buffer @b : tensor<0x4xf32> init(zeros)
+
+// -----
+
+// expected-error @+1 {{'train.param' op initializer 'causal' is for buffers (train.buffer), not parameters}}
+train.param @p : tensor<4x4xf32> init(causal)
+
+// -----
+
+train.param @p : tensor<4xf32> init(zeros)
+func.func @f() {
+  // expected-error @+1 {{'train.buffer_read' op @p is a 'train.param', not a buffer}}
+  %0 = train.buffer_read @p : tensor<4xf32>
+  return
+}
+
+// -----
+
+train.buffer @b : tensor<4xf32> init(zeros)
+func.func @f() {
+  // expected-error @+1 {{'train.buffer_read' op references undeclared buffer @c}}
+  %0 = train.buffer_read @c : tensor<4xf32>
   return
 }

@@ -17,3 +17,19 @@ func.func @where_dropout(%m: tensor<4x4xi32>, %m3: tensor<2x4x4xi32>,
   %3 = train.dropout %h {probability = 1.0 : f64, stream = 7 : i64} : tensor<2x4x4xf16>
   return
 }
+
+// Buffers: non-trainable module tensors with a rule, read by buffer_read.
+// CHECK: train.buffer @attn.mask : tensor<8x8xi32> init(causal)
+// CHECK: train.buffer @table : tensor<8x4xf32> init(normal, 2.000000e-02)
+// CHECK: train.buffer @ones : tensor<4xf32> init(ones)
+// CHECK-LABEL: func.func @buffers
+// CHECK: train.buffer_read @attn.mask : tensor<8x8xi32>
+// CHECK: train.buffer_read @table : tensor<8x4xf32>
+train.buffer @attn.mask : tensor<8x8xi32> init(causal)
+train.buffer @table : tensor<8x4xf32> init(normal, 0.02)
+train.buffer @ones : tensor<4xf32> init(ones)
+func.func @buffers() {
+  %m = train.buffer_read @attn.mask : tensor<8x8xi32>
+  %t = train.buffer_read @table : tensor<8x4xf32>
+  return
+}

@@ -136,6 +136,8 @@ public:
   }
   /// ztrt_param / ztrt_state of a symbol (a null pointer for a null ref).
   mlir::Value param(llvm::StringRef name);
+  /// ztrt_buffer of a train.buffer.
+  mlir::Value buffer(llvm::StringRef name);
   mlir::Value state(mlir::FlatSymbolRefAttr name);
   /// The storage an update writes: the whole parameter, its shard when it
   /// rests partitioned, or this rank's slice of `slice` elements of its
@@ -166,7 +168,7 @@ private:
   dist::StepBuffers stepBuffers;
   mlir::SymbolTable symbols;
   mlir::Value loss;
-  llvm::StringMap<int64_t> paramIndex, stateIndex;
+  llvm::StringMap<int64_t> paramIndex, stateIndex, bufferIndex;
   llvm::DenseMap<mlir::Value, mlir::Value> pointers;
   llvm::DenseSet<mlir::Value> owned; // roots allocated by this step
   llvm::StringMap<mlir::Value> arenaBase;

@@ -100,7 +100,7 @@ static int64_t bytesOf(Type type) { return tensorBytes(type); }
 std::vector<StepBuffers::Buffer> StepBuffers::list(int64_t gridSize) const {
   std::vector<Buffer> out;
   for (Operation &op : *body) {
-    if (isa<train::ParamReadOp>(op))
+    if (isa<train::ParamReadOp, train::BufferReadOp>(op))
       continue;
     for (OpResult r : op.getResults()) {
       auto type = dyn_cast<RankedTensorType>(r.getType());

@@ -144,7 +144,7 @@ void PlanMemoryPass::runOnOperation() {
   Builder b(ctx);
   DenseMap<Operation *, SmallVector<Attribute>> slots, staging;
   for (Operation &op : body)
-    if (op.getNumResults() && !isa<train::ParamReadOp>(op))
+    if (op.getNumResults() && !isa<train::ParamReadOp, train::BufferReadOp>(op))
       slots[&op].assign(op.getNumResults(), UnitAttr::get(ctx));
   for (Placed &p : all) {
     const StepBuffers::Buffer &buf = p.buf;

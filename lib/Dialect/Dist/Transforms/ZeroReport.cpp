@@ -46,7 +46,7 @@ struct Report {
   std::string grid;
   int64_t paramCount = 0, paramElements = 0, paramBytes = 0;
   int64_t parameters = 0, gradients = 0, optimizerStates = 0;
-  int64_t inputs = 0, activations = 0, communicationBuffers = 0;
+  int64_t buffers = 0, inputs = 0, activations = 0, communicationBuffers = 0;
   /// Of the activations: gathered parameters allocated at once.
   int64_t gatheredPeak = 0;
   bool hasStates = false;
@@ -56,8 +56,8 @@ struct Report {
   std::vector<Collective> collectives;
 
   int64_t predictedPeak() const {
-    return parameters + gradients + optimizerStates + inputs + activations +
-           communicationBuffers;
+    return parameters + gradients + optimizerStates + buffers + inputs +
+           activations + communicationBuffers;
   }
   int64_t communicationBytes() const {
     int64_t total = 0;
@@ -154,6 +154,9 @@ FailureOr<Report> ZeroReportPass::analyze() {
     r.optimizerStates += getStateStorage(state, type, r.stage, n).elements *
                          elementBytes(type);
   }
+  // Buffers (train.buffer): whole on every rank, whatever the stage.
+  for (auto buffer : module.getOps<train::BufferOp>())
+    r.buffers += tensorBytes(buffer.getType());
   if (n > 1 && r.stage >= 2)
     r.communicationBuffers = largestParam;
 
@@ -236,6 +239,8 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
   row("gradients", r.gradients);
   row(r.hasStates ? "optimizer states" : "optimizer states (none yet)",
       r.optimizerStates);
+  if (r.buffers)
+    row("buffers", r.buffers);
   row("inputs (micro-batch)", r.inputs);
   row(r.staticPlan ? "activations (arena)" : "activations (peak)",
       r.activations);
@@ -278,6 +283,7 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
        llvm::json::Object{{"parameters", r.parameters},
                           {"gradients", r.gradients},
                           {"optimizer_states", r.optimizerStates},
+                          {"buffers", r.buffers},
                           {"inputs", r.inputs},
                           {"activations", r.activations},
                           {"communication_buffers", r.communicationBuffers},

@@ -164,6 +164,9 @@ LogicalResult ParamOp::verify() {
                          << getTensorType().getElementType();
   if (std::string problem = shapeProblem(getTensorType()); !problem.empty())
     return emitOpError() << "type " << problem;
+  if (getInit() == InitKind::causal)
+    return emitOpError() << "initializer 'causal' is for buffers "
+                            "(train.buffer), not parameters";
   bool needsScale =
       getInit() == InitKind::normal || getInit() == InitKind::uniform;
   std::optional<double> scale;
@@ -177,6 +180,39 @@ LogicalResult ParamOp::verify() {
     return emitOpError() << "initializer '" << stringifyInitKind(getInit())
                          << "' takes no scale";
   return success();
+}
+
+LogicalResult BufferOp::verify() {
+  Type elem = getTensorType().getElementType();
+  if (!elem.isF32() && !elem.isInteger(32))
+    return emitOpError() << "element type must be f32 or i32, got " << elem;
+  if (std::string problem = shapeProblem(getTensorType()); !problem.empty())
+    return emitOpError() << "type " << problem;
+  InitKind init = getInit();
+  bool needsScale = init == InitKind::normal || init == InitKind::uniform;
+  std::optional<double> scale;
+  if (getScaleAttr())
+    scale = getScaleAttr().getValueAsDouble();
+  if (needsScale && !elem.isF32())
+    return emitOpError() << "initializer '" << stringifyInitKind(init)
+                         << "' needs an f32 buffer, got " << elem;
+  if (needsScale && (!scale || !(*scale > 0.0) || std::isinf(*scale)))
+    return emitOpError() << "initializer '" << stringifyInitKind(init)
+                         << "' needs a positive finite scale, e.g. init("
+                         << stringifyInitKind(init) << ", 0.02)";
+  if (!needsScale && scale)
+    return emitOpError() << "initializer '" << stringifyInitKind(init)
+                         << "' takes no scale";
+  if (init == InitKind::causal && getTensorType().getRank() < 2)
+    return emitOpError() << "initializer 'causal' needs rank >= 2, got "
+                         << getTensorType();
+  return success();
+}
+
+LogicalResult
+BufferReadOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  return verifySymbol<BufferOp>(*this, symbolTable, getBufferAttr(),
+                                getResult().getType(), "buffer");
 }
 
 LogicalResult

@@ -95,6 +95,9 @@ void TrainAutodiffPass::runOnOperation() {
                  resultGrads[0]);
       continue;
     }
+    // Buffers are constants of the step: their adjoints are dropped.
+    if (isa<BufferReadOp>(op))
+      continue;
     auto iface = dyn_cast<GradientOpInterface>(op);
     if (!iface) {
       op->emitOpError() << "is on the path from the parameters to the loss "

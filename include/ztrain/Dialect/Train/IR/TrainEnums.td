@@ -10,11 +10,14 @@
 include "mlir/IR/EnumAttr.td"
 include "ztrain/Dialect/Train/IR/TrainDialect.td"
 
-def Train_InitKind : I32EnumAttr<"InitKind", "parameter initializer", [
+// `causal` is for buffers only: 1 where the column index exceeds the row
+// index in the last two dims (what a causal mask hides), 0 elsewhere.
+def Train_InitKind : I32EnumAttr<"InitKind", "parameter or buffer initializer", [
     I32EnumAttrCase<"zeros", 0>,
     I32EnumAttrCase<"ones", 1>,
     I32EnumAttrCase<"normal", 2>,
-    I32EnumAttrCase<"uniform", 3>]> {
+    I32EnumAttrCase<"uniform", 3>,
+    I32EnumAttrCase<"causal", 4>]> {
   let cppNamespace = "::ztrain::train";
 }
 

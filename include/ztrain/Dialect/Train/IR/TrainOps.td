@@ -170,6 +170,71 @@ def Train_ParamReadOp : Train_Op<"param_read", [
   let assemblyFormat = "$param attr-dict `:` type($result)";
 }
 
+def Train_BufferOp : Train_Op<"buffer", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "declares a non-trainable module-level tensor (a buffer)";
+  let description = [{
+    A tensor of the model that is not trained: an attention mask, a table
+    (PyTorch's `register_buffer`). Every rank holds all of it (buffers are
+    never partitioned), nothing computes a gradient for it and no step
+    writes it. The runtime fills it once, before the first step: from the
+    `--init` file when that has a tensor under the buffer's name (dtype and
+    shape must match), else by the declared rule, deterministically from the
+    run's seed and the name (docs/runtime.md, "Buffers"). Checkpoints and
+    `--save` carry it, so a resumed run reads back what it started with.
+
+    Rules: `zeros`, `ones`, `normal` (N(0, scale^2)), `uniform`
+    (U(-scale, scale)) and `causal`: 1 where the column index exceeds the
+    row index in the last two dimensions, 0 elsewhere (the mask
+    `train.masked_fill` needs for causal attention).
+
+    ```mlir
+    train.buffer @attn.mask : tensor<64x64xi32> init(causal)
+    train.buffer @pos_table : tensor<64x32xf32> init(zeros)
+    ```
+
+    **Constraints:**
+    - the element type is `f32` or `i32`;
+    - `normal` and `uniform` need a positive scale and an `f32` buffer;
+      `zeros`, `ones` and `causal` take none;
+    - `causal` needs rank >= 2.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<AnyStaticShapeTensor>:$type,
+                       Train_InitKind:$init,
+                       OptionalAttr<F64Attr>:$scale);
+  let assemblyFormat = [{
+    $sym_name `:` $type `init` `(` $init (`,` $scale^)? `)` attr-dict
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::mlir::RankedTensorType getTensorType() {
+      return ::llvm::cast<::mlir::RankedTensorType>(getType());
+    }
+  }];
+}
+
+def Train_BufferReadOp : Train_Op<"buffer_read", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
+    MemoryEffects<[MemRead]>]> {
+  let summary = "reads a buffer";
+  let description = [{
+    Yields the value of a `train.buffer`. It is a constant of the step:
+    `train-autodiff` computes no adjoint for it, and its result lives in the
+    buffer's storage (no copy, no activation bytes).
+
+    ```mlir
+    %mask = train.buffer_read @attn.mask : tensor<64x64xi32>
+    ```
+
+    **Constraints:**
+    - `@buffer` names a `train.buffer` declared in the enclosing module;
+    - the result type equals the buffer's type.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$buffer);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = "$buffer attr-dict `:` type($result)";
+}
+
 //===----------------------------------------------------------------------===//
 // Elementwise
 //===----------------------------------------------------------------------===//
