@@ -29,6 +29,10 @@ mlir::LogicalResult verifyTensorShapes(mlir::Operation *op);
 /// One element type for the floating-point tensors of `op`; the 0-d f32
 /// loss of cross_entropy (and its adjoint seed) are exempt.
 mlir::LogicalResult verifySameFloatElementType(mlir::Operation *op);
+/// What is wrong with a tensor type's shape (a zero-size dimension, a byte
+/// size that overflows int64), or "" when nothing is.
+std::string shapeProblem(mlir::RankedTensorType type);
+
 /// The element count of a static shape, or nullopt when it overflows
 /// int64 (also counting `elementBytes` bytes per element).
 std::optional<int64_t> checkedElementCount(llvm::ArrayRef<int64_t> shape,
