@@ -260,7 +260,10 @@ Descriptor parseDescriptor(const char *text) {
       p.keyword("init");
       spec.init = p.initKind(true);
       spec.scale = p.number("init scale");
-      p.storage(spec); // no suffix: the whole tensor on every rank
+      // No storage suffix: the whole tensor on every rank.
+      spec.storeElems = spec.numel;
+      spec.storeBytes = spec.bytes;
+      p.end();
       if (spec.type == ElemType::I32 &&
           (spec.init == InitKind::Normal || spec.init == InitKind::Uniform))
         p.error("i32 buffer '" + spec.name + "' cannot have a random init");

@@ -56,8 +56,9 @@ TEST(ContextTest, RejectsBadCategoryAndForeignPointers) {
 }
 
 TEST(ContextTest, GatheredParametersAreACategoryOfTheirOwn) {
-  EXPECT_EQ(ZTRT_CAT_COUNT, 6);
+  EXPECT_EQ(ZTRT_CAT_COUNT, 7);
   EXPECT_STREQ(categoryName(ZTRT_CAT_GATHERED), "gathered_parameters");
+  EXPECT_STREQ(categoryName(ZTRT_CAT_BUFFERS), "buffers");
   EXPECT_STREQ(categoryName(ZTRT_CAT_OTHER), "other");
   EXPECT_STREQ(categoryName(ZTRT_CAT_COUNT), "invalid");
   auto ctx = cpuContext();
@@ -66,8 +67,8 @@ TEST(ContextTest, GatheredParametersAreACategoryOfTheirOwn) {
   ztrt_free(ctx.get(), w);
   EXPECT_EQ(ctx->memory().current[ZTRT_CAT_GATHERED], 0);
   EXPECT_EQ(ctx->memory().peak[ZTRT_CAT_GATHERED], 64);
-  EXPECT_EXIT(ztrt_alloc(ctx.get(), 8, 6), ::testing::ExitedWithCode(1),
-              "^ztrain: error: alloc: invalid memory category 6\n$");
+  EXPECT_EXIT(ztrt_alloc(ctx.get(), 8, 7), ::testing::ExitedWithCode(1),
+              "^ztrain: error: alloc: invalid memory category 7\n$");
 }
 
 TEST(ContextTest, ArenasPersistAcrossSteps) {

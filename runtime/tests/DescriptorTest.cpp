@@ -139,8 +139,22 @@ INSTANTIATE_TEST_SUITE_P(
                       "descriptor line 2: f32 input 'x' cannot have a bound"},
         BadDescriptor{"ztrain-descriptor 1\ninput x  f32 1 2 bound 0\n",
                       "descriptor line 2: empty dtype"},
+        BadDescriptor{"ztrain-descriptor 1\ntable x f32 1 2\n",
+                      "descriptor line 2: unknown record kind 'table'"},
         BadDescriptor{"ztrain-descriptor 1\nbuffer x f32 1 2\n",
-                      "descriptor line 2: unknown record kind 'buffer'"},
+                      "descriptor line 2: missing init"},
+        BadDescriptor{"ztrain-descriptor 1\nbuffer x i32 1 2 init normal 1\n",
+                      "descriptor line 2: i32 buffer 'x' cannot have a random "
+                      "init"},
+        BadDescriptor{"ztrain-descriptor 1\nbuffer x i32 1 2 init causal 0\n",
+                      "descriptor line 2: buffer 'x' with init causal needs "
+                      "rank >= 2"},
+        BadDescriptor{"ztrain-descriptor 1\nparam w f32 2 2 2 init causal 0\n",
+                      "descriptor line 2: unknown init kind 'causal' .expected "
+                      "zeros, ones, normal or uniform.: "},
+        BadDescriptor{"ztrain-descriptor 1\nbuffer x f32 2 2 2 init ones 0 "
+                      "store 8 full\n",
+                      "descriptor line 2: unexpected trailing fields"},
         BadDescriptor{"ztrain-descriptor 1\n"
                       "param w f32 1 7 init zeros 0 store 6 full\n",
                       "descriptor line 2: full storage of 'w' has 6 elements, "
