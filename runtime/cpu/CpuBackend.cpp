@@ -300,23 +300,21 @@ public:
     ZTRT_CPU_DISPATCH(dtype, fillT<T>(out, n, value));
   }
 
-  void add(DType dtype, const void *a, const void *b, void *out,
-           int64_t n) override {
-    ZTRT_CPU_DISPATCH(dtype, binary<T>(a, b, out, n,
-                                       [](float x, float y) { return x + y; }));
+  // The elementwise kernels of src/Elementwise.def: one float expression
+  // each, widened inputs, one rounding to T on store.
+#define ZTRT_UNARY(method, Name, expr)                                         \
+  void method(DType dtype, const void *in, void *out, int64_t n) override {    \
+    ZTRT_CPU_DISPATCH(dtype,                                                   \
+                      unary<T>(in, out, n, [](float x) { return expr; }));     \
   }
-
-  void sub(DType dtype, const void *a, const void *b, void *out,
-           int64_t n) override {
-    ZTRT_CPU_DISPATCH(dtype, binary<T>(a, b, out, n,
-                                       [](float x, float y) { return x - y; }));
+#define ZTRT_BINARY(method, Name, expr)                                        \
+  void method(DType dtype, const void *a, const void *b, void *out, int64_t n) \
+      override {                                                               \
+    ZTRT_CPU_DISPATCH(dtype, binary<T>(a, b, out, n, [](float x, float y) {    \
+                        return expr;                                           \
+                      }));                                                     \
   }
-
-  void mul(DType dtype, const void *a, const void *b, void *out,
-           int64_t n) override {
-    ZTRT_CPU_DISPATCH(dtype, binary<T>(a, b, out, n,
-                                       [](float x, float y) { return x * y; }));
-  }
+#include "src/Elementwise.def"
 
   void scale(DType dtype, const void *x, void *out, int64_t n,
              double factor) override {
@@ -328,89 +326,6 @@ public:
   void biasAdd(DType dtype, const void *x, const void *bias, void *out,
                int64_t rows, int64_t cols) override {
     ZTRT_CPU_DISPATCH(dtype, biasAddT<T>(x, bias, out, rows, cols));
-  }
-
-  void relu(DType dtype, const void *x, void *out, int64_t n) override {
-    ZTRT_CPU_DISPATCH(dtype, unary<T>(x, out, n, [](float v) {
-                        return v > 0.0f ? v : 0.0f;
-                      }));
-  }
-
-  void reluGrad(DType dtype, const void *dy, const void *x, void *dx,
-                int64_t n) override {
-    ZTRT_CPU_DISPATCH(dtype, binary<T>(dy, x, dx, n, [](float g, float v) {
-                        return v > 0.0f ? g : 0.0f;
-                      }));
-  }
-
-  // PyTorch's GeluKernel.cpp (approximate='tanh'), evaluated in float; the
-  // formulas are shared with the cuda backend (VecMath.h).
-  void gelu(DType dtype, const void *x, void *out, int64_t n) override {
-    ZTRT_CPU_DISPATCH(dtype, unary<T>(x, out, n, [](float v) {
-                        return vecmath::gelu(v);
-                      }));
-  }
-
-  void geluGrad(DType dtype, const void *dy, const void *x, void *dx,
-                int64_t n) override {
-    ZTRT_CPU_DISPATCH(dtype, binary<T>(dy, x, dx, n, [](float g, float v) {
-                        return vecmath::geluGrad(g, v);
-                      }));
-  }
-
-  void silu(DType dtype, const void *x, void *out, int64_t n) override {
-    ZTRT_CPU_DISPATCH(dtype, unary<T>(x, out, n, [](float v) {
-                        return vecmath::silu(v);
-                      }));
-  }
-
-  void siluGrad(DType dtype, const void *dy, const void *x, void *dx,
-                int64_t n) override {
-    ZTRT_CPU_DISPATCH(dtype, binary<T>(dy, x, dx, n, [](float g, float v) {
-                        return vecmath::siluGrad(g, v);
-                      }));
-  }
-
-  void sigmoid(DType dtype, const void *x, void *out, int64_t n) override {
-    ZTRT_CPU_DISPATCH(dtype, unary<T>(x, out, n, [](float v) {
-                        return vecmath::sigmoid(v);
-                      }));
-  }
-
-  void sigmoidGrad(DType dtype, const void *dy, const void *y, void *dx,
-                   int64_t n) override {
-    ZTRT_CPU_DISPATCH(dtype, binary<T>(dy, y, dx, n, [](float g, float v) {
-                        return vecmath::sigmoidGrad(g, v);
-                      }));
-  }
-
-  void exp(DType dtype, const void *x, void *out, int64_t n) override {
-    ZTRT_CPU_DISPATCH(dtype, unary<T>(x, out, n,
-                                      [](float v) { return std::exp(v); }));
-  }
-
-  void sqrt(DType dtype, const void *x, void *out, int64_t n) override {
-    ZTRT_CPU_DISPATCH(dtype, unary<T>(x, out, n,
-                                      [](float v) { return std::sqrt(v); }));
-  }
-
-  void rsqrt(DType dtype, const void *x, void *out, int64_t n) override {
-    ZTRT_CPU_DISPATCH(dtype, unary<T>(x, out, n, [](float v) {
-                        return vecmath::rsqrt(v);
-                      }));
-  }
-
-  void rsqrtGrad(DType dtype, const void *dy, const void *y, void *dx,
-                 int64_t n) override {
-    ZTRT_CPU_DISPATCH(dtype, binary<T>(dy, y, dx, n, [](float g, float v) {
-                        return vecmath::rsqrtGrad(g, v);
-                      }));
-  }
-
-  void div(DType dtype, const void *a, const void *b, void *out,
-           int64_t n) override {
-    ZTRT_CPU_DISPATCH(dtype, binary<T>(a, b, out, n,
-                                       [](float x, float y) { return x / y; }));
   }
 
   void maskedFill(DType dtype, const void *x, const void *mask, void *out,

@@ -423,70 +423,31 @@ public:
     ZTRT_CUDA_DISPATCH(
         dtype, cuda::fill(as<T>(out), n, static_cast<float>(value), compute));
   }
-  void add(DType dtype, const void *a, const void *b, void *out,
-           int64_t n) override {
-    ZTRT_CUDA_DISPATCH(dtype, cuda::binary(cuda::Binary::Add, as<T>(a),
-                                           as<T>(b), as<T>(out), n, compute));
-  }
-  void sub(DType dtype, const void *a, const void *b, void *out,
-           int64_t n) override {
-    ZTRT_CUDA_DISPATCH(dtype, cuda::binary(cuda::Binary::Sub, as<T>(a),
-                                           as<T>(b), as<T>(out), n, compute));
-  }
-  void mul(DType dtype, const void *a, const void *b, void *out,
-           int64_t n) override {
-    ZTRT_CUDA_DISPATCH(dtype, cuda::binary(cuda::Binary::Mul, as<T>(a),
-                                           as<T>(b), as<T>(out), n, compute));
-  }
   void scale(DType dtype, const void *x, void *out, int64_t n,
              double factor) override {
     ZTRT_CUDA_DISPATCH(dtype, cuda::scale(as<T>(x), as<T>(out), n,
                                           static_cast<float>(factor), compute));
   }
+
   void biasAdd(DType dtype, const void *x, const void *bias, void *out,
                int64_t rows, int64_t cols) override {
     ZTRT_CUDA_DISPATCH(dtype, cuda::biasAdd(as<T>(x), as<T>(bias), as<T>(out),
                                             rows, cols, compute));
   }
-  void relu(DType dtype, const void *x, void *out, int64_t n) override {
-    ZTRT_CUDA_DISPATCH(dtype, cuda::relu(as<T>(x), as<T>(out), n, compute));
-  }
-  void reluGrad(DType dtype, const void *dy, const void *x, void *dx,
-                int64_t n) override {
-    ZTRT_CUDA_DISPATCH(
-        dtype, cuda::reluGrad(as<T>(dy), as<T>(x), as<T>(dx), n, compute));
-  }
-  void gelu(DType dtype, const void *x, void *out, int64_t n) override {
-    ZTRT_CUDA_DISPATCH(dtype, cuda::gelu(as<T>(x), as<T>(out), n, compute));
-  }
-  void geluGrad(DType dtype, const void *dy, const void *x, void *dx,
-                int64_t n) override {
-    ZTRT_CUDA_DISPATCH(
-        dtype, cuda::geluGrad(as<T>(dy), as<T>(x), as<T>(dx), n, compute));
-  }
 
-#define ZTRT_CUDA_UNARY(method, op)                                            \
+  // The elementwise kernels of src/Elementwise.def, one launch each.
+#define ZTRT_UNARY(method, Name, expr)                                         \
   void method(DType dtype, const void *x, void *out, int64_t n) override {     \
-    ZTRT_CUDA_DISPATCH(dtype, cuda::unary(cuda::Unary::op, as<T>(x),           \
+    ZTRT_CUDA_DISPATCH(dtype, cuda::unary(cuda::Unary::Name, as<T>(x),         \
                                           as<T>(out), n, compute));            \
   }
-#define ZTRT_CUDA_BINARY(method, op)                                           \
+#define ZTRT_BINARY(method, Name, expr)                                        \
   void method(DType dtype, const void *a, const void *b, void *out, int64_t n) \
       override {                                                               \
-    ZTRT_CUDA_DISPATCH(dtype, cuda::binary(cuda::Binary::op, as<T>(a),         \
+    ZTRT_CUDA_DISPATCH(dtype, cuda::binary(cuda::Binary::Name, as<T>(a),       \
                                            as<T>(b), as<T>(out), n, compute)); \
   }
-  ZTRT_CUDA_UNARY(silu, Silu)
-  ZTRT_CUDA_BINARY(siluGrad, SiluGrad)
-  ZTRT_CUDA_UNARY(sigmoid, Sigmoid)
-  ZTRT_CUDA_BINARY(sigmoidGrad, SigmoidGrad)
-  ZTRT_CUDA_UNARY(exp, Exp)
-  ZTRT_CUDA_UNARY(sqrt, Sqrt)
-  ZTRT_CUDA_UNARY(rsqrt, Rsqrt)
-  ZTRT_CUDA_BINARY(rsqrtGrad, RsqrtGrad)
-  ZTRT_CUDA_BINARY(div, Div)
-#undef ZTRT_CUDA_UNARY
-#undef ZTRT_CUDA_BINARY
+#include "src/Elementwise.def"
 
   void maskedFill(DType dtype, const void *x, const void *mask, void *out,
                   int64_t outer, int64_t inner, double value) override {

@@ -2,7 +2,8 @@
 //
 // Part of ztrain's runtime (cuda backend). Each kernel evaluates, per
 // element, the same float expression in the same order as the cpu backend
-// (cpu/CpuBackend.cpp); with --fmad=false, IEEE division and square root
+// (the elementwise ones from the one line of src/Elementwise.def both
+// backends expand; the others as cpu/CpuBackend.cpp does); with --fmad=false, IEEE division and square root
 // (nvcc's defaults) and the activations shared through cpu/VecMath.h, the
 // results are bitwise those of the cpu backend, except where a formula
 // calls exp (exp, sigmoid, silu and silu_grad): CUDA's expf is within 2 ulp,
@@ -33,35 +34,23 @@ template <typename T> __global__ void fillKernel(T *out, int64_t n, float v) {
     out[i] = static_cast<T>(v);
 }
 
-// The cpu backend's lambdas (cpu/CpuBackend.cpp), op for op.
+// src/Elementwise.def's expressions, as the cpu backend evaluates them.
 template <Binary Op> __device__ __forceinline__ float apply(float x, float y) {
-  if constexpr (Op == Binary::Add)
-    return x + y;
-  else if constexpr (Op == Binary::Sub)
-    return x - y;
-  else if constexpr (Op == Binary::Mul)
-    return x * y;
-  else if constexpr (Op == Binary::Div)
-    return x / y;
-  else if constexpr (Op == Binary::SiluGrad)
-    return vecmath::siluGrad(x, y);
-  else if constexpr (Op == Binary::SigmoidGrad)
-    return vecmath::sigmoidGrad(x, y);
+#define ZTRT_BINARY(method, Name, expr)                                        \
+  if constexpr (Op == Binary::Name)                                            \
+    return expr;                                                               \
   else
-    return vecmath::rsqrtGrad(x, y);
+#include "src/Elementwise.def"
+    return 0.0f; // not reached: every Binary has its line
 }
 
-template <Unary Op> __device__ __forceinline__ float apply(float v) {
-  if constexpr (Op == Unary::Silu)
-    return vecmath::silu(v);
-  else if constexpr (Op == Unary::Sigmoid)
-    return vecmath::sigmoid(v);
-  else if constexpr (Op == Unary::Exp)
-    return std::exp(v);
-  else if constexpr (Op == Unary::Sqrt)
-    return std::sqrt(v);
+template <Unary Op> __device__ __forceinline__ float apply(float x) {
+#define ZTRT_UNARY(method, Name, expr)                                         \
+  if constexpr (Op == Unary::Name)                                             \
+    return expr;                                                               \
   else
-    return vecmath::rsqrt(v);
+#include "src/Elementwise.def"
+    return 0.0f; // not reached: every Unary has its line
 }
 
 template <typename T, Binary Op>
@@ -151,32 +140,6 @@ __global__ void biasAddKernel(const T *x, const T *bias, T *out, int64_t n,
     out[i] = static_cast<T>(ld(x[i]) + ld(bias[i % cols]));
 }
 
-template <typename T>
-__global__ void reluKernel(const T *x, T *out, int64_t n) {
-  for (int64_t i = globalThread(); i < n; i += gridThreads()) {
-    float v = ld(x[i]);
-    out[i] = static_cast<T>(v > 0.0f ? v : 0.0f);
-  }
-}
-
-template <typename T>
-__global__ void reluGradKernel(const T *dy, const T *x, T *dx, int64_t n) {
-  for (int64_t i = globalThread(); i < n; i += gridThreads())
-    dx[i] = static_cast<T>(ld(x[i]) > 0.0f ? ld(dy[i]) : 0.0f);
-}
-
-template <typename T>
-__global__ void geluKernel(const T *x, T *out, int64_t n) {
-  for (int64_t i = globalThread(); i < n; i += gridThreads())
-    out[i] = static_cast<T>(vecmath::gelu(ld(x[i])));
-}
-
-template <typename T>
-__global__ void geluGradKernel(const T *dy, const T *x, T *dx, int64_t n) {
-  for (int64_t i = globalThread(); i < n; i += gridThreads())
-    dx[i] = static_cast<T>(vecmath::geluGrad(ld(dy[i]), ld(x[i])));
-}
-
 // cpu/CpuBackend.cpp sgdUpdate, line for line.
 template <typename T>
 __global__ void sgdKernel(T *param, const T *grad, T *momentumBuf, int64_t n,
@@ -235,13 +198,9 @@ void binary(Binary op, const T *a, const T *b, T *out, int64_t n,
     (__VA_ARGS__);                                                             \
     break;
   switch (op) {
-    ZTRT_CASE(Binary, Add, binaryKernel, a, b, out, n)
-    ZTRT_CASE(Binary, Sub, binaryKernel, a, b, out, n)
-    ZTRT_CASE(Binary, Mul, binaryKernel, a, b, out, n)
-    ZTRT_CASE(Binary, Div, binaryKernel, a, b, out, n)
-    ZTRT_CASE(Binary, SiluGrad, binaryKernel, a, b, out, n)
-    ZTRT_CASE(Binary, SigmoidGrad, binaryKernel, a, b, out, n)
-    ZTRT_CASE(Binary, RsqrtGrad, binaryKernel, a, b, out, n)
+#define ZTRT_BINARY(method, Name, expr)                                        \
+  ZTRT_CASE(Binary, Name, binaryKernel, a, b, out, n)
+#include "src/Elementwise.def"
   }
   check(cudaGetLastError(), "elementwise kernel launch");
 }
@@ -251,11 +210,9 @@ void unary(Unary op, const T *x, T *out, int64_t n, cudaStream_t stream) {
   if (n <= 0)
     return;
   switch (op) {
-    ZTRT_CASE(Unary, Silu, unaryKernel, x, out, n)
-    ZTRT_CASE(Unary, Sigmoid, unaryKernel, x, out, n)
-    ZTRT_CASE(Unary, Exp, unaryKernel, x, out, n)
-    ZTRT_CASE(Unary, Sqrt, unaryKernel, x, out, n)
-    ZTRT_CASE(Unary, Rsqrt, unaryKernel, x, out, n)
+#define ZTRT_UNARY(method, Name, expr)                                         \
+  ZTRT_CASE(Unary, Name, unaryKernel, x, out, n)
+#include "src/Elementwise.def"
   }
 #undef ZTRT_CASE
   check(cudaGetLastError(), "elementwise kernel launch");
@@ -286,38 +243,6 @@ void biasAdd(const T *x, const T *bias, T *out, int64_t rows, int64_t cols,
   ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, biasAddKernel)
   (x, bias, out, n, cols);
   check(cudaGetLastError(), "bias_add kernel launch");
-}
-
-template <typename T>
-void relu(const T *x, T *out, int64_t n, cudaStream_t stream) {
-  if (n <= 0)
-    return;
-  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, reluKernel)(x, out, n);
-  check(cudaGetLastError(), "relu kernel launch");
-}
-
-template <typename T>
-void reluGrad(const T *dy, const T *x, T *dx, int64_t n, cudaStream_t stream) {
-  if (n <= 0)
-    return;
-  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, reluGradKernel)(dy, x, dx, n);
-  check(cudaGetLastError(), "relu_grad kernel launch");
-}
-
-template <typename T>
-void gelu(const T *x, T *out, int64_t n, cudaStream_t stream) {
-  if (n <= 0)
-    return;
-  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, geluKernel)(x, out, n);
-  check(cudaGetLastError(), "gelu kernel launch");
-}
-
-template <typename T>
-void geluGrad(const T *dy, const T *x, T *dx, int64_t n, cudaStream_t stream) {
-  if (n <= 0)
-    return;
-  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, geluGradKernel)(dy, x, dx, n);
-  check(cudaGetLastError(), "gelu_grad kernel launch");
 }
 
 template <typename T>
@@ -400,10 +325,6 @@ void adamUpdate(T *param, const T *grad, T *expAvg, T *expAvgSq, int64_t n,
   template void divide<T>(T *, int64_t, float, cudaStream_t);                  \
   template void biasAdd<T>(const T *, const T *, T *, int64_t, int64_t,        \
                            cudaStream_t);                                      \
-  template void relu<T>(const T *, T *, int64_t, cudaStream_t);                \
-  template void reluGrad<T>(const T *, const T *, T *, int64_t, cudaStream_t); \
-  template void gelu<T>(const T *, T *, int64_t, cudaStream_t);                \
-  template void geluGrad<T>(const T *, const T *, T *, int64_t, cudaStream_t); \
   template void maskedFill<T>(const T *, const int32_t *, T *, int64_t,        \
                               int64_t, float, cudaStream_t);                   \
   template void where<T>(const int32_t *, const T *, const T *, T *, int64_t,  \

@@ -53,11 +53,16 @@ constexpr ErrorSlot kNoError = ~0ULL;
 
 // --- Elementwise (Elementwise.cu) --------------------------------------------
 
-/// out = op(a, b). The gradients take (dy, x) (SiluGrad) or (dy, y) with y
-/// the forward result (SigmoidGrad, RsqrtGrad), as in ztrt_abi.def.
-enum class Binary { Add, Sub, Mul, Div, SiluGrad, SigmoidGrad, RsqrtGrad };
-/// out = op(x).
-enum class Unary { Silu, Sigmoid, Exp, Sqrt, Rsqrt };
+/// out = op(a, b) and out = op(x): the operations of src/Elementwise.def,
+/// by Name (the formulas are there, shared with the cpu backend).
+enum class Binary {
+#define ZTRT_BINARY(method, Name, expr) Name,
+#include "src/Elementwise.def"
+};
+enum class Unary {
+#define ZTRT_UNARY(method, Name, expr) Name,
+#include "src/Elementwise.def"
+};
 
 template <typename T>
 void fill(T *out, int64_t n, float value, cudaStream_t stream);
@@ -75,14 +80,6 @@ void divide(T *buf, int64_t n, float divisor, cudaStream_t stream);
 template <typename T>
 void biasAdd(const T *x, const T *bias, T *out, int64_t rows, int64_t cols,
              cudaStream_t stream);
-template <typename T>
-void relu(const T *x, T *out, int64_t n, cudaStream_t stream);
-template <typename T>
-void reluGrad(const T *dy, const T *x, T *dx, int64_t n, cudaStream_t stream);
-template <typename T>
-void gelu(const T *x, T *out, int64_t n, cudaStream_t stream);
-template <typename T>
-void geluGrad(const T *dy, const T *x, T *dx, int64_t n, cudaStream_t stream);
 /// out (outer x inner) = x, or T(value) where mask[inner index] != 0.
 template <typename T>
 void maskedFill(const T *x, const int32_t *mask, T *out, int64_t outer,
