@@ -114,19 +114,14 @@ class Value:
         return f"Value({self.name}: {self.type})"
 
 
-class Param:
-    """A module-level parameter symbol (`train.param`)."""
+class _Declared:
+    """A module-level tensor symbol with an initializer: `train.param` and
+    `train.buffer` (OP names the op)."""
 
     __slots__ = ("name", "shape", "dtype", "init", "scale")
+    OP = None
 
-    def __init__(self, name, shape, init="normal", scale=None, dtype="f32"):
-        if init not in INIT_KINDS:
-            raise IRError(f"param {name}: unknown init kind {init!r} "
-                          f"(expected one of {', '.join(INIT_KINDS)})")
-        if init in ("normal", "uniform") and scale is None:
-            raise IRError(f"param {name}: init {init} needs a scale")
-        if dtype != "f32":
-            raise IRError(f"param {name}: parameters are f32")
+    def __init__(self, name, shape, dtype, init, scale):
         self.name = name
         self.shape = tuple(int(d) for d in shape)
         self.dtype = dtype
@@ -141,18 +136,37 @@ class Param:
         init = self.init
         if self.scale is not None and init in ("normal", "uniform"):
             init += ", " + fmt_float(self.scale)
-        return f"train.param {symbol_ref(self.name)} : {self.type} init({init})"
+        return f"train.{self.OP} {symbol_ref(self.name)} : {self.type} init({init})"
 
     def __repr__(self):
-        return f"Param({self.name}: {self.type} init {self.init} {self.scale})"
+        return (f"{type(self).__name__}({self.name}: {self.type} init {self.init} "
+                f"{self.scale})")
 
 
-class Buffer:
+class Param(_Declared):
+    """A module-level parameter symbol (`train.param`)."""
+
+    __slots__ = ()
+    OP = "param"
+
+    def __init__(self, name, shape, init="normal", scale=None, dtype="f32"):
+        if init not in INIT_KINDS:
+            raise IRError(f"param {name}: unknown init kind {init!r} "
+                          f"(expected one of {', '.join(INIT_KINDS)})")
+        if init in ("normal", "uniform") and scale is None:
+            raise IRError(f"param {name}: init {init} needs a scale")
+        if dtype != "f32":
+            raise IRError(f"param {name}: parameters are f32")
+        super().__init__(name, shape, dtype, init, scale)
+
+
+class Buffer(_Declared):
     """A module-level non-trainable tensor (`train.buffer`): f32 or i32,
     whole on every rank, filled from --init when the file has it, else by
     its rule (zeros, ones, normal, uniform, causal)."""
 
-    __slots__ = ("name", "shape", "dtype", "init", "scale")
+    __slots__ = ()
+    OP = "buffer"
 
     def __init__(self, name, shape, dtype="f32", init="zeros", scale=None):
         if init not in BUFFER_INIT_KINDS:
@@ -171,21 +185,7 @@ class Buffer:
             raise IRError(f"buffer {name}: init causal needs rank >= 2")
         if any(int(d) <= 0 for d in shape):
             raise IRError(f"buffer {name}: dimensions must be positive, got {list(shape)}")
-        self.name = name
-        self.shape = tuple(int(d) for d in shape)
-        self.dtype = dtype
-        self.init = init
-        self.scale = None if scale is None else float(scale)
-
-    @property
-    def type(self):
-        return tensor_type(self.shape, self.dtype)
-
-    def to_mlir(self):
-        init = self.init
-        if self.scale is not None:
-            init += ", " + fmt_float(self.scale)
-        return f"train.buffer {symbol_ref(self.name)} : {self.type} init({init})"
+        super().__init__(name, shape, dtype, init, scale)
 
     def value(self, seed=0):
         """The rule's value as a numpy array, as the runtime computes it
@@ -207,9 +207,6 @@ class Buffer:
             else:
                 v = rng.normal(key, i) * self.scale
         return v.astype(np.float32 if self.dtype == "f32" else np.int32).reshape(self.shape)
-
-    def __repr__(self):
-        return f"Buffer({self.name}: {self.type} init {self.init} {self.scale})"
 
 
 def _numel(shape):

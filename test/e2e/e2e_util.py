@@ -1,6 +1,7 @@
 """Helpers of the end-to-end tests (imported by conftest.py and the tests)."""
 
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -33,3 +34,17 @@ def compile_spec(spec, workdir, optimizer=None, name="model"):
 def run(cmd):
     return subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, timeout=120)
+
+
+def mpirun(n, cmd, check=True, timeout=300):
+    """`mpirun -np n cmd` as root and oversubscribed (CI has 2 cores and runs
+    as root); asserts success unless check=False. Returns the process."""
+    launcher = shutil.which("mpirun")
+    assert launcher, "mpirun not found (openmpi-bin)"
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    p = subprocess.run([launcher, "--oversubscribe", "-np", str(n)] + [str(c) for c in cmd],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=timeout, env=env)
+    if check:
+        assert p.returncode == 0, f"mpirun -np {n} failed:\n{p.stdout}\n{p.stderr}"
+    return p

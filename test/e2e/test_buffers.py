@@ -10,9 +10,6 @@ the one parameter through both buffers' uses, so a buffer read wrongly
 """
 
 import json
-import os
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -20,7 +17,6 @@ import pytest
 import e2e_util
 from ztrain import ir, parity, safetensors
 
-MPIRUN = shutil.which("mpirun")
 T, C = 4, 6
 
 
@@ -52,15 +48,7 @@ def init(seed=6):
     return {"w": (rng.standard_normal((C, C)) * 0.5).astype(np.float32)}
 
 
-def mpirun(n, cmd, check=True):
-    assert MPIRUN, "mpirun not found (openmpi-bin)"
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    p = subprocess.run([MPIRUN, "--oversubscribe", "-np", str(n)] + [str(c) for c in cmd],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=300, env=env)
-    if check:
-        assert p.returncode == 0, f"mpirun -np {n} failed:\n{p.stdout}\n{p.stderr}"
-    return p
+mpirun = e2e_util.mpirun
 
 
 def files(tmp_path, samples):

@@ -10,8 +10,6 @@ correction), and consolidation only moves bytes.
 """
 
 import os
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -20,18 +18,9 @@ import torch
 import e2e_util
 from ztrain import models, parity, safetensors
 
-MPIRUN = shutil.which("mpirun")
 
 
-def mpirun(n, cmd, check=True):
-    assert MPIRUN, "mpirun not found (openmpi-bin)"
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    p = subprocess.run([MPIRUN, "--oversubscribe", "-np", str(n)] + [str(c) for c in cmd],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=300, env=env)
-    if check:
-        assert p.returncode == 0, f"mpirun -np {n} failed:\n{p.stdout}\n{p.stderr}"
-    return p
+mpirun = e2e_util.mpirun
 
 
 def error_lines(stderr):

@@ -115,13 +115,7 @@ def require_cuda_runtime(exe):
 
 
 def mpirun(n, cmd):
-    assert MPIRUN, "mpirun not found (openmpi-bin)"
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    p = subprocess.run([MPIRUN, "--oversubscribe", "-np", str(n)] + [str(c) for c in cmd],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=600, env=env)
-    assert p.returncode == 0, f"mpirun -np {n} failed:\n{p.stdout}\n{p.stderr}"
-    return p
+    return e2e_util.mpirun(n, cmd, timeout=600)
 
 
 def compare_weights(got, ref, spec, what):

@@ -35,14 +35,7 @@ TOL = 1e-5
 # comparable at all and it is left out (see parity.zero_gradient_params).
 
 
-def mpirun(n, cmd):
-    assert MPIRUN, "mpirun not found (openmpi-bin)"
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    p = subprocess.run([MPIRUN, "--oversubscribe", "-np", str(n)] + cmd,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=300, env=env)
-    assert p.returncode == 0, f"mpirun -np {n} failed:\n{p.stdout}\n{p.stderr}"
-    return p
+mpirun = e2e_util.mpirun
 
 
 def make(kind, batch):

@@ -227,22 +227,24 @@ LogicalResult RotaryEmbeddingOp::verify() {
   return success();
 }
 
-LogicalResult MaskedFillOp::verify() {
-  ArrayRef<int64_t> x = shapeOf(getInput()), m = shapeOf(getMask());
-  if (m.size() > x.size() || x.take_back(m.size()) != m)
-    return emitOpError() << "mask shape " << fmtShape(m)
-                         << " must be a suffix of the input shape "
-                         << fmtShape(x);
+/// A mask broadcast over leading dims: its shape is a suffix of `x`'s
+/// (`what` names x in the message).
+static LogicalResult verifyMaskSuffix(Operation *op, Value mask, Value x,
+                                      StringRef what) {
+  ArrayRef<int64_t> xs = shapeOf(x), m = shapeOf(mask);
+  if (m.size() > xs.size() || xs.take_back(m.size()) != m)
+    return op->emitOpError() << "mask shape " << fmtShape(m)
+                             << " must be a suffix of the " << what
+                             << " shape " << fmtShape(xs);
   return success();
 }
 
+LogicalResult MaskedFillOp::verify() {
+  return verifyMaskSuffix(*this, getMask(), getInput(), "input");
+}
+
 LogicalResult WhereOp::verify() {
-  ArrayRef<int64_t> x = shapeOf(getResult()), m = shapeOf(getMask());
-  if (m.size() > x.size() || x.take_back(m.size()) != m)
-    return emitOpError() << "mask shape " << fmtShape(m)
-                         << " must be a suffix of the result shape "
-                         << fmtShape(x);
-  return success();
+  return verifyMaskSuffix(*this, getMask(), getResult(), "result");
 }
 
 LogicalResult DropoutOp::verify() {
