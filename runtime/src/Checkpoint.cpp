@@ -25,7 +25,13 @@ namespace ztrt {
 namespace {
 
 constexpr const char *kIndexName = "index.json";
-constexpr int64_t kIndexVersion = 1;
+constexpr const char *kLatestName = "latest";
+constexpr const char *kTagPrefix = "global_step";
+constexpr const char *kTempPrefix = ".tmp-";
+constexpr const char *kOldPrefix = ".old-";
+/// 2: per-rank CRC-32C of every tensor. Version 1 (no checksums) is still
+/// read.
+constexpr int64_t kIndexVersion = 2;
 
 std::string joinPath(const std::string &dir, const std::string &name) {
   return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
@@ -62,18 +68,20 @@ std::string tensorJson(const CheckpointTensor &tensor) {
              jsonQuote(spec.name).c_str(), tensor.kindName(),
              elemTypeSafetensorsName(spec.type));
   json += formatShape(spec.shape);
-  return json + format(", \"storage\": \"%s\", \"elements\": %lld}",
-                       storageName(spec),
-                       static_cast<long long>(spec.storeElems));
+  json += format(", \"storage\": \"%s\", \"elements\": %lld, \"crc32c\": [",
+                 storageName(spec), static_cast<long long>(spec.storeElems));
+  for (size_t r = 0; r < tensor.crc.size(); ++r)
+    json += format("%s\"%08x\"", r ? ", " : "", tensor.crc[r]);
+  return json + "]}";
 }
 
 /// DIR/index.json: Hugging Face's sharded-checkpoint keys ("metadata" with
 /// the total tensor bytes, "weight_map"), then ztrain's own. A ZeRO tensor
 /// lives in every rank's file, so its weight_map entry is the list of
 /// files in rank order rather than one file name.
-std::string indexJson(const Descriptor &desc, const char *descriptorText,
+std::string indexJson(const std::vector<CheckpointTensor> &tensors,
+                      const char *descriptorText,
                       const CheckpointProgress &progress, int64_t ranks) {
-  std::vector<CheckpointTensor> tensors = checkpointTensors(desc);
   int64_t rankBytes = 0;
   for (const CheckpointTensor &tensor : tensors)
     rankBytes += tensor.spec.storeBytes;
@@ -159,6 +167,26 @@ SafetensorsFile readShard(const CheckpointIndex &index, int64_t rank,
   return file;
 }
 
+/// Fatal unless every tensor of rank `rank`'s shard `file` has the CRC-32C
+/// the index recorded for it (an index of version 1 has none to check).
+void checkShardChecksums(const CheckpointIndex &index, int64_t rank,
+                         const SafetensorsFile &file, const char *what) {
+  std::string path =
+      joinPath(index.dir, checkpointShardName(rank, index.worldSize));
+  for (const CheckpointTensor &tensor : index.tensors) {
+    if (tensor.crc.empty())
+      continue;
+    const StoredTensorSpec &spec = tensor.spec;
+    uint32_t got = crc32c(file.find(spec.name)->data,
+                          static_cast<size_t>(spec.storeBytes));
+    uint32_t want = tensor.crc[static_cast<size_t>(rank)];
+    if (got != want)
+      fatal("%s: '%s': tensor '%s' fails its checksum (CRC-32C %08x, the "
+            "index says %08x): the file is damaged",
+            what, path.c_str(), spec.name.c_str(), got, want);
+  }
+}
+
 /// `text` split at newlines, empty lines dropped (the descriptor parser
 /// skips them too).
 std::vector<std::string> nonEmptyLines(const std::string &text) {
@@ -190,58 +218,183 @@ std::string checkpointShardName(int64_t rank, int64_t ranks) {
                 static_cast<long long>(ranks));
 }
 
+std::string checkpointTag(int64_t step) {
+  return kTagPrefix + std::to_string(step);
+}
+
+namespace {
+
+/// The step of a directory name "global_step<N>", or -1.
+int64_t tagStep(const std::string &name) {
+  const size_t prefix = std::strlen(kTagPrefix);
+  if (name.size() <= prefix || name.compare(0, prefix, kTagPrefix) != 0 ||
+      name.size() - prefix > 18)
+    return -1;
+  for (size_t i = prefix; i < name.size(); ++i)
+    if (name[i] < '0' || name[i] > '9')
+      return -1;
+  return std::strtoll(name.c_str() + prefix, nullptr, 10);
+}
+
+bool isDirectory(const std::string &path) {
+  struct stat info;
+  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+bool isFile(const std::string &path) {
+  struct stat info;
+  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+}
+
+/// The tag `root`/latest names, "" when there is no such file; fatal when it
+/// is not a global_step<N> name.
+std::string readLatest(const std::string &root, const char *what) {
+  const std::string path = joinPath(root, kLatestName);
+  std::ifstream in(path);
+  if (!in)
+    return "";
+  std::string tag;
+  std::getline(in, tag);
+  if (tagStep(tag) < 0)
+    fatal("%s: '%s' does not name a checkpoint (expected global_step<N>, "
+          "got '%s')",
+          what, path.c_str(), tag.c_str());
+  return tag;
+}
+
+/// Fatal with `what`, the path and errno unless removeTree(path) succeeds.
+void removeOrDie(const std::string &path, const char *what) {
+  if (!removeTree(path))
+    fatal("%s: cannot remove '%s': %s", what, path.c_str(), strerror(errno));
+}
+
+} // namespace
+
 void saveCheckpoint(ztrt_ctx &ctx, const Descriptor &desc,
                     const char *descriptorText,
-                    const CheckpointProgress &progress,
-                    const std::string &dir) {
+                    const CheckpointProgress &progress, const std::string &root,
+                    int64_t keep) {
+  const char *what = "--save-checkpoint";
   Communicator &comm = ctx.comm();
   const int rank = comm.rank(), ranks = comm.count();
-  const std::string indexPath = joinPath(dir, kIndexName);
+  const std::string tag = checkpointTag(progress.step);
+  const std::string finalDir = joinPath(root, tag);
+  const std::string tempDir = joinPath(root, kTempPrefix + tag);
   if (rank == 0) {
-    makeDirectory(dir);
-    // An index that outlived a crash below would name shards that were
-    // partly replaced by this save; without one the directory is plainly
-    // not (yet) a checkpoint.
-    if (::unlink(indexPath.c_str()) != 0 && errno != ENOENT)
-      fatal("--save-checkpoint: cannot remove the old '%s': %s",
-            indexPath.c_str(), strerror(errno));
-    syncParentDirectory(indexPath);
+    makeDirectory(root);
+    // A save killed earlier may have left its temporary directory; it was
+    // never named by `latest`, so it goes.
+    removeOrDie(tempDir, what);
+    if (::mkdir(tempDir.c_str(), 0755) != 0)
+      fatal("%s: cannot create directory '%s': %s", what, tempDir.c_str(),
+            strerror(errno));
+    syncDirectory(root);
   }
-  // The directory exists and holds no index before any shard is replaced.
+  // The temporary directory exists before any rank writes into it.
   comm.barrier();
 
   Backend &backend = ctx.backend();
-  std::vector<std::vector<char>> host;
-  std::vector<SafetensorsWriteTensor> tensors;
   std::vector<CheckpointTensor> specs = checkpointTensors(desc);
   std::vector<void *> storage = checkpointStorage(ctx);
+  std::vector<std::vector<char>> host;
+  std::vector<SafetensorsWriteTensor> tensors;
+  std::vector<uint32_t> mine;
   for (size_t i = 0; i < specs.size(); ++i) {
     const StoredTensorSpec &spec = specs[i].spec;
     host.emplace_back(static_cast<size_t>(spec.storeBytes));
     backend.copyToHost(host.back().data(), storage[i], spec.storeBytes);
+    mine.push_back(crc32c(host.back().data(), host.back().size()));
   }
   for (size_t i = 0; i < specs.size(); ++i)
     tensors.push_back({specs[i].spec.name,
                        elemTypeSafetensorsName(specs[i].spec.type),
                        {specs[i].spec.storeElems},
                        host[i].data()});
-  writeSafetensors(joinPath(dir, checkpointShardName(rank, ranks)), tensors,
+  // writeSafetensors commits atomically: fsync of the file, rename, fsync
+  // of the directory.
+  writeSafetensors(joinPath(tempDir, checkpointShardName(rank, ranks)),
+                   tensors,
                    {{"format", "pt"},
                     {"ztrain_rank", std::to_string(rank)},
                     {"ztrain_world_size", std::to_string(ranks)},
                     {"ztrain_step", std::to_string(progress.step)}});
 
-  // Every shard is committed before the index that names them exists.
-  comm.barrier();
+  // Every rank's checksums to every rank (rank 0 writes them); the gather
+  // is also the barrier after which every shard is durable.
+  std::vector<uint32_t> all(specs.size() * static_cast<size_t>(ranks));
+  comm.allGather(mine.data(), all.data(), static_cast<int64_t>(mine.size()),
+                 sizeof(uint32_t));
   if (rank == 0) {
-    std::string json = indexJson(desc, descriptorText, progress, ranks);
-    AtomicFile file(indexPath);
-    file.write(json.data(), json.size());
-    file.commit();
+    for (size_t i = 0; i < specs.size(); ++i)
+      for (int r = 0; r < ranks; ++r)
+        specs[i].crc.push_back(all[static_cast<size_t>(r) * specs.size() + i]);
+    std::string json = indexJson(specs, descriptorText, progress, ranks);
+    AtomicFile index(joinPath(tempDir, kIndexName));
+    index.write(json.data(), json.size());
+    index.commit();
+    // Into place. A directory of the same step not named by `latest` is a
+    // stale one (a run that started over): replace it. One `latest` names
+    // (this step saved again) moves aside first and goes only after
+    // `latest` is rewritten, so a crash in between leaves it findable.
+    const std::string latest = readLatest(root, what);
+    const std::string oldDir = joinPath(root, kOldPrefix + tag);
+    if (latest == tag && isDirectory(finalDir)) {
+      removeOrDie(oldDir, what);
+      if (::rename(finalDir.c_str(), oldDir.c_str()) != 0)
+        fatal("%s: cannot move '%s' aside: %s", what, finalDir.c_str(),
+              strerror(errno));
+    } else {
+      removeOrDie(finalDir, what);
+    }
+    if (::rename(tempDir.c_str(), finalDir.c_str()) != 0)
+      fatal("%s: cannot rename '%s' to '%s': %s", what, tempDir.c_str(),
+            finalDir.c_str(), strerror(errno));
+    syncDirectory(root);
+    std::string pointer = tag + "\n";
+    AtomicFile latestFile(joinPath(root, kLatestName));
+    latestFile.write(pointer.data(), pointer.size());
+    latestFile.commit();
+
+    // The new checkpoint is the one `latest` names: tidy up. Leftovers of
+    // killed saves (temporary directories, temp files of `latest`), then
+    // all but the newest `keep` checkpoints.
+    std::vector<std::pair<int64_t, std::string>> steps;
+    for (const std::string &name : listDirectory(root)) {
+      std::string path = joinPath(root, name);
+      if (name.compare(0, std::strlen(kTempPrefix), kTempPrefix) == 0 ||
+          name.compare(0, std::strlen(kOldPrefix), kOldPrefix) == 0 ||
+          name.compare(0, std::strlen(kLatestName) + 5, "latest.tmp.") == 0)
+        removeOrDie(path, what);
+      else if (int64_t step = tagStep(name); step >= 0 && isDirectory(path))
+        steps.push_back({step, path});
+    }
+    std::sort(steps.begin(), steps.end());
+    if (keep > 0)
+      for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i)
+        if (steps[i].second != finalDir)
+          removeOrDie(steps[i].second, what);
+    syncDirectory(root);
   }
+  // No rank runs ahead (or exits) before the checkpoint is committed.
+  comm.barrier();
 }
 
-CheckpointIndex readCheckpointIndex(const std::string &dir, const char *what) {
+std::string resolveCheckpoint(const std::string &path, const char *what) {
+  std::string tag = readLatest(path, what);
+  if (tag.empty())
+    return path;
+  std::string dir = joinPath(path, tag);
+  // Killed between moving an earlier save of this step aside and renaming
+  // its replacement into place: the earlier one is complete.
+  std::string old = joinPath(path, kOldPrefix + tag);
+  if (!isFile(joinPath(dir, kIndexName)) && isFile(joinPath(old, kIndexName)))
+    return old;
+  return dir;
+}
+
+CheckpointIndex readCheckpointIndex(const std::string &named,
+                                    const char *what) {
+  const std::string dir = resolveCheckpoint(named, what);
   const std::string path = joinPath(dir, kIndexName);
   std::ifstream in(path, std::ios::binary);
   if (!in)
@@ -278,8 +431,12 @@ CheckpointIndex readCheckpointIndex(const std::string &dir, const char *what) {
 
   CheckpointIndex index;
   index.dir = dir;
-  if (integer(*ztrain, "version", 0) != kIndexVersion)
-    bad(format("unsupported version (this runtime reads version %lld)",
+  index.named = named;
+  const int64_t version = integer(*ztrain, "version", 0);
+  if (version != 1 && version != kIndexVersion)
+    bad(format("unsupported version %lld (this runtime reads versions 1 and "
+               "%lld)",
+               static_cast<long long>(version),
                static_cast<long long>(kIndexVersion)));
   index.worldSize = integer(*ztrain, "world_size", 1);
   index.step = integer(*ztrain, "step", 0);
@@ -354,6 +511,22 @@ CheckpointIndex readCheckpointIndex(const std::string &dir, const char *what) {
             shardCoverageProblem(kind.c_str(), spec, index.worldSize);
         !problem.empty())
       bad(problem);
+    if (version >= 2) {
+      const JsonValue *crc = entry.find("crc32c");
+      if (!crc || crc->kind != JsonValue::Kind::Array ||
+          static_cast<int64_t>(crc->items.size()) != index.worldSize)
+        bad(where + " has no \"crc32c\" list of world_size checksums");
+      for (const JsonValue &value : crc->items) {
+        char *end = nullptr;
+        unsigned long parsed =
+            value.kind == JsonValue::Kind::String && value.text.size() == 8
+                ? std::strtoul(value.text.c_str(), &end, 16)
+                : 0;
+        if (!end || *end)
+          bad(where + " has a checksum that is not 8 hex digits");
+        tensor.crc.push_back(static_cast<uint32_t>(parsed));
+      }
+    }
     for (const CheckpointTensor &other : index.tensors)
       if (other.spec.name == spec.name)
         bad("duplicate " + where);
@@ -364,7 +537,7 @@ CheckpointIndex readCheckpointIndex(const std::string &dir, const char *what) {
 
 void checkResumable(const CheckpointIndex &index, const Descriptor &desc,
                     const char *descriptorText, int64_t ranks) {
-  const char *dir = index.dir.c_str();
+  const char *dir = index.named.c_str();
   // The number of ranks first: it changes every sharded tensor's storage,
   // and is what a user who relaunched differently needs to hear.
   if (index.worldSize != ranks)
@@ -420,6 +593,7 @@ void checkResumable(const CheckpointIndex &index, const Descriptor &desc,
 void loadCheckpointShard(ztrt_ctx &ctx, const Descriptor &desc,
                          const CheckpointIndex &index) {
   SafetensorsFile file = readShard(index, ctx.comm().rank(), "--resume");
+  checkShardChecksums(index, ctx.comm().rank(), file, "--resume");
   Backend &backend = ctx.backend();
   // checkResumable made sure that the index, and so (readShard) the file,
   // has every tensor of the descriptor with its storage size.
@@ -447,6 +621,7 @@ void consolidateCheckpoint(const std::string &dir, const std::string &out) {
   // storage is taken, as --save does; its padding is dropped.
   for (int64_t rank = 0; rank < index.worldSize; ++rank) {
     SafetensorsFile file = readShard(index, rank, what);
+    checkShardChecksums(index, rank, file, what);
     for (size_t i = 0; i < params.size(); ++i) {
       const StoredTensorSpec &spec = params[i]->spec;
       if (spec.store == StoreMode::Full && rank != 0)

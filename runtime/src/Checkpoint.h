@@ -1,7 +1,16 @@
 //===- Checkpoint.h - Sharded checkpoints: save, resume, consolidate -*- C++
 //-*-===//
 //
-// A sharded checkpoint is a directory, as Hugging Face stores sharded weights:
+// --save-checkpoint ROOT keeps one directory per saved step, as DeepSpeed's
+// global_stepN and PyTorch DCP do, and a pointer to the newest complete one:
+//
+//   ROOT/latest                       "global_step<N>": switched atomically
+//                                     once that checkpoint is durable;
+//   ROOT/global_step<N>/              one checkpoint (below);
+//   ROOT/.tmp-global_step<N>/         a save in progress (ignored; removed
+//                                     by the next save).
+//
+// A checkpoint is a directory, as Hugging Face stores sharded weights:
 //
 //   DIR/rank-<r>-of-<N>.safetensors   rank r's storage of every parameter,
 //                                     optimizer state and buffer, exactly as
@@ -10,13 +19,15 @@
 //                                     descriptor;
 //   DIR/index.json                    {"metadata", "weight_map"} plus a
 //                                     "ztrain" object: the descriptor, the
-//                                     storage of every tensor, the number of
+//                                     storage of every tensor with each
+//                                     rank's CRC-32C of it, the number of
 //                                     ranks, the steps done, the seed.
 //
-// Saving is collective and ordered so that a crash never leaves an index
-// that points at missing or foreign shards: the old index goes first, every
-// rank commits its shard (atomically), and only after a barrier does rank 0
-// write the new index. docs/runtime.md specifies the layout.
+// Saving is collective and ordered so that a crash at any point leaves the
+// previous checkpoint, and `latest` naming it, intact: every rank commits
+// its shard into the temporary directory (fsynced), rank 0 writes the index
+// there, renames the directory into place and only then switches `latest`
+// (each step fsynced). docs/runtime.md specifies the layout.
 //
 //===----------------------------------------------------------------------===//
 
@@ -45,17 +56,24 @@ struct CheckpointTensor {
   enum class Kind { Param, State, Buffer };
   StoredTensorSpec spec;
   Kind kind = Kind::Param;
+  /// CRC-32C of each rank's storage of it, in rank order (empty in a
+  /// version-1 index, which had none).
   /// "param", "state" or "buffer", as in the index.
   const char *kindName() const {
     return kind == Kind::Param ? "param"
            : kind == Kind::State ? "state"
                                  : "buffer";
   }
+  std::vector<uint32_t> crc;
 };
 
 /// The "ztrain" part of DIR/index.json.
 struct CheckpointIndex {
+  /// The checkpoint's directory (where its index and shards are).
   std::string dir;
+  /// The path the user named (the root holding `latest`, or `dir`): what
+  /// messages about the checkpoint as a whole quote.
+  std::string named;
   /// The number of ranks (and shard files) that wrote it.
   int64_t worldSize = 1;
   /// Training steps done; a resumed run continues with step `step + 1`.
@@ -77,15 +95,29 @@ struct CheckpointProgress {
   std::string data;
 };
 
-/// Collective: writes `dir`/rank-<r>-of-<N>.safetensors on every rank and,
-/// after a barrier, `dir`/index.json on rank 0 (creating `dir` if needed).
+/// "global_step<step>": a checkpoint's directory name under its root.
+std::string checkpointTag(int64_t step);
+
+/// Collective: saves the checkpoint of `progress.step` as
+/// `root`/global_step<N> and then points `root`/latest at it (creating
+/// `root` if needed), in the crash-safe order above; then removes all but
+/// the newest `keep` checkpoints (keep <= 0: keep all) and the leftovers
+/// of interrupted saves.
 void saveCheckpoint(ztrt_ctx &ctx, const Descriptor &desc,
                     const char *descriptorText,
-                    const CheckpointProgress &progress, const std::string &dir);
+                    const CheckpointProgress &progress, const std::string &root,
+                    int64_t keep);
 
-/// Reads and validates `dir`/index.json; fatal, naming `what` (the flag or
-/// tool) and the file, on any problem.
-CheckpointIndex readCheckpointIndex(const std::string &dir, const char *what);
+/// The checkpoint directory `path` names: `path`/<latest> when `path` has a
+/// `latest` file, else `path` itself (a global_step<N> directory, or a
+/// checkpoint of the earlier one-directory layout). Fatal, naming `what`,
+/// when `latest` is malformed.
+std::string resolveCheckpoint(const std::string &path, const char *what);
+
+/// Reads and validates the index of the checkpoint `path` names
+/// (resolveCheckpoint); fatal, naming `what` (the flag or tool) and the
+/// file, on any problem.
+CheckpointIndex readCheckpointIndex(const std::string &path, const char *what);
 
 /// Fatal with one line naming both values if `index` cannot continue the
 /// model of `desc` / `descriptorText` on `ranks` ranks: another number of
@@ -94,8 +126,9 @@ CheckpointIndex readCheckpointIndex(const std::string &dir, const char *what);
 void checkResumable(const CheckpointIndex &index, const Descriptor &desc,
                     const char *descriptorText, int64_t ranks);
 
-/// Fills this rank's parameter and state storage (ctx.params, ctx.states)
-/// from its shard file; `index` has passed checkResumable.
+/// Fills this rank's parameter, state and buffer storage from its shard
+/// file, after checking every tensor against its CRC-32C in the index;
+/// `index` has passed checkResumable.
 void loadCheckpointShard(ztrt_ctx &ctx, const Descriptor &desc,
                          const CheckpointIndex &index);
 
@@ -103,7 +136,7 @@ void loadCheckpointShard(ztrt_ctx &ctx, const Descriptor &desc,
 /// (shards concatenated in rank order, padding dropped) and writes them to
 /// the safetensors file `out`: the bytes --save of the same run writes.
 /// Optimizer states are not part of it. Fatal, leaving no `out`, on a
-/// missing or corrupt index or shard.
+/// missing or corrupt index or shard (every tensor's CRC-32C is checked).
 void consolidateCheckpoint(const std::string &dir, const std::string &out);
 
 } // namespace ztrt

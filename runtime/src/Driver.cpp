@@ -47,12 +47,15 @@ const char kUsage[] =
     "                     any other file: bytes as tokens for inputs\n"
     "                     (tokens, targets); default: synthetic data\n"
     "  --save F           write the final parameters to safetensors file F\n"
-    "  --save-checkpoint D  write a sharded checkpoint (parameters and\n"
-    "                     optimizer states, one file per rank, index.json) to\n"
-    "                     directory D at the end\n"
-    "  --checkpoint-every N  also write it after every N-th step\n"
-    "  --resume D         continue the training saved in checkpoint D (same\n"
-    "                     build, same number of ranks)\n"
+    "  --save-checkpoint D  write a sharded checkpoint (parameters, optimizer\n"
+    "                     states, buffers; one file per rank, index.json) to\n"
+    "                     D/global_step<N> at the end and point D/latest at it\n"
+    "  --checkpoint-every N  also write one after every N-th step\n"
+    "  --keep-checkpoints K  keep only the newest K checkpoints in D\n"
+    "                     (default 0: keep all)\n"
+    "  --resume D         continue the training saved in checkpoint D (the\n"
+    "                     one D/latest names, or a global_step<N> directory;\n"
+    "                     same build, same number of ranks)\n"
     "  --log-every N      print a progress line every N steps and on the last\n"
     "                     (default 1; 0 prints none)\n"
     "  --report F         write a JSON report (losses, times, memory,\n"
@@ -384,6 +387,7 @@ Options parseOptions(int argc, char **argv, int rank) {
                                          "--threads",
                                          "--save-checkpoint",
                                          "--checkpoint-every",
+                                         "--keep-checkpoints",
                                          "--resume",
                                          "--trace",
                                          "--backend"};
@@ -425,6 +429,8 @@ Options parseOptions(int argc, char **argv, int rank) {
       opts.saveCheckpoint = value;
     else if (flag == "--checkpoint-every")
       opts.checkpointEvery = parseInteger(flag, value, 1);
+    else if (flag == "--keep-checkpoints")
+      opts.keepCheckpoints = parseInteger(flag, value, 0);
     else if (flag == "--resume")
       opts.resume = value;
     else if (flag == "--backend") {
@@ -438,6 +444,8 @@ Options parseOptions(int argc, char **argv, int rank) {
   }
   if (opts.checkpointEvery > 0 && opts.saveCheckpoint.empty())
     usageError("flag --checkpoint-every needs --save-checkpoint DIR");
+  if (opts.keepCheckpoints > 0 && opts.saveCheckpoint.empty())
+    usageError("flag --keep-checkpoints needs --save-checkpoint DIR");
   if (!opts.resume.empty() && !opts.init.empty())
     usageError("flags --init and --resume exclude each other (a resumed run "
                "continues the checkpoint's parameters)");
@@ -547,7 +555,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   const int64_t first = resumed.step + 1, last = resumed.step + opts.steps;
   auto checkpoint = [&](int64_t done) {
     saveCheckpoint(ctx, desc, descriptor, {done, opts.seed, opts.data},
-                   opts.saveCheckpoint);
+                   opts.saveCheckpoint, opts.keepCheckpoints);
   };
   std::vector<std::vector<char>> staging;
   for (const InputSpec &spec : desc.inputs)

@@ -30,6 +30,8 @@ struct Options {
   std::string saveCheckpoint, resume;
   /// Also checkpoint after every step divisible by this; 0: only at the end.
   int64_t checkpointEvery = 0;
+  /// --keep-checkpoints K: keep the newest K checkpoints; 0: all.
+  int64_t keepCheckpoints = 0;
   int64_t logEvery = 1;
   /// 0: leave the libraries' defaults.
   int threads = 0;

@@ -6,13 +6,16 @@
 
 #include "src/Support.h"
 
+#include <array>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dirent.h>
 #include <fcntl.h>
 #include <mutex>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace ztrt {
@@ -132,6 +135,94 @@ void syncParentDirectory(const std::string &path) {
     ::fsync(dirFd);
     ::close(dirFd);
   }
+}
+
+void syncDirectory(const std::string &dir) {
+  int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dirFd >= 0) {
+    ::fsync(dirFd);
+    ::close(dirFd);
+  }
+}
+
+std::vector<std::string> listDirectory(const std::string &dir) {
+  std::vector<std::string> names;
+  DIR *d = ::opendir(dir.c_str());
+  if (!d)
+    return names;
+  while (struct dirent *entry = ::readdir(d)) {
+    std::string name = entry->d_name;
+    if (name != "." && name != "..")
+      names.push_back(std::move(name));
+  }
+  ::closedir(d);
+  return names;
+}
+
+bool removeTree(const std::string &path) {
+  struct stat info;
+  if (::lstat(path.c_str(), &info) != 0)
+    return errno == ENOENT;
+  if (S_ISDIR(info.st_mode)) {
+    for (const std::string &name : listDirectory(path))
+      if (!removeTree(path + "/" + name))
+        return false;
+    return ::rmdir(path.c_str()) == 0 || errno == ENOENT;
+  }
+  return ::unlink(path.c_str()) == 0 || errno == ENOENT;
+}
+
+namespace {
+
+/// The reflected CRC-32C table (polynomial 0x82F63B78).
+const std::array<uint32_t, 256> &crc32cTable() {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k)
+        c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  return table;
+}
+
+uint32_t crc32cTableUpdate(uint32_t crc, const unsigned char *p, size_t n) {
+  const auto &table = crc32cTable();
+  for (size_t i = 0; i < n; ++i)
+    crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return crc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) uint32_t
+crc32cHardwareUpdate(uint32_t crc, const unsigned char *p, size_t n) {
+  uint64_t c = crc;
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    c = __builtin_ia32_crc32di(c, word);
+  }
+  uint32_t c32 = static_cast<uint32_t>(c);
+  for (; n > 0; --n, ++p)
+    c32 = __builtin_ia32_crc32qi(c32, *p);
+  return c32;
+}
+#endif
+
+} // namespace
+
+uint32_t crc32c(const void *data, size_t bytes, uint32_t crc) {
+  const auto *p = static_cast<const unsigned char *>(data);
+  crc = ~crc;
+#if defined(__x86_64__)
+  static const bool hardware = __builtin_cpu_supports("sse4.2");
+  if (hardware)
+    return ~crc32cHardwareUpdate(crc, p, bytes);
+#endif
+  return ~crc32cTableUpdate(crc, p, bytes);
 }
 
 AtomicFile::AtomicFile(std::string destination) : path(std::move(destination)) {

@@ -44,6 +44,24 @@ int64_t checkedNumel(const std::vector<int64_t> &shape);
 /// only perhaps without that last change after a crash).
 void syncParentDirectory(const std::string &path);
 
+/// fsyncs the directory `dir` itself (after entries in it were created,
+/// renamed or removed); best effort, like syncParentDirectory.
+void syncDirectory(const std::string &dir);
+
+/// The names in directory `dir` (without "." and ".."); empty when it cannot
+/// be read.
+std::vector<std::string> listDirectory(const std::string &dir);
+
+/// Removes `path` and, for a directory, everything under it (no symlinks
+/// followed). Returns false, with errno set, on the first failure; a
+/// missing path is success.
+bool removeTree(const std::string &path);
+
+/// CRC-32C (Castagnoli, as iSCSI and ext4 use it) of `bytes` bytes,
+/// continuing from `crc` (0 to start): the SSE 4.2 instruction where the
+/// CPU has it, a table otherwise (the same value).
+uint32_t crc32c(const void *data, size_t bytes, uint32_t crc = 0);
+
 /// A file written via a temporary path and renamed into place on commit().
 /// Until then the temporary is registered with the error handler, so that a
 /// fatal error anywhere (not only in this writer) removes it.

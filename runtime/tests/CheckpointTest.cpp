@@ -15,6 +15,7 @@
 #include "src/Descriptor.h"
 #include "src/Json.h"
 #include "src/Safetensors.h"
+#include "src/Support.h"
 
 #include <cstring>
 #include <regex>
@@ -113,8 +114,12 @@ TEST(CheckpointTest, ResumeInAWorldOfOneIsExact) {
   TempDir dir;
   expectResumeIsExact(dir, ZTRT_FAKE_MODEL, 0, 10);
 
+  // One directory per saved step, and the pointer to the newest.
+  EXPECT_EQ(readBytes(dir.path("ck/latest")), "global_step10\n");
+  EXPECT_EQ(readBytes(dir.path("ck/") + checkpointTag(10) + "/index.json"),
+            readBytes(dir.path("ck/global_step10/index.json")));
   // The index: Hugging Face's keys, then what resuming needs.
-  JsonValue index = readJson(dir.path("ck/index.json"));
+  JsonValue index = readJson(dir.path("ck/global_step10/index.json"));
   const JsonValue *ztrain = index.find("ztrain");
   ASSERT_NE(ztrain, nullptr);
   int64_t value = -1;
@@ -131,17 +136,17 @@ TEST(CheckpointTest, ResumeInAWorldOfOneIsExact) {
                                "s.json", "straight.safetensors"}));
 
   // The shard holds the parameter and its momentum buffer as stored.
-  SafetensorsFile shard =
-      SafetensorsFile::read(dir.path("ck/rank-0-of-1.safetensors"), "test");
+  SafetensorsFile shard = SafetensorsFile::read(
+      dir.path("ck/global_step10/rank-0-of-1.safetensors"), "test");
   ASSERT_EQ(shard.tensors().size(), 2u);
   EXPECT_EQ(shard.tensors()[1].name, "w.momentum_buffer");
   EXPECT_EQ(shard.tensors()[1].shape, (std::vector<int64_t>{4}));
 }
 
-TEST(CheckpointTest, CheckpointEveryOverwritesWithTheLatest) {
-  // Checkpoints at steps 4 and 8 go to the same directory; the end of the
-  // run (step 10) replaces them, so the files are exactly those of a run
-  // that checkpoints once at the end.
+TEST(CheckpointTest, CheckpointEveryKeepsEachStepAndPointsLatestAtTheEnd) {
+  // Checkpoints at steps 4 and 8 and the end of the run (10) each get a
+  // directory; `latest` names the last, whose files are exactly those of a
+  // run that checkpoints once at the end.
   TempDir dir;
   ASSERT_EQ(run(dir, ZTRT_FAKE_MODEL, 0,
                 {"--steps=10", "--save-checkpoint", dir.path("every"),
@@ -153,10 +158,70 @@ TEST(CheckpointTest, CheckpointEveryOverwritesWithTheLatest) {
           {"--steps=10", "--save-checkpoint", dir.path("once"), "--threads=1"})
           .status,
       0);
+  EXPECT_EQ(listDirectory(dir.path("every")).size(), 4u);
+  for (const char *step : {"global_step4", "global_step8", "global_step10"})
+    EXPECT_FALSE(readBytes(dir.path("every/") + step + "/index.json").empty())
+        << step;
+  EXPECT_EQ(readBytes(dir.path("every/latest")), "global_step10\n");
   for (const char *name : {"index.json", "rank-0-of-1.safetensors"})
-    EXPECT_EQ(readBytes(dir.path("every/") + name),
-              readBytes(dir.path("once/") + name))
+    EXPECT_EQ(readBytes(dir.path("every/global_step10/") + name),
+              readBytes(dir.path("once/global_step10/") + name))
         << name;
+
+  // --keep-checkpoints 2: the two newest stay; leftovers of a killed save
+  // (its temporary directory, a temp file of `latest`) go at the next save.
+  ASSERT_EQ(mkdir(dir.path("kept").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(dir.path("kept/.tmp-global_step99").c_str(), 0755), 0);
+  writeBytes(dir.path("kept/latest.tmp.12345"), "global_step99\n");
+  ASSERT_EQ(run(dir, ZTRT_FAKE_MODEL, 0,
+                {"--steps=10", "--save-checkpoint", dir.path("kept"),
+                 "--checkpoint-every=3", "--keep-checkpoints=2",
+                 "--threads=1"})
+                .status,
+            0);
+  std::vector<std::string> kept = listDirectory(dir.path("kept"));
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept, (std::vector<std::string>{"global_step10", "global_step9",
+                                            "latest"}));
+}
+
+TEST(CheckpointTest, ResumeFollowsLatestAndRefusesAMalformedOne) {
+  TempDir dir;
+  ASSERT_EQ(run(dir, ZTRT_FAKE_MODEL, 0,
+                {"--steps=4", "--save-checkpoint", dir.path("ck"),
+                 "--checkpoint-every=2", "--threads=1"})
+                .status,
+            0);
+  EXPECT_EQ(resolveCheckpoint(dir.path("ck"), "t"),
+            dir.path("ck/global_step4"));
+  EXPECT_EQ(readCheckpointIndex(dir.path("ck"), "t").step, 4);
+  // A step directory is a checkpoint too.
+  EXPECT_EQ(readCheckpointIndex(dir.path("ck/global_step2"), "t").step, 2);
+  writeBytes(dir.path("ck/latest"), "../elsewhere\n");
+  EXPECT_EXIT(readCheckpointIndex(dir.path("ck"), "--resume"),
+              ::testing::ExitedWithCode(1),
+              "^ztrain: error: --resume: '[^']*/ck/latest' does not name a "
+              "checkpoint \\(expected global_step<N>, got '../elsewhere'\\)\n$");
+}
+
+TEST(CheckpointTest, Crc32cIsTheCastagnoliCrc) {
+  // The standard check value of CRC-32C ("123456789"), and continuation.
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(crc32c("56789", 5, crc32c("1234", 4)), 0xE3069283u);
+  EXPECT_EQ(crc32c("", 0), 0u);
+  // Lengths around the 8-byte hardware step agree with a bitwise reference.
+  std::string bytes;
+  for (int i = 0; i < 37; ++i)
+    bytes.push_back(static_cast<char>(i * 37 + 11));
+  for (size_t n = 0; n <= bytes.size(); ++n) {
+    uint32_t c = ~0u;
+    for (size_t i = 0; i < n; ++i) {
+      c ^= static_cast<unsigned char>(bytes[i]);
+      for (int k = 0; k < 8; ++k)
+        c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    }
+    EXPECT_EQ(crc32c(bytes.data(), n), ~c) << n;
+  }
 }
 
 /// ZeRO stage 2 (padded full parameter, sharded momentum) and stage 3 (both
@@ -175,7 +240,9 @@ TEST_P(MpiCheckpointTest, ResumeIsExactAndShardsConsolidate) {
   const int64_t chunk = 3, padded = 6; // See tests/CMakeLists.txt.
   for (int r = 0; r < 2; ++r) {
     SafetensorsFile shard = SafetensorsFile::read(
-        dir.path("ck/rank-" + std::to_string(r) + "-of-2.safetensors"), "t");
+        dir.path("ck/global_step10/rank-" + std::to_string(r) +
+                 "-of-2.safetensors"),
+        "t");
     EXPECT_EQ(shard.find("w")->shape,
               (std::vector<int64_t>{GetParam() == 2 ? padded : chunk}));
     EXPECT_EQ(shard.find("w.momentum_buffer")->shape,
@@ -220,7 +287,8 @@ TEST_P(MpiCheckpointTest, MismatchesAreOneLineOnEveryLaunch) {
       std::string::npos)
       << lines[0];
   // A shard missing on rank 1 only: rank 1 names it, the job ends.
-  ASSERT_EQ(unlink(dir.path("ck/rank-1-of-2.safetensors").c_str()), 0);
+  ASSERT_EQ(
+      unlink(dir.path("ck/global_step2/rank-1-of-2.safetensors").c_str()), 0);
   ProcessResult missing =
       run(dir, zeroModel(stage, 2), 2, {"--resume", dir.path("ck")});
   EXPECT_NE(missing.status, 0);
@@ -228,7 +296,8 @@ TEST_P(MpiCheckpointTest, MismatchesAreOneLineOnEveryLaunch) {
             std::vector<std::string>{
                 "ztrain: error: [rank 1] --resume: cannot open '" +
                 dir.path("ck") +
-                "/rank-1-of-2.safetensors': No such file or directory"});
+                "/global_step2/rank-1-of-2.safetensors': No such file or "
+                "directory"});
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, MpiCheckpointTest, ::testing::Values(2, 3),

@@ -203,7 +203,7 @@ def test_checkpoint_carries_the_buffers(tmp_path):
                "--save", tmp_path / "resumed.safetensors"] + common)
     assert ((tmp_path / "resumed.safetensors").read_bytes()
             == (tmp_path / "straight.safetensors").read_bytes())
-    index = json.loads((tmp_path / "ck" / "index.json").read_text())
+    index = json.loads((tmp_path / "ck" / "global_step3" / "index.json").read_text())
     kinds = {t["name"]: t["kind"] for t in index["ztrain"]["tensors"]}
     assert kinds["table"] == "buffer" and kinds["attn.mask"] == "buffer"
     full = tmp_path / "full.safetensors"

@@ -48,8 +48,10 @@ def test_consolidated_shards_are_the_saved_weights(build, tmp_path):
     ckpt, saved, full = tmp_path / "ck", tmp_path / "saved.safetensors", tmp_path / "full.safetensors"
     mpirun(2, [exes[2], "--steps", "3", "--threads", "1", "--save-checkpoint", ckpt,
                "--save", saved])
-    assert sorted(os.listdir(ckpt)) == ["index.json", "rank-0-of-2.safetensors",
-                                        "rank-1-of-2.safetensors"]
+    assert sorted(os.listdir(ckpt)) == ["global_step3", "latest"]
+    assert (ckpt / "latest").read_text() == "global_step3\n"
+    assert sorted(os.listdir(ckpt / "global_step3")) == [
+        "index.json", "rank-0-of-2.safetensors", "rank-1-of-2.safetensors"]
     p = consolidate(ckpt, full)
     assert p.returncode == 0, p.stderr
     assert full.read_bytes() == saved.read_bytes()
@@ -114,7 +116,7 @@ def test_consolidating_a_damaged_checkpoint_fails_cleanly(build, tmp_path):
     _, exes = build
     ckpt, full = tmp_path / "ck", tmp_path / "full.safetensors"
     mpirun(2, [exes[2], "--steps", "1", "--save-checkpoint", ckpt])
-    shard = ckpt / "rank-1-of-2.safetensors"
+    shard = ckpt / "global_step1" / "rank-1-of-2.safetensors"
     data = shard.read_bytes()
     shard.write_bytes(data[:-8])
     p = consolidate(ckpt, full)
@@ -128,3 +130,26 @@ def test_consolidating_a_damaged_checkpoint_fails_cleanly(build, tmp_path):
     assert p.stderr.splitlines() == [
         f"ztrain: error: ztrain-consolidate: cannot open '{shard}': No such file or directory"]
     assert sorted(os.listdir(tmp_path)) == ["ck"]
+
+
+def test_a_flipped_byte_is_found_by_resume_and_consolidate(build, tmp_path):
+    """Every tensor's CRC-32C is in the index: one flipped data byte in a
+    shard is refused, naming the file and the tensor, where it used to be
+    accepted and silently change the weights."""
+    _, exes = build
+    ckpt = tmp_path / "ck"
+    mpirun(2, [exes[2], "--steps", "2", "--save-checkpoint", ckpt])
+    shard = ckpt / "global_step2" / "rank-1-of-2.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0x01          # the last byte is tensor data, not the header
+    shard.write_bytes(bytes(data))
+    p = mpirun(2, [exes[2], "--steps", "1", "--resume", ckpt], check=False)
+    assert p.returncode != 0
+    lines = error_lines(p.stderr)
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith(f"ztrain: error: [rank 1] --resume: '{shard}': tensor '"), lines
+    assert "fails its checksum" in lines[0] and "the file is damaged" in lines[0]
+    p = consolidate(ckpt, tmp_path / "full.safetensors")
+    assert p.returncode == 1
+    assert "fails its checksum" in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    assert not (tmp_path / "full.safetensors").exists()

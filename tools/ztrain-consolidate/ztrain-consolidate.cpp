@@ -2,7 +2,9 @@
 //
 //   ztrain-consolidate DIR -o FULL.safetensors
 //
-// Reads DIR/index.json and every rank's shard file (written by a model
+// Reads the index of the checkpoint DIR names (DIR/latest's, or DIR itself
+// when it is one global_step<N> directory) and every rank's shard file,
+// each tensor checked against its CRC-32C (written by a model
 // executable's --save-checkpoint), reassembles each parameter as its full
 // tensor and writes them to one safetensors file that PyTorch and Hugging
 // Face loaders read: byte for byte what --save of the same run writes.
@@ -21,8 +23,9 @@ namespace {
 
 const char kUsage[] =
     "usage: %s DIR -o FULL.safetensors\n"
-    "Writes the full parameters of the sharded checkpoint in directory DIR\n"
-    "(written with --save-checkpoint) to one safetensors file.\n";
+    "Writes the full parameters and buffers of the sharded checkpoint DIR\n"
+    "(a --save-checkpoint directory: the checkpoint its 'latest' names; or\n"
+    "one of its global_step<N> directories) to one safetensors file.\n";
 
 } // namespace
 

@@ -1,0 +1,132 @@
+"""Checkpoints survive being killed at any point of saving.
+
+A job that resumes from the checkpoint root and saves after every step is
+SIGKILLed at a random moment, 50 times: half the time the whole job (the
+launcher and its ranks), half the time one rank (Open MPI then ends the
+others). After every kill, `latest` must name a complete checkpoint that
+resumes bitwise to what an uninterrupted run computes. The steps of this
+tiny model take microseconds and each save several fsyncs, so nearly every
+kill lands inside a save: between shards, between the index and the rename,
+between the rename and the switch of `latest`, during the pruning.
+"""
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+import e2e_util
+from ztrain import models, parity
+
+KILLS = 50
+STEPS = 16
+
+
+def children(pid):
+    """The pids whose parent is `pid` (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(entry))
+    return out
+
+
+def sigkill(pid, group=False):
+    try:
+        (os.killpg if group else os.kill)(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def latest_step(root):
+    with open(os.path.join(root, "latest")) as fh:
+        tag = fh.read().strip()
+    assert tag.startswith("global_step"), tag
+    return int(tag[len("global_step"):])
+
+
+@pytest.fixture(scope="module")
+def exe(tmp_path_factory):
+    d = tmp_path_factory.mktemp("crash")
+    spec = models.mlp(batch=2, in_features=12, hidden=[16], classes=5)
+    return e2e_util.compile_text(spec.to_mlir(), str(d), parity.OptimizerConfig("adam", lr=1e-2),
+                                 extra=["--dp", "2", "--zero-stage", "3"])
+
+
+def test_killed_saves_always_leave_a_resumable_checkpoint(exe, tmp_path):
+    common = ["--threads", "1"]
+    straight = tmp_path / "straight.safetensors"
+    e2e_util.mpirun(2, [exe, "--steps", STEPS, "--seed", 11, "--save", straight] + common)
+    want = straight.read_bytes()
+    root = tmp_path / "ck"
+
+    def start_over():
+        shutil.rmtree(root, ignore_errors=True)
+        e2e_util.mpirun(2, [exe, "--steps", 1, "--seed", 11, "--save-checkpoint", root] + common)
+
+    start_over()
+    # How long a run that saves after every step lasts: the kills land in
+    # [0, that].
+    began = time.monotonic()
+    e2e_util.mpirun(2, [exe, "--resume", root, "--steps", STEPS - 1, "--save-checkpoint", root,
+                        "--checkpoint-every", 1, "--keep-checkpoints", 3] + common)
+    span = time.monotonic() - began
+    start_over()
+
+    rnd = random.Random(20261124)
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    killed_in_run, kinds = 0, {"job": 0, "rank": 0}
+    for kill in range(KILLS):
+        done = latest_step(root)
+        if done >= STEPS - 1:
+            start_over()
+            done = 1
+        job = subprocess.Popen(
+            [shutil.which("mpirun"), "--oversubscribe", "-np", "2", str(exe), "--resume",
+             str(root), "--steps", str(STEPS - done), "--save-checkpoint", str(root),
+             "--checkpoint-every", "1", "--keep-checkpoints", "3"] + common,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+            start_new_session=True)
+        time.sleep(rnd.uniform(0.0, span))
+        kind = rnd.choice(["job", "rank"])
+        ranks = children(job.pid)
+        if job.poll() is None:
+            killed_in_run += 1
+        kinds[kind] += 1
+        if kind == "rank" and ranks:
+            sigkill(rnd.choice(ranks))
+        else:
+            for pid in ranks:
+                sigkill(pid)
+            sigkill(job.pid, group=True)
+        try:
+            job.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            sigkill(job.pid, group=True)
+            job.wait()
+        for pid in ranks:
+            sigkill(pid)
+
+        # Whatever the kill interrupted, `latest` names a checkpoint that
+        # continues exactly.
+        got = tmp_path / "resumed.safetensors"
+        resumed_from = latest_step(root)
+        assert resumed_from >= done, (kill, resumed_from, done)
+        e2e_util.mpirun(2, [exe, "--resume", root, "--steps", STEPS - resumed_from,
+                            "--save", got] + common)
+        assert got.read_bytes() == want, \
+            f"kill {kill} ({kind}): resuming from step {resumed_from} is not bitwise the straight run"
+    # Most kills must have hit a running job, or this tested nothing.
+    assert killed_in_run >= KILLS * 3 // 4, (killed_in_run, span)
+    assert min(kinds.values()) >= KILLS // 4, kinds
