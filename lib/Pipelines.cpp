@@ -39,7 +39,7 @@ void ztrain::buildZeroPipeline(OpPassManager &pm,
   partition.dp = options.dp;
   pm.addPass(dist::createZeroPartition(partition));
   pm.addPass(dist::createZeroInsertCollectives());
-  if (options.maxTileBytes > 0) {
+  if (options.maxTileBytes != 0) { // the pass refuses a negative bound
     dist::MemoryCentricTilingOptions tiling;
     tiling.maxTileBytes = options.maxTileBytes;
     pm.addPass(dist::createMemoryCentricTiling(tiling));

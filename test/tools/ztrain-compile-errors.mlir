@@ -36,6 +36,26 @@
 
 // RUN: not ztrain-compile %t/shape.mlir --optimizer=rmsprop --emit=mlir 2>&1 | FileCheck %s --check-prefix=SHAPE
 
+// Non-finite and out-of-range options are refused with one located line
+// (NaN used to slip through every `x < 0` test and compile), without the
+// function dumped in generic form after it.
+// RUN: not ztrain-compile %ztrain_src/examples/mlp.mlir -o %t/out --lr=nan 2>&1 | FileCheck %s --check-prefix=LRNAN
+// RUN: not test -e %t/out
+// LRNAN: mlp.mlir:7:3: error: invalid adamw hyperparameter: lr must be finite and >= 0, got nan
+// LRNAN-NOT: see current operation
+// RUN: not ztrain-compile %ztrain_src/examples/mlp.mlir -o %t/out --lr=inf 2>&1 | FileCheck %s --check-prefix=LRINF
+// LRINF: error: invalid adamw hyperparameter: lr must be finite and >= 0, got INF
+// RUN: not ztrain-compile %ztrain_src/examples/mlp.mlir -o %t/out --weight-decay=nan 2>&1 | FileCheck %s --check-prefix=WDNAN
+// WDNAN: error: invalid adamw hyperparameter: weight-decay must be finite and >= 0, got nan
+// RUN: not ztrain-compile %ztrain_src/examples/mlp.mlir -o %t/out --optimizer=adam --eps=nan 2>&1 | FileCheck %s --check-prefix=EPSNAN
+// EPSNAN: error: invalid adam hyperparameter: eps must be finite and positive, got nan
+// RUN: not ztrain-compile %ztrain_src/examples/mlp.mlir -o %t/out --optimizer=sgd --dampening=nan 2>&1 | FileCheck %s --check-prefix=DAMP
+// DAMP: error: invalid sgd hyperparameter: dampening must be in [0, 1], got nan
+// RUN: not ztrain-compile %ztrain_src/examples/mlp.mlir -o %t/out --dp=2 --zero-stage=3 --max-tile-bytes=-1 2>&1 | FileCheck %s --check-prefix=TILE
+// RUN: not test -e %t/out
+// TILE: error: memory-centric-tiling: max-tile-bytes must be >= 0
+// TILE-NOT: see current operation
+
 //--- malformed.mlir
 module {
   train.param @w : tensor<4xf32> init(zeros)

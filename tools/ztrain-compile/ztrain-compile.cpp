@@ -12,6 +12,7 @@
 
 #include "ztrain/Config.h"
 #include "ztrain/InitAll.h"
+#include "ztrain/InputLimits.h"
 #include "ztrain/Pipelines.h"
 
 #include "mlir/Pass/Pass.h"
@@ -221,6 +222,10 @@ int main(int argc, char **argv) {
   ztrain::registerAllDialects(registry);
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
+  // A diagnostic names its location and says what is wrong; the offending
+  // operation printed in generic form (a whole function for an option the
+  // pipeline refuses) buries that line.
+  context.printOpOnDiagnostic(false);
 
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagHandler(sourceMgr, &context);
@@ -228,6 +233,8 @@ int main(int argc, char **argv) {
   auto file = openInputFile(inputFile, &err);
   if (!file)
     return fail(err);
+  if (failed(ztrain::checkNestingDepth(*file, llvm::errs())))
+    return 1;
   sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
   if (!module)

@@ -220,3 +220,8 @@ func.func @f(%a: tensor<8x16xf32>) {
   %y = dist.extract_tile %a tile 2 of 2 on @dp : tensor<8x16xf32> -> tensor<8x8xf32>
   return
 }
+
+// -----
+
+// expected-error @+1 {{ZeRO stage must be 0, 1, 2 or 3, got 9}}
+module attributes {dist.zero = #dist.zero<stage = 9, grid = @g>} {}

@@ -596,7 +596,7 @@ train.buffer @b : tensor<4xi32> init(normal, 1.0)
 
 // -----
 
-// expected-error @+1 {{'train.buffer' op initializer 'uniform' needs a positive finite scale, e.g. init(uniform, 0.02)}}
+// expected-error @+1 {{'train.buffer' op initializer 'uniform' needs a positive scale (finite), e.g. init(uniform, 0.02); got INF}}
 train.buffer @b : tensor<4xf32> init(uniform, 0x7FF0000000000000)
 
 // -----
@@ -634,5 +634,19 @@ train.buffer @b : tensor<4xf32> init(zeros)
 func.func @f() {
   // expected-error @+1 {{'train.buffer_read' op references undeclared buffer @c}}
   %0 = train.buffer_read @c : tensor<4xf32>
+  return
+}
+
+// -----
+
+// NaN slips through `<= 0` tests; these are written so that it cannot.
+// expected-error @+1 {{'train.param' op initializer 'normal' needs a positive scale (finite), e.g. init(normal, 0.02); got nan}}
+train.param @w : tensor<4xf32> init(normal, 0x7FF8000000000000)
+
+// -----
+
+func.func @f(%x: tensor<2x4xf32>, %g: tensor<4xf32>) {
+  // expected-error @+1 {{epsilon must be positive and finite, got nan}}
+  %0 = train.layer_norm %x, %g, %g {epsilon = 0x7FF8000000000000 : f64} : tensor<2x4xf32>, tensor<4xf32>
   return
 }

@@ -25,6 +25,16 @@ using namespace ztrain::dist;
 #define GET_TYPEDEF_CLASSES
 #include "ztrain/Dialect/Dist/IR/DistTypes.cpp.inc"
 
+LogicalResult
+ZeroAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
+                 int64_t stage, FlatSymbolRefAttr grid) {
+  if (stage < 0 || stage > 3)
+    return emitError() << "ZeRO stage must be 0, 1, 2 or 3, got " << stage;
+  if (!grid)
+    return emitError() << "a ZeRO attribute needs its grid";
+  return success();
+}
+
 void DistDialect::initialize() {
   addAttributes<
 #define GET_ATTRDEF_LIST

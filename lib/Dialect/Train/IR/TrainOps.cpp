@@ -188,8 +188,9 @@ LogicalResult LayerNormOp::verify() {
   if (g.size() != 1 || g[0] != x.back())
     return emitOpError() << "gamma/beta shape " << fmtShape(g) << " must be ["
                          << x.back() << "] (the last dim of input)";
-  if (getEpsilon().convertToDouble() <= 0.0)
-    return emitOpError() << "epsilon must be positive";
+  double eps = getEpsilon().convertToDouble();
+  if (!(eps > 0.0) || std::isinf(eps))
+    return emitOpError() << "epsilon must be positive and finite, got " << eps;
   return success();
 }
 

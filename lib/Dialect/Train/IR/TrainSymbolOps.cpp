@@ -57,10 +57,15 @@ LogicalResult ParamOp::verify() {
   std::optional<double> scale;
   if (getScaleAttr())
     scale = getScaleAttr().getValueAsDouble();
-  if (needsScale && (!scale || *scale <= 0.0))
-    return emitOpError() << "initializer '" << stringifyInitKind(getInit())
-                         << "' needs a positive scale, e.g. init("
-                         << stringifyInitKind(getInit()) << ", 0.02)";
+  if (needsScale && (!scale || !(*scale > 0.0) || std::isinf(*scale))) {
+    auto diag = emitOpError()
+                << "initializer '" << stringifyInitKind(getInit())
+                << "' needs a positive scale (finite), e.g. init("
+                << stringifyInitKind(getInit()) << ", 0.02)";
+    if (scale)
+      diag << "; got " << *scale;
+    return diag;
+  }
   if (!needsScale && scale)
     return emitOpError() << "initializer '" << stringifyInitKind(getInit())
                          << "' takes no scale";
@@ -81,10 +86,14 @@ LogicalResult BufferOp::verify() {
   if (needsScale && !elem.isF32())
     return emitOpError() << "initializer '" << stringifyInitKind(init)
                          << "' needs an f32 buffer, got " << elem;
-  if (needsScale && (!scale || !(*scale > 0.0) || std::isinf(*scale)))
-    return emitOpError() << "initializer '" << stringifyInitKind(init)
-                         << "' needs a positive finite scale, e.g. init("
-                         << stringifyInitKind(init) << ", 0.02)";
+  if (needsScale && (!scale || !(*scale > 0.0) || std::isinf(*scale))) {
+    auto diag = emitOpError() << "initializer '" << stringifyInitKind(init)
+                              << "' needs a positive scale (finite), e.g. init("
+                              << stringifyInitKind(init) << ", 0.02)";
+    if (scale)
+      diag << "; got " << *scale;
+    return diag;
+  }
   if (!needsScale && scale)
     return emitOpError() << "initializer '" << stringifyInitKind(init)
                          << "' takes no scale";

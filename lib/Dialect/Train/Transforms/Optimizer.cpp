@@ -12,6 +12,8 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+
+#include <cmath>
 #include "llvm/Support/FormatVariadic.h"
 
 #define DEBUG_TYPE "train-optimizer"
@@ -54,21 +56,26 @@ void TrainOptimizerPass::runOnOperation() {
                       << ", got " << value;
     signalPassFailure();
   };
-  if (lr < 0.0)
-    return invalid("lr must be >= 0", lr);
-  if (weightDecay < 0.0)
-    return invalid("weight-decay must be >= 0", weightDecay);
-  if (isSgd && momentum < 0.0)
-    return invalid("momentum must be >= 0", momentum);
+  // Every test is written so that NaN fails it (a comparison with NaN is
+  // false), and infinities are refused where a finite value is needed.
+  auto finite = [](double v) { return std::isfinite(v); };
+  if (!(lr >= 0.0) || !finite(lr))
+    return invalid("lr must be finite and >= 0", lr);
+  if (!(weightDecay >= 0.0) || !finite(weightDecay))
+    return invalid("weight-decay must be finite and >= 0", weightDecay);
+  if (isSgd && (!(momentum >= 0.0) || !finite(momentum)))
+    return invalid("momentum must be finite and >= 0", momentum);
+  if (isSgd && !(dampening >= 0.0 && dampening <= 1.0))
+    return invalid("dampening must be in [0, 1]", dampening);
   if (isSgd && nesterov && (momentum <= 0.0 || dampening != 0.0))
     return invalid("nesterov needs momentum > 0 and dampening 0; momentum",
                    momentum);
-  if (!isSgd && (beta1 < 0.0 || beta1 >= 1.0))
+  if (!isSgd && !(beta1 >= 0.0 && beta1 < 1.0))
     return invalid("beta1 must be in [0, 1)", beta1);
-  if (!isSgd && (beta2 < 0.0 || beta2 >= 1.0))
+  if (!isSgd && !(beta2 >= 0.0 && beta2 < 1.0))
     return invalid("beta2 must be in [0, 1)", beta2);
-  if (!isSgd && eps <= 0.0)
-    return invalid("eps must be positive", eps);
+  if (!isSgd && (!(eps > 0.0) || !finite(eps)))
+    return invalid("eps must be finite and positive", eps);
 
   SymbolTable symbols(module);
   auto ret = cast<func::ReturnOp>(entry.getBody().front().getTerminator());

@@ -45,6 +45,8 @@ def Dist_ZeroAttr : Dist_Attr<"Zero", "zero"> {
   }];
   let parameters = (ins "int64_t":$stage, "::mlir::FlatSymbolRefAttr":$grid);
   let assemblyFormat = "`<` `stage` `=` $stage `,` `grid` `=` $grid `>`";
+  // The stage is 0, 1, 2 or 3.
+  let genVerifyDecl = 1;
 }
 
 def Dist_SlotAttr : Dist_Attr<"Slot", "slot"> {
