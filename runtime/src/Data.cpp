@@ -136,17 +136,8 @@ public:
     batch = in[0].shape[0];
     window = in[0].shape[1];
 
-    FILE *f = std::fopen(file, "rb");
-    if (!f)
-      fatal("--data: cannot open '%s': %s", file, strerror(errno));
-    char buffer[1 << 16];
-    size_t got;
-    while ((got = std::fread(buffer, 1, sizeof(buffer), f)) > 0)
-      bytes.insert(bytes.end(), buffer, buffer + got);
-    bool failed = std::ferror(f);
-    std::fclose(f);
-    if (failed)
-      fatal("--data: cannot read '%s'", file);
+    std::vector<char> contents = readInputFile(path, "--data");
+    bytes.assign(contents.begin(), contents.end());
     if (static_cast<int64_t>(bytes.size()) < window + 1)
       fatal("--data '%s': %zu bytes, too short for windows of %lld tokens "
             "plus one target",

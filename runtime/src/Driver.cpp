@@ -22,6 +22,7 @@
 #include "src/Trace.h"
 
 #include <cerrno>
+#include <csignal>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -56,6 +57,8 @@ const char kUsage[] =
     "  --resume D         continue the training saved in checkpoint D (the\n"
     "                     one D/latest names, or a global_step<N> directory;\n"
     "                     same build, same number of ranks)\n"
+    "  --allow-nonfinite-loss  keep training after a NaN or infinite loss\n"
+    "                     (default: stop with an error naming the step)\n"
     "  --log-every N      print a progress line every N steps and on the last\n"
     "                     (default 1; 0 prints none)\n"
     "  --report F         write a JSON report (losses, times, memory,\n"
@@ -377,6 +380,12 @@ Options parseOptions(int argc, char **argv, int rank) {
         std::printf(kUsage, program);
       std::exit(0);
     }
+    if (flag == "--allow-nonfinite-loss") {
+      if (inlineValue)
+        usageError("flag --allow-nonfinite-loss takes no value");
+      opts.allowNonfiniteLoss = true;
+      continue;
+    }
     static const char *const valued[] = {"--steps",
                                          "--seed",
                                          "--init",
@@ -453,6 +462,10 @@ Options parseOptions(int argc, char **argv, int rank) {
 }
 
 int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
+  // Past the file-size limit (ulimit -f) a write fails with EFBIG instead of
+  // killing the process with SIGXFSZ: the writer's error removes its
+  // temporary file and says which file could not be written.
+  std::signal(SIGXFSZ, SIG_IGN);
   std::unique_ptr<Communicator> world = Communicator::initWorld(&argc, &argv);
   const int rank = world->rank(), ranks = world->count();
   Options opts = parseOptions(argc, argv, rank);
@@ -511,6 +524,19 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     comm.barrier();
     ctx.enableTrace();
   }
+
+  // Outputs are checked before the first step, so that an unwritable path
+  // does not surface after the whole run.
+  if (rank == 0) {
+    if (!opts.save.empty())
+      checkOutputPath(opts.save, "--save");
+    if (!opts.report.empty())
+      checkOutputPath(opts.report, "--report");
+    if (!opts.saveCheckpoint.empty())
+      checkOutputDirectory(opts.saveCheckpoint, "--save-checkpoint");
+  }
+  if (!opts.trace.empty())
+    checkOutputPath(traceFilePath(opts.trace, rank, ranks), "--trace");
 
   // Open the data before allocating anything: a bad file fails in
   // milliseconds, not after initialising a large model.
@@ -594,6 +620,12 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     // in the communication statistics.
     float meanLoss = meanOverRanks(comm, ctx.loss);
     records.push_back({t, ctx.loss, meanLoss, ms});
+    // A non-finite loss is where training went wrong: stop there, naming
+    // it. Every rank has the same mean; rank 0 reports and ends the job.
+    if (!std::isfinite(meanLoss) && !opts.allowNonfiniteLoss && rank == 0)
+      fatal("step %lld: the loss is %s; stopping (--allow-nonfinite-loss "
+            "trains on)",
+            static_cast<long long>(t), std::isnan(meanLoss) ? "NaN" : "infinite");
     if (rank == 0 && opts.logEvery > 0 &&
         (t % opts.logEvery == 0 || t == last)) {
       std::printf("step %*lld/%lld  loss %.7g  %.2f ms/step\n", width,

@@ -32,6 +32,8 @@ struct Options {
   int64_t checkpointEvery = 0;
   /// --keep-checkpoints K: keep the newest K checkpoints; 0: all.
   int64_t keepCheckpoints = 0;
+  /// --allow-nonfinite-loss: do not stop at a NaN / infinite loss.
+  bool allowNonfiniteLoss = false;
   int64_t logEvery = 1;
   /// 0: leave the libraries' defaults.
   int threads = 0;

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <unistd.h>
 
 // Tensor bytes are written and read as they lie in memory.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -26,22 +27,6 @@ namespace {
 
 // The reference implementation's limit; a larger header is not a real file.
 constexpr uint64_t kMaxHeaderBytes = 100000000;
-
-std::vector<char> readWholeFile(const std::string &path, const char *what) {
-  FILE *file = std::fopen(path.c_str(), "rb");
-  if (!file)
-    fatal("%s: cannot open '%s': %s", what, path.c_str(), strerror(errno));
-  std::vector<char> contents;
-  char buffer[1 << 16];
-  size_t got;
-  while ((got = std::fread(buffer, 1, sizeof(buffer), file)) > 0)
-    contents.insert(contents.end(), buffer, buffer + got);
-  bool failed = std::ferror(file);
-  std::fclose(file);
-  if (failed)
-    fatal("%s: cannot read '%s'", what, path.c_str());
-  return contents;
-}
 
 } // namespace
 
@@ -60,23 +45,36 @@ SafetensorsFile SafetensorsFile::read(const std::string &path,
                                       const char *what) {
   SafetensorsFile file;
   file.filePath = path;
-  file.contents = readWholeFile(path, what);
-  const std::vector<char> &bytes = file.contents;
   const char *name = path.c_str();
   auto bad = [&](const std::string &message) {
     fatal("%s: '%s' is not a valid safetensors file: %s", what, name,
           message.c_str());
   };
-
-  if (bytes.size() < 8)
-    bad(format("%zu bytes, too short for the 8-byte header length",
-               bytes.size()));
+  // The header length is checked against the file's size before anything
+  // else is read: a bogus one costs 8 bytes of reading, not the whole file.
+  uint64_t size = 0;
+  int fd = openInputFile(path, what, size);
+  if (size < 8) {
+    ::close(fd);
+    bad(format("%llu bytes, too short for the 8-byte header length",
+               static_cast<unsigned long long>(size)));
+  }
+  unsigned char prefix[8];
+  readExactly(fd, prefix, 8, path, what);
   uint64_t headerBytes = 0;
   for (int i = 7; i >= 0; --i)
-    headerBytes = (headerBytes << 8) | static_cast<unsigned char>(bytes[i]);
-  if (headerBytes > kMaxHeaderBytes || headerBytes > bytes.size() - 8)
-    bad(format("header length %llu exceeds the file (%zu bytes)",
-               static_cast<unsigned long long>(headerBytes), bytes.size()));
+    headerBytes = (headerBytes << 8) | prefix[i];
+  if (headerBytes > kMaxHeaderBytes || headerBytes > size - 8) {
+    ::close(fd);
+    bad(format("header length %llu exceeds the file (%llu bytes)",
+               static_cast<unsigned long long>(headerBytes),
+               static_cast<unsigned long long>(size)));
+  }
+  file.contents.resize(static_cast<size_t>(size));
+  std::memcpy(file.contents.data(), prefix, 8);
+  readExactly(fd, file.contents.data() + 8, size - 8, path, what);
+  ::close(fd);
+  const std::vector<char> &bytes = file.contents;
 
   JsonValue header;
   std::string error;

@@ -137,6 +137,92 @@ void syncParentDirectory(const std::string &path) {
   }
 }
 
+int openInputFile(const std::string &path, const char *what, uint64_t &size) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    fatal("%s: cannot open '%s': %s", what, path.c_str(), strerror(errno));
+  struct stat info;
+  if (::fstat(fd, &info) != 0) {
+    int error = errno;
+    ::close(fd);
+    fatal("%s: cannot stat '%s': %s", what, path.c_str(), strerror(error));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    ::close(fd);
+    fatal("%s: '%s' is not a regular file (a device, pipe or directory "
+          "would be read without bound)",
+          what, path.c_str());
+  }
+  size = static_cast<uint64_t>(info.st_size);
+  return fd;
+}
+
+void readExactly(int fd, void *dst, uint64_t bytes, const std::string &path,
+                 const char *what) {
+  char *p = static_cast<char *>(dst);
+  while (bytes > 0) {
+    ssize_t got = ::read(fd, p, bytes > (1u << 30) ? (1u << 30) : bytes);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0)
+      fatal("%s: cannot read '%s': %s", what, path.c_str(), strerror(errno));
+    if (got == 0)
+      fatal("%s: '%s' ended early (it changed while being read)", what,
+            path.c_str());
+    p += got;
+    bytes -= static_cast<uint64_t>(got);
+  }
+}
+
+std::vector<char> readInputFile(const std::string &path, const char *what) {
+  uint64_t size = 0;
+  int fd = openInputFile(path, what, size);
+  std::vector<char> contents(static_cast<size_t>(size));
+  readExactly(fd, contents.data(), size, path, what);
+  ::close(fd);
+  return contents;
+}
+
+namespace {
+std::string parentOf(const std::string &path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos)
+    return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+void checkWritableDirectory(const std::string &dir, const std::string &path,
+                            const char *what) {
+  struct stat info;
+  if (::stat(dir.c_str(), &info) != 0)
+    fatal("%s '%s': directory '%s' does not exist", what, path.c_str(),
+          dir.c_str());
+  if (!S_ISDIR(info.st_mode))
+    fatal("%s '%s': '%s' is not a directory", what, path.c_str(), dir.c_str());
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    fatal("%s '%s': directory '%s' is not writable", what, path.c_str(),
+          dir.c_str());
+}
+} // namespace
+
+void checkOutputPath(const std::string &path, const char *what) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode))
+    fatal("%s '%s': is a directory, not a file", what, path.c_str());
+  checkWritableDirectory(parentOf(path), path, what);
+}
+
+void checkOutputDirectory(const std::string &path, const char *what) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) == 0) {
+    if (!S_ISDIR(info.st_mode))
+      fatal("%s '%s': exists and is not a directory", what, path.c_str());
+    checkWritableDirectory(path, path, what);
+    return;
+  }
+  checkWritableDirectory(parentOf(path), path, what);
+}
+
 void syncDirectory(const std::string &dir) {
   int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dirFd >= 0) {

@@ -57,6 +57,28 @@ std::vector<std::string> listDirectory(const std::string &dir);
 /// missing path is success.
 bool removeTree(const std::string &path);
 
+/// Opens `path` for reading; fatal, naming `what` (the flag) and the path,
+/// unless it is a regular file (a device such as /dev/zero, a pipe or a
+/// directory would be read without bound). Returns the descriptor and sets
+/// `size` to the file's size.
+int openInputFile(const std::string &path, const char *what, uint64_t &size);
+/// Reads exactly `bytes` bytes from `fd` into `dst`; fatal, naming `what`
+/// and `path`, on an error or a file that ended early.
+void readExactly(int fd, void *dst, uint64_t bytes, const std::string &path,
+                 const char *what);
+/// The whole regular file `path` (openInputFile's checks), read in one
+/// allocation of its size.
+std::vector<char> readInputFile(const std::string &path, const char *what);
+
+/// Fatal, naming `what` and `path`, unless a file can be created at `path`:
+/// its directory exists and is writable, and `path` is not a directory.
+/// Checked before the first step, so that a bad output path does not
+/// surface after the run.
+void checkOutputPath(const std::string &path, const char *what);
+/// Likewise for a directory `path` that will be created (if missing) and
+/// written into.
+void checkOutputDirectory(const std::string &path, const char *what);
+
 /// CRC-32C (Castagnoli, as iSCSI and ext4 use it) of `bytes` bytes,
 /// continuing from `crc` (0 to start): the SSE 4.2 instruction where the
 /// CPU has it, a table otherwise (the same value).

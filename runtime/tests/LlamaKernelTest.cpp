@@ -167,6 +167,24 @@ TEST_F(LlamaKernelTest, MaskedFillBroadcastsTheMaskOverLeadingDims) {
       EXPECT_EQ(out[r * inner + j], mask[j] ? -INFINITY : x[r * inner + j]);
 }
 
+TEST_F(LlamaKernelTest, ReluKeepsNaNAsPyTorch) {
+  // torch.relu (clamp_min) keeps NaN, and threshold_backward passes dy at
+  // NaN (NaN <= 0 is false): NaN data must not become zeros and train on.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  float x[4] = {nan, -1.0f, 0.0f, 2.0f}, dy[4] = {5.0f, 6.0f, 7.0f, 8.0f};
+  float y[4], dx[4];
+  ztrt_relu(ctx.get(), ZTRT_F32, x, y, 4);
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_EQ(y[1], 0.0f);
+  EXPECT_EQ(y[2], 0.0f);
+  EXPECT_EQ(y[3], 2.0f);
+  ztrt_relu_grad(ctx.get(), ZTRT_F32, dy, x, dx, 4);
+  EXPECT_EQ(dx[0], 5.0f);
+  EXPECT_EQ(dx[1], 0.0f);
+  EXPECT_EQ(dx[2], 0.0f); // the gradient at 0 is 0, as in PyTorch
+  EXPECT_EQ(dx[3], 8.0f);
+}
+
 TEST_F(LlamaKernelTest, WhereSelectsWithABroadcastMask) {
   const int64_t outer = 3, inner = 4;
   std::vector<float> a = testValues(outer * inner, 77),
