@@ -21,11 +21,15 @@
 //   buffer <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale>
 //   grad <param-name> <E>
 //   input <name> <dtype> <rank> <d0> .. <dn-1> bound <b>
+//   arena <name> <bytes>
 //   optimizer <free text up to end of line>
 //
 // `grad p E` (optional; then one per parameter, in parameter order): the
 // persistent gradient buffer of parameter p, E f32 elements per rank,
 // returned by ztrt_grad.
+// `arena name bytes`: an arena the step asks for with ztrt_arena, in index
+// order (plan-memory's); with the other records, every byte a rank
+// allocates, which main() checks against the memory available.
 // `grid N`: the step was compiled for N data-parallel ranks; main() refuses
 // any other world size (absent: any size, for hand-written models). <dtype>
 // is f32 or i32. <kind> is zeros | ones | normal | uniform: normal draws

@@ -318,6 +318,13 @@ Descriptor parseDescriptor(const char *text) {
         p.error("gradient of '" + of + "' must have >= 1 elements");
       spec.paramIndex = static_cast<int64_t>(next);
       desc.grads.push_back(spec);
+    } else if (kind == "arena") {
+      std::string name = p.word("arena name");
+      int64_t bytes = p.integer("arena bytes");
+      p.end();
+      if (bytes > (int64_t(1) << 60))
+        p.error("arena '" + name + "' is too large");
+      desc.arenas.emplace_back(name, bytes);
     } else if (kind == "grid") {
       desc.gridSize = p.integer("grid size");
       p.end();
@@ -344,6 +351,24 @@ Descriptor parseDescriptor(const char *text) {
     }
   }
   return desc;
+}
+
+PlannedBytes plannedBytes(const Descriptor &desc) {
+  PlannedBytes planned;
+  for (const ParamSpec &spec : desc.params)
+    planned.modelStates += spec.storeBytes;
+  for (const StateSpec &spec : desc.states)
+    planned.modelStates += spec.storeBytes;
+  for (const GradSpec &spec : desc.grads)
+    planned.modelStates +=
+        spec.elements * desc.params[spec.paramIndex].elemBytes();
+  for (const InputSpec &spec : desc.inputs)
+    planned.inputs += spec.bytes;
+  for (const BufferSpec &spec : desc.buffers)
+    planned.buffers += spec.bytes;
+  for (const auto &[name, bytes] : desc.arenas)
+    planned.arenas += bytes;
+  return planned;
 }
 
 } // namespace ztrt

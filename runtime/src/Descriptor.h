@@ -114,8 +114,21 @@ struct Descriptor {
   /// Empty, or one per parameter in parameter order.
   std::vector<GradSpec> grads;
   std::vector<InputSpec> inputs;
+  /// plan-memory's arenas (`arena <name> <bytes>`), in ztrt_arena's index
+  /// order.
+  std::vector<std::pair<std::string, int64_t>> arenas;
   std::string optimizer;
 };
+
+/// Every byte a rank allocates through the context for this model: its
+/// parameter, state and gradient storage, inputs, buffers and the step's
+/// arenas (what zero-report predicts as the peak, and the report measures).
+/// By part, for messages.
+struct PlannedBytes {
+  int64_t modelStates = 0, inputs = 0, buffers = 0, arenas = 0;
+  int64_t total() const { return modelStates + inputs + buffers + arenas; }
+};
+PlannedBytes plannedBytes(const Descriptor &desc);
 
 /// Parses and validates a descriptor; fatal with the line number on any
 /// malformed record. With a `grid N` record, shards must cover their tensors

@@ -57,6 +57,8 @@ const char kUsage[] =
     "  --resume D         continue the training saved in checkpoint D (the\n"
     "                     one D/latest names, or a global_step<N> directory;\n"
     "                     same build, same number of ranks)\n"
+    "  --skip-memory-check  start even when the compiled plan needs more\n"
+    "                     memory than this node has available per rank\n"
     "  --allow-nonfinite-loss  keep training after a NaN or infinite loss\n"
     "                     (default: stop with an error naming the step)\n"
     "  --log-every N      print a progress line every N steps and on the last\n"
@@ -102,6 +104,44 @@ std::vector<char> toHost(Backend &backend, const void *src, int64_t bytes) {
   std::vector<char> host(static_cast<size_t>(bytes));
   backend.copyToHost(host.data(), src, bytes);
   return host;
+}
+
+/// Refuses, before anything is allocated, a plan that needs more host
+/// memory per rank than this node has for each of its ranks (MemAvailable
+/// or the cgroup's limit, shared by the node's ranks). Every rank checks
+/// its node; rank 0 names the ranks that lack memory, in one line.
+void checkMemory(Communicator &comm, const Descriptor &desc,
+                 const Options &opts) {
+  if (opts.skipMemoryCheck || opts.backend != "cpu")
+    return;
+  const PlannedBytes planned = plannedBytes(desc);
+  uint64_t available = 0;
+  std::string source;
+  int64_t budget = -1; // unknown
+  if (hostMemoryAvailable(available, source))
+    budget = static_cast<int64_t>(available /
+                                  static_cast<uint64_t>(comm.localCount()));
+  std::vector<int64_t> budgets(static_cast<size_t>(comm.count()));
+  comm.allGather(&budget, budgets.data(), 1, sizeof(budget));
+  std::string short_;
+  for (int r = 0; r < comm.count(); ++r)
+    if (budgets[r] >= 0 && budgets[r] < planned.total())
+      short_ += format("%s%d (%s)", short_.empty() ? "" : ", ", r,
+                       formatBytes(static_cast<uint64_t>(budgets[r])).c_str());
+  if (short_.empty())
+    return;
+  if (comm.rank() == 0)
+    fatal("the compiled plan needs %s per rank (model states %s, inputs %s, "
+          "buffers %s, step arenas %s) but rank(s) %s have less available "
+          "(%s, shared by the node's %d rank(s)); use more ranks, a higher "
+          "ZeRO stage or a smaller batch (--skip-memory-check runs anyway)",
+          formatBytes(static_cast<uint64_t>(planned.total())).c_str(),
+          formatBytes(static_cast<uint64_t>(planned.modelStates)).c_str(),
+          formatBytes(static_cast<uint64_t>(planned.inputs)).c_str(),
+          formatBytes(static_cast<uint64_t>(planned.buffers)).c_str(),
+          formatBytes(static_cast<uint64_t>(planned.arenas)).c_str(),
+          short_.c_str(), source.c_str(), comm.localCount());
+  comm.barrier(); // rank 0's error ends the job
 }
 
 /// Fatal, naming the file and the tensor, unless the --init tensor has the
@@ -247,8 +287,11 @@ std::string jsonLoss(float loss) {
   return std::isfinite(loss) ? format("%.9g", loss) : "null";
 }
 
-std::string memoryJson(const MemoryStats &mem) {
-  std::string json = "{";
+std::string memoryJson(const MemoryStats &mem, int64_t planned) {
+  // "planned": what the descriptor says the rank will allocate, which the
+  // memory check compares with the machine (equal to the measured peak).
+  std::string json =
+      format("{\"planned\": %lld, ", static_cast<long long>(planned));
   for (int c = 0; c < ZTRT_CAT_COUNT; ++c)
     json += format("\"%s\": %lld, ", categoryName(c),
                    static_cast<long long>(mem.current[c]));
@@ -286,7 +329,7 @@ std::string overlapJson(const ztrt_ctx &ctx) {
 }
 
 /// This rank's entry of the report's "ranks" list.
-std::string rankJson(const ztrt_ctx &ctx, int rank,
+std::string rankJson(const ztrt_ctx &ctx, const Descriptor &desc, int rank,
                      const std::vector<StepRecord> &records) {
   std::string losses, times;
   for (size_t i = 0; i < records.size(); ++i) {
@@ -299,7 +342,7 @@ std::string rankJson(const ztrt_ctx &ctx, int rank,
                 "     \"overlap\": %s}",
                 rank, jsonQuote(ctx.backend().deviceName()).c_str(),
                 losses.c_str(), times.c_str(),
-                memoryJson(ctx.memory()).c_str(),
+                memoryJson(ctx.memory(), plannedBytes(desc).total()).c_str(),
                 communicationJson(ctx).c_str(), overlapJson(ctx).c_str());
 }
 
@@ -321,7 +364,7 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
                    jsonLoss(r.meanLoss).c_str(), r.timeMs);
   }
   json += records.empty() ? "],\n" : "\n  ],\n";
-  json += "  \"memory\": " + memoryJson(ctx.memory()) + ",\n";
+  json += "  \"memory\": " + memoryJson(ctx.memory(), plannedBytes(desc).total()) + ",\n";
   json += "  \"communication\": " + communicationJson(ctx) + ",\n";
   json += "  \"overlap\": " + overlapJson(ctx) + ",\n";
   json += "  \"ranks\": [";
@@ -380,10 +423,11 @@ Options parseOptions(int argc, char **argv, int rank) {
         std::printf(kUsage, program);
       std::exit(0);
     }
-    if (flag == "--allow-nonfinite-loss") {
+    if (flag == "--allow-nonfinite-loss" || flag == "--skip-memory-check") {
       if (inlineValue)
-        usageError("flag --allow-nonfinite-loss takes no value");
-      opts.allowNonfiniteLoss = true;
+        usageError("flag %s takes no value", flag.c_str());
+      (flag == "--skip-memory-check" ? opts.skipMemoryCheck
+                                     : opts.allowNonfiniteLoss) = true;
       continue;
     }
     static const char *const valued[] = {"--steps",
@@ -486,6 +530,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   // checks that against a grid record; without one this is the first point
   // at which the number of ranks is known.
   checkStorage(desc, ranks);
+  checkMemory(*world, desc, opts);
 
   // A resumed run continues the checkpoint's data stream, so its seed must
   // be known before the data source opens. Rank 0 alone checks the index
@@ -646,7 +691,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     checkpoint(last);
   if (!opts.report.empty()) {
     std::vector<std::string> perRank =
-        comm.gatherToRoot(rankJson(ctx, rank, records));
+        comm.gatherToRoot(rankJson(ctx, desc, rank, records));
     if (rank == 0)
       writeReport(opts.report, ctx, desc, records, backend.threads(), ranks,
                   perRank);

@@ -34,6 +34,8 @@ struct Options {
   int64_t keepCheckpoints = 0;
   /// --allow-nonfinite-loss: do not stop at a NaN / infinite loss.
   bool allowNonfiniteLoss = false;
+  /// --skip-memory-check: start even if the plan exceeds available memory.
+  bool skipMemoryCheck = false;
   int64_t logEvery = 1;
   /// 0: leave the libraries' defaults.
   int threads = 0;

@@ -223,6 +223,68 @@ void checkOutputDirectory(const std::string &path, const char *what) {
   checkWritableDirectory(parentOf(path), path, what);
 }
 
+namespace {
+/// The first number in file `path`, or false (also for "max").
+bool readNumberFile(const char *path, uint64_t &value) {
+  FILE *f = std::fopen(path, "r");
+  if (!f)
+    return false;
+  unsigned long long v = 0;
+  bool ok = std::fscanf(f, "%llu", &v) == 1;
+  std::fclose(f);
+  value = v;
+  return ok;
+}
+} // namespace
+
+bool hostMemoryAvailable(uint64_t &bytes, std::string &source) {
+  bool found = false;
+  if (FILE *f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof(line), f)) {
+      unsigned long long kib = 0;
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+        bytes = kib * 1024ull;
+        source = "MemAvailable in /proc/meminfo";
+        found = true;
+        break;
+      }
+    }
+    std::fclose(f);
+  }
+  uint64_t limit = 0, usage = 0;
+  const char *cgroup = nullptr;
+  if (readNumberFile("/sys/fs/cgroup/memory.max", limit) &&
+      readNumberFile("/sys/fs/cgroup/memory.current", usage))
+    cgroup = "the cgroup's memory.max";
+  else if (readNumberFile("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                          limit) &&
+           readNumberFile("/sys/fs/cgroup/memory/memory.usage_in_bytes", usage))
+    cgroup = "the cgroup's memory.limit_in_bytes";
+  // v1 reports "no limit" as a huge number.
+  if (cgroup && limit < (uint64_t(1) << 62)) {
+    uint64_t left = limit > usage ? limit - usage : 0;
+    if (!found || left < bytes) {
+      bytes = left;
+      source = cgroup;
+    }
+    found = true;
+  }
+  return found;
+}
+
+std::string formatBytes(uint64_t bytes) {
+  const char *units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 5) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? format("%llu bytes", static_cast<unsigned long long>(bytes))
+                   : format("%.2f %s", value, units[unit]);
+}
+
 void syncDirectory(const std::string &dir) {
   int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dirFd >= 0) {

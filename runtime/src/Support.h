@@ -79,6 +79,15 @@ void checkOutputPath(const std::string &path, const char *what);
 /// written into.
 void checkOutputDirectory(const std::string &path, const char *what);
 
+/// The host memory this process may still use: the smaller of the
+/// kernel's MemAvailable and what the cgroup's limit leaves (cgroup v2
+/// memory.max - memory.current, or v1's limit_in_bytes - usage_in_bytes).
+/// `source` says which bound it is. False when neither can be read.
+bool hostMemoryAvailable(uint64_t &bytes, std::string &source);
+
+/// "1.50 GiB" (or MiB / KiB / bytes): how byte counts appear in messages.
+std::string formatBytes(uint64_t bytes);
+
 /// CRC-32C (Castagnoli, as iSCSI and ext4 use it) of `bytes` bytes,
 /// continuing from `crc` (0 to start): the SSE 4.2 instruction where the
 /// CPU has it, a table otherwise (the same value).

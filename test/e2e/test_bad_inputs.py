@@ -5,6 +5,7 @@ flag and the file, non-zero exit, before any step runs, nothing left behind.
 import os
 import resource
 import struct
+import time
 import subprocess
 
 import numpy as np
@@ -117,3 +118,30 @@ def test_a_non_finite_loss_stops_the_run(mlp, tmp_path):
     p = run([exe, "--steps", 4, "--data", path, "--allow-nonfinite-loss"])
     assert p.returncode == 0, p.stderr
     assert "step 4/4  loss nan" in p.stdout
+
+
+def test_a_plan_larger_than_the_machine_is_refused_before_allocating(tmp_path):
+    """A model whose plan needs 512 GiB per rank used to start allocating;
+    the executable compares the descriptor's bytes with what this node has
+    (MemAvailable or the cgroup's limit, per rank) and refuses with both."""
+    text = """
+train.param @w : tensor<65536x1048576xf32> init(zeros)
+func.func @loss(%x: tensor<4x1048576xf32> {train.name = "x"},
+                %y: tensor<4xi32> {train.name = "y"}) -> tensor<f32> attributes {train.entry} {
+  %w = train.param_read @w : tensor<65536x1048576xf32>
+  %h = train.matmul %x, %w {transpose_b} : (tensor<4x1048576xf32>, tensor<65536x1048576xf32>) -> tensor<4x65536xf32>
+  %l = train.cross_entropy %h, %y : (tensor<4x65536xf32>, tensor<4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+"""
+    exe = e2e_util.compile_text(text, str(tmp_path), parity.OptimizerConfig("sgd", lr=0.1))
+    began = time.monotonic()
+    line = one_error(run([exe, "--steps", 1]))
+    # 2^36 floats of parameters and as many of gradient (SGD without
+    # momentum has no states): 256 GiB + 256 GiB, 16 MiB of inputs, 2 MiB
+    # of activations.
+    assert line.startswith("ztrain: error: the compiled plan needs 512.02 GiB per rank "
+                           "(model states 512.00 GiB, inputs 16.00 MiB, buffers 0 bytes, "
+                           "step arenas 2.00 MiB) but rank(s) 0 ("), line
+    assert "but rank(s) 0 (" in line and "have less available (" in line
+    assert time.monotonic() - began < 10   # refused, not after faulting in pages

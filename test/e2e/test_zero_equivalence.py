@@ -146,6 +146,9 @@ def test_report_is_the_truth(stage, n, kind, tmp_path):
             assert comm[k]["bytes"] == steps * per_kind.get(k, 0), (k, comm, per_kind)
         # The static memory plan is what the executable allocates: exact.
         assert mem["peak"] == predicted["predicted_peak"], (mem, predicted)
+        # And what the executable's memory check compared with the machine
+        # before allocating (the descriptor's records, summed).
+        assert mem["planned"] == mem["peak"], mem
 
 
 def test_world_size_must_match_dp(tmp_path):

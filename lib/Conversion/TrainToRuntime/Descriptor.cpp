@@ -10,6 +10,7 @@
 //   state <name> <dtype> <rank> <dims...> of <param> [store E full|shard]
 //   buffer <name> <dtype> <rank> <dims...> init <kind> <scale>
 //   input <name> <dtype> <rank> <dims...> bound <B>
+//   arena <name> <bytes>
 //   optimizer <kind>
 // (docs/runtime.md). Names become checkpoint and data keys.
 //
@@ -189,6 +190,13 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
     appendShape(os, arg.getType());
     os << " bound " << (dtype == "i32" ? inputBound(arg) : 0) << '\n';
   }
+  // plan-memory's arenas, in ztrt_arena's index order: with the records
+  // above, every byte the step will allocate, which the runtime checks
+  // against the memory it may use before allocating any.
+  if (auto arenas = module->getAttrOfType<DictionaryAttr>(dist::kArenasAttr))
+    for (NamedAttribute arena : arenas)
+      os << "arena " << arena.getName().getValue() << ' '
+         << cast<IntegerAttr>(arena.getValue()).getInt() << '\n';
   if (auto opt = module->getAttrOfType<StringAttr>(kOptimizerAttr))
     os << "optimizer " << opt.getValue() << '\n';
   return descriptor;
