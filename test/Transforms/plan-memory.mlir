@@ -3,6 +3,11 @@
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=300 overlap=true" --plan-memory --lower-to-runtime | FileCheck %s --check-prefix=LOWER
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=300 overlap=true" --plan-memory --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=REPORT
 // RUN: not ztrain-opt %s --ztrain-training=optimizer=sgd --plan-memory --plan-memory 2>&1 | FileCheck %s --check-prefix=TWICE
+// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=300 overlap=true" --plan-memory --lower-to-runtime | FileCheck %s --check-prefix=DESC
+
+// The descriptor lists the arenas, in ztrt_arena's index order, so the
+// executable can add up every byte it will allocate before it starts.
+// DESC: ztrain_descriptor("{{.*}}\0Aarena activations 772\0Aarena gathered_parameters 0\0Aarena other 576\0Aoptimizer sgd
 
 // Every buffer gets an arena and an offset; buffers whose lifetimes do not
 // overlap share bytes. The logits (%L, dead after the cross-entropy
