@@ -1,9 +1,9 @@
 """Checkpoints survive being killed at any point of saving.
 
 A job that resumes from the checkpoint root and saves after every step is
-SIGKILLed at a random moment, 50 times: half the time the whole job (the
-launcher and its ranks), half the time one rank (Open MPI then ends the
-others). After every kill, `latest` must name a complete checkpoint that
+SIGKILLed at a random moment until 50 kills have hit a running job: at
+random the whole job (the launcher and its ranks) or one rank (Open MPI
+then ends the others). After every kill, `latest` must name a complete checkpoint that
 resumes bitwise to what an uninterrupted run computes. The steps of this
 tiny model take microseconds and each save several fsyncs, so nearly every
 kill lands inside a save: between shards, between the index and the rename,
@@ -86,8 +86,12 @@ def test_killed_saves_always_leave_a_resumable_checkpoint(exe, tmp_path):
 
     rnd = random.Random(20261124)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    killed_in_run, kinds = 0, {"job": 0, "rank": 0}
-    for kill in range(KILLS):
+    killed_in_run, kinds, kill = 0, {"job": 0, "rank": 0}, 0
+    # Until KILLS kills have hit a running job (a kill after the job ended
+    # tests nothing, and a loaded machine makes run times vary), at most
+    # 3 x KILLS attempts.
+    while killed_in_run < KILLS and kill < 3 * KILLS:
+        kill += 1
         done = latest_step(root)
         if done >= STEPS - 1:
             start_over()
@@ -98,12 +102,12 @@ def test_killed_saves_always_leave_a_resumable_checkpoint(exe, tmp_path):
              "--checkpoint-every", "1", "--keep-checkpoints", "3"] + common,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
             start_new_session=True)
-        time.sleep(rnd.uniform(0.0, span))
+        time.sleep(rnd.uniform(0.0, 0.7 * span))
         kind = rnd.choice(["job", "rank"])
         ranks = children(job.pid)
         if job.poll() is None:
             killed_in_run += 1
-        kinds[kind] += 1
+            kinds[kind] += 1
         if kind == "rank" and ranks:
             sigkill(rnd.choice(ranks))
         else:
@@ -127,6 +131,5 @@ def test_killed_saves_always_leave_a_resumable_checkpoint(exe, tmp_path):
                             "--save", got] + common)
         assert got.read_bytes() == want, \
             f"kill {kill} ({kind}): resuming from step {resumed_from} is not bitwise the straight run"
-    # Most kills must have hit a running job, or this tested nothing.
-    assert killed_in_run >= KILLS * 3 // 4, (killed_in_run, span)
+    assert killed_in_run >= KILLS, (killed_in_run, kill, span)
     assert min(kinds.values()) >= KILLS // 4, kinds
