@@ -56,6 +56,14 @@
 // TILE: error: memory-centric-tiling: max-tile-bytes must be >= 0
 // TILE-NOT: see current operation
 
+// Two inputs under one name (and an input named like a parameter) would
+// collide as data-file and checkpoint keys.
+// RUN: not ztrain-compile %t/dupinput.mlir -o %t/out 2>&1 | FileCheck %s --check-prefix=DUP
+// RUN: not test -e %t/out
+// DUP: dupinput.mlir:2:1: error: input #1 is named 'x', a name another input, a parameter, state or buffer already has (names are data and checkpoint keys)
+// RUN: not ztrain-compile %t/paramname.mlir -o %t/out 2>&1 | FileCheck %s --check-prefix=PNAME
+// PNAME: paramname.mlir:2:1: error: input #0 is named 'w', a name another input, a parameter, state or buffer already has
+
 //--- malformed.mlir
 module {
   train.param @w : tensor<4xf32> init(zeros)
@@ -96,4 +104,22 @@ func.func @f(%x: tensor<8x4xf32>, %y: tensor<8xi32>) -> tensor<f32> attributes {
   %l = train.matmul %x, %w {transpose_b} : (tensor<8x4xf32>, tensor<0x4xf32>) -> tensor<8x0xf32>
   %loss = train.cross_entropy %l, %y : (tensor<8x0xf32>, tensor<8xi32>) -> tensor<f32>
   return %loss : tensor<f32>
+}
+
+//--- dupinput.mlir
+train.param @w : tensor<4x3xf32> init(zeros)
+func.func @loss(%x: tensor<2x4xf32> {train.name = "x"}, %y: tensor<2xi32> {train.name = "x"}) -> tensor<f32> attributes {train.entry} {
+  %w = train.param_read @w : tensor<4x3xf32>
+  %h = train.matmul %x, %w : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
+  %l = train.cross_entropy %h, %y : (tensor<2x3xf32>, tensor<2xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+//--- paramname.mlir
+train.param @w : tensor<4x3xf32> init(zeros)
+func.func @loss(%x: tensor<2x4xf32> {train.name = "w"}, %y: tensor<2xi32> {train.name = "y"}) -> tensor<f32> attributes {train.entry} {
+  %w = train.param_read @w : tensor<4x3xf32>
+  %h = train.matmul %x, %w : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
+  %l = train.cross_entropy %h, %y : (tensor<2x3xf32>, tensor<2xi32>) -> tensor<f32>
+  return %l : tensor<f32>
 }

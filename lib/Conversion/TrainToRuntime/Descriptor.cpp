@@ -18,6 +18,7 @@
 
 #include "ztrain/Conversion/TrainToRuntime/StepLowering.h"
 
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -119,10 +120,25 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
     namesOk &= checkName(state, "state", state.getSymName());
   for (auto buffer : module.getOps<BufferOp>())
     namesOk &= checkName(buffer, "buffer", buffer.getSymName());
+  // Every descriptor name is a key of its own (data files, checkpoints): an
+  // input may not share one with another input or a module symbol.
+  llvm::StringSet<> taken;
+  for (Operation &op : module.getOps())
+    if (isa<ParamOp, StateOp, BufferOp>(op))
+      taken.insert(cast<SymbolOpInterface>(op).getName());
   for (BlockArgument arg : entry.getArguments())
     if (auto name = entry.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                       kInputNameAttr))
+                                                       kInputNameAttr)) {
       namesOk &= checkName(entry, "input", name.getValue());
+      if (!taken.insert(name.getValue()).second) {
+        entry.emitError() << "input #" << arg.getArgNumber() << " is named '"
+                          << name.getValue()
+                          << "', a name another input, a parameter, state "
+                             "or buffer already has (names are data and checkpoint "
+                             "keys)";
+        namesOk = false;
+      }
+    }
   if (!namesOk)
     return failure();
 
