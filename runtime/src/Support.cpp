@@ -138,7 +138,10 @@ void syncParentDirectory(const std::string &path) {
 }
 
 int openInputFile(const std::string &path, const char *what, uint64_t &size) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+  // writer before the check below could refuse it. (No effect on the
+  // regular files that pass.)
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     fatal("%s: cannot open '%s': %s", what, path.c_str(), strerror(errno));
   struct stat info;
@@ -209,6 +212,13 @@ void checkOutputPath(const std::string &path, const char *what) {
   struct stat info;
   if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode))
     fatal("%s '%s': is a directory, not a file", what, path.c_str());
+  // Outputs are written to a temporary file renamed over the path: over a
+  // device (/dev/null), a pipe or a socket that would replace it (as root,
+  // /dev/null itself) rather than write to it.
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
+    fatal("%s '%s': exists and is not a regular file (outputs are written "
+          "to a temporary file renamed into place, which would replace it)",
+          what, path.c_str());
   checkWritableDirectory(parentOf(path), path, what);
 }
 

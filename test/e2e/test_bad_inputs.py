@@ -4,6 +4,7 @@ flag and the file, non-zero exit, before any step runs, nothing left behind.
 
 import os
 import resource
+import stat
 import struct
 import time
 import subprocess
@@ -145,3 +146,22 @@ func.func @loss(%x: tensor<4x1048576xf32> {train.name = "x"},
                            "step arenas 2.00 MiB) but rank(s) 0 ("), line
     assert "but rank(s) 0 (" in line and "have less available (" in line
     assert time.monotonic() - began < 10   # refused, not after faulting in pages
+
+
+def test_outputs_never_replace_devices_or_pipes(mlp, tmp_path):
+    """Found by test/fuzz: `--save /dev/null` as root renamed a regular file
+    over the device node. Outputs that exist and are not regular files are
+    refused (a FIFO stands in for the device here), and a FIFO as an input
+    is refused at once rather than waiting for a writer."""
+    _, exe = mlp
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for flag in ("--save", "--report", "--trace"):
+        line = one_error(run([exe, "--steps", 1, flag, fifo]))
+        assert line == (f"ztrain: error: {flag} '{fifo}': exists and is not a regular file "
+                        "(outputs are written to a temporary file renamed into place, which "
+                        "would replace it)")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    line = one_error(run([exe, "--steps", 1, "--init", fifo]))
+    assert line == (f"ztrain: error: --init: '{fifo}' is not a regular file (a device, pipe "
+                    "or directory would be read without bound)")

@@ -54,6 +54,7 @@ int main(int argc, char **argv) {
   }
   if (dir.empty() || out.empty())
     ztrt::usageError("need a checkpoint directory and -o FILE (try --help)");
+  ztrt::checkOutputPath(out, "-o");
   ztrt::consolidateCheckpoint(dir, out);
   return 0;
 }
