@@ -16,10 +16,13 @@
 #include "src/CommQueue.h"
 #include "src/Support.h"
 
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <mpi.h>
+#include <thread>
 
 namespace ztrt {
 
@@ -94,7 +97,59 @@ MPI_Datatype elementType(const char *call, int64_t bytes) {
         static_cast<long long>(bytes));
 }
 
+// --- The collective watchdog ------------------------------------------------
+// Every blocking MPI call of the communicator records when it started and
+// what it is; a watchdog thread (startCollectiveWatchdog) ends the job when
+// one has waited longer than the timeout, so that a stuck or dead rank
+// never leaves the others spinning forever.
+std::atomic<int64_t> blockedSinceNs{0};
+std::atomic<const char *> blockedIn{nullptr};
+std::atomic<const std::atomic<int64_t> *> watchedStep{nullptr};
+
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+template <typename Call> int watched(const char *what, Call call) {
+  blockedIn.store(what);
+  blockedSinceNs.store(nowNs());
+  int code = call();
+  blockedSinceNs.store(0);
+  return code;
+}
+
 } // namespace
+
+void startCollectiveWatchdog(double timeoutSeconds,
+                             const std::atomic<int64_t> *step) {
+  if (!(timeoutSeconds > 0.0))
+    return;
+  watchedStep.store(step);
+  std::thread([timeoutSeconds] {
+    const int64_t limit = static_cast<int64_t>(timeoutSeconds * 1e9);
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      int64_t since = blockedSinceNs.load();
+      if (since == 0 || nowNs() - since < limit)
+        continue;
+      const std::atomic<int64_t> *counter = watchedStep.load();
+      const int64_t step = counter ? counter->load() : 0;
+      const char *what = blockedIn.load();
+      // Every rank that arrived reports; the rank(s) without this line are
+      // the ones that did not. fatal() ends the job (MPI_Abort), which also
+      // stops a rank that is stuck.
+      fatal("%s has waited %.0f s for the other ranks (%s%lld; "
+            "--collective-timeout %g): a rank is stuck or dead, ending the "
+            "job",
+            what ? what : "a collective", timeoutSeconds,
+            step > 0 ? "step " : "before step ",
+            static_cast<long long>(step > 0 ? step : 1),
+            timeoutSeconds);
+    }
+  }).detach();
+}
 
 bool launchedByMpi() {
   for (const char *name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
@@ -165,7 +220,7 @@ void Communicator::allToAll(const void *send, void *recv, int64_t elems,
   }
   int n = mpiCount("MPI_Alltoall", elems);
   MPI_Datatype type = elementType("MPI_Alltoall", elemBytes);
-  check(MPI_Alltoall(send, n, type, recv, n, type, mpi->comm), "MPI_Alltoall");
+  check(watched("MPI_Alltoall", [&] { return MPI_Alltoall(send, n, type, recv, n, type, mpi->comm); }), "MPI_Alltoall");
   sent += (p.count - 1) * elems * elemBytes;
 }
 
@@ -177,8 +232,7 @@ void Communicator::allGather(const void *send, void *recv, int64_t elems,
   }
   int n = mpiCount("MPI_Allgather", elems);
   MPI_Datatype type = elementType("MPI_Allgather", elemBytes);
-  check(MPI_Allgather(send, n, type, recv, n, type, mpi->comm),
-        "MPI_Allgather");
+  check(watched("MPI_Allgather", [&] { return MPI_Allgather(send, n, type, recv, n, type, mpi->comm); }), "MPI_Allgather");
   sent += (p.count - 1) * elems * elemBytes;
 }
 
@@ -190,8 +244,7 @@ void Communicator::gather(const void *send, void *recv, int64_t elems,
   }
   int n = mpiCount("MPI_Gather", elems);
   MPI_Datatype type = elementType("MPI_Gather", elemBytes);
-  check(MPI_Gather(send, n, type, recv, n, type, root, mpi->comm),
-        "MPI_Gather");
+  check(watched("MPI_Gather", [&] { return MPI_Gather(send, n, type, recv, n, type, root, mpi->comm); }), "MPI_Gather");
   if (p.rank != root)
     sent += elems * elemBytes;
 }
@@ -202,7 +255,7 @@ void Communicator::broadcast(void *buf, int64_t elems, int64_t elemBytes,
     return;
   int n = mpiCount("MPI_Bcast", elems);
   MPI_Datatype type = elementType("MPI_Bcast", elemBytes);
-  check(MPI_Bcast(buf, n, type, root, mpi->comm), "MPI_Bcast");
+  check(watched("MPI_Bcast", [&] { return MPI_Bcast(buf, n, type, root, mpi->comm); }), "MPI_Bcast");
   if (p.rank == root)
     sent += (p.count - 1) * elems * elemBytes;
 }
@@ -211,12 +264,12 @@ void Communicator::broadcastBytes(void *buf, int64_t bytes, int root) {
   if (!mpi)
     return;
   int n = mpiCount("MPI_Bcast", bytes);
-  check(MPI_Bcast(buf, n, MPI_BYTE, root, mpi->comm), "MPI_Bcast");
+  check(watched("MPI_Bcast", [&] { return MPI_Bcast(buf, n, MPI_BYTE, root, mpi->comm); }), "MPI_Bcast");
 }
 
 void Communicator::barrier() {
   if (mpi)
-    check(MPI_Barrier(mpi->comm), "MPI_Barrier");
+    check(watched("MPI_Barrier", [&] { return MPI_Barrier(mpi->comm); }), "MPI_Barrier");
 }
 
 std::vector<std::string> Communicator::gatherToRoot(const std::string &text) {
@@ -225,9 +278,7 @@ std::vector<std::string> Communicator::gatherToRoot(const std::string &text) {
   int length = mpiCount("MPI_Gather", static_cast<int64_t>(text.size()));
   bool root = p.rank == 0;
   std::vector<int> lengths(root ? p.count : 0);
-  check(
-      MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, mpi->comm),
-      "MPI_Gather");
+  check(watched("MPI_Gather", [&] { return MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, mpi->comm); }), "MPI_Gather");
   std::vector<int> offsets(lengths.size());
   int64_t total = 0;
   for (size_t r = 0; r < lengths.size(); ++r) {
@@ -235,9 +286,8 @@ std::vector<std::string> Communicator::gatherToRoot(const std::string &text) {
     total += lengths[r];
   }
   std::string all(static_cast<size_t>(mpiCount("MPI_Gatherv", total)), '\0');
-  check(MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(),
-                    offsets.data(), MPI_CHAR, 0, mpi->comm),
-        "MPI_Gatherv");
+  check(watched("MPI_Gatherv", [&] { return MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(),
+                    offsets.data(), MPI_CHAR, 0, mpi->comm); }), "MPI_Gatherv");
   std::vector<std::string> texts;
   for (size_t r = 0; r < lengths.size(); ++r)
     texts.push_back(all.substr(offsets[r], lengths[r]));

@@ -24,6 +24,7 @@
 #ifndef ZTRT_SRC_COMMUNICATOR_H
 #define ZTRT_SRC_COMMUNICATOR_H
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -47,6 +48,13 @@ struct CommunicatorParams {
 /// (PMIX_RANK: Open MPI 4/5, srun --mpi=pmix) or a PMI-1/2 launcher
 /// (PMI_RANK: MPICH and Intel MPI's hydra, srun --mpi=pmi2).
 bool launchedByMpi();
+
+/// Starts a thread that ends the job with one line per waiting rank when a
+/// blocking collective of any communicator has waited `timeoutSeconds`
+/// (<= 0: no watchdog). `step` points at the driver's step counter, named
+/// in the message.
+void startCollectiveWatchdog(double timeoutSeconds,
+                             const std::atomic<int64_t> *step);
 
 class Communicator {
 public:

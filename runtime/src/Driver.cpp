@@ -21,6 +21,7 @@
 #include "src/Support.h"
 #include "src/Trace.h"
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <chrono>
@@ -57,6 +58,8 @@ const char kUsage[] =
     "  --resume D         continue the training saved in checkpoint D (the\n"
     "                     one D/latest names, or a global_step<N> directory;\n"
     "                     same build, same number of ranks)\n"
+    "  --collective-timeout S  end the job when a collective has waited S\n"
+    "                     seconds for the other ranks (default 600; 0: never)\n"
     "  --skip-memory-check  start even when the compiled plan needs more\n"
     "                     memory than this node has available per rank\n"
     "  --allow-nonfinite-loss  keep training after a NaN or infinite loss\n"
@@ -441,6 +444,7 @@ Options parseOptions(int argc, char **argv, int rank) {
                                          "--save-checkpoint",
                                          "--checkpoint-every",
                                          "--keep-checkpoints",
+                                         "--collective-timeout",
                                          "--resume",
                                          "--trace",
                                          "--backend"};
@@ -484,6 +488,15 @@ Options parseOptions(int argc, char **argv, int rank) {
       opts.checkpointEvery = parseInteger(flag, value, 1);
     else if (flag == "--keep-checkpoints")
       opts.keepCheckpoints = parseInteger(flag, value, 0);
+    else if (flag == "--collective-timeout") {
+      char *end = nullptr;
+      double seconds = std::strtod(value.c_str(), &end);
+      if (*end != '\0' || !(seconds >= 0.0) || !std::isfinite(seconds))
+        usageError("flag --collective-timeout: '%s' is not a number of "
+                   "seconds >= 0",
+                   value.c_str());
+      opts.collectiveTimeout = seconds;
+    }
     else if (flag == "--resume")
       opts.resume = value;
     else if (flag == "--backend") {
@@ -504,6 +517,9 @@ Options parseOptions(int argc, char **argv, int rank) {
                "continues the checkpoint's parameters)");
   return opts;
 }
+
+/// The step the collective watchdog names in its message.
+std::atomic<int64_t> watchdogStep{0};
 
 int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   // Past the file-size limit (ulimit -f) a write fails with EFBIG instead of
@@ -530,6 +546,8 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   // checks that against a grid record; without one this is the first point
   // at which the number of ranks is known.
   checkStorage(desc, ranks);
+  if (ranks > 1)
+    startCollectiveWatchdog(opts.collectiveTimeout, &watchdogStep);
   checkMemory(*world, desc, opts);
 
   // A resumed run continues the checkpoint's data stream, so its seed must
@@ -640,6 +658,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
                            desc.inputs[i].bytes);
     }
     ctx.step = t;
+    watchdogStep.store(t);
     ctx.lossSet = false;
     auto start = Clock::now();
     step(&ctx);

@@ -36,6 +36,8 @@ struct Options {
   bool allowNonfiniteLoss = false;
   /// --skip-memory-check: start even if the plan exceeds available memory.
   bool skipMemoryCheck = false;
+  /// --collective-timeout: seconds a collective may wait (0: no limit).
+  double collectiveTimeout = 600.0;
   int64_t logEvery = 1;
   /// 0: leave the libraries' defaults.
   int threads = 0;

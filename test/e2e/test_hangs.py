@@ -1,0 +1,91 @@
+"""No hang, ever: a rank that stops answering (SIGSTOP) or dies (SIGKILL)
+mid-run ends the whole job within seconds, with a ztrain message naming the
+collective and the step, where rank 0 used to spin at 100% CPU forever.
+"""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+import e2e_util
+from ztrain import models, parity
+
+TIMEOUT_S = 3
+
+
+@pytest.fixture(scope="module")
+def exe(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hangs")
+    spec = models.mlp(batch=2, in_features=12, hidden=[16], classes=5)
+    return e2e_util.compile_text(spec.to_mlir(), str(d), parity.OptimizerConfig("adam", lr=1e-2),
+                                 extra=["--dp", "2", "--zero-stage", "3"])
+
+
+def rank_pids(launcher):
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    if int(fh.read().rsplit(")", 1)[1].split()[1]) == launcher:
+                        pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+def start(exe):
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    job = subprocess.Popen([shutil.which("mpirun"), "--oversubscribe", "-np", "2", str(exe),
+                            "--steps", "10000000", "--log-every", "0", "--threads", "1",
+                            "--collective-timeout", str(TIMEOUT_S)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                           start_new_session=True)
+    deadline = time.monotonic() + 30
+    while len(rank_pids(job.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # well into the steps
+    return job
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSTOP, signal.SIGKILL], ids=["stopped", "killed"])
+def test_a_rank_that_stops_answering_ends_the_job(exe, sig):
+    job = start(exe)
+    victim = max(rank_pids(job.pid))
+    stopped_at = time.monotonic()
+    os.kill(victim, sig)
+    try:
+        _, err = job.communicate(timeout=30)
+    finally:
+        for pid in rank_pids(job.pid) + [victim]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.killpg(job.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    took = time.monotonic() - stopped_at
+    assert job.returncode != 0
+    # Within the timeout plus the watchdog's polling and the launcher's
+    # teardown, far below the 30 s the issue allows.
+    assert took < TIMEOUT_S + 10, took
+    if sig == signal.SIGSTOP:
+        # The rank that still answers names what it waited in and when.
+        assert re.search(r"ztrain: error: \[rank [01]\] MPI_\w+ has waited 3 s for the other "
+                         r"ranks \(step \d+; --collective-timeout 3\): a rank is stuck or "
+                         r"dead, ending the job", err), err
+
+
+def test_the_timeout_flag_is_checked(exe):
+    p = subprocess.run([str(exe), "--collective-timeout", "-1"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 2
+    assert p.stderr == ("ztrain: error: flag --collective-timeout: '-1' is not a number of "
+                        "seconds >= 0\n")
