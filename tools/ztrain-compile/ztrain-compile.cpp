@@ -82,6 +82,12 @@ cl::opt<std::string>
                         "(default: ../lib next to this tool)"),
                cl::value_desc("dir"), cl::cat(category));
 
+cl::opt<int64_t> deviceMemory(
+    "device-memory",
+    cl::desc("Warn when the compiled plan needs more than this many bytes "
+             "per rank (0: no check)"),
+    cl::init(0), cl::value_desc("bytes"), cl::cat(category));
+
 int fail(const llvm::Twine &msg) {
   llvm::errs() << "ztrain-compile: error: " << msg << "\n";
   return 1;
@@ -267,6 +273,22 @@ int main(int argc, char **argv) {
   }
   if (failed(pm.run(*module)) || (dumper && dumper->failed))
     return 1;
+
+  // What one rank will allocate (lower-to-runtime's count, which the
+  // executable checks again against the memory it finds).
+  if (auto planned =
+          (*module)->getAttrOfType<IntegerAttr>("ztrain.planned_bytes")) {
+    if (deviceMemory < 0)
+      return fail("--device-memory must be >= 0");
+    if (deviceMemory > 0 && planned.getInt() > deviceMemory)
+      llvm::errs() << "ztrain-compile: warning: the compiled plan needs "
+                   << planned.getInt() << " bytes per rank, more than "
+                   << "--device-memory=" << deviceMemory
+                   << " (use more ranks, a higher ZeRO stage, recompute or "
+                      "a smaller batch)\n";
+    if (emit != Emit::Mlir)
+      (*module)->removeAttr("ztrain.planned_bytes");
+  }
 
   if (emit == Emit::Mlir) {
     auto out = openOutputFile(outputFile, &err);

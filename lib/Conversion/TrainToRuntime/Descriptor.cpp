@@ -217,3 +217,29 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
     os << "optimizer " << opt.getValue() << '\n';
   return descriptor;
 }
+
+int64_t ztrain::plannedStepBytes(ModuleOp module, func::FuncOp entry,
+                                 int64_t stage, int64_t gridSize) {
+  auto storageBytes = [&](Operation *symbolOp, Type type) {
+    auto tensor = cast<RankedTensorType>(type);
+    return dist::getStateStorage(symbolOp, tensor, stage, gridSize).elements *
+           elementBytes(tensor);
+  };
+  int64_t total = 0;
+  for (auto param : module.getOps<ParamOp>()) {
+    total += storageBytes(param, param.getType());
+    total += dist::getGradientElements(param, stage, gridSize) *
+             elementBytes(param.getTensorType());
+  }
+  for (auto state : module.getOps<StateOp>())
+    total += storageBytes(state, state.getType());
+  for (auto buffer : module.getOps<BufferOp>())
+    total += tensorBytes(buffer.getType());
+  for (Type t : entry.getArgumentTypes())
+    if (isa<RankedTensorType>(t))
+      total += tensorBytes(t);
+  if (auto arenas = module->getAttrOfType<DictionaryAttr>(dist::kArenasAttr))
+    for (NamedAttribute arena : arenas)
+      total += cast<IntegerAttr>(arena.getValue()).getInt();
+  return total;
+}

@@ -116,8 +116,15 @@ void LowerToRuntimePass::runOnOperation() {
 
   FailureOr<std::string> descriptor =
       buildDescriptor(module, entry, stage, gridSize);
-  if (failed(descriptor) || failed(lowerStep(entry, *descriptor)))
+  if (failed(descriptor))
     return signalPassFailure();
+  const int64_t planned = plannedStepBytes(module, entry, stage, gridSize);
+  if (failed(lowerStep(entry, *descriptor)))
+    return signalPassFailure();
+  // What one rank will allocate, for tools (ztrain-compile --device-memory).
+  module->setAttr("ztrain.planned_bytes",
+                  IntegerAttr::get(IntegerType::get(module.getContext(), 64),
+                                   planned));
 
   // The declarations and the grid now live in the descriptor.
   for (Operation &op : llvm::make_early_inc_range(module.getOps()))

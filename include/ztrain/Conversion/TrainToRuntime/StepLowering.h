@@ -228,6 +228,15 @@ mlir::LogicalResult emitKernelCall(mlir::Operation *op,
                                    const train::KernelCall &call,
                                    StepLowering &s);
 
+/// Every byte one rank allocates through the runtime for this step: the
+/// storage of parameters, states and gradients, inputs, buffers and
+/// plan-memory's arenas (the runtime's plannedBytes over the descriptor;
+/// zero-report's predicted peak). Set by lower-to-runtime as the module's
+/// `ztrain.planned_bytes`, which ztrain-compile checks against
+/// --device-memory.
+int64_t plannedStepBytes(mlir::ModuleOp module, mlir::func::FuncOp entry,
+                         int64_t stage, int64_t gridSize);
+
 /// The runtime's descriptor of the module's parameters, states and inputs
 /// (docs/runtime.md), or a located error for names or types it cannot
 /// carry.
