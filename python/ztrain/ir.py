@@ -264,13 +264,16 @@ class Function:
         self.args.append((v, name))
         return v
 
+    def _read(self, op, symbol, hint):
+        return self._emit(hint or symbol.name.replace(".", "_"), symbol.shape,
+                          symbol.dtype,
+                          f"train.{op} {symbol_ref(symbol.name)} : {symbol.type}",
+                          op, (), name=symbol.name)
+
     def param_read(self, param, hint=None):
         if isinstance(param, str):
             param = self.module.params_by_name[param]
-        return self._emit(hint or param.name.replace(".", "_"), param.shape,
-                          param.dtype,
-                          f"train.param_read {symbol_ref(param.name)} : {param.type}",
-                          "param_read", (), name=param.name)
+        return self._read("param_read", param, hint)
 
     @reference("param_read")
     def _param_read_ref(torch, F, a, attrs, shape):
@@ -279,10 +282,7 @@ class Function:
     def buffer_read(self, buffer, hint=None):
         if isinstance(buffer, str):
             buffer = self.module.buffers_by_name[buffer]
-        return self._emit(hint or buffer.name.replace(".", "_"), buffer.shape,
-                          buffer.dtype,
-                          f"train.buffer_read {symbol_ref(buffer.name)} : {buffer.type}",
-                          "buffer_read", (), name=buffer.name)
+        return self._read("buffer_read", buffer, hint)
 
     @reference("buffer_read")
     def _buffer_read_ref(torch, F, a, attrs, shape):

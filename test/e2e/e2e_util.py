@@ -48,3 +48,19 @@ def mpirun(n, cmd, check=True, timeout=300):
     if check:
         assert p.returncode == 0, f"mpirun -np {n} failed:\n{p.stdout}\n{p.stderr}"
     return p
+
+
+def child_pids(pid):
+    """The pids whose parent is `pid` (from /proc): a launcher's ranks."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == pid:
+            out.append(int(entry))
+    return out

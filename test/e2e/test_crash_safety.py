@@ -26,20 +26,7 @@ KILLS = 50
 STEPS = 16
 
 
-def children(pid):
-    """The pids whose parent is `pid` (from /proc)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(entry))
-    return out
+children = e2e_util.child_pids
 
 
 def sigkill(pid, group=False):

@@ -26,17 +26,7 @@ def exe(tmp_path_factory):
                                  extra=["--dp", "2", "--zero-stage", "3"])
 
 
-def rank_pids(launcher):
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    if int(fh.read().rsplit(")", 1)[1].split()[1]) == launcher:
-                        pids.append(int(entry))
-            except OSError:
-                pass
-    return pids
+rank_pids = e2e_util.child_pids
 
 
 def start(exe):
