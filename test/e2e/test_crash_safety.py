@@ -1,9 +1,9 @@
 """Checkpoints survive being killed at any point of saving.
 
 A job that resumes from the checkpoint root and saves after every step is
-SIGKILLed at a random moment until 50 kills have hit a running job: at
-random the whole job (the launcher and its ranks) or one rank (Open MPI
-then ends the others). After every kill, `latest` must name a complete checkpoint that
+SIGKILLed at a random moment after its first save, until 50 kills have hit
+it while it was saving: at random the whole job (the launcher and its
+ranks) or one rank (Open MPI then ends the others). After every kill, `latest` must name a complete checkpoint that
 resumes bitwise to what an uninterrupted run computes. The steps of this
 tiny model take microseconds and each save several fsyncs, so nearly every
 kill lands inside a save: between shards, between the index and the rename,
@@ -63,38 +63,49 @@ def test_killed_saves_always_leave_a_resumable_checkpoint(exe, tmp_path):
         e2e_util.mpirun(2, [exe, "--steps", 1, "--seed", 11, "--save-checkpoint", root] + common)
 
     start_over()
-    # How long a run that saves after every step lasts: the kills land in
-    # [0, that].
-    began = time.monotonic()
-    e2e_util.mpirun(2, [exe, "--resume", root, "--steps", STEPS - 1, "--save-checkpoint", root,
-                        "--checkpoint-every", 1, "--keep-checkpoints", 3] + common)
-    span = time.monotonic() - began
-    start_over()
-
-    rnd = random.Random(20261124)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    killed_in_run, kinds, kill = 0, {"job": 0, "rank": 0}, 0
-    # Until KILLS kills have hit a running job (a kill after the job ended
-    # tests nothing, and a loaded machine makes run times vary), at most
-    # 3 x KILLS attempts.
-    while killed_in_run < KILLS and kill < 3 * KILLS:
-        kill += 1
-        done = latest_step(root)
-        if done >= STEPS - 1:
-            start_over()
-            done = 1
-        job = subprocess.Popen(
+
+    def launch(done):
+        return subprocess.Popen(
             [shutil.which("mpirun"), "--oversubscribe", "-np", "2", str(exe), "--resume",
              str(root), "--steps", str(STEPS - done), "--save-checkpoint", str(root),
              "--checkpoint-every", "1", "--keep-checkpoints", "3"] + common,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
             start_new_session=True)
-        time.sleep(rnd.uniform(0.0, 0.7 * span))
+
+    def wait_for_first_save(job, done):
+        """Until the job has saved once (past MPI's start-up, into the
+        save-every-step phase); False if it ended first."""
+        deadline = time.monotonic() + 60
+        while latest_step(root) <= done and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        return job.poll() is None
+
+    # How long one step and its save take: the kills land in
+    # [first save, end of the run].
+    job = launch(1)
+    assert wait_for_first_save(job, 1)
+    began = time.monotonic()
+    job.wait(timeout=120)
+    per_step = (time.monotonic() - began) / (STEPS - 2)
+    start_over()
+
+    rnd = random.Random(20261124)
+    killed_in_run, kinds, kill = 0, {"job": 0, "rank": 0}, 0
+    # Until KILLS kills have hit a job inside its saving phase, at most
+    # 3 x KILLS attempts (a loaded machine makes run times vary).
+    while killed_in_run < KILLS and kill < 3 * KILLS:
+        kill += 1
+        done = latest_step(root)
+        if done >= STEPS - 2:
+            start_over()
+            done = 1
+        job = launch(done)
+        if wait_for_first_save(job, done):
+            time.sleep(rnd.uniform(0.0, per_step * (STEPS - done - 1)))
         kind = rnd.choice(["job", "rank"])
         ranks = children(job.pid)
-        if job.poll() is None:
-            killed_in_run += 1
-            kinds[kind] += 1
+        hit = job.poll() is None
         if kind == "rank" and ranks:
             sigkill(rnd.choice(ranks))
         else:
@@ -108,6 +119,10 @@ def test_killed_saves_always_leave_a_resumable_checkpoint(exe, tmp_path):
             job.wait()
         for pid in ranks:
             sigkill(pid)
+        if not hit:   # the run had ended: nothing was interrupted
+            continue
+        killed_in_run += 1
+        kinds[kind] += 1
 
         # Whatever the kill interrupted, `latest` names a checkpoint that
         # continues exactly.
@@ -118,5 +133,5 @@ def test_killed_saves_always_leave_a_resumable_checkpoint(exe, tmp_path):
                             "--save", got] + common)
         assert got.read_bytes() == want, \
             f"kill {kill} ({kind}): resuming from step {resumed_from} is not bitwise the straight run"
-    assert killed_in_run >= KILLS, (killed_in_run, kill, span)
+    assert killed_in_run >= KILLS, (killed_in_run, kill, per_step)
     assert min(kinds.values()) >= KILLS // 4, kinds

@@ -30,16 +30,17 @@ rank_pids = e2e_util.child_pids
 
 
 def start(exe):
+    """Launches a long 2-rank run and returns once it is training (rank 0
+    printed a progress line: both ranks are past MPI's start-up, their
+    watchdogs run, and collectives flow)."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     job = subprocess.Popen([shutil.which("mpirun"), "--oversubscribe", "-np", "2", str(exe),
-                            "--steps", "10000000", "--log-every", "0", "--threads", "1",
+                            "--steps", "10000000", "--log-every", "2000", "--threads", "1",
                             "--collective-timeout", str(TIMEOUT_S)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                            start_new_session=True)
-    deadline = time.monotonic() + 30
-    while len(rank_pids(job.pid)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(1.0)  # well into the steps
+    first = job.stdout.readline()
+    assert first.startswith("step "), first
     return job
 
 
