@@ -64,6 +64,18 @@
 // RUN: not ztrain-compile %t/paramname.mlir -o %t/out 2>&1 | FileCheck %s --check-prefix=PNAME
 // PNAME: paramname.mlir:2:1: error: input #0 is named 'w', a name another input, a parameter, state or buffer already has
 
+// An option the chosen optimizer does not use is an error; a plan option
+// that has no effect is a warning (the build is still what was asked for).
+// RUN: not ztrain-compile %ztrain_src/examples/mlp.mlir -o %t/out --optimizer=sgd --beta1=0.5 2>&1 | FileCheck %s --check-prefix=SGDBETA
+// RUN: not test -e %t/out
+// SGDBETA: ztrain-compile: error: --beta1 is an Adam option; --optimizer=sgd does not use it
+// RUN: not ztrain-compile %ztrain_src/examples/mlp.mlir -o %t/out --optimizer=adamw --momentum=0.9 2>&1 | FileCheck %s --check-prefix=ADAMMOM
+// ADAMMOM: ztrain-compile: error: --momentum is an SGD option; --optimizer=adamw does not use it
+// RUN: ztrain-compile %ztrain_src/examples/mlp.mlir --emit=mlir -o %t/stage.mlir --zero-stage=3 2>&1 | FileCheck %s --check-prefix=NODP
+// NODP: ztrain-compile: warning: --zero-stage=3 without --dp: one rank, nothing is partitioned (add --dp=N for N ranks)
+// RUN: ztrain-compile %ztrain_src/examples/mlp.mlir --emit=mlir -o %t/tile.mlir --dp=2 --zero-stage=2 --max-tile-bytes=4096 2>&1 | FileCheck %s --check-prefix=TILE2
+// TILE2: ztrain-compile: warning: --max-tile-bytes tiles the parameters stage 3 gathers; at --zero-stage=2 it has no effect
+
 //--- malformed.mlir
 module {
   train.param @w : tensor<4xf32> init(zeros)

@@ -221,6 +221,38 @@ int main(int argc, char **argv) {
 
   if ((emit == Emit::Obj || emit == Emit::Exe) && outputFile.empty())
     return fail("-o is required for --emit=obj and --emit=exe");
+
+  // Flags that the chosen optimizer or plan would silently ignore. A flag
+  // that does nothing is a mistake worth one line: an error where it can
+  // only be one (an Adam option given to SGD and the reverse), a warning
+  // where the build is still what was asked for.
+  struct OptimizerFlag {
+    const char *name;
+    bool given, sgdOnly;
+  };
+  const bool sgd = flags::optimizer == "sgd";
+  const OptimizerFlag optimizerFlags[] = {
+      {"beta1", flags::beta1.getNumOccurrences() > 0, false},
+      {"beta2", flags::beta2.getNumOccurrences() > 0, false},
+      {"eps", flags::eps.getNumOccurrences() > 0, false},
+      {"momentum", flags::momentum.getNumOccurrences() > 0, true},
+      {"dampening", flags::dampening.getNumOccurrences() > 0, true},
+      {"nesterov", flags::nesterov.getNumOccurrences() > 0, true}};
+  for (const OptimizerFlag &f : optimizerFlags)
+    if (f.given && f.sgdOnly != sgd)
+      return fail(llvm::Twine("--") + f.name + " is " +
+                  (f.sgdOnly ? "an SGD" : "an Adam") +
+                  " option; --optimizer=" + flags::optimizer +
+                  " does not use it");
+  if (flags::stage > 0 && flags::dp.getNumOccurrences() == 0)
+    llvm::errs() << "ztrain-compile: warning: --zero-stage=" << flags::stage
+                 << " without --dp: one rank, nothing is partitioned (add "
+                    "--dp=N for N ranks)\n";
+  if (flags::maxTileBytes > 0 && flags::stage < 3)
+    llvm::errs() << "ztrain-compile: warning: --max-tile-bytes tiles the "
+                    "parameters stage 3 gathers; at --zero-stage="
+                 << flags::stage << " it has no effect\n";
+
   if (outputFile.empty())
     outputFile = "-";
 
