@@ -64,3 +64,13 @@ def child_pids(pid):
         if parent == pid:
             out.append(int(entry))
     return out
+
+
+def compile_zero_mlp(workdir, dp=2, name="model"):
+    """The small MLP (batch 2, 12-16-5, Adam lr 1e-2) compiled for ZeRO
+    stage 3 on `dp` ranks: the model of the checkpoint, crash and hang
+    tests."""
+    from ztrain import models
+    spec = models.mlp(batch=2, in_features=12, hidden=[16], classes=5)
+    return compile_text(spec.to_mlir(), str(workdir), parity.OptimizerConfig("adam", lr=1e-2),
+                        name=name, extra=["--dp", str(dp), "--zero-stage", "3"])

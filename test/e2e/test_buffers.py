@@ -151,8 +151,12 @@ def test_zero_stages_match_one_process(stage, n, tmp_path):
                                 extra=["--dp", str(n), "--zero-stage", str(stage)])
     parity.run_exe(ref, 6, init=init_path, data=data_path, save=tmp_path / "ref.safetensors",
                    threads=1)
-    mpirun(n, [exe, "--steps", 6, "--init", init_path, "--data", data_path, "--threads", 1,
-               "--save", tmp_path / "dp.safetensors"])
+    for run in ("dp", "again"):
+        mpirun(n, [exe, "--steps", 6, "--init", init_path, "--data", data_path, "--threads", 1,
+                   "--save", tmp_path / f"{run}.safetensors"])
+    # The same run twice: the same bits.
+    assert ((tmp_path / "dp.safetensors").read_bytes()
+            == (tmp_path / "again.safetensors").read_bytes())
     want = safetensors.load(str(tmp_path / "ref.safetensors"))
     got = safetensors.load(str(tmp_path / "dp.safetensors"))
     assert list(got) == list(want)

@@ -31,11 +31,7 @@ def error_lines(stderr):
 def build(tmp_path_factory):
     """The MLP compiled for ZeRO stage 3 on 2 and on 4 ranks: (dir, {dp: exe})."""
     d = tmp_path_factory.mktemp("checkpoints")
-    spec = models.mlp(batch=2, in_features=12, hidden=[16], classes=5)
-    opt = parity.OptimizerConfig("adam", lr=1e-2)
-    exes = {dp: e2e_util.compile_text(spec.to_mlir(), str(d), opt, name=f"dp{dp}",
-                                      extra=["--dp", str(dp), "--zero-stage", "3"])
-            for dp in (2, 4)}
+    exes = {dp: e2e_util.compile_zero_mlp(d, dp, name=f"dp{dp}") for dp in (2, 4)}
     return d, exes
 
 

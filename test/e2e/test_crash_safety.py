@@ -20,7 +20,6 @@ import time
 import pytest
 
 import e2e_util
-from ztrain import models, parity
 
 KILLS = 50
 STEPS = 16
@@ -45,10 +44,7 @@ def latest_step(root):
 
 @pytest.fixture(scope="module")
 def exe(tmp_path_factory):
-    d = tmp_path_factory.mktemp("crash")
-    spec = models.mlp(batch=2, in_features=12, hidden=[16], classes=5)
-    return e2e_util.compile_text(spec.to_mlir(), str(d), parity.OptimizerConfig("adam", lr=1e-2),
-                                 extra=["--dp", "2", "--zero-stage", "3"])
+    return e2e_util.compile_zero_mlp(tmp_path_factory.mktemp("crash"))
 
 
 def test_killed_saves_always_leave_a_resumable_checkpoint(exe, tmp_path):

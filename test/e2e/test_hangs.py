@@ -13,17 +13,13 @@ import time
 import pytest
 
 import e2e_util
-from ztrain import models, parity
 
 TIMEOUT_S = 3
 
 
 @pytest.fixture(scope="module")
 def exe(tmp_path_factory):
-    d = tmp_path_factory.mktemp("hangs")
-    spec = models.mlp(batch=2, in_features=12, hidden=[16], classes=5)
-    return e2e_util.compile_text(spec.to_mlir(), str(d), parity.OptimizerConfig("adam", lr=1e-2),
-                                 extra=["--dp", "2", "--zero-stage", "3"])
+    return e2e_util.compile_zero_mlp(tmp_path_factory.mktemp("hangs"))
 
 
 rank_pids = e2e_util.child_pids
