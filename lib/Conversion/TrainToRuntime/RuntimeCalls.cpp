@@ -153,8 +153,13 @@ Value RuntimeCalls::constant(TypedAttr value) {
 }
 
 func::FuncOp RuntimeCalls::declare(const std::string &name) {
+  // A module holds a symbol per parameter and state: looking each call's
+  // callee up in it would make lowering quadratic in the model's size.
+  func::FuncOp &known = declared[name];
+  if (known)
+    return known;
   if (auto fn = module.lookupSymbol<func::FuncOp>(name))
-    return fn;
+    return known = fn;
   const AbiFunction *abi = lookupAbi(name);
   if (!abi)
     llvm::report_fatal_error(
@@ -170,5 +175,5 @@ func::FuncOp RuntimeCalls::declare(const std::string &name) {
   auto fn =
       func::FuncOp::create(b, loc, name, b.getFunctionType(args, results));
   fn.setPrivate();
-  return fn;
+  return known = fn;
 }

@@ -88,6 +88,7 @@ private:
   mlir::OpBuilder &b;
   mlir::Value ctx;
   std::map<std::string, mlir::LLVM::GlobalOp> arrays;
+  llvm::StringMap<mlir::func::FuncOp> declared;
   llvm::DenseMap<mlir::Attribute, mlir::Value> constants;
   mlir::Value rankValue;
 };

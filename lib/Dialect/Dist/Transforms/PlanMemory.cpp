@@ -5,7 +5,7 @@
 // A static memory plan for the straight-line step: every buffer's lifetime
 // comes from dist::StepBuffers (the analysis the lowering frees by and
 // zero-report prices by), and its offset in a per-category arena from a
-// greedy interval packing. The plan is written into the IR so that the
+// greedy interval packing (largest first, lowest free offset). The plan is written into the IR so that the
 // lowering allocates exactly it and the report prices exactly it.
 //
 //===----------------------------------------------------------------------===//
@@ -16,6 +16,9 @@
 #include "ztrain/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/IR/Builders.h"
+
+#include <map>
+#include <memory>
 
 #define DEBUG_TYPE "plan-memory"
 
@@ -41,31 +44,133 @@ struct Placed {
   int64_t offset = -1;
 };
 
+/// Busy offset ranges [lo, hi), disjoint and merged as they are added.
+class RangeSet {
+public:
+  void insert(int64_t lo, int64_t hi) {
+    if (lo >= hi)
+      return;
+    auto it = ranges.upper_bound(lo);
+    if (it != ranges.begin()) {
+      auto prev = std::prev(it);
+      if (prev->second >= lo) {
+        lo = prev->first;
+        hi = std::max(hi, prev->second);
+        it = ranges.erase(prev);
+      }
+    }
+    while (it != ranges.end() && it->first <= hi) {
+      hi = std::max(hi, it->second);
+      it = ranges.erase(it);
+    }
+    ranges.emplace_hint(it, lo, hi);
+  }
+  /// The end of the range that meets [o, o + s) and ends last, or -1: no
+  /// offset below it fits either.
+  int64_t conflict(int64_t o, int64_t s) const {
+    auto it = ranges.lower_bound(o + s);
+    if (it == ranges.begin())
+      return -1;
+    --it;
+    return it->second > o ? it->second : -1;
+  }
+
+private:
+  std::map<int64_t, int64_t> ranges;
+};
+
+/// The placed buffers of one arena, indexed by lifetime so that finding the
+/// lowest free offset for a new lifetime never lists the (often thousands
+/// of) buffers it overlaps. Two segment trees over op positions: `cover`
+/// holds each placed buffer's offset range at the canonical nodes of its
+/// lifetime [from, to] (a stab at position p finds every buffer live at p
+/// on p's root path); `starts` holds it at the leaf of `from` and that
+/// leaf's ancestors (a range query finds every buffer that starts inside
+/// the range). A buffer live at any point of [f, t] is live at f or starts
+/// in (f, t], so the two queries together see exactly the buffers whose
+/// lifetimes overlap — the same set the quadratic scan compared against, so
+/// the plan is the same.
+class Placement {
+public:
+  explicit Placement(unsigned positions) {
+    while (leaves < positions)
+      leaves *= 2;
+    cover.resize(2 * leaves);
+    starts.resize(2 * leaves);
+  }
+
+  /// The lowest `align`-aligned offset at which `bytes` are free throughout
+  /// [from, to].
+  int64_t lowestFree(unsigned from, unsigned to, int64_t bytes,
+                     int64_t align) {
+    SmallVector<RangeSet *, 64> sets;
+    for (unsigned n = from + leaves; n; n /= 2)
+      if (cover[n])
+        sets.push_back(cover[n].get());
+    forCanonical(from, to, [&](unsigned n) {
+      if (starts[n])
+        sets.push_back(starts[n].get());
+    });
+    int64_t offset = 0;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (RangeSet *set : sets) {
+        int64_t hi = set->conflict(offset, bytes);
+        if (hi >= 0) {
+          offset = (hi + align - 1) / align * align;
+          moved = true;
+        }
+      }
+    }
+    return offset;
+  }
+
+  void place(unsigned from, unsigned to, int64_t lo, int64_t hi) {
+    forCanonical(from, to, [&](unsigned n) { get(cover, n).insert(lo, hi); });
+    for (unsigned n = from + leaves; n; n /= 2)
+      get(starts, n).insert(lo, hi);
+  }
+
+private:
+  /// Calls `fn` on the nodes whose leaves together are exactly [from, to].
+  template <typename Fn> void forCanonical(unsigned from, unsigned to, Fn fn) {
+    for (unsigned lo = from + leaves, hi = to + leaves + 1; lo < hi;
+         lo /= 2, hi /= 2) {
+      if (lo & 1)
+        fn(lo++);
+      if (hi & 1)
+        fn(--hi);
+    }
+  }
+  static RangeSet &get(std::vector<std::unique_ptr<RangeSet>> &tree,
+                       unsigned n) {
+    if (!tree[n])
+      tree[n] = std::make_unique<RangeSet>();
+    return *tree[n];
+  }
+
+  unsigned leaves = 1;
+  std::vector<std::unique_ptr<RangeSet>> cover, starts;
+};
+
 /// Places `buffers` (of one arena) at the lowest `align`-aligned offset free
 /// for their whole lifetime, largest first; returns the arena size.
+/// O(n log^2 n) in the number of buffers for the plans a step produces.
 int64_t pack(SmallVectorImpl<Placed *> &buffers, int64_t align) {
   llvm::stable_sort(buffers, [](Placed *a, Placed *b) {
     return a->buf.bytes != b->buf.bytes ? a->buf.bytes > b->buf.bytes
                                         : a->buf.from < b->buf.from;
   });
-  SmallVector<Placed *> placed;
+  unsigned positions = 1;
+  for (Placed *p : buffers)
+    positions = std::max(positions, p->buf.to + 1);
+  Placement placement(positions);
   int64_t size = 0;
   for (Placed *p : buffers) {
     const StepBuffers::Buffer &buf = p->buf;
-    SmallVector<std::pair<int64_t, int64_t>> busy;
-    for (Placed *other : placed)
-      if (other->buf.from <= buf.to && buf.from <= other->buf.to)
-        busy.push_back({other->offset, other->offset + other->buf.bytes});
-    llvm::sort(busy);
-    int64_t offset = 0;
-    for (auto [lo, hi] : busy) {
-      if (offset + buf.bytes <= lo)
-        break;
-      offset = std::max(offset, (hi + align - 1) / align * align);
-    }
-    p->offset = offset;
-    size = std::max(size, offset + buf.bytes);
-    placed.push_back(p);
+    p->offset = placement.lowestFree(buf.from, buf.to, buf.bytes, align);
+    placement.place(buf.from, buf.to, p->offset, p->offset + buf.bytes);
+    size = std::max(size, p->offset + buf.bytes);
   }
   return size;
 }
