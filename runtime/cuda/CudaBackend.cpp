@@ -264,6 +264,13 @@ public:
   std::string deviceName() const override {
     return cudaDeviceDescription(options.device);
   }
+  bool deviceMemory(uint64_t &freeBytes, uint64_t &totalBytes) override {
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    freeBytes = free;
+    totalBytes = total;
+    return true;
+  }
   // Kernels run on the device; --threads only sets what the report says.
   void setThreads(int threads) override { hostThreads = threads; }
   int threads() const override { return hostThreads; }

@@ -92,6 +92,14 @@ public:
   // --- Memory ----------------------------------------------------------------
   /// `bytes` of backend memory, or null when out of memory. Distinct calls
   /// return distinct pointers, also for 0 bytes.
+  /// Free and total bytes of the device memory allocate() takes from
+  /// (cudaMemGetInfo on this rank's GPU); false when it allocates host
+  /// memory, which the driver checks itself.
+  virtual bool deviceMemory(uint64_t &freeBytes, uint64_t &totalBytes) {
+    (void)freeBytes;
+    (void)totalBytes;
+    return false;
+  }
   virtual void *allocate(int64_t bytes) = 0;
   virtual void deallocate(void *ptr) = 0;
   virtual void copyFromHost(void *dst, const void *hostSrc, int64_t bytes) = 0;

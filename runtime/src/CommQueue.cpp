@@ -86,6 +86,7 @@ CollectiveResult CommQueue::execute(const CollectiveRequest &r) {
   result.elems = r.elems;
   result.payloadBytes = r.elems * elementBytes(r.dtype);
   result.begin = Clock::now();
+  noteCollective(collectiveName(r.kind), r.elems);
   switch (r.kind) {
   case Collective::AllReduce:
     result.wireBytes =
@@ -103,6 +104,7 @@ CollectiveResult CommQueue::execute(const CollectiveRequest &r) {
     break;
   }
   result.end = Clock::now();
+  noteCollective(nullptr, 0);
   return result;
 }
 

@@ -17,11 +17,13 @@
 #include "src/Support.h"
 
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <mpi.h>
+#include <mutex>
 #include <thread>
 
 namespace ztrt {
@@ -32,17 +34,30 @@ struct Communicator::Mpi {
 
 namespace {
 
+void tellPeersReported();
+
 /// The fatal-error hook of a rank of a multi-process job: ends every rank, so
-/// that none waits forever for the failed one in a collective.
-void abortJob(int status) { MPI_Abort(MPI_COMM_WORLD, status); }
+/// that none waits forever for the failed one in a collective. The other
+/// ranks are told first that this one has printed why (see
+/// tellPeersReported).
+void abortJob(int status) {
+  tellPeersReported();
+  MPI_Abort(MPI_COMM_WORLD, status);
+}
+
+/// The meeting of every rank before a refusal they all reached ends them.
+void syncJob() { MPI_Barrier(MPI_COMM_WORLD); }
 
 /// Registered with atexit() once MPI is initialized, so that every normal way
 /// out (return from main, --help's exit(0), a fatal error in a world of one)
 /// leaves MPI cleanly. Fatal errors with several ranks abort before this.
 /// A communication thread still running (exit() while a context lives) is
 /// joined first: no thread may call MPI during or after MPI_Finalize.
+void stopWatchdog();
+
 void finalizeAtExit() {
   stopCommQueues();
+  stopWatchdog();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized)
@@ -98,13 +113,35 @@ MPI_Datatype elementType(const char *call, int64_t bytes) {
 }
 
 // --- The collective watchdog ------------------------------------------------
-// Every blocking MPI call of the communicator records when it started and
-// what it is; a watchdog thread (startCollectiveWatchdog) ends the job when
-// one has waited longer than the timeout, so that a stuck or dead rank
-// never leaves the others spinning forever.
+// Every blocking MPI call of the communicator records when it started, what
+// it is and its number in this rank's sequence of collectives (every rank
+// makes the same calls in the same order, so equal numbers are the same
+// collective). A watchdog thread (startCollectiveWatchdog) ends the job
+// when one has waited longer than the timeout, so that a stuck or dead rank
+// never leaves the others spinning forever. Before it does, it asks every
+// other rank's watchdog where that rank is, over a communicator of their
+// own (needs MPI_THREAD_MULTIPLE), and names the ranks that did not arrive.
 std::atomic<int64_t> blockedSinceNs{0};
 std::atomic<const char *> blockedIn{nullptr};
+std::atomic<int64_t> collectivesBegun{0};
 std::atomic<const std::atomic<int64_t> *> watchedStep{nullptr};
+/// The step's collective the communication thread is performing (its kind
+/// and elements, set by noteCollective), or none.
+std::atomic<const char *> collectiveKind{nullptr};
+std::atomic<int64_t> collectiveElems{0};
+/// The watchdogs' own communicator; MPI_COMM_NULL when MPI lacks
+/// MPI_THREAD_MULTIPLE (the watchdog then reports only its own rank).
+MPI_Comm watchComm = MPI_COMM_NULL;
+int watchRank = 0, watchSize = 1;
+/// Held by the watchdog while it calls MPI; finalizeAtExit takes it and
+/// sets watchStopped, so that no watchdog call races MPI_Finalize.
+/// Recursive: the watchdog's own fatal error (a timeout) aborts through
+/// abortJob, which takes it again.
+std::recursive_mutex watchMutex;
+bool watchStopped = false;
+/// Tags on watchComm: a query for a rank's state, its answer, and the
+/// notice that a rank has printed its fatal error and is ending the job.
+constexpr int kQueryTag = 1, kAnswerTag = 2, kReportedTag = 3;
 
 int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -114,38 +151,201 @@ int64_t nowNs() {
 
 template <typename Call> int watched(const char *what, Call call) {
   blockedIn.store(what);
+  collectivesBegun.fetch_add(1);
   blockedSinceNs.store(nowNs());
   int code = call();
   blockedSinceNs.store(0);
   return code;
 }
 
+/// Where a rank is, as its watchdog answers a query.
+struct RankState {
+  int64_t collective; ///< the number of its current or last collective
+  int64_t step;       ///< the step it is in (0: before the first)
+  int64_t waiting;    ///< 1 while it waits in a collective
+  char what[48];      ///< that collective's MPI call
+};
+
+RankState currentState() {
+  RankState s{};
+  s.collective = collectivesBegun.load();
+  const std::atomic<int64_t> *counter = watchedStep.load();
+  s.step = counter ? counter->load() : 0;
+  s.waiting = blockedSinceNs.load() != 0 ? 1 : 0;
+  const char *what = blockedIn.load();
+  std::snprintf(s.what, sizeof(s.what), "%s", what ? what : "");
+  return s;
+}
+
+/// Notes the other ranks' notices that they printed their fatal error.
+void readNotices() {
+  for (;;) {
+    int flag = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kReportedTag, watchComm, &flag, &status) !=
+            MPI_SUCCESS ||
+        !flag)
+      return;
+    int notice = 0;
+    MPI_Recv(&notice, 1, MPI_INT, status.MPI_SOURCE, kReportedTag, watchComm,
+             MPI_STATUS_IGNORE);
+    notePeerReported();
+  }
+}
+
+/// Answers the other watchdogs' queries that have arrived.
+void answerQueries() {
+  readNotices();
+  for (;;) {
+    int flag = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kQueryTag, watchComm, &flag, &status) !=
+            MPI_SUCCESS ||
+        !flag)
+      return;
+    int64_t query = 0;
+    MPI_Recv(&query, 1, MPI_INT64_T, status.MPI_SOURCE, kQueryTag, watchComm,
+             MPI_STATUS_IGNORE);
+    RankState s = currentState();
+    MPI_Send(&s, sizeof(s), MPI_BYTE, status.MPI_SOURCE, kAnswerTag,
+             watchComm);
+  }
+}
+
+std::string stepText(int64_t step) {
+  return step > 0 ? "step " + std::to_string(step) : "before step 1";
+}
+
+/// Asks every other rank where it is (answering their questions while it
+/// waits, for all the ranks that time out ask at once) and returns the list
+/// of those not waiting in collective `mine`, or "" if all are.
+std::string ranksNotArrived(int64_t mine) {
+  const double window = 2.0;
+  std::vector<RankState> states(watchSize);
+  std::vector<MPI_Request> requests;
+  std::vector<int> peers;
+  int64_t query = mine;
+  for (int r = 0; r < watchSize; ++r) {
+    if (r == watchRank)
+      continue;
+    MPI_Request send, recv;
+    MPI_Isend(&query, 1, MPI_INT64_T, r, kQueryTag, watchComm, &send);
+    MPI_Request_free(&send);
+    MPI_Irecv(&states[r], sizeof(RankState), MPI_BYTE, r, kAnswerTag,
+              watchComm, &recv);
+    requests.push_back(recv);
+    peers.push_back(r);
+  }
+  std::vector<bool> answered(watchSize, false);
+  const int64_t deadline = nowNs() + static_cast<int64_t>(window * 1e9);
+  size_t pending = requests.size();
+  while (pending > 0 && nowNs() < deadline) {
+    answerQueries();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (answered[peers[i]])
+        continue;
+      int done = 0;
+      MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE);
+      if (done) {
+        answered[peers[i]] = true;
+        --pending;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::string list;
+  for (int r : peers) {
+    std::string why;
+    const RankState &s = states[r];
+    if (!answered[r])
+      why = format("no answer in %.0f s: stopped, hung or dead", window);
+    else if (s.waiting && s.collective == mine)
+      continue;
+    else if (s.waiting)
+      why = format("%s, waiting in %s, collective #%lld", stepText(s.step).c_str(),
+                   s.what, static_cast<long long>(s.collective));
+    else
+      why = format("%s, computing, after collective #%lld",
+                   stepText(s.step).c_str(),
+                   static_cast<long long>(s.collective));
+    list += format("%srank %d (%s)", list.empty() ? "" : ", ", r, why.c_str());
+  }
+  return list;
+}
+
+/// Before this rank's fatal error ends the job: tells every other rank's
+/// watchdog that the reason has been printed, so that the launcher's
+/// SIGTERM, which follows the abort, ends them without a line of their
+/// own, and gives the watchdogs (which look every 100 ms) time to read it.
+void tellPeersReported() {
+  std::lock_guard<std::recursive_mutex> lock(watchMutex);
+  if (watchComm == MPI_COMM_NULL || watchStopped)
+    return;
+  static const int notice = 1;
+  for (int r = 0; r < watchSize; ++r) {
+    if (r == watchRank)
+      continue;
+    MPI_Request request;
+    if (MPI_Isend(&notice, 1, MPI_INT, r, kReportedTag, watchComm,
+                  &request) == MPI_SUCCESS)
+      MPI_Request_free(&request);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+}
+
+void stopWatchdog() {
+  std::lock_guard<std::recursive_mutex> lock(watchMutex);
+  watchStopped = true;
+  if (watchComm != MPI_COMM_NULL)
+    MPI_Comm_free(&watchComm);
+}
+
 } // namespace
+
+void noteCollective(const char *kind, int64_t elems) {
+  collectiveElems.store(elems);
+  collectiveKind.store(kind);
+}
 
 void startCollectiveWatchdog(double timeoutSeconds,
                              const std::atomic<int64_t> *step) {
-  if (!(timeoutSeconds > 0.0))
-    return;
   watchedStep.store(step);
+  if (!(timeoutSeconds > 0.0) && watchComm == MPI_COMM_NULL)
+    return;
   std::thread([timeoutSeconds] {
-    const int64_t limit = static_cast<int64_t>(timeoutSeconds * 1e9);
+    // Without a timeout the thread still answers queries and notices.
+    const int64_t limit = timeoutSeconds > 0.0
+                              ? static_cast<int64_t>(timeoutSeconds * 1e9)
+                              : INT64_MAX;
     for (;;) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::unique_lock<std::recursive_mutex> lock(watchMutex);
+      if (watchStopped)
+        return;
+      if (watchComm != MPI_COMM_NULL)
+        answerQueries();
       int64_t since = blockedSinceNs.load();
       if (since == 0 || nowNs() - since < limit)
         continue;
-      const std::atomic<int64_t> *counter = watchedStep.load();
-      const int64_t step = counter ? counter->load() : 0;
-      const char *what = blockedIn.load();
-      // Every rank that arrived reports; the rank(s) without this line are
-      // the ones that did not. fatal() ends the job (MPI_Abort), which also
-      // stops a rank that is stuck.
-      fatal("%s has waited %.0f s for the other ranks (%s%lld; "
-            "--collective-timeout %g): a rank is stuck or dead, ending the "
+      const RankState me = currentState();
+      const char *kind = collectiveKind.load();
+      std::string what =
+          kind ? format("the %s of %lld elements (%s)", kind,
+                        static_cast<long long>(collectiveElems.load()), me.what)
+               : std::string(me.what);
+      std::string missing =
+          watchComm != MPI_COMM_NULL
+              ? ranksNotArrived(me.collective)
+              : std::string("unknown (MPI without MPI_THREAD_MULTIPLE cannot "
+                            "ask the other ranks)");
+      if (missing.empty())
+        missing = "none (every rank waits in this collective: their "
+                  "collectives do not match)";
+      fatal("%s, collective #%lld of %s, has waited %.0f s for the other "
+            "ranks (--collective-timeout %g); did not arrive: %s; ending the "
             "job",
-            what ? what : "a collective", timeoutSeconds,
-            step > 0 ? "step " : "before step ",
-            static_cast<long long>(step > 0 ? step : 1),
+            what.c_str(), static_cast<long long>(me.collective),
+            stepText(me.step).c_str(), timeoutSeconds, missing.c_str(),
             timeoutSeconds);
     }
   }).detach();
@@ -173,12 +373,15 @@ std::unique_ptr<Communicator> Communicator::initWorld(int *argc, char ***argv) {
   MPI_Initialized(&initialized);
   int provided = 0;
   if (!initialized) {
-    // Two threads call MPI, never at the same time: the communication
-    // thread performs the step's collectives (src/CommQueue.h), the main
-    // thread the driver's own exchanges between steps, when every
-    // collective of the step has been waited. OpenMP and OpenBLAS threads
+    // The communication thread performs the step's collectives
+    // (src/CommQueue.h), the main thread the driver's own exchanges between
+    // steps, when every collective of the step has been waited: never at
+    // the same time (MPI_THREAD_SERIALIZED). The collective watchdog asks
+    // the other ranks' watchdogs where they are while a collective waits,
+    // on its own communicator: that needs MPI_THREAD_MULTIPLE, and without
+    // it the watchdog names only its own rank. OpenMP and OpenBLAS threads
     // never call MPI.
-    check(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided),
+    check(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided),
           "MPI_Init_thread");
     std::atexit(finalizeAtExit);
   } else {
@@ -207,8 +410,16 @@ std::unique_ptr<Communicator> Communicator::initWorld(int *argc, char ***argv) {
   check(MPI_Comm_rank(local, &world->p.localRank), "MPI_Comm_rank");
   check(MPI_Comm_size(local, &world->p.localCount), "MPI_Comm_size");
   MPI_Comm_free(&local);
-  if (world->p.count > 1)
-    setJobRank(world->p.rank, abortJob);
+  if (world->p.count > 1) {
+    setJobRank(world->p.rank, abortJob, syncJob);
+    if (provided >= MPI_THREAD_MULTIPLE) {
+      check(MPI_Comm_dup(MPI_COMM_WORLD, &watchComm), "MPI_Comm_dup");
+      check(MPI_Comm_set_errhandler(watchComm, MPI_ERRORS_RETURN),
+            "MPI_Comm_set_errhandler");
+      watchRank = world->p.rank;
+      watchSize = world->p.count;
+    }
+  }
   return world;
 }
 

@@ -55,6 +55,10 @@ bool launchedByMpi();
 /// in the message.
 void startCollectiveWatchdog(double timeoutSeconds,
                              const std::atomic<int64_t> *step);
+/// The step's collective the calling thread performs next (`kind`, e.g.
+/// "reduce_scatter", a string that lives forever, and its elements), named
+/// by the watchdog if it times out; null `kind`: none.
+void noteCollective(const char *kind, int64_t elems);
 
 class Communicator {
 public:

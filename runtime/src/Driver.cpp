@@ -109,21 +109,11 @@ std::vector<char> toHost(Backend &backend, const void *src, int64_t bytes) {
   return host;
 }
 
-/// Refuses, before anything is allocated, a plan that needs more host
-/// memory per rank than this node has for each of its ranks (MemAvailable
-/// or the cgroup's limit, shared by the node's ranks). Every rank checks
-/// its node; rank 0 names the ranks that lack memory, in one line.
-void checkMemory(Communicator &comm, const Descriptor &desc,
-                 const Options &opts) {
-  if (opts.skipMemoryCheck || opts.backend != "cpu")
-    return;
-  const PlannedBytes planned = plannedBytes(desc);
-  uint64_t available = 0;
-  std::string source;
-  int64_t budget = -1; // unknown
-  if (hostMemoryAvailable(available, source))
-    budget = static_cast<int64_t>(available /
-                                  static_cast<uint64_t>(comm.localCount()));
+/// Refuses a plan that needs more than `budget` bytes (this rank's; -1:
+/// unknown) on any rank: every rank learns every budget, and rank 0 names
+/// the ranks that are short, in one line. `memory` says which memory.
+void refuseShortRanks(Communicator &comm, const PlannedBytes &planned,
+                      int64_t budget, const std::string &memory) {
   std::vector<int64_t> budgets(static_cast<size_t>(comm.count()));
   comm.allGather(&budget, budgets.data(), 1, sizeof(budget));
   std::string short_;
@@ -133,18 +123,45 @@ void checkMemory(Communicator &comm, const Descriptor &desc,
                        formatBytes(static_cast<uint64_t>(budgets[r])).c_str());
   if (short_.empty())
     return;
-  if (comm.rank() == 0)
-    fatal("the compiled plan needs %s per rank (model states %s, inputs %s, "
-          "buffers %s, step arenas %s) but rank(s) %s have less available "
-          "(%s, shared by the node's %d rank(s)); use more ranks, a higher "
-          "ZeRO stage or a smaller batch (--skip-memory-check runs anyway)",
-          formatBytes(static_cast<uint64_t>(planned.total())).c_str(),
-          formatBytes(static_cast<uint64_t>(planned.modelStates)).c_str(),
-          formatBytes(static_cast<uint64_t>(planned.inputs)).c_str(),
-          formatBytes(static_cast<uint64_t>(planned.buffers)).c_str(),
-          formatBytes(static_cast<uint64_t>(planned.arenas)).c_str(),
-          short_.c_str(), source.c_str(), comm.localCount());
-  comm.barrier(); // rank 0's error ends the job
+  refuse("the compiled plan needs %s per rank (model states %s, inputs %s, "
+         "buffers %s, step arenas %s) but rank(s) %s have less %s; use more "
+         "ranks, a higher ZeRO stage or a smaller batch (--skip-memory-check "
+         "runs anyway)",
+         formatBytes(static_cast<uint64_t>(planned.total())).c_str(),
+         formatBytes(static_cast<uint64_t>(planned.modelStates)).c_str(),
+         formatBytes(static_cast<uint64_t>(planned.inputs)).c_str(),
+         formatBytes(static_cast<uint64_t>(planned.buffers)).c_str(),
+         formatBytes(static_cast<uint64_t>(planned.arenas)).c_str(),
+         short_.c_str(), memory.c_str());
+}
+
+/// Refuses, before anything is allocated, a plan that needs more host
+/// memory per rank than this node has for each of its ranks (MemAvailable
+/// or the cgroup's limit, shared by the node's ranks).
+void checkMemory(Communicator &comm, const Descriptor &desc,
+                 const Options &opts) {
+  if (opts.skipMemoryCheck || opts.backend != "cpu")
+    return;
+  uint64_t available = 0;
+  std::string source;
+  int64_t budget = -1; // unknown
+  if (hostMemoryAvailable(available, source))
+    budget = static_cast<int64_t>(available /
+                                  static_cast<uint64_t>(comm.localCount()));
+  refuseShortRanks(comm, plannedBytes(desc), budget,
+                   format("available (%s, shared by the node's %d rank(s))",
+                          source.c_str(), comm.localCount()));
+}
+
+/// The same check against each rank's GPU before the model is allocated
+/// there: the plan's bytes all live in device memory on the cuda backend.
+void checkDeviceMemory(Backend &backend, Communicator &comm,
+                       const Descriptor &desc, const Options &opts) {
+  uint64_t free = 0, total = 0;
+  if (opts.skipMemoryCheck || !backend.deviceMemory(free, total))
+    return;
+  refuseShortRanks(comm, plannedBytes(desc), static_cast<int64_t>(free),
+                   "free device memory (cudaMemGetInfo on the rank's GPU)");
 }
 
 /// Fatal, naming the file and the tensor, unless the --init tensor has the
@@ -528,20 +545,14 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   std::signal(SIGXFSZ, SIG_IGN);
   std::unique_ptr<Communicator> world = Communicator::initWorld(&argc, &argv);
   const int rank = world->rank(), ranks = world->count();
+  reportTermination(&watchdogStep);
   Options opts = parseOptions(argc, argv, rank);
   Descriptor desc = parseDescriptor(descriptor);
-  if (desc.gridSize > 0 && desc.gridSize != ranks) {
-    // Every rank sees the mismatch; one line is enough. Rank 0 reports it
-    // and aborts the job, the others wait in a collective rank 0 never
-    // joins until the abort ends them.
-    if (rank == 0)
-      fatal("the model was compiled for dp=%lld ranks but was launched on "
-            "%d (compile with --dp=%d, or launch %lld ranks)",
-            static_cast<long long>(desc.gridSize), ranks, ranks,
-            static_cast<long long>(desc.gridSize));
-    float unused = 0.0f;
-    world->broadcast(&unused, 1, sizeof(unused), 0);
-  }
+  if (desc.gridSize > 0 && desc.gridSize != ranks)
+    refuse("the model was compiled for dp=%lld ranks but was launched on "
+           "%d (compile with --dp=%d, or launch %lld ranks)",
+           static_cast<long long>(desc.gridSize), ranks, ranks,
+           static_cast<long long>(desc.gridSize));
   // Shards must cover their tensors on the ranks there are. The parser
   // checks that against a grid record; without one this is the first point
   // at which the number of ranks is known.
@@ -579,6 +590,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   ctx.seed = opts.seed;
   Backend &backend = ctx.backend();
   Communicator &comm = ctx.comm();
+  checkDeviceMemory(backend, comm, desc, opts);
   if (opts.threads > 0)
     backend.setThreads(opts.threads);
   if (!opts.trace.empty()) {
@@ -685,9 +697,9 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     float meanLoss = meanOverRanks(comm, ctx.loss);
     records.push_back({t, ctx.loss, meanLoss, ms});
     // A non-finite loss is where training went wrong: stop there, naming
-    // it. Every rank has the same mean; rank 0 reports and ends the job.
-    if (!std::isfinite(meanLoss) && !opts.allowNonfiniteLoss && rank == 0)
-      fatal("step %lld: the loss is %s; stopping (--allow-nonfinite-loss "
+    // it. Every rank has the same mean: rank 0 reports, all stop.
+    if (!std::isfinite(meanLoss) && !opts.allowNonfiniteLoss)
+      refuse("step %lld: the loss is %s; stopping (--allow-nonfinite-loss "
             "trains on)",
             static_cast<long long>(t), std::isnan(meanLoss) ? "NaN" : "infinite");
     if (rank == 0 && opts.logEvery > 0 &&

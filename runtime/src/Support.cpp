@@ -14,6 +14,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
+#include <csignal>
 #include <mutex>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -49,8 +50,28 @@ void unregisterTempFile(const std::string &path) {
 // Set by setJobRank() for a rank of a multi-process job; -1 otherwise.
 int jobRank = -1;
 void (*jobAbort)(int status) = nullptr;
+void (*jobSync)() = nullptr;
 
-[[noreturn]] void die(int status, const char *fmt, va_list args) {
+/// `everyRank`: the error is one that every rank of the job reaches on its
+/// own, from the same inputs (a flag, the descriptor, a value all ranks
+/// agreed on): rank 0 prints it and every rank exits normally, so that the
+/// job ends without an abort and without one line per rank.
+/// Set once this process has reported its error and is on its way out:
+/// the launcher's SIGTERM then adds nothing.
+std::atomic<bool> exiting{false};
+/// Set when another rank has printed the fatal error that ends the job.
+std::atomic<bool> peerReported{false};
+
+[[noreturn]] void die(int status, bool everyRank, const char *fmt,
+                      va_list args) {
+  exiting.store(true);
+  // A refusal every rank reaches: all meet before any exits, so that the
+  // launcher, which ends the job at the first non-zero exit, finds no rank
+  // still on its way to the same refusal.
+  if (everyRank && jobSync)
+    jobSync();
+  if (everyRank && jobRank > 0)
+    std::exit(status);
   char message[2048];
   vsnprintf(message, sizeof(message), fmt, args);
   // One write() so that lines from several ranks do not interleave.
@@ -69,7 +90,7 @@ void (*jobAbort)(int status) = nullptr;
       ::unlink(path.c_str());
     tempFiles().clear();
   }
-  if (jobAbort)
+  if (jobAbort && !everyRank)
     jobAbort(status);
   std::exit(status);
 }
@@ -79,18 +100,102 @@ void (*jobAbort)(int status) = nullptr;
 void fatal(const char *fmt, ...) {
   va_list args;
   va_start(args, fmt);
-  die(1, fmt, args);
+  die(1, false, fmt, args);
+}
+
+void refuse(const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  die(1, true, fmt, args);
 }
 
 void usageError(const char *fmt, ...) {
   va_list args;
   va_start(args, fmt);
-  die(2, fmt, args);
+  die(2, true, fmt, args);
 }
 
-void setJobRank(int rank, void (*abortJob)(int status)) {
+void setJobRank(int rank, void (*abortJob)(int status), void (*syncJob)()) {
   jobRank = rank;
   jobAbort = abortJob;
+  jobSync = syncJob;
+}
+
+namespace {
+
+const std::atomic<int64_t> *terminationStep = nullptr;
+
+/// Appends `v` in decimal; async-signal-safe.
+void appendDecimal(char *&out, int64_t v) {
+  char digits[24];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v > 0 && n < 23);
+  while (n > 0)
+    *out++ = digits[--n];
+}
+
+void appendText(char *&out, const char *text) {
+  while (*text)
+    *out++ = *text++;
+}
+
+/// SIGTERM (what a launcher sends every rank when one fails, and what
+/// scancel and kill send): one line naming the rank and the step, the
+/// temporary files of writes in progress removed when no thread is
+/// registering one, then the default action, so the exit status still
+/// says SIGTERM. Only async-signal-safe calls.
+extern "C" void onTerminate(int sig) {
+  if (exiting.load() || peerReported.load()) {
+    // Delivered, by the default action, when this handler returns.
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  char line[512];
+  char *out = line;
+  appendText(out, "ztrain: error: ");
+  if (jobRank >= 0) {
+    appendText(out, "[rank ");
+    appendDecimal(out, jobRank);
+    appendText(out, "] ");
+  }
+  appendText(out, "ended by SIGTERM ");
+  const int64_t step = terminationStep ? terminationStep->load() : 0;
+  if (step > 0) {
+    appendText(out, "in step ");
+    appendDecimal(out, step);
+  } else {
+    appendText(out, "before step 1");
+  }
+  appendText(out, jobRank >= 0
+                      ? ": the launcher ends every rank when one fails (see "
+                        "its message above) or the job was cancelled\n"
+                      : ": the run was cancelled\n");
+  if (::write(STDERR_FILENO, line, out - line) < 0) {
+    // Nothing to do: the process ends below either way.
+  }
+  if (tempFilesMutex.try_lock()) {
+    for (const std::string &path : tempFiles())
+      ::unlink(path.c_str());
+    tempFilesMutex.unlock();
+  }
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+} // namespace
+
+void notePeerReported() { peerReported.store(true); }
+
+void reportTermination(const std::atomic<int64_t> *step) {
+  terminationStep = step;
+  struct sigaction action {};
+  action.sa_handler = onTerminate;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
 }
 
 std::string format(const char *fmt, ...) {

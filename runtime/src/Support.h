@@ -9,6 +9,7 @@
 #ifndef ZTRT_SRC_SUPPORT_H
 #define ZTRT_SRC_SUPPORT_H
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,7 +20,15 @@ namespace ztrt {
 [[noreturn]] void fatal(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
 
-/// Like fatal(), for command-line mistakes: exits with status 2.
+/// Like fatal(), for an error that every rank of a job reaches on its own
+/// from the same inputs (the descriptor, a value the ranks agreed on): rank
+/// 0 prints it and every rank exits with status 1, without aborting the job
+/// (no MPI abort, no line per rank). Every rank must call it.
+[[noreturn]] void refuse(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+
+/// Like refuse(), for command-line mistakes (every rank parses the same
+/// flags): exits with status 2.
 [[noreturn]] void usageError(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
 
@@ -27,8 +36,18 @@ namespace ztrt {
 /// come from (`ztrain: error: [rank 1] ...`) and end through `abortJob`
 /// (MPI_Abort) instead of exit(), so that no other rank waits forever in a
 /// collective. abortJob receives the exit status; if it returns, the process
-/// exits anyway.
-void setJobRank(int rank, void (*abortJob)(int status));
+/// exits anyway. refuse() and usageError() meet the other ranks through
+/// `syncJob` (a barrier) before exiting.
+void setJobRank(int rank, void (*abortJob)(int status), void (*syncJob)());
+
+/// From now on SIGTERM prints one line naming this rank and `step` (the
+/// step in progress, 0 before the first), removes the temporary files of
+/// writes in progress and ends the process by the signal.
+void reportTermination(const std::atomic<int64_t> *step);
+
+/// Another rank has printed the fatal error that ends the job: the
+/// launcher's SIGTERM then ends this one without a line.
+void notePeerReported();
 
 /// printf into a std::string.
 std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

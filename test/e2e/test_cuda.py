@@ -21,6 +21,7 @@ Every test runs on two targets:
 
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -222,9 +223,12 @@ def emulator_exe(kind, batch, tmp_path, name="model", extra=()):
 
 
 def test_out_of_device_memory_is_one_line(tmp_path):
-    """A model that does not fit the device: one located line, exit 1, no
-    half-written output (the emulator's device has ZTRT_CUDAEMU_MEMORY
-    bytes; the backend first trims its pool and retries)."""
+    """A model that does not fit the device is refused before anything is
+    allocated there, naming the plan's bytes and the GPU's free bytes
+    (cudaMemGetInfo); past the check (--skip-memory-check) the allocation
+    that fails is one located line. Exit 1 either way, no half-written
+    output (the emulator's device has ZTRT_CUDAEMU_MEMORY bytes; the
+    backend first trims its pool and retries)."""
     exe = emulator_exe("gpt", 4, tmp_path)
     save = tmp_path / "out.safetensors"
     env = dict(os.environ, ZTRT_CUDAEMU_MEMORY="4096")
@@ -233,8 +237,42 @@ def test_out_of_device_memory_is_one_line(tmp_path):
                        timeout=300, env=env)
     assert p.returncode == 1, p.stderr
     lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    # The free bytes are the 4 KiB device's less what the backend took for
+    # itself before the check.
+    assert re.fullmatch(r"ztrain: error: the compiled plan needs [0-9.]+ KiB per rank \(.*\) "
+                        r"but rank\(s\) 0 \([0-9.]+ (KiB|bytes)\) have less free device memory "
+                        r"\(cudaMemGetInfo on the rank's GPU\); use more ranks, a higher ZeRO "
+                        r"stage or a smaller batch \(--skip-memory-check runs anyway\)",
+                        lines[0]), p.stderr
+    assert not save.exists()
+    p = subprocess.run([exe, "--backend", "cuda", "--steps", "2", "--save", str(save),
+                        "--skip-memory-check"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=300, env=env)
+    assert p.returncode == 1, p.stderr
+    lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "out of cuda memory allocating" in lines[0], p.stderr
     assert not save.exists()
+
+
+def test_the_device_check_counts_every_planned_byte(tmp_path):
+    """The check holds the plan's whole per-rank total (the report's
+    memory.planned) against the device's free bytes: a device one byte
+    short of the plan is refused, one with room to spare runs."""
+    exe = emulator_exe("mlp", 4, tmp_path)
+    report = str(tmp_path / "report.json")
+    parity.run_exe(exe, steps=1, report=report, extra=["--backend", "cuda"])
+    planned = parity.read_report(report)["memory"]["planned"]
+    assert planned > 0
+    for memory, ok in [(planned - 1, False), (planned + (64 << 20), True)]:
+        env = dict(os.environ, ZTRT_CUDAEMU_MEMORY=str(memory))
+        p = subprocess.run([exe, "--backend", "cuda", "--steps", "1"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=300, env=env)
+        if ok:
+            assert p.returncode == 0, p.stderr
+        else:
+            assert p.returncode == 1 and "have less free device memory" in p.stderr, p.stderr
 
 
 def test_emulated_device_is_named_in_the_report(tmp_path):

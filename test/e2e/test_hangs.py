@@ -1,6 +1,7 @@
 """No hang, ever: a rank that stops answering (SIGSTOP) or dies (SIGKILL)
 mid-run ends the whole job within seconds, with a ztrain message naming the
-collective and the step, where rank 0 used to spin at 100% CPU forever.
+collective, the step and the rank that did not arrive, where rank 0 used to
+spin at 100% CPU forever.
 """
 
 import os
@@ -30,7 +31,8 @@ def start(exe):
     printed a progress line: both ranks are past MPI's start-up, their
     watchdogs run, and collectives flow)."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    job = subprocess.Popen([shutil.which("mpirun"), "--oversubscribe", "-np", "2", str(exe),
+    job = subprocess.Popen([shutil.which("mpirun"), "--quiet", "--oversubscribe", "-np", "2",
+                            str(exe),
                             "--steps", "10000000", "--log-every", "2000", "--threads", "1",
                             "--collective-timeout", str(TIMEOUT_S)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -63,11 +65,43 @@ def test_a_rank_that_stops_answering_ends_the_job(exe, sig):
     # Within the timeout plus the watchdog's polling and the launcher's
     # teardown, far below the 30 s the issue allows.
     assert took < TIMEOUT_S + 10, took
+    lines = err.splitlines()
+    # Nothing but ztrain's lines (mpirun --quiet, as ztrain-run launches).
+    assert all(line.startswith("ztrain: error: [rank ") for line in lines), err
     if sig == signal.SIGSTOP:
-        # The rank that still answers names what it waited in and when.
-        assert re.search(r"ztrain: error: \[rank [01]\] MPI_\w+ has waited 3 s for the other "
-                         r"ranks \(step \d+; --collective-timeout 3\): a rank is stuck or "
-                         r"dead, ending the job", err), err
+        # The rank that still answers names what it waited in, when, and the
+        # rank that did not arrive: its watchdog asked the stopped rank's,
+        # which could not answer.
+        m = re.search(r"ztrain: error: \[rank ([01])\] (the \w+ of \d+ elements \()?MPI_\w+\)?, "
+                      r"collective #\d+ of step \d+, has waited 3 s for the other ranks "
+                      r"\(--collective-timeout 3\); did not arrive: rank ([01]) \(no answer in "
+                      r"2 s: stopped, hung or dead\); ending the job", err)
+        assert m, err
+        assert m.group(1) != m.group(3), err
+    else:
+        # The launcher ends the survivor with SIGTERM; it says so and names
+        # its step.
+        assert re.search(r"ztrain: error: \[rank [01]\] ended by SIGTERM in step \d+: the "
+                         r"launcher ends every rank when one fails", err), err
+
+
+def test_a_rank_that_is_alive_elsewhere_is_named():
+    """Ranks 0 and 2 wait in a barrier that rank 1, alive and answering its
+    watchdog's queries, never enters (runtime/tests/mpi_watchdog.cpp): the
+    message says where rank 1 is instead."""
+    p = subprocess.run([e2e_util.require_tool("ztrain-run"), "--np", "3",
+                        e2e_util.require_tool("ztrt_mpi_watchdog")],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert p.returncode == 1, p.stderr
+    # Both waiting ranks time out together; the first one's abort may end
+    # the other before it prints, so at least one line, each exactly this.
+    lines = [line for line in p.stderr.splitlines() if "has waited" in line]
+    assert lines, p.stderr
+    for line in lines:
+        assert re.fullmatch(r"ztrain: error: \[rank [02]\] MPI_Barrier, collective #2 of step 3, "
+                            r"has waited 1 s for the other ranks \(--collective-timeout 1\); did "
+                            r"not arrive: rank 1 \(step 3, computing, after collective #1\); "
+                            r"ending the job", line), p.stderr
 
 
 def test_the_timeout_flag_is_checked(exe):

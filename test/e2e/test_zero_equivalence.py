@@ -170,6 +170,19 @@ def test_world_size_must_match_dp(tmp_path):
     errors = [line for line in p.stderr.splitlines() if line.startswith("ztrain: error:")]
     assert errors == ["ztrain: error: [rank 0] the model was compiled for dp=2 ranks but was "
                       "launched on 4 (compile with --dp=4, or launch 2 ranks)"]
+    # Through ztrain-run that line is all there is: every rank reaches the
+    # refusal, none aborts, no rank is killed, Open MPI's banners are off.
+    # Ten launches, for the refusal once raced the launcher's SIGTERM.
+    for _ in range(10):
+        p = subprocess.run([e2e_util.require_tool("ztrain-run"), "--np", "3", exe, "--steps", "1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        assert p.returncode == 1, p.stderr
+        assert p.stderr == ("ztrain: error: [rank 0] the model was compiled for dp=2 ranks but "
+                            "was launched on 3 (compile with --dp=3, or launch 2 ranks)\n")
+        p = subprocess.run([e2e_util.require_tool("ztrain-run"), "--np", "2", exe, "--step", "1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr == "ztrain: error: [rank 0] unknown flag '--step' (try --help)\n"
 
 
 def test_shared_gradient_peak_is_bounded(tmp_path):

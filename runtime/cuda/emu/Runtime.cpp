@@ -631,6 +631,15 @@ cudaError_t cudaMalloc(void **ptr, size_t bytes) {
   return allocate(ptr, bytes, false);
 }
 
+cudaError_t cudaMemGetInfo(size_t *free, size_t *total) {
+  if (!free || !total)
+    return fail(cudaErrorInvalidValue);
+  std::lock_guard<std::mutex> lock(registry().mutex);
+  *total = memoryLimit();
+  *free = memoryLimit() - registry().deviceBytes;
+  return cudaSuccess;
+}
+
 cudaError_t cudaFree(void *ptr) {
   if (!ptr)
     return cudaSuccess;
