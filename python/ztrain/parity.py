@@ -116,7 +116,8 @@ def compile_model(mlir_path, out_path, optimizer=None, extra=()):
     end-to-end tests from executables compiled elsewhere.
     $ZTRAIN_COMPILE_RUNTIME_DIR adds --runtime-dir to what is compiled
     without entering the key (a kit's executables link the runtime that
-    will run them)."""
+    will run them). $ZTRAIN_VERIFY_EACH adds --verify-each (the end-to-end
+    tests set it: the IR is verified after every pass, not only the last)."""
     flags = (optimizer.compile_flags() if optimizer is not None else []) + list(extra)
     cache = os.environ.get("ZTRAIN_COMPILE_CACHE")
     if cache:
@@ -127,6 +128,8 @@ def compile_model(mlir_path, out_path, optimizer=None, extra=()):
             return out_path
     runtime = os.environ.get("ZTRAIN_COMPILE_RUNTIME_DIR")
     extra_runtime = ["--runtime-dir", runtime] if runtime else []
+    if os.environ.get("ZTRAIN_VERIFY_EACH"):
+        extra_runtime.append("--verify-each")
     _run([tool("ztrain-compile"), mlir_path, "-o", out_path] + flags + extra_runtime,
          "ztrain-compile")
     if cache:

@@ -16,6 +16,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import e2e_util  # noqa: E402
 
+# Every model the tests compile is verified after every pass (ztrain-compile
+# verifies once, at the end, by default).
+os.environ.setdefault("ZTRAIN_VERIFY_EACH", "1")
+
 
 @pytest.fixture(scope="session")
 def compiler():
