@@ -18,6 +18,13 @@ using namespace mlir;
 
 void ztrain::buildTrainingPipeline(OpPassManager &pm,
                                    const TrainingPipelineOptions &options) {
+  // fp32 (the default) adds no stage; the pass checks every other choice.
+  if (options.precision != "fp32" || !options.reduceDtype.empty()) {
+    train::TrainPrecisionOptions precision;
+    precision.param = options.precision;
+    precision.reduce = options.reduceDtype;
+    pm.addPass(train::createTrainPrecision(precision));
+  }
   pm.addPass(train::createTrainAutodiff());
   train::TrainOptimizerOptions opt;
   opt.kind = options.optimizer;

@@ -7,7 +7,7 @@
 // One named pipeline per phase, each with its options struct, so that a
 // whole compilation is also a single --pass-pipeline string:
 //
-//   ztrain-training   train-autodiff, train-optimizer{...}
+//   ztrain-training   train-precision{...}, train-autodiff, train-optimizer{...}
 //   ztrain-zero       zero-partition{stage dp}, zero-insert-collectives
 //   ztrain-to-llvm    lower-to-runtime, upstream conversions to the LLVM dialect
 //
@@ -44,7 +44,8 @@ struct ZeroPipelineOptions
 
 #undef ZTRAIN_PIPELINE_OPTION
 
-/// train-autodiff then train-optimizer: forward + loss → training step.
+/// train-precision, train-autodiff then train-optimizer: forward + loss →
+/// training step.
 void buildTrainingPipeline(mlir::OpPassManager &pm,
                            const TrainingPipelineOptions &options);
 

@@ -157,21 +157,26 @@ void StepLowering::finishOp(Operation &op) {
     release(stepBuffers.root(operand));
 }
 
+FailureOr<int32_t> ztrain::dtypeCode(Operation *where, Type elementType) {
+  if (elementType.isF32())
+    return ZTRT_F32;
+  if (elementType.isBF16())
+    return ZTRT_BF16;
+  if (elementType.isF16())
+    return ZTRT_F16;
+  return where->emitOpError()
+         << "computes in " << elementType
+         << ", which the runtime does not store (its kernels take f32, "
+            "bf16 and f16)";
+}
+
 FailureOr<RuntimeKernel> ztrain::typedKernel(Operation *where,
                                              StringRef kernel,
                                              Type elementType) {
-  int32_t dtype;
-  if (elementType.isF32())
-    dtype = ZTRT_F32;
-  else if (elementType.isBF16())
-    dtype = ZTRT_BF16;
-  else if (elementType.isF16())
-    dtype = ZTRT_F16;
-  else
-    return where->emitOpError()
-           << "computes in " << elementType
-           << ", which the runtime does not store (its kernels take f32, "
-              "bf16 and f16)";
+  FailureOr<int32_t> code = dtypeCode(where, elementType);
+  if (failed(code))
+    return failure();
+  int32_t dtype = *code;
   if (!RuntimeCalls::exists(kernel))
     return where->emitOpError()
            << "names the runtime kernel ztrt_" << kernel
@@ -213,6 +218,13 @@ LogicalResult ztrain::emitKernelCall(Operation *op, const KernelCall &call,
     case KernelArg::I64Array:
       args.push_back(rt.i64Array(arg.array));
       break;
+    case KernelArg::DType: {
+      FailureOr<int32_t> code = dtypeCode(op, arg.type);
+      if (failed(code))
+        return failure();
+      args.push_back(rt.i32(*code));
+      break;
+    }
     }
   }
   name->call(rt, args);

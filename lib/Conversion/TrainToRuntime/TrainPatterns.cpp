@@ -161,10 +161,18 @@ struct UpdatePattern : RuntimePattern {
     for (FlatSymbolRefAttr state : update.getUpdatedStates())
       args.push_back(s.state(state));
     args.push_back(s.rt.i64(n));
-    for (const KernelArg &hyper : kernel.args)
-      args.push_back(hyper.kind == KernelArg::F64
-                         ? s.rt.f64(hyper.f)
-                         : s.rt.i32(static_cast<int32_t>(hyper.i)));
+    for (const KernelArg &hyper : kernel.args) {
+      if (hyper.kind == KernelArg::F64) {
+        args.push_back(s.rt.f64(hyper.f));
+      } else if (hyper.kind == KernelArg::DType) {
+        FailureOr<int32_t> code = dtypeCode(op, hyper.type);
+        if (failed(code))
+          return failure();
+        args.push_back(s.rt.i32(*code));
+      } else {
+        args.push_back(s.rt.i32(static_cast<int32_t>(hyper.i)));
+      }
+    }
     name->call(s.rt, args);
     return success();
   }

@@ -1,6 +1,6 @@
 // RUN: ztrain-opt %s -split-input-file -verify-diagnostics
 
-// expected-error @+1 {{element type must be f32, got 'i32'}}
+// expected-error @+1 {{element type must be f32, bf16 or f16, got 'i32'}}
 train.param @w : tensor<4xi32> init(zeros)
 
 // -----
@@ -648,5 +648,83 @@ train.param @w : tensor<4xf32> init(normal, 0x7FF8000000000000)
 func.func @f(%x: tensor<2x4xf32>, %g: tensor<4xf32>) {
   // expected-error @+1 {{epsilon must be positive and finite, got nan}}
   %0 = train.layer_norm %x, %g, %g {epsilon = 0x7FF8000000000000 : f64} : tensor<2x4xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+// Mixed precision: casts, master copies and updates with them.
+func.func @f(%x: tensor<4x8xf32>) -> tensor<8x4xbf16> {
+  // expected-error @+1 {{'train.cast' op changes the shape from [4, 8] to [8, 4]; a cast changes only the element type}}
+  %y = train.cast %x : tensor<4x8xf32> to tensor<8x4xbf16>
+  return %y : tensor<8x4xbf16>
+}
+
+// -----
+
+func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{'train.cast' op casts 'f32' to itself}}
+  %y = train.cast %x : tensor<4x8xf32> to tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+// expected-error @+1 {{'train.state' op is a master copy of @w, which is 'tensor<4xf32>'; master copies are for bf16 and f16 parameters}}
+train.state @w.master : tensor<4xf32> of @w master
+
+// -----
+
+train.param @w : tensor<4xbf16> init(zeros)
+// expected-error @+1 {{'train.state' op master copy of @w must be 'tensor<4xf32>', got 'tensor<4xf16>'}}
+train.state @w.master : tensor<4xf16> of @w master
+
+// -----
+
+train.param @w : tensor<4xbf16> init(zeros)
+// expected-error @+1 {{'train.state' op type 'tensor<4xf16>' does not match parameter @w declared as 'tensor<4xbf16>' (or its f32 form)}}
+train.state @w.m : tensor<4xf16> of @w
+
+// -----
+
+train.param @w : tensor<4xbf16> init(zeros)
+train.state @w.m : tensor<4xbf16> of @w
+train.state @w.v : tensor<4xbf16> of @w
+func.func @f(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'train.adam_update' op gradient element type 'f32' differs from parameter @w's element type 'bf16'}}
+  train.adam_update @w, %g states(@w.m, @w.v) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xbf16> init(zeros)
+train.state @w.master : tensor<4xf32> of @w master
+train.state @w.m : tensor<4xf32> of @w
+func.func @f(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'train.adam_update' op state @w.master is a master copy, not a moment}}
+  train.adam_update @w, %g master(@w.master) states(@w.master, @w.m) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xbf16> init(zeros)
+train.state @w.m : tensor<4xf32> of @w
+func.func @f(%g: tensor<4xbf16>) {
+  // expected-error @+1 {{'train.sgd_update' op master @w.m is not the master copy of @w}}
+  train.sgd_update @w, %g master(@w.m) {lr = 1.0e-1 : f64} : tensor<4xbf16>
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xbf16> init(zeros)
+train.state @w.master : tensor<4xf32> of @w master
+train.state @w.buf : tensor<4xbf16> of @w
+func.func @f(%g: tensor<4xbf16>) {
+  // expected-error @+1 {{'train.sgd_update' op type 'tensor<4xf32>' does not match optimizer state @w.buf declared as 'tensor<4xbf16>'}}
+  train.sgd_update @w, %g master(@w.master) momentum_buffer(@w.buf) {lr = 1.0e-1 : f64, momentum = 0.9 : f64} : tensor<4xbf16>
   return
 }

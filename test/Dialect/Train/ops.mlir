@@ -101,3 +101,24 @@ func.func @low_precision(%x: tensor<2x5x4xbf16>, %w: tensor<3x4xbf16>, %g: tenso
   %3 = train.cross_entropy %2, %y : (tensor<6x10xf16>, tensor<6xi32>) -> tensor<f32>
   return %3 : tensor<f32>
 }
+
+// Mixed precision: a bf16 parameter with its f32 master copy and moments,
+// casts, and the master-weight update.
+// CHECK-LABEL: train.param @mp.w : tensor<4x8xbf16>
+// CHECK: train.state @mp.w.master : tensor<4x8xf32> of @mp.w master
+// CHECK: train.state @mp.w.m : tensor<4x8xf32> of @mp.w
+// CHECK-NOT: master
+// CHECK: train.cast %{{.*}} : tensor<4x8xf32> to tensor<4x8xbf16>
+// CHECK: train.adam_update @mp.w, %{{.*}} master(@mp.w.master) states(@mp.w.m, @mp.w.v)
+// CHECK: train.sgd_update @mp.w, %{{.*}} master(@mp.w.master) {lr
+train.param @mp.w : tensor<4x8xbf16> init(normal, 0.02)
+train.state @mp.w.master : tensor<4x8xf32> of @mp.w master
+train.state @mp.w.m : tensor<4x8xf32> of @mp.w
+train.state @mp.w.v : tensor<4x8xf32> of @mp.w
+func.func @mixed(%x: tensor<4x8xf32>, %g: tensor<4x8xbf16>) -> tensor<4x8xbf16> {
+  %xb = train.cast %x : tensor<4x8xf32> to tensor<4x8xbf16>
+  %g32 = train.cast %g : tensor<4x8xbf16> to tensor<4x8xf32>
+  train.adam_update @mp.w, %g32 master(@mp.w.master) states(@mp.w.m, @mp.w.v) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64} : tensor<4x8xf32>
+  train.sgd_update @mp.w, %g master(@mp.w.master) {lr = 1.0e-1 : f64} : tensor<4x8xbf16>
+  return %xb : tensor<4x8xbf16>
+}

@@ -219,6 +219,11 @@ struct RuntimeKernel {
 
 /// `kernel` of the ABI table in `elementType`, or a located error when the
 /// runtime has no such kernel or does not store that type.
+/// The ztrt_dtype code of f32, bf16 or f16; an error at `where` for any
+/// other element type.
+mlir::FailureOr<int32_t> dtypeCode(mlir::Operation *where,
+                                   mlir::Type elementType);
+
 mlir::FailureOr<RuntimeKernel> typedKernel(mlir::Operation *where,
                                            llvm::StringRef kernel,
                                            mlir::Type elementType);

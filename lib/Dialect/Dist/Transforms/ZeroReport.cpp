@@ -16,6 +16,7 @@
 
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -50,11 +51,21 @@ struct Report {
   /// Of the activations: gathered parameters allocated at once.
   int64_t gatheredPeak = 0;
   bool hasStates = false;
+  /// Element types: parameters, gradients (as the updates consume them),
+  /// optimizer states; empty when there are none.
+  std::string paramType, gradType, stateType;
   bool collectivesFromIR = false;
   /// Memory from plan-memory's arenas (exact) rather than a liveness sweep.
   bool staticPlan = false;
   std::vector<Collective> collectives;
 
+  /// Parameters, gradients and optimizer states: ZeRO's model states.
+  int64_t modelStates() const {
+    return parameters + gradients + optimizerStates;
+  }
+  double bytesPerParameter() const {
+    return paramElements ? (double)modelStates() / (double)paramElements : 0.0;
+  }
   int64_t predictedPeak() const {
     return parameters + gradients + optimizerStates + buffers + inputs +
            activations + communicationBuffers;
@@ -106,6 +117,16 @@ struct ZeroReportPass : public dist::impl::ZeroReportBase<ZeroReportPass> {
 
 } // namespace
 
+/// Records `t` in `names` ("bf16", or "bf16+f32" when tensors differ).
+static void noteType(std::string &names, Type t) {
+  std::string name;
+  llvm::raw_string_ostream(name) << t;
+  for (StringRef seen : llvm::split(StringRef(names), '+'))
+    if (seen == name)
+      return;
+  names += (names.empty() ? "" : "+") + name;
+}
+
 FailureOr<Report> ZeroReportPass::analyze() {
   ModuleOp module = getOperation();
   Report r;
@@ -121,18 +142,31 @@ FailureOr<Report> ZeroReportPass::analyze() {
   const int64_t n = r.worldSize;
   auto shardOf = [&](int64_t elements) { return (elements + n - 1) / n; };
 
+  func::FuncOp entry = train::getEntryFunction(module);
+  if (!entry)
+    return failure();
+  // Gradients are held in the type the update consumes them in: the
+  // parameter's, or f32 with mixed precision reducing in f32.
+  llvm::DenseMap<StringAttr, Type> gradTypes =
+      train::gradientElementTypes(entry);
   int64_t largestParam = 0;
   for (auto param : module.getOps<train::ParamOp>()) {
     int64_t elements = param.getTensorType().getNumElements();
     int64_t eb = elementBytes(param.getType());
+    Type gradType = gradTypes.lookup(param.getSymNameAttr());
+    int64_t gb = gradType ? elementBytes(gradType) : eb;
+    noteType(r.paramType, param.getTensorType().getElementType());
+    noteType(r.gradType, gradType ? gradType
+                                  : param.getTensorType().getElementType());
     int64_t full = elements * eb, shard = shardOf(elements) * eb;
+    int64_t gradFull = elements * gb, gradShard = shardOf(elements) * gb;
     ++r.paramCount;
     r.paramElements += elements;
     r.paramBytes += full;
     r.parameters +=
         getStateStorage(param, param.getTensorType(), r.stage, n).elements * eb;
-    r.gradients += getGradientElements(param, r.stage, n) * eb;
-    largestParam = std::max(largestParam, shardOf(elements) * n * eb);
+    r.gradients += getGradientElements(param, r.stage, n) * gb;
+    largestParam = std::max(largestParam, shardOf(elements) * n * gb);
     if (n == 1)
       continue;
     // The collectives the stage implies for this parameter: the ZeRO
@@ -141,9 +175,11 @@ FailureOr<Report> ZeroReportPass::analyze() {
     std::string name = param.getSymName().str();
     int64_t oneWay = shard * (n - 1);
     if (r.stage == 0) {
-      r.collectives.push_back({"all_reduce", name, 1, 2 * full * (n - 1) / n});
+      r.collectives.push_back(
+          {"all_reduce", name, 1, 2 * gradFull * (n - 1) / n});
     } else {
-      r.collectives.push_back({"reduce_scatter", name, 1, oneWay});
+      r.collectives.push_back(
+          {"reduce_scatter", name, 1, gradShard * (n - 1)});
       int64_t gathers = r.stage == 3 ? 2 : 1; // stage 3: forward + backward
       r.collectives.push_back({"all_gather", name, gathers, gathers * oneWay});
     }
@@ -151,6 +187,7 @@ FailureOr<Report> ZeroReportPass::analyze() {
   for (auto state : module.getOps<train::StateOp>()) {
     r.hasStates = true;
     auto type = cast<RankedTensorType>(state.getType());
+    noteType(r.stateType, type.getElementType());
     r.optimizerStates += getStateStorage(state, type, r.stage, n).elements *
                          elementBytes(type);
   }
@@ -160,9 +197,6 @@ FailureOr<Report> ZeroReportPass::analyze() {
   if (n > 1 && r.stage >= 2)
     r.communicationBuffers = largestParam;
 
-  func::FuncOp entry = train::getEntryFunction(module);
-  if (!entry)
-    return failure();
   for (Type t : entry.getArgumentTypes())
     if (isa<RankedTensorType>(t))
       r.inputs += tensorBytes(t);
@@ -248,6 +282,16 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
     row("  of which gathered", r.gatheredPeak);
   row("communication buffers", r.communicationBuffers);
   row("predicted peak", r.predictedPeak());
+  // ZeRO's model states in its units (GB = 10^9 bytes) and Megatron's
+  // bytes per parameter.
+  os << llvm::formatv("model states: {0} bytes per rank = {1:F2} GB, "
+                      "{2:F4} bytes per parameter\n",
+                      r.modelStates(), r.modelStates() / 1e9,
+                      r.bytesPerParameter());
+  if (!r.paramType.empty())
+    os << "element types: parameters " << r.paramType << ", gradients "
+       << r.gradType << ", optimizer states "
+       << (r.stateType.empty() ? "-" : r.stateType) << "\n";
 
   llvm::MapVector<StringRef, std::pair<int64_t, int64_t>> byKind;
   for (const Collective &c : r.collectives) {
@@ -289,6 +333,13 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
                           {"communication_buffers", r.communicationBuffers},
                           {"gathered_parameters_peak", r.gatheredPeak},
                           {"predicted_peak", r.predictedPeak()}}},
+      {"model_states",
+       llvm::json::Object{{"bytes_per_rank", r.modelStates()},
+                          {"bytes_per_parameter", r.bytesPerParameter()}}},
+      {"element_types",
+       llvm::json::Object{{"parameters", r.paramType},
+                          {"gradients", r.gradType},
+                          {"optimizer_states", r.stateType}}},
       {"collectives_source", r.collectivesFromIR ? "ir" : "plan"},
       {"memory_plan", r.staticPlan ? "static" : "liveness"},
       {"collectives", std::move(collectives)},

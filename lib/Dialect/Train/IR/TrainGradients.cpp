@@ -138,3 +138,12 @@ SmallVector<Value> ConcatOp::buildGradients(OpBuilder &b,
   }
   return grads;
 }
+
+/// The adjoint of a cast is the incoming adjoint cast back.
+SmallVector<Value> CastOp::buildGradients(OpBuilder &b,
+                                          ArrayRef<Value> resultGrads) {
+  Value dy = resultGrads.front();
+  if (!dy)
+    return {Value()};
+  return {CastOp::create(b, getLoc(), getInput().getType(), dy)};
+}

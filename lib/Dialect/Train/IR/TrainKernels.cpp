@@ -64,6 +64,14 @@ KernelCall FillOp::getKernelCall() {
                A::f64(getValue().convertToDouble())});
 }
 
+KernelCall CastOp::getKernelCall() {
+  // Typed by the input; the destination type is the last argument.
+  return call("cast", getInput(),
+              {A::buffer(getInput()), A::buffer(getResult()),
+               A::i64(numElements(getResult())),
+               A::dtype(elementTypeOf(getResult()))});
+}
+
 KernelCall ScaleOp::getKernelCall() {
   return call("scale", getResult(),
               {A::buffer(getInput()), A::buffer(getResult()),
@@ -269,29 +277,52 @@ KernelCall EmbeddingGradOp::getKernelCall() {
 // Optimizer updates (OptimizerUpdateOpInterface)
 //===----------------------------------------------------------------------===//
 
+// With a master copy the kernel is the `_master` variant: typed by the
+// gradient, the master first among the states, and the parameter's element
+// type as the last argument (ztrt_abi.def).
+
+/// The element type of the parameter an update names (found through the
+/// symbol table: the op's only way to it).
+static Type paramElementType(Operation *update, FlatSymbolRefAttr param) {
+  auto p = SymbolTable::lookupNearestSymbolFrom<ParamOp>(update, param);
+  return p.getTensorType().getElementType();
+}
+
 SmallVector<FlatSymbolRefAttr> SGDUpdateOp::getUpdatedStates() {
+  if (getMasterAttr())
+    return {getMasterAttr(), getMomentumBufferAttr()};
   return {getMomentumBufferAttr()};
 }
 
 KernelCall SGDUpdateOp::getUpdateKernel() {
-  return call("sgd_update", getGrad(),
-              {A::f64(getLr().convertToDouble()),
-               A::f64(getMomentum().convertToDouble()),
-               A::f64(getDampening().convertToDouble()),
-               A::f64(getWeightDecay().convertToDouble()),
-               A::i32(getNesterov())});
+  KernelCall c = call(getMasterAttr() ? "sgd_update_master" : "sgd_update",
+                      getGrad(),
+                      {A::f64(getLr().convertToDouble()),
+                       A::f64(getMomentum().convertToDouble()),
+                       A::f64(getDampening().convertToDouble()),
+                       A::f64(getWeightDecay().convertToDouble()),
+                       A::i32(getNesterov())});
+  if (getMasterAttr())
+    c.args.push_back(A::dtype(paramElementType(*this, getParamAttr())));
+  return c;
 }
 
 SmallVector<FlatSymbolRefAttr> AdamUpdateOp::getUpdatedStates() {
+  if (getMasterAttr())
+    return {getMasterAttr(), getExpAvgAttr(), getExpAvgSqAttr()};
   return {getExpAvgAttr(), getExpAvgSqAttr()};
 }
 
 KernelCall AdamUpdateOp::getUpdateKernel() {
-  return call("adam_update", getGrad(),
-              {A::f64(getLr().convertToDouble()),
-               A::f64(getBeta1().convertToDouble()),
-               A::f64(getBeta2().convertToDouble()),
-               A::f64(getEpsilon().convertToDouble()),
-               A::f64(getWeightDecay().convertToDouble()),
-               A::i32(getDecoupled())});
+  KernelCall c = call(getMasterAttr() ? "adam_update_master" : "adam_update",
+                      getGrad(),
+                      {A::f64(getLr().convertToDouble()),
+                       A::f64(getBeta1().convertToDouble()),
+                       A::f64(getBeta2().convertToDouble()),
+                       A::f64(getEpsilon().convertToDouble()),
+                       A::f64(getWeightDecay().convertToDouble()),
+                       A::i32(getDecoupled())});
+  if (getMasterAttr())
+    c.args.push_back(A::dtype(paramElementType(*this, getParamAttr())));
+  return c;
 }

@@ -131,9 +131,33 @@ func::FuncOp ztrain::train::getEntryFunction(ModuleOp module) {
   return entry;
 }
 
+llvm::DenseMap<StringAttr, Type>
+ztrain::train::gradientElementTypes(func::FuncOp entry) {
+  llvm::DenseMap<StringAttr, Type> types;
+  entry.walk([&](OptimizerUpdateOpInterface update) {
+    types[update.getUpdatedParam().getAttr()] =
+        cast<RankedTensorType>(update.getGradient().getType())
+            .getElementType();
+  });
+  return types;
+}
+
 //===----------------------------------------------------------------------===//
 // Compute ops
 //===----------------------------------------------------------------------===//
+
+LogicalResult CastOp::verify() {
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto out = cast<RankedTensorType>(getResult().getType());
+  if (in.getShape() != out.getShape())
+    return emitOpError() << "changes the shape from " << fmtShape(in.getShape())
+                         << " to " << fmtShape(out.getShape())
+                         << "; a cast changes only the element type";
+  if (in.getElementType() == out.getElementType())
+    return emitOpError() << "casts " << in.getElementType()
+                         << " to itself";
+  return success();
+}
 
 LogicalResult BiasAddOp::verify() {
   ArrayRef<int64_t> x = shapeOf(getInput()), b = shapeOf(getBias());

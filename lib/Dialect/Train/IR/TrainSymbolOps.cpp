@@ -44,9 +44,10 @@ static FailureOr<OpT> verifySymbol(Operation *op,
 //===----------------------------------------------------------------------===//
 
 LogicalResult ParamOp::verify() {
-  if (!getTensorType().getElementType().isF32())
-    return emitOpError() << "element type must be f32, got "
-                         << getTensorType().getElementType();
+  Type elem = getTensorType().getElementType();
+  if (!elem.isF32() && !elem.isBF16() && !elem.isF16())
+    return emitOpError() << "element type must be f32, bf16 or f16, got "
+                         << elem;
   if (std::string problem = shapeProblem(getTensorType()); !problem.empty())
     return emitOpError() << "type " << problem;
   if (getInit() == InitKind::causal)
@@ -109,10 +110,42 @@ BufferReadOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
                                 getResult().getType(), "buffer");
 }
 
+/// Whether `type` is a bf16 or f16 tensor: a parameter that may have an f32
+/// master copy and f32 optimizer states.
+static bool isLowPrecision(Type type) {
+  Type elem = cast<RankedTensorType>(type).getElementType();
+  return elem.isBF16() || elem.isF16();
+}
+
+/// `type` with an f32 element type.
+static RankedTensorType asF32(Type type) {
+  auto tensor = cast<RankedTensorType>(type);
+  return RankedTensorType::get(tensor.getShape(),
+                               Float32Type::get(type.getContext()));
+}
+
 LogicalResult
 StateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  return verifySymbol<ParamOp>(*this, symbolTable, getParamAttr(), getType(),
-                               "parameter");
+  auto param = verifySymbol<ParamOp>(*this, symbolTable, getParamAttr(),
+                                     Type(), "parameter");
+  if (failed(param))
+    return failure();
+  Type paramType = param->getType();
+  bool low = isLowPrecision(paramType);
+  if (getMaster() && !low)
+    return emitOpError() << "is a master copy of " << getParamAttr()
+                         << ", which is " << paramType
+                         << "; master copies are for bf16 and f16 "
+                            "parameters";
+  if (getMaster() && getType() != asF32(paramType))
+    return emitOpError() << "master copy of " << getParamAttr()
+                         << " must be " << asF32(paramType) << ", got "
+                         << getType();
+  if (getType() != paramType && !(low && getType() == asF32(paramType)))
+    return emitOpError() << "type " << getType() << " does not match parameter "
+                         << getParamAttr() << " declared as " << paramType
+                         << (low ? " (or its f32 form)" : "");
+  return success();
 }
 
 LogicalResult
@@ -125,7 +158,8 @@ ParamReadOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
 // Optimizer updates
 //===----------------------------------------------------------------------===//
 
-/// Checks that `state` is a train.state of `param` with the parameter's type.
+/// Checks that `state` is a train.state of `param` of type `type` (the
+/// parameter's, or its master copy's with a master), and not the master.
 static LogicalResult verifyState(Operation *op,
                                  SymbolTableCollection &symbolTable,
                                  FlatSymbolRefAttr state,
@@ -137,38 +171,59 @@ static LogicalResult verifyState(Operation *op,
   if (st->getParamAttr() != param)
     return op->emitOpError() << "state " << state << " belongs to "
                              << st->getParamAttr() << ", not " << param;
+  if (st->getMaster())
+    return op->emitOpError() << "state " << state
+                             << " is a master copy, not a moment";
   return success();
 }
 
 /// The parameter an update names, with its gradient's type checked: the
-/// parameter's own type, or a 1-D slice when the update is sharded. Returns
-/// the parameter's declared type (the states' type).
+/// parameter's shape (or a 1-D slice when the update is sharded) and its
+/// element type, or f32 when the update has a master copy (which is checked
+/// too). Returns the type of the update's states: the parameter's, or the
+/// master's f32 type.
 static FailureOr<Type> verifyUpdateGrad(Operation *op,
                                         SymbolTableCollection &symbolTable,
                                         FlatSymbolRefAttr param, Value grad,
+                                        FlatSymbolRefAttr master,
                                         bool sharded) {
-  auto p = verifySymbol<ParamOp>(op, symbolTable, param,
-                                 sharded ? Type() : grad.getType(),
-                                 "parameter");
+  auto p = verifySymbol<ParamOp>(op, symbolTable, param, Type(), "parameter");
   if (failed(p))
     return failure();
-  Type gradElement = cast<RankedTensorType>(grad.getType()).getElementType();
-  Type paramElement = cast<RankedTensorType>(p->getType()).getElementType();
-  if (gradElement != paramElement)
+  auto gradType = cast<RankedTensorType>(grad.getType());
+  auto paramType = p->getTensorType();
+  if (!sharded && gradType.getShape() != paramType.getShape())
+    return op->emitOpError() << "type " << grad.getType()
+                             << " does not match parameter " << param
+                             << " declared as " << paramType;
+  Type gradElement = gradType.getElementType();
+  Type paramElement = paramType.getElementType();
+  if (gradElement != paramElement && !(master && gradElement.isF32()))
     return op->emitOpError() << "gradient element type " << gradElement
                              << " differs from parameter " << param
-                             << "'s element type " << paramElement;
-  if (sharded && cast<RankedTensorType>(grad.getType()).getRank() != 1)
+                             << "'s element type " << paramElement
+                             << (master ? " (and is not f32)" : "");
+  if (sharded && gradType.getRank() != 1)
     return op->emitOpError() << "a sharded update takes a one-dimensional "
                                 "gradient slice, got "
                              << grad.getType();
-  return p->getType();
+  if (!master)
+    return Type(paramType);
+  auto st = verifySymbol<StateOp>(op, symbolTable, master, Type(),
+                                  "optimizer state");
+  if (failed(st))
+    return failure();
+  if (st->getParamAttr() != param || !st->getMaster())
+    return op->emitOpError() << "master " << master
+                             << " is not the master copy of " << param;
+  return st->getType();
 }
 
 LogicalResult
 SGDUpdateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  FailureOr<Type> type = verifyUpdateGrad(*this, symbolTable, getParamAttr(),
-                                          getGrad(), getSharded());
+  FailureOr<Type> type =
+      verifyUpdateGrad(*this, symbolTable, getParamAttr(), getGrad(),
+                       getMasterAttr(), getSharded());
   if (failed(type))
     return failure();
   bool hasMomentum = getMomentum().convertToDouble() != 0.0;
@@ -184,8 +239,9 @@ SGDUpdateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
 
 LogicalResult
 AdamUpdateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
-  FailureOr<Type> type = verifyUpdateGrad(*this, symbolTable, getParamAttr(),
-                                          getGrad(), getSharded());
+  FailureOr<Type> type =
+      verifyUpdateGrad(*this, symbolTable, getParamAttr(), getGrad(),
+                       getMasterAttr(), getSharded());
   if (failed(type))
     return failure();
   if (failed(verifyState(*this, symbolTable, getExpAvgAttr(), getParamAttr(),

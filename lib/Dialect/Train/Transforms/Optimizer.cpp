@@ -82,8 +82,25 @@ void TrainOptimizerPass::runOnOperation() {
   OpBuilder b(ret);
   OpBuilder declBuilder(module.getContext());
 
+  // Mixed precision (train-precision): 16-bit parameters get an f32 master
+  // copy and f32 moments; gradients are reduced in `reduce`.
+  Type reduceType;
+  if (auto policy = module->getAttrOfType<DictionaryAttr>(kPrecisionAttr)) {
+    auto reduce = policy.getAs<TypeAttr>("reduce");
+    if (!reduce) {
+      module.emitError() << "malformed " << kPrecisionAttr << ": " << policy
+                         << " (expected {param = <type>, reduce = <type>})";
+      return signalPassFailure();
+    }
+    reduceType = reduce.getValue();
+  }
+
   // Declares `<param>.<suffix>` right after the parameter (or its previous
-  // state) so that a module reads parameter by parameter.
+  // state) so that a module reads parameter by parameter. `type` is the
+  // parameter's, or its f32 form for the master and moments of a 16-bit
+  // parameter.
+  Type stateType;
+  bool declareMaster = false;
   auto declareState = [&](ParamOp param, StringRef suffix,
                           Operation *&after) -> FailureOr<FlatSymbolRefAttr> {
     std::string name = (param.getSymName() + "." + suffix).str();
@@ -95,8 +112,9 @@ void TrainOptimizerPass::runOnOperation() {
     declBuilder.setInsertionPointAfter(after);
     auto state = StateOp::create(
         declBuilder, param.getLoc(), declBuilder.getStringAttr(name),
-        TypeAttr::get(param.getType()),
-        FlatSymbolRefAttr::get(param.getSymNameAttr()));
+        TypeAttr::get(stateType),
+        FlatSymbolRefAttr::get(param.getSymNameAttr()),
+        declareMaster ? declBuilder.getUnitAttr() : UnitAttr());
     symbols.insert(state);
     after = state;
     return FlatSymbolRefAttr::get(state.getSymNameAttr());
@@ -111,6 +129,32 @@ void TrainOptimizerPass::runOnOperation() {
     }
     Value grad = ret.getOperand(i + 1);
     Operation *after = param;
+    Type paramElement = param.getTensorType().getElementType();
+    bool mixed = reduceType && !paramElement.isF32();
+    stateType = param.getType();
+    FlatSymbolRefAttr master;
+    if (mixed) {
+      stateType = RankedTensorType::get(param.getTensorType().getShape(),
+                                        b.getF32Type());
+      declareMaster = true;
+      auto st = declareState(param, "master", after);
+      declareMaster = false;
+      if (failed(st))
+        return signalPassFailure();
+      master = *st;
+      // Reduced in f32: cast as soon as the gradient is final, so that the
+      // 16-bit gradient dies there and ZeRO reduces (stage 2 and 3:
+      // reduce-scatters) the f32 one right away.
+      if (reduceType.isF32()) {
+        OpBuilder castBuilder(module.getContext());
+        castBuilder.setInsertionPointAfterValue(grad);
+        grad = CastOp::create(castBuilder, grad.getLoc(),
+                              RankedTensorType::get(
+                                  param.getTensorType().getShape(),
+                                  castBuilder.getF32Type()),
+                              grad);
+      }
+    }
     if (isSgd) {
       FlatSymbolRefAttr buffer;
       if (momentum != 0.0) {
@@ -120,7 +164,7 @@ void TrainOptimizerPass::runOnOperation() {
         buffer = *st;
       }
       auto op = SGDUpdateOp::create(
-          b, param.getLoc(), ref, grad, buffer, b.getF64FloatAttr(lr),
+          b, param.getLoc(), ref, grad, master, buffer, b.getF64FloatAttr(lr),
           b.getF64FloatAttr(momentum), b.getF64FloatAttr(dampening),
           b.getF64FloatAttr(weightDecay), UnitAttr(), UnitAttr());
       op.setNesterov(nesterov);
@@ -132,7 +176,7 @@ void TrainOptimizerPass::runOnOperation() {
       if (failed(v))
         return signalPassFailure();
       auto op = AdamUpdateOp::create(
-          b, param.getLoc(), ref, grad, *m, *v, b.getF64FloatAttr(lr),
+          b, param.getLoc(), ref, grad, master, *m, *v, b.getF64FloatAttr(lr),
           b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
           b.getF64FloatAttr(eps), b.getF64FloatAttr(weightDecay), UnitAttr(),
           UnitAttr());

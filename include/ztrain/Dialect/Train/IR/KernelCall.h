@@ -32,11 +32,13 @@ struct KernelArg {
     I32,      ///< int32_t `i`
     F64,      ///< double `f`
     I64Array, ///< a constant int64_t array (shapes, permutations, masks)
+    DType,    ///< the ztrt_dtype code (int32_t) of element type `type`
   } kind;
   mlir::Value value;
   int64_t i = 0;
   double f = 0.0;
   llvm::SmallVector<int64_t> array;
+  mlir::Type type;
 
   static KernelArg buffer(mlir::Value v) { return {Buffer, v}; }
   static KernelArg i64(int64_t v) { return {I64, {}, v}; }
@@ -44,6 +46,9 @@ struct KernelArg {
   static KernelArg f64(double v) { return {F64, {}, 0, v}; }
   static KernelArg i64Array(llvm::ArrayRef<int64_t> v) {
     return {I64Array, {}, 0, 0.0, llvm::SmallVector<int64_t>(v)};
+  }
+  static KernelArg dtype(mlir::Type elementType) {
+    return {DType, {}, 0, 0.0, {}, elementType};
   }
 };
 

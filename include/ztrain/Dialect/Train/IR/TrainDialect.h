@@ -24,6 +24,10 @@ inline constexpr llvm::StringLiteral kGradientsAttr = "train.gradients";
 inline constexpr llvm::StringLiteral kStepAttr = "train.step";
 /// Set by train-optimizer on the module: a human-readable optimizer summary.
 inline constexpr llvm::StringLiteral kOptimizerAttr = "train.optimizer";
+/// Set by train-precision on the module: the mixed-precision policy,
+/// `{param = bf16, reduce = f32}` (the parameters' and the gradient
+/// reduction's element types).
+inline constexpr llvm::StringLiteral kPrecisionAttr = "train.precision";
 } // namespace ztrain::train
 
 #endif // ZTRAIN_DIALECT_TRAIN_IR_TRAINDIALECT_H

@@ -75,6 +75,13 @@ namespace ztrain::train {
 /// `train.entry`), or null after emitting an error at the module when
 /// there is none or more than one.
 mlir::func::FuncOp getEntryFunction(mlir::ModuleOp module);
+
+/// The element type of each parameter's gradient as its optimizer update
+/// consumes it (the type of its persistent gradient buffer): the
+/// parameter's own, or f32 when mixed precision reduces in f32. Parameters
+/// without an update (before train-optimizer) are absent.
+llvm::DenseMap<mlir::StringAttr, mlir::Type>
+gradientElementTypes(mlir::func::FuncOp entry);
 } // namespace ztrain::train
 
 #endif // ZTRAIN_DIALECT_TRAIN_IR_TRAINOPS_H

@@ -108,8 +108,12 @@ def Train_ParamOp : Train_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     train.param @fc1.bias : tensor<128xf32> init(zeros)
     ```
 
+    A bf16 or f16 parameter is initialized with the f32 initializer's
+    values rounded to its type (and its f32 master state, if it has one,
+    with the values themselves).
+
     **Constraints:**
-    - the element type is `f32`;
+    - the element type is f32, bf16 or f16;
     - `normal` and `uniform` need a positive scale; `zeros` and `ones` take none.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
@@ -139,13 +143,28 @@ def Train_StateOp : Train_Op<"state", [Symbol, HasParent<"::mlir::ModuleOp">,
     train.state @fc1.weight.exp_avg : tensor<128x784xf32> of @fc1.weight
     ```
 
+    A `master` state is the f32 master copy of a bf16 or f16 parameter in
+    mixed-precision training (`train-precision`): the runtime initializes it
+    with the parameter's initial values in f32 (the parameter holds them
+    rounded), the optimizer updates it, and the parameter is the master
+    rounded after every update. The moments of such a parameter are f32 too.
+
+    ```mlir
+    train.param @fc1.weight : tensor<128x784xbf16> init(normal, 2.000000e-02)
+    train.state @fc1.weight.master : tensor<128x784xf32> of @fc1.weight master
+    train.state @fc1.weight.exp_avg : tensor<128x784xf32> of @fc1.weight
+    ```
+
     **Constraints:**
-    - `@param` names a `train.param` of the same type.
+    - `@param` names a `train.param` of the same shape;
+    - the element type is the parameter's, or f32 when the parameter is bf16
+      or f16;
+    - a `master` state is f32 and belongs to a bf16 or f16 parameter.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
                        TypeAttrOf<AnyStaticShapeTensor>:$type,
-                       FlatSymbolRefAttr:$param);
-  let assemblyFormat = "$sym_name `:` $type `of` $param attr-dict";
+                       FlatSymbolRefAttr:$param, UnitAttr:$master);
+  let assemblyFormat = "$sym_name `:` $type `of` $param (`master` $master^)? attr-dict";
 }
 
 def Train_ParamReadOp : Train_Op<"param_read", [
@@ -560,6 +579,33 @@ def Train_FillOp : Train_Op<"fill", [Pure, Train_Kernel]> {
   let arguments = (ins F64Attr:$value);
   let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "attr-dict `:` type($result)";
+}
+
+def Train_CastOp : Train_Op<"cast", [Pure, Train_Kernel,
+    DeclareOpInterfaceMethods<Train_GradientOpInterface>]> {
+  let summary = "converts a tensor to another floating-point element type";
+  let description = [{
+    Converts every element of `input` to the result's element type (f32,
+    bf16 or f16), rounding to nearest even; NaN stays NaN and a value beyond
+    the result type's range becomes an infinity. Widening is exact.
+    `train-precision` and `train-optimizer` place these casts where a
+    mixed-precision step changes type: f32 inputs and buffers entering 16-bit
+    compute, a 16-bit loss returned as f32, gradients reduced in f32. The
+    gradient of a cast is the incoming adjoint cast back to the input type
+    (as `torch.Tensor.to`).
+
+    ```mlir
+    %xb = train.cast %x : tensor<32x784xf32> to tensor<32x784xbf16>
+    ```
+
+    **Constraints:**
+    - the input and the result have the same shape and different element
+      types.
+  }];
+  let arguments = (ins Train_FloatTensor:$input);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `to` type($result)";
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//
@@ -1130,12 +1176,20 @@ def Train_SGDUpdateOp : Train_Op<"sgd_update", [
     slice of the flattened, zero-padded gradient; the op updates the same
     slice of the parameter and of its (partitioned) states.
 
+    With `master` (mixed precision: a bf16 or f16 parameter), the step is
+    the f32 step applied to the f32 master state with the gradient widened
+    to f32 (it may be f32, or of the parameter's type), and the parameter
+    becomes the master rounded to its type; the momentum buffer is f32.
+
     **Constraints:**
-    - `grad` has the parameter's type, or is one-dimensional with `sharded`;
+    - `grad` has the parameter's shape, or is one-dimensional with `sharded`;
+      its element type is the parameter's, or f32 with `master`;
     - a `momentum_buffer` (a `train.state` of the parameter) is present iff
-      `momentum` is non-zero.
+      `momentum` is non-zero;
+    - `master` names the parameter's `master` state.
   }];
   let arguments = (ins FlatSymbolRefAttr:$param, Train_FloatTensor:$grad,
+                       OptionalAttr<FlatSymbolRefAttr>:$master,
                        OptionalAttr<FlatSymbolRefAttr>:$momentum_buffer,
                        F64Attr:$lr,
                        DefaultValuedAttr<F64Attr, "0.0">:$momentum,
@@ -1143,7 +1197,7 @@ def Train_SGDUpdateOp : Train_Op<"sgd_update", [
                        DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
                        UnitAttr:$nesterov, UnitAttr:$sharded);
   let assemblyFormat = [{
-    $param `,` $grad (`momentum_buffer` `(` $momentum_buffer^ `)`)? attr-dict `:` type($grad)
+    $param `,` $grad (`master` `(` $master^ `)`)? (`momentum_buffer` `(` $momentum_buffer^ `)`)? attr-dict `:` type($grad)
   }];
 }
 
@@ -1170,18 +1224,31 @@ def Train_AdamUpdateOp : Train_Op<"adam_update", [
     slice of the flattened, zero-padded gradient; the op updates the same
     slice of the parameter and of its (partitioned) states.
 
+    With `master` (mixed precision: a bf16 or f16 parameter), the step is
+    the f32 step applied to the f32 master state with the gradient widened
+    to f32 (it may be f32, or of the parameter's type), and the parameter
+    becomes the master rounded to its type; the moments are f32:
+
+    ```mlir
+    train.adam_update @w, %g master(@w.master) states(@w.exp_avg, @w.exp_avg_sq)
+        {...} : tensor<128x784xf32>
+    ```
+
     **Constraints:**
-    - `grad` has the parameter's type, or is one-dimensional with `sharded`;
-    - both states are `train.state`s of the parameter.
+    - `grad` has the parameter's shape, or is one-dimensional with `sharded`;
+      its element type is the parameter's, or f32 with `master`;
+    - both states are `train.state`s of the parameter;
+    - `master` names the parameter's `master` state.
   }];
   let arguments = (ins FlatSymbolRefAttr:$param, Train_FloatTensor:$grad,
+                       OptionalAttr<FlatSymbolRefAttr>:$master,
                        FlatSymbolRefAttr:$exp_avg, FlatSymbolRefAttr:$exp_avg_sq,
                        F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2,
                        F64Attr:$epsilon,
                        DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
                        UnitAttr:$decoupled, UnitAttr:$sharded);
   let assemblyFormat = [{
-    $param `,` $grad `states` `(` $exp_avg `,` $exp_avg_sq `)` attr-dict `:` type($grad)
+    $param `,` $grad (`master` `(` $master^ `)`)? `states` `(` $exp_avg `,` $exp_avg_sq `)` attr-dict `:` type($grad)
   }];
 }
 

@@ -9,6 +9,66 @@
 
 include "mlir/Pass/PassBase.td"
 
+def TrainPrecision : Pass<"train-precision", "::mlir::ModuleOp"> {
+  let summary = "Mixed precision: 16-bit parameters and compute, f32 loss";
+  let description = [{
+    Rewrites the forward graph (before `train-autodiff`) to the precision
+    policy `param` (FSDP2's `param_dtype`): every f32 parameter becomes a
+    `param` tensor, every floating-point value the entry function computes
+    is computed and stored in `param`, and `train.cast`s are placed where a
+    value changes type: f32 inputs and buffers at their first 16-bit use, a
+    16-bit loss before it is returned (the loss stays f32; cross-entropy
+    widens its logits itself). Kernels compute in f32 and round once when
+    they store, so a 16-bit op is its f32 op on the same inputs, rounded.
+
+    The policy is recorded on the module as `train.precision`;
+    `train-optimizer` then gives each 16-bit parameter an f32 master copy
+    (`train.state ... master`) and f32 moments, and reduces gradients in
+    `reduce` (FSDP2's `reduce_dtype`; default: the parameters' type) by
+    casting them to f32 as soon as they are final when `reduce=fp32`.
+    ZeRO partitions the f32 masters and moments (stage 1), the gradients
+    in `reduce` (stage 2) and the 16-bit parameters (stage 3): ZeRO's
+    2 + 2 + 12 bytes per parameter with Adam.
+
+    `param=fp32` (the default) leaves the module as it is.
+
+    Before:
+    ```mlir
+    train.param @w : tensor<3x4xf32> init(normal, 1.000000e-01)
+    func.func @loss(%x: tensor<2x3xf32>, %y: tensor<2xi32>) -> tensor<f32>
+        attributes {train.entry} {
+      %w = train.param_read @w : tensor<3x4xf32>
+      %z = train.matmul %x, %w : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
+      %l = train.cross_entropy %z, %y : (tensor<2x4xf32>, tensor<2xi32>) -> tensor<f32>
+      return %l : tensor<f32>
+    }
+    ```
+    After `train-precision{param=bf16}`:
+    ```mlir
+    train.param @w : tensor<3x4xbf16> init(normal, 1.000000e-01)
+    func.func @loss(%x: tensor<2x3xf32>, %y: tensor<2xi32>) -> tensor<f32>
+        attributes {train.entry} {
+      %w = train.param_read @w : tensor<3x4xbf16>
+      %xb = train.cast %x : tensor<2x3xf32> to tensor<2x3xbf16>
+      %z = train.matmul %xb, %w : (tensor<2x3xbf16>, tensor<3x4xbf16>) -> tensor<2x4xbf16>
+      %l = train.cross_entropy %z, %y : (tensor<2x4xbf16>, tensor<2xi32>) -> tensor<f32>
+      return %l : tensor<f32>
+    }
+    ```
+  }];
+  let dependentDialects = ["::ztrain::train::TrainDialect"];
+  let options = [
+    Option<"param", "param", "std::string", "\"fp32\"",
+           "Parameter and compute type: fp32, bf16 or fp16">,
+    Option<"reduce", "reduce", "std::string", "\"\"",
+           "Gradient reduction type: fp32, or the parameters' type "
+           "(the default); only with bf16 or fp16 parameters">
+  ];
+  let statistics = [
+    Statistic<"numCasts", "casts", "train.cast ops placed">
+  ];
+}
+
 def TrainAutodiff : Pass<"train-autodiff", "::mlir::ModuleOp"> {
   let summary = "Reverse-mode differentiation of the loss w.r.t. every parameter";
   let description = [{

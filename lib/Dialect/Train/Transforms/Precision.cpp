@@ -1,0 +1,192 @@
+//===- Precision.cpp - train-precision ------------------------------------===//
+//
+// Part of the ztrain project.
+//
+// Mixed precision as a rewrite of the forward graph: 16-bit parameters and
+// compute, casts where a value changes type, the policy recorded for
+// train-optimizer (f32 master copies and moments, the reduction type).
+//
+//===----------------------------------------------------------------------===//
+
+#include "ztrain/Dialect/Train/IR/TrainOps.h"
+#include "ztrain/Dialect/Train/Transforms/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+#define DEBUG_TYPE "train-precision"
+
+namespace ztrain::train {
+#define GEN_PASS_DEF_TRAINPRECISION
+#include "ztrain/Dialect/Train/Transforms/Passes.h.inc"
+} // namespace ztrain::train
+
+using namespace mlir;
+using namespace ztrain;
+using namespace ztrain::train;
+
+namespace {
+struct TrainPrecisionPass
+    : public train::impl::TrainPrecisionBase<TrainPrecisionPass> {
+  using TrainPrecisionBase::TrainPrecisionBase;
+  void runOnOperation() override;
+};
+} // namespace
+
+/// f32, bf16 or f16 for "fp32"/"f32", "bf16", "fp16"/"f16"; null otherwise.
+static Type parseElementType(MLIRContext *ctx, StringRef name) {
+  if (name == "fp32" || name == "f32")
+    return Float32Type::get(ctx);
+  if (name == "bf16")
+    return BFloat16Type::get(ctx);
+  if (name == "fp16" || name == "f16")
+    return Float16Type::get(ctx);
+  return Type();
+}
+
+/// "fp32", "bf16", "fp16": the names of the options and of ztrain-compile.
+static StringRef policyName(Type t) {
+  return t.isF32() ? "fp32" : t.isBF16() ? "bf16" : "fp16";
+}
+
+static bool isFloatTensor(Type t) {
+  auto tensor = dyn_cast<RankedTensorType>(t);
+  return tensor && isa<FloatType>(tensor.getElementType());
+}
+
+static RankedTensorType withElementType(Type t, Type element) {
+  return RankedTensorType::get(cast<RankedTensorType>(t).getShape(), element);
+}
+
+void TrainPrecisionPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  MLIRContext *ctx = module.getContext();
+  Type low = parseElementType(ctx, param);
+  if (!low) {
+    module.emitError() << "train-precision: unknown precision '" << param
+                       << "' (expected fp32, bf16 or fp16)";
+    return signalPassFailure();
+  }
+  Type reduceType = reduce.empty() ? low : parseElementType(ctx, reduce);
+  if (!reduceType) {
+    module.emitError() << "train-precision: unknown reduce type '" << reduce
+                       << "' (expected fp32, bf16 or fp16)";
+    return signalPassFailure();
+  }
+  if (low.isF32()) {
+    // An explicit reduction type is a mixed-precision choice: with fp32
+    // parameters it could only restate the default, so it is refused as
+    // the likely mistake it is (a forgotten precision).
+    if (!reduce.empty()) {
+      module.emitError()
+          << "train-precision: reduce=" << reduce
+          << " needs 16-bit parameters (param=bf16 or fp16); with fp32 "
+             "parameters gradients are reduced in fp32";
+      return signalPassFailure();
+    }
+    return markAllAnalysesPreserved(); // fp32: nothing to do.
+  }
+  if (reduceType != low && !reduceType.isF32()) {
+    module.emitError() << "train-precision: reduce=" << reduce
+                       << " with param=" << param
+                       << ": gradients are reduced in the parameters' type "
+                          "or in fp32";
+    return signalPassFailure();
+  }
+  if (auto done = module->getAttr(kPrecisionAttr)) {
+    module.emitError() << "train-precision: the module already has a "
+                          "precision policy: "
+                       << done;
+    return signalPassFailure();
+  }
+  func::FuncOp entry = getEntryFunction(module);
+  if (!entry)
+    return signalPassFailure();
+  if (entry->hasAttr(kGradientsAttr) || entry->hasAttr(kStepAttr)) {
+    entry.emitError() << "train-precision rewrites the forward graph: run it "
+                         "before train-autodiff";
+    return signalPassFailure();
+  }
+  if (!entry.getBody().hasOneBlock()) {
+    entry.emitError() << "train-precision needs a single-block entry function";
+    return signalPassFailure();
+  }
+
+  // Parameters: f32 ones become 16-bit; a 16-bit one must already be `low`.
+  for (auto p : module.getOps<ParamOp>()) {
+    Type elem = p.getTensorType().getElementType();
+    if (elem == low)
+      continue;
+    if (!elem.isF32()) {
+      p.emitError() << "parameter @" << p.getSymName() << " is " << elem
+                    << " but the policy is " << policyName(low)
+                    << ": declare it f32 (or " << policyName(low) << ")";
+      return signalPassFailure();
+    }
+    p.setType(withElementType(p.getType(), low));
+  }
+
+  Block &body = entry.getBody().front();
+  OpBuilder b(ctx);
+  // One cast per value and target type, placed before its first use.
+  DenseMap<std::pair<Value, Type>, Value> casts;
+  auto castTo = [&](Value v, Type element, Operation *before) -> Value {
+    auto key = std::make_pair(v, element);
+    if (Value done = casts.lookup(key))
+      return done;
+    b.setInsertionPoint(before);
+    Value c = CastOp::create(b, v.getLoc(),
+                             withElementType(v.getType(), element), v);
+    ++numCasts;
+    casts[key] = c;
+    return c;
+  };
+
+  for (Operation &op : llvm::make_early_inc_range(body)) {
+    if (isa<func::ReturnOp>(op)) {
+      // The loss leaves the step as f32.
+      OpOperand &loss = op.getOpOperand(0);
+      Type elem = cast<RankedTensorType>(loss.get().getType()).getElementType();
+      if (!elem.isF32())
+        loss.set(castTo(loss.get(), Float32Type::get(ctx), &op));
+      continue;
+    }
+    if (auto read = dyn_cast<ParamReadOp>(op)) {
+      auto p = SymbolTable::lookupNearestSymbolFrom<ParamOp>(
+          read, read.getParamAttr());
+      if (p)
+        read.getResult().setType(p.getType());
+      continue;
+    }
+    if (isa<BufferReadOp, CastOp>(op))
+      continue; // buffers keep their type; a cast is already explicit
+    bool hasFloat =
+        llvm::any_of(op.getOperandTypes(), isFloatTensor) ||
+        llvm::any_of(op.getResultTypes(), isFloatTensor);
+    if (!hasFloat)
+      continue;
+    if (op.getDialect() != entry->getContext()->getLoadedDialect<TrainDialect>()) {
+      op.emitOpError() << "has floating-point tensors that train-precision "
+                          "cannot convert to "
+                       << policyName(low);
+      return signalPassFailure();
+    }
+    for (OpOperand &operand : op.getOpOperands()) {
+      Type t = operand.get().getType();
+      if (isFloatTensor(t) &&
+          cast<RankedTensorType>(t).getElementType() != low)
+        operand.set(castTo(operand.get(), low, &op));
+    }
+    // Cross-entropy's loss is f32 whatever its logits are.
+    if (isa<CrossEntropyOp>(op))
+      continue;
+    for (OpResult result : op.getResults())
+      if (isFloatTensor(result.getType()))
+        result.setType(withElementType(result.getType(), low));
+  }
+
+  module->setAttr(kPrecisionAttr,
+                  b.getDictionaryAttr({b.getNamedAttr("param", TypeAttr::get(low)),
+                                       b.getNamedAttr("reduce",
+                                                      TypeAttr::get(reduceType))}));
+}
