@@ -217,37 +217,78 @@ def batch_for_step(data, step, batch):
 
 # -- torch side ---------------------------------------------------------------------------
 
-def torch_train(spec, init, data, steps, optimizer, float64=False):
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def torch_train(spec, init, data, steps, optimizer, float64=False, precision="fp32"):
     """The same steps in PyTorch. Returns (losses [steps], final state {name: array}).
 
     float64=True trains in double precision (a reference that shows how far
     float32 itself, in torch or in ztrain, strays on ill-conditioned tensors).
+
+    precision="bf16" / "fp16" is ztrain's mixed-precision policy
+    (`ztrain-compile --precision`, docs/mixed-precision.md) written in plain
+    PyTorch: the module and its float inputs in 16 bits, cross-entropy on the
+    logits widened to f32 (ztrain's loss is f32), f32 master weights that the
+    optimizer steps with the 16-bit gradients widened, and the parameters set
+    to the masters rounded after each step. Weights come back as float32
+    arrays of the 16-bit values.
     """
     import torch
     from . import torch_ref
 
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} (expected one of {PRECISIONS})")
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     torch.manual_seed(0)
     model = torch_ref.from_spec(spec)
     torch_ref.load_state(model, init)
     if float64:
         model = model.double()
-    opt = torch_ref.make_optimizer(model.parameters(), optimizer.kind,
-                                   **optimizer.torch_kwargs())
+    masters = None
+    if low is not None:
+        masters = [p.detach().clone() for p in model.parameters()]  # the f32 init
+        model = model.to(low)
+    opt = torch_ref.make_optimizer(masters if masters is not None else model.parameters(),
+                                   optimizer.kind, **optimizer.torch_kwargs())
 
     def tensor(v):
         t = torch.from_numpy(np.ascontiguousarray(v))
-        return t.double() if float64 and t.is_floating_point() else t
+        if float64 and t.is_floating_point():
+            return t.double()
+        if low is not None and t.is_floating_point():
+            return t.to(low)
+        return t
 
-    losses = []
-    for t in range(1, steps + 1):
-        b = {k: tensor(v) for k, v in batch_for_step(data, t, spec.batch).items()}
-        opt.zero_grad(set_to_none=True)
-        if hasattr(model, "set_run"):
-            model.set_run(seed=0, step=t)   # run_exe's runs use the default seed 0
-        loss = model(*model.inputs(b))
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
+    F = torch.nn.functional
+    cross_entropy = F.cross_entropy
+    if low is not None:
+        # ztrain's cross-entropy widens 16-bit logits and returns an f32 loss.
+        F.cross_entropy = lambda x, *a, **k: cross_entropy(x.float(), *a, **k)
+    try:
+        losses = []
+        for t in range(1, steps + 1):
+            b = {k: tensor(v) for k, v in batch_for_step(data, t, spec.batch).items()}
+            opt.zero_grad(set_to_none=True)
+            model.zero_grad(set_to_none=True)
+            if hasattr(model, "set_run"):
+                model.set_run(seed=0, step=t)   # run_exe's runs use the default seed 0
+            loss = model(*model.inputs(b))
+            loss.backward()
+            if masters is not None:
+                for m, p in zip(masters, model.parameters()):
+                    m.grad = None if p.grad is None else p.grad.float()
+            opt.step()
+            if masters is not None:
+                with torch.no_grad():
+                    for m, p in zip(masters, model.parameters()):
+                        p.copy_(m.to(low))
+            losses.append(float(loss.detach()))
+    finally:
+        F.cross_entropy = cross_entropy
+    if low is not None:
+        return np.array(losses), {k: v.detach().float().cpu().numpy().copy()
+                                  for k, v in model.state_dict().items()}
     return np.array(losses), torch_ref.state_numpy(model)
 
 
@@ -349,14 +390,16 @@ class ParityResult:
 
 def run_parity(spec, steps=20, optimizer=None, init=None, data=None, workdir=None,
                init_seed=0, data_seed=1, samples=None, log_every=0, threads=None,
-               exe=None, float64_reference=False):
+               exe=None, float64_reference=False, precision="fp32", extra_flags=()):
     """Compile and run `spec` with ztrain and train it in torch; compare.
 
     init / data: {name: array} (default: make_init / make_data). workdir keeps
     model.mlir, the executable, init/data/final .safetensors and report.json
     (a fresh temporary folder, removed afterwards, when None). exe: a compiled
     executable to reuse (must match `optimizer`). float64_reference: also
-    train in torch float64 (ParityResult.float64_errors()).
+    train in torch float64 (ParityResult.float64_errors()). precision: ztrain's
+    --precision, the torch side trained in the same policy (torch_train).
+    extra_flags: more ztrain-compile flags (--reduce-dtype=fp32).
     """
     optimizer = optimizer or OptimizerConfig("adam")
     init = init if init is not None else make_init(spec, init_seed)
@@ -369,7 +412,10 @@ def run_parity(spec, steps=20, optimizer=None, init=None, data=None, workdir=Non
         if exe is None:
             with open(p("model.mlir"), "w") as fh:
                 fh.write(spec.to_mlir())
-            exe = compile_model(p("model.mlir"), p("model"), optimizer)
+            flags = list(extra_flags)
+            if precision != "fp32":
+                flags.append(f"--precision={precision}")
+            exe = compile_model(p("model.mlir"), p("model"), optimizer, extra=flags)
         safetensors.save(p("init.safetensors"), init)
         safetensors.save(p("data.safetensors"), data)
         for n in ("final.safetensors", "report.json"):
@@ -384,9 +430,11 @@ def run_parity(spec, steps=20, optimizer=None, init=None, data=None, workdir=Non
         z_losses = report_losses(report)
         if len(z_losses) != steps:
             raise ToolError(f"report has {len(z_losses)} steps, expected {steps}")
-        z_weights = safetensors.load(p("final.safetensors"))
+        z_weights = {k: np.asarray(v, dtype=np.float32) if precision != "fp32" else v
+                     for k, v in safetensors.load(p("final.safetensors")).items()}
         t0 = time.perf_counter()
-        t_losses, t_weights = torch_train(spec, init, data, steps, optimizer)
+        t_losses, t_weights = torch_train(spec, init, data, steps, optimizer,
+                                          precision=precision)
         tt = time.perf_counter() - t0
         r64 = (torch_train(spec, init, data, steps, optimizer, float64=True)
                if float64_reference else (None, None))

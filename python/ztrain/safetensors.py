@@ -24,6 +24,10 @@ DTYPES = {
 }
 _NAMES = {v: k for k, v in DTYPES.items()}
 
+# bfloat16, which numpy lacks: read as its bits and widened to float32
+# (exact: a bf16 value is the upper half of a float32). Not written.
+_BF16_BITS = np.dtype("<u2")
+
 # The reference implementation refuses headers above 100 MB.
 MAX_HEADER = 100_000_000
 
@@ -82,7 +86,10 @@ def save(path, tensors, metadata=None):
 
 
 def load_bytes(data, with_metadata=False):
-    """Parse safetensors bytes into {name: np.ndarray} (copies, native order)."""
+    """Parse safetensors bytes into {name: np.ndarray} (copies, native order).
+
+    BF16 tensors come back as float32 arrays holding the same values.
+    """
     if len(data) < 8:
         raise SafetensorsError("file too short for a safetensors header")
     (n,) = struct.unpack("<Q", data[:8])
@@ -100,7 +107,8 @@ def load_bytes(data, with_metadata=False):
     spans = []
     for name, info in header.items():
         try:
-            dt = DTYPES[info["dtype"]]
+            bf16 = info["dtype"] == "BF16"
+            dt = _BF16_BITS if bf16 else DTYPES[info["dtype"]]
             shape = tuple(int(d) for d in info["shape"])
             begin, end = (int(o) for o in info["data_offsets"])
         except (KeyError, TypeError, ValueError):
@@ -116,7 +124,10 @@ def load_bytes(data, with_metadata=False):
                 f"{list(shape)} {info['dtype']} in a {len(buf)}-byte buffer")
         spans.append((begin, end, name))
         arr = np.frombuffer(buf[begin:end], dtype=dt).reshape(shape)
-        out[name] = arr.astype(dt.newbyteorder("="), copy=True)
+        if bf16:
+            out[name] = (arr.astype(np.uint32) << 16).view(np.float32)
+        else:
+            out[name] = arr.astype(dt.newbyteorder("="), copy=True)
     spans.sort()
     pos = 0
     for begin, end, name in spans:

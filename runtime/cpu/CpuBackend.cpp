@@ -120,6 +120,14 @@ void binary(const void *a, const void *b, void *out, int64_t n, F f) {
     os[i] = st<T>(f(ld(as_[i]), ld(bs[i])));
 }
 
+/// out[i] = U(float(x[i])): one rounding, the only one (widening is exact).
+template <typename T, typename U>
+void unaryCast(const T *x, U *out, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = st<U>(ld(x[i]));
+}
+
 /// n elements of T widened into a float buffer.
 template <typename T> std::vector<float> widen(const T *x, int64_t n) {
   std::vector<float> out(static_cast<size_t>(n));
@@ -504,6 +512,46 @@ public:
     ZTRT_CPU_DISPATCH(dtype, adamUpdateT<T>(as<T>(param), as<T>(grad),
                                             as<T>(expAvg), as<T>(expAvgSq), n,
                                             hyper, step));
+  }
+
+  // The f32 update on the master, the gradient widened as it is read, the
+  // parameter stored rounded.
+  void sgdUpdateMaster(DType gradType, DType paramType, void *param,
+                       const void *grad, float *master, float *momentumBuf,
+                       int64_t n, const SgdHyper &hyper,
+                       int64_t step) override {
+    ZTRT_CPU_DISPATCH(gradType, dispatch(paramType, [&](auto paramTag) {
+                        using P = decltype(paramTag);
+                        sgdUpdateT<float>(master, as<T>(grad), momentumBuf, n,
+                                          hyper, step, as<P>(param));
+                      }));
+  }
+
+  void adamUpdateMaster(DType gradType, DType paramType, void *param,
+                        const void *grad, float *master, float *expAvg,
+                        float *expAvgSq, int64_t n, const AdamHyper &hyper,
+                        int64_t step) override {
+    ZTRT_CPU_DISPATCH(gradType, dispatch(paramType, [&](auto paramTag) {
+                        using P = decltype(paramTag);
+                        adamUpdateT<float>(master, as<T>(grad), expAvg,
+                                           expAvgSq, n, hyper, step,
+                                           as<P>(param));
+                      }));
+  }
+
+  // x widened, rounded once to the target type; a cast to the same type is
+  // a copy (memmove: out may overlap x), which keeps NaN payloads.
+  void cast(DType dtype, const void *x, void *out, int64_t n,
+            int32_t to) override {
+    const DType target = static_cast<DType>(to);
+    if (target == dtype) {
+      copy(x, out, n * elementBytes(dtype));
+      return;
+    }
+    ZTRT_CPU_DISPATCH(dtype, dispatch(target, [&](auto toTag) {
+                        using U = decltype(toTag);
+                        unaryCast<T, U>(as<T>(x), as<U>(out), n);
+                      }));
   }
 
   // Collectives: MPI moves the data (Communicator), the sums are ours, so the
@@ -993,10 +1041,14 @@ private:
   }
 
   // torch.optim.SGD's single-tensor path: every scalar is rounded to float
-  // before it meets a tensor, as PyTorch's CPU kernels do.
-  template <typename T>
-  static void sgdUpdateT(T *param, const T *grad, T *momentumBuf, int64_t n,
-                         const SgdHyper &hyper, int64_t step) {
+  // before it meets a tensor, as PyTorch's CPU kernels do. The master-weight
+  // form is the f32 instance (T = float: `param` is the master) reading a
+  // gradient of type G, with P the 16-bit (or f32) parameter that receives
+  // the new master rounded once; P = void: no such parameter.
+  template <typename T, typename G = T, typename P = void>
+  static void sgdUpdateT(T *param, const G *grad, T *momentumBuf, int64_t n,
+                         const SgdHyper &hyper, int64_t step,
+                         P *rounded = nullptr) {
     const float negLr = static_cast<float>(-hyper.lr);
     const float momentum = static_cast<float>(hyper.momentum);
     const float keep = static_cast<float>(1.0 - hyper.dampening);
@@ -1013,15 +1065,20 @@ private:
         momentumBuf[i] = st<T>(buf);
         d = hyper.nesterov ? d + momentum * buf : buf;
       }
-      param[i] = st<T>(p + negLr * d);
+      const float updated = p + negLr * d;
+      param[i] = st<T>(updated);
+      if constexpr (!std::is_void_v<P>)
+        rounded[i] = st<P>(updated);
     }
   }
 
   // torch.optim.Adam / AdamW (1.13) single-tensor path; bias corrections in
-  // double as Python computes them, then rounded to float.
-  template <typename T>
-  static void adamUpdateT(T *param, const T *grad, T *expAvg, T *expAvgSq,
-                          int64_t n, const AdamHyper &hyper, int64_t step) {
+  // double as Python computes them, then rounded to float. G, P and the
+  // master-weight form as in sgdUpdateT.
+  template <typename T, typename G = T, typename P = void>
+  static void adamUpdateT(T *param, const G *grad, T *expAvg, T *expAvgSq,
+                          int64_t n, const AdamHyper &hyper, int64_t step,
+                          P *rounded = nullptr) {
     const double t = static_cast<double>(step);
     const double bias1 = 1.0 - std::pow(hyper.beta1, t);
     const double bias2 = 1.0 - std::pow(hyper.beta2, t);
@@ -1048,7 +1105,10 @@ private:
       expAvg[i] = st<T>(m);
       expAvgSq[i] = st<T>(v);
       float denom = std::sqrt(v) / bias2Sqrt + eps;
-      param[i] = st<T>(p + negStepSize * m / denom);
+      const float updated = p + negStepSize * m / denom;
+      param[i] = st<T>(updated);
+      if constexpr (!std::is_void_v<P>)
+        rounded[i] = st<P>(updated);
     }
   }
 

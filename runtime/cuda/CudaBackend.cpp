@@ -685,8 +685,7 @@ public:
   }
 
   // Scalars exactly as cpu/CpuBackend.cpp rounds them.
-  void sgdUpdate(DType dtype, void *param, const void *grad, void *momentumBuf,
-                 int64_t n, const SgdHyper &hyper, int64_t step) override {
+  static cuda::SgdScalars sgdScalars(const SgdHyper &hyper, int64_t step) {
     cuda::SgdScalars s;
     s.negLr = static_cast<float>(-hyper.lr);
     s.momentum = static_cast<float>(hyper.momentum);
@@ -695,14 +694,10 @@ public:
     s.useMomentum = hyper.momentum != 0.0;
     s.first = step == 1;
     s.nesterov = hyper.nesterov;
-    ZTRT_CUDA_DISPATCH(dtype,
-                       cuda::sgdUpdate(as<T>(param), as<T>(grad),
-                                       as<T>(momentumBuf), n, s, compute));
+    return s;
   }
 
-  void adamUpdate(DType dtype, void *param, const void *grad, void *expAvg,
-                  void *expAvgSq, int64_t n, const AdamHyper &hyper,
-                  int64_t step) override {
+  static cuda::AdamScalars adamScalars(const AdamHyper &hyper, int64_t step) {
     const double t = static_cast<double>(step);
     const double bias1 = 1.0 - std::pow(hyper.beta1, t);
     const double bias2 = 1.0 - std::pow(hyper.beta2, t);
@@ -717,9 +712,67 @@ public:
     s.decay = static_cast<float>(hyper.weightDecay);
     s.shrink = static_cast<float>(1.0 - hyper.lr * hyper.weightDecay);
     s.decoupled = hyper.decoupled;
+    return s;
+  }
+
+  void sgdUpdate(DType dtype, void *param, const void *grad, void *momentumBuf,
+                 int64_t n, const SgdHyper &hyper, int64_t step) override {
+    const cuda::SgdScalars s = sgdScalars(hyper, step);
+    ZTRT_CUDA_DISPATCH(dtype,
+                       cuda::sgdUpdate(as<T>(param), as<T>(grad),
+                                       as<T>(momentumBuf), n, s, compute));
+  }
+
+  void adamUpdate(DType dtype, void *param, const void *grad, void *expAvg,
+                  void *expAvgSq, int64_t n, const AdamHyper &hyper,
+                  int64_t step) override {
+    const cuda::AdamScalars s = adamScalars(hyper, step);
     ZTRT_CUDA_DISPATCH(dtype, cuda::adamUpdate(as<T>(param), as<T>(grad),
                                                as<T>(expAvg), as<T>(expAvgSq),
                                                n, s, compute));
+  }
+
+  // The float kernels on the master and the float states, one launch that
+  // widens the gradient and stores the rounded parameter.
+  void sgdUpdateMaster(DType gradType, DType paramType, void *param,
+                       const void *grad, float *master, float *momentumBuf,
+                       int64_t n, const SgdHyper &hyper,
+                       int64_t step) override {
+    const cuda::SgdScalars s = sgdScalars(hyper, step);
+    ZTRT_CUDA_DISPATCH(gradType, dispatch(paramType, [&](auto paramTag) {
+                         using P = decltype(paramTag);
+                         cuda::sgdUpdateMaster(as<P>(param), as<T>(grad),
+                                               master, momentumBuf, n, s,
+                                               compute);
+                       }));
+  }
+
+  void adamUpdateMaster(DType gradType, DType paramType, void *param,
+                        const void *grad, float *master, float *expAvg,
+                        float *expAvgSq, int64_t n, const AdamHyper &hyper,
+                        int64_t step) override {
+    const cuda::AdamScalars s = adamScalars(hyper, step);
+    ZTRT_CUDA_DISPATCH(gradType, dispatch(paramType, [&](auto paramTag) {
+                         using P = decltype(paramTag);
+                         cuda::adamUpdateMaster(as<P>(param), as<T>(grad),
+                                                master, expAvg, expAvgSq, n, s,
+                                                compute);
+                       }));
+  }
+
+  // One rounding per element; the same type is a device copy (memmove
+  // semantics, NaN payloads kept), as on the cpu.
+  void cast(DType dtype, const void *x, void *out, int64_t n,
+            int32_t to) override {
+    const DType target = static_cast<DType>(to);
+    if (target == dtype) {
+      copy(x, out, n * elementBytes(dtype));
+      return;
+    }
+    ZTRT_CUDA_DISPATCH(dtype, dispatch(target, [&](auto toTag) {
+                         using U = decltype(toTag);
+                         cuda::cast(as<T>(x), as<U>(out), n, compute);
+                       }));
   }
 
 #undef ZTRT_CUDA_DISPATCH

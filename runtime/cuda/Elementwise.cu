@@ -20,6 +20,7 @@
 #include "src/Rng.h"
 
 #include <cmath>
+#include <type_traits>
 
 namespace ztrt::cuda {
 
@@ -140,10 +141,12 @@ __global__ void biasAddKernel(const T *x, const T *bias, T *out, int64_t n,
     out[i] = static_cast<T>(ld(x[i]) + ld(bias[i % cols]));
 }
 
-// cpu/CpuBackend.cpp sgdUpdate, line for line.
-template <typename T>
-__global__ void sgdKernel(T *param, const T *grad, T *momentumBuf, int64_t n,
-                          SgdScalars s) {
+// cpu/CpuBackend.cpp sgdUpdate, line for line. As there, the master-weight
+// form is T = float (`param` is the master) with a gradient of type G and
+// the parameter P that receives the new master rounded (P = void: none).
+template <typename T, typename G, typename P>
+__global__ void sgdKernel(T *param, const G *grad, T *momentumBuf, int64_t n,
+                          SgdScalars s, P *rounded) {
   for (int64_t i = globalThread(); i < n; i += gridThreads()) {
     float d = ld(grad[i]);
     if (s.decay != 0.0f)
@@ -153,14 +156,17 @@ __global__ void sgdKernel(T *param, const T *grad, T *momentumBuf, int64_t n,
       momentumBuf[i] = static_cast<T>(buf);
       d = s.nesterov ? d + s.momentum * buf : buf;
     }
-    param[i] = static_cast<T>(ld(param[i]) + s.negLr * d);
+    const float updated = ld(param[i]) + s.negLr * d;
+    param[i] = static_cast<T>(updated);
+    if constexpr (!std::is_void_v<P>)
+      rounded[i] = static_cast<P>(updated);
   }
 }
 
-// cpu/CpuBackend.cpp adamUpdate, line for line.
-template <typename T>
-__global__ void adamKernel(T *param, const T *grad, T *expAvg, T *expAvgSq,
-                           int64_t n, AdamScalars s) {
+// cpu/CpuBackend.cpp adamUpdate, line for line; G and P as in sgdKernel.
+template <typename T, typename G, typename P>
+__global__ void adamKernel(T *param, const G *grad, T *expAvg, T *expAvgSq,
+                           int64_t n, AdamScalars s, P *rounded) {
   for (int64_t i = globalThread(); i < n; i += gridThreads()) {
     float g = ld(grad[i]);
     float p = ld(param[i]);
@@ -173,8 +179,19 @@ __global__ void adamKernel(T *param, const T *grad, T *expAvg, T *expAvgSq,
     expAvg[i] = static_cast<T>(m);
     expAvgSq[i] = static_cast<T>(v);
     float denom = sqrtf(v) / s.bias2Sqrt + s.eps;
-    param[i] = static_cast<T>(p + s.negStepSize * m / denom);
+    const float updated = p + s.negStepSize * m / denom;
+    param[i] = static_cast<T>(updated);
+    if constexpr (!std::is_void_v<P>)
+      rounded[i] = static_cast<P>(updated);
   }
+}
+
+// One rounding from the widened element (bits kept through float: the
+// widening is exact).
+template <typename From, typename To>
+__global__ void castKernel(const From *x, To *out, int64_t n) {
+  for (int64_t i = globalThread(); i < n; i += gridThreads())
+    out[i] = static_cast<To>(ld(x[i]));
 }
 
 } // namespace
@@ -301,8 +318,8 @@ void sgdUpdate(T *param, const T *grad, T *momentumBuf, int64_t n,
                const SgdScalars &s, cudaStream_t stream) {
   if (n <= 0)
     return;
-  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, sgdKernel)
-  (param, grad, momentumBuf, n, s);
+  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, sgdKernel<T, T, void>)
+  (param, grad, momentumBuf, n, s, static_cast<void *>(nullptr));
   check(cudaGetLastError(), "sgd_update kernel launch");
 }
 
@@ -311,9 +328,39 @@ void adamUpdate(T *param, const T *grad, T *expAvg, T *expAvgSq, int64_t n,
                 const AdamScalars &s, cudaStream_t stream) {
   if (n <= 0)
     return;
-  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, adamKernel)
-  (param, grad, expAvg, expAvgSq, n, s);
+  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, adamKernel<T, T, void>)
+  (param, grad, expAvg, expAvgSq, n, s, static_cast<void *>(nullptr));
   check(cudaGetLastError(), "adam_update kernel launch");
+}
+
+template <typename G, typename P>
+void sgdUpdateMaster(P *param, const G *grad, float *master, float *momentumBuf,
+                     int64_t n, const SgdScalars &s, cudaStream_t stream) {
+  if (n <= 0)
+    return;
+  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, sgdKernel<float, G, P>)
+  (master, grad, momentumBuf, n, s, param);
+  check(cudaGetLastError(), "sgd_update_master kernel launch");
+}
+
+template <typename G, typename P>
+void adamUpdateMaster(P *param, const G *grad, float *master, float *expAvg,
+                      float *expAvgSq, int64_t n, const AdamScalars &s,
+                      cudaStream_t stream) {
+  if (n <= 0)
+    return;
+  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, adamKernel<float, G, P>)
+  (master, grad, expAvg, expAvgSq, n, s, param);
+  check(cudaGetLastError(), "adam_update_master kernel launch");
+}
+
+template <typename From, typename To>
+void cast(const From *x, To *out, int64_t n, cudaStream_t stream) {
+  if (n <= 0)
+    return;
+  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, castKernel<From, To>)
+  (x, out, n);
+  check(cudaGetLastError(), "cast kernel launch");
 }
 
 #define ZTRT_INSTANTIATE(T)                                                    \
@@ -341,5 +388,24 @@ void adamUpdate(T *param, const T *grad, T *expAvg, T *expAvgSq, int64_t n,
 ZTRT_INSTANTIATE(float)
 ZTRT_INSTANTIATE(ztrt::bf16)
 ZTRT_INSTANTIATE(ztrt::f16)
+
+// The kernels over two element types (A: the gradient's or the source's,
+// B: the parameter's or the destination's), for every pair.
+#define ZTRT_INSTANTIATE_PAIR(A, B)                                            \
+  template void sgdUpdateMaster<A, B>(B *, const A *, float *, float *,        \
+                                      int64_t, const SgdScalars &,             \
+                                      cudaStream_t);                           \
+  template void adamUpdateMaster<A, B>(B *, const A *, float *, float *,       \
+                                       float *, int64_t, const AdamScalars &,  \
+                                       cudaStream_t);                          \
+  template void cast<A, B>(const A *, B *, int64_t, cudaStream_t);
+#define ZTRT_INSTANTIATE_PAIRS(A)                                              \
+  ZTRT_INSTANTIATE_PAIR(A, float)                                              \
+  ZTRT_INSTANTIATE_PAIR(A, ztrt::bf16)                                         \
+  ZTRT_INSTANTIATE_PAIR(A, ztrt::f16)
+
+ZTRT_INSTANTIATE_PAIRS(float)
+ZTRT_INSTANTIATE_PAIRS(ztrt::bf16)
+ZTRT_INSTANTIATE_PAIRS(ztrt::f16)
 
 } // namespace ztrt::cuda

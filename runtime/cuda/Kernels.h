@@ -122,6 +122,23 @@ template <typename T>
 void adamUpdate(T *param, const T *grad, T *expAvg, T *expAvgSq, int64_t n,
                 const AdamScalars &s, cudaStream_t stream);
 
+/// The master-weight forms (Backend::sgdUpdateMaster / adamUpdateMaster):
+/// the float kernels above on the float `master` and states, the gradient
+/// (G) widened as it is read, and param (P) = the new master rounded once.
+template <typename G, typename P>
+void sgdUpdateMaster(P *param, const G *grad, float *master, float *momentumBuf,
+                     int64_t n, const SgdScalars &s, cudaStream_t stream);
+template <typename G, typename P>
+void adamUpdateMaster(P *param, const G *grad, float *master, float *expAvg,
+                      float *expAvgSq, int64_t n, const AdamScalars &s,
+                      cudaStream_t stream);
+
+/// out[i] = To(float(x[i])): ztrt_cast between two types (one rounding;
+/// the backend copies when the types are the same). x and out do not
+/// overlap (the entry point checks).
+template <typename From, typename To>
+void cast(const From *x, To *out, int64_t n, cudaStream_t stream);
+
 // --- Rows: normalization, softmax, losses (Rows.cu) --------------------------
 
 template <typename T>

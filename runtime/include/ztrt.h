@@ -17,23 +17,35 @@
 //   ztrain-descriptor 1
 //   grid <N>
 //   param <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale> [<store>]
-//   state <name> <dtype> <rank> <d0> .. <dn-1> of <param-name> [<store>]
+//   state <name> <dtype> <rank> <d0> .. <dn-1> of <param-name> [master]
+//         [<store>]
 //   buffer <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale>
-//   grad <param-name> <E>
+//   grad <param-name> <E> [<dtype>]
 //   input <name> <dtype> <rank> <d0> .. <dn-1> bound <b>
 //   arena <name> <bytes>
 //   optimizer <free text up to end of line>
 //
-// `grad p E` (optional; then one per parameter, in parameter order): the
-// persistent gradient buffer of parameter p, E f32 elements per rank,
-// returned by ztrt_grad.
+// `grad p E dtype` (optional; then one per parameter, in parameter order):
+// the persistent gradient buffer of parameter p, E elements of `dtype` per
+// rank, returned by ztrt_grad: the type the parameter's optimizer update
+// consumes (the parameter's, or f32 when mixed precision reduces in f32).
+// The compiler always writes the dtype; without it (hand-written models)
+// it is the parameter's.
 // `arena name bytes`: an arena the step asks for with ztrt_arena, in index
 // order (plan-memory's); with the other records, every byte a rank
 // allocates, which main() checks against the memory available.
 // `grid N`: the step was compiled for N data-parallel ranks; main() refuses
 // any other world size (absent: any size, for hand-written models). <dtype>
-// is f32 or i32. <kind> is zeros | ones | normal | uniform: normal draws
-// N(0, scale^2), uniform draws U(-scale, scale). States start at zero.
+// is f32 or i32, and for params, states and grads also bf16 or f16 (mixed
+// precision; 2-byte elements, ztrt_dtype ZTRT_BF16 / ZTRT_F16). <kind> is
+// zeros | ones | normal | uniform: normal draws N(0, scale^2), uniform draws
+// U(-scale, scale); a bf16 / f16 parameter gets the values an f32 parameter
+// of its name and shape gets, each rounded to nearest even. States start at
+// zero, except a `master` state: the f32 master copy of a bf16 / f16
+// parameter (an f32 state of the same shape, at most one per parameter),
+// which starts as those f32 values unrounded (with --init: the file's
+// values, or the parameter's widened); the compiled step keeps the
+// parameter equal to its master rounded.
 // A buffer (train.buffer, ztrt_buffer) is whole on every rank; its <kind>
 // may also be causal (1 where column > row in the last two dims); it is
 // filled from --init when the file has its name, else by its rule.

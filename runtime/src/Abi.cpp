@@ -72,6 +72,35 @@ DType checkDType(const char *op, int32_t code) {
   return type;
 }
 
+/// The DType of a ztrt_dtype argument other than the call's dtype (cast's
+/// `to`, the master updates' `param_dtype`), named in the error.
+DType checkDType(const char *op, const char *argument, int32_t code) {
+  DType type;
+  if (!dtypeFromCode(code, &type))
+    fatal("%s: unknown element type code %d for %s (ztrt_dtype: %d f32, "
+          "%d bf16, %d f16)",
+          op, code, argument, ZTRT_F32, ZTRT_BF16, ZTRT_F16);
+  return type;
+}
+
+/// Whether [a, a + aBytes) and [b, b + bBytes) share a byte.
+bool overlaps(const void *a, int64_t aBytes, const void *b, int64_t bBytes) {
+  const uintptr_t x = reinterpret_cast<uintptr_t>(a),
+                  y = reinterpret_cast<uintptr_t>(b);
+  return aBytes > 0 && bBytes > 0 && x < y + static_cast<uintptr_t>(bBytes) &&
+         y < x + static_cast<uintptr_t>(aBytes);
+}
+
+/// A master-weight update writes the master and the parameter element by
+/// element, in parallel: a parameter stored over its master would
+/// overwrite master elements not yet updated.
+void checkMasterApart(const char *op, const void *param, DType paramType,
+                      const void *master, int64_t n) {
+  if (overlaps(param, n * elementBytes(paramType), master,
+               n * elementBytes(DType::F32)))
+    fatal("%s: param (%s) overlaps master", op, dtypeName(paramType));
+}
+
 /// Whether a row of one set of `rows` rows of `rowBytes` bytes (the i-th at
 /// a + i * aStride) intersects a row of the other. Both lists are sorted by
 /// address (strides >= 0), so a merge walk decides it in O(rows): a row
@@ -231,6 +260,27 @@ template <> struct KernelChecks<&Backend::broadcast> {
   }
 };
 
+/// Checks that need the call's dtype as well; none unless specialized.
+template <auto Method> struct TypedKernelChecks {
+  template <typename... Args> static void check(const char *, DType, Args...) {}
+};
+
+template <> struct TypedKernelChecks<&Backend::cast> {
+  static void check(const char *op, DType from, const void *x, void *out,
+                    int64_t n, int32_t toCode) {
+    const DType to = checkDType(op, "to", toCode);
+    // Elements are converted in parallel (threads, a device grid): an
+    // output of another type that overlaps the input would overwrite
+    // elements not yet read. A cast to the same type is a copy, with
+    // memmove semantics on every backend.
+    if (to != from &&
+        overlaps(x, n * elementBytes(from), out, n * elementBytes(to)))
+      fatal("%s: out overlaps x (%s to %s); a cast may be in place only when "
+            "to is x's dtype",
+            op, dtypeName(from), dtypeName(to));
+  }
+};
+
 /// The body of every generated kernel entry point.
 template <auto Method, typename... Args>
 void kernelEntry(const char *op, const char *names, ztrt_ctx *ctx,
@@ -240,6 +290,7 @@ void kernelEntry(const char *op, const char *names, ztrt_ctx *ctx,
   const DType type = checkDType(op, dtype);
   checkSizes(op, names, args...);
   KernelChecks<Method>::check(op, args...);
+  TypedKernelChecks<Method>::check(op, type, args...);
   (backend.*Method)(type, args...);
 }
 
@@ -439,6 +490,53 @@ void ztrt_adam_update(ztrt_ctx *ctx, int32_t dtype, void *param,
           static_cast<long long>(ctx->step));
   backend.adamUpdate(
       type, param, grad, exp_avg, exp_avg_sq, n,
+      AdamHyper{lr, beta1, beta2, eps, weight_decay, decoupled != 0},
+      ctx->step);
+}
+
+void ztrt_sgd_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
+                            const void *grad, void *master, void *momentum_buf,
+                            int64_t n, double lr, double momentum,
+                            double dampening, double weight_decay,
+                            int32_t nesterov, int32_t param_dtype) {
+  const char *op = "sgd_update_master";
+  Backend &backend = backendOf(ctx, op);
+  TraceScope trace(ctx->trace(), op);
+  const DType gradType = checkDType(op, dtype);
+  const DType paramType = checkDType(op, "param_dtype", param_dtype);
+  checkCount(op, "element count", n);
+  checkMasterApart(op, param, paramType, master, n);
+  if (momentum != 0.0 && !momentum_buf)
+    fatal("%s: momentum %g needs a momentum buffer", op, momentum);
+  if (ctx->step < 1)
+    fatal("%s: called outside a step (step counter is %lld)", op,
+          static_cast<long long>(ctx->step));
+  backend.sgdUpdateMaster(
+      gradType, paramType, param, grad, static_cast<float *>(master),
+      static_cast<float *>(momentum_buf), n,
+      SgdHyper{lr, momentum, dampening, weight_decay, nesterov != 0},
+      ctx->step);
+}
+
+void ztrt_adam_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
+                             const void *grad, void *master, void *exp_avg,
+                             void *exp_avg_sq, int64_t n, double lr,
+                             double beta1, double beta2, double eps,
+                             double weight_decay, int32_t decoupled,
+                             int32_t param_dtype) {
+  const char *op = decoupled ? "adamw_update_master" : "adam_update_master";
+  Backend &backend = backendOf(ctx, op);
+  TraceScope trace(ctx->trace(), "adam_update_master");
+  const DType gradType = checkDType(op, dtype);
+  const DType paramType = checkDType(op, "param_dtype", param_dtype);
+  checkCount(op, "element count", n);
+  checkMasterApart(op, param, paramType, master, n);
+  if (ctx->step < 1)
+    fatal("%s: called outside a step (step counter is %lld)", op,
+          static_cast<long long>(ctx->step));
+  backend.adamUpdateMaster(
+      gradType, paramType, param, grad, static_cast<float *>(master),
+      static_cast<float *>(exp_avg), static_cast<float *>(exp_avg_sq), n,
       AdamHyper{lr, beta1, beta2, eps, weight_decay, decoupled != 0},
       ctx->step);
 }

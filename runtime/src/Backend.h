@@ -141,6 +141,20 @@ public:
                           void *expAvg, void *expAvgSq, int64_t n,
                           const AdamHyper &hyper, int64_t step) = 0;
 
+  // --- Master-weight updates (ztrt_sgd_update_master / _adam_update_master) --
+  /// The f32 update of sgdUpdate / adamUpdate (the same per-element float
+  /// expressions) on the f32 master and f32 states, with the gradient of
+  /// `gradType` widened to float, then param (`paramType`) = the new master
+  /// rounded once.
+  virtual void sgdUpdateMaster(DType gradType, DType paramType, void *param,
+                               const void *grad, float *master,
+                               float *momentumBuf, int64_t n,
+                               const SgdHyper &hyper, int64_t step) = 0;
+  virtual void adamUpdateMaster(DType gradType, DType paramType, void *param,
+                                const void *grad, float *master, float *expAvg,
+                                float *expAvgSq, int64_t n,
+                                const AdamHyper &hyper, int64_t step) = 0;
+
   // --- Dropout (ztrt_dropout) ------------------------------------------------
   /// out[i] = x[i] * (drop ? 0 : scale) (NaN and inf propagate), where element i drops when
   /// rng::bits24(key, counterBase + i) < threshold (src/Rng.h). The entry

@@ -42,12 +42,21 @@ std::string joinPath(const std::string &dir, const std::string &name) {
 std::vector<CheckpointTensor> checkpointTensors(const Descriptor &desc) {
   using Kind = CheckpointTensor::Kind;
   std::vector<CheckpointTensor> tensors;
+  auto add = [&](const StoredTensorSpec &spec, Kind kind) {
+    CheckpointTensor tensor;
+    tensor.spec = spec;
+    tensor.kind = kind;
+    tensors.push_back(std::move(tensor));
+  };
   for (const ParamSpec &spec : desc.params)
-    tensors.push_back({spec, Kind::Param});
-  for (const StateSpec &spec : desc.states)
-    tensors.push_back({spec, Kind::State});
+    add(spec, Kind::Param);
+  for (const StateSpec &spec : desc.states) {
+    add(spec, Kind::State);
+    if (spec.master)
+      tensors.back().masterOf = spec.of;
+  }
   for (const BufferSpec &spec : desc.buffers)
-    tensors.push_back({spec, Kind::Buffer});
+    add(spec, Kind::Buffer);
   return tensors;
 }
 
@@ -68,6 +77,8 @@ std::string tensorJson(const CheckpointTensor &tensor) {
              jsonQuote(spec.name).c_str(), tensor.kindName(),
              elemTypeSafetensorsName(spec.type));
   json += formatShape(spec.shape);
+  if (!tensor.masterOf.empty())
+    json += ", \"master_of\": " + jsonQuote(tensor.masterOf);
   json += format(", \"storage\": \"%s\", \"elements\": %lld, \"crc32c\": [",
                  storageName(spec), static_cast<long long>(spec.storeElems));
   for (size_t r = 0; r < tensor.crc.size(); ++r)
@@ -480,9 +491,16 @@ CheckpointIndex readCheckpointIndex(const std::string &named,
                   : kind == "state" ? CheckpointTensor::Kind::State
                                     : CheckpointTensor::Kind::Buffer;
     std::string dtype = string(entry, "dtype");
-    if (dtype != "F32" && dtype != "I32")
-      bad(where + " has dtype '" + dtype + "' (expected F32 or I32)");
-    spec.type = dtype == "F32" ? ElemType::F32 : ElemType::I32;
+    if (!elemTypeFromSafetensorsName(dtype, &spec.type))
+      bad(where + " has dtype '" + dtype +
+          "' (expected F32, BF16, F16 or I32)");
+    if (const JsonValue *of = entry.find("master_of")) {
+      if (of->kind != JsonValue::Kind::String || of->text.empty() ||
+          kind != "state" || dtype != "F32")
+        bad(where + " has a \"master_of\" that is not the name of its "
+                    "parameter (an F32 state's)");
+      tensor.masterOf = of->text;
+    }
     const JsonValue *shape = entry.find("shape");
     if (!shape || shape->kind != JsonValue::Kind::Array)
       bad(where + " has no \"shape\" list");
@@ -604,26 +622,48 @@ void loadCheckpointShard(ztrt_ctx &ctx, const Descriptor &desc,
                          specs[i].spec.storeBytes);
 }
 
-void consolidateCheckpoint(const std::string &dir, const std::string &out) {
+void consolidateCheckpoint(const std::string &dir, const std::string &out,
+                           ConsolidateType dtype) {
   const char *what = "ztrain-consolidate";
   CheckpointIndex index = readCheckpointIndex(dir, what);
-  std::vector<const CheckpointTensor *> params;
+  // What is written: parameters and buffers (a state dict, as --save writes
+  // them); with fp32, also the f32 masters, which replace their parameters.
+  std::vector<const CheckpointTensor *> parts;
   std::vector<std::vector<char>> full;
+  std::vector<int64_t> masterPart; // per part: its master's part, or -1
   for (const CheckpointTensor &tensor : index.tensors) {
-    // A state dict: parameters and buffers (as --save writes them).
     if (tensor.kind == CheckpointTensor::Kind::State)
       continue;
-    params.push_back(&tensor);
+    parts.push_back(&tensor);
     full.emplace_back(static_cast<size_t>(tensor.spec.bytes));
   }
+  const size_t written = parts.size();
+  masterPart.assign(written, -1);
+  if (dtype == ConsolidateType::FP32)
+    for (const CheckpointTensor &tensor : index.tensors) {
+      if (tensor.masterOf.empty())
+        continue;
+      size_t p = 0;
+      while (p < written && !(parts[p]->kind == CheckpointTensor::Kind::Param &&
+                              parts[p]->spec.name == tensor.masterOf))
+        ++p;
+      if (p == written || parts[p]->spec.shape != tensor.spec.shape)
+        fatal("%s: '%s': master state '%s' is of '%s', which is not a "
+              "parameter of its shape in the checkpoint",
+              what, index.named.c_str(), tensor.spec.name.c_str(),
+              tensor.masterOf.c_str());
+      masterPart[p] = static_cast<int64_t>(parts.size());
+      parts.push_back(&tensor);
+      full.emplace_back(static_cast<size_t>(tensor.spec.bytes));
+    }
   // One shard file in memory at a time: a rank's slice of each tensor goes
   // to its place in the full tensor. Rank 0's copy of `whole` / `full`
   // storage is taken, as --save does; its padding is dropped.
   for (int64_t rank = 0; rank < index.worldSize; ++rank) {
     SafetensorsFile file = readShard(index, rank, what);
     checkShardChecksums(index, rank, file, what);
-    for (size_t i = 0; i < params.size(); ++i) {
-      const StoredTensorSpec &spec = params[i]->spec;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const StoredTensorSpec &spec = parts[i]->spec;
       if (spec.store == StoreMode::Full && rank != 0)
         continue;
       StorageSlice slice = spec.slice(rank);
@@ -633,10 +673,29 @@ void consolidateCheckpoint(const std::string &dir, const std::string &out) {
     }
   }
   std::vector<SafetensorsWriteTensor> tensors;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const StoredTensorSpec &spec = params[i]->spec;
-    tensors.push_back({spec.name, elemTypeSafetensorsName(spec.type),
-                       spec.shape, full[i].data()});
+  std::vector<std::vector<char>> converted(written);
+  for (size_t i = 0; i < written; ++i) {
+    const StoredTensorSpec &spec = parts[i]->spec;
+    ElemType type = spec.type;
+    const char *data = full[i].data();
+    if (dtype != ConsolidateType::Own && isFloatType(spec.type)) {
+      // fp32: the master when there is one (the unrounded weights), else
+      // the tensor widened (exact); bf16: the tensor rounded to bf16.
+      ElemType from = spec.type;
+      if (masterPart[i] >= 0) {
+        data = full[static_cast<size_t>(masterPart[i])].data();
+        from = ElemType::F32;
+      }
+      type = dtype == ConsolidateType::FP32 ? ElemType::F32 : ElemType::BF16;
+      if (from != type) {
+        converted[i].resize(
+            static_cast<size_t>(spec.numel * elemTypeBytes(type)));
+        convertElements(from, data, type, converted[i].data(), spec.numel);
+        data = converted[i].data();
+      }
+    }
+    tensors.push_back(
+        {spec.name, elemTypeSafetensorsName(type), spec.shape, data});
   }
   // The same metadata as --save: "format": "pt" is what Hugging Face
   // loaders look for in PyTorch weights.

@@ -65,6 +65,9 @@ struct CheckpointTensor {
                                  : "buffer";
   }
   std::vector<uint32_t> crc;
+  /// For the f32 master state of a bf16 / f16 parameter: the parameter's
+  /// name (the index's optional "master_of"); else empty.
+  std::string masterOf;
 };
 
 /// The "ztrain" part of DIR/index.json.
@@ -132,12 +135,21 @@ void checkResumable(const CheckpointIndex &index, const Descriptor &desc,
 void loadCheckpointShard(ztrt_ctx &ctx, const Descriptor &desc,
                          const CheckpointIndex &index);
 
-/// Reassembles every parameter of the checkpoint in `dir` as its full tensor
-/// (shards concatenated in rank order, padding dropped) and writes them to
-/// the safetensors file `out`: the bytes --save of the same run writes.
-/// Optimizer states are not part of it. Fatal, leaving no `out`, on a
-/// missing or corrupt index or shard (every tensor's CRC-32C is checked).
-void consolidateCheckpoint(const std::string &dir, const std::string &out);
+/// The element type ztrain-consolidate writes floating-point tensors in
+/// (--dtype): each tensor's own, f32, or bf16. i32 tensors stay i32.
+enum class ConsolidateType { Own, FP32, BF16 };
+
+/// Reassembles every parameter and buffer of the checkpoint in `dir` as its
+/// full tensor (shards concatenated in rank order, padding dropped) and
+/// writes them to the safetensors file `out`: with ConsolidateType::Own,
+/// the bytes --save of the same run writes. FP32 writes a parameter that
+/// has an f32 master state as that master (the unrounded weights), every
+/// other floating tensor widened (exact); BF16 rounds every floating tensor
+/// to bf16 (nearest even). Optimizer states are not part of it. Fatal,
+/// leaving no `out`, on a missing or corrupt index or shard (every tensor's
+/// CRC-32C is checked).
+void consolidateCheckpoint(const std::string &dir, const std::string &out,
+                           ConsolidateType dtype = ConsolidateType::Own);
 
 } // namespace ztrt
 

@@ -345,8 +345,8 @@ void startCollectiveWatchdog(double timeoutSeconds,
             "ranks (--collective-timeout %g); did not arrive: %s; ending the "
             "job",
             what.c_str(), static_cast<long long>(me.collective),
-            stepText(me.step).c_str(), timeoutSeconds, missing.c_str(),
-            timeoutSeconds);
+            stepText(me.step).c_str(), timeoutSeconds, timeoutSeconds,
+            missing.c_str());
     }
   }).detach();
 }

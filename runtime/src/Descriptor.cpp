@@ -21,6 +21,10 @@ int64_t elemTypeBytes(ElemType type) {
   switch (type) {
   case ElemType::F32:
     return elementBytes(DType::F32);
+  case ElemType::BF16:
+    return elementBytes(DType::BF16);
+  case ElemType::F16:
+    return elementBytes(DType::F16);
   case ElemType::I32:
     return static_cast<int64_t>(sizeof(int32_t));
   }
@@ -28,11 +32,91 @@ int64_t elemTypeBytes(ElemType type) {
 }
 
 const char *elemTypeName(ElemType type) {
-  return type == ElemType::F32 ? "f32" : "i32";
+  switch (type) {
+  case ElemType::F32:
+    return "f32";
+  case ElemType::BF16:
+    return "bf16";
+  case ElemType::F16:
+    return "f16";
+  case ElemType::I32:
+    break;
+  }
+  return "i32";
 }
 
 const char *elemTypeSafetensorsName(ElemType type) {
-  return type == ElemType::F32 ? "F32" : "I32";
+  switch (type) {
+  case ElemType::F32:
+    return "F32";
+  case ElemType::BF16:
+    return "BF16";
+  case ElemType::F16:
+    return "F16";
+  case ElemType::I32:
+    break;
+  }
+  return "I32";
+}
+
+bool elemTypeFromSafetensorsName(const std::string &name, ElemType *type) {
+  static const std::pair<const char *, ElemType> kNames[] = {
+      {"F32", ElemType::F32},
+      {"I32", ElemType::I32},
+      {"BF16", ElemType::BF16},
+      {"F16", ElemType::F16}};
+  for (const auto &[text, value] : kNames)
+    if (name == text) {
+      *type = value;
+      return true;
+    }
+  return false;
+}
+
+namespace {
+
+float loadFloat(ElemType type, const void *src, int64_t i) {
+  switch (type) {
+  case ElemType::BF16:
+    return static_cast<float>(static_cast<const bf16 *>(src)[i]);
+  case ElemType::F16:
+    return static_cast<float>(static_cast<const f16 *>(src)[i]);
+  default:
+    return static_cast<const float *>(src)[i];
+  }
+}
+
+void storeFloat(ElemType type, void *dst, int64_t i, float value) {
+  switch (type) {
+  case ElemType::BF16:
+    static_cast<bf16 *>(dst)[i] = bf16(value);
+    return;
+  case ElemType::F16:
+    static_cast<f16 *>(dst)[i] = f16(value);
+    return;
+  default:
+    static_cast<float *>(dst)[i] = value;
+    return;
+  }
+}
+
+} // namespace
+
+int64_t convertElements(ElemType from, const void *src, ElemType to, void *dst,
+                        int64_t n) {
+  int64_t changed = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    float value = loadFloat(from, src, i);
+    storeFloat(to, dst, i, value);
+    float back = loadFloat(to, dst, i);
+    // A bitwise comparison would count -0 == 0 as equal anyway (both are
+    // kept); NaN stays NaN (quieted), which is not a loss of precision.
+    if (back != value && !(std::isnan(back) && std::isnan(value)))
+      ++changed;
+    else if (back == 0.0f && std::signbit(back) != std::signbit(value))
+      ++changed;
+  }
+  return changed;
 }
 
 StorageSlice StoredTensorSpec::slice(int64_t rank) const {
@@ -88,6 +172,15 @@ public:
 
   bool atEnd() const { return pos >= line.size(); }
 
+  /// The next word without consuming it ("" at the end).
+  std::string peek() const {
+    if (atEnd())
+      return "";
+    size_t space = line.find(' ', pos);
+    return line.substr(pos, space == std::string::npos ? std::string::npos
+                                                       : space - pos);
+  }
+
   std::string word(const char *what) {
     if (atEnd())
       error(std::string("missing ") + what);
@@ -131,16 +224,27 @@ public:
       error("unexpected trailing fields");
   }
 
-  /// `<name> <dtype> <rank> <d0> .. <dn-1>`, shared by all three records.
-  void tensor(TensorSpec &spec) {
-    spec.name = word("name");
+  /// A dtype word: f32 or i32, and bf16 or f16 where `sixteen` is set
+  /// (parameters, states and gradients).
+  ElemType dtype(bool sixteen) {
     std::string type = word("dtype");
     if (type == "f32")
-      spec.type = ElemType::F32;
-    else if (type == "i32")
-      spec.type = ElemType::I32;
-    else
-      error("unknown dtype '" + type + "' (expected f32 or i32)");
+      return ElemType::F32;
+    if (type == "i32")
+      return ElemType::I32;
+    if (sixteen && type == "bf16")
+      return ElemType::BF16;
+    if (sixteen && type == "f16")
+      return ElemType::F16;
+    error("unknown dtype '" + type + "' (expected f32" +
+          (sixteen ? ", bf16, f16 or i32)" : " or i32)"));
+  }
+
+  /// `<name> <dtype> <rank> <d0> .. <dn-1>`, shared by all records; bf16
+  /// and f16 only where `sixteen` is set.
+  void tensor(TensorSpec &spec, bool sixteen) {
+    spec.name = word("name");
+    spec.type = dtype(sixteen);
     int64_t rank = integer("rank");
     if (rank > kMaxRank)
       error("rank " + std::to_string(rank) + " is too large");
@@ -241,7 +345,7 @@ Descriptor parseDescriptor(const char *text) {
     }
     if (kind == "param") {
       ParamSpec spec;
-      p.tensor(spec);
+      p.tensor(spec, /*sixteen=*/true);
       p.keyword("init");
       spec.init = p.initKind(false);
       spec.scale = p.number("init scale");
@@ -256,7 +360,7 @@ Descriptor parseDescriptor(const char *text) {
       desc.params.push_back(std::move(spec));
     } else if (kind == "buffer") {
       BufferSpec spec;
-      p.tensor(spec);
+      p.tensor(spec, /*sixteen=*/false);
       p.keyword("init");
       spec.init = p.initKind(true);
       spec.scale = p.number("init scale");
@@ -274,9 +378,13 @@ Descriptor parseDescriptor(const char *text) {
       desc.buffers.push_back(std::move(spec));
     } else if (kind == "state") {
       StateSpec spec;
-      p.tensor(spec);
+      p.tensor(spec, /*sixteen=*/true);
       p.keyword("of");
       spec.of = p.word("parameter name");
+      if (p.peek() == "master") {
+        p.word("master");
+        spec.master = true;
+      }
       p.storage(spec);
       for (size_t i = 0; i < desc.params.size(); ++i)
         if (desc.params[i].name == spec.of)
@@ -286,12 +394,30 @@ Descriptor parseDescriptor(const char *text) {
                 spec.of + "'");
       if (!names.insert(spec.name).second)
         p.error("duplicate name '" + spec.name + "'");
+      if (spec.master) {
+        ParamSpec &param = desc.params[spec.paramIndex];
+        if (spec.type != ElemType::F32)
+          p.error("master state '" + spec.name + "' must be f32, not " +
+                  elemTypeName(spec.type));
+        if (param.type != ElemType::BF16 && param.type != ElemType::F16)
+          p.error("master state '" + spec.name + "' is of " +
+                  elemTypeName(param.type) + " parameter '" + spec.of +
+                  "' (masters belong to bf16 or f16 parameters)");
+        if (spec.shape != param.shape)
+          p.error("master state '" + spec.name + "' has shape " +
+                  formatShape(spec.shape) + ", its parameter '" + spec.of +
+                  "' " + formatShape(param.shape));
+        if (param.masterIndex >= 0)
+          p.error("parameter '" + spec.of + "' has a second master state '" +
+                  spec.name + "'");
+        param.masterIndex = static_cast<int64_t>(desc.states.size());
+      }
       if (spec.store == StoreMode::Shard)
         sharded.push_back({p, false, desc.states.size()});
       desc.states.push_back(std::move(spec));
     } else if (kind == "input") {
       InputSpec spec;
-      p.tensor(spec);
+      p.tensor(spec, /*sixteen=*/false);
       p.keyword("bound");
       spec.bound = p.integer("bound");
       p.end();
@@ -306,6 +432,9 @@ Descriptor parseDescriptor(const char *text) {
       std::string of = p.word("parameter name");
       GradSpec spec;
       spec.elements = p.integer("gradient elements");
+      bool typed = !p.atEnd();
+      if (typed)
+        spec.type = p.dtype(/*sixteen=*/true);
       p.end();
       size_t next = desc.grads.size();
       if (next >= desc.params.size() || desc.params[next].name != of)
@@ -316,6 +445,13 @@ Descriptor parseDescriptor(const char *text) {
                 ", one per parameter in parameter order)");
       if (spec.elements < 1)
         p.error("gradient of '" + of + "' must have >= 1 elements");
+      if (spec.elements > (int64_t(1) << 60))
+        p.error("gradient of '" + of + "' is too large");
+      // Absent (hand-written descriptors): the parameter's own type.
+      if (!typed)
+        spec.type = desc.params[next].type;
+      else if (spec.type == ElemType::I32)
+        p.error("gradient of '" + of + "' cannot be i32");
       spec.paramIndex = static_cast<int64_t>(next);
       desc.grads.push_back(spec);
     } else if (kind == "arena") {
@@ -360,8 +496,7 @@ PlannedBytes plannedBytes(const Descriptor &desc) {
   for (const StateSpec &spec : desc.states)
     planned.modelStates += spec.storeBytes;
   for (const GradSpec &spec : desc.grads)
-    planned.modelStates +=
-        spec.elements * desc.params[spec.paramIndex].elemBytes();
+    planned.modelStates += spec.bytes();
   for (const InputSpec &spec : desc.inputs)
     planned.inputs += spec.bytes;
   for (const BufferSpec &spec : desc.buffers)

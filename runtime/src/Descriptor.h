@@ -15,14 +15,31 @@
 
 namespace ztrt {
 
-enum class ElemType { F32, I32 };
+/// Element types of model tensors. bf16 and f16 (2 bytes) hold parameters
+/// and optimizer states only (mixed precision); inputs and buffers are f32
+/// or i32.
+enum class ElemType { F32, I32, BF16, F16 };
 
-/// "f32" / "i32", as in the descriptor.
+/// "f32" / "i32" / "bf16" / "f16", as in the descriptor.
 const char *elemTypeName(ElemType type);
-/// Bytes of one element (both are 4 bytes).
+/// Bytes of one element (4 for f32 and i32, 2 for bf16 and f16).
 int64_t elemTypeBytes(ElemType type);
-/// "F32" / "I32", as in safetensors headers.
+/// "F32" / "I32" / "BF16" / "F16", as in safetensors headers.
 const char *elemTypeSafetensorsName(ElemType type);
+/// The ElemType of a safetensors dtype name; false when it names none of
+/// the four.
+bool elemTypeFromSafetensorsName(const std::string &name, ElemType *type);
+/// True for f32, bf16 and f16.
+inline bool isFloatType(ElemType type) { return type != ElemType::I32; }
+
+/// Converts `n` elements of floating type `from` at `src` to floating type
+/// `to` at `dst` (host memory; may not overlap unless from == to): widening
+/// is exact, narrowing rounds to nearest even (DType.h's bf16(float) /
+/// f16(float)); bf16 <-> f16 goes through f32. Returns the number of
+/// elements whose value the conversion changed (0: it was exact; NaNs
+/// count as unchanged when they stay NaN).
+int64_t convertElements(ElemType from, const void *src, ElemType to, void *dst,
+                        int64_t n);
 
 struct TensorSpec {
   std::string name;
@@ -75,6 +92,9 @@ enum class InitKind { Zeros, Ones, Normal, Uniform, Causal };
 struct ParamSpec : StoredTensorSpec {
   InitKind init = InitKind::Zeros;
   double scale = 0.0;
+  /// The index in Descriptor::states of this parameter's master state, or
+  /// -1 (f32 parameters, and 16-bit ones updated without a master).
+  int64_t masterIndex = -1;
 };
 
 /// A train.buffer: the whole tensor on every rank (storeElems == numel),
@@ -87,14 +107,22 @@ struct BufferSpec : StoredTensorSpec {
 struct StateSpec : StoredTensorSpec {
   std::string of;
   int64_t paramIndex = -1;
+  /// `of <param> master`: the f32 master copy of a bf16 / f16 parameter
+  /// (same shape), initialised with the parameter's f32 init values rather
+  /// than zeros.
+  bool master = false;
 };
 
-/// `grad <param> <E>`: the parameter's persistent gradient buffer holds E
-/// f32 elements per rank (the whole gradient, its padded form or a slice,
-/// as the compiler planned it).
+/// `grad <param> <E> [<dtype>]`: the parameter's persistent gradient buffer
+/// holds E elements of `type` per rank (the whole gradient, its padded form
+/// or a slice, as the compiler planned it); `type` is the parameter's dtype
+/// when the record has none.
 struct GradSpec {
   int64_t paramIndex = -1;
   int64_t elements = 0;
+  ElemType type = ElemType::F32;
+  /// elements * the element's bytes: what every rank allocates.
+  int64_t bytes() const { return elements * elemTypeBytes(type); }
 };
 
 struct InputSpec : TensorSpec {

@@ -204,12 +204,23 @@ void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
     initBuffer(spec, opts.seed, host.data());
     backend.copyFromHost(ctx.buffers[i], host.data(), spec.bytes);
   }
+  // A 16-bit parameter's master state starts as the f32 values the
+  // parameter is the rounding of (other states stay zero).
+  auto masterOf = [&](const ParamSpec &spec) -> const StateSpec * {
+    return spec.masterIndex >= 0 ? &desc.states[spec.masterIndex] : nullptr;
+  };
   if (opts.init.empty()) {
     for (size_t i = 0; i < desc.params.size(); ++i) {
       const ParamSpec &spec = desc.params[i];
       std::vector<char> host(static_cast<size_t>(spec.storeBytes));
       initParameterStorage(spec, opts.seed, rank, host.data());
       backend.copyFromHost(ctx.params[i], host.data(), spec.storeBytes);
+      if (const StateSpec *master = masterOf(spec)) {
+        std::vector<char> wide(static_cast<size_t>(master->storeBytes));
+        initMasterStorage(*master, spec, opts.seed, rank, wide.data());
+        backend.copyFromHost(ctx.states[spec.masterIndex], wide.data(),
+                             master->storeBytes);
+      }
     }
     return;
   }
@@ -220,12 +231,18 @@ void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
     const SafetensorsTensor *tensor = file.find(spec.name);
     if (!tensor)
       fatal("--init '%s': no tensor named '%s'", path, spec.name.c_str());
-    checkInitTensor(path, *tensor, spec);
-    StorageSlice slice = spec.slice(rank);
-    std::vector<char> host(static_cast<size_t>(spec.storeBytes), 0);
-    std::memcpy(host.data(), tensor->data + slice.begin * spec.elemBytes(),
-                static_cast<size_t>(slice.count * spec.elemBytes()));
+    const StateSpec *master = masterOf(spec);
+    std::vector<char> host(static_cast<size_t>(spec.storeBytes));
+    std::vector<char> wide(master ? static_cast<size_t>(master->storeBytes)
+                                  : 0);
+    std::string problem =
+        loadInitTensor(spec, master, *tensor, rank, host.data(), wide.data());
+    if (!problem.empty())
+      fatal("--init '%s': %s", path, problem.c_str());
     backend.copyFromHost(ctx.params[i], host.data(), spec.storeBytes);
+    if (master)
+      backend.copyFromHost(ctx.states[spec.masterIndex], wide.data(),
+                           master->storeBytes);
   }
 }
 
@@ -635,8 +652,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
           desc.grads.size(), desc.params.size());
   for (const GradSpec &spec : desc.grads)
     ctx.grads.push_back(ctx.allocate(
-        spec.elements * desc.params[spec.paramIndex].elemBytes(),
-        ZTRT_CAT_GRADIENTS,
+        spec.bytes(), ZTRT_CAT_GRADIENTS,
         ("gradient of '" + desc.params[spec.paramIndex].name + "'").c_str()));
   for (const InputSpec &spec : desc.inputs)
     ctx.inputs.push_back(ctx.allocate(spec.bytes, ZTRT_CAT_OTHER,

@@ -6,9 +6,14 @@
 
 #include "src/Init.h"
 
+#include "src/DType.h"
+#include "src/Safetensors.h"
+#include "src/Support.h"
+
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace ztrt {
 namespace rng {
@@ -53,6 +58,16 @@ void initParameter(const ParamSpec &spec, uint64_t seed, int64_t begin,
     int32_t *out = static_cast<int32_t *>(dst);
     for (int64_t i = 0; i < n; ++i)
       out[i] = value;
+    return;
+  }
+  if (spec.type != ElemType::F32) {
+    // bf16 / f16: the f32 values an f32 parameter of this name and shape
+    // gets (the same stream), each rounded once to the parameter's type.
+    ParamSpec wide = spec;
+    wide.type = ElemType::F32;
+    std::vector<float> values(static_cast<size_t>(n));
+    initParameter(wide, seed, begin, end, values.data());
+    convertElements(ElemType::F32, values.data(), spec.type, dst, n);
     return;
   }
   float *out = static_cast<float *>(dst);
@@ -118,6 +133,72 @@ void initParameterStorage(const ParamSpec &spec, uint64_t seed, int64_t rank,
   std::memset(static_cast<char *>(dst) + slice.count * spec.elemBytes(), 0,
               static_cast<size_t>((spec.storeElems - slice.count) *
                                   spec.elemBytes()));
+}
+
+void initMasterStorage(const StateSpec &master, const ParamSpec &param,
+                       uint64_t seed, int64_t rank, void *dst) {
+  // The master is laid out as its own record says (its storage may differ
+  // from the parameter's: ZeRO-1 shards states, not parameters) and holds
+  // the f32 values of the parameter's stream.
+  ParamSpec wide = param;
+  static_cast<StoredTensorSpec &>(wide) = master;
+  wide.name = param.name;
+  wide.type = ElemType::F32;
+  initParameterStorage(wide, seed, rank, dst);
+}
+
+std::string loadInitTensor(const ParamSpec &param, const StateSpec *master,
+                           const SafetensorsTensor &tensor, int64_t rank,
+                           void *paramDst, void *masterDst) {
+  ElemType from = ElemType::F32;
+  const bool known = elemTypeFromSafetensorsName(tensor.dtype, &from);
+  const char *own = elemTypeSafetensorsName(param.type);
+  // Accepted: the parameter's own type; f32 for a 16-bit parameter (into
+  // its master as is, rounded into the parameter; without a master only
+  // when rounding changes no value).
+  const bool sixteen =
+      param.type == ElemType::BF16 || param.type == ElemType::F16;
+  if (!known || (from != param.type && !(sixteen && from == ElemType::F32)))
+    return format("tensor '%s' has dtype %s, the model expects %s%s",
+                  param.name.c_str(), tensor.dtype.c_str(), own,
+                  sixteen ? " or F32" : "");
+  if (tensor.shape != param.shape)
+    return format("tensor '%s' has shape %s, the model expects %s",
+                  param.name.c_str(), formatShape(tensor.shape).c_str(),
+                  formatShape(param.shape).c_str());
+  const int64_t eb = param.elemBytes();
+  StorageSlice slice = param.slice(rank);
+  std::memset(paramDst, 0, static_cast<size_t>(param.storeBytes));
+  if (from == param.type) {
+    std::memcpy(paramDst, tensor.data + slice.begin * eb,
+                static_cast<size_t>(slice.count * eb));
+  } else {
+    if (!master) {
+      // Every value, not just this rank's slice: all ranks must agree.
+      std::vector<char> rounded(static_cast<size_t>(param.bytes));
+      int64_t lost = convertElements(ElemType::F32, tensor.data, param.type,
+                                     rounded.data(), param.numel);
+      if (lost > 0)
+        return format("tensor '%s' is F32 but parameter '%s' is %s and has "
+                      "no f32 master: converting it would lose precision "
+                      "(%lld of %lld values are not exactly representable "
+                      "in %s; store it as %s)",
+                      param.name.c_str(), param.name.c_str(),
+                      elemTypeName(param.type), static_cast<long long>(lost),
+                      static_cast<long long>(param.numel),
+                      elemTypeName(param.type), own);
+    }
+    convertElements(ElemType::F32, tensor.data + slice.begin * 4, param.type,
+                    paramDst, slice.count);
+  }
+  if (!master)
+    return "";
+  StorageSlice mslice = master->slice(rank);
+  std::memset(masterDst, 0, static_cast<size_t>(master->storeBytes));
+  // Widening bf16 / f16 to f32 is exact; f32 is copied.
+  convertElements(from, tensor.data + mslice.begin * elemTypeBytes(from),
+                  ElemType::F32, masterDst, mslice.count);
+  return "";
 }
 
 } // namespace ztrt

@@ -16,9 +16,13 @@
 #include "src/Rng.h" // mix64, draw, bits24
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace ztrt {
+
+struct SafetensorsTensor;
+
 namespace rng {
 
 /// 64-bit FNV-1a of `bytes`.
@@ -35,7 +39,9 @@ uint64_t below(uint64_t key, uint64_t counter, uint64_t bound);
 } // namespace rng
 
 /// Writes elements [begin, end) of parameter `spec`, initialised from
-/// `seed`, into host memory `dst` (which holds end - begin elements).
+/// `seed`, into host memory `dst` (which holds end - begin elements). A
+/// bf16 / f16 parameter gets the f32 parameter's values rounded to nearest
+/// even (the same stream, so its master can hold the unrounded ones).
 void initParameter(const ParamSpec &spec, uint64_t seed, int64_t begin,
                    int64_t end, void *dst);
 
@@ -44,6 +50,25 @@ void initParameter(const ParamSpec &spec, uint64_t seed, int64_t begin,
 /// values of the global elements it holds, zeros in its padding.
 void initParameterStorage(const ParamSpec &spec, uint64_t seed, int64_t rank,
                           void *dst);
+
+/// Writes rank `rank`'s storage of `master` (f32, master->storeElems
+/// elements), the master state of 16-bit parameter `param`: the f32 values
+/// initParameter gives an f32 parameter of param's name and shape (of which
+/// `param`'s own values are the rounding), zeros in its padding.
+void initMasterStorage(const StateSpec &master, const ParamSpec &param,
+                       uint64_t seed, int64_t rank, void *dst);
+
+/// --init: fills rank `rank`'s storage of `param` (param.storeBytes at
+/// `paramDst`) and, when `master` is non-null, of its master state
+/// (master->storeBytes at `masterDst`) from the full tensor `tensor`.
+/// Accepted dtypes: the parameter's own (a master gets the values widened,
+/// exactly); F32 for a bf16 / f16 parameter (the master gets the values, the
+/// parameter their rounding; without a master only when every value is
+/// exactly representable). Returns "" or the problem, naming the tensor;
+/// writes nothing meaningful then.
+std::string loadInitTensor(const ParamSpec &param, const StateSpec *master,
+                           const SafetensorsTensor &tensor, int64_t rank,
+                           void *paramDst, void *masterDst);
 
 /// Writes buffer `spec` (all spec.numel elements, f32 or i32) by its rule
 /// into host memory `dst`: normal / uniform from key(seed, "buffer/" +

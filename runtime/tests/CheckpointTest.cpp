@@ -12,6 +12,7 @@
 #include "TestUtil.h"
 
 #include "src/Checkpoint.h"
+#include "src/DType.h"
 #include "src/Descriptor.h"
 #include "src/Json.h"
 #include "src/Safetensors.h"
@@ -451,4 +452,150 @@ TEST(CheckpointTest, ConsolidationReassemblesAndRefusesBadShards) {
               "^ztrain: error: ztrain-consolidate: cannot open '[^']*/ck"
               "/index.json': No such file or directory \\(not a "
               "checkpoint, or an incomplete one\\)\n$");
+}
+
+namespace {
+
+const char kMixed[] = "ztrain-descriptor 1\n"
+                      "grid 2\n"
+                      "param w bf16 2 4 1 init normal 0.5 store 3 shard\n"
+                      "param b f16 1 2 init zeros 0\n"
+                      "grad w 3 f32\n"
+                      "grad b 2 f16\n"
+                      "state w.master f32 2 4 1 of w master store 3 shard\n"
+                      "optimizer sgd lr=0.1\n";
+
+/// A 2-rank checkpoint of kMixed: bf16 `w` sharded (3 per rank) with its
+/// f32 master, f16 `b` whole; masters hold values bf16 cannot, so that
+/// consolidating from them differs from widening the parameter.
+void writeMixedCheckpoint(const std::string &dir) {
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  const float master[2][3] = {{1.0f + 0x1p-9f, 2.0f, -3.0f + 0x1p-10f},
+                              {4.0f, 0, 0}};
+  uint16_t w[2][3];
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 3; ++i)
+      w[r][i] = bf16(master[r][i]).bits;
+  const uint16_t b[2] = {f16(0.5f).bits, f16(-1.0f + 0x1p-10f).bits};
+  std::string tensors;
+  std::vector<uint32_t> crcW, crcM, crcB;
+  for (int r = 0; r < 2; ++r) {
+    writeSafetensors(dir + "/" + checkpointShardName(r, 2),
+                     {{"w", "BF16", {3}, w[r]},
+                      {"b", "F16", {2}, b},
+                      {"w.master", "F32", {3}, master[r]}},
+                     {{"format", "pt"},
+                      {"ztrain_rank", std::to_string(r)},
+                      {"ztrain_world_size", "2"},
+                      {"ztrain_step", "4"}});
+    crcW.push_back(crc32c(w[r], 6));
+    crcM.push_back(crc32c(master[r], 12));
+    crcB.push_back(crc32c(b, 4));
+  }
+  auto crcs = [](const std::vector<uint32_t> &c) {
+    return format("[\"%08x\", \"%08x\"]", c[0], c[1]);
+  };
+  tensors =
+      "[{\"name\": \"w\", \"kind\": \"param\", \"dtype\": \"BF16\", "
+      "\"shape\": [4, 1], \"storage\": \"shard\", \"elements\": 3, "
+      "\"crc32c\": " + crcs(crcW) + "}, "
+      "{\"name\": \"b\", \"kind\": \"param\", \"dtype\": \"F16\", "
+      "\"shape\": [2], \"storage\": \"whole\", \"elements\": 2, "
+      "\"crc32c\": " + crcs(crcB) + "}, "
+      "{\"name\": \"w.master\", \"kind\": \"state\", \"dtype\": \"F32\", "
+      "\"shape\": [4, 1], \"master_of\": \"w\", \"storage\": \"shard\", "
+      "\"elements\": 3, \"crc32c\": " + crcs(crcM) + "}]";
+  writeBytes(dir + "/index.json",
+             "{\"metadata\": {\"total_size\": 44}, \"weight_map\": {}, "
+             "\"ztrain\": {\"version\": 2, \"world_size\": 2, \"files\": "
+             "[\"rank-0-of-2.safetensors\", \"rank-1-of-2.safetensors\"], "
+             "\"step\": 4, \"seed\": 1, \"data\": \"\", "
+             "\"tensors\": " +
+                 tensors + ", \"descriptor\": " + jsonQuote(kMixed) + "}}");
+}
+
+} // namespace
+
+TEST(CheckpointTest, MixedPrecisionIndexReadsBackAndResumeChecksDtypes) {
+  TempDir dir;
+  writeMixedCheckpoint(dir.path("ck"));
+  CheckpointIndex index = readCheckpointIndex(dir.path("ck"), "test");
+  ASSERT_EQ(index.tensors.size(), 3u);
+  EXPECT_EQ(index.tensors[0].spec.type, ElemType::BF16);
+  EXPECT_EQ(index.tensors[0].spec.storeBytes, 6);
+  EXPECT_EQ(index.tensors[1].spec.type, ElemType::F16);
+  EXPECT_EQ(index.tensors[2].spec.type, ElemType::F32);
+  EXPECT_EQ(index.tensors[2].masterOf, "w");
+  EXPECT_EQ(index.tensors[0].masterOf, "");
+  Descriptor desc = parseDescriptor(kMixed);
+  checkResumable(index, desc, kMixed, 2); // Passes.
+  // The same model with an f32 `w` cannot resume it: named with both types.
+  std::string f32 = kMixed;
+  f32.replace(f32.find("param w bf16"), 12, "param w f32");
+  f32.replace(f32.find("grad w 3 f32\n"), 13, "grad w 3\n");
+  f32.replace(f32.find(" master store"), 7, "");
+  Descriptor wide = parseDescriptor(f32.c_str());
+  EXPECT_EXIT(checkResumable(index, wide, f32.c_str(), 2),
+              ::testing::ExitedWithCode(1),
+              "^ztrain: error: --resume '[^']*/ck': param 'w' is BF16 \\[4, "
+              "1\\], storage 'shard' of 3 elements in the checkpoint, this "
+              "model has F32 \\[4, 1\\], storage 'shard' of 3 elements\n$");
+}
+
+// Exact, no tolerance: each output is a copy, an exact widening, or one
+// round to nearest even of the stored values.
+TEST(CheckpointTest, ConsolidateDtypes) {
+  TempDir dir;
+  const std::string ck = dir.path("ck");
+  writeMixedCheckpoint(ck);
+  const float master[4] = {1.0f + 0x1p-9f, 2.0f, -3.0f + 0x1p-10f, 4.0f};
+  const float bvals[2] = {0.5f, -1.0f + 0x1p-10f};
+
+  // Own dtypes: bf16 w (the master rounded), f16 b, no states.
+  consolidateCheckpoint(ck, dir.path("own.safetensors"));
+  SafetensorsFile own = SafetensorsFile::read(dir.path("own.safetensors"), "t");
+  ASSERT_EQ(own.tensors().size(), 2u);
+  const SafetensorsTensor *w = own.find("w");
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->dtype, "BF16");
+  EXPECT_EQ(w->shape, (std::vector<int64_t>{4, 1}));
+  ASSERT_EQ(w->bytes, 8u);
+  for (int i = 0; i < 4; ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, w->data + 2 * i, 2);
+    EXPECT_EQ(bits, bf16(master[i]).bits) << i;
+  }
+  EXPECT_EQ(own.find("b")->dtype, "F16");
+
+  // fp32: w from its master (not the widened bf16), b widened.
+  consolidateCheckpoint(ck, dir.path("fp32.safetensors"),
+                        ConsolidateType::FP32);
+  SafetensorsFile fp32 =
+      SafetensorsFile::read(dir.path("fp32.safetensors"), "t");
+  ASSERT_EQ(fp32.tensors().size(), 2u); // The master is not a tensor of its own.
+  w = fp32.find("w");
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->dtype, "F32");
+  ASSERT_EQ(w->bytes, 16u);
+  EXPECT_EQ(std::memcmp(w->data, master, 16), 0);
+  const SafetensorsTensor *b = fp32.find("b");
+  EXPECT_EQ(b->dtype, "F32");
+  ASSERT_EQ(b->bytes, 8u);
+  EXPECT_EQ(std::memcmp(b->data, bvals, 8), 0);
+
+  // bf16: every floating tensor rounded to bf16.
+  consolidateCheckpoint(ck, dir.path("bf16.safetensors"),
+                        ConsolidateType::BF16);
+  SafetensorsFile half =
+      SafetensorsFile::read(dir.path("bf16.safetensors"), "t");
+  b = half.find("b");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->dtype, "BF16");
+  uint16_t bits[2];
+  std::memcpy(bits, b->data, 4);
+  EXPECT_EQ(bits[0], bf16(0.5f).bits);
+  // -1 + 2^-10 is exact in f16 and rounds to -1 in bf16.
+  EXPECT_EQ(bits[1], bf16(-1.0f).bits);
+  EXPECT_EQ(half.find("w")->dtype, "BF16");
+  EXPECT_EQ(std::memcmp(half.find("w")->data, own.find("w")->data, 8), 0);
 }

@@ -1786,6 +1786,172 @@ TYPED_TEST(CudaDTypeTest, MaxReductionAndGradAreTheFloatOnesRounded) {
   }
 }
 
+// --- Mixed precision: ztrt_cast and the master-weight updates -------------
+//
+// Against the cpu backend on the same inputs (the cpu's own results are
+// checked against src/DType.h and the f32 updates in DTypeKernelTest and
+// OptimizerTest). Tolerance: none, bit equality, NaNs included.
+
+const DType kAllTypes[] = {DType::F32, DType::BF16, DType::F16};
+
+int32_t codeOf(DType type) { return static_cast<int32_t>(type); }
+
+template <typename T> uint32_t rawBits(const T &v) {
+  if constexpr (std::is_same_v<T, float>)
+    return bits(v);
+  else
+    return v.bits;
+}
+
+template <typename T>
+void expectSameBits(const std::vector<T> &got, const std::vector<T> &want,
+                    const std::string &what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size() && bad < 5; ++i)
+    if (rawBits(got[i]) != rawBits(want[i])) {
+      ADD_FAILURE() << what << "[" << i << "]: cuda 0x" << std::hex
+                    << rawBits(got[i]) << ", cpu 0x" << rawBits(want[i])
+                    << std::dec;
+      ++bad;
+    }
+}
+
+/// The sources of a cast from T: every bit pattern of a 16-bit type; for
+/// f32, inputs() with its special values (NaN, +-inf, an f32 subnormal,
+/// -FLT_MAX) plus ties and subnormals of the 16-bit types, values around
+/// f16's overflow boundary, and NaNs with payloads.
+template <typename T> std::vector<T> castSources() {
+  if constexpr (std::is_same_v<T, float>) {
+    std::vector<float> v = inputs(size_t(1) << 16, 170, 8.0f, true);
+    const uint32_t patterns[] = {0x3f808000u, 0x3f818000u, 0x3f801000u,
+                                 0x3f803000u, 0x33800000u, 0x33000000u,
+                                 0x33c00000u, 0x477fefffu, 0x477ff000u,
+                                 0xc77ff000u, 0x7f7f8000u, 0x7fc12345u,
+                                 0xff800001u, 0x7fa00000u, 0x00000001u};
+    for (size_t i = 0; i < sizeof(patterns) / sizeof(patterns[0]); ++i)
+      std::memcpy(&v[17 + 3 * i], &patterns[i], sizeof(float));
+    return v;
+  } else {
+    std::vector<T> all(65536);
+    for (uint32_t b = 0; b < 65536; ++b)
+      all[b] = T::fromBits(static_cast<uint16_t>(b));
+    return all;
+  }
+}
+
+TEST_F(CudaConformanceTest, CastIsBitwiseTheCpus) {
+  // Both backends convert each element with src/DType.h's code (ZTRT_HD:
+  // the same integer and float operations on the device, without FTZ), one
+  // rounding per element, and copy when the types are equal: bitwise, NaN
+  // bits included (the conversions make them; no arithmetic does).
+  for (DType from : kAllTypes)
+    for (DType to : kAllTypes)
+      dispatch(from, [&](auto fromTag) {
+        using F = decltype(fromTag);
+        dispatch(to, [&](auto toTag) {
+          using U = decltype(toTag);
+          auto x = twin(castSources<F>());
+          auto out = twin(std::vector<U>(x.host.size(), U(NAN)));
+          const int64_t n = static_cast<int64_t>(x.host.size());
+          both([&](ztrt_ctx *c, bool d) {
+            ztrt_cast(c, codeOf(from), at(x, d), at(out, d), n, codeOf(to));
+          });
+          expectSameBits(fetch(out), out.host,
+                         std::string("cast ") + dtypeName(from) + " to " +
+                             dtypeName(to));
+        });
+      });
+  // The same type in place and overlapping (memmove semantics; the cuda
+  // copy goes through scratch).
+  auto x = twin(castSources<float>());
+  const int64_t n = static_cast<int64_t>(x.host.size());
+  both([&](ztrt_ctx *c, bool d) {
+    ztrt_cast(c, ZTRT_F32, at(x, d), at(x, d), n, ZTRT_F32);
+    ztrt_cast(c, ZTRT_F32, at(x, d),
+              static_cast<float *>(at(x, d)) + 1, n - 1, ZTRT_F32);
+  });
+  expectSameBits(fetch(x), x.host, "cast f32 to f32, overlapping");
+}
+
+TEST_F(CudaConformanceTest, MasterWeightUpdatesAreBitwiseTheCpus) {
+  // The float kernels' per-element expressions (bitwise the cpu's, see
+  // OptimizerUpdatesAreBitwise) on the float master and states, the
+  // gradient widened exactly, the parameter rounded once with DType.h's
+  // conversion: bitwise, over three steps, every gradient and parameter
+  // type. Masters include values beyond f16's range and f16 subnormals.
+  const int64_t n = 4099;
+  std::vector<float> masters = inputs(n, 171, 2.0f);
+  masters[0] = 1e5f;
+  masters[1] = -7e4f;
+  masters[2] = 3e-6f;
+  struct Sgd {
+    double lr, momentum, dampening, decay;
+    int nesterov;
+  };
+  for (DType gradType : kAllTypes)
+    for (DType paramType : kAllTypes)
+      dispatch(gradType, [&](auto gradTag) {
+        using G = decltype(gradTag);
+        dispatch(paramType, [&](auto paramTag) {
+          using P = decltype(paramTag);
+          const std::string types = std::string(" grad ") +
+                                    dtypeName(gradType) + " param " +
+                                    dtypeName(paramType);
+          auto gradients = [&](int64_t t) {
+            std::vector<float> v = inputs(n, 180 + static_cast<uint32_t>(t));
+            std::vector<G> out(n);
+            for (int64_t i = 0; i < n; ++i)
+              out[i] = static_cast<G>(v[i] * 0.5f);
+            return out;
+          };
+          for (Sgd h : {Sgd{0.1, 0.0, 0.0, 0.0, 0},
+                        Sgd{0.05, 0.9, 0.0, 1e-2, 0},
+                        Sgd{0.05, 0.9, 0.1, 0.0, 0},
+                        Sgd{0.01, 0.9, 0.0, 1e-3, 1}}) {
+            auto master = twin(masters),
+                 buf = twin(std::vector<float>(n, 0.0f));
+            auto param = twin(std::vector<P>(n, P(NAN)));
+            for (int64_t t = 1; t <= 3; ++t) {
+              auto grad = twin(gradients(t));
+              c()->step = g()->step = t;
+              both([&](ztrt_ctx *x, bool d) {
+                ztrt_sgd_update_master(
+                    x, codeOf(gradType), at(param, d), at(grad, d),
+                    at(master, d), h.momentum != 0.0 ? at(buf, d) : nullptr,
+                    n, h.lr, h.momentum, h.dampening, h.decay, h.nesterov,
+                    codeOf(paramType));
+              });
+            }
+            expectSameBits(fetch(master), master.host, "sgd master" + types);
+            expectSameBits(fetch(buf), buf.host, "sgd momentum" + types);
+            expectSameBits(fetch(param), param.host, "sgd param" + types);
+          }
+          for (int decoupled : {0, 1})
+            for (double decay : {0.0, 0.1}) {
+              auto master = twin(masters), m = twin(std::vector<float>(n, 0.0f)),
+                   v = twin(std::vector<float>(n, 0.0f));
+              auto param = twin(std::vector<P>(n, P(NAN)));
+              for (int64_t t = 1; t <= 3; ++t) {
+                auto grad = twin(gradients(t));
+                c()->step = g()->step = t;
+                both([&](ztrt_ctx *x, bool d) {
+                  ztrt_adam_update_master(x, codeOf(gradType), at(param, d),
+                                          at(grad, d), at(master, d), at(m, d),
+                                          at(v, d), n, 1e-3, 0.9, 0.999, 1e-8,
+                                          decay, decoupled, codeOf(paramType));
+                });
+              }
+              expectSameBits(fetch(master), master.host,
+                             "adam master" + types);
+              expectSameBits(fetch(m), m.host, "adam exp_avg" + types);
+              expectSameBits(fetch(v), v.host, "adam exp_avg_sq" + types);
+              expectSameBits(fetch(param), param.host, "adam param" + types);
+            }
+        });
+      });
+}
+
 /// The collectives in a world of one, through the copy path (plain) and
 /// through a one-rank NCCL communicator (Nccl): bit-exact copies, as the
 /// cpu backend's.

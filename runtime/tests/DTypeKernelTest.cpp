@@ -25,6 +25,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace ztrt;
@@ -579,6 +581,229 @@ TYPED_TEST(DTypeKernelTest, CollectivesInAWorldOfOneCopy) {
   // The traffic counters see 2-byte elements (nothing moves in a world of
   // one, so only the call is counted).
   EXPECT_EQ(ctx->communication(Collective::AllReduce).calls, 1);
+}
+
+// --- Casts (ztrt_cast) ------------------------------------------------------
+//
+// Tolerance: none. A cast is defined as src/DType.h's conversion of each
+// element: the same type keeps the bits; otherwise the element is widened
+// to float (exact) and rounded once to the destination. The conversions
+// themselves are checked against an independent reference above
+// (DTypeTest); here every (from, to) pair of the kernel must reproduce them
+// bit for bit, NaNs included (their bits come from the conversions, not
+// from arithmetic).
+
+const DType kAllTypes[] = {DType::F32, DType::BF16, DType::F16};
+
+int32_t code(DType type) { return static_cast<int32_t>(type); }
+
+template <typename T> uint32_t bitsOf(const T &v) {
+  if constexpr (std::is_same_v<T, float>)
+    return floatToBits(v);
+  else
+    return v.bits;
+}
+
+/// src/DType.h's conversion of one element from T to U.
+template <typename T, typename U> U convert(const T &v) {
+  if constexpr (std::is_same_v<T, U>)
+    return v;
+  else
+    return static_cast<U>(static_cast<float>(v));
+}
+
+/// f32 values a cast must get right: ties of bf16 and f16 (to even, both
+/// ways), f16 subnormals and their ties, f32 subnormals, the f16 overflow
+/// boundary and values far beyond it, +-inf, NaNs (quiet, signalling,
+/// negative, with payloads), then the rounding probes above.
+std::vector<float> castProbes() {
+  std::vector<float> probes = {
+      0.0f, -0.0f, 1.0f, -1.0f, 0.1f, -3.14159f,
+      // bf16 ties: 1 + 2^-8 (to 1, even) and 1 + 3 * 2^-8 (to 1 + 2^-6).
+      bitsToFloat(0x3f808000u), bitsToFloat(0x3f818000u),
+      bitsToFloat(0xbf808000u), bitsToFloat(0x3f808001u),
+      // f16 ties: 1 + 2^-11 (to 1) and 1 + 3 * 2^-11 (to 1 + 2^-9).
+      1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, -(1.0f + 0x1p-11f),
+      // f16 subnormals: the smallest, half of it (ties to 0), 1.5 and 2.5
+      // of it (ties to 2), the largest, the smallest normal.
+      0x1p-24f, 0x1p-25f, 1.5f * 0x1p-24f, 2.5f * 0x1p-24f, -0x1p-25f,
+      1023 * 0x1p-24f, 0x1p-14f, 0x1p-26f,
+      // f32 subnormals (bf16 keeps their top bits; f16 makes them 0).
+      1e-40f, -1e-40f, bitsToFloat(0x00000001u), bitsToFloat(0x00400000u),
+      std::numeric_limits<float>::min(),
+      // f16's largest finite (65504), the last value rounding to it, the
+      // tie that goes to inf (65520), and beyond.
+      65504.0f, 65519.0f, 65519.99f, 65520.0f, -65520.0f, 1e5f, 1e38f,
+      std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+      // bf16's overflow boundary (half an ulp above its largest finite).
+      std::ldexp(511.0f, 119), std::ldexp(1021.0f, 118),
+      std::numeric_limits<float>::infinity(),
+      -std::numeric_limits<float>::infinity(),
+      std::numeric_limits<float>::quiet_NaN(),
+      -std::numeric_limits<float>::quiet_NaN(), bitsToFloat(0x7f800001u),
+      bitsToFloat(0xff800001u), bitsToFloat(0x7fc12345u),
+      bitsToFloat(0x7fa00000u)};
+  for (float v : roundingProbes())
+    probes.push_back(v);
+  return probes;
+}
+
+/// The values a cast from T is checked on: every bit pattern of a 16-bit
+/// type, castProbes() for f32.
+template <typename T> std::vector<T> castSources() {
+  if constexpr (std::is_same_v<T, float>) {
+    return castProbes();
+  } else {
+    std::vector<T> all;
+    for (uint32_t b = 0; b < 65536; ++b)
+      all.push_back(T::fromBits(static_cast<uint16_t>(b)));
+    return all;
+  }
+}
+
+/// What an output starts as, so that an element the kernel does not write
+/// shows up (except where the conversion happens to give the same bits).
+template <typename U> U sentinel() {
+  if constexpr (std::is_same_v<U, float>)
+    return bitsToFloat(0x55555555u);
+  else
+    return U::fromBits(0x5555);
+}
+
+TEST(DTypeCastTest, EveryPairIsTheScalarConversionBitForBit) {
+  auto ctx = cpuContext();
+  for (DType from : kAllTypes)
+    for (DType to : kAllTypes)
+      dispatch(from, [&](auto fromTag) {
+        using T = decltype(fromTag);
+        dispatch(to, [&](auto toTag) {
+          using U = decltype(toTag);
+          // 65536 16-bit sources, ~210k f32 probes: above the parallel
+          // threshold either way.
+          const std::vector<T> x = castSources<T>();
+          const int64_t n = static_cast<int64_t>(x.size());
+          std::vector<U> out(x.size(), sentinel<U>());
+          ztrt_cast(ctx.get(), code(from), x.data(), out.data(), n, code(to));
+          const std::string what = std::string("cast ") + dtypeName(from) +
+                                   " to " + dtypeName(to);
+          for (int64_t i = 0; i < n; ++i)
+            ASSERT_EQ(bitsOf(out[i]), bitsOf(convert<T, U>(x[i])))
+                << what << " of 0x" << std::hex << bitsOf(x[i]);
+        });
+      });
+}
+
+template <typename U> uint32_t castOne(ztrt_ctx *ctx, float v) {
+  U out;
+  ztrt_cast(ctx, ZTRT_F32, &v, &out, 1, code(DTypeOf<U>::value));
+  return bitsOf(out);
+}
+
+TEST(DTypeCastTest, RoundsToNearestEvenKeepsNaNAndOverflowsToInf) {
+  // The probes' intended results, stated independently of DType.h.
+  auto ctx = cpuContext();
+  ztrt_ctx *c = ctx.get();
+  EXPECT_EQ(castOne<bf16>(c, bitsToFloat(0x3f808000u)), 0x3f80u); // tie, even
+  EXPECT_EQ(castOne<bf16>(c, bitsToFloat(0x3f818000u)), 0x3f82u); // tie, up
+  EXPECT_EQ(castOne<bf16>(c, bitsToFloat(0x3f808001u)), 0x3f81u); // above
+  EXPECT_EQ(castOne<bf16>(c, 1e-40f), 0x0001u); // bf16 keeps f32 subnormals
+  EXPECT_EQ(castOne<bf16>(c, std::ldexp(511.0f, 119)), 0x7f80u); // to inf
+  EXPECT_EQ(castOne<f16>(c, 1.0f + 0x1p-11f), 0x3c00u);     // tie, even
+  EXPECT_EQ(castOne<f16>(c, 1.0f + 3 * 0x1p-11f), 0x3c02u); // tie, up
+  EXPECT_EQ(castOne<f16>(c, 0x1p-24f), 0x0001u);  // smallest subnormal
+  EXPECT_EQ(castOne<f16>(c, 0x1p-25f), 0x0000u);  // its half: ties to 0
+  EXPECT_EQ(castOne<f16>(c, 1.5f * 0x1p-24f), 0x0002u);
+  EXPECT_EQ(castOne<f16>(c, -0x1p-25f), 0x8000u); // -0
+  EXPECT_EQ(castOne<f16>(c, 65519.0f), 0x7bffu);  // 65504
+  EXPECT_EQ(castOne<f16>(c, 65520.0f), 0x7c00u);  // inf
+  EXPECT_EQ(castOne<f16>(c, -1e5f), 0xfc00u);     // -inf
+  EXPECT_EQ(castOne<f16>(c, 1e-40f), 0x0000u);
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(castOne<f16>(c, -inf), 0xfc00u);
+  EXPECT_EQ(castOne<bf16>(c, inf), 0x7f80u);
+  EXPECT_TRUE(std::isnan(static_cast<float>(
+      bf16::fromBits(static_cast<uint16_t>(castOne<bf16>(c, NAN))))));
+  // A NaN whose payload is only in the low half stays NaN (not inf).
+  EXPECT_TRUE(std::isnan(static_cast<float>(bf16::fromBits(
+      static_cast<uint16_t>(castOne<bf16>(c, bitsToFloat(0x7f800001u)))))));
+  EXPECT_EQ(castOne<f16>(c, -NAN), 0xfe00u);
+  // bf16 -> f16 rounds once, from the exact widening: 1 + 2^-7 is exact
+  // in both; 65536 (bf16 0x4780) overflows f16.
+  bf16 b = bf16::fromBits(0x3f81);
+  f16 h;
+  ztrt_cast(c, ZTRT_BF16, &b, &h, 1, ZTRT_F16);
+  EXPECT_EQ(h.bits, 0x3c08u);
+  b = bf16::fromBits(0x4780);
+  ztrt_cast(c, ZTRT_BF16, &b, &h, 1, ZTRT_F16);
+  EXPECT_EQ(h.bits, 0x7c00u);
+}
+
+TEST(DTypeCastTest, RoundTripsThroughF32) {
+  // bf16 -> f32 -> bf16 is the identity on every pattern but signalling
+  // NaNs, which DType.h returns quieted (bit 6 set, sign and payload
+  // kept). f16 -> f32 -> f16 is the identity but for NaNs, which come back
+  // as f16's quiet NaN of the same sign.
+  auto ctx = cpuContext();
+  std::vector<bf16> b = castSources<bf16>(), b2(b.size());
+  std::vector<f16> h = castSources<f16>(), h2(h.size());
+  std::vector<float> wide(b.size());
+  const int64_t n = static_cast<int64_t>(b.size());
+  ztrt_cast(ctx.get(), ZTRT_BF16, b.data(), wide.data(), n, ZTRT_F32);
+  ztrt_cast(ctx.get(), ZTRT_F32, wide.data(), b2.data(), n, ZTRT_BF16);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t bits = b[i].bits;
+    const bool signalling =
+        (bits & 0x7f80) == 0x7f80 && (bits & 0x7f) != 0 && !(bits & 0x40);
+    ASSERT_EQ(b2[i].bits, signalling ? bits | 0x40 : bits) << std::hex << bits;
+  }
+  ztrt_cast(ctx.get(), ZTRT_F16, h.data(), wide.data(), n, ZTRT_F32);
+  ztrt_cast(ctx.get(), ZTRT_F32, wide.data(), h2.data(), n, ZTRT_F16);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t bits = h[i].bits;
+    const bool nan = (bits & 0x7c00) == 0x7c00 && (bits & 0x3ff) != 0;
+    ASSERT_EQ(h2[i].bits, nan ? (bits & 0x8000) | 0x7e00 : bits)
+        << std::hex << bits;
+  }
+}
+
+TEST(DTypeCastTest, SameTypeIsACopyInPlaceOrOverlapping) {
+  auto ctx = cpuContext();
+  std::vector<float> x = castProbes();
+  const std::vector<float> original = x;
+  const int64_t n = static_cast<int64_t>(x.size());
+  ztrt_cast(ctx.get(), ZTRT_F32, x.data(), x.data(), n, ZTRT_F32);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(floatToBits(x[i]), floatToBits(original[i])) << i;
+  // Shifted by one element: memmove semantics.
+  ztrt_cast(ctx.get(), ZTRT_F32, x.data(), x.data() + 1, n - 1, ZTRT_F32);
+  for (int64_t i = 1; i < n; ++i)
+    ASSERT_EQ(floatToBits(x[i]), floatToBits(original[i - 1])) << i;
+}
+
+TEST(DTypeCastTest, BadArgumentsAreRefusedByName) {
+  auto ctx = cpuContext();
+  float a[4] = {};
+  bf16 h[4];
+  EXPECT_EXIT(ztrt_cast(ctx.get(), ZTRT_F32, a, h, 4, 3),
+              ::testing::ExitedWithCode(1),
+              "^ztrain: error: cast: unknown element type code 3 for to "
+              "\\(ztrt_dtype: 0 f32, 1 bf16, 2 f16\\)\n$");
+  EXPECT_EXIT(ztrt_cast(ctx.get(), ZTRT_BF16, h, a, 4, -1),
+              ::testing::ExitedWithCode(1),
+              "cast: unknown element type code -1 for to");
+  EXPECT_EXIT(ztrt_cast(ctx.get(), 5, a, h, 4, ZTRT_BF16),
+              ::testing::ExitedWithCode(1),
+              "^ztrain: error: cast: unknown element type code 5 "
+              "\\(ztrt_dtype");
+  EXPECT_EXIT(ztrt_cast(ctx.get(), ZTRT_F32, a, h, -1, ZTRT_BF16),
+              ::testing::ExitedWithCode(1), "cast: negative n -1");
+  // An in-place cast between types would overwrite unread elements.
+  EXPECT_EXIT(ztrt_cast(ctx.get(), ZTRT_F32, a, a, 4, ZTRT_BF16),
+              ::testing::ExitedWithCode(1),
+              "cast: out overlaps x \\(f32 to bf16\\); a cast may be in "
+              "place only when to is x's dtype");
+  EXPECT_EXIT(ztrt_cast(ctx.get(), ZTRT_BF16, h, h + 1, 2, ZTRT_F32),
+              ::testing::ExitedWithCode(1), "cast: out overlaps x");
 }
 
 TEST(DTypeKernelErrors, UnknownDTypeIsRefusedByName) {

@@ -4,6 +4,8 @@
 
 #include "src/Descriptor.h"
 
+#include <cstring>
+
 using namespace ztrt;
 
 TEST(DescriptorTest, ParsesAllRecordKinds) {
@@ -97,6 +99,86 @@ TEST(DescriptorTest, ShardsAreCheckedAgainstTheWorldWithoutAGrid) {
               "shards of 2 on 3 ranks hold only 6\n$");
 }
 
+TEST(DescriptorTest, ParsesMixedPrecisionRecords) {
+  Descriptor d = parseDescriptor(
+      "ztrain-descriptor 1\n"
+      "grid 2\n"
+      "param w bf16 2 3 5 init normal 0.5 store 8 shard\n"
+      "param b f16 1 5 init zeros 0\n"
+      "param c f32 1 3 init ones 0\n"
+      "grad w 8 f32\n"
+      "grad b 5 f16\n"
+      "grad c 3\n"
+      "state w.master f32 2 3 5 of w master store 8 shard\n"
+      "state w.exp_avg f32 2 3 5 of w store 8 shard\n"
+      "state b.master f32 1 5 of b master\n");
+  ASSERT_EQ(d.params.size(), 3u);
+  EXPECT_EQ(d.params[0].type, ElemType::BF16);
+  EXPECT_EQ(d.params[1].type, ElemType::F16);
+  // Memory accounting is exact: 2-byte elements.
+  EXPECT_EQ(d.params[0].bytes, 15 * 2);
+  EXPECT_EQ(d.params[0].storeBytes, 8 * 2);
+  EXPECT_EQ(d.params[1].storeBytes, 5 * 2);
+  EXPECT_EQ(d.params[0].masterIndex, 0);
+  EXPECT_EQ(d.params[1].masterIndex, 2);
+  EXPECT_EQ(d.params[2].masterIndex, -1);
+  ASSERT_EQ(d.states.size(), 3u);
+  EXPECT_TRUE(d.states[0].master);
+  EXPECT_FALSE(d.states[1].master);
+  EXPECT_TRUE(d.states[2].master);
+  EXPECT_EQ(d.states[0].store, StoreMode::Shard);
+  EXPECT_EQ(d.states[0].storeBytes, 8 * 4);
+  ASSERT_EQ(d.grads.size(), 3u);
+  EXPECT_EQ(d.grads[0].type, ElemType::F32);
+  EXPECT_EQ(d.grads[0].bytes(), 8 * 4);
+  EXPECT_EQ(d.grads[1].type, ElemType::F16);
+  EXPECT_EQ(d.grads[1].bytes(), 5 * 2);
+  // Absent: the parameter's own type.
+  EXPECT_EQ(d.grads[2].type, ElemType::F32);
+  PlannedBytes planned = plannedBytes(d);
+  // params 16 + 10 + 12, grads 32 + 10 + 12, states 32 + 32 + 20.
+  EXPECT_EQ(planned.modelStates, 16 + 10 + 12 + 32 + 10 + 12 + 32 + 32 + 20);
+}
+
+TEST(DescriptorTest, GradientDefaultsToTheParametersType) {
+  Descriptor d = parseDescriptor("ztrain-descriptor 1\n"
+                                 "param w bf16 1 4 init zeros 0\n"
+                                 "grad w 4\n");
+  EXPECT_EQ(d.grads[0].type, ElemType::BF16);
+  EXPECT_EQ(d.grads[0].bytes(), 8);
+}
+
+TEST(DescriptorTest, ElementTypeNamesAndConversions) {
+  const ElemType all[] = {ElemType::F32, ElemType::I32, ElemType::BF16,
+                          ElemType::F16};
+  const char *names[] = {"f32", "i32", "bf16", "f16"};
+  const char *st[] = {"F32", "I32", "BF16", "F16"};
+  const int64_t bytes[] = {4, 4, 2, 2};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_STREQ(elemTypeName(all[i]), names[i]);
+    EXPECT_STREQ(elemTypeSafetensorsName(all[i]), st[i]);
+    EXPECT_EQ(elemTypeBytes(all[i]), bytes[i]);
+    ElemType back = ElemType::I32;
+    ASSERT_TRUE(elemTypeFromSafetensorsName(st[i], &back));
+    EXPECT_EQ(back, all[i]);
+  }
+  ElemType none;
+  EXPECT_FALSE(elemTypeFromSafetensorsName("F64", &none));
+  // 1 + 2^-8 is a tie between two bf16 values (1 and 1 + 2^-7): rounds to
+  // even, 1; 1 + 2^-7 is exact. Both exact in f16 (10 mantissa bits).
+  const float in[3] = {1.0f + 0x1p-8f, 1.0f + 0x1p-7f, -2.5f};
+  uint16_t out[3];
+  EXPECT_EQ(convertElements(ElemType::F32, in, ElemType::BF16, out, 3), 1);
+  EXPECT_EQ(out[0], 0x3f80); // 1.0
+  EXPECT_EQ(out[1], 0x3f81);
+  EXPECT_EQ(out[2], 0xc020);
+  EXPECT_EQ(convertElements(ElemType::F32, in, ElemType::F16, out, 3), 0);
+  float wide[3];
+  // Widening is exact, so nothing changes.
+  EXPECT_EQ(convertElements(ElemType::F16, out, ElemType::F32, wide, 3), 0);
+  EXPECT_EQ(std::memcmp(wide, in, sizeof(in)), 0);
+}
+
 struct BadDescriptor {
   const char *text;
   const char *error;
@@ -119,8 +201,45 @@ INSTANTIATE_TEST_SUITE_P(
                       "descriptor line 1: expected 'ztrain-descriptor 1'"},
         BadDescriptor{"ztrain-descriptor 2\n",
                       "descriptor line 1: unsupported descriptor version"},
-        BadDescriptor{"ztrain-descriptor 1\nparam w f16 1 2 init zeros 0\n",
+        BadDescriptor{"ztrain-descriptor 1\nparam w f64 1 2 init zeros 0\n",
+                      "descriptor line 2: unknown dtype 'f64' \\(expected "
+                      "f32, bf16, f16 or i32\\)"},
+        // 16-bit types hold parameters, states and gradients only.
+        BadDescriptor{"ztrain-descriptor 1\ninput x bf16 1 2 bound 0\n",
+                      "descriptor line 2: unknown dtype 'bf16' \\(expected "
+                      "f32 or i32\\)"},
+        BadDescriptor{"ztrain-descriptor 1\nbuffer b f16 1 2 init zeros 0\n",
                       "descriptor line 2: unknown dtype 'f16'"},
+        BadDescriptor{"ztrain-descriptor 1\nparam w bf16 1 2 init zeros 0\n"
+                      "state w.master bf16 1 2 of w master\n",
+                      "descriptor line 3: master state 'w.master' must be "
+                      "f32, not bf16"},
+        BadDescriptor{"ztrain-descriptor 1\nparam w f32 1 2 init zeros 0\n"
+                      "state w.master f32 1 2 of w master\n",
+                      "descriptor line 3: master state 'w.master' is of f32 "
+                      "parameter 'w' \\(masters belong to bf16 or f16 "
+                      "parameters\\)"},
+        BadDescriptor{"ztrain-descriptor 1\nparam w f16 1 2 init zeros 0\n"
+                      "state w.master f32 1 3 of w master\n",
+                      "descriptor line 3: master state 'w.master' has shape "
+                      "\\[3\\], its parameter 'w' \\[2\\]"},
+        BadDescriptor{"ztrain-descriptor 1\nparam w f16 1 2 init zeros 0\n"
+                      "state a f32 1 2 of w master\n"
+                      "state b f32 1 2 of w master\n",
+                      "descriptor line 4: parameter 'w' has a second master "
+                      "state 'b'"},
+        BadDescriptor{"ztrain-descriptor 1\nparam w bf16 1 2 init zeros 0\n"
+                      "state m f32 1 2 of w store 2 full master\n",
+                      "descriptor line 3: unexpected trailing fields"},
+        BadDescriptor{"ztrain-descriptor 1\nparam w bf16 1 2 init zeros 0\n"
+                      "grad w 2 i32\n",
+                      "descriptor line 3: gradient of 'w' cannot be i32"},
+        BadDescriptor{"ztrain-descriptor 1\nparam w bf16 1 2 init zeros 0\n"
+                      "grad w 2 f64\n",
+                      "descriptor line 3: unknown dtype 'f64'"},
+        BadDescriptor{"ztrain-descriptor 1\nparam w bf16 1 2 init zeros 0\n"
+                      "grad w 2 f32 x\n",
+                      "descriptor line 3: unexpected trailing fields"},
         BadDescriptor{"ztrain-descriptor 1\nparam w f32 2 2 init zeros 0\n",
                       "descriptor line 2: bad dimension 'init'"},
         BadDescriptor{"ztrain-descriptor 1\nparam w f32 1 2 init xavier 1\n",

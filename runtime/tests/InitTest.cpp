@@ -2,7 +2,9 @@
 
 #include "TestUtil.h"
 
+#include "src/DType.h"
 #include "src/Init.h"
+#include "src/Safetensors.h"
 
 #include <cmath>
 #include <cstring>
@@ -158,4 +160,166 @@ TEST(InitTest, ZerosAndOnes) {
     EXPECT_EQ(v, 0.0f);
   for (float v : init(param("o", InitKind::Ones, 5, 10), 1))
     EXPECT_EQ(v, 1.0f);
+}
+
+namespace {
+
+/// `spec` as a 16-bit parameter of type `type` (2-byte elements).
+ParamSpec sixteen(ParamSpec spec, ElemType type) {
+  spec.type = type;
+  spec.bytes = 2 * spec.numel;
+  spec.storeBytes = 2 * spec.storeElems;
+  return spec;
+}
+
+/// The f32 master state of `spec` stored as `mode` with E = `elems`.
+StateSpec masterOf(const ParamSpec &spec, StoreMode mode, int64_t elems) {
+  StateSpec master;
+  master.name = spec.name + ".master";
+  master.shape = spec.shape;
+  master.numel = spec.numel;
+  master.bytes = 4 * spec.numel;
+  master.store = mode;
+  master.storeElems = elems;
+  master.storeBytes = 4 * elems;
+  master.of = spec.name;
+  master.master = true;
+  return master;
+}
+
+std::vector<uint16_t> roundAll(const std::vector<float> &values,
+                               ElemType type) {
+  std::vector<uint16_t> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    out[i] = type == ElemType::BF16 ? bf16(values[i]).bits
+                                    : f16(values[i]).bits;
+  return out;
+}
+
+} // namespace
+
+// Exact, no tolerance: a 16-bit parameter is by definition the f32 init of
+// the same name rounded once (DType.h's conversion), and its master the f32
+// init itself.
+TEST(InitTest, SixteenBitParamsAreTheRoundedF32InitBitForBit) {
+  for (ElemType type : {ElemType::BF16, ElemType::F16})
+    for (InitKind kind : {InitKind::Normal, InitKind::Uniform, InitKind::Ones,
+                          InitKind::Zeros}) {
+      ParamSpec wide = param("layer.w", kind, 0.7, 37);
+      std::vector<float> f32 = init(wide, 11);
+      ParamSpec narrow = sixteen(wide, type);
+      std::vector<uint16_t> got(37, 0xdead);
+      initParameter(narrow, 11, 0, 37, got.data());
+      EXPECT_EQ(got, roundAll(f32, type)) << elemTypeName(type);
+      // The master holds the unrounded values.
+      StateSpec master = masterOf(narrow, StoreMode::Full, 37);
+      std::vector<float> m(37, -99.0f);
+      initMasterStorage(master, narrow, 11, 0, m.data());
+      EXPECT_TRUE(sameBits(m, f32));
+    }
+  // The random ones really do round (so the check above is not vacuous).
+  ParamSpec wide = param("layer.w", InitKind::Normal, 0.7, 37);
+  std::vector<float> f32 = init(wide, 11);
+  int inexact = 0;
+  for (float v : f32)
+    inexact += static_cast<float>(bf16(v)) != v;
+  EXPECT_GT(inexact, 30);
+}
+
+TEST(InitTest, ShardedSixteenBitParamsAndMastersAreSlicesOfTheFullInit) {
+  // 10 elements in shards of 4 on 3 ranks: the last rank has 2 + 2 padding.
+  ParamSpec wide = param("w", InitKind::Uniform, 0.3, 10);
+  std::vector<float> f32 = init(wide, 5);
+  for (ElemType type : {ElemType::BF16, ElemType::F16}) {
+    ParamSpec spec = sixteen(stored(wide, StoreMode::Shard, 4), type);
+    StateSpec master = masterOf(spec, StoreMode::Shard, 4);
+    std::vector<uint16_t> rounded = roundAll(f32, type);
+    for (int64_t rank = 0; rank < 3; ++rank) {
+      std::vector<uint16_t> p(4, 0xdead);
+      initParameterStorage(spec, 5, rank, p.data());
+      std::vector<float> m(4, -99.0f);
+      initMasterStorage(master, spec, 5, rank, m.data());
+      for (int64_t i = 0; i < 4; ++i) {
+        int64_t g = rank * 4 + i;
+        EXPECT_EQ(p[i], g < 10 ? rounded[g] : 0) << rank << " " << i;
+        float want = g < 10 ? f32[g] : 0.0f;
+        EXPECT_EQ(std::memcmp(&m[i], &want, 4), 0) << rank << " " << i;
+      }
+    }
+  }
+  // A replicated parameter with a sharded master (ZeRO-1): each rank's
+  // master slice, the whole rounded parameter.
+  ParamSpec spec = sixteen(wide, ElemType::BF16);
+  StateSpec master = masterOf(spec, StoreMode::Shard, 5);
+  std::vector<float> m(5);
+  initMasterStorage(master, spec, 5, 1, m.data());
+  EXPECT_EQ(std::memcmp(m.data(), f32.data() + 5, 20), 0);
+}
+
+namespace {
+
+SafetensorsTensor tensorOf(const char *dtype, std::vector<int64_t> shape,
+                           const void *data, size_t bytes) {
+  SafetensorsTensor t;
+  t.name = "w";
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.data = static_cast<const char *>(data);
+  t.bytes = bytes;
+  return t;
+}
+
+} // namespace
+
+TEST(InitTest, InitFileConversionsForSixteenBitParams) {
+  ParamSpec spec = sixteen(param("w", InitKind::Zeros, 0, 4), ElemType::BF16);
+  spec = stored(spec, StoreMode::Shard, 3);
+  spec.storeBytes = 6;
+  StateSpec master = masterOf(spec, StoreMode::Shard, 3);
+  // 1 + 2^-8 is not a bf16 value (it rounds to 1): the master keeps it.
+  const float values[4] = {1.0f + 0x1p-8f, -2.0f, 0.5f, 3.0f};
+  SafetensorsTensor f32 = tensorOf("F32", {4}, values, sizeof(values));
+  uint16_t p[3];
+  float m[3];
+  // F32 with a master: master = the values, param = their rounding. Exact.
+  EXPECT_EQ(loadInitTensor(spec, &master, f32, 1, p, m), "");
+  EXPECT_EQ(p[0], bf16(3.0f).bits);
+  EXPECT_EQ(p[1], 0); // padding
+  EXPECT_EQ(m[0], 3.0f);
+  EXPECT_EQ(m[1], 0.0f);
+  EXPECT_EQ(loadInitTensor(spec, &master, f32, 0, p, m), "");
+  EXPECT_EQ(p[0], bf16(1.0f).bits);
+  EXPECT_EQ(std::memcmp(m, values, 12), 0);
+  // BF16 with a master: param = the values, master = them widened (exact).
+  const uint16_t halves[4] = {bf16(1.5f).bits, bf16(-0.25f).bits,
+                              bf16(7.0f).bits, bf16(8.0f).bits};
+  SafetensorsTensor b = tensorOf("BF16", {4}, halves, sizeof(halves));
+  EXPECT_EQ(loadInitTensor(spec, &master, b, 0, p, m), "");
+  EXPECT_EQ(std::memcmp(p, halves, 6), 0);
+  EXPECT_EQ(m[0], 1.5f);
+  EXPECT_EQ(m[1], -0.25f);
+  EXPECT_EQ(m[2], 7.0f);
+  // Without a master, F32 only when every value is exact in bf16.
+  EXPECT_EQ(loadInitTensor(spec, nullptr, f32, 1, p, m),
+            "tensor 'w' is F32 but parameter 'w' is bf16 and has no f32 "
+            "master: converting it would lose precision (1 of 4 values are "
+            "not exactly representable in bf16; store it as BF16)");
+  const float exact[4] = {1.0f, -2.0f, 0.5f, 3.0f};
+  SafetensorsTensor e = tensorOf("F32", {4}, exact, sizeof(exact));
+  EXPECT_EQ(loadInitTensor(spec, nullptr, e, 1, p, m), "");
+  EXPECT_EQ(p[0], bf16(3.0f).bits);
+  // Another dtype, or another shape: refused, naming the tensor.
+  SafetensorsTensor h = tensorOf("F16", {4}, halves, sizeof(halves));
+  EXPECT_EQ(loadInitTensor(spec, &master, h, 0, p, m),
+            "tensor 'w' has dtype F16, the model expects BF16 or F32");
+  SafetensorsTensor s = tensorOf("F32", {2, 2}, values, sizeof(values));
+  EXPECT_EQ(loadInitTensor(spec, &master, s, 0, p, m),
+            "tensor 'w' has shape [2, 2], the model expects [4]");
+  // An f32 parameter takes F32 only.
+  ParamSpec wide = param("w", InitKind::Zeros, 0, 4);
+  float w[4];
+  EXPECT_EQ(loadInitTensor(wide, nullptr, b, 0, w, nullptr),
+            "tensor 'w' has dtype BF16, the model expects F32");
+  EXPECT_EQ(loadInitTensor(wide, nullptr, f32, 0, w, nullptr), "");
+  EXPECT_EQ(std::memcmp(w, values, 16), 0);
 }

@@ -7,6 +7,8 @@
 
 #include "TestUtil.h"
 
+#include "src/DType.h"
+#include "src/Init.h"
 #include "src/Json.h"
 #include "src/Safetensors.h"
 #ifdef ZTRT_HAVE_CUDA
@@ -15,6 +17,7 @@
 
 #include <cstring>
 #include <regex>
+#include <unistd.h>
 
 using namespace ztrt;
 using namespace ztrt::test;
@@ -290,4 +293,130 @@ TEST(MainTest, FailedRunLeavesNoTrace) {
                        "--trace", dir.path("t.json")});
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(dir.entries().empty());
+}
+
+// --- Mixed precision: the bf16 fake model ----------------------------------
+
+namespace {
+
+Result runBf16(const TempDir &dir, std::vector<std::string> args) {
+  args.insert(args.begin(), ZTRT_FAKE_BF16_MODEL);
+  return runProcess(dir, std::move(args));
+}
+
+/// The f32 init of parameter "w" [4, 1], normal 0.5, under `seed`.
+std::vector<float> f32Init(uint64_t seed) {
+  ParamSpec spec;
+  spec.name = "w";
+  spec.shape = {4, 1};
+  spec.numel = spec.storeElems = 4;
+  spec.bytes = spec.storeBytes = 16;
+  spec.init = InitKind::Normal;
+  spec.scale = 0.5;
+  std::vector<float> out(4);
+  initParameter(spec, seed, 0, 4, out.data());
+  return out;
+}
+
+std::vector<uint16_t> bits16(const SafetensorsTensor &t) {
+  std::vector<uint16_t> out(t.bytes / 2);
+  std::memcpy(out.data(), t.data, t.bytes);
+  return out;
+}
+
+} // namespace
+
+// Exact throughout: init is the rounded f32 init, and resumed training is
+// bitwise the uninterrupted one (the same kernels on the same bits).
+TEST(MainTest, Bf16ModelInitsSavesAsBf16AndResumesBitwise) {
+  TempDir dir;
+  Result r = runBf16(dir, {"--steps=0", "--seed=7", "--save",
+                           dir.path("init.safetensors")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  SafetensorsFile init =
+      SafetensorsFile::read(dir.path("init.safetensors"), "t");
+  ASSERT_NE(init.find("w"), nullptr);
+  EXPECT_EQ(init.find("w")->dtype, "BF16");
+  std::vector<float> f32 = f32Init(7);
+  std::vector<uint16_t> want(4);
+  for (int i = 0; i < 4; ++i)
+    want[i] = bf16(f32[i]).bits;
+  EXPECT_EQ(bits16(*init.find("w")), want);
+
+  // 4 steps straight vs 2 + checkpoint + 2 resumed: same losses, same bits.
+  r = runBf16(dir, {"--steps=4", "--seed=7", "--save",
+                    dir.path("straight.safetensors")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string straightLog = r.out;
+  r = runBf16(dir, {"--steps=2", "--seed=7", "--save-checkpoint",
+                    dir.path("ck")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string firstLog = r.out;
+  r = runBf16(dir, {"--steps=2", "--resume", dir.path("ck"), "--save",
+                    dir.path("resumed.safetensors")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto lossOf = [](const std::string &log, int step) {
+    std::smatch m;
+    std::regex re("step +" + std::to_string(step) + "/\\d+  loss (\\S+)");
+    return std::regex_search(log, m, re) ? m[1].str() : std::string("none");
+  };
+  EXPECT_EQ(lossOf(firstLog, 1), lossOf(straightLog, 1));
+  EXPECT_EQ(lossOf(firstLog, 2), lossOf(straightLog, 2));
+  EXPECT_NE(lossOf(r.out, 3), "none");
+  EXPECT_EQ(lossOf(r.out, 3), lossOf(straightLog, 3));
+  EXPECT_EQ(lossOf(r.out, 4), lossOf(straightLog, 4));
+  EXPECT_EQ(readBytes(dir.path("resumed.safetensors")),
+            readBytes(dir.path("straight.safetensors")));
+  // The checkpoint stores w as BF16 and its master as F32, marked.
+  std::string index = readBytes(dir.path("ck/global_step2/index.json"));
+  EXPECT_NE(index.find("\"name\": \"w\", \"kind\": \"param\", \"dtype\": "
+                       "\"BF16\""),
+            std::string::npos)
+      << index;
+  EXPECT_NE(index.find("\"name\": \"w.master\", \"kind\": \"state\", "
+                       "\"dtype\": \"F32\", \"shape\": [4, 1], "
+                       "\"master_of\": \"w\""),
+            std::string::npos)
+      << index;
+  // The trained weights really are 16-bit: w is its master rounded, and the
+  // master has bits bf16 cannot hold (consolidating from it differs).
+  SafetensorsFile trained =
+      SafetensorsFile::read(dir.path("straight.safetensors"), "t");
+  EXPECT_EQ(trained.find("w")->dtype, "BF16");
+}
+
+TEST(MainTest, Bf16ModelInitFileConversions) {
+  TempDir dir;
+  // F32 with a master: w is the values rounded (1 + 2^-8 rounds to 1).
+  const float values[4] = {1.0f + 0x1p-8f, -2.0f, 0.5f, 3.0f};
+  writeSafetensors(dir.path("f32.safetensors"),
+                   {{"w", "F32", {4, 1}, values}}, {});
+  Result r = runBf16(dir, {"--steps=0", "--init", dir.path("f32.safetensors"),
+                           "--save", dir.path("out.safetensors")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  SafetensorsFile out = SafetensorsFile::read(dir.path("out.safetensors"), "t");
+  std::vector<uint16_t> want = {bf16(1.0f).bits, bf16(-2.0f).bits,
+                                bf16(0.5f).bits, bf16(3.0f).bits};
+  EXPECT_EQ(bits16(*out.find("w")), want);
+  // BF16: taken as is (the save round-trips it).
+  writeSafetensors(dir.path("bf16.safetensors"),
+                   {{"w", "BF16", {4, 1}, want.data()}}, {});
+  r = runBf16(dir, {"--steps=0", "--init", dir.path("bf16.safetensors"),
+                    "--save", dir.path("out2.safetensors")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(bits16(*SafetensorsFile::read(dir.path("out2.safetensors"), "t")
+                        .find("w")),
+            want);
+  // F16: one line, exit 1, nothing written.
+  writeSafetensors(dir.path("f16.safetensors"),
+                   {{"w", "F16", {4, 1}, want.data()}}, {});
+  r = runBf16(dir, {"--steps=0", "--init", dir.path("f16.safetensors"),
+                    "--save", dir.path("out3.safetensors")});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(std::regex_match(
+      r.err, std::regex("ztrain: error: --init '[^']*/f16.safetensors': "
+                        "tensor 'w' has dtype F16, the model expects BF16 "
+                        "or F32\n")))
+      << r.err;
+  EXPECT_NE(access(dir.path("out3.safetensors").c_str(), F_OK), 0);
 }

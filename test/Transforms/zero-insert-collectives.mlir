@@ -70,7 +70,7 @@
 
 // Stage 1: padded replicated parameters, sharded states; this rank's slice
 // is at rank * slice bytes.
-// LOWER1: @ztrain_descriptor("ztrain-descriptor 1\0Agrid 4\0Aparam w1 f32 2 4 3 init normal 0.02 store 12 full\0Aparam w2 f32 2 5 4 init normal 0.02 store 20 full\0Agrad w1 12\0Agrad w2 20\0Astate w1.exp_avg f32 2 4 3 of w1 store 3 shard
+// LOWER1: @ztrain_descriptor("ztrain-descriptor 1\0Agrid 4\0Aparam w1 f32 2 4 3 init normal 0.02 store 12 full\0Aparam w2 f32 2 5 4 init normal 0.02 store 20 full\0Agrad w1 12 f32\0Agrad w2 20 f32\0Astate w1.exp_avg f32 2 4 3 of w1 store 3 shard
 // LOWER1: %[[RANK:.*]] = call @ztrt_rank(%[[CTX:.*]]) : (!llvm.ptr) -> i64
 // LOWER1: call @ztrt_reduce_scatter(%[[CTX]], %c0_i32, %{{.*}}, %[[SLICE:.*]], %c3_i64, %c1_i32)
 // LOWER1: %[[W1:.*]] = call @ztrt_param(%[[CTX]], %c0_i64)

@@ -1,13 +1,16 @@
 //===- ztrain-consolidate.cpp - Full weights from a sharded checkpoint ----===//
 //
-//   ztrain-consolidate DIR -o FULL.safetensors
+//   ztrain-consolidate DIR -o FULL.safetensors [--dtype=fp32|bf16]
 //
 // Reads the index of the checkpoint DIR names (DIR/latest's, or DIR itself
 // when it is one global_step<N> directory) and every rank's shard file,
 // each tensor checked against its CRC-32C (written by a model
 // executable's --save-checkpoint), reassembles each parameter as its full
 // tensor and writes them to one safetensors file that PyTorch and Hugging
-// Face loaders read: byte for byte what --save of the same run writes.
+// Face loaders read: byte for byte what --save of the same run writes
+// (each tensor in its own dtype), or, with --dtype, every floating-point
+// tensor in f32 (a 16-bit parameter from its f32 master state when the
+// checkpoint has one) or rounded to bf16.
 // Errors follow the runtime's contract: one `ztrain: error:` line, exit 1
 // (2 for command-line mistakes), and no output file.
 //
@@ -22,20 +25,45 @@
 namespace {
 
 const char kUsage[] =
-    "usage: %s DIR -o FULL.safetensors\n"
+    "usage: %s DIR -o FULL.safetensors [--dtype=fp32|bf16]\n"
     "Writes the full parameters and buffers of the sharded checkpoint DIR\n"
     "(a --save-checkpoint directory: the checkpoint its 'latest' names; or\n"
-    "one of its global_step<N> directories) to one safetensors file.\n";
+    "one of its global_step<N> directories) to one safetensors file.\n"
+    "\n"
+    "  --dtype=fp32   write every floating-point tensor as F32; a bf16 / f16\n"
+    "                 parameter is written from its f32 master copy when the\n"
+    "                 checkpoint has one (mixed precision), else widened\n"
+    "  --dtype=bf16   round every floating-point tensor to BF16\n"
+    "  (default: each tensor in its own dtype, as --save writes it; i32\n"
+    "  tensors are always I32)\n";
 
 } // namespace
 
 int main(int argc, char **argv) {
   std::string dir, out;
+  ztrt::ConsolidateType dtype = ztrt::ConsolidateType::Own;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::printf(kUsage, argv[0]);
       return 0;
+    }
+    if (arg == "--dtype" || arg.compare(0, 8, "--dtype=") == 0) {
+      std::string value;
+      if (arg == "--dtype") {
+        if (i + 1 >= argc)
+          ztrt::usageError("--dtype needs a value (fp32 or bf16)");
+        value = argv[++i];
+      } else {
+        value = arg.substr(8);
+      }
+      if (value == "fp32")
+        dtype = ztrt::ConsolidateType::FP32;
+      else if (value == "bf16")
+        dtype = ztrt::ConsolidateType::BF16;
+      else
+        ztrt::usageError("--dtype: '%s' is not fp32 or bf16", value.c_str());
+      continue;
     }
     if (arg == "-o" || arg == "--output") {
       if (i + 1 >= argc || argv[i + 1][0] == '\0')
@@ -55,6 +83,6 @@ int main(int argc, char **argv) {
   if (dir.empty() || out.empty())
     ztrt::usageError("need a checkpoint directory and -o FILE (try --help)");
   ztrt::checkOutputPath(out, "-o");
-  ztrt::consolidateCheckpoint(dir, out);
+  ztrt::consolidateCheckpoint(dir, out, dtype);
   return 0;
 }

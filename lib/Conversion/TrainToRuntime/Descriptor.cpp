@@ -6,13 +6,16 @@
 //   ztrain-descriptor 1
 //   grid N
 //   param <name> <dtype> <rank> <dims...> init <kind> <scale> [store E full|shard]
-//   grad <name> <elements>
-//   state <name> <dtype> <rank> <dims...> of <param> [store E full|shard]
+//   grad <name> <elements> <dtype>
+//   state <name> <dtype> <rank> <dims...> of <param> [master] [store E full|shard]
 //   buffer <name> <dtype> <rank> <dims...> init <kind> <scale>
 //   input <name> <dtype> <rank> <dims...> bound <B>
 //   arena <name> <bytes>
 //   optimizer <kind>
-// (docs/runtime.md). Names become checkpoint and data keys.
+// (docs/runtime.md, runtime/include/ztrt.h). Parameters and states are f32,
+// bf16 or f16 (mixed precision: a 16-bit parameter's f32 `master` state);
+// a grad record names the type of the gradient buffer the parameter's
+// optimizer update consumes. Names become checkpoint and data keys.
 //
 //===----------------------------------------------------------------------===//
 
@@ -34,6 +37,10 @@ std::string dtypeName(Type t) {
   Type e = cast<RankedTensorType>(t).getElementType();
   if (e.isF32())
     return "f32";
+  if (e.isBF16())
+    return "bf16";
+  if (e.isF16())
+    return "f16";
   if (e.isInteger(32))
     return "i32";
   return "";
@@ -96,20 +103,15 @@ bool checkName(Operation *op, StringRef what, StringRef name) {
   return false;
 }
 
-/// The dtype of a parameter or state, or an error: the runtime holds f32
-/// model state so far (its kernels, collectives and the master-weight
-/// updates take bf16 and f16; the 16-bit parameters' initialization,
-/// checkpoints and memory accounting are the part of mixed precision still
-/// to come).
+/// The dtype of a parameter or state, or an error: the runtime holds f32,
+/// bf16 and f16 model state (16-bit parameters with f32 masters and
+/// moments under mixed precision).
 FailureOr<std::string> stateDtype(Operation *op, StringRef what, Type type) {
   std::string dtype = dtypeName(type);
-  if (dtype != "f32")
-    return op->emitError()
-           << what << " has type " << type
-           << "; executables hold f32 model state only so far (mixed "
-              "precision compiles and reports with ztrain-opt "
-              "--ztrain-training=precision=bf16 --zero-report; running it "
-              "is not built yet)";
+  if (dtype != "f32" && dtype != "bf16" && dtype != "f16")
+    return op->emitError() << what << " has type " << type
+                           << "; executables hold f32, bf16 or f16 model "
+                              "state";
   return dtype;
 }
 
@@ -170,9 +172,23 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
     appendStorage(os, storageOf(param, param.getType()));
     os << '\n';
   }
-  for (auto param : module.getOps<ParamOp>())
+  // The gradient buffer's type is the one the update consumes: the
+  // parameter's, or f32 when mixed precision reduces in f32.
+  llvm::DenseMap<StringAttr, Type> gradTypes = gradientElementTypes(entry);
+  for (auto param : module.getOps<ParamOp>()) {
+    Type gradType = gradTypes.lookup(param.getSymNameAttr());
+    if (!gradType)
+      gradType = param.getTensorType().getElementType();
+    std::string gradDtype =
+        dtypeName(RankedTensorType::get({}, gradType));
+    if (gradDtype.empty() || gradDtype == "i32")
+      return param.emitError() << "gradient has type " << gradType
+                               << "; executables hold f32, bf16 or f16 "
+                                  "gradients";
     os << "grad " << param.getSymName() << ' '
-       << dist::getGradientElements(param, stage, gridSize) << '\n';
+       << dist::getGradientElements(param, stage, gridSize) << ' '
+       << gradDtype << '\n';
+  }
   for (auto state : module.getOps<StateOp>()) {
     FailureOr<std::string> dtype =
         stateDtype(state, "optimizer state", state.getType());
@@ -181,6 +197,8 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
     os << "state " << state.getSymName() << ' ' << *dtype;
     appendShape(os, state.getType());
     os << " of " << state.getParam();
+    if (state.getMaster())
+      os << " master";
     appendStorage(os, storageOf(state, state.getType()));
     os << '\n';
   }
@@ -200,7 +218,8 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
     std::string dtype = isa<RankedTensorType>(arg.getType())
                             ? dtypeName(arg.getType())
                             : std::string();
-    if (dtype.empty())
+    // Inputs are f32 or i32 (the runtime's data sources fill only those).
+    if (dtype != "f32" && dtype != "i32")
       return entry.emitError()
              << "input #" << arg.getArgNumber() << " has type "
              << arg.getType()
@@ -231,11 +250,16 @@ int64_t ztrain::plannedStepBytes(ModuleOp module, func::FuncOp entry,
     return dist::getStateStorage(symbolOp, tensor, stage, gridSize).elements *
            elementBytes(tensor);
   };
+  // Gradients in the type the update consumes (f32 when mixed precision
+  // reduces in f32), as the descriptor's grad records say.
+  llvm::DenseMap<StringAttr, Type> gradTypes = gradientElementTypes(entry);
   int64_t total = 0;
   for (auto param : module.getOps<ParamOp>()) {
     total += storageBytes(param, param.getType());
-    total += dist::getGradientElements(param, stage, gridSize) *
-             elementBytes(param.getTensorType());
+    Type gradType = gradTypes.lookup(param.getSymNameAttr());
+    int64_t gradBytes = gradType ? elementBytes(gradType)
+                                 : elementBytes(param.getTensorType());
+    total += dist::getGradientElements(param, stage, gridSize) * gradBytes;
   }
   for (auto state : module.getOps<StateOp>())
     total += storageBytes(state, state.getType());

@@ -4,7 +4,7 @@
 // Buffers are `buffer` records of the descriptor (after the states, whole
 // tensors, with their rule), read with ztrt_buffer(index) in declaration
 // order; a read is the buffer's storage (no allocation, no copy).
-// CHECK: llvm.mlir.global external constant @ztrain_descriptor("ztrain-descriptor 1\0Agrid 1\0Aparam w f32 2 4 4 init ones 0\0Agrad w 16\0Abuffer mask i32 2 4 4 init causal 0\0Abuffer table f32 2 4 4 init uniform 0.5\0Ainput x f32 2 4 4 bound 0
+// CHECK: llvm.mlir.global external constant @ztrain_descriptor("ztrain-descriptor 1\0Agrid 1\0Aparam w f32 2 4 4 init ones 0\0Agrad w 16 f32\0Abuffer mask i32 2 4 4 init causal 0\0Abuffer table f32 2 4 4 init uniform 0.5\0Ainput x f32 2 4 4 bound 0
 // CHECK-LABEL: func.func @ztrain_step(
 // CHECK-SAME: %[[CTX:.*]]: !llvm.ptr)
 // CHECK-DAG: %[[MASK:.*]] = call @ztrt_buffer(%[[CTX]], %c0_i64)

@@ -3,7 +3,7 @@
 
 // The descriptor lists parameters, states and inputs in index order; the
 // label input's bound is the class count of the cross-entropy it feeds.
-// CHECK: llvm.mlir.global external constant @ztrain_descriptor("ztrain-descriptor 1\0Agrid 1\0Aparam w f32 2 3 4 init normal 0.02\0Aparam b f32 1 3 init zeros 0\0Agrad w 12\0Agrad b 3\0Astate w.momentum_buffer f32 2 3 4 of w\0Astate b.momentum_buffer f32 1 3 of b\0Ainput x f32 3 2 5 4 bound 0\0Ainput labels i32 2 2 5 bound 3\0Aoptimizer sgd
+// CHECK: llvm.mlir.global external constant @ztrain_descriptor("ztrain-descriptor 1\0Agrid 1\0Aparam w f32 2 3 4 init normal 0.02\0Aparam b f32 1 3 init zeros 0\0Agrad w 12 f32\0Agrad b 3 f32\0Astate w.momentum_buffer f32 2 3 4 of w\0Astate b.momentum_buffer f32 1 3 of b\0Ainput x f32 3 2 5 4 bound 0\0Ainput labels i32 2 2 5 bound 3\0Aoptimizer sgd
 // CHECK-NOT: train.param
 // CHECK-NOT: train.state
 
