@@ -122,6 +122,10 @@ Value StepLowering::state(FlatSymbolRefAttr name) {
   return rt.call("state", {rt.i64(stateIndex.lookup(name.getValue()))});
 }
 
+Type StepLowering::paramElementType(StringRef name) {
+  return symbols.lookup<ParamOp>(name).getTensorType().getElementType();
+}
+
 Value StepLowering::updatedParam(StringRef name, bool sharded, int64_t slice) {
   Value p = param(name);
   ParamOp op = paramOp(name);

@@ -147,7 +147,8 @@ struct UpdatePattern : RuntimePattern {
   }
   LogicalResult lower(Operation *op, StepLowering &s) const override {
     auto update = cast<OptimizerUpdateOpInterface>(op);
-    KernelCall kernel = update.getUpdateKernel();
+    KernelCall kernel = update.getUpdateKernel(
+        s.paramElementType(update.getUpdatedParam().getValue()));
     FailureOr<RuntimeKernel> name =
         typedKernel(op, kernel.kernel, kernel.elementType);
     if (failed(name))

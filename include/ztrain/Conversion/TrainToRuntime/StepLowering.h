@@ -144,6 +144,9 @@ public:
   /// rests partitioned, or this rank's slice of `slice` elements of its
   /// padded replicated storage.
   mlir::Value updatedParam(llvm::StringRef name, bool sharded, int64_t slice);
+  /// The element type of train.param `name` (through the step's symbol
+  /// table).
+  mlir::Type paramElementType(llvm::StringRef name);
 
   // --- Asynchronous collectives ---------------------------------------------
   /// A collective in flight: the runtime's handle, and a bucket's packed

@@ -281,20 +281,13 @@ KernelCall EmbeddingGradOp::getKernelCall() {
 // gradient, the master first among the states, and the parameter's element
 // type as the last argument (ztrt_abi.def).
 
-/// The element type of the parameter an update names (found through the
-/// symbol table: the op's only way to it).
-static Type paramElementType(Operation *update, FlatSymbolRefAttr param) {
-  auto p = SymbolTable::lookupNearestSymbolFrom<ParamOp>(update, param);
-  return p.getTensorType().getElementType();
-}
-
 SmallVector<FlatSymbolRefAttr> SGDUpdateOp::getUpdatedStates() {
   if (getMasterAttr())
     return {getMasterAttr(), getMomentumBufferAttr()};
   return {getMomentumBufferAttr()};
 }
 
-KernelCall SGDUpdateOp::getUpdateKernel() {
+KernelCall SGDUpdateOp::getUpdateKernel(Type paramElementType) {
   KernelCall c = call(getMasterAttr() ? "sgd_update_master" : "sgd_update",
                       getGrad(),
                       {A::f64(getLr().convertToDouble()),
@@ -303,7 +296,7 @@ KernelCall SGDUpdateOp::getUpdateKernel() {
                        A::f64(getWeightDecay().convertToDouble()),
                        A::i32(getNesterov())});
   if (getMasterAttr())
-    c.args.push_back(A::dtype(paramElementType(*this, getParamAttr())));
+    c.args.push_back(A::dtype(paramElementType));
   return c;
 }
 
@@ -313,7 +306,7 @@ SmallVector<FlatSymbolRefAttr> AdamUpdateOp::getUpdatedStates() {
   return {getExpAvgAttr(), getExpAvgSqAttr()};
 }
 
-KernelCall AdamUpdateOp::getUpdateKernel() {
+KernelCall AdamUpdateOp::getUpdateKernel(Type paramElementType) {
   KernelCall c = call(getMasterAttr() ? "adam_update_master" : "adam_update",
                       getGrad(),
                       {A::f64(getLr().convertToDouble()),
@@ -323,6 +316,6 @@ KernelCall AdamUpdateOp::getUpdateKernel() {
                        A::f64(getWeightDecay().convertToDouble()),
                        A::i32(getDecoupled())});
   if (getMasterAttr())
-    c.args.push_back(A::dtype(paramElementType(*this, getParamAttr())));
+    c.args.push_back(A::dtype(paramElementType));
   return c;
 }

@@ -127,6 +127,7 @@ void TrainPrecisionPass::runOnOperation() {
   }
 
   Block &body = entry.getBody().front();
+  SymbolTable symbols(module);
   OpBuilder b(ctx);
   // One cast per value and target type, placed before its first use.
   DenseMap<std::pair<Value, Type>, Value> casts;
@@ -152,9 +153,7 @@ void TrainPrecisionPass::runOnOperation() {
       continue;
     }
     if (auto read = dyn_cast<ParamReadOp>(op)) {
-      auto p = SymbolTable::lookupNearestSymbolFrom<ParamOp>(
-          read, read.getParamAttr());
-      if (p)
+      if (auto p = symbols.lookup<ParamOp>(read.getParam()))
         read.getResult().setType(p.getType());
       continue;
     }

@@ -81,7 +81,11 @@ def Train_OptimizerUpdateOpInterface : OpInterface<"OptimizerUpdateOpInterface">
       The runtime kernel (ABI name without `ztrt_` or a type suffix) and the
       scalar arguments that follow the parameter, gradient, states and
       element count in its ABI signature (hyper-parameters).
-    }], "::ztrain::train::KernelCall", "getUpdateKernel", (ins)>
+      `paramElementType` is the updated parameter's element type (the caller
+      resolves the symbol through its own symbol table: a lookup from the op
+      would scan the module once per update).
+    }], "::ztrain::train::KernelCall", "getUpdateKernel",
+      (ins "::mlir::Type":$paramElementType)>
   ];
 }
 
