@@ -19,10 +19,23 @@ using namespace mlir;
 void ztrain::buildTrainingPipeline(OpPassManager &pm,
                                    const TrainingPipelineOptions &options) {
   // fp32 (the default) adds no stage; the pass checks every other choice.
-  if (options.precision != "fp32" || !options.reduceDtype.empty()) {
+  // A loss-scale option away from its default is a choice the pass checks
+  // (it is an error without fp16).
+  train::TrainPrecisionOptions defaults;
+  bool lossScaleGiven =
+      options.initialScalePower != defaults.initialScalePower ||
+      options.lossScaleWindow != defaults.lossScaleWindow ||
+      options.hysteresis != defaults.hysteresis ||
+      options.minLossScale != defaults.minLossScale;
+  if (options.precision != "fp32" || !options.reduceDtype.empty() ||
+      lossScaleGiven) {
     train::TrainPrecisionOptions precision;
     precision.param = options.precision;
     precision.reduce = options.reduceDtype;
+    precision.initialScalePower = options.initialScalePower;
+    precision.lossScaleWindow = options.lossScaleWindow;
+    precision.hysteresis = options.hysteresis;
+    precision.minLossScale = options.minLossScale;
     pm.addPass(train::createTrainPrecision(precision));
   }
   pm.addPass(train::createTrainAutodiff());

@@ -539,6 +539,16 @@ public:
                       }));
   }
 
+  // The overflow check of loss scaling: once an earlier tensor overflowed,
+  // this one is not read.
+  void foundNonfinite(DType dtype, const void *x, int64_t n,
+                      const void *foundIn, void *foundOut) override {
+    bool found = *as<float>(foundIn) != 0.0f;
+    if (!found)
+      ZTRT_CPU_DISPATCH(dtype, found = anyNonfinite<T>(as<T>(x), n));
+    *as<float>(foundOut) = found ? 1.0f : 0.0f;
+  }
+
   // x widened, rounded once to the target type; a cast to the same type is
   // a copy (memmove: out may overlap x), which keeps NaN payloads.
   void cast(DType dtype, const void *x, void *out, int64_t n,
@@ -1054,9 +1064,10 @@ private:
     const float keep = static_cast<float>(1.0 - hyper.dampening);
     const float decay = static_cast<float>(hyper.weightDecay);
     const bool useMomentum = hyper.momentum != 0.0, first = step == 1;
+    const float unscale = static_cast<float>(hyper.gradScale);
 #pragma omp parallel for schedule(static) if (n >= kParallelElements)
     for (int64_t i = 0; i < n; ++i) {
-      float d = ld(grad[i]);
+      float d = ld(grad[i]) * unscale;
       const float p = ld(param[i]);
       if (decay != 0.0f)
         d = d + decay * p;
@@ -1070,6 +1081,14 @@ private:
       if constexpr (!std::is_void_v<P>)
         rounded[i] = st<P>(updated);
     }
+  }
+
+  template <typename T> static bool anyNonfinite(const T *x, int64_t n) {
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n >= kParallelElements)
+    for (int64_t i = 0; i < n; ++i)
+      bad |= !std::isfinite(ld(x[i]));
+    return bad != 0;
   }
 
   // torch.optim.Adam / AdamW (1.13) single-tensor path; bias corrections in
@@ -1092,9 +1111,10 @@ private:
     const float decay = static_cast<float>(hyper.weightDecay);
     const float shrink = static_cast<float>(1.0 - hyper.lr * hyper.weightDecay);
     const bool decoupled = hyper.decoupled;
+    const float unscale = static_cast<float>(hyper.gradScale);
 #pragma omp parallel for schedule(static) if (n >= kParallelElements)
     for (int64_t i = 0; i < n; ++i) {
-      float g = ld(grad[i]);
+      float g = ld(grad[i]) * unscale;
       float p = ld(param[i]);
       if (decoupled)
         p = p * shrink;

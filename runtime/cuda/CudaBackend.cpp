@@ -694,6 +694,7 @@ public:
     s.useMomentum = hyper.momentum != 0.0;
     s.first = step == 1;
     s.nesterov = hyper.nesterov;
+    s.unscale = static_cast<float>(hyper.gradScale);
     return s;
   }
 
@@ -702,6 +703,7 @@ public:
     const double bias1 = 1.0 - std::pow(hyper.beta1, t);
     const double bias2 = 1.0 - std::pow(hyper.beta2, t);
     cuda::AdamScalars s;
+    s.unscale = static_cast<float>(hyper.gradScale);
     s.negStepSize = static_cast<float>(-(hyper.lr / bias1));
     s.bias2Sqrt = static_cast<float>(std::sqrt(bias2));
     s.beta1 = static_cast<float>(hyper.beta1);
@@ -758,6 +760,13 @@ public:
                                                 master, expAvg, expAvgSq, n, s,
                                                 compute);
                        }));
+  }
+
+  void foundNonfinite(DType dtype, const void *x, int64_t n,
+                      const void *foundIn, void *foundOut) override {
+    ZTRT_CUDA_DISPATCH(dtype, cuda::foundNonfinite(
+                                  as<T>(x), n, as<float>(foundIn),
+                                  as<float>(foundOut), compute));
   }
 
   // One rounding per element; the same type is a device copy (memmove

@@ -148,7 +148,7 @@ template <typename T, typename G, typename P>
 __global__ void sgdKernel(T *param, const G *grad, T *momentumBuf, int64_t n,
                           SgdScalars s, P *rounded) {
   for (int64_t i = globalThread(); i < n; i += gridThreads()) {
-    float d = ld(grad[i]);
+    float d = ld(grad[i]) * s.unscale;
     if (s.decay != 0.0f)
       d = d + s.decay * ld(param[i]);
     if (s.useMomentum) {
@@ -168,7 +168,7 @@ template <typename T, typename G, typename P>
 __global__ void adamKernel(T *param, const G *grad, T *expAvg, T *expAvgSq,
                            int64_t n, AdamScalars s, P *rounded) {
   for (int64_t i = globalThread(); i < n; i += gridThreads()) {
-    float g = ld(grad[i]);
+    float g = ld(grad[i]) * s.unscale;
     float p = ld(param[i]);
     if (s.decoupled)
       p = p * s.shrink;
@@ -183,6 +183,25 @@ __global__ void adamKernel(T *param, const G *grad, T *expAvg, T *expAvgSq,
     param[i] = static_cast<T>(updated);
     if constexpr (!std::is_void_v<P>)
       rounded[i] = static_cast<P>(updated);
+  }
+}
+
+// The flag's first word takes the earlier flag; every thread that finds a
+// non-finite element then stores 1 (the same value: a benign race), after
+// the first kernel in stream order.
+__global__ void copyFlagKernel(const float *in, float *out) {
+  if (globalThread() == 0)
+    out[0] = in[0] != 0.0f ? 1.0f : 0.0f;
+}
+
+template <typename T>
+__global__ void nonfiniteKernel(const T *x, int64_t n, float *out) {
+  for (int64_t i = globalThread(); i < n; i += gridThreads()) {
+    // v - v is 0 for every finite v and NaN for an infinity or a NaN (no
+    // isfinite that both nvcc and the host emulator see).
+    const float v = ld(x[i]);
+    if (!(v - v == 0.0f))
+      out[0] = 1.0f;
   }
 }
 
@@ -363,7 +382,19 @@ void cast(const From *x, To *out, int64_t n, cudaStream_t stream) {
   check(cudaGetLastError(), "cast kernel launch");
 }
 
+template <typename T>
+void foundNonfinite(const T *x, int64_t n, const float *foundIn,
+                    float *foundOut, cudaStream_t stream) {
+  ZTRT_LAUNCH(1, 1, 0, stream, copyFlagKernel)(foundIn, foundOut);
+  if (n > 0)
+    ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, nonfiniteKernel<T>)
+    (x, n, foundOut);
+  check(cudaGetLastError(), "found_nonfinite kernel launch");
+}
+
 #define ZTRT_INSTANTIATE(T)                                                    \
+  template void foundNonfinite<T>(const T *, int64_t, const float *, float *, \
+                                  cudaStream_t);                               \
   template void fill<T>(T *, int64_t, float, cudaStream_t);                    \
   template void binary<T>(Binary, const T *, const T *, T *, int64_t,          \
                           cudaStream_t);                                       \

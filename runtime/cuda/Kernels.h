@@ -104,7 +104,9 @@ void rotaryEmbedding(const T *x, T *out, int64_t outer, int64_t seq,
 /// torch.optim.SGD with every scalar already rounded to float, as the cpu
 /// backend does.
 struct SgdScalars {
-  float negLr, momentum, keep, decay;
+  /// unscale: each widened gradient element is multiplied by it (1 / the
+  /// loss scale, or 1).
+  float negLr, momentum, keep, decay, unscale;
   bool useMomentum, first, nesterov;
 };
 template <typename T>
@@ -114,6 +116,8 @@ void sgdUpdate(T *param, const T *grad, T *momentumBuf, int64_t n,
 /// torch.optim.Adam / AdamW scalars (bias corrections computed in double on
 /// the host, then rounded to float).
 struct AdamScalars {
+  /// unscale as in SgdScalars.
+  float unscale;
   float negStepSize, bias2Sqrt, beta1, beta2, oneMinusBeta1, oneMinusBeta2, eps,
       decay, shrink;
   bool decoupled;
@@ -138,6 +142,12 @@ void adamUpdateMaster(P *param, const G *grad, float *master, float *expAvg,
 /// overlap (the entry point checks).
 template <typename From, typename To>
 void cast(const From *x, To *out, int64_t n, cudaStream_t stream);
+
+/// foundOut[0] = 1 if foundIn[0] != 0 or any x[i] is a NaN or an infinity,
+/// else 0 (ztrt_found_nonfinite; foundOut may equal foundIn).
+template <typename T>
+void foundNonfinite(const T *x, int64_t n, const float *foundIn,
+                    float *foundOut, cudaStream_t stream);
 
 // --- Rows: normalization, softmax, losses (Rows.cu) --------------------------
 

@@ -24,6 +24,7 @@
 //   input <name> <dtype> <rank> <d0> .. <dn-1> bound <b>
 //   arena <name> <bytes>
 //   optimizer <free text up to end of line>
+//   loss_scale init <S> window <W> hysteresis <H> min <M>
 //
 // `grad p E dtype` (optional; then one per parameter, in parameter order):
 // the persistent gradient buffer of parameter p, E elements of `dtype` per
@@ -34,6 +35,11 @@
 // `arena name bytes`: an arena the step asks for with ztrt_arena, in index
 // order (plan-memory's); with the other records, every byte a rank
 // allocates, which main() checks against the memory available.
+// `loss_scale ...` (fp16 mixed precision): the step seeds its backward pass
+// with ztrt_loss_scale and calls ztrt_update_loss_scale once, before its
+// optimizer updates; the runtime's dynamic loss scaler starts at S, halves
+// after H overflows (never below M; an overflow at M ends the run) and
+// doubles after W consecutive clean steps (DeepSpeed's DynamicLossScaler).
 // `grid N`: the step was compiled for N data-parallel ranks; main() refuses
 // any other world size (absent: any size, for hand-written models). <dtype>
 // is f32 or i32, and for params, states and grads also bf16 or f16 (mixed

@@ -457,6 +457,82 @@ void ztrt_copy_2d(ztrt_ctx *ctx, const void *src, void *dst, int64_t rows,
 #undef ZTRT_KERNEL
 #undef ZTRT_FN
 
+namespace {
+
+/// Loss scaling needs master weights: the plain updates refuse a model that
+/// scales its loss (the compiler never emits that).
+void requireNoLossScale(ztrt_ctx *ctx, const char *op) {
+  if (ctx->scaler)
+    fatal("%s: the model scales its loss (descriptor loss_scale) but "
+          "updates without an f32 master; loss-scaled updates are the "
+          "master-weight forms",
+          op);
+}
+
+/// The master-weight updates under loss scaling: false when the step
+/// overflowed (the update is skipped), else `unscale` = 1 / the step's
+/// scale. Without loss scaling: true, unscale 1.
+bool scaledUpdate(ztrt_ctx *ctx, const char *op, double &unscale) {
+  unscale = 1.0;
+  if (!ctx->scaler)
+    return true;
+  if (!ctx->scaleUpdated)
+    fatal("%s: step %lld updates before ztrt_update_loss_scale (the model "
+          "scales its loss: the overflow check must come first)",
+          op, static_cast<long long>(ctx->step));
+  if (ctx->skipUpdates)
+    return false;
+  unscale = 1.0 / ctx->stepScale;
+  return true;
+}
+
+} // namespace
+
+void ztrt_loss_scale(ztrt_ctx *ctx, void *out) {
+  Backend &backend = backendOf(ctx, "loss_scale");
+  if (!out)
+    fatal("loss_scale: null output buffer");
+  if (!ctx->scaler)
+    fatal("loss_scale: the model's descriptor has no loss_scale record");
+  const float scale = static_cast<float>(ctx->stepScale);
+  backend.copyFromHost(out, &scale, sizeof(scale));
+}
+
+void ztrt_update_loss_scale(ztrt_ctx *ctx, const void *found) {
+  Backend &backend = backendOf(ctx, "update_loss_scale");
+  TraceScope trace(ctx->trace(), "update_loss_scale");
+  if (!found)
+    fatal("update_loss_scale: null flag buffer");
+  if (!ctx->scaler)
+    fatal("update_loss_scale: the model's descriptor has no loss_scale "
+          "record");
+  if (ctx->step < 1)
+    fatal("update_loss_scale: called outside a step (step counter is %lld)",
+          static_cast<long long>(ctx->step));
+  if (ctx->scaleUpdated)
+    fatal("update_loss_scale: called twice in step %lld",
+          static_cast<long long>(ctx->step));
+  float flag = 0.0f;
+  // The decision is the host's: wait for the flag (one float).
+  backend.copyToHost(&flag, found, sizeof(flag));
+  ctx->scaleUpdated = true;
+  // The flag is the same on every rank (the compiler sums it over the
+  // ranks), so every rank takes the same branch.
+  switch (ctx->scaler->update(flag != 0.0f)) {
+  case ztrt::LossScaler::Outcome::Applied:
+    ctx->skipUpdates = false;
+    break;
+  case ztrt::LossScaler::Outcome::Skipped:
+    ctx->skipUpdates = true;
+    break;
+  case ztrt::LossScaler::Outcome::AtMinimum:
+    refuse("step %lld: the gradients overflow at the minimum loss scale %g "
+           "(--min-loss-scale); stopping. The loss is probably diverging: "
+           "lower the learning rate, or train in bf16",
+           static_cast<long long>(ctx->step), ctx->scaler->policy().min);
+  }
+}
+
 void ztrt_sgd_update(ztrt_ctx *ctx, int32_t dtype, void *param,
                      const void *grad, void *momentum_buf, int64_t n, double lr,
                      double momentum, double dampening, double weight_decay,
@@ -470,6 +546,7 @@ void ztrt_sgd_update(ztrt_ctx *ctx, int32_t dtype, void *param,
   if (ctx->step < 1)
     fatal("sgd_update: called outside a step (step counter is %lld)",
           static_cast<long long>(ctx->step));
+  requireNoLossScale(ctx, "sgd_update");
   backend.sgdUpdate(
       type, param, grad, momentum_buf, n,
       SgdHyper{lr, momentum, dampening, weight_decay, nesterov != 0},
@@ -488,6 +565,7 @@ void ztrt_adam_update(ztrt_ctx *ctx, int32_t dtype, void *param,
   if (ctx->step < 1)
     fatal("%s: called outside a step (step counter is %lld)", op,
           static_cast<long long>(ctx->step));
+  requireNoLossScale(ctx, op);
   backend.adamUpdate(
       type, param, grad, exp_avg, exp_avg_sq, n,
       AdamHyper{lr, beta1, beta2, eps, weight_decay, decoupled != 0},
@@ -511,11 +589,15 @@ void ztrt_sgd_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
   if (ctx->step < 1)
     fatal("%s: called outside a step (step counter is %lld)", op,
           static_cast<long long>(ctx->step));
-  backend.sgdUpdateMaster(
-      gradType, paramType, param, grad, static_cast<float *>(master),
-      static_cast<float *>(momentum_buf), n,
-      SgdHyper{lr, momentum, dampening, weight_decay, nesterov != 0},
-      ctx->step);
+  double unscale = 1.0;
+  if (!scaledUpdate(ctx, op, unscale))
+    return;
+  SgdHyper hyper{lr, momentum, dampening, weight_decay, nesterov != 0};
+  hyper.gradScale = unscale;
+  backend.sgdUpdateMaster(gradType, paramType, param, grad,
+                          static_cast<float *>(master),
+                          static_cast<float *>(momentum_buf), n, hyper,
+                          ctx->optimizerStep());
 }
 
 void ztrt_adam_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
@@ -534,11 +616,16 @@ void ztrt_adam_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
   if (ctx->step < 1)
     fatal("%s: called outside a step (step counter is %lld)", op,
           static_cast<long long>(ctx->step));
-  backend.adamUpdateMaster(
-      gradType, paramType, param, grad, static_cast<float *>(master),
-      static_cast<float *>(exp_avg), static_cast<float *>(exp_avg_sq), n,
-      AdamHyper{lr, beta1, beta2, eps, weight_decay, decoupled != 0},
-      ctx->step);
+  double unscale = 1.0;
+  if (!scaledUpdate(ctx, op, unscale))
+    return;
+  AdamHyper hyper{lr, beta1, beta2, eps, weight_decay, decoupled != 0};
+  hyper.gradScale = unscale;
+  backend.adamUpdateMaster(gradType, paramType, param, grad,
+                           static_cast<float *>(master),
+                           static_cast<float *>(exp_avg),
+                           static_cast<float *>(exp_avg_sq), n, hyper,
+                           ctx->optimizerStep());
 }
 
 void ztrt_dropout(ztrt_ctx *ctx, int32_t dtype, const void *x, void *out,

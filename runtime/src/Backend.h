@@ -53,11 +53,17 @@ struct DeviceCollectiveTiming {
 struct SgdHyper {
   double lr, momentum, dampening, weightDecay;
   bool nesterov;
+  /// The master-weight updates multiply each widened gradient element by
+  /// this (as a float) before using it: 1 / the loss scale under dynamic
+  /// loss scaling, else 1 (exact: x * 1.0f == x).
+  double gradScale = 1.0;
 };
 
 struct AdamHyper {
   double lr, beta1, beta2, eps, weightDecay;
   bool decoupled; // AdamW
+  /// As SgdHyper::gradScale.
+  double gradScale = 1.0;
 };
 
 class Backend {

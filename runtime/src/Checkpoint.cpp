@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -118,6 +119,14 @@ std::string indexJson(const std::vector<CheckpointTensor> &tensors,
   for (size_t i = 0; i < tensors.size(); ++i)
     json += (i ? ",\n      " : "\n      ") + tensorJson(tensors[i]);
   json += tensors.empty() ? "],\n" : "\n    ],\n";
+  if (const std::optional<LossScaler::State> &ls = progress.lossScaler)
+    json += format("    \"loss_scaler\": {\"scale\": %.17g, \"iter\": %lld, "
+                   "\"last_overflow_iter\": %lld, \"hysteresis\": %lld, "
+                   "\"skipped\": %lld},\n",
+                   ls->scale, static_cast<long long>(ls->iter),
+                   static_cast<long long>(ls->lastOverflowIter),
+                   static_cast<long long>(ls->hysteresis),
+                   static_cast<long long>(ls->skipped));
   json += "    \"descriptor\": " + jsonQuote(descriptorText) + "\n  }\n}\n";
   return json;
 }
@@ -461,6 +470,20 @@ CheckpointIndex readCheckpointIndex(const std::string &named,
     bad("\"seed\" is not an unsigned 64-bit integer");
   index.data = string(*ztrain, "data");
   index.descriptor = string(*ztrain, "descriptor");
+  if (const JsonValue *ls = ztrain->find("loss_scaler")) {
+    if (ls->kind != JsonValue::Kind::Object)
+      bad("\"loss_scaler\" is not an object");
+    LossScaler::State state;
+    const JsonValue *scale = ls->find("scale");
+    state.scale = scale ? scale->getDouble() : std::nan("");
+    if (!(state.scale > 0.0) || !std::isfinite(state.scale))
+      bad("\"loss_scaler\": \"scale\" is not a positive number");
+    state.iter = integer(*ls, "iter", 0);
+    state.lastOverflowIter = integer(*ls, "last_overflow_iter", -1);
+    state.hysteresis = integer(*ls, "hysteresis", 1);
+    state.skipped = integer(*ls, "skipped", 0);
+    index.lossScaler = state;
+  }
 
   // The files are exactly the canonical names, so that an index cannot
   // point outside its directory.
@@ -606,6 +629,16 @@ void checkResumable(const CheckpointIndex &index, const Descriptor &desc,
             "'%s' in this model",
             dir, i + 1, a, b);
   }
+  // The same descriptor: a loss_scale record in both or in neither.
+  if (desc.lossScale && !index.lossScaler)
+    fatal("--resume '%s': the checkpoint has no \"loss_scaler\" state, which "
+          "this model's dynamic loss scaling needs",
+          dir);
+  if (desc.lossScale && index.lossScaler->iter != index.step)
+    fatal("--resume '%s': the loss scaler has seen %lld steps, the checkpoint "
+          "%lld",
+          dir, static_cast<long long>(index.lossScaler->iter),
+          static_cast<long long>(index.step));
 }
 
 void loadCheckpointShard(ztrt_ctx &ctx, const Descriptor &desc,
@@ -620,6 +653,15 @@ void loadCheckpointShard(ztrt_ctx &ctx, const Descriptor &desc,
   for (size_t i = 0; i < specs.size(); ++i)
     backend.copyFromHost(storage[i], file.find(specs[i].spec.name)->data,
                          specs[i].spec.storeBytes);
+  // checkResumable made sure the state is there when the model scales.
+  if (ctx.scaler && !ctx.scaler->restore(*index.lossScaler))
+    fatal("--resume '%s': the \"loss_scaler\" state (scale %g, hysteresis "
+          "%lld, %lld skipped of %lld) is not one this model's loss scaling "
+          "reaches",
+          index.named.c_str(), index.lossScaler->scale,
+          static_cast<long long>(index.lossScaler->hysteresis),
+          static_cast<long long>(index.lossScaler->skipped),
+          static_cast<long long>(index.lossScaler->iter));
 }
 
 void consolidateCheckpoint(const std::string &dir, const std::string &out,

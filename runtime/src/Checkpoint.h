@@ -37,6 +37,7 @@
 #include "src/Descriptor.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,9 @@ struct CheckpointIndex {
   std::vector<CheckpointTensor> tensors;
   /// The descriptor of the executable that wrote it, verbatim.
   std::string descriptor;
+  /// The dynamic loss scaler after `step` (the index's "loss_scaler";
+  /// present iff the descriptor has a loss_scale record).
+  std::optional<LossScaler::State> lossScaler;
 };
 
 /// What the driver knows about the run when it saves.
@@ -96,6 +100,7 @@ struct CheckpointProgress {
   int64_t step = 0;
   uint64_t seed = 0;
   std::string data;
+  std::optional<LossScaler::State> lossScaler;
 };
 
 /// "global_step<step>": a checkpoint's directory name under its root.

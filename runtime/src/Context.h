@@ -17,10 +17,12 @@
 #include "src/Backend.h"
 #include "src/CommQueue.h"
 #include "src/Communicator.h"
+#include "src/LossScaler.h"
 #include "src/Trace.h"
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -164,6 +166,22 @@ struct ztrt_ctx {
   /// The value ztrt_set_loss received during the current step.
   float loss = 0.0f;
   bool lossSet = false;
+
+  // --- Dynamic loss scaling (descriptor `loss_scale`) ---------------------
+  /// Present when the model scales its loss (fp16).
+  std::optional<ztrt::LossScaler> scaler;
+  /// The scale the current step's backward pass uses (1 without scaling).
+  double stepScale = 1.0;
+  /// Set by ztrt_update_loss_scale in the current step.
+  bool scaleUpdated = false;
+  /// The current step overflowed: its optimizer updates do nothing.
+  bool skipUpdates = false;
+  /// The number the optimizer updates of the current step take as their
+  /// step t (Adam's bias correction, SGD's first step): the steps whose
+  /// updates ran, this one included; `step` when nothing is skipped.
+  int64_t optimizerStep() const {
+    return scaler ? step - scaler->state().skipped : step;
+  }
 
 private:
   struct Allocation {

@@ -466,6 +466,26 @@ Descriptor parseDescriptor(const char *text) {
       p.end();
       if (desc.gridSize < 1)
         p.error("grid size must be >= 1");
+    } else if (kind == "loss_scale") {
+      LossScalePolicy policy;
+      p.keyword("init");
+      policy.init = p.number("initial loss scale");
+      p.keyword("window");
+      policy.window = p.integer("loss scale window");
+      p.keyword("hysteresis");
+      policy.hysteresis = p.integer("hysteresis");
+      p.keyword("min");
+      policy.min = p.number("minimum loss scale");
+      p.end();
+      if (desc.lossScale)
+        p.error("second loss_scale record");
+      if (!(policy.init >= 1.0 && policy.init <= 0x1p127))
+        p.error("initial loss scale must be in [1, 2^127]");
+      if (!(policy.min > 0.0 && policy.min <= policy.init))
+        p.error("minimum loss scale must be in (0, initial scale]");
+      if (policy.window < 1 || policy.hysteresis < 1)
+        p.error("loss scale window and hysteresis must be >= 1");
+      desc.lossScale = policy;
     } else if (kind == "optimizer") {
       // Free text: everything after "optimizer ".
       desc.optimizer = line.size() > 10 ? line.substr(10) : std::string();

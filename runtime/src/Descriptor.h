@@ -9,7 +9,10 @@
 #ifndef ZTRT_SRC_DESCRIPTOR_H
 #define ZTRT_SRC_DESCRIPTOR_H
 
+#include "src/LossScaler.h"
+
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -146,6 +149,10 @@ struct Descriptor {
   /// order.
   std::vector<std::pair<std::string, int64_t>> arenas;
   std::string optimizer;
+  /// `loss_scale init S window W hysteresis H min M`: the step seeds its
+  /// backward pass with a dynamic loss scale (fp16) and calls
+  /// ztrt_update_loss_scale before its updates.
+  std::optional<LossScalePolicy> lossScale;
 };
 
 /// Every byte a rank allocates through the context for this model: its

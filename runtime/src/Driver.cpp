@@ -304,6 +304,10 @@ struct StepRecord {
   /// This rank's loss, and the mean over ranks (what is printed).
   float loss, meanLoss;
   double timeMs;
+  /// Dynamic loss scaling: the scale the step used, and whether it
+  /// overflowed (its updates were skipped). Scale 0: no loss scaling.
+  double lossScale = 0.0;
+  bool skipped = false;
 };
 
 /// The mean of one value per rank, summed in rank order in float and divided
@@ -396,11 +400,25 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
       jsonQuote(ctx.backend().deviceName()).c_str());
   for (size_t i = 0; i < records.size(); ++i) {
     const StepRecord &r = records[i];
-    json += format("%s\n    {\"step\": %lld, \"loss\": %s, \"time_ms\": %.6f}",
+    json += format("%s\n    {\"step\": %lld, \"loss\": %s, \"time_ms\": %.6f",
                    i ? "," : "", static_cast<long long>(r.step),
                    jsonLoss(r.meanLoss).c_str(), r.timeMs);
+    if (ctx.scaler)
+      json += format(", \"loss_scale\": %.17g, \"skipped\": %s", r.lossScale,
+                     r.skipped ? "true" : "false");
+    json += "}";
   }
   json += records.empty() ? "],\n" : "\n  ],\n";
+  if (ctx.scaler) {
+    const LossScalePolicy &p = ctx.scaler->policy();
+    const LossScaler::State &st = ctx.scaler->state();
+    json += format("  \"loss_scale\": {\"scale\": %.17g, \"skipped_steps\": "
+                   "%lld, \"init\": %.17g, \"window\": %lld, "
+                   "\"hysteresis\": %lld, \"min\": %.17g},\n",
+                   st.scale, static_cast<long long>(st.skipped), p.init,
+                   static_cast<long long>(p.window),
+                   static_cast<long long>(p.hysteresis), p.min);
+  }
   json += "  \"memory\": " + memoryJson(ctx.memory(), plannedBytes(desc).total()) + ",\n";
   json += "  \"communication\": " + communicationJson(ctx) + ",\n";
   json += "  \"overlap\": " + overlapJson(ctx) + ",\n";
@@ -605,6 +623,8 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   std::unique_ptr<Backend> impl = createBackend(opts.backend, *world);
   ztrt_ctx ctx(std::move(impl), std::move(world));
   ctx.seed = opts.seed;
+  if (desc.lossScale)
+    ctx.scaler.emplace(*desc.lossScale);
   Backend &backend = ctx.backend();
   Communicator &comm = ctx.comm();
   checkDeviceMemory(backend, comm, desc, opts);
@@ -671,8 +691,11 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   // one would.
   const int64_t first = resumed.step + 1, last = resumed.step + opts.steps;
   auto checkpoint = [&](int64_t done) {
-    saveCheckpoint(ctx, desc, descriptor, {done, opts.seed, opts.data},
-                   opts.saveCheckpoint, opts.keepCheckpoints);
+    CheckpointProgress progress{done, opts.seed, opts.data, std::nullopt};
+    if (ctx.scaler)
+      progress.lossScaler = ctx.scaler->state();
+    saveCheckpoint(ctx, desc, descriptor, progress, opts.saveCheckpoint,
+                   opts.keepCheckpoints);
   };
   std::vector<std::vector<char>> staging;
   for (const InputSpec &spec : desc.inputs)
@@ -688,6 +711,8 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     ctx.step = t;
     watchdogStep.store(t);
     ctx.lossSet = false;
+    ctx.stepScale = ctx.scaler ? ctx.scaler->scale() : 1.0;
+    ctx.scaleUpdated = ctx.skipUpdates = false;
     auto start = Clock::now();
     step(&ctx);
     // A device backend has only enqueued the step: its time, its loss and
@@ -707,11 +732,16 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     if (!ctx.lossSet)
       fatal("step %lld: the model did not report a loss (ztrt_set_loss)",
             static_cast<long long>(t));
+    if (ctx.scaler && !ctx.scaleUpdated)
+      fatal("step %lld: the model scales its loss but did not check its "
+            "gradients (ztrt_update_loss_scale)",
+            static_cast<long long>(t));
     double ms = std::chrono::duration<double, std::milli>(end - start).count();
     // The driver's own exchange, not the model's traffic: it is not counted
     // in the communication statistics.
     float meanLoss = meanOverRanks(comm, ctx.loss);
-    records.push_back({t, ctx.loss, meanLoss, ms});
+    records.push_back({t, ctx.loss, meanLoss, ms,
+                       ctx.scaler ? ctx.stepScale : 0.0, ctx.skipUpdates});
     // A non-finite loss is where training went wrong: stop there, naming
     // it. Every rank has the same mean: rank 0 reports, all stop.
     if (!std::isfinite(meanLoss) && !opts.allowNonfiniteLoss)
@@ -720,9 +750,13 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
             static_cast<long long>(t), std::isnan(meanLoss) ? "NaN" : "infinite");
     if (rank == 0 && opts.logEvery > 0 &&
         (t % opts.logEvery == 0 || t == last)) {
-      std::printf("step %*lld/%lld  loss %.7g  %.2f ms/step\n", width,
+      std::string scale;
+      if (ctx.scaler)
+        scale = format("  loss scale %.17g%s", ctx.stepScale,
+                       ctx.skipUpdates ? " (overflow: step skipped)" : "");
+      std::printf("step %*lld/%lld  loss %.7g  %.2f ms/step%s\n", width,
                   static_cast<long long>(t), static_cast<long long>(last),
-                  meanLoss, ms);
+                  meanLoss, ms, scale.c_str());
       std::fflush(stdout);
     }
     // The last step's checkpoint is the one written below.

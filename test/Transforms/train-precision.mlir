@@ -30,7 +30,7 @@
 // BF16: %[[L32:.*]] = train.cast %[[L]] : tensor<bf16> to tensor<f32>
 // BF16: return %[[L32]] : tensor<f32>
 
-// F16: module attributes {train.precision = {param = f16, reduce = f16}}
+// F16: module attributes {train.loss_scale = {hysteresis = 2 : i64, init = 6.553600e+04 : f64, min = 1.000000e+00 : f64, window = 1000 : i64}, train.precision = {param = f16, reduce = f16}}
 // F16: train.param @w : tensor<4x3xf16>
 // F16: train.cast %{{.*}} : tensor<2x4xf32> to tensor<2x4xf16>
 

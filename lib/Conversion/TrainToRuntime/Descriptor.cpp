@@ -12,6 +12,7 @@
 //   input <name> <dtype> <rank> <dims...> bound <B>
 //   arena <name> <bytes>
 //   optimizer <kind>
+//   loss_scale init <S> window <W> hysteresis <H> min <M>   (fp16)
 // (docs/runtime.md, runtime/include/ztrt.h). Parameters and states are f32,
 // bf16 or f16 (mixed precision: a 16-bit parameter's f32 `master` state);
 // a grad record names the type of the gradient buffer the parameter's
@@ -240,6 +241,14 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
          << cast<IntegerAttr>(arena.getValue()).getInt() << '\n';
   if (auto opt = module->getAttrOfType<StringAttr>(kOptimizerAttr))
     os << "optimizer " << opt.getValue() << '\n';
+  FailureOr<std::optional<LossScalePolicy>> scaling = getLossScalePolicy(module);
+  if (failed(scaling))
+    return failure();
+  if (*scaling)
+    os << "loss_scale init " << llvm::format("%.17g", (*scaling)->init)
+       << " window " << (*scaling)->window << " hysteresis "
+       << (*scaling)->hysteresis << " min "
+       << llvm::format("%.17g", (*scaling)->min) << '\n';
   return descriptor;
 }
 

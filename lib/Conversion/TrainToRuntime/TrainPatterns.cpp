@@ -179,6 +179,22 @@ struct UpdatePattern : RuntimePattern {
   }
 };
 
+/// Dynamic loss scaling: the scale and the overflow decision are the
+/// runtime's (its scaler is host state that persists across steps).
+struct LossScalePattern : OpRuntimePattern<LossScaleOp> {
+  LogicalResult lower(LossScaleOp op, StepLowering &s) const override {
+    s.rt.call("loss_scale", {s.alloc(op.getResult())});
+    return success();
+  }
+};
+
+struct UpdateLossScalePattern : OpRuntimePattern<UpdateLossScaleOp> {
+  LogicalResult lower(UpdateLossScaleOp op, StepLowering &s) const override {
+    s.rt.call("update_loss_scale", {s.get(op.getFound())});
+    return success();
+  }
+};
+
 struct ReturnPattern : OpRuntimePattern<func::ReturnOp> {
   LogicalResult lower(func::ReturnOp, StepLowering &) const override {
     return success();
@@ -196,5 +212,7 @@ void ztrain::populateTrainToRuntimePatterns(RuntimePatternList &patterns) {
   patterns.push_back(std::make_unique<SliceGradPattern>());
   patterns.push_back(std::make_unique<ConcatPattern>());
   patterns.push_back(std::make_unique<UpdatePattern>());
+  patterns.push_back(std::make_unique<LossScalePattern>());
+  patterns.push_back(std::make_unique<UpdateLossScalePattern>());
   patterns.push_back(std::make_unique<ReturnPattern>());
 }

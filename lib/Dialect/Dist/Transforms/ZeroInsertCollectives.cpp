@@ -33,17 +33,40 @@ struct ZeroInsertCollectivesPass
 };
 } // namespace
 
-/// Stage 0: average each gradient right before its update.
+/// The first op that consumes `update`'s gradient as the optimizer sees
+/// it: the update, or an earlier overflow check of loss scaling
+/// (train.found_nonfinite, placed before every update).
+static Operation *firstConsumer(train::OptimizerUpdateOpInterface update) {
+  Operation *first = update;
+  for (Operation *user : update.getGradient().getUsers())
+    if (isa<train::FoundNonfiniteOp>(user) &&
+        user->getBlock() == first->getBlock() && user->isBeforeInBlock(first))
+      first = user;
+  return first;
+}
+
+/// Points the update and the overflow checks of its gradient at `reduced`.
+static void useReduced(train::OptimizerUpdateOpInterface update,
+                       Value reduced) {
+  Value grad = update.getGradient();
+  grad.replaceUsesWithIf(reduced, [&](OpOperand &use) {
+    return isa<train::FoundNonfiniteOp>(use.getOwner());
+  });
+  update.getGradientOperand().set(reduced);
+}
+
+/// Stage 0: average each gradient right before its update (or its overflow
+/// check).
 static void insertAllReduces(func::FuncOp entry, FlatSymbolRefAttr grid,
                              int64_t &count) {
   OpBuilder b(entry.getContext());
   entry.walk([&](train::OptimizerUpdateOpInterface update) {
     Value grad = update.getGradient();
-    b.setInsertionPoint(update);
+    b.setInsertionPoint(firstConsumer(update));
     Value avg = AllReduceOp::create(
         b, update->getLoc(), grad.getType(),
         ReductionAttr::get(b.getContext(), Reduction::mean), grad, grid);
-    update.getGradientOperand().set(avg);
+    useReduced(update, avg);
     ++count;
   });
 }
@@ -68,7 +91,7 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
     // reduce-scatter each gradient as soon as it is final, so only its shard
     // outlives the backward pass.
     if (stage == 1 || !grad.getDefiningOp())
-      b.setInsertionPoint(update);
+      b.setInsertionPoint(firstConsumer(update));
     else
       b.setInsertionPointAfter(grad.getDefiningOp());
     Location loc = update->getLoc();
@@ -78,7 +101,7 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
     Value slice = ReduceScatterOp::create(
         b, loc, RankedTensorType::get({shard}, type.getElementType()),
         meanAttr, flat, grid);
-    update.getGradientOperand().set(slice);
+    useReduced(update, slice);
     update.setShardedUpdate();
     ++count;
     if (stage < 3) {
@@ -88,6 +111,18 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
       ++count;
     }
   }
+  // Loss scaling: each rank checked only its shards, so the overflow flag
+  // is summed over the ranks before the scaler sees it; every rank then
+  // skips the same steps. (Stage 0 needs no sum: every rank checks the same
+  // averaged gradients, bitwise equal on every rank.)
+  entry.walk([&](train::UpdateLossScaleOp scale) {
+    b.setInsertionPoint(scale);
+    Value agreed = AllReduceOp::create(
+        b, scale.getLoc(), scale.getFound().getType(),
+        ReductionAttr::get(ctx, Reduction::sum), scale.getFound(), grid);
+    scale.getFoundMutable().set(agreed);
+    ++count;
+  });
   if (stage < 3)
     return success();
 

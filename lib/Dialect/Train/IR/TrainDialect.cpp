@@ -24,3 +24,14 @@ void TrainDialect::initialize() {
 #include "ztrain/Dialect/Train/IR/TrainOps.cpp.inc"
       >();
 }
+
+LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
+                                                    NamedAttribute attr) {
+  if (attr.getName() != kLossScaleAttr)
+    return success();
+  auto module = dyn_cast<ModuleOp>(op);
+  if (!module)
+    return op->emitOpError() << kLossScaleAttr << " belongs on a module";
+  // Emits the located error itself.
+  return failure(failed(getLossScalePolicy(module)));
+}

@@ -72,6 +72,13 @@ KernelCall CastOp::getKernelCall() {
                A::dtype(elementTypeOf(getResult()))});
 }
 
+KernelCall FoundNonfiniteOp::getKernelCall() {
+  // Typed by the input; both flags are f32.
+  return call("found_nonfinite", getInput(),
+              {A::buffer(getInput()), A::i64(numElements(getInput())),
+               A::buffer(getFound()), A::buffer(getResult())});
+}
+
 KernelCall ScaleOp::getKernelCall() {
   return call("scale", getResult(),
               {A::buffer(getInput()), A::buffer(getResult()),

@@ -13,9 +13,11 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
+#include <cstdio>
 
 using namespace mlir;
 using namespace ztrain::train;
@@ -140,6 +142,98 @@ ztrain::train::gradientElementTypes(func::FuncOp entry) {
             .getElementType();
   });
   return types;
+}
+
+std::string ztrain::train::checkLossScalePolicy(const LossScalePolicy &p) {
+  auto g = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", v);
+    return std::string(text);
+  };
+  // The scale seeds an f32 backward pass: it must be a finite f32.
+  if (!(p.init >= 1.0) || !(p.init <= 0x1p127))
+    return "the initial loss scale " + g(p.init) + " is not in [1, 2^127]";
+  if (!(p.min > 0.0) || !(p.min <= p.init))
+    return "the minimum loss scale " + g(p.min) +
+           " is not in (0, initial scale " + g(p.init) + "]";
+  if (p.window < 1)
+    return "the loss scale window " + std::to_string(p.window) +
+           " is not >= 1";
+  if (p.hysteresis < 1)
+    return "the loss scale hysteresis " + std::to_string(p.hysteresis) +
+           " is not >= 1";
+  return "";
+}
+
+DictionaryAttr ztrain::train::lossScaleAttr(MLIRContext *ctx,
+                                            const LossScalePolicy &p) {
+  Builder b(ctx);
+  return b.getDictionaryAttr(
+      {b.getNamedAttr("init", b.getF64FloatAttr(p.init)),
+       b.getNamedAttr("window", b.getI64IntegerAttr(p.window)),
+       b.getNamedAttr("hysteresis", b.getI64IntegerAttr(p.hysteresis)),
+       b.getNamedAttr("min", b.getF64FloatAttr(p.min))});
+}
+
+FailureOr<std::optional<LossScalePolicy>>
+ztrain::train::getLossScalePolicy(ModuleOp module) {
+  Attribute attr = module->getAttr(kLossScaleAttr);
+  if (!attr)
+    return std::optional<LossScalePolicy>();
+  auto dict = dyn_cast<DictionaryAttr>(attr);
+  auto init = dict ? dict.getAs<FloatAttr>("init") : FloatAttr();
+  auto window = dict ? dict.getAs<IntegerAttr>("window") : IntegerAttr();
+  auto hysteresis =
+      dict ? dict.getAs<IntegerAttr>("hysteresis") : IntegerAttr();
+  auto min = dict ? dict.getAs<FloatAttr>("min") : FloatAttr();
+  if (!init || !window || !hysteresis || !min || dict.size() != 4) {
+    module.emitError() << "malformed " << kLossScaleAttr << ": " << attr
+                       << " (expected {init = <float>, window = <int>, "
+                          "hysteresis = <int>, min = <float>})";
+    return failure();
+  }
+  LossScalePolicy p{init.getValueAsDouble(), window.getInt(),
+                    hysteresis.getInt(), min.getValueAsDouble()};
+  std::string error = checkLossScalePolicy(p);
+  if (!error.empty()) {
+    module.emitError() << kLossScaleAttr << ": " << error;
+    return failure();
+  }
+  return std::optional<LossScalePolicy>(p);
+}
+
+//===----------------------------------------------------------------------===//
+// Dynamic loss scaling
+//===----------------------------------------------------------------------===//
+
+LogicalResult UpdateLossScaleOp::verify() {
+  auto module = (*this)->getParentOfType<ModuleOp>();
+  if (!module || !module->hasAttr(kLossScaleAttr))
+    return emitOpError() << "needs a module with a " << kLossScaleAttr
+                         << " policy (train-precision{param=fp16})";
+  auto func = (*this)->getParentOfType<func::FuncOp>();
+  if (!func)
+    return success();
+  bool seenSelf = false;
+  WalkResult r = func.walk([&](Operation *op) {
+    if (op == getOperation()) {
+      seenSelf = true;
+      return WalkResult::advance();
+    }
+    if (isa<UpdateLossScaleOp>(op)) {
+      emitOpError() << "appears twice in @" << func.getSymName();
+      return WalkResult::interrupt();
+    }
+    if (!seenSelf && isa<OptimizerUpdateOpInterface>(op)) {
+      InFlightDiagnostic d = emitOpError()
+                             << "follows an optimizer update; it must "
+                                "precede every update of the step";
+      d.attachNote(op->getLoc()) << "the update";
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return failure(r.wasInterrupted());
 }
 
 //===----------------------------------------------------------------------===//

@@ -74,9 +74,14 @@ void TrainAutodiffPass::runOnOperation() {
   llvm::MapVector<StringAttr, Value> paramGrads;
   unsigned opsBefore = body.getOperations().size();
 
+  // The seed: 1, or the dynamic loss scale (fp16), so that every gradient
+  // comes out multiplied by it.
   Value loss = ret.getOperand(0);
-  adjoint[loss] =
-      FillOp::create(b, ret.getLoc(), lossType, b.getF64FloatAttr(1.0));
+  if (module->hasAttr(kLossScaleAttr))
+    adjoint[loss] = LossScaleOp::create(b, ret.getLoc(), lossType);
+  else
+    adjoint[loss] =
+        FillOp::create(b, ret.getLoc(), lossType, b.getF64FloatAttr(1.0));
 
   SmallVector<Operation *> forward;
   for (Operation &op : body.without_terminator())

@@ -95,6 +95,12 @@ void TrainOptimizerPass::runOnOperation() {
     reduceType = reduce.getValue();
   }
 
+  FailureOr<std::optional<LossScalePolicy>> scalePolicy =
+      getLossScalePolicy(module);
+  if (failed(scalePolicy))
+    return signalPassFailure();
+  const bool lossScaled = scalePolicy->has_value();
+
   // Declares `<param>.<suffix>` right after the parameter (or its previous
   // state) so that a module reads parameter by parameter. `type` is the
   // parameter's, or its f32 form for the master and moments of a 16-bit
@@ -131,6 +137,13 @@ void TrainOptimizerPass::runOnOperation() {
     Operation *after = param;
     Type paramElement = param.getTensorType().getElementType();
     bool mixed = reduceType && !paramElement.isF32();
+    if (lossScaled && !mixed) {
+      param.emitError() << "the module scales its loss (" << kLossScaleAttr
+                        << ") but parameter @" << param.getSymName()
+                        << " has no 16-bit mixed-precision policy; loss "
+                           "scaling unscales in the f32 master update";
+      return signalPassFailure();
+    }
     stateType = param.getType();
     FlatSymbolRefAttr master;
     if (mixed) {
@@ -181,6 +194,24 @@ void TrainOptimizerPass::runOnOperation() {
           b.getF64FloatAttr(eps), b.getF64FloatAttr(weightDecay), UnitAttr(),
           UnitAttr());
       op.setDecoupled(isAdamW);
+    }
+  }
+
+  // Dynamic loss scaling (fp16): check every gradient the updates consume
+  // and hand the flag to the scaler before the first update.
+  if (module->hasAttr(kLossScaleAttr)) {
+    SmallVector<OptimizerUpdateOpInterface> updates;
+    entry.walk([&](OptimizerUpdateOpInterface u) { updates.push_back(u); });
+    if (!updates.empty()) {
+      OpBuilder check(updates.front());
+      Location loc = ret.getLoc();
+      auto flagType = RankedTensorType::get({}, check.getF32Type());
+      Value found =
+          FillOp::create(check, loc, flagType, check.getF64FloatAttr(0.0));
+      for (OptimizerUpdateOpInterface u : updates)
+        found = FoundNonfiniteOp::create(check, u->getLoc(), flagType,
+                                         u.getGradient(), found);
+      UpdateLossScaleOp::create(check, loc, found);
     }
   }
 

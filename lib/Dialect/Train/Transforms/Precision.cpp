@@ -13,6 +13,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include <cmath>
 
 #define DEBUG_TYPE "train-precision"
 
@@ -72,6 +73,34 @@ void TrainPrecisionPass::runOnOperation() {
     module.emitError() << "train-precision: unknown reduce type '" << reduce
                        << "' (expected fp32, bf16 or fp16)";
     return signalPassFailure();
+  }
+  // Loss scaling is fp16's: bf16 has fp32's exponent range.
+  LossScalePolicy scaling;
+  bool lossScaleGiven = initialScalePower != 16 || lossScaleWindow != 1000 ||
+                        hysteresis != 2 || minLossScale != 1.0;
+  if (!low.isF16() && lossScaleGiven) {
+    module.emitError()
+        << "train-precision: the loss-scale options (initial-scale-power, "
+           "loss-scale-window, hysteresis, min-loss-scale) configure fp16's "
+           "dynamic loss scaling; param="
+        << param << " has no loss scaling";
+    return signalPassFailure();
+  }
+  if (low.isF16()) {
+    if (initialScalePower < 0 || initialScalePower > 127) {
+      module.emitError() << "train-precision: initial-scale-power="
+                         << static_cast<int64_t>(initialScalePower)
+                         << " is not in [0, 127] (the scale 2^power must be "
+                            "a finite f32)";
+      return signalPassFailure();
+    }
+    scaling = {std::ldexp(1.0, static_cast<int>(initialScalePower)),
+               lossScaleWindow, hysteresis, minLossScale};
+    std::string error = checkLossScalePolicy(scaling);
+    if (!error.empty()) {
+      module.emitError() << "train-precision: " << error;
+      return signalPassFailure();
+    }
   }
   if (low.isF32()) {
     // An explicit reduction type is a mixed-precision choice: with fp32
@@ -184,6 +213,8 @@ void TrainPrecisionPass::runOnOperation() {
         result.setType(withElementType(result.getType(), low));
   }
 
+  if (low.isF16())
+    module->setAttr(kLossScaleAttr, lossScaleAttr(ctx, scaling));
   module->setAttr(kPrecisionAttr,
                   b.getDictionaryAttr({b.getNamedAttr("param", TypeAttr::get(low)),
                                        b.getNamedAttr("reduce",

@@ -28,6 +28,10 @@ inline constexpr llvm::StringLiteral kOptimizerAttr = "train.optimizer";
 /// `{param = bf16, reduce = f32}` (the parameters' and the gradient
 /// reduction's element types).
 inline constexpr llvm::StringLiteral kPrecisionAttr = "train.precision";
+/// Set by train-precision on the module for fp16: the dynamic loss scaling
+/// policy, `{init = 65536.0, window = 1000, hysteresis = 2, min = 1.0}`
+/// (DeepSpeed's initial scale, scale window, hysteresis and minimum scale).
+inline constexpr llvm::StringLiteral kLossScaleAttr = "train.loss_scale";
 } // namespace ztrain::train
 
 #endif // ZTRAIN_DIALECT_TRAIN_IR_TRAINDIALECT_H

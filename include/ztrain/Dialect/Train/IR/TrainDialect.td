@@ -28,6 +28,8 @@ def Train_Dialect : Dialect {
     in-place update ops (`train.sgd_update`, `train.adam_update`), which
     turns the entry function into a complete training step.
   }];
+  // train.loss_scale on a module: a well-formed dynamic loss-scaling policy.
+  let hasOperationAttrVerify = 1;
 }
 
 #endif // ZTRAIN_DIALECT_TRAIN_TRAINDIALECT_TD

@@ -82,6 +82,23 @@ mlir::func::FuncOp getEntryFunction(mlir::ModuleOp module);
 /// without an update (before train-optimizer) are absent.
 llvm::DenseMap<mlir::StringAttr, mlir::Type>
 gradientElementTypes(mlir::func::FuncOp entry);
+
+/// The dynamic loss scaling policy of a module (`train.loss_scale`).
+struct LossScalePolicy {
+  double init = 65536.0;
+  int64_t window = 1000;
+  int64_t hysteresis = 2;
+  double min = 1.0;
+};
+/// The policy, std::nullopt when the module has none, or failure (after an
+/// error at the module) when the attribute is malformed or out of range.
+mlir::FailureOr<std::optional<LossScalePolicy>>
+getLossScalePolicy(mlir::ModuleOp module);
+/// The attribute that records `policy`.
+mlir::DictionaryAttr lossScaleAttr(mlir::MLIRContext *ctx,
+                                   const LossScalePolicy &policy);
+/// The error, if any, in a policy's numbers (empty when valid).
+std::string checkLossScalePolicy(const LossScalePolicy &policy);
 } // namespace ztrain::train
 
 #endif // ZTRAIN_DIALECT_TRAIN_IR_TRAINOPS_H

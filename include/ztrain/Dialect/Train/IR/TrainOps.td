@@ -37,6 +37,10 @@ class Train_Op<string mnemonic, list<Trait> traits = []>
 def Train_FloatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;
 def Train_I32Tensor : StaticShapeTensorOf<[I32]>;
 def Train_F32Scalar : 0DTensorOf<[F32]>;
+// An f32 scalar the op's assembly format leaves implicit.
+def Train_F32Flag : 0DTensorOf<[F32]> {
+  let builderCall = "::mlir::RankedTensorType::get({}, $_builder.getF32Type())";
+}
 
 // A differentiable compute op: pure and built into the backward pass by
 // train-autodiff through GradientOpInterface.
@@ -1250,6 +1254,83 @@ def Train_AdamUpdateOp : Train_Op<"adam_update", [
   let assemblyFormat = [{
     $param `,` $grad (`master` `(` $master^ `)`)? `states` `(` $exp_avg `,` $exp_avg_sq `)` attr-dict `:` type($grad)
   }];
+}
+
+//===----------------------------------------------------------------------===//
+// Dynamic loss scaling (fp16)
+//===----------------------------------------------------------------------===//
+
+def Train_LossScaleOp : Train_Op<"loss_scale", [MemoryEffects<[MemRead]>]> {
+  let summary = "the current loss scale of the dynamic loss scaler";
+  let description = [{
+    The scale this step's backward pass is seeded with: `train-autodiff`
+    starts the adjoint of the loss at this value instead of 1 when the
+    module carries a `train.loss_scale` policy (fp16 mixed precision), so
+    every gradient comes out multiplied by it and small gradients survive
+    in f16. The runtime's dynamic loss scaler owns the value
+    (`train.update_loss_scale` changes it between steps); it is the same
+    on every rank.
+
+    ```mlir
+    %s = train.loss_scale : tensor<f32>
+    %dl = train.cross_entropy_grad %s, %logits, %y : ...
+    ```
+  }];
+  let results = (outs Train_F32Scalar:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+}
+
+def Train_FoundNonfiniteOp : Train_Op<"found_nonfinite", [Pure,
+    Train_Kernel]> {
+  let summary = "whether a tensor, or an earlier one, holds a NaN or infinity";
+  let description = [{
+    `result` is 1 when `found` is non-zero or any element of `input` is a
+    NaN or an infinity, and 0 otherwise: the overflow check of dynamic loss
+    scaling (`torch.amp`'s `found_inf`), chained over the gradients the
+    optimizer updates consume. `train-optimizer` places the chain before
+    the first update; `zero-insert-collectives` points it at the reduced
+    gradients (this rank's shards from stage 1 on) and sums the flag over
+    the ranks, so that every rank skips the same steps.
+
+    ```mlir
+    %f0 = train.fill {value = 0.000000e+00 : f64} : tensor<f32>
+    %f1 = train.found_nonfinite %g1, %f0 : tensor<128x784xf16>
+    %f2 = train.found_nonfinite %g2, %f1 : tensor<128xf16>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input, Train_F32Flag:$found);
+  let results = (outs Train_F32Flag:$result);
+  let assemblyFormat = "$input `,` $found attr-dict `:` type($input)";
+}
+
+def Train_UpdateLossScaleOp : Train_Op<"update_loss_scale", [
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "hands the overflow flag to the dynamic loss scaler";
+  let description = [{
+    Ends the gradient half of a loss-scaled step. `found` is the overflow
+    flag every rank agrees on (the output of `train.found_nonfinite`,
+    summed over the ranks). When it is non-zero the optimizer updates after
+    this op in the step do nothing (the step is skipped: parameters,
+    masters and moments keep their values and the optimizer's step count
+    does not advance) and the scaler lowers the scale as DeepSpeed's
+    `DynamicLossScaler` does: halved once the hysteresis is used up, never
+    below the minimum (an overflow at the minimum scale is an error).
+    Otherwise the updates read each gradient divided by the scale it was
+    computed with, and the scale doubles after `window` consecutive clean
+    steps. The policy's numbers are the module's `train.loss_scale`
+    attribute.
+
+    ```mlir
+    train.update_loss_scale %found : tensor<f32>
+    train.adam_update @w, %g master(@w.master) states(...) {...} : tensor<128x784xf16>
+    ```
+
+    **Constraints:** the module has a `train.loss_scale` policy; the op
+    precedes every optimizer update of its function and appears once.
+  }];
+  let arguments = (ins Train_F32Scalar:$found);
+  let assemblyFormat = "$found attr-dict `:` type($found)";
+  let hasVerifier = 1;
 }
 
 #endif // ZTRAIN_DIALECT_TRAIN_TRAINOPS_TD

@@ -30,6 +30,17 @@ def TrainPrecision : Pass<"train-precision", "::mlir::ModuleOp"> {
     in `reduce` (stage 2) and the 16-bit parameters (stage 3): ZeRO's
     2 + 2 + 12 bytes per parameter with Adam.
 
+    `param=fp16` also records a dynamic loss scaling policy,
+    `train.loss_scale = {init, window, hysteresis, min}` (DeepSpeed's
+    `initial_scale_power`, `loss_scale_window`, `hysteresis` and
+    `min_loss_scale`; defaults 2^16, 1000, 2, 1): `train-autodiff` seeds the
+    backward pass with `train.loss_scale`, `train-optimizer` checks the
+    gradients (`train.found_nonfinite`) and hands the result to
+    `train.update_loss_scale` before the updates, which skip the step on
+    overflow and otherwise divide the gradients by the scale. The loss-scale
+    options with other precisions are an error (bf16 has fp32's range and
+    needs no scaling).
+
     `param=fp32` (the default) leaves the module as it is.
 
     Before:
@@ -62,7 +73,18 @@ def TrainPrecision : Pass<"train-precision", "::mlir::ModuleOp"> {
            "Parameter and compute type: fp32, bf16 or fp16">,
     Option<"reduce", "reduce", "std::string", "\"\"",
            "Gradient reduction type: fp32, or the parameters' type "
-           "(the default); only with bf16 or fp16 parameters">
+           "(the default); only with bf16 or fp16 parameters">,
+    Option<"initialScalePower", "initial-scale-power", "int64_t", "16",
+           "fp16 dynamic loss scaling: the initial scale is 2^this (0-127)">,
+    Option<"lossScaleWindow", "loss-scale-window", "int64_t", "1000",
+           "fp16 dynamic loss scaling: consecutive clean steps before the "
+           "scale doubles">,
+    Option<"hysteresis", "hysteresis", "int64_t", "2",
+           "fp16 dynamic loss scaling: overflows tolerated before the scale "
+           "halves">,
+    Option<"minLossScale", "min-loss-scale", "double", "1.0",
+           "fp16 dynamic loss scaling: the smallest scale (an overflow at "
+           "it ends the run)">
   ];
   let statistics = [
     Statistic<"numCasts", "casts", "train.cast ops placed">
