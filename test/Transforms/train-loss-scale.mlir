@@ -12,6 +12,14 @@
 // RUN: ztrain-opt %s --ztrain-training="precision=fp16 reduce-dtype=fp32 optimizer=sgd" | FileCheck %s --check-prefix=RED32
 // RUN: ztrain-opt %s --ztrain-training="precision=bf16" | FileCheck %s --check-prefix=BF16
 // RUN: ztrain-compile %s --precision=fp16 --loss-scale-window=7 --emit=mlir | FileCheck %s --check-prefix=DESC
+// RUN: ztrain-opt %s --ztrain-training="precision=fp16 optimizer=adam" --ztrain-zero="stage=2 dp=4" --plan-memory --zero-report -o /dev/null 2>&1 | FileCheck %s --check-prefix=REPORT
+// RUN: ztrain-opt %s --ztrain-training="precision=bf16 optimizer=adam" --ztrain-zero="stage=2 dp=4" --plan-memory --zero-report -o /dev/null 2>&1 | FileCheck %s --check-prefix=NOREPORT
+
+// REPORT: element types: parameters f16, gradients f16, optimizer states f32
+// REPORT-NEXT: loss scaling: dynamic, initial scale 65536, doubled after 1000 clean steps, halved after 2 overflow(s), minimum 1; overflowed steps are skipped
+// The flag's all-reduce: 4 bytes, 2 (N-1)/N of them on the wire per rank.
+// REPORT: all_reduce 6 1
+// NOREPORT-NOT: loss scaling
 
 // ONE: module attributes {train.loss_scale = {hysteresis = 2 : i64, init = 6.553600e+04 : f64, min = 1.000000e+00 : f64, window = 1000 : i64}
 // ONE: %[[L:.*]] = train.cross_entropy

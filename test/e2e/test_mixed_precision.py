@@ -164,16 +164,19 @@ def test_zero_bf16_stages_agree_and_match_single_process(kind, n, reduce, tmp_pa
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
-@pytest.mark.parametrize("reduce", ["bf16", "fp32"])
+@pytest.mark.parametrize("precision,reduce", [("bf16", "bf16"), ("bf16", "fp32"),
+                                              ("fp16", "fp16")])
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
-def test_bf16_report_is_the_truth(stage, reduce, tmp_path):
-    """Measured bytes of every category and collective equal zero-report."""
+def test_mixed_precision_report_is_the_truth(stage, precision, reduce, tmp_path):
+    """Measured bytes of every category and collective equal zero-report
+    (with fp16, the loss-scaling flag's all-reduce from stage 1 on)."""
     n = 2
     spec = make("gpt", 2)
     src = tmp_path / "model.mlir"
     src.write_text(spec.to_mlir())
-    training = "optimizer=adam precision=bf16" + (" reduce-dtype=fp32" if reduce == "fp32" else "")
-    flags = ["--precision=bf16"] + (["--reduce-dtype=fp32"] if reduce == "fp32" else [])
+    training = (f"optimizer=adam precision={precision}"
+                + (" reduce-dtype=fp32" if reduce == "fp32" else ""))
+    flags = [f"--precision={precision}"] + (["--reduce-dtype=fp32"] if reduce == "fp32" else [])
     exe = parity.compile_model(str(src), str(tmp_path / "model"),
                                parity.OptimizerConfig("adam", lr=1e-2),
                                flags + ["--dp", str(n), "--zero-stage", str(stage)])
@@ -188,8 +191,9 @@ def test_bf16_report_is_the_truth(stage, reduce, tmp_path):
     assert p.returncode == 0, p.stderr
     plan = json.loads(p.stdout)
     predicted = plan["per_rank"]
-    assert plan["element_types"] == {"parameters": "bf16",
-                                     "gradients": "f32" if reduce == "fp32" else "bf16",
+    low = "f16" if precision == "fp16" else "bf16"
+    assert plan["element_types"] == {"parameters": low,
+                                     "gradients": "f32" if reduce == "fp32" else low,
                                      "optimizer_states": "f32"}
     per_kind = {}
     for c in plan["collectives"]:

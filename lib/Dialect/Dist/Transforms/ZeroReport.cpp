@@ -17,9 +17,12 @@
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/ToolOutputFile.h"
+
+#include <optional>
 
 #define DEBUG_TYPE "zero-report"
 
@@ -54,6 +57,8 @@ struct Report {
   /// Element types: parameters, gradients (as the updates consume them),
   /// optimizer states; empty when there are none.
   std::string paramType, gradType, stateType;
+  /// fp16's dynamic loss scaling (train.loss_scale), when the step has it.
+  std::optional<train::LossScalePolicy> lossScale;
   bool collectivesFromIR = false;
   /// Memory from plan-memory's arenas (exact) rather than a liveness sweep.
   bool staticPlan = false;
@@ -145,6 +150,11 @@ FailureOr<Report> ZeroReportPass::analyze() {
   func::FuncOp entry = train::getEntryFunction(module);
   if (!entry)
     return failure();
+  FailureOr<std::optional<train::LossScalePolicy>> scaling =
+      train::getLossScalePolicy(module);
+  if (failed(scaling))
+    return failure();
+  r.lossScale = *scaling;
   // Gradients are held in the type the update consumes them in: the
   // parameter's, or f32 with mixed precision reducing in f32.
   llvm::DenseMap<StringAttr, Type> gradTypes =
@@ -292,6 +302,13 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
     os << "element types: parameters " << r.paramType << ", gradients "
        << r.gradType << ", optimizer states "
        << (r.stateType.empty() ? "-" : r.stateType) << "\n";
+  if (r.lossScale)
+    os << "loss scaling: dynamic, initial scale "
+       << llvm::format("%g", r.lossScale->init) << ", doubled after "
+       << r.lossScale->window << " clean steps, halved after "
+       << r.lossScale->hysteresis << " overflow(s), minimum "
+       << llvm::format("%g", r.lossScale->min)
+       << "; overflowed steps are skipped\n";
 
   llvm::MapVector<StringRef, std::pair<int64_t, int64_t>> byKind;
   for (const Collective &c : r.collectives) {
@@ -340,6 +357,13 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
        llvm::json::Object{{"parameters", r.paramType},
                           {"gradients", r.gradType},
                           {"optimizer_states", r.stateType}}},
+      {"loss_scale",
+       r.lossScale ? llvm::json::Value(llvm::json::Object{
+                         {"init", r.lossScale->init},
+                         {"window", r.lossScale->window},
+                         {"hysteresis", r.lossScale->hysteresis},
+                         {"min", r.lossScale->min}})
+                   : llvm::json::Value(nullptr)},
       {"collectives_source", r.collectivesFromIR ? "ir" : "plan"},
       {"memory_plan", r.staticPlan ? "static" : "liveness"},
       {"collectives", std::move(collectives)},
