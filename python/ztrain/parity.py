@@ -220,7 +220,89 @@ def batch_for_step(data, step, batch):
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
-def torch_train(spec, init, data, steps, optimizer, float64=False, precision="fp32"):
+class LossScaling:
+    """DeepSpeed's dynamic loss scaler (DynamicLossScaler.update_scale,
+    consecutive_hysteresis off), as ztrain-compile --precision=fp16 runs it
+    (docs/mixed-precision.md): the reference side of the fp16 comparisons."""
+
+    def __init__(self, init=65536.0, window=1000, hysteresis=2, min_scale=1.0):
+        self.scale, self.window, self.min_scale = init, window, min_scale
+        self.delayed_shift = self.hysteresis = hysteresis
+        self.iter, self.last_overflow_iter = 0, -1
+        self.used, self.skipped = [], []
+
+    def update(self, overflow):
+        self.used.append(self.scale)
+        self.skipped.append(bool(overflow))
+        if overflow:
+            if self.delayed_shift == 1 or self.hysteresis == 1:
+                if self.scale == self.min_scale:
+                    raise FloatingPointError("overflow at the minimum loss scale")
+                self.scale = max(self.scale / 2.0, self.min_scale)
+            else:
+                self.hysteresis -= 1
+            self.last_overflow_iter = self.iter
+        elif (self.iter - self.last_overflow_iter) % self.window == 0:
+            self.hysteresis = self.delayed_shift
+            self.scale *= 2.0
+        self.iter += 1
+
+
+def _f16_emulation(keep_f32):
+    """A TorchFunctionMode under which every torch function computes in f32
+    and rounds each floating-point result to f16 (and, through an autograd
+    function, each gradient flowing back into it): ztrain's f16 kernel
+    semantics (f32 arithmetic on f16 inputs, one rounding per stored value)
+    on a CPU PyTorch without f16 GEMM (Debian's 1.13: "addmm_impl_cpu_" not
+    implemented for 'Half'). Functions in `keep_f32` (the loss) keep f32."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class RoundF16(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.half().float()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g.half().float()
+
+    def round_out(t):
+        if isinstance(t, torch.Tensor) and t.dtype == torch.float32:
+            return RoundF16.apply(t) if t.requires_grad else t.half().float()
+        if isinstance(t, (tuple, list)):
+            return type(t)(round_out(x) for x in t)
+        return t
+
+    class Mode(TorchFunctionMode):
+        # > 0 inside a module that ztrain computes as one kernel (fuse()).
+        inside = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            return out if func in keep_f32 or self.inside else round_out(out)
+
+        def fuse(self, module):
+            """Round only the output of `module` (and the gradient into it):
+            ztrain computes it as one kernel in f32 (rms_norm with its
+            weight), so its intermediates, forward and backward, are never
+            f16. Rounding them would overflow where ztrain does not (the
+            scaled gradient through rsqrt of a small variance)."""
+            def pre(mod, inputs):
+                self.inside += 1
+
+            def post(mod, inputs, output):
+                self.inside -= 1
+                return round_out(output)
+
+            module.register_forward_pre_hook(pre)
+            module.register_forward_hook(post)
+
+    return Mode()
+
+
+def torch_train(spec, init, data, steps, optimizer, float64=False, precision="fp32",
+                loss_scaling=None):
     """The same steps in PyTorch. Returns (losses [steps], final state {name: array}).
 
     float64=True trains in double precision (a reference that shows how far
@@ -233,6 +315,13 @@ def torch_train(spec, init, data, steps, optimizer, float64=False, precision="fp
     optimizer steps with the 16-bit gradients widened, and the parameters set
     to the masters rounded after each step. Weights come back as float32
     arrays of the 16-bit values.
+
+    fp16 adds dynamic loss scaling (`loss_scaling`, a LossScaling; default
+    DeepSpeed's 2^16 / 1000 / 2 / 1): the backward pass starts from the scale,
+    an overflowed step is skipped, the gradients are divided by the scale.
+    Where torch has no f16 kernels on the CPU, the module runs in f32 holding
+    f16 values under _f16_emulation. Pass a LossScaling to read its .used and
+    .skipped per step afterwards.
     """
     import torch
     from . import torch_ref
@@ -246,9 +335,16 @@ def torch_train(spec, init, data, steps, optimizer, float64=False, precision="fp
     if float64:
         model = model.double()
     masters = None
+    emulate = precision == "fp16"
+    scaling = (loss_scaling or LossScaling()) if precision == "fp16" else None
     if low is not None:
         masters = [p.detach().clone() for p in model.parameters()]  # the f32 init
-        model = model.to(low)
+        with torch.no_grad():
+            if emulate:   # f32 storage of f16 values
+                for p in model.parameters():
+                    p.copy_(p.half().float())
+            else:
+                model = model.to(low)
     opt = torch_ref.make_optimizer(masters if masters is not None else model.parameters(),
                                    optimizer.kind, **optimizer.torch_kwargs())
 
@@ -256,6 +352,8 @@ def torch_train(spec, init, data, steps, optimizer, float64=False, precision="fp
         t = torch.from_numpy(np.ascontiguousarray(v))
         if float64 and t.is_floating_point():
             return t.double()
+        if emulate and t.is_floating_point():
+            return t.half().float()
         if low is not None and t.is_floating_point():
             return t.to(low)
         return t
@@ -265,6 +363,13 @@ def torch_train(spec, init, data, steps, optimizer, float64=False, precision="fp
     if low is not None:
         # ztrain's cross-entropy widens 16-bit logits and returns an f32 loss.
         F.cross_entropy = lambda x, *a, **k: cross_entropy(x.float(), *a, **k)
+    # F.cross_entropy dispatches to the mode under its module-level name,
+    # which is the patched one: keep both f32.
+    mode = _f16_emulation({cross_entropy, F.cross_entropy}) if emulate else None
+    if mode is not None:
+        for m in model.modules():
+            if type(m).__name__ == "LlamaRMSNorm":
+                mode.fuse(m)
     try:
         losses = []
         for t in range(1, steps + 1):
@@ -273,16 +378,29 @@ def torch_train(spec, init, data, steps, optimizer, float64=False, precision="fp
             model.zero_grad(set_to_none=True)
             if hasattr(model, "set_run"):
                 model.set_run(seed=0, step=t)   # run_exe's runs use the default seed 0
-            loss = model(*model.inputs(b))
-            loss.backward()
+            if mode is not None:
+                with mode:
+                    loss = model(*model.inputs(b))
+            else:
+                loss = model(*model.inputs(b))
+            scale = scaling.scale if scaling is not None else 1.0
+            (loss * scale if scaling is not None else loss).backward()
+            skip = False
             if masters is not None:
-                for m, p in zip(masters, model.parameters()):
-                    m.grad = None if p.grad is None else p.grad.float()
-            opt.step()
-            if masters is not None:
+                grads = [None if p.grad is None else
+                         (p.grad.half().float() if emulate else p.grad.float())
+                         for p in model.parameters()]
+                if scaling is not None:
+                    skip = any(g is not None and not torch.isfinite(g).all() for g in grads)
+                    scaling.update(skip)
+                for m, g in zip(masters, grads):
+                    m.grad = None if g is None else g * (1.0 / scale)
+            if not skip:
+                opt.step()
+            if masters is not None and not skip:
                 with torch.no_grad():
                     for m, p in zip(masters, model.parameters()):
-                        p.copy_(m.to(low))
+                        p.copy_(m.half().float() if emulate else m.to(low))
             losses.append(float(loss.detach()))
     finally:
         F.cross_entropy = cross_entropy
@@ -390,7 +508,8 @@ class ParityResult:
 
 def run_parity(spec, steps=20, optimizer=None, init=None, data=None, workdir=None,
                init_seed=0, data_seed=1, samples=None, log_every=0, threads=None,
-               exe=None, float64_reference=False, precision="fp32", extra_flags=()):
+               exe=None, float64_reference=False, precision="fp32", extra_flags=(),
+               loss_scaling=None):
     """Compile and run `spec` with ztrain and train it in torch; compare.
 
     init / data: {name: array} (default: make_init / make_data). workdir keeps
@@ -400,7 +519,11 @@ def run_parity(spec, steps=20, optimizer=None, init=None, data=None, workdir=Non
     train in torch float64 (ParityResult.float64_errors()). precision: ztrain's
     --precision, the torch side trained in the same policy (torch_train).
     extra_flags: more ztrain-compile flags (--reduce-dtype=fp32).
+    loss_scaling: the torch side's LossScaling with fp16 (default: DeepSpeed's
+    defaults, as ztrain-compile's); the result keeps it as .torch_scaling.
     """
+    if precision == "fp16" and loss_scaling is None:
+        loss_scaling = LossScaling()
     optimizer = optimizer or OptimizerConfig("adam")
     init = init if init is not None else make_init(spec, init_seed)
     data = data if data is not None else make_data(spec, samples, data_seed)
@@ -434,12 +557,14 @@ def run_parity(spec, steps=20, optimizer=None, init=None, data=None, workdir=Non
                      for k, v in safetensors.load(p("final.safetensors")).items()}
         t0 = time.perf_counter()
         t_losses, t_weights = torch_train(spec, init, data, steps, optimizer,
-                                          precision=precision)
+                                          precision=precision, loss_scaling=loss_scaling)
         tt = time.perf_counter() - t0
         r64 = (torch_train(spec, init, data, steps, optimizer, float64=True)
                if float64_reference else (None, None))
-        return ParityResult(spec, optimizer, z_losses, t_losses, z_weights, t_weights,
-                            report, None if cleanup else workdir, zt, tt, *r64)
+        result = ParityResult(spec, optimizer, z_losses, t_losses, z_weights, t_weights,
+                              report, None if cleanup else workdir, zt, tt, *r64)
+        result.torch_scaling = loss_scaling
+        return result
     finally:
         if cleanup:
             shutil.rmtree(workdir, ignore_errors=True)

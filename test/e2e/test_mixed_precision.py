@@ -1,9 +1,10 @@
-"""Mixed precision (ztrain-compile --precision=bf16, docs/mixed-precision.md):
-bf16 parameters and compute with f32 master weights and Adam states.
+"""Mixed precision (ztrain-compile --precision=bf16|fp16, docs/mixed-precision.md):
+16-bit parameters and compute with f32 master weights and Adam states.
 
 - against PyTorch running the same policy (parity.torch_train(precision=...):
-  the module in bf16, cross-entropy on widened logits, f32 masters stepped by
-  torch.optim with the widened bf16 gradients);
+  the module in 16 bits, cross-entropy on widened logits, f32 masters stepped
+  by torch.optim with the widened 16-bit gradients; fp16 with DeepSpeed's
+  dynamic loss scaling, the same skipped steps and scales);
 - ZeRO stages 1-3 over N ranks against one process on the global batch, and
   every configuration twice, bitwise;
 - what the runtime measures per memory category and per collective equals
@@ -62,26 +63,73 @@ def llama_spec(batch=4):
     return models.llama(batch=batch, seq=8, vocab=32, layers=2, width=16, heads=2)
 
 
+# fp16 (f16 has 11 significand bits: one ulp is 2^-11 = 4.9e-4 relative),
+# against PyTorch running the same policy with DeepSpeed's loss scaling. The
+# CPU PyTorch here has no f16 GEMM, so the reference runs every op in f32 on
+# f16 values and rounds each result (and each gradient flowing back) to f16
+# (parity._f16_emulation): ztrain's kernel semantics, op by op.
+# - Loss: 1e-3 (two f16 ulps) is ~35x the measured (2.8e-5 MLP, 1.3e-5 GPT,
+#   1.1e-5 Llama over 20 steps) and below a policy bug (an unscaled update is
+#   65536x too large and diverges at once; a skipped update that ran, or a
+#   loss computed in f16, moves it by 1e-3 or more).
+# - Weights: measured max 9.6e-3 (the GPT's first layer-norm bias, whose
+#   gradients are tiny so that Adam turns last-bit differences into full
+#   updates), 5e-3 elsewhere. 3e-2 is 3x that and below a lost or doubled
+#   update over 20 steps (2e-2 per element, 10-100% of these tensors' norms).
+LOSS_TOL_F16 = 1e-3
+WEIGHT_TOL_F16 = 3e-2
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
 @pytest.mark.parametrize("kind,spec,samples,opt", [
     ("mlp", mlp_spec, 56, parity.OptimizerConfig("adam", lr=1e-3)),
     ("gpt", gpt_spec, 10, parity.OptimizerConfig("adam", lr=1e-3)),
     ("llama", llama_spec, 10, parity.OptimizerConfig("adamw", lr=1e-3, weight_decay=0.1)),
 ])
-def test_bf16_matches_torch_in_the_same_policy(kind, spec, samples, opt):
+def test_matches_torch_in_the_same_policy(kind, spec, samples, opt, precision):
     r = parity.run_parity(spec(), steps=STEPS, optimizer=opt, samples=samples,
-                          precision="bf16")
+                          precision=precision)
     print(r.table())
+    loss_tol, weight_tol = ((LOSS_TOL, WEIGHT_TOL) if precision == "bf16"
+                            else (LOSS_TOL_F16, WEIGHT_TOL_F16))
     loss_err = r.loss_rel_errors()
-    assert loss_err.max() <= LOSS_TOL, r.table()
+    assert loss_err.max() <= loss_tol, r.table()
     weights = r.compared_weight_errors()
-    bad = {k: e for k, e in weights.items() if e > WEIGHT_TOL}
+    bad = {k: e for k, e in weights.items() if e > weight_tol}
     assert not bad, r.table()
-    # The weights are bf16 values on both sides (a float32 array of them).
+    # The weights are bf16 / f16 values on both sides (a float32 array of them).
     for k, v in r.ztrain_weights.items():
-        bits = np.asarray(v, dtype=np.float32).view(np.uint32)
-        assert not (bits & 0xFFFF).any(), f"{k} is not bf16"
+        v = np.asarray(v, dtype=np.float32)
+        if precision == "bf16":
+            assert not (v.view(np.uint32) & 0xFFFF).any(), f"{k} is not bf16"
+        else:
+            assert np.array_equal(v.astype(np.float16).astype(np.float32), v), \
+                f"{k} is not f16"
+    if precision == "fp16":
+        # Both sides skipped the same steps at the same scales (none at
+        # DeepSpeed's default 2^16 on these models).
+        assert [s["skipped"] for s in r.report["steps"]] == r.torch_scaling.skipped
+        assert [s["loss_scale"] for s in r.report["steps"]] == r.torch_scaling.used
     # And training moved them, so the comparison says something.
     assert r.ztrain_losses[-1] < r.ztrain_losses[0]
+
+
+def test_fp16_overflows_are_torchs():
+    """Started at 2^24, the MLP's scaled gradients overflow f16 by themselves:
+    ztrain and the PyTorch reference (DeepSpeed's scaler) skip the same steps
+    and walk the same scales down and up, then end at the same weights (the
+    fp16 tolerances above; measured 1.6e-5 loss, 4.4e-4 weights)."""
+    r = parity.run_parity(mlp_spec(), steps=STEPS, optimizer=parity.OptimizerConfig("adam", lr=1e-3),
+                          samples=56, precision="fp16",
+                          extra_flags=["--initial-scale-power=24", "--loss-scale-window=5"],
+                          loss_scaling=parity.LossScaling(init=2.0 ** 24, window=5))
+    skipped = [s["skipped"] for s in r.report["steps"]]
+    scales = [s["loss_scale"] for s in r.report["steps"]]
+    assert skipped == r.torch_scaling.skipped
+    assert scales == r.torch_scaling.used
+    assert sum(skipped) >= 3 and scales[-1] > min(scales), scales   # the run saw both rules
+    assert r.loss_rel_errors().max() <= LOSS_TOL_F16, r.table()
+    assert max(r.compared_weight_errors().values()) <= WEIGHT_TOL_F16, r.table()
 
 
 def test_bf16_stays_close_to_fp32():
