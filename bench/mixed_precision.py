@@ -1,7 +1,9 @@
 #!/usr/bin/python3
-"""Mixed precision step time: ztrain fp32 vs ztrain bf16 (--precision=bf16)
-vs PyTorch fp32 vs PyTorch with torch.autocast("cpu", dtype=torch.bfloat16),
-GPT-style models, one run on this machine, same thread count.
+"""Mixed precision step time: ztrain fp32 vs ztrain bf16 (--precision=bf16;
+its GEMMs through oneDNN, and with ZTRAIN_CPU_BF16_GEMM=widen: operands
+widened to f32 for OpenBLAS) vs ztrain fp16 vs PyTorch fp32 vs PyTorch with
+torch.autocast("cpu", dtype=torch.bfloat16), GPT-style models, one run on
+this machine, same thread count.
 
 Each side runs in a child process started with OPENBLAS_NUM_THREADS =
 OMP_NUM_THREADS = T (ztrain also gets --threads T, torch
@@ -52,7 +54,8 @@ CONFIGS = [
 ]
 OPT = parity.OptimizerConfig("adamw", lr=1e-4)
 OPENBLAS_OPENMP = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
-SIDES = ["ztrain-fp32", "ztrain-bf16", "torch-fp32", "torch-autocast"]
+SIDES = ["ztrain-fp32", "ztrain-bf16", "ztrain-bf16-widen", "ztrain-fp16", "torch-fp32",
+         "torch-autocast"]
 
 
 def bench_ztrain(spec, precision, steps, warmup, threads, tmp):
@@ -114,6 +117,8 @@ def measure(side, config, threads, steps, warmup):
 def child(side, config, threads, steps, warmup):
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
                LD_LIBRARY_PATH=OPENBLAS_OPENMP)
+    if side == "ztrain-bf16-widen":   # the GEMM path without oneDNN
+        env["ZTRAIN_CPU_BF16_GEMM"] = "widen"
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", side,
                         "--config", config, "--threads", str(threads),
                         "--steps", str(steps), "--warmup", str(warmup)],

@@ -5,8 +5,8 @@
 // Determinism: OpenMP loops split only independent work (elements, or whole
 // rows whose reductions stay inside one thread); every reduction across rows
 // runs serially in index order. Results are therefore bitwise identical for
-// any OpenMP thread count. OpenBLAS's sgemm is deterministic for a fixed
-// thread count.
+// any OpenMP thread count. OpenBLAS's sgemm, and oneDNN's bf16 matmul
+// (cpu/OneDnnGemm.h), are deterministic for a fixed thread count.
 //
 // Precision: per-row statistics (layer-norm mean and variance, softmax and
 // log-sum-exp sums, reductions) are accumulated in double and rounded once;
@@ -19,6 +19,7 @@
 
 #include "cpu/CpuBackend.h"
 
+#include "cpu/OneDnnGemm.h"
 #include "cpu/VecMath.h"
 #include "src/Communicator.h"
 #include "src/Rng.h"
@@ -663,6 +664,12 @@ private:
     if constexpr (std::is_same_v<T, float>) {
       sgemm(a, b, c, batch, m, n, k, transA, transB, strideA, strideB,
             strideC);
+    } else if (std::is_same_v<T, bf16> && onednn::bf16GemmEnabled()) {
+      // AVX-512 BF16 through oneDNN (cpu/OneDnnGemm.h).
+      onednn::bf16Matmul(reinterpret_cast<const bf16 *>(a),
+                         reinterpret_cast<const bf16 *>(b),
+                         reinterpret_cast<bf16 *>(c), batch, m, n, k, transA,
+                         transB, strideA, strideB, strideC);
     } else {
       if (batch == 0 || m == 0 || n == 0)
         return;

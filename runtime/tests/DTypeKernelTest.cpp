@@ -4,7 +4,8 @@
 // dtype bf16 and f16, against the same entry point in f32 on the widened
 // inputs (cpu backend).
 //
-// Tolerance: none. Inputs are drawn as values exactly representable in the
+// Tolerance: none, except for bf16 GEMMs through oneDNN, which sum in their
+// own order (expectBf16MatmulUpToOrder states the bound). Inputs are drawn as values exactly representable in the
 // 16-bit type, so widening them to float is exact; each kernel computes in
 // float (double where the f32 kernel does) and rounds once when it stores
 // an output (src/DType.h). The 16-bit result must therefore be the f32
@@ -19,6 +20,7 @@
 
 #include "TestUtil.h"
 
+#include "cpu/OneDnnGemm.h"
 #include "src/DType.h"
 #include "ztrt.h"
 
@@ -380,6 +382,39 @@ TYPED_TEST(DTypeKernelTest, RMSNormAndRotary) {
   }
 }
 
+/// A bf16 GEMM through oneDNN (cpu/OneDnnGemm.h) sums its f32 products in
+/// its own order, not OpenBLAS's: its result is the exact product sum,
+/// computed in f32 in some order (error at most k 2^-24 sum |a b|, the
+/// standard bound for a k-term f32 sum of exact products), rounded once to
+/// bf16 (half an ulp more). Checked against the sum in double.
+void expectBf16MatmulUpToOrder(const std::vector<bf16> &a,
+                               const std::vector<bf16> &b,
+                               const std::vector<bf16> &got, int64_t batch,
+                               int64_t m, int64_t n, int64_t k, bool ta,
+                               bool tb, int64_t sa, int64_t sb, int64_t sc) {
+  for (int64_t i = 0; i < batch; ++i)
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t col = 0; col < n; ++col) {
+        double exact = 0.0, magnitude = 0.0;
+        for (int64_t q = 0; q < k; ++q) {
+          const double x = static_cast<float>(
+                           a[i * sa + (ta ? q * m + r : r * k + q)]),
+                       y = static_cast<float>(
+                           b[i * sb + (tb ? col * k + q : q * n + col)]);
+          exact += x * y;
+          magnitude += std::fabs(x * y);
+        }
+        const double v = static_cast<float>(got[i * sc + r * n + col]);
+        const double sumBound = static_cast<double>(k) * 0x1p-24 * magnitude;
+        const double ulp = std::ldexp(1.0, std::ilogb(std::fabs(exact) +
+                                                      sumBound + 1e-30) -
+                                               7);
+        ASSERT_LE(std::fabs(v - exact), sumBound + 0.5 * ulp)
+            << "batch " << i << " [" << r << ", " << col << "] of " << m
+            << "x" << n << "x" << k;
+      }
+}
+
 TYPED_TEST(DTypeKernelTest, Matmul) {
   using T = TypeParam;
   ztrt_ctx *ctx = this->ctx.get();
@@ -401,6 +436,12 @@ TYPED_TEST(DTypeKernelTest, Matmul) {
                 c.m, c.n, c.k, c.ta, c.tb, sa, sb, sc);
     ztrt_matmul(ctx, ZTRT_F32, a.f.data(), b.f.data(), out.f.data(), c.batch,
                 c.m, c.n, c.k, c.ta, c.tb, sa, sb, sc);
+    if constexpr (std::is_same_v<T, bf16>)
+      if (onednn::bf16GemmEnabled()) {
+        expectBf16MatmulUpToOrder(a.t, b.t, out.t, c.batch, c.m, c.n, c.k,
+                                  c.ta, c.tb, sa, sb, sc);
+        continue;
+      }
     expectRoundedF32(out.t, out.f, "matmul");
   }
   // k = 0: an empty sum is zero in every type.
