@@ -301,3 +301,34 @@ def test_bad_precision_flags(flags, message, tmp_path):
     assert message in p.stderr
     assert len([l for l in p.stderr.splitlines() if "error:" in l]) == 1, p.stderr
     assert not out.exists()
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+def test_demo_1000_steps_end_within_2_percent_of_fp32(tmp_path):
+    """The README's demo (examples/gpt.mlir on the bundled text, AdamW lr 3e-3,
+    ZeRO stage 3 on 2 ranks) for 1,000 steps in bf16 and fp16 ends within 2%
+    of fp32 (the issue's bar). Compared: the mean loss of steps 901-1,000,
+    since single-batch losses swing by ~10% from step to step. Measured
+    2026-11-25: fp32 1.6158, bf16 1.6185 (0.2%), fp16 1.6031 (0.8%)."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    src = open(os.path.join(root, "examples", "gpt.mlir")).read()
+    text = os.path.join(root, "examples", "data", "genesis-kjv.txt")
+    opt = parity.OptimizerConfig("adamw", lr=3e-3, weight_decay=0.01)
+    tail, first = {}, {}
+    for precision in ("fp32", "bf16", "fp16"):
+        flags = ["--dp", "2", "--zero-stage", "3"]
+        if precision != "fp32":
+            flags.append(f"--precision={precision}")
+        exe = e2e_util.compile_text(src, str(tmp_path), opt, name=precision, extra=flags)
+        report = str(tmp_path / f"{precision}.json")
+        e2e_util.mpirun(2, [exe, "--steps", "1000", "--seed", "1", "--threads", "1",
+                            "--data", text, "--log-every", "0", "--report", report],
+                        timeout=600)
+        losses = [s["loss"] for s in parity.read_report(report)["steps"]]
+        assert len(losses) == 1000
+        tail[precision] = float(np.mean(losses[-100:]))
+        first[precision] = losses[0]
+    assert tail["fp32"] < 0.5 * first["fp32"], (first, tail)   # it learned
+    for precision in ("bf16", "fp16"):
+        rel = abs(tail[precision] - tail["fp32"]) / tail["fp32"]
+        assert rel <= 0.02, (precision, tail)
