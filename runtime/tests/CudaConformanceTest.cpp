@@ -1952,6 +1952,79 @@ TEST_F(CudaConformanceTest, MasterWeightUpdatesAreBitwiseTheCpus) {
       });
 }
 
+// Dynamic loss scaling on the device: the overflow flag (found_nonfinite:
+// carried through, set by any NaN or infinity of any type, in place), and
+// the master updates with the unscale and skip of a loss-scaled step, read
+// by ztrt_update_loss_scale from device memory. Tolerance: none (the flag is
+// 0 or 1; the updates are the cpu's per-element float expressions).
+TEST_F(CudaConformanceTest, LossScalingIsTheCpus) {
+  const int64_t n = 70001;
+  for (DType type : kAllTypes)
+    dispatch(type, [&](auto tag) {
+      using T = decltype(tag);
+      std::vector<T> values(n);
+      std::vector<float> v = inputs(n, 190);
+      for (int64_t i = 0; i < n; ++i)
+        values[i] = static_cast<T>(v[i]);
+      for (float bad : {0.0f, INFINITY, -INFINITY, NAN})
+        for (float earlier : {0.0f, 1.0f}) {
+          std::vector<T> x = values;
+          if (bad != 0.0f)
+            x[n - 3] = static_cast<T>(bad);
+          auto xs = twin(x);
+          auto in = twin(std::vector<float>{earlier});
+          auto out = output(1);
+          both([&](ztrt_ctx *ctx, bool d) {
+            ztrt_found_nonfinite(ctx, codeOf(type), at(xs, d), n, at(in, d),
+                                 at(out, d));
+          });
+          const float want = (bad != 0.0f || earlier != 0.0f) ? 1.0f : 0.0f;
+          EXPECT_EQ(out.host[0], want) << dtypeName(type);
+          EXPECT_EQ(fetch(out)[0], want) << dtypeName(type) << " bad " << bad
+                                         << " earlier " << earlier;
+          // In place.
+          both([&](ztrt_ctx *ctx, bool d) {
+            ztrt_found_nonfinite(ctx, codeOf(type), at(xs, d), n, at(in, d),
+                                 at(in, d));
+          });
+          EXPECT_EQ(fetch(in)[0], want);
+        }
+    });
+
+  // Three steps at scale 1024 with hysteresis 1: clean, overflow
+  // (skipped), clean at 512. f16 gradients, f16 parameters.
+  const int64_t m = 4099;
+  std::vector<float> masters = inputs(m, 191, 2.0f);
+  auto master = twin(masters), mom = twin(std::vector<float>(m, 0.0f)),
+       var = twin(std::vector<float>(m, 0.0f));
+  auto param = twin(std::vector<f16>(m, f16(NAN)));
+  for (ztrt_ctx *x : {c(), g()})
+    x->scaler.emplace(LossScalePolicy{1024.0, 1000, 1, 1.0});
+  for (int64_t t = 1; t <= 3; ++t) {
+    std::vector<float> gv = inputs(m, 200 + static_cast<uint32_t>(t));
+    std::vector<f16> gh(m);
+    for (int64_t i = 0; i < m; ++i)
+      gh[i] = f16(gv[i] * 8.0f);
+    auto grad = twin(gh);
+    auto flag = twin(std::vector<float>{t == 2 ? 1.0f : 0.0f});
+    both([&](ztrt_ctx *x, bool d) {
+      x->step = t;
+      x->stepScale = x->scaler->scale();
+      x->scaleUpdated = x->skipUpdates = false;
+      ztrt_update_loss_scale(x, at(flag, d));
+      ztrt_adam_update_master(x, ZTRT_F16, at(param, d), at(grad, d),
+                              at(master, d), at(mom, d), at(var, d), m, 1e-3,
+                              0.9, 0.999, 1e-8, 0.01, 1, ZTRT_F16);
+    });
+    EXPECT_EQ(g()->skipUpdates, t == 2);
+  }
+  EXPECT_EQ(g()->scaler->scale(), 512.0);
+  expectSameBits(fetch(master), master.host, "loss-scaled adam master");
+  expectSameBits(fetch(mom), mom.host, "loss-scaled adam exp_avg");
+  expectSameBits(fetch(var), var.host, "loss-scaled adam exp_avg_sq");
+  expectSameBits(fetch(param), param.host, "loss-scaled adam param");
+}
+
 /// The collectives in a world of one, through the copy path (plain) and
 /// through a one-rank NCCL communicator (Nccl): bit-exact copies, as the
 /// cpu backend's.
