@@ -49,6 +49,7 @@ void ztrain::buildTrainingPipeline(OpPassManager &pm,
   opt.momentum = options.momentum;
   opt.dampening = options.dampening;
   opt.nesterov = options.nesterov;
+  opt.clipGradNorm = options.clipGradNorm;
   pm.addPass(train::createTrainOptimizer(opt));
 }
 

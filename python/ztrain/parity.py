@@ -60,9 +60,13 @@ class OptimizerConfig:
     """Optimizer hyper-parameters, shared by ztrain-compile and torch.optim."""
 
     def __init__(self, kind="adamw", lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
-                 weight_decay=0.0, momentum=0.0, dampening=0.0, nesterov=False):
+                 weight_decay=0.0, momentum=0.0, dampening=0.0, nesterov=False,
+                 clip_grad_norm=0.0):
+        """clip_grad_norm > 0: ztrain-compile --clip-grad-norm, and
+        torch.nn.utils.clip_grad_norm_ before each torch step."""
         if kind not in ("sgd", "adam", "adamw"):
             raise ValueError(f"unknown optimizer {kind!r}")
+        self.clip_grad_norm = clip_grad_norm
         self.kind = kind
         self.lr, self.beta1, self.beta2, self.eps = lr, beta1, beta2, eps
         self.weight_decay = weight_decay
@@ -77,6 +81,8 @@ class OptimizerConfig:
                 f.append("--nesterov")
         else:
             f += [f"--beta1={self.beta1!r}", f"--beta2={self.beta2!r}", f"--eps={self.eps!r}"]
+        if self.clip_grad_norm:
+            f.append(f"--clip-grad-norm={self.clip_grad_norm!r}")
         return f
 
     def torch_kwargs(self):
@@ -395,6 +401,10 @@ def torch_train(spec, init, data, steps, optimizer, float64=False, precision="fp
                     scaling.update(skip)
                 for m, g in zip(masters, grads):
                     m.grad = None if g is None else g * (1.0 / scale)
+            if optimizer.clip_grad_norm and not skip:
+                torch.nn.utils.clip_grad_norm_(
+                    masters if masters is not None else list(model.parameters()),
+                    optimizer.clip_grad_norm)
             if not skip:
                 opt.step()
             if masters is not None and not skip:

@@ -550,6 +550,16 @@ public:
     *as<float>(foundOut) = found ? 1.0f : 0.0f;
   }
 
+  // Chunks of a fixed size summed in parallel, then the chunk sums in
+  // order: the same bits for any thread count.
+  void gradSqNorm(DType dtype, const void *x, int64_t n, const void *sumIn,
+                  void *sumOut) override {
+    double total = 0.0;
+    ZTRT_CPU_DISPATCH(dtype, total = sumOfSquares<T>(as<T>(x), n));
+    *as<float>(sumOut) =
+        static_cast<float>(static_cast<double>(*as<float>(sumIn)) + total);
+  }
+
   // x widened, rounded once to the target type; a cast to the same type is
   // a copy (memmove: out may overlap x), which keeps NaN payloads.
   void cast(DType dtype, const void *x, void *out, int64_t n,
@@ -1088,6 +1098,25 @@ private:
       if constexpr (!std::is_void_v<P>)
         rounded[i] = st<P>(updated);
     }
+  }
+
+  template <typename T> static double sumOfSquares(const T *x, int64_t n) {
+    constexpr int64_t kChunk = 1 << 14;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+    for (int64_t c = 0; c < chunks; ++c) {
+      double s = 0.0;
+      for (int64_t i = c * kChunk, end = std::min(n, i + kChunk); i < end; ++i) {
+        const double v = static_cast<double>(ld(x[i]));
+        s += v * v;
+      }
+      partial[static_cast<size_t>(c)] = s;
+    }
+    double total = 0.0;
+    for (double s : partial)
+      total += s;
+    return total;
   }
 
   template <typename T> static bool anyNonfinite(const T *x, int64_t n) {

@@ -762,6 +762,12 @@ public:
                        }));
   }
 
+  void gradSqNorm(DType dtype, const void *x, int64_t n, const void *sumIn,
+                  void *sumOut) override {
+    ZTRT_CUDA_DISPATCH(dtype, cuda::gradSqNorm(as<T>(x), n, as<float>(sumIn),
+                                               as<float>(sumOut), compute));
+  }
+
   void foundNonfinite(DType dtype, const void *x, int64_t n,
                       const void *foundIn, void *foundOut) override {
     ZTRT_CUDA_DISPATCH(dtype, cuda::foundNonfinite(

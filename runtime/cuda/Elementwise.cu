@@ -205,6 +205,23 @@ __global__ void nonfiniteKernel(const T *x, int64_t n, float *out) {
   }
 }
 
+// One block of kBlock threads: thread t sums elements t, t + kBlock, ... in
+// double, then the block's fixed-order sum: the same bits for a given n on
+// every run (a single block trades speed for that; docs/cuda.md).
+template <typename T>
+__global__ void sqNormKernel(const T *x, int64_t n, const float *in,
+                             float *out) {
+  __shared__ double shared[kWarp];
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const double v = static_cast<double>(ld(x[i]));
+    sum += v * v;
+  }
+  const double total = blockSum(sum, shared);
+  if (threadIdx.x == 0)
+    out[0] = static_cast<float>(static_cast<double>(in[0]) + total);
+}
+
 // One rounding from the widened element (bits kept through float: the
 // widening is exact).
 template <typename From, typename To>
@@ -392,7 +409,16 @@ void foundNonfinite(const T *x, int64_t n, const float *foundIn,
   check(cudaGetLastError(), "found_nonfinite kernel launch");
 }
 
+template <typename T>
+void gradSqNorm(const T *x, int64_t n, const float *sumIn, float *sumOut,
+                cudaStream_t stream) {
+  ZTRT_LAUNCH(1, kBlock, 0, stream, sqNormKernel<T>)(x, n, sumIn, sumOut);
+  check(cudaGetLastError(), "grad_sq_norm kernel launch");
+}
+
 #define ZTRT_INSTANTIATE(T)                                                    \
+  template void gradSqNorm<T>(const T *, int64_t, const float *, float *,     \
+                              cudaStream_t);                                   \
   template void foundNonfinite<T>(const T *, int64_t, const float *, float *, \
                                   cudaStream_t);                               \
   template void fill<T>(T *, int64_t, float, cudaStream_t);                    \

@@ -149,6 +149,12 @@ template <typename T>
 void foundNonfinite(const T *x, int64_t n, const float *foundIn,
                     float *foundOut, cudaStream_t stream);
 
+/// sumOut[0] = sumIn[0] + sum of x[i]^2, in double, rounded once
+/// (ztrt_grad_sq_norm). One block: the summation order depends only on n.
+template <typename T>
+void gradSqNorm(const T *x, int64_t n, const float *sumIn, float *sumOut,
+                cudaStream_t stream);
+
 // --- Rows: normalization, softmax, losses (Rows.cu) --------------------------
 
 template <typename T>

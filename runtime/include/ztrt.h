@@ -25,6 +25,7 @@
 //   arena <name> <bytes>
 //   optimizer <free text up to end of line>
 //   loss_scale init <S> window <W> hysteresis <H> min <M>
+//   clip_grad_norm <M>
 //
 // `grad p E dtype` (optional; then one per parameter, in parameter order):
 // the persistent gradient buffer of parameter p, E elements of `dtype` per
@@ -40,6 +41,9 @@
 // optimizer updates; the runtime's dynamic loss scaler starts at S, halves
 // after H overflows (never below M; an overflow at M ends the run) and
 // doubles after W consecutive clean steps (DeepSpeed's DynamicLossScaler).
+// `clip_grad_norm M`: the step calls ztrt_clip_grad_norm once before its
+// optimizer updates (after ztrt_update_loss_scale), which scale the
+// gradients down to global norm M when it is exceeded.
 // `grid N`: the step was compiled for N data-parallel ranks; main() refuses
 // any other world size (absent: any size, for hand-written models). <dtype>
 // is f32 or i32, and for params, states and grads also bf16 or f16 (mixed

@@ -469,20 +469,33 @@ void requireNoLossScale(ztrt_ctx *ctx, const char *op) {
           op);
 }
 
-/// The master-weight updates under loss scaling: false when the step
-/// overflowed (the update is skipped), else `unscale` = 1 / the step's
-/// scale. Without loss scaling: true, unscale 1.
-bool scaledUpdate(ztrt_ctx *ctx, const char *op, double &unscale) {
-  unscale = 1.0;
-  if (!ctx->scaler)
-    return true;
-  if (!ctx->scaleUpdated)
-    fatal("%s: step %lld updates before ztrt_update_loss_scale (the model "
-          "scales its loss: the overflow check must come first)",
+/// The clipping coefficient of the step (1 without clipping); fatal when
+/// the model clips but the step has not computed its norm yet.
+double clipFactor(ztrt_ctx *ctx, const char *op) {
+  if (!ctx->clipMaxNorm)
+    return 1.0;
+  if (!ctx->clipChecked)
+    fatal("%s: step %lld updates before ztrt_clip_grad_norm (the model "
+          "clips its gradients: the norm must come first)",
           op, static_cast<long long>(ctx->step));
-  if (ctx->skipUpdates)
-    return false;
-  unscale = 1.0 / ctx->stepScale;
+  return ctx->clipCoef;
+}
+
+/// The master-weight updates: false when the step overflowed (loss
+/// scaling; the update is skipped), else `factor` = 1 / the step's loss
+/// scale x the clipping coefficient (each 1 when absent).
+bool scaledUpdate(ztrt_ctx *ctx, const char *op, double &factor) {
+  factor = 1.0;
+  if (ctx->scaler) {
+    if (!ctx->scaleUpdated)
+      fatal("%s: step %lld updates before ztrt_update_loss_scale (the model "
+            "scales its loss: the overflow check must come first)",
+            op, static_cast<long long>(ctx->step));
+    if (ctx->skipUpdates)
+      return false;
+    factor = 1.0 / ctx->stepScale;
+  }
+  factor *= clipFactor(ctx, op);
   return true;
 }
 
@@ -533,6 +546,40 @@ void ztrt_update_loss_scale(ztrt_ctx *ctx, const void *found) {
   }
 }
 
+void ztrt_clip_grad_norm(ztrt_ctx *ctx, const void *sum_sq, double max_norm) {
+  Backend &backend = backendOf(ctx, "clip_grad_norm");
+  if (!sum_sq)
+    fatal("clip_grad_norm: null sum buffer");
+  if (!ctx->clipMaxNorm)
+    fatal("clip_grad_norm: the model's descriptor has no clip_grad_norm "
+          "record");
+  if (!(max_norm > 0.0) || !std::isfinite(max_norm))
+    fatal("clip_grad_norm: max_norm must be finite and positive, got %g",
+          max_norm);
+  if (ctx->clipChecked)
+    fatal("clip_grad_norm: called twice in step %lld",
+          static_cast<long long>(ctx->step));
+  if (ctx->scaler && !ctx->scaleUpdated)
+    fatal("clip_grad_norm: step %lld computes the norm before "
+          "ztrt_update_loss_scale",
+          static_cast<long long>(ctx->step));
+  float sum = 0.0f;
+  backend.copyToHost(&sum, sum_sq, sizeof(sum));
+  ctx->clipChecked = true;
+  // torch.nn.utils.clip_grad_norm_ in float: norm, then
+  // clip_coef = max_norm / (norm + 1e-6), clamped to at most 1.
+  float norm = std::sqrt(sum);
+  if (ctx->scaler)
+    norm = static_cast<float>(norm / ctx->stepScale);
+  ctx->gradNorm = norm;
+  ctx->clipCoef = 1.0;
+  if (ctx->skipUpdates || !std::isfinite(norm))
+    return; // an overflowed step is skipped; a NaN norm is the loss's to say
+  const float coef = static_cast<float>(max_norm) / (norm + 1e-6f);
+  if (coef < 1.0f)
+    ctx->clipCoef = coef;
+}
+
 void ztrt_sgd_update(ztrt_ctx *ctx, int32_t dtype, void *param,
                      const void *grad, void *momentum_buf, int64_t n, double lr,
                      double momentum, double dampening, double weight_decay,
@@ -547,10 +594,9 @@ void ztrt_sgd_update(ztrt_ctx *ctx, int32_t dtype, void *param,
     fatal("sgd_update: called outside a step (step counter is %lld)",
           static_cast<long long>(ctx->step));
   requireNoLossScale(ctx, "sgd_update");
-  backend.sgdUpdate(
-      type, param, grad, momentum_buf, n,
-      SgdHyper{lr, momentum, dampening, weight_decay, nesterov != 0},
-      ctx->step);
+  SgdHyper hyper{lr, momentum, dampening, weight_decay, nesterov != 0};
+  hyper.gradScale = clipFactor(ctx, "sgd_update");
+  backend.sgdUpdate(type, param, grad, momentum_buf, n, hyper, ctx->step);
 }
 
 void ztrt_adam_update(ztrt_ctx *ctx, int32_t dtype, void *param,
@@ -566,10 +612,10 @@ void ztrt_adam_update(ztrt_ctx *ctx, int32_t dtype, void *param,
     fatal("%s: called outside a step (step counter is %lld)", op,
           static_cast<long long>(ctx->step));
   requireNoLossScale(ctx, op);
-  backend.adamUpdate(
-      type, param, grad, exp_avg, exp_avg_sq, n,
-      AdamHyper{lr, beta1, beta2, eps, weight_decay, decoupled != 0},
-      ctx->step);
+  AdamHyper hyper{lr, beta1, beta2, eps, weight_decay, decoupled != 0};
+  hyper.gradScale = clipFactor(ctx, op);
+  backend.adamUpdate(type, param, grad, exp_avg, exp_avg_sq, n, hyper,
+                     ctx->step);
 }
 
 void ztrt_sgd_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,

@@ -179,6 +179,16 @@ struct ztrt_ctx {
   /// The number the optimizer updates of the current step take as their
   /// step t (Adam's bias correction, SGD's first step): the steps whose
   /// updates ran, this one included; `step` when nothing is skipped.
+  // --- Gradient clipping (descriptor `clip_grad_norm`) --------------------
+  /// The max norm when the model clips its gradients.
+  std::optional<double> clipMaxNorm;
+  /// Set by ztrt_clip_grad_norm in the current step.
+  bool clipChecked = false;
+  /// What the current step's updates multiply gradients by for clipping (1:
+  /// no clipping or a norm within max_norm), and the gradient norm (NaN
+  /// until known).
+  double clipCoef = 1.0, gradNorm = 0.0;
+
   int64_t optimizerStep() const {
     return scaler ? step - scaler->state().skipped : step;
   }

@@ -486,6 +486,14 @@ Descriptor parseDescriptor(const char *text) {
       if (policy.window < 1 || policy.hysteresis < 1)
         p.error("loss scale window and hysteresis must be >= 1");
       desc.lossScale = policy;
+    } else if (kind == "clip_grad_norm") {
+      double maxNorm = p.number("max norm");
+      p.end();
+      if (desc.clipGradNorm)
+        p.error("second clip_grad_norm record");
+      if (!(maxNorm > 0.0))
+        p.error("max norm must be positive");
+      desc.clipGradNorm = maxNorm;
     } else if (kind == "optimizer") {
       // Free text: everything after "optimizer ".
       desc.optimizer = line.size() > 10 ? line.substr(10) : std::string();

@@ -153,6 +153,9 @@ struct Descriptor {
   /// backward pass with a dynamic loss scale (fp16) and calls
   /// ztrt_update_loss_scale before its updates.
   std::optional<LossScalePolicy> lossScale;
+  /// `clip_grad_norm M`: the step clips its gradients to global norm M
+  /// (ztrt_clip_grad_norm before its updates).
+  std::optional<double> clipGradNorm;
 };
 
 /// Every byte a rank allocates through the context for this model: its

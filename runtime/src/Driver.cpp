@@ -308,6 +308,8 @@ struct StepRecord {
   /// overflowed (its updates were skipped). Scale 0: no loss scaling.
   double lossScale = 0.0;
   bool skipped = false;
+  /// Gradient clipping: the step's global gradient norm (unscaled).
+  double gradNorm = 0.0;
 };
 
 /// The mean of one value per rank, summed in rank order in float and divided
@@ -406,9 +408,15 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
     if (ctx.scaler)
       json += format(", \"loss_scale\": %.17g, \"skipped\": %s", r.lossScale,
                      r.skipped ? "true" : "false");
+    if (ctx.clipMaxNorm)
+      json += ", \"grad_norm\": " + (std::isfinite(r.gradNorm)
+                                         ? format("%.9g", r.gradNorm)
+                                         : std::string("null"));
     json += "}";
   }
   json += records.empty() ? "],\n" : "\n  ],\n";
+  if (ctx.clipMaxNorm)
+    json += format("  \"clip_grad_norm\": %.17g,\n", *ctx.clipMaxNorm);
   if (ctx.scaler) {
     const LossScalePolicy &p = ctx.scaler->policy();
     const LossScaler::State &st = ctx.scaler->state();
@@ -625,6 +633,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   ctx.seed = opts.seed;
   if (desc.lossScale)
     ctx.scaler.emplace(*desc.lossScale);
+  ctx.clipMaxNorm = desc.clipGradNorm;
   Backend &backend = ctx.backend();
   Communicator &comm = ctx.comm();
   checkDeviceMemory(backend, comm, desc, opts);
@@ -713,6 +722,9 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     ctx.lossSet = false;
     ctx.stepScale = ctx.scaler ? ctx.scaler->scale() : 1.0;
     ctx.scaleUpdated = ctx.skipUpdates = false;
+    ctx.clipChecked = false;
+    ctx.clipCoef = 1.0;
+    ctx.gradNorm = std::nan("");
     auto start = Clock::now();
     step(&ctx);
     // A device backend has only enqueued the step: its time, its loss and
@@ -732,6 +744,10 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     if (!ctx.lossSet)
       fatal("step %lld: the model did not report a loss (ztrt_set_loss)",
             static_cast<long long>(t));
+    if (ctx.clipMaxNorm && !ctx.clipChecked)
+      fatal("step %lld: the model clips its gradients but did not compute "
+            "their norm (ztrt_clip_grad_norm)",
+            static_cast<long long>(t));
     if (ctx.scaler && !ctx.scaleUpdated)
       fatal("step %lld: the model scales its loss but did not check its "
             "gradients (ztrt_update_loss_scale)",
@@ -741,7 +757,8 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     // in the communication statistics.
     float meanLoss = meanOverRanks(comm, ctx.loss);
     records.push_back({t, ctx.loss, meanLoss, ms,
-                       ctx.scaler ? ctx.stepScale : 0.0, ctx.skipUpdates});
+                       ctx.scaler ? ctx.stepScale : 0.0, ctx.skipUpdates,
+                       ctx.gradNorm});
     // A non-finite loss is where training went wrong: stop there, naming
     // it. Every rank has the same mean: rank 0 reports, all stop.
     if (!std::isfinite(meanLoss) && !opts.allowNonfiniteLoss)
@@ -751,8 +768,10 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     if (rank == 0 && opts.logEvery > 0 &&
         (t % opts.logEvery == 0 || t == last)) {
       std::string scale;
+      if (ctx.clipMaxNorm)
+        scale += format("  grad norm %.4g", ctx.gradNorm);
       if (ctx.scaler)
-        scale = format("  loss scale %.17g%s", ctx.stepScale,
+        scale += format("  loss scale %.17g%s", ctx.stepScale,
                        ctx.skipUpdates ? " (overflow: step skipped)" : "");
       std::printf("step %*lld/%lld  loss %.7g  %.2f ms/step%s\n", width,
                   static_cast<long long>(t), static_cast<long long>(last),

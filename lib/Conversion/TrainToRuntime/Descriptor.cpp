@@ -13,6 +13,7 @@
 //   arena <name> <bytes>
 //   optimizer <kind>
 //   loss_scale init <S> window <W> hysteresis <H> min <M>   (fp16)
+//   clip_grad_norm <M>                                       (--clip-grad-norm)
 // (docs/runtime.md, runtime/include/ztrt.h). Parameters and states are f32,
 // bf16 or f16 (mixed precision: a 16-bit parameter's f32 `master` state);
 // a grad record names the type of the gradient buffer the parameter's
@@ -244,6 +245,12 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
   FailureOr<std::optional<LossScalePolicy>> scaling = getLossScalePolicy(module);
   if (failed(scaling))
     return failure();
+  std::optional<double> clipNorm;
+  entry.walk([&](ClipGradNormOp clip) {
+    clipNorm = clip.getMaxNorm().convertToDouble();
+  });
+  if (clipNorm)
+    os << "clip_grad_norm " << llvm::format("%.17g", *clipNorm) << '\n';
   if (*scaling)
     os << "loss_scale init " << llvm::format("%.17g", (*scaling)->init)
        << " window " << (*scaling)->window << " hysteresis "

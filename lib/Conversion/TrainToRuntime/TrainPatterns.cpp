@@ -195,6 +195,14 @@ struct UpdateLossScalePattern : OpRuntimePattern<UpdateLossScaleOp> {
   }
 };
 
+struct ClipGradNormPattern : OpRuntimePattern<ClipGradNormOp> {
+  LogicalResult lower(ClipGradNormOp op, StepLowering &s) const override {
+    s.rt.call("clip_grad_norm", {s.get(op.getSumSq()),
+                                 s.rt.f64(op.getMaxNorm().convertToDouble())});
+    return success();
+  }
+};
+
 struct ReturnPattern : OpRuntimePattern<func::ReturnOp> {
   LogicalResult lower(func::ReturnOp, StepLowering &) const override {
     return success();
@@ -214,5 +222,6 @@ void ztrain::populateTrainToRuntimePatterns(RuntimePatternList &patterns) {
   patterns.push_back(std::make_unique<UpdatePattern>());
   patterns.push_back(std::make_unique<LossScalePattern>());
   patterns.push_back(std::make_unique<UpdateLossScalePattern>());
+  patterns.push_back(std::make_unique<ClipGradNormPattern>());
   patterns.push_back(std::make_unique<ReturnPattern>());
 }

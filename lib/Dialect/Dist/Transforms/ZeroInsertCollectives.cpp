@@ -39,7 +39,7 @@ struct ZeroInsertCollectivesPass
 static Operation *firstConsumer(train::OptimizerUpdateOpInterface update) {
   Operation *first = update;
   for (Operation *user : update.getGradient().getUsers())
-    if (isa<train::FoundNonfiniteOp>(user) &&
+    if (isa<train::FoundNonfiniteOp, train::GradSqNormOp>(user) &&
         user->getBlock() == first->getBlock() && user->isBeforeInBlock(first))
       first = user;
   return first;
@@ -50,7 +50,7 @@ static void useReduced(train::OptimizerUpdateOpInterface update,
                        Value reduced) {
   Value grad = update.getGradient();
   grad.replaceUsesWithIf(reduced, [&](OpOperand &use) {
-    return isa<train::FoundNonfiniteOp>(use.getOwner());
+    return isa<train::FoundNonfiniteOp, train::GradSqNormOp>(use.getOwner());
   });
   update.getGradientOperand().set(reduced);
 }
@@ -121,6 +121,15 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
         b, scale.getLoc(), scale.getFound().getType(),
         ReductionAttr::get(ctx, Reduction::sum), scale.getFound(), grid);
     scale.getFoundMutable().set(agreed);
+    ++count;
+  });
+  // Clipping: likewise the sum of squares of this rank's shards.
+  entry.walk([&](train::ClipGradNormOp clip) {
+    b.setInsertionPoint(clip);
+    Value total = AllReduceOp::create(
+        b, clip.getLoc(), clip.getSumSq().getType(),
+        ReductionAttr::get(ctx, Reduction::sum), clip.getSumSq(), grid);
+    clip.getSumSqMutable().set(total);
     ++count;
   });
   if (stage < 3)

@@ -79,6 +79,13 @@ KernelCall FoundNonfiniteOp::getKernelCall() {
                A::buffer(getFound()), A::buffer(getResult())});
 }
 
+KernelCall GradSqNormOp::getKernelCall() {
+  // Typed by the input; both sums are f32.
+  return call("grad_sq_norm", getInput(),
+              {A::buffer(getInput()), A::i64(numElements(getInput())),
+               A::buffer(getSum()), A::buffer(getResult())});
+}
+
 KernelCall ScaleOp::getKernelCall() {
   return call("scale", getResult(),
               {A::buffer(getInput()), A::buffer(getResult()),

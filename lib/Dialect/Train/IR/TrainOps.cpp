@@ -236,6 +236,41 @@ LogicalResult UpdateLossScaleOp::verify() {
   return failure(r.wasInterrupted());
 }
 
+LogicalResult ClipGradNormOp::verify() {
+  double maxNorm = getMaxNorm().convertToDouble();
+  if (!(maxNorm > 0.0) || !std::isfinite(maxNorm))
+    return emitOpError() << "max_norm must be finite and positive, got "
+                         << maxNorm;
+  auto func = (*this)->getParentOfType<func::FuncOp>();
+  if (!func)
+    return success();
+  bool seenSelf = false;
+  WalkResult r = func.walk([&](Operation *op) {
+    if (op == getOperation()) {
+      seenSelf = true;
+      return WalkResult::advance();
+    }
+    if (isa<ClipGradNormOp>(op)) {
+      emitOpError() << "appears twice in @" << func.getSymName();
+      return WalkResult::interrupt();
+    }
+    if (seenSelf && isa<UpdateLossScaleOp>(op)) {
+      emitOpError() << "precedes train.update_loss_scale; the norm of a "
+                       "loss-scaled step is known once the scale is";
+      return WalkResult::interrupt();
+    }
+    if (!seenSelf && isa<OptimizerUpdateOpInterface>(op)) {
+      InFlightDiagnostic d = emitOpError()
+                             << "follows an optimizer update; it must "
+                                "precede every update of the step";
+      d.attachNote(op->getLoc()) << "the update";
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return failure(r.wasInterrupted());
+}
+
 //===----------------------------------------------------------------------===//
 // Compute ops
 //===----------------------------------------------------------------------===//

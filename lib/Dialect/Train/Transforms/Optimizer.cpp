@@ -76,6 +76,9 @@ void TrainOptimizerPass::runOnOperation() {
     return invalid("beta2 must be in [0, 1)", beta2);
   if (!isSgd && (!(eps > 0.0) || !finite(eps)))
     return invalid("eps must be finite and positive", eps);
+  if (!(clipGradNorm >= 0.0) || !finite(clipGradNorm))
+    return invalid("clip-grad-norm must be finite and >= 0 (0: no clipping)",
+                   clipGradNorm);
 
   SymbolTable symbols(module);
   auto ret = cast<func::ReturnOp>(entry.getBody().front().getTerminator());
@@ -212,6 +215,25 @@ void TrainOptimizerPass::runOnOperation() {
         found = FoundNonfiniteOp::create(check, u->getLoc(), flagType,
                                          u.getGradient(), found);
       UpdateLossScaleOp::create(check, loc, found);
+    }
+  }
+
+  // Clipping by the global norm: the sum of squares of every gradient the
+  // updates consume, then the coefficient, before the first update (and
+  // after the loss-scale check, placed just above).
+  if (clipGradNorm > 0.0) {
+    SmallVector<OptimizerUpdateOpInterface> updates;
+    entry.walk([&](OptimizerUpdateOpInterface u) { updates.push_back(u); });
+    if (!updates.empty()) {
+      OpBuilder clip(updates.front());
+      Location loc = ret.getLoc();
+      auto sumType = RankedTensorType::get({}, clip.getF32Type());
+      Value sum =
+          FillOp::create(clip, loc, sumType, clip.getF64FloatAttr(0.0));
+      for (OptimizerUpdateOpInterface u : updates)
+        sum = GradSqNormOp::create(clip, u->getLoc(), sumType, u.getGradient(),
+                                   sum);
+      ClipGradNormOp::create(clip, loc, sum, clip.getF64FloatAttr(clipGradNorm));
     }
   }
 

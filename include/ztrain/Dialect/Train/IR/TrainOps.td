@@ -1303,6 +1303,51 @@ def Train_FoundNonfiniteOp : Train_Op<"found_nonfinite", [Pure,
   let assemblyFormat = "$input `,` $found attr-dict `:` type($input)";
 }
 
+def Train_GradSqNormOp : Train_Op<"grad_sq_norm", [Pure, Train_Kernel]> {
+  let summary = "adds the sum of squares of a tensor to a running sum";
+  let description = [{
+    `result = sum + sum of x^2 over the elements of input`, the squares
+    summed in double in element order and the total rounded once to f32:
+    the global gradient norm of `--clip-grad-norm`, chained over the
+    gradients the optimizer updates consume (`train-optimizer`).
+    `zero-insert-collectives` points the chain at the reduced gradients
+    (each rank's shards from stage 1 on; the zero padding adds nothing) and
+    sums the result over the ranks.
+
+    ```mlir
+    %s0 = train.fill {value = 0.000000e+00 : f64} : tensor<f32>
+    %s1 = train.grad_sq_norm %g1, %s0 : tensor<128x784xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$input, Train_F32Flag:$sum);
+  let results = (outs Train_F32Flag:$result);
+  let assemblyFormat = "$input `,` $sum attr-dict `:` type($input)";
+}
+
+def Train_ClipGradNormOp : Train_Op<"clip_grad_norm", [
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "clips the step's gradients to a global norm";
+  let description = [{
+    `sum_sq` is the sum of squares of every gradient the optimizer updates
+    consume (the same on every rank). The gradient norm is its square root
+    (divided by the loss scale when the step is loss-scaled); when it
+    exceeds `max_norm`, the optimizer updates after this op in the step read
+    every gradient multiplied by `max_norm / (norm + 1e-6)`, as
+    `torch.nn.utils.clip_grad_norm_` does. The norm is reported per step.
+
+    ```mlir
+    train.clip_grad_norm %sq {max_norm = 1.000000e+00 : f64} : tensor<f32>
+    ```
+
+    **Constraints:** `max_norm` is finite and positive; the op precedes
+    every optimizer update of its function and appears once; with loss
+    scaling it follows `train.update_loss_scale`.
+  }];
+  let arguments = (ins Train_F32Scalar:$sum_sq, F64Attr:$max_norm);
+  let assemblyFormat = "$sum_sq attr-dict `:` type($sum_sq)";
+  let hasVerifier = 1;
+}
+
 def Train_UpdateLossScaleOp : Train_Op<"update_loss_scale", [
     MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "hands the overflow flag to the dynamic loss scaler";

@@ -150,6 +150,13 @@ def TrainOptimizer : Pass<"train-optimizer", "::mlir::ModuleOp"> {
     momentum is non-zero), `kind=adam` `torch.optim.Adam` and `kind=adamw`
     `torch.optim.AdamW` (states `exp_avg` and `exp_avg_sq`).
 
+    `clip-grad-norm=C` clips by the global norm: a chain of
+    `train.grad_sq_norm` over the gradients the updates consume and one
+    `train.clip_grad_norm` before the first update (after
+    `train.update_loss_scale` when the step is loss-scaled), which makes the
+    updates read every gradient times `C / (norm + 1e-6)` when the norm
+    exceeds C.
+
     Before (after train-autodiff):
     ```mlir
     func.func @loss(...) -> (tensor<f32>, tensor<2x3xf32>)
@@ -181,7 +188,10 @@ def TrainOptimizer : Pass<"train-optimizer", "::mlir::ModuleOp"> {
            "Weight decay (decoupled for adamw, L2 for sgd and adam)">,
     Option<"momentum", "momentum", "double", "0.0", "SGD momentum">,
     Option<"dampening", "dampening", "double", "0.0", "SGD dampening">,
-    Option<"nesterov", "nesterov", "bool", "false", "SGD Nesterov momentum">
+    Option<"nesterov", "nesterov", "bool", "false", "SGD Nesterov momentum">,
+    Option<"clipGradNorm", "clip-grad-norm", "double", "0.0",
+           "Clip the gradients to this global norm before the update "
+           "(torch.nn.utils.clip_grad_norm_; 0: no clipping)">
   ];
 }
 
