@@ -2025,6 +2025,31 @@ TEST_F(CudaConformanceTest, LossScalingIsTheCpus) {
   expectSameBits(fetch(param), param.host, "loss-scaled adam param");
 }
 
+// The sum of squares of clipping: double accumulation on both sides, in
+// another order (one block of threads vs fixed chunks), so equal up to the
+// rounding of the f32 result: one f32 ulp (2^-23 relative).
+TEST_F(CudaConformanceTest, GradSqNormIsTheCpusUpToOrder) {
+  const int64_t n = 100003;
+  for (DType type : kAllTypes)
+    dispatch(type, [&](auto tag) {
+      using T = decltype(tag);
+      std::vector<float> v = inputs(n, 192);
+      std::vector<T> x(n);
+      for (int64_t i = 0; i < n; ++i)
+        x[i] = static_cast<T>(v[i]);
+      auto xs = twin(x);
+      auto in = twin(std::vector<float>{0.5f});
+      auto out = output(1);
+      both([&](ztrt_ctx *ctx, bool d) {
+        ztrt_grad_sq_norm(ctx, codeOf(type), at(xs, d), n, at(in, d),
+                          at(out, d));
+      });
+      const float got = fetch(out)[0], want = out.host[0];
+      EXPECT_LE(std::fabs(got - want), std::fabs(want) * 0x1p-23)
+          << dtypeName(type);
+    });
+}
+
 /// The collectives in a world of one, through the copy path (plain) and
 /// through a one-rank NCCL communicator (Nccl): bit-exact copies, as the
 /// cpu backend's.

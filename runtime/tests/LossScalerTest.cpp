@@ -345,3 +345,77 @@ TEST(LossScaleAbiTest, RefusesMisuse) {
               ::testing::ExitedWithCode(1),
               "update_loss_scale: called twice in step 1");
 }
+
+// --- Gradient clipping -----------------------------------------------------
+//
+// ztrt_grad_sq_norm: the squares summed in double and rounded once, the
+// same bits for any thread count (fixed chunks summed in order); checked
+// against a double sum of the same values, whose rounding to f32 it must
+// equal exactly (both sums are exact in double here: the inputs have few
+// significant bits). ztrt_clip_grad_norm: torch.nn.utils.clip_grad_norm_'s
+// coefficient, in float.
+
+TEST(GradClipAbiTest, SumOfSquaresIsExactAndThreadIndependent) {
+  auto ctx = cpuContext();
+  const int64_t n = 100003; // several chunks, above the parallel threshold
+  std::vector<f16> x(n);
+  double want = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = f16(0.125f * static_cast<float>(i % 17) - 1.0f);
+    const double v = static_cast<float>(x[i]);
+    want += v * v;
+  }
+  const float in = 2.0f;
+  float out1 = 0.0f, out2 = 0.0f;
+  ctx->backend().setThreads(1);
+  ztrt_grad_sq_norm(ctx.get(), ZTRT_F16, x.data(), n, &in, &out1);
+  ctx->backend().setThreads(2);
+  ztrt_grad_sq_norm(ctx.get(), ZTRT_F16, x.data(), n, &in, &out2);
+  EXPECT_EQ(out1, static_cast<float>(want + 2.0));
+  EXPECT_EQ(0, std::memcmp(&out1, &out2, sizeof(float)));
+  // In place, and an infinity carries through.
+  x[7] = f16(std::numeric_limits<float>::infinity());
+  float acc = 1.0f;
+  ztrt_grad_sq_norm(ctx.get(), ZTRT_F16, x.data(), n, &acc, &acc);
+  EXPECT_TRUE(std::isinf(acc));
+}
+
+TEST(GradClipAbiTest, CoefficientIsTorchs) {
+  auto ctx = cpuContext();
+  ctx->clipMaxNorm = 0.5;
+  const int64_t n = 4;
+  // norm 2 > 0.5: coefficient 0.5 / (2 + 1e-6) in float.
+  std::vector<float> g{1.0f, 1.0f, 1.0f, 1.0f}, p(n, 0.0f), ref(n, 0.0f);
+  float sum = 0.0f;
+  const float zero = 0.0f;
+  ctx->step = 1;
+  ztrt_grad_sq_norm(ctx.get(), ZTRT_F32, g.data(), n, &zero, &sum);
+  ztrt_clip_grad_norm(ctx.get(), &sum, 0.5);
+  EXPECT_EQ(ctx->gradNorm, 2.0);
+  const float coef = 0.5f / (2.0f + 1e-6f);
+  EXPECT_EQ(ctx->clipCoef, static_cast<double>(coef));
+  ztrt_sgd_update(ctx.get(), ZTRT_F32, p.data(), g.data(), nullptr, n, 1.0, 0,
+                  0, 0, 0);
+  for (float v : p)
+    EXPECT_EQ(v, -coef); // p - lr * (g * coef)
+  // Within the norm: the gradients are untouched.
+  auto ctx2 = cpuContext();
+  ctx2->clipMaxNorm = 5.0;
+  ctx2->step = 1;
+  ztrt_clip_grad_norm(ctx2.get(), &sum, 5.0);
+  EXPECT_EQ(ctx2->clipCoef, 1.0);
+  // Misuse: an update before the norm, the norm twice, no record.
+  auto ctx3 = cpuContext();
+  ctx3->clipMaxNorm = 1.0;
+  ctx3->step = 1;
+  EXPECT_EXIT(ztrt_sgd_update(ctx3.get(), ZTRT_F32, p.data(), g.data(),
+                              nullptr, n, 1.0, 0, 0, 0, 0),
+              ::testing::ExitedWithCode(1),
+              "sgd_update: step 1 updates before ztrt_clip_grad_norm");
+  ztrt_clip_grad_norm(ctx3.get(), &sum, 1.0);
+  EXPECT_EXIT(ztrt_clip_grad_norm(ctx3.get(), &sum, 1.0),
+              ::testing::ExitedWithCode(1), "called twice in step 1");
+  auto ctx4 = cpuContext();
+  EXPECT_EXIT(ztrt_clip_grad_norm(ctx4.get(), &sum, 1.0),
+              ::testing::ExitedWithCode(1), "no clip_grad_norm record");
+}
