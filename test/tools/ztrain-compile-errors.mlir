@@ -75,6 +75,14 @@
 // NODP: ztrain-compile: warning: --zero-stage=3 without --dp: one rank, nothing is partitioned (add --dp=N for N ranks)
 // RUN: ztrain-compile %ztrain_src/examples/mlp.mlir --emit=mlir -o %t/tile.mlir --dp=2 --zero-stage=2 --max-tile-bytes=4096 2>&1 | FileCheck %s --check-prefix=TILE2
 // TILE2: ztrain-compile: warning: --max-tile-bytes tiles the parameters stage 3 gathers; at --zero-stage=2 it has no effect
+// overlap-schedule's options without --overlap, or below stage 3: warned.
+// RUN: ztrain-compile %ztrain_src/examples/mlp.mlir --emit=mlir -o %t/sched.mlir --dp=2 --zero-stage=3 --prefetch-depth=2 --bucket-bytes=4096 2>&1 | FileCheck %s --check-prefix=NOOVERLAP
+// NOOVERLAP: ztrain-compile: warning: --prefetch-depth configures the overlap schedule; without --overlap it has no effect
+// NOOVERLAP-NEXT: ztrain-compile: warning: --bucket-bytes configures the overlap schedule; without --overlap it has no effect
+// RUN: ztrain-compile %ztrain_src/examples/mlp.mlir --emit=mlir -o %t/sched2.mlir --dp=2 --zero-stage=2 --overlap --max-live-bytes=4096 --reshard-after-forward=false 2>&1 | FileCheck %s --check-prefix=STAGE2
+// STAGE2: ztrain-compile: warning: --max-live-bytes schedules the parameter gathers of stage 3; at --zero-stage=2 it has no effect
+// STAGE2-NEXT: ztrain-compile: warning: --reshard-after-forward schedules the parameter gathers of stage 3; at --zero-stage=2 it has no effect
+// RUN: ztrain-compile %ztrain_src/examples/mlp.mlir --emit=mlir -o %t/sched3.mlir --dp=2 --zero-stage=3 --overlap --prefetch-depth=2 --bucket-bytes=4096 2>&1 | count 0
 
 //--- malformed.mlir
 module {

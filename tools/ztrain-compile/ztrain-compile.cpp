@@ -291,6 +291,31 @@ int main(int argc, char **argv) {
     llvm::errs() << "ztrain-compile: warning: --max-tile-bytes tiles the "
                     "parameters stage 3 gathers; at --zero-stage="
                  << flags::stage << " it has no effect\n";
+  // overlap-schedule's options: nothing without --overlap, and the
+  // parameter-gather ones nothing below stage 3.
+  struct ScheduleFlag {
+    const char *name;
+    bool given, stage3Only;
+  };
+  const ScheduleFlag scheduleFlags[] = {
+      {"prefetch-depth", flags::prefetchDepth.getNumOccurrences() > 0, true},
+      {"max-live-bytes", flags::maxLiveBytes.getNumOccurrences() > 0, true},
+      {"reshard-after-forward",
+       flags::reshardAfterForward.getNumOccurrences() > 0, true},
+      {"bucket-bytes", flags::bucketBytes.getNumOccurrences() > 0, false}};
+  for (const ScheduleFlag &f : scheduleFlags) {
+    if (!f.given)
+      continue;
+    if (!flags::overlap)
+      llvm::errs() << "ztrain-compile: warning: --" << f.name
+                   << " configures the overlap schedule; without --overlap "
+                      "it has no effect\n";
+    else if (f.stage3Only && flags::stage < 3)
+      llvm::errs() << "ztrain-compile: warning: --" << f.name
+                   << " schedules the parameter gathers of stage 3; at "
+                      "--zero-stage="
+                   << flags::stage << " it has no effect\n";
+  }
 
   if (outputFile.empty())
     outputFile = "-";
