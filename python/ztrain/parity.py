@@ -18,6 +18,7 @@ Tools come from $ZTRAIN_BIN_DIR, else <repo>/build/bin.
 import argparse
 import hashlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -307,8 +308,24 @@ def _f16_emulation(keep_f32):
     return Mode()
 
 
+def lr_schedule(lr, kind="constant", warmup=0, min_lr=0.0, decay_steps=None):
+    """The executable's --lr-schedule (runtime/src/LrSchedule.h) in Python:
+    a function of the optimizer step t (1-based) giving its learning rate."""
+    def at(t):
+        if warmup > 0 and t <= warmup:
+            return lr * t / warmup
+        if kind == "constant":
+            return lr
+        p = 1.0
+        if decay_steps is not None and decay_steps > warmup:
+            p = min(max((t - warmup) / (decay_steps - warmup), 0.0), 1.0)
+        shape = 0.5 * (1.0 + math.cos(math.pi * p)) if kind == "cosine" else 1.0 - p
+        return min_lr + (lr - min_lr) * shape
+    return at
+
+
 def torch_train(spec, init, data, steps, optimizer, float64=False, precision="fp32",
-                loss_scaling=None):
+                loss_scaling=None, lr_at=None):
     """The same steps in PyTorch. Returns (losses [steps], final state {name: array}).
 
     float64=True trains in double precision (a reference that shows how far
@@ -328,6 +345,9 @@ def torch_train(spec, init, data, steps, optimizer, float64=False, precision="fp
     Where torch has no f16 kernels on the CPU, the module runs in f32 holding
     f16 values under _f16_emulation. Pass a LossScaling to read its .used and
     .skipped per step afterwards.
+
+    lr_at: the learning rate of each optimizer step (lr_schedule), set on the
+    optimizer before it steps (a skipped step does not count).
     """
     import torch
     from . import torch_ref
@@ -378,6 +398,7 @@ def torch_train(spec, init, data, steps, optimizer, float64=False, precision="fp
                 mode.fuse(m)
     try:
         losses = []
+        applied = 0
         for t in range(1, steps + 1):
             b = {k: tensor(v) for k, v in batch_for_step(data, t, spec.batch).items()}
             opt.zero_grad(set_to_none=True)
@@ -406,6 +427,10 @@ def torch_train(spec, init, data, steps, optimizer, float64=False, precision="fp
                     masters if masters is not None else list(model.parameters()),
                     optimizer.clip_grad_norm)
             if not skip:
+                if lr_at is not None:
+                    applied += 1
+                    for group in opt.param_groups:
+                        group["lr"] = lr_at(applied)
                 opt.step()
             if masters is not None and not skip:
                 with torch.no_grad():
@@ -519,7 +544,7 @@ class ParityResult:
 def run_parity(spec, steps=20, optimizer=None, init=None, data=None, workdir=None,
                init_seed=0, data_seed=1, samples=None, log_every=0, threads=None,
                exe=None, float64_reference=False, precision="fp32", extra_flags=(),
-               loss_scaling=None):
+               loss_scaling=None, run_flags=(), lr_at=None):
     """Compile and run `spec` with ztrain and train it in torch; compare.
 
     init / data: {name: array} (default: make_init / make_data). workdir keeps
@@ -531,6 +556,8 @@ def run_parity(spec, steps=20, optimizer=None, init=None, data=None, workdir=Non
     extra_flags: more ztrain-compile flags (--reduce-dtype=fp32).
     loss_scaling: the torch side's LossScaling with fp16 (default: DeepSpeed's
     defaults, as ztrain-compile's); the result keeps it as .torch_scaling.
+    run_flags: more executable flags (--lr-schedule=cosine); lr_at: the
+    torch side's learning rate per optimizer step to match them.
     """
     if precision == "fp16" and loss_scaling is None:
         loss_scaling = LossScaling()
@@ -557,7 +584,7 @@ def run_parity(spec, steps=20, optimizer=None, init=None, data=None, workdir=Non
         t0 = time.perf_counter()
         run_exe(exe, steps, init=p("init.safetensors"), data=p("data.safetensors"),
                 save=p("final.safetensors"), report=p("report.json"),
-                log_every=log_every, threads=threads)
+                log_every=log_every, threads=threads, extra=run_flags)
         zt = time.perf_counter() - t0
         report = read_report(p("report.json"))
         z_losses = report_losses(report)
@@ -567,7 +594,8 @@ def run_parity(spec, steps=20, optimizer=None, init=None, data=None, workdir=Non
                      for k, v in safetensors.load(p("final.safetensors")).items()}
         t0 = time.perf_counter()
         t_losses, t_weights = torch_train(spec, init, data, steps, optimizer,
-                                          precision=precision, loss_scaling=loss_scaling)
+                                          precision=precision, loss_scaling=loss_scaling,
+                                          lr_at=lr_at)
         tt = time.perf_counter() - t0
         r64 = (torch_train(spec, init, data, steps, optimizer, float64=True)
                if float64_reference else (None, None))

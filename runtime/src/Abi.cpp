@@ -546,6 +546,23 @@ void ztrt_update_loss_scale(ztrt_ctx *ctx, const void *found) {
   }
 }
 
+double ztrt_lr(ztrt_ctx *ctx, double compiled) {
+  backendOf(ctx, "lr");
+  if (ctx->step < 1)
+    fatal("lr: called outside a step (step counter is %lld)",
+          static_cast<long long>(ctx->step));
+  const ztrt::LrSchedule &s = ctx->lrSchedule;
+  const double base = s.lr.value_or(compiled);
+  if (!(base >= 0.0) || !std::isfinite(base))
+    fatal("lr: the learning rate %g is not finite and >= 0", base);
+  if (s.kind != ztrt::LrSchedule::Kind::Constant && s.minLr > base)
+    refuse("--min-lr %g exceeds the learning rate %g (the %s schedule decays "
+           "from the learning rate to --min-lr)",
+           s.minLr, base, ztrt::LrSchedule::kindName(s.kind));
+  ctx->stepLr = s.at(compiled, ctx->optimizerStep());
+  return ctx->stepLr;
+}
+
 void ztrt_clip_grad_norm(ztrt_ctx *ctx, const void *sum_sq, double max_norm) {
   Backend &backend = backendOf(ctx, "clip_grad_norm");
   if (!sum_sq)

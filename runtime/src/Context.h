@@ -18,6 +18,7 @@
 #include "src/CommQueue.h"
 #include "src/Communicator.h"
 #include "src/LossScaler.h"
+#include "src/LrSchedule.h"
 #include "src/Trace.h"
 
 #include <cstdint>
@@ -179,6 +180,11 @@ struct ztrt_ctx {
   /// The number the optimizer updates of the current step take as their
   /// step t (Adam's bias correction, SGD's first step): the steps whose
   /// updates ran, this one included; `step` when nothing is skipped.
+  // --- Learning rate (ztrt_lr) ---------------------------------------------
+  ztrt::LrSchedule lrSchedule;
+  /// The learning rate ztrt_lr gave the current step (NaN before a call).
+  double stepLr = 0.0;
+
   // --- Gradient clipping (descriptor `clip_grad_norm`) --------------------
   /// The max norm when the model clips its gradients.
   std::optional<double> clipMaxNorm;

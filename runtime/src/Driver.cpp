@@ -72,6 +72,14 @@ const char kUsage[] =
     "                     collective to F (open it in ui.perfetto.dev); with\n"
     "                     several ranks, rank r writes F with .rank<r> before\n"
     "                     the extension (trace.rank0.json)\n"
+    "  --lr LR            learning rate (default: the one compiled in)\n"
+    "  --lr-schedule S    constant (default), cosine or linear: decay from the\n"
+    "                     learning rate to --min-lr over --lr-decay-steps\n"
+    "  --warmup-steps W   raise the learning rate linearly over the first W\n"
+    "                     optimizer steps (default 0)\n"
+    "  --min-lr LR        where cosine and linear decay end (default 0)\n"
+    "  --lr-decay-steps T  the optimizer step where the decay ends (default:\n"
+    "                     the run's last step)\n"
     "  --threads N        threads for BLAS and kernels (default: the "
     "libraries')\n"
     "  --backend B        where the steps run: cpu (host memory, OpenBLAS,\n"
@@ -310,6 +318,8 @@ struct StepRecord {
   bool skipped = false;
   /// Gradient clipping: the step's global gradient norm (unscaled).
   double gradNorm = 0.0;
+  /// The learning rate the step's updates used (NaN: the model asked none).
+  double lr = 0.0;
 };
 
 /// The mean of one value per rank, summed in rank order in float and divided
@@ -408,6 +418,8 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
     if (ctx.scaler)
       json += format(", \"loss_scale\": %.17g, \"skipped\": %s", r.lossScale,
                      r.skipped ? "true" : "false");
+    if (std::isfinite(r.lr))
+      json += format(", \"lr\": %.17g", r.lr);
     if (ctx.clipMaxNorm)
       json += ", \"grad_norm\": " + (std::isfinite(r.gradNorm)
                                          ? format("%.9g", r.gradNorm)
@@ -417,6 +429,16 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
   json += records.empty() ? "],\n" : "\n  ],\n";
   if (ctx.clipMaxNorm)
     json += format("  \"clip_grad_norm\": %.17g,\n", *ctx.clipMaxNorm);
+  {
+    const LrSchedule &s = ctx.lrSchedule;
+    json += format("  \"lr_schedule\": {\"kind\": \"%s\", \"lr\": %s, "
+                   "\"warmup_steps\": %lld, \"min_lr\": %.17g, "
+                   "\"decay_steps\": %lld},\n",
+                   LrSchedule::kindName(s.kind),
+                   s.lr ? format("%.17g", *s.lr).c_str() : "null",
+                   static_cast<long long>(s.warmup), s.minLr,
+                   static_cast<long long>(s.decaySteps));
+  }
   if (ctx.scaler) {
     const LossScalePolicy &p = ctx.scaler->policy();
     const LossScaler::State &st = ctx.scaler->state();
@@ -470,6 +492,7 @@ std::unique_ptr<Backend> createBackend(const std::string &name,
 
 Options parseOptions(int argc, char **argv, int rank) {
   Options opts;
+  bool minLrGiven = false;
   const char *program = argc > 0 ? argv[0] : "ztrain-model";
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -507,7 +530,12 @@ Options parseOptions(int argc, char **argv, int rank) {
                                          "--collective-timeout",
                                          "--resume",
                                          "--trace",
-                                         "--backend"};
+                                         "--backend",
+                                         "--lr",
+                                         "--lr-schedule",
+                                         "--warmup-steps",
+                                         "--min-lr",
+                                         "--lr-decay-steps"};
     bool known = false;
     for (const char *name : valued)
       known = known || flag == name;
@@ -564,10 +592,36 @@ Options parseOptions(int argc, char **argv, int rank) {
         usageError("flag --backend: '%s' is not a backend (cpu or cuda)",
                    value.c_str());
       opts.backend = value;
-    } else if (flag == "--threads")
+    } else if (flag == "--lr" || flag == "--min-lr") {
+      char *end = nullptr;
+      double v = std::strtod(value.c_str(), &end);
+      if (*end != '\0' || !(v >= 0.0) || !std::isfinite(v))
+        usageError("flag %s: '%s' is not a finite number >= 0", flag.c_str(),
+                   value.c_str());
+      if (flag == "--lr")
+        opts.lr.lr = v;
+      else {
+        opts.lr.minLr = v;
+        minLrGiven = true;
+      }
+    } else if (flag == "--lr-schedule") {
+      if (!LrSchedule::parseKind(value, opts.lr.kind))
+        usageError("flag --lr-schedule: '%s' is not a schedule (constant, "
+                   "cosine or linear)",
+                   value.c_str());
+    } else if (flag == "--warmup-steps")
+      opts.lr.warmup = parseInteger(flag, value, 0);
+    else if (flag == "--lr-decay-steps")
+      opts.lr.decaySteps = parseInteger(flag, value, 1);
+    else if (flag == "--threads")
       opts.threads = static_cast<int>(
           std::min<int64_t>(parseInteger(flag, value, 1), 1 << 16));
   }
+  if (opts.lr.kind == LrSchedule::Kind::Constant &&
+      (minLrGiven || opts.lr.decaySteps > 0))
+    usageError("flag %s shapes a decaying schedule; with --lr-schedule="
+               "constant it has no effect (add --lr-schedule=cosine or linear)",
+               minLrGiven ? "--min-lr" : "--lr-decay-steps");
   if (opts.checkpointEvery > 0 && opts.saveCheckpoint.empty())
     usageError("flag --checkpoint-every needs --save-checkpoint DIR");
   if (opts.keepCheckpoints > 0 && opts.saveCheckpoint.empty())
@@ -634,6 +688,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   if (desc.lossScale)
     ctx.scaler.emplace(*desc.lossScale);
   ctx.clipMaxNorm = desc.clipGradNorm;
+  ctx.lrSchedule = opts.lr;
   Backend &backend = ctx.backend();
   Communicator &comm = ctx.comm();
   checkDeviceMemory(backend, comm, desc, opts);
@@ -699,6 +754,8 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   // depend on t, so a resumed run computes exactly what an uninterrupted
   // one would.
   const int64_t first = resumed.step + 1, last = resumed.step + opts.steps;
+  if (ctx.lrSchedule.decaySteps == 0)
+    ctx.lrSchedule.decaySteps = last;
   auto checkpoint = [&](int64_t done) {
     CheckpointProgress progress{done, opts.seed, opts.data, std::nullopt};
     if (ctx.scaler)
@@ -724,7 +781,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     ctx.scaleUpdated = ctx.skipUpdates = false;
     ctx.clipChecked = false;
     ctx.clipCoef = 1.0;
-    ctx.gradNorm = std::nan("");
+    ctx.gradNorm = ctx.stepLr = std::nan("");
     auto start = Clock::now();
     step(&ctx);
     // A device backend has only enqueued the step: its time, its loss and
@@ -758,7 +815,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     float meanLoss = meanOverRanks(comm, ctx.loss);
     records.push_back({t, ctx.loss, meanLoss, ms,
                        ctx.scaler ? ctx.stepScale : 0.0, ctx.skipUpdates,
-                       ctx.gradNorm});
+                       ctx.gradNorm, ctx.stepLr});
     // A non-finite loss is where training went wrong: stop there, naming
     // it. Every rank has the same mean: rank 0 reports, all stop.
     if (!std::isfinite(meanLoss) && !opts.allowNonfiniteLoss)
@@ -768,6 +825,8 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     if (rank == 0 && opts.logEvery > 0 &&
         (t % opts.logEvery == 0 || t == last)) {
       std::string scale;
+      if (ctx.lrSchedule.visible() && std::isfinite(ctx.stepLr))
+        scale += format("  lr %.4g", ctx.stepLr);
       if (ctx.clipMaxNorm)
         scale += format("  grad norm %.4g", ctx.gradNorm);
       if (ctx.scaler)

@@ -11,6 +11,8 @@
 
 #include "ztrt.h"
 
+#include "src/LrSchedule.h"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -43,6 +45,8 @@ struct Options {
   int threads = 0;
   /// --backend: "cpu" or "cuda".
   std::string backend = "cpu";
+  /// --lr, --lr-schedule, --warmup-steps, --min-lr, --lr-decay-steps.
+  LrSchedule lr;
 };
 
 /// Parses the executable's flags; on --help prints the usage (on rank 0

@@ -15,6 +15,7 @@
 #include "src/Context.h"
 #include "src/DType.h"
 #include "src/LossScaler.h"
+#include "src/LrSchedule.h"
 #include "ztrt.h"
 
 #include <cmath>
@@ -418,4 +419,32 @@ TEST(GradClipAbiTest, CoefficientIsTorchs) {
   auto ctx4 = cpuContext();
   EXPECT_EXIT(ztrt_clip_grad_norm(ctx4.get(), &sum, 1.0),
               ::testing::ExitedWithCode(1), "no clip_grad_norm record");
+}
+
+// --- Learning-rate schedules (src/LrSchedule.h) ----------------------------
+// Hand-computed points of each schedule; exact where the arithmetic is
+// (powers of two, cos(pi/2) = 6e-17 aside: 1e-15 relative there).
+
+TEST(LrScheduleTest, WarmupThenDecayToTheFloor) {
+  LrSchedule s;
+  EXPECT_EQ(s.at(0.5, 1), 0.5); // constant, the compiled rate
+  s.lr = 0.25;
+  EXPECT_EQ(s.at(0.5, 7), 0.25); // --lr replaces it
+  s.warmup = 4;
+  EXPECT_EQ(s.at(0.5, 1), 0.0625); // 0.25 * 1/4
+  EXPECT_EQ(s.at(0.5, 4), 0.25);
+  EXPECT_EQ(s.at(0.5, 5), 0.25);
+  s.kind = LrSchedule::Kind::Cosine;
+  s.minLr = 0.05;
+  s.decaySteps = 12; // decay over steps 5..12 (p = (t - 4) / 8)
+  EXPECT_EQ(s.at(0.5, 4), 0.25);                      // p = 0 after warmup
+  EXPECT_NEAR(s.at(0.5, 8), 0.15, 0.15 * 1e-15);      // p = 1/2: midpoint
+  EXPECT_EQ(s.at(0.5, 12), 0.05);                     // p = 1: the floor
+  EXPECT_EQ(s.at(0.5, 40), 0.05);                     // and it stays
+  s.kind = LrSchedule::Kind::Linear;
+  EXPECT_EQ(s.at(0.5, 6), 0.05 + 0.2 * 0.75);         // p = 1/4
+  LrSchedule::Kind k;
+  EXPECT_TRUE(LrSchedule::parseKind("cosine", k));
+  EXPECT_EQ(k, LrSchedule::Kind::Cosine);
+  EXPECT_FALSE(LrSchedule::parseKind("Cosine", k));
 }

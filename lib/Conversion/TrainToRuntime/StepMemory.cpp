@@ -219,6 +219,9 @@ LogicalResult ztrain::emitKernelCall(Operation *op, const KernelCall &call,
     case KernelArg::F64:
       args.push_back(rt.f64(arg.f));
       break;
+    case KernelArg::LearningRate:
+      args.push_back(rt.call("lr", {rt.f64(arg.f)}));
+      break;
     case KernelArg::I64Array:
       args.push_back(rt.i64Array(arg.array));
       break;

@@ -165,6 +165,10 @@ struct UpdatePattern : RuntimePattern {
     for (const KernelArg &hyper : kernel.args) {
       if (hyper.kind == KernelArg::F64) {
         args.push_back(s.rt.f64(hyper.f));
+      } else if (hyper.kind == KernelArg::LearningRate) {
+        // The run's learning rate (--lr, --lr-schedule), the compiled one
+        // its default.
+        args.push_back(s.rt.call("lr", {s.rt.f64(hyper.f)}));
       } else if (hyper.kind == KernelArg::DType) {
         FailureOr<int32_t> code = dtypeCode(op, hyper.type);
         if (failed(code))

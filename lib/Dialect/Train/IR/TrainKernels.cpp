@@ -304,7 +304,7 @@ SmallVector<FlatSymbolRefAttr> SGDUpdateOp::getUpdatedStates() {
 KernelCall SGDUpdateOp::getUpdateKernel(Type paramElementType) {
   KernelCall c = call(getMasterAttr() ? "sgd_update_master" : "sgd_update",
                       getGrad(),
-                      {A::f64(getLr().convertToDouble()),
+                      {A::learningRate(getLr().convertToDouble()),
                        A::f64(getMomentum().convertToDouble()),
                        A::f64(getDampening().convertToDouble()),
                        A::f64(getWeightDecay().convertToDouble()),
@@ -323,7 +323,7 @@ SmallVector<FlatSymbolRefAttr> AdamUpdateOp::getUpdatedStates() {
 KernelCall AdamUpdateOp::getUpdateKernel(Type paramElementType) {
   KernelCall c = call(getMasterAttr() ? "adam_update_master" : "adam_update",
                       getGrad(),
-                      {A::f64(getLr().convertToDouble()),
+                      {A::learningRate(getLr().convertToDouble()),
                        A::f64(getBeta1().convertToDouble()),
                        A::f64(getBeta2().convertToDouble()),
                        A::f64(getEpsilon().convertToDouble()),

@@ -33,6 +33,9 @@ struct KernelArg {
     F64,      ///< double `f`
     I64Array, ///< a constant int64_t array (shapes, permutations, masks)
     DType,    ///< the ztrt_dtype code (int32_t) of element type `type`
+    LearningRate, ///< double: the step's learning rate, ztrt_lr(ctx, `f`)
+                  ///< (`f` is the compiled one; the executable's --lr and
+                  ///< --lr-schedule decide)
   } kind;
   mlir::Value value;
   int64_t i = 0;
@@ -44,6 +47,7 @@ struct KernelArg {
   static KernelArg i64(int64_t v) { return {I64, {}, v}; }
   static KernelArg i32(int32_t v) { return {I32, {}, v}; }
   static KernelArg f64(double v) { return {F64, {}, 0, v}; }
+  static KernelArg learningRate(double v) { return {LearningRate, {}, 0, v}; }
   static KernelArg i64Array(llvm::ArrayRef<int64_t> v) {
     return {I64Array, {}, 0, 0.0, llvm::SmallVector<int64_t>(v)};
   }
