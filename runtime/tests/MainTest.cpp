@@ -164,9 +164,11 @@ TEST(MainTest, NonFiniteLossStopsTheRunUnlessAllowed) {
 TEST(MainTest, BadFlagExits2WithOneLine) {
   TempDir dir;
   Result r =
-      run(dir, {"--steps=3", "--lr=0.1", "--save", dir.path("w.safetensors")});
+      run(dir, {"--steps=3", "--learning-rate=0.1", "--save",
+                dir.path("w.safetensors")});
   EXPECT_EQ(r.status, 2);
-  EXPECT_EQ(r.err, "ztrain: error: unknown flag '--lr' (try --help)\n");
+  EXPECT_EQ(r.err,
+            "ztrain: error: unknown flag '--learning-rate' (try --help)\n");
   EXPECT_TRUE(dir.entries().empty());
 }
 

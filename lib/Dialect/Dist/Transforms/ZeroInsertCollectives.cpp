@@ -111,26 +111,23 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
       ++count;
     }
   }
-  // Loss scaling: each rank checked only its shards, so the overflow flag
-  // is summed over the ranks before the scaler sees it; every rank then
-  // skips the same steps. (Stage 0 needs no sum: every rank checks the same
-  // averaged gradients, bitwise equal on every rank.)
-  entry.walk([&](train::UpdateLossScaleOp scale) {
-    b.setInsertionPoint(scale);
-    Value agreed = AllReduceOp::create(
-        b, scale.getLoc(), scale.getFound().getType(),
-        ReductionAttr::get(ctx, Reduction::sum), scale.getFound(), grid);
-    scale.getFoundMutable().set(agreed);
+  // The step's scalar checks read each rank's shards only: the loss-scaling
+  // overflow flag and the clipping sum of squares are summed over the ranks
+  // before their op uses them, so every rank skips and clips alike. (Stage
+  // 0 sums nothing: every rank checks the same averaged gradients, bitwise
+  // equal on every rank.)
+  auto sumOverRanks = [&](Operation *user, OpOperand &scalar) {
+    b.setInsertionPoint(user);
+    scalar.set(AllReduceOp::create(b, user->getLoc(), scalar.get().getType(),
+                                   ReductionAttr::get(ctx, Reduction::sum),
+                                   scalar.get(), grid));
     ++count;
+  };
+  entry.walk([&](train::UpdateLossScaleOp op) {
+    sumOverRanks(op, op.getFoundMutable());
   });
-  // Clipping: likewise the sum of squares of this rank's shards.
-  entry.walk([&](train::ClipGradNormOp clip) {
-    b.setInsertionPoint(clip);
-    Value total = AllReduceOp::create(
-        b, clip.getLoc(), clip.getSumSq().getType(),
-        ReductionAttr::get(ctx, Reduction::sum), clip.getSumSq(), grid);
-    clip.getSumSqMutable().set(total);
-    ++count;
+  entry.walk([&](train::ClipGradNormOp op) {
+    sumOverRanks(op, op.getSumSqMutable());
   });
   if (stage < 3)
     return success();

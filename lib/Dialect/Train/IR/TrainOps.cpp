@@ -206,34 +206,46 @@ ztrain::train::getLossScalePolicy(ModuleOp module) {
 // Dynamic loss scaling
 //===----------------------------------------------------------------------===//
 
-LogicalResult UpdateLossScaleOp::verify() {
-  auto module = (*this)->getParentOfType<ModuleOp>();
-  if (!module || !module->hasAttr(kLossScaleAttr))
-    return emitOpError() << "needs a module with a " << kLossScaleAttr
-                         << " policy (train-precision{param=fp16})";
-  auto func = (*this)->getParentOfType<func::FuncOp>();
+/// The step ops that end the gradient half of a step (the loss-scale check,
+/// the clipping norm): `self` appears once in its function and precedes
+/// every optimizer update; `after(op)` may refuse an op that follows it.
+static LogicalResult
+verifyOnceBeforeUpdates(Operation *self,
+                        llvm::function_ref<LogicalResult(Operation *)> after) {
+  auto func = self->getParentOfType<func::FuncOp>();
   if (!func)
     return success();
   bool seenSelf = false;
   WalkResult r = func.walk([&](Operation *op) {
-    if (op == getOperation()) {
+    if (op == self) {
       seenSelf = true;
       return WalkResult::advance();
     }
-    if (isa<UpdateLossScaleOp>(op)) {
-      emitOpError() << "appears twice in @" << func.getSymName();
+    if (op->getName() == self->getName()) {
+      self->emitOpError() << "appears twice in @" << func.getSymName();
       return WalkResult::interrupt();
     }
     if (!seenSelf && isa<OptimizerUpdateOpInterface>(op)) {
-      InFlightDiagnostic d = emitOpError()
+      InFlightDiagnostic d = self->emitOpError()
                              << "follows an optimizer update; it must "
                                 "precede every update of the step";
       d.attachNote(op->getLoc()) << "the update";
       return WalkResult::interrupt();
     }
+    if (seenSelf && failed(after(op)))
+      return WalkResult::interrupt();
     return WalkResult::advance();
   });
   return failure(r.wasInterrupted());
+}
+
+LogicalResult UpdateLossScaleOp::verify() {
+  auto module = (*this)->getParentOfType<ModuleOp>();
+  if (!module || !module->hasAttr(kLossScaleAttr))
+    return emitOpError() << "needs a module with a " << kLossScaleAttr
+                         << " policy (train-precision{param=fp16})";
+  return verifyOnceBeforeUpdates(getOperation(),
+                                 [](Operation *) { return success(); });
 }
 
 LogicalResult ClipGradNormOp::verify() {
@@ -241,34 +253,12 @@ LogicalResult ClipGradNormOp::verify() {
   if (!(maxNorm > 0.0) || !std::isfinite(maxNorm))
     return emitOpError() << "max_norm must be finite and positive, got "
                          << maxNorm;
-  auto func = (*this)->getParentOfType<func::FuncOp>();
-  if (!func)
-    return success();
-  bool seenSelf = false;
-  WalkResult r = func.walk([&](Operation *op) {
-    if (op == getOperation()) {
-      seenSelf = true;
-      return WalkResult::advance();
-    }
-    if (isa<ClipGradNormOp>(op)) {
-      emitOpError() << "appears twice in @" << func.getSymName();
-      return WalkResult::interrupt();
-    }
-    if (seenSelf && isa<UpdateLossScaleOp>(op)) {
-      emitOpError() << "precedes train.update_loss_scale; the norm of a "
-                       "loss-scaled step is known once the scale is";
-      return WalkResult::interrupt();
-    }
-    if (!seenSelf && isa<OptimizerUpdateOpInterface>(op)) {
-      InFlightDiagnostic d = emitOpError()
-                             << "follows an optimizer update; it must "
-                                "precede every update of the step";
-      d.attachNote(op->getLoc()) << "the update";
-      return WalkResult::interrupt();
-    }
-    return WalkResult::advance();
+  return verifyOnceBeforeUpdates(getOperation(), [&](Operation *op) -> LogicalResult {
+    if (!isa<UpdateLossScaleOp>(op))
+      return success();
+    return emitOpError() << "precedes train.update_loss_scale; the norm of a "
+                            "loss-scaled step is known once the scale is";
   });
-  return failure(r.wasInterrupted());
 }
 
 //===----------------------------------------------------------------------===//

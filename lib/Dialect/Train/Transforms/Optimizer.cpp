@@ -200,41 +200,40 @@ void TrainOptimizerPass::runOnOperation() {
     }
   }
 
-  // Dynamic loss scaling (fp16): check every gradient the updates consume
-  // and hand the flag to the scaler before the first update.
-  if (module->hasAttr(kLossScaleAttr)) {
-    SmallVector<OptimizerUpdateOpInterface> updates;
-    entry.walk([&](OptimizerUpdateOpInterface u) { updates.push_back(u); });
-    if (!updates.empty()) {
-      OpBuilder check(updates.front());
-      Location loc = ret.getLoc();
-      auto flagType = RankedTensorType::get({}, check.getF32Type());
-      Value found =
-          FillOp::create(check, loc, flagType, check.getF64FloatAttr(0.0));
-      for (OptimizerUpdateOpInterface u : updates)
-        found = FoundNonfiniteOp::create(check, u->getLoc(), flagType,
-                                         u.getGradient(), found);
-      UpdateLossScaleOp::create(check, loc, found);
-    }
+  // The checks that close the gradient half of the step, placed before the
+  // first update in this order: each is a chain over the gradients the
+  // updates consume, started at 0 (`Chain` builds one link) and handed to
+  // its op. Dynamic loss scaling (fp16): the overflow flag. Clipping: the
+  // sum of squares for the global norm.
+  SmallVector<OptimizerUpdateOpInterface> updates;
+  entry.walk([&](OptimizerUpdateOpInterface u) { updates.push_back(u); });
+  auto chainBeforeUpdates =
+      [&](llvm::function_ref<Value(OpBuilder &, Location, Type, Value, Value)>
+              link) -> Value {
+    OpBuilder at(updates.front());
+    auto scalar = RankedTensorType::get({}, at.getF32Type());
+    Value acc = FillOp::create(at, ret.getLoc(), scalar,
+                               at.getF64FloatAttr(0.0));
+    for (OptimizerUpdateOpInterface u : updates)
+      acc = link(at, u->getLoc(), scalar, u.getGradient(), acc);
+    return acc;
+  };
+  if (!updates.empty() && lossScaled) {
+    Value found = chainBeforeUpdates(
+        [](OpBuilder &at, Location loc, Type t, Value g, Value acc) -> Value {
+          return FoundNonfiniteOp::create(at, loc, t, g, acc);
+        });
+    OpBuilder at(updates.front());
+    UpdateLossScaleOp::create(at, ret.getLoc(), found);
   }
-
-  // Clipping by the global norm: the sum of squares of every gradient the
-  // updates consume, then the coefficient, before the first update (and
-  // after the loss-scale check, placed just above).
-  if (clipGradNorm > 0.0) {
-    SmallVector<OptimizerUpdateOpInterface> updates;
-    entry.walk([&](OptimizerUpdateOpInterface u) { updates.push_back(u); });
-    if (!updates.empty()) {
-      OpBuilder clip(updates.front());
-      Location loc = ret.getLoc();
-      auto sumType = RankedTensorType::get({}, clip.getF32Type());
-      Value sum =
-          FillOp::create(clip, loc, sumType, clip.getF64FloatAttr(0.0));
-      for (OptimizerUpdateOpInterface u : updates)
-        sum = GradSqNormOp::create(clip, u->getLoc(), sumType, u.getGradient(),
-                                   sum);
-      ClipGradNormOp::create(clip, loc, sum, clip.getF64FloatAttr(clipGradNorm));
-    }
+  if (!updates.empty() && clipGradNorm > 0.0) {
+    Value sum = chainBeforeUpdates(
+        [](OpBuilder &at, Location loc, Type t, Value g, Value acc) -> Value {
+          return GradSqNormOp::create(at, loc, t, g, acc);
+        });
+    OpBuilder at(updates.front());
+    ClipGradNormOp::create(at, ret.getLoc(), sum,
+                           at.getF64FloatAttr(clipGradNorm));
   }
 
   Value loss = ret.getOperand(0);
