@@ -50,6 +50,7 @@ void ztrain::buildTrainingPipeline(OpPassManager &pm,
   opt.dampening = options.dampening;
   opt.nesterov = options.nesterov;
   opt.clipGradNorm = options.clipGradNorm;
+  opt.gradAccumSteps = options.gradAccumSteps;
   pm.addPass(train::createTrainOptimizer(opt));
 }
 

@@ -469,16 +469,24 @@ void requireNoLossScale(ztrt_ctx *ctx, const char *op) {
           op);
 }
 
-/// The clipping coefficient of the step (1 without clipping); fatal when
-/// the model clips but the step has not computed its norm yet.
+/// What the step's updates multiply gradients by besides the loss scale:
+/// the clipping coefficient (1 without clipping) times 1 / K of gradient
+/// accumulation (1 without); fatal when the model clips but the step has
+/// not computed its norm yet, or accumulates but updates before its
+/// boundary.
 double clipFactor(ztrt_ctx *ctx, const char *op) {
+  if (ctx->accumSteps > 0 && !ctx->boundaryAsked)
+    fatal("%s: step %lld updates before ztrt_accumulation_boundary (the "
+          "model accumulates gradients: the updates follow the last "
+          "micro-batch)",
+          op, static_cast<long long>(ctx->step));
   if (!ctx->clipMaxNorm)
-    return 1.0;
+    return ctx->accumFactor();
   if (!ctx->clipChecked)
     fatal("%s: step %lld updates before ztrt_clip_grad_norm (the model "
           "clips its gradients: the norm must come first)",
           op, static_cast<long long>(ctx->step));
-  return ctx->clipCoef;
+  return ctx->clipCoef * ctx->accumFactor();
 }
 
 /// The master-weight updates: false when the step overflowed (loss
@@ -588,6 +596,10 @@ void ztrt_clip_grad_norm(ztrt_ctx *ctx, const void *sum_sq, double max_norm) {
   float norm = std::sqrt(sum);
   if (ctx->scaler)
     norm = static_cast<float>(norm / ctx->stepScale);
+  // Accumulated gradients are sums of K micro-batches: the norm is of
+  // their mean.
+  if (ctx->accumSteps > 0)
+    norm = static_cast<float>(norm * ctx->accumFactor());
   ctx->gradNorm = norm;
   ctx->clipCoef = 1.0;
   if (ctx->skipUpdates || !std::isfinite(norm))
@@ -595,6 +607,47 @@ void ztrt_clip_grad_norm(ztrt_ctx *ctx, const void *sum_sq, double max_norm) {
   const float coef = static_cast<float>(max_norm) / (norm + 1e-6f);
   if (coef < 1.0f)
     ctx->clipCoef = coef;
+}
+
+void ztrt_accumulate_grad(ztrt_ctx *ctx, int32_t dtype, void *acc,
+                          const void *x, int64_t n) {
+  Backend &backend = backendOf(ctx, "accumulate_grad");
+  TraceScope trace(ctx->trace(), "accumulate_grad");
+  const DType type = checkDType("accumulate_grad", dtype);
+  checkCount("accumulate_grad", "element count", n);
+  if (!acc || !x)
+    fatal("accumulate_grad: null buffer");
+  if (ctx->accumSteps < 1)
+    fatal("accumulate_grad: the model's descriptor has no grad_accum record");
+  if (ctx->step < 1 || ctx->microStep < 1)
+    fatal("accumulate_grad: called outside a step (step counter is %lld)",
+          static_cast<long long>(ctx->step));
+  if (ctx->boundaryAsked)
+    fatal("accumulate_grad: step %lld accumulates after "
+          "ztrt_accumulation_boundary",
+          static_cast<long long>(ctx->step));
+  if (ctx->microStep == 1)
+    backend.copy(x, acc, n * elementBytes(type));
+  else
+    backend.add(type, acc, x, acc, n);
+}
+
+int32_t ztrt_accumulation_boundary(ztrt_ctx *ctx) {
+  backendOf(ctx, "accumulation_boundary");
+  if (ctx->accumSteps < 1)
+    fatal("accumulation_boundary: the model's descriptor has no grad_accum "
+          "record");
+  if (ctx->step < 1)
+    fatal("accumulation_boundary: called outside a step (step counter is "
+          "%lld)",
+          static_cast<long long>(ctx->step));
+  if (ctx->boundaryAsked)
+    fatal("accumulation_boundary: called twice in micro-batch %lld of step "
+          "%lld",
+          static_cast<long long>(ctx->microStep),
+          static_cast<long long>(ctx->step));
+  ctx->boundaryAsked = true;
+  return ctx->microStep == ctx->accumSteps ? 1 : 0;
 }
 
 void ztrt_sgd_update(ztrt_ctx *ctx, int32_t dtype, void *param,
@@ -705,12 +758,14 @@ void ztrt_dropout(ztrt_ctx *ctx, int32_t dtype, const void *x, void *out,
   if (ctx->step < 1)
     fatal("dropout: called outside a step (step counter is %lld)",
           static_cast<long long>(ctx->step));
-  // docs/runtime.md, "Dropout": one key per (seed, stream, step); counter
-  // = the element's index in the step's global tensor; element drops when
-  // its 24 random bits, as a fraction of 2^24, are below p.
+  // docs/runtime.md, "Dropout": one key per (seed, stream, micro-batch:
+  // the step without accumulation); counter = the element's index in the
+  // step's global tensor; element drops when its 24 random bits, as a
+  // fraction of 2^24, are below p.
   uint64_t key = rng::draw(
       rng::streamKey(ctx->seed, "dropout/" + std::to_string(stream)),
-      static_cast<uint64_t>(ctx->step));
+      static_cast<uint64_t>(ctx->accumSteps > 0 ? ctx->microBatch
+                                                : ctx->step));
   uint64_t base = static_cast<uint64_t>(ctx->comm().rank()) *
                   static_cast<uint64_t>(n);
   uint32_t threshold = static_cast<uint32_t>(std::ceil(p * 0x1p24));

@@ -127,6 +127,13 @@ std::string indexJson(const std::vector<CheckpointTensor> &tensors,
                    static_cast<long long>(ls->lastOverflowIter),
                    static_cast<long long>(ls->hysteresis),
                    static_cast<long long>(ls->skipped));
+  if (progress.dataPrint)
+    json += format("    \"data_size\": %llu,\n    \"data_crc32c\": %lu,\n",
+                   static_cast<unsigned long long>(progress.dataPrint->size),
+                   static_cast<unsigned long>(progress.dataPrint->crc));
+  if (progress.gradAccumSteps > 0)
+    json += format("    \"grad_accum_steps\": %lld,\n",
+                   static_cast<long long>(progress.gradAccumSteps));
   json += "    \"descriptor\": " + jsonQuote(descriptorText) + "\n  }\n}\n";
   return json;
 }
@@ -469,6 +476,12 @@ CheckpointIndex readCheckpointIndex(const std::string &named,
       errno == ERANGE)
     bad("\"seed\" is not an unsigned 64-bit integer");
   index.data = string(*ztrain, "data");
+  if (ztrain->find("data_size") || ztrain->find("data_crc32c"))
+    index.dataPrint = std::make_pair(
+        static_cast<uint64_t>(integer(*ztrain, "data_size", 0)),
+        static_cast<uint32_t>(integer(*ztrain, "data_crc32c", 0)));
+  if (ztrain->find("grad_accum_steps"))
+    index.gradAccumSteps = integer(*ztrain, "grad_accum_steps", 1);
   index.descriptor = string(*ztrain, "descriptor");
   if (const JsonValue *ls = ztrain->find("loss_scaler")) {
     if (ls->kind != JsonValue::Kind::Object)
@@ -742,6 +755,52 @@ void consolidateCheckpoint(const std::string &dir, const std::string &out,
   // The same metadata as --save: "format": "pt" is what Hugging Face
   // loaders look for in PyTorch weights.
   writeSafetensors(out, tensors, {{"format", "pt"}});
+}
+
+DataFingerprint dataFingerprint(const std::string &path) {
+  uint64_t size = 0;
+  int fd = openInputFile(path, "--data", size);
+  DataFingerprint print;
+  print.size = size;
+  const uint64_t window = std::min<uint64_t>(size, uint64_t(1) << 20);
+  std::vector<char> buf(static_cast<size_t>(window));
+  readExactly(fd, buf.data(), window, path, "--data");
+  print.crc = crc32c(buf.data(), buf.size());
+  if (size > window) {
+    if (::lseek(fd, static_cast<off_t>(size - window), SEEK_SET) < 0) {
+      int err = errno;
+      ::close(fd);
+      fatal("--data: cannot seek in '%s': %s", path.c_str(),
+            std::strerror(err));
+    }
+    readExactly(fd, buf.data(), window, path, "--data");
+    print.crc = crc32c(buf.data(), buf.size(), print.crc);
+  }
+  ::close(fd);
+  return print;
+}
+
+void checkResumedData(const CheckpointIndex &index, const std::string &data,
+                      const std::string &resumeArg) {
+  const char *ck = resumeArg.c_str();
+  if (!index.data.empty() && data.empty())
+    fatal("--resume '%s': the checkpoint was trained on --data '%s'; give "
+          "--data (the same file) to continue its data, not synthetic inputs",
+          ck, index.data.c_str());
+  if (index.data.empty() && !data.empty())
+    fatal("--resume '%s': the checkpoint was trained on synthetic inputs, "
+          "this run has --data '%s'",
+          ck, data.c_str());
+  if (data.empty() || !index.dataPrint)
+    return;
+  DataFingerprint now = dataFingerprint(data);
+  if (now.size != index.dataPrint->first || now.crc != index.dataPrint->second)
+    fatal("--resume '%s': --data '%s' (%llu bytes) is not the file the "
+          "checkpoint was trained on ('%s', %llu bytes%s)",
+          ck, data.c_str(), static_cast<unsigned long long>(now.size),
+          index.data.c_str(),
+          static_cast<unsigned long long>(index.dataPrint->first),
+          now.size == index.dataPrint->first ? ", other contents" : "");
 }
 
 } // namespace ztrt

@@ -93,7 +93,33 @@ struct CheckpointIndex {
   /// The dynamic loss scaler after `step` (the index's "loss_scaler";
   /// present iff the descriptor has a loss_scale record).
   std::optional<LossScaler::State> lossScaler;
+  /// Micro-batches per optimizer step of the run (the index's
+  /// "grad_accum_steps"; 0 when the model does not accumulate): the data
+  /// position of step `step` depends on it.
+  int64_t gradAccumSteps = 0;
+  /// The --data file's fingerprint ("data_size", "data_crc32c"), when the
+  /// index records one.
+  std::optional<std::pair<uint64_t, uint32_t>> dataPrint;
 };
+
+/// Which --data file a run trained on, as far as a resume can tell without
+/// reading it all: its size and the CRC-32C of its first and last MiB.
+struct DataFingerprint {
+  uint64_t size = 0;
+  uint32_t crc = 0;
+  bool operator==(const DataFingerprint &o) const {
+    return size == o.size && crc == o.crc;
+  }
+};
+/// The fingerprint of `path` (fatal if it cannot be read).
+DataFingerprint dataFingerprint(const std::string &path);
+
+/// Fatal, in one line, unless the run's --data (`data`, "" for synthetic)
+/// is the data the checkpoint trained on: present when it had a file, absent
+/// when it had none, and the same file (by fingerprint) when it recorded
+/// one.
+void checkResumedData(const CheckpointIndex &index, const std::string &data,
+                      const std::string &resumeArg);
 
 /// What the driver knows about the run when it saves.
 struct CheckpointProgress {
@@ -101,6 +127,9 @@ struct CheckpointProgress {
   uint64_t seed = 0;
   std::string data;
   std::optional<LossScaler::State> lossScaler;
+  int64_t gradAccumSteps = 0;
+  /// Rank 0's fingerprint of the --data file (written to the index).
+  std::optional<DataFingerprint> dataPrint;
 };
 
 /// "global_step<step>": a checkpoint's directory name under its root.

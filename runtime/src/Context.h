@@ -195,6 +195,23 @@ struct ztrt_ctx {
   /// until known).
   double clipCoef = 1.0, gradNorm = 0.0;
 
+  // --- Gradient accumulation (descriptor `grad_accum`) --------------------
+  /// Micro-batches per optimizer step: 0 when the model does not
+  /// accumulate (the step is one micro-batch), else the run's K.
+  int64_t accumSteps = 0;
+  /// 1-based micro-batch of the current optimizer step (1 without
+  /// accumulation), and, with accumulation, the 1-based number of the
+  /// micro-batch over the run, (step - 1) * K + microStep, which data and
+  /// dropout masks follow (the step does without accumulation).
+  int64_t microStep = 1, microBatch = 0;
+  /// Set by ztrt_accumulation_boundary in the current micro-batch.
+  bool boundaryAsked = false;
+  /// What the updates multiply the accumulated gradients by: 1 / K (1
+  /// without accumulation).
+  double accumFactor() const {
+    return accumSteps > 0 ? 1.0 / static_cast<double>(accumSteps) : 1.0;
+  }
+
   int64_t optimizerStep() const {
     return scaler ? step - scaler->state().skipped : step;
   }

@@ -3,9 +3,11 @@
 // Three sources, chosen by --data (documented in docs/runtime.md):
 //  - a .safetensors file with one tensor [S, d1..] per input [B, d1..]; step t
 //    row b is sample ((t-1)*B + b) mod S;
-//  - any other file, read as a byte-token stream for a char-level language
-//    model with inputs (tokens, targets), both i32 [B, T]: row b of step t is
-//    a window at a deterministic offset drawn from (seed, (t-1)*B + b);
+//  - a token file (bytes of text, little-endian uint16 / uint32 token ids as
+//    nanoGPT's train.bin, or a 1-D .npy array), memory-mapped, for a
+//    language model with inputs (tokens, targets), both i32 [B, T]: row b of
+//    step t is a window at a deterministic offset drawn from
+//    (seed, (t-1)*B + b); the format comes from --data-format or the name;
 //  - no file: synthetic values from (seed, step, input name).
 // With R ranks, B is the per-rank batch and the global batch of a step is
 // R*B rows: rank r fills global rows [r*B, (r+1)*B), where global row g of
@@ -36,12 +38,23 @@ public:
   virtual void fill(int64_t step, size_t index, void *dst) const = 0;
 };
 
+/// How --data is read (--data-format). Auto picks by the file's extension:
+/// .safetensors, .npy, .bin (nanoGPT's uint16 token ids), a text extension
+/// (.txt, .md, .json, ... : bytes as tokens); any other name is refused.
+enum class DataFormat { Auto, Safetensors, Text, U8, U16, U32, Npy };
+const char *dataFormatName(DataFormat format);
+/// False for a name that is not a format.
+bool parseDataFormat(const std::string &name, DataFormat &out);
+/// The format `path` is read in (fatal when Auto cannot tell).
+DataFormat resolveDataFormat(const std::string &path, DataFormat format);
+
 /// The source for `path` (empty: synthetic) of rank `rank` of `ranks`; fatal
 /// on any invalid file.
 std::unique_ptr<DataSource> createDataSource(const Descriptor &desc,
                                              const std::string &path,
                                              uint64_t seed, int rank = 0,
-                                             int ranks = 1);
+                                             int ranks = 1,
+                                             DataFormat format = DataFormat::Auto);
 
 /// The offset in [0, length - window - 1] of sample `sample`'s token window.
 int64_t tokenWindowOffset(uint64_t seed, int64_t sample, int64_t length,

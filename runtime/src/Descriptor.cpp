@@ -494,6 +494,14 @@ Descriptor parseDescriptor(const char *text) {
       if (!(maxNorm > 0.0))
         p.error("max norm must be positive");
       desc.clipGradNorm = maxNorm;
+    } else if (kind == "grad_accum") {
+      int64_t steps = p.integer("micro-batches");
+      p.end();
+      if (desc.gradAccumSteps)
+        p.error("second grad_accum record");
+      if (steps < 1)
+        p.error("micro-batches per step must be >= 1");
+      desc.gradAccumSteps = steps;
     } else if (kind == "optimizer") {
       // Free text: everything after "optimizer ".
       desc.optimizer = line.size() > 10 ? line.substr(10) : std::string();

@@ -156,6 +156,10 @@ struct Descriptor {
   /// `clip_grad_norm M`: the step clips its gradients to global norm M
   /// (ztrt_clip_grad_norm before its updates).
   std::optional<double> clipGradNorm;
+  /// `grad_accum K`: the step accumulates gradients (ztrt_accumulate_grad,
+  /// ztrt_accumulation_boundary); K micro-batches per optimizer step by
+  /// default. 0 when absent.
+  int64_t gradAccumSteps = 0;
 };
 
 /// Every byte a rank allocates through the context for this model: its

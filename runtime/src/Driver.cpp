@@ -80,6 +80,14 @@ const char kUsage[] =
     "  --min-lr LR        where cosine and linear decay end (default 0)\n"
     "  --lr-decay-steps T  the optimizer step where the decay ends (default:\n"
     "                     the run's last step)\n"
+    "  --data-format F    how --data is read: safetensors, text (bytes as\n"
+    "                     tokens), u16 / u32 (little-endian token ids, as\n"
+    "                     nanoGPT's train.bin), npy (a 1-D token array) or\n"
+    "                     auto (default: by the extension; .bin is u16)\n"
+    "  --grad-accum-steps K  micro-batches per optimizer step: gradients\n"
+    "                     accumulate over K batches before each update\n"
+    "                     (default: the compiled ztrain-compile\n"
+    "                     --grad-accum-steps; needs a model compiled with it)\n"
     "  --threads N        threads for BLAS and kernels (default: the "
     "libraries')\n"
     "  --backend B        where the steps run: cpu (host memory, OpenBLAS,\n"
@@ -429,6 +437,9 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
   json += records.empty() ? "],\n" : "\n  ],\n";
   if (ctx.clipMaxNorm)
     json += format("  \"clip_grad_norm\": %.17g,\n", *ctx.clipMaxNorm);
+  if (ctx.accumSteps > 0)
+    json += format("  \"grad_accum_steps\": %lld,\n",
+                   static_cast<long long>(ctx.accumSteps));
   {
     const LrSchedule &s = ctx.lrSchedule;
     json += format("  \"lr_schedule\": {\"kind\": \"%s\", \"lr\": %s, "
@@ -535,7 +546,9 @@ Options parseOptions(int argc, char **argv, int rank) {
                                          "--lr-schedule",
                                          "--warmup-steps",
                                          "--min-lr",
-                                         "--lr-decay-steps"};
+                                         "--lr-decay-steps",
+                                         "--grad-accum-steps",
+                                         "--data-format"};
     bool known = false;
     for (const char *name : valued)
       known = known || flag == name;
@@ -613,6 +626,14 @@ Options parseOptions(int argc, char **argv, int rank) {
       opts.lr.warmup = parseInteger(flag, value, 0);
     else if (flag == "--lr-decay-steps")
       opts.lr.decaySteps = parseInteger(flag, value, 1);
+    else if (flag == "--data-format") {
+      if (!parseDataFormat(value, opts.dataFormat))
+        usageError("flag --data-format: '%s' is not a format (auto, "
+                   "safetensors, text, u8, u16, u32 or npy)",
+                   value.c_str());
+    } else if (flag == "--grad-accum-steps")
+      opts.gradAccumSteps =
+          std::min<int64_t>(parseInteger(flag, value, 1), int64_t(1) << 30);
     else if (flag == "--threads")
       opts.threads = static_cast<int>(
           std::min<int64_t>(parseInteger(flag, value, 1), 1 << 16));
@@ -668,6 +689,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     if (rank == 0) {
       resumed = readCheckpointIndex(opts.resume, "--resume");
       checkResumable(resumed, desc, descriptor, ranks);
+      checkResumedData(resumed, opts.data, opts.resume);
       if (opts.seedGiven && opts.seed != resumed.seed)
         fatal("--resume '%s': the checkpoint was trained with --seed %llu, "
               "this run has --seed %llu (leave --seed out to continue its "
@@ -689,6 +711,25 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     ctx.scaler.emplace(*desc.lossScale);
   ctx.clipMaxNorm = desc.clipGradNorm;
   ctx.lrSchedule = opts.lr;
+  if (opts.gradAccumSteps > 0 && desc.gradAccumSteps == 0 &&
+      opts.gradAccumSteps != 1)
+    refuse("--grad-accum-steps %lld: this model was compiled without "
+           "gradient accumulation (recompile with ztrain-compile "
+           "--grad-accum-steps=K)",
+           static_cast<long long>(opts.gradAccumSteps));
+  if (desc.gradAccumSteps > 0)
+    ctx.accumSteps =
+        opts.gradAccumSteps > 0 ? opts.gradAccumSteps : desc.gradAccumSteps;
+  // The data of step t is micro-batches (t-1)K+1 .. tK: a resumed run
+  // continues it only with the same K.
+  if (!opts.resume.empty() && ctx.accumSteps > 0 &&
+      resumed.gradAccumSteps > 0 && resumed.gradAccumSteps != ctx.accumSteps)
+    refuse("--resume '%s': the checkpoint was trained with "
+           "--grad-accum-steps %lld, this run has %lld (its data would not "
+           "continue where the checkpoint stopped)",
+           opts.resume.c_str(),
+           static_cast<long long>(resumed.gradAccumSteps),
+           static_cast<long long>(ctx.accumSteps));
   Backend &backend = ctx.backend();
   Communicator &comm = ctx.comm();
   checkDeviceMemory(backend, comm, desc, opts);
@@ -716,8 +757,12 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
 
   // Open the data before allocating anything: a bad file fails in
   // milliseconds, not after initialising a large model.
+  std::optional<DataFingerprint> dataPrint;
+  if (!opts.data.empty() && rank == 0 && !opts.saveCheckpoint.empty())
+    dataPrint = dataFingerprint(opts.data);
   std::unique_ptr<DataSource> data =
-      createDataSource(desc, opts.data, opts.seed, rank, ranks);
+      createDataSource(desc, opts.data, opts.seed, rank, ranks,
+                       opts.dataFormat);
 
   // Parameters and states take their per-rank storage (E elements), which
   // is what the compiler's memory prediction counts.
@@ -757,7 +802,8 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   if (ctx.lrSchedule.decaySteps == 0)
     ctx.lrSchedule.decaySteps = last;
   auto checkpoint = [&](int64_t done) {
-    CheckpointProgress progress{done, opts.seed, opts.data, std::nullopt};
+    CheckpointProgress progress{done, opts.seed, opts.data, std::nullopt,
+                                ctx.accumSteps, dataPrint};
     if (ctx.scaler)
       progress.lossScaler = ctx.scaler->state();
     saveCheckpoint(ctx, desc, descriptor, progress, opts.saveCheckpoint,
@@ -768,29 +814,48 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     staging.emplace_back(static_cast<size_t>(spec.bytes));
   int width = static_cast<int>(std::to_string(last).size());
   std::vector<StepRecord> records;
+  // Gradient accumulation: each optimizer step runs the compiled step once
+  // per micro-batch; the last one's call runs the updates.
+  const int64_t micro = std::max<int64_t>(1, ctx.accumSteps);
   for (int64_t t = first; t <= last; ++t) {
-    for (size_t i = 0; i < desc.inputs.size(); ++i) {
-      data->fill(t, i, staging[i].data());
-      backend.copyFromHost(ctx.inputs[i], staging[i].data(),
-                           desc.inputs[i].bytes);
-    }
     ctx.step = t;
     watchdogStep.store(t);
-    ctx.lossSet = false;
     ctx.stepScale = ctx.scaler ? ctx.scaler->scale() : 1.0;
     ctx.scaleUpdated = ctx.skipUpdates = false;
     ctx.clipChecked = false;
     ctx.clipCoef = 1.0;
     ctx.gradNorm = ctx.stepLr = std::nan("");
+    double lossSum = 0.0;
     auto start = Clock::now();
-    step(&ctx);
-    // A device backend has only enqueued the step: its time, its loss and
-    // errors its kernels found are known once the device has run it.
-    ctx.synchronize();
+    for (int64_t m = 1; m <= micro; ++m) {
+      // Data follows the micro-batch: K micro-batches of B rows read the
+      // rows one step of K * B rows would.
+      ctx.microStep = m;
+      ctx.microBatch = ctx.accumSteps > 0 ? (t - 1) * micro + m : t;
+      for (size_t i = 0; i < desc.inputs.size(); ++i) {
+        data->fill(ctx.microBatch, i, staging[i].data());
+        backend.copyFromHost(ctx.inputs[i], staging[i].data(),
+                             desc.inputs[i].bytes);
+      }
+      ctx.lossSet = false;
+      ctx.boundaryAsked = false;
+      step(&ctx);
+      // A device backend has only enqueued the step: its time, its loss and
+      // errors its kernels found are known once the device has run it.
+      ctx.synchronize();
+      // The step owns its collectives; the driver's own exchanges below
+      // must find the communication thread idle.
+      ctx.requireCollectivesWaited("step", t);
+      if (!ctx.lossSet)
+        fatal("step %lld: the model did not report a loss (ztrt_set_loss)",
+              static_cast<long long>(t));
+      if (ctx.accumSteps > 0 && !ctx.boundaryAsked)
+        fatal("step %lld: the model accumulates gradients but did not ask "
+              "for the boundary (ztrt_accumulation_boundary)",
+              static_cast<long long>(t));
+      lossSum += ctx.loss;
+    }
     auto end = Clock::now();
-    // The step owns its collectives; the driver's own exchanges below must
-    // find the communication thread idle.
-    ctx.requireCollectivesWaited("step", t);
     if (Trace *trace = ctx.trace()) {
       TraceEvent event(TraceEvent::Type::Step);
       event.begin = start;
@@ -798,9 +863,6 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
       event.value = t;
       trace->add(event);
     }
-    if (!ctx.lossSet)
-      fatal("step %lld: the model did not report a loss (ztrt_set_loss)",
-            static_cast<long long>(t));
     if (ctx.clipMaxNorm && !ctx.clipChecked)
       fatal("step %lld: the model clips its gradients but did not compute "
             "their norm (ztrt_clip_grad_norm)",
@@ -810,10 +872,13 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
             "gradients (ztrt_update_loss_scale)",
             static_cast<long long>(t));
     double ms = std::chrono::duration<double, std::milli>(end - start).count();
+    // The step's loss: the mean over its micro-batches (the loss of one
+    // batch of K * B rows); exactly the step's loss without accumulation.
+    const float rankLoss = static_cast<float>(lossSum / static_cast<double>(micro));
     // The driver's own exchange, not the model's traffic: it is not counted
     // in the communication statistics.
-    float meanLoss = meanOverRanks(comm, ctx.loss);
-    records.push_back({t, ctx.loss, meanLoss, ms,
+    float meanLoss = meanOverRanks(comm, rankLoss);
+    records.push_back({t, rankLoss, meanLoss, ms,
                        ctx.scaler ? ctx.stepScale : 0.0, ctx.skipUpdates,
                        ctx.gradNorm, ctx.stepLr});
     // A non-finite loss is where training went wrong: stop there, naming

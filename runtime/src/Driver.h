@@ -11,6 +11,7 @@
 
 #include "ztrt.h"
 
+#include "src/Data.h"
 #include "src/LrSchedule.h"
 
 #include <cstdint>
@@ -47,6 +48,11 @@ struct Options {
   std::string backend = "cpu";
   /// --lr, --lr-schedule, --warmup-steps, --min-lr, --lr-decay-steps.
   LrSchedule lr;
+  /// --grad-accum-steps K: micro-batches per optimizer step; 0: the
+  /// compiled default.
+  int64_t gradAccumSteps = 0;
+  /// --data-format: how --data is read (auto: by its extension).
+  DataFormat dataFormat = DataFormat::Auto;
 };
 
 /// Parses the executable's flags; on --help prints the usage (on rank 0

@@ -2050,6 +2050,38 @@ TEST_F(CudaConformanceTest, GradSqNormIsTheCpusUpToOrder) {
     });
 }
 
+// Gradient accumulation: a copy, then in-place adds (one float add per
+// element, rounded once): bitwise the cpu's, 16-bit sums included.
+TEST_F(CudaConformanceTest, AccumulateGradIsBitwiseTheCpus) {
+  const int64_t n = (1 << 16) + 5;
+  for (DType type : kAllTypes)
+    dispatch(type, [&](auto tag) {
+      using T = decltype(tag);
+      auto acc = twin(std::vector<T>(n, static_cast<T>(7.0f)));
+      std::vector<Twin<T>> micro;
+      for (int m = 0; m < 3; ++m) {
+        std::vector<float> v = inputs(n, 300 + m);
+        std::vector<T> x(n);
+        for (int64_t i = 0; i < n; ++i)
+          x[i] = static_cast<T>(v[i]);
+        micro.push_back(twin(x));
+      }
+      both([&](ztrt_ctx *ctx, bool d) {
+        ctx->accumSteps = 3;
+        ctx->step = 1;
+        for (int m = 1; m <= 3; ++m) {
+          ctx->microStep = m;
+          ctx->boundaryAsked = false;
+          ztrt_accumulate_grad(ctx, codeOf(type), at(acc, d),
+                               at(micro[m - 1], d), n);
+        }
+      });
+      std::vector<T> got = fetch(acc);
+      EXPECT_EQ(0, std::memcmp(got.data(), acc.host.data(), n * sizeof(T)))
+          << dtypeName(type);
+    });
+}
+
 /// The collectives in a world of one, through the copy path (plain) and
 /// through a one-rank NCCL communicator (Nccl): bit-exact copies, as the
 /// cpu backend's.

@@ -2,8 +2,11 @@
 
 #include "TestUtil.h"
 
+#include "src/Checkpoint.h"
 #include "src/Data.h"
 #include "src/Safetensors.h"
+
+#include <cstring>
 
 using namespace ztrt;
 using namespace ztrt::test;
@@ -118,17 +121,17 @@ TEST(DataTest, TokenWindowsAreShiftedSlicesOfTheFile) {
 
 TEST(DataTest, TokenErrors) {
   TempDir dir;
-  std::string path = dir.path("corpus.bin");
+  std::string path = dir.path("corpus.txt");
   writeBytes(path, std::string("abc\xC8xyzabcdefgh", 14));
   Descriptor ok = describe("input t i32 2 1 4 bound 128\n"
                            "input u i32 2 1 4 bound 0\n");
   EXPECT_EXIT(createDataSource(ok, path, 0), ::testing::ExitedWithCode(1),
-              "^ztrain: error: --data '.*corpus.bin': input 't' value 200 out "
+              "^ztrain: error: --data '.*corpus.txt': input 't' value 200 out "
               "of range \\[0, 128\\) \\(byte 3\\)\n$");
   EXPECT_EXIT(
       createDataSource(describe("input t i32 2 1 4 bound 0\n"), path, 0),
       ::testing::ExitedWithCode(1),
-      "a raw token file needs a model with exactly two i32 inputs");
+      "a token file needs a model with exactly two i32 inputs");
   EXPECT_EXIT(createDataSource(describe("input t i32 2 1 14 bound 0\n"
                                         "input u i32 2 1 14 bound 0\n"),
                                path, 0),
@@ -217,4 +220,133 @@ TEST(DataTest, RanksSplitTheGlobalBatch) {
       }
     }
   }
+}
+
+namespace {
+
+/// Little-endian token ids of `width` bytes.
+std::string tokenBytes(const std::vector<uint32_t> &ids, int width) {
+  std::string out;
+  for (uint32_t id : ids)
+    for (int b = 0; b < width; ++b)
+      out += static_cast<char>((id >> (8 * b)) & 0xff);
+  return out;
+}
+
+/// A version-1 .npy file of a 1-D array.
+std::string npy(const std::string &descr, const std::string &shape,
+                const std::string &payload) {
+  std::string header = "{'descr': '" + descr +
+                       "', 'fortran_order': False, 'shape': (" + shape +
+                       "), }";
+  while ((10 + header.size() + 1) % 64)
+    header += ' ';
+  header += '\n';
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  return out + header + payload;
+}
+
+} // namespace
+
+// nanoGPT's train.bin (uint16), the same tokens as u32 and as a .npy
+// array: every format hands the model the same windows.
+TEST(DataTest, TokenIdFilesOfEveryWidthReadTheSameWindows) {
+  TempDir dir;
+  std::vector<uint32_t> ids;
+  for (uint32_t i = 0; i < 300; ++i)
+    ids.push_back((i * 7919u) % 50257u);
+  writeBytes(dir.path("train.bin"), tokenBytes(ids, 2));
+  writeBytes(dir.path("ids.u32"), tokenBytes(ids, 4));
+  writeBytes(dir.path("ids.npy"), npy("<u2", "300,", tokenBytes(ids, 2)));
+  writeBytes(dir.path("ids32.npy"), npy("<i4", "300,", tokenBytes(ids, 4)));
+  Descriptor desc = describe("input tokens i32 2 2 16 bound 50257\n"
+                             "input targets i32 2 2 16 bound 50257\n");
+  auto bin = createDataSource(desc, dir.path("train.bin"), 7);
+  auto u32 = createDataSource(desc, dir.path("ids.u32"), 7, 0, 1,
+                              DataFormat::U32);
+  auto np16 = createDataSource(desc, dir.path("ids.npy"), 7);
+  auto np32 = createDataSource(desc, dir.path("ids32.npy"), 7);
+  for (int64_t step = 1; step <= 3; ++step)
+    for (size_t input = 0; input < 2; ++input) {
+      auto want = fill<int32_t>(*bin, desc, step, input);
+      for (int64_t b = 0; b < 2; ++b) {
+        int64_t off = tokenWindowOffset(7, (step - 1) * 2 + b, 300, 16);
+        for (int64_t j = 0; j < 16; ++j)
+          ASSERT_EQ(want[b * 16 + j], static_cast<int32_t>(ids[off + input + j]));
+      }
+      EXPECT_EQ(fill<int32_t>(*u32, desc, step, input), want);
+      EXPECT_EQ(fill<int32_t>(*np16, desc, step, input), want);
+      EXPECT_EQ(fill<int32_t>(*np32, desc, step, input), want);
+    }
+}
+
+TEST(DataTest, FormatsAreNeverGuessedWrong) {
+  TempDir dir;
+  Descriptor desc = describe("input t i32 2 1 4 bound 256\n"
+                             "input u i32 2 1 4 bound 256\n");
+  // A name that says nothing is refused, not read as bytes.
+  writeBytes(dir.path("corpus.dat"), "abcdefghijklmnop");
+  EXPECT_EXIT(createDataSource(desc, dir.path("corpus.dat"), 0),
+              ::testing::ExitedWithCode(1),
+              "^ztrain: error: --data '.*corpus.dat': cannot tell the format "
+              "from the name; give --data-format=");
+  // Text read as 16-bit ids: the ids exceed the vocabulary, named with the
+  // hint.
+  EXPECT_EXIT(createDataSource(desc, dir.path("corpus.dat"), 0, 0, 1,
+                               DataFormat::U16),
+              ::testing::ExitedWithCode(1),
+              "value 25185 out of range \\[0, 256\\) \\(token 0\\); is "
+              "the token width right \\(--data-format\\)\\?");
+  writeBytes(dir.path("odd.bin"), "abcdefghijklmnopq");
+  EXPECT_EXIT(createDataSource(desc, dir.path("odd.bin"), 0),
+              ::testing::ExitedWithCode(1),
+              "17 bytes is not a whole number of 2-byte tokens "
+              "\\(--data-format=u16\\)");
+  // .npy: floats, 2-D, a size that disagrees with the shape, no magic.
+  writeBytes(dir.path("f.npy"), npy("<f4", "4,", std::string(16, '\0')));
+  EXPECT_EXIT(createDataSource(desc, dir.path("f.npy"), 0),
+              ::testing::ExitedWithCode(1), "tokens of type '<f4'");
+  writeBytes(dir.path("m.npy"), npy("<u2", "4, 2", std::string(16, '\0')));
+  EXPECT_EXIT(createDataSource(desc, dir.path("m.npy"), 0),
+              ::testing::ExitedWithCode(1),
+              "shape \\(4, 2\\) is not one dimension of tokens");
+  writeBytes(dir.path("s.npy"), npy("<u2", "9,", std::string(16, '\0')));
+  EXPECT_EXIT(createDataSource(desc, dir.path("s.npy"), 0),
+              ::testing::ExitedWithCode(1),
+              "shape \\(9,\\) needs 18 bytes of tokens, the file holds 16");
+  writeBytes(dir.path("x.npy"), "not numpy at all");
+  EXPECT_EXIT(createDataSource(desc, dir.path("x.npy"), 0),
+              ::testing::ExitedWithCode(1), "not a NumPy .npy file");
+  // Negative int32 ids.
+  writeBytes(dir.path("n.npy"),
+             npy("<i4", "8,", tokenBytes({1, 2, 0xffffffffu, 3, 4, 5, 6, 7}, 4)));
+  EXPECT_EXIT(createDataSource(desc, dir.path("n.npy"), 0),
+              ::testing::ExitedWithCode(1), "value -1 out of range");
+}
+
+TEST(DataTest, ResumeRefusesMissingOrOtherData) {
+  TempDir dir;
+  writeBytes(dir.path("a.txt"), std::string(3 << 20, 'a'));
+  writeBytes(dir.path("b.txt"), std::string(3 << 20, 'a') + "b");
+  std::string c = std::string(3 << 20, 'a');
+  c[(3 << 20) - 1] = 'c'; // same size, last byte differs
+  writeBytes(dir.path("c.txt"), c);
+  CheckpointIndex index;
+  index.data = dir.path("a.txt");
+  DataFingerprint print = dataFingerprint(index.data);
+  EXPECT_EQ(print.size, uint64_t(3) << 20);
+  index.dataPrint = std::make_pair(print.size, print.crc);
+  checkResumedData(index, dir.path("a.txt"), "ck"); // the same: accepted
+  EXPECT_EXIT(checkResumedData(index, "", "ck"), ::testing::ExitedWithCode(1),
+              "the checkpoint was trained on --data '.*a.txt'; give --data");
+  EXPECT_EXIT(checkResumedData(index, dir.path("b.txt"), "ck"),
+              ::testing::ExitedWithCode(1),
+              "is not the file the checkpoint was trained on");
+  EXPECT_EXIT(checkResumedData(index, dir.path("c.txt"), "ck"),
+              ::testing::ExitedWithCode(1), "other contents");
+  CheckpointIndex synthetic;
+  EXPECT_EXIT(checkResumedData(synthetic, dir.path("a.txt"), "ck"),
+              ::testing::ExitedWithCode(1), "trained on synthetic inputs");
 }

@@ -306,4 +306,16 @@ INSTANTIATE_TEST_SUITE_P(
                       "descriptor line 2: unexpected trailing fields"},
         BadDescriptor{"ztrain-descriptor 1\n"
                       "param w f32 1 7 init zeros 0 keep 8 full\n",
-                      "descriptor line 2: unexpected trailing fields"}));
+                      "descriptor line 2: unexpected trailing fields"},
+        BadDescriptor{"ztrain-descriptor 1\ngrad_accum 0\n",
+                      "descriptor line 2: micro-batches per step must be "
+                      ">= 1"},
+        BadDescriptor{"ztrain-descriptor 1\ngrad_accum 2\ngrad_accum 2\n",
+                      "descriptor line 3: second grad_accum record"}));
+
+TEST(DescriptorTest, GradAccumRecord) {
+  EXPECT_EQ(parseDescriptor("ztrain-descriptor 1\n").gradAccumSteps, 0);
+  EXPECT_EQ(parseDescriptor("ztrain-descriptor 1\ngrad_accum 8\n")
+                .gradAccumSteps,
+            8);
+}

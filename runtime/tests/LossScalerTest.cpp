@@ -421,6 +421,84 @@ TEST(GradClipAbiTest, CoefficientIsTorchs) {
               ::testing::ExitedWithCode(1), "no clip_grad_norm record");
 }
 
+// --- Gradient accumulation (ztrt_accumulate_grad, _boundary) --------------
+
+TEST(GradAccumAbiTest, FirstMicroBatchOverwritesTheOthersAdd) {
+  auto ctx = cpuContext();
+  ctx->accumSteps = 3;
+  ctx->step = 1;
+  std::vector<float> acc{99.0f, 99.0f}, x{1.5f, -2.0f};
+  for (int64_t m = 1; m <= 3; ++m) {
+    ctx->microStep = m;
+    ctx->boundaryAsked = false;
+    ztrt_accumulate_grad(ctx.get(), ZTRT_F32, acc.data(), x.data(), 2);
+    // The stale 99 never enters: m copies of x, exactly.
+    EXPECT_EQ(acc[0], 1.5f * static_cast<float>(m));
+    EXPECT_EQ(acc[1], -2.0f * static_cast<float>(m));
+    EXPECT_EQ(ztrt_accumulation_boundary(ctx.get()), m == 3 ? 1 : 0);
+  }
+  // The updates take the mean: SGD with lr 1 moves by the sum x 1/K (the
+  // factor in float, as the kernel applies every gradient factor).
+  float p = 0.0f;
+  ztrt_sgd_update(ctx.get(), ZTRT_F32, &p, acc.data(), nullptr, 1, 1.0, 0, 0,
+                  0, 0);
+  EXPECT_EQ(p, -(4.5f * static_cast<float>(1.0 / 3.0)));
+}
+
+TEST(GradAccumAbiTest, Bf16SumRoundsEveryAdd) {
+  // bf16 keeps 8 significant bits: from 256 on, adding 1 is a tie that
+  // rounds to even and the sum stalls (why --reduce-dtype=fp32 exists).
+  auto ctx = cpuContext();
+  ctx->accumSteps = 512;
+  ctx->step = 1;
+  bf16 acc(0.0f);
+  const bf16 one(1.0f);
+  for (int64_t m = 1; m <= 512; ++m) {
+    ctx->microStep = m;
+    ctx->boundaryAsked = false;
+    ztrt_accumulate_grad(ctx.get(), ZTRT_BF16, &acc, &one, 1);
+  }
+  EXPECT_EQ(static_cast<float>(acc), 256.0f);
+}
+
+TEST(GradAccumAbiTest, MisuseIsFatal) {
+  std::vector<float> acc(2), x(2, 1.0f);
+  auto none = cpuContext();
+  none->step = 1;
+  EXPECT_EXIT(ztrt_accumulate_grad(none.get(), ZTRT_F32, acc.data(), x.data(),
+                                   2),
+              ::testing::ExitedWithCode(1), "no grad_accum record");
+  EXPECT_EXIT(ztrt_accumulation_boundary(none.get()),
+              ::testing::ExitedWithCode(1), "no grad_accum record");
+  auto ctx = cpuContext();
+  ctx->accumSteps = 2;
+  ctx->step = 1;
+  float p = 0.0f;
+  EXPECT_EXIT(ztrt_sgd_update(ctx.get(), ZTRT_F32, &p, x.data(), nullptr, 1,
+                              1.0, 0, 0, 0, 0),
+              ::testing::ExitedWithCode(1),
+              "updates before ztrt_accumulation_boundary");
+  ztrt_accumulation_boundary(ctx.get());
+  EXPECT_EXIT(ztrt_accumulation_boundary(ctx.get()),
+              ::testing::ExitedWithCode(1), "called twice");
+  EXPECT_EXIT(ztrt_accumulate_grad(ctx.get(), ZTRT_F32, acc.data(), x.data(),
+                                   2),
+              ::testing::ExitedWithCode(1), "accumulates after");
+}
+
+TEST(GradAccumAbiTest, ClippingSeesTheMeanGradient) {
+  auto ctx = cpuContext();
+  ctx->accumSteps = 4;
+  ctx->clipMaxNorm = 1.0;
+  ctx->step = 1;
+  ctx->microStep = 4;
+  ztrt_accumulation_boundary(ctx.get());
+  // A sum of 4 micro-batch gradients with norm 8: the mean's norm is 2.
+  const float sum = 64.0f;
+  ztrt_clip_grad_norm(ctx.get(), &sum, 1.0);
+  EXPECT_EQ(ctx->gradNorm, 2.0);
+}
+
 // --- Learning-rate schedules (src/LrSchedule.h) ----------------------------
 // Hand-computed points of each schedule; exact where the arithmetic is
 // (powers of two, cos(pi/2) = 6e-17 aside: 1e-15 relative there).

@@ -14,6 +14,7 @@
 //   optimizer <kind>
 //   loss_scale init <S> window <W> hysteresis <H> min <M>   (fp16)
 //   clip_grad_norm <M>                                       (--clip-grad-norm)
+//   grad_accum <K>                                           (--grad-accum-steps)
 // (docs/runtime.md, runtime/include/ztrt.h). Parameters and states are f32,
 // bf16 or f16 (mixed precision: a 16-bit parameter's f32 `master` state);
 // a grad record names the type of the gradient buffer the parameter's
@@ -251,6 +252,17 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
   });
   if (clipNorm)
     os << "clip_grad_norm " << llvm::format("%.17g", *clipNorm) << '\n';
+  // Gradient accumulation: the step has a boundary; K is the default
+  // number of micro-batches (the module's attribute, 1 when absent).
+  if (getAccumulationBoundary(entry)) {
+    int64_t k = 1;
+    if (auto attr = module->getAttrOfType<IntegerAttr>(kGradAccumAttr))
+      k = attr.getInt();
+    if (k < 1)
+      return module.emitError() << kGradAccumAttr << " must be >= 1, got "
+                                << k;
+    os << "grad_accum " << k << '\n';
+  }
   if (*scaling)
     os << "loss_scale init " << llvm::format("%.17g", (*scaling)->init)
        << " window " << (*scaling)->window << " hysteresis "

@@ -100,9 +100,13 @@ void LowerToRuntimePass::runOnOperation() {
     // Without its collectives a partitioned step would silently train N
     // diverging replicas.
     WalkResult missing = entry.walk([&](OptimizerUpdateOpInterface update) {
+      // Stages 2 and 3 accumulate reduced gradients.
+      Value grad = update.getGradient();
+      if (auto acc = grad.getDefiningOp<AccumulateGradOp>())
+        grad = acc.getInput();
       if (gridSize > 1 &&
           !isa_and_nonnull<dist::CollectiveOpInterface, dist::WaitOp>(
-              update.getGradient().getDefiningOp())) {
+              grad.getDefiningOp())) {
         update->emitError() << "the gradient of this update is not "
                                "synchronized over the grid: run "
                                "zero-insert-collectives first";
@@ -131,6 +135,7 @@ void LowerToRuntimePass::runOnOperation() {
     if (isa<ParamOp, StateOp, BufferOp, shard::GridOp>(op))
       op.erase();
   module->removeAttr(kOptimizerAttr);
+  module->removeAttr(kGradAccumAttr);
   module->removeAttr(dist::kZeroAttr);
   module->removeAttr(dist::kArenasAttr);
   module->removeAttr("dist.max_live_bytes");

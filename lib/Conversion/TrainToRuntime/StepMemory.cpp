@@ -161,6 +161,30 @@ void StepLowering::finishOp(Operation &op) {
     release(stepBuffers.root(operand));
 }
 
+void StepLowering::branchAtBoundary(Location loc) {
+  OpBuilder &b = rt.builder();
+  Value last = rt.call("accumulation_boundary", {});
+  Value isLast = LLVM::ICmpOp::create(b, loc, LLVM::ICmpPredicate::ne, last,
+                                      rt.i32(0));
+  Region *region = b.getInsertionBlock()->getParent();
+  Block *skip = new Block(), *rest = new Block();
+  region->push_back(skip);
+  region->push_back(rest);
+  LLVM::CondBrOp::create(b, loc, isLast, rest, skip);
+  // Unplanned buffers alive across the boundary are freed after their last
+  // use in the rest; a micro-batch that returns here frees them now, in
+  // allocation order.
+  b.setInsertionPointToStart(skip);
+  SmallVector<Value> live(owned.begin(), owned.end());
+  llvm::sort(live, [&](Value x, Value y) {
+    return stepBuffers.allocPosition(x) < stepBuffers.allocPosition(y);
+  });
+  for (Value v : live)
+    rt.call("free", {pointers[v]});
+  func::ReturnOp::create(b, loc);
+  b.setInsertionPointToStart(rest);
+}
+
 FailureOr<int32_t> ztrain::dtypeCode(Operation *where, Type elementType) {
   if (elementType.isF32())
     return ZTRT_F32;

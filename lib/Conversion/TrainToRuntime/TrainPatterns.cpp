@@ -207,6 +207,33 @@ struct ClipGradNormPattern : OpRuntimePattern<ClipGradNormOp> {
   }
 };
 
+/// ztrt_accumulate_grad(acc, x, n): `acc` is the parameter's persistent
+/// gradient buffer (dist::StepBuffers counts the op's result as one).
+struct AccumulateGradPattern : OpRuntimePattern<AccumulateGradOp> {
+  LogicalResult lower(AccumulateGradOp op, StepLowering &s) const override {
+    if (s.buffers().gradientOf(op.getResult()) != op.getParamAttr())
+      return op.emitOpError() << "has no persistent gradient buffer of "
+                              << op.getParamAttr();
+    FailureOr<RuntimeKernel> kernel =
+        typedKernel(op, "accumulate_grad", op.getType().getElementType());
+    if (failed(kernel))
+      return failure();
+    Value x = s.get(op.getInput());
+    kernel->call(s.rt, {s.alloc(op.getResult()), x,
+                        s.rt.i64(op.getType().getNumElements())});
+    return success();
+  }
+};
+
+struct AccumulationBoundaryPattern
+    : OpRuntimePattern<AccumulationBoundaryOp> {
+  LogicalResult lower(AccumulationBoundaryOp op,
+                      StepLowering &s) const override {
+    s.branchAtBoundary(op.getLoc());
+    return success();
+  }
+};
+
 struct ReturnPattern : OpRuntimePattern<func::ReturnOp> {
   LogicalResult lower(func::ReturnOp, StepLowering &) const override {
     return success();
@@ -227,5 +254,7 @@ void ztrain::populateTrainToRuntimePatterns(RuntimePatternList &patterns) {
   patterns.push_back(std::make_unique<LossScalePattern>());
   patterns.push_back(std::make_unique<UpdateLossScalePattern>());
   patterns.push_back(std::make_unique<ClipGradNormPattern>());
+  patterns.push_back(std::make_unique<AccumulateGradPattern>());
+  patterns.push_back(std::make_unique<AccumulationBoundaryPattern>());
   patterns.push_back(std::make_unique<ReturnPattern>());
 }

@@ -728,3 +728,45 @@ func.func @f(%g: tensor<4xbf16>) {
   train.sgd_update @w, %g master(@w.master) momentum_buffer(@w.buf) {lr = 1.0e-1 : f64, momentum = 0.9 : f64} : tensor<4xbf16>
   return
 }
+
+// -----
+
+// Gradient accumulation: an accumulator names a parameter.
+train.param @w : tensor<4xf32> init(zeros)
+func.func @f(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'train.accumulate_grad' op accumulates the gradient of @v, which is not a train.param}}
+  %a = train.accumulate_grad @v, %g : tensor<4xf32>
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+func.func @f(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'train.accumulation_boundary' op appears twice in @f}}
+  train.accumulation_boundary
+  train.accumulation_boundary
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+func.func @f(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'train.accumulation_boundary' op precedes a train.accumulate_grad; every micro-batch's gradient is accumulated before it}}
+  train.accumulation_boundary
+  // expected-note @+1 {{the accumulation}}
+  %a = train.accumulate_grad @w, %g : tensor<4xf32>
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+func.func @f(%g: tensor<4xf32>) {
+  // expected-note @+1 {{the update}}
+  train.sgd_update @w, %g {lr = 1.0e-1 : f64} : tensor<4xf32>
+  // expected-error @+1 {{'train.accumulation_boundary' op follows an optimizer update; the updates run after the last micro-batch}}
+  train.accumulation_boundary
+  return
+}

@@ -161,6 +161,11 @@ public:
   /// After `op` is lowered: report the loss if `op` made it, free the
   /// buffers whose last use `op` was.
   void finishOp(mlir::Operation &op);
+  /// Gradient accumulation (train.accumulation_boundary): the rest of the
+  /// step runs only when ztrt_accumulation_boundary says this micro-batch
+  /// ends its optimizer step; otherwise the step frees what it owns and
+  /// returns. Lowering continues in the block that runs the rest.
+  void branchAtBoundary(mlir::Location loc);
   /// Whether every buffer found its place in the plan.
   bool planOk() const { return !planBroken; }
   unsigned numBuffers = 0;

@@ -18,6 +18,10 @@ StepBuffers::StepBuffers(func::FuncOp entry, int64_t stage)
   for (auto [i, op] : llvm::enumerate(body))
     positions[&op] = i;
 
+  // Gradient accumulation: the accumulator is the persistent buffer (the
+  // micro-batch's gradient, its operand, is a temporary).
+  for (auto acc : body.getOps<train::AccumulateGradOp>())
+    gradients[acc.getResult()] = acc.getParamAttr();
   for (Operation &op : body) {
     auto update = dyn_cast<train::OptimizerUpdateOpInterface>(op);
     if (!update)

@@ -131,11 +131,34 @@ void OverlapSchedulePass::bucketGradients(Block &body,
   if (collectives.empty())
     return;
   DenseMap<Operation *, unsigned> pos = positionsOf(body);
-  auto readyPos = [&](Operation *c) -> int64_t {
+  // Gradient accumulation: a reduction after the boundary (stages 0 and 1:
+  // of the accumulated sum) is ready at the boundary, not where its
+  // operand was last written in the micro-batch; a reduction before it
+  // (stages 2 and 3) is first needed by the accumulation, which can wait
+  // until the boundary.
+  Operation *boundary = nullptr;
+  for (auto op : body.getOps<train::AccumulationBoundaryOp>())
+    boundary = op;
+  auto readyOp = [&](Operation *c) -> Operation * {
     Operation *def = c->getOperand(0).getDefiningOp();
-    return def ? pos.lookup(def) : -1;
+    if (boundary && pos.lookup(c) > pos.lookup(boundary) &&
+        (!def || pos.lookup(def) < pos.lookup(boundary)))
+      return boundary;
+    return def;
+  };
+  auto readyPos = [&](Operation *c) -> int64_t {
+    Operation *ready = readyOp(c);
+    return ready ? pos.lookup(ready) : -1;
+  };
+  auto onlyAccumulated = [&](Operation *c) {
+    return boundary && !c->getResult(0).use_empty() &&
+           llvm::all_of(c->getResult(0).getUsers(), [](Operation *user) {
+             return isa<train::AccumulateGradOp>(user);
+           });
   };
   auto usePos = [&](Operation *c) -> int64_t {
+    if (onlyAccumulated(c))
+      return pos.lookup(boundary);
     Operation *user = firstUser(c->getResult(0), pos);
     return user ? pos.lookup(user) : pos.lookup(body.getTerminator());
   };
@@ -175,15 +198,20 @@ void OverlapSchedulePass::bucketGradients(Block &body,
   }
 
   Inserter at(b);
+  // Of each bucket: its start, its wait, and whether only accumulations
+  // read it.
+  SmallVector<std::tuple<Operation *, WaitOp, bool>> issued;
   for (ArrayRef<Operation *> bucket : buckets) {
     Operation *head = bucket.front();
     SmallVector<Value> inputs;
     SmallVector<Type> types;
+    bool deferrable = true;
     for (Operation *c : bucket) {
       inputs.push_back(c->getOperand(0));
       types.push_back(c->getResult(0).getType());
+      deferrable &= onlyAccumulated(c);
     }
-    Operation *lastReady = bucket.back()->getOperand(0).getDefiningOp();
+    Operation *lastReady = readyOp(bucket.back());
     at.after(lastReady, &body);
     Location loc = head->getLoc();
     Operation *start;
@@ -207,9 +235,33 @@ void OverlapSchedulePass::bucketGradients(Block &body,
       c->getResult(0).replaceAllUsesWith(r);
       c->erase();
     }
+    issued.push_back({start, wait, deferrable});
     ++numStarts;
     if (bucket.size() > 1)
       ++numBuckets;
+  }
+  // A bucket only accumulations read stays in flight until the next one
+  // starts (the last one: until the boundary); its accumulations follow its
+  // wait.
+  for (auto [i, entry] : llvm::enumerate(issued)) {
+    auto [start, wait, deferrable] = entry;
+    if (!deferrable)
+      continue;
+    Operation *until = boundary;
+    if (i + 1 < issued.size() &&
+        std::get<0>(issued[i + 1])->isBeforeInBlock(boundary))
+      until = std::get<0>(issued[i + 1]);
+    if (!wait->isBeforeInBlock(until))
+      continue;
+    SmallVector<Operation *> accumulations;
+    for (Operation *user : wait->getUsers())
+      accumulations.push_back(user);
+    llvm::sort(accumulations, [](Operation *x, Operation *y) {
+      return x->isBeforeInBlock(y);
+    });
+    wait->moveBefore(until);
+    for (Operation *acc : accumulations)
+      acc->moveBefore(until);
   }
   (void)grid;
 }

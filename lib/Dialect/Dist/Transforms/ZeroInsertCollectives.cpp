@@ -87,21 +87,48 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
     Value grad = update.getGradient();
     auto type = cast<RankedTensorType>(grad.getType());
     int64_t shard = (type.getNumElements() + n - 1) / n;
-    // Stage 1 keeps full gradients until the optimizer runs; stages 2 and 3
-    // reduce-scatter each gradient as soon as it is final, so only its shard
-    // outlives the backward pass.
-    if (stage == 1 || !grad.getDefiningOp())
-      b.setInsertionPoint(firstConsumer(update));
-    else
-      b.setInsertionPointAfter(grad.getDefiningOp());
     Location loc = update->getLoc();
-    Value flat = PadFlatOp::create(
-        b, loc, RankedTensorType::get({shard * n}, type.getElementType()),
-        grad);
-    Value slice = ReduceScatterOp::create(
-        b, loc, RankedTensorType::get({shard}, type.getElementType()),
-        meanAttr, flat, grid);
-    useReduced(update, slice);
+    auto flatType = RankedTensorType::get({shard * n}, type.getElementType());
+    auto shardType = RankedTensorType::get({shard}, type.getElementType());
+    // Gradient accumulation, as DeepSpeed: stage 1 accumulates the full
+    // (flat, padded) gradient and reduce-scatters the sum once per
+    // optimizer step, after the boundary; stages 2 and 3 reduce-scatter
+    // every micro-batch's gradient at once and accumulate this rank's
+    // shard.
+    if (auto acc = grad.getDefiningOp<train::AccumulateGradOp>()) {
+      Value micro = acc.getInput();
+      Value slice;
+      if (stage == 1) {
+        b.setInsertionPoint(acc);
+        Value flat = PadFlatOp::create(b, loc, flatType, micro);
+        auto summed = train::AccumulateGradOp::create(
+            b, acc.getLoc(), acc.getParamAttr(), flat);
+        b.setInsertionPoint(firstConsumer(update));
+        slice = ReduceScatterOp::create(b, loc, shardType, meanAttr, summed,
+                                        grid);
+      } else {
+        b.setInsertionPoint(acc);
+        Value flat = PadFlatOp::create(b, loc, flatType, micro);
+        Value reduced =
+            ReduceScatterOp::create(b, loc, shardType, meanAttr, flat, grid);
+        slice = train::AccumulateGradOp::create(b, acc.getLoc(),
+                                                acc.getParamAttr(), reduced);
+      }
+      useReduced(update, slice);
+      acc.erase();
+    } else {
+      // Stage 1 keeps full gradients until the optimizer runs; stages 2
+      // and 3 reduce-scatter each gradient as soon as it is final, so only
+      // its shard outlives the backward pass.
+      if (stage == 1 || !grad.getDefiningOp())
+        b.setInsertionPoint(firstConsumer(update));
+      else
+        b.setInsertionPointAfter(grad.getDefiningOp());
+      Value flat = PadFlatOp::create(b, loc, flatType, grad);
+      Value slice =
+          ReduceScatterOp::create(b, loc, shardType, meanAttr, flat, grid);
+      useReduced(update, slice);
+    }
     update.setShardedUpdate();
     ++count;
     if (stage < 3) {

@@ -59,6 +59,9 @@ struct Report {
   std::string paramType, gradType, stateType;
   /// fp16's dynamic loss scaling (train.loss_scale), when the step has it.
   std::optional<train::LossScalePolicy> lossScale;
+  /// Micro-batches per optimizer step (train.grad_accum_steps; 1 without
+  /// accumulation): "per step" means per optimizer step.
+  int64_t accumSteps = 1;
   bool collectivesFromIR = false;
   /// Memory from plan-memory's arenas (exact) rather than a liveness sweep.
   bool staticPlan = false;
@@ -155,6 +158,10 @@ FailureOr<Report> ZeroReportPass::analyze() {
   if (failed(scaling))
     return failure();
   r.lossScale = *scaling;
+  if (auto k = module->getAttrOfType<IntegerAttr>(train::kGradAccumAttr))
+    r.accumSteps = std::max<int64_t>(1, k.getInt());
+  train::AccumulationBoundaryOp boundary =
+      train::getAccumulationBoundary(entry);
   // Gradients are held in the type the update consumes them in: the
   // parameter's, or f32 with mixed precision reducing in f32.
   llvm::DenseMap<StringAttr, Type> gradTypes =
@@ -182,15 +189,19 @@ FailureOr<Report> ZeroReportPass::analyze() {
     // The collectives the stage implies for this parameter: the ZeRO
     // paper's per-rank volumes. Stage 0 all-reduces the gradient as it is;
     // the partitioned stages move the padded flat buffer (N equal shards).
+    // With gradient accumulation, what runs per micro-batch runs K times
+    // per optimizer step: stage 2 and 3's reduce-scatters, stage 3's
+    // gathers.
     std::string name = param.getSymName().str();
     int64_t oneWay = shard * (n - 1);
     if (r.stage == 0) {
       r.collectives.push_back(
           {"all_reduce", name, 1, 2 * gradFull * (n - 1) / n});
     } else {
-      r.collectives.push_back(
-          {"reduce_scatter", name, 1, gradShard * (n - 1)});
-      int64_t gathers = r.stage == 3 ? 2 : 1; // stage 3: forward + backward
+      int64_t reductions = r.stage >= 2 ? r.accumSteps : 1;
+      r.collectives.push_back({"reduce_scatter", name, reductions,
+                               reductions * gradShard * (n - 1)});
+      int64_t gathers = r.stage == 3 ? 2 * r.accumSteps : 1; // fwd + bwd
       r.collectives.push_back({"all_gather", name, gathers, gathers * oneWay});
     }
   }
@@ -255,8 +266,11 @@ FailureOr<Report> ZeroReportPass::analyze() {
       } else if (op->getNumOperands() > 1) {
         tensor = llvm::formatv("bucket of {0}", op->getNumOperands()).str();
       }
+      // Before the accumulation boundary: once per micro-batch.
+      int64_t times =
+          boundary && c->isBeforeInBlock(boundary) ? r.accumSteps : 1;
       r.collectives.push_back(
-          {kind, tensor, 1, c.getCommunicatedBytes(*size)});
+          {kind, tensor, times, times * c.getCommunicatedBytes(*size)});
     }
   }
   return r;
@@ -309,6 +323,11 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
        << r.lossScale->hysteresis << " overflow(s), minimum "
        << llvm::format("%g", r.lossScale->min)
        << "; overflowed steps are skipped\n";
+  if (r.accumSteps > 1)
+    os << "gradient accumulation: " << r.accumSteps
+       << " micro-batches per optimizer step (inputs and activations are "
+          "per micro-batch; the collectives of each micro-batch are counted "
+       << r.accumSteps << " times)\n";
 
   llvm::MapVector<StringRef, std::pair<int64_t, int64_t>> byKind;
   for (const Collective &c : r.collectives) {
@@ -364,6 +383,7 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
                          {"hysteresis", r.lossScale->hysteresis},
                          {"min", r.lossScale->min}})
                    : llvm::json::Value(nullptr)},
+      {"grad_accum_steps", r.accumSteps},
       {"collectives_source", r.collectivesFromIR ? "ir" : "plan"},
       {"memory_plan", r.staticPlan ? "static" : "liveness"},
       {"collectives", std::move(collectives)},

@@ -262,6 +262,62 @@ LogicalResult ClipGradNormOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// Gradient accumulation
+//===----------------------------------------------------------------------===//
+
+AccumulationBoundaryOp ztrain::train::getAccumulationBoundary(func::FuncOp entry) {
+  AccumulationBoundaryOp found;
+  entry.walk([&](AccumulationBoundaryOp op) {
+    found = op;
+    return WalkResult::interrupt();
+  });
+  return found;
+}
+
+LogicalResult AccumulateGradOp::verify() {
+  auto module = (*this)->getParentOfType<ModuleOp>();
+  if (module && !SymbolTable::lookupNearestSymbolFrom<ParamOp>(
+                    getOperation(), getParamAttr()))
+    return emitOpError() << "accumulates the gradient of " << getParamAttr()
+                         << ", which is not a train.param";
+  return success();
+}
+
+LogicalResult AccumulationBoundaryOp::verify() {
+  auto func = (*this)->getParentOfType<func::FuncOp>();
+  if (!func)
+    return success();
+  bool seenSelf = false;
+  WalkResult r = func.walk([&](Operation *op) {
+    if (op == getOperation()) {
+      seenSelf = true;
+      return WalkResult::advance();
+    }
+    if (isa<AccumulationBoundaryOp>(op)) {
+      emitOpError() << "appears twice in @" << func.getSymName();
+      return WalkResult::interrupt();
+    }
+    if (!seenSelf && isa<OptimizerUpdateOpInterface>(op)) {
+      InFlightDiagnostic d = emitOpError()
+                             << "follows an optimizer update; the updates "
+                                "run after the last micro-batch";
+      d.attachNote(op->getLoc()) << "the update";
+      return WalkResult::interrupt();
+    }
+    if (seenSelf && isa<AccumulateGradOp>(op)) {
+      InFlightDiagnostic d = emitOpError()
+                             << "precedes a train.accumulate_grad; every "
+                                "micro-batch's gradient is accumulated before "
+                                "it";
+      d.attachNote(op->getLoc()) << "the accumulation";
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return failure(r.wasInterrupted());
+}
+
+//===----------------------------------------------------------------------===//
 // Compute ops
 //===----------------------------------------------------------------------===//
 

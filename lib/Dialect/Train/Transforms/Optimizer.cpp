@@ -79,6 +79,11 @@ void TrainOptimizerPass::runOnOperation() {
   if (!(clipGradNorm >= 0.0) || !finite(clipGradNorm))
     return invalid("clip-grad-norm must be finite and >= 0 (0: no clipping)",
                    clipGradNorm);
+  if (gradAccumSteps < 1 || gradAccumSteps > (int64_t(1) << 30)) {
+    entry.emitError() << "grad-accum-steps must be in [1, 2^30], got "
+                      << static_cast<int64_t>(gradAccumSteps);
+    return signalPassFailure();
+  }
 
   SymbolTable symbols(module);
   auto ret = cast<func::ReturnOp>(entry.getBody().front().getTerminator());
@@ -171,6 +176,16 @@ void TrainOptimizerPass::runOnOperation() {
                               grad);
       }
     }
+    if (gradAccumSteps > 1) {
+      // Summed where it is final, so that the micro-batch's gradient dies
+      // there.
+      OpBuilder accBuilder(module.getContext());
+      if (Operation *def = grad.getDefiningOp())
+        accBuilder.setInsertionPointAfter(def);
+      else
+        accBuilder.setInsertionPointToStart(&entry.getBody().front());
+      grad = AccumulateGradOp::create(accBuilder, grad.getLoc(), ref, grad);
+    }
     if (isSgd) {
       FlatSymbolRefAttr buffer;
       if (momentum != 0.0) {
@@ -207,6 +222,12 @@ void TrainOptimizerPass::runOnOperation() {
   // sum of squares for the global norm.
   SmallVector<OptimizerUpdateOpInterface> updates;
   entry.walk([&](OptimizerUpdateOpInterface u) { updates.push_back(u); });
+  // Gradient accumulation: what follows runs once per optimizer step.
+  if (!updates.empty() && gradAccumSteps > 1) {
+    OpBuilder at(updates.front());
+    AccumulationBoundaryOp::create(at, ret.getLoc());
+    module->setAttr(kGradAccumAttr, at.getI64IntegerAttr(gradAccumSteps));
+  }
   auto chainBeforeUpdates =
       [&](llvm::function_ref<Value(OpBuilder &, Location, Type, Value, Value)>
               link) -> Value {

@@ -32,6 +32,10 @@ inline constexpr llvm::StringLiteral kPrecisionAttr = "train.precision";
 /// policy, `{init = 65536.0, window = 1000, hysteresis = 2, min = 1.0}`
 /// (DeepSpeed's initial scale, scale window, hysteresis and minimum scale).
 inline constexpr llvm::StringLiteral kLossScaleAttr = "train.loss_scale";
+/// Set by train-optimizer on the module with gradient accumulation: the
+/// number of micro-batches per optimizer step the step was compiled for
+/// (i64 > 1; the executable's default, --grad-accum-steps overrides it).
+inline constexpr llvm::StringLiteral kGradAccumAttr = "train.grad_accum_steps";
 } // namespace ztrain::train
 
 #endif // ZTRAIN_DIALECT_TRAIN_IR_TRAINDIALECT_H

@@ -83,6 +83,10 @@ mlir::func::FuncOp getEntryFunction(mlir::ModuleOp module);
 llvm::DenseMap<mlir::StringAttr, mlir::Type>
 gradientElementTypes(mlir::func::FuncOp entry);
 
+/// The step's train.accumulation_boundary, or null when it accumulates no
+/// gradients.
+AccumulationBoundaryOp getAccumulationBoundary(mlir::func::FuncOp entry);
+
 /// The dynamic loss scaling policy of a module (`train.loss_scale`).
 struct LossScalePolicy {
   double init = 65536.0;

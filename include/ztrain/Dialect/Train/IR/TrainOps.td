@@ -1378,4 +1378,72 @@ def Train_UpdateLossScaleOp : Train_Op<"update_loss_scale", [
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Gradient accumulation
+//===----------------------------------------------------------------------===//
+
+def Train_AccumulateGradOp : Train_Op<"accumulate_grad", [
+    MemoryEffects<[MemRead, MemWrite]>,
+    AllTypesMatch<["input", "result"]>]> {
+  let summary = "adds a micro-batch's gradient to its parameter's accumulator";
+  let description = [{
+    Gradient accumulation (`train-optimizer{grad-accum-steps=K}`, DeepSpeed's
+    `gradient_accumulation_steps`): the step runs once per micro-batch, and
+    `result` is the parameter's persistent gradient buffer, which holds the
+    sum of `input` over the micro-batches of the current optimizer step so
+    far (the first micro-batch of a step overwrites it, the others add to
+    it, in the buffer's element type: the reduce dtype of mixed precision,
+    so that bf16 accumulation shows its rounding). The ops after
+    `train.accumulation_boundary` read the sum once per optimizer step; the
+    updates divide it by the number of micro-batches, so the step trains on
+    the mean gradient of K micro-batches as one step of K times the batch
+    does.
+
+    `zero-insert-collectives` places the ZeRO reduction around it as
+    DeepSpeed does: at stages 0 and 1 every rank accumulates its full local
+    gradient and the reduction runs once, after the boundary; at stages 2
+    and 3 each micro-batch's gradient is reduce-scattered at once and the
+    accumulator is this rank's shard (the partitioned gradient buffer).
+
+    ```mlir
+    %acc = train.accumulate_grad @fc1.weight, %g : tensor<128x784xf32>
+    train.accumulation_boundary
+    train.adam_update @fc1.weight, %acc ...
+    ```
+
+    **Constraints:** `param` names a `train.param`; the input and the result
+    have the same type; the op precedes its function's
+    `train.accumulation_boundary`.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param, Train_FloatTensor:$input);
+  let results = (outs Train_FloatTensor:$result);
+  let assemblyFormat = "$param `,` $input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Train_AccumulationBoundaryOp : Train_Op<"accumulation_boundary", [
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "the ops after it run once per optimizer step";
+  let description = [{
+    Splits a step with gradient accumulation in two: the ops before it (the
+    forward and backward passes, the `train.accumulate_grad`s and, at ZeRO
+    stages 2 and 3, the gradient reduce-scatters) run for every
+    micro-batch; the ops after it (the reduction of the accumulated
+    gradients at stages 0 and 1, the overflow check, clipping, the
+    optimizer updates and the parameter all-gathers) run only after the last
+    micro-batch of an optimizer step. The lowered step branches on the
+    runtime's `ztrt_accumulation_boundary`. Values defined before it may be
+    used after it (they are live in the same call).
+
+    ```mlir
+    train.accumulation_boundary
+    ```
+
+    **Constraints:** at most one per function; it precedes every optimizer
+    update and follows every `train.accumulate_grad`.
+  }];
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
 #endif // ZTRAIN_DIALECT_TRAIN_TRAINOPS_TD

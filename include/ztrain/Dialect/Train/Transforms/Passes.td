@@ -157,6 +157,16 @@ def TrainOptimizer : Pass<"train-optimizer", "::mlir::ModuleOp"> {
     updates read every gradient times `C / (norm + 1e-6)` when the norm
     exceeds C.
 
+    `grad-accum-steps=K` (K > 1) accumulates gradients over K micro-batches
+    per optimizer step, as DeepSpeed's `gradient_accumulation_steps`: each
+    final gradient goes into its parameter's accumulator
+    (`train.accumulate_grad`, right where it is final) and one
+    `train.accumulation_boundary` separates what runs for every micro-batch
+    from the overflow check, clipping and updates, which run once per
+    optimizer step on the sum divided by K. The module records K in
+    `train.grad_accum_steps` (the executable's default number of
+    micro-batches).
+
     Before (after train-autodiff):
     ```mlir
     func.func @loss(...) -> (tensor<f32>, tensor<2x3xf32>)
@@ -191,7 +201,10 @@ def TrainOptimizer : Pass<"train-optimizer", "::mlir::ModuleOp"> {
     Option<"nesterov", "nesterov", "bool", "false", "SGD Nesterov momentum">,
     Option<"clipGradNorm", "clip-grad-norm", "double", "0.0",
            "Clip the gradients to this global norm before the update "
-           "(torch.nn.utils.clip_grad_norm_; 0: no clipping)">
+           "(torch.nn.utils.clip_grad_norm_; 0: no clipping)">,
+    Option<"gradAccumSteps", "grad-accum-steps", "int64_t", "1",
+           "Micro-batches per optimizer step (gradient accumulation; 1: "
+           "none)">
   ];
 }
 

@@ -1,0 +1,96 @@
+"""--data token files (issue 15): nanoGPT's uint16 train.bin, .npy arrays,
+bytes of text, told apart by --data-format or the extension, never guessed.
+
+- the same token ids as bytes of text, as nanoGPT's uint16 train.bin, as a
+  uint32 file and as a .npy array train the same weights, bit for bit;
+- a file whose name says nothing is refused in one line, and a wrong width
+  is caught against the vocabulary before step 1;
+- a resumed run refuses a missing or another data file.
+"""
+
+import numpy as np
+
+import e2e_util
+from ztrain import models, parity
+
+VOCAB = 64
+
+
+def text_tokens(n=4000):
+    # Bytes below VOCAB: the same ids whatever the width they are stored in.
+    rng = np.random.default_rng(5)
+    return rng.integers(0, VOCAB, size=n, dtype=np.uint8)
+
+
+def gpt_exe(tmp_path):
+    spec = models.gpt(batch=2, seq=16, vocab=VOCAB, layers=1, width=16, heads=2)
+    return e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
+                                 parity.OptimizerConfig("adam", lr=1e-2), name="gpt")
+
+
+def one_error(p):
+    assert p.returncode != 0
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, p.stderr
+    return lines[0]
+
+
+def test_every_format_of_the_same_ids_trains_the_same(tmp_path):
+    exe = gpt_exe(tmp_path)
+    ids = text_tokens()
+    files = {
+        "corpus.txt": ([], ids.tobytes()),
+        "train.bin": ([], ids.astype("<u2").tobytes()),
+        "ids.u32": (["--data-format", "u32"], ids.astype("<u4").tobytes()),
+    }
+    for name, (_, payload) in files.items():
+        (tmp_path / name).write_bytes(payload)
+    np.save(tmp_path / "ids.npy", ids.astype(np.uint16))
+    files["ids.npy"] = ([], None)
+    saved = {}
+    for name, (flags, _) in files.items():
+        out = tmp_path / (name + ".safetensors")
+        parity.run_exe(exe, 5, data=str(tmp_path / name), save=str(out), seed=3,
+                       threads=1, extra=flags)
+        saved[name] = out.read_bytes()
+    for name in files:
+        assert saved[name] == saved["corpus.txt"], name
+
+
+def test_unknown_names_and_wrong_widths_are_refused(tmp_path):
+    exe = gpt_exe(tmp_path)
+    ids = text_tokens()
+    (tmp_path / "corpus.dat").write_bytes(ids.tobytes())
+    line = one_error(e2e_util.run([exe, "--steps", 1, "--data", tmp_path / "corpus.dat"]))
+    assert "cannot tell the format from the name; give --data-format=" in line, line
+    # Bytes read as nanoGPT's uint16: two bytes make one id, far past 64.
+    (tmp_path / "bytes.bin").write_bytes(ids.tobytes())
+    line = one_error(e2e_util.run([exe, "--steps", 1, "--data", tmp_path / "bytes.bin"]))
+    assert "out of range [0, 64) (token 0); is the token width right (--data-format)?" in line
+    line = one_error(e2e_util.run([exe, "--steps", 1, "--data", tmp_path / "corpus.dat",
+                                   "--data-format", "u12"]))
+    assert "--data-format: 'u12' is not a format" in line, line
+    # The same bytes, named for what they are: accepted.
+    p = e2e_util.run([exe, "--steps", 1, "--data", tmp_path / "corpus.dat",
+                      "--data-format", "text"])
+    assert p.returncode == 0, p.stderr
+
+
+def test_resume_refuses_missing_or_other_data(tmp_path):
+    exe = gpt_exe(tmp_path)
+    ids = text_tokens()
+    data, other = tmp_path / "a.txt", tmp_path / "b.txt"
+    data.write_bytes(ids.tobytes())
+    other.write_bytes(ids[::-1].tobytes())
+    ck = tmp_path / "ck"
+    p = e2e_util.run([exe, "--steps", 2, "--data", data, "--save-checkpoint", ck])
+    assert p.returncode == 0, p.stderr
+    line = one_error(e2e_util.run([exe, "--steps", 1, "--resume", ck]))
+    assert "was trained on --data" in line and "give --data" in line, line
+    line = one_error(e2e_util.run([exe, "--steps", 1, "--resume", ck, "--data", other]))
+    assert "is not the file the checkpoint was trained on" in line, line
+    # The same file under another name is the same data.
+    moved = tmp_path / "moved.txt"
+    moved.write_bytes(data.read_bytes())
+    p = e2e_util.run([exe, "--steps", 1, "--resume", ck, "--data", moved])
+    assert p.returncode == 0, p.stderr
