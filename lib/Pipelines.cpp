@@ -51,6 +51,7 @@ void ztrain::buildTrainingPipeline(OpPassManager &pm,
   opt.nesterov = options.nesterov;
   opt.clipGradNorm = options.clipGradNorm;
   opt.gradAccumSteps = options.gradAccumSteps;
+  opt.noDecay = options.noDecay;
   pm.addPass(train::createTrainOptimizer(opt));
 }
 

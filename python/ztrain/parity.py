@@ -62,9 +62,14 @@ class OptimizerConfig:
 
     def __init__(self, kind="adamw", lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
                  weight_decay=0.0, momentum=0.0, dampening=0.0, nesterov=False,
-                 clip_grad_norm=0.0):
+                 clip_grad_norm=0.0, no_decay="1d"):
         """clip_grad_norm > 0: ztrain-compile --clip-grad-norm, and
-        torch.nn.utils.clip_grad_norm_ before each torch step."""
+        torch.nn.utils.clip_grad_norm_ before each torch step. no_decay:
+        ztrain-compile --no-decay (1d: parameters of rank < 2 do not decay,
+        a second torch param group with weight_decay 0; none: one group)."""
+        if no_decay not in ("1d", "none"):
+            raise ValueError(f"unknown no_decay {no_decay!r}")
+        self.no_decay = no_decay
         if kind not in ("sgd", "adam", "adamw"):
             raise ValueError(f"unknown optimizer {kind!r}")
         self.clip_grad_norm = clip_grad_norm
@@ -76,6 +81,8 @@ class OptimizerConfig:
     def compile_flags(self):
         f = [f"--optimizer={self.kind}", f"--lr={self.lr!r}",
              f"--weight-decay={self.weight_decay!r}"]
+        if self.no_decay != "1d":
+            f.append(f"--no-decay={self.no_decay}")
         if self.kind == "sgd":
             f += [f"--momentum={self.momentum!r}", f"--dampening={self.dampening!r}"]
             if self.nesterov:
@@ -89,7 +96,8 @@ class OptimizerConfig:
     def torch_kwargs(self):
         return dict(lr=self.lr, beta1=self.beta1, beta2=self.beta2, eps=self.eps,
                     weight_decay=self.weight_decay, momentum=self.momentum,
-                    dampening=self.dampening, nesterov=self.nesterov)
+                    dampening=self.dampening, nesterov=self.nesterov,
+                    no_decay=self.no_decay)
 
     def __repr__(self):
         return "OptimizerConfig(" + " ".join(self.compile_flags()) + ")"

@@ -287,8 +287,18 @@ def state_numpy(model):
 
 
 def make_optimizer(params, kind, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
-                   weight_decay=0.0, momentum=0.0, dampening=0.0, nesterov=False):
-    """torch.optim with the same hyper-parameters as ztrain-compile's flags."""
+                   weight_decay=0.0, momentum=0.0, dampening=0.0, nesterov=False,
+                   no_decay="1d"):
+    """torch.optim with the same hyper-parameters as ztrain-compile's flags.
+
+    no_decay="1d" (ztrain-compile's default --no-decay): parameters of rank
+    < 2 (biases, norm gains) in a second group with weight_decay 0, as
+    nanoGPT's configure_optimizers; "none": one group."""
+    params = list(params)
+    if no_decay == "1d" and weight_decay:
+        groups = [{"params": [p for p in params if p.dim() >= 2]},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        params = [g for g in groups if g["params"]]
     if kind == "adam":
         return torch.optim.Adam(params, lr=lr, betas=(beta1, beta2), eps=eps,
                                 weight_decay=weight_decay)

@@ -104,6 +104,18 @@ typedef enum ztrt_category {
   ZTRT_CAT_COUNT = 7
 } ztrt_category;
 
+// The optimizer hyper-parameters a compiled update asks the run for
+// (ztrt_hyper): the executable's flag of that name, else the compiled value.
+typedef enum ztrt_hyper_id {
+  ZTRT_HYPER_BETA1 = 0,
+  ZTRT_HYPER_BETA2 = 1,
+  ZTRT_HYPER_EPS = 2,
+  ZTRT_HYPER_WEIGHT_DECAY = 3,
+  ZTRT_HYPER_MOMENTUM = 4,
+  ZTRT_HYPER_DAMPENING = 5,
+  ZTRT_HYPER_COUNT = 6
+} ztrt_hyper_id;
+
 // Element types of tensor buffers (the DTYPE argument of kernels and
 // collectives): stored as such, computed in float.
 typedef enum ztrt_dtype {

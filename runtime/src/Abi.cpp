@@ -563,12 +563,26 @@ double ztrt_lr(ztrt_ctx *ctx, double compiled) {
   const double base = s.lr.value_or(compiled);
   if (!(base >= 0.0) || !std::isfinite(base))
     fatal("lr: the learning rate %g is not finite and >= 0", base);
-  if (s.kind != ztrt::LrSchedule::Kind::Constant && s.minLr > base)
+  if (s.kind != ztrt::LrSchedule::Kind::Constant && !s.minLrRatio &&
+      s.minLr > base)
     refuse("--min-lr %g exceeds the learning rate %g (the %s schedule decays "
            "from the learning rate to --min-lr)",
            s.minLr, base, ztrt::LrSchedule::kindName(s.kind));
   ctx->stepLr = s.at(compiled, ctx->optimizerStep());
   return ctx->stepLr;
+}
+
+double ztrt_hyper(ztrt_ctx *ctx, int32_t id, double compiled) {
+  backendOf(ctx, "hyper");
+  if (id < 0 || id >= ZTRT_HYPER_COUNT)
+    fatal("hyper: unknown hyper-parameter id %d", id);
+  const std::optional<double> &given = ctx->hyperOverrides[id];
+  const double v = given.value_or(compiled);
+  std::string problem = ztrt::hyperProblem(id, v);
+  if (!problem.empty())
+    fatal("hyper: %s %g %s", ztrt::hyperFlag(id), v, problem.c_str());
+  ctx->hyperSeen[id] = v;
+  return v;
 }
 
 void ztrt_clip_grad_norm(ztrt_ctx *ctx, const void *sum_sq, double max_norm) {

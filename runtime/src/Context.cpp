@@ -6,6 +6,8 @@
 
 #include "src/Context.h"
 
+#include <cmath>
+
 #include "src/Support.h"
 
 #include <algorithm>
@@ -97,6 +99,7 @@ ztrt_ctx::ztrt_ctx(std::unique_ptr<Backend> backend,
   // Before the queue exists: a device backend bootstraps its transport
   // (NCCL) over the communicator here.
   impl->attach(*world);
+  hyperSeen.fill(std::nan(""));
   const bool threaded = mode == CommMode::Thread || world->count() > 1;
   queue = std::make_unique<CommQueue>(*impl, *world, threaded);
 }
@@ -267,4 +270,37 @@ void ztrt_ctx::requireCollectivesWaited(const char *when, int64_t step) {
 void ztrt_ctx::enableTrace() {
   if (!tracer)
     tracer = std::make_unique<Trace>(Clock::now());
+}
+
+namespace {
+/// The flag names and valid ranges of the run-time hyper-parameters.
+struct HyperRule {
+  const char *flag;
+  double min, max;
+  bool maxOpen;
+};
+constexpr HyperRule kHyperRules[ZTRT_HYPER_COUNT] = {
+    {"--beta1", 0.0, 1.0, true},        {"--beta2", 0.0, 1.0, true},
+    {"--eps", 0.0, HUGE_VAL, false},    {"--weight-decay", 0.0, HUGE_VAL, false},
+    {"--momentum", 0.0, HUGE_VAL, false}, {"--dampening", 0.0, 1.0, false}};
+} // namespace
+
+const char *ztrt::hyperFlag(int id) {
+  return id >= 0 && id < ZTRT_HYPER_COUNT ? kHyperRules[id].flag : "?";
+}
+
+std::string ztrt::hyperProblem(int id, double v) {
+  if (id < 0 || id >= ZTRT_HYPER_COUNT)
+    return "unknown hyper-parameter id " + std::to_string(id);
+  const HyperRule &r = kHyperRules[id];
+  const bool ok = std::isfinite(v) && v >= r.min &&
+                  (r.maxOpen ? v < r.max : v <= r.max) &&
+                  (id != ZTRT_HYPER_EPS || v > 0.0);
+  if (ok)
+    return "";
+  if (id == ZTRT_HYPER_EPS)
+    return "must be finite and positive";
+  if (r.max == HUGE_VAL)
+    return "must be finite and >= 0";
+  return r.maxOpen ? "must be in [0, 1)" : "must be in [0, 1]";
 }

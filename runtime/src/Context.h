@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <array>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -195,6 +196,13 @@ struct ztrt_ctx {
   /// until known).
   double clipCoef = 1.0, gradNorm = 0.0;
 
+  // --- Optimizer hyper-parameters (ztrt_hyper) ----------------------------
+  /// The run's overrides (--beta1 ... --dampening), by ztrt_hyper_id.
+  std::array<std::optional<double>, ZTRT_HYPER_COUNT> hyperOverrides;
+  /// The last value ztrt_hyper returned per id (NaN: never asked), for the
+  /// report.
+  std::array<double, ZTRT_HYPER_COUNT> hyperSeen;
+
   // --- Gradient accumulation (descriptor `grad_accum`) --------------------
   /// Micro-batches per optimizer step: 0 when the model does not
   /// accumulate (the step is one micro-batch), else the run's K.
@@ -247,5 +255,13 @@ private:
   ztrt::OverlapStats overlapStats;
   std::unique_ptr<ztrt::Trace> tracer;
 };
+
+namespace ztrt {
+/// The executable flag of hyper-parameter `id` (a ztrt_hyper_id).
+const char *hyperFlag(int id);
+/// Empty if `value` is valid for hyper-parameter `id`, else what is wrong
+/// ("must be in [0, 1)").
+std::string hyperProblem(int id, double value);
+} // namespace ztrt
 
 #endif // ZTRT_SRC_CONTEXT_H

@@ -21,6 +21,7 @@
 #include "src/Support.h"
 #include "src/Trace.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -30,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <vector>
 
 namespace ztrt {
@@ -80,6 +82,14 @@ const char kUsage[] =
     "  --min-lr LR        where cosine and linear decay end (default 0)\n"
     "  --lr-decay-steps T  the optimizer step where the decay ends (default:\n"
     "                     the run's last step)\n"
+    "  --beta1 B, --beta2 B, --eps E  Adam(W)'s betas and epsilon\n"
+    "  --weight-decay W   weight decay of the decaying parameters (not the\n"
+    "                     no-decay group: biases, norms, 1-D parameters)\n"
+    "  --momentum M, --dampening D  SGD's (default: the compiled values)\n"
+    "  --config F         a DeepSpeed JSON config: its scheduler\n"
+    "                     (WarmupLR, WarmupDecayLR, WarmupCosineLR),\n"
+    "                     gradient_accumulation_steps and steps_per_print;\n"
+    "                     flags override it (docs/config.md)\n"
     "  --data-format F    how --data is read: safetensors, text (bytes as\n"
     "                     tokens), u16 / u32 (little-endian token ids, as\n"
     "                     nanoGPT's train.bin), npy (a 1-D token array) or\n"
@@ -94,6 +104,148 @@ const char kUsage[] =
     "                     MPI; the default) or cuda (a GPU per rank, cuBLAS,\n"
     "                     NCCL; needs a runtime built with CUDA)\n"
     "  --help             show this help\n";
+
+/// --config ds_config.json, the executable's part (docs/config.md): the
+/// scheduler (WarmupLR, WarmupDecayLR, WarmupCosineLR with linear warmup
+/// from 0), gradient_accumulation_steps and steps_per_print; the compiler's
+/// keys are skipped; unknown keys and what ztrain cannot honour are one
+/// line. A flag in `given` overrides the file.
+void applyRunConfig(const std::string &path, const std::set<std::string> &given,
+                    Options &opts) {
+  std::vector<char> text = readInputFile(path, "--config");
+  JsonValue root;
+  std::string error;
+  if (!parseJson(std::string_view(text.data(), text.size()), root, error))
+    usageError("flag --config '%s': not JSON: %s", path.c_str(), error.c_str());
+  if (root.kind != JsonValue::Kind::Object)
+    usageError("flag --config '%s': expected a JSON object", path.c_str());
+  static const char *const compilerKeys[] = {
+      "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_clipping",
+      "zero_optimization", "bf16", "fp16", "communication_data_type",
+      "optimizer"};
+  std::vector<std::string> problems;
+  auto has = [&](const char *flag) { return given.count(flag) > 0; };
+  auto integer = [&](const JsonValue &v, const std::string &key, int64_t min,
+                     int64_t &out) {
+    double d = v.getDouble();
+    if (!v.getInt64(out)) {
+      if (!(d == std::floor(d)) || !(d >= -9.0e18 && d <= 9.0e18)) {
+        problems.push_back(key + " (expected an integer)");
+        return false;
+      }
+      out = static_cast<int64_t>(d);
+    }
+    if (out < min) {
+      problems.push_back(key + " (expected an integer >= " +
+                         std::to_string(min) + ")");
+      return false;
+    }
+    return true;
+  };
+  for (const auto &[key, value] : root.members) {
+    int64_t n = 0;
+    if (key == "gradient_accumulation_steps") {
+      if (integer(value, key, 1, n) && !has("--grad-accum-steps"))
+        opts.gradAccumSteps = n;
+    } else if (key == "steps_per_print") {
+      if (integer(value, key, 0, n) && !has("--log-every"))
+        opts.logEvery = n;
+    } else if (key == "scheduler") {
+      const JsonValue *type = value.find("type");
+      const JsonValue *params = value.find("params");
+      const std::string kind = type ? type->text : "";
+      if (kind != "WarmupLR" && kind != "WarmupDecayLR" &&
+          kind != "WarmupCosineLR") {
+        problems.push_back("scheduler.type=" + kind +
+                           " (ztrain has WarmupLR, WarmupDecayLR and "
+                           "WarmupCosineLR)");
+        continue;
+      }
+      LrSchedule s = opts.lr;
+      std::optional<double> maxLr;
+      for (const auto &[name, v] : params ? params->members
+                                          : decltype(root.members)()) {
+        const std::string k = "scheduler.params." + name;
+        const double d = v.getDouble();
+        if (name == "warmup_num_steps") {
+          if (integer(v, k, 0, n))
+            s.warmup = n;
+        } else if (name == "total_num_steps" && kind != "WarmupLR") {
+          if (integer(v, k, 1, n))
+            s.decaySteps = n;
+        } else if (name == "warmup_max_lr" && kind != "WarmupCosineLR") {
+          if (!(d >= 0.0) || !std::isfinite(d))
+            problems.push_back(k + " (expected a number >= 0)");
+          else
+            maxLr = d;
+        } else if ((name == "warmup_min_lr" && kind != "WarmupCosineLR") ||
+                   (name == "warmup_min_ratio" && kind == "WarmupCosineLR")) {
+          if (d != 0.0)
+            problems.push_back(k + " (ztrain warms up from 0)");
+        } else if (name == "warmup_type") {
+          if (v.text != "linear")
+            problems.push_back(k + "=" + v.text +
+                               " (ztrain warms up linearly: \"linear\")");
+        } else if (name == "cos_min_ratio" && kind == "WarmupCosineLR") {
+          if (!(d >= 0.0 && d <= 1.0))
+            problems.push_back(k + " (expected a number in [0, 1])");
+          else
+            s.minLrRatio = d;
+        } else if (name == "last_batch_iteration") {
+          if (!integer(v, k, -1, n) || n != -1)
+            problems.push_back(k + " (a resumed run continues its own steps)");
+        } else {
+          problems.push_back(k + " (unknown for " + kind + ")");
+        }
+      }
+      // DeepSpeed's warmup_type defaults to "log", which ztrain has not.
+      if (!(params && params->find("warmup_type")) && s.warmup > 0)
+        problems.push_back("scheduler.params.warmup_type (DeepSpeed's "
+                           "default is \"log\"; ztrain warms up linearly: "
+                           "set \"linear\")");
+      if (kind == "WarmupCosineLR" && !s.minLrRatio)
+        s.minLrRatio = 0.0001; // DeepSpeed's default cos_min_ratio
+      s.kind = kind == "WarmupLR"       ? LrSchedule::Kind::Constant
+               : kind == "WarmupDecayLR" ? LrSchedule::Kind::Linear
+                                         : LrSchedule::Kind::Cosine;
+      if (kind == "WarmupDecayLR")
+        s.minLr = 0.0;
+      // The command line's schedule flags win, field by field.
+      if (!has("--lr-schedule"))
+        opts.lr.kind = s.kind;
+      if (!has("--warmup-steps"))
+        opts.lr.warmup = s.warmup;
+      if (!has("--lr-decay-steps"))
+        opts.lr.decaySteps = s.decaySteps;
+      if (!has("--min-lr")) {
+        opts.lr.minLr = s.minLr;
+        opts.lr.minLrRatio = s.minLrRatio;
+      }
+      if (maxLr && !has("--lr"))
+        opts.lr.lr = maxLr;
+    } else if (std::find_if(std::begin(compilerKeys), std::end(compilerKeys),
+                            [&](const char *k) { return key == k; }) ==
+               std::end(compilerKeys)) {
+      problems.push_back(key + " (unknown)");
+    }
+  }
+  if (!problems.empty()) {
+    std::sort(problems.begin(), problems.end());
+    std::string all;
+    for (const std::string &p : problems)
+      all += (all.empty() ? "" : "; ") + p;
+    usageError("flag --config '%s': %s ztrain cannot honour: %s", path.c_str(),
+               problems.size() == 1 ? "a key" : "keys", all.c_str());
+  }
+}
+
+/// The ztrt_hyper_id of a hyper-parameter flag, or -1.
+int hyperId(const std::string &flag) {
+  for (int id = 0; id < ZTRT_HYPER_COUNT; ++id)
+    if (flag == hyperFlag(id))
+      return id;
+  return -1;
+}
 
 int64_t parseInteger(const std::string &flag, const std::string &value,
                      int64_t min) {
@@ -441,6 +593,15 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
     json += format("  \"grad_accum_steps\": %lld,\n",
                    static_cast<long long>(ctx.accumSteps));
   {
+    // The hyper-parameters the updates used (the run's or the compiled).
+    std::string h;
+    for (int id = 0; id < ZTRT_HYPER_COUNT; ++id)
+      if (std::isfinite(ctx.hyperSeen[id]))
+        h += format("%s\"%s\": %.17g", h.empty() ? "" : ", ",
+                    hyperFlag(id) + 2, ctx.hyperSeen[id]);
+    json += "  \"hyperparameters\": {" + h + "},\n";
+  }
+  {
     const LrSchedule &s = ctx.lrSchedule;
     json += format("  \"lr_schedule\": {\"kind\": \"%s\", \"lr\": %s, "
                    "\"warmup_steps\": %lld, \"min_lr\": %.17g, "
@@ -504,6 +665,8 @@ std::unique_ptr<Backend> createBackend(const std::string &name,
 Options parseOptions(int argc, char **argv, int rank) {
   Options opts;
   bool minLrGiven = false;
+  std::set<std::string> given;
+  std::string configPath;
   const char *program = argc > 0 ? argv[0] : "ztrain-model";
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -548,7 +711,14 @@ Options parseOptions(int argc, char **argv, int rank) {
                                          "--min-lr",
                                          "--lr-decay-steps",
                                          "--grad-accum-steps",
-                                         "--data-format"};
+                                         "--data-format",
+                                         "--beta1",
+                                         "--beta2",
+                                         "--eps",
+                                         "--weight-decay",
+                                         "--momentum",
+                                         "--dampening",
+                                         "--config"};
     bool known = false;
     for (const char *name : valued)
       known = known || flag == name;
@@ -566,7 +736,10 @@ Options parseOptions(int argc, char **argv, int rank) {
     }
     if (value.empty())
       usageError("flag %s needs a value", flag.c_str());
-    if (flag == "--steps")
+    given.insert(flag);
+    if (flag == "--config")
+      configPath = value;
+    else if (flag == "--steps")
       opts.steps = parseInteger(flag, value, 0);
     else if (flag == "--seed") {
       opts.seed = parseSeed(value);
@@ -617,6 +790,17 @@ Options parseOptions(int argc, char **argv, int rank) {
         opts.lr.minLr = v;
         minLrGiven = true;
       }
+    } else if (int id = hyperId(flag); id >= 0) {
+      char *end = nullptr;
+      errno = 0;
+      double v = std::strtod(value.c_str(), &end);
+      std::string problem = *end != '\0' || errno == ERANGE
+                                ? std::string("is not a number")
+                                : hyperProblem(id, v);
+      if (!problem.empty())
+        usageError("flag %s: '%s' %s", flag.c_str(), value.c_str(),
+                   problem.c_str());
+      opts.hypers[id] = v;
     } else if (flag == "--lr-schedule") {
       if (!LrSchedule::parseKind(value, opts.lr.kind))
         usageError("flag --lr-schedule: '%s' is not a schedule (constant, "
@@ -638,6 +822,8 @@ Options parseOptions(int argc, char **argv, int rank) {
       opts.threads = static_cast<int>(
           std::min<int64_t>(parseInteger(flag, value, 1), 1 << 16));
   }
+  if (!configPath.empty())
+    applyRunConfig(configPath, given, opts);
   if (opts.lr.kind == LrSchedule::Kind::Constant &&
       (minLrGiven || opts.lr.decaySteps > 0))
     usageError("flag %s shapes a decaying schedule; with --lr-schedule="
@@ -651,6 +837,50 @@ Options parseOptions(int argc, char **argv, int rank) {
     usageError("flags --init and --resume exclude each other (a resumed run "
                "continues the checkpoint's parameters)");
   return opts;
+}
+
+/// The run-time hyper-parameters must belong to the compiled optimizer and
+/// be usable with what it compiled (a momentum buffer exists only when the
+/// build has momentum; Nesterov needs momentum and no dampening).
+void checkHyperOverrides(const Descriptor &desc, const Options &opts) {
+  const std::string &o = desc.optimizer;
+  auto compiled = [&](const char *key) -> std::optional<double> {
+    std::string k = std::string(" ") + key + "=";
+    size_t at = o.find(k);
+    if (at == std::string::npos)
+      return std::nullopt;
+    return std::strtod(o.c_str() + at + k.size(), nullptr);
+  };
+  const bool sgd = o.rfind("sgd", 0) == 0;
+  const bool adam = o.rfind("adam", 0) == 0;
+  for (int id = 0; id < ZTRT_HYPER_COUNT; ++id) {
+    if (!opts.hypers[id])
+      continue;
+    const bool sgdOnly = id == ZTRT_HYPER_MOMENTUM || id == ZTRT_HYPER_DAMPENING;
+    const bool adamOnly = id == ZTRT_HYPER_BETA1 || id == ZTRT_HYPER_BETA2 ||
+                          id == ZTRT_HYPER_EPS;
+    if ((sgdOnly && adam) || (adamOnly && sgd))
+      refuse("%s is %s's; this model was compiled for %s", hyperFlag(id),
+             sgdOnly ? "SGD" : "Adam(W)",
+             o.substr(0, o.find(' ')).c_str());
+  }
+  if (!sgd)
+    return;
+  const std::optional<double> momentum = compiled("momentum");
+  const double runMomentum =
+      opts.hypers[ZTRT_HYPER_MOMENTUM].value_or(momentum.value_or(0.0));
+  if (momentum && *momentum == 0.0 && runMomentum != 0.0)
+    refuse("--momentum %g: this model was compiled without momentum, so it "
+           "has no momentum buffer (compile with --momentum=M)",
+           runMomentum);
+  if (compiled("nesterov").value_or(0.0) != 0.0) {
+    const double damp = opts.hypers[ZTRT_HYPER_DAMPENING].value_or(
+        compiled("dampening").value_or(0.0));
+    if (runMomentum <= 0.0 || damp != 0.0)
+      refuse("Nesterov momentum (compiled in) needs momentum > 0 and "
+             "dampening 0; this run has momentum %g, dampening %g",
+             runMomentum, damp);
+  }
 }
 
 /// The step the collective watchdog names in its message.
@@ -711,6 +941,8 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     ctx.scaler.emplace(*desc.lossScale);
   ctx.clipMaxNorm = desc.clipGradNorm;
   ctx.lrSchedule = opts.lr;
+  checkHyperOverrides(desc, opts);
+  ctx.hyperOverrides = opts.hypers;
   if (opts.gradAccumSteps > 0 && desc.gradAccumSteps == 0 &&
       opts.gradAccumSteps != 1)
     refuse("--grad-accum-steps %lld: this model was compiled without "

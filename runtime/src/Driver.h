@@ -14,8 +14,10 @@
 #include "src/Data.h"
 #include "src/LrSchedule.h"
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace ztrt {
@@ -53,6 +55,8 @@ struct Options {
   int64_t gradAccumSteps = 0;
   /// --data-format: how --data is read (auto: by its extension).
   DataFormat dataFormat = DataFormat::Auto;
+  /// --beta1 ... --dampening, by ztrt_hyper_id (empty: the compiled value).
+  std::array<std::optional<double>, ZTRT_HYPER_COUNT> hypers;
 };
 
 /// Parses the executable's flags; on --help prints the usage (on rank 0

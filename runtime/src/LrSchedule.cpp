@@ -49,7 +49,8 @@ double LrSchedule::at(double compiled, int64_t t) const {
   const double pi = 3.14159265358979323846;
   const double shape = kind == Kind::Cosine ? 0.5 * (1.0 + std::cos(pi * p))
                                             : 1.0 - p;
-  return minLr + (base - minLr) * shape;
+  const double floor = minLrRatio ? *minLrRatio * base : minLr;
+  return floor + (base - floor) * shape;
 }
 
 } // namespace ztrt

@@ -33,6 +33,9 @@ struct LrSchedule {
   Kind kind = Kind::Constant;
   int64_t warmup = 0;
   double minLr = 0.0;
+  /// When set, the decay ends at this fraction of the learning rate instead
+  /// of minLr (DeepSpeed's WarmupCosineLR cos_min_ratio, --config).
+  std::optional<double> minLrRatio;
   /// T; 0: not set yet (the driver sets the run's last step).
   int64_t decaySteps = 0;
 

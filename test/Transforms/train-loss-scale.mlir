@@ -67,7 +67,7 @@
 // BF16-NOT: loss_scale
 // BF16-NOT: found_nonfinite
 
-// DESC: optimizer adamw lr=1.000000e-03 beta1=9.000000e-01 beta2=9.990000e-01 eps=1.000000e-08 weight_decay=0.000000e+00\0Aloss_scale init 65536 window 7 hysteresis 2 min 1\0A
+// DESC: optimizer adamw lr=1.000000e-03 beta1=9.000000e-01 beta2=9.990000e-01 eps=1.000000e-08 weight_decay=0.000000e+00 no_decay=1d\0Aloss_scale init 65536 window 7 hysteresis 2 min 1\0A
 // DESC: call @ztrt_loss_scale(
 // DESC: call @ztrt_found_nonfinite(
 // DESC: call @ztrt_update_loss_scale(

@@ -10,10 +10,12 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "DeepSpeedConfig.h"
 #include "ztrain/Config.h"
 #include "ztrain/InitAll.h"
 #include "ztrain/InputLimits.h"
 #include "ztrain/Pipelines.h"
+#include "ztrain/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/Pass/Pass.h"
 #include "mlir/Pass/PassInstrumentation.h"
@@ -89,6 +91,14 @@ cl::opt<std::string>
                cl::desc("Directory with libztrt.a and libztrt_main.a "
                         "(default: ../lib next to this tool)"),
                cl::value_desc("dir"), cl::cat(category));
+
+cl::opt<std::string> configFile(
+    "config",
+    cl::desc("A DeepSpeed JSON config (ds_config.json): its keys for what "
+             "ztrain has set the matching flags; a flag given here overrides "
+             "the file; unknown or unsupported keys are an error "
+             "(docs/config.md)"),
+    cl::value_desc("file"), cl::cat(category));
 
 cl::opt<int64_t> deviceMemory(
     "device-memory",
@@ -261,6 +271,30 @@ int main(int argc, char **argv) {
   if ((emit == Emit::Obj || emit == Emit::Exe) && outputFile.empty())
     return fail("-o is required for --emit=obj and --emit=exe");
 
+  // A DeepSpeed config becomes flags, parsed as if given on the command
+  // line (so a file and the flags build the same bytes); the command line
+  // wins where both set one.
+  ztrain::DeepSpeedFlags dsFlags;
+  if (!configFile.empty()) {
+    std::string error;
+    if (!ztrain::readDeepSpeedConfig(configFile, dsFlags, error))
+      return fail(error);
+    auto registered = cl::getRegisteredOptions();
+    for (const auto &[name, value] : dsFlags.flags) {
+      cl::Option *opt = registered.lookup(name);
+      if (!opt)
+        return fail("--config: no flag --" + name + " (internal)");
+      if (opt->getNumOccurrences() > 0)
+        continue;
+      if (opt->addOccurrence(0, name, value))
+        return 1; // the option's parser said what is wrong
+    }
+    for (const std::string &key : dsFlags.forExecutable)
+      llvm::errs() << "ztrain-compile: note: --config: '" << key
+                   << "' is the executable's: pass --config " << configFile
+                   << " to it too\n";
+  }
+
   // Flags that the chosen optimizer or plan would silently ignore. A flag
   // that does nothing is a mistake worth one line: an error where it can
   // only be one (an Adam option given to SGD and the reverse), a warning
@@ -341,6 +375,34 @@ int main(int argc, char **argv) {
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
   if (!module)
     return 1;
+
+  // The config's batch sizes against the model's: ztrain's micro-batch is
+  // the model's batch dimension, not a setting.
+  if (dsFlags.microBatch > 0 || dsFlags.trainBatch > 0) {
+    func::FuncOp entry = ztrain::train::getEntryFunction(*module);
+    if (!entry)
+      return 1;
+    int64_t batch = -1;
+    for (Type t : entry.getArgumentTypes())
+      if (auto r = dyn_cast<RankedTensorType>(t); r && r.getRank() > 0) {
+        batch = r.getDimSize(0);
+        break;
+      }
+    if (dsFlags.microBatch > 0 && batch != dsFlags.microBatch)
+      return fail("--config: train_micro_batch_size_per_gpu is " +
+                  llvm::Twine(dsFlags.microBatch) + " but the model's inputs "
+                  "have batch " + llvm::Twine(batch) +
+                  " (the micro-batch is the model's batch dimension)");
+    const int64_t micro = dsFlags.microBatch > 0 ? dsFlags.microBatch : batch;
+    const int64_t global = micro * flags::gradAccumSteps * flags::dp;
+    if (dsFlags.trainBatch > 0 && global != dsFlags.trainBatch)
+      return fail("--config: train_batch_size is " +
+                  llvm::Twine(dsFlags.trainBatch) + " but micro-batch " +
+                  llvm::Twine(micro) + " x gradient_accumulation_steps " +
+                  llvm::Twine(static_cast<int64_t>(flags::gradAccumSteps)) +
+                  " x dp " + llvm::Twine(static_cast<int64_t>(flags::dp)) +
+                  " = " + llvm::Twine(global));
+  }
 
   // The whole compilation is the named pipelines, exactly what
   // `ztrain-opt --ztrain-training=... [--ztrain-zero=...] --ztrain-to-llvm`

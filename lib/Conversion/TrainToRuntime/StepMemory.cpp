@@ -16,7 +16,16 @@
 
 #include "ztrain/Conversion/TrainToRuntime/StepLowering.h"
 
-#include "ztrt.h" // ztrt_category
+#include "ztrt.h" // ztrt_category, ztrt_hyper_id
+
+// ztrain::train::KernelArg::hyper's ids are the runtime's.
+static_assert(int(ztrain::train::KernelArg::Beta1) == ZTRT_HYPER_BETA1 &&
+              int(ztrain::train::KernelArg::Beta2) == ZTRT_HYPER_BETA2 &&
+              int(ztrain::train::KernelArg::Eps) == ZTRT_HYPER_EPS &&
+              int(ztrain::train::KernelArg::WeightDecay) == ZTRT_HYPER_WEIGHT_DECAY &&
+              int(ztrain::train::KernelArg::Momentum) == ZTRT_HYPER_MOMENTUM &&
+              int(ztrain::train::KernelArg::Dampening) == ZTRT_HYPER_DAMPENING,
+              "ztrain::train::KernelArg::HyperParam and ztrt_hyper_id disagree");
 
 using namespace mlir;
 using namespace ztrain;
@@ -245,6 +254,10 @@ LogicalResult ztrain::emitKernelCall(Operation *op, const KernelCall &call,
       break;
     case KernelArg::LearningRate:
       args.push_back(rt.call("lr", {rt.f64(arg.f)}));
+      break;
+    case KernelArg::Hyper:
+      args.push_back(
+          rt.call("hyper", {rt.i32(static_cast<int32_t>(arg.i)), rt.f64(arg.f)}));
       break;
     case KernelArg::I64Array:
       args.push_back(rt.i64Array(arg.array));

@@ -169,6 +169,12 @@ struct UpdatePattern : RuntimePattern {
         // The run's learning rate (--lr, --lr-schedule), the compiled one
         // its default.
         args.push_back(s.rt.call("lr", {s.rt.f64(hyper.f)}));
+      } else if (hyper.kind == KernelArg::Hyper) {
+        // The run's value (--beta1, --weight-decay, ...), the compiled one
+        // its default.
+        args.push_back(s.rt.call(
+            "hyper", {s.rt.i32(static_cast<int32_t>(hyper.i)),
+                      s.rt.f64(hyper.f)}));
       } else if (hyper.kind == KernelArg::DType) {
         FailureOr<int32_t> code = dtypeCode(op, hyper.type);
         if (failed(code))

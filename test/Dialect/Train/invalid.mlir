@@ -770,3 +770,12 @@ func.func @f(%g: tensor<4xf32>) {
   train.accumulation_boundary
   return
 }
+
+// -----
+
+train.param @b : tensor<4xf32> init(zeros)
+func.func @f(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'train.sgd_update' op is in the no-decay group but has weight_decay 1.000000e-01}}
+  train.sgd_update @b, %g {lr = 1.0e-1 : f64, weight_decay = 0.1 : f64, no_decay} : tensor<4xf32>
+  return
+}

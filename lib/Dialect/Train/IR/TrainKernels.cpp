@@ -301,13 +301,22 @@ SmallVector<FlatSymbolRefAttr> SGDUpdateOp::getUpdatedStates() {
   return {getMomentumBufferAttr()};
 }
 
+/// The run's weight decay, or 0 for a parameter exempt from it (its
+/// no-decay group: the run's --weight-decay does not reach it).
+static KernelArg weightDecayArg(APFloat compiled, bool noDecay) {
+  if (noDecay)
+    return KernelArg::f64(0.0);
+  return KernelArg::hyper(KernelArg::WeightDecay, compiled.convertToDouble());
+}
+
 KernelCall SGDUpdateOp::getUpdateKernel(Type paramElementType) {
   KernelCall c = call(getMasterAttr() ? "sgd_update_master" : "sgd_update",
                       getGrad(),
                       {A::learningRate(getLr().convertToDouble()),
-                       A::f64(getMomentum().convertToDouble()),
-                       A::f64(getDampening().convertToDouble()),
-                       A::f64(getWeightDecay().convertToDouble()),
+                       A::hyper(A::Momentum, getMomentum().convertToDouble()),
+                       A::hyper(A::Dampening,
+                                getDampening().convertToDouble()),
+                       weightDecayArg(getWeightDecay(), getNoDecay()),
                        A::i32(getNesterov())});
   if (getMasterAttr())
     c.args.push_back(A::dtype(paramElementType));
@@ -324,10 +333,10 @@ KernelCall AdamUpdateOp::getUpdateKernel(Type paramElementType) {
   KernelCall c = call(getMasterAttr() ? "adam_update_master" : "adam_update",
                       getGrad(),
                       {A::learningRate(getLr().convertToDouble()),
-                       A::f64(getBeta1().convertToDouble()),
-                       A::f64(getBeta2().convertToDouble()),
-                       A::f64(getEpsilon().convertToDouble()),
-                       A::f64(getWeightDecay().convertToDouble()),
+                       A::hyper(A::Beta1, getBeta1().convertToDouble()),
+                       A::hyper(A::Beta2, getBeta2().convertToDouble()),
+                       A::hyper(A::Eps, getEpsilon().convertToDouble()),
+                       weightDecayArg(getWeightDecay(), getNoDecay()),
                        A::i32(getDecoupled())});
   if (getMasterAttr())
     c.args.push_back(A::dtype(paramElementType));

@@ -226,6 +226,9 @@ SGDUpdateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
                        getMasterAttr(), getSharded());
   if (failed(type))
     return failure();
+  if (getNoDecay() && getWeightDecay().convertToDouble() != 0.0)
+    return emitOpError() << "is in the no-decay group but has weight_decay "
+                         << getWeightDecay().convertToDouble();
   bool hasMomentum = getMomentum().convertToDouble() != 0.0;
   if (hasMomentum != (bool)getMomentumBufferAttr())
     return emitOpError() << (hasMomentum ? "momentum needs a momentum_buffer"
@@ -244,6 +247,9 @@ AdamUpdateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
                        getMasterAttr(), getSharded());
   if (failed(type))
     return failure();
+  if (getNoDecay() && getWeightDecay().convertToDouble() != 0.0)
+    return emitOpError() << "is in the no-decay group but has weight_decay "
+                         << getWeightDecay().convertToDouble();
   if (failed(verifyState(*this, symbolTable, getExpAvgAttr(), getParamAttr(),
                          *type)) ||
       failed(verifyState(*this, symbolTable, getExpAvgSqAttr(),

@@ -79,6 +79,11 @@ void TrainOptimizerPass::runOnOperation() {
   if (!(clipGradNorm >= 0.0) || !finite(clipGradNorm))
     return invalid("clip-grad-norm must be finite and >= 0 (0: no clipping)",
                    clipGradNorm);
+  if (noDecay != "1d" && noDecay != "none") {
+    entry.emitError() << "unknown no-decay group '" << noDecay
+                      << "' (expected 1d or none)";
+    return signalPassFailure();
+  }
   if (gradAccumSteps < 1 || gradAccumSteps > (int64_t(1) << 30)) {
     entry.emitError() << "grad-accum-steps must be in [1, 2^30], got "
                       << static_cast<int64_t>(gradAccumSteps);
@@ -186,6 +191,10 @@ void TrainOptimizerPass::runOnOperation() {
         accBuilder.setInsertionPointToStart(&entry.getBody().front());
       grad = AccumulateGradOp::create(accBuilder, grad.getLoc(), ref, grad);
     }
+    // The no-decay group: biases, norms and other vectors.
+    const bool exempt =
+        noDecay == "1d" && param.getTensorType().getRank() < 2;
+    const double decay = exempt ? 0.0 : weightDecay;
     if (isSgd) {
       FlatSymbolRefAttr buffer;
       if (momentum != 0.0) {
@@ -197,8 +206,9 @@ void TrainOptimizerPass::runOnOperation() {
       auto op = SGDUpdateOp::create(
           b, param.getLoc(), ref, grad, master, buffer, b.getF64FloatAttr(lr),
           b.getF64FloatAttr(momentum), b.getF64FloatAttr(dampening),
-          b.getF64FloatAttr(weightDecay), UnitAttr(), UnitAttr());
+          b.getF64FloatAttr(decay), UnitAttr(), UnitAttr(), UnitAttr());
       op.setNesterov(nesterov);
+      op.setNoDecay(exempt);
     } else {
       auto m = declareState(param, "exp_avg", after);
       if (failed(m))
@@ -209,9 +219,10 @@ void TrainOptimizerPass::runOnOperation() {
       auto op = AdamUpdateOp::create(
           b, param.getLoc(), ref, grad, master, *m, *v, b.getF64FloatAttr(lr),
           b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
-          b.getF64FloatAttr(eps), b.getF64FloatAttr(weightDecay), UnitAttr(),
-          UnitAttr());
+          b.getF64FloatAttr(eps), b.getF64FloatAttr(decay), UnitAttr(),
+          UnitAttr(), UnitAttr());
       op.setDecoupled(isAdamW);
+      op.setNoDecay(exempt);
     }
   }
 
@@ -266,12 +277,13 @@ void TrainOptimizerPass::runOnOperation() {
   entry->setAttr(kStepAttr, b.getUnitAttr());
   std::string summary =
       isSgd ? llvm::formatv("sgd lr={0} momentum={1} dampening={2} "
-                            "weight_decay={3} nesterov={4}",
-                            lr, momentum, dampening, weightDecay, (int)nesterov)
+                            "weight_decay={3} nesterov={4} no_decay={5}",
+                            lr, momentum, dampening, weightDecay, (int)nesterov,
+                            noDecay)
                   .str()
             : llvm::formatv("{0} lr={1} beta1={2} beta2={3} eps={4} "
-                            "weight_decay={5}",
-                            kind, lr, beta1, beta2, eps, weightDecay)
+                            "weight_decay={5} no_decay={6}",
+                            kind, lr, beta1, beta2, eps, weightDecay, noDecay)
                   .str();
   module->setAttr(kOptimizerAttr, b.getStringAttr(summary));
 }

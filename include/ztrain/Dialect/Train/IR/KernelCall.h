@@ -36,6 +36,8 @@ struct KernelArg {
     LearningRate, ///< double: the step's learning rate, ztrt_lr(ctx, `f`)
                   ///< (`f` is the compiled one; the executable's --lr and
                   ///< --lr-schedule decide)
+    Hyper,        ///< double: optimizer hyper-parameter `i` (a HyperParam)
+                  ///< of the run, ztrt_hyper(ctx, `i`, `f`), `f` compiled
   } kind;
   mlir::Value value;
   int64_t i = 0;
@@ -48,6 +50,11 @@ struct KernelArg {
   static KernelArg i32(int32_t v) { return {I32, {}, v}; }
   static KernelArg f64(double v) { return {F64, {}, 0, v}; }
   static KernelArg learningRate(double v) { return {LearningRate, {}, 0, v}; }
+  /// The values of ztrt.h's ztrt_hyper_id (lower-to-runtime checks).
+  enum HyperParam { Beta1, Beta2, Eps, WeightDecay, Momentum, Dampening };
+  static KernelArg hyper(HyperParam which, double compiled) {
+    return {Hyper, {}, which, compiled};
+  }
   static KernelArg i64Array(llvm::ArrayRef<int64_t> v) {
     return {I64Array, {}, 0, 0.0, llvm::SmallVector<int64_t>(v)};
   }

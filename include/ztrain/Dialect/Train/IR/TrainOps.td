@@ -1176,6 +1176,13 @@ def Train_SGDUpdateOp : Train_Op<"sgd_update", [
         {lr = 1.000000e-02 : f64, momentum = 9.000000e-01 : f64} : tensor<128x784xf32>
     ```
 
+    With `no_decay` the parameter is in the no-decay group (biases, norms
+    and other 1-D parameters by default, `train-optimizer`'s `no-decay`):
+    its `weight_decay` is 0 and the run's `--weight-decay` does not reach it.
+    The other hyper-parameters are the compiled defaults of the run's
+    (`ztrt_hyper`: the executable's `--beta1`, `--beta2`, `--eps`,
+    `--weight-decay`, `--momentum`, `--dampening`).
+
     With `sharded` (ZeRO stages 1-3), `grad` is this rank's contiguous
     slice of the flattened, zero-padded gradient; the op updates the same
     slice of the parameter and of its (partitioned) states.
@@ -1199,7 +1206,8 @@ def Train_SGDUpdateOp : Train_Op<"sgd_update", [
                        DefaultValuedAttr<F64Attr, "0.0">:$momentum,
                        DefaultValuedAttr<F64Attr, "0.0">:$dampening,
                        DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
-                       UnitAttr:$nesterov, UnitAttr:$sharded);
+                       UnitAttr:$nesterov, UnitAttr:$sharded,
+                       UnitAttr:$no_decay);
   let assemblyFormat = [{
     $param `,` $grad (`master` `(` $master^ `)`)? (`momentum_buffer` `(` $momentum_buffer^ `)`)? attr-dict `:` type($grad)
   }];
@@ -1223,6 +1231,13 @@ def Train_AdamUpdateOp : Train_Op<"adam_update", [
          epsilon = 1.000000e-08 : f64, weight_decay = 0.000000e+00 : f64, decoupled}
         : tensor<128x784xf32>
     ```
+
+    With `no_decay` the parameter is in the no-decay group (biases, norms
+    and other 1-D parameters by default, `train-optimizer`'s `no-decay`):
+    its `weight_decay` is 0 and the run's `--weight-decay` does not reach it.
+    The other hyper-parameters are the compiled defaults of the run's
+    (`ztrt_hyper`: the executable's `--beta1`, `--beta2`, `--eps`,
+    `--weight-decay`, `--momentum`, `--dampening`).
 
     With `sharded` (ZeRO stages 1-3), `grad` is this rank's contiguous
     slice of the flattened, zero-padded gradient; the op updates the same
@@ -1250,7 +1265,8 @@ def Train_AdamUpdateOp : Train_Op<"adam_update", [
                        F64Attr:$lr, F64Attr:$beta1, F64Attr:$beta2,
                        F64Attr:$epsilon,
                        DefaultValuedAttr<F64Attr, "0.0">:$weight_decay,
-                       UnitAttr:$decoupled, UnitAttr:$sharded);
+                       UnitAttr:$decoupled, UnitAttr:$sharded,
+                       UnitAttr:$no_decay);
   let assemblyFormat = [{
     $param `,` $grad (`master` `(` $master^ `)`)? `states` `(` $exp_avg `,` $exp_avg_sq `)` attr-dict `:` type($grad)
   }];

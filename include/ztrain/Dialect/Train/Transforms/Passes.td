@@ -157,6 +157,14 @@ def TrainOptimizer : Pass<"train-optimizer", "::mlir::ModuleOp"> {
     updates read every gradient times `C / (norm + 1e-6)` when the norm
     exceeds C.
 
+    Weight decay skips the no-decay group (`no-decay=1d`, the default:
+    parameters of rank < 2, that is biases, norm gains and other vectors, as
+    nanoGPT and Hugging Face's trainers group them; `no-decay=none`: every
+    parameter decays): their updates carry `no_decay` and weight decay 0.
+    The hyper-parameters written on the updates are defaults: the
+    executable's `--lr`, `--beta1`, `--beta2`, `--eps`, `--weight-decay`,
+    `--momentum` and `--dampening` replace them at run time.
+
     `grad-accum-steps=K` (K > 1) accumulates gradients over K micro-batches
     per optimizer step, as DeepSpeed's `gradient_accumulation_steps`: each
     final gradient goes into its parameter's accumulator
@@ -202,6 +210,11 @@ def TrainOptimizer : Pass<"train-optimizer", "::mlir::ModuleOp"> {
     Option<"clipGradNorm", "clip-grad-norm", "double", "0.0",
            "Clip the gradients to this global norm before the update "
            "(torch.nn.utils.clip_grad_norm_; 0: no clipping)">,
+    Option<"noDecay", "no-decay", "std::string", "\"1d\"",
+           "Which parameters weight decay skips: 1d (biases, norms and "
+           "every parameter of rank < 2, the nanoGPT / Hugging Face "
+           "convention) or none (every parameter decays, one "
+           "torch.optim group)">,
     Option<"gradAccumSteps", "grad-accum-steps", "int64_t", "1",
            "Micro-batches per optimizer step (gradient accumulation; 1: "
            "none)">

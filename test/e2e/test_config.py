@@ -1,0 +1,153 @@
+"""DeepSpeed JSON configs (--config, docs/config.md): the file's vocabulary
+builds byte for byte the executable its flags build, flags override it, and
+whatever ztrain cannot honour is listed in one line; the executable takes
+the scheduler, gradient_accumulation_steps and steps_per_print.
+"""
+
+import json
+import subprocess
+
+import pytest
+
+import e2e_util
+from ztrain import models, parity
+
+BATCH = 4
+
+
+def model(tmp_path):
+    src = tmp_path / "m.mlir"
+    src.write_text(models.gpt(batch=BATCH, seq=8, vocab=32, layers=1, width=16,
+                              heads=2).to_mlir())
+    return src
+
+
+def compile_mlir(src, flags, config=None, tmp_path=None):
+    """--emit=mlir of `src` with `flags` (and --config); (rc, stdout, stderr)."""
+    cmd = [e2e_util.require_tool("ztrain-compile"), str(src), "--emit=mlir", "-o", "-"]
+    cmd += flags
+    if config is not None:
+        path = tmp_path / "ds_config.json"
+        path.write_text(json.dumps(config))
+        cmd += ["--config", str(path)]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+DS = {
+    "train_batch_size": BATCH * 2 * 2,
+    "train_micro_batch_size_per_gpu": BATCH,
+    "gradient_accumulation_steps": 2,
+    "gradient_clipping": 1.0,
+    "bf16": {"enabled": True},
+    "communication_data_type": "fp32",
+    "zero_optimization": {"stage": 2, "overlap_comm": True, "reduce_bucket_size": 5e2,
+                          "contiguous_gradients": True,
+                          "offload_optimizer": {"device": "none"}},
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8,
+                                              "weight_decay": 0.1}},
+    "scheduler": {"type": "WarmupCosineLR",
+                  "params": {"total_num_steps": 10, "warmup_num_steps": 2,
+                             "warmup_type": "linear", "cos_min_ratio": 0.1}},
+}
+FLAGS = ["--grad-accum-steps=2", "--clip-grad-norm=1", "--precision=bf16",
+         "--reduce-dtype=fp32", "--zero-stage=2", "--overlap", "--bucket-bytes=2000",
+         "--optimizer=adamw", "--lr=0.0003", "--beta1=0.9", "--beta2=0.95", "--eps=1e-08",
+         "--weight-decay=0.1"]
+
+
+def test_config_builds_what_its_flags_build(tmp_path):
+    src = model(tmp_path)
+    rc, by_file, err = compile_mlir(src, ["--dp=2"], DS, tmp_path)
+    assert rc == 0, err
+    # The scheduler is the executable's: the compiler says so.
+    assert "note: --config: 'scheduler' is the executable's" in err
+    rc, by_flags, err2 = compile_mlir(src, ["--dp=2"] + FLAGS)
+    assert rc == 0, err2
+    assert by_file == by_flags
+    # And the file did something (the defaults build another step).
+    rc, plain, _ = compile_mlir(src, ["--dp=2"])
+    assert plain != by_file
+
+
+def test_flags_override_the_file(tmp_path):
+    src = model(tmp_path)
+    rc, mixed, err = compile_mlir(src, ["--dp=2", "--zero-stage=1", "--lr=0.01"], DS, tmp_path)
+    assert rc == 0, err
+    flags = [f for f in FLAGS if not f.startswith(("--zero-stage", "--lr"))]
+    rc, want, err = compile_mlir(src, ["--dp=2", "--zero-stage=1", "--lr=0.01"] + flags)
+    assert rc == 0, err
+    assert mixed == want
+
+
+def one_error(err):
+    lines = [l for l in err.splitlines() if "error" in l]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_what_ztrain_cannot_honour_is_one_line(tmp_path):
+    src = model(tmp_path)
+    bad = {"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"},
+                                 "stage3_prefetch_bucket_size": 5e7, "sub_group_size": 1e9},
+           "fp16": {"enabled": True, "loss_scale": 128},
+           "optimizer": {"type": "Lamb"},
+           "wall_clock_breakdown": False}
+    rc, _, err = compile_mlir(src, [], bad, tmp_path)
+    assert rc != 0
+    line = one_error(err)
+    for key in ("zero_optimization.offload_param.device=cpu", "fp16.loss_scale=128",
+                "optimizer.type=Lamb", "zero_optimization.stage3_prefetch_bucket_size",
+                "zero_optimization.sub_group_size (unknown)", "wall_clock_breakdown (unknown)"):
+        assert key in line, (key, line)
+
+
+def test_batch_sizes_are_checked_against_the_model(tmp_path):
+    src = model(tmp_path)
+    rc, _, err = compile_mlir(src, [], {"train_micro_batch_size_per_gpu": 8}, tmp_path)
+    assert rc != 0
+    assert "train_micro_batch_size_per_gpu is 8 but the model's inputs have batch 4" in one_error(err)
+    rc, _, err = compile_mlir(src, ["--dp=2"], {"train_batch_size": 16}, tmp_path)
+    assert rc != 0
+    assert ("train_batch_size is 16 but micro-batch 4 x gradient_accumulation_steps 1 x dp 2 = 8"
+            in one_error(err))
+    rc, _, err = compile_mlir(src, ["--dp=2"], {"train_batch_size": 8}, tmp_path)
+    assert rc == 0, err
+
+
+def test_executable_takes_the_scheduler(tmp_path):
+    spec = models.mlp(batch=4, in_features=8, hidden=[8], classes=3)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
+                                parity.OptimizerConfig("adamw", lr=1e-2), name="m")
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"scheduler": DS["scheduler"], "steps_per_print": 5,
+                               "zero_optimization": {"stage": 0}}))
+    a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    p = parity.run_exe(exe, 10, report=a, extra=["--config", str(cfg)], log_every=None)
+    # steps_per_print 5: progress lines at 5 and 10.
+    assert [l.split()[1] for l in p.stdout.splitlines() if l.startswith("step")] == ["5/10",
+                                                                                     "10/10"]
+    parity.run_exe(exe, 10, report=b, extra=["--lr-schedule=cosine", "--warmup-steps=2",
+                                             "--lr-decay-steps=10", "--min-lr=0.001"])
+    lr_a = [s["lr"] for s in parity.read_report(a)["steps"]]
+    lr_b = [s["lr"] for s in parity.read_report(b)["steps"]]
+    # cos_min_ratio 0.1 of the compiled 1e-2 is --min-lr 1e-3: the same
+    # formula, equal to rounding (0.1 * 1e-2 is not exactly 1e-3 in binary).
+    assert lr_a == pytest.approx(lr_b, rel=1e-12, abs=0)
+    assert lr_a[-1] == pytest.approx(1e-3, rel=1e-12)
+
+
+def test_executable_refuses_what_it_cannot_honour(tmp_path):
+    spec = models.mlp(batch=4, in_features=8, hidden=[8], classes=3)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+                                name="m")
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"scheduler": {"type": "WarmupLR",
+                                             "params": {"warmup_num_steps": 10,
+                                                        "warmup_max_lr": 1e-3}},
+                               "elasticity": {}}))
+    p = e2e_util.run([exe, "--steps", 1, "--config", cfg])
+    assert p.returncode == 2
+    line = one_error(p.stderr)
+    assert "elasticity (unknown)" in line and "DeepSpeed's default is \"log\"" in line, line

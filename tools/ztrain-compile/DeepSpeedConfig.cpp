@@ -1,0 +1,359 @@
+//===- DeepSpeedConfig.cpp - ztrain-compile --config ds_config.json ------===//
+//
+// Part of the ztrain project.
+//
+//===----------------------------------------------------------------------===//
+
+#include "DeepSpeedConfig.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <optional>
+
+using namespace llvm;
+
+namespace {
+
+/// Walks the config, collecting flags and every key it cannot honour.
+class Reader {
+public:
+  explicit Reader(ztrain::DeepSpeedFlags &out) : out(out) {}
+
+  void top(const json::Object &root);
+  /// The unknown and unsupported keys, sorted, one phrase each.
+  std::vector<std::string> problems;
+
+private:
+  void flag(StringRef name, std::string value) {
+    out.flags.push_back({name.str(), std::move(value)});
+  }
+  void unsupported(const Twine &key, const Twine &why) {
+    problems.push_back((key + " (" + why + ")").str());
+  }
+  void unknown(const Twine &key) { problems.push_back((key + " (unknown)").str()); }
+
+  static std::string number(double v) {
+    std::string s;
+    raw_string_ostream(s) << format("%.17g", v);
+    return s;
+  }
+  static std::string integer(int64_t v) { return std::to_string(v); }
+
+  /// The value as an integer >= min, or a problem named after `key`.
+  std::optional<int64_t> asInteger(const json::Value &v, const Twine &key,
+                                   int64_t min = 0) {
+    std::optional<int64_t> i = v.getAsInteger();
+    if (!i) {
+      // DeepSpeed writes sizes as 5e8 too.
+      std::optional<double> d = v.getAsNumber();
+      if (d && std::isfinite(*d) && *d == std::floor(*d) && *d < 9.0e18)
+        i = static_cast<int64_t>(*d);
+    }
+    if (!i || *i < min) {
+      unsupported(key, "expected an integer >= " + Twine(min));
+      return std::nullopt;
+    }
+    return i;
+  }
+  std::optional<double> asNumber(const json::Value &v, const Twine &key) {
+    std::optional<double> d = v.getAsNumber();
+    if (!d)
+      unsupported(key, "expected a number");
+    return d;
+  }
+  std::optional<bool> asBool(const json::Value &v, const Twine &key) {
+    std::optional<bool> b = v.getAsBoolean();
+    if (!b)
+      unsupported(key, "expected true or false");
+    return b;
+  }
+
+  void zero(const json::Object &z);
+  void offload(const json::Value &v, StringRef key);
+  void fp16(const json::Object &f);
+  void optimizer(const json::Object &o);
+
+  ztrain::DeepSpeedFlags &out;
+  /// Element counts DeepSpeed gives where ztrain takes bytes: converted once
+  /// the precision is known.
+  std::optional<int64_t> reduceBucketElements, maxLiveElements;
+  std::string precision = "fp32", commType;
+};
+
+void Reader::top(const json::Object &root) {
+  for (const auto &kv : root) {
+    StringRef key = kv.first;
+    const json::Value &v = kv.second;
+    if (key == "train_batch_size") {
+      if (auto i = asInteger(v, key, 1))
+        out.trainBatch = *i;
+    } else if (key == "train_micro_batch_size_per_gpu") {
+      if (auto i = asInteger(v, key, 1))
+        out.microBatch = *i;
+    } else if (key == "gradient_accumulation_steps") {
+      if (auto i = asInteger(v, key, 1))
+        flag("grad-accum-steps", integer(*i));
+    } else if (key == "gradient_clipping") {
+      if (auto d = asNumber(v, key))
+        flag("clip-grad-norm", number(*d));
+    } else if (key == "zero_optimization") {
+      if (const json::Object *z = v.getAsObject())
+        zero(*z);
+      else
+        unsupported(key, "expected an object");
+    } else if (key == "bf16") {
+      const json::Object *b = v.getAsObject();
+      for (const auto &e : b ? *b : json::Object()) {
+        if (StringRef(e.first) != "enabled") {
+          unknown("bf16." + StringRef(e.first));
+          continue;
+        }
+        if (auto on = asBool(e.second, "bf16.enabled"); on && *on) {
+          precision = "bf16";
+          flag("precision", "bf16");
+        }
+      }
+      if (!b)
+        unsupported(key, "expected an object");
+    } else if (key == "fp16") {
+      if (const json::Object *f = v.getAsObject())
+        fp16(*f);
+      else
+        unsupported(key, "expected an object");
+    } else if (key == "communication_data_type") {
+      std::optional<StringRef> s = v.getAsString();
+      if (s && (*s == "fp32" || *s == "bf16" || *s == "fp16"))
+        commType = s->str();
+      else
+        unsupported(key, "expected \"fp32\", \"bf16\" or \"fp16\"");
+    } else if (key == "optimizer") {
+      if (const json::Object *o = v.getAsObject())
+        optimizer(*o);
+      else
+        unsupported(key, "expected an object");
+    } else if (key == "scheduler" || key == "steps_per_print") {
+      out.forExecutable.push_back(key.str());
+    } else {
+      unknown(key);
+    }
+  }
+
+  if (llvm::count_if(out.flags, [](const auto &f) {
+        return f.first == "precision";
+      }) > 1)
+    unsupported("bf16.enabled and fp16.enabled", "both true: choose one");
+  // Conversions that need the precision.
+  const bool low = precision != "fp32";
+  if (!commType.empty() && commType != "fp32" && commType != precision)
+    unsupported("communication_data_type=" + commType,
+                "gradients are reduced in the parameters' type or fp32");
+  if (commType == "fp32" && low)
+    flag("reduce-dtype", "fp32");
+  const int64_t gradBytes = low && commType != "fp32" ? 2 : 4;
+  const int64_t paramBytes = low ? 2 : 4;
+  if (reduceBucketElements)
+    flag("bucket-bytes", integer(*reduceBucketElements * gradBytes));
+  if (maxLiveElements)
+    flag("max-live-bytes", integer(*maxLiveElements * paramBytes));
+  llvm::sort(problems);
+}
+
+void Reader::zero(const json::Object &z) {
+  for (const auto &kv : z) {
+    StringRef key = kv.first;
+    std::string name = ("zero_optimization." + key).str();
+    const json::Value &v = kv.second;
+    if (key == "stage") {
+      if (auto i = asInteger(v, name))
+        flag("zero-stage", integer(*i));
+    } else if (key == "overlap_comm") {
+      if (auto b = asBool(v, name))
+        flag("overlap", *b ? "true" : "false");
+    } else if (key == "reduce_bucket_size") {
+      if (auto i = asInteger(v, name, 0))
+        reduceBucketElements = *i;
+    } else if (key == "stage3_max_live_parameters") {
+      if (auto i = asInteger(v, name, 1))
+        maxLiveElements = *i;
+    } else if (key == "offload_optimizer" || key == "offload_param") {
+      offload(v, name);
+    } else if (key == "contiguous_gradients") {
+      // ztrain's gradient buffers are contiguous per parameter and its
+      // buckets packed: nothing to choose.
+      asBool(v, name);
+    } else if (key == "reduce_scatter" || key == "allgather_partitions") {
+      // What ztrain always does (reduce-scatter, then all-gather the
+      // partitions); false asks for DeepSpeed's all-reduce fallback.
+      if (auto b = asBool(v, name); b && !*b)
+        unsupported(name + "=false", "ztrain always reduce-scatters and "
+                                     "all-gathers partitions");
+    } else if (key == "stage3_prefetch_bucket_size") {
+      unsupported(name, "ztrain prefetches by uses ahead: --prefetch-depth");
+    } else {
+      unknown(name);
+    }
+  }
+}
+
+void Reader::offload(const json::Value &v, StringRef key) {
+  const json::Object *o = v.getAsObject();
+  if (!o) {
+    unsupported(key, "expected an object");
+    return;
+  }
+  for (const auto &kv : *o) {
+    std::string name = (key + "." + StringRef(kv.first)).str();
+    if (StringRef(kv.first) != "device") {
+      unsupported(name, "offload is not built yet");
+      continue;
+    }
+    std::optional<StringRef> device = kv.second.getAsString();
+    if (!device || *device != "none")
+      unsupported(name + "=" + (device ? *device : StringRef("?")),
+                  "offload is not built yet; \"none\" is accepted");
+  }
+}
+
+void Reader::fp16(const json::Object &f) {
+  std::optional<bool> enabled;
+  std::vector<std::pair<std::string, std::string>> tuning;
+  for (const auto &kv : f) {
+    StringRef key = kv.first;
+    std::string name = ("fp16." + key).str();
+    const json::Value &v = kv.second;
+    if (key == "enabled") {
+      enabled = asBool(v, name);
+    } else if (key == "loss_scale") {
+      // 0 is DeepSpeed's dynamic scaling, ztrain's only kind.
+      if (auto d = asNumber(v, name); d && *d != 0.0)
+        unsupported(name + "=" + number(*d),
+                    "static loss scaling; 0 (dynamic) is accepted");
+    } else if (key == "initial_scale_power") {
+      if (auto i = asInteger(v, name))
+        tuning.push_back({"initial-scale-power", integer(*i)});
+    } else if (key == "loss_scale_window") {
+      if (auto i = asInteger(v, name, 1))
+        tuning.push_back({"loss-scale-window", integer(*i)});
+    } else if (key == "hysteresis") {
+      if (auto i = asInteger(v, name, 1))
+        tuning.push_back({"hysteresis", integer(*i)});
+    } else if (key == "min_loss_scale") {
+      if (auto d = asNumber(v, name))
+        tuning.push_back({"min-loss-scale", number(*d)});
+    } else {
+      unknown(name);
+    }
+  }
+  if (enabled && *enabled) {
+    precision = "fp16";
+    flag("precision", "fp16");
+    for (auto &[name, value] : tuning)
+      flag(name, value);
+  }
+}
+
+void Reader::optimizer(const json::Object &o) {
+  std::string kind;
+  std::optional<bool> adamW;
+  if (const json::Value *t = o.get("type")) {
+    std::optional<StringRef> s = t->getAsString();
+    std::string lower = s ? s->lower() : "";
+    if (lower == "adam" || lower == "adamw" || lower == "sgd")
+      kind = lower;
+    else
+      unsupported("optimizer.type=" + (s ? *s : StringRef("?")),
+                  "ztrain has Adam, AdamW and SGD");
+  }
+  for (const auto &kv : o)
+    if (StringRef(kv.first) != "type" && StringRef(kv.first) != "params")
+      unknown("optimizer." + StringRef(kv.first));
+  std::vector<std::pair<std::string, std::string>> hyper;
+  if (const json::Value *p = o.get("params")) {
+    const json::Object *params = p->getAsObject();
+    if (!params)
+      unsupported("optimizer.params", "expected an object");
+    for (const auto &kv : params ? *params : json::Object()) {
+      StringRef key = kv.first;
+      std::string name = ("optimizer.params." + key).str();
+      const json::Value &v = kv.second;
+      if (key == "lr" || key == "eps" || key == "weight_decay" ||
+          key == "momentum" || key == "dampening") {
+        if (auto d = asNumber(v, name))
+          hyper.push_back({key == "weight_decay" ? "weight-decay" : key.str(),
+                           number(*d)});
+      } else if (key == "betas") {
+        const json::Array *a = v.getAsArray();
+        std::optional<double> b1, b2;
+        if (a && a->size() == 2) {
+          b1 = (*a)[0].getAsNumber();
+          b2 = (*a)[1].getAsNumber();
+        }
+        if (b1 && b2) {
+          hyper.push_back({"beta1", number(*b1)});
+          hyper.push_back({"beta2", number(*b2)});
+        } else {
+          unsupported(name, "expected [beta1, beta2]");
+        }
+      } else if (key == "nesterov") {
+        if (auto b = asBool(v, name); b && *b)
+          hyper.push_back({"nesterov", "true"});
+      } else if (key == "adam_w_mode") {
+        adamW = asBool(v, name);
+      } else if (key == "torch_adam") {
+        asBool(v, name); // which kernel DeepSpeed uses: the same update
+      } else {
+        unknown(name);
+      }
+    }
+  }
+  // DeepSpeed's "Adam" is FusedAdam with adam_w_mode on by default: AdamW.
+  if (kind == "adam" && adamW.value_or(true))
+    kind = "adamw";
+  else if (kind == "adamw" && adamW && !*adamW)
+    kind = "adam";
+  if (!kind.empty())
+    flag("optimizer", kind);
+  for (auto &[name, value] : hyper)
+    flag(name, value);
+}
+
+} // namespace
+
+bool ztrain::readDeepSpeedConfig(StringRef path, DeepSpeedFlags &out,
+                                 std::string &error) {
+  auto buffer = MemoryBuffer::getFile(path, /*IsText=*/true);
+  if (!buffer) {
+    error = ("--config: cannot read '" + path +
+             "': " + buffer.getError().message())
+                .str();
+    return false;
+  }
+  Expected<json::Value> root = json::parse((*buffer)->getBuffer());
+  if (!root) {
+    error = ("--config '" + path + "': not JSON: " + toString(root.takeError()))
+                .str();
+    return false;
+  }
+  const json::Object *object = root->getAsObject();
+  if (!object) {
+    error = ("--config '" + path + "': expected a JSON object").str();
+    return false;
+  }
+  Reader reader(out);
+  reader.top(*object);
+  if (!reader.problems.empty()) {
+    error = ("--config '" + path + "': " +
+             Twine(reader.problems.size() == 1 ? "a key" : "keys") +
+             " ztrain cannot honour: " + join(reader.problems, "; "))
+                .str();
+    return false;
+  }
+  llvm::sort(out.forExecutable);
+  return true;
+}
