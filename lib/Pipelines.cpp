@@ -38,6 +38,8 @@ void ztrain::buildTrainingPipeline(OpPassManager &pm,
     precision.minLossScale = options.minLossScale;
     pm.addPass(train::createTrainPrecision(precision));
   }
+  if (options.eval)
+    pm.addPass(train::createTrainEvalEntry());
   pm.addPass(train::createTrainAutodiff());
   train::TrainOptimizerOptions opt;
   opt.kind = options.optimizer;

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The main job: compiles the bundled character-level GPT (examples/gpt.mlir)
 # for ZeRO stage 3 on 2 ranks (AdamW), trains it on the bundled public-domain
-# text with ztrain-run (mpirun), and prints the loss as it falls, then the
-# memory and communication zero-report predicted beside what the run
-# measured. Outputs (weights, reports, IR of every stage) go under out/.
+# text with ztrain-run (mpirun), and prints the loss as it falls, a sample
+# of the trained model, then the memory and communication zero-report
+# predicted beside what the run measured. Outputs (weights, reports, IR of every stage) go under out/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -22,10 +22,12 @@ echo "== compiling examples/gpt.mlir for ZeRO stage $STAGE on $RANKS ranks"
   --ztrain-zero="stage=$STAGE dp=$RANKS overlap=true" --plan-memory \
   --zero-report="format=json output=out/zero-report.json" -o /dev/null
 echo "   IR after every pass: out/ir/"
-echo "== training on examples/data/genesis-kjv.txt: $RANKS ranks x 8 sequences, $STEPS steps"
+echo "== training on examples/data/genesis-kjv.txt: $RANKS ranks x 8 sequences, $STEPS steps,"
+echo "   then a sample of the trained model (temperature 0.8, top-k 200)"
 "$BIN/ztrain-run" --np $RANKS out/gpt --steps "$STEPS" --seed 1 --threads 1 \
   --data examples/data/genesis-kjv.txt --log-every 50 \
-  --save out/gpt.safetensors --report out/report.json
+  --save out/gpt.safetensors --report out/report.json \
+  --sample "And God said" --sample-tokens 160
 echo "== zero-report vs the run"
 python3 scripts/compare-report.py out/zero-report.json out/report.json
 echo "== weights: out/gpt.safetensors, report: out/report.json"

@@ -50,7 +50,7 @@ class Dropout(nn.Module):
         self.p, self.stream, self.run = p, stream, run
 
     def forward(self, x):
-        if self.p == 0.0:
+        if self.p == 0.0 or not self.training:   # model.eval(): the identity
             return x
         keep = rng.dropout_keep(tuple(x.shape), self.p, self.run["seed"],
                                 self.stream, self.run["step"])

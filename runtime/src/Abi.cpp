@@ -572,6 +572,19 @@ double ztrt_lr(ztrt_ctx *ctx, double compiled) {
   return ctx->stepLr;
 }
 
+void ztrt_set_output(ztrt_ctx *ctx, int32_t dtype, const void *ptr,
+                     int64_t n) {
+  backendOf(ctx, "set_output");
+  checkDType("set_output", dtype);
+  checkCount("set_output", "element count", n);
+  if (!ptr)
+    fatal("set_output: null buffer");
+  ctx->output = ptr;
+  ctx->outputElems = n;
+  ctx->outputType = dtype;
+  ctx->outputSet = true;
+}
+
 double ztrt_hyper(ztrt_ctx *ctx, int32_t id, double compiled) {
   backendOf(ctx, "hyper");
   if (id < 0 || id >= ZTRT_HYPER_COUNT)

@@ -589,17 +589,50 @@ CheckpointIndex readCheckpointIndex(const std::string &named,
   return index;
 }
 
+/// A descriptor's records that decide what the steps compute, without the
+/// ones that only say how this build lays the model out on its ranks (the
+/// grid, storage suffixes, gradient buffers, arenas) or what else it has
+/// compiled (its FLOP count, the evaluation function): a checkpoint
+/// resumes in any layout of the same model.
+static std::vector<std::string> layoutFreeRecords(const std::string &text) {
+  std::vector<std::string> out;
+  for (std::string line : nonEmptyLines(text)) {
+    std::string kind = line.substr(0, line.find(' '));
+    if (kind == "grid" || kind == "grad" || kind == "arena" ||
+        kind == "flops" || kind == "eval")
+      continue;
+    if (kind == "param" || kind == "state") {
+      size_t store = line.find(" store ");
+      if (store != std::string::npos)
+        line.resize(store);
+    }
+    out.push_back(line);
+  }
+  return out;
+}
+
+bool checkpointLayoutMatches(const CheckpointIndex &index,
+                             const Descriptor &desc, int64_t ranks) {
+  if (index.worldSize != ranks)
+    return false;
+  for (const CheckpointTensor &want : checkpointTensors(desc)) {
+    auto it = std::find_if(index.tensors.begin(), index.tensors.end(),
+                           [&](const CheckpointTensor &t) {
+                             return t.spec.name == want.spec.name;
+                           });
+    if (it == index.tensors.end() || it->spec.store != want.spec.store ||
+        it->spec.storeElems != want.spec.storeElems)
+      return false;
+  }
+  return true;
+}
+
 void checkResumable(const CheckpointIndex &index, const Descriptor &desc,
                     const char *descriptorText, int64_t ranks) {
   const char *dir = index.named.c_str();
-  // The number of ranks first: it changes every sharded tensor's storage,
-  // and is what a user who relaunched differently needs to hear.
-  if (index.worldSize != ranks)
-    fatal("--resume '%s': the checkpoint was written for dp=%lld, this run "
-          "has dp=%lld; resume with the same number of ranks and the same "
-          "build",
-          dir, static_cast<long long>(index.worldSize),
-          static_cast<long long>(ranks));
+  // Another number of ranks or ZeRO stage is resharded on load (a
+  // universal checkpoint): the tensors must be the same ones, each with its
+  // type and shape; only their storage may differ.
   std::vector<CheckpointTensor> model = checkpointTensors(desc);
   for (const CheckpointTensor &want : model) {
     const char *kind = want.kindName();
@@ -614,8 +647,7 @@ void checkResumable(const CheckpointIndex &index, const Descriptor &desc,
             dir, kind, name);
     const StoredTensorSpec &have = it->spec;
     if (it->kind != want.kind || have.type != want.spec.type ||
-        have.shape != want.spec.shape || have.store != want.spec.store ||
-        have.storeElems != want.spec.storeElems)
+        have.shape != want.spec.shape)
       fatal("--resume '%s': %s '%s' is %s in the checkpoint, this model has "
             "%s",
             dir, kind, name, describeStorage(have).c_str(),
@@ -629,18 +661,18 @@ void checkResumable(const CheckpointIndex &index, const Descriptor &desc,
       fatal("--resume '%s': the checkpoint has %s '%s', which this model "
             "does not have",
             dir, have.kindName(), have.spec.name.c_str());
-  // Everything the runtime allocates agrees; the rest of the descriptor
-  // (optimizer hyper-parameters, inputs, batch size) decides what the steps
+  // The rest of the descriptor (optimizer hyper-parameters, inputs, batch
+  // size, loss scaling, clipping, accumulation) decides what the steps
   // compute, so continuing "exactly" needs it unchanged too.
-  std::vector<std::string> saved = nonEmptyLines(index.descriptor),
-                           current = nonEmptyLines(descriptorText);
+  std::vector<std::string> saved = layoutFreeRecords(index.descriptor),
+                           current = layoutFreeRecords(descriptorText);
   for (size_t i = 0; i < std::max(saved.size(), current.size()); ++i) {
     const char *a = i < saved.size() ? saved[i].c_str() : "(none)";
     const char *b = i < current.size() ? current[i].c_str() : "(none)";
     if (std::strcmp(a, b) != 0)
-      fatal("--resume '%s': descriptor record %zu is '%s' in the checkpoint, "
+      fatal("--resume '%s': descriptor record '%s' in the checkpoint is "
             "'%s' in this model",
-            dir, i + 1, a, b);
+            dir, a, b);
   }
   // The same descriptor: a loss_scale record in both or in neither.
   if (desc.lossScale && !index.lossScaler)
@@ -656,16 +688,56 @@ void checkResumable(const CheckpointIndex &index, const Descriptor &desc,
 
 void loadCheckpointShard(ztrt_ctx &ctx, const Descriptor &desc,
                          const CheckpointIndex &index) {
-  SafetensorsFile file = readShard(index, ctx.comm().rank(), "--resume");
-  checkShardChecksums(index, ctx.comm().rank(), file, "--resume");
   Backend &backend = ctx.backend();
-  // checkResumable made sure that the index, and so (readShard) the file,
-  // has every tensor of the descriptor with its storage size.
+  const int64_t rank = ctx.comm().rank(), ranks = ctx.comm().count();
+  // checkResumable made sure that the index has every tensor of the
+  // descriptor with its type and shape.
   std::vector<CheckpointTensor> specs = checkpointTensors(desc);
   std::vector<void *> storage = checkpointStorage(ctx);
-  for (size_t i = 0; i < specs.size(); ++i)
-    backend.copyFromHost(storage[i], file.find(specs[i].spec.name)->data,
-                         specs[i].spec.storeBytes);
+  if (checkpointLayoutMatches(index, desc, ranks)) {
+    // This rank's storage is its shard file's, byte for byte.
+    SafetensorsFile file = readShard(index, rank, "--resume");
+    checkShardChecksums(index, rank, file, "--resume");
+    for (size_t i = 0; i < specs.size(); ++i)
+      backend.copyFromHost(storage[i], file.find(specs[i].spec.name)->data,
+                           specs[i].spec.storeBytes);
+  } else {
+    // Resharding (another dp or ZeRO stage): every tensor whole from the
+    // checkpoint's shards (as ztrain-consolidate assembles them), then
+    // this rank's storage of it under this build's layout, padding zero.
+    std::vector<std::vector<char>> full(specs.size());
+    std::vector<const StoredTensorSpec *> saved(specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      auto it = std::find_if(index.tensors.begin(), index.tensors.end(),
+                             [&](const CheckpointTensor &t) {
+                               return t.spec.name == specs[i].spec.name;
+                             });
+      saved[i] = &it->spec;
+      full[i].resize(static_cast<size_t>(it->spec.bytes));
+    }
+    for (int64_t r = 0; r < index.worldSize; ++r) {
+      SafetensorsFile file = readShard(index, r, "--resume");
+      checkShardChecksums(index, r, file, "--resume");
+      for (size_t i = 0; i < specs.size(); ++i) {
+        const StoredTensorSpec &spec = *saved[i];
+        if (spec.store == StoreMode::Full && r != 0)
+          continue;
+        StorageSlice slice = spec.slice(r);
+        std::memcpy(full[i].data() + slice.begin * spec.elemBytes(),
+                    file.find(spec.name)->data,
+                    static_cast<size_t>(slice.count * spec.elemBytes()));
+      }
+    }
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const StoredTensorSpec &spec = specs[i].spec;
+      std::vector<char> mine(static_cast<size_t>(spec.storeBytes), 0);
+      StorageSlice slice = spec.slice(rank);
+      std::memcpy(mine.data(),
+                  full[i].data() + slice.begin * spec.elemBytes(),
+                  static_cast<size_t>(slice.count * spec.elemBytes()));
+      backend.copyFromHost(storage[i], mine.data(), spec.storeBytes);
+    }
+  }
   // checkResumable made sure the state is there when the model scales.
   if (ctx.scaler && !ctx.scaler->restore(*index.lossScaler))
     fatal("--resume '%s': the \"loss_scaler\" state (scale %g, hysteresis "

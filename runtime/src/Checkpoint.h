@@ -157,15 +157,24 @@ std::string resolveCheckpoint(const std::string &path, const char *what);
 CheckpointIndex readCheckpointIndex(const std::string &path, const char *what);
 
 /// Fatal with one line naming both values if `index` cannot continue the
-/// model of `desc` / `descriptorText` on `ranks` ranks: another number of
-/// ranks, a missing or extra tensor, another dtype, shape or storage, or any
-/// other difference in the descriptor (optimizer, inputs).
+/// model of `desc` / `descriptorText`: a missing or extra tensor, another
+/// dtype or shape, or any other difference in the descriptor (optimizer,
+/// inputs, loss scaling) except the layout on the ranks (grid, storage,
+/// gradient buffers, arenas): another number of ranks or ZeRO stage is
+/// resharded on load (a universal checkpoint).
 void checkResumable(const CheckpointIndex &index, const Descriptor &desc,
                     const char *descriptorText, int64_t ranks);
 
+/// Whether `index` stores every tensor exactly as this build on `ranks`
+/// ranks does (then each rank loads its own shard file as it is).
+bool checkpointLayoutMatches(const CheckpointIndex &index,
+                             const Descriptor &desc, int64_t ranks);
+
 /// Fills this rank's parameter, state and buffer storage from its shard
 /// file, after checking every tensor against its CRC-32C in the index;
-/// `index` has passed checkResumable.
+/// `index` has passed checkResumable. In another layout (checkpoint-
+/// LayoutMatches false) every rank reads every shard file, assembles each
+/// tensor whole and takes its own storage of it.
 void loadCheckpointShard(ztrt_ctx &ctx, const Descriptor &desc,
                          const CheckpointIndex &index);
 

@@ -196,6 +196,12 @@ struct ztrt_ctx {
   /// until known).
   double clipCoef = 1.0, gradNorm = 0.0;
 
+  // --- The output of a forward function (ztrt_set_output) ----------------
+  const void *output = nullptr;
+  int64_t outputElems = 0;
+  int32_t outputType = 0;
+  bool outputSet = false;
+
   // --- Optimizer hyper-parameters (ztrt_hyper) ----------------------------
   /// The run's overrides (--beta1 ... --dampening), by ztrt_hyper_id.
   std::array<std::optional<double>, ZTRT_HYPER_COUNT> hyperOverrides;

@@ -494,6 +494,24 @@ Descriptor parseDescriptor(const char *text) {
       if (!(maxNorm > 0.0))
         p.error("max norm must be positive");
       desc.clipGradNorm = maxNorm;
+    } else if (kind == "flops") {
+      int64_t flops = p.integer("flops");
+      p.end();
+      if (flops < 0)
+        p.error("flops must be >= 0");
+      desc.flopsPerStep = flops;
+    } else if (kind == "logits") {
+      TensorSpec spec;
+      p.tensor(spec, /*sixteen=*/true);
+      p.end();
+      if (desc.logits)
+        p.error("second logits record");
+      desc.logits = spec;
+    } else if (kind == "eval") {
+      p.end();
+      if (desc.hasEval)
+        p.error("second eval record");
+      desc.hasEval = true;
     } else if (kind == "grad_accum") {
       int64_t steps = p.integer("micro-batches");
       p.end();

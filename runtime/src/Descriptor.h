@@ -160,6 +160,15 @@ struct Descriptor {
   /// ztrt_accumulation_boundary); K micro-batches per optimizer step by
   /// default. 0 when absent.
   int64_t gradAccumSteps = 0;
+  /// `eval`: the model defines ztrain_eval (the forward pass and loss, for
+  /// --eval-data).
+  bool hasEval = false;
+  /// `flops F`: the matrix-product FLOPs of one call of the step on one
+  /// rank (the compiler's count); 0 when unknown.
+  int64_t flopsPerStep = 0;
+  /// `logits logits <dtype> <shape>`: the model defines ztrain_logits,
+  /// whose result (ztrt_set_output) has this type and shape.
+  std::optional<TensorSpec> logits;
 };
 
 /// Every byte a rank allocates through the context for this model: its

@@ -17,6 +17,7 @@
 #include "src/Descriptor.h"
 #include "src/Init.h"
 #include "src/Json.h"
+#include "src/Rng.h"
 #include "src/Safetensors.h"
 #include "src/Support.h"
 #include "src/Trace.h"
@@ -94,6 +95,16 @@ const char kUsage[] =
     "                     tokens), u16 / u32 (little-endian token ids, as\n"
     "                     nanoGPT's train.bin), npy (a 1-D token array) or\n"
     "                     auto (default: by the extension; .bin is u16)\n"
+    "  --eval-data F      evaluate the loss on F (the --data formats) with\n"
+    "                     the forward pass only, after the last step and\n"
+    "                     every --eval-every N steps, over --eval-steps M\n"
+    "                     batches (default 10)\n"
+    "  --sample TEXT      after training, continue TEXT (bytes as tokens)\n"
+    "                     with --sample-tokens N (200) tokens drawn at\n"
+    "                     --temperature T (0.8; 0: greedy) from the --top-k K\n"
+    "                     (200; 0: all) most likely, seeded by --seed\n"
+    "  --peak-tflops P    the peak TFLOP/s of one rank's device, for the MFU\n"
+    "                     in the progress line (achieved matmul FLOPs / P)\n"
     "  --grad-accum-steps K  micro-batches per optimizer step: gradients\n"
     "                     accumulate over K batches before each update\n"
     "                     (default: the compiled ztrain-compile\n"
@@ -563,6 +574,7 @@ std::string rankJson(const ztrt_ctx &ctx, const Descriptor &desc, int rank,
 /// are the means over ranks), `ranks` has every rank's own.
 void writeReport(const std::string &path, const ztrt_ctx &ctx,
                  const Descriptor &desc, const std::vector<StepRecord> &records,
+                 const std::vector<std::pair<int64_t, float>> &evals,
                  int threads, int worldSize,
                  const std::vector<std::string> &ranks) {
   std::string json = format(
@@ -587,11 +599,23 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
     json += "}";
   }
   json += records.empty() ? "],\n" : "\n  ],\n";
+  if (!evals.empty()) {
+    json += "  \"eval\": [";
+    for (size_t i = 0; i < evals.size(); ++i)
+      json += format("%s\n    {\"step\": %lld, \"loss\": %s}", i ? "," : "",
+                     static_cast<long long>(evals[i].first),
+                     jsonLoss(evals[i].second).c_str());
+    json += "\n  ],\n";
+  }
   if (ctx.clipMaxNorm)
     json += format("  \"clip_grad_norm\": %.17g,\n", *ctx.clipMaxNorm);
   if (ctx.accumSteps > 0)
     json += format("  \"grad_accum_steps\": %lld,\n",
                    static_cast<long long>(ctx.accumSteps));
+  if (desc.flopsPerStep > 0)
+    json += format("  \"flops_per_step_per_rank\": %lld,\n",
+                   static_cast<long long>(desc.flopsPerStep *
+                                          std::max<int64_t>(1, ctx.accumSteps)));
   {
     // The hyper-parameters the updates used (the run's or the compiled).
     std::string h;
@@ -718,7 +742,15 @@ Options parseOptions(int argc, char **argv, int rank) {
                                          "--weight-decay",
                                          "--momentum",
                                          "--dampening",
-                                         "--config"};
+                                         "--config",
+                                         "--eval-data",
+                                         "--eval-every",
+                                         "--eval-steps",
+                                         "--peak-tflops",
+                                         "--sample",
+                                         "--sample-tokens",
+                                         "--temperature",
+                                         "--top-k"};
     bool known = false;
     for (const char *name : valued)
       known = known || flag == name;
@@ -739,6 +771,34 @@ Options parseOptions(int argc, char **argv, int rank) {
     given.insert(flag);
     if (flag == "--config")
       configPath = value;
+    else if (flag == "--eval-data")
+      opts.evalData = value;
+    else if (flag == "--eval-every")
+      opts.evalEvery = parseInteger(flag, value, 0);
+    else if (flag == "--eval-steps")
+      opts.evalSteps = parseInteger(flag, value, 1);
+    else if (flag == "--sample") {
+      opts.sample = value;
+      opts.sampleGiven = true;
+    } else if (flag == "--sample-tokens")
+      opts.sampleTokens = parseInteger(flag, value, 1);
+    else if (flag == "--top-k")
+      opts.topK = parseInteger(flag, value, 0);
+    else if (flag == "--temperature") {
+      char *end = nullptr;
+      double v = std::strtod(value.c_str(), &end);
+      if (*end != '\0' || !(v >= 0.0) || !std::isfinite(v))
+        usageError("flag --temperature: '%s' is not a finite number >= 0",
+                   value.c_str());
+      opts.temperature = v;
+    } else if (flag == "--peak-tflops") {
+      char *end = nullptr;
+      double v = std::strtod(value.c_str(), &end);
+      if (*end != '\0' || !(v > 0.0) || !std::isfinite(v))
+        usageError("flag --peak-tflops: '%s' is not a finite number > 0",
+                   value.c_str());
+      opts.peakTflops = v;
+    }
     else if (flag == "--steps")
       opts.steps = parseInteger(flag, value, 0);
     else if (flag == "--seed") {
@@ -829,6 +889,10 @@ Options parseOptions(int argc, char **argv, int rank) {
     usageError("flag %s shapes a decaying schedule; with --lr-schedule="
                "constant it has no effect (add --lr-schedule=cosine or linear)",
                minLrGiven ? "--min-lr" : "--lr-decay-steps");
+  if (opts.evalData.empty() &&
+      (given.count("--eval-every") || given.count("--eval-steps")))
+    usageError("flag %s needs --eval-data FILE",
+               given.count("--eval-every") ? "--eval-every" : "--eval-steps");
   if (opts.checkpointEvery > 0 && opts.saveCheckpoint.empty())
     usageError("flag --checkpoint-every needs --save-checkpoint DIR");
   if (opts.keepCheckpoints > 0 && opts.saveCheckpoint.empty())
@@ -886,7 +950,8 @@ void checkHyperOverrides(const Descriptor &desc, const Options &opts) {
 /// The step the collective watchdog names in its message.
 std::atomic<int64_t> watchdogStep{0};
 
-int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
+int runMain(int argc, char **argv, const char *descriptor, StepFn step,
+            StepFn eval, StepFn logitsFn) {
   // Past the file-size limit (ulimit -f) a write fails with EFBIG instead of
   // killing the process with SIGXFSZ: the writer's error removes its
   // temporary file and says which file could not be written.
@@ -965,6 +1030,18 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   Backend &backend = ctx.backend();
   Communicator &comm = ctx.comm();
   checkDeviceMemory(backend, comm, desc, opts);
+  // A large model takes seconds to allocate and initialize: say so first.
+  if (rank == 0 && plannedBytes(desc).total() >= (int64_t(1) << 30)) {
+    double params = 0.0;
+    for (const ParamSpec &spec : desc.params)
+      params += static_cast<double>(spec.numel);
+    std::printf("starting: %.1fM parameters, %s per rank planned; "
+                "initializing\n",
+                params / 1e6,
+                formatBytes(static_cast<uint64_t>(plannedBytes(desc).total()))
+                    .c_str());
+    std::fflush(stdout);
+  }
   if (opts.threads > 0)
     backend.setThreads(opts.threads);
   if (!opts.trace.empty()) {
@@ -995,6 +1072,14 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
   std::unique_ptr<DataSource> data =
       createDataSource(desc, opts.data, opts.seed, rank, ranks,
                        opts.dataFormat);
+  std::unique_ptr<DataSource> evalSource;
+  if (!opts.evalData.empty()) {
+    if (!desc.hasEval || !eval)
+      refuse("--eval-data: this model was compiled without evaluation "
+             "(ztrain-compile --eval=false); recompile without it");
+    evalSource = createDataSource(desc, opts.evalData, opts.seed, rank, ranks,
+                                  opts.dataFormat);
+  }
 
   // Parameters and states take their per-rank storage (E elements), which
   // is what the compiler's memory prediction counts.
@@ -1046,9 +1131,87 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     staging.emplace_back(static_cast<size_t>(spec.bytes));
   int width = static_cast<int>(std::to_string(last).size());
   std::vector<StepRecord> records;
+  // Evaluation after step t: the same --eval-steps batches every time (so
+  // the numbers compare across the run), forward only; the mean loss over
+  // them and over the ranks.
+  std::vector<std::pair<int64_t, float>> evals;
+  auto evaluate = [&](int64_t t) {
+    double sum = 0.0;
+    for (int64_t u = 1; u <= opts.evalSteps; ++u) {
+      for (size_t i = 0; i < desc.inputs.size(); ++i) {
+        evalSource->fill(u, i, staging[i].data());
+        backend.copyFromHost(ctx.inputs[i], staging[i].data(),
+                             desc.inputs[i].bytes);
+      }
+      ctx.lossSet = false;
+      eval(&ctx);
+      ctx.synchronize();
+      ctx.requireCollectivesWaited("evaluation", t);
+      if (!ctx.lossSet)
+        fatal("evaluation after step %lld: the model did not report a loss",
+              static_cast<long long>(t));
+      sum += ctx.loss;
+    }
+    const float loss = meanOverRanks(
+        comm, static_cast<float>(sum / static_cast<double>(opts.evalSteps)));
+    evals.push_back({t, loss});
+    if (rank == 0 && opts.logEvery > 0) {
+      std::printf("eval %*lld/%lld  loss %.7g  (%lld batches)\n", width,
+                  static_cast<long long>(t), static_cast<long long>(last),
+                  loss, static_cast<long long>(opts.evalSteps));
+      std::fflush(stdout);
+    }
+  };
+
   // Gradient accumulation: each optimizer step runs the compiled step once
   // per micro-batch; the last one's call runs the updates.
   const int64_t micro = std::max<int64_t>(1, ctx.accumSteps);
+
+  // Throughput in the progress line: tokens per second for a language
+  // model (inputs tokens, targets: i32 [B, T]), achieved TFLOP/s per rank
+  // from the compiler's matmul FLOP count (and MFU against --peak-tflops),
+  // and the time left, from the mean of this run's steps after its first.
+  const bool tokenModel = desc.inputs.size() == 2 &&
+                          desc.inputs[0].type == ElemType::I32 &&
+                          desc.inputs[0].shape.size() == 2 &&
+                          desc.inputs[0].shape == desc.inputs[1].shape;
+  const double tokensPerStep =
+      tokenModel ? static_cast<double>(desc.inputs[0].numel) * ranks * micro
+                 : 0.0;
+  const double flopsPerStep = static_cast<double>(desc.flopsPerStep) * micro;
+  double steadyMs = 0.0;
+  int64_t steadySteps = 0;
+  auto throughputText = [&](int64_t t, double ms) {
+    std::string s;
+    if (t > first) { // the first step of a run warms caches and threads
+      steadyMs += ms;
+      ++steadySteps;
+    }
+    if (tokensPerStep > 0.0 && ms > 0.0) {
+      const double rate = tokensPerStep / (ms / 1e3);
+      s += rate >= 1e6   ? format("  %.2fM tok/s", rate / 1e6)
+           : rate >= 1e3 ? format("  %.1fk tok/s", rate / 1e3)
+                         : format("  %.0f tok/s", rate);
+    }
+    if (flopsPerStep > 0.0 && ms > 0.0) {
+      const double tflops = flopsPerStep / (ms / 1e3) / 1e12;
+      s += format("  %.3g TFLOP/s", tflops);
+      if (opts.peakTflops > 0.0)
+        s += format(" (MFU %.1f%%)", 100.0 * tflops / opts.peakTflops);
+    }
+    if (steadySteps > 0 && t < last) {
+      const double left =
+          steadyMs / static_cast<double>(steadySteps) * (last - t) / 1e3;
+      if (left >= 1.0) {
+        const long long secs = std::llround(left);
+        s += secs >= 3600 ? format("  ETA %lldh%02lldm", secs / 3600,
+                                   secs / 60 % 60)
+             : secs >= 60 ? format("  ETA %lldm%02llds", secs / 60, secs % 60)
+                          : format("  ETA %llds", secs);
+      }
+    }
+    return s;
+  };
   for (int64_t t = first; t <= last; ++t) {
     ctx.step = t;
     watchdogStep.store(t);
@@ -1129,11 +1292,15 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
       if (ctx.scaler)
         scale += format("  loss scale %.17g%s", ctx.stepScale,
                        ctx.skipUpdates ? " (overflow: step skipped)" : "");
+      scale += throughputText(t, ms);
       std::printf("step %*lld/%lld  loss %.7g  %.2f ms/step%s\n", width,
                   static_cast<long long>(t), static_cast<long long>(last),
                   meanLoss, ms, scale.c_str());
       std::fflush(stdout);
     }
+    if (evalSource &&
+        (t == last || (opts.evalEvery > 0 && t % opts.evalEvery == 0)))
+      evaluate(t);
     // The last step's checkpoint is the one written below.
     if (opts.checkpointEvery > 0 && t % opts.checkpointEvery == 0 && t != last)
       checkpoint(t);
@@ -1149,9 +1316,104 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step) {
     std::vector<std::string> perRank =
         comm.gatherToRoot(rankJson(ctx, desc, rank, records));
     if (rank == 0)
-      writeReport(opts.report, ctx, desc, records, backend.threads(), ranks,
-                  perRank);
+      writeReport(opts.report, ctx, desc, records, evals, backend.threads(),
+                  ranks, perRank);
   }
+  // Sampling (--sample): a byte-level language model continues the prompt,
+  // one forward pass of the logits function per token (the context is the
+  // last T tokens, in row 0 of the batch; causal attention makes the
+  // positions after it irrelevant). Every rank computes the same logits and
+  // draws the same token from the same seeded stream; rank 0 prints.
+  if (opts.sampleGiven) {
+    if (!tokenModel)
+      refuse("--sample needs a language model with inputs (tokens, targets), "
+             "both i32 [B, T]");
+    if (!desc.logits || !logitsFn)
+      refuse("--sample: this model has no logits function (its loss is not "
+             "a cross-entropy of logits, or it was compiled with --eval=false)");
+    const int64_t B = desc.inputs[0].shape[0], T = desc.inputs[0].shape[1];
+    const TensorSpec &ls = *desc.logits;
+    const int64_t V = ls.shape.empty() ? 0 : ls.shape.back();
+    if (V <= 0 || ls.numel != B * T * V)
+      refuse("--sample: the logits [%s] are not [B*T, V] of the inputs' "
+             "[%lld, %lld]",
+             formatShape(ls.shape).c_str(), static_cast<long long>(B),
+             static_cast<long long>(T));
+    const int64_t bound = desc.inputs[0].bound > 0 ? desc.inputs[0].bound : V;
+    std::vector<int32_t> tokens;
+    for (unsigned char c : opts.sample) {
+      if (c >= bound)
+        refuse("--sample: byte %u of the prompt is not a token of this "
+               "model's vocabulary of %lld",
+               static_cast<unsigned>(c), static_cast<long long>(bound));
+      tokens.push_back(c);
+    }
+    if (tokens.empty())
+      refuse("--sample: the prompt is empty");
+    const uint64_t key = rng::streamKey(opts.seed, "sample");
+    std::vector<char> host(static_cast<size_t>(ls.bytes));
+    std::vector<float> row(static_cast<size_t>(V));
+    std::string text = opts.sample;
+    for (int64_t i = 0; i < opts.sampleTokens; ++i) {
+      const int64_t n = std::min<int64_t>(T, tokens.size());
+      std::vector<int32_t> in(static_cast<size_t>(B * T), 0);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = 0; j < n; ++j)
+          in[b * T + j] = tokens[tokens.size() - n + j];
+      backend.copyFromHost(ctx.inputs[0], in.data(), desc.inputs[0].bytes);
+      std::fill(in.begin(), in.end(), 0);
+      backend.copyFromHost(ctx.inputs[1], in.data(), desc.inputs[1].bytes);
+      ctx.outputSet = false;
+      logitsFn(&ctx);
+      ctx.synchronize();
+      ctx.requireCollectivesWaited("sampling");
+      if (!ctx.outputSet || ctx.outputElems != ls.numel)
+        fatal("sampling: the logits function did not hand over its %lld "
+              "logits (ztrt_set_output)",
+              static_cast<long long>(ls.numel));
+      backend.copyToHost(host.data(), ctx.output, ls.bytes);
+      convertElements(ls.type,
+                      host.data() + (n - 1) * V * ls.elemBytes(),
+                      ElemType::F32, row.data(), V);
+      int64_t next = 0;
+      if (opts.temperature == 0.0) {
+        next = std::max_element(row.begin(), row.end()) - row.begin();
+      } else {
+        // The top-k logits (ties: the lower id first), softmax at the
+        // temperature in double, one uniform draw.
+        std::vector<int64_t> ids(static_cast<size_t>(V));
+        for (int64_t v = 0; v < V; ++v)
+          ids[v] = v;
+        const int64_t k = opts.topK > 0 ? std::min(opts.topK, V) : V;
+        std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                          [&](int64_t a, int64_t b) {
+                            return row[a] != row[b] ? row[a] > row[b] : a < b;
+                          });
+        std::vector<double> p(static_cast<size_t>(k));
+        double total = 0.0;
+        for (int64_t j = 0; j < k; ++j)
+          total += p[j] = std::exp((row[ids[j]] - row[ids[0]]) /
+                                   opts.temperature);
+        const double u = static_cast<double>(rng::draw(key, i) >> 11) *
+                         0x1p-53 * total;
+        double acc = 0.0;
+        next = ids[k - 1];
+        for (int64_t j = 0; j < k; ++j)
+          if ((acc += p[j]) > u) {
+            next = ids[j];
+            break;
+          }
+      }
+      tokens.push_back(static_cast<int32_t>(next));
+      text += static_cast<char>(next);
+    }
+    if (rank == 0) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fputc('\n', stdout);
+      std::fflush(stdout);
+    }
+  }
+
   // Each rank its own file, no communication: written last, so that a
   // failed save or report leaves no trace file either.
   if (Trace *trace = ctx.trace())

@@ -55,6 +55,18 @@ struct Options {
   int64_t gradAccumSteps = 0;
   /// --data-format: how --data is read (auto: by its extension).
   DataFormat dataFormat = DataFormat::Auto;
+  /// --eval-data F, --eval-every N (0: only after the last step),
+  /// --eval-steps M (batches per evaluation).
+  std::string evalData;
+  /// --sample PROMPT (after training): generate --sample-tokens tokens
+  /// with --temperature (0: greedy) and --top-k (0: all).
+  std::string sample;
+  bool sampleGiven = false;
+  int64_t sampleTokens = 200, topK = 200;
+  double temperature = 0.8;
+  /// --peak-tflops: a rank's device peak, for MFU (0: not shown).
+  double peakTflops = 0.0;
+  int64_t evalEvery = 0, evalSteps = 10;
   /// --beta1 ... --dampening, by ztrt_hyper_id (empty: the compiled value).
   std::array<std::optional<double>, ZTRT_HYPER_COUNT> hypers;
 };
@@ -76,8 +88,10 @@ std::unique_ptr<Backend> createBackend(const std::string &name,
 using StepFn = void (*)(ztrt_ctx *);
 
 /// Runs the whole training as one rank of the MPI job that launched this
-/// process (or as a world of one); returns the process exit status.
-int runMain(int argc, char **argv, const char *descriptor, StepFn step);
+/// process (or as a world of one); returns the process exit status. `eval`
+/// is the model's forward-only evaluation (ztrain_eval), or null.
+int runMain(int argc, char **argv, const char *descriptor, StepFn step,
+            StepFn eval = nullptr, StepFn logits = nullptr);
 
 } // namespace ztrt
 

@@ -9,7 +9,7 @@
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=1 dp=2 overlap=true" | FileCheck %s --check-prefix=S1
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 overlap=false" --overlap-schedule | FileCheck %s --check-prefix=DEPTH1
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 max-live-bytes=320 overlap=true" --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=REPORT
-// RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=3 dp=2 overlap=true" --lower-to-runtime | FileCheck %s --check-prefix=LOWER3
+// RUN: ztrain-opt %s --ztrain-training="optimizer=sgd eval=false" --ztrain-zero="stage=3 dp=2 overlap=true" --lower-to-runtime | FileCheck %s --check-prefix=LOWER3
 // RUN: ztrain-opt %s --ztrain-training=optimizer=sgd --ztrain-zero="stage=2 dp=2 bucket-bytes=300 overlap=true" --lower-to-runtime | FileCheck %s --check-prefix=LOWER2
 
 // Three layers, stage 3 over 2 ranks. Gathered sizes: w1 192 bytes, w2 256,

@@ -67,7 +67,8 @@
 // BF16-NOT: loss_scale
 // BF16-NOT: found_nonfinite
 
-// DESC: optimizer adamw lr=1.000000e-03 beta1=9.000000e-01 beta2=9.990000e-01 eps=1.000000e-08 weight_decay=0.000000e+00 no_decay=1d\0Aloss_scale init 65536 window 7 hysteresis 2 min 1\0A
+// x [2,4] w [4,3]: the forward matmul and the weight gradient, 2 x 2 x 3 x 4 each.
+// DESC: optimizer adamw lr=1.000000e-03 beta1=9.000000e-01 beta2=9.990000e-01 eps=1.000000e-08 weight_decay=0.000000e+00 no_decay=1d\0Aflops 96\0Aeval\0Alogits logits f16 2 2 3\0Aloss_scale init 65536 window 7 hysteresis 2 min 1\0A
 // DESC: call @ztrt_loss_scale(
 // DESC: call @ztrt_found_nonfinite(
 // DESC: call @ztrt_update_loss_scale(

@@ -7,22 +7,33 @@
 // RUN: ztrain-compile %s --emit=obj -o %t/step.o && test -s %t/step.o
 // RUN: ztrain-compile %s -o %t/model --optimizer=sgd --lr=0.5 --dump-ir-dir=%t/ir
 // RUN: ls %t/ir | FileCheck %s --check-prefix=DUMP
-// RUN: FileCheck %s --check-prefix=OPT < %t/ir/02-train-optimizer.mlir
+// RUN: FileCheck %s --check-prefix=OPT < %t/ir/03-train-optimizer.mlir
+// RUN: FileCheck %s --check-prefix=EVAL < %t/ir/01-train-eval-entry.mlir
+// RUN: not %t/model --steps 4 --eval-data %t/eval.safetensors --eval-steps 2 2>&1 | FileCheck %s --check-prefix=NOFILE
 // RUN: %t/model --steps 30 --log-every 10 --report %t/report.json | FileCheck %s --check-prefix=STEPS
 // RUN: FileCheck %s --check-prefix=REPORT < %t/report.json
 
 // MLIR: llvm.func @ztrain_step(
+// MLIR: llvm.func @ztrain_eval(
 // LL: @ztrain_descriptor = constant
 // LL: define void @ztrain_step(ptr
 // DUMP: 00-input.mlir
-// DUMP-NEXT: 01-train-autodiff.mlir
-// DUMP-NEXT: 02-train-optimizer.mlir
-// DUMP-NEXT: 03-plan-memory.mlir
-// DUMP-NEXT: 04-lower-to-runtime.mlir
-// DUMP-NEXT: 05-convert-arith-to-llvm.mlir
-// DUMP-NEXT: 06-convert-func-to-llvm.mlir
-// DUMP-NEXT: 07-reconcile-unrealized-casts.mlir
-// DUMP-NEXT: 08-llvm-ir.ll
+// DUMP-NEXT: 01-train-eval-entry.mlir
+// DUMP-NEXT: 02-train-autodiff.mlir
+// DUMP-NEXT: 03-train-optimizer.mlir
+// DUMP-NEXT: 04-plan-memory.mlir
+// DUMP-NEXT: 05-lower-to-runtime.mlir
+// DUMP-NEXT: 06-convert-arith-to-llvm.mlir
+// DUMP-NEXT: 07-convert-func-to-llvm.mlir
+// DUMP-NEXT: 08-reconcile-unrealized-casts.mlir
+// DUMP-NEXT: 09-llvm-ir.ll
+// The forward-only copy the executable evaluates with.
+// EVAL: func.func @f_eval(%{{.*}}) -> tensor<f32> attributes {train.eval}
+// EVAL-NEXT: train.param_read @w
+// EVAL-NEXT: train.matmul
+// EVAL-NEXT: train.cross_entropy
+// EVAL-NEXT: return
+// NOFILE: ztrain: error: --data: cannot open '{{.*}}eval.safetensors': No such file or directory
 // OPT: train.sgd_update @w, %{{.*}} {lr = 5.000000e-01 : f64}
 // STEPS: step 10/30 loss
 // STEPS: step 20/30 loss

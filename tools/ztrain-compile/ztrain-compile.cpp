@@ -376,6 +376,15 @@ int main(int argc, char **argv) {
   if (!module)
     return 1;
 
+  // A large model compiles for tens of seconds: say so before starting.
+  {
+    int64_t ops = 0;
+    module->walk([&](Operation *) { ++ops; });
+    if (ops >= 100000)
+      llvm::errs() << "ztrain-compile: compiling a model of " << ops
+                   << " ops\n";
+  }
+
   // The config's batch sizes against the model's: ztrain's micro-batch is
   // the model's batch dimension, not a setting.
   if (dsFlags.microBatch > 0 || dsFlags.trainBatch > 0) {

@@ -15,6 +15,9 @@
 //   loss_scale init <S> window <W> hysteresis <H> min <M>   (fp16)
 //   clip_grad_norm <M>                                       (--clip-grad-norm)
 //   grad_accum <K>                                           (--grad-accum-steps)
+//   eval                                       (ztrain_eval: forward and loss)
+//   logits logits <dtype> <rank> <dims...>     (ztrain_logits: the logits)
+//   flops <F>                    matmul FLOPs of one call of ztrain_step, per rank
 // (docs/runtime.md, runtime/include/ztrt.h). Parameters and states are f32,
 // bf16 or f16 (mixed precision: a 16-bit parameter's f32 `master` state);
 // a grad record names the type of the gradient buffer the parameter's
@@ -243,6 +246,34 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
          << cast<IntegerAttr>(arena.getValue()).getInt() << '\n';
   if (auto opt = module->getAttrOfType<StringAttr>(kOptimizerAttr))
     os << "optimizer " << opt.getValue() << '\n';
+  // The arithmetic of one call of the step on one rank, as MFU counts it:
+  // 2 M N K per matrix product (forward and backward are both in the IR;
+  // elementwise work is left out).
+  {
+    int64_t flops = 0;
+    entry.walk([&](MatmulOp mm) {
+      auto a = cast<RankedTensorType>(mm.getLhs().getType());
+      auto c = cast<RankedTensorType>(mm.getResult().getType());
+      int64_t k = a.getDimSize(a.getRank() - (mm.getTransposeA() ? 2 : 1));
+      flops += 2 * c.getNumElements() * k;
+    });
+    os << "flops " << flops << '\n';
+  }
+  // A forward-only evaluation function is lowered next to the step
+  // (ztrain_eval).
+  if (getEvalFunction(module))
+    os << "eval\n";
+  // The logits function's result (ztrain_logits, for sampling).
+  if (func::FuncOp logits = getLogitsFunction(module)) {
+    Type t = logits.getFunctionType().getResult(0);
+    std::string dtype = dtypeName(t);
+    if (dtype.empty() || dtype == "i32")
+      return logits.emitError() << "logits of type " << t
+                                << "; executables hold f32, bf16 or f16";
+    os << "logits logits " << dtype;
+    appendShape(os, t);
+    os << '\n';
+  }
   FailureOr<std::optional<LossScalePolicy>> scaling = getLossScalePolicy(module);
   if (failed(scaling))
     return failure();

@@ -68,6 +68,9 @@ struct LowerToRuntimePass
   using LowerToRuntimeBase::LowerToRuntimeBase;
   void runOnOperation() override;
   LogicalResult lowerStep(func::FuncOp entry, const std::string &descriptor);
+  /// Lowers `fn` into `name`(ctx), a function of runtime calls, and erases
+  /// `fn`.
+  LogicalResult lowerFunction(func::FuncOp fn, StringRef name);
 
   int64_t stage = 0;
   int64_t gridSize = 1;
@@ -123,7 +126,14 @@ void LowerToRuntimePass::runOnOperation() {
   if (failed(descriptor))
     return signalPassFailure();
   const int64_t planned = plannedStepBytes(module, entry, stage, gridSize);
+  func::FuncOp eval = getEvalFunction(module);
+  func::FuncOp logits = getLogitsFunction(module);
   if (failed(lowerStep(entry, *descriptor)))
+    return signalPassFailure();
+  // The evaluation and the logits (forward only), into the same arenas.
+  if (eval && failed(lowerFunction(eval, "ztrain_eval")))
+    return signalPassFailure();
+  if (logits && failed(lowerFunction(logits, "ztrain_logits")))
     return signalPassFailure();
   // What one rank will allocate, for tools (ztrain-compile --device-memory).
   module->setAttr("ztrain.planned_bytes",
@@ -145,13 +155,15 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
                                             const std::string &descriptor) {
   ModuleOp module = getOperation();
   MLIRContext *mctx = module.getContext();
-  auto ptrTy = LLVM::LLVMPointerType::get(mctx);
   OpBuilder b(mctx);
 
   if (module.lookupSymbol("ztrain_step") ||
+      module.lookupSymbol("ztrain_eval") ||
+      module.lookupSymbol("ztrain_logits") ||
       module.lookupSymbol("ztrain_descriptor")) {
-    module.emitError() << "the symbols ztrain_step and ztrain_descriptor are "
-                          "reserved for the lowered step";
+    module.emitError() << "the symbols ztrain_step, ztrain_eval and "
+                          "ztrain_descriptor are reserved for the lowered "
+                          "step";
     return failure();
   }
 
@@ -162,20 +174,35 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
   LLVM::GlobalOp::create(b, entry.getLoc(), strTy, /*isConstant=*/true,
                          LLVM::Linkage::External, "ztrain_descriptor",
                          b.getStringAttr(withNul));
+  return lowerFunction(entry, "ztrain_step");
+}
 
-  auto step = func::FuncOp::create(b, entry.getLoc(), "ztrain_step",
+LogicalResult LowerToRuntimePass::lowerFunction(func::FuncOp entry,
+                                                StringRef name) {
+  ModuleOp module = getOperation();
+  MLIRContext *mctx = module.getContext();
+  auto ptrTy = LLVM::LLVMPointerType::get(mctx);
+  OpBuilder b(mctx);
+  b.setInsertionPointToEnd(module.getBody());
+  auto step = func::FuncOp::create(b, entry.getLoc(), name,
                                    b.getFunctionType({ptrTy}, {}));
   Block *block = step.addEntryBlock();
   b.setInsertionPointToStart(block);
   RuntimeCalls rt(module, b, step.getArgument(0));
+  if (name != "ztrain_step")
+    rt.arrayPrefix = ("__" + name + "_i64_").str();
   StepLowering s(module, entry, rt, stage, gridSize);
 
   Block &body = entry.getBody().front();
   for (BlockArgument arg : entry.getArguments())
     s.bind(arg, rt.call("input", {rt.i64(arg.getArgNumber())}));
-  // The loss is reported as soon as it exists (here: it is an input).
+  // The loss is reported as soon as it exists (here: it is an input); the
+  // logits function hands its result over at the end instead.
+  const bool output = entry->hasAttr(kLogitsAttr);
+  if (output)
+    s.reportLoss = false;
   Value loss = body.getTerminator()->getOperand(0);
-  if (isa<BlockArgument>(loss))
+  if (!output && isa<BlockArgument>(loss))
     rt.call("set_loss", {s.get(loss)});
 
   static const PatternSet patterns;
@@ -190,6 +217,13 @@ LogicalResult LowerToRuntimePass::lowerStep(func::FuncOp entry,
   }
   if (!s.planOk())
     return failure();
+  if (output) {
+    FailureOr<int32_t> code =
+        dtypeCode(entry, cast<RankedTensorType>(loss.getType()).getElementType());
+    if (failed(code))
+      return failure();
+    rt.call("set_output", {rt.i32(*code), s.get(loss), rt.i64(numElements(loss))});
+  }
   func::ReturnOp::create(b, entry.getLoc());
   numCalls += rt.calls;
   numBuffers += s.numBuffers;

@@ -134,7 +134,7 @@ Value RuntimeCalls::i64Array(ArrayRef<int64_t> values) {
         values);
     global = LLVM::GlobalOp::create(
         b, loc, arrayTy, /*isConstant=*/true, LLVM::Linkage::Internal,
-        ("__ztrt_i64_" + Twine(arrays.size())).str(), data);
+        (arrayPrefix + Twine(arrays.size())).str(), data);
     arrays[key] = global;
   }
   return LLVM::AddressOfOp::create(b, loc, global);

@@ -148,7 +148,7 @@ Value StepLowering::updatedParam(StringRef name, bool sharded, int64_t slice) {
 void StepLowering::finishOp(Operation &op) {
   // The loss is reported as soon as it exists: later ops update parameters
   // in place, and the loss may be (a view of) a parameter.
-  if (llvm::is_contained(op.getResults(), loss))
+  if (reportLoss && llvm::is_contained(op.getResults(), loss))
     rt.call("set_loss", {get(loss)});
 
   // Results nobody reads die at once; operands die after their last use.

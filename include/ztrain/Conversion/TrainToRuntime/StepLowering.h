@@ -88,6 +88,11 @@ private:
   mlir::OpBuilder &b;
   mlir::Value ctx;
   std::map<std::string, mlir::LLVM::GlobalOp> arrays;
+
+public:
+  /// The name prefix of the constant-array globals: distinct per lowered
+  /// function of a module (the step's and the evaluation's).
+  std::string arrayPrefix = "__ztrt_i64_";
   llvm::StringMap<mlir::func::FuncOp> declared;
   llvm::DenseMap<mlir::Attribute, mlir::Value> constants;
   mlir::Value rankValue;
@@ -168,6 +173,9 @@ public:
   void branchAtBoundary(mlir::Location loc);
   /// Whether every buffer found its place in the plan.
   bool planOk() const { return !planBroken; }
+  /// Whether the function's returned value is a loss to report with
+  /// ztrt_set_loss (false for the logits function).
+  bool reportLoss = true;
   unsigned numBuffers = 0;
 
 private:

@@ -64,11 +64,18 @@ void MemoryCentricTilingPass::runOnOperation() {
   if (failed(n))
     return signalPassFailure();
 
+  // The step's gathers, and the evaluation function's: its forward pass
+  // must not need the whole parameters the step's tiles avoid.
   SmallVector<GatherParamOp> gathers;
-  entry.walk([&](GatherParamOp g) {
-    if (!g.getTiles())
-      gathers.push_back(g);
-  });
+  auto collect = [&](func::FuncOp fn) {
+    fn.walk([&](GatherParamOp g) {
+      if (!g.getTiles())
+        gathers.push_back(g);
+    });
+  };
+  collect(entry);
+  for (func::FuncOp fn : train::getForwardFunctions(module))
+    collect(fn);
   OpBuilder b(&getContext());
   for (GatherParamOp g : gathers) {
     auto type = cast<RankedTensorType>(g.getType());

@@ -182,6 +182,81 @@ struct PlanMemoryPass : public dist::impl::PlanMemoryBase<PlanMemoryPass> {
 
 } // namespace
 
+/// Plans `fn`'s buffers into the three arenas, writes each buffer's slot
+/// into the IR and raises `sizes` to what the plan needs; fails (after an
+/// error) when the gathered arena exceeds `bound`.
+static LogicalResult planFunction(func::FuncOp fn, int64_t stage,
+                                  int64_t gridSize, IntegerAttr bound,
+                                  int64_t sizes[3], int64_t &planned) {
+  Block &body = fn.getBody().front();
+  std::vector<Placed> all;
+  for (const StepBuffers::Buffer &buf :
+       StepBuffers(fn, stage).list(gridSize))
+    all.push_back({buf});
+
+  // Pack each arena; the gathered one must respect max-live-bytes, which
+  // tighter alignment can rescue when padding to 16 bytes would not.
+  int64_t mineSizes[3] = {0, 0, 0};
+  for (unsigned arena = 0; arena < 3; ++arena) {
+    SmallVector<Placed *> mine;
+    for (Placed &p : all)
+      if (static_cast<unsigned>(p.buf.kind) == arena)
+        mine.push_back(&p);
+    mineSizes[arena] = pack(mine, 16);
+    if (arena == 1 && bound && mineSizes[arena] > bound.getInt()) {
+      // The tightest packing that keeps every element aligned.
+      int64_t align = 1;
+      for (Placed *p : mine) {
+        Operation *owner = p->buf.owner;
+        Value v = p->buf.kind == StepBuffers::Buffer::Staging
+                      ? owner->getOperand(0)
+                      : owner->getResult(p->buf.index);
+        align = std::max(align, elementBytes(v.getType()));
+      }
+      mineSizes[arena] = pack(mine, align);
+    }
+    if (arena == 1 && bound && mineSizes[arena] > bound.getInt()) {
+      fn->getParentOfType<ModuleOp>().emitError()
+                         << "plan-memory: the gathered parameters of @"
+                         << fn.getSymName() << " need an arena of "
+                         << mineSizes[arena]
+                         << " bytes, more than max-live-bytes="
+                         << bound.getInt()
+                         << " (fragmentation); raise the bound";
+      return failure();
+    }
+  }
+
+  // Write the plan into the IR.
+  MLIRContext *ctx = fn.getContext();
+  Builder b(ctx);
+  DenseMap<Operation *, SmallVector<Attribute>> slots, staging;
+  for (Operation &op : body)
+    if (op.getNumResults() && !isa<train::ParamReadOp, train::BufferReadOp>(op))
+      slots[&op].assign(op.getNumResults(), UnitAttr::get(ctx));
+  for (Placed &p : all) {
+    const StepBuffers::Buffer &buf = p.buf;
+    auto slot =
+        SlotAttr::get(ctx, kArenaNames[buf.kind], p.offset, buf.bytes);
+    if (buf.kind == StepBuffers::Buffer::Staging) {
+      auto &list = staging[buf.owner];
+      list.resize(std::max<size_t>(list.size(), buf.index + 1));
+      list[buf.index] = slot;
+    } else {
+      slots[buf.owner][buf.index] = slot;
+    }
+    ++planned;
+  }
+  for (auto &[op, list] : slots)
+    if (llvm::any_of(list, [](Attribute a) { return isa<SlotAttr>(a); }))
+      op->setAttr(kSlotsAttr, b.getArrayAttr(list));
+  for (auto &[op, list] : staging)
+    op->setAttr(kStagingAttr, b.getArrayAttr(list));
+  for (unsigned arena = 0; arena < 3; ++arena)
+    sizes[arena] = std::max(sizes[arena], mineSizes[arena]);
+  return success();
+}
+
 void PlanMemoryPass::runOnOperation() {
   ModuleOp module = getOperation();
   func::FuncOp entry = train::getEntryFunction(module);
@@ -205,70 +280,24 @@ void PlanMemoryPass::runOnOperation() {
     gridSize = *n;
   }
 
-  Block &body = entry.getBody().front();
-  std::vector<Placed> all;
-  for (const StepBuffers::Buffer &buf :
-       StepBuffers(entry, stage).list(gridSize))
-    all.push_back({buf});
-
-  // Pack each arena; the gathered one must respect max-live-bytes, which
-  // tighter alignment can rescue when padding to 16 bytes would not.
+  // The step, and the evaluation function when there is one: they never
+  // run at once, so they share the arenas (each sized for the larger).
   int64_t sizes[3] = {0, 0, 0};
   auto bound = module->getAttrOfType<IntegerAttr>("dist.max_live_bytes");
-  for (unsigned arena = 0; arena < 3; ++arena) {
-    SmallVector<Placed *> mine;
-    for (Placed &p : all)
-      if (static_cast<unsigned>(p.buf.kind) == arena)
-        mine.push_back(&p);
-    sizes[arena] = pack(mine, 16);
-    if (arena == 1 && bound && sizes[arena] > bound.getInt()) {
-      // The tightest packing that keeps every element aligned.
-      int64_t align = 1;
-      for (Placed *p : mine) {
-        Operation *owner = p->buf.owner;
-        Value v = p->buf.kind == StepBuffers::Buffer::Staging
-                      ? owner->getOperand(0)
-                      : owner->getResult(p->buf.index);
-        align = std::max(align, elementBytes(v.getType()));
-      }
-      sizes[arena] = pack(mine, align);
-    }
-    if (arena == 1 && bound && sizes[arena] > bound.getInt()) {
-      module.emitError() << "plan-memory: the gathered parameters need an "
-                            "arena of "
-                         << sizes[arena]
-                         << " bytes, more than max-live-bytes="
-                         << bound.getInt()
-                         << " (fragmentation); raise the bound";
+  int64_t planned = 0;
+  if (failed(planFunction(entry, stage, gridSize, bound, sizes, planned)))
+    return signalPassFailure();
+  for (func::FuncOp eval : train::getForwardFunctions(module)) {
+    if (!eval.getBody().hasOneBlock()) {
+      eval.emitError() << "plan-memory needs a single-block function";
       return signalPassFailure();
     }
+    if (failed(planFunction(eval, stage, gridSize, bound, sizes, planned)))
+      return signalPassFailure();
   }
+  numBuffers += planned;
 
-  // Write the plan into the IR.
-  MLIRContext *ctx = &getContext();
-  Builder b(ctx);
-  DenseMap<Operation *, SmallVector<Attribute>> slots, staging;
-  for (Operation &op : body)
-    if (op.getNumResults() && !isa<train::ParamReadOp, train::BufferReadOp>(op))
-      slots[&op].assign(op.getNumResults(), UnitAttr::get(ctx));
-  for (Placed &p : all) {
-    const StepBuffers::Buffer &buf = p.buf;
-    auto slot =
-        SlotAttr::get(ctx, kArenaNames[buf.kind], p.offset, buf.bytes);
-    if (buf.kind == StepBuffers::Buffer::Staging) {
-      auto &list = staging[buf.owner];
-      list.resize(std::max<size_t>(list.size(), buf.index + 1));
-      list[buf.index] = slot;
-    } else {
-      slots[buf.owner][buf.index] = slot;
-    }
-    ++numBuffers;
-  }
-  for (auto &[op, list] : slots)
-    if (llvm::any_of(list, [](Attribute a) { return isa<SlotAttr>(a); }))
-      op->setAttr(kSlotsAttr, b.getArrayAttr(list));
-  for (auto &[op, list] : staging)
-    op->setAttr(kStagingAttr, b.getArrayAttr(list));
+  Builder b(&getContext());
   SmallVector<NamedAttribute> arenas;
   for (unsigned arena = 0; arena < 3; ++arena) {
     arenas.push_back(b.getNamedAttr(kArenaNames[arena],

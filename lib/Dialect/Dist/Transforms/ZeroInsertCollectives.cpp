@@ -277,5 +277,28 @@ void ZeroInsertCollectivesPass::runOnOperation() {
   else if (failed(insertShardedUpdates(module, entry, zero.getStage(), *n,
                                        zero.getGrid(), count)))
     return signalPassFailure();
+  // The evaluation function (forward only) reads parameters partitioned at
+  // rest at stage 3: one gather per parameter, at its first read.
+  for (func::FuncOp eval : train::getForwardFunctions(module)) {
+    if (zero.getStage() != 3)
+      break;
+    OpBuilder b(module.getContext());
+    llvm::MapVector<StringAttr, SmallVector<train::ParamReadOp>> readsOf;
+    eval.walk([&](train::ParamReadOp read) {
+      readsOf[read.getParamAttr().getAttr()].push_back(read);
+    });
+    for (auto &[name, reads] : readsOf) {
+      b.setInsertionPoint(reads.front());
+      Value full = GatherParamOp::create(
+          b, reads.front().getLoc(), reads.front().getType(),
+          reads.front().getParamAttr(), IntegerAttr(), IntegerAttr(),
+          zero.getGrid());
+      ++count;
+      for (train::ParamReadOp read : reads) {
+        read.getResult().replaceAllUsesWith(full);
+        read.erase();
+      }
+    }
+  }
   numCollectives += count;
 }

@@ -133,6 +133,29 @@ func::FuncOp ztrain::train::getEntryFunction(ModuleOp module) {
   return entry;
 }
 
+func::FuncOp ztrain::train::getEvalFunction(ModuleOp module) {
+  for (auto fn : module.getOps<func::FuncOp>())
+    if (fn->hasAttr(kEvalAttr))
+      return fn;
+  return nullptr;
+}
+
+func::FuncOp ztrain::train::getLogitsFunction(ModuleOp module) {
+  for (auto fn : module.getOps<func::FuncOp>())
+    if (fn->hasAttr(kLogitsAttr))
+      return fn;
+  return nullptr;
+}
+
+llvm::SmallVector<func::FuncOp, 2>
+ztrain::train::getForwardFunctions(ModuleOp module) {
+  llvm::SmallVector<func::FuncOp, 2> out;
+  for (auto fn : module.getOps<func::FuncOp>())
+    if (fn->hasAttr(kEvalAttr) || fn->hasAttr(kLogitsAttr))
+      out.push_back(fn);
+  return out;
+}
+
 llvm::DenseMap<StringAttr, Type>
 ztrain::train::gradientElementTypes(func::FuncOp entry) {
   llvm::DenseMap<StringAttr, Type> types;

@@ -32,6 +32,14 @@ inline constexpr llvm::StringLiteral kPrecisionAttr = "train.precision";
 /// policy, `{init = 65536.0, window = 1000, hysteresis = 2, min = 1.0}`
 /// (DeepSpeed's initial scale, scale window, hysteresis and minimum scale).
 inline constexpr llvm::StringLiteral kLossScaleAttr = "train.loss_scale";
+/// Unit attribute on the forward-only copy of the entry function that
+/// train-eval-entry makes (the executable's evaluation: loss, no gradients,
+/// no update).
+inline constexpr llvm::StringLiteral kEvalAttr = "train.eval";
+/// Unit attribute on the forward copy that returns the logits of a model
+/// whose loss is a cross-entropy (train-eval-entry): the executable's
+/// --sample.
+inline constexpr llvm::StringLiteral kLogitsAttr = "train.logits";
 /// Set by train-optimizer on the module with gradient accumulation: the
 /// number of micro-batches per optimizer step the step was compiled for
 /// (i64 > 1; the executable's default, --grad-accum-steps overrides it).

@@ -83,6 +83,16 @@ mlir::func::FuncOp getEntryFunction(mlir::ModuleOp module);
 llvm::DenseMap<mlir::StringAttr, mlir::Type>
 gradientElementTypes(mlir::func::FuncOp entry);
 
+/// The forward-only evaluation function (`train.eval`), or null when the
+/// module has none.
+mlir::func::FuncOp getEvalFunction(mlir::ModuleOp module);
+/// The forward function that returns the logits (`train.logits`), or null.
+mlir::func::FuncOp getLogitsFunction(mlir::ModuleOp module);
+/// The forward-only functions compiled next to the step: evaluation and
+/// logits, those that exist.
+llvm::SmallVector<mlir::func::FuncOp, 2>
+getForwardFunctions(mlir::ModuleOp module);
+
 /// The step's train.accumulation_boundary, or null when it accumulates no
 /// gradients.
 AccumulationBoundaryOp getAccumulationBoundary(mlir::func::FuncOp entry);

@@ -91,6 +91,25 @@ def TrainPrecision : Pass<"train-precision", "::mlir::ModuleOp"> {
   ];
 }
 
+def TrainEvalEntry : Pass<"train-eval-entry", "::mlir::ModuleOp"> {
+  let summary = "A forward-only copy of the entry function for evaluation";
+  let description = [{
+    Copies the entry function (after `train-precision`, before
+    `train-autodiff`) into `@<entry>_eval`, marked `train.eval`: the
+    forward pass and the loss in evaluation mode (`train.dropout` is the
+    identity), no gradients, no update. The executable runs it on
+    `--eval-data` (`ztrain_eval`); ZeRO stage 3 gathers its parameters,
+    `plan-memory` plans it into the step's arenas (the two never run at
+    once), so evaluation needs no memory of its own beyond the step's.
+
+    ```mlir
+    func.func @loss(%x: ...) -> tensor<f32> attributes {train.entry} {...}
+    func.func @loss_eval(%x: ...) -> tensor<f32> attributes {train.eval} {...}
+    ```
+  }];
+  let dependentDialects = ["::ztrain::train::TrainDialect"];
+}
+
 def TrainAutodiff : Pass<"train-autodiff", "::mlir::ModuleOp"> {
   let summary = "Reverse-mode differentiation of the loss w.r.t. every parameter";
   let description = [{
