@@ -34,6 +34,8 @@
 #include <optional>
 #include <set>
 #include <vector>
+#include <unistd.h>
+#include <sys/stat.h>
 
 namespace ztrt {
 
@@ -362,14 +364,91 @@ void checkInitTensor(const char *path, const SafetensorsTensor &tensor,
 /// --init file (which holds full tensors: each rank takes its slice). Every
 /// rank computes exactly its own elements, so replicas and shards start
 /// consistent without communication.
+/// The tensors --init names: one safetensors file, or a Hugging Face
+/// sharded checkpoint (its model.safetensors.index.json, or a directory
+/// with that index or a model.safetensors), each shard read once.
+class InitTensors {
+public:
+  explicit InitTensors(const std::string &path) {
+    struct stat info;
+    std::string index = path;
+    if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+      std::string dir = path + "/";
+      if (::access((dir + "model.safetensors.index.json").c_str(), F_OK) == 0)
+        index = dir + "model.safetensors.index.json";
+      else if (::access((dir + "model.safetensors").c_str(), F_OK) == 0)
+        index = dir + "model.safetensors";
+      else
+        fatal("--init '%s': a directory without model.safetensors.index.json "
+              "or model.safetensors",
+              path.c_str());
+    }
+    if (index.size() < 5 || index.compare(index.size() - 5, 5, ".json") != 0) {
+      files.push_back(SafetensorsFile::read(index, "--init"));
+      return;
+    }
+    // {"weight_map": {"tensor": "file.safetensors", ...}}: the files are
+    // names in the index's directory.
+    std::vector<char> text = readInputFile(index, "--init");
+    JsonValue root;
+    std::string error;
+    if (!parseJson(std::string_view(text.data(), text.size()), root, error))
+      fatal("--init '%s': not JSON: %s", index.c_str(), error.c_str());
+    const JsonValue *map = root.find("weight_map");
+    if (!map || map->kind != JsonValue::Kind::Object)
+      fatal("--init '%s': no \"weight_map\" object (a Hugging Face "
+            "sharded-checkpoint index)",
+            index.c_str());
+    const size_t slash = index.find_last_of('/');
+    const std::string dir =
+        slash == std::string::npos ? std::string() : index.substr(0, slash + 1);
+    std::vector<std::string> names;
+    for (const auto &[tensor, file] : map->members) {
+      if (file.kind != JsonValue::Kind::String || file.text.empty() ||
+          file.text.find('/') != std::string::npos || file.text == "." ||
+          file.text == "..")
+        fatal("--init '%s': \"weight_map\" entry '%s' is not a file name in "
+              "the index's directory",
+              index.c_str(), tensor.c_str());
+      auto it = std::find(names.begin(), names.end(), file.text);
+      size_t at = it - names.begin();
+      if (it == names.end()) {
+        names.push_back(file.text);
+        files.push_back(SafetensorsFile::read(dir + file.text, "--init"));
+      }
+      fileOf.emplace_back(tensor, at);
+    }
+  }
+  /// The tensor named `name`, or null: in the one file, or in the file the
+  /// index maps it to (which must hold it).
+  const SafetensorsTensor *find(const std::string &name) const {
+    if (fileOf.empty())
+      return files.front().find(name);
+    for (const auto &[tensor, at] : fileOf)
+      if (tensor == name) {
+        const SafetensorsTensor *t = files[at].find(name);
+        if (!t)
+          fatal("--init '%s': the index maps '%s' to it, but it has no such "
+                "tensor",
+                files[at].path().c_str(), name.c_str());
+        return t;
+      }
+    return nullptr;
+  }
+
+private:
+  std::vector<SafetensorsFile> files;
+  std::vector<std::pair<std::string, size_t>> fileOf;
+};
+
 void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
   Backend &backend = ctx.backend();
   const int64_t rank = ctx.comm().rank();
   // Buffers: the --init file's tensor of that name when it has one (a
   // state dict with persistent buffers), else the buffer's rule.
-  std::optional<SafetensorsFile> initFile;
+  std::optional<InitTensors> initFile;
   if (!opts.init.empty())
-    initFile.emplace(SafetensorsFile::read(opts.init, "--init"));
+    initFile.emplace(opts.init);
   for (size_t i = 0; i < desc.buffers.size(); ++i) {
     const BufferSpec &spec = desc.buffers[i];
     const SafetensorsTensor *tensor =
@@ -403,7 +482,7 @@ void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
     }
     return;
   }
-  const SafetensorsFile &file = *initFile;
+  const InitTensors &file = *initFile;
   const char *path = opts.init.c_str();
   for (size_t i = 0; i < desc.params.size(); ++i) {
     const ParamSpec &spec = desc.params[i];

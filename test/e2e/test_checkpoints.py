@@ -201,3 +201,40 @@ def test_a_flipped_byte_is_found_by_resume_and_consolidate(build, tmp_path):
     assert p.returncode == 1
     assert "fails its checksum" in p.stderr and p.stderr.count("\n") == 1, p.stderr
     assert not (tmp_path / "full.safetensors").exists()
+
+
+def test_init_from_a_hugging_face_sharded_checkpoint(tmp_path):
+    """--init takes Hugging Face's sharded layout: model.safetensors.index.json
+    ("weight_map": tensor -> file) with its shard files, named by the index
+    or by the directory; the weights are those of the one-file --init."""
+    spec = models.mlp(batch=2, in_features=12, hidden=[16], classes=5)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
+                                parity.OptimizerConfig("adam", lr=1e-2), name="m")
+    weights = parity.make_init(spec, seed=9)
+    names = sorted(weights)
+    one = tmp_path / "one.safetensors"
+    safetensors.save(str(one), weights)
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    shards = {"model-00001-of-00002.safetensors": names[::2],
+              "model-00002-of-00002.safetensors": names[1::2]}
+    for file, part in shards.items():
+        safetensors.save(str(hf / file), {k: weights[k] for k in part})
+    import json
+    (hf / "model.safetensors.index.json").write_text(json.dumps({
+        "metadata": {"total_size": 0},
+        "weight_map": {k: f for f, part in shards.items() for k in part}}))
+    outs = []
+    for init in (one, hf / "model.safetensors.index.json", hf):
+        out = tmp_path / f"out{len(outs)}.safetensors"
+        p = e2e_util.run([exe, "--steps", "2", "--init", init, "--save", out, "--threads", "1"])
+        assert p.returncode == 0, p.stderr
+        outs.append(out.read_bytes())
+    assert outs[1] == outs[0] and outs[2] == outs[0]
+    # An index that points outside its directory is refused.
+    (hf / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {names[0]: "../one.safetensors"}}))
+    p = e2e_util.run([exe, "--steps", "1", "--init", hf])
+    lines = error_lines(p.stderr)
+    assert p.returncode != 0 and len(lines) == 1, p.stderr
+    assert "is not a file name in the index's directory" in lines[0]
