@@ -589,6 +589,29 @@ CheckpointIndex readCheckpointIndex(const std::string &named,
   return index;
 }
 
+/// Reassembles the tensors `specs` (as the index stores them) whole into
+/// `full` (one buffer of spec.bytes each), reading one shard file at a
+/// time: a rank's slice of each tensor goes to its place; rank 0's copy of
+/// `whole` / `full` storage is taken, as --save does; padding is dropped.
+static void assembleTensors(const CheckpointIndex &index,
+                            const std::vector<const StoredTensorSpec *> &specs,
+                            std::vector<std::vector<char>> &full,
+                            const char *what) {
+  for (int64_t rank = 0; rank < index.worldSize; ++rank) {
+    SafetensorsFile file = readShard(index, rank, what);
+    checkShardChecksums(index, rank, file, what);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const StoredTensorSpec &spec = *specs[i];
+      if (spec.store == StoreMode::Full && rank != 0)
+        continue;
+      StorageSlice slice = spec.slice(rank);
+      std::memcpy(full[i].data() + slice.begin * spec.elemBytes(),
+                  file.find(spec.name)->data,
+                  static_cast<size_t>(slice.count * spec.elemBytes()));
+    }
+  }
+}
+
 /// A descriptor's records that decide what the steps compute, without the
 /// ones that only say how this build lays the model out on its ranks (the
 /// grid, storage suffixes, gradient buffers, arenas) or what else it has
@@ -715,19 +738,7 @@ void loadCheckpointShard(ztrt_ctx &ctx, const Descriptor &desc,
       saved[i] = &it->spec;
       full[i].resize(static_cast<size_t>(it->spec.bytes));
     }
-    for (int64_t r = 0; r < index.worldSize; ++r) {
-      SafetensorsFile file = readShard(index, r, "--resume");
-      checkShardChecksums(index, r, file, "--resume");
-      for (size_t i = 0; i < specs.size(); ++i) {
-        const StoredTensorSpec &spec = *saved[i];
-        if (spec.store == StoreMode::Full && r != 0)
-          continue;
-        StorageSlice slice = spec.slice(r);
-        std::memcpy(full[i].data() + slice.begin * spec.elemBytes(),
-                    file.find(spec.name)->data,
-                    static_cast<size_t>(slice.count * spec.elemBytes()));
-      }
-    }
+    assembleTensors(index, saved, full, "--resume");
     for (size_t i = 0; i < specs.size(); ++i) {
       const StoredTensorSpec &spec = specs[i].spec;
       std::vector<char> mine(static_cast<size_t>(spec.storeBytes), 0);
@@ -783,22 +794,10 @@ void consolidateCheckpoint(const std::string &dir, const std::string &out,
       parts.push_back(&tensor);
       full.emplace_back(static_cast<size_t>(tensor.spec.bytes));
     }
-  // One shard file in memory at a time: a rank's slice of each tensor goes
-  // to its place in the full tensor. Rank 0's copy of `whole` / `full`
-  // storage is taken, as --save does; its padding is dropped.
-  for (int64_t rank = 0; rank < index.worldSize; ++rank) {
-    SafetensorsFile file = readShard(index, rank, what);
-    checkShardChecksums(index, rank, file, what);
-    for (size_t i = 0; i < parts.size(); ++i) {
-      const StoredTensorSpec &spec = parts[i]->spec;
-      if (spec.store == StoreMode::Full && rank != 0)
-        continue;
-      StorageSlice slice = spec.slice(rank);
-      std::memcpy(full[i].data() + slice.begin * spec.elemBytes(),
-                  file.find(spec.name)->data,
-                  static_cast<size_t>(slice.count * spec.elemBytes()));
-    }
-  }
+  std::vector<const StoredTensorSpec *> specs;
+  for (const CheckpointTensor *part : parts)
+    specs.push_back(&part->spec);
+  assembleTensors(index, specs, full, what);
   std::vector<SafetensorsWriteTensor> tensors;
   std::vector<std::vector<char>> converted(written);
   for (size_t i = 0; i < written; ++i) {

@@ -261,8 +261,8 @@ NpyTokens parseNpy(const MappedFile &file, const std::string &path) {
 class TokenData final : public DataSource {
 public:
   TokenData(const Descriptor &desc, const std::string &path, DataFormat format,
-            uint64_t seed, Slice slice)
-      : seed(seed), slice(slice), file(path, "--data") {
+            uint64_t seed, Slice slice, DataOrder order)
+      : seed(seed), slice(slice), order(order), file(path, "--data") {
     const char *name = path.c_str();
     const auto &in = desc.inputs;
     if (in.size() != 2 || in[0].type != ElemType::I32 ||
@@ -335,7 +335,13 @@ public:
     int64_t shift = static_cast<int64_t>(index);
     int64_t first = slice.firstRow(step, batch);
     for (int64_t b = 0; b < batch; ++b) {
-      int64_t at = tokenWindowOffset(seed, first + b, length, window);
+      const int64_t sample = first + b;
+      int64_t at = order == DataOrder::Sequential
+                       ? static_cast<int64_t>(
+                             (static_cast<uint64_t>(sample) *
+                              static_cast<uint64_t>(window)) %
+                             static_cast<uint64_t>(length - window))
+                       : tokenWindowOffset(seed, sample, length, window);
       for (int64_t j = 0; j < window; ++j)
         out[b * window + j] = static_cast<int32_t>(token(at + shift + j));
     }
@@ -359,6 +365,7 @@ private:
 
   uint64_t seed;
   Slice slice;
+  DataOrder order;
   MappedFile file;
   size_t offset = 0;
   int width = 1;
@@ -480,7 +487,8 @@ DataFormat resolveDataFormat(const std::string &path, DataFormat format) {
 std::unique_ptr<DataSource> createDataSource(const Descriptor &desc,
                                              const std::string &path,
                                              uint64_t seed, int rank,
-                                             int ranks, DataFormat format) {
+                                             int ranks, DataFormat format,
+                                             DataOrder order) {
   Slice slice{rank, ranks};
   if (path.empty())
     return std::make_unique<SyntheticData>(desc, seed, slice);
@@ -490,7 +498,8 @@ std::unique_ptr<DataSource> createDataSource(const Descriptor &desc,
   DataFormat resolved = resolveDataFormat(path, format);
   if (resolved == DataFormat::Safetensors)
     return std::make_unique<SafetensorsData>(desc, path, slice);
-  return std::make_unique<TokenData>(desc, path, resolved, seed, slice);
+  return std::make_unique<TokenData>(desc, path, resolved, seed, slice,
+                                     order);
 }
 
 } // namespace ztrt

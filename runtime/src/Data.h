@@ -50,11 +50,16 @@ DataFormat resolveDataFormat(const std::string &path, DataFormat format);
 
 /// The source for `path` (empty: synthetic) of rank `rank` of `ranks`; fatal
 /// on any invalid file.
+/// The windows of a token file: drawn from the seed (nanoGPT's random
+/// batches), or in file order (sample s starts at token s*T, wrapping).
+enum class DataOrder { Random, Sequential };
+
 std::unique_ptr<DataSource> createDataSource(const Descriptor &desc,
                                              const std::string &path,
                                              uint64_t seed, int rank = 0,
                                              int ranks = 1,
-                                             DataFormat format = DataFormat::Auto);
+                                             DataFormat format = DataFormat::Auto,
+                                             DataOrder order = DataOrder::Random);
 
 /// The offset in [0, length - window - 1] of sample `sample`'s token window.
 int64_t tokenWindowOffset(uint64_t seed, int64_t sample, int64_t length,

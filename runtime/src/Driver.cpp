@@ -101,12 +101,15 @@ const char kUsage[] =
     "                     the forward pass only, after the last step and\n"
     "                     every --eval-every N steps, over --eval-steps M\n"
     "                     batches (default 10)\n"
-    "  --sample TEXT      after training, continue TEXT (bytes as tokens)\n"
+    "  --sample TEXT      after training, continue TEXT (bytes as tokens;\n"
+    "                     --sample-ids 1,2,3 gives token ids and prints ids)\n"
     "                     with --sample-tokens N (200) tokens drawn at\n"
     "                     --temperature T (0.8; 0: greedy) from the --top-k K\n"
     "                     (200; 0: all) most likely, seeded by --seed\n"
     "  --peak-tflops P    the peak TFLOP/s of one rank's device, for the MFU\n"
     "                     in the progress line (achieved matmul FLOPs / P)\n"
+    "  --data-order O     token windows: random (default, drawn from the\n"
+    "                     seed, nanoGPT's) or sequential (file order)\n"
     "  --grad-accum-steps K  micro-batches per optimizer step: gradients\n"
     "                     accumulate over K batches before each update\n"
     "                     (default: the compiled ztrain-compile\n"
@@ -829,7 +832,9 @@ Options parseOptions(int argc, char **argv, int rank) {
                                          "--sample",
                                          "--sample-tokens",
                                          "--temperature",
-                                         "--top-k"};
+                                         "--top-k",
+                                         "--data-order",
+                                         "--sample-ids"};
     bool known = false;
     for (const char *name : valued)
       known = known || flag == name;
@@ -856,8 +861,29 @@ Options parseOptions(int argc, char **argv, int rank) {
       opts.evalEvery = parseInteger(flag, value, 0);
     else if (flag == "--eval-steps")
       opts.evalSteps = parseInteger(flag, value, 1);
-    else if (flag == "--sample") {
+    else if (flag == "--data-order") {
+      if (value == "random")
+        opts.dataOrder = DataOrder::Random;
+      else if (value == "sequential")
+        opts.dataOrder = DataOrder::Sequential;
+      else
+        usageError("flag --data-order: '%s' is not an order (random or "
+                   "sequential)",
+                   value.c_str());
+    } else if (flag == "--sample") {
       opts.sample = value;
+      opts.sampleGiven = true;
+    } else if (flag == "--sample-ids") {
+      size_t at = 0;
+      while (at <= value.size()) {
+        size_t comma = value.find(',', at);
+        std::string id = value.substr(
+            at, comma == std::string::npos ? std::string::npos : comma - at);
+        opts.sampleIds.push_back(parseInteger(flag, id, 0));
+        if (comma == std::string::npos)
+          break;
+        at = comma + 1;
+      }
       opts.sampleGiven = true;
     } else if (flag == "--sample-tokens")
       opts.sampleTokens = parseInteger(flag, value, 1);
@@ -1150,14 +1176,14 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
     dataPrint = dataFingerprint(opts.data);
   std::unique_ptr<DataSource> data =
       createDataSource(desc, opts.data, opts.seed, rank, ranks,
-                       opts.dataFormat);
+                       opts.dataFormat, opts.dataOrder);
   std::unique_ptr<DataSource> evalSource;
   if (!opts.evalData.empty()) {
     if (!desc.hasEval || !eval)
       refuse("--eval-data: this model was compiled without evaluation "
              "(ztrain-compile --eval=false); recompile without it");
     evalSource = createDataSource(desc, opts.evalData, opts.seed, rank, ranks,
-                                  opts.dataFormat);
+                                  opts.dataFormat, opts.dataOrder);
   }
 
   // Parameters and states take their per-rank storage (E elements), which
@@ -1385,6 +1411,10 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
       checkpoint(t);
   }
 
+  // --steps 0 with --eval-data evaluates the weights as they are (an
+  // --init file or a --resume checkpoint).
+  if (evalSource && first > last)
+    evaluate(last);
   // Nothing but steps starts collectives; this covers --steps 0 too.
   ctx.requireCollectivesWaited("before saving");
   if (!opts.save.empty())
@@ -1419,6 +1449,10 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
              formatShape(ls.shape).c_str(), static_cast<long long>(B),
              static_cast<long long>(T));
     const int64_t bound = desc.inputs[0].bound > 0 ? desc.inputs[0].bound : V;
+    // Text (bytes as tokens) or ids; ids in and out when given as ids.
+    const bool asIds = !opts.sampleIds.empty();
+    if (asIds && !opts.sample.empty())
+      refuse("--sample and --sample-ids exclude each other");
     std::vector<int32_t> tokens;
     for (unsigned char c : opts.sample) {
       if (c >= bound)
@@ -1426,6 +1460,13 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
                "model's vocabulary of %lld",
                static_cast<unsigned>(c), static_cast<long long>(bound));
       tokens.push_back(c);
+    }
+    for (int64_t id : opts.sampleIds) {
+      if (id >= bound)
+        refuse("--sample-ids: %lld is not a token of this model's vocabulary "
+               "of %lld",
+               static_cast<long long>(id), static_cast<long long>(bound));
+      tokens.push_back(static_cast<int32_t>(id));
     }
     if (tokens.empty())
       refuse("--sample: the prompt is empty");
@@ -1485,6 +1526,11 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
       }
       tokens.push_back(static_cast<int32_t>(next));
       text += static_cast<char>(next);
+    }
+    if (asIds) {
+      text.clear();
+      for (size_t j = 0; j < tokens.size(); ++j)
+        text += (j ? " " : "") + std::to_string(tokens[j]);
     }
     if (rank == 0) {
       std::fwrite(text.data(), 1, text.size(), stdout);

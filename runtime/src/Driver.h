@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ztrt {
 
@@ -55,12 +56,17 @@ struct Options {
   int64_t gradAccumSteps = 0;
   /// --data-format: how --data is read (auto: by its extension).
   DataFormat dataFormat = DataFormat::Auto;
+  /// --data-order: token windows drawn from the seed or in file order.
+  DataOrder dataOrder = DataOrder::Random;
   /// --eval-data F, --eval-every N (0: only after the last step),
   /// --eval-steps M (batches per evaluation).
   std::string evalData;
   /// --sample PROMPT (after training): generate --sample-tokens tokens
   /// with --temperature (0: greedy) and --top-k (0: all).
   std::string sample;
+  /// --sample-ids 1,2,3: a prompt of token ids (models whose vocabulary is
+  /// not bytes); the output is then ids too.
+  std::vector<int64_t> sampleIds;
   bool sampleGiven = false;
   int64_t sampleTokens = 200, topK = 200;
   double temperature = 0.8;

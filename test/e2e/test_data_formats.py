@@ -94,3 +94,31 @@ def test_resume_refuses_missing_or_other_data(tmp_path):
     moved.write_bytes(data.read_bytes())
     p = e2e_util.run([exe, "--steps", 1, "--resume", ck, "--data", moved])
     assert p.returncode == 0, p.stderr
+
+
+def test_sequential_order_reads_the_file_in_order(tmp_path):
+    """--data-order=sequential: sample s is the window at token s*T (a
+    model that only sees its input cannot show that, but the evaluation
+    loss of two files that differ only after the windows it reads can:
+    equal; and random windows from the seed differ from in-order ones)."""
+    exe = gpt_exe(tmp_path)
+    ids = text_tokens()
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_bytes(ids.tobytes())
+    # The same first 2 x 16 + 1 tokens (two windows of T=16 and a target);
+    # everything after them differs.
+    tail = (ids[33:] + 1) % 64
+    b.write_bytes(np.concatenate([ids[:33], tail.astype(np.uint8)]).tobytes())
+    losses = {}
+    for name, path in (("a", a), ("b", b)):
+        for order in ("sequential", "random"):
+            report = tmp_path / f"{name}-{order}.json"
+            # --eval-steps 1: the 2 windows of one batch (B = 2).
+            p = e2e_util.run([exe, "--steps", 0, "--data", a, "--eval-data", path,
+                              "--eval-steps", 1, "--data-order", order, "--report", report])
+            assert p.returncode == 0, p.stderr
+            losses[name, order] = parity.read_report(str(report))["eval"][-1]["loss"]
+    assert losses["a", "sequential"] == losses["b", "sequential"]
+    assert losses["a", "random"] != losses["b", "random"]
+    p = e2e_util.run([exe, "--steps", 1, "--data", a, "--data-order", "shuffled"])
+    assert p.returncode == 2 and "'shuffled' is not an order" in p.stderr

@@ -95,3 +95,22 @@ def test_seeded_draws_repeat_and_refusals(tmp_path):
     # A prompt byte outside the vocabulary (64 here).
     p = e2e_util.run([exe, "--steps", 0, "--sample", "z"])
     assert p.returncode != 0 and "not a token of this model's vocabulary of 64" in p.stderr
+
+
+def test_prompt_of_ids_prints_ids(tmp_path):
+    # The ids form of the same greedy run: the same tokens, printed as ids.
+    exe = e2e_util.compile_text(spec().to_mlir(), str(tmp_path),
+                                parity.OptimizerConfig("adamw"), name="gpt")
+    weights = parity.make_init(spec(), seed=4)
+    init = str(tmp_path / "init.safetensors")
+    safetensors.save(init, weights)
+    prompt = [33, 40, 50, 61, 35]
+    text = sample(exe, "".join(chr(c) for c in prompt),
+                  ["--temperature", "0", "--sample-tokens", "10"], init=init)
+    p = e2e_util.run([exe, "--steps", 0, "--init", init, "--sample-ids",
+                      ",".join(map(str, prompt)), "--temperature", "0", "--sample-tokens", 10,
+                      "--log-every", 0])
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == [str(ord(c)) for c in text]
+    p = e2e_util.run([exe, "--steps", 0, "--sample-ids", "3,64"])
+    assert p.returncode != 0 and "64 is not a token of this model's vocabulary of 64" in p.stderr
