@@ -9,6 +9,7 @@ PACKAGES=(
   libopenblas-dev libopenblas-openmp-dev libdnnl-dev libgtest-dev
   libopenmpi-dev openmpi-bin
   python3 python3-numpy python3-pytest python3-torch
+  slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge
 )
 
 missing=()
