@@ -17,6 +17,8 @@ import e2e_util
 from ztrain import models, parity
 
 TOOLS = ("slurmctld", "slurmd", "srun", "sinfo", "munged", "munge", "unmunge")
+# Everything lives in the test's directory: its own munged (key, socket),
+# its own slurm.conf, state and ports; nothing under /etc is touched.
 WHERE = {t: shutil.which(t) or (f"/usr/sbin/{t}" if os.path.exists(f"/usr/sbin/{t}") else None)
          for t in TOOLS}
 
@@ -27,12 +29,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def munge_works():
+def munge_works(sock):
     try:
-        enc = subprocess.run([WHERE["munge"], "-n"], stdout=subprocess.PIPE,
+        enc = subprocess.run([WHERE["munge"], "-n", "-S", sock], stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, timeout=10)
-        dec = subprocess.run([WHERE["unmunge"]], input=enc.stdout, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, timeout=10)
+        dec = subprocess.run([WHERE["unmunge"], "-S", sock], input=enc.stdout,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
         return enc.returncode == 0 and dec.returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
@@ -46,14 +48,18 @@ def slurm(tmp_path_factory):
                     "(slurmctld, slurmd, slurm-client, munge)")
     if os.geteuid() != 0:
         pytest.skip("Slurm cannot start: this single-node setup runs its daemons as root")
-    if not munge_works():
-        os.makedirs("/run/munge", exist_ok=True)
-        shutil.chown("/run/munge", "munge", "munge")
-        subprocess.run(["su", "-s", "/bin/sh", "munge", "-c", WHERE["munged"]],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
-        if not munge_works():
-            pytest.skip("Slurm cannot start: munged does not run (no /etc/munge/munge.key?)")
     d = tmp_path_factory.mktemp("slurm")
+    os.chmod(d, 0o700)
+    key = d / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    os.chmod(key, 0o600)
+    sock = str(d / "munge.sock")
+    subprocess.run([WHERE["munged"], "--force", f"--key-file={key}", f"--socket={sock}",
+                    f"--pid-file={d}/munged.pid", f"--log-file={d}/munged.log",
+                    f"--seed-file={d}/munged.seed"],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+    if not munge_works(sock):
+        pytest.skip(f"Slurm cannot start: munged does not run (log in {d})")
     for sub in ("state", "spool"):
         (d / sub).mkdir()
     host = socket.gethostname().split(".")[0]
@@ -62,6 +68,7 @@ def slurm(tmp_path_factory):
 SlurmctldHost={host}
 AuthType=auth/munge
 CredType=cred/munge
+AuthInfo=socket={sock}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -102,7 +109,7 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubsc
                         f"(logs in {d})")
         yield env
     finally:
-        for pidfile in ("slurmd.pid", "slurmctld.pid"):
+        for pidfile in ("slurmd.pid", "slurmctld.pid", "munged.pid"):
             try:
                 os.kill(int((d / pidfile).read_text().strip()), 15)
             except (OSError, ValueError):
