@@ -761,7 +761,7 @@ void loadCheckpointShard(ztrt_ctx &ctx, const Descriptor &desc,
 }
 
 void consolidateCheckpoint(const std::string &dir, const std::string &out,
-                           ConsolidateType dtype) {
+                           ConsolidateType dtype, int64_t maxShardBytes) {
   const char *what = "ztrain-consolidate";
   CheckpointIndex index = readCheckpointIndex(dir, what);
   // What is written: parameters and buffers (a state dict, as --save writes
@@ -825,7 +825,44 @@ void consolidateCheckpoint(const std::string &dir, const std::string &out,
   }
   // The same metadata as --save: "format": "pt" is what Hugging Face
   // loaders look for in PyTorch weights.
-  writeSafetensors(out, tensors, {{"format", "pt"}});
+  if (maxShardBytes <= 0) {
+    writeSafetensors(out, tensors, {{"format", "pt"}});
+    return;
+  }
+  // Hugging Face's sharded layout: consecutive tensors up to the size.
+  std::vector<std::vector<SafetensorsWriteTensor>> shards;
+  int64_t inShard = 0, total = 0;
+  for (const SafetensorsWriteTensor &t : tensors) {
+    ElemType type = ElemType::F32;
+    elemTypeFromSafetensorsName(t.dtype.c_str(), &type);
+    int64_t bytes = elemTypeBytes(type);
+    for (int64_t d : t.shape)
+      bytes *= d;
+    if (shards.empty() || (inShard > 0 && inShard + bytes > maxShardBytes)) {
+      shards.emplace_back();
+      inShard = 0;
+    }
+    shards.back().push_back(t);
+    inShard += bytes;
+    total += bytes;
+  }
+  makeDirectory(out);
+  std::string map;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string name = format("model-%05zu-of-%05zu.safetensors", s + 1,
+                                    shards.size());
+    writeSafetensors(joinPath(out, name), shards[s], {{"format", "pt"}});
+    for (const SafetensorsWriteTensor &t : shards[s])
+      map += format("%s\n    %s: %s", map.empty() ? "" : ",",
+                    jsonQuote(t.name).c_str(), jsonQuote(name).c_str());
+  }
+  const std::string json =
+      format("{\n  \"metadata\": {\"total_size\": %lld},\n  \"weight_map\": "
+             "{%s\n  }\n}\n",
+             static_cast<long long>(total), map.c_str());
+  AtomicFile hfIndex(joinPath(out, "model.safetensors.index.json"));
+  hfIndex.write(json.data(), json.size());
+  hfIndex.commit();
 }
 
 DataFingerprint dataFingerprint(const std::string &path) {

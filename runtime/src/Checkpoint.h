@@ -191,8 +191,15 @@ enum class ConsolidateType { Own, FP32, BF16 };
 /// to bf16 (nearest even). Optimizer states are not part of it. Fatal,
 /// leaving no `out`, on a missing or corrupt index or shard (every tensor's
 /// CRC-32C is checked).
+/// With `maxShardBytes` > 0, `out` is a directory (created if missing)
+/// that receives a Hugging Face sharded checkpoint instead of one file:
+/// model-0000i-of-0000N.safetensors of at most that many bytes of tensors
+/// each (a larger tensor alone in its file), in tensor order, and
+/// model.safetensors.index.json ("metadata": {"total_size"}, "weight_map":
+/// tensor -> file), written last.
 void consolidateCheckpoint(const std::string &dir, const std::string &out,
-                           ConsolidateType dtype = ConsolidateType::Own);
+                           ConsolidateType dtype = ConsolidateType::Own,
+                           int64_t maxShardBytes = 0);
 
 } // namespace ztrt
 

@@ -238,3 +238,38 @@ def test_init_from_a_hugging_face_sharded_checkpoint(tmp_path):
     lines = error_lines(p.stderr)
     assert p.returncode != 0 and len(lines) == 1, p.stderr
     assert "is not a file name in the index's directory" in lines[0]
+
+
+def test_consolidate_to_hugging_face_shards(build, tmp_path):
+    """ztrain-consolidate --max-shard-size writes Hugging Face's sharded
+    layout: files of at most that many tensor bytes and an index whose
+    weight_map names one file per tensor. Read as HF's loaders read it
+    (every file of the map, each tensor from its file), it is the one-file
+    consolidation bit for bit, and --init takes it back."""
+    import json
+    _, exes = build
+    ckpt = tmp_path / "ck"
+    mpirun(2, [exes[2], "--steps", "2", "--threads", "1", "--save-checkpoint", ckpt])
+    one, hf = tmp_path / "one.safetensors", tmp_path / "hf"
+    assert consolidate(ckpt, one).returncode == 0
+    tool = e2e_util.require_tool("ztrain-consolidate")
+    p = e2e_util.run([tool, ckpt, "-o", hf, "--max-shard-size=300"])
+    assert p.returncode == 0, p.stderr
+    index = json.loads((hf / "model.safetensors.index.json").read_text())
+    files = sorted(set(index["weight_map"].values()))
+    assert len(files) > 1 and files == sorted(f.name for f in hf.glob("model-*.safetensors"))
+    want = safetensors.load(str(one))
+    got = {}
+    for f in files:
+        for k, v in safetensors.load(str(hf / f)).items():
+            assert index["weight_map"][k] == f
+            got[k] = v
+    assert set(got) == set(want)
+    assert all(np.array_equal(got[k].view(np.uint32), want[k].view(np.uint32)) for k in want)
+    total = sum(v.nbytes for v in want.values())
+    assert index["metadata"]["total_size"] == total
+    # Each file holds at most 300 bytes of tensors, unless one tensor alone
+    # is larger.
+    for f in files:
+        sizes = [v.nbytes for v in safetensors.load(str(hf / f)).values()]
+        assert sum(sizes) <= 300 or len(sizes) == 1, (f, sizes)

@@ -20,12 +20,14 @@
 #include "src/Support.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace {
 
 const char kUsage[] =
     "usage: %s DIR -o FULL.safetensors [--dtype=fp32|bf16]\n"
+    "       %s DIR -o OUTDIR --max-shard-size=BYTES [--dtype=fp32|bf16]\n"
     "Writes the full parameters and buffers of the sharded checkpoint DIR\n"
     "(a --save-checkpoint directory: the checkpoint its 'latest' names; or\n"
     "one of its global_step<N> directories) to one safetensors file.\n"
@@ -35,17 +37,22 @@ const char kUsage[] =
     "                 checkpoint has one (mixed precision), else widened\n"
     "  --dtype=bf16   round every floating-point tensor to BF16\n"
     "  (default: each tensor in its own dtype, as --save writes it; i32\n"
-    "  tensors are always I32)\n";
+    "  tensors are always I32)\n"
+    "  --max-shard-size=BYTES  write a Hugging Face sharded checkpoint into\n"
+    "                 OUTDIR instead: model-0000i-of-0000N.safetensors of at\n"
+    "                 most BYTES of tensors each, and\n"
+    "                 model.safetensors.index.json (tensor -> file)\n";
 
 } // namespace
 
 int main(int argc, char **argv) {
   std::string dir, out;
+  int64_t maxShard = 0;
   ztrt::ConsolidateType dtype = ztrt::ConsolidateType::Own;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
-      std::printf(kUsage, argv[0]);
+      std::printf(kUsage, argv[0], argv[0]);
       return 0;
     }
     if (arg == "--dtype" || arg.compare(0, 8, "--dtype=") == 0) {
@@ -65,6 +72,15 @@ int main(int argc, char **argv) {
         ztrt::usageError("--dtype: '%s' is not fp32 or bf16", value.c_str());
       continue;
     }
+    if (arg.compare(0, 17, "--max-shard-size=") == 0) {
+      char *end = nullptr;
+      long long v = std::strtoll(arg.c_str() + 17, &end, 10);
+      if (*end != '\0' || v <= 0 || arg.size() == 17)
+        ztrt::usageError("--max-shard-size: '%s' is not a number of bytes > 0",
+                         arg.c_str() + 17);
+      maxShard = v;
+      continue;
+    }
     if (arg == "-o" || arg == "--output") {
       if (i + 1 >= argc || argv[i + 1][0] == '\0')
         ztrt::usageError("%s needs a file name", arg.c_str());
@@ -82,7 +98,10 @@ int main(int argc, char **argv) {
   }
   if (dir.empty() || out.empty())
     ztrt::usageError("need a checkpoint directory and -o FILE (try --help)");
-  ztrt::checkOutputPath(out, "-o");
-  ztrt::consolidateCheckpoint(dir, out, dtype);
+  if (maxShard > 0)
+    ztrt::checkOutputDirectory(out, "-o");
+  else
+    ztrt::checkOutputPath(out, "-o");
+  ztrt::consolidateCheckpoint(dir, out, dtype, maxShard);
   return 0;
 }
