@@ -255,6 +255,18 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
   }
 }
 
+/// A finite number >= 0 (> 0 with `positive`); exit 2 naming the flag
+/// otherwise.
+double parseReal(const std::string &flag, const std::string &value,
+                 bool positive = false) {
+  char *end = nullptr;
+  double v = std::strtod(value.c_str(), &end);
+  if (*end != '\0' || !std::isfinite(v) || !(positive ? v > 0.0 : v >= 0.0))
+    usageError("flag %s: '%s' is not a finite number %s", flag.c_str(),
+               value.c_str(), positive ? "> 0" : ">= 0");
+  return v;
+}
+
 /// The ztrt_hyper_id of a hyper-parameter flag, or -1.
 int hyperId(const std::string &flag) {
   for (int id = 0; id < ZTRT_HYPER_COUNT; ++id)
@@ -889,21 +901,10 @@ Options parseOptions(int argc, char **argv, int rank) {
       opts.sampleTokens = parseInteger(flag, value, 1);
     else if (flag == "--top-k")
       opts.topK = parseInteger(flag, value, 0);
-    else if (flag == "--temperature") {
-      char *end = nullptr;
-      double v = std::strtod(value.c_str(), &end);
-      if (*end != '\0' || !(v >= 0.0) || !std::isfinite(v))
-        usageError("flag --temperature: '%s' is not a finite number >= 0",
-                   value.c_str());
-      opts.temperature = v;
-    } else if (flag == "--peak-tflops") {
-      char *end = nullptr;
-      double v = std::strtod(value.c_str(), &end);
-      if (*end != '\0' || !(v > 0.0) || !std::isfinite(v))
-        usageError("flag --peak-tflops: '%s' is not a finite number > 0",
-                   value.c_str());
-      opts.peakTflops = v;
-    }
+    else if (flag == "--temperature")
+      opts.temperature = parseReal(flag, value);
+    else if (flag == "--peak-tflops")
+      opts.peakTflops = parseReal(flag, value, /*positive=*/true);
     else if (flag == "--steps")
       opts.steps = parseInteger(flag, value, 0);
     else if (flag == "--seed") {
@@ -944,11 +945,7 @@ Options parseOptions(int argc, char **argv, int rank) {
                    value.c_str());
       opts.backend = value;
     } else if (flag == "--lr" || flag == "--min-lr") {
-      char *end = nullptr;
-      double v = std::strtod(value.c_str(), &end);
-      if (*end != '\0' || !(v >= 0.0) || !std::isfinite(v))
-        usageError("flag %s: '%s' is not a finite number >= 0", flag.c_str(),
-                   value.c_str());
+      const double v = parseReal(flag, value);
       if (flag == "--lr")
         opts.lr.lr = v;
       else {
@@ -1288,10 +1285,6 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
   int64_t steadySteps = 0;
   auto throughputText = [&](int64_t t, double ms) {
     std::string s;
-    if (t > first) { // the first step of a run warms caches and threads
-      steadyMs += ms;
-      ++steadySteps;
-    }
     if (tokensPerStep > 0.0 && ms > 0.0) {
       const double rate = tokensPerStep / (ms / 1e3);
       s += rate >= 1e6   ? format("  %.2fM tok/s", rate / 1e6)
@@ -1387,6 +1380,12 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
       refuse("step %lld: the loss is %s; stopping (--allow-nonfinite-loss "
             "trains on)",
             static_cast<long long>(t), std::isnan(meanLoss) ? "NaN" : "infinite");
+    // Every step after the run's first (which warms caches and threads)
+    // enters the ETA's mean, logged or not.
+    if (t > first) {
+      steadyMs += ms;
+      ++steadySteps;
+    }
     if (rank == 0 && opts.logEvery > 0 &&
         (t % opts.logEvery == 0 || t == last)) {
       std::string scale;
