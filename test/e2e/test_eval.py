@@ -81,12 +81,18 @@ def test_evaluating_does_not_change_training(tmp_path):
                                 parity.OptimizerConfig("adam", lr=1e-2), name="m")
     val = str(tmp_path / "val.safetensors")
     safetensors.save(val, parity.make_data(spec, samples=8, seed=3))
-    out = []
-    for flags in ([], ["--eval-data", val, "--eval-every", "1"]):
+    out, evals = [], []
+    for flags in ([], ["--eval-data", val, "--eval-every", "1"],
+                  ["--eval-data", val, "--eval-every", "1"]):
         path = tmp_path / f"w{len(out)}.safetensors"
-        parity.run_exe(exe, 4, save=str(path), threads=1, extra=flags)
+        report = str(tmp_path / f"r{len(out)}.json")
+        parity.run_exe(exe, 4, save=str(path), report=report, threads=1, extra=flags)
         out.append(path.read_bytes())
-    assert out[0] == out[1]
+        evals.append(parity.read_report(report).get("eval"))
+    assert out[0] == out[1] == out[2]
+    # The same run twice evaluates to the same bits (the report prints
+    # losses with %.9g, which round-trips a float32).
+    assert evals[1] == evals[2] and len(evals[1]) == 4
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
