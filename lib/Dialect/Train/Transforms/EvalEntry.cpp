@@ -67,33 +67,20 @@ void TrainEvalEntryPass::runOnOperation() {
   // A language model's loss is a cross-entropy of its logits (possibly
   // reshaped or widened on the way): the logits function returns them,
   // for sampling. Other losses get none.
-  auto ret = cast<func::ReturnOp>(eval.getBody().front().getTerminator());
-  Value loss = ret.getOperand(0);
-  while (auto cast = loss.getDefiningOp<CastOp>())
-    loss = cast.getInput();
-  auto ce = loss.getDefiningOp<CrossEntropyOp>();
+  auto lossCrossEntropy = [](func::FuncOp fn) -> CrossEntropyOp {
+    Value loss = fn.getBody().front().getTerminator()->getOperand(0);
+    while (auto cast = loss.getDefiningOp<CastOp>())
+      loss = cast.getInput();
+    return loss.getDefiningOp<CrossEntropyOp>();
+  };
   std::string logitsName = (entry.getSymName() + "_logits").str();
-  if (!ce || SymbolTable::lookupSymbolIn(module, logitsName))
+  if (!lossCrossEntropy(eval) || SymbolTable::lookupSymbolIn(module, logitsName))
     return;
   func::FuncOp logits = eval.clone();
   logits.setSymName(logitsName);
   logits->removeAttr(kEvalAttr);
   logits->setAttr(kLogitsAttr, UnitAttr::get(&getContext()));
-  // The clone's cross-entropy is at the same position as the original's.
-  CrossEntropyOp clonedCe;
-  {
-    unsigned index = 0, at = 0;
-    eval.walk([&](CrossEntropyOp op) {
-      if (op == ce)
-        at = index;
-      ++index;
-    });
-    index = 0;
-    logits.walk([&](CrossEntropyOp op) {
-      if (index++ == at)
-        clonedCe = op;
-    });
-  }
+  CrossEntropyOp clonedCe = lossCrossEntropy(logits);
   Value out = clonedCe.getLogits();
   auto oldRet =
       cast<func::ReturnOp>(logits.getBody().front().getTerminator());
