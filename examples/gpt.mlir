@@ -88,7 +88,7 @@ module {
     %h_0_mlp_c_proj = train.matmul %h0_gelu, %h_0_mlp_c_proj_weight {transpose_b} : (tensor<8x64x256xf32>, tensor<64x256xf32>) -> tensor<8x64x64xf32>
     %h_0_mlp_c_proj_bias = train.param_read @h.0.mlp.c_proj.bias : tensor<64xf32>
     %h_0_mlp_c_proj_b = train.bias_add %h_0_mlp_c_proj, %h_0_mlp_c_proj_bias : tensor<8x64x64xf32>, tensor<64xf32>
-    %h0_res2 = train.add %h0_res1, %h_0_mlp_c_proj_b : tensor<8x64x64xf32>
+    %h0_res2 = train.add %h0_res1, %h_0_mlp_c_proj_b {train.checkpoint} : tensor<8x64x64xf32>
     %h_1_ln_1_weight = train.param_read @h.1.ln_1.weight : tensor<64xf32>
     %h_1_ln_1_bias = train.param_read @h.1.ln_1.bias : tensor<64xf32>
     %h_1_ln_1 = train.layer_norm %h0_res2, %h_1_ln_1_weight, %h_1_ln_1_bias {epsilon = 1.0e-05 : f64} : tensor<8x64x64xf32>, tensor<64xf32>
@@ -133,7 +133,7 @@ module {
     %h_1_mlp_c_proj = train.matmul %h1_gelu, %h_1_mlp_c_proj_weight {transpose_b} : (tensor<8x64x256xf32>, tensor<64x256xf32>) -> tensor<8x64x64xf32>
     %h_1_mlp_c_proj_bias = train.param_read @h.1.mlp.c_proj.bias : tensor<64xf32>
     %h_1_mlp_c_proj_b = train.bias_add %h_1_mlp_c_proj, %h_1_mlp_c_proj_bias : tensor<8x64x64xf32>, tensor<64xf32>
-    %h1_res2 = train.add %h1_res1, %h_1_mlp_c_proj_b : tensor<8x64x64xf32>
+    %h1_res2 = train.add %h1_res1, %h_1_mlp_c_proj_b {train.checkpoint} : tensor<8x64x64xf32>
     %ln_f_weight = train.param_read @ln_f.weight : tensor<64xf32>
     %ln_f_bias = train.param_read @ln_f.bias : tensor<64xf32>
     %ln_f = train.layer_norm %h1_res2, %ln_f_weight, %ln_f_bias {epsilon = 1.0e-05 : f64} : tensor<8x64x64xf32>, tensor<64xf32>

@@ -60,7 +60,7 @@ module {
     %l0_swiglu = train.mul %l0_silu, %model_layers_0_mlp_up_proj : tensor<8x64x176xf32>
     %model_layers_0_mlp_down_proj_weight = train.param_read @model.layers.0.mlp.down_proj.weight : tensor<64x176xf32>
     %model_layers_0_mlp_down_proj = train.matmul %l0_swiglu, %model_layers_0_mlp_down_proj_weight {transpose_b} : (tensor<8x64x176xf32>, tensor<64x176xf32>) -> tensor<8x64x64xf32>
-    %l0_res2 = train.add %l0_res1, %model_layers_0_mlp_down_proj : tensor<8x64x64xf32>
+    %l0_res2 = train.add %l0_res1, %model_layers_0_mlp_down_proj {train.checkpoint} : tensor<8x64x64xf32>
     %model_layers_1_input_layernorm_weight = train.param_read @model.layers.1.input_layernorm.weight : tensor<64xf32>
     %input_layernorm_1 = train.rms_norm %l0_res2, %model_layers_1_input_layernorm_weight {epsilon = 1.0e-05 : f64} : tensor<8x64x64xf32>, tensor<64xf32>
     %model_layers_1_self_attn_q_proj_weight = train.param_read @model.layers.1.self_attn.q_proj.weight : tensor<64x64xf32>
@@ -96,7 +96,7 @@ module {
     %l1_swiglu = train.mul %l1_silu, %model_layers_1_mlp_up_proj : tensor<8x64x176xf32>
     %model_layers_1_mlp_down_proj_weight = train.param_read @model.layers.1.mlp.down_proj.weight : tensor<64x176xf32>
     %model_layers_1_mlp_down_proj = train.matmul %l1_swiglu, %model_layers_1_mlp_down_proj_weight {transpose_b} : (tensor<8x64x176xf32>, tensor<64x176xf32>) -> tensor<8x64x64xf32>
-    %l1_res2 = train.add %l1_res1, %model_layers_1_mlp_down_proj : tensor<8x64x64xf32>
+    %l1_res2 = train.add %l1_res1, %model_layers_1_mlp_down_proj {train.checkpoint} : tensor<8x64x64xf32>
     %model_norm_weight = train.param_read @model.norm.weight : tensor<64xf32>
     %norm = train.rms_norm %l1_res2, %model_norm_weight {epsilon = 1.0e-05 : f64} : tensor<8x64x64xf32>, tensor<64xf32>
     %embed_out = train.param_read @model.embed_tokens.weight : tensor<256x64xf32>

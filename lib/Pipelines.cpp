@@ -41,6 +41,11 @@ void ztrain::buildTrainingPipeline(OpPassManager &pm,
   if (options.eval)
     pm.addPass(train::createTrainEvalEntry());
   pm.addPass(train::createTrainAutodiff());
+  if (options.recompute != "none") { // the pass refuses unknown policies
+    train::TrainRecomputeOptions recompute;
+    recompute.policy = options.recompute;
+    pm.addPass(train::createTrainRecompute(recompute));
+  }
   train::TrainOptimizerOptions opt;
   opt.kind = options.optimizer;
   opt.lr = options.lr;

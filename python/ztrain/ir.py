@@ -247,6 +247,39 @@ class Function:
         self.ops.append((v, op, tuple(operands), attrs))
         return v
 
+    def checkpoint(self, v):
+        """Marks `v` (the result of an op of this function) `train.checkpoint`:
+        a segment boundary train-recompute keeps and recomputes up to
+        (ztrain-compile --recompute=full|selective). Returns `v`."""
+        prefix = f"{v.name} = "
+        for i, line in enumerate(self.lines):
+            if line.startswith(prefix):
+                break
+        else:
+            raise IRError(f"checkpoint: {v.name} is not the result of an op of @{self.name}")
+        # The attribute dictionary comes right before the first " : " outside
+        # braces (the op's types); an existing one gains the mark.
+        depth, cut = 0, -1
+        for j, ch in enumerate(line):
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+            elif depth == 0 and line.startswith(" : ", j):
+                cut = j
+                break
+        if cut < 0:
+            raise IRError(f"checkpoint: cannot place the mark on {line!r}")
+        head = line[:cut]
+        if "train.checkpoint" in head:
+            return v
+        if head.endswith("}"):
+            head = head[:-1] + ", train.checkpoint}"
+        else:
+            head += " {train.checkpoint}"
+        self.lines[i] = head + line[cut:]
+        return v
+
     @staticmethod
     def _f32(op, *vals):
         for v in vals:

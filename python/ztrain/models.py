@@ -119,7 +119,8 @@ def mlp(batch, in_features, hidden=(128,), classes=10, init="torch",
     return ModelSpec("mlp", cfg, m)
 
 
-def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5, dropout=0.0):
+def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5, dropout=0.0,
+        checkpoints=True):
     """GPT-2-style decoder with tied input/output embeddings.
 
     Inputs "tokens" and "targets", both i32 [batch, seq]. State-dict names:
@@ -133,6 +134,11 @@ def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5, dropout=0.0):
     program order): on the embeddings (stream 0), and in layer i on the
     attention probabilities (1 + 3i), the attention output (2 + 3i) and
     the MLP output (3 + 3i).
+
+    checkpoints=True marks each block's output `train.checkpoint`: with
+    ztrain-compile --recompute=full|selective every block is one recomputed
+    segment (torch.utils.checkpoint per block). The marks change nothing
+    without --recompute.
     """
     B, T, V, L, C, H = (int(v) for v in (batch, seq, vocab, layers, width, heads))
     if min(B, T, V, C, H) <= 0 or L < 0:
@@ -189,6 +195,8 @@ def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5, dropout=0.0):
         a = f.gelu(a, hint=f"h{i}_gelu")
         a = linear(a, f"{p}.mlp.c_proj", 4 * C, C)
         x = f.add(x, drop(a, f"h{i}_mlp_drop"), hint=f"h{i}_res2")
+        if checkpoints:
+            f.checkpoint(x)
     _tied_lm_loss(f, layer_norm(x, "ln_f"), wte, targets, "wte_out")
     cfg = dict(batch=B, seq=T, vocab=V, layers=L, width=C, heads=H, epsilon=epsilon)
     if dropout > 0.0:
@@ -197,7 +205,7 @@ def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5, dropout=0.0):
 
 
 def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
-          rope_theta=10000.0):
+          rope_theta=10000.0, checkpoints=True):
     """Llama-style decoder: RMSNorm, SwiGLU, rotary embeddings, no biases,
     tied input/output embeddings (as Llama 3.2 1B/3B and TinyLlama-style
     small models tie them).
@@ -211,6 +219,7 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
     model.layers.{i}.mlp.down_proj.weight [C, F], model.norm.weight [C].
     `hidden` (F) defaults to Llama's rule: 2/3 of 4C rounded up to a
     multiple of 8. Weights are N(0, 0.02) (initializer_range), norms ones.
+    checkpoints: as gpt's (each decoder layer's output marked).
     """
     B, T, V, L, C, H = (int(v) for v in (batch, seq, vocab, layers, width, heads))
     if min(B, T, V, C, H) <= 0 or L < 0:
@@ -261,6 +270,8 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
         up = linear(a, f"{p}.mlp.up_proj", C, F)
         a = f.mul(gate, up, hint=f"l{i}_swiglu")
         x = f.add(x, linear(a, f"{p}.mlp.down_proj", F, C), hint=f"l{i}_res2")
+        if checkpoints:
+            f.checkpoint(x)
     _tied_lm_loss(f, rms_norm(x, "model.norm"), emb, targets, "embed_out")
     cfg = dict(batch=B, seq=T, vocab=V, layers=L, width=C, heads=H, hidden=F,
                epsilon=epsilon, rope_theta=rope_theta)
@@ -304,6 +315,10 @@ def _parser():
     ll.add_argument("--heads", type=int, default=4)
     ll.add_argument("--hidden", type=int, help="SwiGLU width (default: Llama's 8/3 rule)")
     ll.add_argument("--rope-theta", type=float, default=10000.0)
+    for p in (g, ll):
+        p.add_argument("--no-checkpoints", action="store_true",
+                       help="do not mark each block's output train.checkpoint "
+                            "(--recompute then finds segments from the graph)")
     for p in (a, g, ll):
         p.add_argument("-o", "--output", help="write here instead of stdout")
     return ap
@@ -315,10 +330,12 @@ def main(argv=None):
         if args.model == "mlp":
             spec = mlp(args.batch, args.in_features, args.hidden, args.classes, args.init)
         elif args.model == "gpt":
-            spec = gpt(args.batch, args.seq, args.vocab, args.layers, args.width, args.heads)
+            spec = gpt(args.batch, args.seq, args.vocab, args.layers, args.width, args.heads,
+                       checkpoints=not args.no_checkpoints)
         else:
             spec = llama(args.batch, args.seq, args.vocab, args.layers, args.width,
-                         args.heads, hidden=args.hidden, rope_theta=args.rope_theta)
+                         args.heads, hidden=args.hidden, rope_theta=args.rope_theta,
+                         checkpoints=not args.no_checkpoints)
     except IRError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -248,14 +248,14 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
     os << "optimizer " << opt.getValue() << '\n';
   // The arithmetic of one call of the step on one rank, as MFU counts it:
   // 2 M N K per matrix product (forward and backward are both in the IR;
-  // elementwise work is left out).
+  // elementwise work is left out). Model FLOPs, as Megatron's MFU counts
+  // them: the products train-recompute repeats are not the model's work
+  // (zero-report prices them apart).
   {
     int64_t flops = 0;
     entry.walk([&](MatmulOp mm) {
-      auto a = cast<RankedTensorType>(mm.getLhs().getType());
-      auto c = cast<RankedTensorType>(mm.getResult().getType());
-      int64_t k = a.getDimSize(a.getRank() - (mm.getTransposeA() ? 2 : 1));
-      flops += 2 * c.getNumElements() * k;
+      if (!mm->hasAttr(kRecomputedAttr))
+        flops += matmulFlops(mm);
     });
     os << "flops " << flops << '\n';
   }

@@ -119,6 +119,14 @@ void MemoryCentricTilingPass::runOnOperation() {
       b.setInsertionPoint(mm);
       auto outType = cast<RankedTensorType>(mm.getType());
       Value result;
+      // A recomputed product's tiles are recomputation too (zero-report
+      // prices them apart from the model's FLOPs).
+      bool recomputed = mm->hasAttr(train::kRecomputedAttr);
+      auto inherit = [&](Operation *op) {
+        if (recomputed)
+          op->setAttr(train::kRecomputedAttr, b.getUnitAttr());
+        return op->getResult(0);
+      };
       if (kind == Use::Output) {
         // y = x W^T: each tile yields R / T output features.
         SmallVector<int64_t> shape(outType.getShape());
@@ -127,9 +135,9 @@ void MemoryCentricTilingPass::runOnOperation() {
         SmallVector<Value> parts;
         for (int64_t j = 0; j < tiles; ++j) {
           Value w = gatherTile(loc, j);
-          parts.push_back(train::MatmulOp::create(
+          parts.push_back(inherit(train::MatmulOp::create(
               b, loc, partType, mm.getLhs(), w, mm.getTransposeAAttr(),
-              mm.getTransposeBAttr()));
+              mm.getTransposeBAttr())));
         }
         result = AssembleTilesOp::create(b, loc, outType, parts,
                                          g.getGridAttr());
@@ -144,9 +152,9 @@ void MemoryCentricTilingPass::runOnOperation() {
               b, loc, sliceType, mm.getLhs(), b.getI64IntegerAttr(j),
               b.getI64IntegerAttr(tiles), g.getGridAttr());
           Value w = gatherTile(loc, j);
-          Value part = train::MatmulOp::create(b, loc, outType, dy, w,
-                                               mm.getTransposeAAttr(),
-                                               mm.getTransposeBAttr());
+          Value part = inherit(train::MatmulOp::create(
+              b, loc, outType, dy, w, mm.getTransposeAAttr(),
+              mm.getTransposeBAttr()));
           result = result ? train::AddOp::create(b, loc, outType, result, part)
                                 .getResult()
                           : part;

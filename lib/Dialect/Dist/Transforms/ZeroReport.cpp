@@ -62,6 +62,11 @@ struct Report {
   /// Micro-batches per optimizer step (train.grad_accum_steps; 1 without
   /// accumulation): "per step" means per optimizer step.
   int64_t accumSteps = 1;
+  /// Matrix-product FLOPs per optimizer step and rank: the model's (as MFU
+  /// counts them) and those train-recompute repeats, with the policy and
+  /// the number of ops it repeats.
+  int64_t modelFlops = 0, recomputeFlops = 0, recomputedOps = 0;
+  std::string recompute = "none";
   bool collectivesFromIR = false;
   /// Memory from plan-memory's arenas (exact) rather than a liveness sweep.
   bool staticPlan = false;
@@ -234,6 +239,23 @@ FailureOr<Report> ZeroReportPass::analyze() {
     r.activations = activationPeak(entry, r.stage, n, r.gatheredPeak);
   }
 
+  // The arithmetic: what runs before the accumulation boundary runs once
+  // per micro-batch.
+  if (auto policy = module->getAttrOfType<StringAttr>(train::kRecomputeAttr))
+    r.recompute = policy.getValue().str();
+  entry.walk([&](Operation *op) {
+    int64_t times =
+        boundary && op->getBlock() == boundary->getBlock() &&
+                op->isBeforeInBlock(boundary)
+            ? r.accumSteps
+            : 1;
+    bool again = op->hasAttr(train::kRecomputedAttr);
+    r.recomputedOps += again ? times : 0;
+    if (auto mm = dyn_cast<train::MatmulOp>(op))
+      (again ? r.recomputeFlops : r.modelFlops) +=
+          times * train::matmulFlops(mm);
+  });
+
   // Once collectives are in the IR they are the truth, not the plan.
   SmallVector<CollectiveOpInterface> ops;
   entry.walk([&](CollectiveOpInterface c) { ops.push_back(c); });
@@ -329,6 +351,14 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
           "per micro-batch; the collectives of each micro-batch are counted "
        << r.accumSteps << " times)\n";
 
+  if (r.recompute != "none")
+    os << llvm::formatv(
+        "recompute: {0}, {1} ops repeated in the backward pass, {2} FLOPs "
+        "per step per rank (+{3:F1}% over the model's {4})\n",
+        r.recompute, r.recomputedOps, r.recomputeFlops,
+        r.modelFlops ? 100.0 * r.recomputeFlops / r.modelFlops : 0.0,
+        r.modelFlops);
+
   llvm::MapVector<StringRef, std::pair<int64_t, int64_t>> byKind;
   for (const Collective &c : r.collectives) {
     auto &slot = byKind[c.kind];
@@ -384,6 +414,11 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
                          {"min", r.lossScale->min}})
                    : llvm::json::Value(nullptr)},
       {"grad_accum_steps", r.accumSteps},
+      {"flops_per_step", r.modelFlops},
+      {"recompute",
+       llvm::json::Object{{"policy", r.recompute},
+                          {"ops", r.recomputedOps},
+                          {"flops_per_step", r.recomputeFlops}}},
       {"collectives_source", r.collectivesFromIR ? "ir" : "plan"},
       {"memory_plan", r.staticPlan ? "static" : "liveness"},
       {"collectives", std::move(collectives)},

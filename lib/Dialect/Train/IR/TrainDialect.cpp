@@ -7,7 +7,9 @@
 #include "ztrain/Dialect/Train/IR/TrainDialect.h"
 #include "ztrain/Dialect/Train/IR/TrainOps.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -27,6 +29,27 @@ void TrainDialect::initialize() {
 
 LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
                                                     NamedAttribute attr) {
+  if (attr.getName() == kCheckpointAttr || attr.getName() == kRecomputedAttr) {
+    if (!isa<UnitAttr>(attr.getValue()))
+      return op->emitOpError() << "'" << attr.getName().getValue()
+                               << "' is a unit attribute (it takes no value)";
+    if (op->getNumResults() != 1 ||
+        !isa<RankedTensorType>(op->getResult(0).getType()) ||
+        isa<ModuleOp, func::FuncOp>(op))
+      return op->emitOpError()
+             << "'" << attr.getName().getValue()
+             << "' marks an op with exactly one tensor result";
+    return success();
+  }
+  if (attr.getName() == kRecomputeAttr) {
+    auto policy = dyn_cast<StringAttr>(attr.getValue());
+    if (!isa<ModuleOp>(op) || !policy ||
+        (policy.getValue() != "full" && policy.getValue() != "selective"))
+      return op->emitOpError()
+             << "'" << kRecomputeAttr
+             << "' is a module attribute, \"full\" or \"selective\"";
+    return success();
+  }
   if (attr.getName() != kLossScaleAttr)
     return success();
   auto module = dyn_cast<ModuleOp>(op);

@@ -672,3 +672,10 @@ LogicalResult EmbeddingGradOp::verify() {
 
 #define GET_OP_CLASSES
 #include "ztrain/Dialect/Train/IR/TrainOps.cpp.inc"
+
+int64_t ztrain::train::matmulFlops(MatmulOp op) {
+  auto a = cast<RankedTensorType>(op.getLhs().getType());
+  auto c = cast<RankedTensorType>(op.getResult().getType());
+  int64_t k = a.getDimSize(a.getRank() - (op.getTransposeA() ? 2 : 1));
+  return 2 * c.getNumElements() * k;
+}

@@ -40,6 +40,17 @@ inline constexpr llvm::StringLiteral kEvalAttr = "train.eval";
 /// whose loss is a cross-entropy (train-eval-entry): the executable's
 /// --sample.
 inline constexpr llvm::StringLiteral kLogitsAttr = "train.logits";
+/// Unit attribute a model puts on a forward op of the entry function: its
+/// result is a checkpoint, kept for the backward pass, and ends a segment
+/// that train-recompute may recompute (torch.utils.checkpoint's segment
+/// boundary; the Python builders mark each transformer block's output).
+inline constexpr llvm::StringLiteral kCheckpointAttr = "train.checkpoint";
+/// Unit attribute train-recompute puts on the ops it added: a recomputation
+/// in the backward pass of a forward op (zero-report counts their FLOPs).
+inline constexpr llvm::StringLiteral kRecomputedAttr = "train.recomputed";
+/// Set by train-recompute on the module: the policy it applied (`full` or
+/// `selective`).
+inline constexpr llvm::StringLiteral kRecomputeAttr = "train.recompute";
 /// Set by train-optimizer on the module with gradient accumulation: the
 /// number of micro-batches per optimizer step the step was compiled for
 /// (i64 > 1; the executable's default, --grad-accum-steps overrides it).

@@ -93,6 +93,10 @@ mlir::func::FuncOp getLogitsFunction(mlir::ModuleOp module);
 llvm::SmallVector<mlir::func::FuncOp, 2>
 getForwardFunctions(mlir::ModuleOp module);
 
+/// The arithmetic of one matrix product as MFU counts it: 2 M N K (times
+/// its batch).
+int64_t matmulFlops(MatmulOp op);
+
 /// The step's train.accumulation_boundary, or null when it accumulates no
 /// gradients.
 AccumulationBoundaryOp getAccumulationBoundary(mlir::func::FuncOp entry);

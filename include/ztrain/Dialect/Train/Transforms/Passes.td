@@ -157,6 +157,67 @@ def TrainAutodiff : Pass<"train-autodiff", "::mlir::ModuleOp"> {
   ];
 }
 
+def TrainRecompute : Pass<"train-recompute", "::mlir::ModuleOp"> {
+  let summary = "Activation checkpointing: recompute forward values in the "
+                "backward pass instead of keeping them (ZeRO-R)";
+  let description = [{
+    Runs between `train-autodiff` and `train-optimizer`. The forward pass is
+    cut into segments at checkpoint boundaries: the forward ops marked
+    `train.checkpoint` (the Python builders mark each transformer block's
+    output; any forward op with one tensor result can carry the mark), or,
+    when the model carries no mark, the residual stream found from the
+    graph (a value that is the only live activation right after its op and
+    that two forward ops read: each attention and MLP sub-block's input in
+    a pre-norm transformer). The ops after the last boundary (the loss
+    head) are not recomputed: the backward pass starts with them.
+
+    Within a segment the backward pass keeps, by `policy`:
+
+    * `full`: only the segment's boundary (and values read across
+      segments); the rest of the segment is recomputed in the backward
+      pass (Megatron's full recompute, torch.utils.checkpoint per block);
+    * `selective`: also the linear layers' products (matmuls with a
+      parameter operand); the attention core (scores, softmax, its dropout,
+      the product with V), norms and elementwise work are recomputed
+      (Korthikanti et al.'s selective recompute);
+    * `none`: nothing changes.
+
+    The recomputation is the needed forward ops cloned, with their
+    attributes, right before the first backward op of their segment that
+    reads one of them, and marked `train.recomputed`; the backward ops read
+    the clones, so the originals die in the forward pass. The same ops on
+    the same operands give the same bits (dropout's mask is a function of
+    seed, stream, step and element index), so the step computes the same
+    weights as without recomputation, bitwise, and `plan-memory`'s
+    liveness turns the shorter lifetimes into a smaller activation arena.
+    The module records the policy in `train.recompute`; zero-report prices
+    the recomputed FLOPs.
+
+    A mark on an op outside the forward pass, on a value computed from
+    parameters alone, or on a value no later forward op reads is an error;
+    so is a policy that finds nothing to recompute.
+
+    ```mlir
+    %r = train.add %x, %y {train.checkpoint} : tensor<8x64x64xf32>
+    ...
+    // backward of the segment ending at %r, after train-recompute{policy=full}:
+    %ln = train.layer_norm %x, %g, %b {epsilon = 1.0e-05 : f64, train.recomputed} : ...
+    ```
+  }];
+  let dependentDialects = ["::ztrain::train::TrainDialect"];
+  let options = [
+    Option<"policy", "policy", "std::string", "\"none\"",
+           "What the backward pass keeps: none (everything it reads), full "
+           "(each segment's boundary only) or selective (also the linear "
+           "layers' products)">
+  ];
+  let statistics = [
+    Statistic<"numRecomputedOps", "recomputed-ops",
+              "Forward ops repeated in the backward pass">,
+    Statistic<"numSegments", "segments", "Recomputed segments">
+  ];
+}
+
 def TrainOptimizer : Pass<"train-optimizer", "::mlir::ModuleOp"> {
   let summary = "Adds the optimizer update: a complete training step";
   let description = [{
