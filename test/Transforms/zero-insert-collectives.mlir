@@ -23,16 +23,18 @@
 // S0-NEXT: %[[A2:.*]] = dist.all_reduce mean %[[DW2]] on @dp : tensor<5x4xf32>
 // S0-NEXT: train.adam_update @w2, %[[A2]]
 
-// Stage 1: full gradients live until the optimizer; there each is padded
-// to 4 equal slices, reduce-scattered, its slice updated (states are
-// slices), and the parameter's slices all-gathered in place.
+// Stage 1: full gradients live until the optimizer, each in its flat
+// buffer padded to 4 equal slices as soon as it is final (the tensor the
+// backward pass produced dies there); at the optimizer each is
+// reduce-scattered, its slice updated (states are slices), and the
+// parameter's slices all-gathered in place.
 // S1: %[[DW2:.*]] = train.matmul %{{.*}}, %{{.*}} {transpose_a} : {{.*}} -> tensor<5x4xf32>
+// S1-NEXT: %[[F2:.*]] = dist.pad_flat %[[DW2]] : tensor<5x4xf32> -> tensor<20xf32>
 // S1: %[[DW1:.*]] = train.matmul %{{.*}}, %{{.*}} {transpose_a} : {{.*}} -> tensor<4x3xf32>
 // S1-NEXT: %[[F1:.*]] = dist.pad_flat %[[DW1]] : tensor<4x3xf32> -> tensor<12xf32>
 // S1-NEXT: %[[SL1:.*]] = dist.reduce_scatter mean %[[F1]] on @dp : tensor<12xf32> -> tensor<3xf32>
 // S1-NEXT: train.adam_update @w1, %[[SL1]] states(@w1.exp_avg, @w1.exp_avg_sq) {{{.*}}sharded{{.*}}} : tensor<3xf32>
 // S1-NEXT: dist.all_gather_param @w1 on @dp
-// S1-NEXT: %[[F2:.*]] = dist.pad_flat %[[DW2]] : tensor<5x4xf32> -> tensor<20xf32>
 // S1-NEXT: %[[SL2:.*]] = dist.reduce_scatter mean %[[F2]] on @dp : tensor<20xf32> -> tensor<5xf32>
 // S1-NEXT: train.adam_update @w2, %[[SL2]] {{.*}} : tensor<5xf32>
 // S1-NEXT: dist.all_gather_param @w2 on @dp

@@ -77,3 +77,22 @@ def test_model_states_match_zero_formulas(big_gpt, stage):
     assert {c["kind"] for c in r["collectives"]} == kinds
     assert per_rank["predicted_peak"] == (states + per_rank["inputs"] + per_rank["activations"]
                                           + per_rank["communication_buffers"])
+
+
+def test_partitioning_adds_no_activations(big_gpt):
+    """Stages 1 and 2 move gradients, not activations: with their collectives
+    inserted, the activation peak is stage 0's. (Stage 1 used to keep each
+    gradient the backward pass produced beside its flat, padded copy until
+    the optimizer ran: one full set of gradients more than stage 0.)"""
+    _, path = big_gpt
+    opt = e2e_util.require_tool("ztrain-opt")
+    peaks = {}
+    for stage in (0, 1, 2):
+        p = subprocess.run(
+            [opt, path, "--ztrain-training=optimizer=adamw",
+             f"--ztrain-zero=stage={stage} dp={N}", "--zero-report=format=json",
+             "-o", "/dev/null"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        peaks[stage] = json.loads(p.stdout)["per_rank"]["activations"]
+    assert peaks[1] == peaks[0] and peaks[2] == peaks[0], peaks

@@ -119,12 +119,19 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
     } else {
       // Stage 1 keeps full gradients until the optimizer runs; stages 2
       // and 3 reduce-scatter each gradient as soon as it is final, so only
-      // its shard outlives the backward pass.
-      if (stage == 1 || !grad.getDefiningOp())
-        b.setInsertionPoint(firstConsumer(update));
-      else
+      // its shard outlives the backward pass. Either way the gradient goes
+      // into its flat, padded buffer as soon as it is final: the flat
+      // buffer is the gradient's storage, and the tensor the backward pass
+      // produced dies there (at stage 1 it used to live beside its flat
+      // copy until the optimizer ran: every gradient twice, zero-report's
+      // stage-1 activation peak one full set of gradients above stage 0's).
+      if (grad.getDefiningOp())
         b.setInsertionPointAfter(grad.getDefiningOp());
+      else
+        b.setInsertionPoint(firstConsumer(update));
       Value flat = PadFlatOp::create(b, loc, flatType, grad);
+      if (stage == 1)
+        b.setInsertionPoint(firstConsumer(update));
       Value slice =
           ReduceScatterOp::create(b, loc, shardType, meanAttr, flat, grid);
       useReduced(update, slice);
