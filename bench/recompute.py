@@ -98,7 +98,7 @@ def bench_torch(layers, args):
             for block in model.h:
                 block.forward = (lambda f: lambda x: checkpoint(f, x, use_reentrant=False))(
                     block.forward)
-        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        params = {p.storage().data_ptr() for p in model.parameters()}
         opt = torch_ref.make_optimizer(model.parameters(), OPT.kind, **OPT.torch_kwargs())
         times, saved = [], 0
         for t in range(1, args.steps + 1):
@@ -107,9 +107,9 @@ def bench_torch(layers, args):
             storages = {}
 
             def pack(x):
-                s = x.untyped_storage()
+                s = x.storage()
                 if s.data_ptr() not in params:
-                    storages[s.data_ptr()] = s.nbytes()
+                    storages[s.data_ptr()] = s.size() * s.element_size()
                 return x
 
             start = time.perf_counter()

@@ -11,6 +11,7 @@
 #include "ztrain/Dialect/Train/IR/TrainDialect.h"
 #include "ztrain/Dialect/Train/Transforms/Passes.h"
 #include "ztrain/Pipelines.h"
+#include "ztrain/Transforms/Passes.h"
 
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVM.h"
@@ -42,6 +43,7 @@ void ztrain::registerAllPasses() {
   dist::registerDistPasses();
   registerConversionPasses();
   registerPipelines();
+  registerZTrainPasses();
   // The upstream passes our pipelines use, so that every stage can be
   // reproduced with ztrain-opt alone.
   mlir::registerCSEPass();

@@ -64,11 +64,21 @@ void ztrain::buildTrainingPipeline(OpPassManager &pm,
 
 void ztrain::buildZeroPipeline(OpPassManager &pm,
                                const ZeroPipelineOptions &options) {
+  buildZeroPartitionPipeline(pm, options);
+  buildZeroSchedulePipeline(pm, options);
+}
+
+void ztrain::buildZeroPartitionPipeline(OpPassManager &pm,
+                                        const ZeroPipelineOptions &options) {
   dist::ZeroPartitionOptions partition;
   partition.stage = options.stage;
   partition.dp = options.dp;
   pm.addPass(dist::createZeroPartition(partition));
   pm.addPass(dist::createZeroInsertCollectives());
+}
+
+void ztrain::buildZeroSchedulePipeline(OpPassManager &pm,
+                                       const ZeroPipelineOptions &options) {
   if (options.maxTileBytes != 0) { // the pass refuses a negative bound
     dist::MemoryCentricTilingOptions tiling;
     tiling.maxTileBytes = options.maxTileBytes;

@@ -53,6 +53,15 @@ void buildTrainingPipeline(mlir::OpPassManager &pm,
 void buildZeroPipeline(mlir::OpPassManager &pm,
                        const ZeroPipelineOptions &options);
 
+/// Its two halves: what depends on the stage alone (zero-partition,
+/// zero-insert-collectives) and the rest (tiling, the overlap schedule,
+/// check-collectives), for the plan search, which shares the first half
+/// among the plans of a stage.
+void buildZeroPartitionPipeline(mlir::OpPassManager &pm,
+                                const ZeroPipelineOptions &options);
+void buildZeroSchedulePipeline(mlir::OpPassManager &pm,
+                               const ZeroPipelineOptions &options);
+
 /// lower-to-runtime then the upstream conversions to the LLVM dialect.
 void buildToLLVMPipeline(mlir::OpPassManager &pm);
 

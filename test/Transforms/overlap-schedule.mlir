@@ -125,12 +125,15 @@
 // BUCKET-NEXT: dist.wait %[[A3]]
 // BUCKET-NEXT: return
 
-// bucket-bytes=0: one reduce-scatter per gradient, right after it is final.
+// bucket-bytes=0: one reduce-scatter per gradient, right after it is final,
+// at most two in flight: the first is waited for before the third starts
+// (a collective reads its full gradient until its wait).
 // NOBUCKET: dist.pad_flat %{{.*}} : tensor<4x8xf32> -> tensor<32xf32>
-// NOBUCKET-NEXT: dist.reduce_scatter_start mean %{{.*}} on @dp : tensor<32xf32>
+// NOBUCKET-NEXT: %[[R1:.*]] = dist.reduce_scatter_start mean %{{.*}} on @dp : tensor<32xf32>
 // NOBUCKET: dist.pad_flat %{{.*}} : tensor<8x8xf32> -> tensor<64xf32>
 // NOBUCKET-NEXT: dist.reduce_scatter_start mean %{{.*}} on @dp : tensor<64xf32>
 // NOBUCKET: dist.pad_flat %{{.*}} : tensor<8x6xf32> -> tensor<48xf32>
+// NOBUCKET-NEXT: dist.wait %[[R1]] : tensor<16xf32>
 // NOBUCKET-NEXT: dist.reduce_scatter_start mean %{{.*}} on @dp : tensor<48xf32>
 
 // Stage 0: bucketed all-reduces of the gradients as they are.

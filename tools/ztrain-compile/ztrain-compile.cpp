@@ -15,6 +15,7 @@
 #include "ztrain/InitAll.h"
 #include "ztrain/InputLimits.h"
 #include "ztrain/Pipelines.h"
+#include "ztrain/PlanSearch.h"
 #include "ztrain/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/Pass/Pass.h"
@@ -28,6 +29,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Target/LLVMIR/Export.h"
+
 #include "llvm/IR/Instructions.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
@@ -46,6 +48,8 @@
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/Target/TargetOptions.h"
 #include "llvm/TargetParser/Host.h"
+
+#include <cmath>
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -105,6 +109,27 @@ cl::opt<int64_t> deviceMemory(
     cl::desc("Warn when the compiled plan needs more than this many bytes "
              "per rank (0: no check)"),
     cl::init(0), cl::value_desc("bytes"), cl::cat(category));
+
+cl::opt<std::string> memoryBudget(
+    "memory-budget",
+    cl::desc("Search the plan: the fastest ZeRO stage, recompute policy, "
+             "tiling bound and overlap schedule whose predicted peak fits "
+             "this many bytes per rank (1e10, 16GB, 16GiB); flags given "
+             "fix their dimension; prints the candidates, then compiles the "
+             "choice"),
+    cl::value_desc("bytes"), cl::cat(category));
+cl::opt<double> linkGBps("link-gbps",
+                         cl::desc("Plan search cost model: GB/s one rank "
+                                  "sends (default 25)"),
+                         cl::init(25.0), cl::cat(category));
+cl::opt<double> latencyUs("latency-us",
+                          cl::desc("Plan search cost model: microseconds per "
+                                   "collective beyond its bytes (default 10)"),
+                          cl::init(10.0), cl::cat(category));
+cl::opt<double> deviceTflops("device-tflops",
+                             cl::desc("Plan search cost model: matmul TFLOP/s "
+                                      "of one rank's device (default 100)"),
+                             cl::init(100.0), cl::cat(category));
 
 int fail(const llvm::Twine &msg) {
   llvm::errs() << "ztrain-compile: error: " << msg << "\n";
@@ -419,15 +444,55 @@ int main(int argc, char **argv) {
   ztrain::TrainingPipelineOptions training;
 #define ZTRAIN_TRAINING_OPTION(MEMBER, ...) training.MEMBER = flags::MEMBER;
 #include "ztrain/PipelineOptions.def"
+  ztrain::ZeroPipelineOptions zero;
+#define ZTRAIN_ZERO_OPTION(MEMBER, ...) zero.MEMBER = flags::MEMBER;
+#include "ztrain/PipelineOptions.def"
+  if (memoryBudget.getNumOccurrences() > 0) {
+    // The dimensions the user set stay set; the others are searched.
+    ztrain::PlanSearchRequest request;
+    if (!ztrain::parseByteSize(memoryBudget, request.budget))
+      return fail("--memory-budget must be a size in bytes (1e10, 16GB, "
+                  "16GiB), got '" + memoryBudget + "'");
+    if (!(linkGBps > 0) || !(deviceTflops > 0) || !(latencyUs >= 0) ||
+        !std::isfinite(linkGBps) || !std::isfinite(deviceTflops) ||
+        !std::isfinite(latencyUs))
+      return fail("--link-gbps and --device-tflops must be positive and "
+                  "--latency-us non-negative");
+    request.cost.linkBytesPerSecond = linkGBps * 1e9;
+    request.cost.deviceFlopsPerSecond = deviceTflops * 1e12;
+    request.cost.collectiveLatency = latencyUs * 1e-6;
+    auto given = [](const cl::Option &o) { return o.getNumOccurrences() > 0; };
+    if (given(flags::stage))
+      request.stage = flags::stage;
+    if (given(flags::recompute))
+      request.recompute = flags::recompute;
+    if (given(flags::maxTileBytes))
+      request.maxTileBytes = flags::maxTileBytes;
+    if (given(flags::overlap))
+      request.overlap = flags::overlap;
+    if (given(flags::prefetchDepth))
+      request.prefetchDepth = flags::prefetchDepth;
+    if (given(flags::reshardAfterForward))
+      request.reshardAfterForward = flags::reshardAfterForward;
+    FailureOr<ztrain::PlanSearchResult> result =
+        ztrain::searchPlan(*module, training, zero, request);
+    if (failed(result))
+      return 1;
+    if (result->chosen < 0)
+      return fail(llvm::formatv(
+          "--memory-budget={0}: no plan fits {1} bytes per rank; the "
+          "smallest predicted peak is {2} bytes ({3:F2} GB)",
+          memoryBudget, request.budget, result->smallestPeak,
+          result->smallestPeak / 1e9));
+    ztrain::printPlanSearch(llvm::errs(), *result, request, training, zero);
+    ztrain::applyPlanChoice(result->candidates[result->chosen].choice,
+                            training, zero);
+  }
   PassManager pm(&context);
   pm.enableVerifier(verifyEach);
   ztrain::buildTrainingPipeline(pm, training);
-  if (flags::dp != 1 || flags::stage != 0) {
-    ztrain::ZeroPipelineOptions zero;
-#define ZTRAIN_ZERO_OPTION(MEMBER, ...) zero.MEMBER = flags::MEMBER;
-#include "ztrain/PipelineOptions.def"
+  if (zero.dp != 1 || zero.stage != 0)
     ztrain::buildZeroPipeline(pm, zero);
-  }
   ztrain::buildToLLVMPipeline(pm);
 
   DumpAfterEachPass *dumper = nullptr;

@@ -128,7 +128,8 @@ LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return verifyCollective(*this, getGridAttr(), symbols);
 }
 
-int64_t AllReduceOp::getCommunicatedBytes(int64_t n) {
+int64_t AllReduceOp::getCommunicatedBytes(int64_t n,
+                                      SymbolTableCollection &symbols) {
   return 2 * bytesOf(getInput()) * (n - 1) / n;
 }
 
@@ -143,7 +144,8 @@ ReduceScatterOp::verifySymbolUses(SymbolTableCollection &symbols) {
                           "result", *n);
 }
 
-int64_t ReduceScatterOp::getCommunicatedBytes(int64_t n) {
+int64_t ReduceScatterOp::getCommunicatedBytes(int64_t n,
+                                      SymbolTableCollection &symbols) {
   return bytesOf(getInput()) * (n - 1) / n;
 }
 
@@ -157,7 +159,8 @@ LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &symbols) {
                           "operand", *n);
 }
 
-int64_t AllGatherOp::getCommunicatedBytes(int64_t n) {
+int64_t AllGatherOp::getCommunicatedBytes(int64_t n,
+                                      SymbolTableCollection &symbols) {
   return bytesOf(getResult()) * (n - 1) / n;
 }
 
@@ -172,7 +175,8 @@ LogicalResult BroadcastOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return success();
 }
 
-int64_t BroadcastOp::getCommunicatedBytes(int64_t n) {
+int64_t BroadcastOp::getCommunicatedBytes(int64_t n,
+                                      SymbolTableCollection &symbols) {
   return n > 1 ? bytesOf(getInput()) : 0;
 }
 
@@ -264,9 +268,9 @@ static LogicalResult verifyParamAllGather(Operation *op,
 
 /// Bytes one rank sends gathering `paramRef` (a tile of it when `tiles`).
 static int64_t paramGatherBytes(Operation *op, FlatSymbolRefAttr paramRef,
-                                std::optional<int64_t> tiles, int64_t n) {
-  auto param =
-      SymbolTable::lookupNearestSymbolFrom<train::ParamOp>(op, paramRef);
+                                std::optional<int64_t> tiles, int64_t n,
+                                SymbolTableCollection &symbols) {
+  auto param = symbols.lookupNearestSymbolFrom<train::ParamOp>(op, paramRef);
   if (!param)
     return 0;
   RankedTensorType type = param.getTensorType();
@@ -287,7 +291,8 @@ GatherParamOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return success();
 }
 
-int64_t GatherParamOp::getCommunicatedBytes(int64_t n) {
+int64_t GatherParamOp::getCommunicatedBytes(int64_t n,
+                                      SymbolTableCollection &symbols) {
   return gatheredBytes(cast<RankedTensorType>(getResult().getType()), n);
 }
 
@@ -296,8 +301,9 @@ AllGatherParamOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return verifyParamAllGather(*this, getParamAttr(), getGridAttr(), symbols);
 }
 
-int64_t AllGatherParamOp::getCommunicatedBytes(int64_t n) {
-  return paramGatherBytes(*this, getParamAttr(), std::nullopt, n);
+int64_t AllGatherParamOp::getCommunicatedBytes(int64_t n,
+                                      SymbolTableCollection &symbols) {
+  return paramGatherBytes(*this, getParamAttr(), std::nullopt, n, symbols);
 }
 
 //===----------------------------------------------------------------------===//
@@ -369,8 +375,9 @@ GatherParamStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return verifyWaitTypes(*this, {*expected});
 }
 
-int64_t GatherParamStartOp::getCommunicatedBytes(int64_t n) {
-  return paramGatherBytes(*this, getParamAttr(), getTiles(), n);
+int64_t GatherParamStartOp::getCommunicatedBytes(int64_t n,
+                                      SymbolTableCollection &symbols) {
+  return paramGatherBytes(*this, getParamAttr(), getTiles(), n, symbols);
 }
 
 /// Shapes of a tile permutation: `big` is `small` with the last dimension
@@ -449,7 +456,8 @@ ReduceScatterStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return verifyWaitTypes(*this, expected);
 }
 
-int64_t ReduceScatterStartOp::getCommunicatedBytes(int64_t n) {
+int64_t ReduceScatterStartOp::getCommunicatedBytes(int64_t n,
+                                      SymbolTableCollection &symbols) {
   return totalBytes(getInputs()) * (n - 1) / n;
 }
 
@@ -466,7 +474,8 @@ AllReduceStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return verifyWaitTypes(*this, llvm::to_vector(getInputs().getTypes()));
 }
 
-int64_t AllReduceStartOp::getCommunicatedBytes(int64_t n) {
+int64_t AllReduceStartOp::getCommunicatedBytes(int64_t n,
+                                      SymbolTableCollection &symbols) {
   // One collective over the concatenation: rounded once, as the runtime
   // counts it.
   return 2 * totalBytes(getInputs()) * (n - 1) / n;
@@ -484,8 +493,9 @@ AllGatherParamStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return verifyWaitTypes(*this, {});
 }
 
-int64_t AllGatherParamStartOp::getCommunicatedBytes(int64_t n) {
-  return paramGatherBytes(*this, getParamAttr(), std::nullopt, n);
+int64_t AllGatherParamStartOp::getCommunicatedBytes(int64_t n,
+                                      SymbolTableCollection &symbols) {
+  return paramGatherBytes(*this, getParamAttr(), std::nullopt, n, symbols);
 }
 
 LogicalResult WaitOp::verify() {

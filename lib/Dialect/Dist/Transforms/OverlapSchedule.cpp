@@ -240,6 +240,25 @@ void OverlapSchedulePass::bucketGradients(Block &body,
     if (bucket.size() > 1)
       ++numBuckets;
   }
+  // At most two buckets in flight: a bucket's wait comes no later than the
+  // start of the bucket after the next (double buffering, as DeepSpeed's
+  // overlap_comm reduces one bucket while the next fills). A collective
+  // reads its input until its wait, so waiting only where the result is
+  // first used, the optimizer, kept every full gradient of the step alive
+  // at once: at stages 2 and 3 the bytes partitioning was meant to free
+  // (with recompute, most of the activation peak).
+  // (Positions from before the moves: each move is of a wait no later
+  // comparison looks at again, and asking the block after every move
+  // would renumber it each time.)
+  DenseMap<Operation *, unsigned> order = positionsOf(body);
+  for (auto [i, entry] : llvm::enumerate(issued)) {
+    auto [start, wait, deferrable] = entry;
+    if (deferrable || i + 2 >= issued.size())
+      continue;
+    Operation *after = std::get<0>(issued[i + 2]);
+    if (order.lookup(after) < order.lookup(wait))
+      wait->moveBefore(after);
+  }
   // A bucket only accumulations read stays in flight until the next one
   // starts (the last one: until the boundary); its accumulations follow its
   // wait.

@@ -123,7 +123,6 @@ int64_t activationPeak(func::FuncOp entry, int64_t stage, int64_t gridSize,
 struct ZeroReportPass : public dist::impl::ZeroReportBase<ZeroReportPass> {
   using ZeroReportBase::ZeroReportBase;
   void runOnOperation() override;
-  FailureOr<Report> analyze();
   void printText(llvm::raw_ostream &os, const Report &r);
   void printJson(llvm::raw_ostream &os, const Report &r);
 };
@@ -140,8 +139,7 @@ static void noteType(std::string &names, Type t) {
   names += (names.empty() ? "" : "+") + name;
 }
 
-FailureOr<Report> ZeroReportPass::analyze() {
-  ModuleOp module = getOperation();
+static FailureOr<Report> analyzeStep(ModuleOp module) {
   Report r;
   SymbolTableCollection symbols;
   if (auto zero = module->getAttrOfType<ZeroAttr>(kZeroAttr)) {
@@ -292,7 +290,7 @@ FailureOr<Report> ZeroReportPass::analyze() {
       int64_t times =
           boundary && c->isBeforeInBlock(boundary) ? r.accumSteps : 1;
       r.collectives.push_back(
-          {kind, tensor, times, times * c.getCommunicatedBytes(*size)});
+          {kind, tensor, times, times * c.getCommunicatedBytes(*size, symbols)});
     }
   }
   return r;
@@ -432,7 +430,7 @@ void ZeroReportPass::runOnOperation() {
                                << "' (expected text or json)";
     return signalPassFailure();
   }
-  FailureOr<Report> report = analyze();
+  FailureOr<Report> report = analyzeStep(getOperation());
   if (failed(report))
     return signalPassFailure();
   std::string err;
@@ -447,4 +445,20 @@ void ZeroReportPass::runOnOperation() {
     printText(out->os(), *report);
   out->keep();
   markAllAnalysesPreserved();
+}
+
+FailureOr<StepSummary> ztrain::dist::summarizeStep(ModuleOp module) {
+  FailureOr<Report> r = analyzeStep(module);
+  if (failed(r))
+    return failure();
+  StepSummary s;
+  s.predictedPeak = r->predictedPeak();
+  s.activations = r->activations;
+  s.modelStates = r->modelStates();
+  s.communicationBytes = r->communicationBytes();
+  for (const Collective &c : r->collectives)
+    s.collectives += c.count;
+  s.modelFlops = r->modelFlops;
+  s.recomputeFlops = r->recomputeFlops;
+  return s;
 }

@@ -112,12 +112,42 @@ static SmallVector<Operation *> residualBoundaries(const Forward &fwd) {
   return boundaries;
 }
 
-/// A linear layer's product: a matmul with an operand computed from
-/// parameters alone (a weight, possibly reshaped or cast).
-static bool isLinearLayer(Operation *op, const Forward &fwd) {
-  auto mm = dyn_cast<MatmulOp>(op);
-  return mm && (!fwd.fromInputs.contains(mm.getLhs()) ||
-                !fwd.fromInputs.contains(mm.getRhs()));
+/// What selective recompute repeats: the attention scores, a product of
+/// two activations larger than either (q k^T: [T, T] per head from two
+/// [T, D]), and the MLP's activation function (gelu, silu, relu, sigmoid),
+/// each with the ops that follow it up to the next matrix product (scale,
+/// softmax, the probabilities' dropout; SwiGLU's gating product). These
+/// hold the [T, T] probabilities and the 4x-wide activations, most of a
+/// block's bytes, for few FLOPs; norms, the linear layers' products, the
+/// attention output (probabilities times v, [T, D]: keeping it is cheaper
+/// than a second batched product) and the residual stream are kept.
+static DenseSet<Operation *> selectiveSet(const Forward &fwd) {
+  DenseSet<Operation *> core;
+  for (Operation &op : *fwd.body) {
+    if (!fwd.isForward(&op))
+      break;
+    if (auto mm = dyn_cast<MatmulOp>(op)) {
+      auto elements = [](Value v) {
+        return cast<RankedTensorType>(v.getType()).getNumElements();
+      };
+      int64_t out = elements(mm.getResult());
+      if (fwd.fromInputs.contains(mm.getLhs()) &&
+          fwd.fromInputs.contains(mm.getRhs()) && out > elements(mm.getLhs()) &&
+          out > elements(mm.getRhs()))
+        core.insert(&op);
+      continue;
+    }
+    if (isa<GeluOp, SiluOp, ReluOp, SigmoidOp>(op) &&
+        fwd.fromInputs.contains(op.getOperand(0))) {
+      core.insert(&op);
+      continue;
+    }
+    if (llvm::any_of(op.getOperands(), [&](Value v) {
+          return v.getDefiningOp() && core.contains(v.getDefiningOp());
+        }))
+      core.insert(&op);
+  }
+  return core;
 }
 
 void TrainRecomputePass::runOnOperation() {
@@ -225,17 +255,19 @@ void TrainRecomputePass::runOnOperation() {
 
   // What the backward pass keeps: the boundaries, every value read across
   // segments (recomputing it would chain segments), and for the selective
-  // policy the linear layers' products (Korthikanti et al.: recompute the
-  // attention core and the elementwise work, which hold most of the bytes
-  // and few of the FLOPs). Ops with effects are never repeated.
+  // policy everything but the attention core and the activation functions
+  // (selectiveSet). Ops with effects are never repeated.
   DenseSet<Operation *> kept(boundaries.begin(), boundaries.end());
+  DenseSet<Operation *> core;
+  if (policy == "selective")
+    core = selectiveSet(fwd);
   for (Operation &op : *fwd.body) {
     if (!fwd.isForward(&op))
       break;
     unsigned s = segmentOf[&op];
     if (s == tail || isa<ParamReadOp, BufferReadOp>(op) ||
         !isMemoryEffectFree(&op) || op.getNumRegions() != 0 ||
-        (policy == "selective" && isLinearLayer(&op, fwd)))
+        (policy == "selective" && !core.contains(&op)))
       kept.insert(&op);
     for (Value r : op.getResults())
       for (Operation *user : r.getUsers())

@@ -26,8 +26,11 @@ def Dist_CollectiveOpInterface : OpInterface<"CollectiveOpInterface"> {
         sends 2 S (N - 1) / N, a reduce-scatter or all-gather of a full
         buffer of S bytes sends S (N - 1) / N, a broadcast of S bytes is
         counted as S (the root's payload). The runtime counts the same.
+        `symbols` caches the symbol lookups (a parameter's type) of a walk
+        over many collectives.
       }],
-      "int64_t", "getCommunicatedBytes", (ins "int64_t":$gridSize)>
+      "int64_t", "getCommunicatedBytes",
+      (ins "int64_t":$gridSize, "::mlir::SymbolTableCollection &":$symbols)>
   ];
 }
 

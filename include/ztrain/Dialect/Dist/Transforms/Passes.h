@@ -18,6 +18,25 @@ namespace ztrain::dist {
 
 #define GEN_PASS_REGISTRATION
 #include "ztrain/Dialect/Dist/Transforms/Passes.h.inc"
+
+/// What zero-report prices for one rank and one optimizer step, for
+/// programs that compare plans (the plan search).
+struct StepSummary {
+  /// Every category zero-report adds up (bytes).
+  int64_t predictedPeak = 0;
+  int64_t activations = 0;
+  /// Parameters, gradients and optimizer states (bytes).
+  int64_t modelStates = 0;
+  /// Bytes this rank sends and the number of collectives it issues.
+  int64_t communicationBytes = 0;
+  int64_t collectives = 0;
+  /// Matrix-product FLOPs: the model's and the recomputed ones.
+  int64_t modelFlops = 0;
+  int64_t recomputeFlops = 0;
+};
+/// zero-report's analysis of `module` (after an error at the module when it
+/// has no step to price).
+mlir::FailureOr<StepSummary> summarizeStep(mlir::ModuleOp module);
 } // namespace ztrain::dist
 
 #endif // ZTRAIN_DIALECT_DIST_TRANSFORMS_PASSES_H

@@ -1,0 +1,110 @@
+//===- PlanSearch.h - The plan under a memory budget ------------*- C++ -*-===//
+//
+// Part of the ztrain project.
+//
+//===----------------------------------------------------------------------===//
+//
+// Given a model (forward + loss), the data-parallel degree and a memory
+// budget per rank, compile every candidate plan (ZeRO stage, recompute
+// policy, tiling bound, overlap with its prefetch depth and resharding) up
+// to plan-memory, price it with zero-report's exact bytes and a cost model
+// (bytes sent over a link bandwidth plus a latency per collective, matmul
+// FLOPs over a device rate; overlapped plans take the larger of the two),
+// and choose the fastest plan whose predicted peak fits.
+//
+// Used by ztrain-compile --memory-budget (which then compiles the choice)
+// and by the plan-search pass (which only prints the search).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRAIN_PLANSEARCH_H
+#define ZTRAIN_PLANSEARCH_H
+
+#include "ztrain/Pipelines.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+#include <vector>
+
+namespace ztrain {
+
+struct CostModel {
+  /// Bytes per second one rank sends (ring algorithms: what zero-report
+  /// counts per rank).
+  double linkBytesPerSecond = 25e9;
+  /// Seconds per collective beyond its bytes.
+  double collectiveLatency = 10e-6;
+  /// Matmul FLOPs per second of one rank's device.
+  double deviceFlopsPerSecond = 100e12;
+};
+
+/// The dimensions the search varies. A field the user fixed (given on the
+/// command line) is searched over that one value only.
+struct PlanChoice {
+  int64_t stage = 0;
+  std::string recompute = "none";
+  int64_t maxTileBytes = 0;
+  bool overlap = false;
+  int64_t prefetchDepth = 1;
+  bool reshardAfterForward = true;
+};
+
+struct PlanCandidate {
+  PlanChoice choice;
+  /// Empty when the plan compiled; otherwise why it did not (a policy with
+  /// nothing to recompute, ...).
+  std::string error;
+  int64_t peak = 0, activations = 0, communicationBytes = 0, collectives = 0;
+  int64_t flops = 0, recomputeFlops = 0;
+  double computeSeconds = 0, communicationSeconds = 0, stepSeconds = 0;
+  bool fits = false;
+};
+
+struct PlanSearchRequest {
+  int64_t budget = 0; // bytes per rank
+  CostModel cost;
+  /// Fixed dimensions: -1 / empty / unset = searched.
+  int64_t stage = -1;
+  std::string recompute;
+  int64_t maxTileBytes = -1;
+  int overlap = -1;
+  int64_t prefetchDepth = -1;
+  int reshardAfterForward = -1;
+};
+
+struct PlanSearchResult {
+  std::vector<PlanCandidate> candidates; // in the order they were tried
+  int chosen = -1;                       // index into candidates, -1: none fits
+  int64_t smallestPeak = -1;             // of the plans that compiled
+  double seconds = 0;                    // wall time of the search
+};
+
+/// Runs the search on a copy of `forward` (left unchanged). The other
+/// options of `training` and `zero` (precision, optimizer, dp, bucket size,
+/// ...) are the user's and stay as they are. Fails (after an error at the
+/// module) only when no candidate compiles at all.
+mlir::FailureOr<PlanSearchResult>
+searchPlan(mlir::ModuleOp forward, const TrainingPipelineOptions &training,
+           const ZeroPipelineOptions &zero, const PlanSearchRequest &request);
+
+/// Copies a choice into the pipeline options.
+void applyPlanChoice(const PlanChoice &choice,
+                     TrainingPipelineOptions &training,
+                     ZeroPipelineOptions &zero);
+
+/// The candidates as a table, the chosen plan and its pipeline string, or
+/// the line naming the smallest achievable peak when nothing fits.
+void printPlanSearch(llvm::raw_ostream &os, const PlanSearchResult &result,
+                     const PlanSearchRequest &request,
+                     const TrainingPipelineOptions &training,
+                     const ZeroPipelineOptions &zero);
+
+/// "16GB", "16GiB", "1.5e10", "512MiB", "1024" -> bytes; false when not a
+/// size.
+bool parseByteSize(llvm::StringRef text, int64_t &bytes);
+
+} // namespace ztrain
+
+#endif // ZTRAIN_PLANSEARCH_H

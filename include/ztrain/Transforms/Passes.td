@@ -1,0 +1,60 @@
+//===- Passes.td - ztrain passes over whole compilations ---*- tablegen -*-===//
+//
+// Part of the ztrain project.
+//
+// Passes that run the named pipelines themselves (and so live above the
+// dialects' libraries).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ZTRAIN_TRANSFORMS_PASSES_TD
+#define ZTRAIN_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def PlanSearch : Pass<"plan-search", "::mlir::ModuleOp"> {
+  let summary = "Prints the fastest plan that fits a memory budget per rank";
+  let description = [{
+    Runs on a model (forward + loss, before `ztrain-training`) and leaves it
+    unchanged: it compiles a copy of the model for every candidate plan,
+    ZeRO stage (0-3 when `dp` > 1), recompute policy (none, selective,
+    full), tiling bound at stage 3 (none, half and a quarter of the largest
+    parameter), overlap (with prefetch depth 1 or 2 and resharding after the
+    forward pass on or off at stage 3), up to `plan-memory`, prices each
+    with zero-report's exact per-rank bytes and a cost model (bytes sent
+    over `link-gbps` plus `latency-us` per collective; matmul FLOPs,
+    recomputation included, over `device-tflops`; an overlapped plan takes
+    the larger of the two, a synchronous one their sum), and prints the
+    table of candidates, the fastest plan whose predicted peak fits
+    `memory-budget`, as `ztrain-compile` flags and as the pipeline string,
+    or, when none fits, the smallest predicted peak.
+
+    `ztrain-compile --memory-budget=BYTES` runs the same search and
+    compiles the plan it chooses. The precision and the optimizer are the
+    user's (they change the numbers a run computes, not only its memory),
+    given here as `precision` and `optimizer`.
+
+    ```
+    ztrain-opt gpt.mlir --plan-search="memory-budget=16GB dp=64" -o /dev/null
+    ```
+  }];
+  let options = [
+    Option<"memoryBudget", "memory-budget", "std::string", "\"\"",
+           "Bytes per rank the plan may use (1e10, 16GB, 16GiB)">,
+    Option<"dp", "dp", "int64_t", "1", "Data-parallel ranks">,
+    Option<"precision", "precision", "std::string", "\"fp32\"",
+           "fp32, bf16 or fp16 (as ztrain-training's)">,
+    Option<"optimizer", "optimizer", "std::string", "\"adamw\"",
+           "sgd, adam or adamw (as ztrain-training's)">,
+    Option<"linkGBps", "link-gbps", "double", "25.0",
+           "Cost model: GB/s one rank sends">,
+    Option<"latencyUs", "latency-us", "double", "10.0",
+           "Cost model: microseconds per collective beyond its bytes">,
+    Option<"deviceTflops", "device-tflops", "double", "100.0",
+           "Cost model: matmul TFLOP/s of one rank's device">,
+    Option<"output", "output", "std::string", "\"-\"",
+           "Where to print the search">
+  ];
+}
+
+#endif // ZTRAIN_TRANSFORMS_PASSES_TD

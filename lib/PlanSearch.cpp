@@ -1,0 +1,430 @@
+//===- PlanSearch.cpp - The plan under a memory budget --------------------===//
+//
+// Part of the ztrain project.
+//
+// Every candidate is compiled, not estimated: the training pipeline once per
+// recompute policy, then for each ZeRO plan the zero pipeline and
+// plan-memory on a copy, and zero-report's analysis of the result. The
+// predicted peak of the chosen plan is therefore exactly what its
+// executable allocates (the report-is-the-truth tests hold for every
+// candidate), and only the time is a model.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ztrain/PlanSearch.h"
+#include "ztrain/Dialect/Dist/Transforms/Passes.h"
+#include "ztrain/Dialect/Train/IR/ElementType.h"
+#include "ztrain/Dialect/Train/IR/TrainOps.h"
+#include "ztrain/Transforms/Passes.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+using namespace mlir;
+using namespace ztrain;
+
+bool ztrain::parseByteSize(StringRef text, int64_t &bytes) {
+  text = text.trim();
+  static const std::pair<StringRef, double> units[] = {
+      {"KiB", 1024.0},  {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+      {"TiB", 1099511627776.0},             {"KB", 1e3},
+      {"MB", 1e6},      {"GB", 1e9},        {"TB", 1e12},
+      {"B", 1.0}};
+  double scale = 1.0;
+  for (auto [suffix, factor] : units)
+    if (text.ends_with_insensitive(suffix)) {
+      text = text.drop_back(suffix.size()).rtrim();
+      scale = factor;
+      break;
+    }
+  double value;
+  if (text.empty() || text.getAsDouble(value) || !std::isfinite(value) ||
+      value <= 0)
+    return false;
+  double total = value * scale;
+  if (total >= 9.2e18 || total < 1)
+    return false;
+  bytes = static_cast<int64_t>(total);
+  return true;
+}
+
+void ztrain::applyPlanChoice(const PlanChoice &c,
+                             TrainingPipelineOptions &training,
+                             ZeroPipelineOptions &zero) {
+  training.recompute = c.recompute;
+  zero.stage = c.stage;
+  zero.maxTileBytes = c.maxTileBytes;
+  zero.overlap = c.overlap;
+  zero.prefetchDepth = c.prefetchDepth;
+  zero.reshardAfterForward = c.reshardAfterForward;
+}
+
+namespace {
+/// The values one dimension takes: the user's, or the searched ones.
+template <typename T>
+SmallVector<T> valuesOf(bool fixed, T given, ArrayRef<T> searched) {
+  if (fixed)
+    return {given};
+  return SmallVector<T>(searched.begin(), searched.end());
+}
+} // namespace
+
+FailureOr<PlanSearchResult>
+ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
+                   const ZeroPipelineOptions &zero,
+                   const PlanSearchRequest &request) {
+  auto started = std::chrono::steady_clock::now();
+  MLIRContext *ctx = forward.getContext();
+  PlanSearchResult result;
+  const int64_t dp = zero.dp;
+
+  // Candidates fail quietly (a policy with nothing to recompute, a tile
+  // bound that splits nothing): their first error is recorded in the
+  // table, and warnings are the compile's business, not the search's.
+  std::string firstError;
+  ScopedDiagnosticHandler quiet(ctx, [&](Diagnostic &d) {
+    if (d.getSeverity() == DiagnosticSeverity::Error && firstError.empty())
+      firstError = d.str();
+    return success();
+  });
+
+  SmallVector<std::string> policies =
+      valuesOf<std::string>(!request.recompute.empty(), request.recompute,
+                            {"none", "selective", "full"});
+  SmallVector<int64_t> stages =
+      valuesOf<int64_t>(request.stage >= 0, request.stage,
+                        dp > 1 ? ArrayRef<int64_t>{0, 1, 2, 3}
+                               : ArrayRef<int64_t>{0});
+
+  for (const std::string &policy : policies) {
+    OwningOpRef<ModuleOp> trained = cast<ModuleOp>(forward->clone());
+    TrainingPipelineOptions t;
+    t.copyOptionValuesFrom(training);
+    t.recompute = policy;
+    PassManager pm(ctx);
+    pm.enableVerifier(false);
+    buildTrainingPipeline(pm, t);
+    firstError.clear();
+    bool trainedOk = succeeded(pm.run(*trained));
+    std::string trainError = firstError;
+
+    // Tiling bounds: none, and half and a quarter of the largest
+    // parameter (stage 3 only: tiles split what stage 3 gathers).
+    int64_t largest = 0;
+    if (trainedOk)
+      for (auto p : trained->getOps<train::ParamOp>())
+        largest = std::max(largest, ztrain::tensorBytes(p.getTensorType()));
+    for (int64_t stage : stages) {
+      bool stage3 = stage == 3;
+      // Partitioning and its collectives depend on the stage alone: once
+      // per stage, then each schedule on a copy.
+      OwningOpRef<ModuleOp> partitioned;
+      std::string partitionError;
+      if (trainedOk) {
+        partitioned = cast<ModuleOp>((*trained)->clone());
+        if (dp != 1 || stage != 0) {
+          ZeroPipelineOptions z;
+          z.copyOptionValuesFrom(zero);
+          z.stage = stage;
+          PassManager ppm(ctx);
+          ppm.enableVerifier(false);
+          buildZeroPartitionPipeline(ppm, z);
+          firstError.clear();
+          if (failed(ppm.run(*partitioned)))
+            partitionError = firstError.empty() ? "does not compile"
+                                                : firstError;
+        }
+      }
+      SmallVector<int64_t> tiles = valuesOf<int64_t>(
+          request.maxTileBytes >= 0, request.maxTileBytes,
+          stage3 && largest >= 4 ? ArrayRef<int64_t>{0, largest / 2,
+                                                     largest / 4}
+                                 : ArrayRef<int64_t>{0});
+      SmallVector<int> overlaps =
+          valuesOf<int>(request.overlap >= 0, request.overlap,
+                        dp > 1 ? ArrayRef<int>{0, 1} : ArrayRef<int>{0});
+      for (int64_t tile : tiles)
+        for (int overlap : overlaps) {
+          SmallVector<int64_t> prefetches = valuesOf<int64_t>(
+              request.prefetchDepth >= 0, request.prefetchDepth,
+              stage3 && overlap ? ArrayRef<int64_t>{1, 2}
+                                : ArrayRef<int64_t>{zero.prefetchDepth});
+          // Resharding is the overlap schedule's choice (without it the
+          // gathers are synchronous and freed after each use).
+          SmallVector<int> reshards = valuesOf<int>(
+              request.reshardAfterForward >= 0, request.reshardAfterForward,
+              stage3 && overlap
+                  ? ArrayRef<int>{1, 0}
+                  : ArrayRef<int>{zero.reshardAfterForward ? 1 : 0});
+          for (int64_t prefetch : prefetches)
+            for (int reshard : reshards) {
+              PlanCandidate c;
+              c.choice = {stage, policy, tile, overlap != 0, prefetch,
+                          reshard != 0};
+              if (!trainedOk || !partitionError.empty()) {
+                c.error = trainedOk ? partitionError : trainError;
+                result.candidates.push_back(std::move(c));
+                continue;
+              }
+              OwningOpRef<ModuleOp> plan =
+                  cast<ModuleOp>((*partitioned)->clone());
+              ZeroPipelineOptions z;
+              z.copyOptionValuesFrom(zero);
+              TrainingPipelineOptions unused;
+              applyPlanChoice(c.choice, unused, z);
+              PassManager zpm(ctx);
+              zpm.enableVerifier(false);
+              if (dp != 1 || stage != 0)
+                buildZeroSchedulePipeline(zpm, z);
+              zpm.addPass(dist::createPlanMemory());
+              firstError.clear();
+              FailureOr<dist::StepSummary> s = failure();
+              if (succeeded(zpm.run(*plan)))
+                s = dist::summarizeStep(*plan);
+              if (failed(s)) {
+                c.error = firstError.empty() ? "does not compile" : firstError;
+                result.candidates.push_back(std::move(c));
+                continue;
+              }
+              c.peak = s->predictedPeak;
+              c.activations = s->activations;
+              c.communicationBytes = s->communicationBytes;
+              c.collectives = s->collectives;
+              c.flops = s->modelFlops;
+              c.recomputeFlops = s->recomputeFlops;
+              const CostModel &m = request.cost;
+              c.computeSeconds =
+                  (double)(c.flops + c.recomputeFlops) / m.deviceFlopsPerSecond;
+              c.communicationSeconds =
+                  (double)c.communicationBytes / m.linkBytesPerSecond +
+                  (double)c.collectives * m.collectiveLatency;
+              c.stepSeconds =
+                  c.choice.overlap
+                      ? std::max(c.computeSeconds, c.communicationSeconds)
+                      : c.computeSeconds + c.communicationSeconds;
+              c.fits = c.peak <= request.budget;
+              result.candidates.push_back(std::move(c));
+            }
+        }
+    }
+  }
+
+  // The fastest that fits; among equally fast, the smaller peak, then the
+  // simpler plan (the order tried: lower stage, less recompute, no tiling,
+  // no overlap first).
+  for (auto [i, c] : llvm::enumerate(result.candidates)) {
+    if (!c.error.empty())
+      continue;
+    if (result.smallestPeak < 0 || c.peak < result.smallestPeak)
+      result.smallestPeak = c.peak;
+    if (!c.fits)
+      continue;
+    if (result.chosen < 0) {
+      result.chosen = i;
+      continue;
+    }
+    const PlanCandidate &best = result.candidates[result.chosen];
+    if (c.stepSeconds < best.stepSeconds * (1 - 1e-9) ||
+        (c.stepSeconds <= best.stepSeconds * (1 + 1e-9) && c.peak < best.peak))
+      result.chosen = i;
+  }
+  result.seconds = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - started)
+                       .count();
+  if (result.smallestPeak < 0) {
+    std::string why = result.candidates.empty()
+                          ? std::string("no candidate")
+                          : result.candidates.front().error;
+    forward.emitError() << "plan search: no candidate plan compiles: " << why;
+    return failure();
+  }
+  return result;
+}
+
+/// A decimal unit that shows `magnitude` with a few digits: {name, scale}.
+static std::pair<const char *, double> unitFor(double magnitude,
+                                               bool flops = false) {
+  if (magnitude >= 1e11)
+    return {flops ? "TFLOP" : "GB", flops ? 1e12 : 1e9};
+  if (magnitude >= 1e8)
+    return {flops ? "GFLOP" : "MB", flops ? 1e9 : 1e6};
+  return {flops ? "MFLOP" : "kB", flops ? 1e6 : 1e3};
+}
+
+/// The ztrain-compile flags of a choice.
+static std::string flagsOf(const PlanChoice &c, int64_t dp) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  if (dp > 1)
+    os << "--zero-stage=" << c.stage << ' ';
+  os << "--recompute=" << c.recompute;
+  if (c.maxTileBytes > 0)
+    os << " --max-tile-bytes=" << c.maxTileBytes;
+  if (c.overlap) {
+    os << " --overlap";
+    if (c.stage == 3)
+      os << " --prefetch-depth=" << c.prefetchDepth;
+  }
+  if (c.stage == 3 && !c.reshardAfterForward)
+    os << " --reshard-after-forward=false";
+  return s;
+}
+
+void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
+                             const PlanSearchRequest &request,
+                             const TrainingPipelineOptions &training,
+                             const ZeroPipelineOptions &zero) {
+  const CostModel &m = request.cost;
+  // Units from the budget and the largest count, so a small model's table
+  // is not all zeros.
+  double maxFlops = 0;
+  for (const PlanCandidate &c : result.candidates)
+    maxFlops = std::max(maxFlops, (double)(c.flops + c.recomputeFlops));
+  auto [byteUnit, byteScale] = unitFor((double)request.budget);
+  auto [flopUnit, flopScale] = unitFor(maxFlops, /*flops=*/true);
+  os << llvm::formatv(
+      "plan search: memory budget {0} bytes ({1:F2} {2}) per rank, dp={3}; "
+      "cost model: link {4:F1} GB/s and {5:F1} us per collective, device "
+      "{6:F1} TFLOP/s\n",
+      request.budget, request.budget / byteScale, byteUnit, zero.dp,
+      m.linkBytesPerSecond / 1e9, m.collectiveLatency * 1e6,
+      m.deviceFlopsPerSecond / 1e12);
+  os << llvm::formatv("   {0,-5} {1,-9} {2,12} {3,-7} {4,8} {5,7} {6,10} {7,10} "
+                      "{8,9} {9,10}  {10}\n",
+                      "stage", "recompute", "tile bytes", "overlap",
+                      "prefetch", "reshard",
+                      std::string("peak ") + byteUnit,
+                      std::string("comm ") + byteUnit, flopUnit, "step ms",
+                      "");
+  // Fastest first; plans that did not compile last.
+  SmallVector<unsigned> order;
+  for (unsigned i = 0; i < result.candidates.size(); ++i)
+    order.push_back(i);
+  llvm::stable_sort(order, [&](unsigned a, unsigned b) {
+    const PlanCandidate &x = result.candidates[a], &y = result.candidates[b];
+    if (x.error.empty() != y.error.empty())
+      return x.error.empty();
+    return x.stepSeconds < y.stepSeconds;
+  });
+  for (unsigned i : order) {
+    const PlanCandidate &c = result.candidates[i];
+    const PlanChoice &p = c.choice;
+    std::string head = llvm::formatv(
+        " {0} {1,-5} {2,-9} {3,12} {4,-7} {5,8} {6,7}",
+        (int)i == result.chosen ? "*" : " ", p.stage, p.recompute,
+        p.maxTileBytes, p.overlap ? "yes" : "no",
+        p.overlap && p.stage == 3 ? std::to_string(p.prefetchDepth) : "-",
+        p.stage == 3 && p.overlap ? (p.reshardAfterForward ? "yes" : "no")
+                                  : "-");
+    if (!c.error.empty()) {
+      os << head << "  does not compile: " << c.error << "\n";
+      continue;
+    }
+    os << head
+       << llvm::formatv(" {0,10:F2} {1,10:F2} {2,9:F3} {3,10:F3}  {4}\n",
+                        c.peak / byteScale, c.communicationBytes / byteScale,
+                        (c.flops + c.recomputeFlops) / flopScale,
+                        c.stepSeconds * 1e3, c.fits ? "fits" : "over");
+  }
+  os << llvm::formatv("searched {0} plans in {1:F2} s\n",
+                      result.candidates.size(), result.seconds);
+  if (result.chosen < 0) {
+    os << "no plan fits: the smallest predicted peak is " << result.smallestPeak
+       << " bytes ("
+       << llvm::formatv("{0:F2} {1}", result.smallestPeak / byteScale, byteUnit)
+       << ") per rank, above the budget of " << request.budget << " bytes\n";
+    return;
+  }
+  const PlanCandidate &c = result.candidates[result.chosen];
+  os << "chosen: " << flagsOf(c.choice, zero.dp) << ": predicted peak "
+     << c.peak << " bytes ("
+     << llvm::formatv("{0:F2} {1}", c.peak / byteScale, byteUnit)
+     << ") per rank, "
+     << llvm::formatv("{0:F3}", c.stepSeconds * 1e3)
+     << " ms per step in the cost model\n";
+  TrainingPipelineOptions t;
+  t.copyOptionValuesFrom(training);
+  ZeroPipelineOptions z;
+  z.copyOptionValuesFrom(zero);
+  applyPlanChoice(c.choice, t, z);
+  os << "pipeline: builtin.module(ztrain-training";
+  t.print(os);
+  if (zero.dp != 1 || c.choice.stage != 0) {
+    os << ",ztrain-zero";
+    z.print(os);
+  }
+  os << ",ztrain-to-llvm)\n";
+}
+
+//===----------------------------------------------------------------------===//
+// plan-search: the search as a pass (prints, changes nothing)
+//===----------------------------------------------------------------------===//
+
+namespace ztrain {
+#define GEN_PASS_DEF_PLANSEARCH
+#include "ztrain/Transforms/Passes.h.inc"
+} // namespace ztrain
+
+namespace {
+struct PlanSearchPass : public ztrain::impl::PlanSearchBase<PlanSearchPass> {
+  using PlanSearchBase::PlanSearchBase;
+  void runOnOperation() override;
+};
+} // namespace
+
+void PlanSearchPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  PlanSearchRequest request;
+  if (!parseByteSize(memoryBudget, request.budget)) {
+    module.emitError() << "plan-search: memory-budget must be a size in bytes "
+                          "(1e10, 16GB, 16GiB), got '"
+                       << memoryBudget << "'";
+    return signalPassFailure();
+  }
+  if (!(linkGBps > 0) || !(deviceTflops > 0) || !(latencyUs >= 0) ||
+      !std::isfinite(linkGBps) || !std::isfinite(deviceTflops) ||
+      !std::isfinite(latencyUs)) {
+    module.emitError() << "plan-search: link-gbps and device-tflops must be "
+                          "positive and latency-us non-negative";
+    return signalPassFailure();
+  }
+  if (dp < 1) {
+    module.emitError() << "plan-search: dp must be >= 1, got " << dp;
+    return signalPassFailure();
+  }
+  request.cost.linkBytesPerSecond = linkGBps * 1e9;
+  request.cost.deviceFlopsPerSecond = deviceTflops * 1e12;
+  request.cost.collectiveLatency = latencyUs * 1e-6;
+  TrainingPipelineOptions training;
+  ZeroPipelineOptions zero;
+  training.precision = precision;
+  training.optimizer = optimizer;
+  zero.dp = dp;
+  FailureOr<PlanSearchResult> result =
+      searchPlan(module, training, zero, request);
+  if (failed(result))
+    return signalPassFailure();
+  std::string err;
+  auto out = openOutputFile(output, &err);
+  if (!out) {
+    module.emitError() << "plan-search: " << err;
+    return signalPassFailure();
+  }
+  printPlanSearch(out->os(), *result, request, training, zero);
+  out->keep();
+  if (result->chosen < 0) {
+    module.emitError() << "plan-search: no plan fits " << request.budget
+                       << " bytes per rank; the smallest predicted peak is "
+                       << result->smallestPeak << " bytes";
+    return signalPassFailure();
+  }
+  markAllAnalysesPreserved();
+}

@@ -1,0 +1,57 @@
+// plan-search: every candidate plan compiled to plan-memory and priced by
+// zero-report; the fastest that fits is chosen (here, with dp=2, the
+// communication-bound ones: no recompute is needed until the budget is
+// tight, then the stage and the policy that fit), and a budget no plan
+// meets is one error naming the smallest peak. The model is
+// train-recompute.mlir's.
+// RUN: ztrain-opt %s --plan-search="memory-budget=100000 dp=2" -o /dev/null | FileCheck %s --check-prefix=LOOSE
+// RUN: ztrain-opt %s --plan-search="memory-budget=900 dp=2" -o /dev/null | FileCheck %s --check-prefix=TIGHT
+// RUN: ztrain-opt %s --plan-search="memory-budget=1.25kB dp=1" -o /dev/null | FileCheck %s --check-prefix=ONE
+// RUN: not ztrain-opt %s --plan-search="memory-budget=500 dp=2" -o /dev/null 2>&1 | FileCheck %s --check-prefix=NONE
+// RUN: not ztrain-opt %s --plan-search="memory-budget=lots dp=2" -o /dev/null 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: ztrain-opt %s --plan-search="memory-budget=900 dp=2" | FileCheck %s --check-prefix=SAME
+
+// LOOSE: plan search: memory budget 100000 bytes (100.00 kB) per rank, dp=2
+// LOOSE: searched 63 plans in
+// LOOSE-NEXT: chosen: --zero-stage=0 --recompute={{.*}} --overlap: predicted peak {{[0-9]+}} bytes
+// LOOSE-NEXT: pipeline: builtin.module(ztrain-training{{{.*}}recompute={{.*}}},ztrain-zero{{{.*}}dp=2{{.*}}overlap=true{{.*}}stage=0},ztrain-to-llvm)
+
+// TIGHT: {{^}} * 2     full {{.*}} fits
+// TIGHT: chosen: --zero-stage=2 --recompute=full: predicted peak 900 bytes (0.90 kB) per rank
+
+// One rank: stage 0 without collectives; the stages and overlap are not searched.
+// ONE: searched 3 plans in
+// ONE-NEXT: chosen: --recompute=selective: predicted peak 1244 bytes
+
+// NONE-DAG: no plan fits: the smallest predicted peak is 828 bytes (0.83 kB) per rank, above the budget of 500 bytes
+// NONE-DAG: error: plan-search: no plan fits 500 bytes per rank; the smallest predicted peak is 828 bytes
+
+// BAD: error: plan-search: memory-budget must be a size in bytes (1e10, 16GB, 16GiB), got 'lots'
+
+// The search leaves the module as it was.
+// SAME-NOT: train.recomputed
+// SAME-NOT: dist.
+// SAME: func.func @loss
+// SAME-NOT: train.step
+
+train.param @w1 : tensor<4x4xf32> init(normal, 0.5)
+train.param @w1b : tensor<4x4xf32> init(normal, 0.5)
+train.param @w2 : tensor<4x4xf32> init(normal, 0.5)
+train.param @w3 : tensor<3x4xf32> init(normal, 0.5)
+func.func @loss(%x: tensor<2x4xf32> {train.name = "x"}, %y: tensor<2xi32> {train.name = "y"}) -> tensor<f32> attributes {train.entry} {
+  %x0 = train.relu %x : tensor<2x4xf32>
+  %w1 = train.param_read @w1 : tensor<4x4xf32>
+  %h1 = train.matmul %x0, %w1 {transpose_b} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  %g1 = train.gelu %h1 : tensor<2x4xf32>
+  %w1b = train.param_read @w1b : tensor<4x4xf32>
+  %h1b = train.matmul %g1, %w1b {transpose_b} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  %r1 = train.add %x0, %h1b : tensor<2x4xf32>
+  %w2 = train.param_read @w2 : tensor<4x4xf32>
+  %h2 = train.matmul %r1, %w2 {transpose_b} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  %g2 = train.gelu %h2 : tensor<2x4xf32>
+  %r2 = train.add %r1, %g2 : tensor<2x4xf32>
+  %w3 = train.param_read @w3 : tensor<3x4xf32>
+  %logits = train.matmul %r2, %w3 {transpose_b} : (tensor<2x4xf32>, tensor<3x4xf32>) -> tensor<2x3xf32>
+  %loss = train.cross_entropy %logits, %y : (tensor<2x3xf32>, tensor<2xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}

@@ -1,0 +1,114 @@
+"""The plan under a memory budget (ztrain-compile --memory-budget, the
+plan-search pass).
+
+- the chosen plan, compiled and run under mpirun, allocates exactly the
+  predicted peak it was chosen for, which is within the budget;
+- flags the user gives fix their dimension;
+- a budget no plan meets is one line naming the smallest achievable peak,
+  and nothing is written;
+- the 7.5B GPT at dp = 64 with a 16 GB budget: a plan that fits is found
+  (ZeRO stage 3 with recompute: no plan without recompute fits).
+"""
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import e2e_util
+from ztrain import models, parity, safetensors
+
+MPIRUN = shutil.which("mpirun")
+
+
+def small_gpt():
+    return models.gpt(batch=2, seq=32, vocab=64, layers=3, width=32, heads=4)
+
+
+def compile_with_budget(tmp_path, spec, budget, extra=()):
+    compile_ = e2e_util.require_tool("ztrain-compile")
+    src = tmp_path / "m.mlir"
+    src.write_text(spec.to_mlir())
+    out = tmp_path / "m"
+    p = subprocess.run([compile_, str(src), "-o", str(out), f"--memory-budget={budget}",
+                        "--dp=2", *extra],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    return p, out
+
+
+def smallest_peak(tmp_path, spec):
+    p, out = compile_with_budget(tmp_path, spec, 1)
+    assert p.returncode != 0 and not out.exists()
+    m = re.search(r"the smallest predicted peak is (\d+) bytes", p.stderr)
+    assert m, p.stderr
+    return int(m.group(1))
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+def test_the_chosen_plan_allocates_its_prediction_within_the_budget(tmp_path):
+    spec = small_gpt()
+    low = smallest_peak(tmp_path, spec)
+    # Halfway between the smallest peak and 3x it: some plans fit, some not.
+    budget = low + low
+    p, exe = compile_with_budget(tmp_path, spec, budget)
+    assert p.returncode == 0, p.stderr
+    chosen = re.search(r"chosen: (.*): predicted peak (\d+) bytes", p.stderr)
+    assert chosen, p.stderr
+    assert "over" in p.stderr and "fits" in p.stderr  # the budget binds
+    predicted = int(chosen.group(2))
+    assert predicted <= budget
+    init, data = str(tmp_path / "init.safetensors"), str(tmp_path / "data.safetensors")
+    safetensors.save(init, parity.make_init(spec, seed=1))
+    safetensors.save(data, parity.make_data(spec, samples=4 * spec.batch, seed=2))
+    report = tmp_path / "r.json"
+    e2e_util.mpirun(2, [exe, "--steps", "2", "--init", init, "--data", data,
+                        "--threads", "1", "--report", report])
+    measured = parity.read_report(str(report))["memory"]["peak"]
+    # Exact: the search compiled the plan it priced.
+    assert measured == predicted, (chosen.group(1), measured, predicted)
+
+
+def test_given_flags_fix_their_dimension(tmp_path):
+    spec = small_gpt()
+    p, _ = compile_with_budget(tmp_path, spec, "1GB", ["--zero-stage=1", "--recompute=none"])
+    assert p.returncode == 0, p.stderr
+    rows = [l for l in p.stderr.splitlines() if re.match(r"^ [ *] \d ", l)]
+    # Every candidate has stage 1 and no recompute: only overlap varies.
+    assert len(rows) == 2, p.stderr
+    assert all(" 1     none " in l for l in rows), rows
+    assert re.search(r"chosen: --zero-stage=1 --recompute=none", p.stderr), p.stderr
+
+
+def test_an_impossible_budget_is_one_line(tmp_path):
+    p, out = compile_with_budget(tmp_path, small_gpt(), "10kB")
+    assert p.returncode != 0
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert re.search(r"--memory-budget=10kB: no plan fits 10000 bytes per rank; the smallest "
+                     r"predicted peak is \d+ bytes", lines[0]), lines[0]
+    assert not out.exists()
+    p, _ = compile_with_budget(tmp_path, small_gpt(), "a lot")
+    assert p.returncode != 0
+    assert "--memory-budget must be a size in bytes" in p.stderr
+
+
+def test_7_5b_gpt_at_dp_64_fits_16_gb(tmp_path):
+    # The mixed-precision report's graph: Psi = 7.5e9, bf16 parameters.
+    spec = models.gpt(batch=1, seq=2048, vocab=9900, layers=37, width=4096, heads=32)
+    src = tmp_path / "gpt7b.mlir"
+    src.write_text(spec.to_mlir())
+    opt = e2e_util.require_tool("ztrain-opt")
+    p = subprocess.run([opt, str(src), "--plan-search=memory-budget=16GB dp=64 precision=bf16",
+                        "-o", "/dev/null"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    print(p.stdout.splitlines()[-3])  # "searched N plans in S s"
+    chosen = re.search(r"chosen: --zero-stage=(\d) --recompute=(\w+).*: predicted peak (\d+) "
+                       r"bytes", p.stdout)
+    assert chosen, p.stdout
+    assert int(chosen.group(3)) <= 16_000_000_000
+    # Model states alone are 16 Psi / 64 = 1.9 GB at stage 3 but the
+    # activations of one 2048-token sequence are not: recompute is needed.
+    assert chosen.group(1) == "3" and chosen.group(2) != "none", chosen.group(0)
+    assert not any(re.match(r"^ [ *] \d\s+none\s.*fits$", l) for l in p.stdout.splitlines())
