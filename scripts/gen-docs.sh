@@ -8,5 +8,6 @@ ninja -C "$BUILD_DIR" mlir-doc >/dev/null
 cp "$BUILD_DIR/docs/Dialects/TrainDialect.md" docs/reference/TrainDialect.md
 cp "$BUILD_DIR/docs/Dialects/DistDialect.md" docs/reference/DistDialect.md
 cat "$BUILD_DIR/docs/Passes/TrainPasses.md" "$BUILD_DIR/docs/Passes/DistPasses.md" \
-  "$BUILD_DIR/docs/Passes/ConversionPasses.md" > docs/reference/Passes.md
+  "$BUILD_DIR/docs/Passes/ConversionPasses.md" "$BUILD_DIR/docs/Passes/ZTrainPasses.md" \
+  > docs/reference/Passes.md
 echo "docs/reference/ regenerated"
