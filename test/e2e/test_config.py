@@ -47,6 +47,9 @@ DS = {
                           "offload_optimizer": {"device": "none"}},
     "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8,
                                               "weight_decay": 0.1}},
+    "activation_checkpointing": {"partition_activations": False,
+                                 "contiguous_memory_optimization": True,
+                                 "number_checkpoints": None},
     "scheduler": {"type": "WarmupCosineLR",
                   "params": {"total_num_steps": 10, "warmup_num_steps": 2,
                              "warmup_type": "linear", "cos_min_ratio": 0.1}},
@@ -54,7 +57,7 @@ DS = {
 FLAGS = ["--grad-accum-steps=2", "--clip-grad-norm=1", "--precision=bf16",
          "--reduce-dtype=fp32", "--zero-stage=2", "--overlap", "--bucket-bytes=2000",
          "--optimizer=adamw", "--lr=0.0003", "--beta1=0.9", "--beta2=0.95", "--eps=1e-08",
-         "--weight-decay=0.1"]
+         "--weight-decay=0.1", "--recompute=full"]
 
 
 def test_config_builds_what_its_flags_build(tmp_path):
@@ -93,13 +96,16 @@ def test_what_ztrain_cannot_honour_is_one_line(tmp_path):
                                  "stage3_prefetch_bucket_size": 5e7, "sub_group_size": 1e9},
            "fp16": {"enabled": True, "loss_scale": 128},
            "optimizer": {"type": "Lamb"},
+           "activation_checkpointing": {"cpu_checkpointing": True, "number_checkpoints": 4},
            "wall_clock_breakdown": False}
     rc, _, err = compile_mlir(src, [], bad, tmp_path)
     assert rc != 0
     line = one_error(err)
     for key in ("zero_optimization.offload_param.device=cpu", "fp16.loss_scale=128",
                 "optimizer.type=Lamb", "zero_optimization.stage3_prefetch_bucket_size",
-                "zero_optimization.sub_group_size (unknown)", "wall_clock_breakdown (unknown)"):
+                "zero_optimization.sub_group_size (unknown)", "wall_clock_breakdown (unknown)",
+                "activation_checkpointing.cpu_checkpointing (checkpoints to host memory",
+                "activation_checkpointing.number_checkpoints"):
         assert key in line, (key, line)
 
 

@@ -5,7 +5,8 @@ The recomputation is the forward ops repeated on the same operands, so a
 step with recompute computes the same bits as the step without it. Tested:
 - one process: GPT with dropout (the mask must replay) and Llama, with the
   builders' block marks and with segments found from the graph, with
-  gradient accumulation: weights and losses bitwise equal to --recompute=none;
+  gradient accumulation, in bf16 and in fp16 with loss scaling: weights and
+  losses bitwise equal to --recompute=none;
 - every ZeRO stage at N = 2 and 4 (and stage 3 with overlap and tiling):
   bitwise equal to the same plan without recompute;
 - the report is the truth: zero-report's activation bytes and peak are what
@@ -55,13 +56,16 @@ def train(tmp_path, spec, policy, init, data, extra=(), name=None, steps=STEPS):
     return save.read_bytes(), parity.read_report(str(report))
 
 
-@pytest.mark.parametrize("model,checkpoints,accum", [
-    ("gpt", True, 1), ("gpt", False, 1), ("llama", True, 1), ("llama", False, 1),
-    ("gpt", True, 2)])
-def test_recompute_is_bitwise_the_plain_step(model, checkpoints, accum, tmp_path):
+@pytest.mark.parametrize("model,checkpoints,accum,precision", [
+    ("gpt", True, 1, "fp32"), ("gpt", False, 1, "fp32"), ("llama", True, 1, "fp32"),
+    ("llama", False, 1, "fp32"), ("gpt", True, 2, "fp32"), ("gpt", True, 1, "bf16"),
+    ("llama", True, 1, "fp16")])
+def test_recompute_is_bitwise_the_plain_step(model, checkpoints, accum, precision, tmp_path):
     spec = gpt(checkpoints) if model == "gpt" else llama(checkpoints)
     init, data = inputs(tmp_path, spec, STEPS * accum * spec.batch)
     extra = [f"--grad-accum-steps={accum}"] if accum > 1 else []
+    if precision != "fp32":  # 16-bit compute, f32 masters (fp16: loss-scaled)
+        extra.append(f"--precision={precision}")
     out = {p: train(tmp_path, spec, p, init, data, extra) for p in POLICIES}
     weights, report = out["none"]
     for policy in ("full", "selective"):

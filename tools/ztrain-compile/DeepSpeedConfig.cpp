@@ -78,6 +78,7 @@ private:
   void offload(const json::Value &v, StringRef key);
   void fp16(const json::Object &f);
   void optimizer(const json::Object &o);
+  void activationCheckpointing(const json::Object &a);
 
   ztrain::DeepSpeedFlags &out;
   /// Element counts DeepSpeed gives where ztrain takes bytes: converted once
@@ -135,6 +136,11 @@ void Reader::top(const json::Object &root) {
     } else if (key == "optimizer") {
       if (const json::Object *o = v.getAsObject())
         optimizer(*o);
+      else
+        unsupported(key, "expected an object");
+    } else if (key == "activation_checkpointing") {
+      if (const json::Object *a = v.getAsObject())
+        activationCheckpointing(*a);
       else
         unsupported(key, "expected an object");
     } else if (key == "scheduler" || key == "steps_per_print") {
@@ -195,6 +201,39 @@ void Reader::zero(const json::Object &z) {
                                      "all-gathers partitions");
     } else if (key == "stage3_prefetch_bucket_size") {
       unsupported(name, "ztrain prefetches by uses ahead: --prefetch-depth");
+    } else {
+      unknown(name);
+    }
+  }
+}
+
+/// DeepSpeed checkpoints the functions the model wraps in
+/// deepspeed.checkpointing.checkpoint (its blocks): full recompute of each
+/// block, which is ztrain's --recompute=full over the builders' block marks.
+void Reader::activationCheckpointing(const json::Object &a) {
+  flag("recompute", "full");
+  for (const auto &kv : a) {
+    StringRef key = kv.first;
+    std::string name = ("activation_checkpointing." + key).str();
+    if (key == "partition_activations" || key == "cpu_checkpointing") {
+      std::optional<bool> on = asBool(kv.second, name);
+      if (on && *on)
+        unsupported(name, key == "partition_activations"
+                              ? "partitions activations over model-parallel "
+                                "ranks; ztrain is data-parallel"
+                              : "checkpoints to host memory: not built yet");
+    } else if (key == "contiguous_memory_optimization") {
+      // ztrain's activations live in one statically planned arena: what
+      // this option asks for is how ztrain always allocates.
+      asBool(kv.second, name);
+    } else if (key == "number_checkpoints") {
+      if (!kv.second.getAsNull())
+        unsupported(name, "ztrain's segments are the model's train.checkpoint "
+                          "marks (each block for the builders' models)");
+    } else if (key == "synchronize_checkpoint_boundary" || key == "profile") {
+      std::optional<bool> on = asBool(kv.second, name);
+      if (on && *on)
+        unsupported(name, "a debugging option with no ztrain equivalent");
     } else {
       unknown(name);
     }
