@@ -317,8 +317,11 @@ void saveCheckpoint(ztrt_ctx &ctx, const Descriptor &desc,
             strerror(errno));
     syncDirectory(root);
   }
-  // The temporary directory exists before any rank writes into it.
+  // The temporary directory exists before any rank writes into it. A rank
+  // whose write fails (ENOSPC, EFBIG, EIO) removes it on its way out: a
+  // failed save leaves the previous checkpoint and nothing else.
   comm.barrier();
+  removeOnFatal(tempDir);
 
   Backend &backend = ctx.backend();
   std::vector<CheckpointTensor> specs = checkpointTensors(desc);
@@ -376,6 +379,7 @@ void saveCheckpoint(ztrt_ctx &ctx, const Descriptor &desc,
     if (::rename(tempDir.c_str(), finalDir.c_str()) != 0)
       fatal("%s: cannot rename '%s' to '%s': %s", what, tempDir.c_str(),
             finalDir.c_str(), strerror(errno));
+    keepOnFatal(tempDir);
     syncDirectory(root);
     std::string pointer = tag + "\n";
     AtomicFile latestFile(joinPath(root, kLatestName));
@@ -404,6 +408,7 @@ void saveCheckpoint(ztrt_ctx &ctx, const Descriptor &desc,
   }
   // No rank runs ahead (or exits) before the checkpoint is committed.
   comm.barrier();
+  keepOnFatal(tempDir);
 }
 
 std::string resolveCheckpoint(const std::string &path, const char *what) {

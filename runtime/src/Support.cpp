@@ -85,10 +85,13 @@ std::atomic<bool> peerReported{false};
     // Nothing better to do than exit with the status anyway.
   }
   {
+    // Newest first: a temporary file inside a temporary directory goes
+    // before the directory does.
     std::lock_guard<std::mutex> lock(tempFilesMutex);
-    for (const std::string &path : tempFiles())
-      ::unlink(path.c_str());
-    tempFiles().clear();
+    auto &paths = tempFiles();
+    for (auto it = paths.rbegin(); it != paths.rend(); ++it)
+      removeTree(*it);
+    paths.clear();
   }
   if (jobAbort && !everyRank)
     jobAbort(status);
@@ -96,6 +99,10 @@ std::atomic<bool> peerReported{false};
 }
 
 } // namespace
+
+void removeOnFatal(const std::string &path) { registerTempFile(path); }
+
+void keepOnFatal(const std::string &path) { unregisterTempFile(path); }
 
 void fatal(const char *fmt, ...) {
   va_list args;

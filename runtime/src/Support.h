@@ -71,6 +71,14 @@ void syncDirectory(const std::string &dir);
 /// be read.
 std::vector<std::string> listDirectory(const std::string &dir);
 
+/// Registers `path` (a file, or a directory and everything under it) to be
+/// removed when this process dies through fatal() and friends: the
+/// temporary output of a write in progress, so that a failed write (a full
+/// disk, a quota) leaves nothing behind. keepOnFatal() takes it back once
+/// the output is committed.
+void removeOnFatal(const std::string &path);
+void keepOnFatal(const std::string &path);
+
 /// Removes `path` and, for a directory, everything under it (no symlinks
 /// followed). Returns false, with errno set, on the first failure; a
 /// missing path is success.
