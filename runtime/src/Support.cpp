@@ -100,6 +100,23 @@ std::atomic<bool> peerReported{false};
 
 } // namespace
 
+void warning(const char *fmt, ...) {
+  char message[2048];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(message, sizeof(message), fmt, args);
+  va_end(args);
+  std::string line = "ztrain: warning: ";
+  if (jobRank >= 0)
+    line += "[rank " + std::to_string(jobRank) + "] ";
+  line += message;
+  line += "\n";
+  fflush(stdout);
+  if (::write(STDERR_FILENO, line.data(), line.size()) < 0) {
+    // A warning that cannot be written is not worth failing for.
+  }
+}
+
 void removeOnFatal(const std::string &path) { registerTempFile(path); }
 
 void keepOnFatal(const std::string &path) { unregisterTempFile(path); }

@@ -71,6 +71,10 @@ void syncDirectory(const std::string &dir);
 /// be read.
 std::vector<std::string> listDirectory(const std::string &dir);
 
+/// Prints `ztrain: warning: <message>` (with the rank in a job) to stderr,
+/// in one write.
+void warning(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /// Registers `path` (a file, or a directory and everything under it) to be
 /// removed when this process dies through fatal() and friends: the
 /// temporary output of a write in progress, so that a failed write (a full
