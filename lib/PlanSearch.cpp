@@ -22,6 +22,7 @@
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/ToolOutputFile.h"
 
 #include <algorithm>
@@ -278,6 +279,27 @@ static std::string flagsOf(const PlanChoice &c, int64_t dp) {
   return s;
 }
 
+/// The whole compilation of a choice as one --pass-pipeline string.
+static std::string pipelineOf(const PlanChoice &choice,
+                              const TrainingPipelineOptions &training,
+                              const ZeroPipelineOptions &zero) {
+  TrainingPipelineOptions t;
+  t.copyOptionValuesFrom(training);
+  ZeroPipelineOptions z;
+  z.copyOptionValuesFrom(zero);
+  applyPlanChoice(choice, t, z);
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << "builtin.module(ztrain-training";
+  t.print(os);
+  if (zero.dp != 1 || choice.stage != 0) {
+    os << ",ztrain-zero";
+    z.print(os);
+  }
+  os << ",ztrain-to-llvm)";
+  return s;
+}
+
 void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
                              const PlanSearchRequest &request,
                              const TrainingPipelineOptions &training,
@@ -350,18 +372,57 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
      << ") per rank, "
      << llvm::formatv("{0:F3}", c.stepSeconds * 1e3)
      << " ms per step in the cost model\n";
-  TrainingPipelineOptions t;
-  t.copyOptionValuesFrom(training);
-  ZeroPipelineOptions z;
-  z.copyOptionValuesFrom(zero);
-  applyPlanChoice(c.choice, t, z);
-  os << "pipeline: builtin.module(ztrain-training";
-  t.print(os);
-  if (zero.dp != 1 || c.choice.stage != 0) {
-    os << ",ztrain-zero";
-    z.print(os);
+  os << "pipeline: " << pipelineOf(c.choice, training, zero) << "\n";
+}
+
+void ztrain::printPlanSearchJson(raw_ostream &os,
+                                 const PlanSearchResult &result,
+                                 const PlanSearchRequest &request,
+                                 const TrainingPipelineOptions &training,
+                                 const ZeroPipelineOptions &zero) {
+  llvm::json::Array candidates;
+  for (const PlanCandidate &c : result.candidates) {
+    const PlanChoice &p = c.choice;
+    llvm::json::Object o{{"stage", p.stage},
+                         {"recompute", p.recompute},
+                         {"max_tile_bytes", p.maxTileBytes},
+                         {"overlap", p.overlap},
+                         {"prefetch_depth", p.prefetchDepth},
+                         {"reshard_after_forward", p.reshardAfterForward}};
+    if (!c.error.empty()) {
+      o["error"] = c.error;
+    } else {
+      o["peak"] = c.peak;
+      o["activations"] = c.activations;
+      o["communication_bytes"] = c.communicationBytes;
+      o["collectives"] = c.collectives;
+      o["flops"] = c.flops;
+      o["recompute_flops"] = c.recomputeFlops;
+      o["step_seconds"] = c.stepSeconds;
+      o["fits"] = c.fits;
+    }
+    candidates.push_back(std::move(o));
   }
-  os << ",ztrain-to-llvm)\n";
+  const CostModel &m = request.cost;
+  llvm::json::Object root{
+      {"memory_budget", request.budget},
+      {"dp", static_cast<int64_t>(zero.dp)},
+      {"cost_model",
+       llvm::json::Object{{"link_bytes_per_second", m.linkBytesPerSecond},
+                          {"collective_latency_seconds", m.collectiveLatency},
+                          {"device_flops_per_second",
+                           m.deviceFlopsPerSecond}}},
+      {"candidates", std::move(candidates)},
+      {"chosen", result.chosen >= 0 ? llvm::json::Value(result.chosen)
+                                    : llvm::json::Value(nullptr)},
+      {"smallest_peak", result.smallestPeak},
+      {"seconds", result.seconds},
+      {"pipeline",
+       result.chosen >= 0
+           ? llvm::json::Value(pipelineOf(
+                 result.candidates[result.chosen].choice, training, zero))
+           : llvm::json::Value(nullptr)}};
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
 }
 
 //===----------------------------------------------------------------------===//
@@ -383,6 +444,11 @@ struct PlanSearchPass : public ztrain::impl::PlanSearchBase<PlanSearchPass> {
 void PlanSearchPass::runOnOperation() {
   ModuleOp module = getOperation();
   PlanSearchRequest request;
+  if (format != "text" && format != "json") {
+    module.emitError() << "plan-search: unknown format '" << format
+                       << "' (expected text or json)";
+    return signalPassFailure();
+  }
   if (!parseByteSize(memoryBudget, request.budget)) {
     module.emitError() << "plan-search: memory-budget must be a size in bytes "
                           "(1e10, 16GB, 16GiB), got '"
@@ -418,7 +484,10 @@ void PlanSearchPass::runOnOperation() {
     module.emitError() << "plan-search: " << err;
     return signalPassFailure();
   }
-  printPlanSearch(out->os(), *result, request, training, zero);
+  if (format == "json")
+    printPlanSearchJson(out->os(), *result, request, training, zero);
+  else
+    printPlanSearch(out->os(), *result, request, training, zero);
   out->keep();
   if (result->chosen < 0) {
     module.emitError() << "plan-search: no plan fits " << request.budget

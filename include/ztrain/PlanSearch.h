@@ -101,6 +101,14 @@ void printPlanSearch(llvm::raw_ostream &os, const PlanSearchResult &result,
                      const TrainingPipelineOptions &training,
                      const ZeroPipelineOptions &zero);
 
+/// The same as JSON: every candidate with its numbers (or its error), the
+/// chosen index (null when none fits), the smallest peak, the pipeline.
+void printPlanSearchJson(llvm::raw_ostream &os,
+                         const PlanSearchResult &result,
+                         const PlanSearchRequest &request,
+                         const TrainingPipelineOptions &training,
+                         const ZeroPipelineOptions &zero);
+
 /// "16GB", "16GiB", "1.5e10", "512MiB", "1024" -> bytes; false when not a
 /// size.
 bool parseByteSize(llvm::StringRef text, int64_t &bytes);

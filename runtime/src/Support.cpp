@@ -62,6 +62,22 @@ std::atomic<bool> exiting{false};
 /// Set when another rank has printed the fatal error that ends the job.
 std::atomic<bool> peerReported{false};
 
+/// Prints `ztrain: <kind>: [rank r] <message>` to stderr in one write(), so
+/// that lines from several ranks do not interleave.
+void printLine(const char *kind, const char *fmt, va_list args) {
+  char message[2048];
+  vsnprintf(message, sizeof(message), fmt, args);
+  std::string line = std::string("ztrain: ") + kind + ": ";
+  if (jobRank >= 0)
+    line += "[rank " + std::to_string(jobRank) + "] ";
+  line += message;
+  line += "\n";
+  fflush(stdout);
+  if (::write(STDERR_FILENO, line.data(), line.size()) < 0) {
+    // Nothing better to do: the caller goes on (or exits) anyway.
+  }
+}
+
 [[noreturn]] void die(int status, bool everyRank, const char *fmt,
                       va_list args) {
   exiting.store(true);
@@ -72,18 +88,7 @@ std::atomic<bool> peerReported{false};
     jobSync();
   if (everyRank && jobRank > 0)
     std::exit(status);
-  char message[2048];
-  vsnprintf(message, sizeof(message), fmt, args);
-  // One write() so that lines from several ranks do not interleave.
-  std::string line = "ztrain: error: ";
-  if (jobRank >= 0)
-    line += "[rank " + std::to_string(jobRank) + "] ";
-  line += message;
-  line += "\n";
-  fflush(stdout);
-  if (::write(STDERR_FILENO, line.data(), line.size()) < 0) {
-    // Nothing better to do than exit with the status anyway.
-  }
+  printLine("error", fmt, args);
   {
     // Newest first: a temporary file inside a temporary directory goes
     // before the directory does.
@@ -101,20 +106,10 @@ std::atomic<bool> peerReported{false};
 } // namespace
 
 void warning(const char *fmt, ...) {
-  char message[2048];
   va_list args;
   va_start(args, fmt);
-  vsnprintf(message, sizeof(message), fmt, args);
+  printLine("warning", fmt, args);
   va_end(args);
-  std::string line = "ztrain: warning: ";
-  if (jobRank >= 0)
-    line += "[rank " + std::to_string(jobRank) + "] ";
-  line += message;
-  line += "\n";
-  fflush(stdout);
-  if (::write(STDERR_FILENO, line.data(), line.size()) < 0) {
-    // A warning that cannot be written is not worth failing for.
-  }
 }
 
 void removeOnFatal(const std::string &path) { registerTempFile(path); }

@@ -10,6 +10,7 @@
 // RUN: not ztrain-opt %s --plan-search="memory-budget=500 dp=2" -o /dev/null 2>&1 | FileCheck %s --check-prefix=NONE
 // RUN: not ztrain-opt %s --plan-search="memory-budget=lots dp=2" -o /dev/null 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: ztrain-opt %s --plan-search="memory-budget=900 dp=2" | FileCheck %s --check-prefix=SAME
+// RUN: ztrain-opt %s --plan-search="memory-budget=900 dp=2 format=json" -o /dev/null | FileCheck %s --check-prefix=JSON
 
 // LOOSE: plan search: memory budget 100000 bytes (100.00 kB) per rank, dp=2
 // LOOSE: searched 63 plans in
@@ -27,6 +28,12 @@
 // NONE-DAG: error: plan-search: no plan fits 500 bytes per rank; the smallest predicted peak is 828 bytes
 
 // BAD: error: plan-search: memory-budget must be a size in bytes (1e10, 16GB, 16GiB), got 'lots'
+
+// JSON-DAG: "memory_budget": 900
+// JSON-DAG: "chosen": {{[0-9]+}}
+// JSON-DAG: "smallest_peak": 828
+// JSON-DAG: "pipeline": "builtin.module(ztrain-training{{.*}}recompute=full{{.*}}stage=2},ztrain-to-llvm)"
+// JSON-DAG: "peak": 900
 
 // The search leaves the module as it was.
 // SAME-NOT: train.recomputed

@@ -28,12 +28,14 @@ def big_gpt(tmp_path_factory):
     return spec, str(path)
 
 
-def report(path, stage):
+def report(path, stage, zero=None):
+    """zero-report's JSON for `path` after zero-partition at `stage` (or the
+    `zero` pass option, e.g. the whole --ztrain-zero pipeline)."""
     opt = e2e_util.require_tool("ztrain-opt")
     start = time.perf_counter()
     p = subprocess.run(
         [opt, path, "--ztrain-training=optimizer=adamw",
-         f"--zero-partition=stage={stage} dp={N}", "--zero-report=format=json",
+         zero or f"--zero-partition=stage={stage} dp={N}", "--zero-report=format=json",
          "-o", "/dev/null"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
@@ -85,14 +87,6 @@ def test_partitioning_adds_no_activations(big_gpt):
     gradient the backward pass produced beside its flat, padded copy until
     the optimizer ran: one full set of gradients more than stage 0.)"""
     _, path = big_gpt
-    opt = e2e_util.require_tool("ztrain-opt")
-    peaks = {}
-    for stage in (0, 1, 2):
-        p = subprocess.run(
-            [opt, path, "--ztrain-training=optimizer=adamw",
-             f"--ztrain-zero=stage={stage} dp={N}", "--zero-report=format=json",
-             "-o", "/dev/null"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
-        assert p.returncode == 0, p.stderr
-        peaks[stage] = json.loads(p.stdout)["per_rank"]["activations"]
+    peaks = {stage: report(path, stage, f"--ztrain-zero=stage={stage} dp={N}")
+             ["per_rank"]["activations"] for stage in (0, 1, 2)}
     assert peaks[1] == peaks[0] and peaks[2] == peaks[0], peaks

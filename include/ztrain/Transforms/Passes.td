@@ -52,6 +52,8 @@ def PlanSearch : Pass<"plan-search", "::mlir::ModuleOp"> {
            "Cost model: microseconds per collective beyond its bytes">,
     Option<"deviceTflops", "device-tflops", "double", "100.0",
            "Cost model: matmul TFLOP/s of one rank's device">,
+    Option<"format", "format", "std::string", "\"text\"",
+           "text (a table) or json">,
     Option<"output", "output", "std::string", "\"-\"",
            "Where to print the search">
   ];
