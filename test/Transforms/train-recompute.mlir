@@ -10,6 +10,7 @@
 // RUN: sed 's/%r1 = train.add %x0, %h1b :/%r1 = train.add %x0, %h1b {train.checkpoint} :/' %s | ztrain-opt --train-autodiff --train-recompute=policy=full | FileCheck %s --check-prefix=MARK
 // RUN: ztrain-opt %s --ztrain-training="recompute=full" --ztrain-zero --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=REPORT
 // RUN: ztrain-opt %s --ztrain-training="recompute=full" --ztrain-zero="stage=3 dp=2" | FileCheck %s --check-prefix=Z3
+// RUN: env PYTHONPATH=%ztrain_src/python python3 -m ztrain.models gpt --layers 2 --no-checkpoints | ztrain-opt --train-autodiff --train-recompute=policy=full | FileCheck %s --check-prefix=BLOCKS
 
 // FULL: module attributes {train.recompute = "full"}
 // FULL: %[[X0:.*]] = train.relu %arg0
@@ -43,6 +44,25 @@
 // MARK-NEXT: train.gelu {{.*}} {train.recomputed}
 
 // REPORT: recompute: full, 2 ops repeated in the backward pass, 64 FLOPs per step per rank (+{{.*}}% over the model's 656)
+
+// A GPT without marks: the residual stream's boundaries merge into whole
+// blocks (attention and MLP together): block 0 is one segment, recomputed
+// from its input x0 in forward order (both norms in one group); of the last
+// block the attention is recomputed from x1, its MLP stays with the head.
+// (Half-block segments would keep r0 and recompute the MLP's norm from it.)
+// BLOCKS: %[[X0:[0-9]+]] = train.add
+// BLOCKS: %[[R0:[0-9]+]] = train.add %[[X0]],
+// BLOCKS: %[[X1:[0-9]+]] = train.add %[[R0]],
+// BLOCKS: %[[R1:[0-9]+]] = train.add %[[X1]],
+// BLOCKS: train.cross_entropy_grad
+// BLOCKS-NOT: train.layer_norm %[[R1]], {{.*}}train.recomputed
+// BLOCKS: train.layer_norm %[[X1]], {{.*}}train.recomputed
+// BLOCKS-NOT: train.layer_norm %[[R1]], {{.*}}train.recomputed
+// BLOCKS: train.layer_norm %[[X0]], {{.*}}train.recomputed
+// The block's middle of the residual stream is recomputed, not kept.
+// BLOCKS: %[[R0C:[0-9]+]] = train.add %[[X0]], %{{[0-9]+}} {train.recomputed}
+// BLOCKS: train.layer_norm %[[R0C]], {{.*}}train.recomputed
+// BLOCKS-NOT: train.layer_norm %[[R0]], {{.*}}train.recomputed
 
 // Stage 3: the recomputed product reads the backward gather of @w1.
 // Z3: %[[G:.*]] = dist.gather_param @w1

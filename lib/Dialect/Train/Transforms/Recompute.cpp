@@ -79,8 +79,9 @@ struct Forward {
 /// pass (every other activation is dead: the graph can be cut there) and
 /// two forward ops read it (the residual connection and the branch). In a
 /// pre-norm transformer that is the input of every attention and MLP
-/// sub-block; the last sub-block's output feeds only the final norm, so
-/// the last sub-block stays with the loss head (not recomputed).
+/// sub-block (merged into whole blocks below); the last sub-block's output
+/// feeds only the final norm, so the last MLP stays with the loss head (not
+/// recomputed).
 static SmallVector<Operation *> residualBoundaries(const Forward &fwd) {
   SmallVector<int64_t> delta(fwd.last + 2, 0);
   SmallVector<Operation *> ops(fwd.last + 1, nullptr);
@@ -109,7 +110,29 @@ static SmallVector<Operation *> residualBoundaries(const Forward &fwd) {
         fwd.forwardUses(op->getResult(0)) >= 2)
       boundaries.push_back(op);
   }
-  return boundaries;
+  // Whole blocks: where some sub-blocks hold attention (a product of two
+  // activations), a boundary before a sub-block without one (the MLP)
+  // merges it into the attention sub-block before it, so that a segment is
+  // a transformer block, as with the builders' marks; the last boundary
+  // stays, so that the last block's attention is recomputed too.
+  SmallVector<bool> attention(boundaries.size(), false);
+  for (auto [i, b] : llvm::enumerate(boundaries)) {
+    unsigned from = fwd.position.lookup(b) + 1;
+    unsigned to = i + 1 < boundaries.size()
+                      ? fwd.position.lookup(boundaries[i + 1])
+                      : fwd.last;
+    for (unsigned p = from; p <= to && !attention[i]; ++p)
+      if (auto mm = dyn_cast_or_null<MatmulOp>(ops[p]))
+        attention[i] = fwd.fromInputs.contains(mm.getLhs()) &&
+                       fwd.fromInputs.contains(mm.getRhs());
+  }
+  if (llvm::none_of(attention, [](bool a) { return a; }))
+    return boundaries;
+  SmallVector<Operation *> blocks;
+  for (auto [i, b] : llvm::enumerate(boundaries))
+    if (attention[i] || i + 1 == boundaries.size())
+      blocks.push_back(b);
+  return blocks;
 }
 
 /// What selective recompute repeats: the attention scores, a product of

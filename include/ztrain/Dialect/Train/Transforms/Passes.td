@@ -168,8 +168,10 @@ def TrainRecompute : Pass<"train-recompute", "::mlir::ModuleOp"> {
     when the model carries no mark, the residual stream found from the
     graph (a value that is the only live activation right after its op and
     that two forward ops read: each attention and MLP sub-block's input in
-    a pre-norm transformer). The ops after the last boundary (the loss
-    head) are not recomputed: the backward pass starts with them.
+    a pre-norm transformer; the boundaries before sub-blocks without
+    attention are dropped when others have it, so that segments are whole
+    blocks). The ops after the last boundary (the loss head) are not
+    recomputed: the backward pass starts with them.
 
     Within a segment the backward pass keeps, by `policy`:
 
