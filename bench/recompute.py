@@ -60,7 +60,10 @@ def predicted_activations(mlir, policy):
                         "--ztrain-zero", "--plan-memory", "--zero-report=format=json",
                         "-o", "/dev/null"], check=True, stdout=subprocess.PIPE, text=True)
     r = json.loads(p.stdout)
-    return r["per_rank"]["activations"], r["flops_per_step"], r["recompute"]["flops_per_step"]
+    work = (r["flops_per_step"] + r["recompute"]["flops_per_step"],
+            r["kernel_bytes_per_step"] + r["recompute"]["kernel_bytes_per_step"])
+    return (r["per_rank"]["activations"], r["flops_per_step"], r["recompute"]["flops_per_step"],
+            work)
 
 
 def bench_ztrain(spec, args, tmp):
@@ -84,10 +87,10 @@ def bench_ztrain(spec, args, tmp):
             rep = parity.read_report(report)
             ms = statistics.median([s["time_ms"] for s in rep["steps"]][args.warmup:])
             if policy not in out:
-                predicted, flops, again = predicted_activations(mlir, policy)
+                predicted, flops, again, work = predicted_activations(mlir, policy)
                 out[policy] = {"measured": rep["memory"]["activations"],
                                "predicted": predicted, "ms": ms, "flops": flops,
-                               "recompute_flops": again}
+                               "recompute_flops": again, "work": work}
             out[policy]["ms"] = min(out[policy]["ms"], ms)
     return out
 
@@ -201,6 +204,18 @@ def main():
         else:
             line += f" {'-':>15} {'-':>8} {'-':>9} {'-':>8}"
         print(line)
+    # The plan search's compute model, fitted to these measurements: step
+    # time = matmul FLOPs / R + other kernels' bytes / B (least squares).
+    work = np.array([r["work"] for _, _, r, _, _, _ in rows], dtype=np.float64)
+    ms = np.array([r["ms"] for _, _, r, _, _, _ in rows]) / 1e3
+    (inv_r, inv_b), *_ = np.linalg.lstsq(work, ms, rcond=None)
+    fit = work @ np.array([inv_r, inv_b])
+    print(f"\nplan-search cost model fitted to the rows above: --device-tflops="
+          f"{1 / inv_r / 1e12:.3f} --memory-gbps={1 / inv_b / 1e9:.2f}")
+    print(f"{'L':>3} {'policy':10} {'ms/step':>8} {'model ms':>9} {'error':>7}")
+    for (layers, policy, r, _, _, _), f in zip(rows, fit):
+        print(f"{layers:>3} {policy:10} {r['ms']:>8.1f} {f * 1e3:>9.1f} "
+              f"{f * 1e3 / r['ms'] - 1:>+7.1%}")
     print("act MiB: the executable's measured activation allocation; predicted: zero-report's;\n"
           "overhead: step time over the same side's no-recompute step; +FLOPs: recomputed\n"
           "matmul FLOPs over the model's. torch: torch.utils.checkpoint per block ('full'),\n"

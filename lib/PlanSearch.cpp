@@ -201,9 +201,14 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
               c.collectives = s->collectives;
               c.flops = s->modelFlops;
               c.recomputeFlops = s->recomputeFlops;
+              c.kernelBytes = s->kernelBytes;
+              c.recomputeKernelBytes = s->recomputeKernelBytes;
               const CostModel &m = request.cost;
               c.computeSeconds =
-                  (double)(c.flops + c.recomputeFlops) / m.deviceFlopsPerSecond;
+                  (double)(c.flops + c.recomputeFlops) /
+                      m.deviceFlopsPerSecond +
+                  (double)(c.kernelBytes + c.recomputeKernelBytes) /
+                      m.memoryBytesPerSecond;
               c.communicationSeconds =
                   (double)c.communicationBytes / m.linkBytesPerSecond +
                   (double)c.collectives * m.collectiveLatency;
@@ -253,9 +258,9 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
 /// A decimal unit that shows `magnitude` with a few digits: {name, scale}.
 static std::pair<const char *, double> unitFor(double magnitude,
                                                bool flops = false) {
-  if (magnitude >= 1e11)
+  if (magnitude >= (flops ? 1e12 : 1e9))
     return {flops ? "TFLOP" : "GB", flops ? 1e12 : 1e9};
-  if (magnitude >= 1e8)
+  if (magnitude >= (flops ? 1e9 : 1e6))
     return {flops ? "GFLOP" : "MB", flops ? 1e9 : 1e6};
   return {flops ? "MFLOP" : "kB", flops ? 1e6 : 1e3};
 }
@@ -315,10 +320,10 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
   os << llvm::formatv(
       "plan search: memory budget {0} bytes ({1:F2} {2}) per rank, dp={3}; "
       "cost model: link {4:F1} GB/s and {5:F1} us per collective, device "
-      "{6:F1} TFLOP/s\n",
+      "{6:F2} TFLOP/s and {7:F1} GB/s memory\n",
       request.budget, request.budget / byteScale, byteUnit, zero.dp,
       m.linkBytesPerSecond / 1e9, m.collectiveLatency * 1e6,
-      m.deviceFlopsPerSecond / 1e12);
+      m.deviceFlopsPerSecond / 1e12, m.memoryBytesPerSecond / 1e9);
   os << llvm::formatv("   {0,-5} {1,-9} {2,12} {3,-7} {4,8} {5,7} {6,10} {7,10} "
                       "{8,9} {9,10}  {10}\n",
                       "stage", "recompute", "tile bytes", "overlap",
@@ -398,6 +403,10 @@ void ztrain::printPlanSearchJson(raw_ostream &os,
       o["collectives"] = c.collectives;
       o["flops"] = c.flops;
       o["recompute_flops"] = c.recomputeFlops;
+      o["kernel_bytes"] = c.kernelBytes;
+      o["recompute_kernel_bytes"] = c.recomputeKernelBytes;
+      o["compute_seconds"] = c.computeSeconds;
+      o["communication_seconds"] = c.communicationSeconds;
       o["step_seconds"] = c.stepSeconds;
       o["fits"] = c.fits;
     }
@@ -410,8 +419,9 @@ void ztrain::printPlanSearchJson(raw_ostream &os,
       {"cost_model",
        llvm::json::Object{{"link_bytes_per_second", m.linkBytesPerSecond},
                           {"collective_latency_seconds", m.collectiveLatency},
-                          {"device_flops_per_second",
-                           m.deviceFlopsPerSecond}}},
+                          {"device_flops_per_second", m.deviceFlopsPerSecond},
+                          {"memory_bytes_per_second",
+                           m.memoryBytesPerSecond}}},
       {"candidates", std::move(candidates)},
       {"chosen", result.chosen >= 0 ? llvm::json::Value(result.chosen)
                                     : llvm::json::Value(nullptr)},
@@ -455,11 +465,13 @@ void PlanSearchPass::runOnOperation() {
                        << memoryBudget << "'";
     return signalPassFailure();
   }
-  if (!(linkGBps > 0) || !(deviceTflops > 0) || !(latencyUs >= 0) ||
-      !std::isfinite(linkGBps) || !std::isfinite(deviceTflops) ||
+  if (!(linkGBps > 0) || !(deviceTflops > 0) || !(memoryGBps > 0) ||
+      !(latencyUs >= 0) || !std::isfinite(linkGBps) ||
+      !std::isfinite(deviceTflops) || !std::isfinite(memoryGBps) ||
       !std::isfinite(latencyUs)) {
-    module.emitError() << "plan-search: link-gbps and device-tflops must be "
-                          "positive and latency-us non-negative";
+    module.emitError() << "plan-search: link-gbps, device-tflops and "
+                          "memory-gbps must be positive and latency-us "
+                          "non-negative";
     return signalPassFailure();
   }
   if (dp < 1) {
@@ -469,6 +481,7 @@ void PlanSearchPass::runOnOperation() {
   request.cost.linkBytesPerSecond = linkGBps * 1e9;
   request.cost.deviceFlopsPerSecond = deviceTflops * 1e12;
   request.cost.collectiveLatency = latencyUs * 1e-6;
+  request.cost.memoryBytesPerSecond = memoryGBps * 1e9;
   TrainingPipelineOptions training;
   ZeroPipelineOptions zero;
   training.precision = precision;

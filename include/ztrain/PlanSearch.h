@@ -8,8 +8,9 @@
 // budget per rank, compile every candidate plan (ZeRO stage, recompute
 // policy, tiling bound, overlap with its prefetch depth and resharding) up
 // to plan-memory, price it with zero-report's exact bytes and a cost model
-// (bytes sent over a link bandwidth plus a latency per collective, matmul
-// FLOPs over a device rate; overlapped plans take the larger of the two),
+// (bytes sent over a link bandwidth plus a latency per collective; matmul
+// FLOPs over a device rate plus the other kernels' bytes over a memory
+// bandwidth; overlapped plans take the larger of the two),
 // and choose the fastest plan whose predicted peak fits.
 //
 // Used by ztrain-compile --memory-budget (which then compiles the choice)
@@ -38,6 +39,9 @@ struct CostModel {
   double collectiveLatency = 10e-6;
   /// Matmul FLOPs per second of one rank's device.
   double deviceFlopsPerSecond = 100e12;
+  /// Bytes per second the other kernels (elementwise, norms, softmax)
+  /// move through the device's memory.
+  double memoryBytesPerSecond = 2e12;
 };
 
 /// The dimensions the search varies. A field the user fixed (given on the
@@ -58,6 +62,7 @@ struct PlanCandidate {
   std::string error;
   int64_t peak = 0, activations = 0, communicationBytes = 0, collectives = 0;
   int64_t flops = 0, recomputeFlops = 0;
+  int64_t kernelBytes = 0, recomputeKernelBytes = 0;
   double computeSeconds = 0, communicationSeconds = 0, stepSeconds = 0;
   bool fits = false;
 };

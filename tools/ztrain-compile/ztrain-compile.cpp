@@ -130,6 +130,12 @@ cl::opt<double> deviceTflops("device-tflops",
                              cl::desc("Plan search cost model: matmul TFLOP/s "
                                       "of one rank's device (default 100)"),
                              cl::init(100.0), cl::cat(category));
+cl::opt<double> memoryGBps(
+    "memory-gbps",
+    cl::desc("Plan search cost model: GB/s the other kernels (elementwise, "
+             "norms, softmax) move through one rank's device memory "
+             "(default 2000)"),
+    cl::init(2000.0), cl::cat(category));
 
 int fail(const llvm::Twine &msg) {
   llvm::errs() << "ztrain-compile: error: " << msg << "\n";
@@ -453,14 +459,16 @@ int main(int argc, char **argv) {
     if (!ztrain::parseByteSize(memoryBudget, request.budget))
       return fail("--memory-budget must be a size in bytes (1e10, 16GB, "
                   "16GiB), got '" + memoryBudget + "'");
-    if (!(linkGBps > 0) || !(deviceTflops > 0) || !(latencyUs >= 0) ||
-        !std::isfinite(linkGBps) || !std::isfinite(deviceTflops) ||
+    if (!(linkGBps > 0) || !(deviceTflops > 0) || !(memoryGBps > 0) ||
+        !(latencyUs >= 0) || !std::isfinite(linkGBps) ||
+        !std::isfinite(deviceTflops) || !std::isfinite(memoryGBps) ||
         !std::isfinite(latencyUs))
-      return fail("--link-gbps and --device-tflops must be positive and "
-                  "--latency-us non-negative");
+      return fail("--link-gbps, --device-tflops and --memory-gbps must be "
+                  "positive and --latency-us non-negative");
     request.cost.linkBytesPerSecond = linkGBps * 1e9;
     request.cost.deviceFlopsPerSecond = deviceTflops * 1e12;
     request.cost.collectiveLatency = latencyUs * 1e-6;
+    request.cost.memoryBytesPerSecond = memoryGBps * 1e9;
     auto given = [](const cl::Option &o) { return o.getNumOccurrences() > 0; };
     if (given(flags::stage))
       request.stage = flags::stage;

@@ -22,9 +22,10 @@ def PlanSearch : Pass<"plan-search", "::mlir::ModuleOp"> {
     parameter), overlap (with prefetch depth 1 or 2 and resharding after the
     forward pass on or off at stage 3), up to `plan-memory`, prices each
     with zero-report's exact per-rank bytes and a cost model (bytes sent
-    over `link-gbps` plus `latency-us` per collective; matmul FLOPs,
-    recomputation included, over `device-tflops`; an overlapped plan takes
-    the larger of the two, a synchronous one their sum), and prints the
+    over `link-gbps` plus `latency-us` per collective; matmul FLOPs over
+    `device-tflops` plus the bytes the other kernels read and write over
+    `memory-gbps`, recomputation included; an overlapped plan takes the
+    larger of the two, a synchronous one their sum), and prints the
     table of candidates, the fastest plan whose predicted peak fits
     `memory-budget`, as `ztrain-compile` flags and as the pipeline string,
     or, when none fits, the smallest predicted peak.
@@ -52,6 +53,9 @@ def PlanSearch : Pass<"plan-search", "::mlir::ModuleOp"> {
            "Cost model: microseconds per collective beyond its bytes">,
     Option<"deviceTflops", "device-tflops", "double", "100.0",
            "Cost model: matmul TFLOP/s of one rank's device">,
+    Option<"memoryGBps", "memory-gbps", "double", "2000.0",
+           "Cost model: GB/s the other kernels (elementwise, norms, "
+           "softmax) move through one rank's device memory">,
     Option<"format", "format", "std::string", "\"text\"",
            "text (a table) or json">,
     Option<"output", "output", "std::string", "\"-\"",

@@ -66,6 +66,9 @@ struct Report {
   /// counts them) and those train-recompute repeats, with the policy and
   /// the number of ops it repeats.
   int64_t modelFlops = 0, recomputeFlops = 0, recomputedOps = 0;
+  /// Bytes the other kernels read and write per optimizer step and rank
+  /// (memory-bound work), the model's and the recomputed ones.
+  int64_t kernelBytes = 0, recomputeKernelBytes = 0;
   std::string recompute = "none";
   bool collectivesFromIR = false;
   /// Memory from plan-memory's arenas (exact) rather than a liveness sweep.
@@ -249,9 +252,20 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
             : 1;
     bool again = op->hasAttr(train::kRecomputedAttr);
     r.recomputedOps += again ? times : 0;
-    if (auto mm = dyn_cast<train::MatmulOp>(op))
+    if (auto mm = dyn_cast<train::MatmulOp>(op)) {
       (again ? r.recomputeFlops : r.modelFlops) +=
           times * train::matmulFlops(mm);
+      return;
+    }
+    // The other kernels (elementwise, norms, softmax, ...) are bound by
+    // memory: the bytes they read and write.
+    if (!isa<train::RuntimeKernelOpInterface>(op))
+      return;
+    int64_t bytes = 0;
+    for (Value v : llvm::concat<Value>(op->getOperands(), op->getResults()))
+      if (isa<RankedTensorType>(v.getType()))
+        bytes += tensorBytes(v.getType());
+    (again ? r.recomputeKernelBytes : r.kernelBytes) += times * bytes;
   });
 
   // Once collectives are in the IR they are the truth, not the plan.
@@ -413,10 +427,12 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
                    : llvm::json::Value(nullptr)},
       {"grad_accum_steps", r.accumSteps},
       {"flops_per_step", r.modelFlops},
+      {"kernel_bytes_per_step", r.kernelBytes},
       {"recompute",
        llvm::json::Object{{"policy", r.recompute},
                           {"ops", r.recomputedOps},
-                          {"flops_per_step", r.recomputeFlops}}},
+                          {"flops_per_step", r.recomputeFlops},
+                          {"kernel_bytes_per_step", r.recomputeKernelBytes}}},
       {"collectives_source", r.collectivesFromIR ? "ir" : "plan"},
       {"memory_plan", r.staticPlan ? "static" : "liveness"},
       {"collectives", std::move(collectives)},
@@ -460,5 +476,7 @@ FailureOr<StepSummary> ztrain::dist::summarizeStep(ModuleOp module) {
     s.collectives += c.count;
   s.modelFlops = r->modelFlops;
   s.recomputeFlops = r->recomputeFlops;
+  s.kernelBytes = r->kernelBytes;
+  s.recomputeKernelBytes = r->recomputeKernelBytes;
   return s;
 }

@@ -33,6 +33,9 @@ struct StepSummary {
   /// Matrix-product FLOPs: the model's and the recomputed ones.
   int64_t modelFlops = 0;
   int64_t recomputeFlops = 0;
+  /// Bytes the other (memory-bound) kernels read and write.
+  int64_t kernelBytes = 0;
+  int64_t recomputeKernelBytes = 0;
 };
 /// zero-report's analysis of `module` (after an error at the module when it
 /// has no step to price).
