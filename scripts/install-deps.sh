@@ -10,6 +10,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   python3 python3-numpy python3-pytest python3-torch
   slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge
+  fio
 )
 
 missing=()
