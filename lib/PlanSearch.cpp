@@ -57,6 +57,18 @@ bool ztrain::parseByteSize(StringRef text, int64_t &bytes) {
   return true;
 }
 
+std::string ztrain::checkCostModel(const CostModel &m, StringRef prefix) {
+  auto positive = [](double v) { return v > 0 && std::isfinite(v); };
+  if (positive(m.linkBytesPerSecond) && positive(m.deviceFlopsPerSecond) &&
+      positive(m.memoryBytesPerSecond) && m.collectiveLatency >= 0 &&
+      std::isfinite(m.collectiveLatency))
+    return "";
+  return (prefix + "link-gbps, " + prefix + "device-tflops and " + prefix +
+          "memory-gbps must be positive and " + prefix +
+          "latency-us non-negative")
+      .str();
+}
+
 void ztrain::applyPlanChoice(const PlanChoice &c,
                              TrainingPipelineOptions &training,
                              ZeroPipelineOptions &zero) {
@@ -465,23 +477,18 @@ void PlanSearchPass::runOnOperation() {
                        << memoryBudget << "'";
     return signalPassFailure();
   }
-  if (!(linkGBps > 0) || !(deviceTflops > 0) || !(memoryGBps > 0) ||
-      !(latencyUs >= 0) || !std::isfinite(linkGBps) ||
-      !std::isfinite(deviceTflops) || !std::isfinite(memoryGBps) ||
-      !std::isfinite(latencyUs)) {
-    module.emitError() << "plan-search: link-gbps, device-tflops and "
-                          "memory-gbps must be positive and latency-us "
-                          "non-negative";
+  request.cost.linkBytesPerSecond = linkGBps * 1e9;
+  request.cost.deviceFlopsPerSecond = deviceTflops * 1e12;
+  request.cost.collectiveLatency = latencyUs * 1e-6;
+  request.cost.memoryBytesPerSecond = memoryGBps * 1e9;
+  if (std::string error = checkCostModel(request.cost, ""); !error.empty()) {
+    module.emitError() << "plan-search: " << error;
     return signalPassFailure();
   }
   if (dp < 1) {
     module.emitError() << "plan-search: dp must be >= 1, got " << dp;
     return signalPassFailure();
   }
-  request.cost.linkBytesPerSecond = linkGBps * 1e9;
-  request.cost.deviceFlopsPerSecond = deviceTflops * 1e12;
-  request.cost.collectiveLatency = latencyUs * 1e-6;
-  request.cost.memoryBytesPerSecond = memoryGBps * 1e9;
   TrainingPipelineOptions training;
   ZeroPipelineOptions zero;
   training.precision = precision;

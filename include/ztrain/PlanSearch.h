@@ -114,6 +114,10 @@ void printPlanSearchJson(llvm::raw_ostream &os,
                          const TrainingPipelineOptions &training,
                          const ZeroPipelineOptions &zero);
 
+/// The error in a cost model's numbers ("" when they are usable), in the
+/// flags' names with `prefix` ("--" for ztrain-compile, "" for the pass).
+std::string checkCostModel(const CostModel &model, llvm::StringRef prefix);
+
 /// "16GB", "16GiB", "1.5e10", "512MiB", "1024" -> bytes; false when not a
 /// size.
 bool parseByteSize(llvm::StringRef text, int64_t &bytes);

@@ -195,9 +195,10 @@ int64_t SwapSpace::read(int file, void *buffer, int64_t bytes,
 
 #ifdef ZTRT_HAVE_LIBURING
 namespace {
-/// Queues the rest of `r` on `ring` (false when the submission queue is
-/// full).
-bool prepare(io_uring &ring, SwapSpace &, int fd, char *buffer,
+/// Queues a read or write of [buffer, buffer + bytes) at `offset` of `fd`
+/// on `ring` (at most 1 GiB: the rest follows as a short transfer); false
+/// when the submission queue is full.
+bool prepare(io_uring &ring, int fd, char *buffer,
              int64_t bytes, int64_t offset, bool isWrite, void *tag) {
   io_uring_sqe *sqe = io_uring_get_sqe(&ring);
   if (!sqe)
@@ -233,7 +234,7 @@ int64_t SwapSpace::submit(bool isWrite, int file, void *buffer, int64_t bytes,
     // A full queue makes room by completing what is in flight.
     while (ring->queued >= depth)
       reap(true);
-    while (!prepare(ring->ring, *this, files[file].fd, r.buffer, r.bytes,
+    while (!prepare(ring->ring, files[file].fd, r.buffer, r.bytes,
                     r.offset, isWrite, &r))
       reap(true);
     int rc = io_uring_submit(&ring->ring);
@@ -275,7 +276,7 @@ void SwapSpace::complete(Request &r, int64_t result) {
 #ifdef ZTRT_HAVE_LIBURING
     if (ring) {
       // A short transfer: the rest goes in again.
-      while (!prepare(ring->ring, *this, f.fd, r.buffer + r.done,
+      while (!prepare(ring->ring, f.fd, r.buffer + r.done,
                       r.bytes - r.done, r.offset + r.done, r.isWrite, &r))
         reap(true);
       int rc = io_uring_submit(&ring->ring);

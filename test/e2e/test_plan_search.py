@@ -91,6 +91,13 @@ def test_an_impossible_budget_is_one_line(tmp_path):
     p, _ = compile_with_budget(tmp_path, small_gpt(), "a lot")
     assert p.returncode != 0
     assert "--memory-budget must be a size in bytes" in p.stderr
+    for bad in ("--memory-gbps=0", "--device-tflops=nan", "--latency-us=-1"):
+        p, out = compile_with_budget(tmp_path, small_gpt(), "1GB", [bad])
+        assert p.returncode != 0 and not out.exists()
+        lines = p.stderr.strip().splitlines()
+        assert lines == ["ztrain-compile: error: --link-gbps, --device-tflops and "
+                         "--memory-gbps must be positive and --latency-us non-negative"], (
+            bad, p.stderr)
 
 
 def test_7_5b_gpt_at_dp_64_fits_16_gb(tmp_path):

@@ -459,16 +459,13 @@ int main(int argc, char **argv) {
     if (!ztrain::parseByteSize(memoryBudget, request.budget))
       return fail("--memory-budget must be a size in bytes (1e10, 16GB, "
                   "16GiB), got '" + memoryBudget + "'");
-    if (!(linkGBps > 0) || !(deviceTflops > 0) || !(memoryGBps > 0) ||
-        !(latencyUs >= 0) || !std::isfinite(linkGBps) ||
-        !std::isfinite(deviceTflops) || !std::isfinite(memoryGBps) ||
-        !std::isfinite(latencyUs))
-      return fail("--link-gbps, --device-tflops and --memory-gbps must be "
-                  "positive and --latency-us non-negative");
     request.cost.linkBytesPerSecond = linkGBps * 1e9;
     request.cost.deviceFlopsPerSecond = deviceTflops * 1e12;
     request.cost.collectiveLatency = latencyUs * 1e-6;
     request.cost.memoryBytesPerSecond = memoryGBps * 1e9;
+    if (std::string error = ztrain::checkCostModel(request.cost, "--");
+        !error.empty())
+      return fail(error);
     auto given = [](const cl::Option &o) { return o.getNumOccurrences() > 0; };
     if (given(flags::stage))
       request.stage = flags::stage;

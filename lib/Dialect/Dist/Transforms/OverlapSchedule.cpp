@@ -109,20 +109,13 @@ void OverlapSchedulePass::reuseForwardGathers(Block &body) {
 void OverlapSchedulePass::bucketGradients(Block &body,
                                           FlatSymbolRefAttr grid) {
   OpBuilder b(&getContext());
-  // A gradient is final when it is defined: its flat copy moves there
-  // (stage 1 placed it at the optimizer).
+  // (zero-insert-collectives already put each gradient's flat copy where
+  // the gradient is final, at every stage.)
   SmallVector<Operation *> collectives;
   for (Operation &op : body) {
     if (auto rs = dyn_cast<ReduceScatterOp>(op)) {
       if (cast<RankedTensorType>(rs.getInput().getType()).getRank() != 1)
         continue;
-      if (auto pad = rs.getInput().getDefiningOp<PadFlatOp>();
-          pad && pad->hasOneUse()) {
-        if (Operation *def = pad.getInput().getDefiningOp())
-          pad->moveAfter(def);
-        else
-          pad->moveBefore(&body.front());
-      }
       collectives.push_back(&op);
     } else if (isa<AllReduceOp>(op)) {
       collectives.push_back(&op);

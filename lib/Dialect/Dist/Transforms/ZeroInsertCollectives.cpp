@@ -127,8 +127,8 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
       // stage-1 activation peak one full set of gradients above stage 0's).
       if (grad.getDefiningOp())
         b.setInsertionPointAfter(grad.getDefiningOp());
-      else
-        b.setInsertionPoint(firstConsumer(update));
+      else // an argument: final from the start
+        b.setInsertionPointToStart(grad.getParentBlock());
       Value flat = PadFlatOp::create(b, loc, flatType, grad);
       if (stage == 1)
         b.setInsertionPoint(firstConsumer(update));
