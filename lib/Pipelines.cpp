@@ -92,6 +92,13 @@ void ztrain::buildZeroSchedulePipeline(OpPassManager &pm,
     schedule.reshardAfterForward = options.reshardAfterForward;
     pm.addPass(dist::createOverlapSchedule(schedule));
   }
+  if (options.offloadOptimizer != "none" || options.offloadParam != "none") {
+    dist::ZeroOffloadOptions offload;
+    offload.optimizer = options.offloadOptimizer;
+    offload.param = options.offloadParam;
+    offload.bufferCount = options.offloadBufferCount;
+    pm.addPass(dist::createZeroOffload(offload));
+  }
   pm.addPass(dist::createCheckCollectives());
 }
 

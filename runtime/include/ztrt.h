@@ -18,7 +18,7 @@
 //   grid <N>
 //   param <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale> [<store>]
 //   state <name> <dtype> <rank> <d0> .. <dn-1> of <param-name> [master]
-//         [<store>]
+//         [<store>] [space host|nvme]
 //   buffer <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale>
 //   grad <param-name> <E> [<dtype>]
 //   input <name> <dtype> <rank> <d0> .. <dn-1> bound <b>
@@ -65,6 +65,12 @@
 // ztrt_state / ztrt_buffer / ztrt_input is its position among the records
 // of its kind.
 //
+// `space` (zero-offload): where the state lives between steps. host: in
+// host memory (on the cpu backend the device's memory: nothing changes);
+// nvme: in a file of the rank's swap directory under --nvme-path, read
+// into a buffer the step gives (ztrt_swap_in) before its update and
+// written back after it (ztrt_swap_out); ztrt_state has no storage for it.
+//
 // <store> is `store <E> full` or `store <E> shard`: what each rank stores
 // of the tensor (n elements, row-major) in the buffer ztrt_param /
 // ztrt_state return, E elements of its dtype on every rank, for ZeRO:
@@ -101,7 +107,12 @@ typedef enum ztrt_category {
   ZTRT_CAT_GATHERED = 5,
   // Non-trainable module tensors (train.buffer), whole on every rank.
   ZTRT_CAT_BUFFERS = 6,
-  ZTRT_CAT_COUNT = 7
+  // zero-offload: the host buffers nvme-resident states are swapped
+  // through (the swap_buffers arena), and optimizer states placed in host
+  // memory. Host memory: on the cpu backend the same memory as the rest.
+  ZTRT_CAT_SWAP_BUFFERS = 7,
+  ZTRT_CAT_HOST_STATES = 8,
+  ZTRT_CAT_COUNT = 9
 } ztrt_category;
 
 // The optimizer hyper-parameters a compiled update asks the run for

@@ -372,7 +372,59 @@ void *ztrt_param(ztrt_ctx *ctx, int64_t index) {
 
 void *ztrt_state(ztrt_ctx *ctx, int64_t index) {
   backendOf(ctx, "state");
-  return binding("state", ctx->states, index, "optimizer state");
+  void *ptr = binding("state", ctx->states, index, "optimizer state");
+  if (!ptr)
+    fatal("state: optimizer state %lld lives on nvme: the step reaches it "
+          "through its swap buffer (ztrt_swap_in), not ztrt_state",
+          static_cast<long long>(index));
+  return ptr;
+}
+
+/// The swap file of nvme-resident state `index` (fatal otherwise).
+static int swapFileOf(ztrt_ctx *ctx, const char *op, int64_t index,
+                      const void *buffer) {
+  if (index < 0 || index >= static_cast<int64_t>(ctx->states.size()))
+    fatal("%s: optimizer state index %lld out of range [0, %zu)", op,
+          static_cast<long long>(index), ctx->states.size());
+  size_t i = static_cast<size_t>(index);
+  if (!ctx->swap || i >= ctx->stateFiles.size() || ctx->stateFiles[i] < 0)
+    fatal("%s: optimizer state %lld does not live on nvme (its descriptor "
+          "record has no `space nvme`)",
+          op, static_cast<long long>(index));
+  if (!buffer || reinterpret_cast<uintptr_t>(buffer) %
+                     ztrt::SwapSpace::kAlignment)
+    fatal("%s: the swap buffer %p is not 4096-byte aligned", op, buffer);
+  return ctx->stateFiles[i];
+}
+
+int64_t ztrt_swap_in(ztrt_ctx *ctx, int64_t index, void *buffer) {
+  backendOf(ctx, "swap_in");
+  int file = swapFileOf(ctx, "swap_in", index, buffer);
+  int64_t bytes = ctx->stateFileBytes[static_cast<size_t>(index)];
+  ++ctx->offload.reads;
+  ctx->offload.readBytes += bytes;
+  return ctx->swap->read(file, buffer, bytes, 0);
+}
+
+int64_t ztrt_swap_out(ztrt_ctx *ctx, int64_t index, const void *buffer) {
+  backendOf(ctx, "swap_out");
+  int file = swapFileOf(ctx, "swap_out", index, buffer);
+  int64_t bytes = ctx->stateFileBytes[static_cast<size_t>(index)];
+  ++ctx->offload.writes;
+  ctx->offload.writeBytes += bytes;
+  return ctx->swap->write(file, buffer, bytes, 0);
+}
+
+void ztrt_swap_wait(ztrt_ctx *ctx, int64_t ticket) {
+  backendOf(ctx, "swap_wait");
+  if (!ctx->swap)
+    fatal("swap_wait: no state lives on nvme in this run");
+  auto begin = ztrt::Clock::now();
+  ctx->swap->wait(ticket);
+  ctx->offload.exposedNanos +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(ztrt::Clock::now() -
+                                                           begin)
+          .count();
 }
 
 void *ztrt_grad(ztrt_ctx *ctx, int64_t index) {

@@ -332,7 +332,11 @@ void saveCheckpoint(ztrt_ctx &ctx, const Descriptor &desc,
   for (size_t i = 0; i < specs.size(); ++i) {
     const StoredTensorSpec &spec = specs[i].spec;
     host.emplace_back(static_cast<size_t>(spec.storeBytes));
-    backend.copyToHost(host.back().data(), storage[i], spec.storeBytes);
+    if (specs[i].kind == CheckpointTensor::Kind::State) // maybe on nvme
+      ctx.stateToHost(i - ctx.params.size(), host.back().data(),
+                      spec.storeBytes);
+    else
+      backend.copyToHost(host.back().data(), storage[i], spec.storeBytes);
     mine.push_back(crc32c(host.back().data(), host.back().size()));
   }
   for (size_t i = 0; i < specs.size(); ++i)
@@ -714,9 +718,18 @@ void checkResumable(const CheckpointIndex &index, const Descriptor &desc,
           static_cast<long long>(index.step));
 }
 
+/// Puts checkpoint tensor `i` (storeBytes of `host`) into its storage:
+/// device memory, or an nvme-resident state's swap file.
+static void storeTensor(ztrt_ctx &ctx, const CheckpointTensor &tensor,
+                        void *storage, size_t i, const void *host) {
+  if (tensor.kind == CheckpointTensor::Kind::State)
+    ctx.stateFromHost(i - ctx.params.size(), host, tensor.spec.storeBytes);
+  else
+    ctx.backend().copyFromHost(storage, host, tensor.spec.storeBytes);
+}
+
 void loadCheckpointShard(ztrt_ctx &ctx, const Descriptor &desc,
                          const CheckpointIndex &index) {
-  Backend &backend = ctx.backend();
   const int64_t rank = ctx.comm().rank(), ranks = ctx.comm().count();
   // checkResumable made sure that the index has every tensor of the
   // descriptor with its type and shape.
@@ -727,8 +740,8 @@ void loadCheckpointShard(ztrt_ctx &ctx, const Descriptor &desc,
     SafetensorsFile file = readShard(index, rank, "--resume");
     checkShardChecksums(index, rank, file, "--resume");
     for (size_t i = 0; i < specs.size(); ++i)
-      backend.copyFromHost(storage[i], file.find(specs[i].spec.name)->data,
-                           specs[i].spec.storeBytes);
+      storeTensor(ctx, specs[i], storage[i], i,
+                  file.find(specs[i].spec.name)->data);
   } else {
     // Resharding (another dp or ZeRO stage): every tensor whole from the
     // checkpoint's shards (as ztrain-consolidate assembles them), then
@@ -751,7 +764,7 @@ void loadCheckpointShard(ztrt_ctx &ctx, const Descriptor &desc,
       std::memcpy(mine.data(),
                   full[i].data() + slice.begin * spec.elemBytes(),
                   static_cast<size_t>(slice.count * spec.elemBytes()));
-      backend.copyFromHost(storage[i], mine.data(), spec.storeBytes);
+      storeTensor(ctx, specs[i], storage[i], i, mine.data());
     }
   }
   // checkResumable made sure the state is there when the model scales.

@@ -11,6 +11,8 @@
 #include "src/Support.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 namespace ztrt {
 
@@ -36,7 +38,8 @@ bool Backend::takeCollectiveTiming(int64_t, DeviceCollectiveTiming *) {
 const char *categoryName(int category) {
   static const char *const names[ZTRT_CAT_COUNT] = {
       "parameters",  "gradients", "optimizer_states",
-      "activations", "other",     "gathered_parameters", "buffers"};
+      "activations", "other",     "gathered_parameters", "buffers",
+      "swap_buffers", "host_optimizer_states"};
   return category >= 0 && category < ZTRT_CAT_COUNT ? names[category]
                                                     : "invalid";
 }
@@ -110,8 +113,14 @@ ztrt_ctx::~ztrt_ctx() {
   // Device work may still read them too (frees are stream-ordered on a
   // device, but a final synchronize keeps teardown simple to reason about).
   impl->synchronize();
+  // Transfers in flight read and write swap buffers freed below; the swap
+  // directory goes with its engine.
+  swap.reset();
   for (auto &[ptr, allocation] : live)
-    impl->deallocate(ptr);
+    if (allocation.pinnedHost)
+      std::free(ptr);
+    else
+      impl->deallocate(ptr);
 }
 
 void *ztrt_ctx::allocate(int64_t bytes, int32_t category, const char *op) {
@@ -119,18 +128,26 @@ void *ztrt_ctx::allocate(int64_t bytes, int32_t category, const char *op) {
     fatal("%s: invalid memory category %d", op, category);
   if (bytes < 0)
     fatal("%s: negative size %lld bytes", op, static_cast<long long>(bytes));
-  void *ptr = impl->allocate(bytes);
+  // Swap buffers are O_DIRECT transfer buffers: 4096-byte aligned host
+  // memory (SwapSpace::allocate is fatal when memory is short).
+  const bool pinnedHost = category == ZTRT_CAT_SWAP_BUFFERS;
+  void *ptr = pinnedHost ? ztrt::SwapSpace::allocate(bytes)
+                         : impl->allocate(bytes);
   if (!ptr)
     fatal("%s: out of %s memory allocating %lld bytes of %s (%lld bytes "
           "live)",
           op, impl->name(), static_cast<long long>(bytes),
           categoryName(category), static_cast<long long>(stats.currentTotal));
-  live.emplace(ptr, Allocation{bytes, category});
+  live.emplace(ptr, Allocation{bytes, category, pinnedHost});
   stats.current[category] += bytes;
   stats.peak[category] =
       std::max(stats.peak[category], stats.current[category]);
   stats.currentTotal += bytes;
   stats.peakTotal = std::max(stats.peakTotal, stats.currentTotal);
+  if (!ztrt::isHostCategory(category)) {
+    stats.currentDevice += bytes;
+    stats.peakDevice = std::max(stats.peakDevice, stats.currentDevice);
+  }
   return ptr;
 }
 
@@ -144,8 +161,14 @@ void ztrt_ctx::deallocate(void *ptr, const char *op) {
           op, ptr);
   stats.current[it->second.category] -= it->second.bytes;
   stats.currentTotal -= it->second.bytes;
+  if (!ztrt::isHostCategory(it->second.category))
+    stats.currentDevice -= it->second.bytes;
+  bool pinnedHost = it->second.pinnedHost;
   live.erase(it);
-  impl->deallocate(ptr);
+  if (pinnedHost)
+    std::free(ptr);
+  else
+    impl->deallocate(ptr);
 }
 
 void ztrt_ctx::countCall(const CollectiveRequest &request) {
@@ -303,4 +326,28 @@ std::string ztrt::hyperProblem(int id, double v) {
   if (r.max == HUGE_VAL)
     return "must be finite and >= 0";
   return r.maxOpen ? "must be in [0, 1)" : "must be in [0, 1]";
+}
+
+void ztrt_ctx::stateToHost(size_t i, void *host, int64_t bytes) {
+  if (i < stateFiles.size() && stateFiles[i] >= 0) {
+    int64_t fileBytes = stateFileBytes[i];
+    void *staging = ztrt::SwapSpace::allocate(fileBytes);
+    swap->wait(swap->read(stateFiles[i], staging, fileBytes, 0));
+    std::memcpy(host, staging, static_cast<size_t>(bytes));
+    std::free(staging);
+    return;
+  }
+  impl->copyToHost(host, states[i], bytes);
+}
+
+void ztrt_ctx::stateFromHost(size_t i, const void *host, int64_t bytes) {
+  if (i < stateFiles.size() && stateFiles[i] >= 0) {
+    int64_t fileBytes = stateFileBytes[i];
+    void *staging = ztrt::SwapSpace::allocate(fileBytes); // zeroed past bytes
+    std::memcpy(staging, host, static_cast<size_t>(bytes));
+    swap->wait(swap->write(stateFiles[i], staging, fileBytes, 0));
+    std::free(staging);
+    return;
+  }
+  impl->copyFromHost(states[i], host, bytes);
 }

@@ -19,6 +19,7 @@
 #include "src/Communicator.h"
 #include "src/LossScaler.h"
 #include "src/LrSchedule.h"
+#include "src/SwapIO.h"
 #include "src/Trace.h"
 
 #include <cstdint>
@@ -40,6 +41,25 @@ struct MemoryStats {
   int64_t currentTotal = 0;
   /// Peak of the sum over categories (not the sum of the peaks).
   int64_t peakTotal = 0;
+  /// The same over the device's categories only (all but the host ones of
+  /// zero-offload: swap buffers and host-resident states), what
+  /// zero-report's predicted peak counts.
+  int64_t currentDevice = 0, peakDevice = 0;
+};
+
+/// Whether memory of `category` is host memory by placement (zero-offload)
+/// rather than the backend's device memory.
+inline bool isHostCategory(int category) {
+  return category == ZTRT_CAT_SWAP_BUFFERS || category == ZTRT_CAT_HOST_STATES;
+}
+
+/// The swaps of nvme-resident optimizer states during steps (ztrt_swap_*).
+struct OffloadStats {
+  int64_t reads = 0, writes = 0;
+  /// Bytes moved (whole 4096-byte blocks, as the files hold them).
+  int64_t readBytes = 0, writeBytes = 0;
+  /// Wall time the step thread spent blocked in ztrt_swap_wait.
+  int64_t exposedNanos = 0;
 };
 
 enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast };
@@ -155,6 +175,21 @@ struct ztrt_ctx {
   ztrt::Trace *trace() { return tracer.get(); }
 
   std::vector<void *> params, states, inputs, buffers;
+
+  // --- Offload (zero-offload's nvme-resident states) ----------------------
+  /// The rank's swap directory (present when a state lives on nvme).
+  std::unique_ptr<ztrt::SwapSpace> swap;
+  /// Per state: its swap file (-1: not on nvme), and the file's bytes
+  /// (the state's storage rounded up to 4096).
+  std::vector<int> stateFiles;
+  std::vector<int64_t> stateFileBytes;
+  ztrt::OffloadStats offload;
+  /// Copies state `i`'s storage (`bytes`, its storeBytes) to host memory
+  /// and back, wherever it lives: through the backend, or synchronously
+  /// through its swap file (initialisation and checkpoints).
+  void stateToHost(size_t i, void *host, int64_t bytes);
+  void stateFromHost(size_t i, const void *host, int64_t bytes);
+
   /// The step's arenas (ztrt_arena), by index: pointer and size.
   std::vector<std::pair<void *, int64_t>> arenas;
   /// One persistent gradient buffer per parameter (empty when the model
@@ -234,6 +269,9 @@ private:
   struct Allocation {
     int64_t bytes;
     int32_t category;
+    /// Allocated by SwapSpace::allocate (4096-aligned host memory) rather
+    /// than the backend.
+    bool pinnedHost;
   };
   /// Counts a collective's call and payload bytes (at its start).
   void countCall(const ztrt::CollectiveRequest &request);

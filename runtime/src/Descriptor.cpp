@@ -275,12 +275,11 @@ public:
 
   /// The optional `store <E> full|shard` suffix of a param or state record,
   /// then the end of the line. Without it a rank stores the whole tensor.
-  void storage(StoredTensorSpec &spec) {
+  void storage(StoredTensorSpec &spec, MemorySpace *space = nullptr) {
     spec.store = StoreMode::Full;
     spec.storeElems = spec.numel;
-    if (!atEnd()) {
-      if (word("field") != "store")
-        error("unexpected trailing fields");
+    if (!atEnd() && peek() == "store") {
+      word("field");
       spec.storeElems = integer("storage size");
       if (spec.storeElems > (int64_t(1) << 60))
         error("storage of '" + spec.name + "' is too large");
@@ -295,6 +294,22 @@ public:
               std::to_string(spec.numel));
     }
     spec.storeBytes = spec.storeElems * spec.elemBytes();
+    // A state's `space host|nvme` (zero-offload; absent: device).
+    if (space && !atEnd() && peek() == "space") {
+      word("field");
+      std::string where = word("memory space");
+      if (where == "device")
+        *space = MemorySpace::Device;
+      else if (where == "host")
+        *space = MemorySpace::Host;
+      else if (where == "nvme")
+        *space = MemorySpace::Nvme;
+      else
+        error("unknown memory space '" + where +
+              "' (expected device, host or nvme)");
+    }
+    if (!atEnd())
+      error("unexpected trailing fields");
     end();
   }
 
@@ -385,7 +400,7 @@ Descriptor parseDescriptor(const char *text) {
         p.word("master");
         spec.master = true;
       }
-      p.storage(spec);
+      p.storage(spec, &spec.space);
       for (size_t i = 0; i < desc.params.size(); ++i)
         if (desc.params[i].name == spec.of)
           spec.paramIndex = static_cast<int64_t>(i);
@@ -548,7 +563,8 @@ PlannedBytes plannedBytes(const Descriptor &desc) {
   for (const ParamSpec &spec : desc.params)
     planned.modelStates += spec.storeBytes;
   for (const StateSpec &spec : desc.states)
-    planned.modelStates += spec.storeBytes;
+    if (spec.space != MemorySpace::Nvme) // in its swap file, not in memory
+      planned.modelStates += spec.storeBytes;
   for (const GradSpec &spec : desc.grads)
     planned.modelStates += spec.bytes();
   for (const InputSpec &spec : desc.inputs)

@@ -107,8 +107,13 @@ struct BufferSpec : StoredTensorSpec {
   double scale = 0.0;
 };
 
+/// Where a state lives between steps (the record's `space`, zero-offload):
+/// device memory, host memory, or a file of the rank's swap directory.
+enum class MemorySpace { Device, Host, Nvme };
+
 struct StateSpec : StoredTensorSpec {
   std::string of;
+  MemorySpace space = MemorySpace::Device;
   int64_t paramIndex = -1;
   /// `of <param> master`: the f32 master copy of a bf16 / f16 parameter
   /// (same shape), initialised with the parameter's f32 init values rather

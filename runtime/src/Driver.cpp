@@ -63,6 +63,10 @@ const char kUsage[] =
     "  --resume D         continue the training saved in checkpoint D (the\n"
     "                     one D/latest names, or a global_step<N> directory;\n"
     "                     same build, same number of ranks)\n"
+    "  --nvme-path DIR    where optimizer states compiled with\n"
+    "                     --offload-optimizer=nvme live: each rank swaps\n"
+    "                     them through DIR/ztrain-swap-<pid>-rank<r> (created\n"
+    "                     fresh, removed at exit); required by such models\n"
     "  --collective-timeout S  end the job when a collective has waited S\n"
     "                     seconds for the other ranks (default 600; 0: never)\n"
     "  --skip-memory-check  start even when the compiled plan needs more\n"
@@ -491,8 +495,8 @@ void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
       if (const StateSpec *master = masterOf(spec)) {
         std::vector<char> wide(static_cast<size_t>(master->storeBytes));
         initMasterStorage(*master, spec, opts.seed, rank, wide.data());
-        backend.copyFromHost(ctx.states[spec.masterIndex], wide.data(),
-                             master->storeBytes);
+        ctx.stateFromHost(static_cast<size_t>(spec.masterIndex), wide.data(),
+                          master->storeBytes);
       }
     }
     return;
@@ -514,8 +518,54 @@ void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
       fatal("--init '%s': %s", path, problem.c_str());
     backend.copyFromHost(ctx.params[i], host.data(), spec.storeBytes);
     if (master)
-      backend.copyFromHost(ctx.states[spec.masterIndex], wide.data(),
-                           master->storeBytes);
+      ctx.stateFromHost(static_cast<size_t>(spec.masterIndex), wide.data(),
+                        master->storeBytes);
+  }
+}
+
+/// zero-offload's placements: the swap directory and one file per
+/// nvme-resident state (space reserved now, so a full disk is found before
+/// the first step), and the one-time note that host placement changes
+/// nothing on the cpu backend. Every rank refuses the same way.
+void setUpOffload(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts,
+                  int rank) {
+  int64_t nvmeBytes = 0;
+  bool host = false;
+  for (const StateSpec &spec : desc.states) {
+    if (spec.space == MemorySpace::Nvme)
+      nvmeBytes += SwapSpace::roundUp(spec.storeBytes);
+    host |= spec.space == MemorySpace::Host;
+  }
+  if ((host || nvmeBytes) && opts.backend != "cpu")
+    refuse("this model keeps optimizer states in %s memory "
+           "(--offload-optimizer); the %s backend cannot run such plans yet, "
+           "the cpu backend can (docs/offload.md)",
+           nvmeBytes ? "nvme" : "host", opts.backend.c_str());
+  if (host && rank == 0)
+    warning("--offload-optimizer=cpu: on the cpu backend host memory is the "
+            "device's, so the optimizer states stay where they are and "
+            "nothing moves (their bytes are reported as "
+            "host_optimizer_states)");
+  ctx.stateFiles.assign(desc.states.size(), -1);
+  ctx.stateFileBytes.assign(desc.states.size(), 0);
+  if (!nvmeBytes) {
+    if (!opts.nvmePath.empty() && rank == 0)
+      warning("--nvme-path: this model keeps no optimizer state on nvme "
+              "(compiled without --offload-optimizer=nvme); ignored");
+    return;
+  }
+  if (opts.nvmePath.empty())
+    refuse("this model keeps its optimizer states on nvme "
+           "(--offload-optimizer=nvme, %s per rank): give --nvme-path DIR, "
+           "a directory on a fast local disk",
+           formatBytes(static_cast<uint64_t>(nvmeBytes)).c_str());
+  ctx.swap = std::make_unique<SwapSpace>(opts.nvmePath, rank, nvmeBytes);
+  for (size_t i = 0; i < desc.states.size(); ++i) {
+    const StateSpec &spec = desc.states[i];
+    if (spec.space != MemorySpace::Nvme)
+      continue;
+    ctx.stateFileBytes[i] = SwapSpace::roundUp(spec.storeBytes);
+    ctx.stateFiles[i] = ctx.swap->createFile(spec.name, spec.storeBytes);
   }
 }
 
@@ -613,12 +663,40 @@ std::string memoryJson(const MemoryStats &mem, int64_t planned) {
   for (int c = 0; c < ZTRT_CAT_COUNT; ++c)
     json += format("\"%s\": %lld, ", categoryName(c),
                    static_cast<long long>(mem.current[c]));
-  json += format("\"peak\": %lld, \"peak_by_category\": {",
-                 static_cast<long long>(mem.peakTotal));
+  // "peak": every byte this process allocated; "device_peak": without the
+  // host memory of zero-offload (swap buffers, host-resident states), what
+  // zero-report's predicted_peak counts.
+  json += format("\"peak\": %lld, \"device_peak\": %lld, "
+                 "\"peak_by_category\": {",
+                 static_cast<long long>(mem.peakTotal),
+                 static_cast<long long>(mem.peakDevice));
   for (int c = 0; c < ZTRT_CAT_COUNT; ++c)
     json += format("%s\"%s\": %lld", c ? ", " : "", categoryName(c),
                    static_cast<long long>(mem.peak[c]));
   return json + "}}";
+}
+
+/// zero-offload's nvme traffic during the steps (ztrt_swap_*), or null.
+std::string offloadJson(const ztrt_ctx &ctx) {
+  if (!ctx.swap)
+    return "null";
+  int64_t atRest = 0;
+  for (int64_t bytes : ctx.stateFileBytes)
+    atRest += bytes;
+  const OffloadStats &o = ctx.offload;
+  return format("{\"nvme_bytes\": %lld, \"reads\": %lld, "
+                "\"read_bytes\": %lld, \"writes\": %lld, "
+                "\"write_bytes\": %lld, \"exposed_ms\": %.3f, "
+                "\"direct\": %s, \"asynchronous\": %s, "
+                "\"directory\": %s}",
+                static_cast<long long>(atRest),
+                static_cast<long long>(o.reads),
+                static_cast<long long>(o.readBytes),
+                static_cast<long long>(o.writes),
+                static_cast<long long>(o.writeBytes), o.exposedNanos / 1e6,
+                ctx.swap->direct() ? "true" : "false",
+                ctx.swap->asynchronous() ? "true" : "false",
+                jsonQuote(ctx.swap->directory()).c_str());
 }
 
 std::string communicationJson(const ztrt_ctx &ctx) {
@@ -657,11 +735,12 @@ std::string rankJson(const ztrt_ctx &ctx, const Descriptor &desc, int rank,
   return format("{\"rank\": %d, \"device\": %s, \"losses\": [%s], "
                 "\"time_ms\": [%s],\n"
                 "     \"memory\": %s,\n     \"communication\": %s,\n"
-                "     \"overlap\": %s}",
+                "     \"overlap\": %s,\n     \"offload\": %s}",
                 rank, jsonQuote(ctx.backend().deviceName()).c_str(),
                 losses.c_str(), times.c_str(),
                 memoryJson(ctx.memory(), plannedBytes(desc).total()).c_str(),
-                communicationJson(ctx).c_str(), overlapJson(ctx).c_str());
+                communicationJson(ctx).c_str(), overlapJson(ctx).c_str(),
+                offloadJson(ctx).c_str());
 }
 
 /// Written by rank 0: the top-level numbers are rank 0's (the step losses
@@ -742,6 +821,7 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
   json += "  \"memory\": " + memoryJson(ctx.memory(), plannedBytes(desc).total()) + ",\n";
   json += "  \"communication\": " + communicationJson(ctx) + ",\n";
   json += "  \"overlap\": " + overlapJson(ctx) + ",\n";
+  json += "  \"offload\": " + offloadJson(ctx) + ",\n";
   json += "  \"ranks\": [";
   for (size_t r = 0; r < ranks.size(); ++r)
     json += (r ? ",\n    " : "\n    ") + ranks[r];
@@ -817,6 +897,7 @@ Options parseOptions(int argc, char **argv, int rank) {
                                          "--report",
                                          "--threads",
                                          "--save-checkpoint",
+                                         "--nvme-path",
                                          "--checkpoint-every",
                                          "--keep-checkpoints",
                                          "--collective-timeout",
@@ -924,6 +1005,8 @@ Options parseOptions(int argc, char **argv, int rank) {
       opts.trace = value;
     else if (flag == "--save-checkpoint")
       opts.saveCheckpoint = value;
+    else if (flag == "--nvme-path")
+      opts.nvmePath = value;
     else if (flag == "--checkpoint-every")
       opts.checkpointEvery = parseInteger(flag, value, 1);
     else if (flag == "--keep-checkpoints")
@@ -1188,10 +1271,21 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
   for (const ParamSpec &spec : desc.params)
     ctx.params.push_back(ctx.allocate(spec.storeBytes, ZTRT_CAT_PARAMETERS,
                                       ("param '" + spec.name + "'").c_str()));
-  for (const StateSpec &spec : desc.states) {
-    void *ptr = ctx.allocate(spec.storeBytes, ZTRT_CAT_OPTIMIZER_STATES,
-                             ("state '" + spec.name + "'").c_str());
+  setUpOffload(ctx, desc, opts, rank);
+  for (size_t i = 0; i < desc.states.size(); ++i) {
+    const StateSpec &spec = desc.states[i];
     std::vector<char> zeros(static_cast<size_t>(spec.storeBytes), 0);
+    if (spec.space == MemorySpace::Nvme) {
+      // Its file starts as zeros too (the master's values come below).
+      ctx.states.push_back(nullptr);
+      ctx.stateFromHost(i, zeros.data(), spec.storeBytes);
+      continue;
+    }
+    void *ptr = ctx.allocate(spec.storeBytes,
+                             spec.space == MemorySpace::Host
+                                 ? ZTRT_CAT_HOST_STATES
+                                 : ZTRT_CAT_OPTIMIZER_STATES,
+                             ("state '" + spec.name + "'").c_str());
     backend.copyFromHost(ptr, zeros.data(), spec.storeBytes);
     ctx.states.push_back(ptr);
   }

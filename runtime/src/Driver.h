@@ -34,6 +34,9 @@ struct Options {
   std::string trace;
   /// --save-checkpoint DIR and --resume DIR (sharded checkpoints).
   std::string saveCheckpoint, resume;
+  /// --nvme-path DIR: where the rank's swap directory of nvme-resident
+  /// optimizer states goes (zero-offload's optimizer=nvme).
+  std::string nvmePath;
   /// Also checkpoint after every step divisible by this; 0: only at the end.
   int64_t checkpointEvery = 0;
   /// --keep-checkpoints K: keep the newest K checkpoints; 0: all.

@@ -56,7 +56,7 @@ TEST(ContextTest, RejectsBadCategoryAndForeignPointers) {
 }
 
 TEST(ContextTest, GatheredParametersAreACategoryOfTheirOwn) {
-  EXPECT_EQ(ZTRT_CAT_COUNT, 7);
+  EXPECT_EQ(ZTRT_CAT_COUNT, 9);
   EXPECT_STREQ(categoryName(ZTRT_CAT_GATHERED), "gathered_parameters");
   EXPECT_STREQ(categoryName(ZTRT_CAT_BUFFERS), "buffers");
   EXPECT_STREQ(categoryName(ZTRT_CAT_OTHER), "other");

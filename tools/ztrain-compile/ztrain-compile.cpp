@@ -16,6 +16,7 @@
 #include "ztrain/InputLimits.h"
 #include "ztrain/Pipelines.h"
 #include "ztrain/PlanSearch.h"
+#include "ztrain/Dialect/Dist/Transforms/Passes.h"
 #include "ztrain/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/Pass/Pass.h"
@@ -382,6 +383,13 @@ int main(int argc, char **argv) {
                    << flags::stage << " it has no effect\n";
   }
 
+  if (flags::offloadBufferCount.getNumOccurrences() > 0 &&
+      flags::offloadOptimizer != "nvme")
+    llvm::errs() << "ztrain-compile: warning: --offload-buffer-count sizes "
+                    "the swap buffers of --offload-optimizer=nvme; with "
+                    "--offload-optimizer="
+                 << flags::offloadOptimizer << " it has no effect\n";
+
   if (outputFile.empty())
     outputFile = "-";
 
@@ -496,8 +504,16 @@ int main(int argc, char **argv) {
   PassManager pm(&context);
   pm.enableVerifier(verifyEach);
   ztrain::buildTrainingPipeline(pm, training);
-  if (zero.dp != 1 || zero.stage != 0)
+  if (zero.dp != 1 || zero.stage != 0) {
     ztrain::buildZeroPipeline(pm, zero);
+  } else if (zero.offloadOptimizer != "none" || zero.offloadParam != "none") {
+    // One process, nothing partitioned: only the placement.
+    ztrain::dist::ZeroOffloadOptions offload;
+    offload.optimizer = zero.offloadOptimizer;
+    offload.param = zero.offloadParam;
+    offload.bufferCount = zero.offloadBufferCount;
+    pm.addPass(ztrain::dist::createZeroOffload(offload));
+  }
   ztrain::buildToLLVMPipeline(pm);
 
   DumpAfterEachPass *dumper = nullptr;

@@ -281,9 +281,46 @@ struct AllReduceStartPattern : OpRuntimePattern<AllReduceStartOp> {
   }
 };
 
+/// An nvme state comes into its swap buffer (plan-memory's slot); from
+/// here on the state's reads and writes use that buffer.
+struct SwapInStartPattern : OpRuntimePattern<SwapInStartOp> {
+  LogicalResult lower(SwapInStartOp op, StepLowering &s) const override {
+    if (!s.planned()) // an unplanned buffer would be allocated every step
+      return op.emitOpError()
+             << "needs a memory plan for its swap buffer; run plan-memory "
+                "right before lower-to-runtime";
+    Value buffer = s.stagingBuffer(op, 0, 0);
+    StringRef name = op.getState();
+    s.swapBuffers[name] = buffer;
+    Value ticket =
+        s.rt.call("swap_in", {s.rt.i64(s.stateIndex.lookup(name)), buffer});
+    s.pending[op.getToken()] = StepLowering::Pending{ticket, {}, {}, {}};
+    return success();
+  }
+};
+
+struct SwapOutStartPattern : OpRuntimePattern<SwapOutStartOp> {
+  LogicalResult lower(SwapOutStartOp op, StepLowering &s) const override {
+    StringRef name = op.getState();
+    auto it = s.swapBuffers.find(name);
+    if (it == s.swapBuffers.end())
+      return op.emitOpError() << "writes back @" << name
+                              << ", which no dist.swap_in_start brought in";
+    Value ticket = s.rt.call(
+        "swap_out", {s.rt.i64(s.stateIndex.lookup(name)), it->second});
+    s.swapBuffers.erase(it);
+    s.pending[op.getToken()] = StepLowering::Pending{ticket, {}, {}, {}};
+    return success();
+  }
+};
+
 struct WaitPattern : OpRuntimePattern<WaitOp> {
   LogicalResult lower(WaitOp op, StepLowering &s) const override {
     StepLowering::Pending p = s.pending.lookup(op.getToken());
+    if (isa<SwapInStartOp, SwapOutStartOp>(op.getStart())) {
+      s.rt.call("swap_wait", {p.handle});
+      return success();
+    }
     s.rt.call("wait", {p.handle});
     Operation *start = op.getStart();
     if (!p.in)
@@ -371,6 +408,8 @@ void ztrain::populateDistToRuntimePatterns(RuntimePatternList &patterns) {
   patterns.push_back(std::make_unique<AllGatherParamStartPattern>());
   patterns.push_back(std::make_unique<ReduceScatterStartPattern>());
   patterns.push_back(std::make_unique<AllReduceStartPattern>());
+  patterns.push_back(std::make_unique<SwapInStartPattern>());
+  patterns.push_back(std::make_unique<SwapOutStartPattern>());
   patterns.push_back(std::make_unique<WaitPattern>());
   patterns.push_back(std::make_unique<TilePattern<AssembleTilesOp>>());
   patterns.push_back(std::make_unique<TilePattern<ExtractTileOp>>());

@@ -206,6 +206,10 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
     if (state.getMaster())
       os << " master";
     appendStorage(os, storageOf(state, state.getType()));
+    if (auto space =
+            state->getAttrOfType<dist::MemorySpaceAttr>(dist::kSpaceAttr);
+        space && space.getValue() != dist::MemorySpace::device)
+      os << " space " << dist::stringifyMemorySpace(space.getValue());
     os << '\n';
   }
   for (auto buffer : module.getOps<BufferOp>()) {

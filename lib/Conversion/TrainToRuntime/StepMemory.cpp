@@ -59,6 +59,7 @@ StepLowering::StepLowering(ModuleOp module, func::FuncOp entry,
     StringRef name = arena.getName().getValue();
     int32_t category = name == "activations" ? ZTRT_CAT_ACTIVATIONS
                        : name == "gathered_parameters" ? ZTRT_CAT_GATHERED
+                       : name == "swap_buffers"        ? ZTRT_CAT_SWAP_BUFFERS
                                                        : ZTRT_CAT_OTHER;
     if (bytes > 0)
       arenaBase[name] =
@@ -128,6 +129,9 @@ Value StepLowering::buffer(StringRef name) {
 Value StepLowering::state(FlatSymbolRefAttr name) {
   if (!name)
     return rt.null();
+  auto swapped = swapBuffers.find(name.getValue());
+  if (swapped != swapBuffers.end())
+    return swapped->second;
   return rt.call("state", {rt.i64(stateIndex.lookup(name.getValue()))});
 }
 

@@ -163,6 +163,13 @@ public:
   };
   llvm::DenseMap<mlir::Value, Pending> pending;
 
+  // --- Offload (zero-offload) -------------------------------------------------
+  /// The index of a train.state in the descriptor (ztrt_state, ztrt_swap_*).
+  llvm::StringMap<int64_t> stateIndex;
+  /// The swap buffer of each nvme state between its dist.swap_in_start
+  /// and its dist.swap_out_start: what state() returns for it.
+  llvm::StringMap<mlir::Value> swapBuffers;
+
   /// After `op` is lowered: report the loss if `op` made it, free the
   /// buffers whose last use `op` was.
   void finishOp(mlir::Operation &op);
@@ -185,7 +192,7 @@ private:
   dist::StepBuffers stepBuffers;
   mlir::SymbolTable symbols;
   mlir::Value loss;
-  llvm::StringMap<int64_t> paramIndex, stateIndex, bufferIndex;
+  llvm::StringMap<int64_t> paramIndex, bufferIndex;
   llvm::DenseMap<mlir::Value, mlir::Value> pointers;
   llvm::DenseSet<mlir::Value> owned; // roots allocated by this step
   llvm::StringMap<mlir::Value> arenaBase;

@@ -35,6 +35,23 @@ ZeroAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
+/// The discardable dist.* attributes the dialect defines on other ops.
+LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
+                                                    NamedAttribute attr) {
+  if (attr.getName() == kSpaceAttr) {
+    if (!isa<MemorySpaceAttr>(attr.getValue()))
+      return op->emitOpError()
+             << "'" << kSpaceAttr << "' must be a #dist.space (device, host "
+             << "or nvme), got " << attr.getValue();
+    if (!isa<train::StateOp>(op))
+      return op->emitOpError()
+             << "'" << kSpaceAttr
+             << "' is only placed on train.state (optimizer states; "
+                "parameters stay on the device)";
+  }
+  return success();
+}
+
 void DistDialect::initialize() {
   addAttributes<
 #define GET_ATTRDEF_LIST
@@ -501,8 +518,11 @@ int64_t AllGatherParamStartOp::getCommunicatedBytes(int64_t n,
 LogicalResult WaitOp::verify() {
   Operation *start = getStart();
   if (!start || !isa<GatherParamStartOp, ReduceScatterStartOp,
-                     AllReduceStartOp, AllGatherParamStartOp>(start))
+                     AllReduceStartOp, AllGatherParamStartOp, SwapInStartOp,
+                     SwapOutStartOp>(start))
     return emitOpError() << "token must come from a dist.*_start op";
+  if (isa<SwapInStartOp, SwapOutStartOp>(start) && getNumResults())
+    return emitOpError() << "completes a swap transfer, which yields nothing";
   return success();
 }
 
@@ -535,6 +555,35 @@ LogicalResult ReleaseOp::verify() {
     }
   }
   return success();
+}
+
+/// A swap names a train.state that lives on nvme.
+static LogicalResult verifySwappedState(Operation *op, FlatSymbolRefAttr name,
+                                        SymbolTableCollection &symbols) {
+  auto state =
+      symbols.lookupNearestSymbolFrom<train::StateOp>(op, name);
+  if (!state)
+    return op->emitOpError() << "names " << name
+                             << ", which is not a train.state";
+  auto space = state->getAttrOfType<MemorySpaceAttr>(kSpaceAttr);
+  if (!space || space.getValue() != MemorySpace::nvme)
+    return op->emitOpError() << "swaps " << name
+                             << ", which does not live on nvme (its "
+                                "dist.space is "
+                             << (space ? stringifyMemorySpace(space.getValue())
+                                       : StringRef("device"))
+                             << ")";
+  return success();
+}
+
+LogicalResult
+SwapInStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifySwappedState(*this, getStateAttr(), symbols);
+}
+
+LogicalResult
+SwapOutStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifySwappedState(*this, getStateAttr(), symbols);
 }
 
 #define GET_OP_CLASSES

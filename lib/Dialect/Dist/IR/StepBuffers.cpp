@@ -103,6 +103,38 @@ static int64_t bytesOf(Type type) { return tensorBytes(type); }
 
 std::vector<StepBuffers::Buffer> StepBuffers::list(int64_t gridSize) const {
   std::vector<Buffer> out;
+  // Swap buffers: a state's swap-in start to the wait of its swap-out. The
+  // buffer holds the state's per-rank storage, rounded up to whole 4096-byte
+  // blocks (O_DIRECT).
+  llvm::DenseMap<Attribute, std::pair<Operation *, int64_t>> swappedIn;
+  auto module = body->getParentOp()->getParentOfType<ModuleOp>();
+  int64_t stage = 0;
+  if (auto zero = module->getAttrOfType<ZeroAttr>(kZeroAttr))
+    stage = zero.getStage();
+  for (Operation &op : *body) {
+    if (auto in = dyn_cast<SwapInStartOp>(op)) {
+      auto state = SymbolTable::lookupNearestSymbolFrom<train::StateOp>(
+          &op, in.getStateAttr());
+      int64_t bytes = 0;
+      if (state) {
+        auto type = cast<RankedTensorType>(state.getType());
+        bytes = swapBytes(getStateStorage(state, type, stage, gridSize)
+                              .elements *
+                          elementBytes(type));
+      }
+      swappedIn[in.getStateAttr()] = {&op, bytes};
+    }
+    if (auto wait = dyn_cast<WaitOp>(op))
+      if (auto outStart = dyn_cast<SwapOutStartOp>(wait.getStart())) {
+        auto it = swappedIn.find(outStart.getStateAttr());
+        if (it != swappedIn.end()) {
+          out.push_back({Buffer::Swap, it->second.second,
+                         positions.lookup(it->second.first),
+                         positions.lookup(&op), it->second.first, 0});
+          swappedIn.erase(it);
+        }
+      }
+  }
   for (Operation &op : *body) {
     if (isa<train::ParamReadOp, train::BufferReadOp>(op))
       continue;

@@ -35,7 +35,14 @@ namespace {
 
 /// Indexed by StepBuffers::Buffer::Kind.
 constexpr llvm::StringLiteral kArenaNames[] = {
-    "activations", "gathered_parameters", "other"};
+    "activations", "gathered_parameters", "other", "swap_buffers"};
+constexpr unsigned kNumArenas = 4;
+
+/// The arena (index into kArenaNames) of a buffer kind: staging buffers
+/// share "other", swap buffers have their own.
+unsigned arenaOf(StepBuffers::Buffer::Kind kind) {
+  return kind == StepBuffers::Buffer::Swap ? 3u : static_cast<unsigned>(kind);
+}
 
 /// A buffer of the step and its place: arena index (Buffer::Kind) and
 /// offset.
@@ -187,7 +194,8 @@ struct PlanMemoryPass : public dist::impl::PlanMemoryBase<PlanMemoryPass> {
 /// error) when the gathered arena exceeds `bound`.
 static LogicalResult planFunction(func::FuncOp fn, int64_t stage,
                                   int64_t gridSize, IntegerAttr bound,
-                                  int64_t sizes[3], int64_t &planned) {
+                                  int64_t sizes[kNumArenas],
+                                  int64_t &planned) {
   Block &body = fn.getBody().front();
   std::vector<Placed> all;
   for (const StepBuffers::Buffer &buf :
@@ -196,13 +204,15 @@ static LogicalResult planFunction(func::FuncOp fn, int64_t stage,
 
   // Pack each arena; the gathered one must respect max-live-bytes, which
   // tighter alignment can rescue when padding to 16 bytes would not.
-  int64_t mineSizes[3] = {0, 0, 0};
-  for (unsigned arena = 0; arena < 3; ++arena) {
+  int64_t mineSizes[kNumArenas] = {0, 0, 0, 0};
+  for (unsigned arena = 0; arena < kNumArenas; ++arena) {
     SmallVector<Placed *> mine;
     for (Placed &p : all)
-      if (static_cast<unsigned>(p.buf.kind) == arena)
+      if (arenaOf(p.buf.kind) == arena)
         mine.push_back(&p);
-    mineSizes[arena] = pack(mine, 16);
+    // Swap buffers are O_DIRECT transfer buffers: block-aligned.
+    mineSizes[arena] =
+        pack(mine, arena == 3 ? kSwapAlignment : 16);
     if (arena == 1 && bound && mineSizes[arena] > bound.getInt()) {
       // The tightest packing that keeps every element aligned.
       int64_t align = 1;
@@ -237,8 +247,9 @@ static LogicalResult planFunction(func::FuncOp fn, int64_t stage,
   for (Placed &p : all) {
     const StepBuffers::Buffer &buf = p.buf;
     auto slot =
-        SlotAttr::get(ctx, kArenaNames[buf.kind], p.offset, buf.bytes);
-    if (buf.kind == StepBuffers::Buffer::Staging) {
+        SlotAttr::get(ctx, kArenaNames[arenaOf(buf.kind)], p.offset, buf.bytes);
+    if (buf.kind == StepBuffers::Buffer::Staging ||
+        buf.kind == StepBuffers::Buffer::Swap) {
       auto &list = staging[buf.owner];
       list.resize(std::max<size_t>(list.size(), buf.index + 1));
       list[buf.index] = slot;
@@ -252,7 +263,7 @@ static LogicalResult planFunction(func::FuncOp fn, int64_t stage,
       op->setAttr(kSlotsAttr, b.getArrayAttr(list));
   for (auto &[op, list] : staging)
     op->setAttr(kStagingAttr, b.getArrayAttr(list));
-  for (unsigned arena = 0; arena < 3; ++arena)
+  for (unsigned arena = 0; arena < kNumArenas; ++arena)
     sizes[arena] = std::max(sizes[arena], mineSizes[arena]);
   return success();
 }
@@ -282,7 +293,7 @@ void PlanMemoryPass::runOnOperation() {
 
   // The step, and the evaluation function when there is one: they never
   // run at once, so they share the arenas (each sized for the larger).
-  int64_t sizes[3] = {0, 0, 0};
+  int64_t sizes[kNumArenas] = {0, 0, 0, 0};
   auto bound = module->getAttrOfType<IntegerAttr>("dist.max_live_bytes");
   int64_t planned = 0;
   if (failed(planFunction(entry, stage, gridSize, bound, sizes, planned)))
@@ -299,7 +310,11 @@ void PlanMemoryPass::runOnOperation() {
 
   Builder b(&getContext());
   SmallVector<NamedAttribute> arenas;
-  for (unsigned arena = 0; arena < 3; ++arena) {
+  for (unsigned arena = 0; arena < kNumArenas; ++arena) {
+    // The swap arena exists only where something is swapped (plans without
+    // offload keep their three arenas).
+    if (arena == 3 && sizes[arena] == 0)
+      continue;
     arenas.push_back(b.getNamedAttr(kArenaNames[arena],
                                     b.getI64IntegerAttr(sizes[arena])));
     numBytes += sizes[arena];

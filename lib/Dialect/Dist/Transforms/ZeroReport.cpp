@@ -50,6 +50,12 @@ struct Report {
   std::string grid;
   int64_t paramCount = 0, paramElements = 0, paramBytes = 0;
   int64_t parameters = 0, gradients = 0, optimizerStates = 0;
+  /// Optimizer states placed off the device by zero-offload (#dist.space):
+  /// in host memory, and in nvme files (whole 4096-byte blocks); the host
+  /// buffers nvme states pass through (the swap_buffers arena); the bytes
+  /// read from and written to nvme per optimizer step.
+  int64_t hostStates = 0, nvmeStates = 0, swapBuffers = 0;
+  int64_t nvmeToHost = 0, hostToNvme = 0;
   int64_t buffers = 0, inputs = 0, activations = 0, communicationBuffers = 0;
   /// Of the activations: gathered parameters allocated at once.
   int64_t gatheredPeak = 0;
@@ -105,6 +111,8 @@ int64_t activationPeak(func::FuncOp entry, int64_t stage, int64_t gridSize,
   size_t size = body.getOperations().size() + 1;
   std::vector<int64_t> delta(size, 0), gathered(size, 0);
   for (const StepBuffers::Buffer &buf : buffers.list(gridSize)) {
+    if (buf.kind == StepBuffers::Buffer::Swap) // host memory, not the device's
+      continue;
     delta[buf.from] += buf.bytes;
     delta[buf.to + 1] -= buf.bytes;
     if (buf.kind == StepBuffers::Buffer::Gathered) {
@@ -215,8 +223,15 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
     r.hasStates = true;
     auto type = cast<RankedTensorType>(state.getType());
     noteType(r.stateType, type.getElementType());
-    r.optimizerStates += getStateStorage(state, type, r.stage, n).elements *
-                         elementBytes(type);
+    int64_t bytes =
+        getStateStorage(state, type, r.stage, n).elements * elementBytes(type);
+    auto space = state->getAttrOfType<MemorySpaceAttr>(kSpaceAttr);
+    if (space && space.getValue() == MemorySpace::host)
+      r.hostStates += bytes;
+    else if (space && space.getValue() == MemorySpace::nvme)
+      r.nvmeStates += swapBytes(bytes);
+    else
+      r.optimizerStates += bytes;
   }
   // Buffers (train.buffer): whole on every rank, whatever the stage.
   for (auto buffer : module.getOps<train::BufferOp>())
@@ -236,6 +251,7 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
     r.staticPlan = true;
     r.activations = arena("activations");
     r.gatheredPeak = arena("gathered_parameters");
+    r.swapBuffers = arena("swap_buffers");
   } else if (entry.getBody().hasOneBlock()) {
     r.activations = activationPeak(entry, r.stage, n, r.gatheredPeak);
   }
@@ -266,6 +282,22 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
       if (isa<RankedTensorType>(v.getType()))
         bytes += tensorBytes(v.getType());
     (again ? r.recomputeKernelBytes : r.kernelBytes) += times * bytes;
+  });
+
+  // The swaps of nvme-resident states: whole blocks, once per optimizer
+  // step (zero-offload places them after the accumulation boundary).
+  entry.walk([&](Operation *op) {
+    if (!isa<SwapInStartOp, SwapOutStartOp>(op))
+      return;
+    auto name = op->getAttrOfType<FlatSymbolRefAttr>("state");
+    auto state = symbols.lookupNearestSymbolFrom<train::StateOp>(op, name);
+    if (!state)
+      return;
+    auto type = cast<RankedTensorType>(state.getType());
+    int64_t bytes = swapBytes(getStateStorage(state, type, r.stage, n)
+                                  .elements *
+                              elementBytes(type));
+    (isa<SwapInStartOp>(op) ? r.nvmeToHost : r.hostToNvme) += bytes;
   });
 
   // Once collectives are in the IR they are the truth, not the plan.
@@ -340,6 +372,21 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
     row("  of which gathered", r.gatheredPeak);
   row("communication buffers", r.communicationBuffers);
   row("predicted peak", r.predictedPeak());
+  if (r.hostStates || r.nvmeStates || r.swapBuffers) {
+    os << "offloaded (zero-offload), per rank: not in the peak above\n";
+    if (r.hostStates)
+      row("host: optimizer states", r.hostStates);
+    if (r.swapBuffers)
+      row("host: swap buffers", r.swapBuffers);
+    if (r.nvmeStates)
+      row("nvme: optimizer states", r.nvmeStates);
+    if (r.nvmeToHost || r.hostToNvme) {
+      os << llvm::formatv("{0,-26}{1,16}{2,12}\n", "transfers per step",
+                          "bytes/rank", "MiB");
+      row("nvme -> host", r.nvmeToHost);
+      row("host -> nvme", r.hostToNvme);
+    }
+  }
   // ZeRO's model states in its units (GB = 10^9 bytes) and Megatron's
   // bytes per parameter.
   os << llvm::formatv("model states: {0} bytes per rank = {1:F2} GB, "
@@ -433,6 +480,14 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
                           {"ops", r.recomputedOps},
                           {"flops_per_step", r.recomputeFlops},
                           {"kernel_bytes_per_step", r.recomputeKernelBytes}}},
+      {"offload",
+       llvm::json::Object{
+           {"host", llvm::json::Object{{"optimizer_states", r.hostStates},
+                                       {"swap_buffers", r.swapBuffers}}},
+           {"nvme", llvm::json::Object{{"optimizer_states", r.nvmeStates}}},
+           {"transfers_per_step",
+            llvm::json::Object{{"nvme_to_host", r.nvmeToHost},
+                               {"host_to_nvme", r.hostToNvme}}}}},
       {"collectives_source", r.collectivesFromIR ? "ir" : "plan"},
       {"memory_plan", r.staticPlan ? "static" : "liveness"},
       {"collectives", std::move(collectives)},

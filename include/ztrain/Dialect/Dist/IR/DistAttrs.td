@@ -8,7 +8,9 @@
 #define ZTRAIN_DIALECT_DIST_DISTATTRS_TD
 
 include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/EnumAttr.td"
 include "ztrain/Dialect/Dist/IR/DistDialect.td"
+include "ztrain/Dialect/Dist/IR/DistEnums.td"
 
 class Dist_Attr<string name, string attrMnemonic> : AttrDef<Dist_Dialect, name> {
   let mnemonic = attrMnemonic;
@@ -65,6 +67,23 @@ def Dist_SlotAttr : Dist_Attr<"Slot", "slot"> {
   let parameters = (ins StringRefParameter<>:$arena, "int64_t":$offset,
                         "int64_t":$bytes);
   let assemblyFormat = "`<` $arena `,` $offset `,` $bytes `>`";
+}
+
+def Dist_MemorySpaceAttr : EnumAttr<Dist_Dialect, Dist_MemorySpace, "space"> {
+  let summary = "the memory a model state lives in between steps";
+  let description = [{
+    Attached as `dist.space` to a `train.state` by `zero-offload` (absent:
+    `device`). `host`: the state lives in host memory and its optimizer
+    update runs on the host (ZeRO-Offload); `nvme`: it lives in a file of
+    the rank's swap directory (the executable's `--nvme-path`) and is
+    swapped into a host buffer for its update and back out after it
+    (ZeRO-Infinity), by `dist.swap_in_start` / `dist.swap_out_start`.
+
+    ```mlir
+    train.state @w.exp_avg : tensor<1000x3xf32> of @w {dist.space = #dist.space<nvme>}
+    ```
+  }];
+  let assemblyFormat = "`<` $value `>`";
 }
 
 #endif // ZTRAIN_DIALECT_DIST_DISTATTRS_TD

@@ -22,6 +22,14 @@ inline constexpr llvm::StringLiteral kZeroAttr = "dist.zero";
 inline constexpr llvm::StringLiteral kSlotsAttr = "dist.slots";
 inline constexpr llvm::StringLiteral kStagingAttr = "dist.staging";
 inline constexpr llvm::StringLiteral kArenasAttr = "dist.arenas";
+/// Discardable attribute on train.state: a #dist.space (absent: device).
+inline constexpr llvm::StringLiteral kSpaceAttr = "dist.space";
+/// The alignment (and size granule) of swap buffers and swap files: O_DIRECT
+/// transfers move whole 4096-byte blocks.
+inline constexpr int64_t kSwapAlignment = 4096;
+inline int64_t swapBytes(int64_t bytes) {
+  return (bytes + kSwapAlignment - 1) / kSwapAlignment * kSwapAlignment;
+}
 } // namespace ztrain::dist
 
 #endif // ZTRAIN_DIALECT_DIST_IR_DISTDIALECT_H

@@ -34,8 +34,13 @@ def Dist_Dialect : Dialect {
       turns it into the results. `overlap-schedule` places the starts ahead
       of the compute they overlap and the waits just before first use, and
       `dist.release` ends a gathered parameter's lifetime.
+    - `#dist.space` (the `dist.space` attribute of a `train.state`) says
+      where a state lives between steps: `device`, `host` or `nvme`
+      (`zero-offload`); `dist.swap_in_start` / `dist.swap_out_start` move an
+      nvme-resident state through a host buffer around its update.
   }];
   let useDefaultAttributePrinterParser = 1;
+  let hasOperationAttrVerify = 1;
   let useDefaultTypePrinterParser = 1;
   let dependentDialects = ["::mlir::shard::ShardDialect"];
 }

@@ -312,14 +312,72 @@ def Dist_AllGatherParamStartOp : Dist_StartOp<"all_gather_param_start"> {
   let assemblyFormat = "$param `on` $grid attr-dict";
 }
 
-def Dist_WaitOp : Op<Dist_Dialect, "wait", [MemoryEffects<[MemRead, MemWrite]>]> {
-  let summary = "waits for an asynchronous collective and yields its results";
+//===----------------------------------------------------------------------===//
+// Offload transfers (zero-offload)
+//===----------------------------------------------------------------------===//
+
+// A swap start issues one tensor's transfer between its nvme file and a
+// host buffer to the rank's I/O engine and returns a token; the matching
+// dist.wait completes it. Like collectives' starts they carry memory
+// effects, so their order is the one zero-offload scheduled.
+class Dist_SwapStartOp<string mnemonic>
+    : Op<Dist_Dialect, mnemonic, [MemoryEffects<[MemRead, MemWrite]>,
+        DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let arguments = (ins FlatSymbolRefAttr:$state);
+  let results = (outs Dist_TokenType:$token);
+  let assemblyFormat = "$state attr-dict";
+}
+
+def Dist_SwapInStartOp : Dist_SwapStartOp<"swap_in_start"> {
+  let summary = "starts reading an nvme-resident state into a host buffer";
   let description = [{
-    Blocks until the collective that produced `token` has completed on this
-    rank, then yields its results: the gathered parameter of a
-    `gather_param_start`, the reduced chunks of a `reduce_scatter_start`,
-    the reduced tensors of an `all_reduce_start`, nothing for an
-    `all_gather_param_start`.
+    Allocates the state's swap buffer (`plan-memory` places it in the
+    `swap_buffers` arena, 4096-byte aligned, its size rounded up to 4096:
+    `dist.staging`) and starts reading the state's file into it. From the
+    matching `dist.wait` on, the state's reads and writes (its optimizer
+    update) use that buffer; `dist.swap_out_start` writes it back and its
+    wait frees it.
+
+    ```mlir
+    %t = dist.swap_in_start @fc1.weight.exp_avg
+    ...
+    dist.wait %t
+    train.adam_update @fc1.weight, %g states(@fc1.weight.exp_avg, ...) ...
+    %o = dist.swap_out_start @fc1.weight.exp_avg
+    ...
+    dist.wait %o
+    ```
+
+    **Constraints:**
+    - `@state` names a `train.state` whose `dist.space` is `nvme`.
+  }];
+}
+
+def Dist_SwapOutStartOp : Dist_SwapStartOp<"swap_out_start"> {
+  let summary = "starts writing a swapped-in state back to its nvme file";
+  let description = [{
+    Starts writing the swap buffer of a state that `dist.swap_in_start`
+    brought in back to the state's file; the buffer is freed at the
+    matching `dist.wait`, and must not be read or written before it.
+
+    ```mlir
+    %o = dist.swap_out_start @fc1.weight.exp_avg
+    ```
+
+    **Constraints:**
+    - `@state` names a `train.state` whose `dist.space` is `nvme`.
+  }];
+}
+
+def Dist_WaitOp : Op<Dist_Dialect, "wait", [MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "waits for an asynchronous collective or transfer and yields its results";
+  let description = [{
+    Blocks until the collective (or swap transfer) that produced `token`
+    has completed on this rank, then yields its results: the gathered
+    parameter of a `gather_param_start`, the reduced chunks of a
+    `reduce_scatter_start`, the reduced tensors of an `all_reduce_start`,
+    nothing for an `all_gather_param_start`, a `swap_in_start` or a
+    `swap_out_start`.
 
     ```mlir
     %w = dist.wait %t : tensor<128x784xf32>

@@ -274,6 +274,73 @@ def CheckCollectives : Pass<"check-collectives", "::mlir::ModuleOp"> {
   let dependentDialects = ["::ztrain::dist::DistDialect"];
 }
 
+def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
+  let summary = "Places optimizer states on host memory or NVMe and schedules their transfers";
+  let description = [{
+    ZeRO-Offload and ZeRO-Infinity's placement, with DeepSpeed's
+    vocabulary. Runs on a complete, partitioned step (after
+    `zero-insert-collectives` and `overlap-schedule`); every state keeps its
+    ZeRO partition, only the memory it lives in changes:
+
+    - `optimizer=cpu`: every `train.state` gets `dist.space = #dist.space<host>`:
+      it lives in host memory and its update runs there. On the CPU backend
+      host memory is the device's, so nothing moves (the executable says
+      so).
+    - `optimizer=nvme`: every `train.state` gets `#dist.space<nvme>`: it
+      lives in a file of the rank's swap directory (`--nvme-path` of the
+      executable) and only visits host memory for its update. Around each
+      optimizer update the pass inserts, per state, a
+      `dist.swap_in_start` / `dist.wait` before it and a
+      `dist.swap_out_start` after it, pipelined over the updates in step
+      order with `buffer-count` updates' states in swap buffers at once:
+      the states of update k are read while update k-1 runs (the first
+      update's at the start of the step, behind the forward and backward
+      passes), and the write-back of update k-3 completes before update
+      k's read starts (`buffer-count=3`: one update's states coming in,
+      one stepping, one going out). With 2, reads overlap but write-backs
+      do not; with 1 nothing overlaps. Every transfer completes before the
+      step ends. `plan-memory` places the swap buffers (the
+      `swap_buffers` arena, 4096-byte aligned), so their bytes are in the
+      report and the plan, like every other buffer.
+
+    The update itself is the same kernel on the same values, so weights
+    are bitwise equal with and without offload.
+
+    ```mlir
+    %t0 = dist.swap_in_start @w.exp_avg
+    %t1 = dist.swap_in_start @w.exp_avg_sq
+    ...
+    dist.wait %t0
+    dist.wait %t1
+    train.adam_update @w, %g states(@w.exp_avg, @w.exp_avg_sq) ...
+    %o0 = dist.swap_out_start @w.exp_avg
+    %o1 = dist.swap_out_start @w.exp_avg_sq
+    ...
+    dist.wait %o0
+    dist.wait %o1
+    return %loss : tensor<f32>
+    ```
+
+    `param=cpu|nvme` (ZeRO-Infinity's parameter offload, stage 3) is not
+    implemented yet and is refused.
+  }];
+  let dependentDialects = ["::ztrain::dist::DistDialect"];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", "\"none\"",
+           "Where optimizer states live: none (the device), cpu (host "
+           "memory) or nvme (files under the executable's --nvme-path)">,
+    Option<"param", "param", "std::string", "\"none\"",
+           "Where parameters live (stage 3): none; cpu and nvme are not "
+           "implemented yet">,
+    Option<"bufferCount", "buffer-count", "int64_t", "3",
+           "nvme: updates whose states are in swap buffers at once (1-16; "
+           "3 overlaps both the reads and the write-backs with updates)">
+  ];
+  let statistics = [
+    Statistic<"numSwaps", "swaps", "Swap transfers inserted (in and out)">
+  ];
+}
+
 def PlanMemory : Pass<"plan-memory", "::mlir::ModuleOp"> {
   let summary = "Decides every step buffer's place at compile time";
   let description = [{
