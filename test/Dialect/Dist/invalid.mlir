@@ -225,3 +225,64 @@ func.func @f(%a: tensor<8x16xf32>) {
 
 // expected-error @+1 {{ZeRO stage must be 0, 1, 2 or 3, got 9}}
 module attributes {dist.zero = #dist.zero<stage = 9, grid = @g>} {}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+train.state @w.exp_avg : tensor<4xf32> of @w
+func.func @f() {
+  // expected-error @+1 {{'dist.swap_in_start' op swaps @w.exp_avg, which does not live on nvme (its dist.space is device)}}
+  %t = dist.swap_in_start @w.exp_avg
+  dist.wait %t
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+train.state @w.exp_avg : tensor<4xf32> of @w {dist.space = #dist.space<host>}
+func.func @f() {
+  // expected-error @+1 {{'dist.swap_out_start' op swaps @w.exp_avg, which does not live on nvme (its dist.space is host)}}
+  %t = dist.swap_out_start @w.exp_avg
+  dist.wait %t
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+func.func @f() {
+  // expected-error @+1 {{'dist.swap_in_start' op names @w, which is not a train.state}}
+  %t = dist.swap_in_start @w
+  dist.wait %t
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+train.state @w.exp_avg : tensor<4xf32> of @w {dist.space = #dist.space<nvme>}
+func.func @f() {
+  %t = dist.swap_in_start @w.exp_avg
+  // expected-error @+1 {{'dist.wait' op completes a swap transfer, which yields nothing}}
+  %v = dist.wait %t : tensor<4xf32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{'train.param' op 'dist.space' is only placed on train.state (optimizer states; parameters stay on the device)}}
+train.param @w : tensor<4xf32> init(zeros) {dist.space = #dist.space<nvme>}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+// expected-error @+1 {{'train.state' op 'dist.space' must be a #dist.space (device, host or nvme), got "nvme"}}
+train.state @w.exp_avg : tensor<4xf32> of @w {dist.space = "nvme"}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+// expected-error @+2 {{expected ::ztrain::dist::MemorySpace to be one of: device, host, nvme}}
+// expected-error @+1 {{failed to parse Dist_MemorySpaceAttr parameter 'value'}}
+train.state @w.exp_avg : tensor<4xf32> of @w {dist.space = #dist.space<ssd>}

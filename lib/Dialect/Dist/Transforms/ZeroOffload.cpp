@@ -59,7 +59,8 @@ void ZeroOffloadPass::runOnOperation() {
     return signalPassFailure();
   }
   if (bufferCount < 1 || bufferCount > 16) {
-    module.emitError() << "zero-offload: buffer-count=" << bufferCount
+    module.emitError() << "zero-offload: buffer-count="
+                       << static_cast<int64_t>(bufferCount)
                        << " is out of range (1-16)";
     return signalPassFailure();
   }
@@ -126,7 +127,7 @@ void ZeroOffloadPass::runOnOperation() {
   // micro-batch); the waits of in(k) right before update k; the remaining
   // write-backs' waits before the return.
   OpBuilder b(ctx);
-  const int64_t D = bufferCount;
+  const int64_t D = static_cast<int64_t>(bufferCount);
   Location loc = entry.getLoc();
   for (Update &u : updates) {
     b.setInsertionPointAfter(u.op);

@@ -1,0 +1,114 @@
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=nvme" | FileCheck %s --check-prefix=D3
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme buffer-count=1" | FileCheck %s --check-prefix=D1
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme buffer-count=2" | FileCheck %s --check-prefix=D2
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=CPU
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=nvme" --plan-memory | FileCheck %s --check-prefix=PLAN
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=nvme" --plan-memory --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=REPORT
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam grad-accum-steps=2" --zero-offload="optimizer=nvme" | FileCheck %s --check-prefix=ACCUM
+
+// Three parameters, so three updates with two states each: w1 (8x4), b1
+// (8), w2 (3x8).
+train.param @w1 : tensor<8x4xf32> init(normal, 0.5)
+train.param @b1 : tensor<8xf32> init(zeros)
+train.param @w2 : tensor<3x8xf32> init(normal, 0.5)
+func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attributes {train.entry} {
+  %w1 = train.param_read @w1 : tensor<8x4xf32>
+  %b1 = train.param_read @b1 : tensor<8xf32>
+  %w2 = train.param_read @w2 : tensor<3x8xf32>
+  %h = train.matmul %x, %w1 {transpose_b} : (tensor<2x4xf32>, tensor<8x4xf32>) -> tensor<2x8xf32>
+  %hb = train.bias_add %h, %b1 : tensor<2x8xf32>, tensor<8xf32>
+  %r = train.relu %hb : tensor<2x8xf32>
+  %o = train.matmul %r, %w2 {transpose_b} : (tensor<2x8xf32>, tensor<3x8xf32>) -> tensor<2x3xf32>
+  %loss = train.cross_entropy %o, %y : (tensor<2x3xf32>, tensor<2xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// Every state is placed; the partition stays.
+// D3: train.state @[[A:.*]] : tensor<{{.*}}> of @{{.*}} {dist.partition = #dist.partition<@dp, {{[0-9]+}}>, dist.space = #dist.space<nvme>}
+// The first update's states are read at the start of the step, behind the
+// forward and backward passes.
+// D3-LABEL: func.func @loss
+// D3-NEXT: %[[I0A:.*]] = dist.swap_in_start @[[U0:.*]].exp_avg
+// D3-NEXT: %[[I0B:.*]] = dist.swap_in_start @[[U0]].exp_avg_sq
+// The second update's reads start before the first update runs...
+// D3: %[[I1A:.*]] = dist.swap_in_start @[[U1:.*]].exp_avg
+// D3-NEXT: %[[I1B:.*]] = dist.swap_in_start @[[U1]].exp_avg_sq
+// D3-NEXT: dist.wait %[[I0A]]
+// D3-NEXT: dist.wait %[[I0B]]
+// D3-NEXT: train.adam_update @[[U0]], %{{.*}} states(@[[U0]].exp_avg, @[[U0]].exp_avg_sq)
+// D3-NEXT: %[[O0A:.*]] = dist.swap_out_start @[[U0]].exp_avg
+// D3-NEXT: %[[O0B:.*]] = dist.swap_out_start @[[U0]].exp_avg_sq
+// ...and the third's before the second (three buffers: no write-back waited yet).
+// D3: %[[I2A:.*]] = dist.swap_in_start @[[U2:.*]].exp_avg
+// D3-NEXT: %[[I2B:.*]] = dist.swap_in_start @[[U2]].exp_avg_sq
+// D3-NEXT: dist.wait %[[I1A]]
+// D3-NEXT: dist.wait %[[I1B]]
+// D3-NEXT: train.adam_update @[[U1]]
+// D3: train.adam_update @[[U2]]
+// D3-NEXT: %[[O2A:.*]] = dist.swap_out_start @[[U2]].exp_avg
+// D3-NEXT: %[[O2B:.*]] = dist.swap_out_start @[[U2]].exp_avg_sq
+// Every write-back completes before the step ends.
+// D3: dist.wait %[[O0A]]
+// D3-NEXT: dist.wait %[[O0B]]
+// D3-NEXT: dist.wait %{{.*}}
+// D3-NEXT: dist.wait %{{.*}}
+// D3-NEXT: dist.wait %[[O2A]]
+// D3-NEXT: dist.wait %[[O2B]]
+// D3-NEXT: return
+
+// One buffer: update k's read waits for update k-1's write-back; nothing
+// overlaps an update.
+// D1: train.adam_update @[[V0:[a-z0-9]+]],
+// D1-NEXT: %[[P0A:.*]] = dist.swap_out_start @[[V0]].exp_avg
+// D1-NEXT: %[[P0B:.*]] = dist.swap_out_start @[[V0]].exp_avg_sq
+// D1-NEXT: dist.wait %[[P0A]]
+// D1-NEXT: dist.wait %[[P0B]]
+// D1-NEXT: %[[J1A:.*]] = dist.swap_in_start @[[V1:[a-z0-9]+]].exp_avg
+// D1-NEXT: %[[J1B:.*]] = dist.swap_in_start @[[V1]].exp_avg_sq
+// D1-NEXT: dist.wait %[[J1A]]
+// D1-NEXT: dist.wait %[[J1B]]
+// D1-NEXT: train.adam_update @[[V1]],
+
+// Two buffers: update k's read overlaps update k-1, after update k-2's
+// write-back completed.
+// D2: train.adam_update @[[X0:[a-z0-9]+]],
+// D2-NEXT: %[[Q0A:.*]] = dist.swap_out_start @[[X0]].exp_avg
+// D2-NEXT: %[[Q0B:.*]] = dist.swap_out_start @[[X0]].exp_avg_sq
+// D2-NEXT: dist.wait %[[Q0A]]
+// D2-NEXT: dist.wait %[[Q0B]]
+// D2-NEXT: dist.swap_in_start @[[X2:[a-z0-9]+]].exp_avg
+// D2-NEXT: dist.swap_in_start @[[X2]].exp_avg_sq
+// D2-NEXT: dist.wait
+// D2-NEXT: dist.wait
+// D2-NEXT: train.adam_update @[[X1:[a-z0-9]+]],
+
+// Host placement: an attribute, no transfers in the step.
+// CPU: train.state @{{.*}} {dist.space = #dist.space<host>}
+// CPU-NOT: dist.swap_in_start
+
+// Swap buffers: their own arena, 4096-byte aligned, each state's storage
+// rounded up to whole blocks (16 elements of w1's 32 per rank: 64 bytes).
+// Three updates, three buffers: all six live at once.
+// PLAN: dist.arenas = {{{.*}}swap_buffers = 24576 : i64}
+// PLAN: dist.swap_in_start @w1.exp_avg {dist.staging = [#dist.slot<"swap_buffers", 0, 4096>]}
+// PLAN-NEXT: dist.swap_in_start @w1.exp_avg_sq {dist.staging = [#dist.slot<"swap_buffers", 4096, 4096>]}
+
+// Six states of one 4096-byte block each; three updates' states at most in
+// buffers at once (the plan), each read and written once per step.
+// REPORT: "offload": {
+// REPORT-NEXT: "host": {
+// REPORT-NEXT: "optimizer_states": 0,
+// REPORT-NEXT: "swap_buffers": 24576
+// REPORT-NEXT: },
+// REPORT-NEXT: "nvme": {
+// REPORT-NEXT: "optimizer_states": 24576
+// REPORT-NEXT: },
+// REPORT-NEXT: "transfers_per_step": {
+// REPORT-NEXT: "host_to_nvme": 24576,
+// REPORT-NEXT: "nvme_to_host": 24576
+// REPORT: "optimizer_states": 0,
+
+// With accumulation the swaps belong to the optimizer step: after the
+// boundary, not in every micro-batch.
+// ACCUM: train.accumulation_boundary
+// ACCUM-NEXT: dist.swap_in_start

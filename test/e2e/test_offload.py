@@ -1,0 +1,314 @@
+"""Optimizer-state offload (ztrain-compile --offload-optimizer=cpu|nvme,
+zero-offload).
+
+An nvme-resident state is read into a host buffer before its update and
+written back after it; the update is the same kernel on the same values, so
+offload changes no bit. Tested:
+- one process: GPT with dropout and Llama, Adam/AdamW and SGD with momentum,
+  bf16 and fp16 (f32 masters on nvme, loss scaling), gradient accumulation,
+  every swap-buffer count: weights and losses bitwise equal to no offload;
+- every ZeRO stage at N = 2 and 4 (and stage 3 with its overlap schedule):
+  bitwise equal to the same plan without offload;
+- the report is the truth: zero-report's device peak, swap buffers, nvme
+  bytes at rest and nvme bytes per step are what the executable allocated and
+  moved, and the device memory shrinks by exactly the states offloaded (12
+  bytes per parameter over N in mixed precision);
+- checkpoints of nvme states resume bitwise and consolidate;
+- the swap directory is removed at exit; bad input is one line.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import e2e_util
+from ztrain import models, parity, safetensors
+
+MPIRUN = shutil.which("mpirun")
+STEPS = 3
+
+
+def gpt(batch=4):
+    return models.gpt(batch=batch, seq=16, vocab=64, layers=2, width=32, heads=4, dropout=0.1)
+
+
+def llama():
+    return models.llama(batch=4, seq=16, vocab=64, layers=2, width=32, heads=4)
+
+
+def inputs(tmp_path, spec, samples):
+    init, data = str(tmp_path / "init.safetensors"), str(tmp_path / "data.safetensors")
+    safetensors.save(init, parity.make_init(spec, seed=5))
+    safetensors.save(data, parity.make_data(spec, samples=samples, seed=6))
+    return init, data
+
+
+def swap_dir(tmp_path):
+    d = tmp_path / "nvme"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def train(tmp_path, spec, name, init, data, optimizer, extra=(), run_extra=(), steps=STEPS):
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), optimizer, name=name,
+                                extra=list(extra))
+    save, report = tmp_path / f"{name}.safetensors", tmp_path / f"{name}.json"
+    parity.run_exe(exe, steps, init=init, data=data, save=str(save), report=str(report),
+                   threads=1, extra=list(run_extra))
+    return save.read_bytes(), parity.read_report(str(report))
+
+
+@pytest.mark.parametrize("model,optimizer,precision,accum", [
+    ("gpt", "adamw", "fp32", 1), ("llama", "adam", "fp32", 1), ("gpt", "sgd", "fp32", 1),
+    ("gpt", "adamw", "bf16", 1), ("llama", "adamw", "fp16", 1), ("gpt", "adamw", "fp32", 2)])
+def test_offload_is_bitwise_the_plain_step(model, optimizer, precision, accum, tmp_path):
+    spec = gpt() if model == "gpt" else llama()
+    init, data = inputs(tmp_path, spec, STEPS * accum * spec.batch)
+    opt = (parity.OptimizerConfig("sgd", lr=0.05, momentum=0.9) if optimizer == "sgd"
+           else parity.OptimizerConfig(optimizer))
+    extra = [f"--precision={precision}"]
+    if accum > 1:
+        extra.append(f"--grad-accum-steps={accum}")
+    nvme = swap_dir(tmp_path)
+    weights, report = train(tmp_path, spec, "plain", init, data, opt, extra)
+    runs = {"cpu": (["--offload-optimizer=cpu"], [])}
+    for count in (1, 2, 3):
+        runs[f"nvme{count}"] = (["--offload-optimizer=nvme", f"--offload-buffer-count={count}"],
+                                ["--nvme-path", str(nvme)])
+    for name, (flags, run_flags) in runs.items():
+        got, got_report = train(tmp_path, spec, name, init, data, opt, [*extra, *flags],
+                                run_flags)
+        # Exact, no tolerance: the same update kernel on the same values.
+        assert got == weights, name
+        assert parity.report_losses(got_report).tolist() == \
+            parity.report_losses(report).tolist(), name
+        if name.startswith("nvme"):
+            off = got_report["offload"]
+            assert off["read_bytes"] == off["write_bytes"] == STEPS * off["nvme_bytes"], off
+            # The swap directory went with the run.
+            assert list(nvme.iterdir()) == [], list(nvme.iterdir())
+    # The weights moved, so the comparison says something.
+    assert parity.report_losses(report)[0] != parity.report_losses(report)[-1]
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+@pytest.mark.parametrize("n", [2, 4])
+def test_every_zero_stage_is_bitwise_the_plain_plan(n, tmp_path):
+    spec = gpt(batch=2)
+    init, data = inputs(tmp_path, spec, STEPS * n * spec.batch)
+    nvme = swap_dir(tmp_path)
+    configs = [(s, []) for s in (0, 1, 2, 3)]
+    if n == 2:  # stage 3 with its overlap schedule
+        configs.append((3, ["--overlap", "--prefetch-depth=2", "--bucket-bytes=8192"]))
+    for i, (stage, flags) in enumerate(configs):
+        saved = {}
+        for offload in ("none", "nvme"):
+            exe = e2e_util.compile_text(
+                spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+                name=f"c{i}-{offload}",
+                extra=["--dp", str(n), "--zero-stage", str(stage),
+                       f"--offload-optimizer={offload}", *flags])
+            save = tmp_path / f"c{i}-{offload}.safetensors"
+            cmd = [exe, "--steps", str(STEPS), "--init", init, "--data", data, "--save", save,
+                   "--threads", "1", "--log-every", "0"]
+            if offload == "nvme":
+                cmd += ["--nvme-path", nvme]
+            e2e_util.mpirun(n, cmd)
+            saved[offload] = save.read_bytes()
+        assert saved["nvme"] == saved["none"], (stage, flags)
+        assert list(nvme.iterdir()) == []
+
+
+def zero_report(tmp_path, spec, zero, training="optimizer=adamw"):
+    opt = e2e_util.require_tool("ztrain-opt")
+    src = tmp_path / "r.mlir"
+    src.write_text(spec.to_mlir())
+    p = subprocess.run(
+        [opt, str(src), f"--ztrain-training={training}", f"--ztrain-zero={zero}",
+         "--plan-memory", "--zero-report=format=json", "-o", "/dev/null"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+@pytest.mark.parametrize("stage,n,precision", [
+    (0, 1, "fp32"), (1, 2, "fp32"), (2, 2, "bf16"), (3, 2, "fp32"), (1, 4, "bf16")])
+def test_report_is_the_truth(stage, n, precision, tmp_path):
+    if n > 1 and MPIRUN is None:
+        pytest.skip("mpirun not installed")
+    spec = gpt(batch=2)
+    init, data = inputs(tmp_path, spec, STEPS * n * spec.batch)
+    nvme = swap_dir(tmp_path)
+    training = f"optimizer=adamw precision={precision}"
+    plans = {}
+    for offload in ("none", "cpu", "nvme"):
+        zero = f"stage={stage} dp={n} offload-optimizer={offload}"
+        plan = zero_report(tmp_path, spec, zero, training)
+        plans[offload] = plan
+        exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
+                                    parity.OptimizerConfig("adamw"), name=f"exe-{offload}",
+                                    extra=["--dp", str(n), "--zero-stage", str(stage),
+                                           f"--precision={precision}",
+                                           f"--offload-optimizer={offload}"])
+        report = tmp_path / f"{offload}.json"
+        cmd = [exe, "--steps", str(STEPS), "--init", init, "--data", data, "--threads", "1",
+               "--report", report, "--log-every", "0", "--nvme-path", nvme]
+        if n > 1:
+            e2e_util.mpirun(n, cmd)
+        else:
+            assert e2e_util.run(cmd).returncode == 0
+        measured = json.loads(report.read_text())
+        per_rank, off = plan["per_rank"], plan["offload"]
+        for rank in measured["ranks"]:
+            mem = rank["memory"]
+            # Exact: the device's memory is what the plan said, and so are
+            # the host buffers and the host-resident states.
+            assert mem["device_peak"] == per_rank["predicted_peak"], (offload, mem, per_rank)
+            assert mem["optimizer_states"] == per_rank["optimizer_states"], offload
+            assert mem["swap_buffers"] == off["host"]["swap_buffers"], offload
+            assert mem["host_optimizer_states"] == off["host"]["optimizer_states"], offload
+            # Every byte allocated: the device's plus the host's.
+            assert mem["peak"] == mem["planned"] == per_rank["predicted_peak"] + \
+                off["host"]["swap_buffers"] + off["host"]["optimizer_states"], offload
+            io = rank["offload"]
+            if offload == "nvme":
+                assert io["nvme_bytes"] == off["nvme"]["optimizer_states"]
+                assert io["read_bytes"] == STEPS * off["transfers_per_step"]["nvme_to_host"]
+                assert io["write_bytes"] == STEPS * off["transfers_per_step"]["host_to_nvme"]
+            else:
+                assert io is None
+    none, cpu, nv = (plans[k] for k in ("none", "cpu", "nvme"))
+    moved = none["per_rank"]["optimizer_states"]
+    assert moved > 0
+    # The device holds exactly what was not offloaded: nothing else changes.
+    for plan in (cpu, nv):
+        assert plan["per_rank"]["optimizer_states"] == 0
+        assert none["per_rank"]["predicted_peak"] - plan["per_rank"]["predicted_peak"] == moved
+    assert cpu["offload"]["host"]["optimizer_states"] == moved
+    # nvme holds the same states in whole 4096-byte blocks, one file each.
+    states = 3 if precision != "fp32" else 2  # (f32 master,) exp_avg, exp_avg_sq
+    stored = [(e + n - 1) // n if stage >= 1 else e for e in element_counts(spec)]
+    blocks = sum(-(-4 * s // 4096) * 4096 for s in stored)
+    assert nv["offload"]["nvme"]["optimizer_states"] == states * blocks
+    assert moved == states * 4 * sum(stored)
+    if precision != "fp32" and stage >= 1:
+        # ZeRO-Offload's split: 12 bytes per parameter (f32 master, m, v)
+        # over N, each rank's shard padded to ceil(elements / N).
+        assert moved == 12 * sum(stored)
+
+
+def element_counts(spec):
+    """The element count of every parameter of `spec` (from its MLIR)."""
+    import re
+    counts = []
+    for m in re.finditer(r"train\.param @\S+ : tensor<([0-9x]+)x?[a-z]+[0-9]*>", spec.to_mlir()):
+        e = 1
+        for d in m.group(1).split("x"):
+            if d:
+                e *= int(d)
+        counts.append(e)
+    return counts
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+def test_checkpoints_of_nvme_states_resume_bitwise(tmp_path):
+    spec = gpt(batch=2)
+    n, steps = 2, 4
+    init, data = inputs(tmp_path, spec, steps * n * spec.batch)
+    nvme = swap_dir(tmp_path)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+                                name="nv", extra=["--dp", str(n), "--zero-stage", "1",
+                                                  "--offload-optimizer=nvme"])
+    common = ["--data", data, "--threads", "1", "--log-every", "0", "--nvme-path", nvme]
+    straight = tmp_path / "straight.safetensors"
+    e2e_util.mpirun(n, [exe, "--steps", str(steps), "--init", init, "--save", straight,
+                        *common])
+    ckpt = tmp_path / "ckpt"
+    e2e_util.mpirun(n, [exe, "--steps", "2", "--init", init, "--save-checkpoint", ckpt,
+                        *common])
+    resumed = tmp_path / "resumed.safetensors"
+    e2e_util.mpirun(n, [exe, "--steps", "2", "--resume", ckpt, "--save", resumed, *common])
+    assert resumed.read_bytes() == straight.read_bytes()
+    # The checkpoint holds the states themselves (not their swap files):
+    # every rank's shard has the tensors, bit for bit, of the plain plan's
+    # checkpoint after the same steps; and it consolidates.
+    plain = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+                                  name="plain", extra=["--dp", str(n), "--zero-stage", "1"])
+    plain_ckpt = tmp_path / "plain-ckpt"
+    e2e_util.mpirun(n, [plain, "--steps", "2", "--init", init, "--save-checkpoint",
+                        plain_ckpt, *common[:-2]])
+    shards = {}
+    for name, d in (("nv", ckpt), ("plain", plain_ckpt)):
+        files = sorted((d / "global_step2").glob("*.safetensors"))
+        assert len(files) == n, files
+        shards[name] = [safetensors.load(str(f)) for f in files]
+    for got, want in zip(shards["nv"], shards["plain"]):
+        assert got.keys() == want.keys()
+        assert any(k.endswith(".exp_avg_sq") for k in want)
+        for k in want:
+            assert got[k].tobytes() == want[k].tobytes(), k
+    consolidate = e2e_util.require_tool("ztrain-consolidate")
+    p = subprocess.run([consolidate, str(ckpt), "-o", str(tmp_path / "full.safetensors")],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 0, p.stderr
+    assert list(nvme.iterdir()) == []
+
+
+def one_error_line(p):
+    return [l for l in p.stderr.splitlines() if "error" in l]
+
+
+def test_bad_offload_input_is_one_line(tmp_path):
+    compile_ = e2e_util.require_tool("ztrain-compile")
+    spec = gpt()
+    src = tmp_path / "m.mlir"
+    src.write_text(spec.to_mlir())
+    for flags, message in (
+            (["--offload-optimizer=ssd"], "unknown optimizer placement 'ssd'"),
+            (["--offload-param=nvme", "--zero-stage=3", "--dp=2"], "not implemented yet"),
+            (["--offload-optimizer=nvme", "--offload-buffer-count=0"], "out of range (1-16)"),
+            (["--offload-optimizer=nvme", "--optimizer=sgd"], "no optimizer states to place")):
+        p = subprocess.run([compile_, str(src), "-o", str(tmp_path / "m"), *flags],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert p.returncode != 0, flags
+        lines = one_error_line(p)
+        assert len(lines) == 1 and message in lines[0], (flags, p.stderr)
+        assert not (tmp_path / "m").exists()
+
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+                                name="nv", extra=["--offload-optimizer=nvme"])
+    # No --nvme-path: refused before the first step, naming the flag.
+    p = parity.run_exe(exe, 1, check=False)
+    assert p.returncode != 0
+    lines = one_error_line(p)
+    assert len(lines) == 1 and "give --nvme-path DIR" in lines[0], p.stderr
+    # A path that does not exist, or is a file: one line naming it.
+    for bad in (tmp_path / "missing", tmp_path / "m.mlir"):
+        p = parity.run_exe(exe, 1, check=False, extra=["--nvme-path", str(bad)])
+        assert p.returncode != 0
+        lines = one_error_line(p)
+        assert len(lines) == 1 and str(bad) in lines[0], p.stderr
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+def test_missing_nvme_path_is_refused_on_every_rank(tmp_path):
+    spec = gpt(batch=2)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+                                name="nv", extra=["--dp", "2", "--zero-stage", "1",
+                                                  "--offload-optimizer=nvme"])
+    p = e2e_util.mpirun(2, [exe, "--steps", "1"], check=False, timeout=120)
+    assert p.returncode != 0
+    assert "give --nvme-path DIR" in p.stderr, p.stderr
+    assert "ORTE_ERROR_LOG" not in p.stderr
+
+
+def test_cpu_offload_on_the_cpu_backend_says_it_is_a_no_op(tmp_path):
+    spec = gpt()
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+                                name="cpu", extra=["--offload-optimizer=cpu"])
+    p = parity.run_exe(exe, 1, check=False)
+    assert p.returncode == 0, p.stderr
+    assert "host memory is the device's" in p.stderr and "nothing moves" in p.stderr
