@@ -403,7 +403,10 @@ int64_t ztrt_swap_in(ztrt_ctx *ctx, int64_t index, void *buffer) {
   int64_t bytes = ctx->stateFileBytes[static_cast<size_t>(index)];
   ++ctx->offload.reads;
   ctx->offload.readBytes += bytes;
-  return ctx->swap->read(file, buffer, bytes, 0);
+  auto begin = ztrt::Clock::now();
+  int64_t ticket = ctx->swap->read(file, buffer, bytes, 0);
+  ctx->pendingSwaps[ticket] = {begin, index, bytes, false};
+  return ticket;
 }
 
 int64_t ztrt_swap_out(ztrt_ctx *ctx, int64_t index, const void *buffer) {
@@ -412,7 +415,10 @@ int64_t ztrt_swap_out(ztrt_ctx *ctx, int64_t index, const void *buffer) {
   int64_t bytes = ctx->stateFileBytes[static_cast<size_t>(index)];
   ++ctx->offload.writes;
   ctx->offload.writeBytes += bytes;
-  return ctx->swap->write(file, buffer, bytes, 0);
+  auto begin = ztrt::Clock::now();
+  int64_t ticket = ctx->swap->write(file, buffer, bytes, 0);
+  ctx->pendingSwaps[ticket] = {begin, index, bytes, true};
+  return ticket;
 }
 
 void ztrt_swap_wait(ztrt_ctx *ctx, int64_t ticket) {
@@ -421,10 +427,29 @@ void ztrt_swap_wait(ztrt_ctx *ctx, int64_t ticket) {
     fatal("swap_wait: no state lives on nvme in this run");
   auto begin = ztrt::Clock::now();
   ctx->swap->wait(ticket);
+  auto end = ztrt::Clock::now();
   ctx->offload.exposedNanos +=
-      std::chrono::duration_cast<std::chrono::nanoseconds>(ztrt::Clock::now() -
-                                                           begin)
+      std::chrono::duration_cast<std::chrono::nanoseconds>(end - begin)
           .count();
+  auto it = ctx->pendingSwaps.find(ticket);
+  if (it == ctx->pendingSwaps.end())
+    return;
+  if (ztrt::Trace *trace = ctx->trace()) {
+    ztrt::TraceEvent io(ztrt::TraceEvent::Type::Io);
+    io.name = it->second.write ? "swap_out" : "swap_in";
+    io.begin = it->second.begin;
+    io.end = end;
+    io.value = ticket;
+    io.elems = it->second.state;
+    io.bytes = it->second.bytes;
+    trace->add(io);
+    ztrt::TraceEvent wait(ztrt::TraceEvent::Type::SwapWait);
+    wait.begin = begin;
+    wait.end = end;
+    wait.value = ticket;
+    trace->add(wait);
+  }
+  ctx->pendingSwaps.erase(it);
 }
 
 void *ztrt_grad(ztrt_ctx *ctx, int64_t index) {

@@ -184,6 +184,14 @@ struct ztrt_ctx {
   std::vector<int> stateFiles;
   std::vector<int64_t> stateFileBytes;
   ztrt::OffloadStats offload;
+  /// Swaps in flight, by ticket: when issued, which state, which way (for
+  /// the trace's I/O track).
+  struct PendingSwap {
+    ztrt::Clock::time_point begin;
+    int64_t state, bytes;
+    bool write;
+  };
+  std::unordered_map<int64_t, PendingSwap> pendingSwaps;
   /// Copies state `i`'s storage (`bytes`, its storeBytes) to host memory
   /// and back, wherever it lives: through the backend, or synchronously
   /// through its swap file (initialisation and checkpoints).

@@ -61,15 +61,22 @@ void Trace::write(const std::string &path, int rank, int worldSize) const {
   out += format("  {\"name\": \"process_sort_index\", \"ph\": \"M\", "
                 "\"pid\": %d, \"tid\": 0, \"args\": {\"sort_index\": %d}},\n",
                 rank, rank);
-  for (auto [tid, name] : {std::pair{kComputeTrack, "compute"},
-                           std::pair{kCommunicationTrack, "communication"}}) {
+  // The I/O track exists when the run swapped.
+  const bool io = std::any_of(events.begin(), events.end(), [](const auto &e) {
+    return e.type == TraceEvent::Type::Io;
+  });
+  std::vector<std::pair<int, const char *>> tracks = {
+      {kComputeTrack, "compute"}, {kCommunicationTrack, "communication"}};
+  if (io)
+    tracks.push_back({kIoTrack, "io"});
+  for (auto [tid, name] : tracks) {
     out += format("  {\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, "
                   "\"tid\": %d, \"args\": {\"name\": \"%s\"}},\n",
                   rank, tid, name);
     out += format("  {\"name\": \"thread_sort_index\", \"ph\": \"M\", "
                   "\"pid\": %d, \"tid\": %d, \"args\": {\"sort_index\": %d}}",
                   rank, tid, tid);
-    out += tid == kCommunicationTrack && sorted.empty() ? "\n" : ",\n";
+    out += tid == tracks.back().first && sorted.empty() ? "\n" : ",\n";
   }
   for (size_t i = 0; i < sorted.size(); ++i) {
     const TraceEvent &e = *sorted[i];
@@ -103,6 +110,20 @@ void Trace::write(const std::string &path, int rank, int worldSize) const {
           "\"bytes\": %lld, \"wire_bytes\": %lld}",
           static_cast<long long>(e.value), static_cast<long long>(e.elems),
           static_cast<long long>(e.bytes), static_cast<long long>(e.wireBytes));
+      break;
+    case TraceEvent::Type::Io:
+      name = e.name;
+      tid = kIoTrack;
+      args = format(", \"args\": {\"ticket\": %lld, \"state\": %lld, "
+                    "\"bytes\": %lld}",
+                    static_cast<long long>(e.value),
+                    static_cast<long long>(e.elems),
+                    static_cast<long long>(e.bytes));
+      break;
+    case TraceEvent::Type::SwapWait:
+      name = "swap wait";
+      args = format(", \"args\": {\"ticket\": %lld}",
+                    static_cast<long long>(e.value));
       break;
     }
     out += format("  {\"name\": %s, \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "

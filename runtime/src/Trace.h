@@ -30,6 +30,8 @@ using Clock = std::chrono::steady_clock;
 /// The thread ids of the two tracks in the trace file.
 constexpr int kComputeTrack = 1;
 constexpr int kCommunicationTrack = 2;
+/// zero-offload's swaps (present when the run swaps).
+constexpr int kIoTrack = 3;
 
 struct TraceEvent {
   enum class Type : uint8_t {
@@ -45,6 +47,13 @@ struct TraceEvent {
     /// A collective on the communication track, named by its kind (args:
     /// handle `value`, elements, bytes, wire bytes).
     Collective,
+    /// A swap transfer on the I/O track, named by `name` (swap_in or
+    /// swap_out): from its issue to the ztrt_swap_wait that found it done
+    /// (args: ticket `value`, optimizer state index `elems`, bytes).
+    Io,
+    /// A ztrt_swap_wait on the compute track: the time the step was
+    /// blocked on a swap (args: ticket `value`).
+    SwapWait,
   };
   explicit TraceEvent(Type type) : type(type) {}
 

@@ -312,3 +312,29 @@ def test_cpu_offload_on_the_cpu_backend_says_it_is_a_no_op(tmp_path):
     p = parity.run_exe(exe, 1, check=False)
     assert p.returncode == 0, p.stderr
     assert "host memory is the device's" in p.stderr and "nothing moves" in p.stderr
+
+
+def test_the_trace_has_an_io_track(tmp_path):
+    """Every swap is an event on the rank's I/O track (issue to completion),
+    every wait for one on the compute track."""
+    spec = gpt()
+    init, data = inputs(tmp_path, spec, 2 * spec.batch)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+                                name="nv", extra=["--offload-optimizer=nvme"])
+    trace = tmp_path / "trace.json"
+    report = tmp_path / "r.json"
+    parity.run_exe(exe, 2, init=init, data=data, report=str(report),
+                   extra=["--nvme-path", str(swap_dir(tmp_path)), "--trace", str(trace)])
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert names == {"compute", "communication", "io"}
+    io = [e for e in events if e.get("tid") == 3 and e["ph"] == "X"]
+    off = parity.read_report(str(report))["offload"]
+    # Two steps, two Adam states per parameter, each swapped in and out.
+    states = 2 * len(element_counts(spec))
+    assert off["reads"] == off["writes"] == 2 * states
+    assert len(io) == off["reads"] + off["writes"]
+    assert sum(e["args"]["bytes"] for e in io) == off["read_bytes"] + off["write_bytes"]
+    assert {e["name"] for e in io} == {"swap_in", "swap_out"}
+    waits = [e for e in events if e["name"] == "swap wait"]
+    assert len(waits) == len(io)
