@@ -44,8 +44,9 @@ TEST(ContextTest, ZeroByteAllocationsAreDistinct) {
 
 TEST(ContextTest, RejectsBadCategoryAndForeignPointers) {
   auto ctx = cpuContext();
-  EXPECT_EXIT(ztrt_alloc(ctx.get(), 8, 7), ::testing::ExitedWithCode(1),
-              "^ztrain: error: alloc: invalid memory category 7\n$");
+  EXPECT_EXIT(ztrt_alloc(ctx.get(), 8, ZTRT_CAT_COUNT),
+              ::testing::ExitedWithCode(1),
+              "^ztrain: error: alloc: invalid memory category 9\n$");
   int local;
   EXPECT_EXIT(ztrt_free(ctx.get(), &local), ::testing::ExitedWithCode(1),
               "free: pointer .* was not allocated by ztrt_alloc");
@@ -67,8 +68,9 @@ TEST(ContextTest, GatheredParametersAreACategoryOfTheirOwn) {
   ztrt_free(ctx.get(), w);
   EXPECT_EQ(ctx->memory().current[ZTRT_CAT_GATHERED], 0);
   EXPECT_EQ(ctx->memory().peak[ZTRT_CAT_GATHERED], 64);
-  EXPECT_EXIT(ztrt_alloc(ctx.get(), 8, 7), ::testing::ExitedWithCode(1),
-              "^ztrain: error: alloc: invalid memory category 7\n$");
+  EXPECT_EXIT(ztrt_alloc(ctx.get(), 8, ZTRT_CAT_COUNT),
+              ::testing::ExitedWithCode(1),
+              "^ztrain: error: alloc: invalid memory category 9\n$");
 }
 
 TEST(ContextTest, ArenasPersistAcrossSteps) {
