@@ -17,6 +17,7 @@
 //   ztrain-descriptor 1
 //   grid <N>
 //   param <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale> [<store>]
+//         [space nvme]
 //   state <name> <dtype> <rank> <d0> .. <dn-1> of <param-name> [master]
 //         [<store>] [space host|nvme]
 //   buffer <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale>
@@ -65,7 +66,8 @@
 // ztrt_state / ztrt_buffer / ztrt_input is its position among the records
 // of its kind.
 //
-// `space` (zero-offload): where the state lives between steps. host: in
+// `space` (zero-offload): where the state (or, for a stage-3 parameter,
+// nvme only: its shard) lives between steps. host: in
 // host memory (on the cpu backend the device's memory: nothing changes);
 // nvme: in a file of the rank's swap directory under --nvme-path, read
 // into a buffer the step gives (ztrt_swap_in) before its update and
@@ -126,6 +128,12 @@ typedef enum ztrt_hyper_id {
   ZTRT_HYPER_DAMPENING = 5,
   ZTRT_HYPER_COUNT = 6
 } ztrt_hyper_id;
+
+// What a swap moves (the KIND argument of ztrt_swap_in / ztrt_swap_out).
+typedef enum ztrt_swap_kind {
+  ZTRT_SWAP_STATE = 0,
+  ZTRT_SWAP_PARAM = 1
+} ztrt_swap_kind;
 
 // Element types of tensor buffers (the DTYPE argument of kernels and
 // collectives): stored as such, computed in float.

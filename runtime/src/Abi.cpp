@@ -367,7 +367,12 @@ void *ztrt_arena(ztrt_ctx *ctx, int64_t index, int64_t bytes,
 
 void *ztrt_param(ztrt_ctx *ctx, int64_t index) {
   backendOf(ctx, "param");
-  return binding("param", ctx->params, index, "parameter");
+  void *ptr = binding("param", ctx->params, index, "parameter");
+  if (!ptr)
+    fatal("param: parameter %lld lives on nvme: the step reaches it "
+          "through its swap buffer (ztrt_swap_in), not ztrt_param",
+          static_cast<long long>(index));
+  return ptr;
 }
 
 void *ztrt_state(ztrt_ctx *ctx, int64_t index) {
@@ -380,27 +385,36 @@ void *ztrt_state(ztrt_ctx *ctx, int64_t index) {
   return ptr;
 }
 
-/// The swap file of nvme-resident state `index` (fatal otherwise).
-static int swapFileOf(ztrt_ctx *ctx, const char *op, int64_t index,
-                      const void *buffer) {
-  if (index < 0 || index >= static_cast<int64_t>(ctx->states.size()))
-    fatal("%s: optimizer state index %lld out of range [0, %zu)", op,
-          static_cast<long long>(index), ctx->states.size());
+/// The swap file and its bytes of nvme-resident tensor `index` of `kind`
+/// (fatal otherwise).
+static std::pair<int, int64_t> swapFileOf(ztrt_ctx *ctx, const char *op,
+                                          int32_t kind, int64_t index,
+                                          const void *buffer) {
+  if (kind != ZTRT_SWAP_STATE && kind != ZTRT_SWAP_PARAM)
+    fatal("%s: unknown swap kind %d (%d: optimizer state, %d: parameter)", op,
+          kind, ZTRT_SWAP_STATE, ZTRT_SWAP_PARAM);
+  const bool param = kind == ZTRT_SWAP_PARAM;
+  const char *what = param ? "parameter" : "optimizer state";
+  const size_t count = param ? ctx->params.size() : ctx->states.size();
+  if (index < 0 || index >= static_cast<int64_t>(count))
+    fatal("%s: %s index %lld out of range [0, %zu)", op, what,
+          static_cast<long long>(index), count);
   size_t i = static_cast<size_t>(index);
-  if (!ctx->swap || i >= ctx->stateFiles.size() || ctx->stateFiles[i] < 0)
-    fatal("%s: optimizer state %lld does not live on nvme (its descriptor "
-          "record has no `space nvme`)",
-          op, static_cast<long long>(index));
+  const std::vector<int> &files = param ? ctx->paramFiles : ctx->stateFiles;
+  if (!ctx->swap || i >= files.size() || files[i] < 0)
+    fatal("%s: %s %lld does not live on nvme (its descriptor record has no "
+          "`space nvme`)",
+          op, what, static_cast<long long>(index));
   if (!buffer || reinterpret_cast<uintptr_t>(buffer) %
                      ztrt::SwapSpace::kAlignment)
     fatal("%s: the swap buffer %p is not 4096-byte aligned", op, buffer);
-  return ctx->stateFiles[i];
+  return {files[i], (param ? ctx->paramFileBytes : ctx->stateFileBytes)[i]};
 }
 
-int64_t ztrt_swap_in(ztrt_ctx *ctx, int64_t index, void *buffer) {
+int64_t ztrt_swap_in(ztrt_ctx *ctx, int32_t kind, int64_t index,
+                     void *buffer) {
   backendOf(ctx, "swap_in");
-  int file = swapFileOf(ctx, "swap_in", index, buffer);
-  int64_t bytes = ctx->stateFileBytes[static_cast<size_t>(index)];
+  auto [file, bytes] = swapFileOf(ctx, "swap_in", kind, index, buffer);
   ++ctx->offload.reads;
   ctx->offload.readBytes += bytes;
   auto begin = ztrt::Clock::now();
@@ -409,10 +423,10 @@ int64_t ztrt_swap_in(ztrt_ctx *ctx, int64_t index, void *buffer) {
   return ticket;
 }
 
-int64_t ztrt_swap_out(ztrt_ctx *ctx, int64_t index, const void *buffer) {
+int64_t ztrt_swap_out(ztrt_ctx *ctx, int32_t kind, int64_t index,
+                      const void *buffer) {
   backendOf(ctx, "swap_out");
-  int file = swapFileOf(ctx, "swap_out", index, buffer);
-  int64_t bytes = ctx->stateFileBytes[static_cast<size_t>(index)];
+  auto [file, bytes] = swapFileOf(ctx, "swap_out", kind, index, buffer);
   ++ctx->offload.writes;
   ctx->offload.writeBytes += bytes;
   auto begin = ztrt::Clock::now();

@@ -332,9 +332,12 @@ void saveCheckpoint(ztrt_ctx &ctx, const Descriptor &desc,
   for (size_t i = 0; i < specs.size(); ++i) {
     const StoredTensorSpec &spec = specs[i].spec;
     host.emplace_back(static_cast<size_t>(spec.storeBytes));
-    if (specs[i].kind == CheckpointTensor::Kind::State) // maybe on nvme
+    // States and parameters may live on nvme.
+    if (specs[i].kind == CheckpointTensor::Kind::State)
       ctx.stateToHost(i - ctx.params.size(), host.back().data(),
                       spec.storeBytes);
+    else if (specs[i].kind == CheckpointTensor::Kind::Param)
+      ctx.paramToHost(i, host.back().data(), spec.storeBytes);
     else
       backend.copyToHost(host.back().data(), storage[i], spec.storeBytes);
     mine.push_back(crc32c(host.back().data(), host.back().size()));
@@ -719,11 +722,13 @@ void checkResumable(const CheckpointIndex &index, const Descriptor &desc,
 }
 
 /// Puts checkpoint tensor `i` (storeBytes of `host`) into its storage:
-/// device memory, or an nvme-resident state's swap file.
+/// device memory, or an nvme-resident tensor's swap file.
 static void storeTensor(ztrt_ctx &ctx, const CheckpointTensor &tensor,
                         void *storage, size_t i, const void *host) {
   if (tensor.kind == CheckpointTensor::Kind::State)
     ctx.stateFromHost(i - ctx.params.size(), host, tensor.spec.storeBytes);
+  else if (tensor.kind == CheckpointTensor::Kind::Param)
+    ctx.paramFromHost(i, host, tensor.spec.storeBytes);
   else
     ctx.backend().copyFromHost(storage, host, tensor.spec.storeBytes);
 }

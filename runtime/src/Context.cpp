@@ -328,26 +328,45 @@ std::string ztrt::hyperProblem(int id, double v) {
   return r.maxOpen ? "must be in [0, 1)" : "must be in [0, 1]";
 }
 
+namespace {
+/// Reads / writes `bytes` of a tensor's swap file (whole blocks through an
+/// aligned staging buffer, synchronously).
+void fileToHost(ztrt::SwapSpace &swap, int file, int64_t fileBytes,
+                void *host, int64_t bytes) {
+  void *staging = ztrt::SwapSpace::allocate(fileBytes);
+  swap.wait(swap.read(file, staging, fileBytes, 0));
+  std::memcpy(host, staging, static_cast<size_t>(bytes));
+  std::free(staging);
+}
+void fileFromHost(ztrt::SwapSpace &swap, int file, int64_t fileBytes,
+                  const void *host, int64_t bytes) {
+  void *staging = ztrt::SwapSpace::allocate(fileBytes); // zeroed past bytes
+  std::memcpy(staging, host, static_cast<size_t>(bytes));
+  swap.wait(swap.write(file, staging, fileBytes, 0));
+  std::free(staging);
+}
+} // namespace
+
 void ztrt_ctx::stateToHost(size_t i, void *host, int64_t bytes) {
-  if (i < stateFiles.size() && stateFiles[i] >= 0) {
-    int64_t fileBytes = stateFileBytes[i];
-    void *staging = ztrt::SwapSpace::allocate(fileBytes);
-    swap->wait(swap->read(stateFiles[i], staging, fileBytes, 0));
-    std::memcpy(host, staging, static_cast<size_t>(bytes));
-    std::free(staging);
-    return;
-  }
+  if (i < stateFiles.size() && stateFiles[i] >= 0)
+    return fileToHost(*swap, stateFiles[i], stateFileBytes[i], host, bytes);
   impl->copyToHost(host, states[i], bytes);
 }
 
 void ztrt_ctx::stateFromHost(size_t i, const void *host, int64_t bytes) {
-  if (i < stateFiles.size() && stateFiles[i] >= 0) {
-    int64_t fileBytes = stateFileBytes[i];
-    void *staging = ztrt::SwapSpace::allocate(fileBytes); // zeroed past bytes
-    std::memcpy(staging, host, static_cast<size_t>(bytes));
-    swap->wait(swap->write(stateFiles[i], staging, fileBytes, 0));
-    std::free(staging);
-    return;
-  }
+  if (i < stateFiles.size() && stateFiles[i] >= 0)
+    return fileFromHost(*swap, stateFiles[i], stateFileBytes[i], host, bytes);
   impl->copyFromHost(states[i], host, bytes);
+}
+
+void ztrt_ctx::paramToHost(size_t i, void *host, int64_t bytes) {
+  if (i < paramFiles.size() && paramFiles[i] >= 0)
+    return fileToHost(*swap, paramFiles[i], paramFileBytes[i], host, bytes);
+  impl->copyToHost(host, params[i], bytes);
+}
+
+void ztrt_ctx::paramFromHost(size_t i, const void *host, int64_t bytes) {
+  if (i < paramFiles.size() && paramFiles[i] >= 0)
+    return fileFromHost(*swap, paramFiles[i], paramFileBytes[i], host, bytes);
+  impl->copyFromHost(params[i], host, bytes);
 }

@@ -181,8 +181,8 @@ struct ztrt_ctx {
   std::unique_ptr<ztrt::SwapSpace> swap;
   /// Per state: its swap file (-1: not on nvme), and the file's bytes
   /// (the state's storage rounded up to 4096).
-  std::vector<int> stateFiles;
-  std::vector<int64_t> stateFileBytes;
+  std::vector<int> stateFiles, paramFiles;
+  std::vector<int64_t> stateFileBytes, paramFileBytes;
   ztrt::OffloadStats offload;
   /// Swaps in flight, by ticket: when issued, which state, which way (for
   /// the trace's I/O track).
@@ -197,6 +197,9 @@ struct ztrt_ctx {
   /// through its swap file (initialisation and checkpoints).
   void stateToHost(size_t i, void *host, int64_t bytes);
   void stateFromHost(size_t i, const void *host, int64_t bytes);
+  /// The same for parameter `i`'s storage (its shard at stage 3).
+  void paramToHost(size_t i, void *host, int64_t bytes);
+  void paramFromHost(size_t i, const void *host, int64_t bytes);
 
   /// The step's arenas (ztrt_arena), by index: pointer and size.
   std::vector<std::pair<void *, int64_t>> arenas;

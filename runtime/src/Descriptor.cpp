@@ -364,7 +364,7 @@ Descriptor parseDescriptor(const char *text) {
       p.keyword("init");
       spec.init = p.initKind(false);
       spec.scale = p.number("init scale");
-      p.storage(spec);
+      p.storage(spec, &spec.space);
       if (spec.type == ElemType::I32 &&
           (spec.init == InitKind::Normal || spec.init == InitKind::Uniform))
         p.error("i32 parameter '" + spec.name + "' cannot have a random init");
@@ -561,7 +561,8 @@ Descriptor parseDescriptor(const char *text) {
 PlannedBytes plannedBytes(const Descriptor &desc) {
   PlannedBytes planned;
   for (const ParamSpec &spec : desc.params)
-    planned.modelStates += spec.storeBytes;
+    if (spec.space != MemorySpace::Nvme) // in its swap file
+      planned.modelStates += spec.storeBytes;
   for (const StateSpec &spec : desc.states)
     if (spec.space != MemorySpace::Nvme) // in its swap file, not in memory
       planned.modelStates += spec.storeBytes;

@@ -67,9 +67,15 @@ struct StorageSlice {
   int64_t count = 0;
 };
 
+/// Where a parameter or state lives between steps (the record's `space`,
+/// zero-offload): device memory, host memory, or a file of the rank's swap
+/// directory.
+enum class MemorySpace { Device, Host, Nvme };
+
 /// A tensor that lives in per-rank storage (parameters and states; inputs
 /// are always whole per-rank buffers).
 struct StoredTensorSpec : TensorSpec {
+  MemorySpace space = MemorySpace::Device;
   StoreMode store = StoreMode::Full;
   /// Elements each rank stores (E); numel when the record has no suffix.
   int64_t storeElems = 1;
@@ -107,13 +113,8 @@ struct BufferSpec : StoredTensorSpec {
   double scale = 0.0;
 };
 
-/// Where a state lives between steps (the record's `space`, zero-offload):
-/// device memory, host memory, or a file of the rank's swap directory.
-enum class MemorySpace { Device, Host, Nvme };
-
 struct StateSpec : StoredTensorSpec {
   std::string of;
-  MemorySpace space = MemorySpace::Device;
   int64_t paramIndex = -1;
   /// `of <param> master`: the f32 master copy of a bf16 / f16 parameter
   /// (same shape), initialised with the parameter's f32 init values rather

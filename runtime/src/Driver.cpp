@@ -491,7 +491,7 @@ void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
       const ParamSpec &spec = desc.params[i];
       std::vector<char> host(static_cast<size_t>(spec.storeBytes));
       initParameterStorage(spec, opts.seed, rank, host.data());
-      backend.copyFromHost(ctx.params[i], host.data(), spec.storeBytes);
+      ctx.paramFromHost(i, host.data(), spec.storeBytes);
       if (const StateSpec *master = masterOf(spec)) {
         std::vector<char> wide(static_cast<size_t>(master->storeBytes));
         initMasterStorage(*master, spec, opts.seed, rank, wide.data());
@@ -516,7 +516,7 @@ void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
         loadInitTensor(spec, master, *tensor, rank, host.data(), wide.data());
     if (!problem.empty())
       fatal("--init '%s': %s", path, problem.c_str());
-    backend.copyFromHost(ctx.params[i], host.data(), spec.storeBytes);
+    ctx.paramFromHost(i, host.data(), spec.storeBytes);
     if (master)
       ctx.stateFromHost(static_cast<size_t>(spec.masterIndex), wide.data(),
                         master->storeBytes);
@@ -536,10 +536,19 @@ void setUpOffload(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts,
       nvmeBytes += SwapSpace::roundUp(spec.storeBytes);
     host |= spec.space == MemorySpace::Host;
   }
+  for (const ParamSpec &spec : desc.params) {
+    if (spec.space == MemorySpace::Host)
+      refuse("descriptor: parameter '%s' is placed in host memory, which "
+             "this runtime does not implement (nvme is)",
+             spec.name.c_str());
+    if (spec.space == MemorySpace::Nvme)
+      nvmeBytes += SwapSpace::roundUp(spec.storeBytes);
+  }
   if ((host || nvmeBytes) && opts.backend != "cpu")
-    refuse("this model keeps optimizer states in %s memory "
-           "(--offload-optimizer); the %s backend cannot run such plans yet, "
-           "the cpu backend can (docs/offload.md)",
+    refuse("this model keeps %s in %s memory (--offload-optimizer, "
+           "--offload-param); the %s backend cannot run such plans yet, the "
+           "cpu backend can (docs/offload.md)",
+           nvmeBytes ? "model states" : "optimizer states",
            nvmeBytes ? "nvme" : "host", opts.backend.c_str());
   if (host && rank == 0)
     warning("--offload-optimizer=cpu: on the cpu backend host memory is the "
@@ -548,18 +557,29 @@ void setUpOffload(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts,
             "host_optimizer_states)");
   ctx.stateFiles.assign(desc.states.size(), -1);
   ctx.stateFileBytes.assign(desc.states.size(), 0);
+  ctx.paramFiles.assign(desc.params.size(), -1);
+  ctx.paramFileBytes.assign(desc.params.size(), 0);
   if (!nvmeBytes) {
     if (!opts.nvmePath.empty() && rank == 0)
-      warning("--nvme-path: this model keeps no optimizer state on nvme "
-              "(compiled without --offload-optimizer=nvme); ignored");
+      warning("--nvme-path: this model keeps nothing on nvme (compiled "
+              "without --offload-optimizer=nvme or --offload-param=nvme); "
+              "ignored");
     return;
   }
   if (opts.nvmePath.empty())
-    refuse("this model keeps its optimizer states on nvme "
-           "(--offload-optimizer=nvme, %s per rank): give --nvme-path DIR, "
-           "a directory on a fast local disk",
+    refuse("this model keeps its %s on nvme (--offload-%s=nvme, %s per "
+           "rank): give --nvme-path DIR, a directory on a fast local disk",
+           host ? "optimizer states" : "model states",
+           host ? "optimizer" : "optimizer/param",
            formatBytes(static_cast<uint64_t>(nvmeBytes)).c_str());
   ctx.swap = std::make_unique<SwapSpace>(opts.nvmePath, rank, nvmeBytes);
+  for (size_t i = 0; i < desc.params.size(); ++i) {
+    const ParamSpec &spec = desc.params[i];
+    if (spec.space != MemorySpace::Nvme)
+      continue;
+    ctx.paramFileBytes[i] = SwapSpace::roundUp(spec.storeBytes);
+    ctx.paramFiles[i] = ctx.swap->createFile(spec.name, spec.storeBytes);
+  }
   for (size_t i = 0; i < desc.states.size(); ++i) {
     const StateSpec &spec = desc.states[i];
     if (spec.space != MemorySpace::Nvme)
@@ -583,11 +603,15 @@ void saveParams(ztrt_ctx &ctx, const Descriptor &desc,
     const ParamSpec &spec = desc.params[i];
     if (spec.store == StoreMode::Full) {
       // The tensor is the first numel elements; the padding stays behind.
-      if (root)
-        host.push_back(toHost(backend, ctx.params[i], spec.bytes));
+      if (root) {
+        host.emplace_back(static_cast<size_t>(spec.storeBytes));
+        ctx.paramToHost(i, host.back().data(), spec.storeBytes);
+        host.back().resize(static_cast<size_t>(spec.bytes));
+      }
       continue;
     }
-    std::vector<char> shard = toHost(backend, ctx.params[i], spec.storeBytes);
+    std::vector<char> shard(static_cast<size_t>(spec.storeBytes));
+    ctx.paramToHost(i, shard.data(), spec.storeBytes);
     std::vector<char> all(root ? static_cast<size_t>(comm.count()) *
                                      static_cast<size_t>(spec.storeBytes)
                                : 0);
@@ -1268,10 +1292,13 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
 
   // Parameters and states take their per-rank storage (E elements), which
   // is what the compiler's memory prediction counts.
-  for (const ParamSpec &spec : desc.params)
-    ctx.params.push_back(ctx.allocate(spec.storeBytes, ZTRT_CAT_PARAMETERS,
-                                      ("param '" + spec.name + "'").c_str()));
   setUpOffload(ctx, desc, opts, rank);
+  for (const ParamSpec &spec : desc.params)
+    ctx.params.push_back(
+        spec.space == MemorySpace::Nvme // in its swap file
+            ? nullptr
+            : ctx.allocate(spec.storeBytes, ZTRT_CAT_PARAMETERS,
+                           ("param '" + spec.name + "'").c_str()));
   for (size_t i = 0; i < desc.states.size(); ++i) {
     const StateSpec &spec = desc.states[i];
     std::vector<char> zeros(static_cast<size_t>(spec.storeBytes), 0);

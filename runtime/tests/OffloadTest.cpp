@@ -102,12 +102,12 @@ TEST(OffloadTest, SwapEntryPointsMoveWholeFilesThroughTheStepsBuffer) {
   void *buffer = ctx->allocate(SwapSpace::roundUp(4 * n),
                                ZTRT_CAT_SWAP_BUFFERS, "test");
   ASSERT_EQ(reinterpret_cast<uintptr_t>(buffer) % 4096, 0u);
-  ztrt_swap_wait(ctx.get(), ztrt_swap_in(ctx.get(), 0, buffer));
+  ztrt_swap_wait(ctx.get(), ztrt_swap_in(ctx.get(), ZTRT_SWAP_STATE, 0, buffer));
   float *m = static_cast<float *>(buffer);
   EXPECT_EQ(std::memcmp(m, values.data(), 4 * n), 0);
   for (int64_t i = 0; i < n; ++i)
     m[i] = 2.0f * m[i] + 1.0f; // an "update" in the buffer
-  ztrt_swap_wait(ctx.get(), ztrt_swap_out(ctx.get(), 0, buffer));
+  ztrt_swap_wait(ctx.get(), ztrt_swap_out(ctx.get(), ZTRT_SWAP_STATE, 0, buffer));
   std::vector<float> back(n);
   ctx->stateToHost(0, back.data(), 4 * n);
   for (int64_t i = 0; i < n; ++i)
@@ -127,10 +127,10 @@ TEST(OffloadTest, MisuseIsOneLine) {
   TempDir dir;
   auto ctx = swappedContext(dir, {100});
   void *buffer = SwapSpace::allocate(4096);
-  EXPECT_EXIT(ztrt_swap_in(ctx.get(), 3, buffer), ::testing::ExitedWithCode(1),
+  EXPECT_EXIT(ztrt_swap_in(ctx.get(), ZTRT_SWAP_STATE, 3, buffer), ::testing::ExitedWithCode(1),
               "^ztrain: error: swap_in: optimizer state index 3 out of range "
               "\\[0, 1\\)\n$");
-  EXPECT_EXIT(ztrt_swap_out(ctx.get(), 0, static_cast<char *>(buffer) + 64),
+  EXPECT_EXIT(ztrt_swap_out(ctx.get(), ZTRT_SWAP_STATE, 0, static_cast<char *>(buffer) + 64),
               ::testing::ExitedWithCode(1),
               "swap_out: the swap buffer 0x[0-9a-f]+ is not 4096-byte aligned");
   EXPECT_EXIT(ztrt_state(ctx.get(), 0), ::testing::ExitedWithCode(1),
@@ -143,7 +143,7 @@ TEST(OffloadTest, MisuseIsOneLine) {
   float m[4] = {};
   plain->states.push_back(m);
   alignas(4096) static char page[4096];
-  EXPECT_EXIT(ztrt_swap_in(plain.get(), 0, page), ::testing::ExitedWithCode(1),
+  EXPECT_EXIT(ztrt_swap_in(plain.get(), ZTRT_SWAP_STATE, 0, page), ::testing::ExitedWithCode(1),
               "swap_in: optimizer state 0 does not live on nvme");
   EXPECT_EXIT(ztrt_swap_wait(plain.get(), 1), ::testing::ExitedWithCode(1),
               "swap_wait: no state lives on nvme in this run");

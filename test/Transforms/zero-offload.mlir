@@ -101,7 +101,8 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // REPORT-NEXT: "swap_buffers": 24576
 // REPORT-NEXT: },
 // REPORT-NEXT: "nvme": {
-// REPORT-NEXT: "optimizer_states": 24576
+// REPORT-NEXT: "optimizer_states": 24576,
+// REPORT-NEXT: "parameters": 0
 // REPORT-NEXT: },
 // REPORT-NEXT: "transfers_per_step": {
 // REPORT-NEXT: "host_to_nvme": 24576,

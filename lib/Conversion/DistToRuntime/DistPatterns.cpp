@@ -281,8 +281,16 @@ struct AllReduceStartPattern : OpRuntimePattern<AllReduceStartOp> {
   }
 };
 
-/// An nvme state comes into its swap buffer (plan-memory's slot); from
-/// here on the state's reads and writes use that buffer.
+/// The kind and descriptor index of a swapped tensor (ztrt_swap_in's).
+std::pair<Value, Value> swapTarget(StepLowering &s, StringRef name) {
+  auto it = s.stateIndex.find(name);
+  if (it != s.stateIndex.end())
+    return {s.rt.i32(ZTRT_SWAP_STATE), s.rt.i64(it->second)};
+  return {s.rt.i32(ZTRT_SWAP_PARAM), s.rt.i64(s.paramIndexOf(name))};
+}
+
+/// An nvme tensor comes into its swap buffer (plan-memory's slot); from
+/// here on the tensor's reads and writes use that buffer.
 struct SwapInStartPattern : OpRuntimePattern<SwapInStartOp> {
   LogicalResult lower(SwapInStartOp op, StepLowering &s) const override {
     if (!s.planned()) // an unplanned buffer would be allocated every step
@@ -291,9 +299,12 @@ struct SwapInStartPattern : OpRuntimePattern<SwapInStartOp> {
                 "right before lower-to-runtime";
     Value buffer = s.stagingBuffer(op, 0, 0);
     StringRef name = op.getState();
-    s.swapBuffers[name] = buffer;
-    Value ticket =
-        s.rt.call("swap_in", {s.rt.i64(s.stateIndex.lookup(name)), buffer});
+    if (!s.swapBuffers.try_emplace(name, buffer).second)
+      return op.emitOpError() << "brings @" << name
+                              << " in while an earlier swap buffer of it "
+                                 "is still live";
+    auto [kind, index] = swapTarget(s, name);
+    Value ticket = s.rt.call("swap_in", {kind, index, buffer});
     s.pending[op.getToken()] = StepLowering::Pending{ticket, {}, {}, {}};
     return success();
   }
@@ -306,10 +317,20 @@ struct SwapOutStartPattern : OpRuntimePattern<SwapOutStartOp> {
     if (it == s.swapBuffers.end())
       return op.emitOpError() << "writes back @" << name
                               << ", which no dist.swap_in_start brought in";
-    Value ticket = s.rt.call(
-        "swap_out", {s.rt.i64(s.stateIndex.lookup(name)), it->second});
+    auto [kind, index] = swapTarget(s, name);
+    Value ticket = s.rt.call("swap_out", {kind, index, it->second});
     s.swapBuffers.erase(it);
     s.pending[op.getToken()] = StepLowering::Pending{ticket, {}, {}, {}};
+    return success();
+  }
+};
+
+/// A buffer only read: nothing to write; the plan frees its slot here.
+struct SwapReleasePattern : OpRuntimePattern<SwapReleaseOp> {
+  LogicalResult lower(SwapReleaseOp op, StepLowering &s) const override {
+    if (!s.swapBuffers.erase(op.getState()))
+      return op.emitOpError() << "releases @" << op.getState()
+                              << ", which no dist.swap_in_start brought in";
     return success();
   }
 };
@@ -410,6 +431,7 @@ void ztrain::populateDistToRuntimePatterns(RuntimePatternList &patterns) {
   patterns.push_back(std::make_unique<AllReduceStartPattern>());
   patterns.push_back(std::make_unique<SwapInStartPattern>());
   patterns.push_back(std::make_unique<SwapOutStartPattern>());
+  patterns.push_back(std::make_unique<SwapReleasePattern>());
   patterns.push_back(std::make_unique<WaitPattern>());
   patterns.push_back(std::make_unique<TilePattern<AssembleTilesOp>>());
   patterns.push_back(std::make_unique<TilePattern<ExtractTileOp>>());

@@ -176,6 +176,10 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
                                     ? param.getScaleAttr().getValueAsDouble()
                                     : 0.0);
     appendStorage(os, storageOf(param, param.getType()));
+    if (auto space =
+            param->getAttrOfType<dist::MemorySpaceAttr>(dist::kSpaceAttr);
+        space && space.getValue() != dist::MemorySpace::device)
+      os << " space " << dist::stringifyMemorySpace(space.getValue());
     os << '\n';
   }
   // The gradient buffer's type is the one the update consumes: the

@@ -119,6 +119,9 @@ Value StepLowering::stagingBuffer(Operation *start, unsigned index,
 }
 
 Value StepLowering::param(StringRef name) {
+  auto swapped = swapBuffers.find(name);
+  if (swapped != swapBuffers.end())
+    return swapped->second;
   return rt.call("param", {rt.i64(paramIndex.lookup(name))});
 }
 

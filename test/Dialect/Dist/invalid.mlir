@@ -252,7 +252,20 @@ func.func @f() {
 
 train.param @w : tensor<4xf32> init(zeros)
 func.func @f() {
-  // expected-error @+1 {{'dist.swap_in_start' op names @w, which is not a train.state}}
+  // expected-error @+1 {{'dist.swap_in_start' op names @g, which is not a train.state or train.param}}
+  %u = dist.swap_in_start @g
+  dist.wait %u
+  return
+}
+func.func @g() {
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+func.func @f() {
+  // expected-error @+1 {{'dist.swap_in_start' op swaps @w, which does not live on nvme (its dist.space is device)}}
   %t = dist.swap_in_start @w
   dist.wait %t
   return
@@ -271,8 +284,13 @@ func.func @f() {
 
 // -----
 
-// expected-error @+1 {{'train.param' op 'dist.space' is only placed on train.state (optimizer states; parameters stay on the device)}}
-train.param @w : tensor<4xf32> init(zeros) {dist.space = #dist.space<nvme>}
+func.func @f() {
+  // expected-error @+1 {{'func.func' op 'dist.space' is only placed on train.state and train.param}}
+  func.func @g() attributes {dist.space = #dist.space<nvme>} {
+    return
+  }
+  return
+}
 
 // -----
 

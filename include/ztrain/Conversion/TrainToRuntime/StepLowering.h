@@ -166,8 +166,13 @@ public:
   // --- Offload (zero-offload) -------------------------------------------------
   /// The index of a train.state in the descriptor (ztrt_state, ztrt_swap_*).
   llvm::StringMap<int64_t> stateIndex;
-  /// The swap buffer of each nvme state between its dist.swap_in_start
-  /// and its dist.swap_out_start: what state() returns for it.
+  /// The index of a train.param in the descriptor (ztrt_param, ztrt_swap_*).
+  int64_t paramIndexOf(llvm::StringRef name) const {
+    return paramIndex.lookup(name);
+  }
+  /// The swap buffer of each nvme tensor between its dist.swap_in_start
+  /// and its dist.swap_out_start or dist.swap_release: what state() and
+  /// param() return for it.
   llvm::StringMap<mlir::Value> swapBuffers;
 
   /// After `op` is lowered: report the loss if `op` made it, free the

@@ -43,11 +43,10 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
       return op->emitOpError()
              << "'" << kSpaceAttr << "' must be a #dist.space (device, host "
              << "or nvme), got " << attr.getValue();
-    if (!isa<train::StateOp>(op))
+    if (!isa<train::StateOp, train::ParamOp>(op))
       return op->emitOpError()
              << "'" << kSpaceAttr
-             << "' is only placed on train.state (optimizer states; "
-                "parameters stay on the device)";
+             << "' is only placed on train.state and train.param";
   }
   return success();
 }
@@ -557,15 +556,14 @@ LogicalResult ReleaseOp::verify() {
   return success();
 }
 
-/// A swap names a train.state that lives on nvme.
+/// A swap names a train.state or train.param that lives on nvme.
 static LogicalResult verifySwappedState(Operation *op, FlatSymbolRefAttr name,
                                         SymbolTableCollection &symbols) {
-  auto state =
-      symbols.lookupNearestSymbolFrom<train::StateOp>(op, name);
-  if (!state)
+  Operation *target = symbols.lookupNearestSymbolFrom(op, name);
+  if (!isa_and_nonnull<train::StateOp, train::ParamOp>(target))
     return op->emitOpError() << "names " << name
-                             << ", which is not a train.state";
-  auto space = state->getAttrOfType<MemorySpaceAttr>(kSpaceAttr);
+                             << ", which is not a train.state or train.param";
+  auto space = target->getAttrOfType<MemorySpaceAttr>(kSpaceAttr);
   if (!space || space.getValue() != MemorySpace::nvme)
     return op->emitOpError() << "swaps " << name
                              << ", which does not live on nvme (its "
@@ -583,6 +581,11 @@ SwapInStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
 
 LogicalResult
 SwapOutStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifySwappedState(*this, getStateAttr(), symbols);
+}
+
+LogicalResult
+SwapReleaseOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return verifySwappedState(*this, getStateAttr(), symbols);
 }
 

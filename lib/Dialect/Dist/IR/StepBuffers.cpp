@@ -101,6 +101,21 @@ unsigned StepBuffers::lastUse(Value rootValue) const {
 
 static int64_t bytesOf(Type type) { return tensorBytes(type); }
 
+int64_t ztrain::dist::swapBufferBytes(Operation *from, FlatSymbolRefAttr name,
+                                      int64_t stage, int64_t gridSize) {
+  Operation *symbol = SymbolTable::lookupNearestSymbolFrom(from, name);
+  Type type;
+  if (auto state = dyn_cast_or_null<train::StateOp>(symbol))
+    type = state.getType();
+  else if (auto param = dyn_cast_or_null<train::ParamOp>(symbol))
+    type = param.getType();
+  else
+    return 0;
+  auto tensor = cast<RankedTensorType>(type);
+  return swapBytes(getStateStorage(symbol, tensor, stage, gridSize).elements *
+                   elementBytes(tensor));
+}
+
 std::vector<StepBuffers::Buffer> StepBuffers::list(int64_t gridSize) const {
   std::vector<Buffer> out;
   // Swap buffers: a state's swap-in start to the wait of its swap-out. The
@@ -113,27 +128,25 @@ std::vector<StepBuffers::Buffer> StepBuffers::list(int64_t gridSize) const {
     stage = zero.getStage();
   for (Operation &op : *body) {
     if (auto in = dyn_cast<SwapInStartOp>(op)) {
-      auto state = SymbolTable::lookupNearestSymbolFrom<train::StateOp>(
-          &op, in.getStateAttr());
-      int64_t bytes = 0;
-      if (state) {
-        auto type = cast<RankedTensorType>(state.getType());
-        bytes = swapBytes(getStateStorage(state, type, stage, gridSize)
-                              .elements *
-                          elementBytes(type));
-      }
-      swappedIn[in.getStateAttr()] = {&op, bytes};
+      swappedIn[in.getStateAttr()] = {
+          &op, swapBufferBytes(&op, in.getStateAttr(), stage, gridSize)};
     }
+    // A swap buffer ends at its write-back's wait, or at its release.
+    FlatSymbolRefAttr ended;
     if (auto wait = dyn_cast<WaitOp>(op))
-      if (auto outStart = dyn_cast<SwapOutStartOp>(wait.getStart())) {
-        auto it = swappedIn.find(outStart.getStateAttr());
-        if (it != swappedIn.end()) {
-          out.push_back({Buffer::Swap, it->second.second,
-                         positions.lookup(it->second.first),
-                         positions.lookup(&op), it->second.first, 0});
-          swappedIn.erase(it);
-        }
+      if (auto outStart = dyn_cast<SwapOutStartOp>(wait.getStart()))
+        ended = outStart.getStateAttr();
+    if (auto release = dyn_cast<SwapReleaseOp>(op))
+      ended = release.getStateAttr();
+    if (ended) {
+      auto it = swappedIn.find(ended);
+      if (it != swappedIn.end()) {
+        out.push_back({Buffer::Swap, it->second.second,
+                       positions.lookup(it->second.first),
+                       positions.lookup(&op), it->second.first, 0});
+        swappedIn.erase(it);
       }
+    }
   }
   for (Operation &op : *body) {
     if (isa<train::ParamReadOp, train::BufferReadOp>(op))

@@ -30,12 +30,27 @@ namespace {
 struct ZeroOffloadPass : public dist::impl::ZeroOffloadBase<ZeroOffloadPass> {
   using ZeroOffloadBase::ZeroOffloadBase;
   void runOnOperation() override;
+  LogicalResult scheduleSwaps(func::FuncOp fn,
+                              const llvm::DenseSet<StringAttr> &onNvme);
 };
 
-/// An optimizer update and the nvme states it reads and writes.
-struct Update {
+/// An op that needs nvme-resident tensors in host buffers: an optimizer
+/// update (its states and, at stage 3, its parameter shard: written) or a
+/// stage-3 parameter gather (the shard: read only).
+struct Use {
   Operation *op;
-  SmallVector<FlatSymbolRefAttr> states;
+  /// Where the tensors' lifetime may end: the update, the synchronous
+  /// gather, or the wait of an asynchronous gather (it reads the shard
+  /// until then).
+  Operation *endAnchor;
+  SmallVector<FlatSymbolRefAttr> tensors;
+  bool dirty;
+  /// 0 before the accumulation boundary (every micro-batch), 1 after.
+  int segment;
+  /// Filled by the scheduling: the tensors swapped in for this use, and
+  /// the tensors whose buffer ends after it (written back when dirty).
+  SmallVector<FlatSymbolRefAttr> ins;
+  SmallVector<std::pair<FlatSymbolRefAttr, bool>> ends;
   SmallVector<Value> inTokens, outTokens;
 };
 } // namespace
@@ -47,15 +62,14 @@ void ZeroOffloadPass::runOnOperation() {
                        << optimizer << "' (expected none, cpu or nvme)";
     return signalPassFailure();
   }
-  if (param != "none") {
-    if (param != "cpu" && param != "nvme")
+  if (param != "none" && param != "nvme") {
+    if (param != "cpu")
       module.emitError() << "zero-offload: unknown parameter placement '"
                          << param << "' (expected none, cpu or nvme)";
     else
       module.emitError()
-          << "zero-offload: param=" << param
-          << " (parameter offload, ZeRO-Infinity at stage 3) is not "
-             "implemented yet; optimizer=cpu|nvme is";
+          << "zero-offload: param=cpu is not implemented yet (on the cpu "
+             "backend host memory is the device's); param=nvme is";
     return signalPassFailure();
   }
   if (bufferCount < 1 || bufferCount > 16) {
@@ -64,104 +78,223 @@ void ZeroOffloadPass::runOnOperation() {
                        << " is out of range (1-16)";
     return signalPassFailure();
   }
-  if (optimizer == "none")
+  if (optimizer == "none" && param == "none")
     return markAllAnalysesPreserved();
 
   func::FuncOp entry = train::getEntryFunction(module);
   if (!entry)
     return signalPassFailure();
-  auto states = llvm::to_vector(module.getOps<train::StateOp>());
-  if (states.empty()) {
-    module.emitError() << "zero-offload: optimizer=" << optimizer
-                       << ", but the step has no optimizer states to place "
-                          "(SGD without momentum keeps none)";
-    return signalPassFailure();
-  }
-  for (train::StateOp state : states)
-    if (state->hasAttr(kSpaceAttr)) {
-      state.emitOpError() << "is already placed (dist.space): zero-offload "
-                             "runs once";
+  MLIRContext *ctx = &getContext();
+  llvm::DenseSet<StringAttr> onNvme;
+  if (param == "nvme") {
+    auto zero = module->getAttrOfType<ZeroAttr>(kZeroAttr);
+    if (!zero || zero.getStage() != 3) {
+      module.emitError()
+          << "zero-offload: param=nvme needs ZeRO stage 3 (parameters "
+             "partitioned at rest and gathered for use), as DeepSpeed's "
+             "offload_param; this step is at stage "
+          << (zero ? zero.getStage() : 0);
       return signalPassFailure();
     }
-  MLIRContext *ctx = &getContext();
-  MemorySpace space =
-      optimizer == "cpu" ? MemorySpace::host : MemorySpace::nvme;
-  for (train::StateOp state : states)
-    state->setAttr(kSpaceAttr, MemorySpaceAttr::get(ctx, space));
-  if (space != MemorySpace::nvme)
+    for (train::ParamOp p : module.getOps<train::ParamOp>()) {
+      if (p->hasAttr(kSpaceAttr)) {
+        p.emitOpError() << "is already placed (dist.space): zero-offload "
+                           "runs once";
+        return signalPassFailure();
+      }
+      p->setAttr(kSpaceAttr, MemorySpaceAttr::get(ctx, MemorySpace::nvme));
+      onNvme.insert(p.getSymNameAttr());
+    }
+  }
+  if (optimizer != "none") {
+    auto states = llvm::to_vector(module.getOps<train::StateOp>());
+    if (states.empty()) {
+      module.emitError() << "zero-offload: optimizer=" << optimizer
+                         << ", but the step has no optimizer states to place "
+                            "(SGD without momentum keeps none)";
+      return signalPassFailure();
+    }
+    for (train::StateOp state : states)
+      if (state->hasAttr(kSpaceAttr)) {
+        state.emitOpError() << "is already placed (dist.space): zero-offload "
+                               "runs once";
+        return signalPassFailure();
+      }
+    MemorySpace space =
+        optimizer == "cpu" ? MemorySpace::host : MemorySpace::nvme;
+    for (train::StateOp state : states) {
+      state->setAttr(kSpaceAttr, MemorySpaceAttr::get(ctx, space));
+      if (space == MemorySpace::nvme)
+        onNvme.insert(state.getSymNameAttr());
+    }
+  }
+  if (onNvme.empty())
     return;
 
-  if (!entry.getBody().hasOneBlock()) {
-    entry.emitError() << "zero-offload needs a single-block step";
-    return signalPassFailure();
-  }
-  Block &body = entry.getBody().front();
-  std::vector<Update> updates;
+  SmallVector<func::FuncOp> fns{entry};
+  llvm::append_range(fns, train::getForwardFunctions(module));
+  for (func::FuncOp fn : fns)
+    if (failed(scheduleSwaps(fn, onNvme)))
+      return signalPassFailure();
+}
+
+/// The swaps of one function (see the pass description): each use's
+/// tensors are read ahead of it, one use early (in the same micro-batch
+/// segment), and end after it: written back if it wrote them, released if
+/// it only read them. A tensor still in its buffer from an earlier use when
+/// a later use would read it again stays there instead (its lifetime grows;
+/// one tensor never has two buffers). Before a read starts, the write-back
+/// of the same tensor and those of the use `buffer-count` back complete;
+/// the remaining write-backs complete before the function returns.
+LogicalResult
+ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
+                               const llvm::DenseSet<StringAttr> &onNvme) {
+  if (!fn.getBody().hasOneBlock())
+    return fn.emitError() << "zero-offload needs a single-block function";
+  Block &body = fn.getBody().front();
+  auto nvme = [&](FlatSymbolRefAttr s) {
+    return s && onNvme.contains(s.getAttr());
+  };
+  std::vector<Use> uses;
   Operation *boundary = nullptr;
   for (Operation &op : body) {
     if (isa<train::AccumulationBoundaryOp>(op))
       boundary = &op;
+    int segment = boundary ? 1 : 0;
+    if (auto read = dyn_cast<train::ParamReadOp>(op);
+        read && nvme(read.getParamAttr()))
+      return read.emitOpError()
+             << "reads @" << read.getParam()
+             << " directly, which param=nvme keeps in a file: at stage 3 "
+                "parameters are read through dist.gather_param";
+    if (auto gather = dyn_cast<GatherParamOp>(op); gather &&
+        nvme(gather.getParamAttr())) {
+      uses.push_back({&op, &op, {gather.getParamAttr()}, false, segment});
+      continue;
+    }
+    if (auto start = dyn_cast<GatherParamStartOp>(op);
+        start && nvme(start.getParamAttr())) {
+      Operation *wait = *start.getToken().getUsers().begin();
+      uses.push_back({&op, wait, {start.getParamAttr()}, false, segment});
+      continue;
+    }
     auto update = dyn_cast<train::OptimizerUpdateOpInterface>(op);
     if (!update)
       continue;
-    Update u{&op, {}, {}, {}};
+    Use u{&op, &op, {}, true, segment};
+    if (nvme(update.getUpdatedParam()))
+      u.tensors.push_back(update.getUpdatedParam());
     for (FlatSymbolRefAttr s : update.getUpdatedStates())
-      if (s)
-        u.states.push_back(s);
-    if (!u.states.empty())
-      updates.push_back(std::move(u));
+      if (nvme(s))
+        u.tensors.push_back(s);
+    if (u.tensors.empty())
+      continue;
+    if (boundary == nullptr && train::getAccumulationBoundary(fn))
+      return op.emitOpError() << "runs before the accumulation boundary: "
+                                 "zero-offload cannot swap its tensors";
+    uses.push_back(std::move(u));
   }
-  if (boundary)
-    for (const Update &u : updates)
-      if (u.op->isBeforeInBlock(boundary)) {
-        u.op->emitOpError() << "runs before the accumulation boundary: "
-                               "zero-offload cannot swap its states";
-        return signalPassFailure();
-      }
 
-  // The swaps, in the order they are issued (see the pass description):
-  // out(k) right after update k; before update k-1 (for k >= 1, or before
-  // update k itself with one buffer), the wait of out(k - D) and in(k); the
-  // first update's reads at the start of the step (after the accumulation
-  // boundary: they belong to the optimizer step, not to every
-  // micro-batch); the waits of in(k) right before update k; the remaining
-  // write-backs' waits before the return.
-  OpBuilder b(ctx);
+  // Where each use's reads are issued: before the previous use of its
+  // segment (before itself with one buffer), or at its segment's start.
   const int64_t D = static_cast<int64_t>(bufferCount);
-  Location loc = entry.getLoc();
-  for (Update &u : updates) {
-    b.setInsertionPointAfter(u.op);
-    for (FlatSymbolRefAttr s : u.states)
-      u.outTokens.push_back(
-          SwapOutStartOp::create(b, u.op->getLoc(), s).getToken());
-  }
-  auto waitAll = [&](ArrayRef<Value> tokens, Location at) {
-    for (Value t : tokens)
-      WaitOp::create(b, at, TypeRange{}, t);
+  auto segmentStart = [&](int segment) {
+    return segment == 1 ? boundary->getNextNode() : &body.front();
   };
-  for (auto [k, u] : llvm::enumerate(updates)) {
-    int64_t ki = static_cast<int64_t>(k);
-    if (ki == 0) {
-      if (boundary)
-        b.setInsertionPointAfter(boundary);
-      else
-        b.setInsertionPointToStart(&body);
-    } else {
-      b.setInsertionPoint(D >= 2 ? updates[k - 1].op : u.op);
-    }
-    if (ki - D >= 0)
-      waitAll(updates[ki - D].outTokens, u.op->getLoc());
-    for (FlatSymbolRefAttr s : u.states)
-      u.inTokens.push_back(
-          SwapInStartOp::create(b, u.op->getLoc(), s).getToken());
-    numSwaps += 2 * u.states.size();
+  std::vector<Operation *> issueAt(uses.size());
+  for (size_t k = 0; k < uses.size(); ++k) {
+    bool first = k == 0 || uses[k - 1].segment != uses[k].segment;
+    issueAt[k] = first     ? segmentStart(uses[k].segment)
+                 : D >= 2 ? uses[k - 1].op
+                          : uses[k].op;
   }
-  for (Update &u : updates) {
+  // Which use's buffer each tensor is in, and whether it was written.
+  llvm::DenseMap<Attribute, std::pair<size_t, bool>> owner;
+  for (size_t k = 0; k < uses.size(); ++k) {
+    for (FlatSymbolRefAttr t : uses[k].tensors) {
+      auto it = owner.find(t);
+      if (it != owner.end()) {
+        Use &prev = uses[it->second.first];
+        // Still in its buffer where this use's read would start: keep it.
+        if (prev.segment == uses[k].segment &&
+            !prev.endAnchor->isBeforeInBlock(issueAt[k])) {
+          it->second = {k, it->second.second || uses[k].dirty};
+          continue;
+        }
+        prev.ends.push_back({t, it->second.second});
+      }
+      uses[k].ins.push_back(t);
+      owner[t] = {k, uses[k].dirty};
+    }
+  }
+  for (auto &[t, own] : owner)
+    uses[own.first].ends.push_back({cast<FlatSymbolRefAttr>(t), own.second});
+
+  // The ops: ends right after their anchor, then reads (with the waits
+  // they need) at their issue points, then the reads' waits right before
+  // each use, then the remaining write-backs' waits before the return.
+  OpBuilder b(fn.getContext());
+  llvm::DenseSet<Value> waited;
+  for (Use &u : uses) {
+    b.setInsertionPointAfter(u.endAnchor);
+    // In symbol order: the schedule is the same whatever the map's order.
+    llvm::sort(u.ends, [](auto &x, auto &y) {
+      return x.first.getValue() < y.first.getValue();
+    });
+    for (auto [t, dirty] : u.ends) {
+      if (dirty) {
+        u.outTokens.push_back(
+            SwapOutStartOp::create(b, u.op->getLoc(), t).getToken());
+      } else {
+        SwapReleaseOp::create(b, u.op->getLoc(), t);
+      }
+    }
+  }
+  auto waitFor = [&](Value token, Location loc) {
+    if (waited.insert(token).second)
+      WaitOp::create(b, loc, TypeRange{}, token);
+  };
+  // The write-back of tensor t by an earlier use, for the reads of t.
+  llvm::DenseMap<Attribute, Value> lastOut;
+  llvm::DenseMap<Operation *, SmallVector<std::pair<Attribute, Value>>>
+      outsOf;
+  for (Use &u : uses) {
+    size_t i = 0;
+    for (auto [t, dirty] : u.ends)
+      if (dirty)
+        outsOf[u.op].push_back({t, u.outTokens[i++]});
+  }
+  for (size_t k = 0; k < uses.size(); ++k) {
+    Use &u = uses[k];
+    // The write-backs of the uses before this one.
+    if (k > 0)
+      for (auto &[t, tok] : outsOf[uses[k - 1].op])
+        lastOut[t] = tok;
+    if (u.ins.empty())
+      continue;
+    b.setInsertionPoint(issueAt[k]);
+    Location loc = u.op->getLoc();
+    for (FlatSymbolRefAttr t : u.ins)
+      if (Value tok = lastOut.lookup(t))
+        if (tok.getDefiningOp()->isBeforeInBlock(issueAt[k]))
+          waitFor(tok, loc);
+    if (static_cast<int64_t>(k) - D >= 0)
+      for (Value tok : uses[k - D].outTokens)
+        if (tok.getDefiningOp()->isBeforeInBlock(issueAt[k]))
+          waitFor(tok, loc);
+    for (FlatSymbolRefAttr t : u.ins) {
+      u.inTokens.push_back(SwapInStartOp::create(b, loc, t).getToken());
+      ++numSwaps;
+    }
+  }
+  for (Use &u : uses) {
     b.setInsertionPoint(u.op);
-    waitAll(u.inTokens, u.op->getLoc());
+    for (Value tok : u.inTokens)
+      waitFor(tok, u.op->getLoc());
   }
   b.setInsertionPoint(body.getTerminator());
-  int64_t n = static_cast<int64_t>(updates.size());
-  for (int64_t k = std::max<int64_t>(0, n - D); k < n; ++k)
-    waitAll(updates[k].outTokens, loc);
+  for (Use &u : uses)
+    for (Value tok : u.outTokens)
+      waitFor(tok, fn.getLoc());
+  return success();
 }

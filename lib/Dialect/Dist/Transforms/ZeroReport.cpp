@@ -54,7 +54,7 @@ struct Report {
   /// in host memory, and in nvme files (whole 4096-byte blocks); the host
   /// buffers nvme states pass through (the swap_buffers arena); the bytes
   /// read from and written to nvme per optimizer step.
-  int64_t hostStates = 0, nvmeStates = 0, swapBuffers = 0;
+  int64_t hostStates = 0, nvmeStates = 0, swapBuffers = 0, nvmeParams = 0;
   int64_t nvmeToHost = 0, hostToNvme = 0;
   int64_t buffers = 0, inputs = 0, activations = 0, communicationBuffers = 0;
   /// Of the activations: gathered parameters allocated at once.
@@ -194,8 +194,13 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
     ++r.paramCount;
     r.paramElements += elements;
     r.paramBytes += full;
-    r.parameters +=
+    int64_t stored =
         getStateStorage(param, param.getTensorType(), r.stage, n).elements * eb;
+    if (auto space = param->getAttrOfType<MemorySpaceAttr>(kSpaceAttr);
+        space && space.getValue() == MemorySpace::nvme)
+      r.nvmeParams += swapBytes(stored);
+    else
+      r.parameters += stored;
     r.gradients += getGradientElements(param, r.stage, n) * gb;
     largestParam = std::max(largestParam, shardOf(elements) * n * gb);
     if (n == 1)
@@ -290,13 +295,7 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
     if (!isa<SwapInStartOp, SwapOutStartOp>(op))
       return;
     auto name = op->getAttrOfType<FlatSymbolRefAttr>("state");
-    auto state = symbols.lookupNearestSymbolFrom<train::StateOp>(op, name);
-    if (!state)
-      return;
-    auto type = cast<RankedTensorType>(state.getType());
-    int64_t bytes = swapBytes(getStateStorage(state, type, r.stage, n)
-                                  .elements *
-                              elementBytes(type));
+    int64_t bytes = swapBufferBytes(op, name, r.stage, n);
     (isa<SwapInStartOp>(op) ? r.nvmeToHost : r.hostToNvme) += bytes;
   });
 
@@ -372,12 +371,14 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
     row("  of which gathered", r.gatheredPeak);
   row("communication buffers", r.communicationBuffers);
   row("predicted peak", r.predictedPeak());
-  if (r.hostStates || r.nvmeStates || r.swapBuffers) {
+  if (r.hostStates || r.nvmeStates || r.swapBuffers || r.nvmeParams) {
     os << "offloaded (zero-offload), per rank: not in the peak above\n";
     if (r.hostStates)
       row("host: optimizer states", r.hostStates);
     if (r.swapBuffers)
       row("host: swap buffers", r.swapBuffers);
+    if (r.nvmeParams)
+      row("nvme: parameters", r.nvmeParams);
     if (r.nvmeStates)
       row("nvme: optimizer states", r.nvmeStates);
     if (r.nvmeToHost || r.hostToNvme) {
@@ -484,7 +485,8 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
        llvm::json::Object{
            {"host", llvm::json::Object{{"optimizer_states", r.hostStates},
                                        {"swap_buffers", r.swapBuffers}}},
-           {"nvme", llvm::json::Object{{"optimizer_states", r.nvmeStates}}},
+           {"nvme", llvm::json::Object{{"parameters", r.nvmeParams},
+                                       {"optimizer_states", r.nvmeStates}}},
            {"transfers_per_step",
             llvm::json::Object{{"nvme_to_host", r.nvmeToHost},
                                {"host_to_nvme", r.hostToNvme}}}}},

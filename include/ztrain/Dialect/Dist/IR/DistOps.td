@@ -319,7 +319,12 @@ def Dist_AllGatherParamStartOp : Dist_StartOp<"all_gather_param_start"> {
 // A swap start issues one tensor's transfer between its nvme file and a
 // host buffer to the rank's I/O engine and returns a token; the matching
 // dist.wait completes it. Like collectives' starts they carry memory
-// effects, so their order is the one zero-offload scheduled.
+// effects, so their order is the one zero-offload scheduled. The swapped
+// tensor is a train.state or a train.param whose dist.space is nvme; one
+// tensor's swap buffers never overlap in time (a swap-in follows the end
+// of the previous one: its swap-out's wait or its release), so every
+// reader of the tensor between a swap-in's wait and its end reads that
+// buffer.
 class Dist_SwapStartOp<string mnemonic>
     : Op<Dist_Dialect, mnemonic, [MemoryEffects<[MemRead, MemWrite]>,
         DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
@@ -329,14 +334,15 @@ class Dist_SwapStartOp<string mnemonic>
 }
 
 def Dist_SwapInStartOp : Dist_SwapStartOp<"swap_in_start"> {
-  let summary = "starts reading an nvme-resident state into a host buffer";
+  let summary = "starts reading an nvme-resident state or parameter into a host buffer";
   let description = [{
     Allocates the state's swap buffer (`plan-memory` places it in the
     `swap_buffers` arena, 4096-byte aligned, its size rounded up to 4096:
     `dist.staging`) and starts reading the state's file into it. From the
-    matching `dist.wait` on, the state's reads and writes (its optimizer
-    update) use that buffer; `dist.swap_out_start` writes it back and its
-    wait frees it.
+    matching `dist.wait` on, the tensor's reads and writes (its optimizer
+    update, a stage-3 parameter's gather) use that buffer;
+    `dist.swap_out_start` writes it back and its wait frees it, or
+    `dist.swap_release` frees it unwritten (it was only read).
 
     ```mlir
     %t = dist.swap_in_start @fc1.weight.exp_avg
@@ -349,15 +355,16 @@ def Dist_SwapInStartOp : Dist_SwapStartOp<"swap_in_start"> {
     ```
 
     **Constraints:**
-    - `@state` names a `train.state` whose `dist.space` is `nvme`.
+    - `@state` names a `train.state` or `train.param` whose `dist.space`
+      is `nvme`.
   }];
 }
 
 def Dist_SwapOutStartOp : Dist_SwapStartOp<"swap_out_start"> {
-  let summary = "starts writing a swapped-in state back to its nvme file";
+  let summary = "starts writing a swapped-in tensor back to its nvme file";
   let description = [{
-    Starts writing the swap buffer of a state that `dist.swap_in_start`
-    brought in back to the state's file; the buffer is freed at the
+    Starts writing the swap buffer of a tensor that `dist.swap_in_start`
+    brought in back to the tensor's file; the buffer is freed at the
     matching `dist.wait`, and must not be read or written before it.
 
     ```mlir
@@ -365,8 +372,33 @@ def Dist_SwapOutStartOp : Dist_SwapStartOp<"swap_out_start"> {
     ```
 
     **Constraints:**
-    - `@state` names a `train.state` whose `dist.space` is `nvme`.
+    - `@state` names a `train.state` or `train.param` whose `dist.space`
+      is `nvme`.
   }];
+}
+
+def Dist_SwapReleaseOp : Op<Dist_Dialect, "swap_release", [
+    MemoryEffects<[MemFree]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "frees a swapped-in tensor's buffer without writing it back";
+  let description = [{
+    Ends the lifetime of the swap buffer `dist.swap_in_start` filled for a
+    tensor that was only read since (a stage-3 parameter's gather): its
+    file still holds the same bytes, so nothing is written.
+
+    ```mlir
+    %t = dist.swap_in_start @fc1.weight
+    dist.wait %t
+    %w = dist.gather_param @fc1.weight on @dp : tensor<128x784xf32>
+    dist.swap_release @fc1.weight
+    ```
+
+    **Constraints:**
+    - `@state` names a `train.state` or `train.param` whose `dist.space`
+      is `nvme`.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$state);
+  let assemblyFormat = "$state attr-dict";
 }
 
 def Dist_WaitOp : Op<Dist_Dialect, "wait", [MemoryEffects<[MemRead, MemWrite]>]> {

@@ -17,6 +17,12 @@
 
 namespace ztrain::dist {
 
+/// The bytes of the swap buffer (and of the nvme file) of train.state or
+/// train.param `name`: its per-rank storage at ZeRO `stage` on `gridSize`
+/// ranks, rounded up to whole 4096-byte blocks; 0 for an unknown symbol.
+int64_t swapBufferBytes(mlir::Operation *from, mlir::FlatSymbolRefAttr name,
+                        int64_t stage, int64_t gridSize);
+
 class StepBuffers {
 public:
   /// Analyzes the single-block step `entry` of a plan for ZeRO `stage`.
