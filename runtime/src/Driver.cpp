@@ -707,6 +707,8 @@ std::string offloadJson(const ztrt_ctx &ctx) {
   int64_t atRest = 0;
   for (int64_t bytes : ctx.stateFileBytes)
     atRest += bytes;
+  for (int64_t bytes : ctx.paramFileBytes)
+    atRest += bytes;
   const OffloadStats &o = ctx.offload;
   return format("{\"nvme_bytes\": %lld, \"reads\": %lld, "
                 "\"read_bytes\": %lld, \"writes\": %lld, "

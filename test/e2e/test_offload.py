@@ -94,6 +94,31 @@ def test_offload_is_bitwise_the_plain_step(model, optimizer, precision, accum, t
     assert parity.report_losses(report)[0] != parity.report_losses(report)[-1]
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_parameters_on_nvme_in_one_process(precision, tmp_path):
+    """ZeRO-Infinity on one rank (stage 3, dp=1): parameters and optimizer
+    states on nvme; training, evaluation and sampling read the parameters
+    through their swap buffers and compute the same bits."""
+    spec = gpt()
+    init, data = inputs(tmp_path, spec, STEPS * spec.batch)
+    nvme = swap_dir(tmp_path)
+    base = ["--zero-stage=3", "--dp=1", f"--precision={precision}"]
+    run = ["--eval-data", data, "--eval-every", "1", "--eval-steps", "1",
+           "--sample-ids", "1,2,3", "--sample-tokens", "5", "--seed", "3"]
+    weights, report = train(tmp_path, spec, "plain", init, data,
+                            parity.OptimizerConfig("adamw"), base, run)
+    got, got_report = train(tmp_path, spec, "infinity", init, data,
+                            parity.OptimizerConfig("adamw"),
+                            [*base, "--offload-optimizer=nvme", "--offload-param=nvme"],
+                            [*run, "--nvme-path", str(nvme)])
+    assert got == weights
+    assert parity.report_losses(got_report).tolist() == parity.report_losses(report).tolist()
+    assert got_report["eval"] == report["eval"]
+    assert got_report["memory"]["parameters"] == 0
+    assert got_report["memory"]["optimizer_states"] == 0
+    assert list(nvme.iterdir()) == []
+
+
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
 @pytest.mark.parametrize("n", [2, 4])
 def test_every_zero_stage_is_bitwise_the_plain_plan(n, tmp_path):
@@ -105,20 +130,23 @@ def test_every_zero_stage_is_bitwise_the_plain_plan(n, tmp_path):
         configs.append((3, ["--overlap", "--prefetch-depth=2", "--bucket-bytes=8192"]))
     for i, (stage, flags) in enumerate(configs):
         saved = {}
-        for offload in ("none", "nvme"):
+        offloads = {"none": [], "nvme": ["--offload-optimizer=nvme"]}
+        if stage == 3:  # ZeRO-Infinity: parameters on nvme too
+            offloads["infinity"] = ["--offload-optimizer=nvme", "--offload-param=nvme"]
+        for offload, offload_flags in offloads.items():
             exe = e2e_util.compile_text(
                 spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
                 name=f"c{i}-{offload}",
-                extra=["--dp", str(n), "--zero-stage", str(stage),
-                       f"--offload-optimizer={offload}", *flags])
+                extra=["--dp", str(n), "--zero-stage", str(stage), *offload_flags, *flags])
             save = tmp_path / f"c{i}-{offload}.safetensors"
             cmd = [exe, "--steps", str(STEPS), "--init", init, "--data", data, "--save", save,
                    "--threads", "1", "--log-every", "0"]
-            if offload == "nvme":
+            if offload_flags:
                 cmd += ["--nvme-path", nvme]
             e2e_util.mpirun(n, cmd)
             saved[offload] = save.read_bytes()
-        assert saved["nvme"] == saved["none"], (stage, flags)
+        for offload in offloads:
+            assert saved[offload] == saved["none"], (stage, flags, offload)
         assert list(nvme.iterdir()) == []
 
 
@@ -144,15 +172,18 @@ def test_report_is_the_truth(stage, n, precision, tmp_path):
     nvme = swap_dir(tmp_path)
     training = f"optimizer=adamw precision={precision}"
     plans = {}
-    for offload in ("none", "cpu", "nvme"):
-        zero = f"stage={stage} dp={n} offload-optimizer={offload}"
+    offloads = ["none", "cpu", "nvme"] + (["infinity"] if stage == 3 else [])
+    for offload in offloads:
+        placement = {"infinity": "offload-optimizer=nvme offload-param=nvme"}.get(
+            offload, f"offload-optimizer={offload}")
+        flags = ["--" + f for f in placement.split()]
+        zero = f"stage={stage} dp={n} {placement}"
         plan = zero_report(tmp_path, spec, zero, training)
         plans[offload] = plan
         exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
                                     parity.OptimizerConfig("adamw"), name=f"exe-{offload}",
                                     extra=["--dp", str(n), "--zero-stage", str(stage),
-                                           f"--precision={precision}",
-                                           f"--offload-optimizer={offload}"])
+                                           f"--precision={precision}", *flags])
         report = tmp_path / f"{offload}.json"
         cmd = [exe, "--steps", str(STEPS), "--init", init, "--data", data, "--threads", "1",
                "--report", report, "--log-every", "0", "--nvme-path", nvme]
@@ -168,14 +199,16 @@ def test_report_is_the_truth(stage, n, precision, tmp_path):
             # the host buffers and the host-resident states.
             assert mem["device_peak"] == per_rank["predicted_peak"], (offload, mem, per_rank)
             assert mem["optimizer_states"] == per_rank["optimizer_states"], offload
+            assert mem["parameters"] == per_rank["parameters"], offload
             assert mem["swap_buffers"] == off["host"]["swap_buffers"], offload
             assert mem["host_optimizer_states"] == off["host"]["optimizer_states"], offload
             # Every byte allocated: the device's plus the host's.
             assert mem["peak"] == mem["planned"] == per_rank["predicted_peak"] + \
                 off["host"]["swap_buffers"] + off["host"]["optimizer_states"], offload
             io = rank["offload"]
-            if offload == "nvme":
-                assert io["nvme_bytes"] == off["nvme"]["optimizer_states"]
+            if offload in ("nvme", "infinity"):
+                assert io["nvme_bytes"] == off["nvme"]["optimizer_states"] + \
+                    off["nvme"]["parameters"]
                 assert io["read_bytes"] == STEPS * off["transfers_per_step"]["nvme_to_host"]
                 assert io["write_bytes"] == STEPS * off["transfers_per_step"]["host_to_nvme"]
             else:
@@ -194,6 +227,16 @@ def test_report_is_the_truth(stage, n, precision, tmp_path):
     blocks = sum(-(-4 * s // 4096) * 4096 for s in stored)
     assert nv["offload"]["nvme"]["optimizer_states"] == states * blocks
     assert moved == states * 4 * sum(stored)
+    if stage == 3:
+        # Parameters too: the device holds no model state but gradients.
+        inf = plans["infinity"]
+        params = none["per_rank"]["parameters"]
+        assert inf["per_rank"]["parameters"] == 0 and params > 0
+        assert none["per_rank"]["predicted_peak"] - inf["per_rank"]["predicted_peak"] == \
+            moved + params
+        pbytes = 2 if precision != "fp32" else 4
+        assert inf["offload"]["nvme"]["parameters"] == \
+            sum(-(-pbytes * s // 4096) * 4096 for s in stored)
     if precision != "fp32" and stage >= 1:
         # ZeRO-Offload's split: 12 bytes per parameter (f32 master, m, v)
         # over N, each rank's shard padded to ceil(elements / N).
@@ -214,14 +257,17 @@ def element_counts(spec):
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
-def test_checkpoints_of_nvme_states_resume_bitwise(tmp_path):
+@pytest.mark.parametrize("stage,offload", [
+    (1, ["--offload-optimizer=nvme"]),
+    (3, ["--offload-optimizer=nvme", "--offload-param=nvme"])])
+def test_checkpoints_of_nvme_states_resume_bitwise(stage, offload, tmp_path):
     spec = gpt(batch=2)
     n, steps = 2, 4
     init, data = inputs(tmp_path, spec, steps * n * spec.batch)
     nvme = swap_dir(tmp_path)
     exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
-                                name="nv", extra=["--dp", str(n), "--zero-stage", "1",
-                                                  "--offload-optimizer=nvme"])
+                                name="nv", extra=["--dp", str(n), "--zero-stage", str(stage),
+                                                  *offload])
     common = ["--data", data, "--threads", "1", "--log-every", "0", "--nvme-path", nvme]
     straight = tmp_path / "straight.safetensors"
     e2e_util.mpirun(n, [exe, "--steps", str(steps), "--init", init, "--save", straight,
@@ -236,7 +282,7 @@ def test_checkpoints_of_nvme_states_resume_bitwise(tmp_path):
     # every rank's shard has the tensors, bit for bit, of the plain plan's
     # checkpoint after the same steps; and it consolidates.
     plain = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
-                                  name="plain", extra=["--dp", str(n), "--zero-stage", "1"])
+                                  name="plain", extra=["--dp", str(n), "--zero-stage", str(stage)])
     plain_ckpt = tmp_path / "plain-ckpt"
     e2e_util.mpirun(n, [plain, "--steps", "2", "--init", init, "--save-checkpoint",
                         plain_ckpt, *common[:-2]])
@@ -268,7 +314,8 @@ def test_bad_offload_input_is_one_line(tmp_path):
     src.write_text(spec.to_mlir())
     for flags, message in (
             (["--offload-optimizer=ssd"], "unknown optimizer placement 'ssd'"),
-            (["--offload-param=nvme", "--zero-stage=3", "--dp=2"], "not implemented yet"),
+            (["--offload-param=nvme", "--zero-stage=2", "--dp=2"], "needs ZeRO stage 3"),
+            (["--offload-param=cpu", "--zero-stage=3", "--dp=2"], "not implemented yet"),
             (["--offload-optimizer=nvme", "--offload-buffer-count=0"], "out of range (1-16)"),
             (["--offload-optimizer=nvme", "--optimizer=sgd"], "no optimizer states to place")):
         p = subprocess.run([compile_, str(src), "-o", str(tmp_path / "m"), *flags],

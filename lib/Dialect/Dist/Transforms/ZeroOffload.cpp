@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ztrain/Dialect/Dist/IR/DistOps.h"
+#include "ztrain/Dialect/Dist/IR/StepBuffers.h"
 #include "ztrain/Dialect/Dist/Transforms/Passes.h"
 #include "ztrain/Dialect/Train/IR/TrainOps.h"
 
@@ -157,16 +158,28 @@ ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
   };
   std::vector<Use> uses;
   Operation *boundary = nullptr;
+  // A parameter read (one rank: stage 3 gathers nothing) is the parameter's
+  // storage until the last use of its value and of views of it.
+  StepBuffers buffers(fn, 3);
+  std::vector<Operation *> at;
+  for (Operation &op : body)
+    at.push_back(&op);
   for (Operation &op : body) {
     if (isa<train::AccumulationBoundaryOp>(op))
       boundary = &op;
     int segment = boundary ? 1 : 0;
     if (auto read = dyn_cast<train::ParamReadOp>(op);
-        read && nvme(read.getParamAttr()))
-      return read.emitOpError()
-             << "reads @" << read.getParam()
-             << " directly, which param=nvme keeps in a file: at stage 3 "
-                "parameters are read through dist.gather_param";
+        read && nvme(read.getParamAttr())) {
+      Operation *last = at[buffers.lastUse(read.getResult())];
+      if (!boundary && train::getAccumulationBoundary(fn) &&
+          !last->isBeforeInBlock(train::getAccumulationBoundary(fn)))
+        return read.emitOpError()
+               << "reads @" << read.getParam()
+               << " in every micro-batch and uses the value after the "
+                  "accumulation boundary: zero-offload cannot swap it";
+      uses.push_back({&op, last, {read.getParamAttr()}, false, segment});
+      continue;
+    }
     if (auto gather = dyn_cast<GatherParamOp>(op); gather &&
         nvme(gather.getParamAttr())) {
       uses.push_back({&op, &op, {gather.getParamAttr()}, false, segment});
