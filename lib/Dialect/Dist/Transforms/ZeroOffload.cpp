@@ -156,6 +156,30 @@ ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
   auto nvme = [&](FlatSymbolRefAttr s) {
     return s && onNvme.contains(s.getAttr());
   };
+  // On one rank stage 3 gathers nothing: parameters are read in place. A
+  // read whose value the backward pass uses again would keep the swap
+  // buffer from the forward pass to the backward pass (every parameter's
+  // at once): each op that reads the value gets a read of its own right
+  // before it instead, so a parameter visits host memory for each use, as
+  // stage 3 gathers it for the forward and again for the backward pass.
+  for (auto read : llvm::to_vector(body.getOps<train::ParamReadOp>())) {
+    if (!nvme(read.getParamAttr()))
+      continue;
+    SmallVector<Operation *> users;
+    for (Operation *user : read.getResult().getUsers())
+      if (!llvm::is_contained(users, user))
+        users.push_back(user);
+    llvm::sort(users, [](Operation *a, Operation *b) {
+      return a->isBeforeInBlock(b);
+    });
+    OpBuilder rb(fn.getContext());
+    for (Operation *user : llvm::drop_begin(users)) {
+      rb.setInsertionPoint(user);
+      auto again = cast<train::ParamReadOp>(rb.clone(*read));
+      user->replaceUsesOfWith(read.getResult(), again.getResult());
+    }
+  }
+
   std::vector<Use> uses;
   Operation *boundary = nullptr;
   // A parameter read (one rank: stage 3 gathers nothing) is the parameter's
