@@ -60,12 +60,12 @@ bool ztrain::parseByteSize(StringRef text, int64_t &bytes) {
 std::string ztrain::checkCostModel(const CostModel &m, StringRef prefix) {
   auto positive = [](double v) { return v > 0 && std::isfinite(v); };
   if (positive(m.linkBytesPerSecond) && positive(m.deviceFlopsPerSecond) &&
-      positive(m.memoryBytesPerSecond) && m.collectiveLatency >= 0 &&
-      std::isfinite(m.collectiveLatency))
+      positive(m.memoryBytesPerSecond) && positive(m.nvmeBytesPerSecond) &&
+      m.collectiveLatency >= 0 && std::isfinite(m.collectiveLatency))
     return "";
-  return (prefix + "link-gbps, " + prefix + "device-tflops and " + prefix +
-          "memory-gbps must be positive and " + prefix +
-          "latency-us non-negative")
+  return (prefix + "link-gbps, " + prefix + "device-tflops, " + prefix +
+          "memory-gbps and " + prefix + "nvme-gbps must be positive and " +
+          prefix + "latency-us non-negative")
       .str();
 }
 
@@ -78,6 +78,8 @@ void ztrain::applyPlanChoice(const PlanChoice &c,
   zero.overlap = c.overlap;
   zero.prefetchDepth = c.prefetchDepth;
   zero.reshardAfterForward = c.reshardAfterForward;
+  zero.offloadOptimizer = c.offloadOptimizer;
+  zero.offloadParam = c.offloadParam;
 }
 
 namespace {
@@ -117,6 +119,29 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
                         dp > 1 ? ArrayRef<int64_t>{0, 1, 2, 3}
                                : ArrayRef<int64_t>{0});
 
+  // Offload placements: the user's, else none first, and optimizer states
+  // (then, at stage 3, parameters too) on nvme only when nothing fits
+  // without: offload trades step time for memory.
+  using Placement = std::pair<std::string, std::string>;
+  const bool placementFixed =
+      !request.offloadOptimizer.empty() || !request.offloadParam.empty();
+  auto orNone = [](const std::string &v) { return v.empty() ? "none" : v; };
+  SmallVector<Placement> placements{
+      placementFixed
+          ? Placement{orNone(request.offloadOptimizer),
+                      orNone(request.offloadParam)}
+          : Placement{"none", "none"}};
+  for (int round = 0; round < 2; ++round) {
+  if (round == 1) {
+    if (placementFixed ||
+        llvm::any_of(result.candidates,
+                     [](const PlanCandidate &c) { return c.fits; }))
+      break;
+    placements = {{"nvme", "none"}, {"nvme", "nvme"}};
+    // Parameters on nvme need stage 3, which one rank can use too.
+    if (request.stage < 0 && dp == 1)
+      stages = {0, 3};
+  }
   for (const std::string &policy : policies) {
     OwningOpRef<ModuleOp> trained = cast<ModuleOp>(forward->clone());
     TrainingPipelineOptions t;
@@ -178,10 +203,13 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
                   ? ArrayRef<int>{1, 0}
                   : ArrayRef<int>{zero.reshardAfterForward ? 1 : 0});
           for (int64_t prefetch : prefetches)
-            for (int reshard : reshards) {
+            for (int reshard : reshards)
+            for (const Placement &placement : placements) {
+              if (placement.second != "none" && stage != 3)
+                continue;
               PlanCandidate c;
               c.choice = {stage, policy, tile, overlap != 0, prefetch,
-                          reshard != 0};
+                          reshard != 0, placement.first, placement.second};
               if (!trainedOk || !partitionError.empty()) {
                 c.error = trainedOk ? partitionError : trainError;
                 result.candidates.push_back(std::move(c));
@@ -195,8 +223,16 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
               applyPlanChoice(c.choice, unused, z);
               PassManager zpm(ctx);
               zpm.enableVerifier(false);
-              if (dp != 1 || stage != 0)
+              if (dp != 1 || stage != 0) {
                 buildZeroSchedulePipeline(zpm, z);
+              } else if (z.offloadOptimizer != "none" ||
+                         z.offloadParam != "none") {
+                dist::ZeroOffloadOptions offload;
+                offload.optimizer = z.offloadOptimizer;
+                offload.param = z.offloadParam;
+                offload.bufferCount = z.offloadBufferCount;
+                zpm.addPass(dist::createZeroOffload(offload));
+              }
               zpm.addPass(dist::createPlanMemory());
               firstError.clear();
               FailureOr<dist::StepSummary> s = failure();
@@ -228,11 +264,18 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
                   c.choice.overlap
                       ? std::max(c.computeSeconds, c.communicationSeconds)
                       : c.computeSeconds + c.communicationSeconds;
-              c.fits = c.peak <= request.budget;
+              // Swaps: counted in full (the optimizer phase's are mostly
+              // exposed; the first reads hide behind the passes).
+              c.hostBytes = s->hostBytes;
+              c.ioBytes = s->nvmeTransferBytes;
+              c.ioSeconds = (double)c.ioBytes / m.nvmeBytesPerSecond;
+              c.stepSeconds += c.ioSeconds;
+              c.fits = c.peak + c.hostBytes <= request.budget;
               result.candidates.push_back(std::move(c));
             }
         }
     }
+  }
   }
 
   // The fastest that fits; among equally fast, the smaller peak, then the
@@ -241,8 +284,8 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
   for (auto [i, c] : llvm::enumerate(result.candidates)) {
     if (!c.error.empty())
       continue;
-    if (result.smallestPeak < 0 || c.peak < result.smallestPeak)
-      result.smallestPeak = c.peak;
+    if (result.smallestPeak < 0 || c.peak + c.hostBytes < result.smallestPeak)
+      result.smallestPeak = c.peak + c.hostBytes;
     if (!c.fits)
       continue;
     if (result.chosen < 0) {
@@ -281,7 +324,7 @@ static std::pair<const char *, double> unitFor(double magnitude,
 static std::string flagsOf(const PlanChoice &c, int64_t dp) {
   std::string s;
   llvm::raw_string_ostream os(s);
-  if (dp > 1)
+  if (dp > 1 || c.stage != 0)
     os << "--zero-stage=" << c.stage << ' ';
   os << "--recompute=" << c.recompute;
   if (c.maxTileBytes > 0)
@@ -293,6 +336,10 @@ static std::string flagsOf(const PlanChoice &c, int64_t dp) {
   }
   if (c.stage == 3 && !c.reshardAfterForward)
     os << " --reshard-after-forward=false";
+  if (c.offloadOptimizer != "none")
+    os << " --offload-optimizer=" << c.offloadOptimizer;
+  if (c.offloadParam != "none")
+    os << " --offload-param=" << c.offloadParam;
   return s;
 }
 
@@ -312,6 +359,11 @@ static std::string pipelineOf(const PlanChoice &choice,
   if (zero.dp != 1 || choice.stage != 0) {
     os << ",ztrain-zero";
     z.print(os);
+  } else if (choice.offloadOptimizer != "none" ||
+             choice.offloadParam != "none") {
+    os << ",zero-offload{optimizer=" << choice.offloadOptimizer
+       << " param=" << choice.offloadParam
+       << " buffer-count=" << z.offloadBufferCount << "}";
   }
   os << ",ztrain-to-llvm)";
   return s;
@@ -332,17 +384,23 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
   os << llvm::formatv(
       "plan search: memory budget {0} bytes ({1:F2} {2}) per rank, dp={3}; "
       "cost model: link {4:F1} GB/s and {5:F1} us per collective, device "
-      "{6:F2} TFLOP/s and {7:F1} GB/s memory\n",
+      "{6:F2} TFLOP/s and {7:F1} GB/s memory, nvme {8:F1} GB/s\n",
       request.budget, request.budget / byteScale, byteUnit, zero.dp,
       m.linkBytesPerSecond / 1e9, m.collectiveLatency * 1e6,
-      m.deviceFlopsPerSecond / 1e12, m.memoryBytesPerSecond / 1e9);
+      m.deviceFlopsPerSecond / 1e12, m.memoryBytesPerSecond / 1e9,
+      m.nvmeBytesPerSecond / 1e9);
+  const bool anyOffload =
+      llvm::any_of(result.candidates, [](const PlanCandidate &c) {
+        return c.choice.offloadOptimizer != "none" ||
+               c.choice.offloadParam != "none";
+      });
   os << llvm::formatv("   {0,-5} {1,-9} {2,12} {3,-7} {4,8} {5,7} {6,10} {7,10} "
                       "{8,9} {9,10}  {10}\n",
                       "stage", "recompute", "tile bytes", "overlap",
                       "prefetch", "reshard",
                       std::string("peak ") + byteUnit,
                       std::string("comm ") + byteUnit, flopUnit, "step ms",
-                      "");
+                      anyOffload ? "offload (host / nvme io per step)" : "");
   // Fastest first; plans that did not compile last.
   SmallVector<unsigned> order;
   for (unsigned i = 0; i < result.candidates.size(); ++i)
@@ -367,11 +425,19 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
       os << head << "  does not compile: " << c.error << "\n";
       continue;
     }
+    std::string offload;
+    if (p.offloadOptimizer != "none" || p.offloadParam != "none")
+      offload = llvm::formatv("  optimizer={0} param={1} ({2:F2} / {3:F2} {4})",
+                              p.offloadOptimizer, p.offloadParam,
+                              c.hostBytes / byteScale, c.ioBytes / byteScale,
+                              byteUnit)
+                    .str();
     os << head
-       << llvm::formatv(" {0,10:F2} {1,10:F2} {2,9:F3} {3,10:F3}  {4}\n",
+       << llvm::formatv(" {0,10:F2} {1,10:F2} {2,9:F3} {3,10:F3}  {4}{5}\n",
                         c.peak / byteScale, c.communicationBytes / byteScale,
                         (c.flops + c.recomputeFlops) / flopScale,
-                        c.stepSeconds * 1e3, c.fits ? "fits" : "over");
+                        c.stepSeconds * 1e3, c.fits ? "fits" : "over",
+                        offload);
   }
   os << llvm::formatv("searched {0} plans in {1:F2} s\n",
                       result.candidates.size(), result.seconds);
@@ -386,7 +452,12 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
   os << "chosen: " << flagsOf(c.choice, zero.dp) << ": predicted peak "
      << c.peak << " bytes ("
      << llvm::formatv("{0:F2} {1}", c.peak / byteScale, byteUnit)
-     << ") per rank, "
+     << ") per rank"
+     << (c.hostBytes ? llvm::formatv(" and {0} bytes of host buffers",
+                                     c.hostBytes)
+                           .str()
+                     : std::string())
+     << ", "
      << llvm::formatv("{0:F3}", c.stepSeconds * 1e3)
      << " ms per step in the cost model\n";
   os << "pipeline: " << pipelineOf(c.choice, training, zero) << "\n";
@@ -405,7 +476,9 @@ void ztrain::printPlanSearchJson(raw_ostream &os,
                          {"max_tile_bytes", p.maxTileBytes},
                          {"overlap", p.overlap},
                          {"prefetch_depth", p.prefetchDepth},
-                         {"reshard_after_forward", p.reshardAfterForward}};
+                         {"reshard_after_forward", p.reshardAfterForward},
+                         {"offload_optimizer", p.offloadOptimizer},
+                         {"offload_param", p.offloadParam}};
     if (!c.error.empty()) {
       o["error"] = c.error;
     } else {
@@ -419,6 +492,9 @@ void ztrain::printPlanSearchJson(raw_ostream &os,
       o["recompute_kernel_bytes"] = c.recomputeKernelBytes;
       o["compute_seconds"] = c.computeSeconds;
       o["communication_seconds"] = c.communicationSeconds;
+      o["host_bytes"] = c.hostBytes;
+      o["nvme_transfer_bytes"] = c.ioBytes;
+      o["io_seconds"] = c.ioSeconds;
       o["step_seconds"] = c.stepSeconds;
       o["fits"] = c.fits;
     }
@@ -432,8 +508,8 @@ void ztrain::printPlanSearchJson(raw_ostream &os,
        llvm::json::Object{{"link_bytes_per_second", m.linkBytesPerSecond},
                           {"collective_latency_seconds", m.collectiveLatency},
                           {"device_flops_per_second", m.deviceFlopsPerSecond},
-                          {"memory_bytes_per_second",
-                           m.memoryBytesPerSecond}}},
+                          {"memory_bytes_per_second", m.memoryBytesPerSecond},
+                          {"nvme_bytes_per_second", m.nvmeBytesPerSecond}}},
       {"candidates", std::move(candidates)},
       {"chosen", result.chosen >= 0 ? llvm::json::Value(result.chosen)
                                     : llvm::json::Value(nullptr)},
@@ -481,6 +557,7 @@ void PlanSearchPass::runOnOperation() {
   request.cost.deviceFlopsPerSecond = deviceTflops * 1e12;
   request.cost.collectiveLatency = latencyUs * 1e-6;
   request.cost.memoryBytesPerSecond = memoryGBps * 1e9;
+  request.cost.nvmeBytesPerSecond = nvmeGBps * 1e9;
   if (std::string error = checkCostModel(request.cost, ""); !error.empty()) {
     module.emitError() << "plan-search: " << error;
     return signalPassFailure();

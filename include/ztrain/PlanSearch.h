@@ -11,7 +11,10 @@
 // (bytes sent over a link bandwidth plus a latency per collective; matmul
 // FLOPs over a device rate plus the other kernels' bytes over a memory
 // bandwidth; overlapped plans take the larger of the two),
-// and choose the fastest plan whose predicted peak fits.
+// and choose the fastest plan whose predicted peak fits. When none fits,
+// the same search again with optimizer states on nvme, and at stage 3 with
+// parameters there too (zero-offload), their swaps priced over an nvme
+// bandwidth.
 //
 // Used by ztrain-compile --memory-budget (which then compiles the choice)
 // and by the plan-search pass (which only prints the search).
@@ -42,6 +45,9 @@ struct CostModel {
   /// Bytes per second the other kernels (elementwise, norms, softmax)
   /// move through the device's memory.
   double memoryBytesPerSecond = 2e12;
+  /// Bytes per second one rank reads or writes its swap directory
+  /// (offloaded plans).
+  double nvmeBytesPerSecond = 2e9;
 };
 
 /// The dimensions the search varies. A field the user fixed (given on the
@@ -53,6 +59,9 @@ struct PlanChoice {
   bool overlap = false;
   int64_t prefetchDepth = 1;
   bool reshardAfterForward = true;
+  /// zero-offload's placements: "none" or "nvme" (what the search tries
+  /// when no plan fits without offload), or the user's.
+  std::string offloadOptimizer = "none", offloadParam = "none";
 };
 
 struct PlanCandidate {
@@ -63,7 +72,12 @@ struct PlanCandidate {
   int64_t peak = 0, activations = 0, communicationBytes = 0, collectives = 0;
   int64_t flops = 0, recomputeFlops = 0;
   int64_t kernelBytes = 0, recomputeKernelBytes = 0;
-  double computeSeconds = 0, communicationSeconds = 0, stepSeconds = 0;
+  /// Offload: host memory (swap buffers, host-resident states), which the
+  /// budget counts too (on the cpu backend it is the same memory), and the
+  /// bytes read from and written to nvme per step.
+  int64_t hostBytes = 0, ioBytes = 0;
+  double computeSeconds = 0, communicationSeconds = 0, ioSeconds = 0;
+  double stepSeconds = 0;
   bool fits = false;
 };
 
@@ -77,6 +91,9 @@ struct PlanSearchRequest {
   int overlap = -1;
   int64_t prefetchDepth = -1;
   int reshardAfterForward = -1;
+  /// Offload placements the user gave (empty: searched, and only when no
+  /// plan fits without offload).
+  std::string offloadOptimizer, offloadParam;
 };
 
 struct PlanSearchResult {

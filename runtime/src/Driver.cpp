@@ -127,7 +127,8 @@ const char kUsage[] =
 
 /// --config ds_config.json, the executable's part (docs/config.md): the
 /// scheduler (WarmupLR, WarmupDecayLR, WarmupCosineLR with linear warmup
-/// from 0), gradient_accumulation_steps and steps_per_print; the compiler's
+/// from 0), gradient_accumulation_steps, steps_per_print and the offload
+/// nvme_path (--nvme-path); the compiler's
 /// keys are skipped; unknown keys and what ztrain cannot honour are one
 /// line. A flag in `given` overrides the file.
 void applyRunConfig(const std::string &path, const std::set<std::string> &given,
@@ -243,6 +244,26 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
       }
       if (maxLr && !has("--lr"))
         opts.lr.lr = maxLr;
+    } else if (key == "zero_optimization") {
+      // The compiler's, except where offloaded tensors go (--nvme-path).
+      std::string path;
+      for (const char *which : {"offload_optimizer", "offload_param"}) {
+        const JsonValue *o = value.find(which);
+        const JsonValue *p = o ? o->find("nvme_path") : nullptr;
+        if (!p)
+          continue;
+        if (p->kind != JsonValue::Kind::String)
+          problems.push_back(std::string("zero_optimization.") + which +
+                             ".nvme_path (expected a directory)");
+        else if (!path.empty() && path != p->text)
+          problems.push_back("zero_optimization.offload_param.nvme_path "
+                             "(differs from offload_optimizer's: ztrain "
+                             "keeps one swap directory per rank)");
+        else
+          path = p->text;
+      }
+      if (!path.empty() && !has("--nvme-path"))
+        opts.nvmePath = path;
     } else if (std::find_if(std::begin(compilerKeys), std::end(compilerKeys),
                             [&](const char *k) { return key == k; }) ==
                std::end(compilerKeys)) {

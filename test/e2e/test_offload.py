@@ -385,3 +385,41 @@ def test_the_trace_has_an_io_track(tmp_path):
     assert {e["name"] for e in io} == {"swap_in", "swap_out"}
     waits = [e for e in events if e["name"] == "swap wait"]
     assert len(waits) == len(io)
+
+
+def test_a_deepspeed_config_offloads_the_same_way(tmp_path):
+    """zero_optimization.offload_optimizer / offload_param in a DeepSpeed
+    config build what the flags build, and the executable takes nvme_path
+    from the same file."""
+    compile_ = e2e_util.require_tool("ztrain-compile")
+    spec = gpt(batch=2)
+    init, data = inputs(tmp_path, spec, 2 * spec.batch)
+    src = tmp_path / "m.mlir"
+    src.write_text(spec.to_mlir())
+    nvme = swap_dir(tmp_path)
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({
+        "zero_optimization": {
+            "stage": 3,
+            "offload_optimizer": {"device": "nvme", "nvme_path": str(nvme), "buffer_count": 2,
+                                  "pin_memory": True},
+            "offload_param": {"device": "nvme", "nvme_path": str(nvme), "buffer_size": 1e8,
+                              "max_in_cpu": 1e9}},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}))
+    from_config = tmp_path / "cfg"
+    p = subprocess.run([compile_, str(src), "-o", str(from_config), "--config", str(config),
+                        "--dp=1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "nvme_path" in p.stderr  # the note: the executable reads it
+    from_flags = tmp_path / "flags"
+    p = subprocess.run([compile_, str(src), "-o", str(from_flags), "--optimizer=adamw",
+                        "--lr=0.001", "--zero-stage=3", "--dp=1", "--offload-optimizer=nvme",
+                        "--offload-param=nvme", "--offload-buffer-count=2"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 0, p.stderr
+    assert from_config.read_bytes() == from_flags.read_bytes()
+    # No --nvme-path: the config's.
+    report = tmp_path / "r.json"
+    parity.run_exe(str(from_config), 1, init=init, data=data, report=str(report),
+                   extra=["--config", str(config)])
+    assert parity.read_report(str(report))["offload"]["directory"].startswith(str(nvme))

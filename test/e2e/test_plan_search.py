@@ -91,12 +91,13 @@ def test_an_impossible_budget_is_one_line(tmp_path):
     p, _ = compile_with_budget(tmp_path, small_gpt(), "a lot")
     assert p.returncode != 0
     assert "--memory-budget must be a size in bytes" in p.stderr
-    for bad in ("--memory-gbps=0", "--device-tflops=nan", "--latency-us=-1"):
+    for bad in ("--memory-gbps=0", "--device-tflops=nan", "--latency-us=-1", "--nvme-gbps=0"):
         p, out = compile_with_budget(tmp_path, small_gpt(), "1GB", [bad])
         assert p.returncode != 0 and not out.exists()
         lines = p.stderr.strip().splitlines()
-        assert lines == ["ztrain-compile: error: --link-gbps, --device-tflops and "
-                         "--memory-gbps must be positive and --latency-us non-negative"], (
+        assert lines == ["ztrain-compile: error: --link-gbps, --device-tflops, "
+                         "--memory-gbps and --nvme-gbps must be positive and --latency-us "
+                         "non-negative"], (
             bad, p.stderr)
 
 
@@ -119,3 +120,41 @@ def test_7_5b_gpt_at_dp_64_fits_16_gb(tmp_path):
     # activations of one 2048-token sequence are not: recompute is needed.
     assert chosen.group(1) == "3" and chosen.group(2) != "none", chosen.group(0)
     assert not any(re.match(r"^ [ *] \d\s+none\s.*fits$", l) for l in p.stdout.splitlines())
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+def test_offload_only_when_nothing_fits_without(tmp_path):
+    """A budget below every plan that keeps the model states in memory but
+    above what offload reaches: the search offloads (and only then), the
+    plan it prints is what the run allocates, device and host memory
+    together within the budget."""
+    spec = small_gpt()
+    p, out = compile_with_budget(tmp_path, spec, 1, ["--offload-optimizer=none",
+                                                     "--offload-param=none"])
+    assert p.returncode != 0 and not out.exists()
+    in_memory = int(re.search(r"the smallest predicted peak is (\d+) bytes", p.stderr).group(1))
+    with_offload = smallest_peak(tmp_path, spec)
+    assert with_offload < in_memory
+    budget = (with_offload + in_memory) // 2
+    p, exe = compile_with_budget(tmp_path, spec, budget)
+    assert p.returncode == 0, p.stderr
+    chosen = re.search(r"chosen: (.*): predicted peak (\d+) bytes \(.*\) per rank and (\d+) "
+                       r"bytes of host buffers", p.stderr)
+    assert chosen and "--offload-optimizer=nvme" in chosen.group(1), p.stderr
+    device, host = int(chosen.group(2)), int(chosen.group(3))
+    assert device + host <= budget
+    init, data = str(tmp_path / "init.safetensors"), str(tmp_path / "data.safetensors")
+    safetensors.save(init, parity.make_init(spec, seed=1))
+    safetensors.save(data, parity.make_data(spec, samples=4 * spec.batch, seed=2))
+    report = tmp_path / "r.json"
+    nvme = tmp_path / "nvme"
+    nvme.mkdir()
+    e2e_util.mpirun(2, [exe, "--steps", "2", "--init", init, "--data", data,
+                        "--threads", "1", "--report", report, "--nvme-path", nvme])
+    mem = parity.read_report(str(report))["memory"]
+    assert mem["device_peak"] == device
+    assert mem["swap_buffers"] == host
+    assert mem["peak"] == device + host <= budget
+    # With room to spare, no offload: it costs step time.
+    p, _ = compile_with_budget(tmp_path, spec, in_memory * 2)
+    assert p.returncode == 0 and "offload" not in re.search(r"chosen: .*", p.stderr).group(0)

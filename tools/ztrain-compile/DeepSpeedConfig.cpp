@@ -240,22 +240,50 @@ void Reader::activationCheckpointing(const json::Object &a) {
   }
 }
 
+/// zero_optimization.offload_optimizer / offload_param: the device becomes
+/// --offload-optimizer / --offload-param (zero-offload); nvme_path is the
+/// executable's --nvme-path. DeepSpeed's buffer and pinning knobs size what
+/// ztrain's plan sizes from the tensors themselves: accepted, except
+/// buffer_count of the optimizer, which is --offload-buffer-count.
 void Reader::offload(const json::Value &v, StringRef key) {
   const json::Object *o = v.getAsObject();
   if (!o) {
     unsupported(key, "expected an object");
     return;
   }
+  const bool optimizerStates = key.ends_with("offload_optimizer");
   for (const auto &kv : *o) {
-    std::string name = (key + "." + StringRef(kv.first)).str();
-    if (StringRef(kv.first) != "device") {
-      unsupported(name, "offload is not built yet");
-      continue;
+    StringRef field = kv.first;
+    std::string name = (key + "." + field).str();
+    if (field == "device") {
+      std::optional<StringRef> device = kv.second.getAsString();
+      if (!device || (*device != "none" && *device != "cpu" &&
+                      *device != "nvme")) {
+        unsupported(name, "expected \"none\", \"cpu\" or \"nvme\"");
+        continue;
+      }
+      flag(optimizerStates ? "offload-optimizer" : "offload-param",
+           device->str());
+    } else if (field == "nvme_path") {
+      if (!kv.second.getAsString())
+        unsupported(name, "expected a directory");
+      else
+        out.forExecutable.push_back(name);
+    } else if (field == "buffer_count" && optimizerStates) {
+      if (auto i = asInteger(kv.second, name, 1))
+        flag("offload-buffer-count", integer(*i));
+    } else if (field == "pin_memory" || field == "fast_init") {
+      asBool(kv.second, name);
+    } else if (field == "buffer_count" || field == "buffer_size" ||
+               field == "max_in_cpu") {
+      // ztrain's swap buffers are the tensors' own sizes, placed by
+      // plan-memory, one use ahead.
+      asInteger(kv.second, name, 0);
+    } else if (field == "ratio") {
+      unsupported(name, "partial offload is not built yet");
+    } else {
+      unknown(name);
     }
-    std::optional<StringRef> device = kv.second.getAsString();
-    if (!device || *device != "none")
-      unsupported(name + "=" + (device ? *device : StringRef("?")),
-                  "offload is not built yet; \"none\" is accepted");
   }
 }
 

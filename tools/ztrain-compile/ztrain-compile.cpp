@@ -115,9 +115,10 @@ cl::opt<std::string> memoryBudget(
     "memory-budget",
     cl::desc("Search the plan: the fastest ZeRO stage, recompute policy, "
              "tiling bound and overlap schedule whose predicted peak fits "
-             "this many bytes per rank (1e10, 16GB, 16GiB); flags given "
-             "fix their dimension; prints the candidates, then compiles the "
-             "choice"),
+             "this many bytes per rank (1e10, 16GB, 16GiB), and only when "
+             "none fits, with optimizer states and parameters on nvme; "
+             "flags given fix their dimension; prints the candidates, then "
+             "compiles the choice"),
     cl::value_desc("bytes"), cl::cat(category));
 cl::opt<double> linkGBps("link-gbps",
                          cl::desc("Plan search cost model: GB/s one rank "
@@ -137,6 +138,11 @@ cl::opt<double> memoryGBps(
              "norms, softmax) move through one rank's device memory "
              "(default 2000)"),
     cl::init(2000.0), cl::cat(category));
+cl::opt<double> nvmeGBps(
+    "nvme-gbps",
+    cl::desc("Plan search cost model: GB/s one rank reads and writes its "
+             "swap directory, for plans that offload (default 2)"),
+    cl::init(2.0), cl::cat(category));
 
 int fail(const llvm::Twine &msg) {
   llvm::errs() << "ztrain-compile: error: " << msg << "\n";
@@ -471,6 +477,7 @@ int main(int argc, char **argv) {
     request.cost.deviceFlopsPerSecond = deviceTflops * 1e12;
     request.cost.collectiveLatency = latencyUs * 1e-6;
     request.cost.memoryBytesPerSecond = memoryGBps * 1e9;
+    request.cost.nvmeBytesPerSecond = nvmeGBps * 1e9;
     if (std::string error = ztrain::checkCostModel(request.cost, "--");
         !error.empty())
       return fail(error);
@@ -487,6 +494,10 @@ int main(int argc, char **argv) {
       request.prefetchDepth = flags::prefetchDepth;
     if (given(flags::reshardAfterForward))
       request.reshardAfterForward = flags::reshardAfterForward;
+    if (given(flags::offloadOptimizer))
+      request.offloadOptimizer = flags::offloadOptimizer;
+    if (given(flags::offloadParam))
+      request.offloadParam = flags::offloadParam;
     FailureOr<ztrain::PlanSearchResult> result =
         ztrain::searchPlan(*module, training, zero, request);
     if (failed(result))

@@ -30,6 +30,12 @@ def PlanSearch : Pass<"plan-search", "::mlir::ModuleOp"> {
     `memory-budget`, as `ztrain-compile` flags and as the pipeline string,
     or, when none fits, the smallest predicted peak.
 
+    When no plan fits, the search runs again with the optimizer states on
+    nvme (`zero-offload`), and at stage 3 (one rank included) with the
+    parameters there too: the budget then counts the host swap buffers as
+    well as the device's peak, and the step pays the swaps' bytes over
+    `nvme-gbps`. Offload is never chosen when a plan fits without it.
+
     `ztrain-compile --memory-budget=BYTES` runs the same search and
     compiles the plan it chooses. The precision and the optimizer are the
     user's (they change the numbers a run computes, not only its memory),
@@ -56,6 +62,9 @@ def PlanSearch : Pass<"plan-search", "::mlir::ModuleOp"> {
     Option<"memoryGBps", "memory-gbps", "double", "2000.0",
            "Cost model: GB/s the other kernels (elementwise, norms, "
            "softmax) move through one rank's device memory">,
+    Option<"nvmeGBps", "nvme-gbps", "double", "2.0",
+           "Cost model: GB/s one rank reads and writes its swap directory "
+           "(offloaded plans)">,
     Option<"format", "format", "std::string", "\"text\"",
            "text (a table) or json">,
     Option<"output", "output", "std::string", "\"-\"",

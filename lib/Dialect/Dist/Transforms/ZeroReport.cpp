@@ -535,5 +535,7 @@ FailureOr<StepSummary> ztrain::dist::summarizeStep(ModuleOp module) {
   s.recomputeFlops = r->recomputeFlops;
   s.kernelBytes = r->kernelBytes;
   s.recomputeKernelBytes = r->recomputeKernelBytes;
+  s.hostBytes = r->swapBuffers + r->hostStates;
+  s.nvmeTransferBytes = r->nvmeToHost + r->hostToNvme;
   return s;
 }

@@ -36,6 +36,10 @@ struct StepSummary {
   /// Bytes the other (memory-bound) kernels read and write.
   int64_t kernelBytes = 0;
   int64_t recomputeKernelBytes = 0;
+  /// Offload: host memory (swap buffers, host-resident states) and the
+  /// bytes read from and written to nvme per step.
+  int64_t hostBytes = 0;
+  int64_t nvmeTransferBytes = 0;
 };
 /// zero-report's analysis of `module` (after an error at the module when it
 /// has no step to price).
