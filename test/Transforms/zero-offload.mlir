@@ -1,6 +1,7 @@
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=nvme" | FileCheck %s --check-prefix=D3
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme buffer-count=1" | FileCheck %s --check-prefix=D1
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme buffer-count=2" | FileCheck %s --check-prefix=D2
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme buffer-count=4" | FileCheck %s --check-prefix=D4
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=CPU
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=nvme" --plan-memory | FileCheck %s --check-prefix=PLAN
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=nvme" --plan-memory --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=REPORT
@@ -81,6 +82,19 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // D2-NEXT: dist.wait
 // D2-NEXT: dist.wait
 // D2-NEXT: train.adam_update @[[X1:[a-z0-9]+]],
+
+// Four buffers: reads two uses ahead, so the first two updates' states are
+// read at the start of the step and the third's before the first update.
+// D4-LABEL: func.func @loss
+// D4-NEXT: dist.swap_in_start @[[Y0:[a-z0-9]+]].exp_avg
+// D4-NEXT: dist.swap_in_start @[[Y0]].exp_avg_sq
+// D4-NEXT: dist.swap_in_start @[[Y1:[a-z0-9]+]].exp_avg
+// D4-NEXT: dist.swap_in_start @[[Y1]].exp_avg_sq
+// D4: dist.swap_in_start @[[Y2:[a-z0-9]+]].exp_avg
+// D4-NEXT: dist.swap_in_start @[[Y2]].exp_avg_sq
+// D4-NEXT: dist.wait
+// D4-NEXT: dist.wait
+// D4-NEXT: train.adam_update @[[Y0]],
 
 // Host placement: an attribute, no transfers in the step.
 // CPU: train.state @{{.*}} {dist.space = #dist.space<host>}

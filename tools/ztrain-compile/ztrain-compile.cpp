@@ -390,11 +390,11 @@ int main(int argc, char **argv) {
   }
 
   if (flags::offloadBufferCount.getNumOccurrences() > 0 &&
-      flags::offloadOptimizer != "nvme")
+      flags::offloadOptimizer != "nvme" && flags::offloadParam != "nvme")
     llvm::errs() << "ztrain-compile: warning: --offload-buffer-count sizes "
-                    "the swap buffers of --offload-optimizer=nvme; with "
-                    "--offload-optimizer="
-                 << flags::offloadOptimizer << " it has no effect\n";
+                    "the swap buffers of nvme offload; without "
+                    "--offload-optimizer=nvme or --offload-param=nvme it has "
+                    "no effect\n";
 
   if (outputFile.empty())
     outputFile = "-";

@@ -232,18 +232,26 @@ ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
     uses.push_back(std::move(u));
   }
 
-  // Where each use's reads are issued: before the previous use of its
-  // segment (before itself with one buffer), or at its segment's start.
+  // Where each use's reads are issued: P uses ahead (before use k - P of
+  // its segment, or at the segment's start when there is none), where
+  // P = buffer-count - 2 leaves one buffer stepping and one writing back
+  // (at least 1; 0 with one buffer: right before the use).
   const int64_t D = static_cast<int64_t>(bufferCount);
+  const int64_t P = D == 1 ? 0 : std::max<int64_t>(1, D - 2);
   auto segmentStart = [&](int segment) {
     return segment == 1 ? boundary->getNextNode() : &body.front();
   };
   std::vector<Operation *> issueAt(uses.size());
+  size_t segmentBegin = 0;
   for (size_t k = 0; k < uses.size(); ++k) {
-    bool first = k == 0 || uses[k - 1].segment != uses[k].segment;
-    issueAt[k] = first     ? segmentStart(uses[k].segment)
-                 : D >= 2 ? uses[k - 1].op
-                          : uses[k].op;
+    if (k > 0 && uses[k - 1].segment != uses[k].segment)
+      segmentBegin = k;
+    int64_t ahead = static_cast<int64_t>(k) - P;
+    if (k == segmentBegin || ahead < static_cast<int64_t>(segmentBegin))
+      issueAt[k] = P == 0 && k != segmentBegin ? uses[k].op
+                                               : segmentStart(uses[k].segment);
+    else
+      issueAt[k] = uses[static_cast<size_t>(ahead)].op;
   }
   // Which use's buffer each tensor is in, and whether it was written.
   llvm::DenseMap<Attribute, std::pair<size_t, bool>> owner;

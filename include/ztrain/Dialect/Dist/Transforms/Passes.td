@@ -291,17 +291,25 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
       executable) and only visits host memory for its update. Around each
       optimizer update the pass inserts, per state, a
       `dist.swap_in_start` / `dist.wait` before it and a
-      `dist.swap_out_start` after it, pipelined over the updates in step
-      order with `buffer-count` updates' states in swap buffers at once:
-      the states of update k are read while update k-1 runs (the first
-      update's at the start of the step, behind the forward and backward
-      passes), and the write-back of update k-3 completes before update
-      k's read starts (`buffer-count=3`: one update's states coming in,
-      one stepping, one going out). With 2, reads overlap but write-backs
-      do not; with 1 nothing overlaps. Every transfer completes before the
-      step ends. `plan-memory` places the swap buffers (the
-      `swap_buffers` arena, 4096-byte aligned), so their bytes are in the
-      report and the plan, like every other buffer.
+      `dist.swap_out_start` after it.
+    - `param=nvme` (stage 3): every `train.param` too; each gather of a
+      parameter's shard (each read of it on one rank) reads the shard
+      through a swap buffer first and releases it after
+      (`dist.swap_release`: nothing is written), and its update swaps it in
+      and out with its states.
+
+    The swaps are pipelined over these uses in order with `buffer-count`
+    uses' tensors in swap buffers at once: the tensors of use k are read
+    `buffer-count - 2` uses ahead (at least one; the first ones at the
+    start of the function, behind the forward and backward passes), and
+    the write-back of use k - `buffer-count` completes before use k's read
+    starts (`buffer-count=3`: one use's tensors coming in, one stepping,
+    one going out; more reads further ahead with more). With 2, reads
+    overlap but write-backs do not; with 1 nothing overlaps. A tensor still
+    in its buffer when a later use would read it again stays there; every
+    transfer completes before the function returns. `plan-memory` places
+    the swap buffers (the `swap_buffers` arena, 4096-byte aligned), so
+    their bytes are in the report and the plan, like every other buffer.
 
     The update itself is the same kernel on the same values, so weights
     are bitwise equal with and without offload.
@@ -321,8 +329,8 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
     return %loss : tensor<f32>
     ```
 
-    `param=cpu|nvme` (ZeRO-Infinity's parameter offload, stage 3) is not
-    implemented yet and is refused.
+    `param=cpu` (parameters in host memory) is not implemented yet and is
+    refused.
   }];
   let dependentDialects = ["::ztrain::dist::DistDialect"];
   let options = [
@@ -330,11 +338,12 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
            "Where optimizer states live: none (the device), cpu (host "
            "memory) or nvme (files under the executable's --nvme-path)">,
     Option<"param", "param", "std::string", "\"none\"",
-           "Where parameters live (stage 3): none; cpu and nvme are not "
-           "implemented yet">,
+           "Where parameters live (stage 3): none or nvme (cpu is not "
+           "implemented yet)">,
     Option<"bufferCount", "buffer-count", "int64_t", "3",
-           "nvme: updates whose states are in swap buffers at once (1-16; "
-           "3 overlaps both the reads and the write-backs with updates)">
+           "nvme: uses whose tensors are in swap buffers at once (1-16; "
+           "3 overlaps both the reads and the write-backs with the uses; "
+           "more reads further ahead)">
   ];
   let statistics = [
     Statistic<"numSwaps", "swaps", "Swap transfers inserted (in and out)">
