@@ -411,28 +411,30 @@ static std::pair<int, int64_t> swapFileOf(ztrt_ctx *ctx, const char *op,
   return {files[i], (param ? ctx->paramFileBytes : ctx->stateFileBytes)[i]};
 }
 
+/// Starts one swap of tensor `index` of `kind` through `buffer`, counted
+/// and remembered for the trace.
+static int64_t startSwap(ztrt_ctx *ctx, const char *op, int32_t kind,
+                         int64_t index, const void *buffer, bool write) {
+  backendOf(ctx, op);
+  auto [file, bytes] = swapFileOf(ctx, op, kind, index, buffer);
+  ++(write ? ctx->offload.writes : ctx->offload.reads);
+  (write ? ctx->offload.writeBytes : ctx->offload.readBytes) += bytes;
+  auto begin = ztrt::Clock::now();
+  int64_t ticket =
+      write ? ctx->swap->write(file, buffer, bytes, 0)
+            : ctx->swap->read(file, const_cast<void *>(buffer), bytes, 0);
+  ctx->pendingSwaps[ticket] = {begin, index, bytes, write};
+  return ticket;
+}
+
 int64_t ztrt_swap_in(ztrt_ctx *ctx, int32_t kind, int64_t index,
                      void *buffer) {
-  backendOf(ctx, "swap_in");
-  auto [file, bytes] = swapFileOf(ctx, "swap_in", kind, index, buffer);
-  ++ctx->offload.reads;
-  ctx->offload.readBytes += bytes;
-  auto begin = ztrt::Clock::now();
-  int64_t ticket = ctx->swap->read(file, buffer, bytes, 0);
-  ctx->pendingSwaps[ticket] = {begin, index, bytes, false};
-  return ticket;
+  return startSwap(ctx, "swap_in", kind, index, buffer, /*write=*/false);
 }
 
 int64_t ztrt_swap_out(ztrt_ctx *ctx, int32_t kind, int64_t index,
                       const void *buffer) {
-  backendOf(ctx, "swap_out");
-  auto [file, bytes] = swapFileOf(ctx, "swap_out", kind, index, buffer);
-  ++ctx->offload.writes;
-  ctx->offload.writeBytes += bytes;
-  auto begin = ztrt::Clock::now();
-  int64_t ticket = ctx->swap->write(file, buffer, bytes, 0);
-  ctx->pendingSwaps[ticket] = {begin, index, bytes, true};
-  return ticket;
+  return startSwap(ctx, "swap_out", kind, index, buffer, /*write=*/true);
 }
 
 void ztrt_swap_wait(ztrt_ctx *ctx, int64_t ticket) {
