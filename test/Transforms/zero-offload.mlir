@@ -3,6 +3,7 @@
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme buffer-count=2" | FileCheck %s --check-prefix=D2
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme buffer-count=4" | FileCheck %s --check-prefix=D4
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=CPU
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme" | FileCheck %s --check-prefix=HOIST
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=nvme" --plan-memory | FileCheck %s --check-prefix=PLAN
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=nvme" --plan-memory --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=REPORT
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam grad-accum-steps=2" --zero-offload="optimizer=nvme" | FileCheck %s --check-prefix=ACCUM
@@ -58,11 +59,12 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // D3-NEXT: return
 
 // One buffer: update k's read waits for update k-1's write-back; nothing
-// overlaps an update.
+// overlaps an update (the backward ops between them overlap the
+// write-back: the updates moved into the backward pass).
 // D1: train.adam_update @[[V0:[a-z0-9]+]],
 // D1-NEXT: %[[P0A:.*]] = dist.swap_out_start @[[V0]].exp_avg
 // D1-NEXT: %[[P0B:.*]] = dist.swap_out_start @[[V0]].exp_avg_sq
-// D1-NEXT: dist.wait %[[P0A]]
+// D1: dist.wait %[[P0A]]
 // D1-NEXT: dist.wait %[[P0B]]
 // D1-NEXT: %[[J1A:.*]] = dist.swap_in_start @[[V1:[a-z0-9]+]].exp_avg
 // D1-NEXT: %[[J1B:.*]] = dist.swap_in_start @[[V1]].exp_avg_sq
@@ -75,7 +77,7 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // D2: train.adam_update @[[X0:[a-z0-9]+]],
 // D2-NEXT: %[[Q0A:.*]] = dist.swap_out_start @[[X0]].exp_avg
 // D2-NEXT: %[[Q0B:.*]] = dist.swap_out_start @[[X0]].exp_avg_sq
-// D2-NEXT: dist.wait %[[Q0A]]
+// D2: dist.wait %[[Q0A]]
 // D2-NEXT: dist.wait %[[Q0B]]
 // D2-NEXT: dist.swap_in_start @[[X2:[a-z0-9]+]].exp_avg
 // D2-NEXT: dist.swap_in_start @[[X2]].exp_avg_sq
@@ -122,6 +124,19 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // REPORT-NEXT: "host_to_nvme": 24576,
 // REPORT-NEXT: "nvme_to_host": 24576
 // REPORT: "optimizer_states": 0,
+
+// The updates move into the backward pass: each right after its gradient
+// is final and its parameter's last read (w2's after dW2, before the
+// relu's gradient; w1's after dW1).
+// HOIST: %[[DH:.*]] = train.matmul %[[G:.*]], %{{.*}} : (tensor<2x3xf32>, tensor<3x8xf32>) -> tensor<2x8xf32>
+// HOIST-NEXT: %[[DW2:.*]] = train.matmul %[[G]], %{{.*}} {transpose_a}
+// HOIST: train.adam_update @w2, %[[DW2]]
+// HOIST: train.relu_grad %[[DH]]
+// HOIST: %[[DB1:.*]] = train.reduce sum
+// HOIST: train.adam_update @b1, %[[DB1]]
+// HOIST: %[[DW1:.*]] = train.matmul {{.*}} {transpose_a}
+// HOIST: train.adam_update @w1, %[[DW1]]
+// HOIST-NOT: train.adam_update
 
 // With accumulation the swaps belong to the optimizer step: after the
 // boundary, not in every micro-batch.

@@ -33,6 +33,8 @@ struct ZeroOffloadPass : public dist::impl::ZeroOffloadBase<ZeroOffloadPass> {
   void runOnOperation() override;
   LogicalResult scheduleSwaps(func::FuncOp fn,
                               const llvm::DenseSet<StringAttr> &onNvme);
+  void hoistUpdates(func::FuncOp fn,
+                    llvm::function_ref<bool(FlatSymbolRefAttr)> nvme);
 };
 
 /// An op that needs nvme-resident tensors in host buffers: an optimizer
@@ -139,6 +141,72 @@ void ZeroOffloadPass::runOnOperation() {
       return signalPassFailure();
 }
 
+/// Moves each update that swaps tensors up to the earliest point where it
+/// computes the same values: after the op that makes its gradient, after
+/// the last read of its parameter's storage (a parameter read's value and
+/// views of it, a gather of its shard until the gather completes), and
+/// after the ops that need every gradient before any update (gradient
+/// clipping, the loss scaler's overflow check, the accumulation boundary).
+/// Updates that land after the same op keep their order.
+void ZeroOffloadPass::hoistUpdates(
+    func::FuncOp fn, llvm::function_ref<bool(FlatSymbolRefAttr)> nvme) {
+  Block &body = fn.getBody().front();
+  auto zero = fn->getParentOfType<ModuleOp>()->getAttrOfType<ZeroAttr>(
+      kZeroAttr);
+  StepBuffers buffers(fn, zero ? zero.getStage() : 0);
+  std::vector<Operation *> at;
+  llvm::DenseMap<Operation *, unsigned> pos;
+  for (Operation &op : body) {
+    pos[&op] = at.size();
+    at.push_back(&op);
+  }
+  // The last position reading each parameter's storage, over the whole
+  // function (an update never precedes a read of its own parameter).
+  llvm::DenseMap<Attribute, unsigned> lastRead;
+  unsigned barrier = 0;
+  auto note = [&](FlatSymbolRefAttr p, unsigned where) {
+    unsigned &last = lastRead[p];
+    last = std::max(last, where);
+  };
+  for (Operation &op : body) {
+    if (isa<train::ClipGradNormOp, train::UpdateLossScaleOp,
+            train::AccumulationBoundaryOp>(op))
+      barrier = std::max(barrier, pos[&op]);
+    if (auto read = dyn_cast<train::ParamReadOp>(op))
+      note(read.getParamAttr(), buffers.lastUse(read.getResult()));
+    else if (auto gather = dyn_cast<GatherParamOp>(op))
+      note(gather.getParamAttr(), pos[&op]);
+    else if (auto start = dyn_cast<GatherParamStartOp>(op))
+      note(start.getParamAttr(),
+           pos[*start.getToken().getUsers().begin()]);
+  }
+  llvm::DenseMap<Operation *, Operation *> lastMovedAfter;
+  for (Operation *op : llvm::to_vector(at)) {
+    auto update = dyn_cast<train::OptimizerUpdateOpInterface>(op);
+    if (!update)
+      continue;
+    bool swapped = nvme(update.getUpdatedParam());
+    for (FlatSymbolRefAttr s : update.getUpdatedStates())
+      swapped |= nvme(s);
+    if (!swapped)
+      continue;
+    unsigned earliest = barrier;
+    Value grad = update.getGradient();
+    if (Operation *def = grad.getDefiningOp())
+      earliest = std::max(earliest, pos[def]);
+    auto read = lastRead.find(update.getUpdatedParam());
+    if (read != lastRead.end())
+      earliest = std::max(earliest, read->second);
+    if (earliest + 1 >= pos[op])
+      continue;
+    Operation *anchor = at[earliest];
+    Operation *&after = lastMovedAfter[anchor];
+    op->moveAfter(after ? after : anchor);
+    after = op;
+    ++numHoisted;
+  }
+}
+
 /// The swaps of one function (see the pass description): each use's
 /// tensors are read ahead of it, one use early (in the same micro-batch
 /// segment), and end after it: written back if it wrote them, released if
@@ -179,6 +247,8 @@ ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
       user->replaceUsesOfWith(read.getResult(), again.getResult());
     }
   }
+
+  hoistUpdates(fn, nvme);
 
   std::vector<Use> uses;
   Operation *boundary = nullptr;

@@ -298,6 +298,15 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
       (`dist.swap_release`: nothing is written), and its update swaps it in
       and out with its states.
 
+    An update whose tensors are swapped first moves up to where it can
+    run: right after its gradient is final and the last read of its
+    parameter (and after gradient clipping and the loss scaler's check,
+    which need every gradient, and the accumulation boundary). At stages
+    0-2 the updates otherwise wait for the whole backward pass; moved, their
+    swaps overlap the rest of it, as ZeRO-Offload overlaps its CPU step
+    with the backward pass. The update computes the same values wherever
+    it runs.
+
     The swaps are pipelined over these uses in order with `buffer-count`
     uses' tensors in swap buffers at once: the tensors of use k are read
     `buffer-count - 2` uses ahead (at least one; the first ones at the
@@ -346,7 +355,9 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
            "more reads further ahead)">
   ];
   let statistics = [
-    Statistic<"numSwaps", "swaps", "Swap transfers inserted (in and out)">
+    Statistic<"numSwaps", "swaps", "Swap transfers inserted (in and out)">,
+    Statistic<"numHoisted", "hoisted",
+              "Optimizer updates moved into the backward pass">
   ];
 }
 
