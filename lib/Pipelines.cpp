@@ -97,6 +97,7 @@ void ztrain::buildZeroSchedulePipeline(OpPassManager &pm,
     offload.optimizer = options.offloadOptimizer;
     offload.param = options.offloadParam;
     offload.bufferCount = options.offloadBufferCount;
+    offload.ratio = options.offloadRatio;
     pm.addPass(dist::createZeroOffload(offload));
   }
   pm.addPass(dist::createCheckCollectives());

@@ -21,6 +21,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -80,6 +81,7 @@ void ztrain::applyPlanChoice(const PlanChoice &c,
   zero.reshardAfterForward = c.reshardAfterForward;
   zero.offloadOptimizer = c.offloadOptimizer;
   zero.offloadParam = c.offloadParam;
+  zero.offloadRatio = c.offloadRatio;
 }
 
 namespace {
@@ -122,22 +124,34 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
   // Offload placements: the user's, else none first, and optimizer states
   // (then, at stage 3, parameters too) on nvme only when nothing fits
   // without: offload trades step time for memory.
-  using Placement = std::pair<std::string, std::string>;
+  struct Placement {
+    std::string optimizer, param;
+    double ratio;
+  };
   const bool placementFixed =
       !request.offloadOptimizer.empty() || !request.offloadParam.empty();
   auto orNone = [](const std::string &v) { return v.empty() ? "none" : v; };
+  const double givenRatio = request.offloadRatio > 0 ? request.offloadRatio
+                                                     : 1.0;
   SmallVector<Placement> placements{
       placementFixed
           ? Placement{orNone(request.offloadOptimizer),
-                      orNone(request.offloadParam)}
-          : Placement{"none", "none"}};
+                      orNone(request.offloadParam), givenRatio}
+          : Placement{"none", "none", 1.0}};
   for (int round = 0; round < 2; ++round) {
   if (round == 1) {
     if (placementFixed ||
         llvm::any_of(result.candidates,
                      [](const PlanCandidate &c) { return c.fits; }))
       break;
-    placements = {{"nvme", "none"}, {"nvme", "nvme"}};
+    // Part of the optimizer states first (the least I/O that fits wins
+    // on time), all of them, then the parameters too.
+    placements.clear();
+    SmallVector<double> ratios = valuesOf<double>(
+        request.offloadRatio > 0, request.offloadRatio, {0.25, 0.5, 1.0});
+    for (double r : ratios)
+      placements.push_back({"nvme", "none", r});
+    placements.push_back({"nvme", "nvme", 1.0});
     // Parameters on nvme need stage 3, which one rank can use too.
     if (request.stage < 0 && dp == 1)
       stages = {0, 3};
@@ -205,11 +219,14 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
           for (int64_t prefetch : prefetches)
             for (int reshard : reshards)
             for (const Placement &placement : placements) {
-              if (placement.second != "none" && stage != 3)
+              if (placement.param != "none" && stage != 3)
                 continue;
               PlanCandidate c;
-              c.choice = {stage, policy, tile, overlap != 0, prefetch,
-                          reshard != 0, placement.first, placement.second};
+              c.choice = {stage,           policy,
+                          tile,            overlap != 0,
+                          prefetch,        reshard != 0,
+                          placement.optimizer, placement.param,
+                          placement.ratio};
               if (!trainedOk || !partitionError.empty()) {
                 c.error = trainedOk ? partitionError : trainError;
                 result.candidates.push_back(std::move(c));
@@ -231,6 +248,7 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
                 offload.optimizer = z.offloadOptimizer;
                 offload.param = z.offloadParam;
                 offload.bufferCount = z.offloadBufferCount;
+                offload.ratio = z.offloadRatio;
                 zpm.addPass(dist::createZeroOffload(offload));
               }
               zpm.addPass(dist::createPlanMemory());
@@ -338,6 +356,8 @@ static std::string flagsOf(const PlanChoice &c, int64_t dp) {
     os << " --reshard-after-forward=false";
   if (c.offloadOptimizer != "none")
     os << " --offload-optimizer=" << c.offloadOptimizer;
+  if (c.offloadOptimizer != "none" && c.offloadRatio < 1.0)
+    os << " --offload-ratio=" << llvm::format("%g", c.offloadRatio);
   if (c.offloadParam != "none")
     os << " --offload-param=" << c.offloadParam;
   return s;
@@ -363,6 +383,7 @@ static std::string pipelineOf(const PlanChoice &choice,
              choice.offloadParam != "none") {
     os << ",zero-offload{optimizer=" << choice.offloadOptimizer
        << " param=" << choice.offloadParam
+       << " ratio=" << llvm::format("%g", choice.offloadRatio)
        << " buffer-count=" << z.offloadBufferCount << "}";
   }
   os << ",ztrain-to-llvm)";
@@ -427,10 +448,16 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
     }
     std::string offload;
     if (p.offloadOptimizer != "none" || p.offloadParam != "none")
-      offload = llvm::formatv("  optimizer={0} param={1} ({2:F2} / {3:F2} {4})",
+      offload = llvm::formatv("  optimizer={0}{5} param={1} ({2:F2} / {3:F2} {4})",
                               p.offloadOptimizer, p.offloadParam,
                               c.hostBytes / byteScale, c.ioBytes / byteScale,
-                              byteUnit)
+                              byteUnit,
+                              p.offloadRatio < 1.0
+                                  ? llvm::formatv(" ratio={0}",
+                                                  llvm::format("%g",
+                                                               p.offloadRatio))
+                                        .str()
+                                  : std::string())
                     .str();
     os << head
        << llvm::formatv(" {0,10:F2} {1,10:F2} {2,9:F3} {3,10:F3}  {4}{5}\n",
@@ -478,7 +505,8 @@ void ztrain::printPlanSearchJson(raw_ostream &os,
                          {"prefetch_depth", p.prefetchDepth},
                          {"reshard_after_forward", p.reshardAfterForward},
                          {"offload_optimizer", p.offloadOptimizer},
-                         {"offload_param", p.offloadParam}};
+                         {"offload_param", p.offloadParam},
+                         {"offload_ratio", p.offloadRatio}};
     if (!c.error.empty()) {
       o["error"] = c.error;
     } else {

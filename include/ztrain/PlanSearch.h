@@ -62,6 +62,9 @@ struct PlanChoice {
   /// zero-offload's placements: "none" or "nvme" (what the search tries
   /// when no plan fits without offload), or the user's.
   std::string offloadOptimizer = "none", offloadParam = "none";
+  /// The fraction of the optimizer states' bytes offloaded (partial
+  /// offload when < 1).
+  double offloadRatio = 1.0;
 };
 
 struct PlanCandidate {
@@ -92,8 +95,9 @@ struct PlanSearchRequest {
   int64_t prefetchDepth = -1;
   int reshardAfterForward = -1;
   /// Offload placements the user gave (empty: searched, and only when no
-  /// plan fits without offload).
+  /// plan fits without offload), and the ratio (< 0: searched).
   std::string offloadOptimizer, offloadParam;
+  double offloadRatio = -1;
 };
 
 struct PlanSearchResult {

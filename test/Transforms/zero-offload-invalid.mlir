@@ -2,12 +2,14 @@
 // RUN: not ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme param=nvme" 2>&1 | FileCheck %s --check-prefix=PARAM
 // RUN: not ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme buffer-count=0" 2>&1 | FileCheck %s --check-prefix=COUNT
 // RUN: not ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="param=cpu" 2>&1 | FileCheck %s --check-prefix=PCPU
+// RUN: not ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme ratio=1.5" 2>&1 | FileCheck %s --check-prefix=RATIO
 // RUN: not ztrain-opt %s --ztrain-training="optimizer=sgd" --zero-offload="optimizer=nvme" 2>&1 | FileCheck %s --check-prefix=NONE
 // RUN: not ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme" --zero-offload="optimizer=cpu" 2>&1 | FileCheck %s --check-prefix=TWICE
 
 // SPACE: error: zero-offload: unknown optimizer placement 'ssd' (expected none, cpu or nvme)
 // PARAM: error: zero-offload: param=nvme needs ZeRO stage 3 (parameters partitioned at rest and gathered for use), as DeepSpeed's offload_param; this step is at stage 0
 // PCPU: error: zero-offload: param=cpu is not implemented yet (on the cpu backend host memory is the device's); param=nvme is
+// RATIO: error: zero-offload: ratio=1.5 is out of range (0, 1]
 // COUNT: error: zero-offload: buffer-count=0 is out of range (1-16)
 // NONE: error: zero-offload: optimizer=nvme, but the step has no optimizer states to place (SGD without momentum keeps none)
 // TWICE: error: 'train.state' op is already placed (dist.space): zero-offload runs once

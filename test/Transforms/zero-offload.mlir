@@ -4,6 +4,7 @@
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme buffer-count=4" | FileCheck %s --check-prefix=D4
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=CPU
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme" | FileCheck %s --check-prefix=HOIST
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme ratio=0.5" | FileCheck %s --check-prefix=RATIO
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=nvme" --plan-memory | FileCheck %s --check-prefix=PLAN
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=nvme" --plan-memory --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=REPORT
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam grad-accum-steps=2" --zero-offload="optimizer=nvme" | FileCheck %s --check-prefix=ACCUM
@@ -137,6 +138,16 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // HOIST: %[[DW1:.*]] = train.matmul {{.*}} {transpose_a}
 // HOIST: train.adam_update @w1, %[[DW1]]
 // HOIST-NOT: train.adam_update
+
+// Partial offload: whole updates' states in step order until half of the
+// states' 512 bytes are placed: w1's 256; b1 and w2 stay on the device,
+// unswapped.
+// RATIO: train.state @w1.exp_avg : {{.*}} {dist.space = #dist.space<nvme>}
+// RATIO-NEXT: train.state @w1.exp_avg_sq : {{.*}} {dist.space = #dist.space<nvme>}
+// RATIO: train.state @b1.exp_avg : tensor<8xf32> of @b1{{$}}
+// RATIO: train.state @w2.exp_avg_sq : tensor<3x8xf32> of @w2{{$}}
+// RATIO-NOT: dist.swap_in_start @b1
+// RATIO-NOT: dist.swap_in_start @w2
 
 // With accumulation the swaps belong to the optimizer step: after the
 // boundary, not in every micro-batch.

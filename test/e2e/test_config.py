@@ -101,7 +101,7 @@ def test_what_ztrain_cannot_honour_is_one_line(tmp_path):
     rc, _, err = compile_mlir(src, [], bad, tmp_path)
     assert rc != 0
     line = one_error(err)
-    for key in ("zero_optimization.offload_param.ratio (partial offload is not built yet",
+    for key in ("zero_optimization.offload_param.ratio (partial parameter offload is not built yet",
                 "fp16.loss_scale=128",
                 "optimizer.type=Lamb", "zero_optimization.stage3_prefetch_bucket_size",
                 "zero_optimization.sub_group_size (unknown)", "wall_clock_breakdown (unknown)",

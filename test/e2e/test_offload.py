@@ -74,7 +74,9 @@ def test_offload_is_bitwise_the_plain_step(model, optimizer, precision, accum, t
         extra.append(f"--grad-accum-steps={accum}")
     nvme = swap_dir(tmp_path)
     weights, report = train(tmp_path, spec, "plain", init, data, opt, extra)
-    runs = {"cpu": (["--offload-optimizer=cpu"], [])}
+    runs = {"cpu": (["--offload-optimizer=cpu"], []),
+            "nvme-half": (["--offload-optimizer=nvme", "--offload-ratio=0.5"],
+                          ["--nvme-path", str(nvme)])}
     for count in (1, 2, 3):
         runs[f"nvme{count}"] = (["--offload-optimizer=nvme", f"--offload-buffer-count={count}"],
                                 ["--nvme-path", str(nvme)])
@@ -88,6 +90,9 @@ def test_offload_is_bitwise_the_plain_step(model, optimizer, precision, accum, t
         if name.startswith("nvme"):
             off = got_report["offload"]
             assert off["read_bytes"] == off["write_bytes"] == STEPS * off["nvme_bytes"], off
+            if name == "nvme-half":
+                assert 0 < got_report["memory"]["optimizer_states"] < \
+                    report["memory"]["optimizer_states"]
             # The swap directory went with the run.
             assert list(nvme.iterdir()) == [], list(nvme.iterdir())
     # The weights moved, so the comparison says something.
@@ -172,9 +177,10 @@ def test_report_is_the_truth(stage, n, precision, tmp_path):
     nvme = swap_dir(tmp_path)
     training = f"optimizer=adamw precision={precision}"
     plans = {}
-    offloads = ["none", "cpu", "nvme"] + (["infinity"] if stage == 3 else [])
+    offloads = ["none", "cpu", "nvme", "half"] + (["infinity"] if stage == 3 else [])
     for offload in offloads:
-        placement = {"infinity": "offload-optimizer=nvme offload-param=nvme"}.get(
+        placement = {"infinity": "offload-optimizer=nvme offload-param=nvme",
+                     "half": "offload-optimizer=nvme offload-ratio=0.5"}.get(
             offload, f"offload-optimizer={offload}")
         flags = ["--" + f for f in placement.split()]
         zero = f"stage={stage} dp={n} {placement}"
@@ -206,7 +212,7 @@ def test_report_is_the_truth(stage, n, precision, tmp_path):
             assert mem["peak"] == mem["planned"] == per_rank["predicted_peak"] + \
                 off["host"]["swap_buffers"] + off["host"]["optimizer_states"], offload
             io = rank["offload"]
-            if offload in ("nvme", "infinity"):
+            if offload in ("nvme", "infinity", "half"):
                 assert io["nvme_bytes"] == off["nvme"]["optimizer_states"] + \
                     off["nvme"]["parameters"]
                 assert io["read_bytes"] == STEPS * off["transfers_per_step"]["nvme_to_host"]
@@ -227,6 +233,14 @@ def test_report_is_the_truth(stage, n, precision, tmp_path):
     blocks = sum(-(-4 * s // 4096) * 4096 for s in stored)
     assert nv["offload"]["nvme"]["optimizer_states"] == states * blocks
     assert moved == states * 4 * sum(stored)
+    # Half: whole updates' states until half the bytes are offloaded; the
+    # device keeps the rest, and the two add up.
+    half = plans["half"]
+    kept, off_half = half["per_rank"]["optimizer_states"], half["offload"]["nvme"]
+    assert 0 < kept < moved and kept <= moved // 2
+    assert none["per_rank"]["predicted_peak"] - half["per_rank"]["predicted_peak"] == \
+        moved - kept
+    assert off_half["optimizer_states"] < nv["offload"]["nvme"]["optimizer_states"]
     if stage == 3:
         # Parameters too: the device holds no model state but gradients.
         inf = plans["infinity"]

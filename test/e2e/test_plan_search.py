@@ -158,3 +158,18 @@ def test_offload_only_when_nothing_fits_without(tmp_path):
     # With room to spare, no offload: it costs step time.
     p, _ = compile_with_budget(tmp_path, spec, in_memory * 2)
     assert p.returncode == 0 and "offload" not in re.search(r"chosen: .*", p.stderr).group(0)
+
+
+def test_a_budget_just_short_offloads_only_part(tmp_path):
+    """Just below what fits in memory, offloading part of the optimizer
+    states is enough, and moves fewer bytes than offloading all: the search
+    chooses a ratio below 1."""
+    spec = small_gpt()
+    p, out = compile_with_budget(tmp_path, spec, 1, ["--offload-optimizer=none",
+                                                     "--offload-param=none"])
+    in_memory = int(re.search(r"the smallest predicted peak is (\d+) bytes", p.stderr).group(1))
+    p, exe = compile_with_budget(tmp_path, spec, in_memory - in_memory // 50)
+    assert p.returncode == 0, p.stderr
+    chosen = re.search(r"chosen: (.*): predicted peak", p.stderr).group(1)
+    m = re.search(r"--offload-optimizer=nvme --offload-ratio=(0\.\d+)", chosen)
+    assert m and 0 < float(m.group(1)) < 1, chosen

@@ -279,8 +279,14 @@ void Reader::offload(const json::Value &v, StringRef key) {
       // ztrain's swap buffers are the tensors' own sizes, placed by
       // plan-memory, one use ahead.
       asInteger(kv.second, name, 0);
+    } else if (field == "ratio" && optimizerStates) {
+      std::optional<double> r = asNumber(kv.second, name);
+      if (r && !(*r > 0.0 && *r <= 1.0))
+        unsupported(name, "expected a number in (0, 1]");
+      else if (r)
+        flag("offload-ratio", number(*r));
     } else if (field == "ratio") {
-      unsupported(name, "partial offload is not built yet");
+      unsupported(name, "partial parameter offload is not built yet");
     } else {
       unknown(name);
     }

@@ -498,6 +498,8 @@ int main(int argc, char **argv) {
       request.offloadOptimizer = flags::offloadOptimizer;
     if (given(flags::offloadParam))
       request.offloadParam = flags::offloadParam;
+    if (given(flags::offloadRatio))
+      request.offloadRatio = flags::offloadRatio;
     FailureOr<ztrain::PlanSearchResult> result =
         ztrain::searchPlan(*module, training, zero, request);
     if (failed(result))
@@ -523,6 +525,7 @@ int main(int argc, char **argv) {
     offload.optimizer = zero.offloadOptimizer;
     offload.param = zero.offloadParam;
     offload.bufferCount = zero.offloadBufferCount;
+    offload.ratio = zero.offloadRatio;
     pm.addPass(ztrain::dist::createZeroOffload(offload));
   }
   ztrain::buildToLLVMPipeline(pm);

@@ -15,6 +15,7 @@
 #include "ztrain/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/IR/Builders.h"
+#include <cstdio>
 
 #define DEBUG_TYPE "zero-offload"
 
@@ -75,6 +76,13 @@ void ZeroOffloadPass::runOnOperation() {
              "backend host memory is the device's); param=nvme is";
     return signalPassFailure();
   }
+  if (!(ratio > 0.0 && ratio <= 1.0)) {
+    char shown[32];
+    std::snprintf(shown, sizeof(shown), "%g", static_cast<double>(ratio));
+    module.emitError() << "zero-offload: ratio=" << shown
+                       << " is out of range (0, 1]";
+    return signalPassFailure();
+  }
   if (bufferCount < 1 || bufferCount > 16) {
     module.emitError() << "zero-offload: buffer-count="
                        << static_cast<int64_t>(bufferCount)
@@ -125,7 +133,39 @@ void ZeroOffloadPass::runOnOperation() {
       }
     MemorySpace space =
         optimizer == "cpu" ? MemorySpace::host : MemorySpace::nvme;
+    // Partial offload: the states of whole updates, in step order, until
+    // `ratio` of the states' bytes are placed (at least one update's).
+    llvm::DenseSet<StringAttr> chosen;
+    if (ratio < 1.0) {
+      auto zero = module->getAttrOfType<ZeroAttr>(kZeroAttr);
+      int64_t stage = zero ? zero.getStage() : 0, n = 1;
+      if (zero) {
+        SymbolTableCollection symbols;
+        FailureOr<int64_t> size = getGridSize(module, zero.getGrid(), symbols);
+        if (failed(size))
+          return signalPassFailure();
+        n = *size;
+      }
+      auto bytesOf = [&](train::StateOp state) {
+        auto type = cast<RankedTensorType>(state.getType());
+        return getStateStorage(state, type, stage, n).elements *
+               elementBytes(type);
+      };
+      int64_t total = 0, placed = 0;
+      for (train::StateOp state : states)
+        total += bytesOf(state);
+      SymbolTable table(module);
+      entry.walk([&](train::OptimizerUpdateOpInterface update) {
+        if (!chosen.empty() && placed >= ratio * static_cast<double>(total))
+          return;
+        for (FlatSymbolRefAttr s : update.getUpdatedStates())
+          if (s && chosen.insert(s.getAttr()).second)
+            placed += bytesOf(table.lookup<train::StateOp>(s.getValue()));
+      });
+    }
     for (train::StateOp state : states) {
+      if (ratio < 1.0 && !chosen.contains(state.getSymNameAttr()))
+        continue;
       state->setAttr(kSpaceAttr, MemorySpaceAttr::get(ctx, space));
       if (space == MemorySpace::nvme)
         onNvme.insert(state.getSymNameAttr());

@@ -298,6 +298,12 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
       (`dist.swap_release`: nothing is written), and its update swaps it in
       and out with its states.
 
+    `ratio` < 1 places only part of the optimizer states (DeepSpeed's
+    `offload_optimizer.ratio`, DeepCompile's partial offload): the states
+    of whole updates, in step order, until that fraction of their bytes is
+    placed; the others stay on the device. The plan search uses it to
+    offload no more than a budget needs.
+
     An update whose tensors are swapped first moves up to where it can
     run: right after its gradient is final and the last read of its
     parameter (and after gradient clipping and the loss scaler's check,
@@ -349,6 +355,10 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
     Option<"param", "param", "std::string", "\"none\"",
            "Where parameters live (stage 3): none or nvme (cpu is not "
            "implemented yet)">,
+    Option<"ratio", "ratio", "double", "1.0",
+           "Partial offload: the fraction of the optimizer states' bytes "
+           "placed by `optimizer` (whole updates' states, in step order; "
+           "the rest stay on the device)">,
     Option<"bufferCount", "buffer-count", "int64_t", "3",
            "nvme: uses whose tensors are in swap buffers at once (1-16; "
            "3 overlaps both the reads and the write-backs with the uses; "
