@@ -470,7 +470,13 @@ void ztrt_swap_wait(ztrt_ctx *ctx, int64_t ticket) {
 
 void *ztrt_grad(ztrt_ctx *ctx, int64_t index) {
   backendOf(ctx, "grad");
-  return binding("grad", ctx->grads, index, "gradient");
+  void *ptr = binding("grad", ctx->grads, index, "gradient");
+  if (!ptr)
+    fatal("grad: the gradient of parameter %lld has no persistent buffer "
+          "(its descriptor record has 0 elements: the step keeps it in its "
+          "arena)",
+          static_cast<long long>(index));
+  return ptr;
 }
 
 void *ztrt_buffer(ztrt_ctx *ctx, int64_t index) {

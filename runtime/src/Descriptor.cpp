@@ -458,8 +458,9 @@ Descriptor parseDescriptor(const char *text) {
                      ? "'" + desc.params[next].name + "'"
                      : std::string("no more")) +
                 ", one per parameter in parameter order)");
-      if (spec.elements < 1)
-        p.error("gradient of '" + of + "' must have >= 1 elements");
+      if (spec.elements < 0)
+        p.error("gradient of '" + of + "' must have >= 0 elements (0: the "
+                "step keeps it in its arena)");
       if (spec.elements > (int64_t(1) << 60))
         p.error("gradient of '" + of + "' is too large");
       // Absent (hand-written descriptors): the parameter's own type.

@@ -1342,10 +1342,15 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
   if (!desc.grads.empty() && desc.grads.size() != desc.params.size())
     fatal("descriptor: %zu gradient records for %zu parameters",
           desc.grads.size(), desc.params.size());
+  // A gradient of 0 elements lives in the step's arena (zero-offload).
   for (const GradSpec &spec : desc.grads)
-    ctx.grads.push_back(ctx.allocate(
-        spec.bytes(), ZTRT_CAT_GRADIENTS,
-        ("gradient of '" + desc.params[spec.paramIndex].name + "'").c_str()));
+    ctx.grads.push_back(
+        spec.elements == 0
+            ? nullptr
+            : ctx.allocate(spec.bytes(), ZTRT_CAT_GRADIENTS,
+                           ("gradient of '" +
+                            desc.params[spec.paramIndex].name + "'")
+                               .c_str()));
   for (const InputSpec &spec : desc.inputs)
     ctx.inputs.push_back(ctx.allocate(spec.bytes, ZTRT_CAT_OTHER,
                                       ("input '" + spec.name + "'").c_str()));

@@ -4,6 +4,8 @@
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme buffer-count=4" | FileCheck %s --check-prefix=D4
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=CPU
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme" | FileCheck %s --check-prefix=HOIST
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme" | FileCheck %s --check-prefix=TRANSIENT
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam grad-accum-steps=2" --zero-offload="optimizer=nvme" | FileCheck %s --check-prefix=ACCUMP
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme ratio=0.5" | FileCheck %s --check-prefix=RATIO
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=nvme" --plan-memory | FileCheck %s --check-prefix=PLAN
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=nvme" --plan-memory --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=REPORT
@@ -138,6 +140,11 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // HOIST: %[[DW1:.*]] = train.matmul {{.*}} {transpose_a}
 // HOIST: train.adam_update @w1, %[[DW1]]
 // HOIST-NOT: train.adam_update
+
+// Their gradients live in the arena from the op that makes them to the
+// update (no persistent buffers), unless gradients accumulate.
+// TRANSIENT: train.param @w1 : tensor<8x4xf32> init(normal, 5.000000e-01) {dist.transient_gradient}
+// ACCUMP: train.param @w1 : tensor<8x4xf32> init(normal, 5.000000e-01){{$}}
 
 // Partial offload: whole updates' states in step order until half of the
 // states' 512 bytes are placed: w1's 256; b1 and w2 stay on the device,

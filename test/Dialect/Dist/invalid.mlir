@@ -304,3 +304,9 @@ train.param @w : tensor<4xf32> init(zeros)
 // expected-error @+2 {{expected ::ztrain::dist::MemorySpace to be one of: device, host, nvme}}
 // expected-error @+1 {{failed to parse Dist_MemorySpaceAttr parameter 'value'}}
 train.state @w.exp_avg : tensor<4xf32> of @w {dist.space = #dist.space<ssd>}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+// expected-error @+1 {{'train.state' op 'dist.transient_gradient' is a unit attribute of train.param}}
+train.state @w.exp_avg : tensor<4xf32> of @w {dist.transient_gradient}

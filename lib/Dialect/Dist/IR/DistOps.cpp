@@ -38,6 +38,12 @@ ZeroAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
 /// The discardable dist.* attributes the dialect defines on other ops.
 LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
                                                     NamedAttribute attr) {
+  if (attr.getName() == kTransientGradientAttr) {
+    if (!isa<UnitAttr>(attr.getValue()) || !isa<train::ParamOp>(op))
+      return op->emitOpError()
+             << "'" << kTransientGradientAttr
+             << "' is a unit attribute of train.param";
+  }
   if (attr.getName() == kSpaceAttr) {
     if (!isa<MemorySpaceAttr>(attr.getValue()))
       return op->emitOpError()
@@ -96,6 +102,8 @@ StateStorage ztrain::dist::getStateStorage(Operation *symbolOp,
 
 int64_t ztrain::dist::getGradientElements(Operation *param, int64_t stage,
                                           int64_t gridSize) {
+  if (param->hasAttr(kTransientGradientAttr))
+    return 0; // in the activation arena, not a persistent buffer
   int64_t elements =
       cast<train::ParamOp>(param).getTensorType().getNumElements();
   int64_t shard = (elements + gridSize - 1) / gridSize;

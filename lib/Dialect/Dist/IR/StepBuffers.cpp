@@ -39,6 +39,11 @@ StepBuffers::StepBuffers(func::FuncOp entry, int64_t stage)
           (isa<ReduceScatterStartOp>(start) && stage == 1))
         g = start->getOperand(i);
     }
+    // A transient gradient (zero-offload) stays an arena buffer.
+    Operation *param = SymbolTable::lookupNearestSymbolFrom(
+        &op, update.getUpdatedParam());
+    if (param && param->hasAttr(kTransientGradientAttr))
+      continue;
     if (g.hasOneUse() && !isa<BlockArgument>(g))
       gradients[g] = update.getUpdatedParam();
   }

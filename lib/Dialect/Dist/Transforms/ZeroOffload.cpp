@@ -290,6 +290,24 @@ ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
 
   hoistUpdates(fn, nvme);
 
+  // Without accumulation a gradient lives from the op that makes it to its
+  // update: the gradients of swapped updates (moved right after them) go
+  // into the activation arena, where they take room only for that while,
+  // rather than into persistent buffers that hold every gradient at once.
+  if (fn.getBody().front().getOps<train::AccumulateGradOp>().empty()) {
+    auto module = fn->getParentOfType<ModuleOp>();
+    for (auto update : body.getOps<train::OptimizerUpdateOpInterface>()) {
+      bool swapped = nvme(update.getUpdatedParam());
+      for (FlatSymbolRefAttr s : update.getUpdatedStates())
+        swapped |= nvme(s);
+      if (!swapped)
+        continue;
+      if (Operation *param = SymbolTable::lookupSymbolIn(
+              module, update.getUpdatedParam().getAttr()))
+        param->setAttr(kTransientGradientAttr, UnitAttr::get(fn.getContext()));
+    }
+  }
+
   std::vector<Use> uses;
   Operation *boundary = nullptr;
   // A parameter read (one rank: stage 3 gathers nothing) is the parameter's

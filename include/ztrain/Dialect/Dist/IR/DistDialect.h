@@ -22,6 +22,11 @@ inline constexpr llvm::StringLiteral kZeroAttr = "dist.zero";
 inline constexpr llvm::StringLiteral kSlotsAttr = "dist.slots";
 inline constexpr llvm::StringLiteral kStagingAttr = "dist.staging";
 inline constexpr llvm::StringLiteral kArenasAttr = "dist.arenas";
+/// Unit attribute on train.param (zero-offload): the gradient its update
+/// consumes lives in the step's activation arena, from the op that makes it
+/// to the update, instead of a persistent gradient buffer (0 elements).
+inline constexpr llvm::StringLiteral kTransientGradientAttr =
+    "dist.transient_gradient";
 /// Discardable attribute on train.state: a #dist.space (absent: device).
 inline constexpr llvm::StringLiteral kSpaceAttr = "dist.space";
 /// The alignment (and size granule) of swap buffers and swap files: O_DIRECT
