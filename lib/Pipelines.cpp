@@ -92,15 +92,20 @@ void ztrain::buildZeroSchedulePipeline(OpPassManager &pm,
     schedule.reshardAfterForward = options.reshardAfterForward;
     pm.addPass(dist::createOverlapSchedule(schedule));
   }
-  if (options.offloadOptimizer != "none" || options.offloadParam != "none") {
-    dist::ZeroOffloadOptions offload;
-    offload.optimizer = options.offloadOptimizer;
-    offload.param = options.offloadParam;
-    offload.bufferCount = options.offloadBufferCount;
-    offload.ratio = options.offloadRatio;
-    pm.addPass(dist::createZeroOffload(offload));
-  }
+  addZeroOffload(pm, options);
   pm.addPass(dist::createCheckCollectives());
+}
+
+void ztrain::addZeroOffload(OpPassManager &pm,
+                            const ZeroPipelineOptions &options) {
+  if (options.offloadOptimizer == "none" && options.offloadParam == "none")
+    return;
+  dist::ZeroOffloadOptions offload;
+  offload.optimizer = options.offloadOptimizer;
+  offload.param = options.offloadParam;
+  offload.bufferCount = options.offloadBufferCount;
+  offload.ratio = options.offloadRatio;
+  pm.addPass(dist::createZeroOffload(offload));
 }
 
 void ztrain::buildToLLVMPipeline(OpPassManager &pm) {

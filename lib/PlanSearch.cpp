@@ -240,17 +240,10 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
               applyPlanChoice(c.choice, unused, z);
               PassManager zpm(ctx);
               zpm.enableVerifier(false);
-              if (dp != 1 || stage != 0) {
+              if (dp != 1 || stage != 0)
                 buildZeroSchedulePipeline(zpm, z);
-              } else if (z.offloadOptimizer != "none" ||
-                         z.offloadParam != "none") {
-                dist::ZeroOffloadOptions offload;
-                offload.optimizer = z.offloadOptimizer;
-                offload.param = z.offloadParam;
-                offload.bufferCount = z.offloadBufferCount;
-                offload.ratio = z.offloadRatio;
-                zpm.addPass(dist::createZeroOffload(offload));
-              }
+              else
+                addZeroOffload(zpm, z); // one process: placement only
               zpm.addPass(dist::createPlanMemory());
               firstError.clear();
               FailureOr<dist::StepSummary> s = failure();

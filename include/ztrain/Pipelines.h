@@ -55,12 +55,17 @@ void buildZeroPipeline(mlir::OpPassManager &pm,
 
 /// Its two halves: what depends on the stage alone (zero-partition,
 /// zero-insert-collectives) and the rest (tiling, the overlap schedule,
-/// check-collectives), for the plan search, which shares the first half
+/// zero-offload, check-collectives), for the plan search, which shares the first half
 /// among the plans of a stage.
 void buildZeroPartitionPipeline(mlir::OpPassManager &pm,
                                 const ZeroPipelineOptions &options);
 void buildZeroSchedulePipeline(mlir::OpPassManager &pm,
                                const ZeroPipelineOptions &options);
+
+/// zero-offload with `options`' placements, when any is set (the schedule
+/// pipeline adds it; one process with nothing partitioned runs it alone).
+void addZeroOffload(mlir::OpPassManager &pm,
+                    const ZeroPipelineOptions &options);
 
 /// lower-to-runtime then the upstream conversions to the LLVM dialect.
 void buildToLLVMPipeline(mlir::OpPassManager &pm);

@@ -13,7 +13,8 @@ offload changes no bit. Tested:
   bytes at rest and nvme bytes per step are what the executable allocated and
   moved, and the device memory shrinks by exactly the states offloaded (12
   bytes per parameter over N in mixed precision);
-- checkpoints of nvme states resume bitwise and consolidate;
+- checkpoints of nvme states resume bitwise and consolidate; the same
+  offloaded run twice is bitwise equal;
 - the swap directory is removed at exit; bad input is one line.
 """
 
@@ -119,6 +120,14 @@ def test_parameters_on_nvme_in_one_process(precision, tmp_path):
     assert got == weights
     assert parity.report_losses(got_report).tolist() == parity.report_losses(report).tolist()
     assert got_report["eval"] == report["eval"]
+    # The same offloaded run twice: the same bits.
+    again, again_report = train(tmp_path, spec, "infinity-again", init, data,
+                                parity.OptimizerConfig("adamw"),
+                                [*base, "--offload-optimizer=nvme", "--offload-param=nvme"],
+                                [*run, "--nvme-path", str(nvme)])
+    assert again == got
+    assert parity.report_losses(again_report).tolist() == \
+        parity.report_losses(got_report).tolist()
     assert got_report["memory"]["parameters"] == 0
     assert got_report["memory"]["optimizer_states"] == 0
     assert list(nvme.iterdir()) == []

@@ -16,7 +16,6 @@
 #include "ztrain/InputLimits.h"
 #include "ztrain/Pipelines.h"
 #include "ztrain/PlanSearch.h"
-#include "ztrain/Dialect/Dist/Transforms/Passes.h"
 #include "ztrain/Dialect/Train/IR/TrainOps.h"
 
 #include "mlir/Pass/Pass.h"
@@ -517,17 +516,10 @@ int main(int argc, char **argv) {
   PassManager pm(&context);
   pm.enableVerifier(verifyEach);
   ztrain::buildTrainingPipeline(pm, training);
-  if (zero.dp != 1 || zero.stage != 0) {
+  if (zero.dp != 1 || zero.stage != 0)
     ztrain::buildZeroPipeline(pm, zero);
-  } else if (zero.offloadOptimizer != "none" || zero.offloadParam != "none") {
-    // One process, nothing partitioned: only the placement.
-    ztrain::dist::ZeroOffloadOptions offload;
-    offload.optimizer = zero.offloadOptimizer;
-    offload.param = zero.offloadParam;
-    offload.bufferCount = zero.offloadBufferCount;
-    offload.ratio = zero.offloadRatio;
-    pm.addPass(ztrain::dist::createZeroOffload(offload));
-  }
+  else
+    ztrain::addZeroOffload(pm, zero); // one process: placement only
   ztrain::buildToLLVMPipeline(pm);
 
   DumpAfterEachPass *dumper = nullptr;
