@@ -252,6 +252,10 @@ public:
       cudaEventDestroy(e);
     for (cudaEvent_t e : untimedEvents)
       cudaEventDestroy(e);
+    for (auto &[fence, event] : fences)
+      cudaEventDestroy(event);
+    for (cudaEvent_t e : spareFences)
+      cudaEventDestroy(e);
     cudaEventDestroy(base);
     cudaFreeHost(staging);
     cudaFree(slots);
@@ -415,6 +419,117 @@ public:
     cuda::copy2d(src, dst, rows, rowBytes, srcStride, dstStride, compute);
   }
 
+  // --- Host memory of zero-offload -------------------------------------------
+  // Optimizer states placed on the host live in mapped pinned memory: the
+  // update kernels read and write them in place, over PCIe (zero-copy),
+  // and nothing else touches them during a step. Swap buffers of nvme
+  // tensors are device memory with a pinned host staging copy; the copies
+  // between the two are ordered on the compute stream and fenced by events
+  // (runtime/src/Abi.cpp, ztrt_swap_*).
+
+  bool hostResident() const override { return false; }
+
+  void *allocateMappedHost(int64_t bytes) override {
+    void *host = nullptr;
+    cudaError_t status =
+        cudaHostAlloc(&host, static_cast<size_t>(std::max<int64_t>(bytes, 1)),
+                      cudaHostAllocMapped | cudaHostAllocPortable);
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    check(status, "cudaHostAlloc");
+    void *device = nullptr;
+    check(cudaHostGetDevicePointer(&device, host, 0),
+          "cudaHostGetDevicePointer");
+    // Unified addressing (every 64-bit CUDA platform): the device's pointer
+    // is the host's, so the host side (checkpoints) can use it as well.
+    if (device != host)
+      fatal("--backend cuda: mapped host memory has a device address "
+            "(%p) other than its host address (%p): this platform lacks "
+            "unified addressing, which host-placed optimizer states need",
+            device, host);
+    return host;
+  }
+
+  void deallocateMappedHost(void *ptr) override {
+    // cudaFreeHost waits for the device, which may still run an update
+    // on it.
+    check(cudaFreeHost(ptr), "cudaFreeHost");
+  }
+
+  void pinHost(void *ptr, int64_t bytes) override {
+    if (bytes > 0)
+      check(cudaHostRegister(ptr, static_cast<size_t>(bytes),
+                             cudaHostRegisterPortable),
+            "cudaHostRegister");
+  }
+
+  void unpinHost(void *ptr) override {
+    check(cudaHostUnregister(ptr), "cudaHostUnregister");
+  }
+
+  int64_t copyFromHostAsync(void *dst, const void *hostSrc,
+                            int64_t bytes) override {
+    if (bytes > 0)
+      check(cudaMemcpyAsync(dst, hostSrc, static_cast<size_t>(bytes),
+                            cudaMemcpyHostToDevice, compute),
+            "cudaMemcpyAsync (host to device)");
+    return recordFence();
+  }
+
+  int64_t copyToHostAsync(void *hostDst, const void *src,
+                          int64_t bytes) override {
+    if (bytes > 0)
+      check(cudaMemcpyAsync(hostDst, src, static_cast<size_t>(bytes),
+                            cudaMemcpyDeviceToHost, compute),
+            "cudaMemcpyAsync (device to host)");
+    return recordFence();
+  }
+
+  bool fenceReached(int64_t fence) override {
+    cudaError_t status = cudaEventQuery(fenceEvent(fence));
+    if (status == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    check(status, "cudaEventQuery");
+    return true;
+  }
+
+  void awaitFence(int64_t fence) override {
+    cudaEvent_t event = fenceEvent(fence);
+    check(cudaEventSynchronize(event), "cudaEventSynchronize");
+    fences.erase(fence);
+    spareFences.push_back(event);
+  }
+
+private:
+  /// An event recorded on the compute stream now, by fence number.
+  int64_t recordFence() {
+    cudaEvent_t event = nullptr;
+    if (!spareFences.empty()) {
+      event = spareFences.back();
+      spareFences.pop_back();
+    } else {
+      check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+            "cudaEventCreate");
+    }
+    check(cudaEventRecord(event, compute), "cudaEventRecord");
+    const int64_t fence = ++lastFence;
+    fences.emplace(fence, event);
+    return fence;
+  }
+
+  cudaEvent_t fenceEvent(int64_t fence) {
+    auto it = fences.find(fence);
+    if (it == fences.end())
+      fatal("cuda: fence %lld is not pending (awaited already?)",
+            static_cast<long long>(fence));
+    return it->second;
+  }
+
+public:
   // --- Kernels ---------------------------------------------------------------
   // Each method dispatches on the dtype (src/DType.h) to the launcher
   // template of Kernels.h instantiated for float, bf16 or f16: one kernel
@@ -1206,6 +1321,10 @@ private:
   int64_t nextTicket = 1;
   std::vector<cudaEvent_t> timedEvents, untimedEvents;
   cudaEvent_t base = nullptr;
+  /// Fences of zero-offload's asynchronous copies, and retired events.
+  std::unordered_map<int64_t, cudaEvent_t> fences;
+  std::vector<cudaEvent_t> spareFences;
+  int64_t lastFence = 0;
   Clock::time_point hostBase;
 };
 

@@ -405,8 +405,11 @@ static std::pair<int, int64_t> swapFileOf(ztrt_ctx *ctx, const char *op,
     fatal("%s: %s %lld does not live on nvme (its descriptor record has no "
           "`space nvme`)",
           op, what, static_cast<long long>(index));
-  if (!buffer || reinterpret_cast<uintptr_t>(buffer) %
-                     ztrt::SwapSpace::kAlignment)
+  // (A device backend's buffers are device memory; their staging copies
+  // are checked for alignment by the context.)
+  if (!buffer || (ctx->backend().hostResident() &&
+                  reinterpret_cast<uintptr_t>(buffer) %
+                      ztrt::SwapSpace::kAlignment))
     fatal("%s: the swap buffer %p is not 4096-byte aligned", op, buffer);
   return {files[i], (param ? ctx->paramFileBytes : ctx->stateFileBytes)[i]};
 }
@@ -421,8 +424,7 @@ static int64_t startSwap(ztrt_ctx *ctx, const char *op, int32_t kind,
   (write ? ctx->offload.writeBytes : ctx->offload.readBytes) += bytes;
   auto begin = ztrt::Clock::now();
   int64_t ticket =
-      write ? ctx->swap->write(file, buffer, bytes, 0)
-            : ctx->swap->read(file, const_cast<void *>(buffer), bytes, 0);
+      ctx->startSwap(file, const_cast<void *>(buffer), bytes, write);
   ctx->pendingSwaps[ticket] = {begin, index, bytes, write};
   return ticket;
 }
@@ -442,7 +444,7 @@ void ztrt_swap_wait(ztrt_ctx *ctx, int64_t ticket) {
   if (!ctx->swap)
     fatal("swap_wait: no state lives on nvme in this run");
   auto begin = ztrt::Clock::now();
-  ctx->swap->wait(ticket);
+  ctx->finishSwap(ticket);
   auto end = ztrt::Clock::now();
   ctx->offload.exposedNanos +=
       std::chrono::duration_cast<std::chrono::nanoseconds>(end - begin)
@@ -793,6 +795,7 @@ void ztrt_sgd_update(ztrt_ctx *ctx, int32_t dtype, void *param,
   SgdHyper hyper{lr, momentum, dampening, weight_decay, nesterov != 0};
   hyper.gradScale = clipFactor(ctx, "sgd_update");
   backend.sgdUpdate(type, param, grad, momentum_buf, n, hyper, ctx->step);
+  ctx->noteStateAccess(momentum_buf, n * ztrt::elementBytes(type));
 }
 
 void ztrt_adam_update(ztrt_ctx *ctx, int32_t dtype, void *param,
@@ -812,6 +815,8 @@ void ztrt_adam_update(ztrt_ctx *ctx, int32_t dtype, void *param,
   hyper.gradScale = clipFactor(ctx, op);
   backend.adamUpdate(type, param, grad, exp_avg, exp_avg_sq, n, hyper,
                      ctx->step);
+  ctx->noteStateAccess(exp_avg, n * ztrt::elementBytes(type));
+  ctx->noteStateAccess(exp_avg_sq, n * ztrt::elementBytes(type));
 }
 
 void ztrt_sgd_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
@@ -840,6 +845,8 @@ void ztrt_sgd_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
                           static_cast<float *>(master),
                           static_cast<float *>(momentum_buf), n, hyper,
                           ctx->optimizerStep());
+  ctx->noteStateAccess(master, n * 4);
+  ctx->noteStateAccess(momentum_buf, n * 4);
 }
 
 void ztrt_adam_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
@@ -868,6 +875,10 @@ void ztrt_adam_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
                            static_cast<float *>(exp_avg),
                            static_cast<float *>(exp_avg_sq), n, hyper,
                            ctx->optimizerStep());
+  for (const void *state : {static_cast<const void *>(master),
+                            static_cast<const void *>(exp_avg),
+                            static_cast<const void *>(exp_avg_sq)})
+    ctx->noteStateAccess(state, n * 4);
 }
 
 void ztrt_dropout(ztrt_ctx *ctx, int32_t dtype, const void *x, void *out,

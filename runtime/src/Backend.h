@@ -117,6 +117,52 @@ public:
     copyToHost(hostDst, src, bytes);
   }
   virtual void copy(const void *src, void *dst, int64_t bytes) = 0;
+
+  // --- Host memory of zero-offload (docs/offload.md) ---------------------
+  /// Whether allocate() returns host memory (cpu): tensors zero-offload
+  /// places on the host or swaps from nvme then need no device copies.
+  /// A device backend (false) implements the rest of this section.
+  virtual bool hostResident() const { return true; }
+  /// `bytes` of pinned host memory that this backend's kernels read and
+  /// write in place (mapped into the device's address space: over PCIe on
+  /// a GPU), for optimizer states placed on the host; null when short.
+  /// Distinct calls return distinct pointers, also for 0 bytes.
+  virtual void *allocateMappedHost(int64_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
+  virtual void deallocateMappedHost(void *ptr) { (void)ptr; }
+  /// Pins [ptr, ptr + bytes) of the program's host memory for the
+  /// asynchronous copies below; unpinned before it is freed.
+  virtual void pinHost(void *ptr, int64_t bytes) {
+    (void)ptr;
+    (void)bytes;
+  }
+  virtual void unpinHost(void *ptr) { (void)ptr; }
+  /// Enqueues a copy from pinned host memory to device memory after all
+  /// work issued so far, and returns a fence for it: hostSrc must stay
+  /// unchanged until awaitFence(fence) returns. Every fence is awaited
+  /// once. Host backends copy at once and return 0.
+  virtual int64_t copyFromHostAsync(void *dst, const void *hostSrc,
+                                    int64_t bytes) {
+    copyFromHost(dst, hostSrc, bytes);
+    return 0;
+  }
+  /// The same, device memory to pinned host memory: hostDst holds the
+  /// bytes once awaitFence(fence) returns.
+  virtual int64_t copyToHostAsync(void *hostDst, const void *src,
+                                  int64_t bytes) {
+    copyToHost(hostDst, src, bytes);
+    return 0;
+  }
+  /// Whether the work before `fence` has completed (does not block).
+  virtual bool fenceReached(int64_t fence) {
+    (void)fence;
+    return true;
+  }
+  /// Blocks until the work before `fence` has completed, and retires it.
+  virtual void awaitFence(int64_t fence) { (void)fence; }
+
   /// `rows` rows of `rowBytes` bytes, row r from src + r * srcStride to
   /// dst + r * dstStride (strides in bytes, >= 0). Source and destination
   /// do not overlap (the entry point checks).

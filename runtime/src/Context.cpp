@@ -115,12 +115,38 @@ ztrt_ctx::~ztrt_ctx() {
   impl->synchronize();
   // Transfers in flight read and write swap buffers freed below; the swap
   // directory goes with its engine.
+  if (swap)
+    swap->waitAll();
+  for (auto &[ticket, pending] : deviceSwaps)
+    if (pending.fence >= 0)
+      impl->awaitFence(pending.fence);
+  for (const StagingRead &read : stagingReads)
+    impl->awaitFence(read.fence);
   swap.reset();
   for (auto &[ptr, allocation] : live)
-    if (allocation.pinnedHost)
-      std::free(ptr);
-    else
-      impl->deallocate(ptr);
+    release(ptr, allocation);
+}
+
+void ztrt_ctx::release(void *ptr, const Allocation &allocation) {
+  switch (allocation.memory) {
+  case Memory::Backend:
+    impl->deallocate(ptr);
+    break;
+  case Memory::SwapHost:
+    std::free(ptr);
+    break;
+  case Memory::SwapDevice: {
+    auto it = swapStaging.find(ptr);
+    impl->unpinHost(it->second.host);
+    std::free(it->second.host);
+    swapStaging.erase(it);
+    impl->deallocate(ptr);
+    break;
+  }
+  case Memory::MappedHost:
+    impl->deallocateMappedHost(ptr);
+    break;
+  }
 }
 
 void *ztrt_ctx::allocate(int64_t bytes, int32_t category, const char *op) {
@@ -129,22 +155,47 @@ void *ztrt_ctx::allocate(int64_t bytes, int32_t category, const char *op) {
   if (bytes < 0)
     fatal("%s: negative size %lld bytes", op, static_cast<long long>(bytes));
   // Swap buffers are O_DIRECT transfer buffers: 4096-byte aligned host
-  // memory (SwapSpace::allocate is fatal when memory is short).
-  const bool pinnedHost = category == ZTRT_CAT_SWAP_BUFFERS;
-  void *ptr = pinnedHost ? ztrt::SwapSpace::allocate(bytes)
-                         : impl->allocate(bytes);
+  // memory (SwapSpace::allocate is fatal when memory is short); a device
+  // backend computes on a device copy and stages the I/O through them.
+  // Host-placed states are host memory the backend's kernels can reach.
+  Memory memory = Memory::Backend;
+  if (category == ZTRT_CAT_SWAP_BUFFERS)
+    memory = impl->hostResident() ? Memory::SwapHost : Memory::SwapDevice;
+  else if (category == ZTRT_CAT_HOST_STATES && !impl->hostResident())
+    memory = Memory::MappedHost;
+  void *ptr = nullptr;
+  switch (memory) {
+  case Memory::Backend:
+  case Memory::SwapDevice:
+    ptr = impl->allocate(bytes);
+    break;
+  case Memory::SwapHost:
+    ptr = ztrt::SwapSpace::allocate(bytes);
+    break;
+  case Memory::MappedHost:
+    ptr = impl->allocateMappedHost(bytes);
+    break;
+  }
   if (!ptr)
     fatal("%s: out of %s memory allocating %lld bytes of %s (%lld bytes "
           "live)",
-          op, impl->name(), static_cast<long long>(bytes),
-          categoryName(category), static_cast<long long>(stats.currentTotal));
-  live.emplace(ptr, Allocation{bytes, category, pinnedHost});
+          op, memory == Memory::MappedHost ? "pinned host" : impl->name(),
+          static_cast<long long>(bytes), categoryName(category),
+          static_cast<long long>(stats.currentTotal));
+  if (memory == Memory::SwapDevice) {
+    char *host = static_cast<char *>(ztrt::SwapSpace::allocate(bytes));
+    impl->pinHost(host, ztrt::SwapSpace::roundUp(bytes));
+    swapStaging[ptr] = Staging{host, bytes};
+  }
+  live.emplace(ptr, Allocation{bytes, category, memory});
   stats.current[category] += bytes;
   stats.peak[category] =
       std::max(stats.peak[category], stats.current[category]);
   stats.currentTotal += bytes;
   stats.peakTotal = std::max(stats.peakTotal, stats.currentTotal);
-  if (!ztrt::isHostCategory(category)) {
+  // The device's bytes: every category but the host ones of zero-offload,
+  // whose swap buffers a device backend holds on the device as well.
+  if (!ztrt::isHostCategory(category) || memory == Memory::SwapDevice) {
     stats.currentDevice += bytes;
     stats.peakDevice = std::max(stats.peakDevice, stats.currentDevice);
   }
@@ -161,14 +212,12 @@ void ztrt_ctx::deallocate(void *ptr, const char *op) {
           op, ptr);
   stats.current[it->second.category] -= it->second.bytes;
   stats.currentTotal -= it->second.bytes;
-  if (!ztrt::isHostCategory(it->second.category))
+  if (!ztrt::isHostCategory(it->second.category) ||
+      it->second.memory == Memory::SwapDevice)
     stats.currentDevice -= it->second.bytes;
-  bool pinnedHost = it->second.pinnedHost;
+  Allocation allocation = it->second;
   live.erase(it);
-  if (pinnedHost)
-    std::free(ptr);
-  else
-    impl->deallocate(ptr);
+  release(ptr, allocation);
 }
 
 void ztrt_ctx::countCall(const CollectiveRequest &request) {
@@ -350,13 +399,132 @@ void fileFromHost(ztrt::SwapSpace &swap, int file, int64_t fileBytes,
 void ztrt_ctx::stateToHost(size_t i, void *host, int64_t bytes) {
   if (i < stateFiles.size() && stateFiles[i] >= 0)
     return fileToHost(*swap, stateFiles[i], stateFileBytes[i], host, bytes);
+  auto it = live.find(states[i]);
+  if (it != live.end() && it->second.memory == Memory::MappedHost) {
+    // Host memory the device's updates write: read it once they are done.
+    impl->synchronize();
+    std::memcpy(host, states[i], static_cast<size_t>(bytes));
+    return;
+  }
   impl->copyToHost(host, states[i], bytes);
 }
 
 void ztrt_ctx::stateFromHost(size_t i, const void *host, int64_t bytes) {
   if (i < stateFiles.size() && stateFiles[i] >= 0)
     return fileFromHost(*swap, stateFiles[i], stateFileBytes[i], host, bytes);
+  auto it = live.find(states[i]);
+  if (it != live.end() && it->second.memory == Memory::MappedHost) {
+    impl->synchronize();
+    std::memcpy(states[i], host, static_cast<size_t>(bytes));
+    return;
+  }
   impl->copyFromHost(states[i], host, bytes);
+}
+
+// --- Swaps (ztrt_swap_*) -----------------------------------------------------
+
+char *ztrt_ctx::stagingOf(const void *buffer, int64_t bytes, const char *op) {
+  const char *p = static_cast<const char *>(buffer);
+  for (auto &[base, staging] : swapStaging) {
+    const char *b = static_cast<const char *>(base);
+    if (p < b || p + bytes > b + staging.bytes)
+      continue;
+    const int64_t offset = p - b;
+    if (offset % ztrt::SwapSpace::kAlignment)
+      fatal("%s: the swap buffer %p is at offset %lld of its arena, not a "
+            "multiple of 4096 bytes",
+            op, buffer, static_cast<long long>(offset));
+    return staging.host + offset;
+  }
+  fatal("%s: %p (%lld bytes) is not inside a swap_buffers arena", op, buffer,
+        static_cast<long long>(bytes));
+}
+
+void ztrt_ctx::pollSwaps() {
+  for (auto &[ticket, pending] : deviceSwaps)
+    if (pending.write && pending.io < 0 && impl->fenceReached(pending.fence)) {
+      impl->awaitFence(pending.fence);
+      pending.fence = -1;
+      pending.io = swap->write(pending.file, pending.staging, pending.bytes, 0);
+    }
+  stagingReads.erase(
+      std::remove_if(stagingReads.begin(), stagingReads.end(),
+                     [&](const StagingRead &read) {
+                       if (!impl->fenceReached(read.fence))
+                         return false;
+                       impl->awaitFence(read.fence);
+                       return true;
+                     }),
+      stagingReads.end());
+}
+
+void ztrt_ctx::noteStateAccess(const void *state, int64_t bytes) {
+  if (!state || impl->hostResident())
+    return;
+  auto it = live.find(const_cast<void *>(state));
+  if (it == live.end() || it->second.memory != Memory::MappedHost)
+    return;
+  offload.hostToDeviceBytes += bytes;
+  offload.deviceToHostBytes += bytes;
+}
+
+int64_t ztrt_ctx::startSwap(int file, void *buffer, int64_t bytes,
+                            bool write) {
+  if (impl->hostResident())
+    return write ? swap->write(file, buffer, bytes, 0)
+                 : swap->read(file, buffer, bytes, 0);
+  char *staging = stagingOf(buffer, bytes, write ? "swap_out" : "swap_in");
+  pollSwaps();
+  DeviceSwap pending{file, buffer, staging, bytes, write};
+  if (write) {
+    // After the work issued so far (the update that wrote the buffer).
+    pending.fence = impl->copyToHostAsync(staging, buffer, bytes);
+    offload.deviceToHostBytes += bytes;
+  } else {
+    // The staging bytes may still feed an earlier buffer's copy to the
+    // device: the file may overwrite them only once that copy is done.
+    stagingReads.erase(
+        std::remove_if(stagingReads.begin(), stagingReads.end(),
+                       [&](const StagingRead &read) {
+                         if (read.end <= staging ||
+                             read.begin >= staging + bytes)
+                           return false;
+                         impl->awaitFence(read.fence);
+                         return true;
+                       }),
+        stagingReads.end());
+    pending.io = swap->read(file, staging, bytes, 0);
+  }
+  const int64_t ticket = ++lastSwapTicket;
+  deviceSwaps.emplace(ticket, pending);
+  return ticket;
+}
+
+void ztrt_ctx::finishSwap(int64_t ticket) {
+  if (impl->hostResident())
+    return swap->wait(ticket);
+  auto it = deviceSwaps.find(ticket);
+  if (it == deviceSwaps.end())
+    fatal("swap_wait: swap %lld is not in flight (waited twice?)",
+          static_cast<long long>(ticket));
+  DeviceSwap pending = it->second;
+  deviceSwaps.erase(it);
+  if (pending.write) {
+    if (pending.io < 0) {
+      impl->awaitFence(pending.fence);
+      pending.io = swap->write(pending.file, pending.staging, pending.bytes, 0);
+    }
+    swap->wait(pending.io);
+  } else {
+    swap->wait(pending.io);
+    // Ahead of the work the step issues next, which reads the buffer.
+    int64_t fence =
+        impl->copyFromHostAsync(pending.device, pending.staging, pending.bytes);
+    offload.hostToDeviceBytes += pending.bytes;
+    stagingReads.push_back(
+        {pending.staging, pending.staging + pending.bytes, fence});
+  }
+  pollSwaps();
 }
 
 void ztrt_ctx::paramToHost(size_t i, void *host, int64_t bytes) {

@@ -60,6 +60,10 @@ struct OffloadStats {
   int64_t readBytes = 0, writeBytes = 0;
   /// Wall time the step thread spent blocked in ztrt_swap_wait.
   int64_t exposedNanos = 0;
+  /// Device backends: bytes copied between device memory and host memory
+  /// for swaps, plus the host-placed states the updates read and wrote in
+  /// place (each counted both ways).
+  int64_t hostToDeviceBytes = 0, deviceToHostBytes = 0;
 };
 
 enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast };
@@ -192,6 +196,24 @@ struct ztrt_ctx {
     bool write;
   };
   std::unordered_map<int64_t, PendingSwap> pendingSwaps;
+  /// Starts reading (`write` false) or writing `bytes` of swap `file` into
+  /// or from swap buffer `buffer`; returns the ticket finishSwap takes.
+  /// On a host backend the buffer is the I/O buffer. On a device backend
+  /// it is device memory with a pinned host staging copy (same offset in
+  /// the arena's staging buffer): a read fills the staging copy now and
+  /// copies it to the device at finishSwap; a write copies the device
+  /// buffer to the staging copy after the work issued so far and writes
+  /// the file once that copy has landed (at finishSwap, or earlier when a
+  /// later swap call finds it done).
+  int64_t startSwap(int file, void *buffer, int64_t bytes, bool write);
+  /// Blocks until swap `ticket` has completed as far as the step needs:
+  /// a read's bytes are in the buffer for the work issued next (on a
+  /// device: the copy is enqueued ahead of it), a write's are in its file.
+  void finishSwap(int64_t ticket);
+  /// Counts an update's reads and writes of a state (`bytes`) as host-link
+  /// traffic when the state is host memory a device backend's kernel
+  /// reaches in place (a host-placed state on cuda).
+  void noteStateAccess(const void *state, int64_t bytes);
   /// Copies state `i`'s storage (`bytes`, its storeBytes) to host memory
   /// and back, wherever it lives: through the backend, or synchronously
   /// through its swap file (initialisation and checkpoints).
@@ -277,13 +299,50 @@ struct ztrt_ctx {
   }
 
 private:
+  /// Where an allocation's memory comes from.
+  enum class Memory {
+    Backend,      ///< impl->allocate
+    SwapHost,     ///< SwapSpace::allocate: the I/O buffer itself (host backends)
+    SwapDevice,   ///< impl->allocate, plus a pinned staging copy (device backends)
+    MappedHost,   ///< impl->allocateMappedHost (host states on device backends)
+  };
   struct Allocation {
     int64_t bytes;
     int32_t category;
-    /// Allocated by SwapSpace::allocate (4096-aligned host memory) rather
-    /// than the backend.
-    bool pinnedHost;
+    Memory memory;
   };
+  void release(void *ptr, const Allocation &allocation);
+
+  /// Device backends: the pinned staging copy of each swap arena, by the
+  /// arena's device address.
+  struct Staging {
+    char *host;
+    int64_t bytes;
+  };
+  std::unordered_map<const void *, Staging> swapStaging;
+  /// The staging bytes of device swap buffer [buffer, buffer + bytes).
+  char *stagingOf(const void *buffer, int64_t bytes, const char *op);
+  /// A swap on a device backend: its file I/O (-1 until issued) and the
+  /// fence of its copy (-1 when none pending).
+  struct DeviceSwap {
+    int file;
+    void *device;
+    char *staging;
+    int64_t bytes;
+    bool write;
+    int64_t io = -1, fence = -1;
+  };
+  std::unordered_map<int64_t, DeviceSwap> deviceSwaps;
+  int64_t lastSwapTicket = 0;
+  /// Host-to-device copies that may still read their staging bytes.
+  struct StagingRead {
+    const char *begin, *end;
+    int64_t fence;
+  };
+  std::vector<StagingRead> stagingReads;
+  /// Issues the writes whose device-to-host copy has landed, and retires
+  /// the staging reads that completed (neither blocks).
+  void pollSwaps();
   /// Counts a collective's call and payload bytes (at its start).
   void countCall(const ztrt::CollectiveRequest &request);
   /// Accounts a completed collective: wire bytes, duration, trace event

@@ -559,13 +559,14 @@ Descriptor parseDescriptor(const char *text) {
   return desc;
 }
 
-PlannedBytes plannedBytes(const Descriptor &desc) {
+PlannedBytes plannedBytes(const Descriptor &desc, bool deviceOnly) {
   PlannedBytes planned;
   for (const ParamSpec &spec : desc.params)
     if (spec.space != MemorySpace::Nvme) // in its swap file
       planned.modelStates += spec.storeBytes;
   for (const StateSpec &spec : desc.states)
-    if (spec.space != MemorySpace::Nvme) // in its swap file, not in memory
+    if (spec.space != MemorySpace::Nvme && // in its swap file, not in memory
+        !(deviceOnly && spec.space == MemorySpace::Host))
       planned.modelStates += spec.storeBytes;
   for (const GradSpec &spec : desc.grads)
     planned.modelStates += spec.bytes();

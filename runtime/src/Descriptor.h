@@ -185,7 +185,10 @@ struct PlannedBytes {
   int64_t modelStates = 0, inputs = 0, buffers = 0, arenas = 0;
   int64_t total() const { return modelStates + inputs + buffers + arenas; }
 };
-PlannedBytes plannedBytes(const Descriptor &desc);
+/// What the plan allocates per rank. `deviceOnly`: what a device backend
+/// holds in device memory (host-placed optimizer states are host memory
+/// there; swap buffers have a device copy, in the arenas).
+PlannedBytes plannedBytes(const Descriptor &desc, bool deviceOnly = false);
 
 /// Parses and validates a descriptor; fatal with the line number on any
 /// malformed record. With a `grid N` record, shards must cover their tensors

@@ -381,7 +381,8 @@ void checkDeviceMemory(Backend &backend, Communicator &comm,
   uint64_t free = 0, total = 0;
   if (opts.skipMemoryCheck || !backend.deviceMemory(free, total))
     return;
-  refuseShortRanks(comm, plannedBytes(desc), static_cast<int64_t>(free),
+  refuseShortRanks(comm, plannedBytes(desc, /*deviceOnly=*/true),
+                   static_cast<int64_t>(free),
                    "free device memory (cudaMemGetInfo on the rank's GPU)");
 }
 
@@ -565,13 +566,7 @@ void setUpOffload(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts,
     if (spec.space == MemorySpace::Nvme)
       nvmeBytes += SwapSpace::roundUp(spec.storeBytes);
   }
-  if ((host || nvmeBytes) && opts.backend != "cpu")
-    refuse("this model keeps %s in %s memory (--offload-optimizer, "
-           "--offload-param); the %s backend cannot run such plans yet, the "
-           "cpu backend can (docs/offload.md)",
-           nvmeBytes ? "model states" : "optimizer states",
-           nvmeBytes ? "nvme" : "host", opts.backend.c_str());
-  if (host && rank == 0)
+  if (host && rank == 0 && opts.backend == "cpu")
     warning("--offload-optimizer=cpu: on the cpu backend host memory is the "
             "device's, so the optimizer states stay where they are and "
             "nothing moves (their bytes are reported as "
@@ -723,17 +718,21 @@ std::string memoryJson(const MemoryStats &mem, int64_t planned) {
 
 /// zero-offload's nvme traffic during the steps (ztrt_swap_*), or null.
 std::string offloadJson(const ztrt_ctx &ctx) {
-  if (!ctx.swap)
+  const OffloadStats &o = ctx.offload;
+  // Host placement on the cpu backend moves nothing: null, as without
+  // offload. A device backend reaches host-placed states over its host link.
+  if (!ctx.swap && !o.hostToDeviceBytes && !o.deviceToHostBytes)
     return "null";
   int64_t atRest = 0;
   for (int64_t bytes : ctx.stateFileBytes)
     atRest += bytes;
   for (int64_t bytes : ctx.paramFileBytes)
     atRest += bytes;
-  const OffloadStats &o = ctx.offload;
   return format("{\"nvme_bytes\": %lld, \"reads\": %lld, "
                 "\"read_bytes\": %lld, \"writes\": %lld, "
                 "\"write_bytes\": %lld, \"exposed_ms\": %.3f, "
+                "\"host_to_device_bytes\": %lld, "
+                "\"device_to_host_bytes\": %lld, "
                 "\"direct\": %s, \"asynchronous\": %s, "
                 "\"directory\": %s}",
                 static_cast<long long>(atRest),
@@ -741,9 +740,11 @@ std::string offloadJson(const ztrt_ctx &ctx) {
                 static_cast<long long>(o.readBytes),
                 static_cast<long long>(o.writes),
                 static_cast<long long>(o.writeBytes), o.exposedNanos / 1e6,
-                ctx.swap->direct() ? "true" : "false",
-                ctx.swap->asynchronous() ? "true" : "false",
-                jsonQuote(ctx.swap->directory()).c_str());
+                static_cast<long long>(o.hostToDeviceBytes),
+                static_cast<long long>(o.deviceToHostBytes),
+                ctx.swap && ctx.swap->direct() ? "true" : "false",
+                ctx.swap && ctx.swap->asynchronous() ? "true" : "false",
+                ctx.swap ? jsonQuote(ctx.swap->directory()).c_str() : "null");
 }
 
 std::string communicationJson(const ztrt_ctx &ctx) {

@@ -207,6 +207,64 @@ TEST(CudaEmulatorTest, PageableCopiesCompleteOnReturnPinnedOnesAtSync) {
   cudaFree(d);
 }
 
+// zero-offload's host memory on a device (docs/offload.md): mapped pinned
+// memory is device-accessible (kernels write it in place), registered host
+// memory takes asynchronous copies, and neither can be freed the wrong way.
+TEST(CudaEmulatorTest, MappedHostMemoryIsWrittenInPlaceByKernels) {
+  float *host = nullptr;
+  ASSERT_EQ(cudaHostAlloc(reinterpret_cast<void **>(&host), 64 * sizeof(float),
+                          cudaHostAllocMapped | cudaHostAllocPortable),
+            cudaSuccess);
+  void *device = nullptr;
+  ASSERT_EQ(cudaHostGetDevicePointer(&device, host, 0), cudaSuccess);
+  EXPECT_EQ(device, host); // unified addressing
+  ZTRT_LAUNCH(2, 32, 0, nullptr, fillValue)(host, 7.0f, 64);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(host[0], 7.0f);
+  EXPECT_EQ(host[63], 7.0f);
+  // Unmapped pinned memory has no device address.
+  float *unmapped = nullptr;
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void **>(&unmapped), 16),
+            cudaSuccess);
+  EXPECT_EQ(cudaHostGetDevicePointer(&device, unmapped, 0),
+            cudaErrorInvalidValue);
+  cudaGetLastError();
+  EXPECT_EQ(cudaFreeHost(unmapped), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(host), cudaSuccess);
+}
+
+TEST(CudaEmulatorTest, RegisteredHostMemoryTakesAsynchronousCopies) {
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  std::vector<float> staging(256, 3.0f);
+  ASSERT_EQ(cudaHostRegister(staging.data(), staging.size() * sizeof(float),
+                             cudaHostRegisterPortable),
+            cudaSuccess);
+  // Twice, or overlapping: refused.
+  EXPECT_EQ(cudaHostRegister(staging.data() + 4, 16, 0), cudaErrorInvalidValue);
+  cudaGetLastError();
+  float *d = deviceArray(std::vector<float>(256, 0.0f));
+  ASSERT_EQ(cudaMemcpyAsync(d, staging.data(), 1024, cudaMemcpyHostToDevice, s),
+            cudaSuccess);
+  cudaEvent_t e;
+  ASSERT_EQ(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(e, s), cudaSuccess);
+  ASSERT_EQ(cudaEventSynchronize(e), cudaSuccess);
+  EXPECT_EQ(hostCopy(d, 256)[255], 3.0f);
+  ASSERT_EQ(cudaMemcpyAsync(staging.data(), d, 4, cudaMemcpyDeviceToHost, s),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  // Registered memory is the program's: cudaFreeHost refuses it.
+  EXPECT_EQ(cudaFreeHost(staging.data()), cudaErrorInvalidValue);
+  cudaGetLastError();
+  EXPECT_EQ(cudaHostUnregister(staging.data()), cudaSuccess);
+  EXPECT_EQ(cudaHostUnregister(staging.data()), cudaErrorInvalidValue);
+  cudaGetLastError();
+  cudaEventDestroy(e);
+  cudaStreamDestroy(s);
+  cudaFree(d);
+}
+
 TEST(CudaEmulatorTest, MisusedCopiesAreRefused) {
   float host[4] = {};
   float *d = deviceArray(std::vector<float>(4));

@@ -114,7 +114,14 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 
 // Six states of one 4096-byte block each; three updates' states at most in
 // buffers at once (the plan), each read and written once per step.
+// On a device the swap buffers have a device copy: the device peak grows
+// by them; each swap crosses the host link once.
 // REPORT: "offload": {
+// REPORT-NEXT: "device_backend": {
+// REPORT-NEXT: "device_peak": [[#DEV:]],
+// REPORT-NEXT: "device_to_host_per_step": 24576,
+// REPORT-NEXT: "host_to_device_per_step": 24576
+// REPORT-NEXT: },
 // REPORT-NEXT: "host": {
 // REPORT-NEXT: "optimizer_states": 0,
 // REPORT-NEXT: "swap_buffers": 24576
@@ -127,6 +134,7 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // REPORT-NEXT: "host_to_nvme": 24576,
 // REPORT-NEXT: "nvme_to_host": 24576
 // REPORT: "optimizer_states": 0,
+// REPORT: "predicted_peak": [[#DEV-24576]]
 
 // The updates move into the backward pass: each right after its gradient
 // is final and its parameter's last read (w2's after dW2, before the

@@ -134,6 +134,13 @@ struct Allocation {
   bool pinned;
   bool freed;    // cudaFree / cudaFreeAsync called: no new work may use it
   bool released; // the free happened (a stream reached cudaFreeAsync)
+  /// Pinned host memory mapped into the device's address space
+  /// (cudaHostAllocMapped, cudaHostRegisterMapped): kernels, copies and
+  /// library calls may use it as device memory (over PCIe on a GPU).
+  bool mapped = false;
+  /// Host memory of the program's, pinned by cudaHostRegister: it is not
+  /// the emulator's to free (cudaHostUnregister forgets it).
+  bool registered = false;
 };
 
 struct Registry {
@@ -176,21 +183,29 @@ const std::pair<const uintptr_t, Allocation> *find(const void *ptr) {
   return &*it;
 }
 
+/// What a range must be: memory the device can use (device allocations
+/// and mapped pinned host memory), or pinned host memory.
+enum class Want { DeviceAccessible, Pinned };
+
 /// [ptr, ptr + bytes) inside one allocation of the kind; `enqueued`: for
 /// work already enqueued when its stream runs it, which may use memory
 /// whose cudaFreeAsync comes later in stream order.
-bool inside(const void *ptr, size_t bytes, bool pinned, bool enqueued = false) {
+bool inside(const void *ptr, size_t bytes, Want want, bool enqueued = false) {
   std::lock_guard<std::mutex> lock(registry().mutex);
   const auto *a = find(ptr);
-  if (!a || a->second.pinned != pinned || a->second.released ||
-      (a->second.freed && !enqueued))
+  if (!a || a->second.released || (a->second.freed && !enqueued))
+    return false;
+  const bool kind = want == Want::Pinned
+                        ? a->second.pinned
+                        : !a->second.pinned || a->second.mapped;
+  if (!kind)
     return false;
   const auto p = reinterpret_cast<uintptr_t>(ptr);
   return p + bytes <= a->first + a->second.bytes;
 }
 
 bool pinnedHost(const void *ptr, size_t bytes) {
-  return inside(ptr, bytes, true);
+  return inside(ptr, bytes, Want::Pinned);
 }
 
 cudaError_t allocate(void **ptr, size_t bytes, bool pinned) {
@@ -223,7 +238,7 @@ cudaError_t markFreed(void *ptr, bool pinned, size_t *bytes) {
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = r.allocations.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == r.allocations.end() || it->second.pinned != pinned ||
-      it->second.freed) {
+      it->second.freed || it->second.registered) {
     std::fprintf(stderr, "cuda emulator: %s(%p): not the start of a live %s\n",
                  pinned ? "cudaFreeHost" : "cudaFree", ptr,
                  pinned ? "pinned host allocation" : "device allocation");
@@ -314,7 +329,7 @@ bool checkCopy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
 /// free that is not ordered after the copy is a use after free on a GPU).
 bool stillValid(void *dst, const void *src, size_t bytes) {
   for (const void *p : {static_cast<const void *>(dst), src}) {
-    if (!p || !anyDevice(p) || inside(p, bytes, false, true))
+    if (!p || !anyDevice(p) || inside(p, bytes, Want::DeviceAccessible, true))
       continue;
     fault("a copy on a stream touches %s, freed before the stream got there "
           "(its free is not ordered after the copy)",
@@ -397,11 +412,11 @@ void drain(cudaStream_t stream) {
 }
 
 bool isDevice(const void *ptr, size_t bytes) {
-  return inside(ptr, bytes, false);
+  return inside(ptr, bytes, Want::DeviceAccessible);
 }
 
 bool isLiveDevice(const void *ptr, size_t bytes) {
-  return inside(ptr, bytes, false, true);
+  return inside(ptr, bytes, Want::DeviceAccessible, true);
 }
 
 bool anyDevice(const void *ptr) {
@@ -673,6 +688,81 @@ cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream) {
 
 cudaError_t cudaMallocHost(void **ptr, size_t bytes) {
   return allocate(ptr, bytes, true);
+}
+
+cudaError_t cudaHostAlloc(void **ptr, size_t bytes, unsigned flags) {
+  if (flags & ~unsigned(cudaHostAllocPortable | cudaHostAllocMapped |
+                        cudaHostAllocWriteCombined))
+    return fail(cudaErrorInvalidValue);
+  if (cudaError_t e = allocate(ptr, bytes, true))
+    return e;
+  std::lock_guard<std::mutex> lock(registry().mutex);
+  registry().allocations[reinterpret_cast<uintptr_t>(*ptr)].mapped =
+      (flags & cudaHostAllocMapped) != 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostGetDevicePointer(void **device, void *host,
+                                     unsigned flags) {
+  if (!device || flags != 0)
+    return fail(cudaErrorInvalidValue);
+  std::lock_guard<std::mutex> lock(registry().mutex);
+  const auto *a = find(host);
+  if (!a || !a->second.pinned || !a->second.mapped || a->second.freed) {
+    std::fprintf(stderr,
+                 "cuda emulator: cudaHostGetDevicePointer(%p): not mapped "
+                 "pinned host memory\n",
+                 host);
+    return fail(cudaErrorInvalidValue);
+  }
+  *device = host; // unified addressing: the same address
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostRegister(void *ptr, size_t bytes, unsigned flags) {
+  if (!ptr || bytes == 0 ||
+      (flags & ~unsigned(cudaHostRegisterPortable | cudaHostRegisterMapped)))
+    return fail(cudaErrorInvalidValue);
+  if (cudaError_t e = sticky())
+    return e;
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const auto p = reinterpret_cast<uintptr_t>(ptr);
+  // No overlap with anything the registry knows (CUDA:
+  // cudaErrorHostMemoryAlreadyRegistered).
+  auto next = r.allocations.lower_bound(p);
+  if ((next != r.allocations.end() && next->first < p + bytes) || find(ptr)) {
+    std::fprintf(stderr,
+                 "cuda emulator: cudaHostRegister(%p, %zu bytes): overlaps "
+                 "memory already known to CUDA\n",
+                 ptr, bytes);
+    return fail(cudaErrorInvalidValue);
+  }
+  Allocation a{bytes, true, false, false};
+  a.mapped = (flags & cudaHostRegisterMapped) != 0;
+  a.registered = true;
+  r.allocations[p] = a;
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostUnregister(void *ptr) {
+  {
+    Registry &r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    auto it = r.allocations.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == r.allocations.end() || !it->second.registered) {
+      std::fprintf(stderr,
+                   "cuda emulator: cudaHostUnregister(%p): not the start of "
+                   "memory registered by cudaHostRegister\n",
+                   ptr);
+      return fail(cudaErrorInvalidValue);
+    }
+  }
+  // Work still in flight may read it; the program frees it after this.
+  cudaDeviceSynchronize();
+  std::lock_guard<std::mutex> lock(registry().mutex);
+  registry().allocations.erase(reinterpret_cast<uintptr_t>(ptr));
+  return cudaSuccess;
 }
 
 cudaError_t cudaFreeHost(void *ptr) {

@@ -56,6 +56,12 @@ struct Report {
   /// read from and written to nvme per optimizer step.
   int64_t hostStates = 0, nvmeStates = 0, swapBuffers = 0, nvmeParams = 0;
   int64_t nvmeToHost = 0, hostToNvme = 0;
+  /// On a device backend (cuda): the swap buffers have a device copy, each
+  /// swap moves its bytes between that copy and its pinned staging copy,
+  /// and the update reads and writes each host-placed state once, in place.
+  int64_t devicePeakOnDevice() const { return predictedPeak() + swapBuffers; }
+  int64_t hostToDevice() const { return nvmeToHost + hostStates; }
+  int64_t deviceToHost() const { return hostToNvme + hostStates; }
   int64_t buffers = 0, inputs = 0, activations = 0, communicationBuffers = 0;
   /// Of the activations: gathered parameters allocated at once.
   int64_t gatheredPeak = 0;
@@ -387,6 +393,13 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
       row("nvme -> host", r.nvmeToHost);
       row("host -> nvme", r.hostToNvme);
     }
+    // A device backend computes on device copies of the swap buffers and
+    // reads and writes host-placed states in place over the host link.
+    os << "on a device backend (--backend cuda), per rank: the swap "
+          "buffers on the device too\n";
+    row("device peak", r.devicePeakOnDevice());
+    row("host -> device per step", r.hostToDevice());
+    row("device -> host per step", r.deviceToHost());
   }
   // ZeRO's model states in its units (GB = 10^9 bytes) and Megatron's
   // bytes per parameter.
@@ -489,7 +502,12 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
                                        {"optimizer_states", r.nvmeStates}}},
            {"transfers_per_step",
             llvm::json::Object{{"nvme_to_host", r.nvmeToHost},
-                               {"host_to_nvme", r.hostToNvme}}}}},
+                               {"host_to_nvme", r.hostToNvme}}},
+           {"device_backend",
+            llvm::json::Object{{"device_peak", r.devicePeakOnDevice()},
+                               {"host_to_device_per_step", r.hostToDevice()},
+                               {"device_to_host_per_step",
+                                r.deviceToHost()}}}}},
       {"collectives_source", r.collectivesFromIR ? "ir" : "plan"},
       {"memory_plan", r.staticPlan ? "static" : "liveness"},
       {"collectives", std::move(collectives)},

@@ -120,6 +120,18 @@ cudaError_t cudaMallocAsync(void **ptr, size_t bytes, cudaStream_t stream);
 cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream);
 cudaError_t cudaMallocHost(void **ptr, size_t bytes);
 cudaError_t cudaFreeHost(void *ptr);
+#define cudaHostAllocDefault 0x00
+#define cudaHostAllocPortable 0x01
+#define cudaHostAllocMapped 0x02
+#define cudaHostAllocWriteCombined 0x04
+#define cudaHostRegisterDefault 0x00
+#define cudaHostRegisterPortable 0x01
+#define cudaHostRegisterMapped 0x02
+cudaError_t cudaHostAlloc(void **ptr, size_t bytes, unsigned flags);
+cudaError_t cudaHostGetDevicePointer(void **device, void *host,
+                                     unsigned flags);
+cudaError_t cudaHostRegister(void *ptr, size_t bytes, unsigned flags);
+cudaError_t cudaHostUnregister(void *ptr);
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes,
                        cudaMemcpyKind kind);

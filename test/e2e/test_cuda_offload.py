@@ -1,0 +1,142 @@
+"""zero-offload on the cuda backend: optimizer states in host memory
+(`--offload-optimizer=cpu`) and optimizer states and parameters on NVMe
+(`--offload-optimizer=nvme`, `--offload-param=nvme`) train to the same
+bits as the same plan without offload, at every ZeRO stage and N in
+{1, 2}, and the report's device, host and host-link bytes are zero-report's.
+
+How it runs on a device (docs/offload.md, "On the cuda backend"):
+
+- host-placed states are mapped pinned host memory; the device's own update
+  kernels read and write them in place over the host link (zero-copy);
+- an nvme tensor's swap buffer is device memory with a pinned staging copy:
+  the file is read into the staging copy ahead of use and copied to the
+  device at the swap's wait; a write-back copies the device buffer to the
+  staging copy behind the update and writes the file once that copy landed.
+
+The update is the same kernel on the same values wherever its states live,
+so the results are bitwise equal (no tolerance), as on the cpu backend
+(test_offload.py). Runs on a GPU where there is one and on the CUDA
+emulator everywhere (test_cuda.py's `target`), where stream work is delayed
+at random and threads run shuffled: a copy the fences fail to order
+against the I/O or the kernels changes the bits.
+"""
+
+import json
+import subprocess
+
+import pytest
+
+import e2e_util
+from test_cuda import device_count, require_cuda_runtime, runtime_flags, target  # noqa: F401
+from test_offload import gpt, inputs, swap_dir, zero_report
+from ztrain import parity
+
+STEPS = 3
+
+PLACEMENTS = {
+    "none": "",
+    "cpu": "offload-optimizer=cpu",
+    "nvme": "offload-optimizer=nvme",
+    "half": "offload-optimizer=nvme offload-ratio=0.5",
+    "infinity": "offload-optimizer=nvme offload-param=nvme",
+}
+
+
+@pytest.mark.parametrize("stage,n,precision", [
+    (0, 1, "fp32"), (1, 2, "bf16"), (2, 2, "fp32"), (3, 2, "fp32"), (3, 1, "bf16")])
+def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
+    if n > device_count(target):
+        pytest.skip(f"needs {n} GPUs (one per rank)")
+    spec = gpt(batch=2)
+    init, data = inputs(tmp_path, spec, STEPS * n * spec.batch)
+    nvme = swap_dir(tmp_path)
+    offloads = ["none", "cpu", "nvme", "half"] + (["infinity"] if stage == 3 else [])
+    # A world of one probes the runtime (skips where it has no cuda backend).
+    require_cuda_runtime(e2e_util.compile_text(
+        spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"), name="probe",
+        extra=runtime_flags(target)))
+    saved = {}
+    for offload in offloads:
+        placement = PLACEMENTS[offload]
+        flags = ["--" + f for f in placement.split()]
+        plan = zero_report(tmp_path, spec, f"stage={stage} dp={n} {placement}",
+                           f"optimizer=adamw precision={precision}")
+        exe = e2e_util.compile_text(
+            spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+            name=f"exe-{offload}",
+            extra=["--dp", str(n), "--zero-stage", str(stage), f"--precision={precision}",
+                   *flags] + runtime_flags(target))
+        save, report = tmp_path / f"{offload}.safetensors", tmp_path / f"{offload}.json"
+        cmd = [exe, "--backend", "cuda", "--steps", str(STEPS), "--init", init,
+               "--data", data, "--save", save, "--report", report, "--log-every", "0",
+               "--nvme-path", nvme]
+        if n > 1:
+            e2e_util.mpirun(n, cmd)
+        else:
+            p = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=600)
+            assert p.returncode == 0, p.stderr
+        saved[offload] = save.read_bytes()
+        per_rank, off = plan["per_rank"], plan["offload"]
+        on_device = off["device_backend"]
+        for rank in json.loads(report.read_text())["ranks"]:
+            mem, io = rank["memory"], rank["offload"]
+            # Exact, as on the cpu backend; on a device the swap buffers
+            # also have their device copy.
+            assert mem["device_peak"] == on_device["device_peak"], (offload, mem, on_device)
+            assert on_device["device_peak"] == per_rank["predicted_peak"] + \
+                off["host"]["swap_buffers"]
+            assert mem["optimizer_states"] == per_rank["optimizer_states"], offload
+            assert mem["host_optimizer_states"] == off["host"]["optimizer_states"], offload
+            assert mem["swap_buffers"] == off["host"]["swap_buffers"], offload
+            if offload == "none":
+                assert io is None
+                continue
+            # The host link: swap copies, and host states read and written
+            # in place by the updates, every step.
+            assert io["host_to_device_bytes"] == \
+                STEPS * on_device["host_to_device_per_step"], (offload, io, on_device)
+            assert io["device_to_host_bytes"] == \
+                STEPS * on_device["device_to_host_per_step"], (offload, io, on_device)
+            if offload != "cpu":
+                assert io["read_bytes"] == STEPS * off["transfers_per_step"]["nvme_to_host"]
+                assert io["write_bytes"] == STEPS * off["transfers_per_step"]["host_to_nvme"]
+    for offload in offloads:
+        assert saved[offload] == saved["none"], (stage, n, precision, offload)
+    # Every rank's swap directory is gone.
+    assert list(nvme.iterdir()) == []
+
+
+@pytest.mark.parametrize("offload", ["cpu", "infinity"])
+def test_cuda_offload_resumes_bitwise(offload, target, tmp_path):
+    """A checkpoint of an offloaded run on the cuda backend (host states
+    read from mapped host memory; nvme tensors through their files) resumes
+    where an uninterrupted run of the plain plan goes."""
+    spec = gpt(batch=2)
+    init, data = inputs(tmp_path, spec, 4 * spec.batch)
+    nvme = swap_dir(tmp_path)
+    exes = {}
+    for offload in ("none", offload):
+        exes[offload] = e2e_util.compile_text(
+            spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+            name=f"exe-{offload}",
+            extra=["--zero-stage", "3", *["--" + f for f in PLACEMENTS[offload].split()]]
+            + runtime_flags(target))
+    require_cuda_runtime(exes["none"])
+
+    def run(exe, *args):
+        start = [] if "--resume" in args else ["--init", init]
+        p = subprocess.run([exe, "--backend", "cuda", *start, "--data", data,
+                            "--log-every", "0", "--nvme-path", str(nvme), *args],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=600)
+        assert p.returncode == 0, p.stderr
+
+    whole = tmp_path / "whole.safetensors"
+    run(exes["none"], "--steps", "4", "--save", str(whole))
+    ckpt = tmp_path / "ckpt"
+    run(exes[offload], "--steps", "2", "--save-checkpoint", str(ckpt))
+    resumed = tmp_path / "resumed.safetensors"
+    run(exes[offload], "--steps", "2", "--resume", str(ckpt), "--save", str(resumed))
+    assert resumed.read_bytes() == whole.read_bytes()
+    assert list(nvme.iterdir()) == []
