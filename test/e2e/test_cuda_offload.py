@@ -2,7 +2,7 @@
 (`--offload-optimizer=cpu`) and optimizer states and parameters on NVMe
 (`--offload-optimizer=nvme`, `--offload-param=nvme`) train to the same
 bits as the same plan without offload, at every ZeRO stage and N in
-{1, 2}, and the report's device, host and host-link bytes are zero-report's.
+{1, 2, 4}, and the report's device, host and host-link bytes are zero-report's.
 
 How it runs on a device (docs/offload.md, "On the cuda backend"):
 
@@ -43,7 +43,8 @@ PLACEMENTS = {
 
 
 @pytest.mark.parametrize("stage,n,precision", [
-    (0, 1, "fp32"), (1, 2, "bf16"), (2, 2, "fp32"), (3, 2, "fp32"), (3, 1, "bf16")])
+    (0, 1, "fp32"), (1, 2, "bf16"), (2, 2, "fp32"), (3, 2, "fp32"), (3, 1, "bf16"),
+    (3, 4, "fp32")])
 def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
     if n > device_count(target):
         pytest.skip(f"needs {n} GPUs (one per rank)")
