@@ -22,6 +22,9 @@ StepBuffers::StepBuffers(func::FuncOp entry, int64_t stage)
   // micro-batch's gradient, its operand, is a temporary).
   for (auto acc : body.getOps<train::AccumulateGradOp>())
     gradients[acc.getResult()] = acc.getParamAttr();
+  // Hashed symbol lookups (a linear scan per update is quadratic in the
+  // number of parameters).
+  SymbolTableCollection symbols;
   for (Operation &op : body) {
     auto update = dyn_cast<train::OptimizerUpdateOpInterface>(op);
     if (!update)
@@ -40,8 +43,8 @@ StepBuffers::StepBuffers(func::FuncOp entry, int64_t stage)
         g = start->getOperand(i);
     }
     // A transient gradient (zero-offload) stays an arena buffer.
-    Operation *param = SymbolTable::lookupNearestSymbolFrom(
-        &op, update.getUpdatedParam());
+    Operation *param =
+        symbols.lookupNearestSymbolFrom(&op, update.getUpdatedParam());
     if (param && param->hasAttr(kTransientGradientAttr))
       continue;
     if (g.hasOneUse() && !isa<BlockArgument>(g))
@@ -106,9 +109,10 @@ unsigned StepBuffers::lastUse(Value rootValue) const {
 
 static int64_t bytesOf(Type type) { return tensorBytes(type); }
 
-int64_t ztrain::dist::swapBufferBytes(Operation *from, FlatSymbolRefAttr name,
+int64_t ztrain::dist::swapBufferBytes(SymbolTableCollection &symbols,
+                                      Operation *from, FlatSymbolRefAttr name,
                                       int64_t stage, int64_t gridSize) {
-  Operation *symbol = SymbolTable::lookupNearestSymbolFrom(from, name);
+  Operation *symbol = symbols.lookupNearestSymbolFrom(from, name);
   Type type;
   if (auto state = dyn_cast_or_null<train::StateOp>(symbol))
     type = state.getType();
@@ -127,6 +131,8 @@ std::vector<StepBuffers::Buffer> StepBuffers::list(int64_t gridSize) const {
   // buffer holds the state's per-rank storage, rounded up to whole 4096-byte
   // blocks (O_DIRECT).
   llvm::DenseMap<Attribute, std::pair<Operation *, int64_t>> swappedIn;
+  // Hashed lookups: a linear one per op is quadratic in a deep model.
+  SymbolTableCollection symbols;
   auto module = body->getParentOp()->getParentOfType<ModuleOp>();
   int64_t stage = 0;
   if (auto zero = module->getAttrOfType<ZeroAttr>(kZeroAttr))
@@ -134,7 +140,8 @@ std::vector<StepBuffers::Buffer> StepBuffers::list(int64_t gridSize) const {
   for (Operation &op : *body) {
     if (auto in = dyn_cast<SwapInStartOp>(op)) {
       swappedIn[in.getStateAttr()] = {
-          &op, swapBufferBytes(&op, in.getStateAttr(), stage, gridSize)};
+          &op,
+          swapBufferBytes(symbols, &op, in.getStateAttr(), stage, gridSize)};
     }
     // A swap buffer ends at its write-back's wait, or at its release.
     FlatSymbolRefAttr ended;

@@ -295,15 +295,15 @@ ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
   // into the activation arena, where they take room only for that while,
   // rather than into persistent buffers that hold every gradient at once.
   if (fn.getBody().front().getOps<train::AccumulateGradOp>().empty()) {
-    auto module = fn->getParentOfType<ModuleOp>();
+    SymbolTable module(fn->getParentOfType<ModuleOp>());
     for (auto update : body.getOps<train::OptimizerUpdateOpInterface>()) {
       bool swapped = nvme(update.getUpdatedParam());
       for (FlatSymbolRefAttr s : update.getUpdatedStates())
         swapped |= nvme(s);
       if (!swapped)
         continue;
-      if (Operation *param = SymbolTable::lookupSymbolIn(
-              module, update.getUpdatedParam().getAttr()))
+      if (Operation *param =
+              module.lookup(update.getUpdatedParam().getAttr()))
         param->setAttr(kTransientGradientAttr, UnitAttr::get(fn.getContext()));
     }
   }

@@ -301,7 +301,7 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
     if (!isa<SwapInStartOp, SwapOutStartOp>(op))
       return;
     auto name = op->getAttrOfType<FlatSymbolRefAttr>("state");
-    int64_t bytes = swapBufferBytes(op, name, r.stage, n);
+    int64_t bytes = swapBufferBytes(symbols, op, name, r.stage, n);
     (isa<SwapInStartOp>(op) ? r.nvmeToHost : r.hostToNvme) += bytes;
   });
 

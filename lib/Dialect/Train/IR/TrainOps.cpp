@@ -297,10 +297,12 @@ AccumulationBoundaryOp ztrain::train::getAccumulationBoundary(func::FuncOp entry
   return found;
 }
 
-LogicalResult AccumulateGradOp::verify() {
-  auto module = (*this)->getParentOfType<ModuleOp>();
-  if (module && !SymbolTable::lookupNearestSymbolFrom<ParamOp>(
-                    getOperation(), getParamAttr()))
+// Through the symbol-use verifier's shared, hashed tables: a linear lookup
+// per op is quadratic in the number of parameters.
+LogicalResult
+AccumulateGradOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  if (!symbolTable.lookupNearestSymbolFrom<ParamOp>(getOperation(),
+                                                    getParamAttr()))
     return emitOpError() << "accumulates the gradient of " << getParamAttr()
                          << ", which is not a train.param";
   return success();

@@ -12,6 +12,7 @@
 #ifndef ZTRAIN_DIALECT_DIST_IR_STEPBUFFERS_H
 #define ZTRAIN_DIALECT_DIST_IR_STEPBUFFERS_H
 
+#include "mlir/IR/SymbolTable.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
 
@@ -20,7 +21,8 @@ namespace ztrain::dist {
 /// The bytes of the swap buffer (and of the nvme file) of train.state or
 /// train.param `name`: its per-rank storage at ZeRO `stage` on `gridSize`
 /// ranks, rounded up to whole 4096-byte blocks; 0 for an unknown symbol.
-int64_t swapBufferBytes(mlir::Operation *from, mlir::FlatSymbolRefAttr name,
+int64_t swapBufferBytes(mlir::SymbolTableCollection &symbols,
+                        mlir::Operation *from, mlir::FlatSymbolRefAttr name,
                         int64_t stage, int64_t gridSize);
 
 class StepBuffers {

@@ -1399,6 +1399,7 @@ def Train_UpdateLossScaleOp : Train_Op<"update_loss_scale", [
 //===----------------------------------------------------------------------===//
 
 def Train_AccumulateGradOp : Train_Op<"accumulate_grad", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>,
     MemoryEffects<[MemRead, MemWrite]>,
     AllTypesMatch<["input", "result"]>]> {
   let summary = "adds a micro-batch's gradient to its parameter's accumulator";
@@ -1434,7 +1435,6 @@ def Train_AccumulateGradOp : Train_Op<"accumulate_grad", [
   let arguments = (ins FlatSymbolRefAttr:$param, Train_FloatTensor:$input);
   let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$param `,` $input attr-dict `:` type($input)";
-  let hasVerifier = 1;
 }
 
 def Train_AccumulationBoundaryOp : Train_Op<"accumulation_boundary", [
