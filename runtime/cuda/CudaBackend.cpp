@@ -1045,6 +1045,12 @@ private:
             "cudaMemcpyAsync");
       in = static_cast<const char *>(staged);
     };
+    // An NCCL call may block the host (connection set-up on first use; the
+    // emulator's NCCL runs the collective in the call): timed by the
+    // collective watchdog like an MPI call.
+    static constexpr const char *kCallNames[] = {
+        "ncclAllReduce", "ncclReduceScatter", "ncclAllGather", "ncclBroadcast"};
+    WatchedWait watched(kCallNames[static_cast<int>(r.kind)]);
     switch (r.kind) {
     case Collective::AllReduce:
       if (in != out && overlaps(in, bytes, out, bytes))
@@ -1128,6 +1134,12 @@ private:
       check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       return;
     }
+    // The stream may wait in a collective for a rank that stopped or died:
+    // the collective watchdog times this wait like an MPI call's.
+    if (cudaStreamQuery(stream) == cudaSuccess)
+      return;
+    cudaGetLastError();
+    WatchedWait watched("a wait for the device's NCCL collectives");
     for (;;) {
       const cudaError_t status = cudaStreamQuery(stream);
       if (status == cudaSuccess)

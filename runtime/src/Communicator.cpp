@@ -302,6 +302,14 @@ void stopWatchdog() {
 
 } // namespace
 
+WatchedWait::WatchedWait(const char *what) {
+  blockedIn.store(what);
+  collectivesBegun.fetch_add(1);
+  blockedSinceNs.store(nowNs());
+}
+
+WatchedWait::~WatchedWait() { blockedSinceNs.store(0); }
+
 void noteCollective(const char *kind, int64_t elems) {
   collectiveElems.store(elems);
   collectiveKind.store(kind);

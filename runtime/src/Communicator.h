@@ -60,6 +60,19 @@ void startCollectiveWatchdog(double timeoutSeconds,
 /// by the watchdog if it times out; null `kind`: none.
 void noteCollective(const char *kind, int64_t elems);
 
+/// Times a blocking wait that is not an MPI call of a communicator — a
+/// device backend waiting for its enqueued NCCL collectives — as the
+/// watchdog times those: one more in the rank's sequence of collectives,
+/// and the job ends when it has waited --collective-timeout seconds, the
+/// message naming `what` (a string that lives forever).
+class WatchedWait {
+public:
+  explicit WatchedWait(const char *what);
+  ~WatchedWait();
+  WatchedWait(const WatchedWait &) = delete;
+  WatchedWait &operator=(const WatchedWait &) = delete;
+};
+
 class Communicator {
 public:
   /// A world of one process, without MPI.

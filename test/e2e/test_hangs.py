@@ -26,15 +26,16 @@ def exe(tmp_path_factory):
 rank_pids = e2e_util.child_pids
 
 
-def start(exe):
+def start(exe, extra=(), log_every=2000):
     """Launches a long 2-rank run and returns once it is training (rank 0
     printed a progress line: both ranks are past MPI's start-up, their
     watchdogs run, and collectives flow)."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     job = subprocess.Popen([shutil.which("mpirun"), "--quiet", "--oversubscribe", "-np", "2",
                             str(exe),
-                            "--steps", "10000000", "--log-every", "2000", "--threads", "1",
-                            "--collective-timeout", str(TIMEOUT_S)],
+                            "--steps", "10000000", "--log-every", str(log_every),
+                            "--threads", "1",
+                            "--collective-timeout", str(TIMEOUT_S), *extra],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                            start_new_session=True)
     first = job.stdout.readline()
@@ -44,7 +45,30 @@ def start(exe):
 
 @pytest.mark.parametrize("sig", [signal.SIGSTOP, signal.SIGKILL], ids=["stopped", "killed"])
 def test_a_rank_that_stops_answering_ends_the_job(exe, sig):
-    job = start(exe)
+    stop_and_check(start(exe), sig, r"(the \w+ of \d+ elements \()?MPI_\w+\)?")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSTOP, signal.SIGKILL], ids=["stopped", "killed"])
+def test_a_stopped_rank_ends_a_cuda_job(tmp_path, sig):
+    """The same on the cuda backend, whose collectives are NCCL's on the
+    device: the host waits for its stream, not in MPI, and that wait is
+    timed by the same watchdog, as are the NCCL calls themselves (which can
+    block the host). Runs on the CUDA emulator, whose NCCL (over MPI) blocks
+    in the call for the stopped rank."""
+    from test_cuda import EMULATOR_DIR, HAVE_EMULATOR
+    if not HAVE_EMULATOR:
+        pytest.skip(f"no CUDA emulator runtime at {EMULATOR_DIR}")
+    from ztrain import models, parity
+    spec = models.mlp(batch=2, in_features=12, hidden=[16], classes=5)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
+                                parity.OptimizerConfig("adam", lr=1e-2),
+                                extra=["--dp", "2", "--zero-stage", "3",
+                                       "--runtime-dir", EMULATOR_DIR])
+    stop_and_check(start(exe, ["--backend", "cuda"], log_every=20), sig,
+                   r"(a wait for the device's NCCL collectives|nccl\w+)")
+
+
+def stop_and_check(job, sig, waited_in):
     victim = max(rank_pids(job.pid))
     stopped_at = time.monotonic()
     os.kill(victim, sig)
@@ -72,12 +96,12 @@ def test_a_rank_that_stops_answering_ends_the_job(exe, sig):
         # The rank that still answers names what it waited in, when, and the
         # rank that did not arrive: its watchdog asked the stopped rank's,
         # which could not answer.
-        m = re.search(r"ztrain: error: \[rank ([01])\] (the \w+ of \d+ elements \()?MPI_\w+\)?, "
+        m = re.search(r"ztrain: error: \[rank ([01])\] " + waited_in + ", "
                       r"collective #\d+ of step \d+, has waited 3 s for the other ranks "
                       r"\(--collective-timeout 3\); did not arrive: rank ([01]) \(no answer in "
                       r"2 s: stopped, hung or dead\); ending the job", err)
         assert m, err
-        assert m.group(1) != m.group(3), err
+        assert m.group(1) != m.group(m.lastindex), err
     else:
         # The launcher ends the survivor with SIGTERM; it says so and names
         # its step.
