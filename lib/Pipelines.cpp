@@ -98,11 +98,13 @@ void ztrain::buildZeroSchedulePipeline(OpPassManager &pm,
 
 void ztrain::addZeroOffload(OpPassManager &pm,
                             const ZeroPipelineOptions &options) {
-  if (options.offloadOptimizer == "none" && options.offloadParam == "none")
+  if (options.offloadOptimizer == "none" && options.offloadParam == "none" &&
+      options.offloadActivations == "none")
     return;
   dist::ZeroOffloadOptions offload;
   offload.optimizer = options.offloadOptimizer;
   offload.param = options.offloadParam;
+  offload.activations = options.offloadActivations;
   offload.bufferCount = options.offloadBufferCount;
   offload.ratio = options.offloadRatio;
   pm.addPass(dist::createZeroOffload(offload));

@@ -114,7 +114,10 @@ typedef enum ztrt_category {
   // memory. Host memory: on the cpu backend the same memory as the rest.
   ZTRT_CAT_SWAP_BUFFERS = 7,
   ZTRT_CAT_HOST_STATES = 8,
-  ZTRT_CAT_COUNT = 9
+  // Host copies of activations kept for the backward pass (Pa+cpu: the
+  // host_activations arena). Host memory (pinned on a device backend).
+  ZTRT_CAT_HOST_ACTIVATIONS = 9,
+  ZTRT_CAT_COUNT = 10
 } ztrt_category;
 
 // The optimizer hyper-parameters a compiled update asks the run for

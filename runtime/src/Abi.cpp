@@ -470,6 +470,31 @@ void ztrt_swap_wait(ztrt_ctx *ctx, int64_t ticket) {
   ctx->pendingSwaps.erase(it);
 }
 
+int64_t ztrt_copy_to_host_start(ztrt_ctx *ctx, const void *src, void *dst,
+                                int64_t bytes) {
+  Backend &backend = backendOf(ctx, "copy_to_host_start");
+  checkCount("copy_to_host_start", "byte count", bytes);
+  ctx->offload.activationsToHost += bytes;
+  if (!backend.hostResident()) // over the host link
+    ctx->offload.deviceToHostBytes += bytes;
+  return backend.copyToHostAsync(dst, src, bytes);
+}
+
+int64_t ztrt_copy_from_host_start(ztrt_ctx *ctx, const void *src, void *dst,
+                                  int64_t bytes) {
+  Backend &backend = backendOf(ctx, "copy_from_host_start");
+  checkCount("copy_from_host_start", "byte count", bytes);
+  ctx->offload.activationsFromHost += bytes;
+  if (!backend.hostResident())
+    ctx->offload.hostToDeviceBytes += bytes;
+  return backend.copyFromHostAsync(dst, src, bytes);
+}
+
+void ztrt_copy_wait(ztrt_ctx *ctx, int64_t ticket) {
+  backendOf(ctx, "copy_wait");
+  ctx->noteCopy(ticket);
+}
+
 void *ztrt_grad(ztrt_ctx *ctx, int64_t index) {
   backendOf(ctx, "grad");
   void *ptr = binding("grad", ctx->grads, index, "gradient");

@@ -39,7 +39,7 @@ const char *categoryName(int category) {
   static const char *const names[ZTRT_CAT_COUNT] = {
       "parameters",  "gradients", "optimizer_states",
       "activations", "other",     "gathered_parameters", "buffers",
-      "swap_buffers", "host_optimizer_states"};
+      "swap_buffers", "host_optimizer_states", "host_activations"};
   return category >= 0 && category < ZTRT_CAT_COUNT ? names[category]
                                                     : "invalid";
 }
@@ -122,6 +122,8 @@ ztrt_ctx::~ztrt_ctx() {
       impl->awaitFence(pending.fence);
   for (const StagingRead &read : stagingReads)
     impl->awaitFence(read.fence);
+  for (int64_t fence : copyFences)
+    impl->awaitFence(fence);
   swap.reset();
   for (auto &[ptr, allocation] : live)
     release(ptr, allocation);
@@ -161,7 +163,9 @@ void *ztrt_ctx::allocate(int64_t bytes, int32_t category, const char *op) {
   Memory memory = Memory::Backend;
   if (category == ZTRT_CAT_SWAP_BUFFERS)
     memory = impl->hostResident() ? Memory::SwapHost : Memory::SwapDevice;
-  else if (category == ZTRT_CAT_HOST_STATES && !impl->hostResident())
+  else if ((category == ZTRT_CAT_HOST_STATES ||
+            category == ZTRT_CAT_HOST_ACTIVATIONS) &&
+           !impl->hostResident())
     memory = Memory::MappedHost;
   void *ptr = nullptr;
   switch (memory) {
@@ -456,6 +460,20 @@ void ztrt_ctx::pollSwaps() {
                        return true;
                      }),
       stagingReads.end());
+}
+
+void ztrt_ctx::noteCopy(int64_t fence) {
+  if (impl->hostResident())
+    return;
+  copyFences.erase(std::remove_if(copyFences.begin(), copyFences.end(),
+                                  [&](int64_t f) {
+                                    if (!impl->fenceReached(f))
+                                      return false;
+                                    impl->awaitFence(f);
+                                    return true;
+                                  }),
+                   copyFences.end());
+  copyFences.push_back(fence);
 }
 
 void ztrt_ctx::noteStateAccess(const void *state, int64_t bytes) {

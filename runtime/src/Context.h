@@ -50,7 +50,9 @@ struct MemoryStats {
 /// Whether memory of `category` is host memory by placement (zero-offload)
 /// rather than the backend's device memory.
 inline bool isHostCategory(int category) {
-  return category == ZTRT_CAT_SWAP_BUFFERS || category == ZTRT_CAT_HOST_STATES;
+  return category == ZTRT_CAT_SWAP_BUFFERS ||
+         category == ZTRT_CAT_HOST_STATES ||
+         category == ZTRT_CAT_HOST_ACTIVATIONS;
 }
 
 /// The swaps of nvme-resident optimizer states during steps (ztrt_swap_*).
@@ -64,6 +66,8 @@ struct OffloadStats {
   /// for swaps, plus the host-placed states the updates read and wrote in
   /// place (each counted both ways).
   int64_t hostToDeviceBytes = 0, deviceToHostBytes = 0;
+  /// Activations copied to host memory and back (Pa+cpu).
+  int64_t activationsToHost = 0, activationsFromHost = 0;
 };
 
 enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast };
@@ -214,6 +218,10 @@ struct ztrt_ctx {
   /// traffic when the state is host memory a device backend's kernel
   /// reaches in place (a host-placed state on cuda).
   void noteStateAccess(const void *state, int64_t bytes);
+  /// Retires the completed fences of activation copies (ztrt_copy_wait)
+  /// and keeps `fence` until it completes: nothing blocks, the compute
+  /// stream orders the copies with the kernels.
+  void noteCopy(int64_t fence);
   /// Copies state `i`'s storage (`bytes`, its storeBytes) to host memory
   /// and back, wherever it lives: through the backend, or synchronously
   /// through its swap file (initialisation and checkpoints).
@@ -340,6 +348,7 @@ private:
     int64_t fence;
   };
   std::vector<StagingRead> stagingReads;
+  std::vector<int64_t> copyFences;
   /// Issues the writes whose device-to-host copy has landed, and retires
   /// the staging reads that completed (neither blocks).
   void pollSwaps();

@@ -575,7 +575,8 @@ PlannedBytes plannedBytes(const Descriptor &desc, bool deviceOnly) {
   for (const BufferSpec &spec : desc.buffers)
     planned.buffers += spec.bytes;
   for (const auto &[name, bytes] : desc.arenas)
-    planned.arenas += bytes;
+    if (!(deviceOnly && name == "host_activations")) // host memory there
+      planned.arenas += bytes;
   return planned;
 }
 

@@ -721,7 +721,8 @@ std::string offloadJson(const ztrt_ctx &ctx) {
   const OffloadStats &o = ctx.offload;
   // Host placement on the cpu backend moves nothing: null, as without
   // offload. A device backend reaches host-placed states over its host link.
-  if (!ctx.swap && !o.hostToDeviceBytes && !o.deviceToHostBytes)
+  if (!ctx.swap && !o.hostToDeviceBytes && !o.deviceToHostBytes &&
+      !o.activationsToHost)
     return "null";
   int64_t atRest = 0;
   for (int64_t bytes : ctx.stateFileBytes)
@@ -733,6 +734,8 @@ std::string offloadJson(const ztrt_ctx &ctx) {
                 "\"write_bytes\": %lld, \"exposed_ms\": %.3f, "
                 "\"host_to_device_bytes\": %lld, "
                 "\"device_to_host_bytes\": %lld, "
+                "\"activations_to_host_bytes\": %lld, "
+                "\"activations_from_host_bytes\": %lld, "
                 "\"direct\": %s, \"asynchronous\": %s, "
                 "\"directory\": %s}",
                 static_cast<long long>(atRest),
@@ -742,6 +745,8 @@ std::string offloadJson(const ztrt_ctx &ctx) {
                 static_cast<long long>(o.writeBytes), o.exposedNanos / 1e6,
                 static_cast<long long>(o.hostToDeviceBytes),
                 static_cast<long long>(o.deviceToHostBytes),
+                static_cast<long long>(o.activationsToHost),
+                static_cast<long long>(o.activationsFromHost),
                 ctx.swap && ctx.swap->direct() ? "true" : "false",
                 ctx.swap && ctx.swap->asynchronous() ? "true" : "false",
                 ctx.swap ? jsonQuote(ctx.swap->directory()).c_str() : "null");

@@ -96,7 +96,8 @@ def test_what_ztrain_cannot_honour_is_one_line(tmp_path):
                                  "stage3_prefetch_bucket_size": 5e7, "sub_group_size": 1e9},
            "fp16": {"enabled": True, "loss_scale": 128},
            "optimizer": {"type": "Lamb"},
-           "activation_checkpointing": {"cpu_checkpointing": True, "number_checkpoints": 4},
+           "activation_checkpointing": {"partition_activations": True,
+                                        "number_checkpoints": 4},
            "wall_clock_breakdown": False}
     rc, _, err = compile_mlir(src, [], bad, tmp_path)
     assert rc != 0
@@ -105,7 +106,7 @@ def test_what_ztrain_cannot_honour_is_one_line(tmp_path):
                 "fp16.loss_scale=128",
                 "optimizer.type=Lamb", "zero_optimization.stage3_prefetch_bucket_size",
                 "zero_optimization.sub_group_size (unknown)", "wall_clock_breakdown (unknown)",
-                "activation_checkpointing.cpu_checkpointing (checkpoints to host memory",
+                "activation_checkpointing.partition_activations (partitions activations",
                 "activation_checkpointing.number_checkpoints"):
         assert key in line, (key, line)
 

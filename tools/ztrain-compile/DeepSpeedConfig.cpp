@@ -215,13 +215,16 @@ void Reader::activationCheckpointing(const json::Object &a) {
   for (const auto &kv : a) {
     StringRef key = kv.first;
     std::string name = ("activation_checkpointing." + key).str();
-    if (key == "partition_activations" || key == "cpu_checkpointing") {
+    if (key == "cpu_checkpointing") {
+      // The checkpoints in host memory between the passes (Pa+cpu).
       std::optional<bool> on = asBool(kv.second, name);
       if (on && *on)
-        unsupported(name, key == "partition_activations"
-                              ? "partitions activations over model-parallel "
-                                "ranks; ztrain is data-parallel"
-                              : "checkpoints to host memory: not built yet");
+        flag("offload-activations", "cpu");
+    } else if (key == "partition_activations") {
+      std::optional<bool> on = asBool(kv.second, name);
+      if (on && *on)
+        unsupported(name, "partitions activations over model-parallel "
+                          "ranks; ztrain is data-parallel");
     } else if (key == "contiguous_memory_optimization") {
       // ztrain's activations live in one statically planned arena: what
       // this option asks for is how ztrain always allocates.

@@ -481,6 +481,10 @@ int main(int argc, char **argv) {
         !error.empty())
       return fail(error);
     auto given = [](const cl::Option &o) { return o.getNumOccurrences() > 0; };
+    if (given(flags::offloadActivations) && flags::offloadActivations != "none")
+      return fail("--offload-activations: the plan search (--memory-budget) "
+                  "does not consider activation offload yet; compile with "
+                  "the plan it prints and --offload-activations instead");
     if (given(flags::stage))
       request.stage = flags::stage;
     if (given(flags::recompute))

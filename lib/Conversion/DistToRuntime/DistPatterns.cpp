@@ -335,11 +335,56 @@ struct SwapReleasePattern : OpRuntimePattern<SwapReleaseOp> {
   }
 };
 
+/// Pa+cpu: the activation's bytes start for their host copy (plan-memory's
+/// slot in host_activations), behind the op that made them.
+struct OffloadActivationStartPattern
+    : OpRuntimePattern<OffloadActivationStartOp> {
+  LogicalResult lower(OffloadActivationStartOp op,
+                      StepLowering &s) const override {
+    if (!s.planned())
+      return op.emitOpError() << "needs a memory plan for its host copy; run "
+                                 "plan-memory right before lower-to-runtime";
+    Value host = s.stagingBuffer(op, 0, 0);
+    s.hostCopies[op.getInput()] = host;
+    Value ticket = s.rt.call(
+        "copy_to_host_start",
+        {s.get(op.getInput()), host,
+         s.rt.i64(tensorBytes(op.getInput().getType()))});
+    s.pending[op.getToken()] = StepLowering::Pending{ticket, {}, {}, {}};
+    return success();
+  }
+};
+
+/// The host copy comes back into the buffer the wait's result gets.
+struct ReloadActivationStartPattern
+    : OpRuntimePattern<ReloadActivationStartOp> {
+  LogicalResult lower(ReloadActivationStartOp op,
+                      StepLowering &s) const override {
+    Value host = s.hostCopies.lookup(op.getInput());
+    if (!host)
+      return op.emitOpError() << "reloads an activation that was not "
+                                 "offloaded before it";
+    Value result = waitOf(op.getToken()).getResult(0);
+    Value dst = s.alloc(result);
+    s.bind(result, dst);
+    Value ticket = s.rt.call(
+        "copy_from_host_start",
+        {host, dst, s.rt.i64(tensorBytes(op.getInput().getType()))});
+    s.pending[op.getToken()] = StepLowering::Pending{ticket, {}, {}, {}};
+    return success();
+  }
+};
+
 struct WaitPattern : OpRuntimePattern<WaitOp> {
   LogicalResult lower(WaitOp op, StepLowering &s) const override {
     StepLowering::Pending p = s.pending.lookup(op.getToken());
     if (isa<SwapInStartOp, SwapOutStartOp>(op.getStart())) {
       s.rt.call("swap_wait", {p.handle});
+      return success();
+    }
+    if (isa<OffloadActivationStartOp, ReloadActivationStartOp>(
+            op.getStart())) {
+      s.rt.call("copy_wait", {p.handle});
       return success();
     }
     s.rt.call("wait", {p.handle});
@@ -432,6 +477,8 @@ void ztrain::populateDistToRuntimePatterns(RuntimePatternList &patterns) {
   patterns.push_back(std::make_unique<SwapInStartPattern>());
   patterns.push_back(std::make_unique<SwapOutStartPattern>());
   patterns.push_back(std::make_unique<SwapReleasePattern>());
+  patterns.push_back(std::make_unique<OffloadActivationStartPattern>());
+  patterns.push_back(std::make_unique<ReloadActivationStartPattern>());
   patterns.push_back(std::make_unique<WaitPattern>());
   patterns.push_back(std::make_unique<TilePattern<AssembleTilesOp>>());
   patterns.push_back(std::make_unique<TilePattern<ExtractTileOp>>());

@@ -60,7 +60,8 @@ StepLowering::StepLowering(ModuleOp module, func::FuncOp entry,
     int32_t category = name == "activations" ? ZTRT_CAT_ACTIVATIONS
                        : name == "gathered_parameters" ? ZTRT_CAT_GATHERED
                        : name == "swap_buffers"        ? ZTRT_CAT_SWAP_BUFFERS
-                                                       : ZTRT_CAT_OTHER;
+                       : name == "host_activations" ? ZTRT_CAT_HOST_ACTIVATIONS
+                                                    : ZTRT_CAT_OTHER;
     if (bytes > 0)
       arenaBase[name] =
           rt.call("arena", {rt.i64(index), rt.i64(bytes), rt.i32(category)});

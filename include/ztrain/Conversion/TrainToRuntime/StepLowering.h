@@ -174,6 +174,9 @@ public:
   /// and its dist.swap_out_start or dist.swap_release: what state() and
   /// param() return for it.
   llvm::StringMap<mlir::Value> swapBuffers;
+  /// Offloaded activations: the host copy of each (its
+  /// dist.offload_activation_start's slot in host_activations).
+  llvm::DenseMap<mlir::Value, mlir::Value> hostCopies;
 
   /// After `op` is lowered: report the loss if `op` made it, free the
   /// buffers whose last use `op` was.

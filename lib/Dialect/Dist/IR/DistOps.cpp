@@ -526,11 +526,39 @@ LogicalResult WaitOp::verify() {
   Operation *start = getStart();
   if (!start || !isa<GatherParamStartOp, ReduceScatterStartOp,
                      AllReduceStartOp, AllGatherParamStartOp, SwapInStartOp,
-                     SwapOutStartOp>(start))
+                     SwapOutStartOp, OffloadActivationStartOp,
+                     ReloadActivationStartOp>(start))
     return emitOpError() << "token must come from a dist.*_start op";
   if (isa<SwapInStartOp, SwapOutStartOp>(start) && getNumResults())
     return emitOpError() << "completes a swap transfer, which yields nothing";
+  if (isa<OffloadActivationStartOp>(start) && getNumResults())
+    return emitOpError()
+           << "completes an activation's copy to host memory, which yields "
+              "nothing";
+  if (auto reload = dyn_cast<ReloadActivationStartOp>(start))
+    if (getNumResults() != 1 ||
+        getResult(0).getType() != reload.getInput().getType())
+      return emitOpError() << "must yield the reloaded activation, of type "
+                           << reload.getInput().getType();
   return success();
+}
+
+LogicalResult ReloadActivationStartOp::verify() {
+  for (Operation *user : getInput().getUsers()) {
+    auto offload = dyn_cast<OffloadActivationStartOp>(user);
+    if (!offload || offload->getBlock() != (*this)->getBlock() ||
+        !offload->isBeforeInBlock(*this))
+      continue;
+    for (Operation *waiter : offload.getToken().getUsers())
+      if (waiter->getBlock() == (*this)->getBlock() &&
+          waiter->isBeforeInBlock(*this))
+        return success();
+    return emitOpError() << "reloads an activation whose copy to host "
+                            "memory is not waited for before it";
+  }
+  return emitOpError() << "reloads a value no earlier "
+                          "dist.offload_activation_start copied to host "
+                          "memory";
 }
 
 LogicalResult ReleaseOp::verify() {

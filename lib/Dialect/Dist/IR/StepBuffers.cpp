@@ -70,14 +70,16 @@ StepBuffers::StepBuffers(func::FuncOp entry, int64_t stage)
              llvm::zip(start->getOperands(), wait.getResults()))
           if (in.hasOneUse())
             roots[out] = root(in);
-      } else if (isa<GatherParamStartOp>(start) ||
+      } else if (isa<GatherParamStartOp, ReloadActivationStartOp>(start) ||
                  (isa<ReduceScatterStartOp>(start) &&
                   start->getNumOperands() == 1)) {
         filledBy[wait.getResult(0)] = start;
       }
       // A one-tensor collective reads its operand until it completes (a
       // bucket's operands are copied into the packed buffer at the start).
-      for (Value operand : start->getNumOperands() == 1
+      // (A reload's operand names the host copy, not a device read.)
+      for (Value operand : start->getNumOperands() == 1 &&
+                                   !isa<ReloadActivationStartOp>(start)
                                ? start->getOperands()
                                : OperandRange(start->getOperands().end(),
                                               start->getOperands().end())) {
@@ -85,6 +87,8 @@ StepBuffers::StepBuffers(func::FuncOp entry, int64_t stage)
         last = std::max(last, positions[&op]);
       }
     }
+    if (isa<ReloadActivationStartOp>(op))
+      continue;
     for (Value operand : op.getOperands()) {
       unsigned &last = lastUses[root(operand)];
       last = std::max(last, positions[&op]);
@@ -137,6 +141,33 @@ std::vector<StepBuffers::Buffer> StepBuffers::list(int64_t gridSize) const {
   int64_t stage = 0;
   if (auto zero = module->getAttrOfType<ZeroAttr>(kZeroAttr))
     stage = zero.getStage();
+  // Host copies of offloaded activations: from the offload's start to the
+  // reload's wait (or the offload's own wait when nothing reloads it).
+  llvm::DenseMap<Value, Operation *> offloaded;
+  for (Operation &op : *body) {
+    if (auto off = dyn_cast<OffloadActivationStartOp>(op))
+      offloaded[off.getInput()] = &op;
+    auto wait = dyn_cast<WaitOp>(op);
+    if (!wait)
+      continue;
+    Value of;
+    if (auto reload = dyn_cast<ReloadActivationStartOp>(wait.getStart()))
+      of = reload.getInput();
+    if (auto off = dyn_cast<OffloadActivationStartOp>(wait.getStart());
+        off && !llvm::any_of(off.getInput().getUsers(), [](Operation *u) {
+          return isa<ReloadActivationStartOp>(u);
+        }))
+      of = off.getInput();
+    if (!of)
+      continue;
+    auto it = offloaded.find(of);
+    if (it == offloaded.end())
+      continue;
+    out.push_back({Buffer::HostActivation, bytesOf(of.getType()),
+                   positions.lookup(it->second), positions.lookup(&op),
+                   it->second, 0});
+    offloaded.erase(it);
+  }
   for (Operation &op : *body) {
     if (auto in = dyn_cast<SwapInStartOp>(op)) {
       swappedIn[in.getStateAttr()] = {

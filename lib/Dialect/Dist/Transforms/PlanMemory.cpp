@@ -35,13 +35,19 @@ namespace {
 
 /// Indexed by StepBuffers::Buffer::Kind.
 constexpr llvm::StringLiteral kArenaNames[] = {
-    "activations", "gathered_parameters", "other", "swap_buffers"};
-constexpr unsigned kNumArenas = 4;
+    "activations", "gathered_parameters", "other", "swap_buffers",
+    "host_activations"};
+constexpr unsigned kNumArenas = 5;
 
 /// The arena (index into kArenaNames) of a buffer kind: staging buffers
-/// share "other", swap buffers have their own.
+/// share "other", swap buffers and host copies of activations have their
+/// own.
 unsigned arenaOf(StepBuffers::Buffer::Kind kind) {
-  return kind == StepBuffers::Buffer::Swap ? 3u : static_cast<unsigned>(kind);
+  if (kind == StepBuffers::Buffer::Swap)
+    return 3u;
+  if (kind == StepBuffers::Buffer::HostActivation)
+    return 4u;
+  return static_cast<unsigned>(kind);
 }
 
 /// A buffer of the step and its place: arena index (Buffer::Kind) and
@@ -249,7 +255,8 @@ static LogicalResult planFunction(func::FuncOp fn, int64_t stage,
     auto slot =
         SlotAttr::get(ctx, kArenaNames[arenaOf(buf.kind)], p.offset, buf.bytes);
     if (buf.kind == StepBuffers::Buffer::Staging ||
-        buf.kind == StepBuffers::Buffer::Swap) {
+        buf.kind == StepBuffers::Buffer::Swap ||
+        buf.kind == StepBuffers::Buffer::HostActivation) {
       auto &list = staging[buf.owner];
       list.resize(std::max<size_t>(list.size(), buf.index + 1));
       list[buf.index] = slot;
@@ -313,7 +320,7 @@ void PlanMemoryPass::runOnOperation() {
   for (unsigned arena = 0; arena < kNumArenas; ++arena) {
     // The swap arena exists only where something is swapped (plans without
     // offload keep their three arenas).
-    if (arena == 3 && sizes[arena] == 0)
+    if (arena >= 3 && sizes[arena] == 0)
       continue;
     arenas.push_back(b.getNamedAttr(kArenaNames[arena],
                                     b.getI64IntegerAttr(sizes[arena])));

@@ -36,6 +36,7 @@ struct ZeroOffloadPass : public dist::impl::ZeroOffloadBase<ZeroOffloadPass> {
                               const llvm::DenseSet<StringAttr> &onNvme);
   void hoistUpdates(func::FuncOp fn,
                     llvm::function_ref<bool(FlatSymbolRefAttr)> nvme);
+  LogicalResult offloadActivations(func::FuncOp fn);
 };
 
 /// An op that needs nvme-resident tensors in host buffers: an optimizer
@@ -89,12 +90,21 @@ void ZeroOffloadPass::runOnOperation() {
                        << " is out of range (1-16)";
     return signalPassFailure();
   }
-  if (optimizer == "none" && param == "none")
+  if (activations != "none" && activations != "cpu") {
+    module.emitError() << "zero-offload: unknown activation placement '"
+                       << activations << "' (expected none or cpu)";
+    return signalPassFailure();
+  }
+  if (optimizer == "none" && param == "none" && activations == "none")
     return markAllAnalysesPreserved();
 
   func::FuncOp entry = train::getEntryFunction(module);
   if (!entry)
     return signalPassFailure();
+  if (activations == "cpu" && failed(offloadActivations(entry)))
+    return signalPassFailure();
+  if (optimizer == "none" && param == "none")
+    return;
   MLIRContext *ctx = &getContext();
   llvm::DenseSet<StringAttr> onNvme;
   if (param == "nvme") {
@@ -179,6 +189,93 @@ void ZeroOffloadPass::runOnOperation() {
   for (func::FuncOp fn : fns)
     if (failed(scheduleSwaps(fn, onNvme)))
       return signalPassFailure();
+}
+
+/// Pa+cpu: the forward values recomputations read go to host memory
+/// between the forward and the backward pass (see the pass description).
+LogicalResult ZeroOffloadPass::offloadActivations(func::FuncOp fn) {
+  if (!fn.getBody().hasOneBlock())
+    return fn.emitError() << "zero-offload needs a single-block function";
+  Block &body = fn.getBody().front();
+  llvm::DenseMap<Operation *, unsigned> pos;
+  for (auto [i, op] : llvm::enumerate(body))
+    pos[&op] = i;
+  // The checkpoints: results of forward ops (not clones, not parameter or
+  // buffer reads, not collectives' values) read by a recomputation, with
+  // the first recomputation that reads each.
+  struct Kept {
+    Value value;
+    Operation *firstBackward;
+  };
+  std::vector<Kept> kept;
+  bool recomputes = false;
+  for (Operation &op : body) {
+    recomputes |= op.hasAttr(train::kRecomputedAttr);
+    if (op.hasAttr(train::kRecomputedAttr) ||
+        isa<train::ParamReadOp, train::BufferReadOp, WaitOp, GatherParamOp>(
+            op))
+      continue;
+    for (Value v : op.getResults()) {
+      if (!isa<RankedTensorType>(v.getType()))
+        continue;
+      Operation *first = nullptr;
+      for (Operation *user : v.getUsers())
+        if (user->hasAttr(train::kRecomputedAttr) &&
+            (!first || pos[user] < pos[first]))
+          first = user;
+      if (first)
+        kept.push_back({v, first});
+    }
+  }
+  if (!recomputes)
+    return fn.emitError()
+           << "zero-offload: activations=cpu moves the activations "
+              "train-recompute keeps for the backward pass, but this step "
+              "recomputes nothing (compile with --recompute=full or "
+              "selective)";
+  if (kept.empty())
+    return fn.emitError() << "zero-offload: activations=cpu found no "
+                             "forward value that a recomputation reads";
+  llvm::sort(kept, [&](const Kept &a, const Kept &b) {
+    return pos[a.firstBackward] < pos[b.firstBackward];
+  });
+  OpBuilder b(fn.getContext());
+  Operation *previousUse = nullptr;
+  for (const Kept &k : kept) {
+    Value v = k.value;
+    // Forward uses stay on the device value; the backward pass's (at and
+    // after its first recomputation) read the reloaded one.
+    Operation *lastForward = v.getDefiningOp();
+    SmallVector<OpOperand *> backward;
+    for (OpOperand &use : v.getUses()) {
+      Operation *user = use.getOwner();
+      if (pos[user] >= pos[k.firstBackward])
+        backward.push_back(&use);
+      else if (pos[user] > pos[lastForward])
+        lastForward = user;
+    }
+    b.setInsertionPointAfter(v.getDefiningOp());
+    auto off = b.create<OffloadActivationStartOp>(v.getLoc(), v);
+    b.setInsertionPointAfter(lastForward == v.getDefiningOp()
+                                 ? off.getOperation()
+                                 : lastForward);
+    b.create<WaitOp>(v.getLoc(), TypeRange{}, off.getToken());
+    // One reload ahead: while the previous kept value's segment is
+    // recomputed (the first at its own use).
+    Operation *at = previousUse && pos[previousUse] > pos[lastForward]
+                        ? previousUse
+                        : k.firstBackward;
+    b.setInsertionPoint(at);
+    auto reload = b.create<ReloadActivationStartOp>(v.getLoc(), v);
+    b.setInsertionPoint(k.firstBackward);
+    auto back = b.create<WaitOp>(v.getLoc(), TypeRange{v.getType()},
+                                 reload.getToken());
+    for (OpOperand *use : backward)
+      use->set(back.getResult(0));
+    previousUse = k.firstBackward;
+    ++numOffloadedActivations;
+  }
+  return success();
 }
 
 /// Moves each update that swaps tensors up to the earliest point where it

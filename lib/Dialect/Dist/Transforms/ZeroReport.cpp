@@ -56,12 +56,20 @@ struct Report {
   /// read from and written to nvme per optimizer step.
   int64_t hostStates = 0, nvmeStates = 0, swapBuffers = 0, nvmeParams = 0;
   int64_t nvmeToHost = 0, hostToNvme = 0;
+  /// Activations offloaded to host memory (Pa+cpu): the host_activations
+  /// arena, and the bytes copied to host memory (and back) per step.
+  int64_t hostActivations = 0, activationsToHost = 0;
   /// On a device backend (cuda): the swap buffers have a device copy, each
   /// swap moves its bytes between that copy and its pinned staging copy,
   /// and the update reads and writes each host-placed state once, in place.
   int64_t devicePeakOnDevice() const { return predictedPeak() + swapBuffers; }
-  int64_t hostToDevice() const { return nvmeToHost + hostStates; }
-  int64_t deviceToHost() const { return hostToNvme + hostStates; }
+  /// (Plus the offloaded activations, which cross it every micro-batch.)
+  int64_t hostToDevice() const {
+    return nvmeToHost + hostStates + activationsToHost;
+  }
+  int64_t deviceToHost() const {
+    return hostToNvme + hostStates + activationsToHost;
+  }
   int64_t buffers = 0, inputs = 0, activations = 0, communicationBuffers = 0;
   /// Of the activations: gathered parameters allocated at once.
   int64_t gatheredPeak = 0;
@@ -117,7 +125,8 @@ int64_t activationPeak(func::FuncOp entry, int64_t stage, int64_t gridSize,
   size_t size = body.getOperations().size() + 1;
   std::vector<int64_t> delta(size, 0), gathered(size, 0);
   for (const StepBuffers::Buffer &buf : buffers.list(gridSize)) {
-    if (buf.kind == StepBuffers::Buffer::Swap) // host memory, not the device's
+    if (buf.kind == StepBuffers::Buffer::Swap || // host memory, not the
+        buf.kind == StepBuffers::Buffer::HostActivation) // device's
       continue;
     delta[buf.from] += buf.bytes;
     delta[buf.to + 1] -= buf.bytes;
@@ -263,6 +272,7 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
     r.activations = arena("activations");
     r.gatheredPeak = arena("gathered_parameters");
     r.swapBuffers = arena("swap_buffers");
+    r.hostActivations = arena("host_activations");
   } else if (entry.getBody().hasOneBlock()) {
     r.activations = activationPeak(entry, r.stage, n, r.gatheredPeak);
   }
@@ -297,6 +307,11 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
 
   // The swaps of nvme-resident states: whole blocks, once per optimizer
   // step (zero-offload places them after the accumulation boundary).
+  // Offloaded activations: each copied down and back once per run of the
+  // step (per micro-batch).
+  entry.walk([&](OffloadActivationStartOp op) {
+    r.activationsToHost += tensorBytes(op.getInput().getType());
+  });
   entry.walk([&](Operation *op) {
     if (!isa<SwapInStartOp, SwapOutStartOp>(op))
       return;
@@ -377,8 +392,11 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
     row("  of which gathered", r.gatheredPeak);
   row("communication buffers", r.communicationBuffers);
   row("predicted peak", r.predictedPeak());
-  if (r.hostStates || r.nvmeStates || r.swapBuffers || r.nvmeParams) {
+  if (r.hostStates || r.nvmeStates || r.swapBuffers || r.nvmeParams ||
+      r.hostActivations) {
     os << "offloaded (zero-offload), per rank: not in the peak above\n";
+    if (r.hostActivations)
+      row("host: activations", r.hostActivations);
     if (r.hostStates)
       row("host: optimizer states", r.hostStates);
     if (r.swapBuffers)
@@ -387,11 +405,15 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
       row("nvme: parameters", r.nvmeParams);
     if (r.nvmeStates)
       row("nvme: optimizer states", r.nvmeStates);
-    if (r.nvmeToHost || r.hostToNvme) {
+    if (r.nvmeToHost || r.hostToNvme || r.activationsToHost) {
       os << llvm::formatv("{0,-26}{1,16}{2,12}\n", "transfers per step",
                           "bytes/rank", "MiB");
-      row("nvme -> host", r.nvmeToHost);
-      row("host -> nvme", r.hostToNvme);
+      if (r.nvmeToHost || r.hostToNvme) {
+        row("nvme -> host", r.nvmeToHost);
+        row("host -> nvme", r.hostToNvme);
+      }
+      if (r.activationsToHost)
+        row("activations <-> host", r.activationsToHost);
     }
     // A device backend computes on device copies of the swap buffers and
     // reads and writes host-placed states in place over the host link.
@@ -497,12 +519,14 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
       {"offload",
        llvm::json::Object{
            {"host", llvm::json::Object{{"optimizer_states", r.hostStates},
-                                       {"swap_buffers", r.swapBuffers}}},
+                                       {"swap_buffers", r.swapBuffers},
+                                       {"activations", r.hostActivations}}},
            {"nvme", llvm::json::Object{{"parameters", r.nvmeParams},
                                        {"optimizer_states", r.nvmeStates}}},
            {"transfers_per_step",
             llvm::json::Object{{"nvme_to_host", r.nvmeToHost},
-                               {"host_to_nvme", r.hostToNvme}}},
+                               {"host_to_nvme", r.hostToNvme},
+                               {"activations_to_host", r.activationsToHost}}},
            {"device_backend",
             llvm::json::Object{{"device_peak", r.devicePeakOnDevice()},
                                {"host_to_device_per_step", r.hostToDevice()},
@@ -553,7 +577,7 @@ FailureOr<StepSummary> ztrain::dist::summarizeStep(ModuleOp module) {
   s.recomputeFlops = r->recomputeFlops;
   s.kernelBytes = r->kernelBytes;
   s.recomputeKernelBytes = r->recomputeKernelBytes;
-  s.hostBytes = r->swapBuffers + r->hostStates;
+  s.hostBytes = r->swapBuffers + r->hostStates + r->hostActivations;
   s.nvmeTransferBytes = r->nvmeToHost + r->hostToNvme;
   return s;
 }

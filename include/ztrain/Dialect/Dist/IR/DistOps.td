@@ -401,6 +401,63 @@ def Dist_SwapReleaseOp : Op<Dist_Dialect, "swap_release", [
   let assemblyFormat = "$state attr-dict";
 }
 
+//===----------------------------------------------------------------------===//
+// Activation offload (ZeRO-R's Pa+cpu, zero-offload{activations=cpu})
+//===----------------------------------------------------------------------===//
+
+def Dist_OffloadActivationStartOp : Op<Dist_Dialect, "offload_activation_start", [
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "starts copying an activation kept for the backward pass to host memory";
+  let description = [{
+    ZeRO-R's Pa+cpu: starts copying `input`, a value the backward pass's
+    recomputation reads (a checkpoint `train-recompute` kept), to a host
+    buffer (`plan-memory` places it in the `host_activations` arena:
+    `dist.staging`). The device buffer of `input` lives until the matching
+    `dist.wait` (which yields nothing); the backward pass reads the value
+    `dist.reload_activation_start` brings back instead. On the cuda backend
+    the copy is ordered on the compute stream behind the op that made the
+    value; on the cpu backend it is a memory copy.
+
+    ```mlir
+    %t = dist.offload_activation_start %h : tensor<2x8x16xf32>
+    ... forward uses of %h ...
+    dist.wait %t
+    ```
+
+    **Constraints:** `input` is a tensor result of an op of the same block.
+  }];
+  let arguments = (ins AnyStaticShapeTensor:$input);
+  let results = (outs Dist_TokenType:$token);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Dist_ReloadActivationStartOp : Op<Dist_Dialect, "reload_activation_start", [
+    MemoryEffects<[MemRead, MemWrite]>]> {
+  let summary = "starts copying an offloaded activation back from host memory";
+  let description = [{
+    Starts copying the host copy of `input` (the one its
+    `dist.offload_activation_start` made) into a fresh device buffer, which
+    the matching `dist.wait` yields; the backward pass reads that value.
+    The operand names which host copy: it is not a read of the device
+    value, whose buffer was freed at the offload's wait. The host buffer
+    is freed at this op's wait.
+
+    ```mlir
+    %r = dist.reload_activation_start %h : tensor<2x8x16xf32>
+    dist.wait %o
+    %h2 = dist.wait %r : tensor<2x8x16xf32>
+    ```
+
+    **Constraints:** `input` is offloaded by a
+    `dist.offload_activation_start` earlier in the same block, whose wait
+    precedes this op.
+  }];
+  let arguments = (ins AnyStaticShapeTensor:$input);
+  let results = (outs Dist_TokenType:$token);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 def Dist_WaitOp : Op<Dist_Dialect, "wait", [MemoryEffects<[MemRead, MemWrite]>]> {
   let summary = "waits for an asynchronous collective or transfer and yields its results";
   let description = [{
@@ -408,8 +465,9 @@ def Dist_WaitOp : Op<Dist_Dialect, "wait", [MemoryEffects<[MemRead, MemWrite]>]>
     has completed on this rank, then yields its results: the gathered
     parameter of a `gather_param_start`, the reduced chunks of a
     `reduce_scatter_start`, the reduced tensors of an `all_reduce_start`,
-    nothing for an `all_gather_param_start`, a `swap_in_start` or a
-    `swap_out_start`.
+    the reloaded activation of a `reload_activation_start`, nothing for an
+    `all_gather_param_start`, a `swap_in_start`, a `swap_out_start` or an
+    `offload_activation_start`.
 
     ```mlir
     %w = dist.wait %t : tensor<128x784xf32>

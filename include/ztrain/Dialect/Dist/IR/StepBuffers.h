@@ -64,14 +64,17 @@ public:
       Activation, ///< an intermediate tensor
       Gathered,   ///< a gathered parameter: N padded shards (or its tile)
       Staging,    ///< a bucket's packed input (0) or reduce-scatter output (1)
-      Swap        ///< an nvme state's host buffer, from its swap-in's start
+      Swap,       ///< an nvme state's host buffer, from its swap-in's start
                   ///< to its swap-out's wait (4096-byte granules)
+      HostActivation ///< an offloaded activation's host copy, from its
+                     ///< dist.offload_activation_start to its reload's wait
     } kind;
     int64_t bytes;
     unsigned from, to;
     /// The op that defines the value (result `index`), or for staging the
     /// bucket's start op (staging buffer `index`), or for a swap buffer its
-    /// dist.swap_in_start (index 0).
+    /// dist.swap_in_start (index 0), for a host activation its
+    /// dist.offload_activation_start (index 0).
     mlir::Operation *owner;
     unsigned index;
   };

@@ -346,6 +346,27 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
 
     `param=cpu` (parameters in host memory) is not implemented yet and is
     refused.
+
+    `activations=cpu` is ZeRO-R's Pa+cpu: every value a recomputation
+    (`train.recomputed` op) reads that the forward pass made — the
+    checkpoints `train-recompute` keeps — is copied to host memory right
+    after it is made (`dist.offload_activation_start`, waited after its
+    last forward use, which frees its device buffer) and copied back
+    before the backward pass needs it (`dist.reload_activation_start`,
+    issued one reload ahead: while the previous segment is recomputed),
+    the backward pass reading the reloaded value. `plan-memory` places the
+    host copies (the `host_activations` arena). Needs a recompute policy
+    (there is nothing kept across the passes to move otherwise).
+
+    ```mlir
+    %o = dist.offload_activation_start %h : tensor<2x8x16xf32>
+    ... forward uses of %h ...
+    dist.wait %o
+    ...
+    %r = dist.reload_activation_start %h : tensor<2x8x16xf32>
+    %h2 = dist.wait %r : tensor<2x8x16xf32>
+    %a = train.matmul %h2, %w {train.recomputed} ...
+    ```
   }];
   let dependentDialects = ["::ztrain::dist::DistDialect"];
   let options = [
@@ -359,6 +380,11 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
            "Partial offload: the fraction of the optimizer states' bytes "
            "placed by `optimizer` (whole updates' states, in step order; "
            "the rest stay on the device)">,
+    Option<"activations", "activations", "std::string", "\"none\"",
+           "Where the activations train-recompute keeps for the backward "
+           "pass (its checkpoints) live between the passes: none (the "
+           "device) or cpu (host memory; ZeRO-R's Pa+cpu, DeepSpeed's "
+           "activation_checkpointing.cpu_checkpointing)">,
     Option<"bufferCount", "buffer-count", "int64_t", "3",
            "nvme: uses whose tensors are in swap buffers at once (1-16; "
            "3 overlaps both the reads and the write-backs with the uses; "
@@ -367,7 +393,9 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
   let statistics = [
     Statistic<"numSwaps", "swaps", "Swap transfers inserted (in and out)">,
     Statistic<"numHoisted", "hoisted",
-              "Optimizer updates moved into the backward pass">
+              "Optimizer updates moved into the backward pass">,
+    Statistic<"numOffloadedActivations", "offloaded-activations",
+              "Activations copied to host memory between the passes">
   ];
 }
 
