@@ -123,6 +123,7 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // REPORT-NEXT: "host_to_device_per_step": 24576
 // REPORT-NEXT: },
 // REPORT-NEXT: "host": {
+// REPORT-NEXT: "activations": 0,
 // REPORT-NEXT: "optimizer_states": 0,
 // REPORT-NEXT: "swap_buffers": 24576
 // REPORT-NEXT: },
@@ -131,6 +132,7 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // REPORT-NEXT: "parameters": 0
 // REPORT-NEXT: },
 // REPORT-NEXT: "transfers_per_step": {
+// REPORT-NEXT: "activations_to_host": 0,
 // REPORT-NEXT: "host_to_nvme": 24576,
 // REPORT-NEXT: "nvme_to_host": 24576
 // REPORT: "optimizer_states": 0,

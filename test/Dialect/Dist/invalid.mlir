@@ -310,3 +310,43 @@ train.state @w.exp_avg : tensor<4xf32> of @w {dist.space = #dist.space<ssd>}
 train.param @w : tensor<4xf32> init(zeros)
 // expected-error @+1 {{'train.state' op 'dist.transient_gradient' is a unit attribute of train.param}}
 train.state @w.exp_avg : tensor<4xf32> of @w {dist.transient_gradient}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'dist.reload_activation_start' op reloads a value no earlier dist.offload_activation_start copied to host memory}}
+  %r = dist.reload_activation_start %x : tensor<4xf32>
+  %y = dist.wait %r : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %o = dist.offload_activation_start %x : tensor<4xf32>
+  // expected-error @+1 {{'dist.reload_activation_start' op reloads an activation whose copy to host memory is not waited for before it}}
+  %r = dist.reload_activation_start %x : tensor<4xf32>
+  dist.wait %o
+  %y = dist.wait %r : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) {
+  %o = dist.offload_activation_start %x : tensor<4xf32>
+  // expected-error @+1 {{'dist.wait' op completes an activation's copy to host memory, which yields nothing}}
+  %y = dist.wait %o : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) -> tensor<2xf32> {
+  %o = dist.offload_activation_start %x : tensor<4xf32>
+  dist.wait %o
+  %r = dist.reload_activation_start %x : tensor<4xf32>
+  // expected-error @+1 {{'dist.wait' op must yield the reloaded activation, of type 'tensor<4xf32>'}}
+  %y = dist.wait %r : tensor<2xf32>
+  return %y : tensor<2xf32>
+}

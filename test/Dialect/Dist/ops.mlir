@@ -42,3 +42,17 @@ module attributes {dist.zero = #dist.zero<stage = 3, grid = @dp>} {
     return
   }
 }
+
+// Pa+cpu: an activation to host memory and back (zero-offload{activations=cpu}).
+// CHECK-LABEL: func.func @pa_cpu
+// CHECK: %[[O:.*]] = dist.offload_activation_start %arg0 : tensor<4xf32>
+// CHECK: dist.wait %[[O]]
+// CHECK: %[[R:.*]] = dist.reload_activation_start %arg0 : tensor<4xf32>
+// CHECK: dist.wait %[[R]] : tensor<4xf32>
+func.func @pa_cpu(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %o = dist.offload_activation_start %x : tensor<4xf32>
+  dist.wait %o
+  %r = dist.reload_activation_start %x : tensor<4xf32>
+  %y = dist.wait %r : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
