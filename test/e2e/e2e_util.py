@@ -50,6 +50,17 @@ def mpirun(n, cmd, check=True, timeout=300):
     return p
 
 
+def launch(n, cmd, timeout=600):
+    """Runs `cmd` as n ranks (mpirun) or, for n == 1, as one process;
+    asserts success either way."""
+    if n > 1:
+        return mpirun(n, cmd, timeout=timeout)
+    p = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stderr
+    return p
+
+
 def child_pids(pid):
     """The pids whose parent is `pid` (from /proc): a launcher's ranks."""
     out = []

@@ -71,12 +71,7 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
         cmd = [exe, "--backend", "cuda", "--steps", str(STEPS), "--init", init,
                "--data", data, "--save", save, "--report", report, "--log-every", "0",
                "--nvme-path", nvme]
-        if n > 1:
-            e2e_util.mpirun(n, cmd)
-        else:
-            p = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, timeout=600)
-            assert p.returncode == 0, p.stderr
+        e2e_util.launch(n, cmd)
         saved[offload] = save.read_bytes()
         per_rank, off = plan["per_rank"], plan["offload"]
         on_device = off["device_backend"]

@@ -27,12 +27,7 @@ STEPS = 3
 def run(exe, n, steps, init, data, save, report, extra=()):
     cmd = [exe, "--steps", str(steps), "--init", init, "--data", data, "--threads", "1",
            "--save", save, "--report", report, "--log-every", "0", *extra]
-    if n > 1:
-        e2e_util.mpirun(n, cmd)
-    else:
-        p = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, timeout=600)
-        assert p.returncode == 0, p.stderr
+    e2e_util.launch(n, cmd)
     return json.loads(open(report).read())
 
 
@@ -132,3 +127,40 @@ def test_bad_pa_cpu_input_is_one_line(tmp_path):
         errors = [line for line in p.stderr.splitlines() if "error" in line]
         assert len(errors) == 1 and expect in errors[0], (flags, p.stderr)
         assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("extra,run_extra", [
+    (["--grad-accum-steps=2"], []),
+    (["--precision=bf16"], []),
+    (["--offload-optimizer=nvme", "--offload-param=nvme"], ["--nvme-path", "NVME"]),
+    ([], ["--eval-data", "DATA", "--eval-every", "1", "--eval-steps", "1"]),
+], ids=["accumulation", "bf16", "everything-offloaded", "with-eval"])
+def test_pa_cpu_with_the_rest_of_the_loop(extra, run_extra, tmp_path):
+    """Pa+cpu composes: gradient accumulation (a copy per micro-batch), bf16,
+    optimizer states and parameters on nvme at stage 3, evaluation between
+    steps: the same bits as without it."""
+    spec = models_gpt(layers=4)
+    n, stage = (2, 3) if MPIRUN else (1, 3)
+    init, data = inputs(tmp_path, spec, 2 * STEPS * n * spec.batch)
+    nvme = tmp_path / "nvme"
+    nvme.mkdir()
+    run_extra = [str(nvme) if a == "NVME" else data if a == "DATA" else a for a in run_extra]
+    saved = {}
+    for offload in ("none", "cpu"):
+        exe = e2e_util.compile_text(
+            spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+            name=f"loop-{offload}",
+            extra=["--dp", str(n), "--zero-stage", str(stage), "--recompute=full",
+                   f"--offload-activations={offload}", *extra])
+        save, report = tmp_path / f"{offload}.safetensors", tmp_path / f"{offload}.json"
+        got = run(exe, n, STEPS, init, data, save, report, run_extra)
+        # The weights, and every step's loss and evaluation as logged
+        # (without their timings).
+        def untimed(records):
+            return json.dumps([{k: v for k, v in r.items() if "time" not in k}
+                               for r in records or []])
+        assert got.get("eval") or "--eval-data" not in run_extra
+        saved[offload] = (save.read_bytes(), untimed(got.get("steps")),
+                          untimed(got.get("eval")))
+    assert saved["cpu"] == saved["none"]
+    assert list(nvme.iterdir()) == []
