@@ -117,7 +117,10 @@ typedef enum ztrt_category {
   // Host copies of activations kept for the backward pass (Pa+cpu: the
   // host_activations arena). Host memory (pinned on a device backend).
   ZTRT_CAT_HOST_ACTIVATIONS = 9,
-  ZTRT_CAT_COUNT = 10
+  // Parameter storage placed in host memory (--offload-param=cpu): mapped
+  // pinned memory that a device backend's kernels read and write in place.
+  ZTRT_CAT_HOST_PARAMETERS = 10,
+  ZTRT_CAT_COUNT = 11
 } ztrt_category;
 
 // The optimizer hyper-parameters a compiled update asks the run for

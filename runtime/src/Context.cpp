@@ -39,7 +39,8 @@ const char *categoryName(int category) {
   static const char *const names[ZTRT_CAT_COUNT] = {
       "parameters",  "gradients", "optimizer_states",
       "activations", "other",     "gathered_parameters", "buffers",
-      "swap_buffers", "host_optimizer_states", "host_activations"};
+      "swap_buffers", "host_optimizer_states", "host_activations",
+      "host_parameters"};
   return category >= 0 && category < ZTRT_CAT_COUNT ? names[category]
                                                     : "invalid";
 }
@@ -164,7 +165,8 @@ void *ztrt_ctx::allocate(int64_t bytes, int32_t category, const char *op) {
   if (category == ZTRT_CAT_SWAP_BUFFERS)
     memory = impl->hostResident() ? Memory::SwapHost : Memory::SwapDevice;
   else if ((category == ZTRT_CAT_HOST_STATES ||
-            category == ZTRT_CAT_HOST_ACTIVATIONS) &&
+            category == ZTRT_CAT_HOST_ACTIVATIONS ||
+            category == ZTRT_CAT_HOST_PARAMETERS) &&
            !impl->hostResident())
     memory = Memory::MappedHost;
   void *ptr = nullptr;
@@ -548,11 +550,26 @@ void ztrt_ctx::finishSwap(int64_t ticket) {
 void ztrt_ctx::paramToHost(size_t i, void *host, int64_t bytes) {
   if (i < paramFiles.size() && paramFiles[i] >= 0)
     return fileToHost(*swap, paramFiles[i], paramFileBytes[i], host, bytes);
+  if (mappedHost(params[i])) {
+    impl->synchronize();
+    std::memcpy(host, params[i], static_cast<size_t>(bytes));
+    return;
+  }
   impl->copyToHost(host, params[i], bytes);
 }
 
 void ztrt_ctx::paramFromHost(size_t i, const void *host, int64_t bytes) {
   if (i < paramFiles.size() && paramFiles[i] >= 0)
     return fileFromHost(*swap, paramFiles[i], paramFileBytes[i], host, bytes);
+  if (mappedHost(params[i])) {
+    impl->synchronize();
+    std::memcpy(params[i], host, static_cast<size_t>(bytes));
+    return;
+  }
   impl->copyFromHost(params[i], host, bytes);
+}
+
+bool ztrt_ctx::mappedHost(const void *ptr) const {
+  auto it = live.find(const_cast<void *>(ptr));
+  return it != live.end() && it->second.memory == Memory::MappedHost;
 }

@@ -52,7 +52,8 @@ struct MemoryStats {
 inline bool isHostCategory(int category) {
   return category == ZTRT_CAT_SWAP_BUFFERS ||
          category == ZTRT_CAT_HOST_STATES ||
-         category == ZTRT_CAT_HOST_ACTIVATIONS;
+         category == ZTRT_CAT_HOST_ACTIVATIONS ||
+         category == ZTRT_CAT_HOST_PARAMETERS;
 }
 
 /// The swaps of nvme-resident optimizer states during steps (ztrt_swap_*).
@@ -222,6 +223,9 @@ struct ztrt_ctx {
   /// and keeps `fence` until it completes: nothing blocks, the compute
   /// stream orders the copies with the kernels.
   void noteCopy(int64_t fence);
+  /// Whether `ptr` is an allocation of host memory a device backend's
+  /// kernels reach in place (host-placed states, parameters, activations).
+  bool mappedHost(const void *ptr) const;
   /// Copies state `i`'s storage (`bytes`, its storeBytes) to host memory
   /// and back, wherever it lives: through the backend, or synchronously
   /// through its swap file (initialisation and checkpoints).

@@ -562,7 +562,8 @@ Descriptor parseDescriptor(const char *text) {
 PlannedBytes plannedBytes(const Descriptor &desc, bool deviceOnly) {
   PlannedBytes planned;
   for (const ParamSpec &spec : desc.params)
-    if (spec.space != MemorySpace::Nvme) // in its swap file
+    if (spec.space != MemorySpace::Nvme && // in its swap file
+        !(deviceOnly && spec.space == MemorySpace::Host))
       planned.modelStates += spec.storeBytes;
   for (const StateSpec &spec : desc.states)
     if (spec.space != MemorySpace::Nvme && // in its swap file, not in memory

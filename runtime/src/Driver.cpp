@@ -558,11 +558,9 @@ void setUpOffload(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts,
       nvmeBytes += SwapSpace::roundUp(spec.storeBytes);
     host |= spec.space == MemorySpace::Host;
   }
+  bool hostParams = false;
   for (const ParamSpec &spec : desc.params) {
-    if (spec.space == MemorySpace::Host)
-      refuse("descriptor: parameter '%s' is placed in host memory, which "
-             "this runtime does not implement (nvme is)",
-             spec.name.c_str());
+    hostParams |= spec.space == MemorySpace::Host;
     if (spec.space == MemorySpace::Nvme)
       nvmeBytes += SwapSpace::roundUp(spec.storeBytes);
   }
@@ -571,6 +569,10 @@ void setUpOffload(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts,
             "device's, so the optimizer states stay where they are and "
             "nothing moves (their bytes are reported as "
             "host_optimizer_states)");
+  if (hostParams && rank == 0 && opts.backend == "cpu")
+    warning("--offload-param=cpu: on the cpu backend host memory is the "
+            "device's, so the parameters stay where they are and nothing "
+            "moves (their bytes are reported as host_parameters)");
   ctx.stateFiles.assign(desc.states.size(), -1);
   ctx.stateFileBytes.assign(desc.states.size(), 0);
   ctx.paramFiles.assign(desc.params.size(), -1);
@@ -1326,7 +1328,10 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
     ctx.params.push_back(
         spec.space == MemorySpace::Nvme // in its swap file
             ? nullptr
-            : ctx.allocate(spec.storeBytes, ZTRT_CAT_PARAMETERS,
+            : ctx.allocate(spec.storeBytes,
+                           spec.space == MemorySpace::Host
+                               ? ZTRT_CAT_HOST_PARAMETERS
+                               : ZTRT_CAT_PARAMETERS,
                            ("param '" + spec.name + "'").c_str()));
   for (size_t i = 0; i < desc.states.size(); ++i) {
     const StateSpec &spec = desc.states[i];
@@ -1342,8 +1347,9 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
                                  ? ZTRT_CAT_HOST_STATES
                                  : ZTRT_CAT_OPTIMIZER_STATES,
                              ("state '" + spec.name + "'").c_str());
-    backend.copyFromHost(ptr, zeros.data(), spec.storeBytes);
     ctx.states.push_back(ptr);
+    // (Host memory on a device backend: written by the host.)
+    ctx.stateFromHost(i, zeros.data(), spec.storeBytes);
   }
   if (!desc.grads.empty() && desc.grads.size() != desc.params.size())
     fatal("descriptor: %zu gradient records for %zu parameters",

@@ -8,7 +8,7 @@
 
 // SPACE: error: zero-offload: unknown optimizer placement 'ssd' (expected none, cpu or nvme)
 // PARAM: error: zero-offload: param=nvme needs ZeRO stage 3 (parameters partitioned at rest and gathered for use), as DeepSpeed's offload_param; this step is at stage 0
-// PCPU: error: zero-offload: param=cpu is not implemented yet (on the cpu backend host memory is the device's); param=nvme is
+// PCPU: error: zero-offload: param=cpu needs ZeRO stage 3 (parameters partitioned at rest and gathered for use), as DeepSpeed's offload_param; this step is at stage 0
 // RATIO: error: zero-offload: ratio=1.5 is out of range (0, 1]
 // COUNT: error: zero-offload: buffer-count=0 is out of range (1-16)
 // NONE: error: zero-offload: optimizer=nvme, but the step has no optimizer states to place (SGD without momentum keeps none)

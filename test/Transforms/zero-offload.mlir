@@ -10,6 +10,8 @@
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=nvme" --plan-memory | FileCheck %s --check-prefix=PLAN
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=nvme" --plan-memory --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=REPORT
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam grad-accum-steps=2" --zero-offload="optimizer=nvme" | FileCheck %s --check-prefix=ACCUM
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu" | FileCheck %s --check-prefix=PCPU
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=PCPUREPORT
 
 // Three parameters, so three updates with two states each: w1 (8x4), b1
 // (8), w2 (3x8).
@@ -101,6 +103,15 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // D4-NEXT: dist.wait
 // D4-NEXT: train.adam_update @[[Y0]],
 
+// Parameters in host memory (stage 3): each shard keeps its partition and
+// gets the space; nothing is scheduled (its gathers and update reach it
+// there), and the report moves its bytes off the device.
+// PCPU: train.param @w1 : tensor<8x4xf32> {{.*}}dist.partition = #dist.partition<@dp, 16>, dist.space = #dist.space<host>
+// PCPU-NOT: dist.swap
+// PCPUREPORT: parameters 0
+// PCPUREPORT: offloaded (zero-offload), per rank: not in the peak above
+// PCPUREPORT-NEXT: host: parameters 128
+
 // Host placement: an attribute, no transfers in the step.
 // CPU: train.state @{{.*}} {dist.space = #dist.space<host>}
 // CPU-NOT: dist.swap_in_start
@@ -125,6 +136,7 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // REPORT-NEXT: "host": {
 // REPORT-NEXT: "activations": 0,
 // REPORT-NEXT: "optimizer_states": 0,
+// REPORT-NEXT: "parameters": 0,
 // REPORT-NEXT: "swap_buffers": 24576
 // REPORT-NEXT: },
 // REPORT-NEXT: "nvme": {

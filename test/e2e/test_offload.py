@@ -349,7 +349,9 @@ def test_bad_offload_input_is_one_line(tmp_path):
     for flags, message in (
             (["--offload-optimizer=ssd"], "unknown optimizer placement 'ssd'"),
             (["--offload-param=nvme", "--zero-stage=2", "--dp=2"], "needs ZeRO stage 3"),
-            (["--offload-param=cpu", "--zero-stage=3", "--dp=2"], "not implemented yet"),
+            (["--offload-param=cpu", "--zero-stage=1", "--dp=2"], "needs ZeRO stage 3"),
+            (["--offload-param=disk", "--zero-stage=3", "--dp=2"],
+             "unknown parameter placement 'disk'"),
             (["--offload-optimizer=nvme", "--offload-buffer-count=0"], "out of range (1-16)"),
             (["--offload-optimizer=nvme", "--optimizer=sgd"], "no optimizer states to place")):
         p = subprocess.run([compile_, str(src), "-o", str(tmp_path / "m"), *flags],

@@ -67,14 +67,9 @@ void ZeroOffloadPass::runOnOperation() {
                        << optimizer << "' (expected none, cpu or nvme)";
     return signalPassFailure();
   }
-  if (param != "none" && param != "nvme") {
-    if (param != "cpu")
-      module.emitError() << "zero-offload: unknown parameter placement '"
-                         << param << "' (expected none, cpu or nvme)";
-    else
-      module.emitError()
-          << "zero-offload: param=cpu is not implemented yet (on the cpu "
-             "backend host memory is the device's); param=nvme is";
+  if (param != "none" && param != "cpu" && param != "nvme") {
+    module.emitError() << "zero-offload: unknown parameter placement '"
+                       << param << "' (expected none, cpu or nvme)";
     return signalPassFailure();
   }
   if (!(ratio > 0.0 && ratio <= 1.0)) {
@@ -107,24 +102,29 @@ void ZeroOffloadPass::runOnOperation() {
     return;
   MLIRContext *ctx = &getContext();
   llvm::DenseSet<StringAttr> onNvme;
-  if (param == "nvme") {
+  if (param != "none") {
     auto zero = module->getAttrOfType<ZeroAttr>(kZeroAttr);
     if (!zero || zero.getStage() != 3) {
       module.emitError()
-          << "zero-offload: param=nvme needs ZeRO stage 3 (parameters "
+          << "zero-offload: param=" << param
+          << " needs ZeRO stage 3 (parameters "
              "partitioned at rest and gathered for use), as DeepSpeed's "
              "offload_param; this step is at stage "
           << (zero ? zero.getStage() : 0);
       return signalPassFailure();
     }
+    // cpu: the shards live in host memory and every reader (the gathers,
+    // the update) reaches them there; nothing is scheduled.
+    MemorySpace space = param == "cpu" ? MemorySpace::host : MemorySpace::nvme;
     for (train::ParamOp p : module.getOps<train::ParamOp>()) {
       if (p->hasAttr(kSpaceAttr)) {
         p.emitOpError() << "is already placed (dist.space): zero-offload "
                            "runs once";
         return signalPassFailure();
       }
-      p->setAttr(kSpaceAttr, MemorySpaceAttr::get(ctx, MemorySpace::nvme));
-      onNvme.insert(p.getSymNameAttr());
+      p->setAttr(kSpaceAttr, MemorySpaceAttr::get(ctx, space));
+      if (space == MemorySpace::nvme)
+        onNvme.insert(p.getSymNameAttr());
     }
   }
   if (optimizer != "none") {

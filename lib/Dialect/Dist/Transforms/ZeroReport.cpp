@@ -55,6 +55,8 @@ struct Report {
   /// buffers nvme states pass through (the swap_buffers arena); the bytes
   /// read from and written to nvme per optimizer step.
   int64_t hostStates = 0, nvmeStates = 0, swapBuffers = 0, nvmeParams = 0;
+  /// Parameter shards placed in host memory (param=cpu).
+  int64_t hostParams = 0;
   int64_t nvmeToHost = 0, hostToNvme = 0;
   /// Activations offloaded to host memory (Pa+cpu): the host_activations
   /// arena, and the bytes copied to host memory (and back) per step.
@@ -211,9 +213,11 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
     r.paramBytes += full;
     int64_t stored =
         getStateStorage(param, param.getTensorType(), r.stage, n).elements * eb;
-    if (auto space = param->getAttrOfType<MemorySpaceAttr>(kSpaceAttr);
-        space && space.getValue() == MemorySpace::nvme)
+    auto space = param->getAttrOfType<MemorySpaceAttr>(kSpaceAttr);
+    if (space && space.getValue() == MemorySpace::nvme)
       r.nvmeParams += swapBytes(stored);
+    else if (space && space.getValue() == MemorySpace::host)
+      r.hostParams += stored;
     else
       r.parameters += stored;
     r.gradients += getGradientElements(param, r.stage, n) * gb;
@@ -393,8 +397,10 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
   row("communication buffers", r.communicationBuffers);
   row("predicted peak", r.predictedPeak());
   if (r.hostStates || r.nvmeStates || r.swapBuffers || r.nvmeParams ||
-      r.hostActivations) {
+      r.hostActivations || r.hostParams) {
     os << "offloaded (zero-offload), per rank: not in the peak above\n";
+    if (r.hostParams)
+      row("host: parameters", r.hostParams);
     if (r.hostActivations)
       row("host: activations", r.hostActivations);
     if (r.hostStates)
@@ -520,7 +526,8 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
        llvm::json::Object{
            {"host", llvm::json::Object{{"optimizer_states", r.hostStates},
                                        {"swap_buffers", r.swapBuffers},
-                                       {"activations", r.hostActivations}}},
+                                       {"activations", r.hostActivations},
+                                       {"parameters", r.hostParams}}},
            {"nvme", llvm::json::Object{{"parameters", r.nvmeParams},
                                        {"optimizer_states", r.nvmeStates}}},
            {"transfers_per_step",
@@ -577,7 +584,8 @@ FailureOr<StepSummary> ztrain::dist::summarizeStep(ModuleOp module) {
   s.recomputeFlops = r->recomputeFlops;
   s.kernelBytes = r->kernelBytes;
   s.recomputeKernelBytes = r->recomputeKernelBytes;
-  s.hostBytes = r->swapBuffers + r->hostStates + r->hostActivations;
+  s.hostBytes =
+      r->swapBuffers + r->hostStates + r->hostActivations + r->hostParams;
   s.nvmeTransferBytes = r->nvmeToHost + r->hostToNvme;
   return s;
 }

@@ -344,8 +344,10 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
     return %loss : tensor<f32>
     ```
 
-    `param=cpu` (parameters in host memory) is not implemented yet and is
-    refused.
+    `param=cpu` (stage 3) places every parameter shard in host memory
+    (`#dist.space<host>`) and schedules nothing: its gathers and its update
+    read and write it there (on the cuda backend, mapped pinned memory the
+    kernels reach over the host link; on the cpu backend the same memory).
 
     `activations=cpu` is ZeRO-R's Pa+cpu: every value a recomputation
     (`train.recomputed` op) reads that the forward pass made — the
@@ -374,8 +376,8 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
            "Where optimizer states live: none (the device), cpu (host "
            "memory) or nvme (files under the executable's --nvme-path)">,
     Option<"param", "param", "std::string", "\"none\"",
-           "Where parameters live (stage 3): none or nvme (cpu is not "
-           "implemented yet)">,
+           "Where parameters live (stage 3): none, cpu (host memory) or "
+           "nvme">,
     Option<"ratio", "ratio", "double", "1.0",
            "Partial offload: the fraction of the optimizer states' bytes "
            "placed by `optimizer` (whole updates' states, in step order; "
