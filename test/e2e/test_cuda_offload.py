@@ -39,6 +39,7 @@ PLACEMENTS = {
     "nvme": "offload-optimizer=nvme",
     "half": "offload-optimizer=nvme offload-ratio=0.5",
     "infinity": "offload-optimizer=nvme offload-param=nvme",
+    "params-cpu": "offload-optimizer=cpu offload-param=cpu",
 }
 
 
@@ -51,7 +52,8 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
     spec = gpt(batch=2)
     init, data = inputs(tmp_path, spec, STEPS * n * spec.batch)
     nvme = swap_dir(tmp_path)
-    offloads = ["none", "cpu", "nvme", "half"] + (["infinity"] if stage == 3 else [])
+    offloads = ["none", "cpu", "nvme", "half"] + \
+        (["infinity", "params-cpu"] if stage == 3 else [])
     # A world of one probes the runtime (skips where it has no cuda backend).
     require_cuda_runtime(e2e_util.compile_text(
         spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"), name="probe",
@@ -85,6 +87,7 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
             assert mem["optimizer_states"] == per_rank["optimizer_states"], offload
             assert mem["host_optimizer_states"] == off["host"]["optimizer_states"], offload
             assert mem["swap_buffers"] == off["host"]["swap_buffers"], offload
+            assert mem["host_parameters"] == off["host"]["parameters"], offload
             if offload == "none":
                 assert io is None
                 continue
@@ -103,7 +106,7 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
     assert list(nvme.iterdir()) == []
 
 
-@pytest.mark.parametrize("offload", ["cpu", "infinity"])
+@pytest.mark.parametrize("offload", ["cpu", "infinity", "params-cpu"])
 def test_cuda_offload_resumes_bitwise(offload, target, tmp_path):
     """A checkpoint of an offloaded run on the cuda backend (host states
     read from mapped host memory; nvme tensors through their files) resumes

@@ -145,8 +145,9 @@ def test_every_zero_stage_is_bitwise_the_plain_plan(n, tmp_path):
     for i, (stage, flags) in enumerate(configs):
         saved = {}
         offloads = {"none": [], "nvme": ["--offload-optimizer=nvme"]}
-        if stage == 3:  # ZeRO-Infinity: parameters on nvme too
+        if stage == 3:  # ZeRO-Infinity: parameters on nvme too; or in host memory
             offloads["infinity"] = ["--offload-optimizer=nvme", "--offload-param=nvme"]
+            offloads["params-cpu"] = ["--offload-optimizer=cpu", "--offload-param=cpu"]
         for offload, offload_flags in offloads.items():
             exe = e2e_util.compile_text(
                 spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
@@ -186,9 +187,11 @@ def test_report_is_the_truth(stage, n, precision, tmp_path):
     nvme = swap_dir(tmp_path)
     training = f"optimizer=adamw precision={precision}"
     plans = {}
-    offloads = ["none", "cpu", "nvme", "half"] + (["infinity"] if stage == 3 else [])
+    offloads = ["none", "cpu", "nvme", "half"] + \
+        (["infinity", "params-cpu"] if stage == 3 else [])
     for offload in offloads:
         placement = {"infinity": "offload-optimizer=nvme offload-param=nvme",
+                     "params-cpu": "offload-param=cpu",
                      "half": "offload-optimizer=nvme offload-ratio=0.5"}.get(
             offload, f"offload-optimizer={offload}")
         flags = ["--" + f for f in placement.split()]
@@ -217,9 +220,11 @@ def test_report_is_the_truth(stage, n, precision, tmp_path):
             assert mem["parameters"] == per_rank["parameters"], offload
             assert mem["swap_buffers"] == off["host"]["swap_buffers"], offload
             assert mem["host_optimizer_states"] == off["host"]["optimizer_states"], offload
+            assert mem["host_parameters"] == off["host"]["parameters"], offload
             # Every byte allocated: the device's plus the host's.
             assert mem["peak"] == mem["planned"] == per_rank["predicted_peak"] + \
-                off["host"]["swap_buffers"] + off["host"]["optimizer_states"], offload
+                off["host"]["swap_buffers"] + off["host"]["optimizer_states"] + \
+                off["host"]["parameters"], offload
             io = rank["offload"]
             if offload in ("nvme", "infinity", "half"):
                 assert io["nvme_bytes"] == off["nvme"]["optimizer_states"] + \
