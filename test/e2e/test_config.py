@@ -159,3 +159,17 @@ def test_executable_refuses_what_it_cannot_honour(tmp_path):
     assert p.returncode == 2
     line = one_error(p.stderr)
     assert "elasticity (unknown)" in line and "DeepSpeed's default is \"log\"" in line, line
+
+
+def test_cpu_checkpointing_is_pa_cpu(tmp_path):
+    """DeepSpeed's activation_checkpointing.cpu_checkpointing is ztrain's
+    --offload-activations=cpu (with the full recompute the section means)."""
+    src = model(tmp_path)
+    ds = {"train_micro_batch_size_per_gpu": BATCH,
+          "activation_checkpointing": {"cpu_checkpointing": True}}
+    rc, by_file, err = compile_mlir(src, [], ds, tmp_path)
+    assert rc == 0, err
+    rc, by_flags, err2 = compile_mlir(src, ["--recompute=full", "--offload-activations=cpu"])
+    assert rc == 0, err2
+    assert by_file == by_flags
+    assert "dist.offload_activation_start" in by_file
