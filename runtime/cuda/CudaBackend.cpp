@@ -355,11 +355,14 @@ public:
     check(cudaFreeAsync(ptr, compute), "cudaFreeAsync");
   }
 
+  // The synchronous copies take cudaMemcpyDefault: their backend pointer
+  // may be mapped pinned host memory (zero-offload's host placements),
+  // which unified addressing classifies, rather than device memory.
   void copyFromHost(void *dst, const void *hostSrc, int64_t bytes) override {
     if (bytes <= 0)
       return;
     check(cudaMemcpyAsync(dst, hostSrc, static_cast<size_t>(bytes),
-                          cudaMemcpyHostToDevice, compute),
+                          cudaMemcpyDefault, compute),
           "cudaMemcpyAsync (host to device)");
     // The host buffer may be reused as soon as this returns.
     awaitStream(compute);
@@ -369,7 +372,7 @@ public:
     if (bytes <= 0)
       return;
     check(cudaMemcpyAsync(hostDst, src, static_cast<size_t>(bytes),
-                          cudaMemcpyDeviceToHost, compute),
+                          cudaMemcpyDefault, compute),
           "cudaMemcpyAsync (device to host)");
     awaitStream(compute);
     // What was computed before is known now: report its data errors
@@ -389,7 +392,7 @@ public:
       return;
     }
     check(cudaMemcpyAsync(staging + stagingUsed, src, size,
-                          cudaMemcpyDeviceToHost, compute),
+                          cudaMemcpyDefault, compute),
           "cudaMemcpyAsync (device to host)");
     staged.push_back({hostDst, stagingUsed, size});
     stagingUsed += (size + 15) / 16 * 16;
