@@ -260,6 +260,10 @@ public:
     cudaFreeHost(staging);
     cudaFree(slots);
     cuda::cublas().destroy(handle);
+    if (copies) {
+      cudaStreamSynchronize(copies);
+      cudaStreamDestroy(copies);
+    }
     cudaStreamDestroy(comm);
     cudaStreamDestroy(compute);
   }
@@ -300,6 +304,8 @@ public:
   void synchronize() override {
     awaitStream(comm);
     awaitStream(compute);
+    if (copies)
+      check(cudaStreamSynchronize(copies), "cudaStreamSynchronize");
     for (const Staged &s : staged)
       std::memcpy(s.hostDst, staging + s.offset, s.bytes);
     staged.clear();
@@ -478,7 +484,7 @@ public:
       check(cudaMemcpyAsync(dst, hostSrc, static_cast<size_t>(bytes),
                             cudaMemcpyHostToDevice, compute),
             "cudaMemcpyAsync (host to device)");
-    return recordFence();
+    return recordFence(compute);
   }
 
   int64_t copyToHostAsync(void *hostDst, const void *src,
@@ -487,7 +493,38 @@ public:
       check(cudaMemcpyAsync(hostDst, src, static_cast<size_t>(bytes),
                             cudaMemcpyDeviceToHost, compute),
             "cudaMemcpyAsync (device to host)");
-    return recordFence();
+    return recordFence(compute);
+  }
+
+  int64_t recordFence() override { return recordFence(compute); }
+
+  int64_t copyFromHostOnCopyStream(void *dst, const void *hostSrc,
+                                   int64_t bytes, int64_t after) override {
+    cudaStream_t s = copyStream();
+    check(cudaStreamWaitEvent(s, fenceEvent(after), 0), "cudaStreamWaitEvent");
+    if (bytes > 0)
+      check(cudaMemcpyAsync(dst, hostSrc, static_cast<size_t>(bytes),
+                            cudaMemcpyHostToDevice, s),
+            "cudaMemcpyAsync (host to device)");
+    return recordFence(s);
+  }
+
+  int64_t copyToHostOnCopyStream(void *hostDst, const void *src,
+                                 int64_t bytes, int64_t after) override {
+    cudaStream_t s = copyStream();
+    check(cudaStreamWaitEvent(s, fenceEvent(after), 0), "cudaStreamWaitEvent");
+    if (bytes > 0)
+      check(cudaMemcpyAsync(hostDst, src, static_cast<size_t>(bytes),
+                            cudaMemcpyDeviceToHost, s),
+            "cudaMemcpyAsync (device to host)");
+    return recordFence(s);
+  }
+
+  void waitFenceOnDevice(int64_t fence) override {
+    // A fence retired already has passed: nothing to wait for.
+    auto it = fences.find(fence);
+    if (it != fences.end())
+      check(cudaStreamWaitEvent(compute, it->second, 0), "cudaStreamWaitEvent");
   }
 
   bool fenceReached(int64_t fence) override {
@@ -508,8 +545,15 @@ public:
   }
 
 private:
-  /// An event recorded on the compute stream now, by fence number.
-  int64_t recordFence() {
+  cudaStream_t copyStream() {
+    if (!copies)
+      check(cudaStreamCreateWithFlags(&copies, cudaStreamNonBlocking),
+            "cudaStreamCreate");
+    return copies;
+  }
+
+  /// An event recorded on `stream` now, by fence number.
+  int64_t recordFence(cudaStream_t stream) {
     cudaEvent_t event = nullptr;
     if (!spareFences.empty()) {
       event = spareFences.back();
@@ -518,7 +562,7 @@ private:
       check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
             "cudaEventCreate");
     }
-    check(cudaEventRecord(event, compute), "cudaEventRecord");
+    check(cudaEventRecord(event, stream), "cudaEventRecord");
     const int64_t fence = ++lastFence;
     fences.emplace(fence, event);
     return fence;
@@ -1321,6 +1365,8 @@ private:
   int hostThreads = 1;
   int ranks = 1, rank = 0;
   cudaStream_t compute = nullptr, comm = nullptr;
+  /// zero-offload's swap copies, beside the kernels (created on first use).
+  cudaStream_t copies = nullptr;
   cudaMemPool_t pool = nullptr;
   cublasHandle_t handle = nullptr;
   ncclComm_t ncclComm = nullptr;

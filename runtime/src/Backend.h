@@ -155,6 +155,28 @@ public:
     copyToHost(hostDst, src, bytes);
     return 0;
   }
+  /// A fence at the end of the work issued so far (host backends: 0).
+  virtual int64_t recordFence() { return 0; }
+  /// Enqueues, on a copy stream of its own that runs alongside the
+  /// kernels, a copy from pinned host memory to device memory that starts
+  /// once fence `after` has passed; returns its fence (every fence is
+  /// still awaited once). Host backends copy at once and return 0.
+  virtual int64_t copyFromHostOnCopyStream(void *dst, const void *hostSrc,
+                                           int64_t bytes, int64_t after) {
+    (void)after;
+    copyFromHost(dst, hostSrc, bytes);
+    return 0;
+  }
+  /// The same, device memory to pinned host memory.
+  virtual int64_t copyToHostOnCopyStream(void *hostDst, const void *src,
+                                         int64_t bytes, int64_t after) {
+    (void)after;
+    copyToHost(hostDst, src, bytes);
+    return 0;
+  }
+  /// Makes the work issued from now on wait for `fence` on the device (the
+  /// host does not block); a fence already awaited has passed.
+  virtual void waitFenceOnDevice(int64_t fence) { (void)fence; }
   /// Whether the work before `fence` has completed (does not block).
   virtual bool fenceReached(int64_t fence) {
     (void)fence;

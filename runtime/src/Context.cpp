@@ -118,9 +118,12 @@ ztrt_ctx::~ztrt_ctx() {
   // directory goes with its engine.
   if (swap)
     swap->waitAll();
-  for (auto &[ticket, pending] : deviceSwaps)
+  for (auto &[ticket, pending] : deviceSwaps) {
     if (pending.fence >= 0)
       impl->awaitFence(pending.fence);
+    if (pending.regionFree >= 0)
+      impl->awaitFence(pending.regionFree);
+  }
   for (const StagingRead &read : stagingReads)
     impl->awaitFence(read.fence);
   for (int64_t fence : copyFences)
@@ -447,12 +450,19 @@ char *ztrt_ctx::stagingOf(const void *buffer, int64_t bytes, const char *op) {
 }
 
 void ztrt_ctx::pollSwaps() {
-  for (auto &[ticket, pending] : deviceSwaps)
+  for (auto &[ticket, pending] : deviceSwaps) {
+    // A write-back whose copy to the staging bytes landed goes to its file.
     if (pending.write && pending.io < 0 && impl->fenceReached(pending.fence)) {
       impl->awaitFence(pending.fence);
       pending.fence = -1;
       pending.io = swap->write(pending.file, pending.staging, pending.bytes, 0);
     }
+    // A read whose file bytes arrived goes on to the device at once, on the
+    // copy stream, while the kernels run (ZeRO-Infinity's host -> device
+    // stage for the next use).
+    if (!pending.write && pending.fence < 0 && swap->finished(pending.io))
+      startDeviceCopy(pending);
+  }
   stagingReads.erase(
       std::remove_if(stagingReads.begin(), stagingReads.end(),
                      [&](const StagingRead &read) {
@@ -462,6 +472,17 @@ void ztrt_ctx::pollSwaps() {
                        return true;
                      }),
       stagingReads.end());
+}
+
+void ztrt_ctx::startDeviceCopy(DeviceSwap &pending) {
+  pending.fence = impl->copyFromHostOnCopyStream(
+      pending.device, pending.staging, pending.bytes, pending.regionFree);
+  offload.hostToDeviceBytes += pending.bytes;
+  // The staging bytes feed that copy until its fence passes.
+  stagingReads.push_back(
+      {pending.staging, pending.staging + pending.bytes, pending.fence});
+  noteCopy(pending.regionFree);
+  pending.regionFree = -1;
 }
 
 void ztrt_ctx::noteCopy(int64_t fence) {
@@ -497,8 +518,12 @@ int64_t ztrt_ctx::startSwap(int file, void *buffer, int64_t bytes,
   pollSwaps();
   DeviceSwap pending{file, buffer, staging, bytes, write};
   if (write) {
-    // After the work issued so far (the update that wrote the buffer).
-    pending.fence = impl->copyToHostAsync(staging, buffer, bytes);
+    // After the work issued so far (the update that wrote the buffer), on
+    // the copy stream.
+    int64_t ready = impl->recordFence();
+    pending.fence =
+        impl->copyToHostOnCopyStream(staging, buffer, bytes, ready);
+    noteCopy(ready);
     offload.deviceToHostBytes += bytes;
   } else {
     // The staging bytes may still feed an earlier buffer's copy to the
@@ -514,6 +539,9 @@ int64_t ztrt_ctx::startSwap(int file, void *buffer, int64_t bytes,
                        }),
         stagingReads.end());
     pending.io = swap->read(file, staging, bytes, 0);
+    // The device buffer is free once the kernels issued so far (its
+    // previous tensor's) are done.
+    pending.regionFree = impl->recordFence();
   }
   const int64_t ticket = ++lastSwapTicket;
   deviceSwaps.emplace(ticket, pending);
@@ -537,12 +565,11 @@ void ztrt_ctx::finishSwap(int64_t ticket) {
     swap->wait(pending.io);
   } else {
     swap->wait(pending.io);
-    // Ahead of the work the step issues next, which reads the buffer.
-    int64_t fence =
-        impl->copyFromHostAsync(pending.device, pending.staging, pending.bytes);
-    offload.hostToDeviceBytes += pending.bytes;
-    stagingReads.push_back(
-        {pending.staging, pending.staging + pending.bytes, fence});
+    if (pending.fence < 0)
+      startDeviceCopy(pending);
+    // The work the step issues next reads the buffer: on the device it
+    // waits for the copy; the host goes on.
+    impl->waitFenceOnDevice(pending.fence);
   }
   pollSwaps();
 }

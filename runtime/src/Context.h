@@ -342,7 +342,10 @@ private:
     char *staging;
     int64_t bytes;
     bool write;
-    int64_t io = -1, fence = -1;
+    /// The file I/O (-1 until issued); the device copy's fence (-1 until
+    /// issued); for a read, the compute stream's point at the swap-in,
+    /// after which its device buffer is free.
+    int64_t io = -1, fence = -1, regionFree = -1;
   };
   std::unordered_map<int64_t, DeviceSwap> deviceSwaps;
   int64_t lastSwapTicket = 0;
@@ -356,6 +359,8 @@ private:
   /// Issues the writes whose device-to-host copy has landed, and retires
   /// the staging reads that completed (neither blocks).
   void pollSwaps();
+  /// Starts a read's copy from its staging bytes to the device.
+  void startDeviceCopy(DeviceSwap &pending);
   /// Counts a collective's call and payload bytes (at its start).
   void countCall(const ztrt::CollectiveRequest &request);
   /// Accounts a completed collective: wire bytes, duration, trace event

@@ -329,6 +329,20 @@ void SwapSpace::wait(int64_t ticket) {
   fatal("swap: no transfer %lld in flight", static_cast<long long>(ticket));
 }
 
+bool SwapSpace::finished(int64_t ticket) {
+  for (const auto &r : inFlight) {
+    if (r->ticket != ticket)
+      continue;
+#ifdef ZTRT_HAVE_LIBURING
+    // Collect what has arrived (a short read resubmits its rest).
+    for (unsigned n = ring ? ring->queued : 0; n > 0 && !r->finished; --n)
+      reap(false);
+#endif
+    return r->finished;
+  }
+  fatal("swap: no transfer %lld in flight", static_cast<long long>(ticket));
+}
+
 void SwapSpace::waitAll() {
   for (const auto &r : inFlight)
     while (!r->finished)

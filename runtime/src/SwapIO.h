@@ -72,6 +72,9 @@ public:
   void wait(int64_t ticket);
   /// Waits for every transfer in flight.
   void waitAll();
+  /// Whether transfer `ticket` has completed (does not block; collects the
+  /// completions that have arrived). wait() is still called for it.
+  bool finished(int64_t ticket);
 
   const std::string &directory() const { return dir; }
   /// True when transfers bypass the page cache (O_DIRECT accepted).

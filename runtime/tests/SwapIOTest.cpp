@@ -116,6 +116,31 @@ TEST(SwapIOTest, PartialTransfersAtOffsets) {
   EXPECT_EQ(std::memcmp(b.p, data.data() + 3 * block, 2 * block), 0);
 }
 
+// finished() polls without blocking (the cuda backend copies a read on to
+// the device as soon as it reports it done): it turns true by itself, the
+// bytes are there when it does, and wait() is still due.
+TEST(SwapIOTest, FinishedPollsWithoutBlocking) {
+  TempDir tmp;
+  SwapSpace swap(tmp.root(), 0, 1 << 20);
+  const int64_t bytes = 16 * SwapSpace::kAlignment;
+  int f = swap.createFile("t", bytes);
+  Buffer a(bytes), b(bytes);
+  auto data = pattern(bytes, 5);
+  std::memcpy(a.p, data.data(), data.size());
+  swap.wait(swap.write(f, a.p, bytes, 0));
+  int64_t ticket = swap.read(f, b.p, bytes, 0);
+  // Bounded: a read of 64 KiB is done long before a million polls.
+  bool done = false;
+  for (int i = 0; i < 1000000 && !done; ++i)
+    done = swap.finished(ticket);
+  ASSERT_TRUE(done);
+  EXPECT_EQ(std::memcmp(b.p, data.data(), static_cast<size_t>(bytes)), 0);
+  EXPECT_TRUE(swap.finished(ticket)); // stays done until waited
+  swap.wait(ticket);
+  EXPECT_EXIT(swap.finished(ticket), ::testing::ExitedWithCode(1),
+              "swap: no transfer [0-9]+ in flight");
+}
+
 TEST(SwapIOTest, NamesThatCollideStayApart) {
   TempDir tmp;
   SwapSpace swap(tmp.root(), 0, 1 << 20);
