@@ -477,7 +477,11 @@ int64_t ztrt_copy_to_host_start(ztrt_ctx *ctx, const void *src, void *dst,
   ctx->offload.activationsToHost += bytes;
   if (!backend.hostResident()) // over the host link
     ctx->offload.deviceToHostBytes += bytes;
-  return backend.copyToHostAsync(dst, src, bytes);
+  // On the copy stream, behind the op that made the activation.
+  int64_t ready = backend.recordFence();
+  int64_t fence = backend.copyToHostOnCopyStream(dst, src, bytes, ready);
+  ctx->noteCopy(ready);
+  return fence;
 }
 
 int64_t ztrt_copy_from_host_start(ztrt_ctx *ctx, const void *src, void *dst,
@@ -487,11 +491,19 @@ int64_t ztrt_copy_from_host_start(ztrt_ctx *ctx, const void *src, void *dst,
   ctx->offload.activationsFromHost += bytes;
   if (!backend.hostResident())
     ctx->offload.hostToDeviceBytes += bytes;
-  return backend.copyFromHostAsync(dst, src, bytes);
+  // On the copy stream, once the kernels issued so far (the destination
+  // buffer's earlier tenants) are done.
+  int64_t free = backend.recordFence();
+  int64_t fence = backend.copyFromHostOnCopyStream(dst, src, bytes, free);
+  ctx->noteCopy(free);
+  return fence;
 }
 
 void ztrt_copy_wait(ztrt_ctx *ctx, int64_t ticket) {
-  backendOf(ctx, "copy_wait");
+  Backend &backend = backendOf(ctx, "copy_wait");
+  // The kernels issued from here on (the reloaded value's readers, or the
+  // offloaded buffer's next tenant) wait for the copy on the device.
+  backend.waitFenceOnDevice(ticket);
   ctx->noteCopy(ticket);
 }
 
