@@ -478,46 +478,18 @@ public:
     check(cudaHostUnregister(ptr), "cudaHostUnregister");
   }
 
-  int64_t copyFromHostAsync(void *dst, const void *hostSrc,
-                            int64_t bytes) override {
-    if (bytes > 0)
-      check(cudaMemcpyAsync(dst, hostSrc, static_cast<size_t>(bytes),
-                            cudaMemcpyHostToDevice, compute),
-            "cudaMemcpyAsync (host to device)");
-    return recordFence(compute);
-  }
-
-  int64_t copyToHostAsync(void *hostDst, const void *src,
-                          int64_t bytes) override {
-    if (bytes > 0)
-      check(cudaMemcpyAsync(hostDst, src, static_cast<size_t>(bytes),
-                            cudaMemcpyDeviceToHost, compute),
-            "cudaMemcpyAsync (device to host)");
-    return recordFence(compute);
-  }
-
   int64_t recordFence() override { return recordFence(compute); }
 
   int64_t copyFromHostOnCopyStream(void *dst, const void *hostSrc,
                                    int64_t bytes, int64_t after) override {
-    cudaStream_t s = copyStream();
-    check(cudaStreamWaitEvent(s, fenceEvent(after), 0), "cudaStreamWaitEvent");
-    if (bytes > 0)
-      check(cudaMemcpyAsync(dst, hostSrc, static_cast<size_t>(bytes),
-                            cudaMemcpyHostToDevice, s),
-            "cudaMemcpyAsync (host to device)");
-    return recordFence(s);
+    return copyOnCopyStream(dst, hostSrc, bytes, after,
+                            cudaMemcpyHostToDevice);
   }
 
   int64_t copyToHostOnCopyStream(void *hostDst, const void *src,
                                  int64_t bytes, int64_t after) override {
-    cudaStream_t s = copyStream();
-    check(cudaStreamWaitEvent(s, fenceEvent(after), 0), "cudaStreamWaitEvent");
-    if (bytes > 0)
-      check(cudaMemcpyAsync(hostDst, src, static_cast<size_t>(bytes),
-                            cudaMemcpyDeviceToHost, s),
-            "cudaMemcpyAsync (device to host)");
-    return recordFence(s);
+    return copyOnCopyStream(hostDst, src, bytes, after,
+                            cudaMemcpyDeviceToHost);
   }
 
   void waitFenceOnDevice(int64_t fence) override {
@@ -545,6 +517,19 @@ public:
   }
 
 private:
+  /// A copy on the copy stream once fence `after` has passed; its fence.
+  int64_t copyOnCopyStream(void *dst, const void *src, int64_t bytes,
+                           int64_t after, cudaMemcpyKind kind) {
+    cudaStream_t s = copyStream();
+    check(cudaStreamWaitEvent(s, fenceEvent(after), 0), "cudaStreamWaitEvent");
+    if (bytes > 0)
+      check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind, s),
+            kind == cudaMemcpyHostToDevice
+                ? "cudaMemcpyAsync (host to device)"
+                : "cudaMemcpyAsync (device to host)");
+    return recordFence(s);
+  }
+
   cudaStream_t copyStream() {
     if (!copies)
       check(cudaStreamCreateWithFlags(&copies, cudaStreamNonBlocking),

@@ -139,35 +139,21 @@ public:
     (void)bytes;
   }
   virtual void unpinHost(void *ptr) { (void)ptr; }
-  /// Enqueues a copy from pinned host memory to device memory after all
-  /// work issued so far, and returns a fence for it: hostSrc must stay
-  /// unchanged until awaitFence(fence) returns. Every fence is awaited
-  /// once. Host backends copy at once and return 0.
-  virtual int64_t copyFromHostAsync(void *dst, const void *hostSrc,
-                                    int64_t bytes) {
-    copyFromHost(dst, hostSrc, bytes);
-    return 0;
-  }
-  /// The same, device memory to pinned host memory: hostDst holds the
-  /// bytes once awaitFence(fence) returns.
-  virtual int64_t copyToHostAsync(void *hostDst, const void *src,
-                                  int64_t bytes) {
-    copyToHost(hostDst, src, bytes);
-    return 0;
-  }
   /// A fence at the end of the work issued so far (host backends: 0).
   virtual int64_t recordFence() { return 0; }
   /// Enqueues, on a copy stream of its own that runs alongside the
   /// kernels, a copy from pinned host memory to device memory that starts
-  /// once fence `after` has passed; returns its fence (every fence is
-  /// still awaited once). Host backends copy at once and return 0.
+  /// once fence `after` has passed; returns its fence: hostSrc must stay
+  /// unchanged until it has passed. Every fence is awaited once
+  /// (awaitFence). Host backends copy at once and return 0.
   virtual int64_t copyFromHostOnCopyStream(void *dst, const void *hostSrc,
                                            int64_t bytes, int64_t after) {
     (void)after;
     copyFromHost(dst, hostSrc, bytes);
     return 0;
   }
-  /// The same, device memory to pinned host memory.
+  /// The same, device memory to pinned host memory: hostDst holds the
+  /// bytes once the returned fence has passed.
   virtual int64_t copyToHostOnCopyStream(void *hostDst, const void *src,
                                          int64_t bytes, int64_t after) {
     (void)after;

@@ -408,8 +408,7 @@ void fileFromHost(ztrt::SwapSpace &swap, int file, int64_t fileBytes,
 void ztrt_ctx::stateToHost(size_t i, void *host, int64_t bytes) {
   if (i < stateFiles.size() && stateFiles[i] >= 0)
     return fileToHost(*swap, stateFiles[i], stateFileBytes[i], host, bytes);
-  auto it = live.find(states[i]);
-  if (it != live.end() && it->second.memory == Memory::MappedHost) {
+  if (mappedHost(states[i])) {
     // Host memory the device's updates write: read it once they are done.
     impl->synchronize();
     std::memcpy(host, states[i], static_cast<size_t>(bytes));
@@ -421,8 +420,7 @@ void ztrt_ctx::stateToHost(size_t i, void *host, int64_t bytes) {
 void ztrt_ctx::stateFromHost(size_t i, const void *host, int64_t bytes) {
   if (i < stateFiles.size() && stateFiles[i] >= 0)
     return fileFromHost(*swap, stateFiles[i], stateFileBytes[i], host, bytes);
-  auto it = live.find(states[i]);
-  if (it != live.end() && it->second.memory == Memory::MappedHost) {
+  if (mappedHost(states[i])) {
     impl->synchronize();
     std::memcpy(states[i], host, static_cast<size_t>(bytes));
     return;
@@ -500,10 +498,7 @@ void ztrt_ctx::noteCopy(int64_t fence) {
 }
 
 void ztrt_ctx::noteStateAccess(const void *state, int64_t bytes) {
-  if (!state || impl->hostResident())
-    return;
-  auto it = live.find(const_cast<void *>(state));
-  if (it == live.end() || it->second.memory != Memory::MappedHost)
+  if (!state || !mappedHost(state))
     return;
   offload.hostToDeviceBytes += bytes;
   offload.deviceToHostBytes += bytes;

@@ -102,6 +102,10 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
                 assert io["write_bytes"] == STEPS * off["transfers_per_step"]["host_to_nvme"]
     for offload in offloads:
         assert saved[offload] == saved["none"], (stage, n, precision, offload)
+    # The last placement's run again: bitwise (its copies on delayed streams).
+    again = tmp_path / "again.safetensors"
+    e2e_util.launch(n, [again if c == save else c for c in cmd])
+    assert again.read_bytes() == saved[offloads[-1]]
     # Every rank's swap directory is gone.
     assert list(nvme.iterdir()) == []
 

@@ -46,6 +46,11 @@ def check(tmp_path, spec, stage, n, policy, runtime=(), backend=()):
         measured[offload] = run(exe, n, STEPS, init, data, save, report, backend)
         saved[offload] = save.read_bytes()
     assert saved["cpu"] == saved["none"], (stage, n, policy)
+    # The same run twice: bitwise (on the emulator with its streams delayed
+    # at random, so the copies' order is not luck).
+    again = tmp_path / "again.safetensors"
+    run(exe, n, STEPS, init, data, again, tmp_path / "again.json", backend)
+    assert again.read_bytes() == saved["cpu"], (stage, n, policy)
     plan = zero_report(tmp_path, spec, policy,
                        [f"dp={n}", f"stage={stage}", "offload-activations=cpu"])
     per_rank, off = plan["per_rank"], plan["offload"]
