@@ -272,6 +272,9 @@ public:
   std::string deviceName() const override {
     return cudaDeviceDescription(options.device);
   }
+  PeakRate peakRate(bool sixteenBit) const override {
+    return cudaPeakRate(options.device, sixteenBit);
+  }
   bool deviceMemory(uint64_t &freeBytes, uint64_t &totalBytes) override {
     size_t free = 0, total = 0;
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
@@ -1402,6 +1405,43 @@ std::string cudaDeviceDescription(int device) {
   return format("%s (sm_%d%d, %d SMs, %.1f GiB)", prop.name, prop.major,
                 prop.minor, prop.multiProcessorCount,
                 static_cast<double>(prop.totalGlobalMem) / (1 << 30));
+}
+
+Backend::PeakRate cudaPeakRate(int device, bool sixteenBit) {
+  int major = 0, minor = 0, sms = 0, khz = 0;
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                               device),
+        "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
+                               device),
+        "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+        "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device),
+        "cudaDeviceGetAttribute");
+  // Dense FLOPs per clock per SM of the data-center parts (NVIDIA's
+  // architecture whitepapers): float32 is FFMA on the CUDA cores (the
+  // backend keeps TF32 off); 16-bit is the tensor cores with float32
+  // accumulation (GeForce parts of sm_86 / sm_89 accumulate at half that).
+  struct Arch {
+    int sm, fp32, half;
+  };
+  static const Arch arches[] = {{70, 128, 1024}, {75, 128, 1024},
+                                {80, 128, 2048}, {86, 256, 1024},
+                                {89, 256, 1024}, {90, 256, 4096}};
+  const int sm = major * 10 + minor;
+  for (const Arch &a : arches) {
+    if (a.sm != sm)
+      continue;
+    const int perClock = sixteenBit ? a.half : a.fp32;
+    const double tflops =
+        static_cast<double>(sms) * khz * 1e3 * perClock / 1e12;
+    return {tflops, format("%d SMs x %d MHz x %d FLOP/clock (sm_%d, %s)", sms,
+                           khz / 1000, perClock, sm,
+                           sixteenBit ? "16-bit tensor cores"
+                                      : "float32 CUDA cores")};
+  }
+  return {0.0, format("no peak rate known for sm_%d", sm)};
 }
 
 int selectCudaDevice(const CommunicatorParams &params) {

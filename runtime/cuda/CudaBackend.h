@@ -38,6 +38,11 @@ int cudaDeviceCount(std::string *reason);
 /// name the device by.
 std::string cudaDeviceDescription(int device);
 
+/// The device's peak dense GEMM rate from its compute capability, SM count
+/// and peak clock (cudaDeviceGetAttribute) and a table of FLOPs per clock
+/// per SM by architecture; 0 for an architecture not in the table.
+Backend::PeakRate cudaPeakRate(int device, bool sixteenBit);
+
 /// The device of this rank: its local rank among the ranks of its node
 /// (one GPU per rank), or device 0 when each rank sees a single device (a
 /// launcher that sets CUDA_VISIBLE_DEVICES per rank). Fatal, naming the

@@ -75,6 +75,23 @@ public:
   /// What this rank computes on, for reports: the processor's model, or
   /// "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)".
   virtual std::string deviceName() const { return name(); }
+  /// The device's peak dense matrix-multiply rate, the MFU's denominator
+  /// when the run gives no --peak-tflops.
+  struct PeakRate {
+    /// TFLOP/s of this rank's device; 0 when the backend cannot tell.
+    double tflops = 0.0;
+    /// How it was found ("132 SMs x 1980 MHz x 4096 FLOP/clock (sm_90,
+    /// 16-bit tensor cores)"), or why there is none.
+    std::string basis;
+  };
+  /// The peak for float32 GEMMs (`sixteenBit` false) or bf16 / f16 ones
+  /// with float32 accumulation. Host backends cannot tell a CPU's peak
+  /// (clock and vector units vary by part and by load).
+  virtual PeakRate peakRate(bool sixteenBit) const {
+    (void)sixteenBit;
+    return {0.0, "the " + std::string(name()) +
+                     " backend does not know its processor's peak"};
+  }
   /// Sets the number of threads kernels use (> 0).
   virtual void setThreads(int threads) = 0;
   /// The number of threads kernels use.

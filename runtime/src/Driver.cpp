@@ -111,7 +111,8 @@ const char kUsage[] =
     "                     --temperature T (0.8; 0: greedy) from the --top-k K\n"
     "                     (200; 0: all) most likely, seeded by --seed\n"
     "  --peak-tflops P    the peak TFLOP/s of one rank's device, for the MFU\n"
-    "                     in the progress line (achieved matmul FLOPs / P)\n"
+    "                     in the progress line (achieved matmul FLOPs / P);\n"
+    "                     default: the GPU's peak (cuda backend)\n"
     "  --data-order O     token windows: random (default, drawn from the\n"
     "                     seed, nanoGPT's) or sequential (file order)\n"
     "  --grad-accum-steps K  micro-batches per optimizer step: gradients\n"
@@ -804,7 +805,8 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
                  const Descriptor &desc, const std::vector<StepRecord> &records,
                  const std::vector<std::pair<int64_t, float>> &evals,
                  int threads, int worldSize,
-                 const std::vector<std::string> &ranks) {
+                 const std::vector<std::string> &ranks,
+                 const Backend::PeakRate &peak) {
   std::string json = format(
       "{\n  \"rank\": 0,\n  \"world_size\": %d,\n  \"backend\": %s,\n"
       "  \"device\": %s,\n  \"steps\": [",
@@ -844,6 +846,11 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
     json += format("  \"flops_per_step_per_rank\": %lld,\n",
                    static_cast<long long>(desc.flopsPerStep *
                                           std::max<int64_t>(1, ctx.accumSteps)));
+  // The MFU's denominator, and where it came from (null when unknown).
+  json += "  \"peak_tflops\": " +
+          (peak.tflops > 0.0 ? format("%.17g", peak.tflops)
+                             : std::string("null")) +
+          ", \"peak_tflops_basis\": " + jsonQuote(peak.basis) + ",\n";
   {
     // The hyper-parameters the updates used (the run's or the compiled).
     std::string h;
@@ -1442,6 +1449,25 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
       tokenModel ? static_cast<double>(desc.inputs[0].numel) * ranks * micro
                  : 0.0;
   const double flopsPerStep = static_cast<double>(desc.flopsPerStep) * micro;
+  // The MFU's denominator: --peak-tflops, else the peak the device reports
+  // for the parameters' precision (16-bit parameters: 16-bit GEMMs).
+  Backend::PeakRate peak{opts.peakTflops, "--peak-tflops"};
+  if (peak.tflops <= 0.0) {
+    const bool sixteenBit =
+        std::any_of(desc.params.begin(), desc.params.end(),
+                    [](const ParamSpec &p) {
+                      return p.type == ElemType::BF16 ||
+                             p.type == ElemType::F16;
+                    });
+    peak = backend.peakRate(sixteenBit);
+    if (rank == 0 && opts.logEvery > 0 && flopsPerStep > 0.0 &&
+        peak.tflops > 0.0) {
+      std::printf("MFU against the device's peak of %.4g TFLOP/s (%s; "
+                  "--peak-tflops sets another)\n",
+                  peak.tflops, peak.basis.c_str());
+      std::fflush(stdout);
+    }
+  }
   double steadyMs = 0.0;
   int64_t steadySteps = 0;
   auto throughputText = [&](int64_t t, double ms) {
@@ -1455,8 +1481,8 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
     if (flopsPerStep > 0.0 && ms > 0.0) {
       const double tflops = flopsPerStep / (ms / 1e3) / 1e12;
       s += format("  %.3g TFLOP/s", tflops);
-      if (opts.peakTflops > 0.0)
-        s += format(" (MFU %.1f%%)", 100.0 * tflops / opts.peakTflops);
+      if (peak.tflops > 0.0)
+        s += format(" (MFU %.1f%%)", 100.0 * tflops / peak.tflops);
     }
     if (steadySteps > 0 && t < last) {
       const double left =
@@ -1586,7 +1612,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
         comm.gatherToRoot(rankJson(ctx, desc, rank, records));
     if (rank == 0)
       writeReport(opts.report, ctx, desc, records, evals, backend.threads(),
-                  ranks, perRank);
+                  ranks, perRank, peak);
   }
   // Sampling (--sample): a byte-level language model continues the prompt,
   // one forward pass of the logits function per token (the context is the

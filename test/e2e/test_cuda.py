@@ -285,6 +285,47 @@ def test_emulated_device_is_named_in_the_report(tmp_path):
     assert "ztrain CUDA emulator" in text, text[:2000]
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_mfu_uses_the_devices_peak(precision, target, tmp_path):
+    """Without --peak-tflops the MFU is against the peak the device reports:
+    SMs x peak clock x the architecture's dense FLOPs per clock per SM for
+    the parameters' precision (the emulator: one sm_90 SM at 1000 MHz);
+    --peak-tflops overrides it. The report carries the peak and its basis."""
+    exe = e2e_util.compile_text(
+        models.gpt(batch=8, seq=16, vocab=32, layers=1, width=32, heads=2).to_mlir(),
+        str(tmp_path), parity.OptimizerConfig("adam", lr=1e-2), name="g",
+        extra=[f"--precision={precision}"] + runtime_flags(target))
+    require_cuda_runtime(exe)
+    report = str(tmp_path / "r.json")
+    p = parity.run_exe(exe, 4, log_every=1, report=report, extra=["--backend", "cuda"])
+    r = parity.read_report(report)
+    m = re.fullmatch(r"(\d+) SMs x (\d+) MHz x (\d+) FLOP/clock \(sm_(\d+), (.*)\)",
+                     r["peak_tflops_basis"])
+    assert m, r["peak_tflops_basis"]
+    sms, mhz, per_clock, sm, units = m.groups()
+    assert units == ("float32 CUDA cores" if precision == "fp32" else "16-bit tensor cores")
+    if target == "emulator":
+        assert (sms, mhz, sm) == ("1", "1000", "90")
+        # sm_90: 128 FFMA lanes (256 FLOP) or 4096 dense 16-bit tensor FLOP
+        # per clock per SM.
+        assert per_clock == ("256" if precision == "fp32" else "4096")
+    # Exact: the product of the integers the basis names.
+    assert r["peak_tflops"] == int(sms) * int(mhz) * 1e6 * int(per_clock) / 1e12
+    assert f"MFU against the device's peak of {r['peak_tflops']:.4g} TFLOP/s" in p.stdout
+    lines = [l for l in p.stdout.splitlines() if l.startswith("step")]
+    assert len(lines) == 4, p.stdout
+    for line in lines:
+        tflops, mfu = re.search(r"([0-9.e+-]+) TFLOP/s \(MFU ([0-9.]+)%\)", line).groups()
+        # Printed as %.3g and %.1f: within the rounding of both.
+        want = 100 * float(tflops) / r["peak_tflops"]
+        assert abs(float(mfu) - want) <= 0.05 + want * 0.005, line
+    p = parity.run_exe(exe, 2, log_every=1, report=report,
+                       extra=["--backend", "cuda", "--peak-tflops", "1e-6"])
+    r = parity.read_report(report)
+    assert (r["peak_tflops"], r["peak_tflops_basis"]) == (1e-6, "--peak-tflops")
+    assert "device's peak" not in p.stdout
+
+
 @pytest.mark.parametrize("devices,expect", [
     (3, "4 ranks on this node but 3 CUDA devices visible"),
     (1, "NCCL ncclCommInitRank failed: invalid usage"),

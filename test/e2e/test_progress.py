@@ -50,3 +50,17 @@ def test_progress_line_has_throughput_mfu_and_eta(tmp_path):
     first_ms = float(pat.search(lines[0]).group(1))
     if first_ms * 500 / 1e3 >= 2.0:
         assert "ETA" in lines[0], lines[0]
+
+
+def test_the_cpu_backend_names_no_peak(tmp_path):
+    """The cpu backend cannot tell its processor's peak: no MFU without
+    --peak-tflops, and the report says why (the cuda backend's device peak
+    is test_cuda.py::test_mfu_uses_the_devices_peak)."""
+    spec = models.mlp(batch=8, in_features=16, hidden=[32], classes=5)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("sgd"))
+    report = str(tmp_path / "r.json")
+    p = parity.run_exe(exe, 2, log_every=1, report=report)
+    assert "MFU" not in p.stdout
+    r = parity.read_report(report)
+    assert r["peak_tflops"] is None
+    assert r["peak_tflops_basis"] == "the cpu backend does not know its processor's peak"

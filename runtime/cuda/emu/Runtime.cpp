@@ -587,6 +587,18 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int d) {
   case cudaDevAttrMultiProcessorCount:
     *value = 1;
     break;
+  // As cudaGetDeviceProperties says: one sm_90 SM. The clock (kHz) is a
+  // round figure, not the host CPU's: the emulator's peak rate is only
+  // there so that the MFU path runs.
+  case cudaDevAttrClockRate:
+    *value = 1000000;
+    break;
+  case cudaDevAttrComputeCapabilityMajor:
+    *value = 9;
+    break;
+  case cudaDevAttrComputeCapabilityMinor:
+    *value = 0;
+    break;
   case cudaDevAttrMemoryPoolsSupported:
     *value = 1;
     break;
