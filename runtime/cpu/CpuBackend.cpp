@@ -755,38 +755,74 @@ private:
     }
   }
 
+  // Softmax rows reduce in kLanes interleaved partial results (lane l
+  // takes entries l, l + kLanes, ...; the lanes then combine in a fixed
+  // pairwise order): independent chains instead of one serial sum's
+  // latency, and loops the compiler vectorizes. The order depends only on
+  // the row length, so results are still independent of the thread count.
+  static constexpr int kLanes = 8;
+
+  template <typename T> static float rowMax(const T *x, int64_t n) {
+    float m[kLanes];
+    for (int l = 0; l < kLanes; ++l)
+      m[l] = -std::numeric_limits<float>::infinity();
+    int64_t j = 0;
+    for (; j + kLanes <= n; j += kLanes)
+      for (int l = 0; l < kLanes; ++l)
+        m[l] = std::max(m[l], ld(x[j + l]));
+    for (int l = 0; j < n; ++j, ++l)
+      m[l] = std::max(m[l], ld(x[j]));
+    for (int w = kLanes / 2; w > 0; w /= 2)
+      for (int l = 0; l < w; ++l)
+        m[l] = std::max(m[l], m[l + w]);
+    return m[0];
+  }
+
+  /// sum of y[0, n) (floats), in double.
+  static double laneSum(const float *y, int64_t n) {
+    double p[kLanes] = {};
+    int64_t j = 0;
+    for (; j + kLanes <= n; j += kLanes)
+      for (int l = 0; l < kLanes; ++l)
+        p[l] += y[j + l];
+    for (int l = 0; j < n; ++j, ++l)
+      p[l] += y[j];
+    for (int w = kLanes / 2; w > 0; w /= 2)
+      for (int l = 0; l < w; ++l)
+        p[l] += p[l + w];
+    return p[0];
+  }
+
+  // exp(x - max) is vecmath::expShifted (Cephes, a few ulp; vectorizes),
+  // not libm's scalar expf: it was most of a GPT step's non-GEMM time.
   template <typename T>
   static void softmaxT(const T *x, T *y, int64_t rows, int64_t cols,
                        bool causal) {
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements)
-    for (int64_t r = 0; r < rows; ++r) {
-      const T *xr = x + r * cols;
-      T *yr = y + r * cols;
-      // Causal: row i of each [cols x cols] block sees entries 0..i.
-      int64_t visible = causal ? r % cols + 1 : cols;
-      float max = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < visible; ++j)
-        max = std::max(max, ld(xr[j]));
-      double sum = 0.0;
-      if constexpr (std::is_same_v<T, float>) {
-        // The exponentials wait in y for their scale.
-        for (int64_t j = 0; j < visible; ++j) {
-          yr[j] = std::exp(xr[j] - max);
-          sum += yr[j];
-        }
-        float inv = static_cast<float>(1.0 / sum);
+#pragma omp parallel if (rows * cols >= kParallelElements)
+    {
+      // bf16 / f16: the float exponentials wait in a per-thread row, not
+      // in y, so that they are rounded to T once, after the scale.
+      std::vector<float> row(std::is_same_v<T, float> ? 0 : cols);
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        const T *xr = x + r * cols;
+        T *yr = y + r * cols;
+        float *er;
+        if constexpr (std::is_same_v<T, float>)
+          er = yr;
+        else
+          er = row.data();
+        // Causal: row i of each [cols x cols] block sees entries 0..i.
+        const int64_t visible = causal ? r % cols + 1 : cols;
+        const float max = rowMax(xr, visible);
         for (int64_t j = 0; j < visible; ++j)
-          yr[j] *= inv;
-      } else {
-        // y cannot hold a float: the same exponentials, computed again.
+          er[j] = vecmath::expShifted(ld(xr[j]) - max);
+        const float inv = static_cast<float>(1.0 / laneSum(er, visible));
         for (int64_t j = 0; j < visible; ++j)
-          sum += std::exp(ld(xr[j]) - max);
-        float inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j < visible; ++j)
-          yr[j] = st<T>(std::exp(ld(xr[j]) - max) * inv);
+          yr[j] = st<T>(er[j] * inv);
+        for (int64_t j = visible; j < cols; ++j)
+          yr[j] = st<T>(0.0f);
       }
-      for (int64_t j = visible; j < cols; ++j)
-        yr[j] = st<T>(0.0f);
     }
   }
 
@@ -796,11 +832,18 @@ private:
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements)
     for (int64_t r = 0; r < rows; ++r) {
       const T *dyr = dy + r * cols, *yr = y + r * cols;
-      double dot = 0.0;
-      for (int64_t j = 0; j < cols; ++j)
-        dot += static_cast<double>(ld(dyr[j])) * ld(yr[j]);
-      float d = static_cast<float>(dot);
-      for (int64_t j = 0; j < cols; ++j)
+      double p[kLanes] = {};
+      int64_t j = 0;
+      for (; j + kLanes <= cols; j += kLanes)
+        for (int l = 0; l < kLanes; ++l)
+          p[l] += static_cast<double>(ld(dyr[j + l])) * ld(yr[j + l]);
+      for (int l = 0; j < cols; ++j, ++l)
+        p[l] += static_cast<double>(ld(dyr[j])) * ld(yr[j]);
+      for (int w = kLanes / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; ++l)
+          p[l] += p[l + w];
+      const float d = static_cast<float>(p[0]);
+      for (j = 0; j < cols; ++j)
         dx[r * cols + j] = st<T>(ld(yr[j]) * (ld(dyr[j]) - d));
     }
   }

@@ -52,6 +52,15 @@ ZTRT_HD inline float expNonPositive(float x) {
   return y * scale;
 }
 
+/// exp(x) for x <= 0 where x below expNonPositive's clamp gives 0, as
+/// libm's expf does for x < -103.97 (and -inf): softmax's exponentials of
+/// entries at or below max - 87, whose share of the row sum is below a
+/// float's resolution (e^-87 < 2^-125). NaN stays NaN.
+ZTRT_HD inline float expShifted(float x) {
+  float y = expNonPositive(x);
+  return x < -87.0f ? 0.0f : y;
+}
+
 /// tanh(x): Cephes tanhf. |x| < 0.625: odd minimax polynomial; otherwise
 /// (1 - e) / (1 + e) with e = exp(-2|x|), which has no cancellation there.
 ZTRT_HD inline float tanh(float x) {
