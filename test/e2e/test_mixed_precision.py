@@ -286,7 +286,7 @@ def test_checkpoint_masters_round_to_the_saved_weights(tmp_path):
 
 
 @pytest.mark.parametrize("flags,message", [
-    (["--precision=fp8"], "unknown precision 'fp8' (expected fp32, bf16 or fp16)"),
+    (["--precision=fp8"], "--precision=fp8: expected fp32, bf16 or fp16"),
     (["--reduce-dtype=fp32"], "reduce=fp32 needs 16-bit parameters"),
     (["--precision=bf16", "--reduce-dtype=fp16"],
      "gradients are reduced in the parameters' type or in fp32"),

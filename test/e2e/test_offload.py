@@ -352,12 +352,12 @@ def test_bad_offload_input_is_one_line(tmp_path):
     src = tmp_path / "m.mlir"
     src.write_text(spec.to_mlir())
     for flags, message in (
-            (["--offload-optimizer=ssd"], "unknown optimizer placement 'ssd'"),
+            (["--offload-optimizer=ssd"], "--offload-optimizer=ssd: expected none, cpu or nvme"),
             (["--offload-param=nvme", "--zero-stage=2", "--dp=2"], "needs ZeRO stage 3"),
             (["--offload-param=cpu", "--zero-stage=1", "--dp=2"], "needs ZeRO stage 3"),
             (["--offload-param=disk", "--zero-stage=3", "--dp=2"],
-             "unknown parameter placement 'disk'"),
-            (["--offload-optimizer=nvme", "--offload-buffer-count=0"], "out of range (1-16)"),
+             "--offload-param=disk: expected none, cpu or nvme"),
+            (["--offload-optimizer=nvme", "--offload-buffer-count=0"], "--offload-buffer-count=0: expected 1 to 16"),
             (["--offload-optimizer=nvme", "--optimizer=sgd"], "no optimizer states to place")):
         p = subprocess.run([compile_, str(src), "-o", str(tmp_path / "m"), *flags],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

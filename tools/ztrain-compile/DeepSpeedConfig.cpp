@@ -13,6 +13,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <array>
 #include <cmath>
 #include <optional>
 
@@ -30,8 +31,9 @@ public:
   std::vector<std::string> problems;
 
 private:
-  void flag(StringRef name, std::string value) {
+  void flag(StringRef name, std::string value, const Twine &key) {
     out.flags.push_back({name.str(), std::move(value)});
+    out.keys.push_back({name.str(), key.str()});
   }
   void unsupported(const Twine &key, const Twine &why) {
     problems.push_back((key + " (" + why + ")").str());
@@ -99,10 +101,10 @@ void Reader::top(const json::Object &root) {
         out.microBatch = *i;
     } else if (key == "gradient_accumulation_steps") {
       if (auto i = asInteger(v, key, 1))
-        flag("grad-accum-steps", integer(*i));
+        flag("grad-accum-steps", integer(*i), key);
     } else if (key == "gradient_clipping") {
       if (auto d = asNumber(v, key))
-        flag("clip-grad-norm", number(*d));
+        flag("clip-grad-norm", number(*d), key);
     } else if (key == "zero_optimization") {
       if (const json::Object *z = v.getAsObject())
         zero(*z);
@@ -117,7 +119,7 @@ void Reader::top(const json::Object &root) {
         }
         if (auto on = asBool(e.second, "bf16.enabled"); on && *on) {
           precision = "bf16";
-          flag("precision", "bf16");
+          flag("precision", "bf16", "bf16.enabled");
         }
       }
       if (!b)
@@ -160,13 +162,15 @@ void Reader::top(const json::Object &root) {
     unsupported("communication_data_type=" + commType,
                 "gradients are reduced in the parameters' type or fp32");
   if (commType == "fp32" && low)
-    flag("reduce-dtype", "fp32");
+    flag("reduce-dtype", "fp32", "communication_data_type");
   const int64_t gradBytes = low && commType != "fp32" ? 2 : 4;
   const int64_t paramBytes = low ? 2 : 4;
   if (reduceBucketElements)
-    flag("bucket-bytes", integer(*reduceBucketElements * gradBytes));
+    flag("bucket-bytes", integer(*reduceBucketElements * gradBytes),
+         "zero_optimization.reduce_bucket_size");
   if (maxLiveElements)
-    flag("max-live-bytes", integer(*maxLiveElements * paramBytes));
+    flag("max-live-bytes", integer(*maxLiveElements * paramBytes),
+         "zero_optimization.stage3_max_live_parameters");
   llvm::sort(problems);
 }
 
@@ -177,10 +181,10 @@ void Reader::zero(const json::Object &z) {
     const json::Value &v = kv.second;
     if (key == "stage") {
       if (auto i = asInteger(v, name))
-        flag("zero-stage", integer(*i));
+        flag("zero-stage", integer(*i), name);
     } else if (key == "overlap_comm") {
       if (auto b = asBool(v, name))
-        flag("overlap", *b ? "true" : "false");
+        flag("overlap", *b ? "true" : "false", name);
     } else if (key == "reduce_bucket_size") {
       if (auto i = asInteger(v, name, 0))
         reduceBucketElements = *i;
@@ -211,7 +215,7 @@ void Reader::zero(const json::Object &z) {
 /// deepspeed.checkpointing.checkpoint (its blocks): full recompute of each
 /// block, which is ztrain's --recompute=full over the builders' block marks.
 void Reader::activationCheckpointing(const json::Object &a) {
-  flag("recompute", "full");
+  flag("recompute", "full", "activation_checkpointing");
   for (const auto &kv : a) {
     StringRef key = kv.first;
     std::string name = ("activation_checkpointing." + key).str();
@@ -219,7 +223,7 @@ void Reader::activationCheckpointing(const json::Object &a) {
       // The checkpoints in host memory between the passes (Pa+cpu).
       std::optional<bool> on = asBool(kv.second, name);
       if (on && *on)
-        flag("offload-activations", "cpu");
+        flag("offload-activations", "cpu", name);
     } else if (key == "partition_activations") {
       std::optional<bool> on = asBool(kv.second, name);
       if (on && *on)
@@ -266,7 +270,7 @@ void Reader::offload(const json::Value &v, StringRef key) {
         continue;
       }
       flag(optimizerStates ? "offload-optimizer" : "offload-param",
-           device->str());
+           device->str(), name);
     } else if (field == "nvme_path") {
       if (!kv.second.getAsString())
         unsupported(name, "expected a directory");
@@ -274,7 +278,7 @@ void Reader::offload(const json::Value &v, StringRef key) {
         out.forExecutable.push_back(name);
     } else if (field == "buffer_count" && optimizerStates) {
       if (auto i = asInteger(kv.second, name, 1))
-        flag("offload-buffer-count", integer(*i));
+        flag("offload-buffer-count", integer(*i), name);
     } else if (field == "pin_memory" || field == "fast_init") {
       asBool(kv.second, name);
     } else if (field == "buffer_count" || field == "buffer_size" ||
@@ -287,7 +291,7 @@ void Reader::offload(const json::Value &v, StringRef key) {
       if (r && !(*r > 0.0 && *r <= 1.0))
         unsupported(name, "expected a number in (0, 1]");
       else if (r)
-        flag("offload-ratio", number(*r));
+        flag("offload-ratio", number(*r), name);
     } else if (field == "ratio") {
       unsupported(name, "partial parameter offload is not built yet");
     } else {
@@ -298,7 +302,7 @@ void Reader::offload(const json::Value &v, StringRef key) {
 
 void Reader::fp16(const json::Object &f) {
   std::optional<bool> enabled;
-  std::vector<std::pair<std::string, std::string>> tuning;
+  std::vector<std::array<std::string, 3>> tuning; // flag, value, key
   for (const auto &kv : f) {
     StringRef key = kv.first;
     std::string name = ("fp16." + key).str();
@@ -312,25 +316,25 @@ void Reader::fp16(const json::Object &f) {
                     "static loss scaling; 0 (dynamic) is accepted");
     } else if (key == "initial_scale_power") {
       if (auto i = asInteger(v, name))
-        tuning.push_back({"initial-scale-power", integer(*i)});
+        tuning.push_back({"initial-scale-power", integer(*i), name});
     } else if (key == "loss_scale_window") {
       if (auto i = asInteger(v, name, 1))
-        tuning.push_back({"loss-scale-window", integer(*i)});
+        tuning.push_back({"loss-scale-window", integer(*i), name});
     } else if (key == "hysteresis") {
       if (auto i = asInteger(v, name, 1))
-        tuning.push_back({"hysteresis", integer(*i)});
+        tuning.push_back({"hysteresis", integer(*i), name});
     } else if (key == "min_loss_scale") {
       if (auto d = asNumber(v, name))
-        tuning.push_back({"min-loss-scale", number(*d)});
+        tuning.push_back({"min-loss-scale", number(*d), name});
     } else {
       unknown(name);
     }
   }
   if (enabled && *enabled) {
     precision = "fp16";
-    flag("precision", "fp16");
-    for (auto &[name, value] : tuning)
-      flag(name, value);
+    flag("precision", "fp16", "fp16.enabled");
+    for (auto &[name, value, key] : tuning)
+      flag(name, value, key);
   }
 }
 
@@ -349,7 +353,7 @@ void Reader::optimizer(const json::Object &o) {
   for (const auto &kv : o)
     if (StringRef(kv.first) != "type" && StringRef(kv.first) != "params")
       unknown("optimizer." + StringRef(kv.first));
-  std::vector<std::pair<std::string, std::string>> hyper;
+  std::vector<std::array<std::string, 3>> hyper; // flag, value, key
   if (const json::Value *p = o.get("params")) {
     const json::Object *params = p->getAsObject();
     if (!params)
@@ -362,7 +366,7 @@ void Reader::optimizer(const json::Object &o) {
           key == "momentum" || key == "dampening") {
         if (auto d = asNumber(v, name))
           hyper.push_back({key == "weight_decay" ? "weight-decay" : key.str(),
-                           number(*d)});
+                           number(*d), name});
       } else if (key == "betas") {
         const json::Array *a = v.getAsArray();
         std::optional<double> b1, b2;
@@ -371,14 +375,14 @@ void Reader::optimizer(const json::Object &o) {
           b2 = (*a)[1].getAsNumber();
         }
         if (b1 && b2) {
-          hyper.push_back({"beta1", number(*b1)});
-          hyper.push_back({"beta2", number(*b2)});
+          hyper.push_back({"beta1", number(*b1), name + "[0]"});
+          hyper.push_back({"beta2", number(*b2), name + "[1]"});
         } else {
           unsupported(name, "expected [beta1, beta2]");
         }
       } else if (key == "nesterov") {
         if (auto b = asBool(v, name); b && *b)
-          hyper.push_back({"nesterov", "true"});
+          hyper.push_back({"nesterov", "true", name});
       } else if (key == "adam_w_mode") {
         adamW = asBool(v, name);
       } else if (key == "torch_adam") {
@@ -394,9 +398,9 @@ void Reader::optimizer(const json::Object &o) {
   else if (kind == "adamw" && adamW && !*adamW)
     kind = "adam";
   if (!kind.empty())
-    flag("optimizer", kind);
-  for (auto &[name, value] : hyper)
-    flag(name, value);
+    flag("optimizer", kind, "optimizer.type");
+  for (auto &[name, value, key] : hyper)
+    flag(name, value, key);
 }
 
 } // namespace

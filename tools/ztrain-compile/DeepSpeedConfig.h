@@ -25,6 +25,16 @@ namespace ztrain {
 struct DeepSpeedFlags {
   /// (flag name without dashes, value), in the file's order.
   std::vector<std::pair<std::string, std::string>> flags;
+  /// The config key each flag came from ("zero_optimization.stage"), for
+  /// errors about its value.
+  std::vector<std::pair<std::string, std::string>> keys;
+  /// The config key that set flag `name`, or "" when none did.
+  std::string keyOf(llvm::StringRef name) const {
+    for (const auto &[flag, key] : keys)
+      if (flag == name)
+        return key;
+    return "";
+  }
   /// train_micro_batch_size_per_gpu and train_batch_size (-1: absent),
   /// checked against the model's batch once it is parsed.
   int64_t microBatch = -1, trainBatch = -1;

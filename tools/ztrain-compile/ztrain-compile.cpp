@@ -50,6 +50,7 @@
 #include "llvm/TargetParser/Host.h"
 
 #include <cmath>
+#include <set>
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -142,6 +143,105 @@ cl::opt<double> nvmeGBps(
     cl::desc("Plan search cost model: GB/s one rank reads and writes its "
              "swap directory, for plans that offload (default 2)"),
     cl::init(2.0), cl::cat(category));
+
+/// The first flag whose value no pass would accept, as
+/// "optimizer=adamm: expected sgd, adam or adamw"; "" when all are valid.
+/// Checked before any IR exists, so that a bad value is one line naming the
+/// flag (the passes check the same rules for ztrain-opt's pipeline
+/// options, where the diagnostic is located in the module).
+std::string checkFlagValues() {
+  auto oneOf = [](const std::string &flag, const std::string &value,
+                  std::initializer_list<const char *> allowed) {
+    for (const char *a : allowed)
+      if (value == a)
+        return std::string();
+    std::string list;
+    size_t i = 0;
+    for (const char *a : allowed)
+      list += (i++ == 0 ? "" : i == allowed.size() ? " or " : ", ") +
+              std::string(a);
+    return flag + "=" + value + ": expected " + list;
+  };
+  auto real = [](const std::string &flag, double v, bool ok,
+                 const char *expected) {
+    if (ok && std::isfinite(v))
+      return std::string();
+    std::string text;
+    llvm::raw_string_ostream(text) << flag << "=" << llvm::format("%g", v)
+                                   << ": expected " << expected;
+    return text;
+  };
+  auto integer = [](const std::string &flag, int64_t v, bool ok,
+                    const char *expected) {
+    if (ok)
+      return std::string();
+    return flag + "=" + std::to_string(v) + ": expected " + expected;
+  };
+  const bool sgd = flags::optimizer == "sgd";
+  const std::string checks[] = {
+      oneOf("precision", flags::precision, {"fp32", "bf16", "fp16"}),
+      flags::reduceDtype.empty()
+          ? ""
+          : oneOf("reduce-dtype", flags::reduceDtype, {"fp32", "bf16", "fp16"}),
+      oneOf("optimizer", flags::optimizer, {"sgd", "adam", "adamw"}),
+      oneOf("no-decay", flags::noDecay, {"1d", "none"}),
+      oneOf("recompute", flags::recompute, {"none", "full", "selective"}),
+      oneOf("offload-optimizer", flags::offloadOptimizer,
+            {"none", "cpu", "nvme"}),
+      oneOf("offload-param", flags::offloadParam, {"none", "cpu", "nvme"}),
+      oneOf("offload-activations", flags::offloadActivations, {"none", "cpu"}),
+      integer("zero-stage", flags::stage, flags::stage >= 0 && flags::stage <= 3,
+              "0, 1, 2 or 3"),
+      integer("dp", flags::dp, flags::dp >= 1, "a number of ranks >= 1"),
+      integer("grad-accum-steps", flags::gradAccumSteps,
+              flags::gradAccumSteps >= 1 &&
+                  flags::gradAccumSteps <= (int64_t(1) << 30),
+              "an integer in [1, 2^30]"),
+      real("lr", flags::lr, flags::lr >= 0.0, "a finite value >= 0"),
+      real("weight-decay", flags::weightDecay, flags::weightDecay >= 0.0,
+           "a finite value >= 0"),
+      real("clip-grad-norm", flags::clipGradNorm, flags::clipGradNorm >= 0.0,
+           "a finite norm >= 0 (0: no clipping)"),
+      sgd ? real("momentum", flags::momentum, flags::momentum >= 0.0,
+                 "a finite value >= 0")
+          : "",
+      sgd ? real("dampening", flags::dampening,
+                 flags::dampening >= 0.0 && flags::dampening <= 1.0,
+                 "a value in [0, 1]")
+          : "",
+      sgd && flags::nesterov &&
+              (flags::momentum <= 0.0 || flags::dampening != 0.0)
+          ? std::string("nesterov=true: needs --momentum > 0 and "
+                        "--dampening=0 (PyTorch's rule)")
+          : "",
+      sgd ? "" : real("beta1", flags::beta1,
+                      flags::beta1 >= 0.0 && flags::beta1 < 1.0,
+                      "a value in [0, 1)"),
+      sgd ? "" : real("beta2", flags::beta2,
+                      flags::beta2 >= 0.0 && flags::beta2 < 1.0,
+                      "a value in [0, 1)"),
+      sgd ? "" : real("eps", flags::eps, flags::eps > 0.0,
+                      "a finite value > 0"),
+      real("offload-ratio", flags::offloadRatio,
+           flags::offloadRatio > 0.0 && flags::offloadRatio <= 1.0,
+           "a fraction in (0, 1]"),
+      integer("offload-buffer-count", flags::offloadBufferCount,
+              flags::offloadBufferCount >= 1 && flags::offloadBufferCount <= 16,
+              "1 to 16"),
+      integer("prefetch-depth", flags::prefetchDepth, flags::prefetchDepth >= 0,
+              "an integer >= 0"),
+      integer("max-live-bytes", flags::maxLiveBytes, flags::maxLiveBytes >= 0,
+              "bytes >= 0 (0: no bound)"),
+      integer("bucket-bytes", flags::bucketBytes, flags::bucketBytes >= 0,
+              "bytes >= 0 (0: one collective per gradient)"),
+      integer("max-tile-bytes", flags::maxTileBytes, flags::maxTileBytes >= 0,
+              "bytes >= 0 (0: no tiling)"),
+  };
+  for (const std::string &error : checks)
+    if (!error.empty())
+      return error;
+  return "";
+}
 
 int fail(const llvm::Twine &msg) {
   llvm::errs() << "ztrain-compile: error: " << msg << "\n";
@@ -312,6 +412,7 @@ int main(int argc, char **argv) {
   // line (so a file and the flags build the same bytes); the command line
   // wins where both set one.
   ztrain::DeepSpeedFlags dsFlags;
+  std::set<std::string> fromConfig; // flags the file set
   if (!configFile.empty()) {
     std::string error;
     if (!ztrain::readDeepSpeedConfig(configFile, dsFlags, error))
@@ -325,11 +426,21 @@ int main(int argc, char **argv) {
         continue;
       if (opt->addOccurrence(0, name, value))
         return 1; // the option's parser said what is wrong
+      fromConfig.insert(name);
     }
     for (const std::string &key : dsFlags.forExecutable)
       llvm::errs() << "ztrain-compile: note: --config: '" << key
                    << "' is the executable's: pass --config " << configFile
                    << " to it too\n";
+  }
+
+  if (std::string error = checkFlagValues(); !error.empty()) {
+    // The flag, and the config key when the file set it.
+    const std::string name = error.substr(0, error.find('='));
+    if (fromConfig.count(name))
+      error += " (from --config " + configFile + ": " + dsFlags.keyOf(name) +
+               ")";
+    return fail("--" + error);
   }
 
   // Flags that the chosen optimizer or plan would silently ignore. A flag
@@ -387,6 +498,33 @@ int main(int argc, char **argv) {
                       "--zero-stage="
                    << flags::stage << " it has no effect\n";
   }
+
+  // fp16's loss-scale options, given to a build without fp16 (also at
+  // their default values).
+  for (const auto *opt : {&flags::initialScalePower, &flags::lossScaleWindow,
+                          &flags::hysteresis})
+    if (opt->getNumOccurrences() > 0 && flags::precision != "fp16")
+      return fail("--" + opt->ArgStr +
+                  " configures fp16's dynamic loss scaling; --precision=" +
+                  flags::precision + " has none");
+  if (flags::minLossScale.getNumOccurrences() > 0 &&
+      flags::precision != "fp16")
+    return fail("--min-loss-scale configures fp16's dynamic loss scaling; "
+                "--precision=" + flags::precision + " has none");
+  if (flags::offloadRatio.getNumOccurrences() > 0 &&
+      flags::offloadOptimizer == "none")
+    llvm::errs() << "ztrain-compile: warning: --offload-ratio is the fraction "
+                    "of the optimizer states --offload-optimizer places; "
+                    "without it it has no effect\n";
+  if (flags::overlap && flags::dp == 1)
+    llvm::errs() << "ztrain-compile: warning: --overlap overlaps "
+                    "collectives with compute; at --dp=1 there are none\n";
+  for (const auto *opt :
+       {&linkGBps, &latencyUs, &deviceTflops, &memoryGBps, &nvmeGBps})
+    if (opt->getNumOccurrences() > 0 && memoryBudget.getNumOccurrences() == 0)
+      llvm::errs() << "ztrain-compile: warning: --" << opt->ArgStr
+                   << " is a cost-model setting of the plan search; without "
+                      "--memory-budget it has no effect\n";
 
   if (flags::offloadBufferCount.getNumOccurrences() > 0 &&
       flags::offloadOptimizer != "nvme" && flags::offloadParam != "nvme")

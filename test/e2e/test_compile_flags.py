@@ -1,0 +1,98 @@
+"""ztrain-compile's flag values (issue 15 item 11): a value no pass would
+accept is one line on stderr naming the flag and what it takes, before any
+IR exists (never an IR location and source snippet), also when a DeepSpeed
+config set it (the line then names the config key); flags that would have
+no effect are warned about or, where the build cannot be what was asked,
+refused. Nothing is written on a refusal.
+"""
+
+import json
+import subprocess
+
+import pytest
+
+import e2e_util
+from ztrain import models
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    d = tmp_path_factory.mktemp("flags")
+    src = d / "m.mlir"
+    src.write_text(models.gpt(batch=2, seq=8, vocab=32, layers=1, width=16, heads=2).to_mlir())
+    return d, src
+
+
+def compile_(model, *flags):
+    d, src = model
+    out = d / "m"
+    p = subprocess.run([e2e_util.require_tool("ztrain-compile"), str(src), "-o", str(out),
+                        *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=300)
+    return p, out
+
+
+@pytest.mark.parametrize("flags,line", [
+    (["--optimizer=adamm"], "--optimizer=adamm: expected sgd, adam or adamw"),
+    (["--zero-stage=5", "--dp=2"], "--zero-stage=5: expected 0, 1, 2 or 3"),
+    (["--dp=0"], "--dp=0: expected a number of ranks >= 1"),
+    (["--precision=fp8"], "--precision=fp8: expected fp32, bf16 or fp16"),
+    (["--no-decay=all"], "--no-decay=all: expected 1d or none"),
+    (["--recompute=yes"], "--recompute=yes: expected none, full or selective"),
+    (["--offload-optimizer=gpu"], "--offload-optimizer=gpu: expected none, cpu or nvme"),
+    (["--offload-activations=nvme", "--recompute=full"],
+     "--offload-activations=nvme: expected none or cpu"),
+    (["--lr=-1"], "--lr=-1: expected a finite value >= 0"),
+    (["--lr=inf"], "--lr=inf: expected a finite value >= 0"),
+    (["--beta1=2"], "--beta1=2: expected a value in [0, 1)"),
+    (["--eps=0"], "--eps=0: expected a finite value > 0"),
+    (["--optimizer=sgd", "--dampening=2"], "--dampening=2: expected a value in [0, 1]"),
+    (["--optimizer=sgd", "--nesterov"],
+     "--nesterov=true: needs --momentum > 0 and --dampening=0 (PyTorch's rule)"),
+    (["--clip-grad-norm=-1"], "--clip-grad-norm=-1: expected a finite norm >= 0 (0: no clipping)"),
+    (["--grad-accum-steps=0"], "--grad-accum-steps=0: expected an integer in [1, 2^30]"),
+    (["--offload-optimizer=nvme", "--offload-ratio=1.5"],
+     "--offload-ratio=1.5: expected a fraction in (0, 1]"),
+    (["--hysteresis=2"],
+     "--hysteresis configures fp16's dynamic loss scaling; --precision=fp32 has none"),
+    (["--precision=bf16", "--initial-scale-power=16"],
+     "--initial-scale-power configures fp16's dynamic loss scaling; --precision=bf16 has none"),
+])
+def test_a_bad_value_is_one_line_naming_the_flag(model, flags, line):
+    p, out = compile_(model, *flags)
+    assert p.returncode == 1
+    assert p.stderr == f"ztrain-compile: error: {line}\n", p.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("config,line", [
+    ({"zero_optimization": {"stage": 7}},
+     "--zero-stage=7: expected 0, 1, 2 or 3 (from --config {cfg}: zero_optimization.stage)"),
+    ({"gradient_clipping": -1},
+     "--clip-grad-norm=-1: expected a finite norm >= 0 (0: no clipping) "
+     "(from --config {cfg}: gradient_clipping)"),
+    ({"optimizer": {"type": "AdamW", "params": {"betas": [0.9, 1.5]}}},
+     "--beta2=1.5: expected a value in [0, 1) (from --config {cfg}: optimizer.params.betas[1])"),
+])
+def test_a_bad_config_value_names_its_key(model, config, line):
+    d, _ = model
+    cfg = d / "ds.json"
+    cfg.write_text(json.dumps(config))
+    p, out = compile_(model, "--config", str(cfg))
+    assert p.returncode == 1
+    assert p.stderr == "ztrain-compile: error: " + line.format(cfg=cfg) + "\n", p.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flags,warning", [
+    (["--offload-ratio=0.5"], "--offload-ratio is the fraction of the optimizer states "
+                              "--offload-optimizer places; without it it has no effect"),
+    (["--link-gbps=3"], "--link-gbps is a cost-model setting of the plan search; without "
+                        "--memory-budget it has no effect"),
+    (["--overlap"], "--overlap overlaps collectives with compute; at --dp=1 there are none"),
+])
+def test_a_flag_with_no_effect_is_a_warning(model, flags, warning):
+    p, out = compile_(model, *flags)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == f"ztrain-compile: warning: {warning}\n", p.stderr
+    assert out.exists()
