@@ -131,6 +131,10 @@ std::string indexJson(const std::vector<CheckpointTensor> &tensors,
     json += format("    \"data_size\": %llu,\n    \"data_crc32c\": %lu,\n",
                    static_cast<unsigned long long>(progress.dataPrint->size),
                    static_cast<unsigned long>(progress.dataPrint->crc));
+  if (!progress.dataFormat.empty())
+    json += format("    \"data_format\": %s,\n    \"data_order\": %s,\n",
+                   jsonQuote(progress.dataFormat).c_str(),
+                   jsonQuote(progress.dataOrder).c_str());
   if (progress.gradAccumSteps > 0)
     json += format("    \"grad_accum_steps\": %lld,\n",
                    static_cast<long long>(progress.gradAccumSteps));
@@ -494,6 +498,10 @@ CheckpointIndex readCheckpointIndex(const std::string &named,
         static_cast<uint32_t>(integer(*ztrain, "data_crc32c", 0)));
   if (ztrain->find("grad_accum_steps"))
     index.gradAccumSteps = integer(*ztrain, "grad_accum_steps", 1);
+  if (ztrain->find("data_format"))
+    index.dataFormat = string(*ztrain, "data_format");
+  if (ztrain->find("data_order"))
+    index.dataOrder = string(*ztrain, "data_order");
   index.descriptor = string(*ztrain, "descriptor");
   if (const JsonValue *ls = ztrain->find("loss_scaler")) {
     if (ls->kind != JsonValue::Kind::Object)
@@ -701,6 +709,24 @@ void checkResumable(const CheckpointIndex &index, const Descriptor &desc,
   // compute, so continuing "exactly" needs it unchanged too.
   std::vector<std::string> saved = layoutFreeRecords(index.descriptor),
                            current = layoutFreeRecords(descriptorText);
+  // A kind of record only one side has (grad_accum, clip_grad_norm,
+  // loss_scale): name it, rather than the records that follow it.
+  auto kind = [](const std::string &r) { return r.substr(0, r.find(' ')); };
+  auto hasKind = [&](const std::vector<std::string> &records,
+                     const std::string &k) {
+    return std::any_of(records.begin(), records.end(),
+                       [&](const std::string &r) { return kind(r) == k; });
+  };
+  for (const std::string &r : current)
+    if (!hasKind(saved, kind(r)))
+      fatal("--resume '%s': this model has descriptor record '%s'; the "
+            "checkpoint was written by a build without a '%s' record",
+            dir, r.c_str(), kind(r).c_str());
+  for (const std::string &r : saved)
+    if (!hasKind(current, kind(r)))
+      fatal("--resume '%s': the checkpoint has descriptor record '%s'; this "
+            "model was built without a '%s' record",
+            dir, r.c_str(), kind(r).c_str());
   for (size_t i = 0; i < std::max(saved.size(), current.size()); ++i) {
     const char *a = i < saved.size() ? saved[i].c_str() : "(none)";
     const char *b = i < current.size() ? current[i].c_str() : "(none)";
@@ -912,8 +938,24 @@ DataFingerprint dataFingerprint(const std::string &path) {
 }
 
 void checkResumedData(const CheckpointIndex &index, const std::string &data,
+                      const std::string &format, const std::string &order,
                       const std::string &resumeArg) {
   const char *ck = resumeArg.c_str();
+  // Text is read as bytes: the same tokens as u8.
+  auto bytes = [](const std::string &f) {
+    return f == "text" ? std::string("u8") : f;
+  };
+  if (!data.empty() && !index.dataFormat.empty() &&
+      bytes(format) != bytes(index.dataFormat))
+    fatal("--resume '%s': the checkpoint read its data as %s, this run "
+          "reads '%s' as %s (--data-format=%s continues it)",
+          ck, index.dataFormat.c_str(), data.c_str(), format.c_str(),
+          index.dataFormat.c_str());
+  if (!data.empty() && !index.dataOrder.empty() && order != index.dataOrder)
+    fatal("--resume '%s': the checkpoint drew its data windows in %s "
+          "order, this run in %s (--data-order=%s continues it)",
+          ck, index.dataOrder.c_str(), order.c_str(),
+          index.dataOrder.c_str());
   if (!index.data.empty() && data.empty())
     fatal("--resume '%s': the checkpoint was trained on --data '%s'; give "
           "--data (the same file) to continue its data, not synthetic inputs",

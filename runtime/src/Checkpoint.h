@@ -100,6 +100,9 @@ struct CheckpointIndex {
   /// The --data file's fingerprint ("data_size", "data_crc32c"), when the
   /// index records one.
   std::optional<std::pair<uint64_t, uint32_t>> dataPrint;
+  /// How the run read --data ("data_format", resolved from auto: "u16";
+  /// "data_order": "random" or "sequential"); empty in older indexes.
+  std::string dataFormat, dataOrder;
 };
 
 /// Which --data file a run trained on, as far as a resume can tell without
@@ -118,7 +121,10 @@ DataFingerprint dataFingerprint(const std::string &path);
 /// is the data the checkpoint trained on: present when it had a file, absent
 /// when it had none, and the same file (by fingerprint) when it recorded
 /// one.
+/// `format` and `order` are how this run reads it (as the index records
+/// them): a resume that would read the same file differently is refused.
 void checkResumedData(const CheckpointIndex &index, const std::string &data,
+                      const std::string &format, const std::string &order,
                       const std::string &resumeArg);
 
 /// What the driver knows about the run when it saves.
@@ -130,6 +136,8 @@ struct CheckpointProgress {
   int64_t gradAccumSteps = 0;
   /// Rank 0's fingerprint of the --data file (written to the index).
   std::optional<DataFingerprint> dataPrint;
+  /// How --data is read (CheckpointIndex::dataFormat / dataOrder).
+  std::string dataFormat, dataOrder;
 };
 
 /// "global_step<step>": a checkpoint's directory name under its root.

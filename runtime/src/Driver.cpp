@@ -49,10 +49,14 @@ const char kUsage[] =
     "                     steps after the checkpoint's\n"
     "  --seed S           seed of parameter init and synthetic data "
     "(default 0)\n"
-    "  --init F           initial parameters from safetensors file F\n"
-    "  --data F           F.safetensors: one tensor [N, ...] per input;\n"
-    "                     any other file: bytes as tokens for inputs\n"
-    "                     (tokens, targets); default: synthetic data\n"
+    "  --init F           initial parameters from safetensors file F, or a\n"
+    "                     Hugging Face sharded checkpoint (its index file\n"
+    "                     or directory)\n"
+    "  --data F           F.safetensors: one tensor [N, ...] per input; token\n"
+    "                     files for inputs (tokens, targets): .bin (nanoGPT's\n"
+    "                     uint16), .npy, .txt (bytes), or any name with\n"
+    "                     --data-format; other names are refused; default:\n"
+    "                     synthetic data\n"
     "  --save F           write the final parameters to safetensors file F\n"
     "  --save-checkpoint D  write a sharded checkpoint (parameters, optimizer\n"
     "                     states, buffers; one file per rank, index.json) to\n"
@@ -61,8 +65,9 @@ const char kUsage[] =
     "  --keep-checkpoints K  keep only the newest K checkpoints in D\n"
     "                     (default 0: keep all)\n"
     "  --resume D         continue the training saved in checkpoint D (the\n"
-    "                     one D/latest names, or a global_step<N> directory;\n"
-    "                     same build, same number of ranks)\n"
+    "                     one D/latest names, or a global_step<N> directory);\n"
+    "                     also on another number of ranks or ZeRO stage\n"
+    "                     (resharded on load)\n"
     "  --nvme-path DIR    where optimizer states compiled with\n"
     "                     --offload-optimizer=nvme live: each rank swaps\n"
     "                     them through DIR/ztrain-swap-<pid>-rank<r> (created\n"
@@ -95,8 +100,10 @@ const char kUsage[] =
     "  --momentum M, --dampening D  SGD's (default: the compiled values)\n"
     "  --config F         a DeepSpeed JSON config: its scheduler\n"
     "                     (WarmupLR, WarmupDecayLR, WarmupCosineLR),\n"
-    "                     gradient_accumulation_steps and steps_per_print;\n"
-    "                     flags override it (docs/config.md)\n"
+    "                     optimizer.params, gradient_accumulation_steps and\n"
+    "                     steps_per_print; the compiled keys are checked\n"
+    "                     against this build; flags override it\n"
+    "                     (docs/config.md)\n"
     "  --data-format F    how --data is read: safetensors, text (bytes as\n"
     "                     tokens), u16 / u32 (little-endian token ids, as\n"
     "                     nanoGPT's train.bin), npy (a 1-D token array) or\n"
@@ -141,10 +148,13 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
     usageError("flag --config '%s': not JSON: %s", path.c_str(), error.c_str());
   if (root.kind != JsonValue::Kind::Object)
     usageError("flag --config '%s': expected a JSON object", path.c_str());
+  // The compiler's keys: what the build is. The executable checks the
+  // ones it can see in the descriptor against it (checkConfigAgainstBuild)
+  // and takes optimizer.params as its run-time hyper-parameters.
   static const char *const compilerKeys[] = {
-      "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_clipping",
-      "zero_optimization", "bf16", "fp16", "communication_data_type",
-      "optimizer"};
+      "train_batch_size", "zero_optimization", "communication_data_type",
+      "activation_checkpointing"};
+  std::optional<double> optimizerLr;
   std::vector<std::string> problems;
   auto has = [&](const char *flag) { return given.count(flag) > 0; };
   auto integer = [&](const JsonValue &v, const std::string &key, int64_t min,
@@ -166,7 +176,72 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
   };
   for (const auto &[key, value] : root.members) {
     int64_t n = 0;
-    if (key == "gradient_accumulation_steps") {
+    if (key == "train_micro_batch_size_per_gpu") {
+      if (integer(value, key, 1, n))
+        opts.configMicroBatch = n;
+    } else if (key == "gradient_clipping") {
+      const double d = value.getDouble();
+      if (!(d >= 0.0) || !std::isfinite(d))
+        problems.push_back(key + " (expected a number >= 0)");
+      else
+        opts.configClip = d;
+    } else if (key == "bf16" || key == "fp16") {
+      const JsonValue *on = value.find("enabled");
+      if (on && on->kind == JsonValue::Kind::Bool && on->boolean)
+        opts.configPrecision = key;
+      else if (opts.configPrecision.empty())
+        opts.configPrecision = "fp32";
+    } else if (key == "optimizer") {
+      const JsonValue *type = value.find("type");
+      const JsonValue *params = value.find("params");
+      std::string kind = type ? type->text : "";
+      std::transform(kind.begin(), kind.end(), kind.begin(),
+                     [](unsigned char c) { return std::tolower(c); });
+      // DeepSpeed's "Adam" is AdamW unless adam_w_mode is false.
+      const JsonValue *wMode = params ? params->find("adam_w_mode") : nullptr;
+      const bool decoupled = !wMode || wMode->kind != JsonValue::Kind::Bool ||
+                             wMode->boolean;
+      if (kind == "adam" || kind == "adamw")
+        kind = decoupled ? "adamw" : "adam";
+      opts.configOptimizer = kind;
+      for (const auto &[name, v] : params ? params->members
+                                          : decltype(root.members)()) {
+        const std::string k = "optimizer.params." + name;
+        auto hyper = [&](int id, const JsonValue &x, const std::string &kk) {
+          const double d = x.getDouble();
+          const std::string problem = x.kind == JsonValue::Kind::Number
+                                          ? hyperProblem(id, d)
+                                          : "is not a number";
+          if (!problem.empty())
+            problems.push_back(kk + " (" + problem + ")");
+          else if (!has(hyperFlag(id)))
+            opts.hypers[id] = d;
+        };
+        if (name == "lr") {
+          const double d = v.getDouble();
+          if (!(d >= 0.0) || !std::isfinite(d))
+            problems.push_back(k + " (expected a number >= 0)");
+          else
+            optimizerLr = d;
+        } else if (name == "betas" && v.kind == JsonValue::Kind::Array &&
+                   v.items.size() == 2) {
+          hyper(ZTRT_HYPER_BETA1, v.items[0], k + "[0]");
+          hyper(ZTRT_HYPER_BETA2, v.items[1], k + "[1]");
+        } else if (name == "eps") {
+          hyper(ZTRT_HYPER_EPS, v, k);
+        } else if (name == "weight_decay") {
+          hyper(ZTRT_HYPER_WEIGHT_DECAY, v, k);
+        } else if (name == "momentum") {
+          hyper(ZTRT_HYPER_MOMENTUM, v, k);
+        } else if (name == "dampening") {
+          hyper(ZTRT_HYPER_DAMPENING, v, k);
+        } else if (name != "adam_w_mode" && name != "torch_adam" &&
+                   name != "nesterov") {
+          problems.push_back(k + (name == "betas" ? " (expected [beta1, beta2])"
+                                                  : " (unknown)"));
+        }
+      }
+    } else if (key == "gradient_accumulation_steps") {
       if (integer(value, key, 1, n) && !has("--grad-accum-steps"))
         opts.gradAccumSteps = n;
     } else if (key == "steps_per_print") {
@@ -245,6 +320,8 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
       }
       if (maxLr && !has("--lr"))
         opts.lr.lr = maxLr;
+      if (maxLr)
+        optimizerLr.reset(); // the scheduler's peak is the lr
     } else if (key == "zero_optimization") {
       // The compiler's, except where offloaded tensors go (--nvme-path).
       std::string path;
@@ -271,6 +348,8 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
       problems.push_back(key + " (unknown)");
     }
   }
+  if (optimizerLr && !has("--lr") && !opts.lr.lr)
+    opts.lr.lr = optimizerLr;
   if (!problems.empty()) {
     std::sort(problems.begin(), problems.end());
     std::string all;
@@ -1129,8 +1208,10 @@ Options parseOptions(int argc, char **argv, int rank) {
       opts.threads = static_cast<int>(
           std::min<int64_t>(parseInteger(flag, value, 1), 1 << 16));
   }
-  if (!configPath.empty())
+  if (!configPath.empty()) {
     applyRunConfig(configPath, given, opts);
+    opts.configPath = configPath;
+  }
   if (opts.lr.kind == LrSchedule::Kind::Constant &&
       (minLrGiven || opts.lr.decaySteps > 0))
     usageError("flag %s shapes a decaying schedule; with --lr-schedule="
@@ -1142,6 +1223,11 @@ Options parseOptions(int argc, char **argv, int rank) {
                given.count("--eval-every") ? "--eval-every" : "--eval-steps");
   if (opts.checkpointEvery > 0 && opts.saveCheckpoint.empty())
     usageError("flag --checkpoint-every needs --save-checkpoint DIR");
+  for (const char *f : {"--temperature", "--top-k", "--sample-tokens"})
+    if (given.count(f) && !opts.sampleGiven && opts.sampleIds.empty())
+      usageError("flag %s shapes --sample's text; without --sample TEXT or "
+                 "--sample-ids it has no effect",
+                 f);
   if (opts.keepCheckpoints > 0 && opts.saveCheckpoint.empty())
     usageError("flag --keep-checkpoints needs --save-checkpoint DIR");
   if (!opts.resume.empty() && !opts.init.empty())
@@ -1194,6 +1280,48 @@ void checkHyperOverrides(const Descriptor &desc, const Options &opts) {
   }
 }
 
+/// --config's compiler keys against what this executable was compiled as:
+/// a config that says another optimizer, clipping, precision or
+/// micro-batch describes another build (one line saying to recompile).
+void checkConfigAgainstBuild(const Descriptor &desc, const Options &opts,
+                             const std::string &configPath) {
+  const char *path = configPath.c_str();
+  const std::string compiled = desc.optimizer.substr(0, desc.optimizer.find(' '));
+  if (!opts.configOptimizer.empty() && opts.configOptimizer != compiled)
+    refuse("--config '%s': optimizer.type is %s but this executable was "
+           "compiled for %s (recompile with ztrain-compile --config %s)",
+           path, opts.configOptimizer.c_str(), compiled.c_str(), path);
+  const double clip = desc.clipGradNorm.value_or(0.0);
+  if (opts.configClip && *opts.configClip != clip)
+    refuse("--config '%s': gradient_clipping is %g but this executable was "
+           "compiled with %s (recompile with ztrain-compile --config %s)",
+           path, *opts.configClip,
+           clip > 0.0 ? format("--clip-grad-norm=%g", clip).c_str()
+                      : "no clipping",
+           path);
+  if (!opts.configPrecision.empty()) {
+    std::string built = "fp32";
+    for (const ParamSpec &p : desc.params)
+      if (p.type == ElemType::BF16 || p.type == ElemType::F16)
+        built = p.type == ElemType::BF16 ? "bf16" : "fp16";
+    if (built != opts.configPrecision)
+      refuse("--config '%s': it asks for %s but this executable was "
+             "compiled with --precision=%s (recompile with ztrain-compile "
+             "--config %s)",
+             path,
+             opts.configPrecision == "fp32" ? "fp32 (no bf16 / fp16 enabled)"
+                                            : opts.configPrecision.c_str(),
+             built.c_str(), path);
+  }
+  if (opts.configMicroBatch && !desc.inputs.empty() &&
+      !desc.inputs[0].shape.empty() &&
+      *opts.configMicroBatch != desc.inputs[0].shape[0])
+    refuse("--config '%s': train_micro_batch_size_per_gpu is %lld but this "
+           "model's micro-batch (its inputs' batch dimension) is %lld",
+           path, static_cast<long long>(*opts.configMicroBatch),
+           static_cast<long long>(desc.inputs[0].shape[0]));
+}
+
 /// The step the collective watchdog names in its message.
 std::atomic<int64_t> watchdogStep{0};
 
@@ -1226,12 +1354,22 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
   // against this model, so that a mismatch is one line; the other ranks
   // wait at the barrier until the check passes or rank 0's error aborts the
   // job, and then read the index it accepted.
+  // How --data is read, as checkpoints record it.
+  const std::string dataFormatText =
+      opts.data.empty()
+          ? ""
+          : dataFormatName(resolveDataFormat(opts.data, opts.dataFormat));
+  const std::string dataOrderText =
+      opts.data.empty() ? ""
+      : opts.dataOrder == DataOrder::Random ? "random"
+                                            : "sequential";
   CheckpointIndex resumed;
   if (!opts.resume.empty()) {
     if (rank == 0) {
       resumed = readCheckpointIndex(opts.resume, "--resume");
       checkResumable(resumed, desc, descriptor, ranks);
-      checkResumedData(resumed, opts.data, opts.resume);
+      checkResumedData(resumed, opts.data, dataFormatText, dataOrderText,
+                       opts.resume);
       if (opts.seedGiven && opts.seed != resumed.seed)
         fatal("--resume '%s': the checkpoint was trained with --seed %llu, "
               "this run has --seed %llu (leave --seed out to continue its "
@@ -1254,6 +1392,8 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
   ctx.clipMaxNorm = desc.clipGradNorm;
   ctx.lrSchedule = opts.lr;
   checkHyperOverrides(desc, opts);
+  if (!opts.configPath.empty())
+    checkConfigAgainstBuild(desc, opts, opts.configPath);
   ctx.hyperOverrides = opts.hypers;
   if (opts.gradAccumSteps > 0 && desc.gradAccumSteps == 0 &&
       opts.gradAccumSteps != 1)
@@ -1390,7 +1530,8 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
     ctx.lrSchedule.decaySteps = last;
   auto checkpoint = [&](int64_t done) {
     CheckpointProgress progress{done, opts.seed, opts.data, std::nullopt,
-                                ctx.accumSteps, dataPrint};
+                                ctx.accumSteps, dataPrint, dataFormatText,
+                                dataOrderText};
     if (ctx.scaler)
       progress.lossScaler = ctx.scaler->state();
     saveCheckpoint(ctx, desc, descriptor, progress, opts.saveCheckpoint,
@@ -1426,9 +1567,10 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
         comm, static_cast<float>(sum / static_cast<double>(opts.evalSteps)));
     evals.push_back({t, loss});
     if (rank == 0 && opts.logEvery > 0) {
-      std::printf("eval %*lld/%lld  loss %.7g  (%lld batches)\n", width,
+      std::printf("eval %*lld/%lld  loss %.7g  (%lld batch%s)\n", width,
                   static_cast<long long>(t), static_cast<long long>(last),
-                  loss, static_cast<long long>(opts.evalSteps));
+                  loss, static_cast<long long>(opts.evalSteps),
+                  opts.evalSteps == 1 ? "" : "es");
       std::fflush(stdout);
     }
   };

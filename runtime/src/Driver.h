@@ -78,6 +78,13 @@ struct Options {
   int64_t evalEvery = 0, evalSteps = 10;
   /// --beta1 ... --dampening, by ztrt_hyper_id (empty: the compiled value).
   std::array<std::optional<double>, ZTRT_HYPER_COUNT> hypers;
+  /// What --config says the build is (checked against the descriptor):
+  /// optimizer ("sgd", "adam", "adamw"), gradient clipping, 16-bit
+  /// precision ("bf16", "fp16", "fp32") and micro-batch; empty when it
+  /// does not say.
+  std::string configPath, configOptimizer, configPrecision;
+  std::optional<double> configClip;
+  std::optional<int64_t> configMicroBatch;
 };
 
 /// Parses the executable's flags; on --help prints the usage (on rank 0

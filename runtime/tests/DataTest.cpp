@@ -338,15 +338,30 @@ TEST(DataTest, ResumeRefusesMissingOrOtherData) {
   DataFingerprint print = dataFingerprint(index.data);
   EXPECT_EQ(print.size, uint64_t(3) << 20);
   index.dataPrint = std::make_pair(print.size, print.crc);
-  checkResumedData(index, dir.path("a.txt"), "ck"); // the same: accepted
-  EXPECT_EXIT(checkResumedData(index, "", "ck"), ::testing::ExitedWithCode(1),
+  checkResumedData(index, dir.path("a.txt"), "text", "random", "ck"); // the same
+  EXPECT_EXIT(checkResumedData(index, "", "", "", "ck"), ::testing::ExitedWithCode(1),
               "the checkpoint was trained on --data '.*a.txt'; give --data");
-  EXPECT_EXIT(checkResumedData(index, dir.path("b.txt"), "ck"),
+  EXPECT_EXIT(checkResumedData(index, dir.path("b.txt"), "text", "random", "ck"),
               ::testing::ExitedWithCode(1),
               "is not the file the checkpoint was trained on");
-  EXPECT_EXIT(checkResumedData(index, dir.path("c.txt"), "ck"),
+  EXPECT_EXIT(checkResumedData(index, dir.path("c.txt"), "text", "random", "ck"),
               ::testing::ExitedWithCode(1), "other contents");
   CheckpointIndex synthetic;
-  EXPECT_EXIT(checkResumedData(synthetic, dir.path("a.txt"), "ck"),
+  EXPECT_EXIT(checkResumedData(synthetic, dir.path("a.txt"), "text", "random",
+                               "ck"),
               ::testing::ExitedWithCode(1), "trained on synthetic inputs");
+  // The same file read another way: refused, naming the flag that
+  // continues it (text and u8 are the same bytes).
+  index.dataFormat = "text";
+  index.dataOrder = "random";
+  checkResumedData(index, dir.path("a.txt"), "u8", "random", "ck");
+  EXPECT_EXIT(checkResumedData(index, dir.path("a.txt"), "u16", "random", "ck"),
+              ::testing::ExitedWithCode(1),
+              "the checkpoint read its data as text, this run reads "
+              "'.*a.txt' as u16 \\(--data-format=text continues it\\)");
+  EXPECT_EXIT(
+      checkResumedData(index, dir.path("a.txt"), "text", "sequential", "ck"),
+      ::testing::ExitedWithCode(1),
+      "drew its data windows in random order, this run in sequential "
+      "\\(--data-order=random continues it\\)");
 }

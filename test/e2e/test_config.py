@@ -161,6 +161,59 @@ def test_executable_refuses_what_it_cannot_honour(tmp_path):
     assert "elasticity (unknown)" in line and "DeepSpeed's default is \"log\"" in line, line
 
 
+def test_executable_takes_the_optimizer_params(tmp_path):
+    """The executable's --config applies optimizer.params as its run-time
+    hyper-parameters (bitwise the same flags), flags override them, and the
+    scheduler's warmup_max_lr is the lr where both give one."""
+    spec = models.mlp(batch=4, in_features=8, hidden=[8], classes=3)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
+                                parity.OptimizerConfig("adamw", lr=1e-2), name="m")
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"optimizer": {"type": "AdamW", "params": {
+        "lr": 3e-3, "betas": [0.8, 0.95], "eps": 1e-6, "weight_decay": 0.05}}}))
+    runs = {}
+    for name, extra in [("config", ["--config", str(cfg)]),
+                        ("flags", ["--lr", "3e-3", "--beta1", "0.8", "--beta2", "0.95",
+                                   "--eps", "1e-6", "--weight-decay", "0.05"]),
+                        ("override", ["--config", str(cfg), "--beta1", "0.5"]),
+                        ("flags2", ["--lr", "3e-3", "--beta1", "0.5", "--beta2", "0.95",
+                                    "--eps", "1e-6", "--weight-decay", "0.05"])]:
+        out = tmp_path / f"{name}.safetensors"
+        parity.run_exe(exe, 3, save=out, report=tmp_path / f"{name}.json", extra=extra)
+        runs[name] = out.read_bytes()
+    assert runs["config"] == runs["flags"]
+    assert runs["override"] == runs["flags2"] != runs["config"]
+    assert parity.read_report(tmp_path / "config.json")["hyperparameters"] == {
+        "beta1": 0.8, "beta2": 0.95, "eps": 1e-6, "weight-decay": 0.05}
+
+
+@pytest.mark.parametrize("config,message", [
+    ({"optimizer": {"type": "SGD", "params": {"lr": 1}}},
+     "optimizer.type is sgd but this executable was compiled for adamw"),
+    ({"optimizer": {"type": "Adam", "params": {"adam_w_mode": False}}},
+     "optimizer.type is adam but this executable was compiled for adamw"),
+    ({"gradient_clipping": 5.0},
+     "gradient_clipping is 5 but this executable was compiled with no clipping"),
+    ({"bf16": {"enabled": True}},
+     "it asks for bf16 but this executable was compiled with --precision=fp32"),
+    ({"train_micro_batch_size_per_gpu": 99},
+     "train_micro_batch_size_per_gpu is 99 but this model's micro-batch (its inputs' "
+     "batch dimension) is 4"),
+])
+def test_executable_refuses_a_config_of_another_build(config, message, tmp_path):
+    spec = models.mlp(batch=4, in_features=8, hidden=[8], classes=3)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+                                name="m")
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps(config))
+    p = e2e_util.run([exe, "--steps", 1, "--config", cfg])
+    assert p.returncode == 1
+    line = one_error(p.stderr)
+    assert line.startswith(f"ztrain: error: --config '{cfg}': {message}"), line
+    if "compiled" in message:
+        assert line.endswith(f" (recompile with ztrain-compile --config {cfg})"), line
+
+
 def test_cpu_checkpointing_is_pa_cpu(tmp_path):
     """DeepSpeed's activation_checkpointing.cpu_checkpointing is ztrain's
     --offload-activations=cpu (with the full recompute the section means).

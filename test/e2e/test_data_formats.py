@@ -94,6 +94,16 @@ def test_resume_refuses_missing_or_other_data(tmp_path):
     moved.write_bytes(data.read_bytes())
     p = e2e_util.run([exe, "--steps", 1, "--resume", ck, "--data", moved])
     assert p.returncode == 0, p.stderr
+    # The same file read another way is other data: refused, naming the
+    # flag that continues it.
+    line = one_error(e2e_util.run([exe, "--steps", 1, "--resume", ck, "--data", data,
+                                   "--data-format", "u16"]))
+    assert line.endswith("the checkpoint read its data as text, this run reads "
+                         f"'{data}' as u16 (--data-format=text continues it)"), line
+    line = one_error(e2e_util.run([exe, "--steps", 1, "--resume", ck, "--data", data,
+                                   "--data-order", "sequential"]))
+    assert line.endswith("the checkpoint drew its data windows in random order, this run in "
+                         "sequential (--data-order=random continues it)"), line
 
 
 def test_sequential_order_reads_the_file_in_order(tmp_path):
