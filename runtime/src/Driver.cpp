@@ -940,13 +940,21 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
     json += "  \"hyperparameters\": {" + h + "},\n";
   }
   {
+    // The base lr the schedule shapes: the run's --lr, else the compiled
+    // one (the descriptor's optimizer record); min_lr as the schedule
+    // applies it (a ratio of the base for DeepSpeed's WarmupCosineLR).
     const LrSchedule &s = ctx.lrSchedule;
+    std::optional<double> base = s.lr;
+    if (size_t at = desc.optimizer.find(" lr="); !base && at != std::string::npos)
+      base = std::strtod(desc.optimizer.c_str() + at + 4, nullptr);
+    const double minLr =
+        s.minLrRatio && base ? *s.minLrRatio * *base : s.minLr;
     json += format("  \"lr_schedule\": {\"kind\": \"%s\", \"lr\": %s, "
                    "\"warmup_steps\": %lld, \"min_lr\": %.17g, "
                    "\"decay_steps\": %lld},\n",
                    LrSchedule::kindName(s.kind),
-                   s.lr ? format("%.17g", *s.lr).c_str() : "null",
-                   static_cast<long long>(s.warmup), s.minLr,
+                   base ? format("%.17g", *base).c_str() : "null",
+                   static_cast<long long>(s.warmup), minLr,
                    static_cast<long long>(s.decaySteps));
   }
   if (ctx.scaler) {

@@ -144,6 +144,12 @@ def test_executable_takes_the_scheduler(tmp_path):
     # formula, equal to rounding (0.1 * 1e-2 is not exactly 1e-3 in binary).
     assert lr_a == pytest.approx(lr_b, rel=1e-12, abs=0)
     assert lr_a[-1] == pytest.approx(1e-3, rel=1e-12)
+    # The report names the base lr (the compiled one: no --lr was given)
+    # and the floor the schedule applies (cos_min_ratio x lr for the config).
+    sa = parity.read_report(a)["lr_schedule"]
+    sb = parity.read_report(b)["lr_schedule"]
+    assert (sa["kind"], sa["lr"], sa["min_lr"]) == ("cosine", 1e-2, 0.1 * 1e-2), sa
+    assert (sb["lr"], sb["min_lr"]) == (1e-2, 1e-3), sb
 
 
 def test_executable_refuses_what_it_cannot_honour(tmp_path):
