@@ -131,6 +131,8 @@ std::string indexJson(const std::vector<CheckpointTensor> &tensors,
     json += format("    \"data_size\": %llu,\n    \"data_crc32c\": %lu,\n",
                    static_cast<unsigned long long>(progress.dataPrint->size),
                    static_cast<unsigned long>(progress.dataPrint->crc));
+  json += format("    \"data_samples\": %lld,\n",
+                 static_cast<long long>(progress.dataSamples));
   if (!progress.dataFormat.empty())
     json += format("    \"data_format\": %s,\n    \"data_order\": %s,\n",
                    jsonQuote(progress.dataFormat).c_str(),
@@ -498,6 +500,8 @@ CheckpointIndex readCheckpointIndex(const std::string &named,
         static_cast<uint32_t>(integer(*ztrain, "data_crc32c", 0)));
   if (ztrain->find("grad_accum_steps"))
     index.gradAccumSteps = integer(*ztrain, "grad_accum_steps", 1);
+  if (ztrain->find("data_samples"))
+    index.dataSamples = integer(*ztrain, "data_samples", 0);
   if (ztrain->find("data_format"))
     index.dataFormat = string(*ztrain, "data_format");
   if (ztrain->find("data_order"))
@@ -637,13 +641,45 @@ static void assembleTensors(const CheckpointIndex &index,
 /// grid, storage suffixes, gradient buffers, arenas) or what else it has
 /// compiled (its FLOP count, the evaluation function): a checkpoint
 /// resumes in any layout of the same model.
+/// "input <name> <dtype> <rank> <d0> ..": d0 of a batched input, else -1.
+static int64_t inputBatch(const std::string &record) {
+  std::istringstream in(record);
+  std::string kind, name, dtype;
+  int64_t rank = 0, d0 = -1;
+  in >> kind >> name >> dtype >> rank;
+  if (kind != "input" || rank < 1 || !(in >> d0))
+    return -1;
+  return d0;
+}
+
+int64_t checkpointGlobalBatch(const CheckpointIndex &index) {
+  int64_t batch = 1;
+  for (const std::string &line : nonEmptyLines(index.descriptor))
+    if (int64_t b = inputBatch(line); b >= 0) {
+      batch = b;
+      break;
+    }
+  return index.worldSize * batch * std::max<int64_t>(1, index.gradAccumSteps);
+}
+
 static std::vector<std::string> layoutFreeRecords(const std::string &text) {
   std::vector<std::string> out;
   for (std::string line : nonEmptyLines(text)) {
     std::string kind = line.substr(0, line.find(' '));
+    // The batch is not the model: micro-batches per step, and a batched
+    // input's batch dimension (its other dimensions are).
+    // `logits` is the sampling function's output shape ([B T, V]).
     if (kind == "grid" || kind == "grad" || kind == "arena" ||
-        kind == "flops" || kind == "eval")
+        kind == "flops" || kind == "eval" || kind == "grad_accum" ||
+        kind == "logits")
       continue;
+    if (int64_t b = inputBatch(line); b >= 0) {
+      std::istringstream in(line);
+      std::string word, rebuilt;
+      for (int i = 0; in >> word; ++i)
+        rebuilt += (i ? " " : "") + (i == 4 ? std::string("B") : word);
+      line = rebuilt;
+    }
     if (kind == "param" || kind == "state") {
       size_t store = line.find(" store ");
       if (store != std::string::npos)

@@ -100,6 +100,10 @@ struct CheckpointIndex {
   /// The --data file's fingerprint ("data_size", "data_crc32c"), when the
   /// index records one.
   std::optional<std::pair<uint64_t, uint32_t>> dataPrint;
+  /// Samples the run's steps had consumed ("data_samples": steps x ranks x
+  /// micro-batch x micro-batches, summed over resumes); -1 in older
+  /// indexes (then `step` x the checkpoint's global batch).
+  int64_t dataSamples = -1;
   /// How the run read --data ("data_format", resolved from auto: "u16";
   /// "data_order": "random" or "sequential"); empty in older indexes.
   std::string dataFormat, dataOrder;
@@ -138,7 +142,14 @@ struct CheckpointProgress {
   std::optional<DataFingerprint> dataPrint;
   /// How --data is read (CheckpointIndex::dataFormat / dataOrder).
   std::string dataFormat, dataOrder;
+  /// Samples consumed by steps 1..step (CheckpointIndex::dataSamples).
+  int64_t dataSamples = 0;
 };
+
+/// Samples one optimizer step of the checkpoint's run consumed: its ranks x
+/// its micro-batch (the descriptor's first batched input) x its
+/// micro-batches per step.
+int64_t checkpointGlobalBatch(const CheckpointIndex &index);
 
 /// "global_step<step>": a checkpoint's directory name under its root.
 std::string checkpointTag(int64_t step);
@@ -168,8 +179,10 @@ CheckpointIndex readCheckpointIndex(const std::string &path, const char *what);
 /// model of `desc` / `descriptorText`: a missing or extra tensor, another
 /// dtype or shape, or any other difference in the descriptor (optimizer,
 /// inputs, loss scaling) except the layout on the ranks (grid, storage,
-/// gradient buffers, arenas): another number of ranks or ZeRO stage is
-/// resharded on load (a universal checkpoint).
+/// gradient buffers, arenas) and the batch (the inputs' batch dimension,
+/// micro-batches per step): another number of ranks or ZeRO stage is
+/// resharded on load (a universal checkpoint), another global batch
+/// continues the data from the checkpoint's sample position.
 void checkResumable(const CheckpointIndex &index, const Descriptor &desc,
                     const char *descriptorText, int64_t ranks);
 

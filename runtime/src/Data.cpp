@@ -44,10 +44,12 @@ int64_t elementsPerSample(const InputSpec &input) {
 struct Slice {
   int rank = 0;
   int ranks = 1;
+  /// Added to every sample index (createDataSource's `rowShift`).
+  int64_t shift = 0;
   /// The global sample index of local row 0 of `step` for a per-rank batch
   /// of `batch` rows.
   int64_t firstRow(int64_t step, int64_t batch) const {
-    return ((step - 1) * ranks + rank) * batch;
+    return ((step - 1) * ranks + rank) * batch + shift;
   }
 };
 
@@ -488,8 +490,9 @@ std::unique_ptr<DataSource> createDataSource(const Descriptor &desc,
                                              const std::string &path,
                                              uint64_t seed, int rank,
                                              int ranks, DataFormat format,
-                                             DataOrder order) {
-  Slice slice{rank, ranks};
+                                             DataOrder order,
+                                             int64_t rowShift) {
+  Slice slice{rank, ranks, rowShift};
   if (path.empty())
     return std::make_unique<SyntheticData>(desc, seed, slice);
   // The file first: a missing or unreadable one is named as such, whatever

@@ -1412,16 +1412,33 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
   if (desc.gradAccumSteps > 0)
     ctx.accumSteps =
         opts.gradAccumSteps > 0 ? opts.gradAccumSteps : desc.gradAccumSteps;
-  // The data of step t is micro-batches (t-1)K+1 .. tK: a resumed run
-  // continues it only with the same K.
-  if (!opts.resume.empty() && ctx.accumSteps > 0 &&
-      resumed.gradAccumSteps > 0 && resumed.gradAccumSteps != ctx.accumSteps)
-    refuse("--resume '%s': the checkpoint was trained with "
-           "--grad-accum-steps %lld, this run has %lld (its data would not "
-           "continue where the checkpoint stopped)",
-           opts.resume.c_str(),
-           static_cast<long long>(resumed.gradAccumSteps),
-           static_cast<long long>(ctx.accumSteps));
+  // The samples an optimizer step consumes: ranks x micro-batch x
+  // micro-batches. A run resumed with another global batch (other ranks,
+  // micro-batch or --grad-accum-steps) shifts its sample indices so that
+  // its data continues where the checkpoint's stopped.
+  int64_t globalBatch = ranks * std::max<int64_t>(1, ctx.accumSteps);
+  for (const InputSpec &in : desc.inputs)
+    if (!in.shape.empty()) {
+      globalBatch *= in.shape[0];
+      break;
+    }
+  int64_t rowShift = 0;
+  if (!opts.resume.empty()) {
+    const int64_t consumed = resumed.dataSamples >= 0
+                                 ? resumed.dataSamples
+                                 : resumed.step * checkpointGlobalBatch(resumed);
+    rowShift = consumed - resumed.step * globalBatch;
+    const int64_t before = checkpointGlobalBatch(resumed);
+    if (rank == 0 && before != globalBatch && opts.logEvery > 0) {
+      std::printf("resuming with %lld samples per optimizer step (the "
+                  "checkpoint's run took %lld): the data continues at "
+                  "sample %lld\n",
+                  static_cast<long long>(globalBatch),
+                  static_cast<long long>(before),
+                  static_cast<long long>(consumed));
+      std::fflush(stdout);
+    }
+  }
   Backend &backend = ctx.backend();
   Communicator &comm = ctx.comm();
   checkDeviceMemory(backend, comm, desc, opts);
@@ -1466,7 +1483,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
     dataPrint = dataFingerprint(opts.data);
   std::unique_ptr<DataSource> data =
       createDataSource(desc, opts.data, opts.seed, rank, ranks,
-                       opts.dataFormat, opts.dataOrder);
+                       opts.dataFormat, opts.dataOrder, rowShift);
   std::unique_ptr<DataSource> evalSource;
   if (!opts.evalData.empty()) {
     if (!desc.hasEval || !eval)
@@ -1539,7 +1556,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
   auto checkpoint = [&](int64_t done) {
     CheckpointProgress progress{done, opts.seed, opts.data, std::nullopt,
                                 ctx.accumSteps, dataPrint, dataFormatText,
-                                dataOrderText};
+                                dataOrderText, rowShift + done * globalBatch};
     if (ctx.scaler)
       progress.lossScaler = ctx.scaler->state();
     saveCheckpoint(ctx, desc, descriptor, progress, opts.saveCheckpoint,

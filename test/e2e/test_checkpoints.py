@@ -10,6 +10,7 @@ uninterrupted run computes (same step numbers, data and Adam bias
 correction), and consolidation only moves bytes.
 """
 
+import json
 import os
 
 import numpy as np
@@ -145,6 +146,49 @@ def test_resume_on_another_rank_count_reshards(build, tmp_path):
     p = e2e_util.run([one, "--steps", "0", "--resume", ckpt, "--save", loaded])
     assert p.returncode == 0, p.stderr
     assert loaded.read_bytes() == full.read_bytes()
+
+
+def test_resume_with_another_global_batch_continues_the_data(tmp_path):
+    """A checkpoint of 2 ranks x micro-batch 4 (8 samples a step), resumed
+    by one process with micro-batch 4 and with micro-batch 8: the resumed
+    steps read the samples after the checkpoint's (sample 24 on after 3
+    steps), not step t's samples of the new global batch. Step 4 of the
+    micro-batch-4 run computes what rank 0 computed in step 4 of the
+    straight 2-rank run (the same weights on the same 4 samples, one
+    forward pass: bitwise); the micro-batch-8 run what both ranks did (the
+    mean of their two losses against one mean over 8: float rounding,
+    2e-7 relative)."""
+    def spec(batch):
+        return models.gpt(batch=batch, seq=8, vocab=32, layers=1, width=16, heads=2)
+    data = str(tmp_path / "data.safetensors")
+    safetensors.save(data, parity.make_data(spec(4), samples=64, seed=5))
+    opt = parity.OptimizerConfig("adam", lr=1e-2)
+    two = e2e_util.compile_text(spec(4).to_mlir(), str(tmp_path), opt, name="two",
+                                extra=["--dp=2", "--zero-stage=1"])
+    b4 = e2e_util.compile_text(spec(4).to_mlir(), str(tmp_path), opt, name="b4")
+    b8 = e2e_util.compile_text(spec(8).to_mlir(), str(tmp_path), opt, name="b8")
+    straight, ckpt = tmp_path / "straight.json", tmp_path / "ck"
+    mpirun(2, [two, "--steps", "4", "--threads", "1", "--data", data, "--report", straight])
+    mpirun(2, [two, "--steps", "3", "--threads", "1", "--data", data, "--save-checkpoint", ckpt])
+    s = parity.read_report(str(straight))
+    for exe, name in ((b4, "r4"), (b8, "r8")):
+        p = e2e_util.run([exe, "--steps", "1", "--threads", "1", "--data", data,
+                          "--resume", ckpt, "--report", tmp_path / f"{name}.json",
+                          "--save-checkpoint", tmp_path / f"ck-{name}"])
+        assert p.returncode == 0, p.stderr
+        r = parity.read_report(str(tmp_path / f"{name}.json"))
+        assert [x["step"] for x in r["steps"]] == [4]
+        if exe is b4:
+            assert ("resuming with 4 samples per optimizer step (the checkpoint's run took 8): "
+                    "the data continues at sample 24") in p.stdout, p.stdout
+            assert r["steps"][0]["loss"] == s["ranks"][0]["losses"][3]
+            consumed = 24 + 4
+        else:
+            assert "resuming with" not in p.stdout  # the same global batch
+            assert r["steps"][0]["loss"] == pytest.approx(s["steps"][3]["loss"], rel=2e-7)
+            consumed = 24 + 8
+        index = json.loads((tmp_path / f"ck-{name}" / "global_step4" / "index.json").read_text())
+        assert index["ztrain"]["data_samples"] == consumed
 
 
 def test_resume_of_another_model_is_one_line(build, tmp_path):

@@ -13,6 +13,7 @@ K micro-batches of B rows per optimizer step train as one step of K*B rows:
 """
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -166,7 +167,7 @@ def test_bad_k_is_one_line(tmp_path):
                         "in [1, 2^30]\n"), p.stderr
 
 
-def test_resume_continues_the_micro_batches_and_refuses_another_k(tmp_path):
+def test_resume_continues_the_micro_batches_also_with_another_k(tmp_path):
     spec = spec_for(MICRO)
     _, _, init_path, data_path = write_inputs(tmp_path, spec, 6 * K * MICRO)
     opt = parity.OptimizerConfig("adam", lr=1e-2)
@@ -181,11 +182,16 @@ def test_resume_continues_the_micro_batches_and_refuses_another_k(tmp_path):
     parity.run_exe(exe, 3, data=data_path, save=resumed, threads=1, extra=["--resume", ckpt])
     with open(whole, "rb") as a, open(resumed, "rb") as b:
         assert a.read() == b.read()
+    # Another K is another global batch: the resumed steps read on from the
+    # checkpoint's sample position (3 steps of K micro-batches).
+    again = str(tmp_path / "again")
     p = e2e_util.run([exe, "--steps", "1", "--data", data_path, "--resume", ckpt,
-                      "--grad-accum-steps", "2"])
-    assert p.returncode != 0
-    err = p.stderr.strip().splitlines()
-    assert len(err) == 1 and "--grad-accum-steps 4, this run has 2" in err[0], p.stderr
+                      "--grad-accum-steps", "2", "--save-checkpoint", again])
+    assert p.returncode == 0, p.stderr
+    assert (f"resuming with {2 * MICRO} samples per optimizer step (the checkpoint's run "
+            f"took {K * MICRO}): the data continues at sample {3 * K * MICRO}") in p.stdout
+    with open(os.path.join(again, "global_step4", "index.json")) as fh:
+        assert json.load(fh)["ztrain"]["data_samples"] == 3 * K * MICRO + 2 * MICRO
 
 
 def test_bf16_accumulation_stalls_and_reduce_dtype_fp32_does_not(tmp_path):
