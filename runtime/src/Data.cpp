@@ -262,8 +262,9 @@ NpyTokens parseNpy(const MappedFile &file, const std::string &path) {
 /// targets the tokens shifted by one (nanoGPT's get_batch).
 class TokenData final : public DataSource {
 public:
+  /// `named`: the format came from the file's name (auto), not a flag.
   TokenData(const Descriptor &desc, const std::string &path, DataFormat format,
-            uint64_t seed, Slice slice, DataOrder order)
+            uint64_t seed, Slice slice, DataOrder order, bool named)
       : seed(seed), slice(slice), order(order), file(path, "--data") {
     const char *name = path.c_str();
     const auto &in = desc.inputs;
@@ -328,6 +329,22 @@ public:
                   ? ""
                   : "; is the token width right (--data-format)?");
       }
+    }
+    // A .bin of uint32 ids read as nanoGPT's uint16: the high halves of
+    // little-endian ids below 65536 are every second uint16, all 0. Real
+    // uint16 text of this length never is; a flag says which it is.
+    if (named && format == DataFormat::U16 && length >= 256) {
+      bool oddZero = true, evenNonzero = false;
+      for (int64_t i = 0; i < length && oddZero; ++i)
+        if (i % 2)
+          oddZero = token(i) == 0;
+        else
+          evenNonzero = evenNonzero || token(i) != 0;
+      if (oddZero && evenNonzero)
+        fatal("--data '%s': every second uint16 token is 0, as in uint32 "
+              "token ids read as uint16 (.bin is nanoGPT's uint16); give "
+              "--data-format=u32, or --data-format=u16 if these are uint16",
+              name);
     }
   }
 
@@ -502,7 +519,7 @@ std::unique_ptr<DataSource> createDataSource(const Descriptor &desc,
   if (resolved == DataFormat::Safetensors)
     return std::make_unique<SafetensorsData>(desc, path, slice);
   return std::make_unique<TokenData>(desc, path, resolved, seed, slice,
-                                     order);
+                                     order, format == DataFormat::Auto);
 }
 
 } // namespace ztrt

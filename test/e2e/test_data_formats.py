@@ -76,6 +76,21 @@ def test_unknown_names_and_wrong_widths_are_refused(tmp_path):
     assert p.returncode == 0, p.stderr
 
 
+def test_uint32_ids_named_bin_are_refused(tmp_path):
+    """A .bin of uint32 ids (every second uint16 is 0) is not read as
+    nanoGPT's uint16 by accident; the flags say which it is."""
+    exe = gpt_exe(tmp_path)
+    path = tmp_path / "t32.bin"
+    path.write_bytes(text_tokens().astype("<u4").tobytes())
+    line = one_error(e2e_util.run([exe, "--steps", 1, "--data", path]))
+    assert line == (f"ztrain: error: --data '{path}': every second uint16 token is 0, as in "
+                    "uint32 token ids read as uint16 (.bin is nanoGPT's uint16); give "
+                    "--data-format=u32, or --data-format=u16 if these are uint16"), line
+    for fmt in ("u32", "u16"):
+        p = e2e_util.run([exe, "--steps", 1, "--data", path, "--data-format", fmt])
+        assert p.returncode == 0, p.stderr
+
+
 def test_resume_refuses_missing_or_other_data(tmp_path):
     exe = gpt_exe(tmp_path)
     ids = text_tokens()
