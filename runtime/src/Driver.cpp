@@ -152,8 +152,13 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
   // ones it can see in the descriptor against it (checkConfigAgainstBuild)
   // and takes optimizer.params as its run-time hyper-parameters.
   static const char *const compilerKeys[] = {
-      "train_batch_size", "zero_optimization", "communication_data_type",
-      "activation_checkpointing"};
+      "train_batch_size",         "zero_optimization",
+      "communication_data_type",  "activation_checkpointing",
+      "wall_clock_breakdown",     "flops_profiler"};
+  // Hugging Face's "auto": the value the flags and the build give.
+  auto isAuto = [](const JsonValue &v) {
+    return v.kind == JsonValue::Kind::String && v.text == "auto";
+  };
   std::optional<double> optimizerLr;
   std::vector<std::string> problems;
   auto has = [&](const char *flag) { return given.count(flag) > 0; };
@@ -176,6 +181,8 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
   };
   for (const auto &[key, value] : root.members) {
     int64_t n = 0;
+    if (isAuto(value))
+      continue;
     if (key == "train_micro_batch_size_per_gpu") {
       if (integer(value, key, 1, n))
         opts.configMicroBatch = n;
@@ -187,6 +194,8 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
         opts.configClip = d;
     } else if (key == "bf16" || key == "fp16") {
       const JsonValue *on = value.find("enabled");
+      if (on && isAuto(*on))
+        continue;
       if (on && on->kind == JsonValue::Kind::Bool && on->boolean)
         opts.configPrecision = key;
       else if (opts.configPrecision.empty())
@@ -207,6 +216,8 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
       for (const auto &[name, v] : params ? params->members
                                           : decltype(root.members)()) {
         const std::string k = "optimizer.params." + name;
+        if (isAuto(v))
+          continue;
         auto hyper = [&](int id, const JsonValue &x, const std::string &kk) {
           const double d = x.getDouble();
           const std::string problem = x.kind == JsonValue::Kind::Number
@@ -263,6 +274,8 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
       for (const auto &[name, v] : params ? params->members
                                           : decltype(root.members)()) {
         const std::string k = "scheduler.params." + name;
+        if (isAuto(v))
+          continue;
         const double d = v.getDouble();
         if (name == "warmup_num_steps") {
           if (integer(v, k, 0, n))

@@ -8,10 +8,12 @@
 
 #include <array>
 #include <cerrno>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <strings.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <csignal>
@@ -551,6 +553,33 @@ void AtomicFile::commit() {
   // Make the rename itself durable; failure here leaves a complete file, so
   // it is not an error worth dying for.
   syncParentDirectory(path);
+}
+
+bool parseByteCount(const std::string &text, int64_t &bytes) {
+  static const std::pair<const char *, double> units[] = {
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+      {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9},
+      {"TB", 1e12}, {"B", 1.0}};
+  std::string number = text;
+  double scale = 1.0;
+  for (const auto &[suffix, factor] : units) {
+    const size_t n = std::strlen(suffix);
+    if (number.size() > n &&
+        strcasecmp(number.c_str() + number.size() - n, suffix) == 0) {
+      number.resize(number.size() - n);
+      scale = factor;
+      break;
+    }
+  }
+  char *end = nullptr;
+  const double value = std::strtod(number.c_str(), &end);
+  if (number.empty() || *end != '\0' || !std::isfinite(value) || value <= 0)
+    return false;
+  const double total = value * scale;
+  if (total < 1 || total >= 9.2e18 || total != std::floor(total))
+    return false;
+  bytes = static_cast<int64_t>(total);
+  return true;
 }
 
 } // namespace ztrt

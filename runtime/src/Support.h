@@ -119,6 +119,11 @@ bool hostMemoryAvailable(uint64_t &bytes, std::string &source);
 /// "1.50 GiB" (or MiB / KiB / bytes): how byte counts appear in messages.
 std::string formatBytes(uint64_t bytes);
 
+/// A byte count as users and Hugging Face write one: "5000000000", "5e9",
+/// "5GB" (10^9), "5GiB" (2^30), also KB / MB / TB, KiB / MiB / TiB and B;
+/// false unless it is a whole positive number of bytes below 2^63.
+bool parseByteCount(const std::string &text, int64_t &bytes);
+
 /// CRC-32C (Castagnoli, as iSCSI and ext4 use it) of `bytes` bytes,
 /// continuing from `crc` (0 to start): the SSE 4.2 instruction where the
 /// CPU has it, a table otherwise (the same value).

@@ -3,6 +3,7 @@
 #include "TestUtil.h"
 
 #include "src/Driver.h"
+#include "src/Support.h"
 
 using namespace ztrt;
 using namespace ztrt::test;
@@ -109,4 +110,20 @@ TEST(DriverTest, HelpMentionsTrace) {
   EXPECT_NE(r.out.find("--trace F"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ui.perfetto.dev"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--backend B"), std::string::npos) << r.out;
+}
+
+// ztrain-consolidate's --max-shard-size: Hugging Face writes "5GB".
+TEST(DriverTest, ByteCountsAsHuggingFaceWritesThem) {
+  int64_t b = 0;
+  const std::pair<const char *, int64_t> good[] = {
+      {"300", 300},          {"5e9", 5000000000},     {"5GB", 5000000000},
+      {"5gb", 5000000000},   {"4GiB", int64_t(4) << 30}, {"2KB", 2000},
+      {"1.5MiB", 1572864},   {"10B", 10}};
+  for (const auto &[text, want] : good) {
+    EXPECT_TRUE(parseByteCount(text, b)) << text;
+    EXPECT_EQ(b, want) << text;
+  }
+  for (const char *text : {"", "GB", "0", "-5GB", "5.5B", "1e30", "5 GB x",
+                           "nan", "inf"})
+    EXPECT_FALSE(parseByteCount(text, b)) << text;
 }

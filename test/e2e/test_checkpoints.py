@@ -317,3 +317,8 @@ def test_consolidate_to_hugging_face_shards(build, tmp_path):
     for f in files:
         sizes = [v.nbytes for v in safetensors.load(str(hf / f)).values()]
         assert sum(sizes) <= 300 or len(sizes) == 1, (f, sizes)
+    # Hugging Face's spelling of the size: one file here.
+    p = e2e_util.run([tool, ckpt, "-o", tmp_path / "hf5", "--max-shard-size=5GB"])
+    assert p.returncode == 0, p.stderr
+    assert sorted(f.name for f in (tmp_path / "hf5").glob("model-*.safetensors")) == [
+        "model-00001-of-00001.safetensors"]

@@ -74,6 +74,50 @@ def test_config_builds_what_its_flags_build(tmp_path):
     assert plain != by_file
 
 
+# Hugging Face's ZeRO-2 example config (transformers' DeepSpeed docs), as the
+# Trainer users bring it: "auto" wherever the Trainer fills a value in.
+HF_ZERO2 = {
+    "fp16": {"enabled": "auto", "loss_scale": 0, "loss_scale_window": 1000,
+             "initial_scale_power": 16, "hysteresis": 2, "min_loss_scale": 1},
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto",
+                                              "weight_decay": "auto"}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "auto",
+                                                 "warmup_max_lr": "auto",
+                                                 "warmup_num_steps": "auto"}},
+    "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True},
+                          "allgather_partitions": True, "allgather_bucket_size": 2e8,
+                          "overlap_comm": True, "reduce_scatter": True,
+                          "reduce_bucket_size": 2e8, "contiguous_gradients": True,
+                          "sub_group_size": 1e9, "stage3_prefetch_bucket_size": "auto",
+                          "stage3_param_persistence_threshold": "auto",
+                          "stage3_gather_16bit_weights_on_model_save": True},
+    "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+    "steps_per_print": 2000, "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": "auto", "wall_clock_breakdown": False,
+}
+
+
+def test_hugging_face_auto_values_are_the_flags(tmp_path):
+    """"auto" is what the flags and the model give: the Trainer's config
+    builds what its explicit keys' flags build, notes the keys that do
+    nothing here, and the executable takes it too."""
+    src = model(tmp_path)
+    rc, by_file, err = compile_mlir(src, ["--dp=2"], HF_ZERO2, tmp_path)
+    assert rc == 0, err
+    assert ("note: --config: zero_optimization.allgather_bucket_size: not used; ztrain "
+            "all-gathers each updated partition whole") in err, err
+    flags = ["--zero-stage=2", "--overlap", "--offload-optimizer=cpu",
+             f"--bucket-bytes={int(2e8) * 4}"]
+    rc, by_flags, err2 = compile_mlir(src, ["--dp=2"] + flags)
+    assert rc == 0, err2
+    assert by_file == by_flags
+    exe = e2e_util.compile_text(src.read_text(), str(tmp_path), parity.OptimizerConfig("adamw"),
+                                name="hf")
+    cfg = tmp_path / "ds_config.json"
+    p = e2e_util.run([exe, "--steps", 1, "--config", cfg])
+    assert p.returncode == 0, p.stderr
+
+
 def test_flags_override_the_file(tmp_path):
     src = model(tmp_path)
     rc, mixed, err = compile_mlir(src, ["--dp=2", "--zero-stage=1", "--lr=0.01"], DS, tmp_path)
@@ -93,19 +137,19 @@ def one_error(err):
 def test_what_ztrain_cannot_honour_is_one_line(tmp_path):
     src = model(tmp_path)
     bad = {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "ratio": 0.5},
-                                 "stage3_prefetch_bucket_size": 5e7, "sub_group_size": 1e9},
+                                 "stage3_max_reuse_distance": 1e9},
            "fp16": {"enabled": True, "loss_scale": 128},
            "optimizer": {"type": "Lamb"},
            "activation_checkpointing": {"partition_activations": True,
                                         "number_checkpoints": 4},
-           "wall_clock_breakdown": False}
+           "elasticity": {"enabled": True}}
     rc, _, err = compile_mlir(src, [], bad, tmp_path)
     assert rc != 0
     line = one_error(err)
     for key in ("zero_optimization.offload_param.ratio (partial parameter offload is not built yet",
                 "fp16.loss_scale=128",
-                "optimizer.type=Lamb", "zero_optimization.stage3_prefetch_bucket_size",
-                "zero_optimization.sub_group_size (unknown)", "wall_clock_breakdown (unknown)",
+                "optimizer.type=Lamb", "zero_optimization.stage3_max_reuse_distance (unknown)",
+                "elasticity (unknown)",
                 "activation_checkpointing.partition_activations (partitions activations",
                 "activation_checkpointing.number_checkpoints"):
         assert key in line, (key, line)

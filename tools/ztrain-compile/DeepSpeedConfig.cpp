@@ -47,9 +47,19 @@ private:
   }
   static std::string integer(int64_t v) { return std::to_string(v); }
 
+  /// Hugging Face's Trainer writes "auto" where it fills a value in from
+  /// its own arguments; for ztrain it means what the flags and the model
+  /// say (the key is skipped).
+  static bool isAuto(const json::Value &v) {
+    std::optional<StringRef> s = v.getAsString();
+    return s && *s == "auto";
+  }
+
   /// The value as an integer >= min, or a problem named after `key`.
   std::optional<int64_t> asInteger(const json::Value &v, const Twine &key,
                                    int64_t min = 0) {
+    if (isAuto(v))
+      return std::nullopt;
     std::optional<int64_t> i = v.getAsInteger();
     if (!i) {
       // DeepSpeed writes sizes as 5e8 too.
@@ -64,12 +74,16 @@ private:
     return i;
   }
   std::optional<double> asNumber(const json::Value &v, const Twine &key) {
+    if (isAuto(v))
+      return std::nullopt;
     std::optional<double> d = v.getAsNumber();
     if (!d)
       unsupported(key, "expected a number");
     return d;
   }
   std::optional<bool> asBool(const json::Value &v, const Twine &key) {
+    if (isAuto(v))
+      return std::nullopt;
     std::optional<bool> b = v.getAsBoolean();
     if (!b)
       unsupported(key, "expected true or false");
@@ -147,6 +161,19 @@ void Reader::top(const json::Object &root) {
         unsupported(key, "expected an object");
     } else if (key == "scheduler" || key == "steps_per_print") {
       out.forExecutable.push_back(key.str());
+    } else if (key == "wall_clock_breakdown") {
+      if (auto on = asBool(v, key); on && *on)
+        out.notes.push_back("wall_clock_breakdown: the executable's --trace "
+                            "records every kernel and collective");
+    } else if (key == "flops_profiler") {
+      const json::Object *f = v.getAsObject();
+      const json::Value *on = f ? f->get("enabled") : nullptr;
+      if (!f)
+        unsupported(key, "expected an object");
+      else if (on && asBool(*on, "flops_profiler.enabled").value_or(false))
+        out.notes.push_back("flops_profiler: the progress line shows the "
+                            "achieved TFLOP/s and MFU from the compiler's "
+                            "FLOP count; there is no per-module profile");
     } else {
       unknown(key);
     }
@@ -204,7 +231,26 @@ void Reader::zero(const json::Object &z) {
         unsupported(name + "=false", "ztrain always reduce-scatters and "
                                      "all-gathers partitions");
     } else if (key == "stage3_prefetch_bucket_size") {
-      unsupported(name, "ztrain prefetches by uses ahead: --prefetch-depth");
+      if (asInteger(v, name, 0))
+        out.notes.push_back(name + ": not used; ztrain prefetches stage 3's "
+                                   "gathers by uses ahead (--prefetch-depth, "
+                                   "with --overlap)");
+    } else if (key == "allgather_bucket_size") {
+      if (asInteger(v, name, 0))
+        out.notes.push_back(name + ": not used; ztrain all-gathers each "
+                                   "updated partition whole");
+    } else if (key == "stage3_param_persistence_threshold") {
+      if (auto i = asInteger(v, name, 0); i && *i > 0)
+        out.notes.push_back(name + ": not used; ztrain partitions every "
+                                   "parameter at stage 3");
+    } else if (key == "sub_group_size") {
+      // DeepSpeed steps the optimizer in groups of this many elements to
+      // bound its temporaries; ztrain's plan sizes them: nothing changes.
+      asInteger(v, name, 1);
+    } else if (key == "stage3_gather_16bit_weights_on_model_save" ||
+               key == "stage3_gather_fp16_weights_on_model_save") {
+      // What the executable's --save always does: whole weights.
+      asBool(v, name);
     } else {
       unknown(name);
     }
@@ -368,6 +414,8 @@ void Reader::optimizer(const json::Object &o) {
           hyper.push_back({key == "weight_decay" ? "weight-decay" : key.str(),
                            number(*d), name});
       } else if (key == "betas") {
+        if (isAuto(v))
+          continue;
         const json::Array *a = v.getAsArray();
         std::optional<double> b1, b2;
         if (a && a->size() == 2) {

@@ -41,6 +41,9 @@ struct DeepSpeedFlags {
   /// Keys the executable reads (scheduler, steps_per_print): the compiler
   /// says so, since it does not act on them.
   std::vector<std::string> forExecutable;
+  /// Keys accepted with no effect on what ztrain builds, each with why
+  /// (printed as notes).
+  std::vector<std::string> notes;
 };
 
 /// The flags of the DeepSpeed config at `path`, or false with `error` set

@@ -428,6 +428,8 @@ int main(int argc, char **argv) {
         return 1; // the option's parser said what is wrong
       fromConfig.insert(name);
     }
+    for (const std::string &note : dsFlags.notes)
+      llvm::errs() << "ztrain-compile: note: --config: " << note << "\n";
     for (const std::string &key : dsFlags.forExecutable)
       llvm::errs() << "ztrain-compile: note: --config: '" << key
                    << "' is the executable's: pass --config " << configFile

@@ -40,7 +40,7 @@ const char kUsage[] =
     "  tensors are always I32)\n"
     "  --max-shard-size=BYTES  write a Hugging Face sharded checkpoint into\n"
     "                 OUTDIR instead: model-0000i-of-0000N.safetensors of at\n"
-    "                 most BYTES of tensors each, and\n"
+    "                 most BYTES (5000000000, 5GB, 4GiB) of tensors each, and\n"
     "                 model.safetensors.index.json (tensor -> file)\n";
 
 } // namespace
@@ -73,10 +73,10 @@ int main(int argc, char **argv) {
       continue;
     }
     if (arg.compare(0, 17, "--max-shard-size=") == 0) {
-      char *end = nullptr;
-      long long v = std::strtoll(arg.c_str() + 17, &end, 10);
-      if (*end != '\0' || v <= 0 || arg.size() == 17)
-        ztrt::usageError("--max-shard-size: '%s' is not a number of bytes > 0",
+      int64_t v = 0;
+      if (!ztrt::parseByteCount(arg.substr(17), v))
+        ztrt::usageError("--max-shard-size: '%s' is not a number of bytes > 0 "
+                         "(5000000000, 5GB, 4GiB)",
                          arg.c_str() + 17);
       maxShard = v;
       continue;
