@@ -4,7 +4,8 @@
 // RUN: not ztrain-opt %s --ztrain-training="reduce-dtype=bf16" 2>&1 | FileCheck %s --check-prefix=NOLOW
 // RUN: not ztrain-opt %s --ztrain-training="reduce-dtype=fp32" 2>&1 | FileCheck %s --check-prefix=NOLOW32
 // RUN: not ztrain-compile %s --reduce-dtype=fp32 -o %t.exe 2>&1 | FileCheck %s --check-prefix=NOLOW32
-// RUN: not ztrain-compile %s --precision=fp8 -o %t.exe 2>&1 | FileCheck %s --check-prefix=FP8
+// RUN: not ztrain-compile %s --precision=fp8 -o %t.exe 2>&1 | FileCheck %s --check-prefix=FP8C
+// FP8C: ztrain-compile: error: --precision=fp8: expected fp32, bf16 or fp16
 // RUN: not ztrain-opt %s --train-precision="param=bf16 reduce=fp16" 2>&1 | FileCheck %s --check-prefix=MIX
 // RUN: not ztrain-opt %s --train-precision="param=bf16 reduce=int8" 2>&1 | FileCheck %s --check-prefix=RED
 // RUN: not ztrain-opt %s --train-precision=param=bf16 --train-precision=param=bf16 2>&1 | FileCheck %s --check-prefix=TWICE
@@ -27,7 +28,7 @@
 // RED: error: train-precision: unknown reduce type 'int8' (expected fp32, bf16 or fp16)
 // TWICE: error: train-precision: the module already has a precision policy
 // LSBF16: error: train-precision: the loss-scale options (initial-scale-power, loss-scale-window, hysteresis, min-loss-scale) configure fp16's dynamic loss scaling; param=bf16 has no loss scaling
-// LSFP32: error: train-precision: the loss-scale options {{.*}} param=fp32 has no loss scaling
+// LSFP32: ztrain-compile: error: --loss-scale-window configures fp16's dynamic loss scaling; --precision=fp32 has none
 // POW: error: train-precision: initial-scale-power=128 is not in [0, 127] (the scale 2^power must be a finite f32)
 // POWNEG: error: train-precision: initial-scale-power=-1 is not in [0, 127]
 // MIN0: error: train-precision: the minimum loss scale 0 is not in (0, initial scale 65536]

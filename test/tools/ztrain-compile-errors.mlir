@@ -34,27 +34,36 @@
 // RUN: not ztrain-compile %t/undeclared.mlir 2>&1 | FileCheck %s --check-prefix=NOOUT
 // NOOUT: ztrain-compile: error: -o is required for --emit=obj and --emit=exe
 
-// RUN: not ztrain-compile %t/shape.mlir --optimizer=rmsprop --emit=mlir 2>&1 | FileCheck %s --check-prefix=SHAPE
+// A bad flag value is refused before the input is read: one line naming
+// the flag.
+// RUN: not ztrain-compile %t/shape.mlir --optimizer=rmsprop --emit=mlir 2>&1 | FileCheck %s --check-prefix=RMSPROP
+// RMSPROP: ztrain-compile: error: --optimizer=rmsprop: expected sgd, adam or adamw
+// RMSPROP-NOT: shape.mlir
 
-// Non-finite and out-of-range options are refused with one located line
-// (NaN used to slip through every `x < 0` test and compile), without the
-// function dumped in generic form after it.
+// Non-finite and out-of-range options are refused with one line naming the
+// flag (NaN used to slip through every `x < 0` test and compile), before
+// any IR exists; the passes refuse them too when ztrain-opt runs them,
+// with a located line.
 // RUN: not ztrain-compile %ztrain_src/examples/mlp.mlir -o %t/out --lr=nan 2>&1 | FileCheck %s --check-prefix=LRNAN
 // RUN: not test -e %t/out
-// LRNAN: mlp.mlir:7:3: error: invalid adamw hyperparameter: lr must be finite and >= 0, got nan
-// LRNAN-NOT: see current operation
+// LRNAN: ztrain-compile: error: --lr=nan: expected a finite value >= 0
 // RUN: not ztrain-compile %ztrain_src/examples/mlp.mlir -o %t/out --lr=inf 2>&1 | FileCheck %s --check-prefix=LRINF
-// LRINF: error: invalid adamw hyperparameter: lr must be finite and >= 0, got INF
+// LRINF: ztrain-compile: error: --lr=inf: expected a finite value >= 0
 // RUN: not ztrain-compile %ztrain_src/examples/mlp.mlir -o %t/out --weight-decay=nan 2>&1 | FileCheck %s --check-prefix=WDNAN
-// WDNAN: error: invalid adamw hyperparameter: weight-decay must be finite and >= 0, got nan
+// WDNAN: ztrain-compile: error: --weight-decay=nan: expected a finite value >= 0
 // RUN: not ztrain-compile %ztrain_src/examples/mlp.mlir -o %t/out --optimizer=adam --eps=nan 2>&1 | FileCheck %s --check-prefix=EPSNAN
-// EPSNAN: error: invalid adam hyperparameter: eps must be finite and positive, got nan
+// EPSNAN: ztrain-compile: error: --eps=nan: expected a finite value > 0
 // RUN: not ztrain-compile %ztrain_src/examples/mlp.mlir -o %t/out --optimizer=sgd --dampening=nan 2>&1 | FileCheck %s --check-prefix=DAMP
-// DAMP: error: invalid sgd hyperparameter: dampening must be in [0, 1], got nan
+// DAMP: ztrain-compile: error: --dampening=nan: expected a value in [0, 1]
 // RUN: not ztrain-compile %ztrain_src/examples/mlp.mlir -o %t/out --dp=2 --zero-stage=3 --max-tile-bytes=-1 2>&1 | FileCheck %s --check-prefix=TILE
 // RUN: not test -e %t/out
-// TILE: error: memory-centric-tiling: max-tile-bytes must be >= 0
-// TILE-NOT: see current operation
+// TILE: ztrain-compile: error: --max-tile-bytes=-1: expected bytes >= 0 (0: no tiling)
+// RUN: not ztrain-opt %ztrain_src/examples/mlp.mlir --ztrain-training="lr=nan" 2>&1 | FileCheck %s --check-prefix=OPTLRNAN
+// OPTLRNAN: mlp.mlir:7:3: error: invalid adamw hyperparameter: lr must be finite and >= 0, got nan
+// RUN: not ztrain-opt %ztrain_src/examples/mlp.mlir --ztrain-training="optimizer=sgd dampening=nan" 2>&1 | FileCheck %s --check-prefix=OPTDAMP
+// OPTDAMP: error: invalid sgd hyperparameter: dampening must be in [0, 1], got nan
+// RUN: not ztrain-opt %ztrain_src/examples/mlp.mlir --ztrain-training --ztrain-zero="stage=3 dp=2 max-tile-bytes=-1" 2>&1 | FileCheck %s --check-prefix=OPTTILE
+// OPTTILE: error: memory-centric-tiling: max-tile-bytes must be >= 0
 
 // Two inputs under one name (and an input named like a parameter) would
 // collide as data-file and checkpoint keys.
