@@ -1376,10 +1376,15 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
   // wait at the barrier until the check passes or rank 0's error aborts the
   // job, and then read the index it accepted.
   // How --data is read, as checkpoints record it.
-  const std::string dataFormatText =
-      opts.data.empty()
-          ? ""
-          : dataFormatName(resolveDataFormat(opts.data, opts.dataFormat));
+  std::string dataFormatText;
+  if (!opts.data.empty()) {
+    // The file first (createDataSource's order): a device or a missing
+    // file is named as such before its name is read for a format.
+    uint64_t size = 0;
+    ::close(openInputFile(opts.data, "--data", size));
+    dataFormatText =
+        dataFormatName(resolveDataFormat(opts.data, opts.dataFormat));
+  }
   const std::string dataOrderText =
       opts.data.empty() ? ""
       : opts.dataOrder == DataOrder::Random ? "random"

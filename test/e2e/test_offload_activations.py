@@ -121,7 +121,7 @@ def test_bad_pa_cpu_input_is_one_line(tmp_path):
          "activations=cpu moves the activations train-recompute keeps for the backward "
          "pass, but this step recomputes nothing (compile with --recompute=full or selective)"),
         (["--recompute=full", "--offload-activations=disk"],
-         "unknown activation placement 'disk' (expected none or cpu)"),
+         "--offload-activations=disk: expected none or cpu"),
         (["--recompute=full", "--offload-activations=cpu", "--memory-budget=1GB"],
          "--offload-activations: the plan search (--memory-budget) does not consider "
          "activation offload yet"),

@@ -173,7 +173,7 @@ def test_bad_policy_and_nothing_to_recompute_are_one_line(tmp_path):
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.returncode != 0
     lines = [l for l in p.stderr.splitlines() if "error" in l]
-    assert len(lines) == 1 and "unknown policy 'fulll'" in lines[0], p.stderr
+    assert len(lines) == 1 and "--recompute=fulll: expected none, full or selective" in lines[0], p.stderr
     # An MLP has no residual stream and no marks: nothing to cut at.
     src.write_text(models.mlp(batch=4, in_features=8, hidden=[16, 16], classes=4).to_mlir())
     p = subprocess.run([compile_, str(src), "-o", str(tmp_path / "m"), "--recompute=full"],
