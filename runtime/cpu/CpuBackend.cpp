@@ -20,6 +20,8 @@
 #include "cpu/CpuBackend.h"
 
 #include "cpu/OneDnnGemm.h"
+#include "cpu/IsaKernels.h"
+#include "cpu/RowKernels.h"
 #include "cpu/VecMath.h"
 #include "src/Communicator.h"
 #include "src/Rng.h"
@@ -45,8 +47,6 @@ namespace ztrt {
 
 namespace {
 
-// Below this many elements a parallel region costs more than it saves.
-constexpr int64_t kParallelElements = 1 << 15;
 // Alignment of every allocation: a cache line, enough for any vector ISA.
 constexpr int64_t kAlignment = 64;
 
@@ -216,15 +216,16 @@ public:
   const char *name() const override { return "cpu"; }
   std::string deviceName() const override {
     // /proc/cpuinfo's first "model name" (Linux); the name alone elsewhere.
+    const char *kernels = avx512Kernels ? " (AVX-512 kernels)" : "";
     std::ifstream info("/proc/cpuinfo");
     std::string line;
     while (std::getline(info, line))
       if (line.compare(0, 10, "model name") == 0) {
         size_t colon = line.find(':');
         if (colon != std::string::npos && colon + 2 <= line.size())
-          return line.substr(colon + 2);
+          return line.substr(colon + 2) + kernels;
       }
-    return "host CPU";
+    return std::string("host CPU") + kernels;
   }
 
   void setThreads(int threads) override {
@@ -311,14 +312,21 @@ public:
 
   // The elementwise kernels of src/Elementwise.def: one float expression
   // each, widened inputs, one rounding to T on store.
+  // f32 goes to the AVX-512 build of the same kernels where the processor
+  // has it (cpu/IsaKernels.h: bitwise the same results).
 #define ZTRT_UNARY(method, Name, expr)                                         \
   void method(DType dtype, const void *in, void *out, int64_t n) override {    \
+    if (dtype == DType::F32 && avx512Kernels)                                  \
+      return avx512::method##F32(as<float>(in), as<float>(out), n);            \
     ZTRT_CPU_DISPATCH(dtype,                                                   \
                       unary<T>(in, out, n, [](float x) { return expr; }));     \
   }
 #define ZTRT_BINARY(method, Name, expr)                                        \
   void method(DType dtype, const void *a, const void *b, void *out, int64_t n) \
       override {                                                               \
+    if (dtype == DType::F32 && avx512Kernels)                                  \
+      return avx512::method##F32(as<float>(a), as<float>(b), as<float>(out),   \
+                                 n);                                           \
     ZTRT_CPU_DISPATCH(dtype, binary<T>(a, b, out, n, [](float x, float y) {    \
                         return expr;                                           \
                       }));                                                     \
@@ -328,6 +336,8 @@ public:
   void scale(DType dtype, const void *x, void *out, int64_t n,
              double factor) override {
     const float f = static_cast<float>(factor);
+    if (dtype == DType::F32 && avx512Kernels)
+      return avx512::scaleF32(as<float>(x), as<float>(out), n, f);
     ZTRT_CPU_DISPATCH(dtype,
                       unary<T>(x, out, n, [f](float v) { return v * f; }));
   }
@@ -383,12 +393,18 @@ public:
 
   void softmax(DType dtype, const void *x, void *y, int64_t rows,
                int64_t cols, int32_t causal) override {
+    if (dtype == DType::F32 && avx512Kernels)
+      return avx512::softmaxF32(as<float>(x), as<float>(y), rows, cols,
+                                causal != 0);
     ZTRT_CPU_DISPATCH(dtype,
                       softmaxT<T>(as<T>(x), as<T>(y), rows, cols, causal != 0));
   }
 
   void softmaxGrad(DType dtype, const void *dy, const void *y, void *dx,
                    int64_t rows, int64_t cols) override {
+    if (dtype == DType::F32 && avx512Kernels)
+      return avx512::softmaxGradF32(as<float>(dy), as<float>(y),
+                                    as<float>(dx), rows, cols);
     ZTRT_CPU_DISPATCH(dtype, softmaxGradT<T>(as<T>(dy), as<T>(y), as<T>(dx),
                                              rows, cols));
   }
@@ -755,46 +771,7 @@ private:
     }
   }
 
-  // Softmax rows reduce in kLanes interleaved partial results (lane l
-  // takes entries l, l + kLanes, ...; the lanes then combine in a fixed
-  // pairwise order): independent chains instead of one serial sum's
-  // latency, and loops the compiler vectorizes. The order depends only on
-  // the row length, so results are still independent of the thread count.
-  static constexpr int kLanes = 8;
-
-  template <typename T> static float rowMax(const T *x, int64_t n) {
-    float m[kLanes];
-    for (int l = 0; l < kLanes; ++l)
-      m[l] = -std::numeric_limits<float>::infinity();
-    int64_t j = 0;
-    for (; j + kLanes <= n; j += kLanes)
-      for (int l = 0; l < kLanes; ++l)
-        m[l] = std::max(m[l], ld(x[j + l]));
-    for (int l = 0; j < n; ++j, ++l)
-      m[l] = std::max(m[l], ld(x[j]));
-    for (int w = kLanes / 2; w > 0; w /= 2)
-      for (int l = 0; l < w; ++l)
-        m[l] = std::max(m[l], m[l + w]);
-    return m[0];
-  }
-
-  /// sum of y[0, n) (floats), in double.
-  static double laneSum(const float *y, int64_t n) {
-    double p[kLanes] = {};
-    int64_t j = 0;
-    for (; j + kLanes <= n; j += kLanes)
-      for (int l = 0; l < kLanes; ++l)
-        p[l] += y[j + l];
-    for (int l = 0; j < n; ++j, ++l)
-      p[l] += y[j];
-    for (int w = kLanes / 2; w > 0; w /= 2)
-      for (int l = 0; l < w; ++l)
-        p[l] += p[l + w];
-    return p[0];
-  }
-
-  // exp(x - max) is vecmath::expShifted (Cephes, a few ulp; vectorizes),
-  // not libm's scalar expf: it was most of a GPT step's non-GEMM time.
+  // Softmax rows: cpu/RowKernels.h (shared with the wider-ISA build).
   template <typename T>
   static void softmaxT(const T *x, T *y, int64_t rows, int64_t cols,
                        bool causal) {
@@ -805,7 +782,6 @@ private:
       std::vector<float> row(std::is_same_v<T, float> ? 0 : cols);
 #pragma omp for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {
-        const T *xr = x + r * cols;
         T *yr = y + r * cols;
         float *er;
         if constexpr (std::is_same_v<T, float>)
@@ -813,15 +789,8 @@ private:
         else
           er = row.data();
         // Causal: row i of each [cols x cols] block sees entries 0..i.
-        const int64_t visible = causal ? r % cols + 1 : cols;
-        const float max = rowMax(xr, visible);
-        for (int64_t j = 0; j < visible; ++j)
-          er[j] = vecmath::expShifted(ld(xr[j]) - max);
-        const float inv = static_cast<float>(1.0 / laneSum(er, visible));
-        for (int64_t j = 0; j < visible; ++j)
-          yr[j] = st<T>(er[j] * inv);
-        for (int64_t j = visible; j < cols; ++j)
-          yr[j] = st<T>(0.0f);
+        rowkernels::softmaxRow(x + r * cols, yr, er, cols,
+                         causal ? r % cols + 1 : cols);
       }
     }
   }
@@ -830,22 +799,8 @@ private:
   static void softmaxGradT(const T *dy, const T *y, T *dx, int64_t rows,
                            int64_t cols) {
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements)
-    for (int64_t r = 0; r < rows; ++r) {
-      const T *dyr = dy + r * cols, *yr = y + r * cols;
-      double p[kLanes] = {};
-      int64_t j = 0;
-      for (; j + kLanes <= cols; j += kLanes)
-        for (int l = 0; l < kLanes; ++l)
-          p[l] += static_cast<double>(ld(dyr[j + l])) * ld(yr[j + l]);
-      for (int l = 0; j < cols; ++j, ++l)
-        p[l] += static_cast<double>(ld(dyr[j])) * ld(yr[j]);
-      for (int w = kLanes / 2; w > 0; w /= 2)
-        for (int l = 0; l < w; ++l)
-          p[l] += p[l + w];
-      const float d = static_cast<float>(p[0]);
-      for (j = 0; j < cols; ++j)
-        dx[r * cols + j] = st<T>(ld(yr[j]) * (ld(dyr[j]) - d));
-    }
+    for (int64_t r = 0; r < rows; ++r)
+      rowkernels::softmaxGradRow(dy + r * cols, y + r * cols, dx + r * cols, cols);
   }
 
   /// The walk of a reduction: x's rows mapped to output offsets (output
@@ -1288,9 +1243,41 @@ private:
     }
     comm.allGather(in, out, count, bytes);
   }
+
+private:
+  /// f32 elementwise and softmax kernels from the AVX-512 build.
+  const bool avx512Kernels = avx512::enabled();
 };
 
 } // namespace
+
+bool avx512::enabled() {
+#ifdef ZTRT_HAVE_AVX512_KERNELS
+  const char *isa = std::getenv("ZTRT_CPU_ISA");
+  if (isa && std::strcmp(isa, "baseline") == 0)
+    return false;
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
+#ifndef ZTRT_HAVE_AVX512_KERNELS
+// Never called (enabled() is false): the entry points exist for the linker.
+#define ZTRT_UNARY(method, Name, expr)                                         \
+  void avx512::method##F32(const float *, float *, int64_t) {}
+#define ZTRT_BINARY(method, Name, expr)                                        \
+  void avx512::method##F32(const float *, const float *, float *, int64_t) {}
+#include "src/Elementwise.def"
+void avx512::scaleF32(const float *, float *, int64_t, float) {}
+void avx512::softmaxF32(const float *, float *, int64_t, int64_t, bool) {}
+void avx512::softmaxGradF32(const float *, const float *, float *, int64_t,
+                            int64_t) {}
+#endif
 
 std::unique_ptr<Backend> createCpuBackend() {
   // A step frees and re-allocates the same activation buffers every time.

@@ -19,21 +19,45 @@
 #ifndef ZTRT_CPU_VECMATH_H
 #define ZTRT_CPU_VECMATH_H
 
-#include "src/DType.h" // ZTRT_HD
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
+#ifndef ZTRT_HD
+#ifdef __CUDACC__
+#define ZTRT_HD __host__ __device__
+#else
+#define ZTRT_HD
+#endif
+#endif
+
+// The functions' linkage. cpu/IsaKernels*.cpp compile this header for a
+// wider vector ISA and define ZTRT_VECMATH_INTERNAL, so that their copies
+// have internal linkage: the linker can then never substitute an AVX-512
+// copy of an inline function for the baseline one (or the reverse).
+#ifdef ZTRT_VECMATH_INTERNAL
+#define ZTRT_VM static inline
+#else
+#define ZTRT_VM ZTRT_HD inline
+#endif
+
 namespace ztrt::vecmath {
 
 /// exp(x) for x in [-87, 0] (clamped below): Cephes expf.
-ZTRT_HD inline float expNonPositive(float x) {
+ZTRT_VM float expNonPositive(float x) {
   x = x < -87.0f ? -87.0f : x;
   float t = x * 1.44269504088896341f + 0.5f;
+  // floor(t), exactly, both ways (|t| < 2^24): with SSE4.1's round
+  // instruction std::floor vectorizes (and the integer route does not
+  // under AVX); without it the integer route does.
+#if defined(__SSE4_1__) && !defined(__CUDA_ARCH__)
+  float fx = std::floor(t);
+  int32_t n = static_cast<int32_t>(fx);
+#else
   int32_t n = static_cast<int32_t>(t);
   n -= t < static_cast<float>(n); // floor for negative t
   float fx = static_cast<float>(n);
+#endif
   // x - n * ln(2), with ln(2) split in two for exactness.
   float r = x - fx * 0.693359375f - fx * -2.12194440e-4f;
   float r2 = r * r;
@@ -56,14 +80,14 @@ ZTRT_HD inline float expNonPositive(float x) {
 /// libm's expf does for x < -103.97 (and -inf): softmax's exponentials of
 /// entries at or below max - 87, whose share of the row sum is below a
 /// float's resolution (e^-87 < 2^-125). NaN stays NaN.
-ZTRT_HD inline float expShifted(float x) {
+ZTRT_VM float expShifted(float x) {
   float y = expNonPositive(x);
   return x < -87.0f ? 0.0f : y;
 }
 
 /// tanh(x): Cephes tanhf. |x| < 0.625: odd minimax polynomial; otherwise
 /// (1 - e) / (1 + e) with e = exp(-2|x|), which has no cancellation there.
-ZTRT_HD inline float tanh(float x) {
+ZTRT_VM float tanh(float x) {
   float a = std::fabs(x);
   float e = expNonPositive(-2.0f * a);
   float large = (1.0f - e) / (1.0f + e);
@@ -84,13 +108,13 @@ ZTRT_HD inline float tanh(float x) {
 constexpr float kGeluBeta = 0.7978845608028654f; // sqrt(2 / pi)
 constexpr float kGeluKappa = 0.044715f;
 
-ZTRT_HD inline float gelu(float v) {
+ZTRT_VM float gelu(float v) {
   float inner = kGeluBeta * (v + kGeluKappa * v * v * v);
   return 0.5f * v * (1.0f + tanh(inner));
 }
 
 /// dy * gelu'(v).
-ZTRT_HD inline float geluGrad(float dy, float v) {
+ZTRT_VM float geluGrad(float dy, float v) {
   float vSq = v * v;
   float inner = kGeluBeta * (v + kGeluKappa * vSq * v);
   float t = tanh(inner);
@@ -107,25 +131,25 @@ ZTRT_HD inline float geluGrad(float dy, float v) {
 // the platform's expf, so a device's result may differ from the host's by
 // the last bit (the conformance tests allow that; gelu alone is
 // polynomial and bitwise equal).
-ZTRT_HD inline float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+ZTRT_VM float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 
 /// dy * (1 - y) * y with y = sigmoid(x).
-ZTRT_HD inline float sigmoidGrad(float dy, float y) {
+ZTRT_VM float sigmoidGrad(float dy, float y) {
   return dy * (1.0f - y) * y;
 }
 
-ZTRT_HD inline float silu(float v) { return v / (1.0f + std::exp(-v)); }
+ZTRT_VM float silu(float v) { return v / (1.0f + std::exp(-v)); }
 
 /// dy * silu'(x) = dy * s * (1 + x * (1 - s)), s = sigmoid(x).
-ZTRT_HD inline float siluGrad(float dy, float v) {
+ZTRT_VM float siluGrad(float dy, float v) {
   float s = 1.0f / (1.0f + std::exp(-v));
   return dy * s * (1.0f + v * (1.0f - s));
 }
 
-ZTRT_HD inline float rsqrt(float v) { return 1.0f / std::sqrt(v); }
+ZTRT_VM float rsqrt(float v) { return 1.0f / std::sqrt(v); }
 
 /// -0.5 * dy * y^3 with y = rsqrt(x) (PyTorch's rsqrt backward).
-ZTRT_HD inline float rsqrtGrad(float dy, float y) {
+ZTRT_VM float rsqrtGrad(float dy, float y) {
   return (-0.5f * dy) * (y * y * y);
 }
 
@@ -134,7 +158,7 @@ ZTRT_HD inline float rsqrtGrad(float dy, float y) {
 /// Hugging Face's LlamaRotaryEmbedding computes them in float32; the power
 /// and the cosine / sine are taken in double and rounded once, so every
 /// backend gets the same bits.
-ZTRT_HD inline void ropeCosSin(int64_t t, int64_t i, int64_t dim, double theta,
+ZTRT_VM void ropeCosSin(int64_t t, int64_t i, int64_t dim, double theta,
                                float &c, float &s) {
   float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
   float power = static_cast<float>(

@@ -624,3 +624,125 @@ TEST_F(KernelTest, Copy2dRejectsMalformedArguments) {
                            int64_t(1) << 40, 8),
               ExitedWithCode(1), "copy_2d: .* overflow int64");
 }
+
+// The AVX-512 build of the f32 elementwise and softmax kernels
+// (cpu/IsaKernels.h) against the baseline build, bit for bit: the same
+// source without FMA contraction must round alike, so ranks on processors
+// with and without AVX-512 stay in step. Inputs cover the vector loops'
+// tails, the parallel split, and special values (NaN only needs to stay
+// NaN: its payload is the hardware's).
+namespace {
+
+bool sameBits(float a, float b) {
+  if (std::isnan(a) || std::isnan(b))
+    return std::isnan(a) && std::isnan(b);
+  uint32_t x, y;
+  std::memcpy(&x, &a, 4);
+  std::memcpy(&y, &b, 4);
+  return x == y;
+}
+
+std::vector<float> isaTestValues(size_t n, uint32_t seed) {
+  const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 0.625f, -0.625f,
+                           87.0f, -87.0f, -87.5f, -104.0f, 1e-40f, -1e-40f,
+                           3e38f, -3e38f, INFINITY, -INFINITY, NAN, 20.0f,
+                           -20.0f, 9.0f, -9.0f, 1e-7f};
+  std::vector<float> v(n);
+  uint32_t s = seed;
+  for (size_t i = 0; i < n; ++i) {
+    s = s * 1664525u + 1013904223u;
+    // Mostly |x| < 16, every 50th a special value.
+    v[i] = i % 50 == 0 ? special[(i / 50) % (sizeof(special) / 4)]
+                       : (static_cast<float>(s >> 8) / 16777216.0f - 0.5f) *
+                             32.0f;
+  }
+  return v;
+}
+
+class ScopedIsa {
+public:
+  explicit ScopedIsa(const char *isa) {
+    const char *old = std::getenv("ZTRT_CPU_ISA");
+    had = old != nullptr;
+    if (had)
+      saved = old;
+    if (isa)
+      setenv("ZTRT_CPU_ISA", isa, 1);
+    else
+      unsetenv("ZTRT_CPU_ISA");
+  }
+  ~ScopedIsa() {
+    if (had)
+      setenv("ZTRT_CPU_ISA", saved.c_str(), 1);
+    else
+      unsetenv("ZTRT_CPU_ISA");
+  }
+
+private:
+  bool had = false;
+  std::string saved;
+};
+
+} // namespace
+
+TEST(IsaKernelTest, IsaKernelsAreBitwiseTheBaseline) {
+  std::unique_ptr<Backend> wide, base;
+  {
+    ScopedIsa isa(nullptr);
+    wide = createCpuBackend();
+  }
+  {
+    ScopedIsa isa("baseline");
+    base = createCpuBackend();
+  }
+  if (wide->deviceName().find("AVX-512 kernels") == std::string::npos)
+    GTEST_SKIP() << "no AVX-512 kernels here: " << wide->deviceName();
+  ASSERT_EQ(base->deviceName().find("AVX-512"), std::string::npos);
+  const size_t n = 40013; // above the parallel threshold, odd tail
+  const std::vector<float> x = isaTestValues(n, 1), y = isaTestValues(n, 2);
+  std::vector<float> a(n), b(n);
+  auto expectSame = [&](const char *what) {
+    for (size_t i = 0; i < n; ++i)
+      if (!sameBits(a[i], b[i])) {
+        ADD_FAILURE() << what << "[" << i << "] of x=" << x[i] << ", y=" << y[i]
+                      << ": " << a[i] << " (AVX-512) vs " << b[i]
+                      << " (baseline)";
+        return;
+      }
+  };
+#define ZTRT_UNARY(method, Name, expr)                                         \
+  wide->method(DType::F32, x.data(), a.data(), n);                             \
+  base->method(DType::F32, x.data(), b.data(), n);                             \
+  expectSame(#method);
+#define ZTRT_BINARY(method, Name, expr)                                        \
+  wide->method(DType::F32, x.data(), y.data(), a.data(), n);                   \
+  base->method(DType::F32, x.data(), y.data(), b.data(), n);                   \
+  expectSame(#method);
+#include "src/Elementwise.def"
+  wide->scale(DType::F32, x.data(), a.data(), n, 0.17677669529663687);
+  base->scale(DType::F32, x.data(), b.data(), n, 0.17677669529663687);
+  expectSame("scale");
+
+  // Softmax rows of every tail length against the 8 lanes and 16-wide
+  // vectors, plain and causal, finite inputs (attention scores).
+  for (int64_t cols : {1, 7, 8, 13, 16, 64, 100, 256}) {
+    const int64_t rows = static_cast<int64_t>(n) / cols;
+    const size_t m = static_cast<size_t>(rows * cols);
+    std::vector<float> s(m), g(m);
+    for (size_t i = 0; i < m; ++i) {
+      s[i] = std::isfinite(x[i]) ? x[i] : 1.0f;
+      g[i] = std::isfinite(y[i]) ? y[i] : -1.0f;
+    }
+    for (int32_t causal : {0, 1}) {
+      wide->softmax(DType::F32, s.data(), a.data(), rows, cols, causal);
+      base->softmax(DType::F32, s.data(), b.data(), rows, cols, causal);
+      std::fill(a.begin() + m, a.end(), 0.0f);
+      std::fill(b.begin() + m, b.end(), 0.0f);
+      expectSame(causal ? "causal softmax" : "softmax");
+    }
+    std::vector<float> p(a.begin(), a.begin() + m);
+    wide->softmaxGrad(DType::F32, g.data(), p.data(), a.data(), rows, cols);
+    base->softmaxGrad(DType::F32, g.data(), p.data(), b.data(), rows, cols);
+    expectSame("softmax_grad");
+  }
+}

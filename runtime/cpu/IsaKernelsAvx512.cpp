@@ -1,0 +1,63 @@
+//===- IsaKernelsAvx512.cpp - The CPU kernels compiled for AVX-512 --------===//
+//
+// Part of ztrain's runtime (see cpu/IsaKernels.h). Compiled with
+// -mavx512{f,vl,bw,dq} -ffp-contract=off (runtime/CMakeLists.txt) and called
+// only after avx512::enabled(). This file includes no header that defines
+// inline functions or templates with external linkage (no <vector>, no
+// <algorithm>): every function compiled here for AVX-512 is either one of
+// the avx512:: entry points or internal to this file, so none can stand in
+// for a baseline copy.
+//
+//===----------------------------------------------------------------------===//
+
+#define ZTRT_VECMATH_INTERNAL 1
+#include "cpu/IsaKernels.h"
+#include "cpu/RowKernels.h"
+#include "cpu/VecMath.h"
+
+#include <cmath>
+#include <cstdint>
+
+namespace ztrt::avx512 {
+
+#define ZTRT_UNARY(method, Name, expr)                                         \
+  void method##F32(const float *in, float *out, int64_t n) {                  \
+    _Pragma("omp parallel for schedule(static) if (n >= kParallelElements)")   \
+    for (int64_t i = 0; i < n; ++i) {                                          \
+      const float x = in[i];                                                   \
+      out[i] = expr;                                                           \
+    }                                                                          \
+  }
+#define ZTRT_BINARY(method, Name, expr)                                        \
+  void method##F32(const float *a, const float *b, float *out, int64_t n) {    \
+    _Pragma("omp parallel for schedule(static) if (n >= kParallelElements)")   \
+    for (int64_t i = 0; i < n; ++i) {                                          \
+      const float x = a[i], y = b[i];                                          \
+      out[i] = expr;                                                           \
+    }                                                                          \
+  }
+#include "src/Elementwise.def"
+
+void scaleF32(const float *x, float *out, int64_t n, float factor) {
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = x[i] * factor;
+}
+
+void softmaxF32(const float *x, float *y, int64_t rows, int64_t cols,
+                bool causal) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements)
+  for (int64_t r = 0; r < rows; ++r)
+    rowkernels::softmaxRow(x + r * cols, y + r * cols, y + r * cols, cols,
+                           causal ? r % cols + 1 : cols);
+}
+
+void softmaxGradF32(const float *dy, const float *y, float *dx, int64_t rows,
+                    int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements)
+  for (int64_t r = 0; r < rows; ++r)
+    rowkernels::softmaxGradRow(dy + r * cols, y + r * cols, dx + r * cols,
+                               cols);
+}
+
+} // namespace ztrt::avx512
