@@ -81,3 +81,35 @@ def test_gpt_same_seed_is_bitwise_identical(tmp_path, compiler):
         parity.run_exe(exe, 4, save=save, seed=11, threads=2)
         blobs.append(open(save, "rb").read())
     assert blobs[0] == blobs[1]
+
+
+def test_avx512_kernels_train_the_baseline_bits(tmp_path, compiler):
+    """The AVX-512 build of the f32 kernels (chosen where the processor has
+    it) trains bitwise what the baseline build trains (ZTRT_CPU_ISA=baseline):
+    a GPT with gelu, softmax and dropout, 4 steps, weights and losses."""
+    from ztrain import models
+    spec = models.gpt(batch=4, seq=32, vocab=32, layers=2, width=32, heads=4, dropout=0.1)
+    exe = e2e_util.compile_spec(spec, str(tmp_path), parity.OptimizerConfig("adamw", lr=1e-2))
+    out = {}
+    for isa in ("default", "baseline"):
+        save, report = tmp_path / f"{isa}.safetensors", tmp_path / f"{isa}.json"
+        env = {} if isa == "default" else {"ZTRT_CPU_ISA": "baseline"}
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            parity.run_exe(exe, 4, save=save, report=report, seed=3, threads=2)
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k)
+                else:
+                    os.environ[k] = v
+        r = parity.read_report(str(report))
+        out[isa] = (save.read_bytes(), parity.report_losses(r).tolist(), r["device"])
+    assert out["default"][0] == out["baseline"][0]
+    assert out["default"][1] == out["baseline"][1]
+    assert "AVX-512" not in out["baseline"][2]
+    with open("/proc/cpuinfo") as fh:
+        flags = set(next((l for l in fh if l.startswith("flags")), "").split())
+    if {"avx512f", "avx512vl", "avx512bw", "avx512dq"} <= flags:
+        assert out["default"][2].endswith("(AVX-512 kernels)"), out["default"][2]
