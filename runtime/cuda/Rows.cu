@@ -5,7 +5,8 @@
 // the order of the double sums differs (a block or warp tree instead of a
 // serial loop), which changes a float result only when the double sums
 // round to different floats. exp and log are CUDA's (within 1-2 ulp of
-// glibc's), the one other source of difference.
+// glibc's; the cpu's softmax uses vecmath::expShifted, a few ulp), the one
+// other source of difference.
 //
 // Geometry: layer norm and RMS norm use a block per row (rows are the model
 // width, hundreds to thousands of columns); softmax and cross-entropy a warp

@@ -51,4 +51,18 @@ TEST(VecMath, ExpNonPositiveMatchesLibm) {
   EXPECT_LE(worst, 4 * kUlp); // same bound and reason as for tanh
 }
 
+// Softmax's exponential: expNonPositive down to -87, exactly 0 below (as
+// libm's expf is for x < -103.97, and for -inf: masked scores), NaN stays
+// NaN.
+TEST(VecMath, ExpShiftedIsZeroBelowTheClamp) {
+  using ztrt::vecmath::expShifted;
+  for (float x : {0.0f, -1.0f, -50.5f, -87.0f})
+    EXPECT_EQ(expShifted(x), ztrt::vecmath::expNonPositive(x)) << x;
+  EXPECT_EQ(expShifted(0.0f), 1.0f);
+  for (float x : {-87.001f, -100.0f, -1e30f,
+                  -std::numeric_limits<float>::infinity()})
+    EXPECT_EQ(expShifted(x), 0.0f) << x;
+  EXPECT_TRUE(std::isnan(expShifted(std::numeric_limits<float>::quiet_NaN())));
+}
+
 } // namespace
