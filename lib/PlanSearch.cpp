@@ -61,11 +61,13 @@ bool ztrain::parseByteSize(StringRef text, int64_t &bytes) {
 std::string ztrain::checkCostModel(const CostModel &m, StringRef prefix) {
   auto positive = [](double v) { return v > 0 && std::isfinite(v); };
   if (positive(m.linkBytesPerSecond) && positive(m.deviceFlopsPerSecond) &&
+      positive(m.device16FlopsPerSecond) &&
       positive(m.memoryBytesPerSecond) && positive(m.nvmeBytesPerSecond) &&
       m.collectiveLatency >= 0 && std::isfinite(m.collectiveLatency))
     return "";
   return (prefix + "link-gbps, " + prefix + "device-tflops, " + prefix +
-          "memory-gbps and " + prefix + "nvme-gbps must be positive and " +
+          "device-tflops-16bit, " + prefix + "memory-gbps and " + prefix +
+          "nvme-gbps must be positive and " +
           prefix + "latency-us non-negative")
       .str();
 }
@@ -73,6 +75,7 @@ std::string ztrain::checkCostModel(const CostModel &m, StringRef prefix) {
 void ztrain::applyPlanChoice(const PlanChoice &c,
                              TrainingPipelineOptions &training,
                              ZeroPipelineOptions &zero) {
+  training.precision = c.precision;
   training.recompute = c.recompute;
   zero.stage = c.stage;
   zero.maxTileBytes = c.maxTileBytes;
@@ -156,10 +159,17 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
     if (request.stage < 0 && dp == 1)
       stages = {0, 3};
   }
+  // The precision: the user's, or fp32 then bf16 when asked to choose.
+  SmallVector<std::string> precisions =
+      request.searchPrecision
+          ? SmallVector<std::string>{"fp32", "bf16"}
+          : SmallVector<std::string>{std::string(training.precision)};
+  for (const std::string &precision : precisions)
   for (const std::string &policy : policies) {
     OwningOpRef<ModuleOp> trained = cast<ModuleOp>(forward->clone());
     TrainingPipelineOptions t;
     t.copyOptionValuesFrom(training);
+    t.precision = precision;
     t.recompute = policy;
     PassManager pm(ctx);
     pm.enableVerifier(false);
@@ -222,11 +232,11 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
               if (placement.param != "none" && stage != 3)
                 continue;
               PlanCandidate c;
-              c.choice = {stage,           policy,
-                          tile,            overlap != 0,
-                          prefetch,        reshard != 0,
-                          placement.optimizer, placement.param,
-                          placement.ratio};
+              c.choice = {precision,       stage,
+                          policy,          tile,
+                          overlap != 0,    prefetch,
+                          reshard != 0,    placement.optimizer,
+                          placement.param, placement.ratio};
               if (!trainedOk || !partitionError.empty()) {
                 c.error = trainedOk ? partitionError : trainError;
                 result.candidates.push_back(std::move(c));
@@ -265,7 +275,8 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
               const CostModel &m = request.cost;
               c.computeSeconds =
                   (double)(c.flops + c.recomputeFlops) /
-                      m.deviceFlopsPerSecond +
+                      (precision == "fp32" ? m.deviceFlopsPerSecond
+                                           : m.device16FlopsPerSecond) +
                   (double)(c.kernelBytes + c.recomputeKernelBytes) /
                       m.memoryBytesPerSecond;
               c.communicationSeconds =
@@ -331,10 +342,14 @@ static std::pair<const char *, double> unitFor(double magnitude,
   return {flops ? "MFLOP" : "kB", flops ? 1e6 : 1e3};
 }
 
-/// The ztrain-compile flags of a choice.
-static std::string flagsOf(const PlanChoice &c, int64_t dp) {
+/// The ztrain-compile flags of a choice (its precision when the search
+/// chose it).
+static std::string flagsOf(const PlanChoice &c, int64_t dp,
+                           bool withPrecision) {
   std::string s;
   llvm::raw_string_ostream os(s);
+  if (withPrecision)
+    os << "--precision=" << c.precision << ' ';
   if (dp > 1 || c.stage != 0)
     os << "--zero-stage=" << c.stage << ' ';
   os << "--recompute=" << c.recompute;
@@ -398,23 +413,35 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
   os << llvm::formatv(
       "plan search: memory budget {0} bytes ({1:F2} {2}) per rank, dp={3}; "
       "cost model: link {4:F1} GB/s and {5:F1} us per collective, device "
-      "{6:F2} TFLOP/s and {7:F1} GB/s memory, nvme {8:F1} GB/s\n",
+      "{6:F2} TFLOP/s{9} and {7:F1} GB/s memory, nvme {8:F1} GB/s\n",
       request.budget, request.budget / byteScale, byteUnit, zero.dp,
       m.linkBytesPerSecond / 1e9, m.collectiveLatency * 1e6,
       m.deviceFlopsPerSecond / 1e12, m.memoryBytesPerSecond / 1e9,
-      m.nvmeBytesPerSecond / 1e9);
+      m.nvmeBytesPerSecond / 1e9,
+      request.searchPrecision
+          ? llvm::formatv(" ({0:F2} TFLOP/s 16-bit)",
+                          m.device16FlopsPerSecond / 1e12)
+                .str()
+          : std::string());
+  // The precision column only when the search chose it.
+  const bool precisionColumn = request.searchPrecision;
+  auto precisionCell = [&](const PlanChoice &p) {
+    return precisionColumn ? llvm::formatv(" {0,-4}", p.precision).str()
+                           : std::string();
+  };
   const bool anyOffload =
       llvm::any_of(result.candidates, [](const PlanCandidate &c) {
         return c.choice.offloadOptimizer != "none" ||
                c.choice.offloadParam != "none";
       });
-  os << llvm::formatv("   {0,-5} {1,-9} {2,12} {3,-7} {4,8} {5,7} {6,10} {7,10} "
-                      "{8,9} {9,10}  {10}\n",
+  os << llvm::formatv("  {11} {0,-5} {1,-9} {2,12} {3,-7} {4,8} {5,7} {6,10} "
+                      "{7,10} {8,9} {9,10}  {10}\n",
                       "stage", "recompute", "tile bytes", "overlap",
                       "prefetch", "reshard",
                       std::string("peak ") + byteUnit,
                       std::string("comm ") + byteUnit, flopUnit, "step ms",
-                      anyOffload ? "offload (host / nvme io per step)" : "");
+                      anyOffload ? "offload (host / nvme io per step)" : "",
+                      precisionColumn ? " prec" : "");
   // Fastest first; plans that did not compile last.
   SmallVector<unsigned> order;
   for (unsigned i = 0; i < result.candidates.size(); ++i)
@@ -429,12 +456,13 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
     const PlanCandidate &c = result.candidates[i];
     const PlanChoice &p = c.choice;
     std::string head = llvm::formatv(
-        " {0} {1,-5} {2,-9} {3,12} {4,-7} {5,8} {6,7}",
+        " {0}{7} {1,-5} {2,-9} {3,12} {4,-7} {5,8} {6,7}",
         (int)i == result.chosen ? "*" : " ", p.stage, p.recompute,
         p.maxTileBytes, p.overlap ? "yes" : "no",
         p.overlap && p.stage == 3 ? std::to_string(p.prefetchDepth) : "-",
         p.stage == 3 && p.overlap ? (p.reshardAfterForward ? "yes" : "no")
-                                  : "-");
+                                  : "-",
+        precisionCell(p));
     if (!c.error.empty()) {
       os << head << "  does not compile: " << c.error << "\n";
       continue;
@@ -469,7 +497,8 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
     return;
   }
   const PlanCandidate &c = result.candidates[result.chosen];
-  os << "chosen: " << flagsOf(c.choice, zero.dp) << ": predicted peak "
+  os << "chosen: " << flagsOf(c.choice, zero.dp, request.searchPrecision)
+     << ": predicted peak "
      << c.peak << " bytes ("
      << llvm::formatv("{0:F2} {1}", c.peak / byteScale, byteUnit)
      << ") per rank"
@@ -491,7 +520,8 @@ void ztrain::printPlanSearchJson(raw_ostream &os,
   llvm::json::Array candidates;
   for (const PlanCandidate &c : result.candidates) {
     const PlanChoice &p = c.choice;
-    llvm::json::Object o{{"stage", p.stage},
+    llvm::json::Object o{{"precision", p.precision},
+                         {"stage", p.stage},
                          {"recompute", p.recompute},
                          {"max_tile_bytes", p.maxTileBytes},
                          {"overlap", p.overlap},
@@ -529,6 +559,8 @@ void ztrain::printPlanSearchJson(raw_ostream &os,
        llvm::json::Object{{"link_bytes_per_second", m.linkBytesPerSecond},
                           {"collective_latency_seconds", m.collectiveLatency},
                           {"device_flops_per_second", m.deviceFlopsPerSecond},
+                          {"device_16bit_flops_per_second",
+                           m.device16FlopsPerSecond},
                           {"memory_bytes_per_second", m.memoryBytesPerSecond},
                           {"nvme_bytes_per_second", m.nvmeBytesPerSecond}}},
       {"candidates", std::move(candidates)},
@@ -576,6 +608,7 @@ void PlanSearchPass::runOnOperation() {
   }
   request.cost.linkBytesPerSecond = linkGBps * 1e9;
   request.cost.deviceFlopsPerSecond = deviceTflops * 1e12;
+  request.cost.device16FlopsPerSecond = device16Tflops * 1e12;
   request.cost.collectiveLatency = latencyUs * 1e-6;
   request.cost.memoryBytesPerSecond = memoryGBps * 1e9;
   request.cost.nvmeBytesPerSecond = nvmeGBps * 1e9;
@@ -589,7 +622,10 @@ void PlanSearchPass::runOnOperation() {
   }
   TrainingPipelineOptions training;
   ZeroPipelineOptions zero;
-  training.precision = precision;
+  // auto: the search chooses fp32 or bf16.
+  request.searchPrecision = precision == "auto";
+  training.precision =
+      request.searchPrecision ? std::string("fp32") : std::string(precision);
   training.optimizer = optimizer;
   zero.dp = dp;
   FailureOr<PlanSearchResult> result =

@@ -14,7 +14,9 @@
 // and choose the fastest plan whose predicted peak fits. When none fits,
 // the same search again with optimizer states on nvme, and at stage 3 with
 // parameters there too (zero-offload), their swaps priced over an nvme
-// bandwidth.
+// bandwidth. The precision is the user's unless they ask the search to
+// choose it (precision=auto: fp32 or bf16, its matmuls priced at a 16-bit
+// device rate).
 //
 // Used by ztrain-compile --memory-budget (which then compiles the choice)
 // and by the plan-search pass (which only prints the search).
@@ -40,8 +42,12 @@ struct CostModel {
   double linkBytesPerSecond = 25e9;
   /// Seconds per collective beyond its bytes.
   double collectiveLatency = 10e-6;
-  /// Matmul FLOPs per second of one rank's device.
+  /// Matmul FLOPs per second of one rank's device, float32.
   double deviceFlopsPerSecond = 100e12;
+  /// The same for bf16 / fp16 matmuls (float32 accumulation), for plans
+  /// whose precision the search chooses (the tensor cores' rate is a
+  /// multiple of float32's: 2x TF32's on A100 and H100).
+  double device16FlopsPerSecond = 200e12;
   /// Bytes per second the other kernels (elementwise, norms, softmax)
   /// move through the device's memory.
   double memoryBytesPerSecond = 2e12;
@@ -53,6 +59,9 @@ struct CostModel {
 /// The dimensions the search varies. A field the user fixed (given on the
 /// command line) is searched over that one value only.
 struct PlanChoice {
+  /// ztrain-training's precision: the user's, or fp32 / bf16 when the user
+  /// hands the choice to the search (PlanSearchRequest::searchPrecision).
+  std::string precision = "fp32";
   int64_t stage = 0;
   std::string recompute = "none";
   int64_t maxTileBytes = 0;
@@ -87,6 +96,10 @@ struct PlanCandidate {
 struct PlanSearchRequest {
   int64_t budget = 0; // bytes per rank
   CostModel cost;
+  /// Search the precision too (fp32, then bf16), the user's
+  /// `--precision=auto`: it changes the numbers a run computes, so only
+  /// when asked.
+  bool searchPrecision = false;
   /// Fixed dimensions: -1 / empty / unset = searched.
   int64_t stage = -1;
   std::string recompute;

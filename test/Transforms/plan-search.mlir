@@ -11,6 +11,19 @@
 // RUN: not ztrain-opt %s --plan-search="memory-budget=lots dp=2" -o /dev/null 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: ztrain-opt %s --plan-search="memory-budget=900 dp=2" | FileCheck %s --check-prefix=SAME
 // RUN: ztrain-opt %s --plan-search="memory-budget=900 dp=2 format=json" -o /dev/null | FileCheck %s --check-prefix=JSON
+// RUN: ztrain-opt %s --plan-search="memory-budget=1.25kB dp=1 precision=auto" -o /dev/null | FileCheck %s --check-prefix=AUTO
+
+// precision=auto: fp32 and bf16 are candidates. bf16 halves the activations
+// (its parameters plus the f32 masters weigh what f32 parameters do), so it
+// fits 1.25 kB without recompute, which fp32 does not; its matmuls are
+// priced at device-tflops-16bit.
+// AUTO: device 100.00 TFLOP/s (200.00 TFLOP/s 16-bit)
+// AUTO: {{^}}   prec stage recompute
+// AUTO-DAG: {{^}} * bf16 0     none {{.*}} fits
+// AUTO-DAG: {{^}}   fp32 0     none {{.*}} over
+// AUTO: searched 6 plans in
+// AUTO-NEXT: chosen: --precision=bf16 --recompute=none: predicted peak 1148 bytes
+// AUTO-NEXT: pipeline: {{.*}}precision=bf16 recompute=none
 
 // LOOSE: plan search: memory budget 100000 bytes (100.00 kB) per rank, dp=2
 // LOOSE: searched 63 plans in

@@ -10,6 +10,7 @@ plan-search pass).
   (ZeRO stage 3 with recompute: no plan without recompute fits).
 """
 
+import json
 import re
 import shutil
 import subprocess
@@ -69,6 +70,56 @@ def test_the_chosen_plan_allocates_its_prediction_within_the_budget(tmp_path):
     assert measured == predicted, (chosen.group(1), measured, predicted)
 
 
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+def test_precision_auto_lets_the_search_choose_bf16(tmp_path):
+    """--precision=auto hands the precision to the search (never without:
+    it changes the numbers a run computes): with a budget that fp32 meets
+    only with recompute, bf16 without recompute fits and is priced faster
+    (16-bit matmuls at --device-tflops-16bit). The chosen plan compiles to
+    a bf16 executable that allocates its prediction, within the budget; a
+    bad value is still one line."""
+    spec = small_gpt()
+    src = tmp_path / "m.mlir"
+    src.write_text(spec.to_mlir())
+    p = subprocess.run([e2e_util.require_tool("ztrain-opt"), str(src),
+                        "--plan-search=memory-budget=1GB dp=2 precision=auto format=json",
+                        "-o", "/dev/null"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    peaks = {(c["precision"], c["recompute"]): c["peak"]
+             for c in json.loads(p.stdout)["candidates"]
+             if c["stage"] == 0 and not c["overlap"] and "error" not in c}
+    assert set(peaks) == {(pr, po) for pr in ("fp32", "bf16")
+                          for po in ("none", "selective", "full")}, p.stdout
+    assert peaks[("bf16", "none")] < peaks[("fp32", "none")]
+    # Between bf16's and fp32's no-recompute peaks.
+    budget = (peaks[("bf16", "none")] + peaks[("fp32", "none")]) // 2
+    p, exe = compile_with_budget(tmp_path, spec, budget, ["--precision=auto", "--zero-stage=0",
+                                                          "--overlap=false"])
+    assert p.returncode == 0, p.stderr
+    chosen = re.search(r"chosen: --precision=bf16 --zero-stage=0 --recompute=none: "
+                       r"predicted peak (\d+) bytes", p.stderr)
+    assert chosen, p.stderr
+    predicted = int(chosen.group(1))
+    assert predicted <= budget
+    report = tmp_path / "r.json"
+    e2e_util.mpirun(2, [exe, "--steps", "2", "--threads", "1", "--report", report])
+    r = parity.read_report(str(report))
+    assert r["memory"]["peak"] == predicted
+    # The executable's parameters are bf16 (the safetensors header says so).
+    save = tmp_path / "w.safetensors"
+    e2e_util.mpirun(2, [exe, "--steps", "1", "--threads", "1", "--save", save])
+    assert '"dtype":"BF16"' in save.read_bytes()[:65536].decode("latin1").replace(" ", "")
+    # Without a budget there is nothing to search: --precision=auto is a
+    # bad value there, one line.
+    compile_ = e2e_util.require_tool("ztrain-compile")
+    q = subprocess.run([compile_, str(tmp_path / "m.mlir"), "-o", str(tmp_path / "x"),
+                        "--precision=auto"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=300)
+    assert q.returncode == 1
+    assert q.stderr == "ztrain-compile: error: --precision=auto: expected fp32, bf16 or fp16\n"
+
+
 def test_given_flags_fix_their_dimension(tmp_path):
     spec = small_gpt()
     p, _ = compile_with_budget(tmp_path, spec, "1GB", ["--zero-stage=1", "--recompute=none"])
@@ -95,7 +146,7 @@ def test_an_impossible_budget_is_one_line(tmp_path):
         p, out = compile_with_budget(tmp_path, small_gpt(), "1GB", [bad])
         assert p.returncode != 0 and not out.exists()
         lines = p.stderr.strip().splitlines()
-        assert lines == ["ztrain-compile: error: --link-gbps, --device-tflops, "
+        assert lines == ["ztrain-compile: error: --link-gbps, --device-tflops, --device-tflops-16bit, "
                          "--memory-gbps and --nvme-gbps must be positive and --latency-us "
                          "non-negative"], (
             bad, p.stderr)

@@ -132,6 +132,11 @@ cl::opt<double> deviceTflops("device-tflops",
                              cl::desc("Plan search cost model: matmul TFLOP/s "
                                       "of one rank's device (default 100)"),
                              cl::init(100.0), cl::cat(category));
+cl::opt<double> device16Tflops(
+    "device-tflops-16bit",
+    cl::desc("Plan search cost model: bf16 / fp16 matmul TFLOP/s of one "
+             "rank's device, for --precision=auto (default 200)"),
+    cl::init(200.0), cl::cat(category));
 cl::opt<double> memoryGBps(
     "memory-gbps",
     cl::desc("Plan search cost model: GB/s the other kernels (elementwise, "
@@ -179,7 +184,10 @@ std::string checkFlagValues() {
   };
   const bool sgd = flags::optimizer == "sgd";
   const std::string checks[] = {
-      oneOf("precision", flags::precision, {"fp32", "bf16", "fp16"}),
+      memoryBudget.getNumOccurrences() > 0
+          ? oneOf("precision", flags::precision,
+                  {"fp32", "bf16", "fp16", "auto"})
+          : oneOf("precision", flags::precision, {"fp32", "bf16", "fp16"}),
       flags::reduceDtype.empty()
           ? ""
           : oneOf("reduce-dtype", flags::reduceDtype, {"fp32", "bf16", "fp16"}),
@@ -522,7 +530,8 @@ int main(int argc, char **argv) {
     llvm::errs() << "ztrain-compile: warning: --overlap overlaps "
                     "collectives with compute; at --dp=1 there are none\n";
   for (const auto *opt :
-       {&linkGBps, &latencyUs, &deviceTflops, &memoryGBps, &nvmeGBps})
+       {&linkGBps, &latencyUs, &deviceTflops, &device16Tflops, &memoryGBps,
+        &nvmeGBps})
     if (opt->getNumOccurrences() > 0 && memoryBudget.getNumOccurrences() == 0)
       llvm::errs() << "ztrain-compile: warning: --" << opt->ArgStr
                    << " is a cost-model setting of the plan search; without "
@@ -614,6 +623,12 @@ int main(int argc, char **argv) {
                   "16GiB), got '" + memoryBudget + "'");
     request.cost.linkBytesPerSecond = linkGBps * 1e9;
     request.cost.deviceFlopsPerSecond = deviceTflops * 1e12;
+    request.cost.device16FlopsPerSecond = device16Tflops * 1e12;
+    // --precision=auto: the search chooses fp32 or bf16.
+    if (flags::precision == "auto") {
+      request.searchPrecision = true;
+      training.precision = "fp32";
+    }
     request.cost.collectiveLatency = latencyUs * 1e-6;
     request.cost.memoryBytesPerSecond = memoryGBps * 1e9;
     request.cost.nvmeBytesPerSecond = nvmeGBps * 1e9;

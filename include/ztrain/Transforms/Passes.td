@@ -39,7 +39,9 @@ def PlanSearch : Pass<"plan-search", "::mlir::ModuleOp"> {
     `ztrain-compile --memory-budget=BYTES` runs the same search and
     compiles the plan it chooses. The precision and the optimizer are the
     user's (they change the numbers a run computes, not only its memory),
-    given here as `precision` and `optimizer`.
+    given here as `precision` and `optimizer`; `precision=auto` (the
+    compiler's `--precision=auto`) hands the precision to the search too:
+    fp32, then bf16, whose matmuls are priced at `device-tflops-16bit`.
 
     ```
     ztrain-opt gpt.mlir --plan-search="memory-budget=16GB dp=64" -o /dev/null
@@ -50,7 +52,8 @@ def PlanSearch : Pass<"plan-search", "::mlir::ModuleOp"> {
            "Bytes per rank the plan may use (1e10, 16GB, 16GiB)">,
     Option<"dp", "dp", "int64_t", "1", "Data-parallel ranks">,
     Option<"precision", "precision", "std::string", "\"fp32\"",
-           "fp32, bf16 or fp16 (as ztrain-training's)">,
+           "fp32, bf16 or fp16 (as ztrain-training's), or auto: searched "
+           "(fp32 or bf16)">,
     Option<"optimizer", "optimizer", "std::string", "\"adamw\"",
            "sgd, adam or adamw (as ztrain-training's)">,
     Option<"linkGBps", "link-gbps", "double", "25.0",
@@ -59,6 +62,8 @@ def PlanSearch : Pass<"plan-search", "::mlir::ModuleOp"> {
            "Cost model: microseconds per collective beyond its bytes">,
     Option<"deviceTflops", "device-tflops", "double", "100.0",
            "Cost model: matmul TFLOP/s of one rank's device">,
+    Option<"device16Tflops", "device-tflops-16bit", "double", "200.0",
+           "Cost model: bf16 / fp16 matmul TFLOP/s (precision=auto)">,
     Option<"memoryGBps", "memory-gbps", "double", "2000.0",
            "Cost model: GB/s the other kernels (elementwise, norms, "
            "softmax) move through one rank's device memory">,
