@@ -19,17 +19,11 @@
 #ifndef ZTRT_CPU_VECMATH_H
 #define ZTRT_CPU_VECMATH_H
 
+#include "src/HostDevice.h" // ZTRT_HD
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-
-#ifndef ZTRT_HD
-#ifdef __CUDACC__
-#define ZTRT_HD __host__ __device__
-#else
-#define ZTRT_HD
-#endif
-#endif
 
 // The functions' linkage. cpu/IsaKernels*.cpp compile this header for a
 // wider vector ISA and define ZTRT_VECMATH_INTERNAL, so that their copies

@@ -22,17 +22,11 @@
 
 #include "ztrt.h"
 
+#include "src/HostDevice.h"
+
 #include <cstdint>
 #include <cstring>
 #include <utility>
-
-#ifndef ZTRT_HD
-#ifdef __CUDACC__
-#define ZTRT_HD __host__ __device__
-#else
-#define ZTRT_HD
-#endif
-#endif
 
 namespace ztrt {
 
