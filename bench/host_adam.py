@@ -13,7 +13,10 @@ column is numpy copying the same number of bytes (one read and one write
 stream, so the same traffic) with torch's copy_ on the same threads, as a
 measured bandwidth. ratio
 "x torch" is torch's time over ztrain's; "x bound" is ztrain's time over
-the copy's (1.0 = the step runs at copy speed).
+the copy's (1.0 = the step runs at copy speed). The "sse2 ms" column is
+ztrain's kernel with ZTRT_CPU_ISA=baseline (the x86-64 build every machine
+runs; the main column uses the AVX-512 build where the processor has it,
+bitwise the same results).
 
 Run (after building):  /usr/bin/python3 bench/host_adam.py [--threads 2]
 """
@@ -29,9 +32,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.join(HERE, "..", "build", "bin", "ztrt_host_adam_bench")
 
 
-def ztrain(n, threads, iters, adamw):
+def ztrain(n, threads, iters, adamw, isa=None):
+    env = dict(os.environ)
+    env.pop("ZTRT_CPU_ISA", None)
+    if isa:
+        env["ZTRT_CPU_ISA"] = isa
     p = subprocess.run([BENCH, str(n), str(threads), str(iters), "1" if adamw else "0"],
-                       check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                       check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       env=env)
     return json.loads(p.stdout.strip().splitlines()[-1])["seconds"]
 
 
@@ -83,11 +91,12 @@ def main():
     torch_step(torch, args.sizes[0], 2, False)
     print(f"threads {args.threads}, torch {torch.__version__}; seconds per step (median of "
           f"{args.iters}), 28 bytes per element")
-    print(f"{'optimizer':>9} {'elements':>10} | {'ztrain ms':>9} {'GB/s':>6} | {'torch ms':>9} "
+    print(f"{'optimizer':>9} {'elements':>10} | {'ztrain ms':>9} {'GB/s':>6} {'sse2 ms':>8} | {'torch ms':>9} "
           f"{'x torch':>7} | {'fused ms':>9} {'x fused':>7} | {'copy ms':>8} {'x bound':>7}")
     for adamw in (False, True):
         for n in args.sizes:
             z = ztrain(n, args.threads, args.iters, adamw)
+            zb = ztrain(n, args.threads, args.iters, adamw, isa="baseline")
             t = torch_step(torch, n, args.iters, adamw)
             f = None
             if fused_ok:
@@ -98,7 +107,7 @@ def main():
             c = copy_seconds(torch, n, args.iters)
             fused = f"{f * 1e3:9.2f} {f / z:6.2f}x" if f else f"{'-':>9} {'-':>7}"
             print(f"{'AdamW' if adamw else 'Adam':>9} {n:>10} | {z * 1e3:9.2f} "
-                  f"{28 * n / z / 1e9:6.1f} | {t * 1e3:9.2f} {t / z:6.2f}x | {fused} | "
+                  f"{28 * n / z / 1e9:6.1f} {zb * 1e3:8.2f} | {t * 1e3:9.2f} {t / z:6.2f}x | {fused} | "
                   f"{c * 1e3:8.2f} {z / c:6.2f}x")
 
 

@@ -21,6 +21,7 @@
 
 #include "cpu/OneDnnGemm.h"
 #include "cpu/IsaKernels.h"
+#include "cpu/OptimizerKernels.h"
 #include "cpu/RowKernels.h"
 #include "cpu/VecMath.h"
 #include "src/Communicator.h"
@@ -518,29 +519,39 @@ public:
   void sgdUpdate(DType dtype, void *param, const void *grad,
                  void *momentumBuf, int64_t n, const SgdHyper &hyper,
                  int64_t step) override {
-    ZTRT_CPU_DISPATCH(dtype, sgdUpdateT<T>(as<T>(param), as<T>(grad),
-                                           as<T>(momentumBuf), n, hyper,
-                                           step));
+    const SgdConstants c = sgdConstants(hyper, step);
+    if (dtype == DType::F32 && avx512Kernels)
+      return avx512::sgdF32(as<float>(param), as<float>(grad),
+                            as<float>(momentumBuf), n, c);
+    ZTRT_CPU_DISPATCH(dtype, optkernels::sgd<T>(as<T>(param), as<T>(grad),
+                                                as<T>(momentumBuf), n, c));
   }
 
   void adamUpdate(DType dtype, void *param, const void *grad, void *expAvg,
                   void *expAvgSq, int64_t n, const AdamHyper &hyper,
                   int64_t step) override {
-    ZTRT_CPU_DISPATCH(dtype, adamUpdateT<T>(as<T>(param), as<T>(grad),
-                                            as<T>(expAvg), as<T>(expAvgSq), n,
-                                            hyper, step));
+    const AdamConstants c = adamConstants(hyper, step);
+    if (dtype == DType::F32 && avx512Kernels)
+      return avx512::adamF32(as<float>(param), as<float>(grad),
+                             as<float>(expAvg), as<float>(expAvgSq), n, c);
+    ZTRT_CPU_DISPATCH(dtype, optkernels::adam<T>(as<T>(param), as<T>(grad),
+                                                 as<T>(expAvg),
+                                                 as<T>(expAvgSq), n, c));
   }
 
-  // The f32 update on the master, the gradient widened as it is read, the
-  // parameter stored rounded.
+  // The master-weight form: the f32 update on the master (T = float in
+  // optkernels), the gradient of type G widened as it is read, the 16-bit
+  // (or f32) parameter P receiving the new master rounded once.
   void sgdUpdateMaster(DType gradType, DType paramType, void *param,
                        const void *grad, float *master, float *momentumBuf,
                        int64_t n, const SgdHyper &hyper,
                        int64_t step) override {
+    const SgdConstants c = sgdConstants(hyper, step);
     ZTRT_CPU_DISPATCH(gradType, dispatch(paramType, [&](auto paramTag) {
                         using P = decltype(paramTag);
-                        sgdUpdateT<float>(master, as<T>(grad), momentumBuf, n,
-                                          hyper, step, as<P>(param));
+                        optkernels::sgd<float>(master, as<T>(grad),
+                                               momentumBuf, n, c,
+                                               as<P>(param));
                       }));
   }
 
@@ -548,11 +559,11 @@ public:
                         const void *grad, float *master, float *expAvg,
                         float *expAvgSq, int64_t n, const AdamHyper &hyper,
                         int64_t step) override {
+    const AdamConstants c = adamConstants(hyper, step);
     ZTRT_CPU_DISPATCH(gradType, dispatch(paramType, [&](auto paramTag) {
                         using P = decltype(paramTag);
-                        adamUpdateT<float>(master, as<T>(grad), expAvg,
-                                           expAvgSq, n, hyper, step,
-                                           as<P>(param));
+                        optkernels::adam<float>(master, as<T>(grad), expAvg,
+                                                expAvgSq, n, c, as<P>(param));
                       }));
   }
 
@@ -1065,37 +1076,35 @@ private:
     }
   }
 
-  // torch.optim.SGD's single-tensor path: every scalar is rounded to float
-  // before it meets a tensor, as PyTorch's CPU kernels do. The master-weight
-  // form is the f32 instance (T = float: `param` is the master) reading a
-  // gradient of type G, with P the 16-bit (or f32) parameter that receives
-  // the new master rounded once; P = void: no such parameter.
-  template <typename T, typename G = T, typename P = void>
-  static void sgdUpdateT(T *param, const G *grad, T *momentumBuf, int64_t n,
-                         const SgdHyper &hyper, int64_t step,
-                         P *rounded = nullptr) {
-    const float negLr = static_cast<float>(-hyper.lr);
-    const float momentum = static_cast<float>(hyper.momentum);
-    const float keep = static_cast<float>(1.0 - hyper.dampening);
-    const float decay = static_cast<float>(hyper.weightDecay);
-    const bool useMomentum = hyper.momentum != 0.0, first = step == 1;
-    const float unscale = static_cast<float>(hyper.gradScale);
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-    for (int64_t i = 0; i < n; ++i) {
-      float d = ld(grad[i]) * unscale;
-      const float p = ld(param[i]);
-      if (decay != 0.0f)
-        d = d + decay * p;
-      if (useMomentum) {
-        float buf = first ? d : ld(momentumBuf[i]) * momentum + keep * d;
-        momentumBuf[i] = st<T>(buf);
-        d = hyper.nesterov ? d + momentum * buf : buf;
-      }
-      const float updated = p + negLr * d;
-      param[i] = st<T>(updated);
-      if constexpr (!std::is_void_v<P>)
-        rounded[i] = st<P>(updated);
-    }
+  // The scalars of an update, rounded to float once as PyTorch's CPU kernels
+  // round each Python scalar (cpu/OptimizerKernels.h has the loops).
+  static SgdConstants sgdConstants(const SgdHyper &hyper, int64_t step) {
+    return {static_cast<float>(-hyper.lr),
+            static_cast<float>(hyper.momentum),
+            static_cast<float>(1.0 - hyper.dampening),
+            static_cast<float>(hyper.weightDecay),
+            static_cast<float>(hyper.gradScale),
+            hyper.momentum != 0.0,
+            step == 1,
+            hyper.nesterov};
+  }
+
+  // Bias corrections in double as Python computes them, then rounded.
+  static AdamConstants adamConstants(const AdamHyper &hyper, int64_t step) {
+    const double t = static_cast<double>(step);
+    const double bias1 = 1.0 - std::pow(hyper.beta1, t);
+    const double bias2 = 1.0 - std::pow(hyper.beta2, t);
+    return {static_cast<float>(-(hyper.lr / bias1)),
+            static_cast<float>(std::sqrt(bias2)),
+            static_cast<float>(hyper.beta1),
+            static_cast<float>(hyper.beta2),
+            static_cast<float>(1.0 - hyper.beta1),
+            static_cast<float>(1.0 - hyper.beta2),
+            static_cast<float>(hyper.eps),
+            static_cast<float>(hyper.weightDecay),
+            static_cast<float>(1.0 - hyper.lr * hyper.weightDecay),
+            static_cast<float>(hyper.gradScale),
+            hyper.decoupled};
   }
 
   template <typename T> static double sumOfSquares(const T *x, int64_t n) {
@@ -1123,47 +1132,6 @@ private:
     for (int64_t i = 0; i < n; ++i)
       bad |= !std::isfinite(ld(x[i]));
     return bad != 0;
-  }
-
-  // torch.optim.Adam / AdamW (1.13) single-tensor path; bias corrections in
-  // double as Python computes them, then rounded to float. G, P and the
-  // master-weight form as in sgdUpdateT.
-  template <typename T, typename G = T, typename P = void>
-  static void adamUpdateT(T *param, const G *grad, T *expAvg, T *expAvgSq,
-                          int64_t n, const AdamHyper &hyper, int64_t step,
-                          P *rounded = nullptr) {
-    const double t = static_cast<double>(step);
-    const double bias1 = 1.0 - std::pow(hyper.beta1, t);
-    const double bias2 = 1.0 - std::pow(hyper.beta2, t);
-    const float negStepSize = static_cast<float>(-(hyper.lr / bias1));
-    const float bias2Sqrt = static_cast<float>(std::sqrt(bias2));
-    const float beta1 = static_cast<float>(hyper.beta1);
-    const float beta2 = static_cast<float>(hyper.beta2);
-    const float oneMinusBeta1 = static_cast<float>(1.0 - hyper.beta1);
-    const float oneMinusBeta2 = static_cast<float>(1.0 - hyper.beta2);
-    const float eps = static_cast<float>(hyper.eps);
-    const float decay = static_cast<float>(hyper.weightDecay);
-    const float shrink = static_cast<float>(1.0 - hyper.lr * hyper.weightDecay);
-    const bool decoupled = hyper.decoupled;
-    const float unscale = static_cast<float>(hyper.gradScale);
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-    for (int64_t i = 0; i < n; ++i) {
-      float g = ld(grad[i]) * unscale;
-      float p = ld(param[i]);
-      if (decoupled)
-        p = p * shrink;
-      else if (decay != 0.0f)
-        g = g + decay * p;
-      float m = ld(expAvg[i]) * beta1 + oneMinusBeta1 * g;
-      float v = ld(expAvgSq[i]) * beta2 + oneMinusBeta2 * g * g;
-      expAvg[i] = st<T>(m);
-      expAvgSq[i] = st<T>(v);
-      float denom = std::sqrt(v) / bias2Sqrt + eps;
-      const float updated = p + negStepSize * m / denom;
-      param[i] = st<T>(updated);
-      if constexpr (!std::is_void_v<P>)
-        rounded[i] = st<P>(updated);
-    }
   }
 
   template <typename T>
@@ -1245,7 +1213,7 @@ private:
   }
 
 private:
-  /// f32 elementwise and softmax kernels from the AVX-512 build.
+  /// f32 elementwise, softmax and optimizer kernels from the AVX-512 build.
   const bool avx512Kernels = avx512::enabled();
 };
 
@@ -1277,6 +1245,10 @@ void avx512::scaleF32(const float *, float *, int64_t, float) {}
 void avx512::softmaxF32(const float *, float *, int64_t, int64_t, bool) {}
 void avx512::softmaxGradF32(const float *, const float *, float *, int64_t,
                             int64_t) {}
+void avx512::sgdF32(float *, const float *, float *, int64_t,
+                    const SgdConstants &) {}
+void avx512::adamF32(float *, const float *, float *, float *, int64_t,
+                     const AdamConstants &) {}
 #endif
 
 std::unique_ptr<Backend> createCpuBackend() {

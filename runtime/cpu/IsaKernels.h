@@ -1,11 +1,11 @@
 //===- IsaKernels.h - The CPU kernels built for a wider vector ISA -*- C++ -*-===//
 //
 // Part of ztrain's runtime. The runtime is compiled for baseline x86-64
-// (SSE2), so that an executable runs on any x86-64 node. Its elementwise
-// and softmax kernels are also compiled a second time for AVX-512
+// (SSE2), so that an executable runs on any x86-64 node. Its elementwise,
+// softmax and f32 optimizer kernels are also compiled a second time for AVX-512
 // (cpu/IsaKernelsAvx512.cpp, float only), and the cpu backend calls those
 // where the processor has AVX-512: the same source (Elementwise.def,
-// VecMath.h, RowKernels.h) without FMA contraction, so the two builds give
+// VecMath.h, RowKernels.h, OptimizerKernels.h) without FMA contraction, so the two builds give
 // bitwise the same results (KernelTest's IsaKernelsAreBitwiseTheBaseline)
 // and ranks on different processors stay in step. ZTRT_CPU_ISA=baseline
 // in the environment keeps the baseline kernels.
@@ -21,6 +21,21 @@ namespace ztrt {
 
 /// Below this many elements a parallel region costs more than it saves.
 constexpr int64_t kParallelElements = 1 << 15;
+
+/// The scalars of an SGD update, rounded to float once per call
+/// (cpu/OptimizerKernels.h).
+struct SgdConstants {
+  float negLr, momentum, keep, decay, unscale;
+  bool useMomentum, first, nesterov;
+};
+
+/// The scalars of an Adam / AdamW update: the bias corrections in double as
+/// Python computes them, then rounded to float (cpu/OptimizerKernels.h).
+struct AdamConstants {
+  float negStepSize, bias2Sqrt, beta1, beta2, oneMinusBeta1, oneMinusBeta2,
+      eps, decay, shrink, unscale;
+  bool decoupled; // AdamW
+};
 
 namespace avx512 {
 
@@ -39,6 +54,12 @@ void softmaxF32(const float *x, float *y, int64_t rows, int64_t cols,
                 bool causal);
 void softmaxGradF32(const float *dy, const float *y, float *dx, int64_t rows,
                     int64_t cols);
+
+/// The f32 optimizer updates in place (parameter, gradient and states f32).
+void sgdF32(float *param, const float *grad, float *momentumBuf, int64_t n,
+            const SgdConstants &c);
+void adamF32(float *param, const float *grad, float *expAvg, float *expAvgSq,
+             int64_t n, const AdamConstants &c);
 
 } // namespace avx512
 } // namespace ztrt

@@ -12,6 +12,7 @@
 
 #define ZTRT_VECMATH_INTERNAL 1
 #include "cpu/IsaKernels.h"
+#include "cpu/OptimizerKernels.h"
 #include "cpu/RowKernels.h"
 #include "cpu/VecMath.h"
 
@@ -58,6 +59,16 @@ void softmaxGradF32(const float *dy, const float *y, float *dx, int64_t rows,
   for (int64_t r = 0; r < rows; ++r)
     rowkernels::softmaxGradRow(dy + r * cols, y + r * cols, dx + r * cols,
                                cols);
+}
+
+void sgdF32(float *param, const float *grad, float *momentumBuf, int64_t n,
+            const SgdConstants &c) {
+  optkernels::sgd(param, grad, momentumBuf, n, c);
+}
+
+void adamF32(float *param, const float *grad, float *expAvg, float *expAvgSq,
+             int64_t n, const AdamConstants &c) {
+  optkernels::adam(param, grad, expAvg, expAvgSq, n, c);
 }
 
 } // namespace ztrt::avx512

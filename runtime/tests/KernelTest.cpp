@@ -745,4 +745,49 @@ TEST(IsaKernelTest, IsaKernelsAreBitwiseTheBaseline) {
     base->softmaxGrad(DType::F32, g.data(), p.data(), b.data(), rows, cols);
     expectSame("softmax_grad");
   }
+
+  // Optimizer updates: parameter, gradient and states from the same value
+  // set (second moments made non-negative, as they are in training), each
+  // variant at the first step and a later one (bias corrections, SGD's
+  // first-step momentum), in place on copies of the same inputs.
+  std::vector<float> v2 = isaTestValues(n, 3);
+  for (float &e : v2)
+    e = std::fabs(e);
+  struct Copies {
+    std::vector<float> p, m, v;
+  };
+  auto compareAll = [&](const char *what, const Copies &w, const Copies &bb) {
+    a = w.p, b = bb.p;
+    expectSame(what);
+    a = w.m, b = bb.m;
+    expectSame(what);
+    a = w.v, b = bb.v;
+    expectSame(what);
+  };
+  for (int64_t step : {1, 7}) {
+    for (bool decoupled : {false, true})
+      for (double decay : {0.0, 0.01})
+        for (double gradScale : {1.0, 1.0 / 1024}) {
+          AdamHyper h{1e-3, 0.9, 0.999, 1e-8, decay, decoupled, gradScale};
+          Copies w{x, y, v2}, bb{x, y, v2};
+          wide->adamUpdate(DType::F32, w.p.data(), y.data(), w.m.data(),
+                           w.v.data(), n, h, step);
+          base->adamUpdate(DType::F32, bb.p.data(), y.data(), bb.m.data(),
+                           bb.v.data(), n, h, step);
+          compareAll(decoupled ? "adamw" : "adam", w, bb);
+        }
+    for (double momentum : {0.0, 0.9})
+      for (bool nesterov : {false, true}) {
+        SgdHyper h{0.05, momentum, 0.1, 0.01, nesterov, 0.5};
+        Copies w{x, y, {}}, bb{x, y, {}};
+        wide->sgdUpdate(DType::F32, w.p.data(), v2.data(), w.m.data(), n, h,
+                        step);
+        base->sgdUpdate(DType::F32, bb.p.data(), v2.data(), bb.m.data(), n,
+                        h, step);
+        a = w.p, b = bb.p;
+        expectSame("sgd");
+        a = w.m, b = bb.m;
+        expectSame("sgd momentum");
+      }
+  }
 }

@@ -86,7 +86,7 @@ def test_gpt_same_seed_is_bitwise_identical(tmp_path, compiler):
 def test_avx512_kernels_train_the_baseline_bits(tmp_path, compiler):
     """The AVX-512 build of the f32 kernels (chosen where the processor has
     it) trains bitwise what the baseline build trains (ZTRT_CPU_ISA=baseline):
-    a GPT with gelu, softmax and dropout, 4 steps, weights and losses."""
+    a GPT with gelu, softmax, dropout and AdamW, 4 steps, weights and losses."""
     from ztrain import models
     spec = models.gpt(batch=4, seq=32, vocab=32, layers=2, width=32, heads=4, dropout=0.1)
     exe = e2e_util.compile_spec(spec, str(tmp_path), parity.OptimizerConfig("adamw", lr=1e-2))
