@@ -63,11 +63,12 @@ std::string ztrain::checkCostModel(const CostModel &m, StringRef prefix) {
   if (positive(m.linkBytesPerSecond) && positive(m.deviceFlopsPerSecond) &&
       positive(m.device16FlopsPerSecond) &&
       positive(m.memoryBytesPerSecond) && positive(m.nvmeBytesPerSecond) &&
+      positive(m.hostLinkBytesPerSecond) &&
       m.collectiveLatency >= 0 && std::isfinite(m.collectiveLatency))
     return "";
   return (prefix + "link-gbps, " + prefix + "device-tflops, " + prefix +
-          "device-tflops-16bit, " + prefix + "memory-gbps and " + prefix +
-          "nvme-gbps must be positive and " +
+          "device-tflops-16bit, " + prefix + "memory-gbps, " + prefix +
+          "nvme-gbps and " + prefix + "host-link-gbps must be positive and " +
           prefix + "latency-us non-negative")
       .str();
 }
@@ -84,6 +85,7 @@ void ztrain::applyPlanChoice(const PlanChoice &c,
   zero.reshardAfterForward = c.reshardAfterForward;
   zero.offloadOptimizer = c.offloadOptimizer;
   zero.offloadParam = c.offloadParam;
+  zero.offloadActivations = c.offloadActivations;
   zero.offloadRatio = c.offloadRatio;
 }
 
@@ -130,16 +132,20 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
   struct Placement {
     std::string optimizer, param;
     double ratio;
+    std::string activations = "none";
   };
-  const bool placementFixed =
-      !request.offloadOptimizer.empty() || !request.offloadParam.empty();
+  const bool deviceBackend = request.hostBudget > 0;
+  const bool placementFixed = !request.offloadOptimizer.empty() ||
+                              !request.offloadParam.empty() ||
+                              !request.offloadActivations.empty();
   auto orNone = [](const std::string &v) { return v.empty() ? "none" : v; };
   const double givenRatio = request.offloadRatio > 0 ? request.offloadRatio
                                                      : 1.0;
   SmallVector<Placement> placements{
       placementFixed
           ? Placement{orNone(request.offloadOptimizer),
-                      orNone(request.offloadParam), givenRatio}
+                      orNone(request.offloadParam), givenRatio,
+                      orNone(request.offloadActivations)}
           : Placement{"none", "none", 1.0}};
   for (int round = 0; round < 2; ++round) {
   if (round == 1) {
@@ -152,9 +158,21 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
     placements.clear();
     SmallVector<double> ratios = valuesOf<double>(
         request.offloadRatio > 0, request.offloadRatio, {0.25, 0.5, 1.0});
+    // A device backend first tries host memory, which the host link
+    // reaches faster than nvme: the checkpointed activations (Pa+cpu),
+    // the optimizer states, both. (On the cpu backend host memory is the
+    // device's: moving there saves nothing.)
+    if (deviceBackend) {
+      placements.push_back({"none", "none", 1.0, "cpu"});
+      for (double r : ratios)
+        placements.push_back({"cpu", "none", r});
+      placements.push_back({"cpu", "none", 1.0, "cpu"});
+    }
     for (double r : ratios)
       placements.push_back({"nvme", "none", r});
     placements.push_back({"nvme", "nvme", 1.0});
+    if (deviceBackend)
+      placements.push_back({"nvme", "nvme", 1.0, "cpu"});
     // Parameters on nvme need stage 3, which one rank can use too.
     if (request.stage < 0 && dp == 1)
       stages = {0, 3};
@@ -231,12 +249,21 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
             for (const Placement &placement : placements) {
               if (placement.param != "none" && stage != 3)
                 continue;
+              // One rank at stage 3 only for the parameters' placement
+              // (the stage itself partitions nothing there).
+              if (dp == 1 && stage == 3 && request.stage < 0 &&
+                  placement.param == "none")
+                continue;
+              // Pa+cpu moves what recomputation reads: nothing without it.
+              if (placement.activations != "none" && policy == "none")
+                continue;
               PlanCandidate c;
               c.choice = {precision,       stage,
                           policy,          tile,
                           overlap != 0,    prefetch,
                           reshard != 0,    placement.optimizer,
-                          placement.param, placement.ratio};
+                          placement.param, placement.activations,
+                          placement.ratio};
               if (!trainedOk || !partitionError.empty()) {
                 c.error = trainedOk ? partitionError : trainError;
                 result.candidates.push_back(std::move(c));
@@ -292,7 +319,20 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
               c.ioBytes = s->nvmeTransferBytes;
               c.ioSeconds = (double)c.ioBytes / m.nvmeBytesPerSecond;
               c.stepSeconds += c.ioSeconds;
-              c.fits = c.peak + c.hostBytes <= request.budget;
+              c.devicePeak = s->devicePeak;
+              c.hostLinkBytes = s->hostLinkBytes;
+              if (deviceBackend) {
+                // The host link's bytes, counted in full as the swaps are
+                // (the updates over mapped memory wait for them; the
+                // activation copies overlap the passes only in part).
+                c.hostLinkSeconds =
+                    (double)c.hostLinkBytes / m.hostLinkBytesPerSecond;
+                c.stepSeconds += c.hostLinkSeconds;
+                c.fits = c.devicePeak <= request.budget &&
+                         c.hostBytes <= request.hostBudget;
+              } else {
+                c.fits = c.peak + c.hostBytes <= request.budget;
+              }
               result.candidates.push_back(std::move(c));
             }
         }
@@ -306,8 +346,14 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
   for (auto [i, c] : llvm::enumerate(result.candidates)) {
     if (!c.error.empty())
       continue;
-    if (result.smallestPeak < 0 || c.peak + c.hostBytes < result.smallestPeak)
-      result.smallestPeak = c.peak + c.hostBytes;
+    // What the budget bounds: the device's peak for a device backend (of
+    // the plans whose host memory fits), else the one memory's.
+    const bool counted = !deviceBackend || c.hostBytes <= request.hostBudget;
+    const int64_t bounded = deviceBackend ? c.devicePeak : c.peak + c.hostBytes;
+    if (counted && (result.smallestPeak < 0 || bounded < result.smallestPeak))
+      result.smallestPeak = bounded;
+    if (result.smallestHost < 0 || c.hostBytes < result.smallestHost)
+      result.smallestHost = c.hostBytes;
     if (!c.fits)
       continue;
     if (result.chosen < 0) {
@@ -322,7 +368,9 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
   result.seconds = std::chrono::duration<double>(
                        std::chrono::steady_clock::now() - started)
                        .count();
-  if (result.smallestPeak < 0) {
+  const bool anyCompiled = llvm::any_of(
+      result.candidates, [](const PlanCandidate &c) { return c.error.empty(); });
+  if (!anyCompiled) {
     std::string why = result.candidates.empty()
                           ? std::string("no candidate")
                           : result.candidates.front().error;
@@ -340,6 +388,27 @@ static std::pair<const char *, double> unitFor(double magnitude,
   if (magnitude >= (flops ? 1e9 : 1e6))
     return {flops ? "GFLOP" : "MB", flops ? 1e9 : 1e6};
   return {flops ? "MFLOP" : "kB", flops ? 1e6 : 1e3};
+}
+
+std::string ztrain::describeNoFit(const PlanSearchResult &result,
+                                  const PlanSearchRequest &request) {
+  auto sized = [](int64_t bytes) {
+    auto [unit, scale] = unitFor((double)bytes);
+    return llvm::formatv("{0} bytes ({1:F2} {2})", bytes, bytes / scale, unit)
+        .str();
+  };
+  if (request.hostBudget <= 0)
+    return llvm::formatv("{0} bytes per rank; the smallest predicted peak is "
+                         "{1}",
+                         request.budget, sized(result.smallestPeak));
+  if (result.smallestPeak < 0)
+    return llvm::formatv("{0} bytes of host memory per rank; the least any "
+                         "plan needs is {1}",
+                         request.hostBudget, sized(result.smallestHost));
+  return llvm::formatv("{0} bytes of device memory per rank (with {1} bytes of "
+                       "host memory); the smallest device peak is {2}",
+                       request.budget, request.hostBudget,
+                       sized(result.smallestPeak));
 }
 
 /// The ztrain-compile flags of a choice (its precision when the search
@@ -368,6 +437,8 @@ static std::string flagsOf(const PlanChoice &c, int64_t dp,
     os << " --offload-ratio=" << llvm::format("%g", c.offloadRatio);
   if (c.offloadParam != "none")
     os << " --offload-param=" << c.offloadParam;
+  if (c.offloadActivations != "none")
+    os << " --offload-activations=" << c.offloadActivations;
   return s;
 }
 
@@ -388,9 +459,11 @@ static std::string pipelineOf(const PlanChoice &choice,
     os << ",ztrain-zero";
     z.print(os);
   } else if (choice.offloadOptimizer != "none" ||
-             choice.offloadParam != "none") {
+             choice.offloadParam != "none" ||
+             choice.offloadActivations != "none") {
     os << ",zero-offload{optimizer=" << choice.offloadOptimizer
        << " param=" << choice.offloadParam
+       << " activations=" << choice.offloadActivations
        << " ratio=" << llvm::format("%g", choice.offloadRatio)
        << " buffer-count=" << z.offloadBufferCount << "}";
   }
@@ -410,10 +483,12 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
     maxFlops = std::max(maxFlops, (double)(c.flops + c.recomputeFlops));
   auto [byteUnit, byteScale] = unitFor((double)request.budget);
   auto [flopUnit, flopScale] = unitFor(maxFlops, /*flops=*/true);
+  const bool deviceBackend = request.hostBudget > 0;
   os << llvm::formatv(
-      "plan search: memory budget {0} bytes ({1:F2} {2}) per rank, dp={3}; "
-      "cost model: link {4:F1} GB/s and {5:F1} us per collective, device "
-      "{6:F2} TFLOP/s{9} and {7:F1} GB/s memory, nvme {8:F1} GB/s\n",
+      "plan search: memory budget {0} bytes ({1:F2} {2}) per rank{10}, "
+      "dp={3}; cost model: link {4:F1} GB/s and {5:F1} us per collective, "
+      "device {6:F2} TFLOP/s{9} and {7:F1} GB/s memory, nvme {8:F1} "
+      "GB/s{11}\n",
       request.budget, request.budget / byteScale, byteUnit, zero.dp,
       m.linkBytesPerSecond / 1e9, m.collectiveLatency * 1e6,
       m.deviceFlopsPerSecond / 1e12, m.memoryBytesPerSecond / 1e9,
@@ -421,6 +496,18 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
       request.searchPrecision
           ? llvm::formatv(" ({0:F2} TFLOP/s 16-bit)",
                           m.device16FlopsPerSecond / 1e12)
+                .str()
+          : std::string(),
+      deviceBackend
+          ? llvm::formatv(" of device memory and {0} bytes ({1:F2} {2}) of "
+                          "host memory (a device backend)",
+                          request.hostBudget, request.hostBudget / byteScale,
+                          byteUnit)
+                .str()
+          : std::string(),
+      deviceBackend
+          ? llvm::formatv(", host link {0:F1} GB/s",
+                          m.hostLinkBytesPerSecond / 1e9)
                 .str()
           : std::string());
   // The precision column only when the search chose it.
@@ -432,15 +519,21 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
   const bool anyOffload =
       llvm::any_of(result.candidates, [](const PlanCandidate &c) {
         return c.choice.offloadOptimizer != "none" ||
-               c.choice.offloadParam != "none";
+               c.choice.offloadParam != "none" ||
+               c.choice.offloadActivations != "none";
       });
   os << llvm::formatv("  {11} {0,-5} {1,-9} {2,12} {3,-7} {4,8} {5,7} {6,10} "
                       "{7,10} {8,9} {9,10}  {10}\n",
                       "stage", "recompute", "tile bytes", "overlap",
                       "prefetch", "reshard",
-                      std::string("peak ") + byteUnit,
+                      std::string(deviceBackend ? "device " : "peak ") +
+                          byteUnit,
                       std::string("comm ") + byteUnit, flopUnit, "step ms",
-                      anyOffload ? "offload (host / nvme io per step)" : "",
+                      anyOffload ? (deviceBackend
+                                        ? "offload (host / nvme io / host "
+                                          "link per step)"
+                                        : "offload (host / nvme io per step)")
+                                 : "",
                       precisionColumn ? " prec" : "");
   // Fastest first; plans that did not compile last.
   SmallVector<unsigned> order;
@@ -468,44 +561,64 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
       continue;
     }
     std::string offload;
-    if (p.offloadOptimizer != "none" || p.offloadParam != "none")
-      offload = llvm::formatv("  optimizer={0}{5} param={1} ({2:F2} / {3:F2} {4})",
-                              p.offloadOptimizer, p.offloadParam,
-                              c.hostBytes / byteScale, c.ioBytes / byteScale,
-                              byteUnit,
-                              p.offloadRatio < 1.0
-                                  ? llvm::formatv(" ratio={0}",
-                                                  llvm::format("%g",
-                                                               p.offloadRatio))
-                                        .str()
-                                  : std::string())
-                    .str();
+    if (p.offloadOptimizer != "none" || p.offloadParam != "none" ||
+        p.offloadActivations != "none")
+      offload =
+          llvm::formatv(
+              "  optimizer={0}{5} param={1}{6} ({2:F2} / {3:F2}{7} {4})",
+              p.offloadOptimizer, p.offloadParam, c.hostBytes / byteScale,
+              c.ioBytes / byteScale, byteUnit,
+              p.offloadRatio < 1.0
+                  ? llvm::formatv(" ratio={0}",
+                                  llvm::format("%g", p.offloadRatio))
+                        .str()
+                  : std::string(),
+              p.offloadActivations != "none"
+                  ? " activations=" + p.offloadActivations
+                  : std::string(),
+              deviceBackend
+                  ? llvm::formatv(" / {0:F2}", c.hostLinkBytes / byteScale)
+                        .str()
+                  : std::string())
+              .str();
     os << head
        << llvm::formatv(" {0,10:F2} {1,10:F2} {2,9:F3} {3,10:F3}  {4}{5}\n",
-                        c.peak / byteScale, c.communicationBytes / byteScale,
+                        (deviceBackend ? c.devicePeak : c.peak) / byteScale,
+                        c.communicationBytes / byteScale,
                         (c.flops + c.recomputeFlops) / flopScale,
                         c.stepSeconds * 1e3, c.fits ? "fits" : "over",
                         offload);
   }
   os << llvm::formatv("searched {0} plans in {1:F2} s\n",
                       result.candidates.size(), result.seconds);
-  if (result.chosen < 0) {
+  if (result.chosen < 0 && !deviceBackend) {
     os << "no plan fits: the smallest predicted peak is " << result.smallestPeak
        << " bytes ("
        << llvm::formatv("{0:F2} {1}", result.smallestPeak / byteScale, byteUnit)
        << ") per rank, above the budget of " << request.budget << " bytes\n";
     return;
   }
+  if (result.chosen < 0) {
+    os << "no plan fits " << describeNoFit(result, request) << "\n";
+    return;
+  }
   const PlanCandidate &c = result.candidates[result.chosen];
   os << "chosen: " << flagsOf(c.choice, zero.dp, request.searchPrecision)
-     << ": predicted peak "
-     << c.peak << " bytes ("
-     << llvm::formatv("{0:F2} {1}", c.peak / byteScale, byteUnit)
+     << (deviceBackend ? ": predicted device peak " : ": predicted peak ")
+     << (deviceBackend ? c.devicePeak : c.peak) << " bytes ("
+     << llvm::formatv("{0:F2} {1}",
+                      (deviceBackend ? c.devicePeak : c.peak) / byteScale,
+                      byteUnit)
      << ") per rank"
-     << (c.hostBytes ? llvm::formatv(" and {0} bytes of host buffers",
-                                     c.hostBytes)
+     << (c.hostBytes ? llvm::formatv(" and {0} bytes of host {1}", c.hostBytes,
+                                     deviceBackend ? "memory" : "buffers")
                            .str()
                      : std::string())
+     << (deviceBackend && c.hostLinkBytes
+             ? llvm::formatv(", {0} bytes over the host link",
+                             c.hostLinkBytes)
+                   .str()
+             : std::string())
      << ", "
      << llvm::formatv("{0:F3}", c.stepSeconds * 1e3)
      << " ms per step in the cost model\n";
@@ -529,6 +642,7 @@ void ztrain::printPlanSearchJson(raw_ostream &os,
                          {"reshard_after_forward", p.reshardAfterForward},
                          {"offload_optimizer", p.offloadOptimizer},
                          {"offload_param", p.offloadParam},
+                         {"offload_activations", p.offloadActivations},
                          {"offload_ratio", p.offloadRatio}};
     if (!c.error.empty()) {
       o["error"] = c.error;
@@ -546,6 +660,9 @@ void ztrain::printPlanSearchJson(raw_ostream &os,
       o["host_bytes"] = c.hostBytes;
       o["nvme_transfer_bytes"] = c.ioBytes;
       o["io_seconds"] = c.ioSeconds;
+      o["device_peak"] = c.devicePeak;
+      o["host_link_bytes"] = c.hostLinkBytes;
+      o["host_link_seconds"] = c.hostLinkSeconds;
       o["step_seconds"] = c.stepSeconds;
       o["fits"] = c.fits;
     }
@@ -554,6 +671,9 @@ void ztrain::printPlanSearchJson(raw_ostream &os,
   const CostModel &m = request.cost;
   llvm::json::Object root{
       {"memory_budget", request.budget},
+      {"host_memory_budget", request.hostBudget > 0
+                                 ? llvm::json::Value(request.hostBudget)
+                                 : llvm::json::Value(nullptr)},
       {"dp", static_cast<int64_t>(zero.dp)},
       {"cost_model",
        llvm::json::Object{{"link_bytes_per_second", m.linkBytesPerSecond},
@@ -562,7 +682,9 @@ void ztrain::printPlanSearchJson(raw_ostream &os,
                           {"device_16bit_flops_per_second",
                            m.device16FlopsPerSecond},
                           {"memory_bytes_per_second", m.memoryBytesPerSecond},
-                          {"nvme_bytes_per_second", m.nvmeBytesPerSecond}}},
+                          {"nvme_bytes_per_second", m.nvmeBytesPerSecond},
+                          {"host_link_bytes_per_second",
+                           m.hostLinkBytesPerSecond}}},
       {"candidates", std::move(candidates)},
       {"chosen", result.chosen >= 0 ? llvm::json::Value(result.chosen)
                                     : llvm::json::Value(nullptr)},
@@ -612,6 +734,14 @@ void PlanSearchPass::runOnOperation() {
   request.cost.collectiveLatency = latencyUs * 1e-6;
   request.cost.memoryBytesPerSecond = memoryGBps * 1e9;
   request.cost.nvmeBytesPerSecond = nvmeGBps * 1e9;
+  request.cost.hostLinkBytesPerSecond = hostLinkGBps * 1e9;
+  if (!hostMemoryBudget.empty() &&
+      !parseByteSize(hostMemoryBudget, request.hostBudget)) {
+    module.emitError() << "plan-search: host-memory-budget must be a size in "
+                          "bytes (1e10, 64GB, 64GiB), got '"
+                       << hostMemoryBudget << "'";
+    return signalPassFailure();
+  }
   if (std::string error = checkCostModel(request.cost, ""); !error.empty()) {
     module.emitError() << "plan-search: " << error;
     return signalPassFailure();
@@ -644,9 +774,8 @@ void PlanSearchPass::runOnOperation() {
     printPlanSearch(out->os(), *result, request, training, zero);
   out->keep();
   if (result->chosen < 0) {
-    module.emitError() << "plan-search: no plan fits " << request.budget
-                       << " bytes per rank; the smallest predicted peak is "
-                       << result->smallestPeak << " bytes";
+    module.emitError() << "plan-search: no plan fits "
+                       << describeNoFit(*result, request);
     return signalPassFailure();
   }
   markAllAnalysesPreserved();

@@ -14,7 +14,11 @@
 // and choose the fastest plan whose predicted peak fits. When none fits,
 // the same search again with optimizer states on nvme, and at stage 3 with
 // parameters there too (zero-offload), their swaps priced over an nvme
-// bandwidth. The precision is the user's unless they ask the search to
+// bandwidth. With a host budget the plan is for a device backend: the
+// device's memory and the host's are budgeted apart, and the offload round
+// also tries host memory (optimizer states, parameters, and the
+// activations recomputation reads: ZeRO-R's Pa+cpu), priced over the host
+// link. The precision is the user's unless they ask the search to
 // choose it (precision=auto: fp32 or bf16, its matmuls priced at a 16-bit
 // device rate).
 //
@@ -54,6 +58,10 @@ struct CostModel {
   /// Bytes per second one rank reads or writes its swap directory
   /// (offloaded plans).
   double nvmeBytesPerSecond = 2e9;
+  /// Bytes per second between one rank's device and host memory, each way
+  /// (PCIe): what host-placed states, offloaded activations and swap
+  /// copies cost on a device backend (plans with a host budget).
+  double hostLinkBytesPerSecond = 25e9;
 };
 
 /// The dimensions the search varies. A field the user fixed (given on the
@@ -71,6 +79,9 @@ struct PlanChoice {
   /// zero-offload's placements: "none" or "nvme" (what the search tries
   /// when no plan fits without offload), or the user's.
   std::string offloadOptimizer = "none", offloadParam = "none";
+  /// ZeRO-R's Pa+cpu: the activations recomputation reads kept in host
+  /// memory ("cpu"); searched only for a device backend (a host budget).
+  std::string offloadActivations = "none";
   /// The fraction of the optimizer states' bytes offloaded (partial
   /// offload when < 1).
   double offloadRatio = 1.0;
@@ -88,13 +99,24 @@ struct PlanCandidate {
   /// budget counts too (on the cpu backend it is the same memory), and the
   /// bytes read from and written to nvme per step.
   int64_t hostBytes = 0, ioBytes = 0;
+  /// On a device backend: the device's peak (with the swap buffers' device
+  /// copies) and the bytes crossing the host link per step.
+  int64_t devicePeak = 0, hostLinkBytes = 0;
   double computeSeconds = 0, communicationSeconds = 0, ioSeconds = 0;
+  double hostLinkSeconds = 0;
   double stepSeconds = 0;
   bool fits = false;
 };
 
 struct PlanSearchRequest {
   int64_t budget = 0; // bytes per rank
+  /// 0: one memory (the cpu backend): `budget` bounds the device peak plus
+  /// the host buffers of offload. Otherwise the plan is for a device
+  /// backend: `budget` bounds the device's peak (swap buffers' device
+  /// copies included) and this the host memory of offload, the host link
+  /// is priced, and the offload round also tries host placements
+  /// (optimizer states, parameters, Pa+cpu activations).
+  int64_t hostBudget = 0;
   CostModel cost;
   /// Search the precision too (fp32, then bf16), the user's
   /// `--precision=auto`: it changes the numbers a run computes, so only
@@ -109,14 +131,18 @@ struct PlanSearchRequest {
   int reshardAfterForward = -1;
   /// Offload placements the user gave (empty: searched, and only when no
   /// plan fits without offload), and the ratio (< 0: searched).
-  std::string offloadOptimizer, offloadParam;
+  std::string offloadOptimizer, offloadParam, offloadActivations;
   double offloadRatio = -1;
 };
 
 struct PlanSearchResult {
   std::vector<PlanCandidate> candidates; // in the order they were tried
   int chosen = -1;                       // index into candidates, -1: none fits
-  int64_t smallestPeak = -1;             // of the plans that compiled
+  /// Of the plans that compiled: the smallest of what `budget` bounds (for
+  /// a device backend, the device peak of the plans whose host memory
+  /// fits; -1 when none does), and the least host memory any needs.
+  int64_t smallestPeak = -1;
+  int64_t smallestHost = -1;
   double seconds = 0;                    // wall time of the search
 };
 
@@ -127,6 +153,13 @@ struct PlanSearchResult {
 mlir::FailureOr<PlanSearchResult>
 searchPlan(mlir::ModuleOp forward, const TrainingPipelineOptions &training,
            const ZeroPipelineOptions &zero, const PlanSearchRequest &request);
+
+/// Why nothing fits, after "no plan fits ": the budget and the smallest
+/// achievable peak ("500 bytes per rank; the smallest predicted peak is
+/// 828 bytes (0.00 GB)"), for a device backend the device's or, when no
+/// plan's host memory fits, the host's.
+std::string describeNoFit(const PlanSearchResult &result,
+                          const PlanSearchRequest &request);
 
 /// Copies a choice into the pipeline options.
 void applyPlanChoice(const PlanChoice &choice,

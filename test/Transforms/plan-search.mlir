@@ -12,6 +12,30 @@
 // RUN: ztrain-opt %s --plan-search="memory-budget=900 dp=2" | FileCheck %s --check-prefix=SAME
 // RUN: ztrain-opt %s --plan-search="memory-budget=900 dp=2 format=json" -o /dev/null | FileCheck %s --check-prefix=JSON
 // RUN: ztrain-opt %s --plan-search="memory-budget=1.25kB dp=1 precision=auto" -o /dev/null | FileCheck %s --check-prefix=AUTO
+// RUN: ztrain-opt %s --plan-search="memory-budget=700 host-memory-budget=1MB dp=1" -o /dev/null | FileCheck %s --check-prefix=DEVICE
+// RUN: ztrain-opt %s --plan-search="memory-budget=1000 host-memory-budget=1MB dp=1" -o /dev/null | FileCheck %s --check-prefix=DEVPART
+// RUN: ztrain-opt %s --plan-search="memory-budget=700 host-memory-budget=1MB dp=1 format=json" -o /dev/null | FileCheck %s --check-prefix=DEVJSON
+// RUN: not ztrain-opt %s --plan-search="memory-budget=700 host-memory-budget=100 dp=1" -o /dev/null 2>&1 | FileCheck %s --check-prefix=HOSTNONE
+
+// host-memory-budget: a device backend's plan. The device budget bounds the
+// device's peak alone; when no plan fits without offload, host memory is
+// tried (Pa+cpu with a recompute policy, part or all of the optimizer
+// states, both) before nvme, and the host link's bytes are priced. At 700
+// bytes only full recompute with its checkpoints and the optimizer states
+// in host memory fits; at 1000 half of the states suffice.
+// DEVICE: plan search: memory budget 700 bytes (0.70 kB) per rank of device memory and 1000000 bytes (1000.00 kB) of host memory (a device backend), dp=1;{{.*}}, host link 25.0 GB/s
+// DEVICE: device kB {{.*}} offload (host / nvme io / host link per step)
+// DEVICE: {{^}} * 0     full {{.*}} fits  optimizer=cpu param=none activations=cpu (0.51 / 0.00 / 1.02 kB)
+// DEVICE: chosen: --recompute=full --offload-optimizer=cpu --offload-activations=cpu: predicted device peak 700 bytes (0.70 kB) per rank and 512 bytes of host memory, 1024 bytes over the host link
+// DEVICE-NEXT: pipeline: builtin.module(ztrain-training{{{.*}}recompute=full{{.*}}},zero-offload{optimizer=cpu param=none activations=cpu ratio=1 buffer-count={{[0-9]+}}},ztrain-to-llvm)
+// DEVPART: chosen: --recompute=selective --offload-optimizer=cpu --offload-ratio=0.5: predicted device peak 988 bytes
+// DEVJSON-DAG: "host_memory_budget": 1000000
+// DEVJSON-DAG: "host_link_bytes_per_second": 25000000000
+// DEVJSON-DAG: "offload_activations": "cpu"
+// DEVJSON-DAG: "device_peak": 700
+// DEVJSON-DAG: "host_link_bytes": 1024
+// HOSTNONE-DAG: {{^}}no plan fits 700 bytes of device memory per rank (with 100 bytes of host memory); the smallest device peak is 1180 bytes (1.18 kB)
+// HOSTNONE-DAG: error: plan-search: no plan fits 700 bytes of device memory per rank (with 100 bytes of host memory); the smallest device peak is 1180 bytes
 
 // precision=auto: fp32 and bf16 are candidates. bf16 halves the activations
 // (its parameters plus the f32 masters weigh what f32 parameters do), so it

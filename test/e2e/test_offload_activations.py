@@ -122,9 +122,10 @@ def test_bad_pa_cpu_input_is_one_line(tmp_path):
          "pass, but this step recomputes nothing (compile with --recompute=full or selective)"),
         (["--recompute=full", "--offload-activations=disk"],
          "--offload-activations=disk: expected none or cpu"),
-        (["--recompute=full", "--offload-activations=cpu", "--memory-budget=1GB"],
-         "--offload-activations: the plan search (--memory-budget) does not consider "
-         "activation offload yet"),
+        (["--recompute=full", "--offload-activations=cpu", "--memory-budget=1",
+          "--host-memory-budget=1GB"],
+         "--memory-budget=1: no plan fits 1 bytes of device memory per rank (with 1000000000 bytes of "
+         "host memory); the smallest device peak is"),
     ]:
         p = subprocess.run([compile_, str(src), "-o", str(tmp_path / "x"), *flags],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

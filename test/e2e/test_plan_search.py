@@ -18,6 +18,7 @@ import subprocess
 import pytest
 
 import e2e_util
+from test_cuda import device_count, require_cuda_runtime, runtime_flags, target  # noqa: F401
 from ztrain import models, parity, safetensors
 
 MPIRUN = shutil.which("mpirun")
@@ -142,13 +143,14 @@ def test_an_impossible_budget_is_one_line(tmp_path):
     p, _ = compile_with_budget(tmp_path, small_gpt(), "a lot")
     assert p.returncode != 0
     assert "--memory-budget must be a size in bytes" in p.stderr
-    for bad in ("--memory-gbps=0", "--device-tflops=nan", "--latency-us=-1", "--nvme-gbps=0"):
-        p, out = compile_with_budget(tmp_path, small_gpt(), "1GB", [bad])
+    for bad in (["--memory-gbps=0"], ["--device-tflops=nan"], ["--latency-us=-1"],
+                ["--nvme-gbps=0"], ["--host-link-gbps=0", "--host-memory-budget=1GB"]):
+        p, out = compile_with_budget(tmp_path, small_gpt(), "1GB", bad)
         assert p.returncode != 0 and not out.exists()
         lines = p.stderr.strip().splitlines()
         assert lines == ["ztrain-compile: error: --link-gbps, --device-tflops, --device-tflops-16bit, "
-                         "--memory-gbps and --nvme-gbps must be positive and --latency-us "
-                         "non-negative"], (
+                         "--memory-gbps, --nvme-gbps and --host-link-gbps must be positive and "
+                         "--latency-us non-negative"], (
             bad, p.stderr)
 
 
@@ -225,3 +227,75 @@ def test_a_budget_just_short_offloads_only_part(tmp_path):
     chosen = re.search(r"chosen: (.*): predicted peak", p.stderr).group(1)
     m = re.search(r"--offload-optimizer=nvme --offload-ratio=(0\.\d+)", chosen)
     assert m and 0 < float(m.group(1)) < 1, chosen
+
+
+def device_search(tmp_path, spec, dp, extra=()):
+    """The search's JSON for a device backend (a host budget of 1 GB)
+    whatever the device budget: every candidate with its numbers."""
+    src = tmp_path / "m.mlir"
+    src.write_text(spec.to_mlir())
+    opt = e2e_util.require_tool("ztrain-opt")
+    p = subprocess.run([opt, str(src), f"--plan-search=memory-budget=1 host-memory-budget=1GB "
+                        f"dp={dp} format=json {' '.join(extra)}", "-o", "/dev/null"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert p.returncode != 0  # nothing fits one byte
+    return [c for c in json.loads(p.stdout)["candidates"] if "error" not in c]
+
+
+def offloads(c):
+    return (c["offload_optimizer"], c["offload_param"], c["offload_activations"]) != \
+        ("none", "none", "none")
+
+
+@pytest.mark.parametrize("dp", [1, 2])
+def test_a_device_budget_uses_host_memory_first(dp, target, tmp_path):
+    """With --host-memory-budget the plan is a device backend's: the device
+    budget bounds the device's peak alone, and when no plan fits without
+    offload the search places activations (Pa+cpu) or optimizer states in
+    host memory before nvme (the host link is faster than the disk). The
+    chosen plan, run with --backend cuda (the CUDA emulator here), holds
+    exactly the device peak it was chosen for, within the budget, and
+    exactly the host bytes it was priced with."""
+    if dp > device_count(target):
+        pytest.skip(f"needs {dp} GPUs (one per rank)")
+    if dp > 1 and MPIRUN is None:
+        pytest.skip("mpirun not installed")
+    spec = models.gpt(batch=2, seq=32, vocab=64, layers=6, width=32, heads=4)
+    cands = device_search(tmp_path, spec, dp)
+    in_memory = min(c["device_peak"] for c in cands if not offloads(c))
+    host = [c for c in cands if offloads(c) and "nvme" not in
+            (c["offload_optimizer"], c["offload_param"])]
+    assert min(c["device_peak"] for c in host) < in_memory
+    budget = in_memory - 1
+    src = tmp_path / "m.mlir"
+    exe = tmp_path / "m"
+    compile_ = e2e_util.require_tool("ztrain-compile")
+    p = subprocess.run([compile_, str(src), "-o", str(exe), f"--memory-budget={budget}",
+                        "--host-memory-budget=1GB", f"--dp={dp}", *runtime_flags(target)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    chosen = re.search(r"chosen: (.*): predicted device peak (\d+) bytes \(.*\) per rank and "
+                       r"(\d+) bytes of host memory, (\d+) bytes over the host link", p.stderr)
+    assert chosen, p.stderr
+    flags, device, host_bytes = chosen.group(1), int(chosen.group(2)), int(chosen.group(3))
+    assert "nvme" not in flags and ("--offload-optimizer=cpu" in flags or
+                                    "--offload-activations=cpu" in flags), flags
+    assert device <= budget
+    require_cuda_runtime(e2e_util.compile_text(
+        spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"), name="probe",
+        extra=runtime_flags(target)))
+    init, data = str(tmp_path / "init.safetensors"), str(tmp_path / "data.safetensors")
+    safetensors.save(init, parity.make_init(spec, seed=1))
+    safetensors.save(data, parity.make_data(spec, samples=2 * dp * spec.batch, seed=2))
+    report = tmp_path / "r.json"
+    e2e_util.launch(dp, [str(exe), "--steps", "2", "--init", init, "--data", data,
+                         "--threads", "1", "--report", str(report), "--backend", "cuda"])
+    for rank in json.loads(report.read_text())["ranks"]:
+        mem = rank["memory"]
+        assert mem["device_peak"] == device, (flags, mem)
+        assert sum(mem.get(k, 0) for k in ("swap_buffers", "host_optimizer_states",
+                                           "host_parameters", "host_activations")) == \
+            host_bytes, (flags, mem)
+        # Every byte the link carried, as priced (two steps).
+        moved = rank["offload"]["host_to_device_bytes"] + rank["offload"]["device_to_host_bytes"]
+        assert moved == 2 * int(chosen.group(4)), (flags, rank["offload"])

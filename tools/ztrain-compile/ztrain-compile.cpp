@@ -148,6 +148,19 @@ cl::opt<double> nvmeGBps(
     cl::desc("Plan search cost model: GB/s one rank reads and writes its "
              "swap directory, for plans that offload (default 2)"),
     cl::init(2.0), cl::cat(category));
+cl::opt<std::string> hostMemoryBudget(
+    "host-memory-budget",
+    cl::desc("With --memory-budget: search a device backend's (cuda) plan, "
+             "--memory-budget bounding the device's peak and this the host "
+             "memory offload may use per rank (64GB); host placements "
+             "(optimizer states, --offload-activations=cpu) are tried "
+             "before nvme"),
+    cl::value_desc("bytes"), cl::cat(category));
+cl::opt<double> hostLinkGBps(
+    "host-link-gbps",
+    cl::desc("Plan search cost model: GB/s between one rank's device and "
+             "host memory, each way, with --host-memory-budget (default 25)"),
+    cl::init(25.0), cl::cat(category));
 
 /// The first flag whose value no pass would accept, as
 /// "optimizer=adamm: expected sgd, adam or adamw"; "" when all are valid.
@@ -531,11 +544,21 @@ int main(int argc, char **argv) {
                     "collectives with compute; at --dp=1 there are none\n";
   for (const auto *opt :
        {&linkGBps, &latencyUs, &deviceTflops, &device16Tflops, &memoryGBps,
-        &nvmeGBps})
+        &nvmeGBps, &hostLinkGBps})
     if (opt->getNumOccurrences() > 0 && memoryBudget.getNumOccurrences() == 0)
       llvm::errs() << "ztrain-compile: warning: --" << opt->ArgStr
                    << " is a cost-model setting of the plan search; without "
                       "--memory-budget it has no effect\n";
+  if (hostMemoryBudget.getNumOccurrences() > 0 &&
+      memoryBudget.getNumOccurrences() == 0)
+    return fail("--host-memory-budget is the host half of the plan search's "
+                "budget; give --memory-budget (the device's) too");
+  if (hostLinkGBps.getNumOccurrences() > 0 &&
+      memoryBudget.getNumOccurrences() > 0 &&
+      hostMemoryBudget.getNumOccurrences() == 0)
+    llvm::errs() << "ztrain-compile: warning: --host-link-gbps prices a "
+                    "device backend's host link; without --host-memory-budget "
+                    "the search plans for one memory and it has no effect\n";
 
   if (flags::offloadBufferCount.getNumOccurrences() > 0 &&
       flags::offloadOptimizer != "nvme" && flags::offloadParam != "nvme")
@@ -632,14 +655,17 @@ int main(int argc, char **argv) {
     request.cost.collectiveLatency = latencyUs * 1e-6;
     request.cost.memoryBytesPerSecond = memoryGBps * 1e9;
     request.cost.nvmeBytesPerSecond = nvmeGBps * 1e9;
+    request.cost.hostLinkBytesPerSecond = hostLinkGBps * 1e9;
+    if (hostMemoryBudget.getNumOccurrences() > 0 &&
+        !ztrain::parseByteSize(hostMemoryBudget, request.hostBudget))
+      return fail("--host-memory-budget must be a size in bytes (1e10, 64GB, "
+                  "64GiB), got '" + hostMemoryBudget + "'");
     if (std::string error = ztrain::checkCostModel(request.cost, "--");
         !error.empty())
       return fail(error);
     auto given = [](const cl::Option &o) { return o.getNumOccurrences() > 0; };
-    if (given(flags::offloadActivations) && flags::offloadActivations != "none")
-      return fail("--offload-activations: the plan search (--memory-budget) "
-                  "does not consider activation offload yet; compile with "
-                  "the plan it prints and --offload-activations instead");
+    if (given(flags::offloadActivations))
+      request.offloadActivations = flags::offloadActivations;
     if (given(flags::stage))
       request.stage = flags::stage;
     if (given(flags::recompute))
@@ -663,11 +689,8 @@ int main(int argc, char **argv) {
     if (failed(result))
       return 1;
     if (result->chosen < 0)
-      return fail(llvm::formatv(
-          "--memory-budget={0}: no plan fits {1} bytes per rank; the "
-          "smallest predicted peak is {2} bytes ({3:F2} GB)",
-          memoryBudget, request.budget, result->smallestPeak,
-          result->smallestPeak / 1e9));
+      return fail("--memory-budget=" + memoryBudget + ": no plan fits " +
+                  ztrain::describeNoFit(*result, request));
     ztrain::printPlanSearch(llvm::errs(), *result, request, training, zero);
     ztrain::applyPlanChoice(result->candidates[result->chosen].choice,
                             training, zero);

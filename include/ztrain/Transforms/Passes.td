@@ -36,6 +36,18 @@ def PlanSearch : Pass<"plan-search", "::mlir::ModuleOp"> {
     well as the device's peak, and the step pays the swaps' bytes over
     `nvme-gbps`. Offload is never chosen when a plan fits without it.
 
+    With `host-memory-budget` the plan is for a device backend (cuda):
+    `memory-budget` bounds the device's peak (zero-report's
+    `device_backend.device_peak`, the swap buffers' device copies
+    included) and `host-memory-budget` the host memory offload uses
+    (pinned swap buffers, host-placed states, offloaded activations). The
+    offload round then first tries host memory: ZeRO-R's Pa+cpu (the
+    activations recomputation reads, with a recompute policy), the
+    optimizer states (a quarter, half, all), both; then nvme as above.
+    Every byte crossing the host link per step (zero-report's
+    `host_to_device_per_step` + `device_to_host_per_step`) is priced at
+    `host-link-gbps`.
+
     `ztrain-compile --memory-budget=BYTES` runs the same search and
     compiles the plan it chooses. The precision and the optimizer are the
     user's (they change the numbers a run computes, not only its memory),
@@ -70,6 +82,12 @@ def PlanSearch : Pass<"plan-search", "::mlir::ModuleOp"> {
     Option<"nvmeGBps", "nvme-gbps", "double", "2.0",
            "Cost model: GB/s one rank reads and writes its swap directory "
            "(offloaded plans)">,
+    Option<"hostMemoryBudget", "host-memory-budget", "std::string", "\"\"",
+           "A device backend's plan: host memory per rank for offload "
+           "(64GB); memory-budget then bounds the device's peak alone">,
+    Option<"hostLinkGBps", "host-link-gbps", "double", "25.0",
+           "Cost model: GB/s between one rank's device and host memory, "
+           "each way (with host-memory-budget)">,
     Option<"format", "format", "std::string", "\"text\"",
            "text (a table) or json">,
     Option<"output", "output", "std::string", "\"-\"",

@@ -587,5 +587,7 @@ FailureOr<StepSummary> ztrain::dist::summarizeStep(ModuleOp module) {
   s.hostBytes =
       r->swapBuffers + r->hostStates + r->hostActivations + r->hostParams;
   s.nvmeTransferBytes = r->nvmeToHost + r->hostToNvme;
+  s.devicePeak = r->devicePeakOnDevice();
+  s.hostLinkBytes = r->hostToDevice() + r->deviceToHost();
   return s;
 }

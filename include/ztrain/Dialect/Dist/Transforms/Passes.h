@@ -40,6 +40,11 @@ struct StepSummary {
   /// bytes read from and written to nvme per step.
   int64_t hostBytes = 0;
   int64_t nvmeTransferBytes = 0;
+  /// On a device backend (cuda): the device's peak (the predicted peak plus
+  /// the swap buffers' device copies) and the bytes that cross the host
+  /// link per step, both ways together (zero-report's device_backend).
+  int64_t devicePeak = 0;
+  int64_t hostLinkBytes = 0;
 };
 /// zero-report's analysis of `module` (after an error at the module when it
 /// has no step to price).
