@@ -167,13 +167,16 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
       for (double r : ratios)
         placements.push_back({"cpu", "none", r});
       placements.push_back({"cpu", "none", 1.0, "cpu"});
+      // Stage 3: the parameter shards too (ZeRO-Offload's offload_param).
+      placements.push_back({"cpu", "cpu", 1.0});
+      placements.push_back({"cpu", "cpu", 1.0, "cpu"});
     }
     for (double r : ratios)
       placements.push_back({"nvme", "none", r});
     placements.push_back({"nvme", "nvme", 1.0});
     if (deviceBackend)
       placements.push_back({"nvme", "nvme", 1.0, "cpu"});
-    // Parameters on nvme need stage 3, which one rank can use too.
+    // Parameters off the device need stage 3, which one rank can use too.
     if (request.stage < 0 && dp == 1)
       stages = {0, 3};
   }

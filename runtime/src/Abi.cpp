@@ -832,6 +832,7 @@ void ztrt_sgd_update(ztrt_ctx *ctx, int32_t dtype, void *param,
   SgdHyper hyper{lr, momentum, dampening, weight_decay, nesterov != 0};
   hyper.gradScale = clipFactor(ctx, "sgd_update");
   backend.sgdUpdate(type, param, grad, momentum_buf, n, hyper, ctx->step);
+  ctx->noteStateAccess(param, n * ztrt::elementBytes(type));
   ctx->noteStateAccess(momentum_buf, n * ztrt::elementBytes(type));
 }
 
@@ -852,6 +853,7 @@ void ztrt_adam_update(ztrt_ctx *ctx, int32_t dtype, void *param,
   hyper.gradScale = clipFactor(ctx, op);
   backend.adamUpdate(type, param, grad, exp_avg, exp_avg_sq, n, hyper,
                      ctx->step);
+  ctx->noteStateAccess(param, n * ztrt::elementBytes(type));
   ctx->noteStateAccess(exp_avg, n * ztrt::elementBytes(type));
   ctx->noteStateAccess(exp_avg_sq, n * ztrt::elementBytes(type));
 }
@@ -882,6 +884,8 @@ void ztrt_sgd_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
                           static_cast<float *>(master),
                           static_cast<float *>(momentum_buf), n, hyper,
                           ctx->optimizerStep());
+  // The parameter receives the new master rounded: written, not read.
+  ctx->noteHostAccess(param, 0, n * ztrt::elementBytes(paramType));
   ctx->noteStateAccess(master, n * 4);
   ctx->noteStateAccess(momentum_buf, n * 4);
 }
@@ -912,6 +916,7 @@ void ztrt_adam_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
                            static_cast<float *>(exp_avg),
                            static_cast<float *>(exp_avg_sq), n, hyper,
                            ctx->optimizerStep());
+  ctx->noteHostAccess(param, 0, n * ztrt::elementBytes(paramType));
   for (const void *state : {static_cast<const void *>(master),
                             static_cast<const void *>(exp_avg),
                             static_cast<const void *>(exp_avg_sq)})
@@ -976,6 +981,9 @@ void ztrt_all_gather(ztrt_ctx *ctx, int32_t dtype, const void *in, void *out,
   ctx->runCollective(request("all_gather", ctx, dtype, Collective::AllGather,
                              in, out, count, 0),
                      "all_gather");
+  // A host-placed parameter's shard crosses the host link once.
+  ctx->noteHostAccess(in, count * ztrt::elementBytes(static_cast<DType>(dtype)),
+                      0);
 }
 
 void ztrt_bcast(ztrt_ctx *ctx, int32_t dtype, void *buf, int64_t n,
@@ -1006,9 +1014,11 @@ int64_t ztrt_reduce_scatter_start(ztrt_ctx *ctx, int32_t dtype,
 
 int64_t ztrt_all_gather_start(ztrt_ctx *ctx, int32_t dtype, const void *in,
                               void *out, int64_t count) {
-  return ctx->startCollective(request("all_gather_start", ctx, dtype,
-                                      Collective::AllGather, in, out, count,
-                                      0));
+  const int64_t handle = ctx->startCollective(request(
+      "all_gather_start", ctx, dtype, Collective::AllGather, in, out, count, 0));
+  ctx->noteHostAccess(in, count * ztrt::elementBytes(static_cast<DType>(dtype)),
+                      0);
+  return handle;
 }
 
 void ztrt_wait(ztrt_ctx *ctx, int64_t handle) {

@@ -150,6 +150,7 @@ void ztrt_ctx::release(void *ptr, const Allocation &allocation) {
     break;
   }
   case Memory::MappedHost:
+    mappedRanges.erase(static_cast<const char *>(ptr));
     impl->deallocateMappedHost(ptr);
     break;
   }
@@ -197,6 +198,8 @@ void *ztrt_ctx::allocate(int64_t bytes, int32_t category, const char *op) {
     swapStaging[ptr] = Staging{host, bytes};
   }
   live.emplace(ptr, Allocation{bytes, category, memory});
+  if (memory == Memory::MappedHost)
+    mappedRanges[static_cast<const char *>(ptr)] = bytes;
   stats.current[category] += bytes;
   stats.peak[category] =
       std::max(stats.peak[category], stats.current[category]);
@@ -498,10 +501,22 @@ void ztrt_ctx::noteCopy(int64_t fence) {
 }
 
 void ztrt_ctx::noteStateAccess(const void *state, int64_t bytes) {
-  if (!state || !mappedHost(state))
+  noteHostAccess(state, bytes, bytes);
+}
+
+void ztrt_ctx::noteHostAccess(const void *ptr, int64_t toDevice,
+                              int64_t toHost) {
+  if (!ptr || mappedRanges.empty())
     return;
-  offload.hostToDeviceBytes += bytes;
-  offload.deviceToHostBytes += bytes;
+  const char *p = static_cast<const char *>(ptr);
+  auto it = mappedRanges.upper_bound(p);
+  if (it == mappedRanges.begin())
+    return;
+  --it;
+  if (p >= it->first + it->second)
+    return;
+  offload.hostToDeviceBytes += toDevice;
+  offload.deviceToHostBytes += toHost;
 }
 
 int64_t ztrt_ctx::startSwap(int file, void *buffer, int64_t bytes,

@@ -26,6 +26,7 @@
 #include <memory>
 #include <array>
 #include <optional>
+#include <map>
 #include <unordered_map>
 #include <vector>
 
@@ -219,6 +220,12 @@ struct ztrt_ctx {
   /// traffic when the state is host memory a device backend's kernel
   /// reaches in place (a host-placed state on cuda).
   void noteStateAccess(const void *state, int64_t bytes);
+  /// The same for any access of host memory a device backend's kernel or
+  /// collective reaches in place (`ptr` anywhere inside the allocation):
+  /// `toDevice` bytes read over the host link, `toHost` bytes written.
+  /// A host-placed parameter's shard read by its gathers, read and written
+  /// by its update (zero-report's host-link bytes).
+  void noteHostAccess(const void *ptr, int64_t toDevice, int64_t toHost);
   /// Retires the completed fences of activation copies (ztrt_copy_wait)
   /// and keeps `fence` until it completes: nothing blocks, the compute
   /// stream orders the copies with the kernels.
@@ -382,6 +389,9 @@ private:
   std::unique_ptr<ztrt::Communicator> world;
   std::unique_ptr<ztrt::CommQueue> queue;
   std::unordered_map<void *, Allocation> live;
+  /// The MappedHost allocations by address (start -> bytes), for
+  /// noteHostAccess's lookups of pointers inside them.
+  std::map<const char *, int64_t> mappedRanges;
   ztrt::MemoryStats stats;
   ztrt::CollectiveStats traffic[ztrt::kCollectiveKinds];
   ztrt::OverlapStats overlapStats;

@@ -12,6 +12,7 @@
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam grad-accum-steps=2" --zero-offload="optimizer=nvme" | FileCheck %s --check-prefix=ACCUM
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu" | FileCheck %s --check-prefix=PCPU
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=PCPUREPORT
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --ztrain-zero="stage=3 dp=1 offload-param=cpu" | FileCheck %s --check-prefix=PCPU1
 
 // Three parameters, so three updates with two states each: w1 (8x4), b1
 // (8), w2 (3x8).
@@ -111,6 +112,21 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // PCPUREPORT: parameters 0
 // PCPUREPORT: offloaded (zero-offload), per rank: not in the peak above
 // PCPUREPORT-NEXT: host: parameters 128
+// On a device the shards cross the host link: each gather reads its shard
+// (w1 16, b1 4, w2 12 elements forward and w2 again backward: 176 bytes),
+// the update reads them (128) and writes them (128).
+// PCPUREPORT: host -> device per step 304
+// PCPUREPORT-NEXT: device -> host per step 128
+
+// One rank: stage 3 gathers nothing, so each op that reads a host-placed
+// parameter gets a one-rank gather (a copy to the device) instead of
+// reading host memory in place; no parameter is read where it lives.
+// PCPU1-LABEL: func.func @loss(
+// PCPU1-NOT: train.param_read
+// PCPU1: dist.gather_param @w1 on @dp
+// PCPU1: dist.gather_param @w2 on @dp
+// PCPU1: dist.gather_param @w2 on @dp
+// PCPU1-NOT: train.param_read
 
 // Host placement: an attribute, no transfers in the step.
 // CPU: train.state @{{.*}} {dist.space = #dist.space<host>}

@@ -43,7 +43,8 @@ def PlanSearch : Pass<"plan-search", "::mlir::ModuleOp"> {
     (pinned swap buffers, host-placed states, offloaded activations). The
     offload round then first tries host memory: ZeRO-R's Pa+cpu (the
     activations recomputation reads, with a recompute policy), the
-    optimizer states (a quarter, half, all), both; then nvme as above.
+    optimizer states (a quarter, half, all), both, and at stage 3 the
+    parameter shards with the states; then nvme as above.
     Every byte crossing the host link per step (zero-report's
     `host_to_device_per_step` + `device_to_host_per_step`) is priced at
     `host-link-gbps`.

@@ -126,6 +126,32 @@ void ZeroOffloadPass::runOnOperation() {
       if (space == MemorySpace::nvme)
         onNvme.insert(p.getSymNameAttr());
     }
+    // cpu on one rank: stage 3 gathers nothing there, so the step's ops
+    // would read the host shards in place, each kernel over the host link
+    // as often as it touches its operand (a GEMM re-reads tiles). Each op
+    // that reads a parameter gets a gather of one rank instead (a copy into
+    // the gathered-parameter buffers, as the gathers of N > 1 ranks are):
+    // the host link carries each parameter once per use, priced by
+    // zero-report, as DeepSpeed fetches offloaded parameters before use.
+    if (space == MemorySpace::host)
+      for (auto fn : module.getOps<func::FuncOp>()) {
+        OpBuilder b(ctx);
+        for (auto read :
+             llvm::to_vector(fn.getBody().getOps<train::ParamReadOp>())) {
+          SmallVector<Operation *> users;
+          for (Operation *user : read.getResult().getUsers())
+            if (!llvm::is_contained(users, user))
+              users.push_back(user);
+          for (Operation *user : users) {
+            b.setInsertionPoint(user);
+            Value full = GatherParamOp::create(
+                b, read.getLoc(), read.getType(), read.getParamAttr(),
+                IntegerAttr(), IntegerAttr(), zero.getGrid());
+            user->replaceUsesOfWith(read.getResult(), full);
+          }
+          read.erase();
+        }
+      }
   }
   if (optimizer != "none") {
     auto states = llvm::to_vector(module.getOps<train::StateOp>());

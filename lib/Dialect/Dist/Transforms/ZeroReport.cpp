@@ -61,16 +61,21 @@ struct Report {
   /// Activations offloaded to host memory (Pa+cpu): the host_activations
   /// arena, and the bytes copied to host memory (and back) per step.
   int64_t hostActivations = 0, activationsToHost = 0;
+  /// Host-placed parameters' bytes over the host link per step (device
+  /// backends): read (gathers, updates) and written (updates).
+  int64_t hostParamsToDevice = 0, hostParamsToHost = 0;
   /// On a device backend (cuda): the swap buffers have a device copy, each
   /// swap moves its bytes between that copy and its pinned staging copy,
   /// and the update reads and writes each host-placed state once, in place.
   int64_t devicePeakOnDevice() const { return predictedPeak() + swapBuffers; }
   /// (Plus the offloaded activations, which cross it every micro-batch.)
+  /// And host-placed parameters' shards: read by their gathers and their
+  /// update, written by their update.
   int64_t hostToDevice() const {
-    return nvmeToHost + hostStates + activationsToHost;
+    return nvmeToHost + hostStates + activationsToHost + hostParamsToDevice;
   }
   int64_t deviceToHost() const {
-    return hostToNvme + hostStates + activationsToHost;
+    return hostToNvme + hostStates + activationsToHost + hostParamsToHost;
   }
   int64_t buffers = 0, inputs = 0, activations = 0, communicationBuffers = 0;
   /// Of the activations: gathered parameters allocated at once.
@@ -322,6 +327,54 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
     auto name = op->getAttrOfType<FlatSymbolRefAttr>("state");
     int64_t bytes = swapBufferBytes(symbols, op, name, r.stage, n);
     (isa<SwapInStartOp>(op) ? r.nvmeToHost : r.hostToNvme) += bytes;
+  });
+
+  // Host-placed parameters (param=cpu) on a device backend: a gather reads
+  // the shard (its tile's part) over the host link, once per run of the
+  // gather; the update reads and writes it in place (the master-weight
+  // form only writes it: the new master rounded).
+  auto hostParam = [&](FlatSymbolRefAttr name) -> train::ParamOp {
+    auto param = symbols.lookupNearestSymbolFrom<train::ParamOp>(module, name);
+    auto space =
+        param ? param->getAttrOfType<MemorySpaceAttr>(kSpaceAttr) : nullptr;
+    return space && space.getValue() == MemorySpace::host ? param
+                                                          : train::ParamOp();
+  };
+  entry.walk([&](Operation *op) {
+    int64_t times = boundary && op->getBlock() == boundary->getBlock() &&
+                            op->isBeforeInBlock(boundary)
+                        ? r.accumSteps
+                        : 1;
+    if (isa<GatherParamOp, GatherParamStartOp>(op)) {
+      train::ParamOp param =
+          hostParam(op->getAttrOfType<FlatSymbolRefAttr>("param"));
+      if (!param)
+        return;
+      int64_t count =
+          getStateStorage(param, param.getTensorType(), r.stage, n).elements;
+      if (auto tiles = op->getAttrOfType<IntegerAttr>("tiles"))
+        count /= tiles.getInt();
+      r.hostParamsToDevice += times * count * elementBytes(param.getType());
+      return;
+    }
+    auto update = dyn_cast<train::OptimizerUpdateOpInterface>(op);
+    if (!update)
+      return;
+    train::ParamOp param = hostParam(update.getUpdatedParam());
+    if (!param)
+      return;
+    int64_t bytes = times *
+                    cast<ShapedType>(update.getGradient().getType())
+                        .getNumElements() *
+                    elementBytes(param.getType());
+    bool master = false;
+    if (auto sgd = dyn_cast<train::SGDUpdateOp>(op))
+      master = static_cast<bool>(sgd.getMasterAttr());
+    else if (auto adam = dyn_cast<train::AdamUpdateOp>(op))
+      master = static_cast<bool>(adam.getMasterAttr());
+    if (!master)
+      r.hostParamsToDevice += bytes;
+    r.hostParamsToHost += bytes;
   });
 
   // Once collectives are in the IR they are the truth, not the plan.
@@ -578,8 +631,11 @@ FailureOr<StepSummary> ztrain::dist::summarizeStep(ModuleOp module) {
   s.activations = r->activations;
   s.modelStates = r->modelStates();
   s.communicationBytes = r->communicationBytes();
+  // The cost model's latency is per collective that sends something: a
+  // one-rank gather (a host-placed parameter's copy) is a copy.
   for (const Collective &c : r->collectives)
-    s.collectives += c.count;
+    if (c.bytes > 0)
+      s.collectives += c.count;
   s.modelFlops = r->modelFlops;
   s.recomputeFlops = r->recomputeFlops;
   s.kernelBytes = r->kernelBytes;
