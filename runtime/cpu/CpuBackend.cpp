@@ -547,6 +547,10 @@ public:
                        int64_t n, const SgdHyper &hyper,
                        int64_t step) override {
     const SgdConstants c = sgdConstants(hyper, step);
+    if (avx512Kernels && paramType == DType::BF16 &&
+        (gradType == DType::BF16 || gradType == DType::F32))
+      return avx512::sgdMasterBf16(master, grad, gradType == DType::BF16,
+                                   momentumBuf, as<uint16_t>(param), n, c);
     ZTRT_CPU_DISPATCH(gradType, dispatch(paramType, [&](auto paramTag) {
                         using P = decltype(paramTag);
                         optkernels::sgd<float>(master, as<T>(grad),
@@ -560,6 +564,11 @@ public:
                         float *expAvgSq, int64_t n, const AdamHyper &hyper,
                         int64_t step) override {
     const AdamConstants c = adamConstants(hyper, step);
+    if (avx512Kernels && paramType == DType::BF16 &&
+        (gradType == DType::BF16 || gradType == DType::F32))
+      return avx512::adamMasterBf16(master, grad, gradType == DType::BF16,
+                                    expAvg, expAvgSq, as<uint16_t>(param), n,
+                                    c);
     ZTRT_CPU_DISPATCH(gradType, dispatch(paramType, [&](auto paramTag) {
                         using P = decltype(paramTag);
                         optkernels::adam<float>(master, as<T>(grad), expAvg,
@@ -1249,6 +1258,10 @@ void avx512::sgdF32(float *, const float *, float *, int64_t,
                     const SgdConstants &) {}
 void avx512::adamF32(float *, const float *, float *, float *, int64_t,
                      const AdamConstants &) {}
+void avx512::sgdMasterBf16(float *, const void *, bool, float *, uint16_t *,
+                           int64_t, const SgdConstants &) {}
+void avx512::adamMasterBf16(float *, const void *, bool, float *, float *,
+                            uint16_t *, int64_t, const AdamConstants &) {}
 #endif
 
 std::unique_ptr<Backend> createCpuBackend() {

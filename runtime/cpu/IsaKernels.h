@@ -61,6 +61,16 @@ void sgdF32(float *param, const float *grad, float *momentumBuf, int64_t n,
 void adamF32(float *param, const float *grad, float *expAvg, float *expAvgSq,
              int64_t n, const AdamConstants &c);
 
+/// The master-weight updates of bf16 parameters: the f32 master and states
+/// updated in place, the gradient read as bf16 (`gradBf16`) or f32, the
+/// new master rounded once into the bf16 parameter (its raw bits).
+void sgdMasterBf16(float *master, const void *grad, bool gradBf16,
+                   float *momentumBuf, uint16_t *param, int64_t n,
+                   const SgdConstants &c);
+void adamMasterBf16(float *master, const void *grad, bool gradBf16,
+                    float *expAvg, float *expAvgSq, uint16_t *param, int64_t n,
+                    const AdamConstants &c);
+
 } // namespace avx512
 } // namespace ztrt
 

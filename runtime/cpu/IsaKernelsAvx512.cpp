@@ -6,11 +6,15 @@
 // inline functions or templates with external linkage (no <vector>, no
 // <algorithm>): every function compiled here for AVX-512 is either one of
 // the avx512:: entry points or internal to this file, so none can stand in
-// for a baseline copy.
+// for a baseline copy. (src/DType.h is included under ZTRT_DTYPE_INTERNAL,
+// which gives this file its own bf16 in an anonymous namespace.)
 //
 //===----------------------------------------------------------------------===//
 
 #define ZTRT_VECMATH_INTERNAL 1
+#define ZTRT_DTYPE_INTERNAL 1
+#include "src/DType.h"
+
 #include "cpu/IsaKernels.h"
 #include "cpu/OptimizerKernels.h"
 #include "cpu/RowKernels.h"
@@ -69,6 +73,32 @@ void sgdF32(float *param, const float *grad, float *momentumBuf, int64_t n,
 void adamF32(float *param, const float *grad, float *expAvg, float *expAvgSq,
              int64_t n, const AdamConstants &c) {
   optkernels::adam(param, grad, expAvg, expAvgSq, n, c);
+}
+
+// bf16 here is this file's own copy (ZTRT_DTYPE_INTERNAL): the same
+// layout as the baseline's, its conversions compiled for AVX-512.
+void sgdMasterBf16(float *master, const void *grad, bool gradBf16,
+                   float *momentumBuf, uint16_t *param, int64_t n,
+                   const SgdConstants &c) {
+  bf16 *rounded = reinterpret_cast<bf16 *>(param);
+  if (gradBf16)
+    optkernels::sgd(master, static_cast<const bf16 *>(grad), momentumBuf, n,
+                    c, rounded);
+  else
+    optkernels::sgd(master, static_cast<const float *>(grad), momentumBuf, n,
+                    c, rounded);
+}
+
+void adamMasterBf16(float *master, const void *grad, bool gradBf16,
+                    float *expAvg, float *expAvgSq, uint16_t *param, int64_t n,
+                    const AdamConstants &c) {
+  bf16 *rounded = reinterpret_cast<bf16 *>(param);
+  if (gradBf16)
+    optkernels::adam(master, static_cast<const bf16 *>(grad), expAvg,
+                     expAvgSq, n, c, rounded);
+  else
+    optkernels::adam(master, static_cast<const float *>(grad), expAvg,
+                     expAvgSq, n, c, rounded);
 }
 
 } // namespace ztrt::avx512

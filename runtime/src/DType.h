@@ -28,7 +28,20 @@
 #include <cstring>
 #include <utility>
 
+// A translation unit compiled for another instruction set (the AVX-512
+// kernels, cpu/IsaKernelsAvx512.cpp) defines ZTRT_DTYPE_INTERNAL: it gets
+// its own copy of everything here in an anonymous namespace, so no inline
+// conversion it compiles can stand in for the baseline build's.
+#ifdef ZTRT_DTYPE_INTERNAL
+#define ZTRT_DTYPE_NS_BEGIN namespace {
+#define ZTRT_DTYPE_NS_END }
+#else
+#define ZTRT_DTYPE_NS_BEGIN
+#define ZTRT_DTYPE_NS_END
+#endif
+
 namespace ztrt {
+ZTRT_DTYPE_NS_BEGIN
 
 enum class DType : int32_t {
   F32 = ZTRT_F32,
@@ -41,11 +54,13 @@ constexpr int64_t elementBytes(DType type) {
   return type == DType::F32 ? 4 : 2;
 }
 
+#ifndef ZTRT_DTYPE_INTERNAL // (defined in DType.cpp, for the baseline build)
 /// "f32", "bf16", "f16": the names of the descriptor and of MLIR.
 const char *dtypeName(DType type);
 
 /// The DType of a ztrt_dtype argument, or false when `code` names none.
 bool dtypeFromCode(int32_t code, DType *type);
+#endif
 
 namespace detail {
 ZTRT_HD inline uint32_t floatBits(float f) {
@@ -161,6 +176,7 @@ template <typename Fn> decltype(auto) dispatch(DType type, Fn &&fn) {
   return std::forward<Fn>(fn)(float{});
 }
 
+ZTRT_DTYPE_NS_END
 } // namespace ztrt
 
 #endif // ZTRT_SRC_DTYPE_H

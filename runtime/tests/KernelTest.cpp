@@ -790,4 +790,49 @@ TEST(IsaKernelTest, IsaKernelsAreBitwiseTheBaseline) {
         expectSame("sgd momentum");
       }
   }
+
+  // The master-weight forms of bf16 parameters (mixed precision): the f32
+  // master and states, a bf16 or f32 gradient, the bf16 parameter written
+  // rounded; all of them bitwise (the parameters as raw bits).
+  std::vector<bf16> gradBf16(n);
+  for (size_t i = 0; i < n; ++i)
+    gradBf16[i] = bf16(y[i]);
+  // NaN stays NaN (its payload is the hardware's), all else bit for bit.
+  auto sameParams = [&](const char *what, const std::vector<bf16> &p,
+                        const std::vector<bf16> &q) {
+    for (size_t i = 0; i < n; ++i)
+      if (!sameBits(static_cast<float>(p[i]), static_cast<float>(q[i]))) {
+        ADD_FAILURE() << what << ": bf16 parameter [" << i << "] "
+                      << static_cast<float>(p[i]) << " (AVX-512) vs "
+                      << static_cast<float>(q[i]) << " (baseline)";
+        return;
+      }
+  };
+  for (DType gradType : {DType::BF16, DType::F32}) {
+    const void *grad = gradType == DType::BF16
+                           ? static_cast<const void *>(gradBf16.data())
+                           : static_cast<const void *>(y.data());
+    for (int64_t step : {1, 7}) {
+      AdamHyper h{1e-3, 0.9, 0.999, 1e-8, 0.01, true, 1.0 / 256};
+      Copies w{x, x, v2}, bb{x, x, v2};
+      std::vector<bf16> pw(n), pb(n);
+      wide->adamUpdateMaster(gradType, DType::BF16, pw.data(), grad, w.p.data(),
+                             w.m.data(), w.v.data(), n, h, step);
+      base->adamUpdateMaster(gradType, DType::BF16, pb.data(), grad,
+                             bb.p.data(), bb.m.data(), bb.v.data(), n, h, step);
+      compareAll("adamw master", w, bb);
+      sameParams("adamw master", pw, pb);
+      SgdHyper sh{0.05, 0.9, 0.1, 0.01, false, 1.0};
+      Copies sw{x, x, {}}, sb{x, x, {}};
+      wide->sgdUpdateMaster(gradType, DType::BF16, pw.data(), grad,
+                            sw.p.data(), sw.m.data(), n, sh, step);
+      base->sgdUpdateMaster(gradType, DType::BF16, pb.data(), grad,
+                            sb.p.data(), sb.m.data(), n, sh, step);
+      a = sw.p, b = sb.p;
+      expectSame("sgd master");
+      a = sw.m, b = sb.m;
+      expectSame("sgd master momentum");
+      sameParams("sgd master", pw, pb);
+    }
+  }
 }

@@ -281,21 +281,21 @@ LogicalResult ZeroOffloadPass::offloadActivations(func::FuncOp fn) {
         lastForward = user;
     }
     b.setInsertionPointAfter(v.getDefiningOp());
-    auto off = b.create<OffloadActivationStartOp>(v.getLoc(), v);
+    auto off = OffloadActivationStartOp::create(b, v.getLoc(), v);
     b.setInsertionPointAfter(lastForward == v.getDefiningOp()
                                  ? off.getOperation()
                                  : lastForward);
-    b.create<WaitOp>(v.getLoc(), TypeRange{}, off.getToken());
+    WaitOp::create(b, v.getLoc(), TypeRange{}, off.getToken());
     // One reload ahead: while the previous kept value's segment is
     // recomputed (the first at its own use).
     Operation *at = previousUse && pos[previousUse] > pos[lastForward]
                         ? previousUse
                         : k.firstBackward;
     b.setInsertionPoint(at);
-    auto reload = b.create<ReloadActivationStartOp>(v.getLoc(), v);
+    auto reload = ReloadActivationStartOp::create(b, v.getLoc(), v);
     b.setInsertionPoint(k.firstBackward);
-    auto back = b.create<WaitOp>(v.getLoc(), TypeRange{v.getType()},
-                                 reload.getToken());
+    auto back = WaitOp::create(b, v.getLoc(), TypeRange{v.getType()},
+                               reload.getToken());
     for (OpOperand *use : backward)
       use->set(back.getResult(0));
     previousUse = k.firstBackward;
