@@ -106,6 +106,7 @@ void ztrain::addZeroOffload(OpPassManager &pm,
   offload.param = options.offloadParam;
   offload.activations = options.offloadActivations;
   offload.bufferCount = options.offloadBufferCount;
+  offload.subGroupSize = options.offloadSubGroupSize;
   offload.ratio = options.offloadRatio;
   pm.addPass(dist::createZeroOffload(offload));
 }

@@ -417,14 +417,28 @@ static std::pair<int, int64_t> swapFileOf(ztrt_ctx *ctx, const char *op,
 /// Starts one swap of tensor `index` of `kind` through `buffer`, counted
 /// and remembered for the trace.
 static int64_t startSwap(ztrt_ctx *ctx, const char *op, int32_t kind,
-                         int64_t index, const void *buffer, bool write) {
+                         int64_t index, const void *buffer, bool write,
+                         int64_t offset = 0, int64_t chunkBytes = -1) {
   backendOf(ctx, op);
   auto [file, bytes] = swapFileOf(ctx, op, kind, index, buffer);
+  if (chunkBytes >= 0) {
+    // A chunk: whole blocks from a block boundary, inside the file.
+    const int64_t block = ztrt::SwapSpace::kAlignment;
+    const int64_t moved = (chunkBytes + block - 1) / block * block;
+    if (offset < 0 || offset % block != 0 || chunkBytes <= 0 ||
+        offset + moved > bytes)
+      fatal("%s: bytes [%lld, %lld) are not whole %lld-byte blocks within "
+            "the %lld-byte swap file",
+            op, static_cast<long long>(offset),
+            static_cast<long long>(offset + chunkBytes),
+            static_cast<long long>(block), static_cast<long long>(bytes));
+    bytes = moved;
+  }
   ++(write ? ctx->offload.writes : ctx->offload.reads);
   (write ? ctx->offload.writeBytes : ctx->offload.readBytes) += bytes;
   auto begin = ztrt::Clock::now();
   int64_t ticket =
-      ctx->startSwap(file, const_cast<void *>(buffer), bytes, write);
+      ctx->startSwap(file, const_cast<void *>(buffer), bytes, write, offset);
   ctx->pendingSwaps[ticket] = {begin, index, bytes, write};
   return ticket;
 }
@@ -437,6 +451,19 @@ int64_t ztrt_swap_in(ztrt_ctx *ctx, int32_t kind, int64_t index,
 int64_t ztrt_swap_out(ztrt_ctx *ctx, int32_t kind, int64_t index,
                       const void *buffer) {
   return startSwap(ctx, "swap_out", kind, index, buffer, /*write=*/true);
+}
+
+int64_t ztrt_swap_in_chunk(ztrt_ctx *ctx, int32_t kind, int64_t index,
+                           void *buffer, int64_t offset, int64_t bytes) {
+  return startSwap(ctx, "swap_in_chunk", kind, index, buffer,
+                   /*write=*/false, offset, bytes);
+}
+
+int64_t ztrt_swap_out_chunk(ztrt_ctx *ctx, int32_t kind, int64_t index,
+                            const void *buffer, int64_t offset,
+                            int64_t bytes) {
+  return startSwap(ctx, "swap_out_chunk", kind, index, buffer,
+                   /*write=*/true, offset, bytes);
 }
 
 void ztrt_swap_wait(ztrt_ctx *ctx, int64_t ticket) {

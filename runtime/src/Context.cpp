@@ -456,7 +456,8 @@ void ztrt_ctx::pollSwaps() {
     if (pending.write && pending.io < 0 && impl->fenceReached(pending.fence)) {
       impl->awaitFence(pending.fence);
       pending.fence = -1;
-      pending.io = swap->write(pending.file, pending.staging, pending.bytes, 0);
+      pending.io = swap->write(pending.file, pending.staging, pending.bytes,
+                               pending.offset);
     }
     // A read whose file bytes arrived goes on to the device at once, on the
     // copy stream, while the kernels run (ZeRO-Infinity's host -> device
@@ -520,13 +521,14 @@ void ztrt_ctx::noteHostAccess(const void *ptr, int64_t toDevice,
 }
 
 int64_t ztrt_ctx::startSwap(int file, void *buffer, int64_t bytes,
-                            bool write) {
+                            bool write, int64_t offset) {
   if (impl->hostResident())
-    return write ? swap->write(file, buffer, bytes, 0)
-                 : swap->read(file, buffer, bytes, 0);
+    return write ? swap->write(file, buffer, bytes, offset)
+                 : swap->read(file, buffer, bytes, offset);
   char *staging = stagingOf(buffer, bytes, write ? "swap_out" : "swap_in");
   pollSwaps();
   DeviceSwap pending{file, buffer, staging, bytes, write};
+  pending.offset = offset;
   if (write) {
     // After the work issued so far (the update that wrote the buffer), on
     // the copy stream.
@@ -548,7 +550,7 @@ int64_t ztrt_ctx::startSwap(int file, void *buffer, int64_t bytes,
                          return true;
                        }),
         stagingReads.end());
-    pending.io = swap->read(file, staging, bytes, 0);
+    pending.io = swap->read(file, staging, bytes, offset);
     // The device buffer is free once the kernels issued so far (its
     // previous tensor's) are done.
     pending.regionFree = impl->recordFence();
@@ -570,7 +572,8 @@ void ztrt_ctx::finishSwap(int64_t ticket) {
   if (pending.write) {
     if (pending.io < 0) {
       impl->awaitFence(pending.fence);
-      pending.io = swap->write(pending.file, pending.staging, pending.bytes, 0);
+      pending.io = swap->write(pending.file, pending.staging, pending.bytes,
+                               pending.offset);
     }
     swap->wait(pending.io);
   } else {

@@ -211,7 +211,8 @@ struct ztrt_ctx {
   /// buffer to the staging copy after the work issued so far and writes
   /// the file once that copy has landed (at finishSwap, or earlier when a
   /// later swap call finds it done).
-  int64_t startSwap(int file, void *buffer, int64_t bytes, bool write);
+  int64_t startSwap(int file, void *buffer, int64_t bytes, bool write,
+                    int64_t offset = 0);
   /// Blocks until swap `ticket` has completed as far as the step needs:
   /// a read's bytes are in the buffer for the work issued next (on a
   /// device: the copy is enqueued ahead of it), a write's are in its file.
@@ -349,6 +350,8 @@ private:
     char *staging;
     int64_t bytes;
     bool write;
+    /// Where in the file (a chunk's offset; 0: the whole tensor).
+    int64_t offset = 0;
     /// The file I/O (-1 until issued); the device copy's fence (-1 until
     /// issued); for a read, the compute stream's point at the swap-in,
     /// after which its device buffer is free.

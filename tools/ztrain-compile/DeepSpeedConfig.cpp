@@ -244,9 +244,10 @@ void Reader::zero(const json::Object &z) {
         out.notes.push_back(name + ": not used; ztrain partitions every "
                                    "parameter at stage 3");
     } else if (key == "sub_group_size") {
-      // DeepSpeed steps the optimizer in groups of this many elements to
-      // bound its temporaries; ztrain's plan sizes them: nothing changes.
-      asInteger(v, name, 1);
+      // DeepSpeed steps the optimizer in groups of this many elements; so
+      // does ztrain for states on nvme (chunks through one-chunk buffers).
+      if (auto i = asInteger(v, name, 1))
+        flag("sub-group-size", integer(*i), name);
     } else if (key == "stage3_gather_16bit_weights_on_model_save" ||
                key == "stage3_gather_fp16_weights_on_model_save") {
       // What the executable's --save always does: whole weights.

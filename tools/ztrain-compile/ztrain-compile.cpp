@@ -246,6 +246,9 @@ std::string checkFlagValues() {
       real("offload-ratio", flags::offloadRatio,
            flags::offloadRatio > 0.0 && flags::offloadRatio <= 1.0,
            "a fraction in (0, 1]"),
+      integer("sub-group-size", flags::offloadSubGroupSize,
+              flags::offloadSubGroupSize >= 0, ">= 0 (elements; 0: whole "
+                                               "states)"),
       integer("offload-buffer-count", flags::offloadBufferCount,
               flags::offloadBufferCount >= 1 && flags::offloadBufferCount <= 16,
               "1 to 16"),

@@ -289,6 +289,23 @@ std::pair<Value, Value> swapTarget(StepLowering &s, StringRef name) {
   return {s.rt.i32(ZTRT_SWAP_PARAM), s.rt.i64(s.paramIndexOf(name))};
 }
 
+/// A swap of one chunk (`chunk c of C`): its byte offset in the tensor's
+/// swap file and its bytes (dist::chunkElements over the tensor's per-rank
+/// storage, as StepBuffers sizes its buffer).
+std::pair<int64_t, int64_t> chunkRange(StepLowering &s, Operation *op) {
+  auto name = op->getAttrOfType<FlatSymbolRefAttr>("state");
+  const int64_t c = op->getAttrOfType<IntegerAttr>("chunk").getInt();
+  const int64_t chunks = op->getAttrOfType<IntegerAttr>("chunks").getInt();
+  Operation *symbol = s.symbolOp(name.getValue());
+  auto type = cast<RankedTensorType>(
+      isa<train::StateOp>(symbol) ? cast<train::StateOp>(symbol).getType()
+                                  : cast<train::ParamOp>(symbol).getType());
+  const int64_t n = s.storageOf(symbol, type).elements;
+  const int64_t eb = elementBytes(type);
+  return {c * dist::chunkElements(n, chunks) * eb,
+          dist::chunkSize(n, c, chunks) * eb};
+}
+
 /// An nvme tensor comes into its swap buffer (plan-memory's slot); from
 /// here on the tensor's reads and writes use that buffer.
 struct SwapInStartPattern : OpRuntimePattern<SwapInStartOp> {
@@ -299,12 +316,19 @@ struct SwapInStartPattern : OpRuntimePattern<SwapInStartOp> {
                 "right before lower-to-runtime";
     Value buffer = s.stagingBuffer(op, 0, 0);
     StringRef name = op.getState();
-    if (!s.swapBuffers.try_emplace(name, buffer).second)
+    const int64_t chunk = op.getChunk() ? int64_t(*op.getChunk()) : -1;
+    if (!s.swapBuffers.try_emplace(StepLowering::swapKey(name, chunk), buffer)
+             .second)
       return op.emitOpError() << "brings @" << name
                               << " in while an earlier swap buffer of it "
                                  "is still live";
     auto [kind, index] = swapTarget(s, name);
-    Value ticket = s.rt.call("swap_in", {kind, index, buffer});
+    Value ticket =
+        chunk < 0 ? s.rt.call("swap_in", {kind, index, buffer})
+                  : s.rt.call("swap_in_chunk",
+                              {kind, index, buffer,
+                               s.rt.i64(chunkRange(s, op).first),
+                               s.rt.i64(chunkRange(s, op).second)});
     s.pending[op.getToken()] = StepLowering::Pending{ticket, {}, {}, {}};
     return success();
   }
@@ -313,12 +337,18 @@ struct SwapInStartPattern : OpRuntimePattern<SwapInStartOp> {
 struct SwapOutStartPattern : OpRuntimePattern<SwapOutStartOp> {
   LogicalResult lower(SwapOutStartOp op, StepLowering &s) const override {
     StringRef name = op.getState();
-    auto it = s.swapBuffers.find(name);
+    const int64_t chunk = op.getChunk() ? int64_t(*op.getChunk()) : -1;
+    auto it = s.swapBuffers.find(StepLowering::swapKey(name, chunk));
     if (it == s.swapBuffers.end())
       return op.emitOpError() << "writes back @" << name
                               << ", which no dist.swap_in_start brought in";
     auto [kind, index] = swapTarget(s, name);
-    Value ticket = s.rt.call("swap_out", {kind, index, it->second});
+    Value ticket =
+        chunk < 0 ? s.rt.call("swap_out", {kind, index, it->second})
+                  : s.rt.call("swap_out_chunk",
+                              {kind, index, it->second,
+                               s.rt.i64(chunkRange(s, op).first),
+                               s.rt.i64(chunkRange(s, op).second)});
     s.swapBuffers.erase(it);
     s.pending[op.getToken()] = StepLowering::Pending{ticket, {}, {}, {}};
     return success();
@@ -328,7 +358,7 @@ struct SwapOutStartPattern : OpRuntimePattern<SwapOutStartOp> {
 /// A buffer only read: nothing to write; the plan frees its slot here.
 struct SwapReleasePattern : OpRuntimePattern<SwapReleaseOp> {
   LogicalResult lower(SwapReleaseOp op, StepLowering &s) const override {
-    if (!s.swapBuffers.erase(op.getState()))
+    if (!s.swapBuffers.erase(StepLowering::swapKey(op.getState())))
       return op.emitOpError() << "releases @" << op.getState()
                               << ", which no dist.swap_in_start brought in";
     return success();

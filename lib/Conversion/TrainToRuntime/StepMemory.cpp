@@ -130,10 +130,10 @@ Value StepLowering::buffer(StringRef name) {
   return rt.call("buffer", {rt.i64(bufferIndex.lookup(name))});
 }
 
-Value StepLowering::state(FlatSymbolRefAttr name) {
+Value StepLowering::state(FlatSymbolRefAttr name, int64_t chunk) {
   if (!name)
     return rt.null();
-  auto swapped = swapBuffers.find(name.getValue());
+  auto swapped = swapBuffers.find(swapKey(name.getValue(), chunk));
   if (swapped != swapBuffers.end())
     return swapped->second;
   return rt.call("state", {rt.i64(stateIndex.lookup(name.getValue()))});

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ztrain/Conversion/TrainToRuntime/StepLowering.h"
+#include "ztrain/Dialect/Dist/IR/DistDialect.h"
 
 using namespace mlir;
 using namespace ztrain;
@@ -155,13 +156,32 @@ struct UpdatePattern : RuntimePattern {
       return failure();
     Value grad = update.getGradient();
     int64_t n = numElements(grad);
-    SmallVector<Value> args{
-        s.updatedParam(update.getUpdatedParam().getValue(),
-                       update.isSharded(), n),
-        s.get(grad)};
-    for (FlatSymbolRefAttr state : update.getUpdatedStates())
-      args.push_back(s.state(state));
-    args.push_back(s.rt.i64(n));
+    Value param = s.updatedParam(update.getUpdatedParam().getValue(),
+                                 update.isSharded(), n);
+    Value gradPtr = s.get(grad);
+    // One chunk of a split update (zero-offload's sub-group-size): its
+    // elements of the parameter and the gradient; its states are the
+    // chunk's swap buffers.
+    int64_t chunk = -1, count = n;
+    if (auto c = op->getAttrOfType<DenseI64ArrayAttr>(dist::kChunkAttr)) {
+      chunk = c[0];
+      const int64_t first = chunk * dist::chunkElements(n, c[1]);
+      count = dist::chunkSize(n, chunk, c[1]);
+      param = s.rt.offset(
+          param, first * elementBytes(s.paramElementType(
+                             update.getUpdatedParam().getValue())));
+      gradPtr = s.rt.offset(gradPtr, first * elementBytes(grad.getType()));
+    }
+    SmallVector<Value> args{param, gradPtr};
+    for (FlatSymbolRefAttr state : update.getUpdatedStates()) {
+      if (chunk >= 0 && state &&
+          !s.swapBuffers.count(StepLowering::swapKey(state.getValue(), chunk)))
+        return op->emitOpError()
+               << "steps chunk " << chunk << " but state @"
+               << state.getValue() << " is not swapped in as that chunk";
+      args.push_back(s.state(state, chunk));
+    }
+    args.push_back(s.rt.i64(count));
     for (const KernelArg &hyper : kernel.args) {
       if (hyper.kind == KernelArg::F64) {
         args.push_back(s.rt.f64(hyper.f));

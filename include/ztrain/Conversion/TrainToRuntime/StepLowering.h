@@ -135,6 +135,10 @@ public:
   train::ParamOp paramOp(llvm::StringRef name) {
     return symbols.lookup<train::ParamOp>(name);
   }
+  /// The train.param or train.state named `name`.
+  mlir::Operation *symbolOp(llvm::StringRef name) {
+    return symbols.lookup(name);
+  }
   dist::StateStorage storageOf(mlir::Operation *symbolOp, mlir::Type type) {
     return dist::getStateStorage(symbolOp,
                                  llvm::cast<mlir::RankedTensorType>(type),
@@ -144,7 +148,11 @@ public:
   mlir::Value param(llvm::StringRef name);
   /// ztrt_buffer of a train.buffer.
   mlir::Value buffer(llvm::StringRef name);
-  mlir::Value state(mlir::FlatSymbolRefAttr name);
+  mlir::Value state(mlir::FlatSymbolRefAttr name, int64_t chunk = -1);
+  /// The swapBuffers key of a swapped tensor, or of one chunk of it.
+  static std::string swapKey(llvm::StringRef name, int64_t chunk = -1) {
+    return chunk < 0 ? name.str() : (name + "#" + llvm::Twine(chunk)).str();
+  }
   /// The storage an update writes: the whole parameter, its shard when it
   /// rests partitioned, or this rank's slice of `slice` elements of its
   /// padded replicated storage.

@@ -610,13 +610,29 @@ static LogicalResult verifySwappedState(Operation *op, FlatSymbolRefAttr name,
   return success();
 }
 
+/// `chunk c of C`: both or neither, 0 <= c < C, C >= 2.
+static LogicalResult verifyChunk(Operation *op, std::optional<int64_t> chunk,
+                                 std::optional<int64_t> chunks) {
+  if (chunk.has_value() != chunks.has_value())
+    return op->emitOpError() << "needs both `chunk` and `chunks` or neither";
+  if (chunk && (*chunks < 2 || *chunk < 0 || *chunk >= *chunks))
+    return op->emitOpError() << "chunk " << *chunk << " of " << *chunks
+                             << " is out of range (0 <= chunk < chunks, "
+                                "chunks >= 2)";
+  return success();
+}
+
 LogicalResult
 SwapInStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (failed(verifyChunk(*this, getChunk(), getChunks())))
+    return failure();
   return verifySwappedState(*this, getStateAttr(), symbols);
 }
 
 LogicalResult
 SwapOutStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (failed(verifyChunk(*this, getChunk(), getChunks())))
+    return failure();
   return verifySwappedState(*this, getStateAttr(), symbols);
 }
 

@@ -125,8 +125,13 @@ int64_t ztrain::dist::swapBufferBytes(SymbolTableCollection &symbols,
   else
     return 0;
   auto tensor = cast<RankedTensorType>(type);
-  return swapBytes(getStateStorage(symbol, tensor, stage, gridSize).elements *
-                   elementBytes(tensor));
+  int64_t elements = getStateStorage(symbol, tensor, stage, gridSize).elements;
+  // A chunk of it (sub-group-size): that chunk's elements.
+  auto chunk = from->getAttrOfType<IntegerAttr>("chunk");
+  auto chunks = from->getAttrOfType<IntegerAttr>("chunks");
+  if (chunk && chunks)
+    elements = chunkSize(elements, chunk.getInt(), chunks.getInt());
+  return swapBytes(elements * elementBytes(tensor));
 }
 
 std::vector<StepBuffers::Buffer> StepBuffers::list(int64_t gridSize) const {
@@ -134,7 +139,13 @@ std::vector<StepBuffers::Buffer> StepBuffers::list(int64_t gridSize) const {
   // Swap buffers: a state's swap-in start to the wait of its swap-out. The
   // buffer holds the state's per-rank storage, rounded up to whole 4096-byte
   // blocks (O_DIRECT).
-  llvm::DenseMap<Attribute, std::pair<Operation *, int64_t>> swappedIn;
+  // Keyed by the tensor and its chunk (-1: whole).
+  llvm::DenseMap<std::pair<Attribute, int64_t>, std::pair<Operation *, int64_t>>
+      swappedIn;
+  auto chunkOf = [](Operation *op) -> int64_t {
+    auto chunk = op->getAttrOfType<IntegerAttr>("chunk");
+    return chunk ? chunk.getInt() : -1;
+  };
   // Hashed lookups: a linear one per op is quadratic in a deep model.
   SymbolTableCollection symbols;
   auto module = body->getParentOp()->getParentOfType<ModuleOp>();
@@ -170,19 +181,22 @@ std::vector<StepBuffers::Buffer> StepBuffers::list(int64_t gridSize) const {
   }
   for (Operation &op : *body) {
     if (auto in = dyn_cast<SwapInStartOp>(op)) {
-      swappedIn[in.getStateAttr()] = {
+      swappedIn[{in.getStateAttr(), chunkOf(&op)}] = {
           &op,
           swapBufferBytes(symbols, &op, in.getStateAttr(), stage, gridSize)};
     }
     // A swap buffer ends at its write-back's wait, or at its release.
     FlatSymbolRefAttr ended;
+    int64_t endedChunk = -1;
     if (auto wait = dyn_cast<WaitOp>(op))
-      if (auto outStart = dyn_cast<SwapOutStartOp>(wait.getStart()))
+      if (auto outStart = dyn_cast<SwapOutStartOp>(wait.getStart())) {
         ended = outStart.getStateAttr();
+        endedChunk = chunkOf(outStart);
+      }
     if (auto release = dyn_cast<SwapReleaseOp>(op))
       ended = release.getStateAttr();
     if (ended) {
-      auto it = swappedIn.find(ended);
+      auto it = swappedIn.find({ended, endedChunk});
       if (it != swappedIn.end()) {
         out.push_back({Buffer::Swap, it->second.second,
                        positions.lookup(it->second.first),

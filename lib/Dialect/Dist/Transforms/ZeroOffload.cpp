@@ -36,7 +36,17 @@ struct ZeroOffloadPass : public dist::impl::ZeroOffloadBase<ZeroOffloadPass> {
                               const llvm::DenseSet<StringAttr> &onNvme);
   void hoistUpdates(func::FuncOp fn,
                     llvm::function_ref<bool(FlatSymbolRefAttr)> nvme);
+  LogicalResult splitIntoChunks(func::FuncOp fn,
+                                llvm::function_ref<bool(FlatSymbolRefAttr)> nvme);
   LogicalResult offloadActivations(func::FuncOp fn);
+};
+
+/// A tensor a swap moves: all of it, or chunk `chunk` of `chunks`
+/// (sub-group-size).
+struct Piece {
+  FlatSymbolRefAttr sym;
+  int64_t chunk = -1, chunks = 0;
+  std::pair<Attribute, int64_t> key() const { return {sym, chunk}; }
 };
 
 /// An op that needs nvme-resident tensors in host buffers: an optimizer
@@ -48,14 +58,14 @@ struct Use {
   /// gather, or the wait of an asynchronous gather (it reads the shard
   /// until then).
   Operation *endAnchor;
-  SmallVector<FlatSymbolRefAttr> tensors;
+  SmallVector<Piece> tensors;
   bool dirty;
   /// 0 before the accumulation boundary (every micro-batch), 1 after.
   int segment;
   /// Filled by the scheduling: the tensors swapped in for this use, and
   /// the tensors whose buffer ends after it (written back when dirty).
-  SmallVector<FlatSymbolRefAttr> ins;
-  SmallVector<std::pair<FlatSymbolRefAttr, bool>> ends;
+  SmallVector<Piece> ins;
+  SmallVector<std::pair<Piece, bool>> ends;
   SmallVector<Value> inTokens, outTokens;
 };
 } // namespace
@@ -77,6 +87,12 @@ void ZeroOffloadPass::runOnOperation() {
     std::snprintf(shown, sizeof(shown), "%g", static_cast<double>(ratio));
     module.emitError() << "zero-offload: ratio=" << shown
                        << " is out of range (0, 1]";
+    return signalPassFailure();
+  }
+  if (subGroupSize < 0) {
+    module.emitError() << "zero-offload: sub-group-size="
+                       << static_cast<int64_t>(subGroupSize)
+                       << " must be >= 0 (elements; 0: whole states)";
     return signalPassFailure();
   }
   if (bufferCount < 1 || bufferCount > 16) {
@@ -370,6 +386,52 @@ void ZeroOffloadPass::hoistUpdates(
   }
 }
 
+/// sub-group-size: an update whose states all live on nvme (and whose
+/// parameter does not) and hold more than sub-group-size elements becomes
+/// C updates of one chunk each (`dist.chunk = array<i64: c, C>`), in
+/// order, each a use of its own below: its states' chunk is swapped in,
+/// stepped and swapped out while the next chunk is read, through buffers
+/// of one chunk. Adam and SGD are elementwise, so the chunks compute
+/// exactly the whole update's values.
+LogicalResult ZeroOffloadPass::splitIntoChunks(
+    func::FuncOp fn, llvm::function_ref<bool(FlatSymbolRefAttr)> nvme) {
+  if (subGroupSize <= 0)
+    return success();
+  Block &body = fn.getBody().front();
+  for (auto update :
+       llvm::to_vector(body.getOps<train::OptimizerUpdateOpInterface>())) {
+    Operation *op = update;
+    if (nvme(update.getUpdatedParam()))
+      continue; // swapped whole with the parameter (stage 3, param=nvme)
+    bool any = false, all = true;
+    for (FlatSymbolRefAttr s : update.getUpdatedStates()) {
+      if (!s)
+        continue;
+      any |= nvme(s);
+      all &= nvme(s);
+    }
+    if (!any || !all)
+      continue;
+    const int64_t n =
+        cast<ShapedType>(update.getGradient().getType()).getNumElements();
+    if (n <= subGroupSize)
+      continue;
+    int64_t chunks = (n + subGroupSize - 1) / subGroupSize;
+    const int64_t each = chunkElements(n, chunks);
+    chunks = (n + each - 1) / each;
+    if (chunks < 2)
+      continue;
+    OpBuilder b(op);
+    for (int64_t c = 0; c < chunks; ++c) {
+      Operation *part = b.clone(*op);
+      part->setAttr(kChunkAttr, b.getDenseI64ArrayAttr({c, chunks}));
+    }
+    op->erase();
+    ++numChunkedUpdates;
+  }
+  return success();
+}
+
 /// The swaps of one function (see the pass description): each use's
 /// tensors are read ahead of it, one use early (in the same micro-batch
 /// segment), and end after it: written back if it wrote them, released if
@@ -386,6 +448,14 @@ ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
   Block &body = fn.getBody().front();
   auto nvme = [&](FlatSymbolRefAttr s) {
     return s && onNvme.contains(s.getAttr());
+  };
+  // A piece's `chunk c of C` attributes (none for a whole tensor).
+  Builder attrs(fn.getContext());
+  auto chunkIndex = [&](const Piece &t) {
+    return t.chunk < 0 ? IntegerAttr() : attrs.getI64IntegerAttr(t.chunk);
+  };
+  auto chunkCount = [&](const Piece &t) {
+    return t.chunk < 0 ? IntegerAttr() : attrs.getI64IntegerAttr(t.chunks);
   };
   // On one rank stage 3 gathers nothing: parameters are read in place. A
   // read whose value the backward pass uses again would keep the swap
@@ -412,6 +482,8 @@ ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
   }
 
   hoistUpdates(fn, nvme);
+  if (failed(splitIntoChunks(fn, nvme)))
+    return failure();
 
   // Without accumulation a gradient lives from the op that makes it to its
   // update: the gradients of swapped updates (moved right after them) go
@@ -452,29 +524,35 @@ ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
                << "reads @" << read.getParam()
                << " in every micro-batch and uses the value after the "
                   "accumulation boundary: zero-offload cannot swap it";
-      uses.push_back({&op, last, {read.getParamAttr()}, false, segment});
+      uses.push_back({&op, last, {{read.getParamAttr()}}, false, segment});
       continue;
     }
     if (auto gather = dyn_cast<GatherParamOp>(op); gather &&
         nvme(gather.getParamAttr())) {
-      uses.push_back({&op, &op, {gather.getParamAttr()}, false, segment});
+      uses.push_back({&op, &op, {{gather.getParamAttr()}}, false, segment});
       continue;
     }
     if (auto start = dyn_cast<GatherParamStartOp>(op);
         start && nvme(start.getParamAttr())) {
       Operation *wait = *start.getToken().getUsers().begin();
-      uses.push_back({&op, wait, {start.getParamAttr()}, false, segment});
+      uses.push_back({&op, wait, {{start.getParamAttr()}}, false, segment});
       continue;
     }
     auto update = dyn_cast<train::OptimizerUpdateOpInterface>(op);
     if (!update)
       continue;
     Use u{&op, &op, {}, true, segment};
+    // A chunk of a split update (sub-group-size) swaps that chunk only.
+    int64_t chunk = -1, chunks = 0;
+    if (auto c = op.getAttrOfType<DenseI64ArrayAttr>(kChunkAttr)) {
+      chunk = c[0];
+      chunks = c[1];
+    }
     if (nvme(update.getUpdatedParam()))
-      u.tensors.push_back(update.getUpdatedParam());
+      u.tensors.push_back({update.getUpdatedParam()});
     for (FlatSymbolRefAttr s : update.getUpdatedStates())
       if (nvme(s))
-        u.tensors.push_back(s);
+        u.tensors.push_back({s, chunk, chunks});
     if (u.tensors.empty())
       continue;
     if (boundary == nullptr && train::getAccumulationBoundary(fn))
@@ -505,10 +583,13 @@ ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
       issueAt[k] = uses[static_cast<size_t>(ahead)].op;
   }
   // Which use's buffer each tensor is in, and whether it was written.
-  llvm::DenseMap<Attribute, std::pair<size_t, bool>> owner;
+  llvm::MapVector<std::pair<Attribute, int64_t>, std::pair<size_t, bool>>
+      owner;
+  llvm::DenseMap<std::pair<Attribute, int64_t>, Piece> pieceOf;
   for (size_t k = 0; k < uses.size(); ++k) {
-    for (FlatSymbolRefAttr t : uses[k].tensors) {
-      auto it = owner.find(t);
+    for (const Piece &t : uses[k].tensors) {
+      pieceOf[t.key()] = t;
+      auto it = owner.find(t.key());
       if (it != owner.end()) {
         Use &prev = uses[it->second.first];
         // Still in its buffer where this use's read would start: keep it.
@@ -520,11 +601,11 @@ ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
         prev.ends.push_back({t, it->second.second});
       }
       uses[k].ins.push_back(t);
-      owner[t] = {k, uses[k].dirty};
+      owner[t.key()] = {k, uses[k].dirty};
     }
   }
   for (auto &[t, own] : owner)
-    uses[own.first].ends.push_back({cast<FlatSymbolRefAttr>(t), own.second});
+    uses[own.first].ends.push_back({pieceOf.lookup(t), own.second});
 
   // The ops: ends right after their anchor, then reads (with the waits
   // they need) at their issue points, then the reads' waits right before
@@ -535,14 +616,17 @@ ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
     b.setInsertionPointAfter(u.endAnchor);
     // In symbol order: the schedule is the same whatever the map's order.
     llvm::sort(u.ends, [](auto &x, auto &y) {
-      return x.first.getValue() < y.first.getValue();
+      return std::make_pair(x.first.sym.getValue(), x.first.chunk) <
+             std::make_pair(y.first.sym.getValue(), y.first.chunk);
     });
     for (auto [t, dirty] : u.ends) {
       if (dirty) {
-        u.outTokens.push_back(
-            SwapOutStartOp::create(b, u.op->getLoc(), t).getToken());
+        u.outTokens.push_back(SwapOutStartOp::create(b, u.op->getLoc(), t.sym,
+                                                     chunkIndex(t),
+                                                     chunkCount(t))
+                                  .getToken());
       } else {
-        SwapReleaseOp::create(b, u.op->getLoc(), t);
+        SwapReleaseOp::create(b, u.op->getLoc(), t.sym);
       }
     }
   }
@@ -551,14 +635,15 @@ ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
       WaitOp::create(b, loc, TypeRange{}, token);
   };
   // The write-back of tensor t by an earlier use, for the reads of t.
-  llvm::DenseMap<Attribute, Value> lastOut;
-  llvm::DenseMap<Operation *, SmallVector<std::pair<Attribute, Value>>>
+  llvm::DenseMap<std::pair<Attribute, int64_t>, Value> lastOut;
+  llvm::DenseMap<Operation *,
+                 SmallVector<std::pair<std::pair<Attribute, int64_t>, Value>>>
       outsOf;
   for (Use &u : uses) {
     size_t i = 0;
     for (auto [t, dirty] : u.ends)
       if (dirty)
-        outsOf[u.op].push_back({t, u.outTokens[i++]});
+        outsOf[u.op].push_back({t.key(), u.outTokens[i++]});
   }
   for (size_t k = 0; k < uses.size(); ++k) {
     Use &u = uses[k];
@@ -570,16 +655,19 @@ ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
       continue;
     b.setInsertionPoint(issueAt[k]);
     Location loc = u.op->getLoc();
-    for (FlatSymbolRefAttr t : u.ins)
-      if (Value tok = lastOut.lookup(t))
+    for (const Piece &t : u.ins)
+      if (Value tok = lastOut.lookup(t.key()))
         if (tok.getDefiningOp()->isBeforeInBlock(issueAt[k]))
           waitFor(tok, loc);
     if (static_cast<int64_t>(k) - D >= 0)
       for (Value tok : uses[k - D].outTokens)
         if (tok.getDefiningOp()->isBeforeInBlock(issueAt[k]))
           waitFor(tok, loc);
-    for (FlatSymbolRefAttr t : u.ins) {
-      u.inTokens.push_back(SwapInStartOp::create(b, loc, t).getToken());
+    for (const Piece &t : u.ins) {
+      u.inTokens.push_back(SwapInStartOp::create(b, loc, t.sym,
+                                                 chunkIndex(t),
+                                                 chunkCount(t))
+                               .getToken());
       ++numSwaps;
     }
   }

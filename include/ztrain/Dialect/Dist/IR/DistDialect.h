@@ -35,6 +35,27 @@ inline constexpr int64_t kSwapAlignment = 4096;
 inline int64_t swapBytes(int64_t bytes) {
   return (bytes + kSwapAlignment - 1) / kSwapAlignment * kSwapAlignment;
 }
+/// Discardable attribute on an optimizer update (zero-offload's
+/// sub-group-size): `array<i64: c, C>`, the update steps only chunk c of
+/// its C chunks (chunkElements), whose states were swapped in alone.
+inline constexpr llvm::StringLiteral kChunkAttr = "dist.chunk";
+/// Chunks start at multiples of this many elements: a whole number of
+/// 4096-byte blocks for 2- and 4-byte elements alike, so every chunk of
+/// every state of an update starts on a block of its swap file.
+inline constexpr int64_t kChunkGranule = 2048;
+/// Elements per chunk when n elements are cut into `chunks` chunks:
+/// ceil(n / chunks) rounded up to kChunkGranule; the last chunk holds what
+/// remains (zero-offload chooses `chunks` so that it is not empty).
+inline int64_t chunkElements(int64_t n, int64_t chunks) {
+  const int64_t each = (n + chunks - 1) / chunks;
+  return (each + kChunkGranule - 1) / kChunkGranule * kChunkGranule;
+}
+/// Elements of chunk `c`.
+inline int64_t chunkSize(int64_t n, int64_t c, int64_t chunks) {
+  const int64_t e = chunkElements(n, chunks);
+  const int64_t rest = n - c * e;
+  return rest < e ? rest : e;
+}
 } // namespace ztrain::dist
 
 #endif // ZTRAIN_DIALECT_DIST_IR_DISTDIALECT_H

@@ -328,9 +328,10 @@ def Dist_AllGatherParamStartOp : Dist_StartOp<"all_gather_param_start"> {
 class Dist_SwapStartOp<string mnemonic>
     : Op<Dist_Dialect, mnemonic, [MemoryEffects<[MemRead, MemWrite]>,
         DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
-  let arguments = (ins FlatSymbolRefAttr:$state);
+  let arguments = (ins FlatSymbolRefAttr:$state, OptionalAttr<I64Attr>:$chunk,
+                       OptionalAttr<I64Attr>:$chunks);
   let results = (outs Dist_TokenType:$token);
-  let assemblyFormat = "$state attr-dict";
+  let assemblyFormat = "$state (`chunk` $chunk^ `of` $chunks)? attr-dict";
 }
 
 def Dist_SwapInStartOp : Dist_SwapStartOp<"swap_in_start"> {
@@ -354,9 +355,23 @@ def Dist_SwapInStartOp : Dist_SwapStartOp<"swap_in_start"> {
     dist.wait %o
     ```
 
+    **Chunks** (`zero-offload`'s `sub-group-size`): `chunk c of C` moves
+    only chunk c of the state's C chunks of E elements each, E = ceil(n /
+    C) rounded up to a multiple of 2048 elements (`dist::chunkElements`:
+    whole 4096-byte blocks), the last chunk what remains: the file's bytes
+    from c * E elements on, the buffer that chunk's size rounded up to
+    whole blocks. The update that uses it carries `dist.chunk = array<i64:
+    c, C>` and steps only those elements. A state of many GB streams through
+    a buffer of one chunk.
+
+    ```mlir
+    %t = dist.swap_in_start @emb.exp_avg chunk 1 of 4
+    ```
+
     **Constraints:**
     - `@state` names a `train.state` or `train.param` whose `dist.space`
       is `nvme`.
+    - `chunk` and `chunks` come together, 0 <= chunk < chunks, chunks >= 2.
   }];
 }
 
@@ -365,7 +380,8 @@ def Dist_SwapOutStartOp : Dist_SwapStartOp<"swap_out_start"> {
   let description = [{
     Starts writing the swap buffer of a tensor that `dist.swap_in_start`
     brought in back to the tensor's file; the buffer is freed at the
-    matching `dist.wait`, and must not be read or written before it.
+    matching `dist.wait`, and must not be read or written before it. With
+    `chunk c of C`, the chunk that swap-in of the same chunk brought in.
 
     ```mlir
     %o = dist.swap_out_start @fc1.weight.exp_avg

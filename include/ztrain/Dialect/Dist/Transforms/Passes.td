@@ -397,12 +397,19 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
     Option<"bufferCount", "buffer-count", "int64_t", "3",
            "nvme: uses whose tensors are in swap buffers at once (1-16; "
            "3 overlaps both the reads and the write-backs with the uses; "
-           "more reads further ahead)">
+           "more reads further ahead)">,
+    Option<"subGroupSize", "sub-group-size", "int64_t", "0",
+           "nvme: an update whose states hold more elements than this is "
+           "split into chunks of at most this many (rounded up to 2048), "
+           "each swapped in, stepped and swapped out on its own (DeepSpeed's "
+           "sub_group_size; 0: whole states)">
   ];
   let statistics = [
     Statistic<"numSwaps", "swaps", "Swap transfers inserted (in and out)">,
     Statistic<"numHoisted", "hoisted",
               "Optimizer updates moved into the backward pass">,
+    Statistic<"numChunkedUpdates", "chunked-updates",
+              "Optimizer updates split into chunks (sub-group-size)">,
     Statistic<"numOffloadedActivations", "offloaded-activations",
               "Activations copied to host memory between the passes">
   ];
