@@ -468,7 +468,8 @@ static std::string pipelineOf(const PlanChoice &choice,
        << " param=" << choice.offloadParam
        << " activations=" << choice.offloadActivations
        << " ratio=" << llvm::format("%g", choice.offloadRatio)
-       << " buffer-count=" << z.offloadBufferCount << "}";
+       << " buffer-count=" << z.offloadBufferCount
+       << " sub-group-size=" << z.offloadSubGroupSize << "}";
   }
   os << ",ztrain-to-llvm)";
   return s;

@@ -27,7 +27,7 @@
 // DEVICE: device kB {{.*}} offload (host / nvme io / host link per step)
 // DEVICE: {{^}} * 0     full {{.*}} fits  optimizer=cpu param=none activations=cpu (0.51 / 0.00 / 1.02 kB)
 // DEVICE: chosen: --recompute=full --offload-optimizer=cpu --offload-activations=cpu: predicted device peak 700 bytes (0.70 kB) per rank and 512 bytes of host memory, 1024 bytes over the host link
-// DEVICE-NEXT: pipeline: builtin.module(ztrain-training{{{.*}}recompute=full{{.*}}},zero-offload{optimizer=cpu param=none activations=cpu ratio=1 buffer-count={{[0-9]+}}},ztrain-to-llvm)
+// DEVICE-NEXT: pipeline: builtin.module(ztrain-training{{{.*}}recompute=full{{.*}}},zero-offload{optimizer=cpu param=none activations=cpu ratio=1 buffer-count={{[0-9]+}} sub-group-size=0},ztrain-to-llvm)
 // DEVPART: chosen: --recompute=selective --offload-optimizer=cpu --offload-ratio=0.5: predicted device peak 988 bytes
 // DEVJSON-DAG: "host_memory_budget": 1000000
 // DEVJSON-DAG: "host_link_bytes_per_second": 25000000000
@@ -52,7 +52,7 @@
 // LOOSE: plan search: memory budget 100000 bytes (100.00 kB) per rank, dp=2
 // LOOSE: searched 63 plans in
 // LOOSE-NEXT: chosen: --zero-stage=0 --recompute={{.*}} --overlap: predicted peak {{[0-9]+}} bytes
-// LOOSE-NEXT: pipeline: builtin.module(ztrain-training{{{.*}}recompute={{.*}}},ztrain-zero{{{.*}}dp=2{{.*}}overlap=true{{.*}}stage=0},ztrain-to-llvm)
+// LOOSE-NEXT: pipeline: builtin.module(ztrain-training{{{.*}}recompute={{.*}}},ztrain-zero{{{.*}}dp=2{{.*}}overlap=true{{.*}}stage=0 sub-group-size=0},ztrain-to-llvm)
 
 // TIGHT: {{^}} * 2     full {{.*}} fits
 // TIGHT: chosen: --zero-stage=2 --recompute=full: predicted peak 900 bytes (0.90 kB) per rank
@@ -69,7 +69,7 @@
 // JSON-DAG: "memory_budget": 900
 // JSON-DAG: "chosen": {{[0-9]+}}
 // JSON-DAG: "smallest_peak": 828
-// JSON-DAG: "pipeline": "builtin.module(ztrain-training{{.*}}recompute=full{{.*}}stage=2},ztrain-to-llvm)"
+// JSON-DAG: "pipeline": "builtin.module(ztrain-training{{.*}}recompute=full{{.*}}stage=2 sub-group-size=0},ztrain-to-llvm)"
 // JSON-DAG: "peak": 900
 
 // The search leaves the module as it was.

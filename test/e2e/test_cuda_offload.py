@@ -40,6 +40,8 @@ PLACEMENTS = {
     "half": "offload-optimizer=nvme offload-ratio=0.5",
     "infinity": "offload-optimizer=nvme offload-param=nvme",
     "params-cpu": "offload-optimizer=cpu offload-param=cpu",
+    # Streamed in chunks (one rank: the MLP weights' 4096 elements in two).
+    "chunks": "offload-optimizer=nvme sub-group-size=2048",
 }
 
 
@@ -52,7 +54,7 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
     spec = gpt(batch=2)
     init, data = inputs(tmp_path, spec, STEPS * n * spec.batch)
     nvme = swap_dir(tmp_path)
-    offloads = ["none", "cpu", "nvme", "half"] + \
+    offloads = ["none", "cpu", "nvme", "half", "chunks"] + \
         (["infinity", "params-cpu"] if stage == 3 else [])
     # A world of one probes the runtime (skips where it has no cuda backend).
     require_cuda_runtime(e2e_util.compile_text(

@@ -276,6 +276,28 @@ func.func @f() {
 train.param @w : tensor<4xf32> init(zeros)
 train.state @w.exp_avg : tensor<4xf32> of @w {dist.space = #dist.space<nvme>}
 func.func @f() {
+  // expected-error @+1 {{'dist.swap_in_start' op chunk 3 of 3 is out of range (0 <= chunk < chunks, chunks >= 2)}}
+  %t = dist.swap_in_start @w.exp_avg chunk 3 of 3
+  dist.wait %t
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+train.state @w.exp_avg : tensor<4xf32> of @w {dist.space = #dist.space<nvme>}
+func.func @f() {
+  // expected-error @+1 {{'dist.swap_out_start' op needs both `chunk` and `chunks` or neither}}
+  %t = dist.swap_out_start @w.exp_avg {chunk = 1 : i64}
+  dist.wait %t
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+train.state @w.exp_avg : tensor<4xf32> of @w {dist.space = #dist.space<nvme>}
+func.func @f() {
   %t = dist.swap_in_start @w.exp_avg
   // expected-error @+1 {{'dist.wait' op completes a swap transfer, which yields nothing}}
   %v = dist.wait %t : tensor<4xf32>
