@@ -42,6 +42,10 @@ PLACEMENTS = {
     "params-cpu": "offload-optimizer=cpu offload-param=cpu",
     # Streamed in chunks (one rank: the MLP weights' 4096 elements in two).
     "chunks": "offload-optimizer=nvme sub-group-size=2048",
+    # Stage 3: parameter shards in host memory, their updates' states
+    # streamed from nvme in chunks (each chunk update reads and writes its
+    # part of the shard over the host link).
+    "params-cpu-chunks": "offload-optimizer=nvme offload-param=cpu sub-group-size=2048",
 }
 
 
@@ -55,7 +59,7 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
     init, data = inputs(tmp_path, spec, STEPS * n * spec.batch)
     nvme = swap_dir(tmp_path)
     offloads = ["none", "cpu", "nvme", "half", "chunks"] + \
-        (["infinity", "params-cpu"] if stage == 3 else [])
+        (["infinity", "params-cpu", "params-cpu-chunks"] if stage == 3 else [])
     # A world of one probes the runtime (skips where it has no cuda backend).
     require_cuda_runtime(e2e_util.compile_text(
         spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"), name="probe",

@@ -363,10 +363,12 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
     train::ParamOp param = hostParam(update.getUpdatedParam());
     if (!param)
       return;
-    int64_t bytes = times *
-                    cast<ShapedType>(update.getGradient().getType())
-                        .getNumElements() *
-                    elementBytes(param.getType());
+    int64_t elements =
+        cast<ShapedType>(update.getGradient().getType()).getNumElements();
+    // One chunk of a split update (sub-group-size) touches its chunk.
+    if (auto c = op->getAttrOfType<DenseI64ArrayAttr>(kChunkAttr))
+      elements = chunkSize(elements, c[0], c[1]);
+    int64_t bytes = times * elements * elementBytes(param.getType());
     bool master = false;
     if (auto sgd = dyn_cast<train::SGDUpdateOp>(op))
       master = static_cast<bool>(sgd.getMasterAttr());
