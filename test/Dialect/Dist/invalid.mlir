@@ -295,6 +295,17 @@ func.func @f() {
 
 // -----
 
+train.param @w : tensor<4096xf32> init(zeros)
+train.state @w.exp_avg : tensor<4096xf32> of @w {dist.space = #dist.space<nvme>}
+func.func @f() {
+  // expected-error @+1 {{'dist.swap_in_start' op chunk 3 of 4 of @w.exp_avg holds nothing: its 4096 elements per rank fill 2 chunk(s) of 2048}}
+  %t = dist.swap_in_start @w.exp_avg chunk 3 of 4
+  dist.wait %t
+  return
+}
+
+// -----
+
 train.param @w : tensor<4xf32> init(zeros)
 train.state @w.exp_avg : tensor<4xf32> of @w {dist.space = #dist.space<nvme>}
 func.func @f() {

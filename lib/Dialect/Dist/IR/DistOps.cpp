@@ -622,18 +622,54 @@ static LogicalResult verifyChunk(Operation *op, std::optional<int64_t> chunk,
   return success();
 }
 
+/// A chunk holds elements of the tensor's per-rank storage (chunkSize > 0):
+/// `chunk 3 of 4` of 4096 elements would start past its end.
+static LogicalResult verifyChunkFits(Operation *op, FlatSymbolRefAttr name,
+                                     std::optional<int64_t> chunk,
+                                     std::optional<int64_t> chunks,
+                                     SymbolTableCollection &symbols) {
+  if (!chunk)
+    return success();
+  Operation *target = symbols.lookupNearestSymbolFrom(op, name);
+  auto type = cast<RankedTensorType>(
+      isa<train::StateOp>(target) ? cast<train::StateOp>(target).getType()
+                                  : cast<train::ParamOp>(target).getType());
+  int64_t stage = 0, gridSize = 1;
+  auto module = op->getParentOfType<ModuleOp>();
+  if (auto zero = module ? module->getAttrOfType<ZeroAttr>(kZeroAttr)
+                         : ZeroAttr()) {
+    stage = zero.getStage();
+    FailureOr<int64_t> n = getGridSize(op, zero.getGrid(), symbols);
+    if (failed(n))
+      return failure();
+    gridSize = *n;
+  }
+  const int64_t n = getStateStorage(target, type, stage, gridSize).elements;
+  if (chunkSize(n, *chunk, *chunks) <= 0)
+    return op->emitOpError()
+           << "chunk " << *chunk << " of " << *chunks << " of " << name
+           << " holds nothing: its " << n << " elements per rank fill "
+           << (n + chunkElements(n, *chunks) - 1) / chunkElements(n, *chunks)
+           << " chunk(s) of " << chunkElements(n, *chunks);
+  return success();
+}
+
 LogicalResult
 SwapInStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  if (failed(verifyChunk(*this, getChunk(), getChunks())))
+  if (failed(verifyChunk(*this, getChunk(), getChunks())) ||
+      failed(verifySwappedState(*this, getStateAttr(), symbols)))
     return failure();
-  return verifySwappedState(*this, getStateAttr(), symbols);
+  return verifyChunkFits(*this, getStateAttr(), getChunk(), getChunks(),
+                         symbols);
 }
 
 LogicalResult
 SwapOutStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  if (failed(verifyChunk(*this, getChunk(), getChunks())))
+  if (failed(verifyChunk(*this, getChunk(), getChunks())) ||
+      failed(verifySwappedState(*this, getStateAttr(), symbols)))
     return failure();
-  return verifySwappedState(*this, getStateAttr(), symbols);
+  return verifyChunkFits(*this, getStateAttr(), getChunk(), getChunks(),
+                         symbols);
 }
 
 LogicalResult

@@ -371,7 +371,8 @@ def Dist_SwapInStartOp : Dist_SwapStartOp<"swap_in_start"> {
     **Constraints:**
     - `@state` names a `train.state` or `train.param` whose `dist.space`
       is `nvme`.
-    - `chunk` and `chunks` come together, 0 <= chunk < chunks, chunks >= 2.
+    - `chunk` and `chunks` come together, 0 <= chunk < chunks, chunks >= 2,
+      and the chunk holds elements of the tensor's per-rank storage.
   }];
 }
 
