@@ -3,7 +3,8 @@
 in memory, optimizer states in host memory (cpu: a no-op on the CPU
 backend), optimizer states on nvme, and parameters and optimizer states on
 nvme (ZeRO-Infinity, stage 3), with the default 3 swap buffers and with 8
-(reads 6 uses ahead), in the same run; with the bytes each moves
+(reads 6 uses ahead), and optimizer states streamed in chunks of 256Ki
+elements (--sub-group-size), in the same run; with the bytes each moves
 per step and the fraction of the swap time hidden behind compute.
 
 Every configuration is one process (--dp=1; stage 3 for the parameter
@@ -42,6 +43,8 @@ CONFIGS = [  # name, flags, baseline
     ("optimizer nvme", ["--zero-stage=0", "--offload-optimizer=nvme"], "stage 0"),
     ("optimizer nvme, 8 bufs", ["--zero-stage=0", "--offload-optimizer=nvme",
                                 "--offload-buffer-count=8"], "stage 0"),
+    ("optimizer nvme, chunks", ["--zero-stage=0", "--offload-optimizer=nvme",
+                                "--sub-group-size=262144"], "stage 0"),
     ("stage 3", ["--zero-stage=3"], None),
     ("optimizer+param nvme", ["--zero-stage=3", "--offload-optimizer=nvme",
                               "--offload-param=nvme"], "stage 3"),
