@@ -286,16 +286,19 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
     r.activations = activationPeak(entry, r.stage, n, r.gatheredPeak);
   }
 
-  // The arithmetic: what runs before the accumulation boundary runs once
-  // per micro-batch.
+  // What runs before the accumulation boundary runs once per micro-batch.
+  auto runsPerStep = [&](Operation *op) -> int64_t {
+    return boundary && op->getBlock() == boundary->getBlock() &&
+                   op->isBeforeInBlock(boundary)
+               ? r.accumSteps
+               : 1;
+  };
+
+  // The arithmetic.
   if (auto policy = module->getAttrOfType<StringAttr>(train::kRecomputeAttr))
     r.recompute = policy.getValue().str();
   entry.walk([&](Operation *op) {
-    int64_t times =
-        boundary && op->getBlock() == boundary->getBlock() &&
-                op->isBeforeInBlock(boundary)
-            ? r.accumSteps
-            : 1;
+    int64_t times = runsPerStep(op);
     bool again = op->hasAttr(train::kRecomputedAttr);
     r.recomputedOps += again ? times : 0;
     if (auto mm = dyn_cast<train::MatmulOp>(op)) {
@@ -341,10 +344,7 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
                                                           : train::ParamOp();
   };
   entry.walk([&](Operation *op) {
-    int64_t times = boundary && op->getBlock() == boundary->getBlock() &&
-                            op->isBeforeInBlock(boundary)
-                        ? r.accumSteps
-                        : 1;
+    int64_t times = runsPerStep(op);
     if (isa<GatherParamOp, GatherParamStartOp>(op)) {
       train::ParamOp param =
           hostParam(op->getAttrOfType<FlatSymbolRefAttr>("param"));
