@@ -53,6 +53,13 @@ def compile_(model, *flags):
     (["--grad-accum-steps=0"], "--grad-accum-steps=0: expected an integer in [1, 2^30]"),
     (["--offload-optimizer=nvme", "--offload-ratio=1.5"],
      "--offload-ratio=1.5: expected a fraction in (0, 1]"),
+    (["--offload-optimizer=nvme", "--sub-group-size=-1"],
+     "--sub-group-size=-1: expected >= 0 (elements; 0: whole states)"),
+    (["--host-memory-budget=1GB"],
+     "--host-memory-budget is the host half of the plan search's budget; give "
+     "--memory-budget (the device's) too"),
+    (["--memory-budget=1GB", "--host-memory-budget=lots"],
+     "--host-memory-budget must be a size in bytes (1e10, 64GB, 64GiB), got 'lots'"),
     (["--hysteresis=2"],
      "--hysteresis configures fp16's dynamic loss scaling; --precision=fp32 has none"),
     (["--precision=bf16", "--initial-scale-power=16"],
@@ -68,6 +75,9 @@ def test_a_bad_value_is_one_line_naming_the_flag(model, flags, line):
 @pytest.mark.parametrize("config,line", [
     ({"zero_optimization": {"stage": 7}},
      "--zero-stage=7: expected 0, 1, 2 or 3 (from --config {cfg}: zero_optimization.stage)"),
+    ({"zero_optimization": {"sub_group_size": -5}},
+     "--config '{cfg}': a key ztrain cannot honour: zero_optimization.sub_group_size "
+     "(expected an integer >= 1)"),
     ({"gradient_clipping": -1},
      "--clip-grad-norm=-1: expected a finite norm >= 0 (0: no clipping) "
      "(from --config {cfg}: gradient_clipping)"),
