@@ -64,11 +64,13 @@ std::string ztrain::checkCostModel(const CostModel &m, StringRef prefix) {
       positive(m.device16FlopsPerSecond) &&
       positive(m.memoryBytesPerSecond) && positive(m.nvmeBytesPerSecond) &&
       positive(m.hostLinkBytesPerSecond) &&
+      positive(m.hostMemoryBytesPerSecond) &&
       m.collectiveLatency >= 0 && std::isfinite(m.collectiveLatency))
     return "";
   return (prefix + "link-gbps, " + prefix + "device-tflops, " + prefix +
           "device-tflops-16bit, " + prefix + "memory-gbps, " + prefix +
-          "nvme-gbps and " + prefix + "host-link-gbps must be positive and " +
+          "nvme-gbps, " + prefix + "host-link-gbps and " + prefix +
+          "host-memory-gbps must be positive and " +
           prefix + "latency-us non-negative")
       .str();
 }
@@ -330,7 +332,12 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
                 // activation copies overlap the passes only in part).
                 c.hostLinkSeconds =
                     (double)c.hostLinkBytes / m.hostLinkBytesPerSecond;
-                c.stepSeconds += c.hostLinkSeconds;
+                // Host-placed optimizer states are stepped on the host
+                // (ZeRO-Offload's CPU step), through a pinned buffer.
+                c.hostStepSeconds =
+                    (double)s->hostStepBytes / m.hostMemoryBytesPerSecond;
+                c.hostBytes += s->hostStepBuffers;
+                c.stepSeconds += c.hostLinkSeconds + c.hostStepSeconds;
                 c.fits = c.devicePeak <= request.budget &&
                          c.hostBytes <= request.hostBudget;
               } else {
@@ -510,8 +517,9 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
                 .str()
           : std::string(),
       deviceBackend
-          ? llvm::formatv(", host link {0:F1} GB/s",
-                          m.hostLinkBytesPerSecond / 1e9)
+          ? llvm::formatv(", host link {0:F1} GB/s, host step {1:F1} GB/s",
+                          m.hostLinkBytesPerSecond / 1e9,
+                          m.hostMemoryBytesPerSecond / 1e9)
                 .str()
           : std::string());
   // The precision column only when the search chose it.
@@ -667,6 +675,7 @@ void ztrain::printPlanSearchJson(raw_ostream &os,
       o["device_peak"] = c.devicePeak;
       o["host_link_bytes"] = c.hostLinkBytes;
       o["host_link_seconds"] = c.hostLinkSeconds;
+      o["host_step_seconds"] = c.hostStepSeconds;
       o["step_seconds"] = c.stepSeconds;
       o["fits"] = c.fits;
     }
@@ -688,7 +697,9 @@ void ztrain::printPlanSearchJson(raw_ostream &os,
                           {"memory_bytes_per_second", m.memoryBytesPerSecond},
                           {"nvme_bytes_per_second", m.nvmeBytesPerSecond},
                           {"host_link_bytes_per_second",
-                           m.hostLinkBytesPerSecond}}},
+                           m.hostLinkBytesPerSecond},
+                          {"host_memory_bytes_per_second",
+                           m.hostMemoryBytesPerSecond}}},
       {"candidates", std::move(candidates)},
       {"chosen", result.chosen >= 0 ? llvm::json::Value(result.chosen)
                                     : llvm::json::Value(nullptr)},
@@ -739,6 +750,7 @@ void PlanSearchPass::runOnOperation() {
   request.cost.memoryBytesPerSecond = memoryGBps * 1e9;
   request.cost.nvmeBytesPerSecond = nvmeGBps * 1e9;
   request.cost.hostLinkBytesPerSecond = hostLinkGBps * 1e9;
+  request.cost.hostMemoryBytesPerSecond = hostMemoryGBps * 1e9;
   if (!hostMemoryBudget.empty() &&
       !parseByteSize(hostMemoryBudget, request.hostBudget)) {
     module.emitError() << "plan-search: host-memory-budget must be a size in "

@@ -62,6 +62,10 @@ struct CostModel {
   /// (PCIe): what host-placed states, offloaded activations and swap
   /// copies cost on a device backend (plans with a host budget).
   double hostLinkBytesPerSecond = 25e9;
+  /// Bytes per second the host's optimizer step (ZeRO-Offload's CPU step,
+  /// host-placed optimizer states on a device backend) reads and writes in
+  /// host memory: the step is bound by host memory bandwidth.
+  double hostMemoryBytesPerSecond = 50e9;
 };
 
 /// The dimensions the search varies. A field the user fixed (given on the
@@ -104,6 +108,8 @@ struct PlanCandidate {
   int64_t devicePeak = 0, hostLinkBytes = 0;
   double computeSeconds = 0, communicationSeconds = 0, ioSeconds = 0;
   double hostLinkSeconds = 0;
+  /// The host's optimizer steps (device backend, host-placed states).
+  double hostStepSeconds = 0;
   double stepSeconds = 0;
   bool fits = false;
 };

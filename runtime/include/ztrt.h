@@ -120,7 +120,11 @@ typedef enum ztrt_category {
   // Parameter storage placed in host memory (--offload-param=cpu): mapped
   // pinned memory that a device backend's kernels read and write in place.
   ZTRT_CAT_HOST_PARAMETERS = 10,
-  ZTRT_CAT_COUNT = 11
+  // ZeRO-Offload's CPU step on a device backend: the pinned host buffer an
+  // update with host-placed states stages its gradient (and the parameter
+  // it sends back) through. Host memory; unused on the cpu backend.
+  ZTRT_CAT_HOST_STEP_BUFFERS = 11,
+  ZTRT_CAT_COUNT = 12
 } ztrt_category;
 
 // The optimizer hyper-parameters a compiled update asks the run for

@@ -858,6 +858,16 @@ void ztrt_sgd_update(ztrt_ctx *ctx, int32_t dtype, void *param,
   requireNoLossScale(ctx, "sgd_update");
   SgdHyper hyper{lr, momentum, dampening, weight_decay, nesterov != 0};
   hyper.gradScale = clipFactor(ctx, "sgd_update");
+  if (ctx->hostStep(momentum_buf)) {
+    // ZeRO-Offload's CPU step: the states are host memory.
+    ctx->runHostStep(
+        param, type, grad, type, n, false,
+        [&](Backend &cpu, void *p, const void *g) {
+          cpu.sgdUpdate(type, p, g, momentum_buf, n, hyper, ctx->step);
+        },
+        "sgd_update");
+    return;
+  }
   backend.sgdUpdate(type, param, grad, momentum_buf, n, hyper, ctx->step);
   ctx->noteStateAccess(param, n * ztrt::elementBytes(type));
   ctx->noteStateAccess(momentum_buf, n * ztrt::elementBytes(type));
@@ -878,6 +888,16 @@ void ztrt_adam_update(ztrt_ctx *ctx, int32_t dtype, void *param,
   requireNoLossScale(ctx, op);
   AdamHyper hyper{lr, beta1, beta2, eps, weight_decay, decoupled != 0};
   hyper.gradScale = clipFactor(ctx, op);
+  if (ctx->hostStep(exp_avg)) {
+    ctx->runHostStep(
+        param, type, grad, type, n, false,
+        [&](Backend &cpu, void *p, const void *g) {
+          cpu.adamUpdate(type, p, g, exp_avg, exp_avg_sq, n, hyper,
+                         ctx->step);
+        },
+        op);
+    return;
+  }
   backend.adamUpdate(type, param, grad, exp_avg, exp_avg_sq, n, hyper,
                      ctx->step);
   ctx->noteStateAccess(param, n * ztrt::elementBytes(type));
@@ -907,6 +927,19 @@ void ztrt_sgd_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
     return;
   SgdHyper hyper{lr, momentum, dampening, weight_decay, nesterov != 0};
   hyper.gradScale = unscale;
+  if (ctx->hostStep(master)) {
+    // The parameter is written only: nothing of it goes down.
+    ctx->runHostStep(
+        param, paramType, grad, gradType, n, true,
+        [&](Backend &cpu, void *p, const void *g) {
+          cpu.sgdUpdateMaster(gradType, paramType, p, g,
+                              static_cast<float *>(master),
+                              static_cast<float *>(momentum_buf), n, hyper,
+                              ctx->optimizerStep());
+        },
+        op);
+    return;
+  }
   backend.sgdUpdateMaster(gradType, paramType, param, grad,
                           static_cast<float *>(master),
                           static_cast<float *>(momentum_buf), n, hyper,
@@ -938,6 +971,19 @@ void ztrt_adam_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
     return;
   AdamHyper hyper{lr, beta1, beta2, eps, weight_decay, decoupled != 0};
   hyper.gradScale = unscale;
+  if (ctx->hostStep(master)) {
+    ctx->runHostStep(
+        param, paramType, grad, gradType, n, true,
+        [&](Backend &cpu, void *p, const void *g) {
+          cpu.adamUpdateMaster(gradType, paramType, p, g,
+                               static_cast<float *>(master),
+                               static_cast<float *>(exp_avg),
+                               static_cast<float *>(exp_avg_sq), n, hyper,
+                               ctx->optimizerStep());
+        },
+        op);
+    return;
+  }
   backend.adamUpdateMaster(gradType, paramType, param, grad,
                            static_cast<float *>(master),
                            static_cast<float *>(exp_avg),

@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "cpu/CpuBackend.h"
 #include "src/Support.h"
 
 #include <algorithm>
@@ -40,7 +41,7 @@ const char *categoryName(int category) {
       "parameters",  "gradients", "optimizer_states",
       "activations", "other",     "gathered_parameters", "buffers",
       "swap_buffers", "host_optimizer_states", "host_activations",
-      "host_parameters"};
+      "host_parameters", "host_step_buffers"};
   return category >= 0 && category < ZTRT_CAT_COUNT ? names[category]
                                                     : "invalid";
 }
@@ -170,7 +171,8 @@ void *ztrt_ctx::allocate(int64_t bytes, int32_t category, const char *op) {
     memory = impl->hostResident() ? Memory::SwapHost : Memory::SwapDevice;
   else if ((category == ZTRT_CAT_HOST_STATES ||
             category == ZTRT_CAT_HOST_ACTIVATIONS ||
-            category == ZTRT_CAT_HOST_PARAMETERS) &&
+            category == ZTRT_CAT_HOST_PARAMETERS ||
+            category == ZTRT_CAT_HOST_STEP_BUFFERS) &&
            !impl->hostResident())
     memory = Memory::MappedHost;
   void *ptr = nullptr;
@@ -499,6 +501,54 @@ void ztrt_ctx::noteCopy(int64_t fence) {
                                   }),
                    copyFences.end());
   copyFences.push_back(fence);
+}
+
+bool ztrt_ctx::hostStep(const void *state) const {
+  if (!state || impl->hostResident())
+    return false;
+  auto it = live.find(const_cast<void *>(state));
+  return it != live.end() && it->second.category == ZTRT_CAT_HOST_STATES;
+}
+
+void ztrt_ctx::runHostStep(
+    void *param, DType paramType, const void *grad, DType gradType, int64_t n,
+    bool writesParamOnly,
+    const std::function<void(Backend &, void *, const void *)> &kernel,
+    const char *op) {
+  const int64_t gradBytes = n * elementBytes(gradType);
+  const bool paramOnHost = mappedHost(param);
+  const int64_t paramBytes = paramOnHost ? 0 : n * elementBytes(paramType);
+  if (gradBytes + paramBytes > hostStepBufferBytes)
+    fatal("%s: the host step needs %lld bytes of staging for %lld elements, "
+          "the host step buffer has %lld (the descriptor's host-placed "
+          "states are smaller than this update)",
+          op, static_cast<long long>(gradBytes + paramBytes),
+          static_cast<long long>(n),
+          static_cast<long long>(hostStepBufferBytes));
+  if (!hostKernels)
+    hostKernels = createCpuBackend();
+  char *staging = static_cast<char *>(hostStepBuffer);
+  // Gradients down: waits for the kernels that made this one (the
+  // compute stream runs everything issued before it).
+  impl->copyToHost(staging, grad, gradBytes);
+  offload.deviceToHostBytes += gradBytes;
+  void *hostParam = param;
+  if (!paramOnHost) {
+    hostParam = staging + gradBytes;
+    if (!writesParamOnly) {
+      impl->copyToHost(hostParam, param, paramBytes);
+      offload.deviceToHostBytes += paramBytes;
+    }
+  }
+  {
+    TraceScope scope(trace(), "host step");
+    kernel(*hostKernels, hostParam, staging);
+  }
+  // Parameters up: the work issued next reads the new values.
+  if (!paramOnHost) {
+    impl->copyFromHost(param, hostParam, paramBytes);
+    offload.hostToDeviceBytes += paramBytes;
+  }
 }
 
 void ztrt_ctx::noteStateAccess(const void *state, int64_t bytes) {

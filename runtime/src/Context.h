@@ -23,6 +23,7 @@
 #include "src/Trace.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <array>
 #include <optional>
@@ -54,7 +55,8 @@ inline bool isHostCategory(int category) {
   return category == ZTRT_CAT_SWAP_BUFFERS ||
          category == ZTRT_CAT_HOST_STATES ||
          category == ZTRT_CAT_HOST_ACTIVATIONS ||
-         category == ZTRT_CAT_HOST_PARAMETERS;
+         category == ZTRT_CAT_HOST_PARAMETERS ||
+         category == ZTRT_CAT_HOST_STEP_BUFFERS;
 }
 
 /// The swaps of nvme-resident optimizer states during steps (ztrt_swap_*).
@@ -217,6 +219,29 @@ struct ztrt_ctx {
   /// a read's bytes are in the buffer for the work issued next (on a
   /// device: the copy is enqueued ahead of it), a write's are in its file.
   void finishSwap(int64_t ticket);
+  // --- ZeRO-Offload's CPU step (docs/offload.md, "On the cuda backend") --
+  /// Whether an update that was given `state` (one of its optimizer states
+  /// or its f32 master) runs on the host: on a device backend, when the
+  /// state is host-placed (--offload-optimizer=cpu). On the cpu backend
+  /// every update runs where it always does.
+  bool hostStep(const void *state) const;
+  /// Runs an update of `n` elements on the host: copies the gradient
+  /// (`gradType`) from the device into the host step buffer, and the
+  /// parameter (`paramType`) too unless it is host-placed (updated where it
+  /// is) or `writesParamOnly` (a master-weight update, which only writes it
+  /// rounded from the master); runs `kernel` with the host pointers on the
+  /// cpu backend's kernels, the same arithmetic as the device's; copies
+  /// the parameter back. Every byte is counted as host-link traffic.
+  void runHostStep(void *param, ztrt::DType paramType, const void *grad,
+                   ztrt::DType gradType, int64_t n, bool writesParamOnly,
+                   const std::function<void(ztrt::Backend &, void *param,
+                                            const void *grad)> &kernel,
+                   const char *op);
+  /// The pinned host buffer of runHostStep (ZTRT_CAT_HOST_STEP_BUFFERS),
+  /// sized by the driver for the largest update with host-placed states.
+  void *hostStepBuffer = nullptr;
+  int64_t hostStepBufferBytes = 0;
+
   /// Counts an update's reads and writes of a state (`bytes`) as host-link
   /// traffic when the state is host memory a device backend's kernel
   /// reaches in place (a host-placed state on cuda).
@@ -399,6 +424,8 @@ private:
   ztrt::CollectiveStats traffic[ztrt::kCollectiveKinds];
   ztrt::OverlapStats overlapStats;
   std::unique_ptr<ztrt::Trace> tracer;
+  /// The cpu backend's kernels for runHostStep (created on first use).
+  std::unique_ptr<ztrt::Backend> hostKernels;
 };
 
 namespace ztrt {

@@ -310,6 +310,48 @@ TEST_F(CudaConformanceTest, OptimizerUpdatesAreBitwise) {
     }
 }
 
+TEST_F(CudaConformanceTest, HostPlacedStatesStepOnTheHost) {
+  // ZeRO-Offload's CPU step: with its states in host memory
+  // (ZTRT_CAT_HOST_STATES) the cuda context runs an update on the host,
+  // with the cpu backend's kernel: the gradient (and, without a master, the
+  // parameter) comes down through the host step buffer, the parameter goes
+  // back up. Bitwise the cpu's (the device's kernel is too, above), and
+  // exactly those bytes cross the host link.
+  const int64_t n = 4099;
+  ztrt_ctx *x = g();
+  x->hostStepBufferBytes = n * 8;
+  x->hostStepBuffer =
+      x->allocate(n * 8, ZTRT_CAT_HOST_STEP_BUFFERS, "host step buffer");
+  auto hostState = [&] {
+    void *state = x->allocate(n * 4, ZTRT_CAT_HOST_STATES, "state");
+    std::memset(state, 0, n * 4);
+    return state;
+  };
+  void *m = hostState(), *v = hostState();
+  std::vector<float> cm(n, 0.0f), cv(n, 0.0f);
+  auto p = twin(inputs(n, 6));
+  for (int64_t t = 1; t <= 3; ++t) {
+    auto grad = twin(inputs(n, 20 + static_cast<uint32_t>(t)));
+    c()->step = x->step = t;
+    ztrt_adam_update(c(), ZTRT_F32, p.host.data(), grad.host.data(), cm.data(),
+                     cv.data(), n, 1e-3, 0.9, 0.999, 1e-8, 0.1, 1);
+    ztrt_adam_update(x, ZTRT_F32, p.dev, grad.dev, m, v, n, 1e-3, 0.9, 0.999,
+                     1e-8, 0.1, 1);
+  }
+  expectBitwise(fetch(p), p.host, "host-step adam param");
+  x->backend().synchronize();
+  auto read = [&](const void *state) {
+    std::vector<float> out(n);
+    std::memcpy(out.data(), state, n * 4);
+    return out;
+  };
+  expectBitwise(read(m), cm, "host-step adam exp_avg");
+  expectBitwise(read(v), cv, "host-step adam exp_avg_sq");
+  // Per step: gradient and parameter down, parameter up (4 bytes each).
+  EXPECT_EQ(x->offload.deviceToHostBytes, 3 * n * 8);
+  EXPECT_EQ(x->offload.hostToDeviceBytes, 3 * n * 4);
+}
+
 TEST_F(CudaConformanceTest, MatmulMatchesUpToSummationOrder) {
   // cuBLAS and OpenBLAS sum the k products in different orders (blocking,
   // tensor-core tiles). Each order's error is at most (k-1) u sum|a||b|

@@ -31,6 +31,7 @@
 // REPORT-NEXT: "device_backend": {
 // REPORT-NEXT: "device_peak": [[#PEAK:]],
 // REPORT-NEXT: "device_to_host_per_step": 32,
+// REPORT-NEXT: "host_step_buffers": 0,
 // REPORT-NEXT: "host_to_device_per_step": 32
 // REPORT-NEXT: },
 // REPORT-NEXT: "host": {

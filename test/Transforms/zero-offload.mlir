@@ -13,6 +13,9 @@
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu" | FileCheck %s --check-prefix=PCPU
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=PCPUREPORT
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --ztrain-zero="stage=3 dp=1 offload-param=cpu" | FileCheck %s --check-prefix=PCPU1
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEP
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam precision=bf16" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEP16
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEPP
 
 // Three parameters, so three updates with two states each: w1 (8x4), b1
 // (8), w2 (3x8).
@@ -118,6 +121,29 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // PCPUREPORT: host -> device per step 304
 // PCPUREPORT-NEXT: device -> host per step 128
 
+// Host-placed optimizer states on a device backend: the updates run on the
+// host (ZeRO-Offload's CPU step), each staged through the host step buffer,
+// sized for the largest (w1's 16-element shard). fp32: the gradient and the
+// parameter shards go down (32 elements each, 256 bytes), the parameters
+// come back (128); nothing of the states crosses the link.
+// HSTEP: host: optimizer states 256
+// HSTEP: host: step buffers 128
+// HSTEP-NEXT: host -> device per step 128
+// HSTEP-NEXT: device -> host per step 256
+// bf16 with f32 masters (12 bytes per element on the host): the bf16
+// gradient goes down and the bf16 parameter up, 64 bytes each way; the
+// master-weight update only writes the parameter.
+// HSTEP16: host: optimizer states 384
+// HSTEP16: host: step buffers 64
+// HSTEP16-NEXT: host -> device per step 64
+// HSTEP16-NEXT: device -> host per step 64
+// Parameters in host memory too (stage 3): the host step updates them where
+// they are, so only the gradient shards go down (128); up go the gathers'
+// reads of the shards (176, as above), nothing of the updates.
+// HSTEPP: host: step buffers 64
+// HSTEPP-NEXT: host -> device per step 176
+// HSTEPP-NEXT: device -> host per step 128
+
 // One rank: stage 3 gathers nothing, so each op that reads a host-placed
 // parameter gets a one-rank gather (a copy to the device) instead of
 // reading host memory in place; no parameter is read where it lives.
@@ -147,6 +173,7 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // REPORT-NEXT: "device_backend": {
 // REPORT-NEXT: "device_peak": [[#DEV:]],
 // REPORT-NEXT: "device_to_host_per_step": 24576,
+// REPORT-NEXT: "host_step_buffers": 0,
 // REPORT-NEXT: "host_to_device_per_step": 24576
 // REPORT-NEXT: },
 // REPORT-NEXT: "host": {

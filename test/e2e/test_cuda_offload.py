@@ -6,14 +6,18 @@ bits as the same plan without offload, at every ZeRO stage and N in
 
 How it runs on a device (docs/offload.md, "On the cuda backend"):
 
-- host-placed states are mapped pinned host memory; the device's own update
-  kernels read and write them in place over the host link (zero-copy);
+- host-placed states are pinned host memory and their updates run on the
+  host (ZeRO-Offload's CPU step): the gradient is copied down, the cpu
+  backend's kernel (the same arithmetic as the device's) updates the states
+  and the parameter, which is copied back up (a host-placed parameter is
+  updated where it is);
 - an nvme tensor's swap buffer is device memory with a pinned staging copy:
   the file is read into the staging copy ahead of use and copied to the
   device at the swap's wait; a write-back copies the device buffer to the
   staging copy behind the update and writes the file once that copy landed.
 
-The update is the same kernel on the same values wherever its states live,
+The update is the same arithmetic on the same values wherever its states
+live (the cpu and cuda kernels are bitwise equal, CudaConformanceTest),
 so the results are bitwise equal (no tolerance), as on the cpu backend
 (test_offload.py). Runs on a GPU where there is one and on the CUDA
 emulator everywhere (test_cuda.py's `target`), where stream work is delayed
@@ -97,17 +101,32 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
             if offload == "none":
                 assert io is None
                 continue
-            # The host link: swap copies, and host states read and written
-            # in place by the updates, every step.
+            # The host link: swap copies, the host steps' gradients and
+            # parameters, host-placed parameters' reads, every step.
             assert io["host_to_device_bytes"] == \
                 STEPS * on_device["host_to_device_per_step"], (offload, io, on_device)
             assert io["device_to_host_bytes"] == \
                 STEPS * on_device["device_to_host_per_step"], (offload, io, on_device)
+            # ZeRO-Offload's CPU step: updates of host-placed states run on
+            # the host, staged through one pinned buffer.
+            assert mem["host_step_buffers"] == on_device["host_step_buffers"], offload
+            assert (on_device["host_step_buffers"] > 0) == \
+                (offload in ("cpu", "params-cpu")), on_device
+            if offload == "cpu":
+                # Gradients down, parameters up, nothing of the states: in
+                # fp32 the parameter goes down too (the update reads it); a
+                # master-weight update (bf16) only writes it.
+                assert on_device["device_to_host_per_step"] == \
+                    (2 if precision == "fp32" else 1) * on_device["host_to_device_per_step"], \
+                    on_device
             if offload == "params-cpu":
-                # The parameter shards too: each gather reads its shard,
-                # the update reads and writes it (bf16: writes only).
-                assert on_device["host_to_device_per_step"] > \
-                    off["host"]["optimizer_states"] + off["host"]["parameters"], on_device
+                # The parameter shards are host memory: the host steps
+                # update them in place, so only the gradient shards (the
+                # parameter shards' bytes, same element type) go down; the
+                # gathers read the shards over the link.
+                assert on_device["device_to_host_per_step"] == off["host"]["parameters"], \
+                    on_device
+                assert on_device["host_step_buffers"] < off["host"]["parameters"], on_device
             if offload not in ("cpu", "params-cpu"):
                 assert io["read_bytes"] == STEPS * off["transfers_per_step"]["nvme_to_host"]
                 assert io["write_bytes"] == STEPS * off["transfers_per_step"]["host_to_nvme"]

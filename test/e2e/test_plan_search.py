@@ -144,12 +144,14 @@ def test_an_impossible_budget_is_one_line(tmp_path):
     assert p.returncode != 0
     assert "--memory-budget must be a size in bytes" in p.stderr
     for bad in (["--memory-gbps=0"], ["--device-tflops=nan"], ["--latency-us=-1"],
-                ["--nvme-gbps=0"], ["--host-link-gbps=0", "--host-memory-budget=1GB"]):
+                ["--nvme-gbps=0"], ["--host-link-gbps=0", "--host-memory-budget=1GB"],
+                ["--host-memory-gbps=-5", "--host-memory-budget=1GB"]):
         p, out = compile_with_budget(tmp_path, small_gpt(), "1GB", bad)
         assert p.returncode != 0 and not out.exists()
         lines = p.stderr.strip().splitlines()
         assert lines == ["ztrain-compile: error: --link-gbps, --device-tflops, --device-tflops-16bit, "
-                         "--memory-gbps, --nvme-gbps and --host-link-gbps must be positive and "
+                         "--memory-gbps, --nvme-gbps, --host-link-gbps and --host-memory-gbps must "
+                         "be positive and "
                          "--latency-us non-negative"], (
             bad, p.stderr)
 
@@ -294,7 +296,8 @@ def test_a_device_budget_uses_host_memory_first(dp, target, tmp_path):
         mem = rank["memory"]
         assert mem["device_peak"] == device, (flags, mem)
         assert sum(mem.get(k, 0) for k in ("swap_buffers", "host_optimizer_states",
-                                           "host_parameters", "host_activations")) == \
+                                           "host_parameters", "host_activations",
+                                           "host_step_buffers")) == \
             host_bytes, (flags, mem)
         # Every byte the link carried, as priced (two steps).
         moved = rank["offload"]["host_to_device_bytes"] + rank["offload"]["device_to_host_bytes"]

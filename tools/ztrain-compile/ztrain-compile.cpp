@@ -161,6 +161,13 @@ cl::opt<double> hostLinkGBps(
     cl::desc("Plan search cost model: GB/s between one rank's device and "
              "host memory, each way, with --host-memory-budget (default 25)"),
     cl::init(25.0), cl::cat(category));
+cl::opt<double> hostMemoryGBps(
+    "host-memory-gbps",
+    cl::desc("Plan search cost model: GB/s the host's optimizer step "
+             "(host-placed optimizer states on a device backend: "
+             "ZeRO-Offload's CPU step) reads and writes host memory, with "
+             "--host-memory-budget (default 50)"),
+    cl::init(50.0), cl::cat(category));
 
 /// The first flag whose value no pass would accept, as
 /// "optimizer=adamm: expected sgd, adam or adamw"; "" when all are valid.
@@ -547,7 +554,7 @@ int main(int argc, char **argv) {
                     "collectives with compute; at --dp=1 there are none\n";
   for (const auto *opt :
        {&linkGBps, &latencyUs, &deviceTflops, &device16Tflops, &memoryGBps,
-        &nvmeGBps, &hostLinkGBps})
+        &nvmeGBps, &hostLinkGBps, &hostMemoryGBps})
     if (opt->getNumOccurrences() > 0 && memoryBudget.getNumOccurrences() == 0)
       llvm::errs() << "ztrain-compile: warning: --" << opt->ArgStr
                    << " is a cost-model setting of the plan search; without "
@@ -556,12 +563,14 @@ int main(int argc, char **argv) {
       memoryBudget.getNumOccurrences() == 0)
     return fail("--host-memory-budget is the host half of the plan search's "
                 "budget; give --memory-budget (the device's) too");
-  if (hostLinkGBps.getNumOccurrences() > 0 &&
-      memoryBudget.getNumOccurrences() > 0 &&
-      hostMemoryBudget.getNumOccurrences() == 0)
-    llvm::errs() << "ztrain-compile: warning: --host-link-gbps prices a "
-                    "device backend's host link; without --host-memory-budget "
-                    "the search plans for one memory and it has no effect\n";
+  for (const auto *opt : {&hostLinkGBps, &hostMemoryGBps})
+    if (opt->getNumOccurrences() > 0 &&
+        memoryBudget.getNumOccurrences() > 0 &&
+        hostMemoryBudget.getNumOccurrences() == 0)
+      llvm::errs() << "ztrain-compile: warning: --" << opt->ArgStr
+                   << " prices a device backend's host side; without "
+                      "--host-memory-budget the search plans for one memory "
+                      "and it has no effect\n";
 
   if (flags::offloadBufferCount.getNumOccurrences() > 0 &&
       flags::offloadOptimizer != "nvme" && flags::offloadParam != "nvme")
@@ -659,6 +668,7 @@ int main(int argc, char **argv) {
     request.cost.memoryBytesPerSecond = memoryGBps * 1e9;
     request.cost.nvmeBytesPerSecond = nvmeGBps * 1e9;
     request.cost.hostLinkBytesPerSecond = hostLinkGBps * 1e9;
+    request.cost.hostMemoryBytesPerSecond = hostMemoryGBps * 1e9;
     if (hostMemoryBudget.getNumOccurrences() > 0 &&
         !ztrain::parseByteSize(hostMemoryBudget, request.hostBudget))
       return fail("--host-memory-budget must be a size in bytes (1e10, 64GB, "

@@ -89,6 +89,10 @@ def PlanSearch : Pass<"plan-search", "::mlir::ModuleOp"> {
     Option<"hostLinkGBps", "host-link-gbps", "double", "25.0",
            "Cost model: GB/s between one rank's device and host memory, "
            "each way (with host-memory-budget)">,
+    Option<"hostMemoryGBps", "host-memory-gbps", "double", "50.0",
+           "Cost model: GB/s the host's optimizer step (host-placed "
+           "states on a device backend) reads and writes host memory "
+           "(with host-memory-budget)">,
     Option<"format", "format", "std::string", "\"text\"",
            "text (a table) or json">,
     Option<"output", "output", "std::string", "\"-\"",

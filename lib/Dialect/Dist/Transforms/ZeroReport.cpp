@@ -64,18 +64,28 @@ struct Report {
   /// Host-placed parameters' bytes over the host link per step (device
   /// backends): read (gathers, updates) and written (updates).
   int64_t hostParamsToDevice = 0, hostParamsToHost = 0;
+  /// ZeRO-Offload's CPU step (device backends): an update whose states are
+  /// host-placed runs on the host, its gradient sent down and its parameter
+  /// (unless host-placed) down (unless a master-weight update, which only
+  /// writes it) and back up, staged through one pinned buffer sized for the
+  /// largest such update.
+  int64_t hostStepToDevice = 0, hostStepToHost = 0, hostStepBuffers = 0;
+  /// The bytes those host steps read and write in host memory: gradient,
+  /// parameter, every state read and written.
+  int64_t hostStepBytes = 0;
   /// On a device backend (cuda): the swap buffers have a device copy, each
-  /// swap moves its bytes between that copy and its pinned staging copy,
-  /// and the update reads and writes each host-placed state once, in place.
+  /// swap moves its bytes between that copy and its pinned staging copy.
   int64_t devicePeakOnDevice() const { return predictedPeak() + swapBuffers; }
   /// (Plus the offloaded activations, which cross it every micro-batch.)
-  /// And host-placed parameters' shards: read by their gathers and their
-  /// update, written by their update.
+  /// And host-placed parameters' shards: read by their gathers and by a
+  /// device update, written by a device update. And the host steps'
+  /// gradients and parameters.
   int64_t hostToDevice() const {
-    return nvmeToHost + hostStates + activationsToHost + hostParamsToDevice;
+    return nvmeToHost + activationsToHost + hostParamsToDevice +
+           hostStepToDevice;
   }
   int64_t deviceToHost() const {
-    return hostToNvme + hostStates + activationsToHost + hostParamsToHost;
+    return hostToNvme + activationsToHost + hostParamsToHost + hostStepToHost;
   }
   int64_t buffers = 0, inputs = 0, activations = 0, communicationBuffers = 0;
   /// Of the activations: gathered parameters allocated at once.
@@ -336,6 +346,21 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
   // the shard (its tile's part) over the host link, once per run of the
   // gather; the update reads and writes it in place (the master-weight
   // form only writes it: the new master rounded).
+  // An update with host-placed states runs on the host (ZeRO-Offload's
+  // CPU step) on a device backend; its master counts as one of them.
+  auto hostStep = [&](train::OptimizerUpdateOpInterface update,
+                      FlatSymbolRefAttr master) {
+    SmallVector<FlatSymbolRefAttr> states = update.getUpdatedStates();
+    states.push_back(master);
+    return llvm::any_of(states, [&](FlatSymbolRefAttr name) {
+      auto state =
+          name ? symbols.lookupNearestSymbolFrom<train::StateOp>(module, name)
+               : train::StateOp();
+      auto space =
+          state ? state->getAttrOfType<MemorySpaceAttr>(kSpaceAttr) : nullptr;
+      return space && space.getValue() == MemorySpace::host;
+    });
+  };
   auto hostParam = [&](FlatSymbolRefAttr name) -> train::ParamOp {
     auto param = symbols.lookupNearestSymbolFrom<train::ParamOp>(module, name);
     auto space =
@@ -361,19 +386,45 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
     if (!update)
       return;
     train::ParamOp param = hostParam(update.getUpdatedParam());
-    if (!param)
-      return;
     int64_t elements =
         cast<ShapedType>(update.getGradient().getType()).getNumElements();
     // One chunk of a split update (sub-group-size) touches its chunk.
     if (auto c = op->getAttrOfType<DenseI64ArrayAttr>(kChunkAttr))
       elements = chunkSize(elements, c[0], c[1]);
-    int64_t bytes = times * elements * elementBytes(param.getType());
-    bool master = false;
+    FlatSymbolRefAttr master;
     if (auto sgd = dyn_cast<train::SGDUpdateOp>(op))
-      master = static_cast<bool>(sgd.getMasterAttr());
+      master = sgd.getMasterAttr();
     else if (auto adam = dyn_cast<train::AdamUpdateOp>(op))
-      master = static_cast<bool>(adam.getMasterAttr());
+      master = adam.getMasterAttr();
+    if (hostStep(update, master)) {
+      // ZeRO-Offload's CPU step: the gradient goes down; a parameter in
+      // device memory comes back (and goes down first unless only
+      // written); a host-placed one is updated where it is.
+      int64_t gradBytes = elements * elementBytes(update.getGradient().getType());
+      train::ParamOp p =
+          symbols.lookupNearestSymbolFrom<train::ParamOp>(
+              module, update.getUpdatedParam());
+      int64_t paramBytes =
+          param || !p ? 0 : elements * elementBytes(p.getType());
+      r.hostStepToHost += times * (gradBytes + (master ? 0 : paramBytes));
+      r.hostStepToDevice += times * paramBytes;
+      r.hostStepBuffers = std::max(r.hostStepBuffers, gradBytes + paramBytes);
+      int64_t touched = gradBytes;
+      if (p)
+        touched += (master ? 1 : 2) * elements * elementBytes(p.getType());
+      SmallVector<FlatSymbolRefAttr> states = update.getUpdatedStates();
+      states.push_back(master);
+      for (FlatSymbolRefAttr name : states)
+        if (auto state = name ? symbols.lookupNearestSymbolFrom<train::StateOp>(
+                                    module, name)
+                              : train::StateOp())
+          touched += 2 * elements * elementBytes(state.getType());
+      r.hostStepBytes += times * touched;
+      return;
+    }
+    if (!param)
+      return;
+    int64_t bytes = times * elements * elementBytes(param.getType());
     if (!master)
       r.hostParamsToDevice += bytes;
     r.hostParamsToHost += bytes;
@@ -477,10 +528,13 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
         row("activations <-> host", r.activationsToHost);
     }
     // A device backend computes on device copies of the swap buffers and
-    // reads and writes host-placed states in place over the host link.
+    // runs the updates of host-placed states on the host (their gradients
+    // down, their parameters up, through the host step buffer).
     os << "on a device backend (--backend cuda), per rank: the swap "
           "buffers on the device too\n";
     row("device peak", r.devicePeakOnDevice());
+    if (r.hostStepBuffers)
+      row("host: step buffers", r.hostStepBuffers);
     row("host -> device per step", r.hostToDevice());
     row("device -> host per step", r.deviceToHost());
   }
@@ -591,6 +645,7 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
                                {"activations_to_host", r.activationsToHost}}},
            {"device_backend",
             llvm::json::Object{{"device_peak", r.devicePeakOnDevice()},
+                               {"host_step_buffers", r.hostStepBuffers},
                                {"host_to_device_per_step", r.hostToDevice()},
                                {"device_to_host_per_step",
                                 r.deviceToHost()}}}}},
@@ -644,6 +699,8 @@ FailureOr<StepSummary> ztrain::dist::summarizeStep(ModuleOp module) {
   s.recomputeKernelBytes = r->recomputeKernelBytes;
   s.hostBytes =
       r->swapBuffers + r->hostStates + r->hostActivations + r->hostParams;
+  s.hostStepBuffers = r->hostStepBuffers;
+  s.hostStepBytes = r->hostStepBytes;
   s.nvmeTransferBytes = r->nvmeToHost + r->hostToNvme;
   s.devicePeak = r->devicePeakOnDevice();
   s.hostLinkBytes = r->hostToDevice() + r->deviceToHost();

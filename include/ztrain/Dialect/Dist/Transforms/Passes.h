@@ -45,6 +45,11 @@ struct StepSummary {
   /// link per step, both ways together (zero-report's device_backend).
   int64_t devicePeak = 0;
   int64_t hostLinkBytes = 0;
+  /// Device backends: the pinned buffer the host steps stage through, and
+  /// the bytes those steps (ZeRO-Offload's CPU step: updates of host-placed
+  /// states) read and write in host memory per step.
+  int64_t hostStepBuffers = 0;
+  int64_t hostStepBytes = 0;
 };
 /// zero-report's analysis of `module` (after an error at the module when it
 /// has no step to price).
