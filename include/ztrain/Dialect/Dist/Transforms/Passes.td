@@ -347,14 +347,15 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
     `param=cpu` (stage 3) places every parameter shard in host memory
     (`#dist.space<host>`) and schedules nothing: its gathers and its update
     read and write it there (on the cuda backend, mapped pinned memory the
-    kernels reach over the host link; on the cpu backend the same memory).
+    kernels reach over the host link, and which a host step updates where
+    it is; on the cpu backend the same memory).
     On one rank, where stage 3 gathers nothing, each op that reads a
     parameter gets a one-rank `dist.gather_param` (a copy into the
     gathered-parameter buffers) instead of reading the host shard in
     place, so the host link carries each parameter once per use, as
     zero-report prices it (`device_backend.host_to_device_per_step`:
-    the gathers' shards and the update's read; `device_to_host_per_step`:
-    the update's write).
+    the gathers' shards and a device update's read;
+    `device_to_host_per_step`: a device update's write).
 
     `activations=cpu` is ZeRO-R's Pa+cpu: every value a recomputation
     (`train.recomputed` op) reads that the forward pass made — the
