@@ -20,11 +20,21 @@ the time the step spent blocked in ztrt_swap_wait (the report's
 exposed_ms); hidden = 1 - waited / swap time. The peer is the same plan
 without offload (ratio column).
 
+A second table runs a smaller GPT with `--backend cuda` on the CUDA
+emulator (ztrain-compile --runtime-dir build/lib/cudaemu), offload none /
+cpu / nvme: on a device backend `cpu` is ZeRO-Offload's CPU step (the
+gradient down, the host's Adam, the parameter up), so the table shows the
+bytes over the host link per step (the report's host_to_device_bytes and
+device_to_host_bytes) against zero-report's, and the host memory. The
+emulator runs the device's kernels on the CPU, so its step times say
+nothing about a GPU's; they are printed for completeness.
+
 Run (after building):  /usr/bin/python3 bench/offload.py [--dir /path/on/nvme]
 """
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -54,6 +64,73 @@ CONFIGS = [  # name, flags, baseline
 ]
 
 
+EMULATED = [  # name, flags, baseline
+    ("none", [], None),
+    ("optimizer cpu", ["--offload-optimizer=cpu"], "none"),
+    ("optimizer nvme", ["--offload-optimizer=nvme"], "none"),
+]
+
+
+def emulated(args, work, swap):
+    """The EMULATED table: --backend cuda on the CUDA emulator."""
+    runtime = os.path.join(os.environ["ZTRAIN_BIN_DIR"], "..", "lib", "cudaemu")
+    if not os.path.isdir(runtime):
+        print("(no emulated table: build/lib/cudaemu is missing)")
+        return
+    spec = models.gpt(batch=4, seq=64, vocab=256, layers=args.emulated_layers,
+                      width=args.emulated_width, heads=args.emulated_width // 64)
+    src = os.path.join(work, "gpt-emu.mlir")
+    with open(src, "w") as fh:
+        fh.write(spec.to_mlir())
+    data = os.path.join(work, "data-emu.safetensors")
+    safetensors.save(data, parity.make_data(spec, samples=args.steps * spec.batch, seed=2))
+    opt = parity.OptimizerConfig("adamw", lr=1e-4)
+    exes, plans = {}, {}
+    for i, (name, flags, _) in enumerate(EMULATED):
+        exes[name] = parity.compile_model(src, os.path.join(work, f"e{i}"), opt,
+                                          ["--dp=1", *flags, "--runtime-dir", runtime])
+        p = subprocess.run(
+            [os.path.join(os.environ["ZTRAIN_BIN_DIR"], "ztrain-opt"), src,
+             f"--ztrain-training=optimizer=adamw",
+             f"--ztrain-zero=stage=0 dp=1 {' '.join(f[2:] for f in flags)}",
+             "--plan-memory", "--zero-report=format=json", "-o", "/dev/null"],
+            check=True, stdout=subprocess.PIPE, text=True)
+        plans[name] = json.loads(p.stdout)["offload"]["device_backend"]
+    times = {name: [] for name, _, _ in EMULATED}
+    last = {}
+    for _ in range(args.rounds):
+        for name, _, _ in EMULATED:
+            report = os.path.join(work, "re.json")
+            parity.run_exe(exes[name], args.steps, data=data, report=report,
+                           threads=args.threads,
+                           extra=["--nvme-path", swap, "--backend", "cuda"])
+            rep = parity.read_report(report)
+            times[name] += [s["time_ms"] for s in rep["steps"]][1:]
+            last[name] = rep
+    params = sum(math.prod(p.shape) for p in spec.params)
+    print()
+    print(f"CUDA emulator (--backend cuda): GPT {args.emulated_layers} layers, width "
+          f"{args.emulated_width}, {params / 1e6:.2f}M parameters, batch 4 x 64 tokens, "
+          f"AdamW f32; step times are the emulator's, not a GPU's")
+    print(f"{'configuration':>16} | {'ms/step':>8} {'ratio':>6} | {'H->D MB':>8} "
+          f"{'D->H MB':>8} {'= plan':>6} | {'device MB':>9} {'host MB':>8} {'step buf MB':>11}")
+    for name, _, base in EMULATED:
+        rep = last[name]
+        ms = statistics.median(times[name])
+        ratio = f"{ms / statistics.median(times[base]):5.2f}x" if base else f"{'-':>6}"
+        off = rep.get("offload") or {}
+        h2d = off.get("host_to_device_bytes", 0) / args.steps
+        d2h = off.get("device_to_host_bytes", 0) / args.steps
+        plan = plans[name]
+        same = "yes" if (h2d, d2h) == (plan["host_to_device_per_step"],
+                                       plan["device_to_host_per_step"]) else "NO"
+        mem = rep["memory"]
+        host = mem["swap_buffers"] + mem["host_optimizer_states"] + mem["host_step_buffers"]
+        print(f"{name:>16} | {ms:8.1f} {ratio} | {h2d / 1e6:8.2f} {d2h / 1e6:8.2f} "
+              f"{same:>6} | {mem['device_peak'] / 1e6:9.2f} {host / 1e6:8.2f} "
+              f"{mem['host_step_buffers'] / 1e6:11.2f}")
+
+
 def disk_bandwidth(directory):
     """(write, read) GB/s of the swap engine on `directory`."""
     bench = os.path.join(os.environ["ZTRAIN_BIN_DIR"], "ztrt_swap_io_bench")
@@ -72,11 +149,17 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--emulated-layers", type=int, default=2)
+    ap.add_argument("--emulated-width", type=int, default=256)
+    ap.add_argument("--emulated-only", action="store_true",
+                    help="only the CUDA emulator's table")
     args = ap.parse_args()
     spec = models.gpt(batch=8, seq=128, vocab=256, layers=args.layers, width=args.width,
                       heads=args.width // 64)
     with tempfile.TemporaryDirectory() as work, \
             tempfile.TemporaryDirectory(dir=args.dir) as swap:
+        if args.emulated_only:
+            return emulated(args, work, swap)
         src = os.path.join(work, "gpt.mlir")
         with open(src, "w") as fh:
             fh.write(spec.to_mlir())
@@ -121,6 +204,7 @@ def main():
             print(f"{name:>22} | {ms:8.1f} {ratio} | {read:8.1f} {write:8.1f} | "
                   f"{swap_ms:8.1f} {waited:7.1f} {hidden} | {mem['device_peak'] / 1e6:9.1f} "
                   f"{host / 1e6:8.1f}")
+        emulated(args, work, swap)
 
 
 if __name__ == "__main__":
