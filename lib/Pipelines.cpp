@@ -108,6 +108,7 @@ void ztrain::addZeroOffload(OpPassManager &pm,
   offload.bufferCount = options.offloadBufferCount;
   offload.subGroupSize = options.offloadSubGroupSize;
   offload.ratio = options.offloadRatio;
+  offload.paramRatio = options.offloadParamRatio;
   pm.addPass(dist::createZeroOffload(offload));
 }
 

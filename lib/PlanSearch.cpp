@@ -89,6 +89,7 @@ void ztrain::applyPlanChoice(const PlanChoice &c,
   zero.offloadParam = c.offloadParam;
   zero.offloadActivations = c.offloadActivations;
   zero.offloadRatio = c.offloadRatio;
+  zero.offloadParamRatio = c.offloadParamRatio;
 }
 
 namespace {
@@ -135,6 +136,7 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
     std::string optimizer, param;
     double ratio;
     std::string activations = "none";
+    double paramRatio = 1.0;
   };
   const bool deviceBackend = request.hostBudget > 0;
   const bool placementFixed = !request.offloadOptimizer.empty() ||
@@ -143,11 +145,13 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
   auto orNone = [](const std::string &v) { return v.empty() ? "none" : v; };
   const double givenRatio = request.offloadRatio > 0 ? request.offloadRatio
                                                      : 1.0;
+  const double givenParamRatio =
+      request.offloadParamRatio > 0 ? request.offloadParamRatio : 1.0;
   SmallVector<Placement> placements{
       placementFixed
           ? Placement{orNone(request.offloadOptimizer),
                       orNone(request.offloadParam), givenRatio,
-                      orNone(request.offloadActivations)}
+                      orNone(request.offloadActivations), givenParamRatio}
           : Placement{"none", "none", 1.0}};
   for (int round = 0; round < 2; ++round) {
   if (round == 1) {
@@ -169,8 +173,12 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
       for (double r : ratios)
         placements.push_back({"cpu", "none", r});
       placements.push_back({"cpu", "none", 1.0, "cpu"});
-      // Stage 3: the parameter shards too (ZeRO-Offload's offload_param).
-      placements.push_back({"cpu", "cpu", 1.0});
+      // Stage 3: the parameter shards too (ZeRO-Offload's offload_param),
+      // half of them first.
+      for (double pr : valuesOf<double>(request.offloadParamRatio > 0,
+                                        request.offloadParamRatio,
+                                        {0.5, 1.0}))
+        placements.push_back({"cpu", "cpu", 1.0, "none", pr});
       placements.push_back({"cpu", "cpu", 1.0, "cpu"});
     }
     for (double r : ratios)
@@ -268,7 +276,7 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
                           overlap != 0,    prefetch,
                           reshard != 0,    placement.optimizer,
                           placement.param, placement.activations,
-                          placement.ratio};
+                          placement.ratio, placement.paramRatio};
               if (!trainedOk || !partitionError.empty()) {
                 c.error = trainedOk ? partitionError : trainError;
                 result.candidates.push_back(std::move(c));
@@ -447,6 +455,9 @@ static std::string flagsOf(const PlanChoice &c, int64_t dp,
     os << " --offload-ratio=" << llvm::format("%g", c.offloadRatio);
   if (c.offloadParam != "none")
     os << " --offload-param=" << c.offloadParam;
+  if (c.offloadParam != "none" && c.offloadParamRatio < 1.0)
+    os << " --offload-param-ratio="
+       << llvm::format("%g", c.offloadParamRatio);
   if (c.offloadActivations != "none")
     os << " --offload-activations=" << c.offloadActivations;
   return s;
@@ -577,7 +588,7 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
         p.offloadActivations != "none")
       offload =
           llvm::formatv(
-              "  optimizer={0}{5} param={1}{6} ({2:F2} / {3:F2}{7} {4})",
+              "  optimizer={0}{5} param={1}{8}{6} ({2:F2} / {3:F2}{7} {4})",
               p.offloadOptimizer, p.offloadParam, c.hostBytes / byteScale,
               c.ioBytes / byteScale, byteUnit,
               p.offloadRatio < 1.0
@@ -590,6 +601,11 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
                   : std::string(),
               deviceBackend
                   ? llvm::formatv(" / {0:F2}", c.hostLinkBytes / byteScale)
+                        .str()
+                  : std::string(),
+              p.offloadParam != "none" && p.offloadParamRatio < 1.0
+                  ? llvm::formatv(" ratio={0}",
+                                  llvm::format("%g", p.offloadParamRatio))
                         .str()
                   : std::string())
               .str();
@@ -655,7 +671,8 @@ void ztrain::printPlanSearchJson(raw_ostream &os,
                          {"offload_optimizer", p.offloadOptimizer},
                          {"offload_param", p.offloadParam},
                          {"offload_activations", p.offloadActivations},
-                         {"offload_ratio", p.offloadRatio}};
+                         {"offload_ratio", p.offloadRatio},
+                         {"offload_param_ratio", p.offloadParamRatio}};
     if (!c.error.empty()) {
       o["error"] = c.error;
     } else {

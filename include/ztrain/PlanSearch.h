@@ -89,6 +89,8 @@ struct PlanChoice {
   /// The fraction of the optimizer states' bytes offloaded (partial
   /// offload when < 1).
   double offloadRatio = 1.0;
+  /// The fraction of the parameter shards' bytes offloaded (stage 3).
+  double offloadParamRatio = 1.0;
 };
 
 struct PlanCandidate {
@@ -139,6 +141,7 @@ struct PlanSearchRequest {
   /// plan fits without offload), and the ratio (< 0: searched).
   std::string offloadOptimizer, offloadParam, offloadActivations;
   double offloadRatio = -1;
+  double offloadParamRatio = -1;
 };
 
 struct PlanSearchResult {

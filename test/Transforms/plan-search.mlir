@@ -30,6 +30,9 @@
 // host memory fits; at 1000 half of the states suffice.
 // DEVICE: plan search: memory budget 700 bytes (0.70 kB) per rank of device memory and 1000000 bytes (1000.00 kB) of host memory (a device backend), dp=1;{{.*}}, host link 25.0 GB/s, host step 50.0 GB/s
 // DEVICE: device kB {{.*}} offload (host / nvme io / host link per step)
+// Half the parameter shards (the others on the device) is a candidate too;
+// here it is over the budget without recompute.
+// DEVICE: {{^}}   3     none {{.*}} over  optimizer=cpu param=cpu ratio=0.5 (0.74 / 0.00 / 0.66 kB)
 // DEVICE: {{^}} * 3     none {{.*}} fits  optimizer=cpu param=cpu (0.78 / 0.00 / 0.66 kB)
 // DEVICE: chosen: --zero-stage=3 --recompute=none --offload-optimizer=cpu --offload-param=cpu: predicted device peak 620 bytes (0.62 kB) per rank and 784 bytes of host memory, 656 bytes over the host link
 // DEVICE-NEXT: pipeline: builtin.module(ztrain-training{{{.*}}recompute=none{{.*}}},ztrain-zero{{{.*}}offload-optimizer=cpu offload-param=cpu{{.*}} stage=3 {{.*}}},ztrain-to-llvm)

@@ -4,6 +4,7 @@
 // RUN: not ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme sub-group-size=-5" 2>&1 | FileCheck %s --check-prefix=GROUP
 // RUN: not ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="param=cpu" 2>&1 | FileCheck %s --check-prefix=PCPU
 // RUN: not ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme ratio=1.5" 2>&1 | FileCheck %s --check-prefix=RATIO
+// RUN: not ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme param-ratio=0" 2>&1 | FileCheck %s --check-prefix=PRATIO
 // RUN: not ztrain-opt %s --ztrain-training="optimizer=sgd" --zero-offload="optimizer=nvme" 2>&1 | FileCheck %s --check-prefix=NONE
 // RUN: not ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme" --zero-offload="optimizer=cpu" 2>&1 | FileCheck %s --check-prefix=TWICE
 
@@ -11,6 +12,7 @@
 // PARAM: error: zero-offload: param=nvme needs ZeRO stage 3 (parameters partitioned at rest and gathered for use), as DeepSpeed's offload_param; this step is at stage 0
 // PCPU: error: zero-offload: param=cpu needs ZeRO stage 3 (parameters partitioned at rest and gathered for use), as DeepSpeed's offload_param; this step is at stage 0
 // RATIO: error: zero-offload: ratio=1.5 is out of range (0, 1]
+// PRATIO: error: zero-offload: param-ratio=0 is out of range (0, 1]
 // GROUP: error: zero-offload: sub-group-size=-5 must be >= 0 (elements; 0: whole states)
 // COUNT: error: zero-offload: buffer-count=0 is out of range (1-16)
 // NONE: error: zero-offload: optimizer=nvme, but the step has no optimizer states to place (SGD without momentum keeps none)

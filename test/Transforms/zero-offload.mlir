@@ -13,6 +13,9 @@
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu" | FileCheck %s --check-prefix=PCPU
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=PCPUREPORT
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --ztrain-zero="stage=3 dp=1 offload-param=cpu" | FileCheck %s --check-prefix=PCPU1
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu param-ratio=0.5" | FileCheck %s --check-prefix=PRATIO
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu param-ratio=0.5" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=PRATIOREPORT
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --ztrain-zero="stage=3 dp=1 offload-param=cpu offload-param-ratio=0.5" | FileCheck %s --check-prefix=PRATIO1
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEP
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam precision=bf16" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEP16
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEPP
@@ -120,6 +123,26 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // the update reads them (128) and writes them (128).
 // PCPUREPORT: host -> device per step 304
 // PCPUREPORT-NEXT: device -> host per step 128
+
+// Partial parameter offload: whole parameters in declaration order until
+// half the shards' bytes (32 per rank: w1 16, b1 4, w2 12) are placed: w1
+// alone; b1 and w2 stay on the device.
+// PRATIO: train.param @w1 : {{.*}}dist.space = #dist.space<host>}
+// PRATIO: train.param @b1 : tensor<8xf32> init(zeros) {dist.partition = #dist.partition<@dp, 4>}{{$}}
+// PRATIO: train.param @w2 : {{.*}} {dist.partition = #dist.partition<@dp, 12>}{{$}}
+// The device keeps 64 bytes of the 128, the host the other 64; the link
+// carries w1's forward gather (64) and its update's read (64) and write.
+// PRATIOREPORT: parameters 64
+// PRATIOREPORT: host: parameters 64
+// PRATIOREPORT: host -> device per step 128
+// PRATIOREPORT-NEXT: device -> host per step 64
+// One rank: only the placed parameter's readers get one-rank gathers.
+// PRATIO1-LABEL: func.func @loss(
+// PRATIO1: train.param_read @b1
+// PRATIO1: train.param_read @w2
+// PRATIO1: dist.gather_param @w1 on @dp
+// PRATIO1-NOT: train.param_read @w1
+// PRATIO1: return
 
 // Host-placed optimizer states on a device backend: the updates run on the
 // host (ZeRO-Offload's CPU step), each staged through the host step buffer,

@@ -53,6 +53,8 @@ def compile_(model, *flags):
     (["--grad-accum-steps=0"], "--grad-accum-steps=0: expected an integer in [1, 2^30]"),
     (["--offload-optimizer=nvme", "--offload-ratio=1.5"],
      "--offload-ratio=1.5: expected a fraction in (0, 1]"),
+    (["--zero-stage=3", "--offload-param=cpu", "--offload-param-ratio=-0.5"],
+     "--offload-param-ratio=-0.5: expected a fraction in (0, 1]"),
     (["--offload-optimizer=nvme", "--sub-group-size=-1"],
      "--sub-group-size=-1: expected >= 0 (elements; 0: whole states)"),
     (["--host-memory-budget=1GB"],
@@ -97,6 +99,8 @@ def test_a_bad_config_value_names_its_key(model, config, line):
 @pytest.mark.parametrize("flags,warning", [
     (["--offload-ratio=0.5"], "--offload-ratio is the fraction of the optimizer states "
                               "--offload-optimizer places; without it it has no effect"),
+    (["--offload-param-ratio=0.5"], "--offload-param-ratio is the fraction of the parameters "
+                                    "--offload-param places; without it it has no effect"),
     (["--link-gbps=3"], "--link-gbps is a cost-model setting of the plan search; without "
                         "--memory-budget it has no effect"),
     (["--overlap"], "--overlap overlaps collectives with compute; at --dp=1 there are none"),

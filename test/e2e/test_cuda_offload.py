@@ -44,6 +44,9 @@ PLACEMENTS = {
     "half": "offload-optimizer=nvme offload-ratio=0.5",
     "infinity": "offload-optimizer=nvme offload-param=nvme",
     "params-cpu": "offload-optimizer=cpu offload-param=cpu",
+    # Half the parameter shards in host memory (stepped where they are),
+    # the other half on the device (staged through the host step buffer).
+    "params-half": "offload-optimizer=cpu offload-param=cpu offload-param-ratio=0.5",
     # Streamed in chunks (one rank: the MLP weights' 4096 elements in two).
     "chunks": "offload-optimizer=nvme sub-group-size=2048",
     # Stage 3: parameter shards in host memory, their updates' states
@@ -63,7 +66,7 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
     init, data = inputs(tmp_path, spec, STEPS * n * spec.batch)
     nvme = swap_dir(tmp_path)
     offloads = ["none", "cpu", "nvme", "half", "chunks"] + \
-        (["infinity", "params-cpu", "params-cpu-chunks"] if stage == 3 else [])
+        (["infinity", "params-cpu", "params-half", "params-cpu-chunks"] if stage == 3 else [])
     # A world of one probes the runtime (skips where it has no cuda backend).
     require_cuda_runtime(e2e_util.compile_text(
         spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"), name="probe",
@@ -111,7 +114,7 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
             # the host, staged through one pinned buffer.
             assert mem["host_step_buffers"] == on_device["host_step_buffers"], offload
             assert (on_device["host_step_buffers"] > 0) == \
-                (offload in ("cpu", "params-cpu")), on_device
+                (offload in ("cpu", "params-cpu", "params-half")), on_device
             if offload == "cpu":
                 # Gradients down, parameters up, nothing of the states: in
                 # fp32 the parameter goes down too (the update reads it); a
@@ -127,7 +130,7 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
                 assert on_device["device_to_host_per_step"] == off["host"]["parameters"], \
                     on_device
                 assert on_device["host_step_buffers"] < off["host"]["parameters"], on_device
-            if offload not in ("cpu", "params-cpu"):
+            if offload not in ("cpu", "params-cpu", "params-half"):
                 assert io["read_bytes"] == STEPS * off["transfers_per_step"]["nvme_to_host"]
                 assert io["write_bytes"] == STEPS * off["transfers_per_step"]["host_to_nvme"]
     for offload in offloads:

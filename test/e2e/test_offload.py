@@ -151,6 +151,9 @@ def test_every_zero_stage_is_bitwise_the_plain_plan(n, tmp_path):
         if stage == 3:  # ZeRO-Infinity: parameters on nvme too; or in host memory
             offloads["infinity"] = ["--offload-optimizer=nvme", "--offload-param=nvme"]
             offloads["params-cpu"] = ["--offload-optimizer=cpu", "--offload-param=cpu"]
+            # Partial parameter offload: half the shards' bytes on nvme.
+            offloads["infinity-half"] = ["--offload-optimizer=nvme", "--offload-param=nvme",
+                                         "--offload-param-ratio=0.5"]
         for offload, offload_flags in offloads.items():
             exe = e2e_util.compile_text(
                 spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
@@ -241,10 +244,13 @@ def test_report_is_the_truth(stage, n, precision, tmp_path):
     training = f"optimizer=adamw precision={precision}"
     plans = {}
     offloads = ["none", "cpu", "nvme", "half"] + \
-        (["infinity", "params-cpu"] if stage == 3 else [])
+        (["infinity", "params-cpu", "params-half", "infinity-half"] if stage == 3 else [])
     for offload in offloads:
         placement = {"infinity": "offload-optimizer=nvme offload-param=nvme",
                      "params-cpu": "offload-param=cpu",
+                     "params-half": "offload-param=cpu offload-param-ratio=0.5",
+                     "infinity-half": "offload-optimizer=nvme offload-param=nvme "
+                                      "offload-param-ratio=0.5",
                      "half": "offload-optimizer=nvme offload-ratio=0.5"}.get(
             offload, f"offload-optimizer={offload}")
         flags = ["--" + f for f in placement.split()]
@@ -279,7 +285,7 @@ def test_report_is_the_truth(stage, n, precision, tmp_path):
                 off["host"]["swap_buffers"] + off["host"]["optimizer_states"] + \
                 off["host"]["parameters"], offload
             io = rank["offload"]
-            if offload in ("nvme", "infinity", "half"):
+            if offload in ("nvme", "infinity", "half", "infinity-half"):
                 assert io["nvme_bytes"] == off["nvme"]["optimizer_states"] + \
                     off["nvme"]["parameters"]
                 assert io["read_bytes"] == STEPS * off["transfers_per_step"]["nvme_to_host"]
@@ -329,6 +335,17 @@ def test_report_is_the_truth(stage, n, precision, tmp_path):
         pbytes = 2 if precision != "fp32" else 4
         assert inf["offload"]["nvme"]["parameters"] == \
             sum(-(-pbytes * s // 4096) * 4096 for s in stored)
+        # Half the parameters (whole ones, in declaration order, until half
+        # the shards' bytes): the device keeps the others, and the two add
+        # up to all of them.
+        phalf = plans["params-half"]
+        on_host = phalf["offload"]["host"]["parameters"]
+        assert 0 < phalf["per_rank"]["parameters"] < params
+        assert phalf["per_rank"]["parameters"] + on_host == params
+        assert on_host >= params // 2
+        ihalf = plans["infinity-half"]
+        assert 0 < ihalf["per_rank"]["parameters"] < params
+        assert 0 < ihalf["offload"]["nvme"]["parameters"] < inf["offload"]["nvme"]["parameters"]
     if precision != "fp32" and stage >= 1:
         # ZeRO-Offload's split: 12 bytes per parameter (f32 master, m, v)
         # over N, each rank's shard padded to ceil(elements / N).

@@ -253,6 +253,9 @@ std::string checkFlagValues() {
       real("offload-ratio", flags::offloadRatio,
            flags::offloadRatio > 0.0 && flags::offloadRatio <= 1.0,
            "a fraction in (0, 1]"),
+      real("offload-param-ratio", flags::offloadParamRatio,
+           flags::offloadParamRatio > 0.0 && flags::offloadParamRatio <= 1.0,
+           "a fraction in (0, 1]"),
       integer("sub-group-size", flags::offloadSubGroupSize,
               flags::offloadSubGroupSize >= 0, ">= 0 (elements; 0: whole "
                                                "states)"),
@@ -549,6 +552,11 @@ int main(int argc, char **argv) {
     llvm::errs() << "ztrain-compile: warning: --offload-ratio is the fraction "
                     "of the optimizer states --offload-optimizer places; "
                     "without it it has no effect\n";
+  if (flags::offloadParamRatio.getNumOccurrences() > 0 &&
+      flags::offloadParam == "none")
+    llvm::errs() << "ztrain-compile: warning: --offload-param-ratio is the "
+                    "fraction of the parameters --offload-param places; "
+                    "without it it has no effect\n";
   if (flags::overlap && flags::dp == 1)
     llvm::errs() << "ztrain-compile: warning: --overlap overlaps "
                     "collectives with compute; at --dp=1 there are none\n";
@@ -697,6 +705,8 @@ int main(int argc, char **argv) {
       request.offloadParam = flags::offloadParam;
     if (given(flags::offloadRatio))
       request.offloadRatio = flags::offloadRatio;
+    if (given(flags::offloadParamRatio))
+      request.offloadParamRatio = flags::offloadParamRatio;
     FailureOr<ztrain::PlanSearchResult> result =
         ztrain::searchPlan(*module, training, zero, request);
     if (failed(result))

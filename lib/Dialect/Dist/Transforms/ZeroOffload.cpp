@@ -89,6 +89,13 @@ void ZeroOffloadPass::runOnOperation() {
                        << " is out of range (0, 1]";
     return signalPassFailure();
   }
+  if (!(paramRatio > 0.0 && paramRatio <= 1.0)) {
+    char shown[32];
+    std::snprintf(shown, sizeof(shown), "%g", static_cast<double>(paramRatio));
+    module.emitError() << "zero-offload: param-ratio=" << shown
+                       << " is out of range (0, 1]";
+    return signalPassFailure();
+  }
   if (subGroupSize < 0) {
     module.emitError() << "zero-offload: sub-group-size="
                        << static_cast<int64_t>(subGroupSize)
@@ -132,12 +139,40 @@ void ZeroOffloadPass::runOnOperation() {
     // cpu: the shards live in host memory and every reader (the gathers,
     // the update) reaches them there; nothing is scheduled.
     MemorySpace space = param == "cpu" ? MemorySpace::host : MemorySpace::nvme;
-    for (train::ParamOp p : module.getOps<train::ParamOp>()) {
+    auto params = llvm::to_vector(module.getOps<train::ParamOp>());
+    for (train::ParamOp p : params)
       if (p->hasAttr(kSpaceAttr)) {
         p.emitOpError() << "is already placed (dist.space): zero-offload "
                            "runs once";
         return signalPassFailure();
       }
+    // Partial offload: whole parameters, in declaration order, until
+    // `param-ratio` of their shards' bytes are placed (at least one).
+    llvm::DenseSet<StringAttr> placedParams;
+    {
+      SymbolTableCollection symbols;
+      FailureOr<int64_t> n = getGridSize(module, zero.getGrid(), symbols);
+      if (failed(n))
+        return signalPassFailure();
+      auto bytesOf = [&](train::ParamOp p) {
+        return getStateStorage(p, p.getTensorType(), zero.getStage(), *n)
+                   .elements *
+               elementBytes(p.getType());
+      };
+      int64_t total = 0, placed = 0;
+      for (train::ParamOp p : params)
+        total += bytesOf(p);
+      for (train::ParamOp p : params) {
+        if (!placedParams.empty() &&
+            placed >= paramRatio * static_cast<double>(total))
+          break;
+        placedParams.insert(p.getSymNameAttr());
+        placed += bytesOf(p);
+      }
+    }
+    for (train::ParamOp p : params) {
+      if (!placedParams.contains(p.getSymNameAttr()))
+        continue;
       p->setAttr(kSpaceAttr, MemorySpaceAttr::get(ctx, space));
       if (space == MemorySpace::nvme)
         onNvme.insert(p.getSymNameAttr());
@@ -154,6 +189,8 @@ void ZeroOffloadPass::runOnOperation() {
         OpBuilder b(ctx);
         for (auto read :
              llvm::to_vector(fn.getBody().getOps<train::ParamReadOp>())) {
+          if (!placedParams.contains(read.getParamAttr().getAttr()))
+            continue;
           SmallVector<Operation *> users;
           for (Operation *user : read.getResult().getUsers())
             if (!llvm::is_contained(users, user))

@@ -347,19 +347,20 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
   // gather; the update reads and writes it in place (the master-weight
   // form only writes it: the new master rounded).
   // An update with host-placed states runs on the host (ZeRO-Offload's
-  // CPU step) on a device backend; its master counts as one of them.
+  // CPU step) on a device backend. The runtime decides by the first state
+  // the update's kernel takes (the master when there is one, else Adam's
+  // exp_avg or SGD's momentum buffer); zero-offload places all of an
+  // update's states together.
   auto hostStep = [&](train::OptimizerUpdateOpInterface update,
-                      FlatSymbolRefAttr master) {
+                      FlatSymbolRefAttr) {
     SmallVector<FlatSymbolRefAttr> states = update.getUpdatedStates();
-    states.push_back(master);
-    return llvm::any_of(states, [&](FlatSymbolRefAttr name) {
-      auto state =
-          name ? symbols.lookupNearestSymbolFrom<train::StateOp>(module, name)
-               : train::StateOp();
-      auto space =
-          state ? state->getAttrOfType<MemorySpaceAttr>(kSpaceAttr) : nullptr;
-      return space && space.getValue() == MemorySpace::host;
-    });
+    auto state = !states.empty() && states.front()
+                     ? symbols.lookupNearestSymbolFrom<train::StateOp>(
+                           module, states.front())
+                     : train::StateOp();
+    auto space =
+        state ? state->getAttrOfType<MemorySpaceAttr>(kSpaceAttr) : nullptr;
+    return space && space.getValue() == MemorySpace::host;
   };
   auto hostParam = [&](FlatSymbolRefAttr name) -> train::ParamOp {
     auto param = symbols.lookupNearestSymbolFrom<train::ParamOp>(module, name);
@@ -412,9 +413,7 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
       int64_t touched = gradBytes;
       if (p)
         touched += (master ? 1 : 2) * elements * elementBytes(p.getType());
-      SmallVector<FlatSymbolRefAttr> states = update.getUpdatedStates();
-      states.push_back(master);
-      for (FlatSymbolRefAttr name : states)
+      for (FlatSymbolRefAttr name : update.getUpdatedStates())
         if (auto state = name ? symbols.lookupNearestSymbolFrom<train::StateOp>(
                                     module, name)
                               : train::StateOp())

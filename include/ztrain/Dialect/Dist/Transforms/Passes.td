@@ -302,7 +302,10 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
     `offload_optimizer.ratio`, DeepCompile's partial offload): the states
     of whole updates, in step order, until that fraction of their bytes is
     placed; the others stay on the device. The plan search uses it to
-    offload no more than a budget needs.
+    offload no more than a budget needs. `param-ratio` < 1 does the same
+    for the parameter shards of `param`: whole parameters, in declaration
+    order, until that fraction of their shards' bytes is placed (at least
+    one); the others stay on the device and are gathered from there.
 
     An update whose tensors are swapped first moves up to where it can
     run: right after its gradient is final and the last read of its
@@ -390,6 +393,10 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
            "Partial offload: the fraction of the optimizer states' bytes "
            "placed by `optimizer` (whole updates' states, in step order; "
            "the rest stay on the device)">,
+    Option<"paramRatio", "param-ratio", "double", "1.0",
+           "Partial parameter offload: the fraction of the parameter "
+           "shards' bytes placed by `param` (whole parameters, in "
+           "declaration order; the rest stay on the device)">,
     Option<"activations", "activations", "std::string", "\"none\"",
            "Where the activations train-recompute keeps for the backward "
            "pass (its checkpoints) live between the passes: none (the "
