@@ -343,6 +343,20 @@ bool SwapSpace::finished(int64_t ticket) {
   fatal("swap: no transfer %lld in flight", static_cast<long long>(ticket));
 }
 
+int64_t SwapSpace::waitAny() {
+  if (inFlight.empty())
+    return -1;
+  for (;;) {
+    for (size_t i = 0; i < inFlight.size(); ++i)
+      if (inFlight[i]->finished) {
+        int64_t ticket = inFlight[i]->ticket;
+        inFlight.erase(inFlight.begin() + static_cast<std::ptrdiff_t>(i));
+        return ticket;
+      }
+    reap(true);
+  }
+}
+
 void SwapSpace::waitAll() {
   for (const auto &r : inFlight)
     while (!r->finished)

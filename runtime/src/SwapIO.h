@@ -72,6 +72,11 @@ public:
   void wait(int64_t ticket);
   /// Waits for every transfer in flight.
   void waitAll();
+  /// Blocks until some transfer in flight has completed, retires it as
+  /// wait() would, and returns its ticket (the earliest-issued of those
+  /// found complete); -1 when nothing is in flight. For a queue kept full
+  /// (fio's way of reaping), not for a step, which needs particular ones.
+  int64_t waitAny();
   /// Whether transfer `ticket` has completed (does not block; collects the
   /// completions that have arrived). wait() is still called for it.
   bool finished(int64_t ticket);

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <set>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -138,6 +139,32 @@ TEST(SwapIOTest, FinishedPollsWithoutBlocking) {
   EXPECT_TRUE(swap.finished(ticket)); // stays done until waited
   swap.wait(ticket);
   EXPECT_EXIT(swap.finished(ticket), ::testing::ExitedWithCode(1),
+              "swap: no transfer [0-9]+ in flight");
+}
+
+TEST(SwapIOTest, WaitAnyRetiresEveryTransferOnce) {
+  // Eight reads of distinct blocks in flight: waitAny hands back each
+  // ticket exactly once, its data in place, then -1 with nothing left.
+  TempDir tmp;
+  const int64_t block = 4 * SwapSpace::kAlignment, n = 8;
+  SwapSpace swap(tmp.root(), 0, 1 << 20, 8);
+  int f = swap.createFile("t", block * n);
+  Buffer src(block * n), dst(block * n);
+  auto data = pattern(block * n, 9);
+  std::memcpy(src.p, data.data(), data.size());
+  swap.wait(swap.write(f, src.p, block * n, 0));
+  std::set<int64_t> issued, retired;
+  for (int64_t i = 0; i < n; ++i)
+    issued.insert(swap.read(f, dst.p + i * block, block, i * block));
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t t = swap.waitAny();
+    EXPECT_TRUE(issued.count(t)) << t;
+    EXPECT_TRUE(retired.insert(t).second) << "ticket " << t << " twice";
+  }
+  EXPECT_EQ(swap.waitAny(), -1);
+  EXPECT_EQ(std::memcmp(dst.p, data.data(), data.size()), 0);
+  // A retired ticket is no longer in flight.
+  EXPECT_EXIT(swap.wait(*retired.begin()), ::testing::ExitedWithCode(1),
               "swap: no transfer [0-9]+ in flight");
 }
 
