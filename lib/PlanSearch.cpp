@@ -179,13 +179,13 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
                                         request.offloadParamRatio,
                                         {0.5, 1.0}))
         placements.push_back({"cpu", "cpu", 1.0, "none", pr});
-      placements.push_back({"cpu", "cpu", 1.0, "cpu"});
+      placements.push_back({"cpu", "cpu", 1.0, "cpu", givenParamRatio});
     }
     for (double r : ratios)
       placements.push_back({"nvme", "none", r});
-    placements.push_back({"nvme", "nvme", 1.0});
+    placements.push_back({"nvme", "nvme", 1.0, "none", givenParamRatio});
     if (deviceBackend)
-      placements.push_back({"nvme", "nvme", 1.0, "cpu"});
+      placements.push_back({"nvme", "nvme", 1.0, "cpu", givenParamRatio});
     // Parameters off the device need stage 3, which one rank can use too.
     if (request.stage < 0 && dp == 1)
       stages = {0, 3};

@@ -503,10 +503,24 @@ void ztrt_ctx::noteCopy(int64_t fence) {
   copyFences.push_back(fence);
 }
 
+const char *ztrt_ctx::mappedBase(const void *ptr) const {
+  if (!ptr || mappedRanges.empty())
+    return nullptr;
+  const char *p = static_cast<const char *>(ptr);
+  auto it = mappedRanges.upper_bound(p);
+  if (it == mappedRanges.begin())
+    return nullptr;
+  --it;
+  return p < it->first + it->second ? it->first : nullptr;
+}
+
 bool ztrt_ctx::hostStep(const void *state) const {
-  if (!state || impl->hostResident())
+  if (impl->hostResident())
     return false;
-  auto it = live.find(const_cast<void *>(state));
+  const char *base = mappedBase(state);
+  if (!base)
+    return false;
+  auto it = live.find(const_cast<char *>(base));
   return it != live.end() && it->second.category == ZTRT_CAT_HOST_STATES;
 }
 
@@ -525,8 +539,11 @@ void ztrt_ctx::runHostStep(
           op, static_cast<long long>(gradBytes + paramBytes),
           static_cast<long long>(n),
           static_cast<long long>(hostStepBufferBytes));
-  if (!hostKernels)
+  if (!hostKernels) {
     hostKernels = createCpuBackend();
+    if (hostStepThreads > 0)
+      hostKernels->setThreads(hostStepThreads);
+  }
   char *staging = static_cast<char *>(hostStepBuffer);
   // Gradients down: waits for the kernels that made this one (the
   // compute stream runs everything issued before it).
@@ -557,14 +574,7 @@ void ztrt_ctx::noteStateAccess(const void *state, int64_t bytes) {
 
 void ztrt_ctx::noteHostAccess(const void *ptr, int64_t toDevice,
                               int64_t toHost) {
-  if (!ptr || mappedRanges.empty())
-    return;
-  const char *p = static_cast<const char *>(ptr);
-  auto it = mappedRanges.upper_bound(p);
-  if (it == mappedRanges.begin())
-    return;
-  --it;
-  if (p >= it->first + it->second)
+  if (!mappedBase(ptr))
     return;
   offload.hostToDeviceBytes += toDevice;
   offload.deviceToHostBytes += toHost;
@@ -660,6 +670,5 @@ void ztrt_ctx::paramFromHost(size_t i, const void *host, int64_t bytes) {
 }
 
 bool ztrt_ctx::mappedHost(const void *ptr) const {
-  auto it = live.find(const_cast<void *>(ptr));
-  return it != live.end() && it->second.memory == Memory::MappedHost;
+  return mappedBase(ptr) != nullptr;
 }

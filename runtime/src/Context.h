@@ -241,6 +241,9 @@ struct ztrt_ctx {
   /// sized by the driver for the largest update with host-placed states.
   void *hostStepBuffer = nullptr;
   int64_t hostStepBufferBytes = 0;
+  /// Threads of the host step's kernels (the executable's --threads; 0:
+  /// OpenMP's default, every core).
+  int hostStepThreads = 0;
 
   /// Counts an update's reads and writes of a state (`bytes`) as host-link
   /// traffic when the state is host memory a device backend's kernel
@@ -256,9 +259,12 @@ struct ztrt_ctx {
   /// and keeps `fence` until it completes: nothing blocks, the compute
   /// stream orders the copies with the kernels.
   void noteCopy(int64_t fence);
-  /// Whether `ptr` is an allocation of host memory a device backend's
-  /// kernels reach in place (host-placed states, parameters, activations).
+  /// Whether `ptr` points into an allocation of host memory a device
+  /// backend's kernels reach in place (host-placed states, parameters,
+  /// activations, the host step buffer).
   bool mappedHost(const void *ptr) const;
+  /// The start of the MappedHost allocation `ptr` points into, or null.
+  const char *mappedBase(const void *ptr) const;
   /// Copies state `i`'s storage (`bytes`, its storeBytes) to host memory
   /// and back, wherever it lives: through the backend, or synchronously
   /// through its swap file (initialisation and checkpoints).

@@ -815,7 +815,8 @@ std::string jsonLoss(float loss) {
 
 std::string memoryJson(const MemoryStats &mem, int64_t planned) {
   // "planned": what the descriptor says the rank will allocate, which the
-  // memory check compares with the machine (equal to the measured peak).
+  // memory check compares with the machine (equal to the measured peak),
+  // plus a device backend's host step buffer.
   std::string json =
       format("{\"planned\": %lld, ", static_cast<long long>(planned));
   for (int c = 0; c < ZTRT_CAT_COUNT; ++c)
@@ -909,7 +910,7 @@ std::string rankJson(const ztrt_ctx &ctx, const Descriptor &desc, int rank,
                 "     \"overlap\": %s,\n     \"offload\": %s}",
                 rank, jsonQuote(ctx.backend().deviceName()).c_str(),
                 losses.c_str(), times.c_str(),
-                memoryJson(ctx.memory(), plannedBytes(desc).total()).c_str(),
+                memoryJson(ctx.memory(), plannedBytes(desc).total() + ctx.hostStepBufferBytes).c_str(),
                 communicationJson(ctx).c_str(), overlapJson(ctx).c_str(),
                 offloadJson(ctx).c_str());
 }
@@ -1003,7 +1004,7 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
                    static_cast<long long>(p.window),
                    static_cast<long long>(p.hysteresis), p.min);
   }
-  json += "  \"memory\": " + memoryJson(ctx.memory(), plannedBytes(desc).total()) + ",\n";
+  json += "  \"memory\": " + memoryJson(ctx.memory(), plannedBytes(desc).total() + ctx.hostStepBufferBytes) + ",\n";
   json += "  \"communication\": " + communicationJson(ctx) + ",\n";
   json += "  \"overlap\": " + overlapJson(ctx) + ",\n";
   json += "  \"offload\": " + offloadJson(ctx) + ",\n";
@@ -1497,6 +1498,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
   }
   if (opts.threads > 0)
     backend.setThreads(opts.threads);
+  ctx.hostStepThreads = opts.threads;
   if (!opts.trace.empty()) {
     // Every rank takes its time origin as it leaves this barrier, so the
     // ranks' traces line up to within the barrier's skew.

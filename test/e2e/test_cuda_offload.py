@@ -101,6 +101,8 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
             assert mem["host_optimizer_states"] == off["host"]["optimizer_states"], offload
             assert mem["swap_buffers"] == off["host"]["swap_buffers"], offload
             assert mem["host_parameters"] == off["host"]["parameters"], offload
+            # Every byte allocated was planned (the host step buffer too).
+            assert mem["peak"] == mem["planned"], (offload, mem)
             if offload == "none":
                 assert io is None
                 continue

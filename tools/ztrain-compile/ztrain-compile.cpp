@@ -548,12 +548,14 @@ int main(int argc, char **argv) {
     return fail("--min-loss-scale configures fp16's dynamic loss scaling; "
                 "--precision=" + flags::precision + " has none");
   if (flags::offloadRatio.getNumOccurrences() > 0 &&
-      flags::offloadOptimizer == "none")
+      flags::offloadOptimizer == "none" &&
+      memoryBudget.getNumOccurrences() == 0)
     llvm::errs() << "ztrain-compile: warning: --offload-ratio is the fraction "
                     "of the optimizer states --offload-optimizer places; "
                     "without it it has no effect\n";
+  // (With --memory-budget a ratio bounds what the search tries.)
   if (flags::offloadParamRatio.getNumOccurrences() > 0 &&
-      flags::offloadParam == "none")
+      flags::offloadParam == "none" && memoryBudget.getNumOccurrences() == 0)
     llvm::errs() << "ztrain-compile: warning: --offload-param-ratio is the "
                     "fraction of the parameters --offload-param places; "
                     "without it it has no effect\n";
