@@ -21,7 +21,7 @@
 //   state <name> <dtype> <rank> <d0> .. <dn-1> of <param-name> [master]
 //         [<store>] [space host|nvme]
 //   buffer <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale>
-//   grad <param-name> <E> [<dtype>]
+//   grad <param-name> <E> [<dtype> [spilled]]
 //   input <name> <dtype> <rank> <d0> .. <dn-1> bound <b>
 //   arena <name> <bytes>
 //   optimizer <free text up to end of line>
@@ -33,7 +33,9 @@
 // rank, returned by ztrt_grad: the type the parameter's optimizer update
 // consumes (the parameter's, or f32 when mixed precision reduces in f32).
 // The compiler always writes the dtype; without it (hand-written models)
-// it is the parameter's.
+// it is the parameter's. `spilled`: the step copies the final gradient to
+// host memory (zero-offload's gradient spill) and its update reads that
+// copy, so a device backend's host step stages none of it.
 // `arena name bytes`: an arena the step asks for with ztrt_arena, in index
 // order (plan-memory's); with the other records, every byte a rank
 // allocates, which main() checks against the memory available.
@@ -124,7 +126,11 @@ typedef enum ztrt_category {
   // update with host-placed states stages its gradient (and the parameter
   // it sends back) through. Host memory; unused on the cpu backend.
   ZTRT_CAT_HOST_STEP_BUFFERS = 11,
-  ZTRT_CAT_COUNT = 12
+  // Host copies of gradients spilled for a host step (zero-offload's
+  // host_gradients arena, optimizer=cpu). Host memory (pinned on a device
+  // backend).
+  ZTRT_CAT_HOST_GRADIENTS = 12,
+  ZTRT_CAT_COUNT = 13
 } ztrt_category;
 
 // The optimizer hyper-parameters a compiled update asks the run for

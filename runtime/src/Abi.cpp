@@ -511,6 +511,20 @@ int64_t ztrt_copy_to_host_start(ztrt_ctx *ctx, const void *src, void *dst,
   return fence;
 }
 
+int64_t ztrt_spill_gradient_start(ztrt_ctx *ctx, const void *src, void *dst,
+                                  int64_t bytes) {
+  Backend &backend = backendOf(ctx, "spill_gradient_start");
+  checkCount("spill_gradient_start", "byte count", bytes);
+  ctx->offload.gradientsToHost += bytes;
+  if (!backend.hostResident()) // over the host link
+    ctx->offload.deviceToHostBytes += bytes;
+  // On the copy stream, behind the op that made the gradient.
+  int64_t ready = backend.recordFence();
+  int64_t fence = backend.copyToHostOnCopyStream(dst, src, bytes, ready);
+  ctx->noteCopy(ready);
+  return fence;
+}
+
 int64_t ztrt_copy_from_host_start(ztrt_ctx *ctx, const void *src, void *dst,
                                   int64_t bytes) {
   Backend &backend = backendOf(ctx, "copy_from_host_start");

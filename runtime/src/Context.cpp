@@ -41,7 +41,7 @@ const char *categoryName(int category) {
       "parameters",  "gradients", "optimizer_states",
       "activations", "other",     "gathered_parameters", "buffers",
       "swap_buffers", "host_optimizer_states", "host_activations",
-      "host_parameters", "host_step_buffers"};
+      "host_parameters", "host_step_buffers", "host_gradients"};
   return category >= 0 && category < ZTRT_CAT_COUNT ? names[category]
                                                     : "invalid";
 }
@@ -172,7 +172,8 @@ void *ztrt_ctx::allocate(int64_t bytes, int32_t category, const char *op) {
   else if ((category == ZTRT_CAT_HOST_STATES ||
             category == ZTRT_CAT_HOST_ACTIVATIONS ||
             category == ZTRT_CAT_HOST_PARAMETERS ||
-            category == ZTRT_CAT_HOST_STEP_BUFFERS) &&
+            category == ZTRT_CAT_HOST_STEP_BUFFERS ||
+            category == ZTRT_CAT_HOST_GRADIENTS) &&
            !impl->hostResident())
     memory = Memory::MappedHost;
   void *ptr = nullptr;
@@ -529,7 +530,10 @@ void ztrt_ctx::runHostStep(
     bool writesParamOnly,
     const std::function<void(Backend &, void *, const void *)> &kernel,
     const char *op) {
-  const int64_t gradBytes = n * elementBytes(gradType);
+  // A gradient the step spilled to host memory (zero-offload's
+  // host_gradients) is read where it is.
+  const bool gradOnHost = hostGradient(grad);
+  const int64_t gradBytes = gradOnHost ? 0 : n * elementBytes(gradType);
   const bool paramOnHost = mappedHost(param);
   const int64_t paramBytes = paramOnHost ? 0 : n * elementBytes(paramType);
   if (gradBytes + paramBytes > hostStepBufferBytes)
@@ -545,10 +549,19 @@ void ztrt_ctx::runHostStep(
       hostKernels->setThreads(hostStepThreads);
   }
   char *staging = static_cast<char *>(hostStepBuffer);
-  // Gradients down: waits for the kernels that made this one (the
-  // compute stream runs everything issued before it).
-  impl->copyToHost(staging, grad, gradBytes);
-  offload.deviceToHostBytes += gradBytes;
+  const void *hostGrad = grad;
+  if (gradOnHost) {
+    // Its copy was enqueued on the copy stream as the gradient was made,
+    // and the compute stream waits for it (ztrt_copy_wait): done once the
+    // compute stream is.
+    impl->synchronize();
+  } else {
+    // Gradients down: waits for the kernels that made this one (the
+    // compute stream runs everything issued before it).
+    impl->copyToHost(staging, grad, gradBytes);
+    offload.deviceToHostBytes += gradBytes;
+    hostGrad = staging;
+  }
   void *hostParam = param;
   if (!paramOnHost) {
     hostParam = staging + gradBytes;
@@ -559,7 +572,7 @@ void ztrt_ctx::runHostStep(
   }
   {
     TraceScope scope(trace(), "host step");
-    kernel(*hostKernels, hostParam, staging);
+    kernel(*hostKernels, hostParam, hostGrad);
   }
   // Parameters up: the work issued next reads the new values.
   if (!paramOnHost) {
@@ -667,6 +680,14 @@ void ztrt_ctx::paramFromHost(size_t i, const void *host, int64_t bytes) {
     return;
   }
   impl->copyFromHost(params[i], host, bytes);
+}
+
+bool ztrt_ctx::hostGradient(const void *ptr) const {
+  const char *base = mappedBase(ptr);
+  if (!base)
+    return false;
+  auto it = live.find(const_cast<char *>(base));
+  return it != live.end() && it->second.category == ZTRT_CAT_HOST_GRADIENTS;
 }
 
 bool ztrt_ctx::mappedHost(const void *ptr) const {

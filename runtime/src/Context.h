@@ -56,7 +56,8 @@ inline bool isHostCategory(int category) {
          category == ZTRT_CAT_HOST_STATES ||
          category == ZTRT_CAT_HOST_ACTIVATIONS ||
          category == ZTRT_CAT_HOST_PARAMETERS ||
-         category == ZTRT_CAT_HOST_STEP_BUFFERS;
+         category == ZTRT_CAT_HOST_STEP_BUFFERS ||
+         category == ZTRT_CAT_HOST_GRADIENTS;
 }
 
 /// The swaps of nvme-resident optimizer states during steps (ztrt_swap_*).
@@ -72,6 +73,8 @@ struct OffloadStats {
   int64_t hostToDeviceBytes = 0, deviceToHostBytes = 0;
   /// Activations copied to host memory and back (Pa+cpu).
   int64_t activationsToHost = 0, activationsFromHost = 0;
+  /// Gradients spilled to host memory for a host step (optimizer=cpu).
+  int64_t gradientsToHost = 0;
 };
 
 enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast };
@@ -265,6 +268,9 @@ struct ztrt_ctx {
   bool mappedHost(const void *ptr) const;
   /// The start of the MappedHost allocation `ptr` points into, or null.
   const char *mappedBase(const void *ptr) const;
+  /// Whether `ptr` points into the host_gradients arena on a device backend
+  /// (a gradient the step spilled for its host step).
+  bool hostGradient(const void *ptr) const;
   /// Copies state `i`'s storage (`bytes`, its storeBytes) to host memory
   /// and back, wherever it lives: through the backend, or synchronously
   /// through its swap file (initialisation and checkpoints).

@@ -450,6 +450,12 @@ Descriptor parseDescriptor(const char *text) {
       bool typed = !p.atEnd();
       if (typed)
         spec.type = p.dtype(/*sixteen=*/true);
+      if (typed && !p.atEnd()) {
+        std::string flag = p.word("gradient flag");
+        if (flag != "spilled")
+          p.error("unknown gradient flag '" + flag + "' (expected spilled)");
+        spec.spilled = true;
+      }
       p.end();
       size_t next = desc.grads.size();
       if (next >= desc.params.size() || desc.params[next].name != of)

@@ -130,6 +130,9 @@ struct GradSpec {
   int64_t paramIndex = -1;
   int64_t elements = 0;
   ElemType type = ElemType::F32;
+  /// `spilled`: the step copies the final gradient to host memory for its
+  /// update (zero-offload's gradient spill): a host step stages none of it.
+  bool spilled = false;
   /// elements * the element's bytes: what every rank allocates.
   int64_t bytes() const { return elements * elemTypeBytes(type); }
 };

@@ -659,9 +659,10 @@ void setUpOffload(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts,
   }
   if (host && rank == 0 && opts.backend == "cpu")
     warning("--offload-optimizer=cpu: on the cpu backend host memory is the "
-            "device's, so the optimizer states stay where they are and "
-            "nothing moves (their bytes are reported as "
-            "host_optimizer_states)");
+            "device's, so the optimizer states stay where they are (their "
+            "bytes are reported as host_optimizer_states) and the updates "
+            "run where they always do; only each gradient is copied once "
+            "into host_gradients, where its update reads it");
   if (hostParams && rank == 0 && opts.backend == "cpu")
     warning("--offload-param=cpu: on the cpu backend host memory is the "
             "device's, so the parameters stay where they are and nothing "
@@ -715,8 +716,11 @@ int64_t hostStepBufferBytes(const Descriptor &desc) {
         static_cast<size_t>(state.paramIndex) < desc.grads.size()
             ? desc.grads[state.paramIndex].type
             : param.type;
+    const bool spilled =
+        static_cast<size_t>(state.paramIndex) < desc.grads.size() &&
+        desc.grads[state.paramIndex].spilled;
     const int64_t perElement =
-        elemTypeBytes(gradType) +
+        (spilled ? 0 : elemTypeBytes(gradType)) +
         (param.space == MemorySpace::Host ? 0 : param.elemBytes());
     bytes = std::max(bytes, state.storeElems * perElement);
   }
@@ -841,7 +845,7 @@ std::string offloadJson(const ztrt_ctx &ctx) {
   // Host placement on the cpu backend moves nothing: null, as without
   // offload. A device backend reaches host-placed states over its host link.
   if (!ctx.swap && !o.hostToDeviceBytes && !o.deviceToHostBytes &&
-      !o.activationsToHost)
+      !o.activationsToHost && !o.gradientsToHost)
     return "null";
   int64_t atRest = 0;
   for (int64_t bytes : ctx.stateFileBytes)
@@ -855,6 +859,7 @@ std::string offloadJson(const ztrt_ctx &ctx) {
                 "\"device_to_host_bytes\": %lld, "
                 "\"activations_to_host_bytes\": %lld, "
                 "\"activations_from_host_bytes\": %lld, "
+                "\"gradients_to_host_bytes\": %lld, "
                 "\"direct\": %s, \"asynchronous\": %s, "
                 "\"directory\": %s}",
                 static_cast<long long>(atRest),
@@ -866,6 +871,7 @@ std::string offloadJson(const ztrt_ctx &ctx) {
                 static_cast<long long>(o.deviceToHostBytes),
                 static_cast<long long>(o.activationsToHost),
                 static_cast<long long>(o.activationsFromHost),
+                static_cast<long long>(o.gradientsToHost),
                 ctx.swap && ctx.swap->direct() ? "true" : "false",
                 ctx.swap && ctx.swap->asynchronous() ? "true" : "false",
                 ctx.swap ? jsonQuote(ctx.swap->directory()).c_str() : "null");

@@ -32,11 +32,11 @@
 // DEVICE: device kB {{.*}} offload (host / nvme io / host link per step)
 // Half the parameter shards (the others on the device) is a candidate too;
 // here it is over the budget without recompute.
-// DEVICE: {{^}}   3     none {{.*}} over  optimizer=cpu param=cpu ratio=0.5 (0.74 / 0.00 / 0.66 kB)
-// DEVICE: {{^}} * 3     none {{.*}} fits  optimizer=cpu param=cpu (0.78 / 0.00 / 0.66 kB)
-// DEVICE: chosen: --zero-stage=3 --recompute=none --offload-optimizer=cpu --offload-param=cpu: predicted device peak 620 bytes (0.62 kB) per rank and 784 bytes of host memory, 656 bytes over the host link
+// DEVICE: {{^}}   3     none {{.*}} over  optimizer=cpu param=cpu ratio=0.5 (0.91 / 0.00 / 0.66 kB)
+// DEVICE: {{^}} * 3     none {{.*}} fits  optimizer=cpu param=cpu (0.96 / 0.00 / 0.66 kB)
+// DEVICE: chosen: --zero-stage=3 --recompute=none --offload-optimizer=cpu --offload-param=cpu: predicted device peak 620 bytes (0.62 kB) per rank and 960 bytes of host memory, 656 bytes over the host link
 // DEVICE-NEXT: pipeline: builtin.module(ztrain-training{{{.*}}recompute=none{{.*}}},ztrain-zero{{{.*}}offload-optimizer=cpu offload-param=cpu{{.*}} stage=3 {{.*}}},ztrain-to-llvm)
-// DEVACT: chosen: --zero-stage=3 --recompute=full --offload-optimizer=cpu --offload-param=cpu --offload-activations=cpu: predicted device peak 524 bytes (0.52 kB) per rank and 816 bytes of host memory, 784 bytes over the host link
+// DEVACT: chosen: --zero-stage=3 --recompute=full --offload-optimizer=cpu --offload-param=cpu --offload-activations=cpu: predicted device peak 524 bytes (0.52 kB) per rank and 992 bytes of host memory, 784 bytes over the host link
 // DEVPART: chosen: --recompute=selective --offload-optimizer=cpu --offload-ratio=0.5: predicted device peak 988 bytes
 // DEVJSON-DAG: "host_memory_budget": 1000000
 // DEVJSON-DAG: "host_link_bytes_per_second": 25000000000

@@ -16,6 +16,7 @@
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu param-ratio=0.5" | FileCheck %s --check-prefix=PRATIO
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu param-ratio=0.5" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=PRATIOREPORT
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --ztrain-zero="stage=3 dp=1 offload-param=cpu offload-param-ratio=0.5" | FileCheck %s --check-prefix=PRATIO1
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=SPILL
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEP
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam precision=bf16" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEP16
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEPP
@@ -144,27 +145,39 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // PRATIO1-NOT: train.param_read @w1
 // PRATIO1: return
 
-// Host-placed optimizer states on a device backend: the updates run on the
-// host (ZeRO-Offload's CPU step), each staged through the host step buffer,
-// sized for the largest (w1's 16-element shard). fp32: the gradient and the
-// parameter shards go down (32 elements each, 256 bytes), the parameters
-// come back (128); nothing of the states crosses the link.
-// HSTEP: host: optimizer states 256
-// HSTEP: host: step buffers 128
+// Host-placed optimizer states: on a device backend the updates run on the
+// host (ZeRO-Offload's CPU step). Each gradient is spilled to host memory
+// as soon as it is final (at stage 1 the reduce-scatter at the optimizer
+// makes it), waited right before its update, which reads the host copy.
+// SPILL: %[[RS:[0-9]+]] = dist.reduce_scatter mean {{.*}} -> tensor<16xf32>
+// SPILL-NEXT: %[[T:[0-9]+]] = dist.offload_activation_start %[[RS]] : tensor<16xf32>
+// SPILL-NEXT: dist.wait %[[T]]
+// SPILL-NEXT: train.adam_update @w1, %[[RS]] {{.*}}dist.host_gradient
+// The report: the spilled gradients in their own host arena (16 and 4 and
+// 12 elements, never alive together: 64 bytes), down once per step (128);
+// the host step buffer holds only the parameter (w1's 16-element shard),
+// which goes down (the update reads it, 128) and up (128); nothing of the
+// states crosses the link.
+// HSTEP: host: gradients 64
+// HSTEP-NEXT: host: optimizer states 256
+// HSTEP: gradients -> host 128
+// HSTEP: host: step buffers 64
 // HSTEP-NEXT: host -> device per step 128
 // HSTEP-NEXT: device -> host per step 256
 // bf16 with f32 masters (12 bytes per element on the host): the bf16
 // gradient goes down and the bf16 parameter up, 64 bytes each way; the
 // master-weight update only writes the parameter.
-// HSTEP16: host: optimizer states 384
-// HSTEP16: host: step buffers 64
+// HSTEP16: host: gradients 32
+// HSTEP16-NEXT: host: optimizer states 384
+// HSTEP16: host: step buffers 32
 // HSTEP16-NEXT: host -> device per step 64
 // HSTEP16-NEXT: device -> host per step 64
 // Parameters in host memory too (stage 3): the host step updates them where
-// they are, so only the gradient shards go down (128); up go the gathers'
-// reads of the shards (176, as above), nothing of the updates.
-// HSTEPP: host: step buffers 64
-// HSTEPP-NEXT: host -> device per step 176
+// they are and stages nothing (no step buffer); only the gradient shards go
+// down (128); up go the gathers' reads of the shards (176, as above).
+// HSTEPP: host: gradients 128
+// HSTEPP-NOT: step buffers
+// HSTEPP: host -> device per step 176
 // HSTEPP-NEXT: device -> host per step 128
 
 // One rank: stage 3 gathers nothing, so each op that reads a host-placed
@@ -201,6 +214,7 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // REPORT-NEXT: },
 // REPORT-NEXT: "host": {
 // REPORT-NEXT: "activations": 0,
+// REPORT-NEXT: "gradients": 0,
 // REPORT-NEXT: "optimizer_states": 0,
 // REPORT-NEXT: "parameters": 0,
 // REPORT-NEXT: "swap_buffers": 24576
@@ -211,6 +225,7 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // REPORT-NEXT: },
 // REPORT-NEXT: "transfers_per_step": {
 // REPORT-NEXT: "activations_to_host": 0,
+// REPORT-NEXT: "gradients_to_host": 0,
 // REPORT-NEXT: "host_to_nvme": 24576,
 // REPORT-NEXT: "nvme_to_host": 24576
 // REPORT: "optimizer_states": 0,

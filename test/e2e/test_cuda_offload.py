@@ -113,14 +113,21 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
             assert io["device_to_host_bytes"] == \
                 STEPS * on_device["device_to_host_per_step"], (offload, io, on_device)
             # ZeRO-Offload's CPU step: updates of host-placed states run on
-            # the host, staged through one pinned buffer.
+            # the host; their gradients were spilled to host memory as they
+            # were made; a parameter in device memory is staged through one
+            # pinned buffer (none when every parameter is host-placed).
+            host_step = offload in ("cpu", "params-cpu", "params-half")
             assert mem["host_step_buffers"] == on_device["host_step_buffers"], offload
             assert (on_device["host_step_buffers"] > 0) == \
-                (offload in ("cpu", "params-cpu", "params-half")), on_device
+                (offload in ("cpu", "params-half")), on_device
+            assert mem["host_gradients"] == off["host"]["gradients"], offload
+            assert (off["host"]["gradients"] > 0) == host_step, off
+            assert io["gradients_to_host_bytes"] == \
+                STEPS * off["transfers_per_step"]["gradients_to_host"], (offload, io)
             if offload == "cpu":
-                # Gradients down, parameters up, nothing of the states: in
-                # fp32 the parameter goes down too (the update reads it); a
-                # master-weight update (bf16) only writes it.
+                # Gradients down (spilled), parameters up, nothing of the
+                # states: in fp32 the parameter goes down too (the update
+                # reads it); a master-weight update (bf16) only writes it.
                 assert on_device["device_to_host_per_step"] == \
                     (2 if precision == "fp32" else 1) * on_device["host_to_device_per_step"], \
                     on_device
@@ -131,7 +138,7 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
                 # gathers read the shards over the link.
                 assert on_device["device_to_host_per_step"] == off["host"]["parameters"], \
                     on_device
-                assert on_device["host_step_buffers"] < off["host"]["parameters"], on_device
+                assert on_device["host_step_buffers"] == 0, on_device
             if offload not in ("cpu", "params-cpu", "params-half"):
                 assert io["read_bytes"] == STEPS * off["transfers_per_step"]["nvme_to_host"]
                 assert io["write_bytes"] == STEPS * off["transfers_per_step"]["host_to_nvme"]

@@ -280,16 +280,24 @@ def test_report_is_the_truth(stage, n, precision, tmp_path):
             assert mem["swap_buffers"] == off["host"]["swap_buffers"], offload
             assert mem["host_optimizer_states"] == off["host"]["optimizer_states"], offload
             assert mem["host_parameters"] == off["host"]["parameters"], offload
+            assert mem["host_gradients"] == off["host"]["gradients"], offload
             # Every byte allocated: the device's plus the host's.
             assert mem["peak"] == mem["planned"] == per_rank["predicted_peak"] + \
                 off["host"]["swap_buffers"] + off["host"]["optimizer_states"] + \
-                off["host"]["parameters"], offload
+                off["host"]["parameters"] + off["host"]["gradients"], offload
             io = rank["offload"]
             if offload in ("nvme", "infinity", "half", "infinity-half"):
                 assert io["nvme_bytes"] == off["nvme"]["optimizer_states"] + \
                     off["nvme"]["parameters"]
                 assert io["read_bytes"] == STEPS * off["transfers_per_step"]["nvme_to_host"]
                 assert io["write_bytes"] == STEPS * off["transfers_per_step"]["host_to_nvme"]
+            elif offload == "cpu":
+                # Host states: each gradient is spilled to host memory for
+                # the update (on the cpu backend a memory copy).
+                assert off["host"]["gradients"] > 0
+                assert io["gradients_to_host_bytes"] == \
+                    STEPS * off["transfers_per_step"]["gradients_to_host"] > 0, io
+                assert io["nvme_bytes"] == io["read_bytes"] == io["write_bytes"] == 0
             else:
                 assert io is None
     none, cpu, nv = (plans[k] for k in ("none", "cpu", "nvme"))
@@ -469,7 +477,9 @@ def test_cpu_offload_on_the_cpu_backend_says_it_is_a_no_op(tmp_path):
                                 name="cpu", extra=["--offload-optimizer=cpu"])
     p = parity.run_exe(exe, 1, check=False)
     assert p.returncode == 0, p.stderr
-    assert "host memory is the device's" in p.stderr and "nothing moves" in p.stderr
+    assert "host memory is the device's" in p.stderr and \
+        "the optimizer states stay where they are" in p.stderr and \
+        "each gradient is copied once into host_gradients" in p.stderr, p.stderr
 
 
 def test_the_trace_has_an_io_track(tmp_path):

@@ -297,7 +297,7 @@ def test_a_device_budget_uses_host_memory_first(dp, target, tmp_path):
         assert mem["device_peak"] == device, (flags, mem)
         assert sum(mem.get(k, 0) for k in ("swap_buffers", "host_optimizer_states",
                                            "host_parameters", "host_activations",
-                                           "host_step_buffers")) == \
+                                           "host_step_buffers", "host_gradients")) == \
             host_bytes, (flags, mem)
         # Every byte the link carried, as priced (two steps).
         moved = rank["offload"]["host_to_device_bytes"] + rank["offload"]["device_to_host_bytes"]

@@ -376,8 +376,13 @@ struct OffloadActivationStartPattern
                                  "plan-memory right before lower-to-runtime";
     Value host = s.stagingBuffer(op, 0, 0);
     s.hostCopies[op.getInput()] = host;
+    // A gradient spilled for a host step (zero-offload, optimizer=cpu) is
+    // counted apart from activations.
+    bool gradient = llvm::any_of(op.getInput().getUsers(), [](Operation *u) {
+      return u->hasAttr(kHostGradientAttr);
+    });
     Value ticket = s.rt.call(
-        "copy_to_host_start",
+        gradient ? "spill_gradient_start" : "copy_to_host_start",
         {s.get(op.getInput()), host,
          s.rt.i64(tensorBytes(op.getInput().getType()))});
     s.pending[op.getToken()] = StepLowering::Pending{ticket, {}, {}, {}};

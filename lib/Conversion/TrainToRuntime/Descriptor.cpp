@@ -185,6 +185,12 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
   // The gradient buffer's type is the one the update consumes: the
   // parameter's, or f32 when mixed precision reduces in f32.
   llvm::DenseMap<StringAttr, Type> gradTypes = gradientElementTypes(entry);
+  // Gradients zero-offload spills to host memory for a host step.
+  llvm::DenseSet<StringAttr> spilled;
+  entry.walk([&](OptimizerUpdateOpInterface update) {
+    if (update->hasAttr(dist::kHostGradientAttr))
+      spilled.insert(update.getUpdatedParam().getAttr());
+  });
   for (auto param : module.getOps<ParamOp>()) {
     Type gradType = gradTypes.lookup(param.getSymNameAttr());
     if (!gradType)
@@ -197,7 +203,9 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
                                   "gradients";
     os << "grad " << param.getSymName() << ' '
        << dist::getGradientElements(param, stage, gridSize) << ' '
-       << gradDtype << '\n';
+       << gradDtype
+       << (spilled.contains(param.getSymNameAttr()) ? " spilled" : "")
+       << '\n';
   }
   for (auto state : module.getOps<StateOp>()) {
     FailureOr<std::string> dtype =

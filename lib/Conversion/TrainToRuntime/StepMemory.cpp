@@ -61,6 +61,7 @@ StepLowering::StepLowering(ModuleOp module, func::FuncOp entry,
                        : name == "gathered_parameters" ? ZTRT_CAT_GATHERED
                        : name == "swap_buffers"        ? ZTRT_CAT_SWAP_BUFFERS
                        : name == "host_activations" ? ZTRT_CAT_HOST_ACTIVATIONS
+                       : name == "host_gradients"   ? ZTRT_CAT_HOST_GRADIENTS
                                                     : ZTRT_CAT_OTHER;
     if (bytes > 0)
       arenaBase[name] =

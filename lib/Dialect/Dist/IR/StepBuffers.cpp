@@ -47,7 +47,11 @@ StepBuffers::StepBuffers(func::FuncOp entry, int64_t stage)
         symbols.lookupNearestSymbolFrom(&op, update.getUpdatedParam());
     if (param && param->hasAttr(kTransientGradientAttr))
       continue;
-    if (g.hasOneUse() && !isa<BlockArgument>(g))
+    // (Its spill to host memory for a host step reads it in place.)
+    unsigned uses = 0;
+    for (Operation *user : g.getUsers())
+      uses += isa<OffloadActivationStartOp>(user) ? 0 : 1;
+    if (uses == 1 && !isa<BlockArgument>(g))
       gradients[g] = update.getUpdatedParam();
   }
 
@@ -174,9 +178,16 @@ std::vector<StepBuffers::Buffer> StepBuffers::list(int64_t gridSize) const {
     auto it = offloaded.find(of);
     if (it == offloaded.end())
       continue;
-    out.push_back({Buffer::HostActivation, bytesOf(of.getType()),
-                   positions.lookup(it->second), positions.lookup(&op),
-                   it->second, 0});
+    // A spilled gradient's copy lives until the update that reads it.
+    Buffer::Kind kind = Buffer::HostActivation;
+    unsigned to = positions.lookup(&op);
+    for (Operation *user : of.getUsers())
+      if (user->hasAttr(kHostGradientAttr)) {
+        kind = Buffer::HostGradient;
+        to = std::max(to, positions.lookup(user));
+      }
+    out.push_back({kind, bytesOf(of.getType()), positions.lookup(it->second),
+                   to, it->second, 0});
     offloaded.erase(it);
   }
   for (Operation &op : *body) {

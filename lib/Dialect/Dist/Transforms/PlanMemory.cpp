@@ -36,8 +36,8 @@ namespace {
 /// Indexed by StepBuffers::Buffer::Kind.
 constexpr llvm::StringLiteral kArenaNames[] = {
     "activations", "gathered_parameters", "other", "swap_buffers",
-    "host_activations"};
-constexpr unsigned kNumArenas = 5;
+    "host_activations", "host_gradients"};
+constexpr unsigned kNumArenas = 6;
 
 /// The arena (index into kArenaNames) of a buffer kind: staging buffers
 /// share "other", swap buffers and host copies of activations have their
@@ -47,6 +47,8 @@ unsigned arenaOf(StepBuffers::Buffer::Kind kind) {
     return 3u;
   if (kind == StepBuffers::Buffer::HostActivation)
     return 4u;
+  if (kind == StepBuffers::Buffer::HostGradient)
+    return 5u;
   return static_cast<unsigned>(kind);
 }
 
@@ -210,7 +212,7 @@ static LogicalResult planFunction(func::FuncOp fn, int64_t stage,
 
   // Pack each arena; the gathered one must respect max-live-bytes, which
   // tighter alignment can rescue when padding to 16 bytes would not.
-  int64_t mineSizes[kNumArenas] = {0, 0, 0, 0};
+  int64_t mineSizes[kNumArenas] = {};
   for (unsigned arena = 0; arena < kNumArenas; ++arena) {
     SmallVector<Placed *> mine;
     for (Placed &p : all)
@@ -256,7 +258,8 @@ static LogicalResult planFunction(func::FuncOp fn, int64_t stage,
         SlotAttr::get(ctx, kArenaNames[arenaOf(buf.kind)], p.offset, buf.bytes);
     if (buf.kind == StepBuffers::Buffer::Staging ||
         buf.kind == StepBuffers::Buffer::Swap ||
-        buf.kind == StepBuffers::Buffer::HostActivation) {
+        buf.kind == StepBuffers::Buffer::HostActivation ||
+        buf.kind == StepBuffers::Buffer::HostGradient) {
       auto &list = staging[buf.owner];
       list.resize(std::max<size_t>(list.size(), buf.index + 1));
       list[buf.index] = slot;
@@ -300,7 +303,7 @@ void PlanMemoryPass::runOnOperation() {
 
   // The step, and the evaluation function when there is one: they never
   // run at once, so they share the arenas (each sized for the larger).
-  int64_t sizes[kNumArenas] = {0, 0, 0, 0};
+  int64_t sizes[kNumArenas] = {};
   auto bound = module->getAttrOfType<IntegerAttr>("dist.max_live_bytes");
   int64_t planned = 0;
   if (failed(planFunction(entry, stage, gridSize, bound, sizes, planned)))

@@ -39,6 +39,7 @@ struct ZeroOffloadPass : public dist::impl::ZeroOffloadBase<ZeroOffloadPass> {
   LogicalResult splitIntoChunks(func::FuncOp fn,
                                 llvm::function_ref<bool(FlatSymbolRefAttr)> nvme);
   LogicalResult offloadActivations(func::FuncOp fn);
+  void spillGradients(func::FuncOp fn);
 };
 
 /// A tensor a swap moves: all of it, or chunk `chunk` of `chunks`
@@ -259,6 +260,8 @@ void ZeroOffloadPass::runOnOperation() {
       if (space == MemorySpace::nvme)
         onNvme.insert(state.getSymNameAttr());
     }
+    if (space == MemorySpace::host)
+      spillGradients(entry);
   }
   if (onNvme.empty())
     return;
@@ -268,6 +271,48 @@ void ZeroOffloadPass::runOnOperation() {
   for (func::FuncOp fn : fns)
     if (failed(scheduleSwaps(fn, onNvme)))
       return signalPassFailure();
+}
+
+/// optimizer=cpu: every update whose states are in host memory runs on the
+/// host on a device backend (ZeRO-Offload's CPU step), so its gradient goes
+/// to host memory as soon as it is final: a dist.offload_activation_start
+/// right after the op that makes it (after the accumulation boundary when
+/// it accumulates), on the copy stream while the backward pass goes on,
+/// waited right before the update, which reads the host copy
+/// (dist.host_gradient). The runtime decides a host step by the update's
+/// first state (its master, else exp_avg or the momentum buffer); so does
+/// this.
+void ZeroOffloadPass::spillGradients(func::FuncOp fn) {
+  Block &body = fn.getBody().front();
+  ModuleOp module = fn->getParentOfType<ModuleOp>();
+  SymbolTable table(module);
+  Operation *boundary = train::getAccumulationBoundary(fn);
+  OpBuilder b(fn.getContext());
+  for (auto update :
+       llvm::to_vector(body.getOps<train::OptimizerUpdateOpInterface>())) {
+    SmallVector<FlatSymbolRefAttr> states = update.getUpdatedStates();
+    if (states.empty() || !states.front())
+      continue;
+    auto state = table.lookup<train::StateOp>(states.front().getValue());
+    auto space =
+        state ? state->getAttrOfType<MemorySpaceAttr>(kSpaceAttr) : nullptr;
+    if (!space || space.getValue() != MemorySpace::host)
+      continue;
+    Value grad = update.getGradient();
+    Operation *def = grad.getDefiningOp();
+    if (!def || def->getBlock() != &body)
+      continue;
+    Operation *after = def;
+    if (boundary && boundary->getBlock() == &body &&
+        def->isBeforeInBlock(boundary))
+      after = boundary;
+    b.setInsertionPointAfter(after);
+    auto spill = OffloadActivationStartOp::create(b, grad.getLoc(), grad);
+    b.setInsertionPoint(update);
+    WaitOp::create(b, grad.getLoc(), TypeRange{}, spill.getToken());
+    update->setAttr(kHostGradientAttr, b.getUnitAttr());
+    ++numSpilledGradients;
+  }
 }
 
 /// Pa+cpu: the forward values recomputations read go to host memory

@@ -61,6 +61,9 @@ struct Report {
   /// Activations offloaded to host memory (Pa+cpu): the host_activations
   /// arena, and the bytes copied to host memory (and back) per step.
   int64_t hostActivations = 0, activationsToHost = 0;
+  /// Gradients spilled to host memory for a host step (optimizer=cpu): the
+  /// host_gradients arena, and the bytes copied down per step.
+  int64_t hostGradients = 0, gradientsToHost = 0;
   /// Host-placed parameters' bytes over the host link per step (device
   /// backends): read (gathers, updates) and written (updates).
   int64_t hostParamsToDevice = 0, hostParamsToHost = 0;
@@ -85,7 +88,8 @@ struct Report {
            hostStepToDevice;
   }
   int64_t deviceToHost() const {
-    return hostToNvme + activationsToHost + hostParamsToHost + hostStepToHost;
+    return hostToNvme + activationsToHost + hostParamsToHost + hostStepToHost +
+           gradientsToHost;
   }
   int64_t buffers = 0, inputs = 0, activations = 0, communicationBuffers = 0;
   /// Of the activations: gathered parameters allocated at once.
@@ -143,7 +147,8 @@ int64_t activationPeak(func::FuncOp entry, int64_t stage, int64_t gridSize,
   std::vector<int64_t> delta(size, 0), gathered(size, 0);
   for (const StepBuffers::Buffer &buf : buffers.list(gridSize)) {
     if (buf.kind == StepBuffers::Buffer::Swap || // host memory, not the
-        buf.kind == StepBuffers::Buffer::HostActivation) // device's
+        buf.kind == StepBuffers::Buffer::HostActivation || // device's
+        buf.kind == StepBuffers::Buffer::HostGradient)
       continue;
     delta[buf.from] += buf.bytes;
     delta[buf.to + 1] -= buf.bytes;
@@ -292,6 +297,7 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
     r.gatheredPeak = arena("gathered_parameters");
     r.swapBuffers = arena("swap_buffers");
     r.hostActivations = arena("host_activations");
+    r.hostGradients = arena("host_gradients");
   } else if (entry.getBody().hasOneBlock()) {
     r.activations = activationPeak(entry, r.stage, n, r.gatheredPeak);
   }
@@ -331,8 +337,14 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
   // step (zero-offload places them after the accumulation boundary).
   // Offloaded activations: each copied down and back once per run of the
   // step (per micro-batch).
+  // Gradients spilled for a host step: down once per optimizer step.
   entry.walk([&](OffloadActivationStartOp op) {
-    r.activationsToHost += tensorBytes(op.getInput().getType());
+    bool gradient =
+        llvm::any_of(op.getInput().getUsers(), [](Operation *user) {
+          return user->hasAttr(kHostGradientAttr);
+        });
+    (gradient ? r.gradientsToHost : r.activationsToHost) +=
+        tensorBytes(op.getInput().getType());
   });
   entry.walk([&](Operation *op) {
     if (!isa<SwapInStartOp, SwapOutStartOp>(op))
@@ -401,7 +413,11 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
       // ZeRO-Offload's CPU step: the gradient goes down; a parameter in
       // device memory comes back (and goes down first unless only
       // written); a host-placed one is updated where it is.
-      int64_t gradBytes = elements * elementBytes(update.getGradient().getType());
+      // (A spilled gradient is already in host memory.)
+      int64_t gradBytes =
+          op->hasAttr(kHostGradientAttr)
+              ? 0
+              : elements * elementBytes(update.getGradient().getType());
       train::ParamOp p =
           symbols.lookupNearestSymbolFrom<train::ParamOp>(
               module, update.getUpdatedParam());
@@ -410,7 +426,9 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
       r.hostStepToHost += times * (gradBytes + (master ? 0 : paramBytes));
       r.hostStepToDevice += times * paramBytes;
       r.hostStepBuffers = std::max(r.hostStepBuffers, gradBytes + paramBytes);
-      int64_t touched = gradBytes;
+      // (It reads the gradient in host memory, spilled or staged.)
+      int64_t touched =
+          elements * elementBytes(update.getGradient().getType());
       if (p)
         touched += (master ? 1 : 2) * elements * elementBytes(p.getType());
       for (FlatSymbolRefAttr name : update.getUpdatedStates())
@@ -502,12 +520,14 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
   row("communication buffers", r.communicationBuffers);
   row("predicted peak", r.predictedPeak());
   if (r.hostStates || r.nvmeStates || r.swapBuffers || r.nvmeParams ||
-      r.hostActivations || r.hostParams) {
+      r.hostActivations || r.hostParams || r.hostGradients) {
     os << "offloaded (zero-offload), per rank: not in the peak above\n";
     if (r.hostParams)
       row("host: parameters", r.hostParams);
     if (r.hostActivations)
       row("host: activations", r.hostActivations);
+    if (r.hostGradients)
+      row("host: gradients", r.hostGradients);
     if (r.hostStates)
       row("host: optimizer states", r.hostStates);
     if (r.swapBuffers)
@@ -516,7 +536,8 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
       row("nvme: parameters", r.nvmeParams);
     if (r.nvmeStates)
       row("nvme: optimizer states", r.nvmeStates);
-    if (r.nvmeToHost || r.hostToNvme || r.activationsToHost) {
+    if (r.nvmeToHost || r.hostToNvme || r.activationsToHost ||
+        r.gradientsToHost) {
       os << llvm::formatv("{0,-26}{1,16}{2,12}\n", "transfers per step",
                           "bytes/rank", "MiB");
       if (r.nvmeToHost || r.hostToNvme) {
@@ -525,6 +546,8 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
       }
       if (r.activationsToHost)
         row("activations <-> host", r.activationsToHost);
+      if (r.gradientsToHost)
+        row("gradients -> host", r.gradientsToHost);
     }
     // A device backend computes on device copies of the swap buffers and
     // runs the updates of host-placed states on the host (their gradients
@@ -635,13 +658,15 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
            {"host", llvm::json::Object{{"optimizer_states", r.hostStates},
                                        {"swap_buffers", r.swapBuffers},
                                        {"activations", r.hostActivations},
+                                       {"gradients", r.hostGradients},
                                        {"parameters", r.hostParams}}},
            {"nvme", llvm::json::Object{{"parameters", r.nvmeParams},
                                        {"optimizer_states", r.nvmeStates}}},
            {"transfers_per_step",
             llvm::json::Object{{"nvme_to_host", r.nvmeToHost},
                                {"host_to_nvme", r.hostToNvme},
-                               {"activations_to_host", r.activationsToHost}}},
+                               {"activations_to_host", r.activationsToHost},
+                               {"gradients_to_host", r.gradientsToHost}}},
            {"device_backend",
             llvm::json::Object{{"device_peak", r.devicePeakOnDevice()},
                                {"host_step_buffers", r.hostStepBuffers},
@@ -696,8 +721,8 @@ FailureOr<StepSummary> ztrain::dist::summarizeStep(ModuleOp module) {
   s.recomputeFlops = r->recomputeFlops;
   s.kernelBytes = r->kernelBytes;
   s.recomputeKernelBytes = r->recomputeKernelBytes;
-  s.hostBytes =
-      r->swapBuffers + r->hostStates + r->hostActivations + r->hostParams;
+  s.hostBytes = r->swapBuffers + r->hostStates + r->hostActivations +
+                r->hostParams + r->hostGradients;
   s.hostStepBuffers = r->hostStepBuffers;
   s.hostStepBytes = r->hostStepBytes;
   s.nvmeTransferBytes = r->nvmeToHost + r->hostToNvme;

@@ -27,6 +27,12 @@ inline constexpr llvm::StringLiteral kArenasAttr = "dist.arenas";
 /// to the update, instead of a persistent gradient buffer (0 elements).
 inline constexpr llvm::StringLiteral kTransientGradientAttr =
     "dist.transient_gradient";
+/// Unit attribute on an optimizer update (zero-offload, optimizer=cpu): its
+/// gradient was spilled to host memory (a dist.offload_activation_start of
+/// the gradient, waited before the update) and the update reads that host
+/// copy: on a device backend it runs on the host (ZeRO-Offload's CPU step)
+/// without copying its gradient down itself.
+inline constexpr llvm::StringLiteral kHostGradientAttr = "dist.host_gradient";
 /// Discardable attribute on train.state: a #dist.space (absent: device).
 inline constexpr llvm::StringLiteral kSpaceAttr = "dist.space";
 /// The alignment (and size granule) of swap buffers and swap files: O_DIRECT

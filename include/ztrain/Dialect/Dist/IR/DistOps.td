@@ -435,6 +435,11 @@ def Dist_OffloadActivationStartOp : Op<Dist_Dialect, "offload_activation_start",
     the copy is ordered on the compute stream behind the op that made the
     value; on the cpu backend it is a memory copy.
 
+    zero-offload's gradient spill (`optimizer=cpu`) uses the same copy for a
+    final gradient: its host copy (the `host_gradients` arena) lives until
+    the optimizer update that reads it, which carries `dist.host_gradient`
+    and is waited for right before it; nothing reloads it.
+
     ```mlir
     %t = dist.offload_activation_start %h : tensor<2x8x16xf32>
     ... forward uses of %h ...

@@ -66,8 +66,11 @@ public:
       Staging,    ///< a bucket's packed input (0) or reduce-scatter output (1)
       Swap,       ///< an nvme state's host buffer, from its swap-in's start
                   ///< to its swap-out's wait (4096-byte granules)
-      HostActivation ///< an offloaded activation's host copy, from its
-                     ///< dist.offload_activation_start to its reload's wait
+      HostActivation, ///< an offloaded activation's host copy, from its
+                      ///< dist.offload_activation_start to its reload's wait
+      HostGradient ///< a spilled gradient's host copy (dist.host_gradient),
+                   ///< from its dist.offload_activation_start to the update
+                   ///< that reads it
     } kind;
     int64_t bytes;
     unsigned from, to;

@@ -283,9 +283,16 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
     ZeRO partition, only the memory it lives in changes:
 
     - `optimizer=cpu`: every `train.state` gets `dist.space = #dist.space<host>`:
-      it lives in host memory and its update runs there. On the CPU backend
-      host memory is the device's, so nothing moves (the executable says
-      so).
+      it lives in host memory and its update runs there (on a device
+      backend, ZeRO-Offload's CPU step). Each such update's gradient is
+      spilled to host memory as soon as it is final: a
+      `dist.offload_activation_start` of it right after the op that makes
+      it (after the accumulation boundary when it accumulates), running
+      while the backward pass goes on, waited right before the update,
+      which reads the host copy (`dist.host_gradient`; plan-memory's
+      `host_gradients` arena). On the CPU backend host memory is the
+      device's, so the states stay where they are and the spill is a
+      memory copy (the executable says so).
     - `optimizer=nvme`: every `train.state` gets `#dist.space<nvme>`: it
       lives in a file of the rank's swap directory (`--nvme-path` of the
       executable) and only visits host memory for its update. Around each
@@ -419,7 +426,10 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
     Statistic<"numChunkedUpdates", "chunked-updates",
               "Optimizer updates split into chunks (sub-group-size)">,
     Statistic<"numOffloadedActivations", "offloaded-activations",
-              "Activations copied to host memory between the passes">
+              "Activations copied to host memory between the passes">,
+    Statistic<"numSpilledGradients", "spilled-gradients",
+              "Gradients copied to host memory for a host step "
+              "(optimizer=cpu)">
   ];
 }
 
