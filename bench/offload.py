@@ -23,7 +23,8 @@ without offload (ratio column).
 A second table runs a smaller GPT with `--backend cuda` on the CUDA
 emulator (ztrain-compile --runtime-dir build/lib/cudaemu), offload none /
 cpu / nvme: on a device backend `cpu` is ZeRO-Offload's CPU step (the
-gradient down, the host's Adam, the parameter up), so the table shows the
+gradient spilled down as it is made, the host's Adam, the parameter up),
+so the table shows the
 bytes over the host link per step (the report's host_to_device_bytes and
 device_to_host_bytes) against zero-report's, and the host memory. The
 emulator runs the device's kernels on the CPU, so its step times say
@@ -113,7 +114,8 @@ def emulated(args, work, swap):
           f"{args.emulated_width}, {params / 1e6:.2f}M parameters, batch 4 x 64 tokens, "
           f"AdamW f32; step times are the emulator's, not a GPU's")
     print(f"{'configuration':>16} | {'ms/step':>8} {'ratio':>6} | {'H->D MB':>8} "
-          f"{'D->H MB':>8} {'= plan':>6} | {'device MB':>9} {'host MB':>8} {'step buf MB':>11}")
+          f"{'D->H MB':>8} {'= plan':>6} | {'device MB':>9} {'host MB':>8} {'grads MB':>8} "
+          f"{'step buf MB':>11}")
     for name, _, base in EMULATED:
         rep = last[name]
         ms = statistics.median(times[name])
@@ -125,10 +127,11 @@ def emulated(args, work, swap):
         same = "yes" if (h2d, d2h) == (plan["host_to_device_per_step"],
                                        plan["device_to_host_per_step"]) else "NO"
         mem = rep["memory"]
-        host = mem["swap_buffers"] + mem["host_optimizer_states"] + mem["host_step_buffers"]
+        host = mem["swap_buffers"] + mem["host_optimizer_states"] + \
+            mem["host_step_buffers"] + mem["host_gradients"]
         print(f"{name:>16} | {ms:8.1f} {ratio} | {h2d / 1e6:8.2f} {d2h / 1e6:8.2f} "
               f"{same:>6} | {mem['device_peak'] / 1e6:9.2f} {host / 1e6:8.2f} "
-              f"{mem['host_step_buffers'] / 1e6:11.2f}")
+              f"{mem['host_gradients'] / 1e6:8.2f} {mem['host_step_buffers'] / 1e6:11.2f}")
 
 
 def disk_bandwidth(directory):
