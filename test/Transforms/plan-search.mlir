@@ -13,7 +13,7 @@
 // RUN: ztrain-opt %s --plan-search="memory-budget=900 dp=2 format=json" -o /dev/null | FileCheck %s --check-prefix=JSON
 // RUN: ztrain-opt %s --plan-search="memory-budget=1.25kB dp=1 precision=auto" -o /dev/null | FileCheck %s --check-prefix=AUTO
 // RUN: ztrain-opt %s --plan-search="memory-budget=700 host-memory-budget=1MB dp=1" -o /dev/null | FileCheck %s --check-prefix=DEVICE
-// RUN: ztrain-opt %s --plan-search="memory-budget=540 host-memory-budget=1MB dp=1" -o /dev/null | FileCheck %s --check-prefix=DEVACT
+// RUN: ztrain-opt %s --plan-search="memory-budget=420 host-memory-budget=1MB dp=1" -o /dev/null | FileCheck %s --check-prefix=DEVACT
 // RUN: ztrain-opt %s --plan-search="memory-budget=1000 host-memory-budget=1MB dp=1" -o /dev/null | FileCheck %s --check-prefix=DEVPART
 // RUN: ztrain-opt %s --plan-search="memory-budget=700 host-memory-budget=1MB dp=1 format=json" -o /dev/null | FileCheck %s --check-prefix=DEVJSON
 // RUN: not ztrain-opt %s --plan-search="memory-budget=700 host-memory-budget=100 dp=1" -o /dev/null 2>&1 | FileCheck %s --check-prefix=HOSTNONE
@@ -25,23 +25,24 @@
 // host link's bytes and the host's optimizer step are priced. At 700
 // bytes the parameters and optimizer states in host memory at stage 3 win:
 // the host step updates the shards where they are, so only the gradients
-// (down) and the gathers' reads (up) cross the link, and nothing is
-// recomputed. At 540 only that with full recompute and its checkpoints in
-// host memory fits; at 1000 half of the states suffice.
+// (spilled down, none kept on the device) and the gathers' reads (up)
+// cross the link, and nothing is recomputed. At 420 only that with
+// selective recompute and its checkpoints in host memory fits; at 1000
+// half of the states suffice.
 // DEVICE: plan search: memory budget 700 bytes (0.70 kB) per rank of device memory and 1000000 bytes (1000.00 kB) of host memory (a device backend), dp=1;{{.*}}, host link 25.0 GB/s, host step 50.0 GB/s
 // DEVICE: device kB {{.*}} offload (host / nvme io / host link per step)
 // Half the parameter shards (the others on the device) is a candidate too;
-// here it is over the budget without recompute.
-// DEVICE: {{^}}   3     none {{.*}} over  optimizer=cpu param=cpu ratio=0.5 (0.91 / 0.00 / 0.66 kB)
+// it fits, with more device memory for the same cost.
+// DEVICE: {{^}}   3     none {{.*}} fits  optimizer=cpu param=cpu ratio=0.5 (0.91 / 0.00 / 0.66 kB)
 // DEVICE: {{^}} * 3     none {{.*}} fits  optimizer=cpu param=cpu (0.96 / 0.00 / 0.66 kB)
-// DEVICE: chosen: --zero-stage=3 --recompute=none --offload-optimizer=cpu --offload-param=cpu: predicted device peak 620 bytes (0.62 kB) per rank and 960 bytes of host memory, 656 bytes over the host link
+// DEVICE: chosen: --zero-stage=3 --recompute=none --offload-optimizer=cpu --offload-param=cpu: predicted device peak 460 bytes (0.46 kB) per rank and 960 bytes of host memory, 656 bytes over the host link
 // DEVICE-NEXT: pipeline: builtin.module(ztrain-training{{{.*}}recompute=none{{.*}}},ztrain-zero{{{.*}}offload-optimizer=cpu offload-param=cpu{{.*}} stage=3 {{.*}}},ztrain-to-llvm)
-// DEVACT: chosen: --zero-stage=3 --recompute=full --offload-optimizer=cpu --offload-param=cpu --offload-activations=cpu: predicted device peak 524 bytes (0.52 kB) per rank and 992 bytes of host memory, 784 bytes over the host link
-// DEVPART: chosen: --recompute=selective --offload-optimizer=cpu --offload-ratio=0.5: predicted device peak 988 bytes
+// DEVACT: chosen: --zero-stage=3 --recompute=selective --offload-optimizer=cpu --offload-param=cpu --offload-activations=cpu: predicted device peak 396 bytes (0.40 kB) per rank and 992 bytes of host memory, 720 bytes over the host link
+// DEVPART: chosen: --recompute=none --offload-optimizer=cpu --offload-ratio=0.5: predicted device peak 892 bytes
 // DEVJSON-DAG: "host_memory_budget": 1000000
 // DEVJSON-DAG: "host_link_bytes_per_second": 25000000000
 // DEVJSON-DAG: "host_memory_bytes_per_second": 50000000000
-// DEVJSON-DAG: "device_peak": 620
+// DEVJSON-DAG: "device_peak": 460
 // DEVJSON-DAG: "host_link_bytes": 656
 // The host step reads and writes 28 bytes per element (gradient 4, the
 // parameter 8, Adam's moments 16), 60 elements: 1680 bytes at 50 GB/s.

@@ -17,6 +17,7 @@
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu param-ratio=0.5" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=PRATIOREPORT
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --ztrain-zero="stage=3 dp=1 offload-param=cpu offload-param-ratio=0.5" | FileCheck %s --check-prefix=PRATIO1
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=SPILL
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=2 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=SPILL2
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEP
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam precision=bf16" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEP16
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEPP
@@ -148,16 +149,32 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // Host-placed optimizer states: on a device backend the updates run on the
 // host (ZeRO-Offload's CPU step). Each gradient is spilled to host memory
 // as soon as it is final (at stage 1 the reduce-scatter at the optimizer
-// makes it), waited right before its update, which reads the host copy.
+// makes it); its wait yields the host copy, which the update reads, and
+// the parameter's gradient is transient (no persistent device buffer).
+// SPILL: train.param @w1 {{.*}}dist.transient_gradient
 // SPILL: %[[RS:[0-9]+]] = dist.reduce_scatter mean {{.*}} -> tensor<16xf32>
 // SPILL-NEXT: %[[T:[0-9]+]] = dist.offload_activation_start %[[RS]] : tensor<16xf32>
-// SPILL-NEXT: dist.wait %[[T]]
-// SPILL-NEXT: train.adam_update @w1, %[[RS]] {{.*}}dist.host_gradient
-// The report: the spilled gradients in their own host arena (16 and 4 and
-// 12 elements, never alive together: 64 bytes), down once per step (128);
+// SPILL-NEXT: %[[H:[0-9]+]] = dist.wait %[[T]] : tensor<16xf32>
+// SPILL-NEXT: train.adam_update @w1, %[[H]] {{.*}}dist.host_gradient
+// Stage 2: the gradients are final in the backward pass; one spill is in
+// flight at a time, each waited where the next starts (its device buffer
+// freed there), the last right before the updates.
+// SPILL2: %[[T2:[0-9]+]] = dist.offload_activation_start %{{[0-9]+}} : tensor<12xf32>
+// SPILL2: %[[H2:[0-9]+]] = dist.wait %[[T2]] : tensor<12xf32>
+// SPILL2-NEXT: %[[T1:[0-9]+]] = dist.offload_activation_start %{{[0-9]+}} : tensor<4xf32>
+// SPILL2: %[[H1:[0-9]+]] = dist.wait %[[T1]] : tensor<4xf32>
+// SPILL2-NEXT: %[[T0:[0-9]+]] = dist.offload_activation_start %{{[0-9]+}} : tensor<16xf32>
+// SPILL2-NEXT: %[[H0:[0-9]+]] = dist.wait %[[T0]] : tensor<16xf32>
+// SPILL2-NEXT: train.adam_update @w1, %[[H0]]
+// SPILL2: train.adam_update @b1, %[[H1]]
+// SPILL2: train.adam_update @w2, %[[H2]]
+// The report: no gradient on the device; the spilled gradients in their
+// own host arena (16 and 4 and 12 elements, never alive together: 64
+// bytes), down once per step (128);
 // the host step buffer holds only the parameter (w1's 16-element shard),
 // which goes down (the update reads it, 128) and up (128); nothing of the
 // states crosses the link.
+// HSTEP: gradients 0
 // HSTEP: host: gradients 64
 // HSTEP-NEXT: host: optimizer states 256
 // HSTEP: gradients -> host 128

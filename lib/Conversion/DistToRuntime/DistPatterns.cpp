@@ -378,9 +378,7 @@ struct OffloadActivationStartPattern
     s.hostCopies[op.getInput()] = host;
     // A gradient spilled for a host step (zero-offload, optimizer=cpu) is
     // counted apart from activations.
-    bool gradient = llvm::any_of(op.getInput().getUsers(), [](Operation *u) {
-      return u->hasAttr(kHostGradientAttr);
-    });
+    bool gradient = static_cast<bool>(spilledGradient(op));
     Value ticket = s.rt.call(
         gradient ? "spill_gradient_start" : "copy_to_host_start",
         {s.get(op.getInput()), host,
@@ -420,6 +418,10 @@ struct WaitPattern : OpRuntimePattern<WaitOp> {
     if (isa<OffloadActivationStartOp, ReloadActivationStartOp>(
             op.getStart())) {
       s.rt.call("copy_wait", {p.handle});
+      // A spilled gradient: its host copy is the value the update reads.
+      if (auto off = dyn_cast<OffloadActivationStartOp>(op.getStart());
+          off && op.getNumResults() == 1)
+        s.bind(op.getResult(0), s.hostCopies.lookup(off.getInput()));
       return success();
     }
     s.rt.call("wait", {p.handle});

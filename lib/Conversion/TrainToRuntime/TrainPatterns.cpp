@@ -158,16 +158,9 @@ struct UpdatePattern : RuntimePattern {
     int64_t n = numElements(grad);
     Value param = s.updatedParam(update.getUpdatedParam().getValue(),
                                  update.isSharded(), n);
+    // (A gradient spilled to host memory, zero-offload's optimizer=cpu, is
+    // the host copy its spill's wait yields.)
     Value gradPtr = s.get(grad);
-    // A gradient spilled to host memory (zero-offload, optimizer=cpu): the
-    // update reads the host copy.
-    if (op->hasAttr(dist::kHostGradientAttr)) {
-      gradPtr = s.hostCopies.lookup(grad);
-      if (!gradPtr)
-        return op->emitOpError() << "reads a host copy of its gradient "
-                                    "(dist.host_gradient), but no "
-                                    "dist.offload_activation_start made one";
-    }
     // One chunk of a split update (zero-offload's sub-group-size): its
     // elements of the parameter and the gradient; its states are the
     // chunk's swap buffers.

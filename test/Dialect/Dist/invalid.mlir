@@ -368,9 +368,27 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 func.func @f(%x: tensor<4xf32>) {
   %o = dist.offload_activation_start %x : tensor<4xf32>
-  // expected-error @+1 {{'dist.wait' op completes an activation's copy to host memory, which yields nothing}}
-  %y = dist.wait %o : tensor<4xf32>
+  // expected-error @+1 {{'dist.wait' op completes a copy to host memory: it yields nothing (an activation's), or the host copy of a gradient, of type 'tensor<4xf32>'}}
+  %y = dist.wait %o : tensor<2xf32>
   return
+}
+
+// -----
+
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %o = dist.offload_activation_start %x : tensor<4xf32>
+  // expected-error @+1 {{'dist.wait' op yields a gradient's host copy, which only an optimizer update marked 'dist.host_gradient' may read}}
+  %y = dist.wait %o : tensor<4xf32>
+  return %y : tensor<4xf32>
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{'train.relu' op 'dist.host_gradient' is a unit attribute of optimizer updates}}
+  %y = train.relu %x {dist.host_gradient} : tensor<4xf32>
+  return %y : tensor<4xf32>
 }
 
 // -----

@@ -44,6 +44,11 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
              << "'" << kTransientGradientAttr
              << "' is a unit attribute of train.param";
   }
+  if (attr.getName() == kHostGradientAttr &&
+      (!isa<UnitAttr>(attr.getValue()) ||
+       !isa<train::OptimizerUpdateOpInterface>(op)))
+    return op->emitOpError() << "'" << kHostGradientAttr
+                             << "' is a unit attribute of optimizer updates";
   if (attr.getName() == kSpaceAttr) {
     if (!isa<MemorySpaceAttr>(attr.getValue()))
       return op->emitOpError()
@@ -531,10 +536,23 @@ LogicalResult WaitOp::verify() {
     return emitOpError() << "token must come from a dist.*_start op";
   if (isa<SwapInStartOp, SwapOutStartOp>(start) && getNumResults())
     return emitOpError() << "completes a swap transfer, which yields nothing";
-  if (isa<OffloadActivationStartOp>(start) && getNumResults())
-    return emitOpError()
-           << "completes an activation's copy to host memory, which yields "
-              "nothing";
+  if (auto offload = dyn_cast<OffloadActivationStartOp>(start)) {
+    if (getNumResults() == 0)
+      return success();
+    // A gradient spill: the host copy, read by its host-step update.
+    if (getNumResults() != 1 ||
+        getResult(0).getType() != offload.getInput().getType())
+      return emitOpError()
+             << "completes a copy to host memory: it yields nothing (an "
+                "activation's), or the host copy of a gradient, of type "
+             << offload.getInput().getType();
+    for (Operation *user : getResult(0).getUsers())
+      if (!user->hasAttr(kHostGradientAttr))
+        return emitOpError()
+               << "yields a gradient's host copy, which only an optimizer "
+                  "update marked '"
+               << kHostGradientAttr << "' may read";
+  }
   if (auto reload = dyn_cast<ReloadActivationStartOp>(start))
     if (getNumResults() != 1 ||
         getResult(0).getType() != reload.getInput().getType())
@@ -559,6 +577,13 @@ LogicalResult ReloadActivationStartOp::verify() {
   return emitOpError() << "reloads a value no earlier "
                           "dist.offload_activation_start copied to host "
                           "memory";
+}
+
+Value ztrain::dist::spilledGradient(OffloadActivationStartOp op) {
+  for (Operation *user : op.getToken().getUsers())
+    if (auto wait = dyn_cast<WaitOp>(user))
+      return wait.getNumResults() == 1 ? wait.getResult(0) : Value();
+  return Value();
 }
 
 LogicalResult ReleaseOp::verify() {

@@ -30,6 +30,12 @@ StepBuffers::StepBuffers(func::FuncOp entry, int64_t stage)
     if (!update)
       continue;
     Value g = update.getGradient();
+    // A gradient spilled for a host step: the update reads its host copy,
+    // which is no gradient buffer (the device gradient is the spill's
+    // input: an accumulator, or a transient temporary).
+    if (auto wait = g.getDefiningOp<WaitOp>();
+        wait && isa<OffloadActivationStartOp>(wait.getStart()))
+      continue;
     if (auto ar = g.getDefiningOp<AllReduceOp>())
       g = ar.getInput();
     else if (auto rs = g.getDefiningOp<ReduceScatterOp>(); rs && stage == 1)
@@ -47,11 +53,7 @@ StepBuffers::StepBuffers(func::FuncOp entry, int64_t stage)
         symbols.lookupNearestSymbolFrom(&op, update.getUpdatedParam());
     if (param && param->hasAttr(kTransientGradientAttr))
       continue;
-    // (Its spill to host memory for a host step reads it in place.)
-    unsigned uses = 0;
-    for (Operation *user : g.getUsers())
-      uses += isa<OffloadActivationStartOp>(user) ? 0 : 1;
-    if (uses == 1 && !isa<BlockArgument>(g))
+    if (g.hasOneUse() && !isa<BlockArgument>(g))
       gradients[g] = update.getUpdatedParam();
   }
 
@@ -178,14 +180,15 @@ std::vector<StepBuffers::Buffer> StepBuffers::list(int64_t gridSize) const {
     auto it = offloaded.find(of);
     if (it == offloaded.end())
       continue;
-    // A spilled gradient's copy lives until the update that reads it.
+    // A spilled gradient's copy (the wait's result) lives until the
+    // update that reads it.
     Buffer::Kind kind = Buffer::HostActivation;
     unsigned to = positions.lookup(&op);
-    for (Operation *user : of.getUsers())
-      if (user->hasAttr(kHostGradientAttr)) {
-        kind = Buffer::HostGradient;
-        to = std::max(to, positions.lookup(user));
-      }
+    if (wait.getNumResults() == 1 &&
+        isa<OffloadActivationStartOp>(wait.getStart())) {
+      kind = Buffer::HostGradient;
+      to = std::max(to, lastUse(wait.getResult(0)));
+    }
     out.push_back({kind, bytesOf(of.getType()), positions.lookup(it->second),
                    to, it->second, 0});
     offloaded.erase(it);
@@ -218,6 +221,10 @@ std::vector<StepBuffers::Buffer> StepBuffers::list(int64_t gridSize) const {
   }
   for (Operation &op : *body) {
     if (isa<train::ParamReadOp, train::BufferReadOp>(op))
+      continue;
+    // A spilled gradient's host copy is listed above (host memory).
+    if (auto wait = dyn_cast<WaitOp>(op);
+        wait && isa<OffloadActivationStartOp>(wait.getStart()))
       continue;
     for (OpResult r : op.getResults()) {
       auto type = dyn_cast<RankedTensorType>(r.getType());

@@ -278,7 +278,8 @@ void ZeroOffloadPass::runOnOperation() {
 /// to host memory as soon as it is final: a dist.offload_activation_start
 /// right after the op that makes it (after the accumulation boundary when
 /// it accumulates), on the copy stream while the backward pass goes on,
-/// waited right before the update, which reads the host copy
+/// waited where the next spill starts (one in flight; the last right before
+/// its update), which yields the host copy the update reads
 /// (dist.host_gradient). The runtime decides a host step by the update's
 /// first state (its master, else exp_avg or the momentum buffer); so does
 /// this.
@@ -287,6 +288,8 @@ void ZeroOffloadPass::spillGradients(func::FuncOp fn) {
   ModuleOp module = fn->getParentOfType<ModuleOp>();
   SymbolTable table(module);
   Operation *boundary = train::getAccumulationBoundary(fn);
+  const bool accumulates = !body.getOps<train::AccumulateGradOp>().empty();
+  SmallVector<std::pair<OffloadActivationStartOp, WaitOp>> spills;
   OpBuilder b(fn.getContext());
   for (auto update :
        llvm::to_vector(body.getOps<train::OptimizerUpdateOpInterface>())) {
@@ -309,10 +312,27 @@ void ZeroOffloadPass::spillGradients(func::FuncOp fn) {
     b.setInsertionPointAfter(after);
     auto spill = OffloadActivationStartOp::create(b, grad.getLoc(), grad);
     b.setInsertionPoint(update);
-    WaitOp::create(b, grad.getLoc(), TypeRange{}, spill.getToken());
+    auto wait = WaitOp::create(b, grad.getLoc(), TypeRange{grad.getType()},
+                               spill.getToken());
+    update.getGradientOperand().set(wait.getResult(0));
     update->setAttr(kHostGradientAttr, b.getUnitAttr());
+    // Without accumulation the device gradient is a temporary (the
+    // activation arena) that dies at the spill's wait: the device holds no
+    // persistent gradient for the parameter (DeepSpeed's ZeRO-Offload).
+    if (!accumulates)
+      if (Operation *param = table.lookup(update.getUpdatedParam().getAttr()))
+        param->setAttr(kTransientGradientAttr, b.getUnitAttr());
+    spills.push_back({spill, wait});
     ++numSpilledGradients;
   }
+  // One spill in flight: each is waited for where the next one starts (its
+  // gradient's device buffer is freed there), the last before its update.
+  llvm::sort(spills, [](const auto &a, const auto &b) {
+    return a.first->isBeforeInBlock(b.first);
+  });
+  for (size_t i = 0; i + 1 < spills.size(); ++i)
+    if (spills[i + 1].first->isBeforeInBlock(spills[i].second))
+      spills[i].second->moveBefore(spills[i + 1].first);
 }
 
 /// Pa+cpu: the forward values recomputations read go to host memory

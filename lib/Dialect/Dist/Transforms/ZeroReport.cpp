@@ -339,10 +339,7 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
   // step (per micro-batch).
   // Gradients spilled for a host step: down once per optimizer step.
   entry.walk([&](OffloadActivationStartOp op) {
-    bool gradient =
-        llvm::any_of(op.getInput().getUsers(), [](Operation *user) {
-          return user->hasAttr(kHostGradientAttr);
-        });
+    bool gradient = static_cast<bool>(spilledGradient(op));
     (gradient ? r.gradientsToHost : r.activationsToHost) +=
         tensorBytes(op.getInput().getType());
   });

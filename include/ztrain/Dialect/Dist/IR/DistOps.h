@@ -62,6 +62,11 @@ StateStorage getStateStorage(mlir::Operation *symbolOp,
 /// (stages 2-3).
 int64_t getGradientElements(mlir::Operation *param, int64_t stage,
                             int64_t gridSize);
+
+/// The host copy of a gradient spilled for a host step (zero-offload,
+/// optimizer=cpu): the result of the dist.wait of `op`, null when `op`
+/// copies an activation (its wait yields nothing).
+mlir::Value spilledGradient(OffloadActivationStartOp op);
 } // namespace ztrain::dist
 
 #endif // ZTRAIN_DIALECT_DIST_IR_DISTOPS_H
