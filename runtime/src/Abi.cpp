@@ -508,6 +508,7 @@ int64_t ztrt_copy_to_host_start(ztrt_ctx *ctx, const void *src, void *dst,
   int64_t ready = backend.recordFence();
   int64_t fence = backend.copyToHostOnCopyStream(dst, src, bytes, ready);
   ctx->noteCopy(ready);
+  ctx->noteCopyStart(fence, bytes, "activation_to_host");
   return fence;
 }
 
@@ -522,6 +523,7 @@ int64_t ztrt_spill_gradient_start(ztrt_ctx *ctx, const void *src, void *dst,
   int64_t ready = backend.recordFence();
   int64_t fence = backend.copyToHostOnCopyStream(dst, src, bytes, ready);
   ctx->noteCopy(ready);
+  ctx->noteCopyStart(fence, bytes, "gradient_to_host");
   return fence;
 }
 
@@ -537,6 +539,7 @@ int64_t ztrt_copy_from_host_start(ztrt_ctx *ctx, const void *src, void *dst,
   int64_t free = backend.recordFence();
   int64_t fence = backend.copyFromHostOnCopyStream(dst, src, bytes, free);
   ctx->noteCopy(free);
+  ctx->noteCopyStart(fence, bytes, "activation_from_host");
   return fence;
 }
 
@@ -546,6 +549,26 @@ void ztrt_copy_wait(ztrt_ctx *ctx, int64_t ticket) {
   // offloaded buffer's next tenant) wait for the copy on the device.
   backend.waitFenceOnDevice(ticket);
   ctx->noteCopy(ticket);
+  // The trace's I/O track: the copy ran between its start and this wait
+  // (on a device backend it may still run after it: the kernels issued
+  // next wait for it on the device).
+  auto it = ctx->pendingCopies.find(ticket);
+  if (it == ctx->pendingCopies.end() || it->second.empty())
+    return;
+  if (ztrt::Trace *trace = ctx->trace()) {
+    const ztrt_ctx::PendingCopy &copy = it->second.front();
+    ztrt::TraceEvent io(ztrt::TraceEvent::Type::Io);
+    io.name = copy.name;
+    io.begin = copy.begin;
+    io.end = ztrt::Clock::now();
+    io.value = ticket;
+    io.elems = -1;
+    io.bytes = copy.bytes;
+    trace->add(io);
+  }
+  it->second.erase(it->second.begin());
+  if (it->second.empty())
+    ctx->pendingCopies.erase(it);
 }
 
 void *ztrt_grad(ztrt_ctx *ctx, int64_t index) {

@@ -207,6 +207,21 @@ struct ztrt_ctx {
     bool write;
   };
   std::unordered_map<int64_t, PendingSwap> pendingSwaps;
+  /// Host copies in flight while tracing (ztrt_copy_to_host_start & co.),
+  /// by ticket (the backend's fence; a host backend's are all 0, so the
+  /// oldest of a ticket is the one its ztrt_copy_wait completes).
+  struct PendingCopy {
+    ztrt::Clock::time_point begin;
+    int64_t bytes;
+    const char *name;
+  };
+  std::unordered_map<int64_t, std::vector<PendingCopy>> pendingCopies;
+  /// Notes a host copy's start for the trace's I/O track (a no-op when not
+  /// tracing); ztrt_copy_wait ends it.
+  void noteCopyStart(int64_t ticket, int64_t bytes, const char *name) {
+    if (trace())
+      pendingCopies[ticket].push_back({ztrt::Clock::now(), bytes, name});
+  }
   /// Starts reading (`write` false) or writing `bytes` of swap `file` into
   /// or from swap buffer `buffer`; returns the ticket finishSwap takes.
   /// On a host backend the buffer is the I/O buffer. On a device backend

@@ -49,7 +49,10 @@ struct TraceEvent {
     Collective,
     /// A swap transfer on the I/O track, named by `name` (swap_in or
     /// swap_out): from its issue to the ztrt_swap_wait that found it done
-    /// (args: ticket `value`, optimizer state index `elems`, bytes).
+    /// (args: ticket `value`, optimizer state index `elems`, bytes); or a
+    /// host copy (gradient_to_host, activation_to_host,
+    /// activation_from_host), from its start to its ztrt_copy_wait
+    /// (`elems` -1).
     Io,
     /// A ztrt_swap_wait on the compute track: the time the step was
     /// blocked on a swap (args: ticket `value`).

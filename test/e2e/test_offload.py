@@ -516,6 +516,27 @@ def test_the_trace_has_an_io_track(tmp_path):
     assert len(waits) == len(io)
 
 
+def test_the_trace_shows_each_gradient_spill(tmp_path):
+    """optimizer=cpu spills every gradient to host memory for its update:
+    each spill is an event on the I/O track (its start to its wait), and
+    their bytes are the report's gradients_to_host_bytes."""
+    spec = gpt()
+    init, data = inputs(tmp_path, spec, 2 * spec.batch)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+                                name="cpu", extra=["--offload-optimizer=cpu"])
+    trace = tmp_path / "trace.json"
+    report = tmp_path / "r.json"
+    parity.run_exe(exe, 2, init=init, data=data, report=str(report),
+                   extra=["--trace", str(trace)])
+    events = json.loads(trace.read_text())["traceEvents"]
+    io = [e for e in events if e.get("tid") == 3 and e["ph"] == "X"]
+    off = parity.read_report(str(report))["offload"]
+    # Two steps, one spill per parameter each.
+    assert {e["name"] for e in io} == {"gradient_to_host"}
+    assert len(io) == 2 * len(element_counts(spec))
+    assert sum(e["args"]["bytes"] for e in io) == off["gradients_to_host_bytes"] > 0
+
+
 def test_a_deepspeed_config_offloads_the_same_way(tmp_path):
     """zero_optimization.offload_optimizer / offload_param in a DeepSpeed
     config build what the flags build, and the executable takes nvme_path
