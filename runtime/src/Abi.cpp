@@ -505,10 +505,11 @@ int64_t ztrt_copy_to_host_start(ztrt_ctx *ctx, const void *src, void *dst,
   if (!backend.hostResident()) // over the host link
     ctx->offload.deviceToHostBytes += bytes;
   // On the copy stream, behind the op that made the activation.
+  auto begin = ztrt::Clock::now();
   int64_t ready = backend.recordFence();
   int64_t fence = backend.copyToHostOnCopyStream(dst, src, bytes, ready);
   ctx->noteCopy(ready);
-  ctx->noteCopyStart(fence, bytes, "activation_to_host");
+  ctx->noteCopyStart(begin, fence, bytes, "activation_to_host");
   return fence;
 }
 
@@ -520,10 +521,11 @@ int64_t ztrt_spill_gradient_start(ztrt_ctx *ctx, const void *src, void *dst,
   if (!backend.hostResident()) // over the host link
     ctx->offload.deviceToHostBytes += bytes;
   // On the copy stream, behind the op that made the gradient.
+  auto begin = ztrt::Clock::now();
   int64_t ready = backend.recordFence();
   int64_t fence = backend.copyToHostOnCopyStream(dst, src, bytes, ready);
   ctx->noteCopy(ready);
-  ctx->noteCopyStart(fence, bytes, "gradient_to_host");
+  ctx->noteCopyStart(begin, fence, bytes, "gradient_to_host");
   return fence;
 }
 
@@ -536,10 +538,11 @@ int64_t ztrt_copy_from_host_start(ztrt_ctx *ctx, const void *src, void *dst,
     ctx->offload.hostToDeviceBytes += bytes;
   // On the copy stream, once the kernels issued so far (the destination
   // buffer's earlier tenants) are done.
+  auto begin = ztrt::Clock::now();
   int64_t free = backend.recordFence();
   int64_t fence = backend.copyFromHostOnCopyStream(dst, src, bytes, free);
   ctx->noteCopy(free);
-  ctx->noteCopyStart(fence, bytes, "activation_from_host");
+  ctx->noteCopyStart(begin, fence, bytes, "activation_from_host");
   return fence;
 }
 
@@ -549,9 +552,10 @@ void ztrt_copy_wait(ztrt_ctx *ctx, int64_t ticket) {
   // offloaded buffer's next tenant) wait for the copy on the device.
   backend.waitFenceOnDevice(ticket);
   ctx->noteCopy(ticket);
-  // The trace's I/O track: the copy ran between its start and this wait
-  // (on a device backend it may still run after it: the kernels issued
-  // next wait for it on the device).
+  // The trace's I/O track (device backends; a host backend's copies were
+  // recorded at their start): the copy ran between its start and this
+  // wait (it may still run after it: the kernels issued next wait for it
+  // on the device).
   auto it = ctx->pendingCopies.find(ticket);
   if (it == ctx->pendingCopies.end() || it->second.empty())
     return;

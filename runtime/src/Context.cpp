@@ -581,6 +581,25 @@ void ztrt_ctx::runHostStep(
   }
 }
 
+void ztrt_ctx::noteCopyStart(Clock::time_point begin, int64_t ticket,
+                             int64_t bytes, const char *name) {
+  Trace *t = trace();
+  if (!t)
+    return;
+  if (!impl->hostResident()) {
+    pendingCopies[ticket].push_back({begin, bytes, name});
+    return;
+  }
+  TraceEvent io(TraceEvent::Type::Io);
+  io.name = name;
+  io.begin = begin;
+  io.end = Clock::now();
+  io.value = ticket;
+  io.elems = -1;
+  io.bytes = bytes;
+  t->add(io);
+}
+
 void ztrt_ctx::noteStateAccess(const void *state, int64_t bytes) {
   noteHostAccess(state, bytes, bytes);
 }

@@ -216,12 +216,11 @@ struct ztrt_ctx {
     const char *name;
   };
   std::unordered_map<int64_t, std::vector<PendingCopy>> pendingCopies;
-  /// Notes a host copy's start for the trace's I/O track (a no-op when not
-  /// tracing); ztrt_copy_wait ends it.
-  void noteCopyStart(int64_t ticket, int64_t bytes, const char *name) {
-    if (trace())
-      pendingCopies[ticket].push_back({ztrt::Clock::now(), bytes, name});
-  }
+  /// Notes a host copy that started at `begin` for the trace's I/O track
+  /// (a no-op when not tracing): ztrt_copy_wait ends it on a device
+  /// backend; a host backend copied at once, and its event ends now.
+  void noteCopyStart(ztrt::Clock::time_point begin, int64_t ticket,
+                     int64_t bytes, const char *name);
   /// Starts reading (`write` false) or writing `bytes` of swap `file` into
   /// or from swap buffer `buffer`; returns the ticket finishSwap takes.
   /// On a host backend the buffer is the I/O buffer. On a device backend

@@ -582,7 +582,7 @@ PlannedBytes plannedBytes(const Descriptor &desc, bool deviceOnly) {
   for (const BufferSpec &spec : desc.buffers)
     planned.buffers += spec.bytes;
   for (const auto &[name, bytes] : desc.arenas)
-    if (!(deviceOnly && name == "host_activations")) // host memory there
+    if (!(deviceOnly && isHostArena(name))) // host memory there
       planned.arenas += bytes;
   return planned;
 }

@@ -142,6 +142,13 @@ struct InputSpec : TensorSpec {
   int64_t bound = 0;
 };
 
+/// Whether plan-memory's arena `name` is host memory on a device backend
+/// (zero-offload's host copies of activations and of spilled gradients;
+/// the swap buffers have a device copy as well).
+inline bool isHostArena(const std::string &name) {
+  return name == "host_activations" || name == "host_gradients";
+}
+
 struct Descriptor {
   /// The number of ranks the step was compiled for (`grid N`), which
   /// main() insists on; 0 when the record is absent (hand-written models),

@@ -39,6 +39,15 @@ TEST(OffloadTest, DescriptorSpaces) {
   EXPECT_EQ(d.states[3].storeElems, 12);
   // What the rank allocates leaves the nvme states out (they live in files).
   EXPECT_EQ(plannedBytes(d).modelStates, 24 + 24 + 24);
+  // A device backend's start-up check counts its device's bytes only: the
+  // host copies of activations and of spilled gradients are host memory.
+  Descriptor arenas = parseDescriptor("ztrain-descriptor 1\n"
+                                      "arena activations 64\n"
+                                      "arena host_activations 32\n"
+                                      "arena host_gradients 16\n"
+                                      "arena swap_buffers 4096\n");
+  EXPECT_EQ(plannedBytes(arenas).arenas, 64 + 32 + 16 + 4096);
+  EXPECT_EQ(plannedBytes(arenas, /*deviceOnly=*/true).arenas, 64 + 4096);
   EXPECT_EXIT(parseDescriptor("ztrain-descriptor 1\n"
                               "param w f32 1 4 init zeros 0\n"
                               "state w.m f32 1 4 of w space ssd\n"),
