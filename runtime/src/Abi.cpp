@@ -497,36 +497,40 @@ void ztrt_swap_wait(ztrt_ctx *ctx, int64_t ticket) {
   ctx->pendingSwaps.erase(it);
 }
 
-int64_t ztrt_copy_to_host_start(ztrt_ctx *ctx, const void *src, void *dst,
-                                int64_t bytes) {
-  Backend &backend = backendOf(ctx, "copy_to_host_start");
-  checkCount("copy_to_host_start", "byte count", bytes);
-  ctx->offload.activationsToHost += bytes;
-  if (!backend.hostResident()) // over the host link
+namespace {
+/// A copy of `bytes` of device memory `src` into host memory `dst`, on the
+/// copy stream behind the op that made the value (Pa+cpu's activations,
+/// gradient spills): counted in `counter`, and over the host link on a
+/// device backend; traced as `what`.
+int64_t copyToHostStart(ztrt_ctx *ctx, const char *op, const char *what,
+                        int64_t ztrt::OffloadStats::*counter, const void *src,
+                        void *dst, int64_t bytes) {
+  Backend &backend = backendOf(ctx, op);
+  checkCount(op, "byte count", bytes);
+  ctx->offload.*counter += bytes;
+  if (!backend.hostResident())
     ctx->offload.deviceToHostBytes += bytes;
-  // On the copy stream, behind the op that made the activation.
   auto begin = ztrt::Clock::now();
   int64_t ready = backend.recordFence();
   int64_t fence = backend.copyToHostOnCopyStream(dst, src, bytes, ready);
   ctx->noteCopy(ready);
-  ctx->noteCopyStart(begin, fence, bytes, "activation_to_host");
+  ctx->noteCopyStart(begin, fence, bytes, what);
   return fence;
+}
+} // namespace
+
+int64_t ztrt_copy_to_host_start(ztrt_ctx *ctx, const void *src, void *dst,
+                                int64_t bytes) {
+  return copyToHostStart(ctx, "copy_to_host_start", "activation_to_host",
+                         &ztrt::OffloadStats::activationsToHost, src, dst,
+                         bytes);
 }
 
 int64_t ztrt_spill_gradient_start(ztrt_ctx *ctx, const void *src, void *dst,
                                   int64_t bytes) {
-  Backend &backend = backendOf(ctx, "spill_gradient_start");
-  checkCount("spill_gradient_start", "byte count", bytes);
-  ctx->offload.gradientsToHost += bytes;
-  if (!backend.hostResident()) // over the host link
-    ctx->offload.deviceToHostBytes += bytes;
-  // On the copy stream, behind the op that made the gradient.
-  auto begin = ztrt::Clock::now();
-  int64_t ready = backend.recordFence();
-  int64_t fence = backend.copyToHostOnCopyStream(dst, src, bytes, ready);
-  ctx->noteCopy(ready);
-  ctx->noteCopyStart(begin, fence, bytes, "gradient_to_host");
-  return fence;
+  return copyToHostStart(ctx, "spill_gradient_start", "gradient_to_host",
+                         &ztrt::OffloadStats::gradientsToHost, src, dst,
+                         bytes);
 }
 
 int64_t ztrt_copy_from_host_start(ztrt_ctx *ctx, const void *src, void *dst,
