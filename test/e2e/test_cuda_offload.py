@@ -233,3 +233,9 @@ def test_the_host_step_is_bitwise_the_device_update(model, optimizer, precision,
         assert rank["memory"]["host_step_buffers"] > 0, rank["memory"]
         assert rank["offload"]["device_to_host_bytes"] > 0, rank["offload"]
     assert parity.report_losses(reports["none"])[0] != parity.report_losses(reports["none"])[-1]
+    # The host step run again: the same bits (its copies on the emulator's
+    # randomly delayed streams).
+    again = tmp_path / "again.safetensors"
+    parity.run_exe(str(tmp_path / "exe-cpu"), STEPS, init=init, data=data, save=str(again),
+                   threads=1, extra=["--backend", "cuda"])
+    assert again.read_bytes() == saved["cpu"]

@@ -516,6 +516,29 @@ def test_the_trace_has_an_io_track(tmp_path):
     assert len(waits) == len(io)
 
 
+@pytest.mark.parametrize("stage,flags", [
+    (2, ["--offload-optimizer=cpu"]),  # gradient spills, one in flight
+    (3, ["--offload-optimizer=nvme", "--offload-param=nvme", "--offload-param-ratio=0.5"]),
+])
+def test_spills_and_partial_parameters_run_twice_bitwise(stage, flags, tmp_path):
+    """The same run twice gives the same bits (two ranks, three steps)."""
+    if MPIRUN is None:
+        pytest.skip("mpirun not installed")
+    spec = gpt(batch=2)
+    init, data = inputs(tmp_path, spec, STEPS * 2 * spec.batch)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+                                name="twice", extra=["--dp", "2", "--zero-stage", str(stage),
+                                                     *flags])
+    saved = []
+    for run in range(2):
+        save = tmp_path / f"run{run}.safetensors"
+        e2e_util.mpirun(2, [exe, "--steps", str(STEPS), "--init", init, "--data", data,
+                            "--save", save, "--threads", "1", "--log-every", "0",
+                            "--nvme-path", swap_dir(tmp_path)])
+        saved.append(save.read_bytes())
+    assert saved[0] == saved[1]
+
+
 def test_the_trace_shows_each_gradient_spill(tmp_path):
     """optimizer=cpu spills every gradient to host memory for its update:
     each spill is an event on the I/O track (its start to its wait), and

@@ -83,20 +83,16 @@ void ZeroOffloadPass::runOnOperation() {
                        << param << "' (expected none, cpu or nvme)";
     return signalPassFailure();
   }
-  if (!(ratio > 0.0 && ratio <= 1.0)) {
-    char shown[32];
-    std::snprintf(shown, sizeof(shown), "%g", static_cast<double>(ratio));
-    module.emitError() << "zero-offload: ratio=" << shown
-                       << " is out of range (0, 1]";
-    return signalPassFailure();
-  }
-  if (!(paramRatio > 0.0 && paramRatio <= 1.0)) {
-    char shown[32];
-    std::snprintf(shown, sizeof(shown), "%g", static_cast<double>(paramRatio));
-    module.emitError() << "zero-offload: param-ratio=" << shown
-                       << " is out of range (0, 1]";
-    return signalPassFailure();
-  }
+  // The fractions of the states' and the parameters' bytes placed.
+  for (auto [name, value] : {std::pair<const char *, double>{"ratio", ratio},
+                             {"param-ratio", paramRatio}})
+    if (!(value > 0.0 && value <= 1.0)) {
+      char shown[32];
+      std::snprintf(shown, sizeof(shown), "%g", value);
+      module.emitError() << "zero-offload: " << name << "=" << shown
+                         << " is out of range (0, 1]";
+      return signalPassFailure();
+    }
   if (subGroupSize < 0) {
     module.emitError() << "zero-offload: sub-group-size="
                        << static_cast<int64_t>(subGroupSize)

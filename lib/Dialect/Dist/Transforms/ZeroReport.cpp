@@ -360,8 +360,7 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
   // the update's kernel takes (the master when there is one, else Adam's
   // exp_avg or SGD's momentum buffer); zero-offload places all of an
   // update's states together.
-  auto hostStep = [&](train::OptimizerUpdateOpInterface update,
-                      FlatSymbolRefAttr) {
+  auto hostStep = [&](train::OptimizerUpdateOpInterface update) {
     SmallVector<FlatSymbolRefAttr> states = update.getUpdatedStates();
     auto state = !states.empty() && states.front()
                      ? symbols.lookupNearestSymbolFrom<train::StateOp>(
@@ -406,7 +405,7 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
       master = sgd.getMasterAttr();
     else if (auto adam = dyn_cast<train::AdamUpdateOp>(op))
       master = adam.getMasterAttr();
-    if (hostStep(update, master)) {
+    if (hostStep(update)) {
       // ZeRO-Offload's CPU step: the gradient goes down; a parameter in
       // device memory comes back (and goes down first unless only
       // written); a host-placed one is updated where it is.
