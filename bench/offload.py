@@ -127,8 +127,8 @@ def emulated(args, work, swap):
         same = "yes" if (h2d, d2h) == (plan["host_to_device_per_step"],
                                        plan["device_to_host_per_step"]) else "NO"
         mem = rep["memory"]
-        host = mem["swap_buffers"] + mem["host_optimizer_states"] + \
-            mem["host_step_buffers"] + mem["host_gradients"]
+        host = mem["swap_buffers"] + mem["state_swap_buffers"] + \
+            mem["host_optimizer_states"] + mem["host_step_buffers"] + mem["host_gradients"]
         print(f"{name:>16} | {ms:8.1f} {ratio} | {h2d / 1e6:8.2f} {d2h / 1e6:8.2f} "
               f"{same:>6} | {mem['device_peak'] / 1e6:9.2f} {host / 1e6:8.2f} "
               f"{mem['host_gradients'] / 1e6:8.2f} {mem['host_step_buffers'] / 1e6:11.2f}")
@@ -203,7 +203,8 @@ def main():
             hidden = f"{100 * max(0.0, 1 - waited / swap_ms):5.0f}%" if off and swap_ms else \
                 f"{'-':>6}"
             mem = rep["memory"]
-            host = mem["swap_buffers"] + mem["host_optimizer_states"]
+            host = mem["swap_buffers"] + mem["state_swap_buffers"] + \
+                mem["host_optimizer_states"]
             print(f"{name:>22} | {ms:8.1f} {ratio} | {read:8.1f} {write:8.1f} | "
                   f"{swap_ms:8.1f} {waited:7.1f} {hidden} | {mem['device_peak'] / 1e6:9.1f} "
                   f"{host / 1e6:8.1f}")

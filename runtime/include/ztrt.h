@@ -111,9 +111,10 @@ typedef enum ztrt_category {
   ZTRT_CAT_GATHERED = 5,
   // Non-trainable module tensors (train.buffer), whole on every rank.
   ZTRT_CAT_BUFFERS = 6,
-  // zero-offload: the host buffers nvme-resident states are swapped
-  // through (the swap_buffers arena), and optimizer states placed in host
-  // memory. Host memory: on the cpu backend the same memory as the rest.
+  // zero-offload: the host buffers nvme-resident parameter shards are
+  // swapped through (the swap_buffers arena; a device backend computes on a
+  // device copy of each), and optimizer states placed in host memory. Host
+  // memory: on the cpu backend the same memory as the rest.
   ZTRT_CAT_SWAP_BUFFERS = 7,
   ZTRT_CAT_HOST_STATES = 8,
   // Host copies of activations kept for the backward pass (Pa+cpu: the
@@ -130,7 +131,11 @@ typedef enum ztrt_category {
   // host_gradients arena, optimizer=cpu). Host memory (pinned on a device
   // backend).
   ZTRT_CAT_HOST_GRADIENTS = 12,
-  ZTRT_CAT_COUNT = 13
+  // The swap buffers of nvme-resident optimizer states (the
+  // state_swap_buffers arena): 4096-byte aligned host memory (pinned on a
+  // device backend, which steps those states on the host: no device copy).
+  ZTRT_CAT_STATE_SWAP_BUFFERS = 13,
+  ZTRT_CAT_COUNT = 14
 } ztrt_category;
 
 // The optimizer hyper-parameters a compiled update asks the run for

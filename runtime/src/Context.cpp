@@ -41,7 +41,8 @@ const char *categoryName(int category) {
       "parameters",  "gradients", "optimizer_states",
       "activations", "other",     "gathered_parameters", "buffers",
       "swap_buffers", "host_optimizer_states", "host_activations",
-      "host_parameters", "host_step_buffers", "host_gradients"};
+      "host_parameters", "host_step_buffers", "host_gradients",
+      "state_swap_buffers"};
   return category >= 0 && category < ZTRT_CAT_COUNT ? names[category]
                                                     : "invalid";
 }
@@ -166,9 +167,14 @@ void *ztrt_ctx::allocate(int64_t bytes, int32_t category, const char *op) {
   // memory (SwapSpace::allocate is fatal when memory is short); a device
   // backend computes on a device copy and stages the I/O through them.
   // Host-placed states are host memory the backend's kernels can reach.
+  // The swap buffers of nvme optimizer states are only read on the host (a
+  // device backend steps those states there): pinned host memory, which
+  // is page-aligned.
   Memory memory = Memory::Backend;
   if (category == ZTRT_CAT_SWAP_BUFFERS)
     memory = impl->hostResident() ? Memory::SwapHost : Memory::SwapDevice;
+  else if (category == ZTRT_CAT_STATE_SWAP_BUFFERS)
+    memory = impl->hostResident() ? Memory::SwapHost : Memory::MappedHost;
   else if ((category == ZTRT_CAT_HOST_STATES ||
             category == ZTRT_CAT_HOST_ACTIVATIONS ||
             category == ZTRT_CAT_HOST_PARAMETERS ||
@@ -455,6 +461,8 @@ char *ztrt_ctx::stagingOf(const void *buffer, int64_t bytes, const char *op) {
 
 void ztrt_ctx::pollSwaps() {
   for (auto &[ticket, pending] : deviceSwaps) {
+    if (pending.hostOnly)
+      continue;
     // A write-back whose copy to the staging bytes landed goes to its file.
     if (pending.write && pending.io < 0 && impl->fenceReached(pending.fence)) {
       impl->awaitFence(pending.fence);
@@ -522,7 +530,9 @@ bool ztrt_ctx::hostStep(const void *state) const {
   if (!base)
     return false;
   auto it = live.find(const_cast<char *>(base));
-  return it != live.end() && it->second.category == ZTRT_CAT_HOST_STATES;
+  return it != live.end() &&
+         (it->second.category == ZTRT_CAT_HOST_STATES ||
+          it->second.category == ZTRT_CAT_STATE_SWAP_BUFFERS);
 }
 
 void ztrt_ctx::runHostStep(
@@ -617,6 +627,20 @@ int64_t ztrt_ctx::startSwap(int file, void *buffer, int64_t bytes,
   if (impl->hostResident())
     return write ? swap->write(file, buffer, bytes, offset)
                  : swap->read(file, buffer, bytes, offset);
+  if (mappedHost(buffer)) {
+    // An nvme optimizer state's buffer (state_swap_buffers): the host step
+    // that reads and writes it runs on this thread, so it is done with the
+    // buffer when a write-back starts, and the plan frees the region
+    // before a read into it starts (as on a host backend).
+    DeviceSwap pending{file, buffer, nullptr, bytes, write};
+    pending.offset = offset;
+    pending.hostOnly = true;
+    pending.io = write ? swap->write(file, buffer, bytes, offset)
+                       : swap->read(file, buffer, bytes, offset);
+    const int64_t ticket = ++lastSwapTicket;
+    deviceSwaps.emplace(ticket, pending);
+    return ticket;
+  }
   char *staging = stagingOf(buffer, bytes, write ? "swap_out" : "swap_in");
   pollSwaps();
   DeviceSwap pending{file, buffer, staging, bytes, write};
@@ -661,6 +685,10 @@ void ztrt_ctx::finishSwap(int64_t ticket) {
           static_cast<long long>(ticket));
   DeviceSwap pending = it->second;
   deviceSwaps.erase(it);
+  if (pending.hostOnly) {
+    swap->wait(pending.io);
+    return;
+  }
   if (pending.write) {
     if (pending.io < 0) {
       impl->awaitFence(pending.fence);

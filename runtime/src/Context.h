@@ -57,7 +57,8 @@ inline bool isHostCategory(int category) {
          category == ZTRT_CAT_HOST_ACTIVATIONS ||
          category == ZTRT_CAT_HOST_PARAMETERS ||
          category == ZTRT_CAT_HOST_STEP_BUFFERS ||
-         category == ZTRT_CAT_HOST_GRADIENTS;
+         category == ZTRT_CAT_HOST_GRADIENTS ||
+         category == ZTRT_CAT_STATE_SWAP_BUFFERS;
 }
 
 /// The swaps of nvme-resident optimizer states during steps (ztrt_swap_*).
@@ -407,6 +408,9 @@ private:
     /// issued); for a read, the compute stream's point at the swap-in,
     /// after which its device buffer is free.
     int64_t io = -1, fence = -1, regionFree = -1;
+    /// A buffer in host memory (an nvme optimizer state's, which the host
+    /// step reads): the file I/O goes straight to it, issued at the start.
+    bool hostOnly = false;
   };
   std::unordered_map<int64_t, DeviceSwap> deviceSwaps;
   int64_t lastSwapTicket = 0;

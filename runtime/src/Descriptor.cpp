@@ -450,12 +450,6 @@ Descriptor parseDescriptor(const char *text) {
       bool typed = !p.atEnd();
       if (typed)
         spec.type = p.dtype(/*sixteen=*/true);
-      if (typed && !p.atEnd()) {
-        std::string flag = p.word("gradient flag");
-        if (flag != "spilled")
-          p.error("unknown gradient flag '" + flag + "' (expected spilled)");
-        spec.spilled = true;
-      }
       p.end();
       size_t next = desc.grads.size();
       if (next >= desc.params.size() || desc.params[next].name != of)
@@ -542,6 +536,14 @@ Descriptor parseDescriptor(const char *text) {
       if (steps < 1)
         p.error("micro-batches per step must be >= 1");
       desc.gradAccumSteps = steps;
+    } else if (kind == "host_step_buffer") {
+      int64_t bytes = p.integer("bytes");
+      p.end();
+      if (desc.hostStepBuffer)
+        p.error("second host_step_buffer record");
+      if (bytes < 1)
+        p.error("host step buffer bytes must be >= 1");
+      desc.hostStepBuffer = bytes;
     } else if (kind == "optimizer") {
       // Free text: everything after "optimizer ".
       desc.optimizer = line.size() > 10 ? line.substr(10) : std::string();

@@ -130,9 +130,6 @@ struct GradSpec {
   int64_t paramIndex = -1;
   int64_t elements = 0;
   ElemType type = ElemType::F32;
-  /// `spilled`: the step copies the final gradient to host memory for its
-  /// update (zero-offload's gradient spill): a host step stages none of it.
-  bool spilled = false;
   /// elements * the element's bytes: what every rank allocates.
   int64_t bytes() const { return elements * elemTypeBytes(type); }
 };
@@ -143,10 +140,12 @@ struct InputSpec : TensorSpec {
 };
 
 /// Whether plan-memory's arena `name` is host memory on a device backend
-/// (zero-offload's host copies of activations and of spilled gradients;
-/// the swap buffers have a device copy as well).
+/// (zero-offload's host copies of activations and of spilled gradients,
+/// the nvme optimizer states' swap buffers; the parameters' swap buffers
+/// have a device copy as well).
 inline bool isHostArena(const std::string &name) {
-  return name == "host_activations" || name == "host_gradients";
+  return name == "host_activations" || name == "host_gradients" ||
+         name == "state_swap_buffers";
 }
 
 struct Descriptor {
@@ -176,6 +175,11 @@ struct Descriptor {
   /// ztrt_accumulation_boundary); K micro-batches per optimizer step by
   /// default. 0 when absent.
   int64_t gradAccumSteps = 0;
+  /// `host_step_buffer B`: on a device backend, updates of host- or
+  /// nvme-placed optimizer states run on the host (the host step), staging
+  /// gradients and parameters through one pinned buffer of B bytes (the
+  /// compiler sizes it for the largest such update). 0 when absent.
+  int64_t hostStepBuffer = 0;
   /// `eval`: the model defines ztrain_eval (the forward pass and loss, for
   /// --eval-data).
   bool hasEval = false;

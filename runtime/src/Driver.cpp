@@ -701,32 +701,6 @@ void setUpOffload(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts,
   }
 }
 
-/// ZeRO-Offload's CPU step on a device backend stages each update whose
-/// optimizer states are host-placed through one pinned host buffer: its
-/// gradient, and its parameter unless that is host-placed too. The largest
-/// such update sizes it (zero-report's device_backend.host_step_buffers).
-int64_t hostStepBufferBytes(const Descriptor &desc) {
-  int64_t bytes = 0;
-  for (const StateSpec &state : desc.states) {
-    if (state.space != MemorySpace::Host || state.paramIndex < 0 ||
-        state.paramIndex >= static_cast<int64_t>(desc.params.size()))
-      continue;
-    const ParamSpec &param = desc.params[state.paramIndex];
-    const ElemType gradType =
-        static_cast<size_t>(state.paramIndex) < desc.grads.size()
-            ? desc.grads[state.paramIndex].type
-            : param.type;
-    const bool spilled =
-        static_cast<size_t>(state.paramIndex) < desc.grads.size() &&
-        desc.grads[state.paramIndex].spilled;
-    const int64_t perElement =
-        (spilled ? 0 : elemTypeBytes(gradType)) +
-        (param.space == MemorySpace::Host ? 0 : param.elemBytes());
-    bytes = std::max(bytes, state.storeElems * perElement);
-  }
-  return bytes;
-}
-
 /// Writes the full parameters, then the buffers, to `path` on rank 0, as one
 /// process holding them would: padding dropped, shards gathered to rank 0
 /// in rank order.
@@ -1573,7 +1547,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
     ctx.stateFromHost(i, zeros.data(), spec.storeBytes);
   }
   if (!backend.hostResident()) {
-    ctx.hostStepBufferBytes = hostStepBufferBytes(desc);
+    ctx.hostStepBufferBytes = desc.hostStepBuffer;
     if (ctx.hostStepBufferBytes)
       ctx.hostStepBuffer =
           ctx.allocate(ctx.hostStepBufferBytes, ZTRT_CAT_HOST_STEP_BUFFERS,

@@ -46,7 +46,7 @@ TEST(ContextTest, RejectsBadCategoryAndForeignPointers) {
   auto ctx = cpuContext();
   EXPECT_EXIT(ztrt_alloc(ctx.get(), 8, ZTRT_CAT_COUNT),
               ::testing::ExitedWithCode(1),
-              "^ztrain: error: alloc: invalid memory category 13\n$");
+              "^ztrain: error: alloc: invalid memory category 14\n$");
   int local;
   EXPECT_EXIT(ztrt_free(ctx.get(), &local), ::testing::ExitedWithCode(1),
               "free: pointer .* was not allocated by ztrt_alloc");
@@ -57,7 +57,8 @@ TEST(ContextTest, RejectsBadCategoryAndForeignPointers) {
 }
 
 TEST(ContextTest, GatheredParametersAreACategoryOfTheirOwn) {
-  EXPECT_EQ(ZTRT_CAT_COUNT, 13);
+  EXPECT_EQ(ZTRT_CAT_COUNT, 14);
+  EXPECT_STREQ(categoryName(ZTRT_CAT_STATE_SWAP_BUFFERS), "state_swap_buffers");
   EXPECT_STREQ(categoryName(ZTRT_CAT_HOST_GRADIENTS), "host_gradients");
   EXPECT_STREQ(categoryName(ZTRT_CAT_HOST_STEP_BUFFERS), "host_step_buffers");
   EXPECT_STREQ(categoryName(ZTRT_CAT_HOST_PARAMETERS), "host_parameters");
@@ -74,7 +75,7 @@ TEST(ContextTest, GatheredParametersAreACategoryOfTheirOwn) {
   EXPECT_EQ(ctx->memory().peak[ZTRT_CAT_GATHERED], 64);
   EXPECT_EXIT(ztrt_alloc(ctx.get(), 8, ZTRT_CAT_COUNT),
               ::testing::ExitedWithCode(1),
-              "^ztrain: error: alloc: invalid memory category 13\n$");
+              "^ztrain: error: alloc: invalid memory category 14\n$");
 }
 
 TEST(ContextTest, ArenasPersistAcrossSteps) {

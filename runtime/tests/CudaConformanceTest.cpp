@@ -188,6 +188,8 @@ protected:
     return out;
   }
 
+  void expectHostStep(int32_t category);
+
   /// Pointer of `t` on one side.
   template <typename T> static void *at(Twin<T> &t, bool dev) {
     return dev ? t.dev : static_cast<void *>(t.host.data());
@@ -310,24 +312,24 @@ TEST_F(CudaConformanceTest, OptimizerUpdatesAreBitwise) {
     }
 }
 
-TEST_F(CudaConformanceTest, HostPlacedStatesStepOnTheHost) {
-  // ZeRO-Offload's CPU step: with its states in host memory
-  // (ZTRT_CAT_HOST_STATES) the cuda context runs an update on the host,
-  // with the cpu backend's kernel: the gradient (and, without a master, the
-  // parameter) comes down through the host step buffer, the parameter goes
-  // back up. Bitwise the cpu's (the device's kernel is too, above), and
-  // exactly those bytes cross the host link.
+/// Three Adam steps of a parameter whose states the cuda context allocates
+/// in `category`, against the cpu's: the update must run on the host (the
+/// host step), bitwise the cpu's, moving exactly its bytes over the link.
+void CudaConformanceTest::expectHostStep(int32_t category) {
   const int64_t n = 4099;
   ztrt_ctx *x = g();
   x->hostStepBufferBytes = n * 8;
   x->hostStepBuffer =
       x->allocate(n * 8, ZTRT_CAT_HOST_STEP_BUFFERS, "host step buffer");
+  const int64_t deviceBytes = x->memory().currentDevice;
   auto hostState = [&] {
-    void *state = x->allocate(n * 4, ZTRT_CAT_HOST_STATES, "state");
+    void *state = x->allocate(n * 4, category, "state");
     std::memset(state, 0, n * 4);
     return state;
   };
   void *m = hostState(), *v = hostState();
+  // Host memory: not the device's bytes.
+  EXPECT_EQ(x->memory().currentDevice, deviceBytes);
   std::vector<float> cm(n, 0.0f), cv(n, 0.0f);
   auto p = twin(inputs(n, 6));
   for (int64_t t = 1; t <= 3; ++t) {
@@ -347,9 +349,33 @@ TEST_F(CudaConformanceTest, HostPlacedStatesStepOnTheHost) {
   };
   expectBitwise(read(m), cm, "host-step adam exp_avg");
   expectBitwise(read(v), cv, "host-step adam exp_avg_sq");
-  // Per step: gradient and parameter down, parameter up (4 bytes each).
+  // Per step: gradient and parameter down, parameter up (4 bytes each);
+  // nothing of the states.
   EXPECT_EQ(x->offload.deviceToHostBytes, 3 * n * 8);
   EXPECT_EQ(x->offload.hostToDeviceBytes, 3 * n * 4);
+}
+
+TEST_F(CudaConformanceTest, HostPlacedStatesStepOnTheHost) {
+  // ZeRO-Offload's CPU step: with its states in host memory
+  // (ZTRT_CAT_HOST_STATES) the cuda context runs an update on the host,
+  // with the cpu backend's kernel: the gradient (and, without a master, the
+  // parameter) comes down through the host step buffer, the parameter goes
+  // back up. Bitwise the cpu's (the device's kernel is too, above), and
+  // exactly those bytes cross the host link.
+  expectHostStep(ZTRT_CAT_HOST_STATES);
+}
+
+TEST_F(CudaConformanceTest, NvmeStatesStepOnTheHost) {
+  // ZeRO-Infinity's CPU step: an nvme state's swap buffer
+  // (ZTRT_CAT_STATE_SWAP_BUFFERS) is pinned, page-aligned host memory (the
+  // I/O engine reads and writes it with O_DIRECT), and the update on it
+  // runs on the host, as for host-placed states.
+  ztrt_ctx *x = g();
+  void *buffer = x->allocate(8192, ZTRT_CAT_STATE_SWAP_BUFFERS, "swap");
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer) % 4096, 0u);
+  EXPECT_TRUE(x->mappedHost(buffer));
+  EXPECT_TRUE(x->hostStep(static_cast<char *>(buffer) + 4096));
+  expectHostStep(ZTRT_CAT_STATE_SWAP_BUFFERS);
 }
 
 TEST_F(CudaConformanceTest, MatmulMatchesUpToSummationOrder) {

@@ -107,11 +107,12 @@ TEST(DescriptorTest, ParsesMixedPrecisionRecords) {
       "param b f16 1 5 init zeros 0\n"
       "param c f32 1 3 init ones 0\n"
       "grad w 8 f32\n"
-      "grad b 5 f16 spilled\n"
+      "grad b 5 f16\n"
       "grad c 3\n"
       "state w.master f32 2 3 5 of w master store 8 shard\n"
       "state w.exp_avg f32 2 3 5 of w store 8 shard\n"
-      "state b.master f32 1 5 of b master\n");
+      "state b.master f32 1 5 of b master\n"
+      "host_step_buffer 4096\n");
   ASSERT_EQ(d.params.size(), 3u);
   EXPECT_EQ(d.params[0].type, ElemType::BF16);
   EXPECT_EQ(d.params[1].type, ElemType::F16);
@@ -133,9 +134,8 @@ TEST(DescriptorTest, ParsesMixedPrecisionRecords) {
   EXPECT_EQ(d.grads[0].bytes(), 8 * 4);
   EXPECT_EQ(d.grads[1].type, ElemType::F16);
   EXPECT_EQ(d.grads[1].bytes(), 5 * 2);
-  // Spilled to host memory for a host step (zero-offload, optimizer=cpu).
-  EXPECT_TRUE(d.grads[1].spilled);
-  EXPECT_FALSE(d.grads[0].spilled);
+  // The pinned buffer a device backend's host steps stage through.
+  EXPECT_EQ(d.hostStepBuffer, 4096);
   // Absent: the parameter's own type.
   EXPECT_EQ(d.grads[2].type, ElemType::F32);
   PlannedBytes planned = plannedBytes(d);
@@ -242,11 +242,13 @@ INSTANTIATE_TEST_SUITE_P(
                       "descriptor line 3: unknown dtype 'f64'"},
         BadDescriptor{"ztrain-descriptor 1\nparam w bf16 1 2 init zeros 0\n"
                       "grad w 2 f32 x\n",
-                      "descriptor line 3: unknown gradient flag 'x' "
-                      "\\(expected spilled\\)"},
-        BadDescriptor{"ztrain-descriptor 1\nparam w bf16 1 2 init zeros 0\n"
-                      "grad w 2 f32 spilled x\n",
                       "descriptor line 3: unexpected trailing fields"},
+        BadDescriptor{"ztrain-descriptor 1\nhost_step_buffer 0\n",
+                      "descriptor line 2: host step buffer bytes must be "
+                      ">= 1"},
+        BadDescriptor{"ztrain-descriptor 1\nhost_step_buffer 64\n"
+                      "host_step_buffer 64\n",
+                      "descriptor line 3: second host_step_buffer record"},
         BadDescriptor{"ztrain-descriptor 1\nparam w f32 2 2 init zeros 0\n",
                       "descriptor line 2: bad dimension 'init'"},
         BadDescriptor{"ztrain-descriptor 1\nparam w f32 1 2 init xavier 1\n",

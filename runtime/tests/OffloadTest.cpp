@@ -40,13 +40,16 @@ TEST(OffloadTest, DescriptorSpaces) {
   // What the rank allocates leaves the nvme states out (they live in files).
   EXPECT_EQ(plannedBytes(d).modelStates, 24 + 24 + 24);
   // A device backend's start-up check counts its device's bytes only: the
-  // host copies of activations and of spilled gradients are host memory.
+  // host copies of activations and of spilled gradients, and the nvme
+  // states' swap buffers (stepped on the host), are host memory; the
+  // parameters' swap buffers have a device copy.
   Descriptor arenas = parseDescriptor("ztrain-descriptor 1\n"
                                       "arena activations 64\n"
                                       "arena host_activations 32\n"
                                       "arena host_gradients 16\n"
-                                      "arena swap_buffers 4096\n");
-  EXPECT_EQ(plannedBytes(arenas).arenas, 64 + 32 + 16 + 4096);
+                                      "arena swap_buffers 4096\n"
+                                      "arena state_swap_buffers 8192\n");
+  EXPECT_EQ(plannedBytes(arenas).arenas, 64 + 32 + 16 + 4096 + 8192);
   EXPECT_EQ(plannedBytes(arenas, /*deviceOnly=*/true).arenas, 64 + 4096);
   EXPECT_EXIT(parseDescriptor("ztrain-descriptor 1\n"
                               "param w f32 1 4 init zeros 0\n"

@@ -14,9 +14,14 @@
 // RUN: not ztrain-opt %s --ztrain-training="clip-grad-norm=-1" 2>&1 | FileCheck %s --check-prefix=NEGOPT
 // RUN: not ztrain-opt %s --ztrain-training="clip-grad-norm=nan" 2>&1 | FileCheck %s --check-prefix=NAN
 
-// ONE: %[[Z0:.*]] = train.fill {value = 0.000000e+00 : f64} : tensor<f32>
-// ONE-NEXT: %[[Z1:.*]] = train.grad_sq_norm %[[GW:.*]], %[[Z0]] : tensor<4x3xf32>
-// ONE-NEXT: %[[Z2:.*]] = train.grad_sq_norm %[[GB:.*]], %[[Z1]] : tensor<3xf32>
+// The chain visits the gradients in the order the backward pass makes them
+// (b's, then w's), not the updates' order, so that zero-offload can move
+// each link up to its gradient without changing the sum.
+// ONE: %[[GB:.*]] = train.reduce sum
+// ONE-NEXT: %[[GW:.*]] = train.matmul %arg0
+// ONE-NEXT: %[[Z0:.*]] = train.fill {value = 0.000000e+00 : f64} : tensor<f32>
+// ONE-NEXT: %[[Z1:.*]] = train.grad_sq_norm %[[GB]], %[[Z0]] : tensor<3xf32>
+// ONE-NEXT: %[[Z2:.*]] = train.grad_sq_norm %[[GW]], %[[Z1]] : tensor<4x3xf32>
 // ONE-NEXT: train.clip_grad_norm %[[Z2]] {max_norm = 5.000000e-01 : f64} : tensor<f32>
 // ONE-NEXT: train.adam_update @w, %[[GW]]
 
@@ -36,8 +41,8 @@
 // run time).
 // F16: train.update_loss_scale
 // F16-NEXT: %{{.*}} = train.fill {value = 0.000000e+00 : f64} : tensor<f32>
-// F16-NEXT: train.grad_sq_norm %{{.*}} : tensor<4x3xf16>
 // F16-NEXT: train.grad_sq_norm %{{.*}} : tensor<3xf16>
+// F16-NEXT: train.grad_sq_norm %{{.*}} : tensor<4x3xf16>
 // F16-NEXT: train.clip_grad_norm %{{.*}} {max_norm = 2.000000e+00 : f64}
 // F16-NEXT: train.sgd_update @w
 

@@ -25,8 +25,8 @@
 // OPT-NEXT: %[[AW:.*]] = train.accumulate_grad @w, %[[DW]] : tensor<4x3xf32>
 // OPT-NEXT: train.accumulation_boundary
 // OPT-NEXT: train.fill
-// OPT-NEXT: train.grad_sq_norm %[[AW]]
 // OPT-NEXT: train.grad_sq_norm %[[AB]]
+// OPT-NEXT: train.grad_sq_norm %[[AW]]
 // OPT-NEXT: train.clip_grad_norm
 // OPT-NEXT: train.adam_update @w, %[[AW]]
 // OPT-NEXT: train.adam_update @b, %[[AB]]

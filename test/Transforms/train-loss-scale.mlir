@@ -26,8 +26,9 @@
 // ONE: %[[S:.*]] = train.loss_scale : tensor<f32>
 // ONE: train.cross_entropy_grad %[[S]],
 // ONE: %[[F0:.*]] = train.fill {value = 0.000000e+00 : f64} : tensor<f32>
-// ONE-NEXT: %[[F1:.*]] = train.found_nonfinite %[[GW:.*]], %[[F0]] : tensor<4x3xf16>
-// ONE-NEXT: %[[F2:.*]] = train.found_nonfinite %[[GB:.*]], %[[F1]] : tensor<3xf16>
+// (In the order the backward pass makes the gradients: b's, then w's.)
+// ONE-NEXT: %[[F1:.*]] = train.found_nonfinite %[[GB:.*]], %[[F0]] : tensor<3xf16>
+// ONE-NEXT: %[[F2:.*]] = train.found_nonfinite %[[GW:.*]], %[[F1]] : tensor<4x3xf16>
 // ONE-NEXT: train.update_loss_scale %[[F2]] : tensor<f32>
 // ONE-NEXT: train.adam_update @w, %[[GW]] master(@w.master)
 // ONE-NEXT: train.adam_update @b, %[[GB]] master(@b.master)
@@ -38,8 +39,8 @@
 // Stage 2: each rank checks its shards; the flag is summed before the scaler.
 // S2: %[[RB:.*]] = dist.reduce_scatter mean %{{.*}} on @dp : tensor<4xf16> -> tensor<2xf16>
 // S2: %[[RW:.*]] = dist.reduce_scatter mean %{{.*}} on @dp : tensor<12xf16> -> tensor<6xf16>
-// S2: %[[F1:.*]] = train.found_nonfinite %[[RW]], %{{.*}} : tensor<6xf16>
-// S2-NEXT: %[[F2:.*]] = train.found_nonfinite %[[RB]], %[[F1]] : tensor<2xf16>
+// S2: %[[F1:.*]] = train.found_nonfinite %[[RB]], %{{.*}} : tensor<2xf16>
+// S2-NEXT: %[[F2:.*]] = train.found_nonfinite %[[RW]], %[[F1]] : tensor<6xf16>
 // S2-NEXT: %[[SUM:.*]] = dist.all_reduce sum %[[F2]] on @dp : tensor<f32>
 // S2-NEXT: train.update_loss_scale %[[SUM]] : tensor<f32>
 // S2-NEXT: train.adam_update @w, %[[RW]] master(@w.master)

@@ -30,10 +30,10 @@
 // (4096 bytes each, rounded) and two chunks of w1's (2 x 8192 each):
 // 40960 bytes, where whole states need w2's and w1's two 20480-byte
 // states, 49152. The same bytes move per step either way.
-// REPORT: "swap_buffers": 40960
+// REPORT: "state_swap_buffers": 40960
 // REPORT: "host_to_nvme": 49152
 // REPORT-NEXT: "nvme_to_host": 49152
-// WHOLE: "swap_buffers": 49152
+// WHOLE: "state_swap_buffers": 49152
 // WHOLE: "host_to_nvme": 49152
 // WHOLE-NEXT: "nvme_to_host": 49152
 

@@ -18,6 +18,7 @@
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --ztrain-zero="stage=3 dp=1 offload-param=cpu offload-param-ratio=0.5" | FileCheck %s --check-prefix=PRATIO1
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=SPILL
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=2 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=SPILL2
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam precision=fp16 clip-grad-norm=1" --zero-partition="stage=2 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=CHECKS
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEP
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam precision=bf16" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEP16
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEPP
@@ -168,6 +169,32 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // SPILL2-NEXT: train.adam_update @w1, %[[H0]]
 // SPILL2: train.adam_update @b1, %[[H1]]
 // SPILL2: train.adam_update @w2, %[[H2]]
+
+// Clipping's and the loss scaler's chains read every gradient before the
+// updates: each link moves up to right after its gradient's spill starts
+// (its chain's zero with the first link), so no check keeps a gradient's
+// device copy past the spill's wait. The chains keep their order (the
+// order the gradients are made), so the sums are the same.
+// CHECKS: %[[G2:[0-9]+]] = dist.reduce_scatter mean {{.*}} -> tensor<12xf16>
+// CHECKS-NEXT: dist.offload_activation_start %[[G2]] : tensor<12xf16>
+// CHECKS-NEXT: %[[Z:[0-9]+]] = train.fill {value = 0.000000e+00 : f64}
+// CHECKS-NEXT: %[[N2:[0-9]+]] = train.grad_sq_norm %[[G2]], %[[Z]] : tensor<12xf16>
+// CHECKS-NEXT: %[[Y:[0-9]+]] = train.fill {value = 0.000000e+00 : f64}
+// CHECKS-NEXT: %[[F2:[0-9]+]] = train.found_nonfinite %[[G2]], %[[Y]] : tensor<12xf16>
+// CHECKS: %[[G1:[0-9]+]] = dist.reduce_scatter mean {{.*}} -> tensor<4xf16>
+// CHECKS-NEXT: dist.wait
+// CHECKS-NEXT: dist.offload_activation_start %[[G1]] : tensor<4xf16>
+// CHECKS-NEXT: %[[N1:[0-9]+]] = train.grad_sq_norm %[[G1]], %[[N2]] : tensor<4xf16>
+// CHECKS-NEXT: %[[F1:[0-9]+]] = train.found_nonfinite %[[G1]], %[[F2]] : tensor<4xf16>
+// CHECKS: %[[G0:[0-9]+]] = dist.reduce_scatter mean {{.*}} -> tensor<16xf16>
+// CHECKS-NEXT: dist.wait
+// CHECKS-NEXT: dist.offload_activation_start %[[G0]] : tensor<16xf16>
+// CHECKS-NEXT: %[[N0:[0-9]+]] = train.grad_sq_norm %[[G0]], %[[N1]] : tensor<16xf16>
+// CHECKS-NEXT: %[[F0:[0-9]+]] = train.found_nonfinite %[[G0]], %[[F1]] : tensor<16xf16>
+// CHECKS-NEXT: %[[FS:[0-9]+]] = dist.all_reduce sum %[[F0]]
+// CHECKS-NEXT: train.update_loss_scale %[[FS]]
+// CHECKS-NEXT: %[[NS:[0-9]+]] = dist.all_reduce sum %[[N0]]
+// CHECKS-NEXT: train.clip_grad_norm %[[NS]]
 // The report: no gradient on the device; the spilled gradients in their
 // own host arena (16 and 4 and 12 elements, never alive together: 64
 // bytes), down once per step (128);
@@ -213,28 +240,34 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 
 // Swap buffers: their own arena, 4096-byte aligned, each state's storage
 // rounded up to whole blocks (16 elements of w1's 32 per rank: 64 bytes).
-// Three updates, three buffers: all six live at once.
-// PLAN: dist.arenas = {{{.*}}swap_buffers = 24576 : i64}
-// PLAN: dist.swap_in_start @w1.exp_avg {dist.staging = [#dist.slot<"swap_buffers", 0, 4096>]}
-// PLAN-NEXT: dist.swap_in_start @w1.exp_avg_sq {dist.staging = [#dist.slot<"swap_buffers", 4096, 4096>]}
+// Three updates, three buffers: all six live at once. The states' arena
+// is apart from the parameters' (which a device backend copies to the
+// device): only the host reads it.
+// PLAN: dist.arenas = {{{.*}}state_swap_buffers = 24576 : i64}
+// PLAN: dist.swap_in_start @w1.exp_avg {dist.staging = [#dist.slot<"state_swap_buffers", 0, 4096>]}
+// PLAN-NEXT: dist.swap_in_start @w1.exp_avg_sq {dist.staging = [#dist.slot<"state_swap_buffers", 4096, 4096>]}
 
 // Six states of one 4096-byte block each; three updates' states at most in
 // buffers at once (the plan), each read and written once per step.
-// On a device the swap buffers have a device copy: the device peak grows
-// by them; each swap crosses the host link once.
+// On a device the updates of nvme states run on the host (ZeRO-Infinity's
+// CPU step): the states never cross the host link. Each update's gradient
+// goes down and its parameter down and back up (stage 1: this rank's
+// 16 + 8 + 8 elements of the padded parameters, 128 bytes of each), staged
+// through one buffer sized for the largest (w1's 16 elements: 64 + 64).
 // REPORT: "offload": {
 // REPORT-NEXT: "device_backend": {
 // REPORT-NEXT: "device_peak": [[#DEV:]],
-// REPORT-NEXT: "device_to_host_per_step": 24576,
-// REPORT-NEXT: "host_step_buffers": 0,
-// REPORT-NEXT: "host_to_device_per_step": 24576
+// REPORT-NEXT: "device_to_host_per_step": 256,
+// REPORT-NEXT: "host_step_buffers": 128,
+// REPORT-NEXT: "host_to_device_per_step": 128
 // REPORT-NEXT: },
 // REPORT-NEXT: "host": {
 // REPORT-NEXT: "activations": 0,
 // REPORT-NEXT: "gradients": 0,
 // REPORT-NEXT: "optimizer_states": 0,
 // REPORT-NEXT: "parameters": 0,
-// REPORT-NEXT: "swap_buffers": 24576
+// REPORT-NEXT: "state_swap_buffers": 24576,
+// REPORT-NEXT: "swap_buffers": 0
 // REPORT-NEXT: },
 // REPORT-NEXT: "nvme": {
 // REPORT-NEXT: "optimizer_states": 24576,
@@ -246,7 +279,7 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // REPORT-NEXT: "host_to_nvme": 24576,
 // REPORT-NEXT: "nvme_to_host": 24576
 // REPORT: "optimizer_states": 0,
-// REPORT: "predicted_peak": [[#DEV-24576]]
+// REPORT: "predicted_peak": [[#DEV]]
 
 // The updates move into the backward pass: each right after its gradient
 // is final and its parameter's last read (w2's after dW2, before the

@@ -11,10 +11,14 @@ How it runs on a device (docs/offload.md, "On the cuda backend"):
   backend's kernel (the same arithmetic as the device's) updates the states
   and the parameter, which is copied back up (a host-placed parameter is
   updated where it is);
-- an nvme tensor's swap buffer is device memory with a pinned staging copy:
-  the file is read into the staging copy ahead of use and copied to the
-  device at the swap's wait; a write-back copies the device buffer to the
-  staging copy behind the update and writes the file once that copy landed.
+- nvme states are swapped through pinned host buffers and their updates
+  run on the host the same way (ZeRO-Infinity's CPU step): the states
+  never cross the host link;
+- an nvme parameter shard's swap buffer is device memory with a pinned
+  staging copy: the file is read into the staging copy ahead of use and
+  copied to the device at the swap's wait; a write-back copies the device
+  buffer to the staging copy behind the update and writes the file once
+  that copy landed.
 
 The update is the same arithmetic on the same values wherever its states
 live (the cpu and cuda kernels are bitwise equal, CudaConformanceTest),
@@ -71,7 +75,7 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
     require_cuda_runtime(e2e_util.compile_text(
         spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"), name="probe",
         extra=runtime_flags(target)))
-    saved = {}
+    saved, links = {}, {}
     for offload in offloads:
         placement = PLACEMENTS[offload]
         flags = ["--" + f for f in placement.split()]
@@ -90,6 +94,8 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
         saved[offload] = save.read_bytes()
         per_rank, off = plan["per_rank"], plan["offload"]
         on_device = off["device_backend"]
+        links[offload] = (on_device["host_to_device_per_step"],
+                          on_device["device_to_host_per_step"])
         for rank in json.loads(report.read_text())["ranks"]:
             mem, io = rank["memory"], rank["offload"]
             # Exact, as on the cpu backend; on a device the swap buffers
@@ -100,6 +106,7 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
             assert mem["optimizer_states"] == per_rank["optimizer_states"], offload
             assert mem["host_optimizer_states"] == off["host"]["optimizer_states"], offload
             assert mem["swap_buffers"] == off["host"]["swap_buffers"], offload
+            assert mem["state_swap_buffers"] == off["host"]["state_swap_buffers"], offload
             assert mem["host_parameters"] == off["host"]["parameters"], offload
             # Every byte allocated was planned (the host step buffer too).
             assert mem["peak"] == mem["planned"], (offload, mem)
@@ -112,16 +119,18 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
                 STEPS * on_device["host_to_device_per_step"], (offload, io, on_device)
             assert io["device_to_host_bytes"] == \
                 STEPS * on_device["device_to_host_per_step"], (offload, io, on_device)
-            # ZeRO-Offload's CPU step: updates of host-placed states run on
-            # the host; their gradients were spilled to host memory as they
-            # were made; a parameter in device memory is staged through one
-            # pinned buffer (none when every parameter is host-placed).
-            host_step = offload in ("cpu", "params-cpu", "params-half")
+            # The CPU step: updates of host- and nvme-placed states run on
+            # the host; the gradients of host-placed ones were spilled to
+            # host memory as they were made (nvme ones' are staged); a
+            # parameter in device memory is staged through one pinned
+            # buffer: nothing to stage only when every parameter is
+            # host-placed and every gradient spilled.
+            spills = offload in ("cpu", "params-cpu", "params-half")
             assert mem["host_step_buffers"] == on_device["host_step_buffers"], offload
-            assert (on_device["host_step_buffers"] > 0) == \
-                (offload in ("cpu", "params-half")), on_device
+            assert (on_device["host_step_buffers"] > 0) == (offload != "params-cpu"), \
+                (offload, on_device)
             assert mem["host_gradients"] == off["host"]["gradients"], offload
-            assert (off["host"]["gradients"] > 0) == host_step, off
+            assert (off["host"]["gradients"] > 0) == spills, off
             assert io["gradients_to_host_bytes"] == \
                 STEPS * off["transfers_per_step"]["gradients_to_host"], (offload, io)
             if offload == "cpu":
@@ -142,6 +151,12 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
             if offload not in ("cpu", "params-cpu", "params-half"):
                 assert io["read_bytes"] == STEPS * off["transfers_per_step"]["nvme_to_host"]
                 assert io["write_bytes"] == STEPS * off["transfers_per_step"]["host_to_nvme"]
+    # nvme states are stepped on the host (ZeRO-Infinity): they never cross
+    # the host link, which carries what the host placement's does (each
+    # gradient down, spilled or staged; each parameter down unless only
+    # written, and up).
+    for offload in ("nvme", "chunks"):
+        assert links[offload] == links["cpu"], (offload, links)
     for offload in offloads:
         assert saved[offload] == saved["none"], (stage, n, precision, offload)
     # The last placement's run again: bitwise (its copies on delayed streams).

@@ -210,15 +210,59 @@ def test_states_stream_in_chunks(stage, n, tmp_path):
     off = plans["chunks"]["offload"]
     for rank in measured["chunks"]:
         mem, io = rank["memory"], rank["offload"]
-        assert mem["swap_buffers"] == off["host"]["swap_buffers"]
+        assert mem["state_swap_buffers"] == off["host"]["state_swap_buffers"]
         assert mem["device_peak"] == plans["chunks"]["per_rank"]["predicted_peak"]
         assert io["read_bytes"] == STEPS * off["transfers_per_step"]["nvme_to_host"]
         assert io["write_bytes"] == STEPS * off["transfers_per_step"]["host_to_nvme"]
     # The same bytes move, through smaller buffers.
     whole = plans["whole"]["offload"]
     assert off["transfers_per_step"] == whole["transfers_per_step"]
-    assert off["host"]["swap_buffers"] < whole["host"]["swap_buffers"]
+    assert off["host"]["state_swap_buffers"] < whole["host"]["state_swap_buffers"]
     assert list(nvme.iterdir()) == []
+
+
+@pytest.mark.parametrize("stage,n,precision", [
+    (0, 1, "fp32"), (0, 1, "fp16"), (2, 2, "fp16"), (3, 2, "bf16")])
+def test_checks_do_not_keep_spilled_gradients(stage, n, precision, tmp_path):
+    """Gradient clipping and fp16's overflow check read every gradient
+    before the updates. With optimizer=cpu each link of their chains runs
+    right after its gradient's spill starts (zero-offload), so the checks
+    cost the device only their chains' scalars, not the gradients: the
+    device peak is that of the same plan without any check (bf16 for fp16:
+    the same sizes, no loss scaling) plus at most two 16-byte slots per
+    chain (a link's running value and its result, at the arena's
+    alignment). The run measures that plan, and its weights are bitwise
+    those of the same step without offload. (Without --overlap: with it,
+    the gradient buckets set these models' peak.)"""
+    if n > 1 and MPIRUN is None:
+        pytest.skip("mpirun not installed")
+    spec = models.gpt(batch=1, seq=8, vocab=64, layers=2, width=64, heads=4, dropout=0.1)
+    init, data = inputs(tmp_path, spec, STEPS * n * spec.batch)
+    chains = 2 if precision == "fp16" else 1
+    zero = f"stage={stage} dp={n} overlap=false offload-optimizer=cpu"
+    unchecked = zero_report(tmp_path, spec, zero, "optimizer=adamw precision=" +
+                            ("bf16" if precision == "fp16" else precision))
+    plan = zero_report(tmp_path, spec, zero,
+                       f"optimizer=adamw precision={precision} clip-grad-norm=0.01")
+    growth = plan["per_rank"]["predicted_peak"] - unchecked["per_rank"]["predicted_peak"]
+    assert 0 <= growth <= 2 * 16 * chains, growth
+    saved = {}
+    for name, flags in [("none", []), ("cpu", ["--offload-optimizer=cpu"])]:
+        exe = e2e_util.compile_text(
+            spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"), name=f"exe-{name}",
+            extra=["--dp", str(n), "--zero-stage", str(stage), f"--precision={precision}",
+                   "--clip-grad-norm=0.01", *flags])
+        save, report = tmp_path / f"{name}.safetensors", tmp_path / f"{name}.json"
+        cmd = [exe, "--steps", str(STEPS), "--init", init, "--data", data, "--threads", "1",
+               "--save", save, "--report", report, "--log-every", "0"]
+        e2e_util.launch(n, cmd)
+        saved[name] = save.read_bytes()
+        if name == "cpu":
+            for rank in json.loads(report.read_text())["ranks"]:
+                # Exact: what the plan said.
+                assert rank["memory"]["device_peak"] == plan["per_rank"]["predicted_peak"]
+    # Exact: the same links in the same order, only earlier.
+    assert saved["cpu"] == saved["none"]
 
 
 def zero_report(tmp_path, spec, zero, training="optimizer=adamw"):
@@ -278,12 +322,14 @@ def test_report_is_the_truth(stage, n, precision, tmp_path):
             assert mem["optimizer_states"] == per_rank["optimizer_states"], offload
             assert mem["parameters"] == per_rank["parameters"], offload
             assert mem["swap_buffers"] == off["host"]["swap_buffers"], offload
+            assert mem["state_swap_buffers"] == off["host"]["state_swap_buffers"], offload
             assert mem["host_optimizer_states"] == off["host"]["optimizer_states"], offload
             assert mem["host_parameters"] == off["host"]["parameters"], offload
             assert mem["host_gradients"] == off["host"]["gradients"], offload
             # Every byte allocated: the device's plus the host's.
             assert mem["peak"] == mem["planned"] == per_rank["predicted_peak"] + \
-                off["host"]["swap_buffers"] + off["host"]["optimizer_states"] + \
+                off["host"]["swap_buffers"] + off["host"]["state_swap_buffers"] + \
+                off["host"]["optimizer_states"] + \
                 off["host"]["parameters"] + off["host"]["gradients"], offload
             io = rank["offload"]
             if offload in ("nvme", "infinity", "half", "infinity-half"):

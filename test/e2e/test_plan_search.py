@@ -208,7 +208,7 @@ def test_offload_only_when_nothing_fits_without(tmp_path):
                         "--threads", "1", "--report", report, "--nvme-path", nvme])
     mem = parity.read_report(str(report))["memory"]
     assert mem["device_peak"] == device
-    assert mem["swap_buffers"] == host
+    assert mem["swap_buffers"] + mem["state_swap_buffers"] == host
     assert mem["peak"] == device + host <= budget
     # With room to spare, no offload: it costs step time.
     p, _ = compile_with_budget(tmp_path, spec, in_memory * 2)
@@ -295,7 +295,8 @@ def test_a_device_budget_uses_host_memory_first(dp, target, tmp_path):
     for rank in json.loads(report.read_text())["ranks"]:
         mem = rank["memory"]
         assert mem["device_peak"] == device, (flags, mem)
-        assert sum(mem.get(k, 0) for k in ("swap_buffers", "host_optimizer_states",
+        assert sum(mem.get(k, 0) for k in ("swap_buffers", "state_swap_buffers",
+                                           "host_optimizer_states",
                                            "host_parameters", "host_activations",
                                            "host_step_buffers", "host_gradients")) == \
             host_bytes, (flags, mem)

@@ -15,6 +15,7 @@
 //   loss_scale init <S> window <W> hysteresis <H> min <M>   (fp16)
 //   clip_grad_norm <M>                                       (--clip-grad-norm)
 //   grad_accum <K>                                           (--grad-accum-steps)
+//   host_step_buffer <bytes>   the pinned buffer host steps stage through
 //   eval                                       (ztrain_eval: forward and loss)
 //   logits logits <dtype> <rank> <dims...>     (ztrain_logits: the logits)
 //   flops <F>                    matmul FLOPs of one call of ztrain_step, per rank
@@ -185,12 +186,6 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
   // The gradient buffer's type is the one the update consumes: the
   // parameter's, or f32 when mixed precision reduces in f32.
   llvm::DenseMap<StringAttr, Type> gradTypes = gradientElementTypes(entry);
-  // Gradients zero-offload spills to host memory for a host step.
-  llvm::DenseSet<StringAttr> spilled;
-  entry.walk([&](OptimizerUpdateOpInterface update) {
-    if (update->hasAttr(dist::kHostGradientAttr))
-      spilled.insert(update.getUpdatedParam().getAttr());
-  });
   for (auto param : module.getOps<ParamOp>()) {
     Type gradType = gradTypes.lookup(param.getSymNameAttr());
     if (!gradType)
@@ -203,9 +198,7 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
                                   "gradients";
     os << "grad " << param.getSymName() << ' '
        << dist::getGradientElements(param, stage, gridSize) << ' '
-       << gradDtype
-       << (spilled.contains(param.getSymNameAttr()) ? " spilled" : "")
-       << '\n';
+       << gradDtype << '\n';
   }
   for (auto state : module.getOps<StateOp>()) {
     FailureOr<std::string> dtype =
@@ -310,6 +303,11 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
                                 << k;
     os << "grad_accum " << k << '\n';
   }
+  // ZeRO-Offload's (and ZeRO-Infinity's) CPU step on a device backend:
+  // the pinned buffer the host steps stage their gradients and parameters
+  // through (zero-report's device_backend.host_step_buffers).
+  if (int64_t bytes = dist::getHostStepBufferBytes(entry))
+    os << "host_step_buffer " << bytes << '\n';
   if (*scaling)
     os << "loss_scale init " << llvm::format("%.17g", (*scaling)->init)
        << " window " << (*scaling)->window << " hysteresis "

@@ -62,6 +62,8 @@ StepLowering::StepLowering(ModuleOp module, func::FuncOp entry,
                        : name == "swap_buffers"        ? ZTRT_CAT_SWAP_BUFFERS
                        : name == "host_activations" ? ZTRT_CAT_HOST_ACTIVATIONS
                        : name == "host_gradients"   ? ZTRT_CAT_HOST_GRADIENTS
+                       : name == "state_swap_buffers"
+                           ? ZTRT_CAT_STATE_SWAP_BUFFERS
                                                     : ZTRT_CAT_OTHER;
     if (bytes > 0)
       arenaBase[name] =

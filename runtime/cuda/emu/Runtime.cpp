@@ -215,13 +215,17 @@ cudaError_t allocate(void **ptr, size_t bytes, bool pinned) {
     return e;
   Registry &r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  const size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  // Device memory 256-byte aligned, pinned host memory page-aligned (as
+  // cudaMalloc's and cudaHostAlloc's are; O_DIRECT I/O relies on the
+  // latter).
+  const size_t align = pinned ? 4096 : 256;
+  const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
   if (!pinned &&
       (rounded > memoryLimit() || r.deviceBytes > memoryLimit() - rounded)) {
     *ptr = nullptr;
     return fail(cudaErrorMemoryAllocation);
   }
-  void *p = std::aligned_alloc(256, rounded);
+  void *p = std::aligned_alloc(align, rounded);
   if (!p)
     return fail(cudaErrorMemoryAllocation);
   r.allocations[reinterpret_cast<uintptr_t>(p)] = {bytes, pinned, false, false};

@@ -586,6 +586,52 @@ Value ztrain::dist::spilledGradient(OffloadActivationStartOp op) {
   return Value();
 }
 
+std::optional<HostStep>
+ztrain::dist::getHostStep(SymbolTableCollection &symbols, Operation *op) {
+  auto update = dyn_cast<train::OptimizerUpdateOpInterface>(op);
+  if (!update)
+    return std::nullopt;
+  auto module = op->getParentOfType<ModuleOp>();
+  auto placed = [&](Operation *symbol, MemorySpace space) {
+    auto attr =
+        symbol ? symbol->getAttrOfType<MemorySpaceAttr>(kSpaceAttr) : nullptr;
+    return attr && attr.getValue() == space;
+  };
+  SmallVector<FlatSymbolRefAttr> states = update.getUpdatedStates();
+  Operation *first =
+      !states.empty() && states.front()
+          ? symbols.lookupNearestSymbolFrom(module, states.front())
+          : nullptr;
+  if (!placed(first, MemorySpace::host) && !placed(first, MemorySpace::nvme))
+    return std::nullopt;
+  HostStep step;
+  step.elements =
+      cast<ShapedType>(update.getGradient().getType()).getNumElements();
+  if (auto c = op->getAttrOfType<DenseI64ArrayAttr>(kChunkAttr))
+    step.elements = chunkSize(step.elements, c[0], c[1]);
+  if (!op->hasAttr(kHostGradientAttr))
+    step.gradBytes = step.elements * elementBytes(update.getGradient().getType());
+  auto param = symbols.lookupNearestSymbolFrom<train::ParamOp>(
+      module, update.getUpdatedParam());
+  if (param && !placed(param, MemorySpace::host))
+    step.paramBytes = step.elements * elementBytes(param.getType());
+  if (auto sgd = dyn_cast<train::SGDUpdateOp>(op))
+    step.master = static_cast<bool>(sgd.getMasterAttr());
+  else if (auto adam = dyn_cast<train::AdamUpdateOp>(op))
+    step.master = static_cast<bool>(adam.getMasterAttr());
+  return step;
+}
+
+int64_t ztrain::dist::getHostStepBufferBytes(Operation *fn) {
+  SymbolTableCollection symbols;
+  int64_t bytes = 0;
+  fn->walk([&](train::OptimizerUpdateOpInterface update) {
+    if (std::optional<HostStep> step = getHostStep(symbols, update))
+      bytes = std::max(bytes, step->gradBytes + step->paramBytes);
+  });
+  return bytes;
+}
+
 LogicalResult ReleaseOp::verify() {
   Value v = getInput();
   bool gathered = v.getDefiningOp<GatherParamOp>() != nullptr;

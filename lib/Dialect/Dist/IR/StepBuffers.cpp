@@ -212,7 +212,10 @@ std::vector<StepBuffers::Buffer> StepBuffers::list(int64_t gridSize) const {
     if (ended) {
       auto it = swappedIn.find({ended, endedChunk});
       if (it != swappedIn.end()) {
-        out.push_back({Buffer::Swap, it->second.second,
+        const bool state = static_cast<bool>(
+            symbols.lookupNearestSymbolFrom<train::StateOp>(module, ended));
+        out.push_back({state ? Buffer::StateSwap : Buffer::Swap,
+                       it->second.second,
                        positions.lookup(it->second.first),
                        positions.lookup(&op), it->second.first, 0});
         swappedIn.erase(it);

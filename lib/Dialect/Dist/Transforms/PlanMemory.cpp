@@ -36,15 +36,19 @@ namespace {
 /// Indexed by StepBuffers::Buffer::Kind.
 constexpr llvm::StringLiteral kArenaNames[] = {
     "activations", "gathered_parameters", "other", "swap_buffers",
-    "host_activations", "host_gradients"};
-constexpr unsigned kNumArenas = 6;
+    "host_activations", "host_gradients", "state_swap_buffers"};
+constexpr unsigned kNumArenas = 7;
 
 /// The arena (index into kArenaNames) of a buffer kind: staging buffers
 /// share "other", swap buffers and host copies of activations have their
-/// own.
+/// own; the swap buffers of optimizer states are apart from the
+/// parameters' (only the host reads them: a device backend keeps no device
+/// copy of them).
 unsigned arenaOf(StepBuffers::Buffer::Kind kind) {
   if (kind == StepBuffers::Buffer::Swap)
     return 3u;
+  if (kind == StepBuffers::Buffer::StateSwap)
+    return 6u;
   if (kind == StepBuffers::Buffer::HostActivation)
     return 4u;
   if (kind == StepBuffers::Buffer::HostGradient)
@@ -220,7 +224,7 @@ static LogicalResult planFunction(func::FuncOp fn, int64_t stage,
         mine.push_back(&p);
     // Swap buffers are O_DIRECT transfer buffers: block-aligned.
     mineSizes[arena] =
-        pack(mine, arena == 3 ? kSwapAlignment : 16);
+        pack(mine, arena == 3 || arena == 6 ? kSwapAlignment : 16);
     if (arena == 1 && bound && mineSizes[arena] > bound.getInt()) {
       // The tightest packing that keeps every element aligned.
       int64_t align = 1;
@@ -258,6 +262,7 @@ static LogicalResult planFunction(func::FuncOp fn, int64_t stage,
         SlotAttr::get(ctx, kArenaNames[arenaOf(buf.kind)], p.offset, buf.bytes);
     if (buf.kind == StepBuffers::Buffer::Staging ||
         buf.kind == StepBuffers::Buffer::Swap ||
+        buf.kind == StepBuffers::Buffer::StateSwap ||
         buf.kind == StepBuffers::Buffer::HostActivation ||
         buf.kind == StepBuffers::Buffer::HostGradient) {
       auto &list = staging[buf.owner];

@@ -329,6 +329,58 @@ void ZeroOffloadPass::spillGradients(func::FuncOp fn) {
   for (size_t i = 0; i + 1 < spills.size(); ++i)
     if (spills[i + 1].first->isBeforeInBlock(spills[i].second))
       spills[i].second->moveBefore(spills[i + 1].first);
+  if (spills.empty())
+    return;
+
+  // The checks that read every gradient before the updates (gradient
+  // clipping's sum of squares, the loss scaler's overflow flag) would keep
+  // each spilled gradient's device copy alive to the end of the backward
+  // pass. Each link of their chains (train-optimizer builds them in the
+  // order the gradients are made) moves up to right after its gradient's
+  // spill starts, or its gradient's op, and its running value; its chain's
+  // zero start moves to its first link. The links are pure and compute
+  // the same values in the same order: the same bits, and the device copy
+  // dies at the spill's wait.
+  llvm::DenseMap<Value, Operation *> spilledAt;
+  for (auto &[spill, wait] : spills)
+    spilledAt[spill.getInput()] = spill;
+  llvm::DenseMap<Operation *, unsigned> pos;
+  for (auto [i, op] : llvm::enumerate(body))
+    pos[&op] = i;
+  SmallVector<Operation *> links;
+  for (Operation &op : body)
+    if (isa<train::GradSqNormOp, train::FoundNonfiniteOp>(op))
+      links.push_back(&op);
+  for (Operation *link : links) {
+    Value input = link->getOperand(0), running = link->getOperand(1);
+    Operation *anchor = spilledAt.lookup(input);
+    if (!anchor)
+      anchor = input.getDefiningOp();
+    if (!anchor || anchor->getBlock() != &body)
+      continue;
+    Operation *start = running.getDefiningOp();
+    const bool fromZero = start && isa<train::FillOp>(start) &&
+                          start->getNumOperands() == 0 &&
+                          running.hasOneUse();
+    if (!fromZero) {
+      if (!start || start->getBlock() != &body)
+        continue;
+      // (>=: a link moved earlier shares its anchor's position and lies
+      // after it.)
+      if (pos[start] >= pos[anchor])
+        anchor = start;
+    }
+    if (boundary && boundary->getBlock() == &body &&
+        pos[anchor] < pos[boundary])
+      anchor = boundary;
+    if (pos[anchor] + 1 >= pos[link])
+      continue;
+    link->moveAfter(anchor);
+    if (fromZero)
+      start->moveBefore(link);
+    pos[link] = pos[anchor];
+    ++numHoistedChecks;
+  }
 }
 
 /// Pa+cpu: the forward values recomputations read go to host memory

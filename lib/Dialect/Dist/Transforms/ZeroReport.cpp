@@ -52,12 +52,16 @@ struct Report {
   int64_t parameters = 0, gradients = 0, optimizerStates = 0;
   /// Optimizer states placed off the device by zero-offload (#dist.space):
   /// in host memory, and in nvme files (whole 4096-byte blocks); the host
-  /// buffers nvme states pass through (the swap_buffers arena); the bytes
-  /// read from and written to nvme per optimizer step.
+  /// buffers nvme parameter shards pass through (the swap_buffers arena)
+  /// and those nvme states pass through (state_swap_buffers); the bytes
+  /// read from and written to nvme per optimizer step, and of those the
+  /// parameters' (which a device backend copies to and from the device).
   int64_t hostStates = 0, nvmeStates = 0, swapBuffers = 0, nvmeParams = 0;
+  int64_t stateSwapBuffers = 0;
   /// Parameter shards placed in host memory (param=cpu).
   int64_t hostParams = 0;
   int64_t nvmeToHost = 0, hostToNvme = 0;
+  int64_t paramsNvmeToHost = 0, paramsHostToNvme = 0;
   /// Activations offloaded to host memory (Pa+cpu): the host_activations
   /// arena, and the bytes copied to host memory (and back) per step.
   int64_t hostActivations = 0, activationsToHost = 0;
@@ -76,19 +80,22 @@ struct Report {
   /// The bytes those host steps read and write in host memory: gradient,
   /// parameter, every state read and written.
   int64_t hostStepBytes = 0;
-  /// On a device backend (cuda): the swap buffers have a device copy, each
-  /// swap moves its bytes between that copy and its pinned staging copy.
+  /// On a device backend (cuda): the parameters' swap buffers have a
+  /// device copy, each of their swaps moves its bytes between that copy and
+  /// its pinned staging copy (the states' are stepped on the host: no
+  /// device copy).
   int64_t devicePeakOnDevice() const { return predictedPeak() + swapBuffers; }
   /// (Plus the offloaded activations, which cross it every micro-batch.)
   /// And host-placed parameters' shards: read by their gathers and by a
   /// device update, written by a device update. And the host steps'
   /// gradients and parameters.
   int64_t hostToDevice() const {
-    return nvmeToHost + activationsToHost + hostParamsToDevice +
+    return paramsNvmeToHost + activationsToHost + hostParamsToDevice +
            hostStepToDevice;
   }
   int64_t deviceToHost() const {
-    return hostToNvme + activationsToHost + hostParamsToHost + hostStepToHost +
+    return paramsHostToNvme + activationsToHost + hostParamsToHost +
+           hostStepToHost +
            gradientsToHost;
   }
   int64_t buffers = 0, inputs = 0, activations = 0, communicationBuffers = 0;
@@ -147,6 +154,7 @@ int64_t activationPeak(func::FuncOp entry, int64_t stage, int64_t gridSize,
   std::vector<int64_t> delta(size, 0), gathered(size, 0);
   for (const StepBuffers::Buffer &buf : buffers.list(gridSize)) {
     if (buf.kind == StepBuffers::Buffer::Swap || // host memory, not the
+        buf.kind == StepBuffers::Buffer::StateSwap ||
         buf.kind == StepBuffers::Buffer::HostActivation || // device's
         buf.kind == StepBuffers::Buffer::HostGradient)
       continue;
@@ -296,6 +304,7 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
     r.activations = arena("activations");
     r.gatheredPeak = arena("gathered_parameters");
     r.swapBuffers = arena("swap_buffers");
+    r.stateSwapBuffers = arena("state_swap_buffers");
     r.hostActivations = arena("host_activations");
     r.hostGradients = arena("host_gradients");
   } else if (entry.getBody().hasOneBlock()) {
@@ -349,27 +358,18 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
     auto name = op->getAttrOfType<FlatSymbolRefAttr>("state");
     int64_t bytes = swapBufferBytes(symbols, op, name, r.stage, n);
     (isa<SwapInStartOp>(op) ? r.nvmeToHost : r.hostToNvme) += bytes;
+    if (!symbols.lookupNearestSymbolFrom<train::StateOp>(module, name))
+      (isa<SwapInStartOp>(op) ? r.paramsNvmeToHost : r.paramsHostToNvme) +=
+          bytes;
   });
 
   // Host-placed parameters (param=cpu) on a device backend: a gather reads
   // the shard (its tile's part) over the host link, once per run of the
   // gather; the update reads and writes it in place (the master-weight
   // form only writes it: the new master rounded).
-  // An update with host-placed states runs on the host (ZeRO-Offload's
-  // CPU step) on a device backend. The runtime decides by the first state
-  // the update's kernel takes (the master when there is one, else Adam's
-  // exp_avg or SGD's momentum buffer); zero-offload places all of an
-  // update's states together.
-  auto hostStep = [&](train::OptimizerUpdateOpInterface update) {
-    SmallVector<FlatSymbolRefAttr> states = update.getUpdatedStates();
-    auto state = !states.empty() && states.front()
-                     ? symbols.lookupNearestSymbolFrom<train::StateOp>(
-                           module, states.front())
-                     : train::StateOp();
-    auto space =
-        state ? state->getAttrOfType<MemorySpaceAttr>(kSpaceAttr) : nullptr;
-    return space && space.getValue() == MemorySpace::host;
-  };
+  // An update with host- or nvme-placed states runs on the host on a
+  // device backend (ZeRO-Offload's CPU step; ZeRO-Infinity's for nvme):
+  // dist::getHostStep, as the runtime decides it.
   auto hostParam = [&](FlatSymbolRefAttr name) -> train::ParamOp {
     auto param = symbols.lookupNearestSymbolFrom<train::ParamOp>(module, name);
     auto space =
@@ -405,23 +405,18 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
       master = sgd.getMasterAttr();
     else if (auto adam = dyn_cast<train::AdamUpdateOp>(op))
       master = adam.getMasterAttr();
-    if (hostStep(update)) {
-      // ZeRO-Offload's CPU step: the gradient goes down; a parameter in
-      // device memory comes back (and goes down first unless only
-      // written); a host-placed one is updated where it is.
-      // (A spilled gradient is already in host memory.)
-      int64_t gradBytes =
-          op->hasAttr(kHostGradientAttr)
-              ? 0
-              : elements * elementBytes(update.getGradient().getType());
-      train::ParamOp p =
-          symbols.lookupNearestSymbolFrom<train::ParamOp>(
-              module, update.getUpdatedParam());
-      int64_t paramBytes =
-          param || !p ? 0 : elements * elementBytes(p.getType());
-      r.hostStepToHost += times * (gradBytes + (master ? 0 : paramBytes));
-      r.hostStepToDevice += times * paramBytes;
-      r.hostStepBuffers = std::max(r.hostStepBuffers, gradBytes + paramBytes);
+    if (std::optional<HostStep> step = getHostStep(symbols, op)) {
+      // The host step: the gradient goes down (unless spilled: already in
+      // host memory); a parameter in device memory comes back (and goes
+      // down first unless only written); a host-placed one is updated
+      // where it is.
+      r.hostStepToHost +=
+          times * (step->gradBytes + (step->master ? 0 : step->paramBytes));
+      r.hostStepToDevice += times * step->paramBytes;
+      r.hostStepBuffers =
+          std::max(r.hostStepBuffers, step->gradBytes + step->paramBytes);
+      train::ParamOp p = symbols.lookupNearestSymbolFrom<train::ParamOp>(
+          module, update.getUpdatedParam());
       // (It reads the gradient in host memory, spilled or staged.)
       int64_t touched =
           elements * elementBytes(update.getGradient().getType());
@@ -516,7 +511,8 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
   row("communication buffers", r.communicationBuffers);
   row("predicted peak", r.predictedPeak());
   if (r.hostStates || r.nvmeStates || r.swapBuffers || r.nvmeParams ||
-      r.hostActivations || r.hostParams || r.hostGradients) {
+      r.hostActivations || r.hostParams || r.hostGradients ||
+      r.stateSwapBuffers) {
     os << "offloaded (zero-offload), per rank: not in the peak above\n";
     if (r.hostParams)
       row("host: parameters", r.hostParams);
@@ -528,6 +524,8 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
       row("host: optimizer states", r.hostStates);
     if (r.swapBuffers)
       row("host: swap buffers", r.swapBuffers);
+    if (r.stateSwapBuffers)
+      row("host: state swap buffers", r.stateSwapBuffers);
     if (r.nvmeParams)
       row("nvme: parameters", r.nvmeParams);
     if (r.nvmeStates)
@@ -545,11 +543,12 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
       if (r.gradientsToHost)
         row("gradients -> host", r.gradientsToHost);
     }
-    // A device backend computes on device copies of the swap buffers and
-    // runs the updates of host-placed states on the host (their gradients
-    // down, their parameters up, through the host step buffer).
-    os << "on a device backend (--backend cuda), per rank: the swap "
-          "buffers on the device too\n";
+    // A device backend computes on device copies of the parameters' swap
+    // buffers and runs the updates of host- and nvme-placed states on the
+    // host (their gradients down, their parameters up, through the host
+    // step buffer).
+    os << "on a device backend (--backend cuda), per rank: the "
+          "parameters' swap buffers on the device too\n";
     row("device peak", r.devicePeakOnDevice());
     if (r.hostStepBuffers)
       row("host: step buffers", r.hostStepBuffers);
@@ -653,6 +652,8 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
        llvm::json::Object{
            {"host", llvm::json::Object{{"optimizer_states", r.hostStates},
                                        {"swap_buffers", r.swapBuffers},
+                                       {"state_swap_buffers",
+                                        r.stateSwapBuffers},
                                        {"activations", r.hostActivations},
                                        {"gradients", r.hostGradients},
                                        {"parameters", r.hostParams}}},
@@ -717,8 +718,8 @@ FailureOr<StepSummary> ztrain::dist::summarizeStep(ModuleOp module) {
   s.recomputeFlops = r->recomputeFlops;
   s.kernelBytes = r->kernelBytes;
   s.recomputeKernelBytes = r->recomputeKernelBytes;
-  s.hostBytes = r->swapBuffers + r->hostStates + r->hostActivations +
-                r->hostParams + r->hostGradients;
+  s.hostBytes = r->swapBuffers + r->stateSwapBuffers + r->hostStates +
+                r->hostActivations + r->hostParams + r->hostGradients;
   s.hostStepBuffers = r->hostStepBuffers;
   s.hostStepBytes = r->hostStepBytes;
   s.nvmeTransferBytes = r->nvmeToHost + r->hostToNvme;

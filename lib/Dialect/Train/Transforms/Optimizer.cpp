@@ -239,6 +239,23 @@ void TrainOptimizerPass::runOnOperation() {
     AccumulationBoundaryOp::create(at, ret.getLoc());
     module->setAttr(kGradAccumAttr, at.getI64IntegerAttr(gradAccumSteps));
   }
+  // The chains visit the gradients in the order the backward pass makes
+  // them (a gradient without a defining op first), so that a later pass can
+  // move each link up to its gradient (zero-offload does, to free spilled
+  // gradients' device copies) without changing the sum.
+  SmallVector<OptimizerUpdateOpInterface> byGradient(updates);
+  {
+    llvm::DenseMap<Operation *, unsigned> pos;
+    for (auto [i, op] : llvm::enumerate(entry.getBody().front()))
+      pos[&op] = i + 1;
+    auto made = [&](OptimizerUpdateOpInterface u) -> unsigned {
+      Operation *def = u.getGradient().getDefiningOp();
+      return def ? pos.lookup(def) : 0;
+    };
+    llvm::stable_sort(byGradient, [&](auto a, auto b) {
+      return made(a) < made(b);
+    });
+  }
   auto chainBeforeUpdates =
       [&](llvm::function_ref<Value(OpBuilder &, Location, Type, Value, Value)>
               link) -> Value {
@@ -246,7 +263,7 @@ void TrainOptimizerPass::runOnOperation() {
     auto scalar = RankedTensorType::get({}, at.getF32Type());
     Value acc = FillOp::create(at, ret.getLoc(), scalar,
                                at.getF64FloatAttr(0.0));
-    for (OptimizerUpdateOpInterface u : updates)
+    for (OptimizerUpdateOpInterface u : byGradient)
       acc = link(at, u->getLoc(), scalar, u.getGradient(), acc);
     return acc;
   };

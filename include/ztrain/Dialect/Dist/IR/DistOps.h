@@ -67,6 +67,28 @@ int64_t getGradientElements(mlir::Operation *param, int64_t stage,
 /// optimizer=cpu): the result of the dist.wait of `op`, null when `op`
 /// copies an activation (its wait yields nothing).
 mlir::Value spilledGradient(OffloadActivationStartOp op);
+
+/// ZeRO-Offload's CPU step on a device backend: an optimizer update whose
+/// first state (its master when it has one, else Adam's exp_avg or SGD's
+/// momentum buffer: the state the runtime decides by) is placed in host
+/// memory or on nvme runs on the host. What one such update stages
+/// through the pinned host step buffer: its gradient unless it was spilled
+/// to host memory (dist.host_gradient), its parameter unless the parameter
+/// is host-placed; a chunk (dist.chunk) stages its chunk.
+struct HostStep {
+  int64_t elements = 0;   ///< the update's elements (its chunk's)
+  int64_t gradBytes = 0;  ///< the gradient staged (0: spilled)
+  int64_t paramBytes = 0; ///< the parameter staged (0: host-placed)
+  bool master = false;    ///< a master-weight update (only writes the
+                          ///< parameter: nothing of it goes down)
+};
+/// The host step of `update` (an optimizer update), or nothing when it
+/// runs where its states are, on the device.
+std::optional<HostStep> getHostStep(mlir::SymbolTableCollection &symbols,
+                                    mlir::Operation *update);
+/// The pinned host step buffer the runtime allocates for the updates in
+/// `fn`: the largest staging of one host step (0: none).
+int64_t getHostStepBufferBytes(mlir::Operation *fn);
 } // namespace ztrain::dist
 
 #endif // ZTRAIN_DIALECT_DIST_IR_DISTOPS_H

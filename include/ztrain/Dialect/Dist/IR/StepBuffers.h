@@ -64,8 +64,13 @@ public:
       Activation, ///< an intermediate tensor
       Gathered,   ///< a gathered parameter: N padded shards (or its tile)
       Staging,    ///< a bucket's packed input (0) or reduce-scatter output (1)
-      Swap,       ///< an nvme state's host buffer, from its swap-in's start
-                  ///< to its swap-out's wait (4096-byte granules)
+      Swap,       ///< an nvme parameter shard's host buffer, from its
+                  ///< swap-in's start to its swap-out's wait or release
+                  ///< (4096-byte granules); a device backend computes on a
+                  ///< device copy of it
+      StateSwap,  ///< the same for an nvme optimizer state: only the host
+                  ///< reads it (its update is a host step on a device
+                  ///< backend)
       HostActivation, ///< an offloaded activation's host copy, from its
                       ///< dist.offload_activation_start to its reload's wait
       HostGradient ///< a spilled gradient's host copy (dist.host_gradient),

@@ -290,9 +290,13 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
       it (after the accumulation boundary when it accumulates), running
       while the backward pass goes on, waited right before the update,
       which reads the host copy (`dist.host_gradient`; plan-memory's
-      `host_gradients` arena). On the CPU backend host memory is the
-      device's, so the states stay where they are and the spill is a
-      memory copy (the executable says so).
+      `host_gradients` arena). The links of gradient clipping's and the
+      loss scaler's chains (`train.grad_sq_norm`, `train.found_nonfinite`)
+      move up to right after their gradient's spill starts, so that no
+      check keeps a spilled gradient's device copy alive to the end of the
+      backward pass (the same values, in the same order). On the CPU
+      backend host memory is the device's, so the states stay where they
+      are and the spill is a memory copy (the executable says so).
     - `optimizer=nvme`: every `train.state` gets `#dist.space<nvme>`: it
       lives in a file of the rank's swap directory (`--nvme-path` of the
       executable) and only visits host memory for its update. Around each
@@ -429,7 +433,10 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
               "Activations copied to host memory between the passes">,
     Statistic<"numSpilledGradients", "spilled-gradients",
               "Gradients copied to host memory for a host step "
-              "(optimizer=cpu)">
+              "(optimizer=cpu)">,
+    Statistic<"numHoistedChecks", "hoisted-checks",
+              "Clipping and overflow-check links moved up to their "
+              "spilled gradients">
   ];
 }
 
