@@ -340,8 +340,9 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
                 // activation copies overlap the passes only in part).
                 c.hostLinkSeconds =
                     (double)c.hostLinkBytes / m.hostLinkBytesPerSecond;
-                // Host-placed optimizer states are stepped on the host
-                // (ZeRO-Offload's CPU step), through a pinned buffer.
+                // Host- and nvme-placed optimizer states are stepped on
+                // the host (ZeRO-Offload's and ZeRO-Infinity's CPU step),
+                // through a pinned buffer.
                 c.hostStepSeconds =
                     (double)s->hostStepBytes / m.hostMemoryBytesPerSecond;
                 c.hostBytes += s->hostStepBuffers;

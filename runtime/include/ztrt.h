@@ -21,21 +21,27 @@
 //   state <name> <dtype> <rank> <d0> .. <dn-1> of <param-name> [master]
 //         [<store>] [space host|nvme]
 //   buffer <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale>
-//   grad <param-name> <E> [<dtype> [spilled]]
+//   grad <param-name> <E> [<dtype>]
 //   input <name> <dtype> <rank> <d0> .. <dn-1> bound <b>
 //   arena <name> <bytes>
 //   optimizer <free text up to end of line>
 //   loss_scale init <S> window <W> hysteresis <H> min <M>
 //   clip_grad_norm <M>
+//   host_step_buffer <bytes>
 //
 // `grad p E dtype` (optional; then one per parameter, in parameter order):
 // the persistent gradient buffer of parameter p, E elements of `dtype` per
 // rank, returned by ztrt_grad: the type the parameter's optimizer update
 // consumes (the parameter's, or f32 when mixed precision reduces in f32).
 // The compiler always writes the dtype; without it (hand-written models)
-// it is the parameter's. `spilled`: the step copies the final gradient to
-// host memory (zero-offload's gradient spill) and its update reads that
-// copy, so a device backend's host step stages none of it.
+// it is the parameter's.
+// `host_step_buffer bytes`: a device backend runs the updates of host- and
+// nvme-placed optimizer states on the host (the host step), staging their
+// gradients (unless spilled to host memory) and parameters (unless
+// host-placed) through one pinned buffer of that size, which the compiler
+// sizes for the largest such update (zero-report's
+// device_backend.host_step_buffers). Without the record there is no
+// buffer, and a host step that needs one is an error.
 // `arena name bytes`: an arena the step asks for with ztrt_arena, in index
 // order (plan-memory's); with the other records, every byte a rank
 // allocates, which main() checks against the memory available.

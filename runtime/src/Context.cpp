@@ -201,6 +201,15 @@ void *ztrt_ctx::allocate(int64_t bytes, int32_t category, const char *op) {
           op, memory == Memory::MappedHost ? "pinned host" : impl->name(),
           static_cast<long long>(bytes), categoryName(category),
           static_cast<long long>(stats.currentTotal));
+  // O_DIRECT transfers need block-aligned buffers; pinned host memory is
+  // page-aligned on every CUDA platform, which this checks rather than
+  // assumes.
+  if (category == ZTRT_CAT_STATE_SWAP_BUFFERS &&
+      reinterpret_cast<uintptr_t>(ptr) % ztrt::SwapSpace::kAlignment != 0)
+    fatal("%s: pinned host memory for %s at %p is not %lld-byte aligned, "
+          "which O_DIRECT swaps need",
+          op, categoryName(category), ptr,
+          static_cast<long long>(ztrt::SwapSpace::kAlignment));
   if (memory == Memory::SwapDevice) {
     char *host = static_cast<char *>(ztrt::SwapSpace::allocate(bytes));
     impl->pinHost(host, ztrt::SwapSpace::roundUp(bytes));
@@ -548,8 +557,9 @@ void ztrt_ctx::runHostStep(
   const int64_t paramBytes = paramOnHost ? 0 : n * elementBytes(paramType);
   if (gradBytes + paramBytes > hostStepBufferBytes)
     fatal("%s: the host step needs %lld bytes of staging for %lld elements, "
-          "the host step buffer has %lld (the descriptor's host-placed "
-          "states are smaller than this update)",
+          "the host step buffer has %lld (the descriptor's "
+          "host_step_buffer record is missing or smaller than this "
+          "update)",
           op, static_cast<long long>(gradBytes + paramBytes),
           static_cast<long long>(n),
           static_cast<long long>(hostStepBufferBytes));
@@ -627,6 +637,8 @@ int64_t ztrt_ctx::startSwap(int file, void *buffer, int64_t bytes,
   if (impl->hostResident())
     return write ? swap->write(file, buffer, bytes, offset)
                  : swap->read(file, buffer, bytes, offset);
+  // (Moves the parameters' swaps on: their device copies and file writes.)
+  pollSwaps();
   if (mappedHost(buffer)) {
     // An nvme optimizer state's buffer (state_swap_buffers): the host step
     // that reads and writes it runs on this thread, so it is done with the
@@ -642,7 +654,6 @@ int64_t ztrt_ctx::startSwap(int file, void *buffer, int64_t bytes,
     return ticket;
   }
   char *staging = stagingOf(buffer, bytes, write ? "swap_out" : "swap_in");
-  pollSwaps();
   DeviceSwap pending{file, buffer, staging, bytes, write};
   pending.offset = offset;
   if (write) {
@@ -687,6 +698,7 @@ void ztrt_ctx::finishSwap(int64_t ticket) {
   deviceSwaps.erase(it);
   if (pending.hostOnly) {
     swap->wait(pending.io);
+    pollSwaps();
     return;
   }
   if (pending.write) {

@@ -240,8 +240,9 @@ struct ztrt_ctx {
   // --- ZeRO-Offload's CPU step (docs/offload.md, "On the cuda backend") --
   /// Whether an update that was given `state` (one of its optimizer states
   /// or its f32 master) runs on the host: on a device backend, when the
-  /// state is host-placed (--offload-optimizer=cpu). On the cpu backend
-  /// every update runs where it always does.
+  /// state is host-placed (--offload-optimizer=cpu) or in an nvme state's
+  /// swap buffer (--offload-optimizer=nvme). On the cpu backend every
+  /// update runs where it always does.
   bool hostStep(const void *state) const;
   /// Runs an update of `n` elements on the host: copies the gradient
   /// (`gradType`) from the device into the host step buffer, and the
@@ -256,7 +257,8 @@ struct ztrt_ctx {
                                             const void *grad)> &kernel,
                    const char *op);
   /// The pinned host buffer of runHostStep (ZTRT_CAT_HOST_STEP_BUFFERS),
-  /// sized by the driver for the largest update with host-placed states.
+  /// of the descriptor's host_step_buffer bytes (the compiler sizes it for
+  /// the largest host-stepped update).
   void *hostStepBuffer = nullptr;
   int64_t hostStepBufferBytes = 0;
   /// Threads of the host step's kernels (the executable's --threads; 0:

@@ -200,8 +200,9 @@ struct PlannedBytes {
   int64_t total() const { return modelStates + inputs + buffers + arenas; }
 };
 /// What the plan allocates per rank. `deviceOnly`: what a device backend
-/// holds in device memory (host-placed optimizer states are host memory
-/// there; swap buffers have a device copy, in the arenas).
+/// holds in device memory (host-placed optimizer states and the host
+/// arenas are host memory there; the parameters' swap buffers have a
+/// device copy, in the arenas).
 PlannedBytes plannedBytes(const Descriptor &desc, bool deviceOnly = false);
 
 /// Parses and validates a descriptor; fatal with the line number on any

@@ -286,6 +286,7 @@ void ZeroOffloadPass::spillGradients(func::FuncOp fn) {
   Operation *boundary = train::getAccumulationBoundary(fn);
   const bool accumulates = !body.getOps<train::AccumulateGradOp>().empty();
   SmallVector<std::pair<OffloadActivationStartOp, WaitOp>> spills;
+  llvm::DenseMap<Operation *, Operation *> lastSpillAfter;
   OpBuilder b(fn.getContext());
   for (auto update :
        llvm::to_vector(body.getOps<train::OptimizerUpdateOpInterface>())) {
@@ -305,8 +306,13 @@ void ZeroOffloadPass::spillGradients(func::FuncOp fn) {
     if (boundary && boundary->getBlock() == &body &&
         def->isBeforeInBlock(boundary))
       after = boundary;
-    b.setInsertionPointAfter(after);
+    // Spills after the same op (one making several gradients, the
+    // accumulation boundary) keep the updates' order, the order of the
+    // checks' chains.
+    Operation *&last = lastSpillAfter[after];
+    b.setInsertionPointAfter(last ? last : after);
     auto spill = OffloadActivationStartOp::create(b, grad.getLoc(), grad);
+    last = spill;
     b.setInsertionPoint(update);
     auto wait = WaitOp::create(b, grad.getLoc(), TypeRange{grad.getType()},
                                spill.getToken());

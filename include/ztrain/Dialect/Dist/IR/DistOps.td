@@ -337,9 +337,10 @@ class Dist_SwapStartOp<string mnemonic>
 def Dist_SwapInStartOp : Dist_SwapStartOp<"swap_in_start"> {
   let summary = "starts reading an nvme-resident state or parameter into a host buffer";
   let description = [{
-    Allocates the state's swap buffer (`plan-memory` places it in the
-    `swap_buffers` arena, 4096-byte aligned, its size rounded up to 4096:
-    `dist.staging`) and starts reading the state's file into it. From the
+    Allocates the tensor's swap buffer (`plan-memory` places it in the
+    `state_swap_buffers` arena for an optimizer state, `swap_buffers` for a
+    parameter shard, 4096-byte aligned, its size rounded up to 4096:
+    `dist.staging`) and starts reading the tensor's file into it. From the
     matching `dist.wait` on, the tensor's reads and writes (its optimizer
     update, a stage-3 parameter's gather) use that buffer;
     `dist.swap_out_start` writes it back and its wait frees it, or

@@ -302,7 +302,9 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
       executable) and only visits host memory for its update. Around each
       optimizer update the pass inserts, per state, a
       `dist.swap_in_start` / `dist.wait` before it and a
-      `dist.swap_out_start` after it.
+      `dist.swap_out_start` after it. On a device backend the update runs
+      on the host, from the host swap buffers (ZeRO-Infinity's CPU step):
+      the states never go to the device.
     - `param=nvme` (stage 3): every `train.param` too; each gather of a
       parameter's shard (each read of it on one rank) reads the shard
       through a swap buffer first and releases it after
@@ -337,7 +339,9 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
     overlap but write-backs do not; with 1 nothing overlaps. A tensor still
     in its buffer when a later use would read it again stays there; every
     transfer completes before the function returns. `plan-memory` places
-    the swap buffers (the `swap_buffers` arena, 4096-byte aligned), so
+    the swap buffers (4096-byte aligned: the states' in the
+    `state_swap_buffers` arena, host memory only; the parameters' in
+    `swap_buffers`, which a device backend also copies to the device), so
     their bytes are in the report and the plan, like every other buffer.
 
     The update itself is the same kernel on the same values, so weights
@@ -449,10 +453,13 @@ def PlanMemory : Pass<"plan-memory", "::mlir::ModuleOp"> {
     start to its release), each gradient bucket's packed buffers - gets a
     lifetime (allocation point and last use, from the same analysis the
     lowering and `zero-report` use) and an offset in one arena per memory
-    category: `activations`, `gathered_parameters`, `other`. Offsets are
-    assigned largest buffer first at the lowest address free during the
-    buffer's whole lifetime (64-byte aligned), so buffers whose lifetimes do
-    not overlap share memory.
+    category: `activations`, `gathered_parameters`, `other`, and
+    zero-offload's `swap_buffers` (nvme parameter shards),
+    `state_swap_buffers` (nvme optimizer states; both 4096-byte aligned),
+    `host_activations` and `host_gradients`. Offsets are assigned largest
+    buffer first at the lowest address free during the buffer's whole
+    lifetime (16-byte aligned), so buffers whose lifetimes do not overlap
+    share memory.
 
     The result is in the IR: `dist.slots = [#dist.slot<arena, offset,
     bytes>, ...]` on each op (one per result; `unit` for results that need
