@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the GPU kit (scripts/gpu-kit.sh) on a GPU machine that has python3
 # with numpy and pytest (and torch for the benchmark's comparison) but not
-# the compiler: the conformance suite, test_cuda.py from the kit's compile
-# cache, and bench/gpu_step.py. Results go to $OUT (the device tool's
+# the compiler: the conformance suite, test_cuda.py and test_cuda_offload.py
+# from the kit's compile cache, and bench/gpu_step.py. Results go to $OUT (the device tool's
 # folder) or gpu-results/: device.txt, conformance.{log,json}, e2e.log,
 # gpu_step.{txt,json}, summary.txt. docs/cuda.md#gpu-kit.
 set -uo pipefail
@@ -43,8 +43,9 @@ echo "== conformance suite (ztrt_cuda_tests)"
   > "$RESULTS/conformance.log" 2>&1 || status=1
 tail -4 "$RESULTS/conformance.log"
 
-echo "== end to end (test/e2e/test_cuda.py, executables from the kit)"
-"$PY" -m pytest -rs -v -p no:cacheprovider test/e2e/test_cuda.py > "$RESULTS/e2e.log" 2>&1 || status=1
+echo "== end to end (test/e2e/test_cuda.py, test_cuda_offload.py, executables from the kit)"
+"$PY" -m pytest -rs -v -p no:cacheprovider test/e2e/test_cuda.py \
+  test/e2e/test_cuda_offload.py > "$RESULTS/e2e.log" 2>&1 || status=1
 tail -3 "$RESULTS/e2e.log"
 
 echo "== benchmark (bench/gpu_step.py)"

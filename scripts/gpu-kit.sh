@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Packs what a GPU machine without LLVM/MLIR needs to run the cuda backend's
 # tests and benchmark (docs/cuda.md#gpu-kit): the GPU test binaries, every
-# executable test_cuda.py and bench/gpu_step.py compile (in a compile cache
-# keyed by model and flags), and the shared libraries they link (MPI,
+# executable test_cuda.py, test_cuda_offload.py and bench/gpu_step.py
+# compile, with the zero-report plans test_cuda_offload.py checks against
+# (in a compile cache keyed by model and flags), and the shared libraries
+# they link (MPI,
 # OpenBLAS) except glibc, libstdc++ and the NVIDIA driver's. Writes
 # kit/ztrain-gpu-kit.tar.xz; scripts/gpu-kit-run.sh runs it on the GPU
 # machine. Needs a build with the cuda backend (CMake found the CUDA toolkit
@@ -27,12 +29,13 @@ cp "$BUILD/bin/ztrt_cuda_tests" "$BUILD/bin/ztrt_cuda_gemm_peak" \
 
 echo "== compiling the test and benchmark models into the kit's cache"
 export ZTRAIN_COMPILE_CACHE="$stage/cache" ZTRAIN_BIN_DIR="$PWD/$BUILD/bin" PYTHONPATH=python
-ZTRAIN_GPU_KIT=populate "$PY" -m pytest -q -p no:cacheprovider test/e2e/test_cuda.py | tail -1
+ZTRAIN_GPU_KIT=populate "$PY" -m pytest -q -p no:cacheprovider test/e2e/test_cuda.py \
+  test/e2e/test_cuda_offload.py | tail -1
 "$PY" bench/gpu_step.py --compile-only
-echo "   $(ls "$stage/cache" | wc -l) executables"
+echo "   $(ls "$stage/cache" | grep -vc '\.json$') executables, $(ls "$stage/cache" | grep -c '\.json$') plans"
 
 echo "== shared libraries"
-for f in "$stage"/bin/* "$stage"/cache/*; do ldd "$f"; done |
+for f in "$stage"/bin/* "$stage"/cache/*; do [[ $f == *.json ]] || ldd "$f"; done |
   awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
   grep -vE '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|libcuda|libnvidia-[a-z]*)\.so' |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done

@@ -71,21 +71,26 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
     nvme = swap_dir(tmp_path)
     offloads = ["none", "cpu", "nvme", "half", "chunks"] + \
         (["infinity", "params-cpu", "params-half", "params-cpu-chunks"] if stage == 3 else [])
-    # A world of one probes the runtime (skips where it has no cuda backend).
+    # Every plan and executable first (the GPU kit compiles them into its
+    # cache, scripts/gpu-kit.sh); then a world of one probes the runtime
+    # (skips where it has no cuda backend).
+    plans, exes = {}, {}
+    for offload in offloads:
+        placement = PLACEMENTS[offload]
+        flags = ["--" + f for f in placement.split()]
+        plans[offload] = zero_report(tmp_path, spec, f"stage={stage} dp={n} {placement}",
+                                     f"optimizer=adamw precision={precision}")
+        exes[offload] = e2e_util.compile_text(
+            spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+            name=f"exe-{offload}",
+            extra=["--dp", str(n), "--zero-stage", str(stage), f"--precision={precision}",
+                   *flags] + runtime_flags(target))
     require_cuda_runtime(e2e_util.compile_text(
         spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"), name="probe",
         extra=runtime_flags(target)))
     saved, links = {}, {}
     for offload in offloads:
-        placement = PLACEMENTS[offload]
-        flags = ["--" + f for f in placement.split()]
-        plan = zero_report(tmp_path, spec, f"stage={stage} dp={n} {placement}",
-                           f"optimizer=adamw precision={precision}")
-        exe = e2e_util.compile_text(
-            spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
-            name=f"exe-{offload}",
-            extra=["--dp", str(n), "--zero-stage", str(stage), f"--precision={precision}",
-                   *flags] + runtime_flags(target))
+        plan, exe = plans[offload], exes[offload]
         save, report = tmp_path / f"{offload}.safetensors", tmp_path / f"{offload}.json"
         cmd = [exe, "--backend", "cuda", "--steps", str(STEPS), "--init", init,
                "--data", data, "--save", save, "--report", report, "--log-every", "0",
@@ -226,13 +231,14 @@ def test_the_host_step_is_bitwise_the_device_update(model, optimizer, precision,
            if optimizer == "sgd" else parity.OptimizerConfig(optimizer))
     extra = [f"--precision={precision}", f"--grad-accum-steps={accum}",
              f"--clip-grad-norm={clip}"] + runtime_flags(target)
-    require_cuda_runtime(e2e_util.compile_text(
-        spec.to_mlir(), str(tmp_path), opt, name="probe", extra=runtime_flags(target)))
+    exes = {name: e2e_util.compile_text(spec.to_mlir(), str(tmp_path), opt,
+                                        name=f"exe-{name}", extra=extra + flags)
+            for name, flags in {"none": [], "cpu": ["--offload-optimizer=cpu"],
+                                "half": ["--offload-optimizer=cpu",
+                                         "--offload-ratio=0.5"]}.items()}
+    require_cuda_runtime(exes["none"])
     saved, reports = {}, {}
-    for name, flags in {"none": [], "cpu": ["--offload-optimizer=cpu"],
-                        "half": ["--offload-optimizer=cpu", "--offload-ratio=0.5"]}.items():
-        exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), opt, name=f"exe-{name}",
-                                    extra=extra + flags)
+    for name, exe in exes.items():
         save, report = tmp_path / f"{name}.safetensors", tmp_path / f"{name}.json"
         parity.run_exe(exe, STEPS, init=init, data=data, save=str(save), report=str(report),
                        threads=1, extra=["--backend", "cuda"])
