@@ -222,7 +222,8 @@ def test_the_host_step_is_bitwise_the_device_update(model, optimizer, precision,
     (bf16, fp16 with dynamic loss scaling), with gradient accumulation and
     clipping (their scale reaches the host step as it reaches the kernel).
     Half the states (--offload-ratio=0.5) mixes host and device updates in
-    one step."""
+    one step. nvme states take the same host step (ZeRO-Infinity's),
+    from their swap buffers, inside the backward pass."""
     from test_offload import llama
     spec = gpt() if model == "gpt" else llama()
     init, data = inputs(tmp_path, spec, STEPS * accum * spec.batch)
@@ -235,16 +236,18 @@ def test_the_host_step_is_bitwise_the_device_update(model, optimizer, precision,
                                         name=f"exe-{name}", extra=extra + flags)
             for name, flags in {"none": [], "cpu": ["--offload-optimizer=cpu"],
                                 "half": ["--offload-optimizer=cpu",
-                                         "--offload-ratio=0.5"]}.items()}
+                                         "--offload-ratio=0.5"],
+                                "nvme": ["--offload-optimizer=nvme"]}.items()}
     require_cuda_runtime(exes["none"])
+    nvme = swap_dir(tmp_path)
     saved, reports = {}, {}
     for name, exe in exes.items():
         save, report = tmp_path / f"{name}.safetensors", tmp_path / f"{name}.json"
         parity.run_exe(exe, STEPS, init=init, data=data, save=str(save), report=str(report),
-                       threads=1, extra=["--backend", "cuda"])
+                       threads=1, extra=["--backend", "cuda", "--nvme-path", str(nvme)])
         saved[name] = save.read_bytes()
         reports[name] = parity.read_report(str(report))
-    for name in ("cpu", "half"):
+    for name in ("cpu", "half", "nvme"):
         # Exact, no tolerance: the cpu's kernel is bitwise the device's.
         assert saved[name] == saved["none"], name
         assert parity.report_losses(reports[name]).tolist() == \
