@@ -887,6 +887,13 @@ int32_t ztrt_accumulation_boundary(ztrt_ctx *ctx) {
   return ctx->microStep == ctx->accumSteps ? 1 : 0;
 }
 
+// A host step's tile of an optimizer state: `at` elements of `type` on
+// (null stays null: SGD without momentum).
+static void *tileOf(void *state, int64_t at, DType type) {
+  return state ? static_cast<char *>(state) + at * ztrt::elementBytes(type)
+               : nullptr;
+}
+
 void ztrt_sgd_update(ztrt_ctx *ctx, int32_t dtype, void *param,
                      const void *grad, void *momentum_buf, int64_t n, double lr,
                      double momentum, double dampening, double weight_decay,
@@ -907,8 +914,9 @@ void ztrt_sgd_update(ztrt_ctx *ctx, int32_t dtype, void *param,
     // ZeRO-Offload's CPU step: the states are host memory.
     ctx->runHostStep(
         param, type, grad, type, n, false,
-        [&](Backend &cpu, void *p, const void *g) {
-          cpu.sgdUpdate(type, p, g, momentum_buf, n, hyper, ctx->step);
+        [&](Backend &cpu, void *p, const void *g, int64_t at, int64_t k) {
+          cpu.sgdUpdate(type, p, g, tileOf(momentum_buf, at, type), k, hyper,
+                        ctx->step);
         },
         "sgd_update");
     return;
@@ -936,9 +944,9 @@ void ztrt_adam_update(ztrt_ctx *ctx, int32_t dtype, void *param,
   if (ctx->hostStep(exp_avg)) {
     ctx->runHostStep(
         param, type, grad, type, n, false,
-        [&](Backend &cpu, void *p, const void *g) {
-          cpu.adamUpdate(type, p, g, exp_avg, exp_avg_sq, n, hyper,
-                         ctx->step);
+        [&](Backend &cpu, void *p, const void *g, int64_t at, int64_t k) {
+          cpu.adamUpdate(type, p, g, tileOf(exp_avg, at, type),
+                         tileOf(exp_avg_sq, at, type), k, hyper, ctx->step);
         },
         op);
     return;
@@ -976,11 +984,12 @@ void ztrt_sgd_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
     // The parameter is written only: nothing of it goes down.
     ctx->runHostStep(
         param, paramType, grad, gradType, n, true,
-        [&](Backend &cpu, void *p, const void *g) {
-          cpu.sgdUpdateMaster(gradType, paramType, p, g,
-                              static_cast<float *>(master),
-                              static_cast<float *>(momentum_buf), n, hyper,
-                              ctx->optimizerStep());
+        [&](Backend &cpu, void *p, const void *g, int64_t at, int64_t k) {
+          cpu.sgdUpdateMaster(
+              gradType, paramType, p, g,
+              static_cast<float *>(tileOf(master, at, DType::F32)),
+              static_cast<float *>(tileOf(momentum_buf, at, DType::F32)), k,
+              hyper, ctx->optimizerStep());
         },
         op);
     return;
@@ -1019,12 +1028,13 @@ void ztrt_adam_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
   if (ctx->hostStep(master)) {
     ctx->runHostStep(
         param, paramType, grad, gradType, n, true,
-        [&](Backend &cpu, void *p, const void *g) {
-          cpu.adamUpdateMaster(gradType, paramType, p, g,
-                               static_cast<float *>(master),
-                               static_cast<float *>(exp_avg),
-                               static_cast<float *>(exp_avg_sq), n, hyper,
-                               ctx->optimizerStep());
+        [&](Backend &cpu, void *p, const void *g, int64_t at, int64_t k) {
+          cpu.adamUpdateMaster(
+              gradType, paramType, p, g,
+              static_cast<float *>(tileOf(master, at, DType::F32)),
+              static_cast<float *>(tileOf(exp_avg, at, DType::F32)),
+              static_cast<float *>(tileOf(exp_avg_sq, at, DType::F32)), k,
+              hyper, ctx->optimizerStep());
         },
         op);
     return;

@@ -120,6 +120,7 @@ ztrt_ctx::~ztrt_ctx() {
   // directory goes with its engine.
   if (swap)
     swap->waitAll();
+  awaitHostStepUploads();
   for (auto &[ticket, pending] : deviceSwaps) {
     if (pending.fence >= 0)
       impl->awaitFence(pending.fence);
@@ -544,61 +545,100 @@ bool ztrt_ctx::hostStep(const void *state) const {
           it->second.category == ZTRT_CAT_STATE_SWAP_BUFFERS);
 }
 
-void ztrt_ctx::runHostStep(
-    void *param, DType paramType, const void *grad, DType gradType, int64_t n,
-    bool writesParamOnly,
-    const std::function<void(Backend &, void *, const void *)> &kernel,
-    const char *op) {
+void ztrt_ctx::runHostStep(void *param, DType paramType, const void *grad,
+                           DType gradType, int64_t n, bool writesParamOnly,
+                           const HostKernel &kernel, const char *op) {
   // A gradient the step spilled to host memory (zero-offload's
   // host_gradients) is read where it is.
   const bool gradOnHost = hostGradient(grad);
-  const int64_t gradBytes = gradOnHost ? 0 : n * elementBytes(gradType);
   const bool paramOnHost = mappedHost(param);
-  const int64_t paramBytes = paramOnHost ? 0 : n * elementBytes(paramType);
-  if (gradBytes + paramBytes > hostStepBufferBytes)
-    fatal("%s: the host step needs %lld bytes of staging for %lld elements, "
-          "the host step buffer has %lld (the descriptor's "
-          "host_step_buffer record is missing or smaller than this "
-          "update)",
-          op, static_cast<long long>(gradBytes + paramBytes),
-          static_cast<long long>(n),
+  const int64_t gradElem = elementBytes(gradType);
+  const int64_t paramElem = elementBytes(paramType);
+  const int64_t perElement =
+      (gradOnHost ? 0 : gradElem) + (paramOnHost ? 0 : paramElem);
+  // Tiles: the whole update when it fits the buffer; else tiles of half of
+  // it, alternating halves, so that a tile's parameter upload (on the copy
+  // stream) overlaps the next tile's download and kernel. The compiler
+  // sizes the buffer so (dist::getHostStepBufferBytes). The updates are
+  // elementwise: tiles compute the whole update's values.
+  int64_t tile = n;
+  if (perElement > 0 && n * perElement > hostStepBufferBytes)
+    tile = hostStepBufferBytes / 2 / perElement;
+  if (n > 0 && tile < 1)
+    fatal("%s: the host step needs %lld bytes of staging per element, the "
+          "host step buffer has %lld bytes (the descriptor's "
+          "host_step_buffer record is missing or too small)",
+          op, static_cast<long long>(perElement),
           static_cast<long long>(hostStepBufferBytes));
   if (!hostKernels) {
     hostKernels = createCpuBackend();
     if (hostStepThreads > 0)
       hostKernels->setThreads(hostStepThreads);
   }
-  char *staging = static_cast<char *>(hostStepBuffer);
-  const void *hostGrad = grad;
+  // The previous host step's uploads read the buffer until they are done.
+  awaitHostStepUploads();
   if (gradOnHost) {
     // Its copy was enqueued on the copy stream as the gradient was made,
     // and the compute stream waits for it (ztrt_copy_wait): done once the
     // compute stream is.
     impl->synchronize();
-  } else {
-    // Gradients down: waits for the kernels that made this one (the
-    // compute stream runs everything issued before it).
-    impl->copyToHost(staging, grad, gradBytes);
-    offload.deviceToHostBytes += gradBytes;
-    hostGrad = staging;
   }
-  void *hostParam = param;
-  if (!paramOnHost) {
-    hostParam = staging + gradBytes;
-    if (!writesParamOnly) {
-      impl->copyToHost(hostParam, param, paramBytes);
-      offload.deviceToHostBytes += paramBytes;
+  char *buffer = static_cast<char *>(hostStepBuffer);
+  const int64_t half = tile < n ? hostStepBufferBytes / 2 : 0;
+  int64_t last = -1;
+  for (int64_t offset = 0, index = 0; offset < n; offset += tile, ++index) {
+    const int64_t count = std::min(tile, n - offset);
+    const int h = static_cast<int>(index % 2);
+    char *staging = buffer + h * half;
+    // That half's upload of two tiles ago still reads it.
+    if (hostStepUploads[h] >= 0) {
+      impl->awaitFence(hostStepUploads[h]);
+      hostStepUploads[h] = -1;
+    }
+    const void *hostGrad =
+        static_cast<const char *>(grad) + offset * gradElem;
+    if (!gradOnHost) {
+      // Gradients down: waits for the kernels that made this one (the
+      // compute stream runs everything issued before it).
+      impl->copyToHost(staging, hostGrad, count * gradElem);
+      offload.deviceToHostBytes += count * gradElem;
+      hostGrad = staging;
+    }
+    char *deviceParam = static_cast<char *>(param) + offset * paramElem;
+    void *hostParam = deviceParam;
+    if (!paramOnHost) {
+      hostParam = staging + (gradOnHost ? 0 : count * gradElem);
+      if (!writesParamOnly) {
+        impl->copyToHost(hostParam, deviceParam, count * paramElem);
+        offload.deviceToHostBytes += count * paramElem;
+      }
+    }
+    {
+      TraceScope scope(trace(), "host step");
+      kernel(*hostKernels, hostParam, hostGrad, offset, count);
+    }
+    if (!paramOnHost) {
+      // Parameters up, on the copy stream, after the work issued so far
+      // (whatever still reads the old values).
+      int64_t ready = impl->recordFence();
+      last = hostStepUploads[h] = impl->copyFromHostOnCopyStream(
+          deviceParam, hostParam, count * paramElem, ready);
+      noteCopy(ready);
+      offload.hostToDeviceBytes += count * paramElem;
     }
   }
-  {
-    TraceScope scope(trace(), "host step");
-    kernel(*hostKernels, hostParam, hostGrad);
-  }
-  // Parameters up: the work issued next reads the new values.
-  if (!paramOnHost) {
-    impl->copyFromHost(param, hostParam, paramBytes);
-    offload.hostToDeviceBytes += paramBytes;
-  }
+  // The work issued next reads the new values: the compute stream waits
+  // for the last upload (the copy stream runs them in order).
+  if (last >= 0)
+    impl->waitFenceOnDevice(last);
+}
+
+void ztrt_ctx::awaitHostStepUploads() {
+  for (int64_t &fence : hostStepUploads)
+    if (fence >= 0) {
+      impl->awaitFence(fence);
+      fence = -1;
+    }
 }
 
 void ztrt_ctx::noteCopyStart(Clock::time_point begin, int64_t ticket,

@@ -250,12 +250,23 @@ struct ztrt_ctx {
   /// is) or `writesParamOnly` (a master-weight update, which only writes it
   /// rounded from the master); runs `kernel` with the host pointers on the
   /// cpu backend's kernels, the same arithmetic as the device's; copies
-  /// the parameter back. Every byte is counted as host-link traffic.
+  /// the parameter back, on the copy stream (the compute stream waits for
+  /// it). An update larger than the buffer goes in tiles of half of it,
+  /// alternating halves, each tile's upload overlapping the next tile.
+  /// Every byte is counted as host-link traffic.
+  /// The update's kernel on `count` elements from `offset`: `param` and
+  /// `grad` point at that tile (in host memory); the kernel offsets its
+  /// states itself.
+  using HostKernel =
+      std::function<void(ztrt::Backend &, void *param, const void *grad,
+                         int64_t offset, int64_t count)>;
   void runHostStep(void *param, ztrt::DType paramType, const void *grad,
                    ztrt::DType gradType, int64_t n, bool writesParamOnly,
-                   const std::function<void(ztrt::Backend &, void *param,
-                                            const void *grad)> &kernel,
-                   const char *op);
+                   const HostKernel &kernel, const char *op);
+  /// The host step buffer's halves' parameter uploads in flight (-1:
+  /// none); awaitHostStepUploads retires them.
+  int64_t hostStepUploads[2] = {-1, -1};
+  void awaitHostStepUploads();
   /// The pinned host buffer of runHostStep (ZTRT_CAT_HOST_STEP_BUFFERS),
   /// of the descriptor's host_step_buffer bytes (the compiler sizes it for
   /// the largest host-stepped update).

@@ -627,7 +627,7 @@ int64_t ztrain::dist::getHostStepBufferBytes(Operation *fn) {
   int64_t bytes = 0;
   fn->walk([&](train::OptimizerUpdateOpInterface update) {
     if (std::optional<HostStep> step = getHostStep(symbols, update))
-      bytes = std::max(bytes, step->gradBytes + step->paramBytes);
+      bytes = std::max(bytes, step->bufferBytes());
   });
   return bytes;
 }

@@ -413,8 +413,7 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
       r.hostStepToHost +=
           times * (step->gradBytes + (step->master ? 0 : step->paramBytes));
       r.hostStepToDevice += times * step->paramBytes;
-      r.hostStepBuffers =
-          std::max(r.hostStepBuffers, step->gradBytes + step->paramBytes);
+      r.hostStepBuffers = std::max(r.hostStepBuffers, step->bufferBytes());
       train::ParamOp p = symbols.lookupNearestSymbolFrom<train::ParamOp>(
           module, update.getUpdatedParam());
       // (It reads the gradient in host memory, spilled or staged.)

@@ -75,19 +75,31 @@ mlir::Value spilledGradient(OffloadActivationStartOp op);
 /// through the pinned host step buffer: its gradient unless it was spilled
 /// to host memory (dist.host_gradient), its parameter unless the parameter
 /// is host-placed; a chunk (dist.chunk) stages its chunk.
+/// An update that stages more than kHostStepTileElements elements goes
+/// through the buffer in tiles of that many, alternating two halves, so
+/// that a tile's parameter upload overlaps the next tile (the runtime
+/// tiles by what fits half the buffer).
+inline constexpr int64_t kHostStepTileElements = int64_t(1) << 20;
 struct HostStep {
   int64_t elements = 0;   ///< the update's elements (its chunk's)
   int64_t gradBytes = 0;  ///< the gradient staged (0: spilled)
   int64_t paramBytes = 0; ///< the parameter staged (0: host-placed)
   bool master = false;    ///< a master-weight update (only writes the
                           ///< parameter: nothing of it goes down)
+  /// The host step buffer this update needs: all it stages, or two tiles.
+  int64_t bufferBytes() const {
+    const int64_t staged = gradBytes + paramBytes;
+    if (elements <= kHostStepTileElements || staged == 0)
+      return staged;
+    return 2 * kHostStepTileElements * (staged / elements);
+  }
 };
 /// The host step of `update` (an optimizer update), or nothing when it
 /// runs where its states are, on the device.
 std::optional<HostStep> getHostStep(mlir::SymbolTableCollection &symbols,
                                     mlir::Operation *update);
 /// The pinned host step buffer the runtime allocates for the updates in
-/// `fn`: the largest staging of one host step (0: none).
+/// `fn`: the largest HostStep::bufferBytes of its updates (0: none).
 int64_t getHostStepBufferBytes(mlir::Operation *fn);
 } // namespace ztrain::dist
 
