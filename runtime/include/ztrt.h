@@ -39,9 +39,9 @@
 // nvme-placed optimizer states on the host (the host step), staging their
 // gradients (unless spilled to host memory) and parameters (unless
 // host-placed) through one pinned buffer of that size, which the compiler
-// sizes for the largest such update, or for two tiles of 2^20 elements of
-// it (zero-report's device_backend.host_step_buffers); an update larger
-// than the buffer goes in tiles of half of it, alternating halves.
+// sizes for the largest such update, at most two tiles of 2^20 of its
+// elements (zero-report's device_backend.host_step_buffers); an update
+// larger than the buffer goes in tiles of half of it, alternating halves.
 // Without the record there is no buffer, and a host step that needs one
 // is an error.
 // `arena name bytes`: an arena the step asks for with ztrt_arena, in index

@@ -557,13 +557,15 @@ void ztrt_ctx::runHostStep(void *param, DType paramType, const void *grad,
   const int64_t perElement =
       (gradOnHost ? 0 : gradElem) + (paramOnHost ? 0 : paramElem);
   // Tiles: the whole update when it fits the buffer; else tiles of half of
-  // it, alternating halves, so that a tile's parameter upload (on the copy
-  // stream) overlaps the next tile's download and kernel. The compiler
-  // sizes the buffer so (dist::getHostStepBufferBytes). The updates are
-  // elementwise: tiles compute the whole update's values.
+  // it (64-byte aligned halves), alternating halves, so that a tile's
+  // parameter upload (on the copy stream) overlaps the next tile's
+  // download and kernel. The compiler sizes the buffer so
+  // (dist::HostStep::bufferBytes). The updates are elementwise: tiles
+  // compute the whole update's values.
+  const int64_t half = hostStepBufferBytes / 2 / 64 * 64;
   int64_t tile = n;
   if (perElement > 0 && n * perElement > hostStepBufferBytes)
-    tile = hostStepBufferBytes / 2 / perElement;
+    tile = half / perElement;
   if (n > 0 && tile < 1)
     fatal("%s: the host step needs %lld bytes of staging per element, the "
           "host step buffer has %lld bytes (the descriptor's "
@@ -584,12 +586,11 @@ void ztrt_ctx::runHostStep(void *param, DType paramType, const void *grad,
     impl->synchronize();
   }
   char *buffer = static_cast<char *>(hostStepBuffer);
-  const int64_t half = tile < n ? hostStepBufferBytes / 2 : 0;
   int64_t last = -1;
   for (int64_t offset = 0, index = 0; offset < n; offset += tile, ++index) {
     const int64_t count = std::min(tile, n - offset);
     const int h = static_cast<int>(index % 2);
-    char *staging = buffer + h * half;
+    char *staging = tile < n ? buffer + h * half : buffer;
     // That half's upload of two tiles ago still reads it.
     if (hostStepUploads[h] >= 0) {
       impl->awaitFence(hostStepUploads[h]);

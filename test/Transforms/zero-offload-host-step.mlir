@@ -7,6 +7,7 @@
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adamw" --ztrain-zero="stage=0 dp=1 offload-optimizer=cpu" --plan-memory --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=CPU
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adamw" --ztrain-zero="stage=0 dp=1 offload-optimizer=nvme" --plan-memory --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=NVME
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adamw" --ztrain-zero="stage=0 dp=1 offload-optimizer=nvme sub-group-size=1048576" --plan-memory --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=CHUNKS
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adamw" --ztrain-zero="stage=0 dp=1 offload-optimizer=nvme sub-group-size=1572864" --plan-memory --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=MID
 // RUN: ztrain-compile %s --offload-optimizer=nvme --emit=mlir -o - | FileCheck %s --check-prefix=DESC
 // RUN: ztrain-compile %s --emit=mlir -o - | FileCheck %s --check-prefix=NONE
 
@@ -19,6 +20,9 @@
 // NVME: "host_step_buffers": 16777216,
 // Chunks of 2^20 elements (sub-group-size) stage whole: one chunk, 8 MiB.
 // CHUNKS: "host_step_buffers": 8388608,
+// Chunks of 1398784 elements (three): more than one tile, less than two:
+// they stage whole, 8 bytes an element, which is less than two tiles.
+// MID: "host_step_buffers": 11190272,
 // DESC: \0Ahost_step_buffer 16777216\0A
 // NONE-NOT: host_step_buffer
 

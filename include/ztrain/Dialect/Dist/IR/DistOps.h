@@ -17,6 +17,8 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "ztrain/Dialect/Dist/IR/DistDialect.h"
 
+#include <algorithm>
+
 #include "ztrain/Dialect/Dist/IR/DistEnums.h.inc"
 
 #define GET_ATTRDEF_CLASSES
@@ -75,10 +77,11 @@ mlir::Value spilledGradient(OffloadActivationStartOp op);
 /// through the pinned host step buffer: its gradient unless it was spilled
 /// to host memory (dist.host_gradient), its parameter unless the parameter
 /// is host-placed; a chunk (dist.chunk) stages its chunk.
-/// An update that stages more than kHostStepTileElements elements goes
-/// through the buffer in tiles of that many, alternating two halves, so
-/// that a tile's parameter upload overlaps the next tile (the runtime
-/// tiles by what fits half the buffer).
+/// An update that stages more than two tiles of kHostStepTileElements
+/// elements goes through a buffer of two such tiles, a tile at a time,
+/// alternating halves, so that a tile's parameter upload overlaps the next
+/// tile (the runtime tiles by what fits half the buffer; an update that
+/// fits the buffer goes whole).
 inline constexpr int64_t kHostStepTileElements = int64_t(1) << 20;
 struct HostStep {
   int64_t elements = 0;   ///< the update's elements (its chunk's)
@@ -86,12 +89,14 @@ struct HostStep {
   int64_t paramBytes = 0; ///< the parameter staged (0: host-placed)
   bool master = false;    ///< a master-weight update (only writes the
                           ///< parameter: nothing of it goes down)
-  /// The host step buffer this update needs: all it stages, or two tiles.
+  /// The host step buffer this update needs: all it stages, at most two
+  /// tiles.
   int64_t bufferBytes() const {
     const int64_t staged = gradBytes + paramBytes;
     if (elements <= kHostStepTileElements || staged == 0)
       return staged;
-    return 2 * kHostStepTileElements * (staged / elements);
+    return std::min(staged,
+                    2 * kHostStepTileElements * (staged / elements));
   }
 };
 /// The host step of `update` (an optimizer update), or nothing when it
