@@ -304,3 +304,9 @@ def test_large_updates_go_through_the_host_step_buffer_in_tiles(offload, target,
     assert rank["offload"]["device_to_host_bytes"] == STEPS * on_device["device_to_host_per_step"]
     # Exact: elementwise updates, tile by tile.
     assert saved[offload] == saved["none"]
+    # Again: the same bits (the tiles' uploads on the emulator's randomly
+    # delayed copy stream).
+    again = tmp_path / "again.safetensors"
+    parity.run_exe(exes[offload], STEPS, init=init, data=data, save=str(again), threads=1,
+                   extra=["--backend", "cuda", "--nvme-path", str(nvme)])
+    assert again.read_bytes() == saved[offload]

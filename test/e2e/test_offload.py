@@ -263,6 +263,10 @@ def test_checks_do_not_keep_spilled_gradients(stage, n, precision, tmp_path):
                 assert rank["memory"]["device_peak"] == plan["per_rank"]["predicted_peak"]
     # Exact: the same links in the same order, only earlier.
     assert saved["cpu"] == saved["none"]
+    # The offloaded run again: the same bits.
+    again = tmp_path / "again.safetensors"
+    e2e_util.launch(n, [again if c == tmp_path / "cpu.safetensors" else c for c in cmd])
+    assert again.read_bytes() == saved["cpu"]
 
 
 def zero_report(tmp_path, spec, zero, training="optimizer=adamw"):
