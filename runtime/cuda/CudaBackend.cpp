@@ -53,6 +53,7 @@
 #include <cstring>
 #include <dlfcn.h>
 #include <limits>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -307,8 +308,13 @@ public:
   void synchronize() override {
     awaitStream(comm);
     awaitStream(compute);
-    if (copies)
-      check(cudaStreamSynchronize(copies), "cudaStreamSynchronize");
+    cudaStream_t copyStreamNow = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(fenceMutex);
+      copyStreamNow = copies;
+    }
+    if (copyStreamNow)
+      check(cudaStreamSynchronize(copyStreamNow), "cudaStreamSynchronize");
     for (const Staged &s : staged)
       std::memcpy(s.hostDst, staging + s.offset, s.bytes);
     staged.clear();
@@ -481,7 +487,14 @@ public:
     check(cudaHostUnregister(ptr), "cudaHostUnregister");
   }
 
-  int64_t recordFence() override { return recordFence(compute); }
+  // The fence calls may come from the step's thread and the host step
+  // thread at once (Backend.h): `fenceMutex` guards the fence table, the
+  // spare events and the copy stream's creation. awaitFence blocks outside
+  // it (an event is reused only once its fence is retired).
+  int64_t recordFence() override {
+    std::lock_guard<std::mutex> lock(fenceMutex);
+    return recordFence(compute);
+  }
 
   int64_t copyFromHostOnCopyStream(void *dst, const void *hostSrc,
                                    int64_t bytes, int64_t after) override {
@@ -496,6 +509,7 @@ public:
   }
 
   void waitFenceOnDevice(int64_t fence) override {
+    std::lock_guard<std::mutex> lock(fenceMutex);
     // A fence retired already has passed: nothing to wait for.
     auto it = fences.find(fence);
     if (it != fences.end())
@@ -503,6 +517,7 @@ public:
   }
 
   bool fenceReached(int64_t fence) override {
+    std::lock_guard<std::mutex> lock(fenceMutex);
     cudaError_t status = cudaEventQuery(fenceEvent(fence));
     if (status == cudaErrorNotReady) {
       cudaGetLastError();
@@ -513,8 +528,13 @@ public:
   }
 
   void awaitFence(int64_t fence) override {
-    cudaEvent_t event = fenceEvent(fence);
+    cudaEvent_t event = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(fenceMutex);
+      event = fenceEvent(fence);
+    }
     check(cudaEventSynchronize(event), "cudaEventSynchronize");
+    std::lock_guard<std::mutex> lock(fenceMutex);
     fences.erase(fence);
     spareFences.push_back(event);
   }
@@ -523,8 +543,11 @@ private:
   /// A copy on the copy stream once fence `after` has passed; its fence.
   int64_t copyOnCopyStream(void *dst, const void *src, int64_t bytes,
                            int64_t after, cudaMemcpyKind kind) {
+    std::lock_guard<std::mutex> lock(fenceMutex);
     cudaStream_t s = copyStream();
-    check(cudaStreamWaitEvent(s, fenceEvent(after), 0), "cudaStreamWaitEvent");
+    if (after >= 0)
+      check(cudaStreamWaitEvent(s, fenceEvent(after), 0),
+            "cudaStreamWaitEvent");
     if (bytes > 0)
       check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind, s),
             kind == cudaMemcpyHostToDevice
@@ -1373,6 +1396,7 @@ private:
   /// Fences of zero-offload's asynchronous copies, and retired events.
   std::unordered_map<int64_t, cudaEvent_t> fences;
   std::vector<cudaEvent_t> spareFences;
+  std::mutex fenceMutex;
   int64_t lastFence = 0;
   Clock::time_point hostBase;
 };

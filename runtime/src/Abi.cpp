@@ -911,12 +911,14 @@ void ztrt_sgd_update(ztrt_ctx *ctx, int32_t dtype, void *param,
   SgdHyper hyper{lr, momentum, dampening, weight_decay, nesterov != 0};
   hyper.gradScale = clipFactor(ctx, "sgd_update");
   if (ctx->hostStep(momentum_buf)) {
-    // ZeRO-Offload's CPU step: the states are host memory.
+    // ZeRO-Offload's CPU step: the states are host memory. (The kernel
+    // holds its values: it may run on the host step thread.)
+    const int64_t t = ctx->step;
     ctx->runHostStep(
         param, type, grad, type, n, false,
-        [&](Backend &cpu, void *p, const void *g, int64_t at, int64_t k) {
+        [=](Backend &cpu, void *p, const void *g, int64_t at, int64_t k) {
           cpu.sgdUpdate(type, p, g, tileOf(momentum_buf, at, type), k, hyper,
-                        ctx->step);
+                        t);
         },
         "sgd_update");
     return;
@@ -942,11 +944,12 @@ void ztrt_adam_update(ztrt_ctx *ctx, int32_t dtype, void *param,
   AdamHyper hyper{lr, beta1, beta2, eps, weight_decay, decoupled != 0};
   hyper.gradScale = clipFactor(ctx, op);
   if (ctx->hostStep(exp_avg)) {
+    const int64_t t = ctx->step;
     ctx->runHostStep(
         param, type, grad, type, n, false,
-        [&](Backend &cpu, void *p, const void *g, int64_t at, int64_t k) {
+        [=](Backend &cpu, void *p, const void *g, int64_t at, int64_t k) {
           cpu.adamUpdate(type, p, g, tileOf(exp_avg, at, type),
-                         tileOf(exp_avg_sq, at, type), k, hyper, ctx->step);
+                         tileOf(exp_avg_sq, at, type), k, hyper, t);
         },
         op);
     return;
@@ -982,14 +985,15 @@ void ztrt_sgd_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
   hyper.gradScale = unscale;
   if (ctx->hostStep(master)) {
     // The parameter is written only: nothing of it goes down.
+    const int64_t t = ctx->optimizerStep();
     ctx->runHostStep(
         param, paramType, grad, gradType, n, true,
-        [&](Backend &cpu, void *p, const void *g, int64_t at, int64_t k) {
+        [=](Backend &cpu, void *p, const void *g, int64_t at, int64_t k) {
           cpu.sgdUpdateMaster(
               gradType, paramType, p, g,
               static_cast<float *>(tileOf(master, at, DType::F32)),
               static_cast<float *>(tileOf(momentum_buf, at, DType::F32)), k,
-              hyper, ctx->optimizerStep());
+              hyper, t);
         },
         op);
     return;
@@ -1026,15 +1030,16 @@ void ztrt_adam_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
   AdamHyper hyper{lr, beta1, beta2, eps, weight_decay, decoupled != 0};
   hyper.gradScale = unscale;
   if (ctx->hostStep(master)) {
+    const int64_t t = ctx->optimizerStep();
     ctx->runHostStep(
         param, paramType, grad, gradType, n, true,
-        [&](Backend &cpu, void *p, const void *g, int64_t at, int64_t k) {
+        [=](Backend &cpu, void *p, const void *g, int64_t at, int64_t k) {
           cpu.adamUpdateMaster(
               gradType, paramType, p, g,
               static_cast<float *>(tileOf(master, at, DType::F32)),
               static_cast<float *>(tileOf(exp_avg, at, DType::F32)),
               static_cast<float *>(tileOf(exp_avg_sq, at, DType::F32)), k,
-              hyper, ctx->optimizerStep());
+              hyper, t);
         },
         op);
     return;
@@ -1049,6 +1054,16 @@ void ztrt_adam_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
                             static_cast<const void *>(exp_avg),
                             static_cast<const void *>(exp_avg_sq)})
     ctx->noteStateAccess(state, n * 4);
+}
+
+void ztrt_update_async(ztrt_ctx *ctx, const void *param) {
+  backendOf(ctx, "update_async");
+  ctx->markUpdateAsync(param, "update_async");
+}
+
+void ztrt_update_wait(ztrt_ctx *ctx, const void *param) {
+  backendOf(ctx, "update_wait");
+  ctx->waitUpdate(param);
 }
 
 void ztrt_dropout(ztrt_ctx *ctx, int32_t dtype, const void *x, void *out,

@@ -160,9 +160,13 @@ public:
   virtual int64_t recordFence() { return 0; }
   /// Enqueues, on a copy stream of its own that runs alongside the
   /// kernels, a copy from pinned host memory to device memory that starts
-  /// once fence `after` has passed; returns its fence: hostSrc must stay
-  /// unchanged until it has passed. Every fence is awaited once
-  /// (awaitFence). Host backends copy at once and return 0.
+  /// once fence `after` has passed (`after` < 0: as soon as the copy
+  /// stream gets to it); returns its fence: hostSrc must stay unchanged
+  /// until it has passed. Every fence is awaited once (awaitFence). Host
+  /// backends copy at once and return 0. The fence calls (these copies,
+  /// recordFence, waitFenceOnDevice, fenceReached, awaitFence) may come
+  /// from two threads at once: the step's and the host step thread
+  /// (ztrt_update_async); the other calls only from the step's.
   virtual int64_t copyFromHostOnCopyStream(void *dst, const void *hostSrc,
                                            int64_t bytes, int64_t after) {
     (void)after;

@@ -26,6 +26,9 @@
 #include <functional>
 #include <memory>
 #include <array>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <optional>
 #include <map>
 #include <unordered_map>
@@ -76,6 +79,13 @@ struct OffloadStats {
   int64_t activationsToHost = 0, activationsFromHost = 0;
   /// Gradients spilled to host memory for a host step (optimizer=cpu).
   int64_t gradientsToHost = 0;
+  /// Host steps (updates a device backend ran on the host), how many of
+  /// them ran on the host step thread (ztrt_update_async), the wall time
+  /// they took (download, kernel, upload enqueue), and the time the step
+  /// thread spent blocked in ztrt_update_wait: the part of the
+  /// asynchronous ones' time the step did not hide.
+  int64_t hostSteps = 0, asyncHostSteps = 0;
+  int64_t hostStepNanos = 0, updateWaitNanos = 0;
 };
 
 enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast };
@@ -267,6 +277,23 @@ struct ztrt_ctx {
   /// none); awaitHostStepUploads retires them.
   int64_t hostStepUploads[2] = {-1, -1};
   void awaitHostStepUploads();
+  // --- Asynchronous host steps (ztrt_update_async / ztrt_update_wait) -----
+  /// ztrt_update_async: the next update, of the parameter at `param`, may
+  /// run asynchronously. A host step whose gradient is in host memory (a
+  /// spill) then goes to the host step thread and the call returns; its
+  /// completion is ztrt_update_wait(param), which the compiler places
+  /// before the parameter's next reader. Any other update runs as before.
+  void markUpdateAsync(const void *param, const char *op);
+  /// ztrt_update_wait: blocks until the asynchronous host step of `param`
+  /// has run on the host and enqueued its upload, and makes the compute
+  /// stream wait for that upload. A no-op when the update ran
+  /// synchronously (the cpu backend; an update that was not a host step).
+  void waitUpdate(const void *param);
+  /// Fatal "<when>: the update of the parameter at ... ran asynchronously
+  /// but was never waited (ztrt_update_wait)" if one is outstanding.
+  void requireUpdatesWaited(const char *when);
+  /// Asynchronous host steps started and not yet waited (for tests).
+  size_t pendingHostSteps() const;
   /// The pinned host buffer of runHostStep (ZTRT_CAT_HOST_STEP_BUFFERS),
   /// of the descriptor's host_step_buffer bytes (the compiler sizes it for
   /// the largest host-stepped update).
@@ -469,6 +496,47 @@ private:
   std::unique_ptr<ztrt::Trace> tracer;
   /// The cpu backend's kernels for runHostStep (created on first use).
   std::unique_ptr<ztrt::Backend> hostKernels;
+
+  /// One host step: the update's pointers, its kernel (which holds its
+  /// hyper-parameters by value), and the fence of the compute stream at
+  /// its call (after it the gradient's spill has landed and nothing issued
+  /// before still reads the parameter's old values).
+  struct HostStepJob {
+    void *param = nullptr;
+    ztrt::DType paramType = ztrt::DType::F32;
+    const void *grad = nullptr;
+    ztrt::DType gradType = ztrt::DType::F32;
+    int64_t n = 0;
+    bool writesParamOnly = false;
+    HostKernel kernel;
+    const char *op = nullptr;
+    int64_t ready = -1;
+    // Set by the host step thread when done (under hostStepMutex):
+    bool done = false;
+    /// The fence of its last parameter upload (-1: none).
+    int64_t lastUpload = -1;
+    ztrt::Clock::time_point begin, end;
+  };
+  /// Runs a job's tiles: downloads (after its `ready` fence, on the copy
+  /// stream), the kernel, the uploads (copy stream). On the host step
+  /// thread for an asynchronous job, on the step's thread otherwise.
+  void runHostStepTiles(HostStepJob &job, bool async);
+  /// Blocks until the host step thread has finished every job handed to
+  /// it (the buffer and the kernels are then the caller's).
+  void drainHostSteps();
+  void hostStepThreadMain();
+  /// The parameter the next update may run asynchronously (update_async).
+  const void *asyncNext = nullptr;
+  const char *asyncNextOp = nullptr;
+  /// Jobs handed to the host step thread, in order; the done ones stay
+  /// until their ztrt_update_wait.
+  std::vector<std::shared_ptr<HostStepJob>> hostStepJobs;
+  std::vector<std::shared_ptr<HostStepJob>> hostStepQueue;
+  mutable std::mutex hostStepMutex;
+  std::condition_variable hostStepWork, hostStepDone;
+  bool hostStepStop = false;
+  bool hostStepBusy = false;
+  std::thread hostStepThread;
 };
 
 namespace ztrt {

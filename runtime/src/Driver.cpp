@@ -834,6 +834,8 @@ std::string offloadJson(const ztrt_ctx &ctx) {
                 "\"activations_to_host_bytes\": %lld, "
                 "\"activations_from_host_bytes\": %lld, "
                 "\"gradients_to_host_bytes\": %lld, "
+                "\"host_steps\": %lld, \"asynchronous_host_steps\": %lld, "
+                "\"host_step_ms\": %.3f, \"update_wait_ms\": %.3f, "
                 "\"direct\": %s, \"asynchronous\": %s, "
                 "\"directory\": %s}",
                 static_cast<long long>(atRest),
@@ -846,6 +848,9 @@ std::string offloadJson(const ztrt_ctx &ctx) {
                 static_cast<long long>(o.activationsToHost),
                 static_cast<long long>(o.activationsFromHost),
                 static_cast<long long>(o.gradientsToHost),
+                static_cast<long long>(o.hostSteps),
+                static_cast<long long>(o.asyncHostSteps),
+                o.hostStepNanos / 1e6, o.updateWaitNanos / 1e6,
                 ctx.swap && ctx.swap->direct() ? "true" : "false",
                 ctx.swap && ctx.swap->asynchronous() ? "true" : "false",
                 ctx.swap ? jsonQuote(ctx.swap->directory()).c_str() : "null");
@@ -1717,6 +1722,9 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
       ctx.lossSet = false;
       ctx.boundaryAsked = false;
       step(&ctx);
+      // The step owns its asynchronous host steps too.
+      ctx.requireUpdatesWaited(
+          format("step %lld", static_cast<long long>(t)).c_str());
       // A device backend has only enqueued the step: its time, its loss and
       // errors its kernels found are known once the device has run it.
       ctx.synchronize();

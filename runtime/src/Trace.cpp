@@ -69,6 +69,11 @@ void Trace::write(const std::string &path, int rank, int worldSize) const {
       {kComputeTrack, "compute"}, {kCommunicationTrack, "communication"}};
   if (io)
     tracks.push_back({kIoTrack, "io"});
+  // The host step track exists when updates ran on the host step thread.
+  if (std::any_of(events.begin(), events.end(), [](const auto &e) {
+        return e.type == TraceEvent::Type::HostStep;
+      }))
+    tracks.push_back({kHostStepTrack, "host step"});
   for (auto [tid, name] : tracks) {
     out += format("  {\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, "
                   "\"tid\": %d, \"args\": {\"name\": \"%s\"}},\n",
@@ -119,6 +124,15 @@ void Trace::write(const std::string &path, int rank, int worldSize) const {
                     static_cast<long long>(e.value),
                     static_cast<long long>(e.elems),
                     static_cast<long long>(e.bytes));
+      break;
+    case TraceEvent::Type::HostStep:
+      name = e.name;
+      tid = kHostStepTrack;
+      args = format(", \"args\": {\"elements\": %lld}",
+                    static_cast<long long>(e.elems));
+      break;
+    case TraceEvent::Type::UpdateWait:
+      name = "update wait";
       break;
     case TraceEvent::Type::SwapWait:
       name = "swap wait";

@@ -32,6 +32,7 @@ constexpr int kComputeTrack = 1;
 constexpr int kCommunicationTrack = 2;
 /// zero-offload's swaps (present when the run swaps).
 constexpr int kIoTrack = 3;
+constexpr int kHostStepTrack = 4;
 
 struct TraceEvent {
   enum class Type : uint8_t {
@@ -57,6 +58,13 @@ struct TraceEvent {
     /// A ztrt_swap_wait on the compute track: the time the step was
     /// blocked on a swap (args: ticket `value`).
     SwapWait,
+    /// An asynchronous host step on the host step track, named by its op
+    /// (adam_update, ...): from the thread taking it to its upload
+    /// enqueued (args: elements `elems`).
+    HostStep,
+    /// A ztrt_update_wait on the compute track: the time the step was
+    /// blocked on an asynchronous host step.
+    UpdateWait,
   };
   explicit TraceEvent(Type type) : type(type) {}
 

@@ -391,6 +391,137 @@ TEST_F(CudaConformanceTest, LargeHostStepsGoInTiles) {
   expectHostStep(ZTRT_CAT_HOST_STATES, 2 * 16 * 8);
 }
 
+TEST_F(CudaConformanceTest, AsynchronousHostStepsRunBesideTheStep) {
+  // ztrt_update_async: a host step that reads a spilled gradient runs on
+  // the host step thread while the step goes on; ztrt_update_wait makes
+  // the parameter's next reader (here a scale kernel issued right after)
+  // see its upload. Three parameters, one of them larger than the buffer
+  // (tiles), three steps: the same bits and host-link bytes as the
+  // synchronous host step (the cpu's update), every update asynchronous.
+  // (On the emulator's randomly delayed streams, a wait that does not make
+  // the compute stream wait for the upload fails the scaled copies.)
+  ztrt_ctx *x = g();
+  const std::vector<int64_t> sizes = {4099, 37, 1000};
+  int64_t total = 0;
+  for (int64_t n : sizes)
+    total += n;
+  x->hostStepBufferBytes = 2 * 512 * 4; // 4099 elements: 9 tiles of 512.
+  x->hostStepBuffer = x->allocate(x->hostStepBufferBytes,
+                                  ZTRT_CAT_HOST_STEP_BUFFERS, "host step");
+  char *spilled = static_cast<char *>(
+      x->allocate(total * 4, ZTRT_CAT_HOST_GRADIENTS, "host_gradients"));
+  struct Param {
+    Twin<float> p, out;
+    void *m, *v;
+    std::vector<float> cm, cv;
+  };
+  std::vector<Param> params;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t n = sizes[i];
+    Param q{twin(inputs(n, 40 + static_cast<uint32_t>(i))), output(n),
+            x->allocate(n * 4, ZTRT_CAT_HOST_STATES, "exp_avg"),
+            x->allocate(n * 4, ZTRT_CAT_HOST_STATES, "exp_avg_sq"),
+            std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
+    std::memset(q.m, 0, n * 4);
+    std::memset(q.v, 0, n * 4);
+    params.push_back(std::move(q));
+  }
+  for (int64_t t = 1; t <= 3; ++t) {
+    c()->step = x->step = t;
+    char *at = spilled;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const int64_t n = sizes[i];
+      Param &q = params[i];
+      auto grad = twin(inputs(n, 60 + static_cast<uint32_t>(10 * t + i)));
+      ztrt_adam_update(c(), ZTRT_F32, q.p.host.data(), grad.host.data(),
+                       q.cm.data(), q.cv.data(), n, 1e-3, 0.9, 0.999, 1e-8,
+                       0.1, 1);
+      // As the compiled step does: the gradient spilled on the copy
+      // stream, its wait, then the update.
+      int64_t ticket = ztrt_spill_gradient_start(x, grad.dev, at, n * 4);
+      ztrt_copy_wait(x, ticket);
+      ztrt_update_async(x, q.p.dev);
+      ztrt_adam_update(x, ZTRT_F32, q.p.dev, at, q.m, q.v, n, 1e-3, 0.9,
+                       0.999, 1e-8, 0.1, 1);
+      at += n * 4;
+    }
+    EXPECT_EQ(x->pendingHostSteps(), sizes.size());
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      Param &q = params[i];
+      const int64_t n = sizes[i];
+      ztrt_update_wait(x, q.p.dev);
+      ztrt_scale(c(), ZTRT_F32, q.p.host.data(), q.out.host.data(), n, 2.0);
+      ztrt_scale(x, ZTRT_F32, q.p.dev, q.out.dev, n, 2.0);
+      expectBitwise(fetch(q.out), q.out.host,
+                    "the reader after update_wait, step " + std::to_string(t));
+    }
+    EXPECT_EQ(x->pendingHostSteps(), 0u);
+    x->requireUpdatesWaited("test");
+  }
+  x->backend().synchronize();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    Param &q = params[i];
+    const int64_t n = sizes[i];
+    expectBitwise(fetch(q.p), q.p.host, "async host-step param");
+    std::vector<float> m(n), v(n);
+    std::memcpy(m.data(), q.m, n * 4);
+    std::memcpy(v.data(), q.v, n * 4);
+    expectBitwise(m, q.cm, "async host-step exp_avg");
+    expectBitwise(v, q.cv, "async host-step exp_avg_sq");
+  }
+  EXPECT_EQ(x->offload.hostSteps, 9);
+  EXPECT_EQ(x->offload.asyncHostSteps, 9);
+  // Per step: each parameter down and up, the gradients spilled (4 bytes
+  // an element each way); nothing of the states.
+  EXPECT_EQ(x->offload.deviceToHostBytes, 3 * total * 8);
+  EXPECT_EQ(x->offload.hostToDeviceBytes, 3 * total * 4);
+}
+
+TEST_F(CudaConformanceTest, AsynchronousHostStepMisuseIsOneLine) {
+  ztrt_ctx *x = g();
+  const int64_t n = 64;
+  x->hostStepBufferBytes = n * 4;
+  x->hostStepBuffer = x->allocate(n * 4, ZTRT_CAT_HOST_STEP_BUFFERS, "hs");
+  void *spilled = x->allocate(n * 4, ZTRT_CAT_HOST_GRADIENTS, "hg");
+  void *m = x->allocate(n * 4, ZTRT_CAT_HOST_STATES, "m");
+  void *v = x->allocate(n * 4, ZTRT_CAT_HOST_STATES, "v");
+  std::memset(m, 0, n * 4);
+  std::memset(v, 0, n * 4);
+  std::memset(spilled, 0, n * 4);
+  auto p = twin(inputs(n, 3)), q = twin(inputs(n, 4));
+  x->step = 1;
+  // The update that follows is of another parameter.
+  EXPECT_EXIT(
+      {
+        ztrt_update_async(x, q.dev);
+        ztrt_adam_update(x, ZTRT_F32, p.dev, spilled, m, v, n, 1e-3, 0.9,
+                         0.999, 1e-8, 0.0, 0);
+      },
+      ::testing::ExitedWithCode(1),
+      "adam_update: ztrt_update_async named the parameter at 0x[0-9a-f]+, "
+      "the update is of the parameter at 0x[0-9a-f]+");
+  // A step that ends with a started update not waited.
+  EXPECT_EXIT(
+      {
+        ztrt_update_async(x, p.dev);
+        ztrt_adam_update(x, ZTRT_F32, p.dev, spilled, m, v, n, 1e-3, 0.9,
+                         0.999, 1e-8, 0.0, 0);
+        x->requireUpdatesWaited("step 1");
+      },
+      ::testing::ExitedWithCode(1),
+      "step 1: the adam_update of the parameter at 0x[0-9a-f]+ ran "
+      "asynchronously but was never waited \\(ztrt_update_wait; 1 "
+      "outstanding\\)");
+  // A wait for an update that ran synchronously (its gradient was not
+  // spilled) is a no-op.
+  ztrt_update_async(x, p.dev);
+  ztrt_adam_update(x, ZTRT_F32, p.dev, q.dev, m, v, n, 1e-3, 0.9, 0.999,
+                   1e-8, 0.0, 0);
+  EXPECT_EQ(x->pendingHostSteps(), 0u);
+  EXPECT_EQ(x->offload.asyncHostSteps, 0);
+  ztrt_update_wait(x, p.dev);
+}
+
 TEST_F(CudaConformanceTest, MatmulMatchesUpToSummationOrder) {
   // cuBLAS and OpenBLAS sum the k products in different orders (blocking,
   // tensor-core tiles). Each order's error is at most (k-1) u sum|a||b|

@@ -19,6 +19,8 @@
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=SPILL
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=2 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=SPILL2
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam precision=fp16 clip-grad-norm=1" --zero-partition="stage=2 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=CHECKS
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=2 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --lower-to-runtime | FileCheck %s --check-prefix=ASYNC
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=ASYNC0
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEP
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam precision=bf16" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEP16
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEPP
@@ -159,16 +161,55 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // SPILL-NEXT: train.adam_update @w1, %[[H]] {{.*}}dist.host_gradient
 // Stage 2: the gradients are final in the backward pass; one spill is in
 // flight at a time, each waited where the next starts (its device buffer
-// freed there), the last right before the updates.
+// freed there), the last right before its update. Each update moves up to
+// right after its spill's wait, asynchronous (on a device backend its host
+// step runs beside the rest of the backward pass), and is waited right
+// before its parameter's all-gather, which reads the new values and moves
+// to the end of the step, in the updates' order; the host gradient lives
+// until that wait.
 // SPILL2: %[[T2:[0-9]+]] = dist.offload_activation_start %{{[0-9]+}} : tensor<12xf32>
 // SPILL2: %[[H2:[0-9]+]] = dist.wait %[[T2]] : tensor<12xf32>
+// SPILL2-NEXT: train.adam_update @w2, %[[H2]] {{.*}}dist.async_update, dist.host_gradient
 // SPILL2-NEXT: %[[T1:[0-9]+]] = dist.offload_activation_start %{{[0-9]+}} : tensor<4xf32>
 // SPILL2: %[[H1:[0-9]+]] = dist.wait %[[T1]] : tensor<4xf32>
+// SPILL2-NEXT: train.adam_update @b1, %[[H1]] {{.*}}dist.async_update
 // SPILL2-NEXT: %[[T0:[0-9]+]] = dist.offload_activation_start %{{[0-9]+}} : tensor<16xf32>
 // SPILL2-NEXT: %[[H0:[0-9]+]] = dist.wait %[[T0]] : tensor<16xf32>
-// SPILL2-NEXT: train.adam_update @w1, %[[H0]]
-// SPILL2: train.adam_update @b1, %[[H1]]
-// SPILL2: train.adam_update @w2, %[[H2]]
+// SPILL2-NEXT: train.adam_update @w1, %[[H0]] {{.*}}dist.async_update
+// SPILL2-NEXT: dist.update_wait @w2, %[[H2]] : tensor<12xf32>
+// SPILL2-NEXT: dist.all_gather_param @w2 on @dp
+// SPILL2-NEXT: dist.update_wait @b1, %[[H1]] : tensor<4xf32>
+// SPILL2-NEXT: dist.all_gather_param @b1 on @dp
+// SPILL2-NEXT: dist.update_wait @w1, %[[H0]] : tensor<16xf32>
+// SPILL2-NEXT: dist.all_gather_param @w1 on @dp
+// SPILL2-NEXT: return
+
+// Lowered: each asynchronous update is announced with the parameter
+// pointer it updates (ztrt_update_async), and its wait names the same
+// pointer, before the all-gather that reads it.
+// ASYNC: call @ztrt_update_async(%arg0, %[[P2:[0-9]+]])
+// ASYNC-NEXT: call @ztrt_adam_update(%arg0, %{{.*}}, %[[P2]],
+// ASYNC: call @ztrt_update_async(%arg0, %[[P1:[0-9]+]])
+// ASYNC-NEXT: call @ztrt_adam_update(%arg0, %{{.*}}, %[[P1]],
+// ASYNC: call @ztrt_update_async(%arg0, %[[P0:[0-9]+]])
+// ASYNC-NEXT: call @ztrt_adam_update(%arg0, %{{.*}}, %[[P0]],
+// ASYNC-NEXT: call @ztrt_update_wait(%arg0, %[[P2]])
+// ASYNC: call @ztrt_all_gather(
+// ASYNC: call @ztrt_update_wait(%arg0, %[[P1]])
+// ASYNC: call @ztrt_all_gather(
+// ASYNC: call @ztrt_update_wait(%arg0, %[[P0]])
+// ASYNC: call @ztrt_all_gather(
+// ASYNC-NEXT: return
+// Stage 0 (one rank): nothing names a parameter after its update, so the
+// waits go at the end of the step, in the updates' order.
+// ASYNC0-LABEL: func.func @loss(
+// ASYNC0: train.adam_update @w2, %[[G2:[0-9]+]] {{.*}}dist.async_update
+// ASYNC0: train.adam_update @b1, %[[G1:[0-9]+]] {{.*}}dist.async_update
+// ASYNC0: train.adam_update @w1, %[[G0:[0-9]+]] {{.*}}dist.async_update
+// ASYNC0-NEXT: dist.update_wait @w2, %[[G2]] : tensor<3x8xf32>
+// ASYNC0-NEXT: dist.update_wait @b1, %[[G1]] : tensor<8xf32>
+// ASYNC0-NEXT: dist.update_wait @w1, %[[G0]] : tensor<8x4xf32>
+// ASYNC0-NEXT: return
 
 // Clipping's and the loss scaler's chains read every gradient before the
 // updates: each link moves up to right after its gradient's spill starts
@@ -196,13 +237,14 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // CHECKS-NEXT: %[[NS:[0-9]+]] = dist.all_reduce sum %[[N0]]
 // CHECKS-NEXT: train.clip_grad_norm %[[NS]]
 // The report: no gradient on the device; the spilled gradients in their
-// own host arena (16 and 4 and 12 elements, never alive together: 64
-// bytes), down once per step (128);
+// own host arena (16, 4 and 12 elements, all alive together: each until
+// its asynchronous update's wait at the end of the step, 128 bytes), down
+// once per step (128);
 // the host step buffer holds only the parameter (w1's 16-element shard),
 // which goes down (the update reads it, 128) and up (128); nothing of the
 // states crosses the link.
 // HSTEP: gradients 0
-// HSTEP: host: gradients 64
+// HSTEP: host: gradients 128
 // HSTEP-NEXT: host: optimizer states 256
 // HSTEP: gradients -> host 128
 // HSTEP: host: step buffers 64
@@ -210,8 +252,10 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // HSTEP-NEXT: device -> host per step 256
 // bf16 with f32 masters (12 bytes per element on the host): the bf16
 // gradient goes down and the bf16 parameter up, 64 bytes each way; the
-// master-weight update only writes the parameter.
-// HSTEP16: host: gradients 32
+// master-weight update only writes the parameter. (The host gradients:
+// 32 + 8 + 24 bytes, each starting 16-byte aligned: 72, all alive
+// together.)
+// HSTEP16: host: gradients 72
 // HSTEP16-NEXT: host: optimizer states 384
 // HSTEP16: host: step buffers 32
 // HSTEP16-NEXT: host -> device per step 64

@@ -84,6 +84,10 @@ def target(request, monkeypatch):
         # then changes the results (docs/cuda.md#the-cuda-emulator).
         monkeypatch.setenv("ZTRT_CUDAEMU_SHUFFLE", "1")
         monkeypatch.setenv("ZTRT_CUDAEMU_DELAY_US", "200")
+        # The asynchronous host steps (--offload-optimizer=cpu) start late
+        # too: a reader of a parameter not ordered after its update's wait
+        # then reads the old values.
+        monkeypatch.setenv("ZTRT_HOST_STEP_DELAY_US", "20000")
     return request.param
 
 

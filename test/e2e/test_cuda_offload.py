@@ -138,6 +138,12 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
             assert (off["host"]["gradients"] > 0) == spills, off
             assert io["gradients_to_host_bytes"] == \
                 STEPS * off["transfers_per_step"]["gradients_to_host"], (offload, io)
+            # Every update of host-placed states reads a spilled gradient
+            # and runs on the host step thread until its dist.update_wait;
+            # nvme states' updates (staged gradients) run at their call.
+            assert io["host_steps"] > 0, (offload, io)
+            assert io["asynchronous_host_steps"] == \
+                (io["host_steps"] if spills else 0), (offload, io)
             if offload == "cpu":
                 # Gradients down (spilled), parameters up, nothing of the
                 # states: in fp32 the parameter goes down too (the update
@@ -256,6 +262,12 @@ def test_the_host_step_is_bitwise_the_device_update(model, optimizer, precision,
         # The host step ran: its buffer was allocated and gradients went down.
         assert rank["memory"]["host_step_buffers"] > 0, rank["memory"]
         assert rank["offload"]["device_to_host_bytes"] > 0, rank["offload"]
+        # Host-placed states' updates (spilled gradients) ran on the host
+        # step thread, beside the step; nvme ones' at their call.
+        io = rank["offload"]
+        assert io["host_steps"] > 0, io
+        assert io["asynchronous_host_steps"] == (0 if name == "nvme" else io["host_steps"]), \
+            (name, io)
     assert parity.report_losses(reports["none"])[0] != parity.report_losses(reports["none"])[-1]
     # The host step run again: the same bits (its copies on the emulator's
     # randomly delayed streams).
@@ -310,3 +322,40 @@ def test_large_updates_go_through_the_host_step_buffer_in_tiles(offload, target,
     parity.run_exe(exes[offload], STEPS, init=init, data=data, save=str(again), threads=1,
                    extra=["--backend", "cuda", "--nvme-path", str(nvme)])
     assert again.read_bytes() == saved[offload]
+
+
+def test_asynchronous_host_steps_are_traced(target, tmp_path):
+    """--offload-optimizer=cpu on the cuda backend: each update's host step
+    runs on the runtime's host step thread between its call (right after
+    its gradient's spill, inside the backward pass) and its dist.update_wait
+    (before the parameter's next reader, here the end of the step). The
+    trace has a "host step" track with one event per update per step, and
+    an "update wait" on the compute track for each; the report counts them
+    (asynchronous_host_steps, host_step_ms, update_wait_ms)."""
+    if device_count(target) < 1:
+        pytest.skip("no device")
+    spec = models.mlp(batch=4, in_features=64, hidden=[128, 64], classes=8)
+    init, data = inputs(tmp_path, spec, STEPS * spec.batch)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+                                name="exe-cpu",
+                                extra=["--offload-optimizer=cpu"] + runtime_flags(target))
+    require_cuda_runtime(exe)
+    trace, report = tmp_path / "trace.json", tmp_path / "report.json"
+    parity.run_exe(exe, STEPS, init=init, data=data, report=str(report), threads=1,
+                   extra=["--backend", "cuda", "--trace", str(trace)])
+    rank = parity.read_report(str(report))
+    rank = rank["ranks"][0] if "ranks" in rank else rank
+    io = rank["offload"]
+    updates = 6  # three layers: weight and bias each
+    assert io["host_steps"] == io["asynchronous_host_steps"] == STEPS * updates, io
+    assert io["host_step_ms"] > 0 and io["update_wait_ms"] >= 0, io
+    events = json.loads(trace.read_text())["traceEvents"]
+    tracks = {e["tid"]: e["args"]["name"] for e in events
+              if e.get("ph") == "M" and e["name"] == "thread_name"}
+    host = [tid for tid, name in tracks.items() if name == "host step"]
+    assert len(host) == 1, tracks
+    steps = [e for e in events if e.get("ph") == "X" and e["tid"] == host[0]]
+    assert len(steps) == STEPS * updates, len(steps)
+    assert {e["name"] for e in steps} == {"adamw_update"}, {e["name"] for e in steps}
+    waits = [e for e in events if e.get("ph") == "X" and e["name"] == "update wait"]
+    assert len(waits) == STEPS * updates, len(waits)

@@ -365,6 +365,19 @@ struct SwapReleasePattern : OpRuntimePattern<SwapReleaseOp> {
   }
 };
 
+/// ztrt_update_wait with the pointer its update passed.
+struct UpdateWaitPattern : OpRuntimePattern<UpdateWaitOp> {
+  LogicalResult lower(UpdateWaitOp op, StepLowering &s) const override {
+    auto it = s.asyncUpdates.find(op.getParamAttr().getAttr());
+    if (it == s.asyncUpdates.end())
+      return op.emitOpError() << "follows no asynchronous update of "
+                              << op.getParamAttr();
+    s.rt.call("update_wait", {it->second});
+    s.asyncUpdates.erase(it);
+    return success();
+  }
+};
+
 /// Pa+cpu: the activation's bytes start for their host copy (plan-memory's
 /// slot in host_activations), behind the op that made them.
 struct OffloadActivationStartPattern
@@ -514,6 +527,7 @@ void ztrain::populateDistToRuntimePatterns(RuntimePatternList &patterns) {
   patterns.push_back(std::make_unique<SwapInStartPattern>());
   patterns.push_back(std::make_unique<SwapOutStartPattern>());
   patterns.push_back(std::make_unique<SwapReleasePattern>());
+  patterns.push_back(std::make_unique<UpdateWaitPattern>());
   patterns.push_back(std::make_unique<OffloadActivationStartPattern>());
   patterns.push_back(std::make_unique<ReloadActivationStartPattern>());
   patterns.push_back(std::make_unique<WaitPattern>());

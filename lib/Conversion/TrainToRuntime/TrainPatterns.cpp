@@ -206,6 +206,12 @@ struct UpdatePattern : RuntimePattern {
         args.push_back(s.rt.i32(static_cast<int32_t>(hyper.i)));
       }
     }
+    if (op->hasAttr(dist::kAsyncUpdateAttr)) {
+      // Its host step may run beside the step (on a device backend) until
+      // its dist.update_wait.
+      s.rt.call("update_async", {param});
+      s.asyncUpdates[update.getUpdatedParam().getAttr()] = param;
+    }
     name->call(s.rt, args);
     return success();
   }

@@ -377,7 +377,7 @@ func.func @f(%x: tensor<4xf32>) {
 
 func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
   %o = dist.offload_activation_start %x : tensor<4xf32>
-  // expected-error @+1 {{'dist.wait' op yields a gradient's host copy, which only an optimizer update marked 'dist.host_gradient' may read}}
+  // expected-error @+1 {{'dist.wait' op yields a gradient's host copy, which only an optimizer update marked 'dist.host_gradient' (and its dist.update_wait) may read}}
   %y = dist.wait %o : tensor<4xf32>
   return %y : tensor<4xf32>
 }
@@ -400,4 +400,58 @@ func.func @f(%x: tensor<4xf32>) -> tensor<2xf32> {
   // expected-error @+1 {{'dist.wait' op must yield the reloaded activation, of type 'tensor<4xf32>'}}
   %y = dist.wait %r : tensor<2xf32>
   return %y : tensor<2xf32>
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+func.func @f(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'dist.update_wait' op follows no update of @w that reads this gradient}}
+  dist.update_wait @w, %g : tensor<4xf32>
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+train.state @m : tensor<4xf32> of @w
+train.state @v : tensor<4xf32> of @w
+func.func @f(%g: tensor<4xf32>) {
+  train.adam_update @w, %g states(@m, @v) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, dist.host_gradient} : tensor<4xf32>
+  // expected-error @+1 {{'dist.update_wait' op completes the update of @w, which is not asynchronous ('dist.async_update')}}
+  dist.update_wait @w, %g : tensor<4xf32>
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+train.state @m : tensor<4xf32> of @w
+train.state @v : tensor<4xf32> of @w
+func.func @f(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'train.adam_update' op is asynchronous ('dist.async_update') but no dist.update_wait of @w and its gradient follows it}}
+  train.adam_update @w, %g states(@m, @v) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, dist.host_gradient, dist.async_update} : tensor<4xf32>
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+train.state @m : tensor<4xf32> of @w
+train.state @v : tensor<4xf32> of @w
+func.func @f(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'train.adam_update' op 'dist.async_update' is a unit attribute of optimizer updates that read a spilled gradient ('dist.host_gradient')}}
+  train.adam_update @w, %g states(@m, @v) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, dist.async_update} : tensor<4xf32>
+  dist.update_wait @w, %g : tensor<4xf32>
+  return
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros)
+train.state @m : tensor<4xf32> of @w
+func.func @f(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'dist.update_wait' op references @m, which is not a train.param}}
+  dist.update_wait @m, %g : tensor<4xf32>
+  return
 }

@@ -56,3 +56,20 @@ func.func @pa_cpu(%x: tensor<4xf32>) -> tensor<4xf32> {
   %y = dist.wait %r : tensor<4xf32>
   return %y : tensor<4xf32>
 }
+
+// An asynchronous host-stepped update (zero-offload, optimizer=cpu): the
+// gradient's host copy, the update, and its completion before the
+// parameter's next reader.
+// CHECK-LABEL: func.func @async_update
+// CHECK: %[[T:.*]] = dist.offload_activation_start %arg0 : tensor<4xf32>
+// CHECK: %[[G:.*]] = dist.wait %[[T]] : tensor<4xf32>
+// CHECK: train.sgd_update @v, %[[G]] {dist.async_update, dist.host_gradient
+// CHECK: dist.update_wait @v, %[[G]] : tensor<4xf32>
+train.param @v : tensor<4xf32> init(zeros)
+func.func @async_update(%g: tensor<4xf32>) {
+  %t = dist.offload_activation_start %g : tensor<4xf32>
+  %h = dist.wait %t : tensor<4xf32>
+  train.sgd_update @v, %h {lr = 0.1 : f64, dist.host_gradient, dist.async_update} : tensor<4xf32>
+  dist.update_wait @v, %h : tensor<4xf32>
+  return
+}

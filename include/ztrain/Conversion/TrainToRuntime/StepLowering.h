@@ -182,6 +182,9 @@ public:
   /// and its dist.swap_out_start or dist.swap_release: what state() and
   /// param() return for it.
   llvm::StringMap<mlir::Value> swapBuffers;
+  /// The parameter pointer each asynchronous update (dist.async_update)
+  /// passed, by parameter, for its dist.update_wait.
+  llvm::DenseMap<mlir::Attribute, mlir::Value> asyncUpdates;
   /// Offloaded activations: the host copy of each (its
   /// dist.offload_activation_start's slot in host_activations).
   llvm::DenseMap<mlir::Value, mlir::Value> hostCopies;

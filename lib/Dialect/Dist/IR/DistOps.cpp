@@ -49,6 +49,29 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
        !isa<train::OptimizerUpdateOpInterface>(op)))
     return op->emitOpError() << "'" << kHostGradientAttr
                              << "' is a unit attribute of optimizer updates";
+  if (attr.getName() == kAsyncUpdateAttr) {
+    auto update = dyn_cast<train::OptimizerUpdateOpInterface>(op);
+    if (!isa<UnitAttr>(attr.getValue()) || !update ||
+        !op->hasAttr(kHostGradientAttr))
+      return op->emitOpError()
+             << "'" << kAsyncUpdateAttr
+             << "' is a unit attribute of optimizer updates that read a "
+                "spilled gradient ('"
+             << kHostGradientAttr << "')";
+    // Its completion: a dist.update_wait of the parameter and gradient
+    // after it in the block.
+    bool waited = false;
+    for (Operation *next = op->getNextNode(); next && !waited;
+         next = next->getNextNode())
+      if (auto wait = dyn_cast<UpdateWaitOp>(next))
+        waited = wait.getParamAttr() == update.getUpdatedParam() &&
+                 wait.getGradient() == update.getGradient();
+    if (!waited)
+      return op->emitOpError()
+             << "is asynchronous ('" << kAsyncUpdateAttr
+             << "') but no dist.update_wait of "
+             << update.getUpdatedParam() << " and its gradient follows it";
+  }
   if (attr.getName() == kSpaceAttr) {
     if (!isa<MemorySpaceAttr>(attr.getValue()))
       return op->emitOpError()
@@ -547,11 +570,11 @@ LogicalResult WaitOp::verify() {
                 "activation's), or the host copy of a gradient, of type "
              << offload.getInput().getType();
     for (Operation *user : getResult(0).getUsers())
-      if (!user->hasAttr(kHostGradientAttr))
+      if (!user->hasAttr(kHostGradientAttr) && !isa<UpdateWaitOp>(user))
         return emitOpError()
                << "yields a gradient's host copy, which only an optimizer "
                   "update marked '"
-               << kHostGradientAttr << "' may read";
+               << kHostGradientAttr << "' (and its dist.update_wait) may read";
   }
   if (auto reload = dyn_cast<ReloadActivationStartOp>(start))
     if (getNumResults() != 1 ||
@@ -746,6 +769,37 @@ SwapOutStartOp::verifySymbolUses(SymbolTableCollection &symbols) {
 LogicalResult
 SwapReleaseOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return verifySwappedState(*this, getStateAttr(), symbols);
+}
+
+LogicalResult
+UpdateWaitOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  if (!symbols.lookupNearestSymbolFrom<train::ParamOp>(*this, getParamAttr()))
+    return emitOpError() << "references " << getParamAttr()
+                         << ", which is not a train.param";
+  return success();
+}
+
+LogicalResult UpdateWaitOp::verify() {
+  // (A name that is not a parameter: verifySymbolUses says so.)
+  if (!SymbolTable::lookupNearestSymbolFrom<train::ParamOp>(*this,
+                                                          getParamAttr()))
+    return success();
+  // The asynchronous update it completes: before it in the block, of the
+  // same parameter, reading the same gradient.
+  for (Operation *prev = (*this)->getPrevNode(); prev;
+       prev = prev->getPrevNode()) {
+    auto update = dyn_cast<train::OptimizerUpdateOpInterface>(prev);
+    if (!update || update.getUpdatedParam() != getParamAttr() ||
+        update.getGradient() != getGradient())
+      continue;
+    if (!prev->hasAttr(kAsyncUpdateAttr))
+      return emitOpError() << "completes the update of " << getParamAttr()
+                           << ", which is not asynchronous ('"
+                           << kAsyncUpdateAttr << "')";
+    return success();
+  }
+  return emitOpError() << "follows no update of " << getParamAttr()
+                       << " that reads this gradient";
 }
 
 #define GET_OP_CLASSES

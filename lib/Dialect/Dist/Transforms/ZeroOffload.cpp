@@ -35,7 +35,8 @@ struct ZeroOffloadPass : public dist::impl::ZeroOffloadBase<ZeroOffloadPass> {
   LogicalResult scheduleSwaps(func::FuncOp fn,
                               const llvm::DenseSet<StringAttr> &onNvme);
   void hoistUpdates(func::FuncOp fn,
-                    llvm::function_ref<bool(FlatSymbolRefAttr)> nvme);
+                    llvm::function_ref<bool(Operation *)> moves);
+  void completeAsyncUpdates(func::FuncOp fn);
   LogicalResult splitIntoChunks(func::FuncOp fn,
                                 llvm::function_ref<bool(FlatSymbolRefAttr)> nvme);
   LogicalResult offloadActivations(func::FuncOp fn);
@@ -256,8 +257,16 @@ void ZeroOffloadPass::runOnOperation() {
       if (space == MemorySpace::nvme)
         onNvme.insert(state.getSymNameAttr());
     }
-    if (space == MemorySpace::host)
+    if (space == MemorySpace::host) {
       spillGradients(entry);
+      // The host-stepped updates move into the backward pass too, each
+      // right after its spill's wait, and run asynchronously until their
+      // parameter's next reader.
+      hoistUpdates(entry, [](Operation *op) {
+        return op->hasAttr(kHostGradientAttr);
+      });
+      completeAsyncUpdates(entry);
+    }
   }
   if (onNvme.empty())
     return;
@@ -389,6 +398,62 @@ void ZeroOffloadPass::spillGradients(func::FuncOp fn) {
   }
 }
 
+/// optimizer=cpu: each update that reads a spilled gradient gets
+/// dist.async_update and a dist.update_wait of its parameter and gradient
+/// right before the parameter's next reader: the first op after it that
+/// names the parameter (its all-gather at stages 1-2, a read or gather of
+/// it) or, when none does, the end of the function. On a device backend
+/// its host step then runs on the runtime's host step thread in between,
+/// beside the backward pass and the other updates, and its spilled gradient
+/// lives until the wait.
+void ZeroOffloadPass::completeAsyncUpdates(func::FuncOp fn) {
+  Block &body = fn.getBody().front();
+  OpBuilder b(fn.getContext());
+  for (auto update :
+       llvm::to_vector(body.getOps<train::OptimizerUpdateOpInterface>())) {
+    Operation *op = update;
+    if (!op->hasAttr(kHostGradientAttr) || op->hasAttr(kChunkAttr))
+      continue;
+    FlatSymbolRefAttr param = update.getUpdatedParam();
+    Operation *reader = op->getNextNode();
+    for (; reader && !reader->hasTrait<OpTrait::IsTerminator>();
+         reader = reader->getNextNode()) {
+      std::optional<SymbolTable::UseRange> uses =
+          SymbolTable::getSymbolUses(reader);
+      // (Unknown uses: assume it reads the parameter.)
+      if (!uses || llvm::any_of(*uses, [&](const SymbolTable::SymbolUse &u) {
+            return u.getSymbolRef().getRootReference() == param.getAttr();
+          }))
+        break;
+    }
+    // A synchronous all-gather of the parameter (stages 1-2) moves to the
+    // end of the step, after the other updates, when nothing after it
+    // names the parameter: the host steps queued meanwhile run while the
+    // step thread waits for this one and the device gathers it.
+    if (auto gather = dyn_cast_or_null<AllGatherParamOp>(reader);
+        gather && gather.getParamAttr() == param) {
+      bool named = false;
+      for (Operation *next = gather->getNextNode();
+           next && !next->hasTrait<OpTrait::IsTerminator>() && !named;
+           next = next->getNextNode()) {
+        std::optional<SymbolTable::UseRange> uses =
+            SymbolTable::getSymbolUses(next);
+        named = !uses ||
+                llvm::any_of(*uses, [&](const SymbolTable::SymbolUse &u) {
+                  return u.getSymbolRef().getRootReference() ==
+                         param.getAttr();
+                });
+      }
+      if (!named)
+        gather->moveBefore(body.getTerminator());
+    }
+    b.setInsertionPoint(reader ? reader : body.getTerminator());
+    UpdateWaitOp::create(b, op->getLoc(), param, update.getGradient());
+    op->setAttr(kAsyncUpdateAttr, b.getUnitAttr());
+    ++numAsyncUpdates;
+  }
+}
+
 /// Pa+cpu: the forward values recomputations read go to host memory
 /// between the forward and the backward pass (see the pass description).
 LogicalResult ZeroOffloadPass::offloadActivations(func::FuncOp fn) {
@@ -484,7 +549,7 @@ LogicalResult ZeroOffloadPass::offloadActivations(func::FuncOp fn) {
 /// clipping, the loss scaler's overflow check, the accumulation boundary).
 /// Updates that land after the same op keep their order.
 void ZeroOffloadPass::hoistUpdates(
-    func::FuncOp fn, llvm::function_ref<bool(FlatSymbolRefAttr)> nvme) {
+    func::FuncOp fn, llvm::function_ref<bool(Operation *)> moves) {
   Block &body = fn.getBody().front();
   auto zero = fn->getParentOfType<ModuleOp>()->getAttrOfType<ZeroAttr>(
       kZeroAttr);
@@ -518,12 +583,7 @@ void ZeroOffloadPass::hoistUpdates(
   llvm::DenseMap<Operation *, Operation *> lastMovedAfter;
   for (Operation *op : llvm::to_vector(at)) {
     auto update = dyn_cast<train::OptimizerUpdateOpInterface>(op);
-    if (!update)
-      continue;
-    bool swapped = nvme(update.getUpdatedParam());
-    for (FlatSymbolRefAttr s : update.getUpdatedStates())
-      swapped |= nvme(s);
-    if (!swapped)
+    if (!update || !moves(op))
       continue;
     unsigned earliest = barrier;
     Value grad = update.getGradient();
@@ -637,7 +697,13 @@ ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
     }
   }
 
-  hoistUpdates(fn, nvme);
+  hoistUpdates(fn, [&](Operation *op) {
+    auto update = cast<train::OptimizerUpdateOpInterface>(op);
+    bool swapped = nvme(update.getUpdatedParam());
+    for (FlatSymbolRefAttr s : update.getUpdatedStates())
+      swapped |= nvme(s);
+    return swapped;
+  });
   if (failed(splitIntoChunks(fn, nvme)))
     return failure();
 

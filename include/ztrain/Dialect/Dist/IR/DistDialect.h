@@ -33,6 +33,11 @@ inline constexpr llvm::StringLiteral kTransientGradientAttr =
 /// copy: on a device backend it runs on the host (ZeRO-Offload's CPU step)
 /// without copying its gradient down itself.
 inline constexpr llvm::StringLiteral kHostGradientAttr = "dist.host_gradient";
+/// Unit attribute on an optimizer update with kHostGradientAttr
+/// (zero-offload): on a device backend its host step may run beside the
+/// step (on the runtime's host step thread); the dist.update_wait of its
+/// parameter that follows completes it.
+inline constexpr llvm::StringLiteral kAsyncUpdateAttr = "dist.async_update";
 /// Discardable attribute on train.state: a #dist.space (absent: device).
 inline constexpr llvm::StringLiteral kSpaceAttr = "dist.space";
 /// The alignment (and size granule) of swap buffers and swap files: O_DIRECT

@@ -419,6 +419,41 @@ def Dist_SwapReleaseOp : Op<Dist_Dialect, "swap_release", [
   let assemblyFormat = "$state attr-dict";
 }
 
+def Dist_UpdateWaitOp : Op<Dist_Dialect, "update_wait", [
+    MemoryEffects<[MemRead, MemWrite]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "completes an asynchronous optimizer update of a parameter";
+  let description = [{
+    The completion of the update of `@param` marked `dist.async_update`
+    before it (zero-offload, `optimizer=cpu`): on a device backend that
+    update runs on the host (ZeRO-Offload's CPU step) on the runtime's host
+    step thread, beside the work issued after it, and reads `gradient`
+    (its spilled host copy, which therefore lives until here). This op
+    blocks until the host step has run and makes the work issued after it
+    wait for the parameter's upload: the parameter's new values are there
+    for its next reader. zero-offload places it right before that reader
+    (the parameter's all-gather at stages 1-2, a read or gather of it, or
+    the end of the step). On a host backend the update ran at its call and
+    this is a no-op.
+
+    ```mlir
+    train.adam_update @fc1.weight, %g states(...) {dist.async_update, dist.host_gradient, ...}
+    ...
+    dist.update_wait @fc1.weight, %g : tensor<50176xf32>
+    dist.all_gather_param @fc1.weight on @dp
+    ```
+
+    **Constraints:**
+    - `@param` names a `train.param`;
+    - an update of `@param` reading `gradient`, marked
+      `dist.async_update`, precedes it in the block.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param,
+                       AnyStaticShapeTensor:$gradient);
+  let assemblyFormat = "$param `,` $gradient attr-dict `:` type($gradient)";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Activation offload (ZeRO-R's Pa+cpu, zero-offload{activations=cpu})
 //===----------------------------------------------------------------------===//

@@ -294,9 +294,27 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
       loss scaler's chains (`train.grad_sq_norm`, `train.found_nonfinite`)
       move up to right after their gradient's spill starts, so that no
       check keeps a spilled gradient's device copy alive to the end of the
-      backward pass (the same values, in the same order). On the CPU
-      backend host memory is the device's, so the states stay where they
-      are and the spill is a memory copy (the executable says so).
+      backward pass (the same values, in the same order). Each such update
+      then moves up to right after its spill's wait (as the swapped
+      updates below do), becomes asynchronous (`dist.async_update`) and
+      gets a `dist.update_wait` of its parameter and gradient right before
+      the parameter's next reader (its all-gather at stages 1-2, else the
+      end of the step): on a device backend its host step runs on the
+      runtime's host step thread beside the rest of the backward pass and
+      the other updates, and its spilled gradient lives until the wait.
+      On the CPU backend host memory is the device's, so the states stay
+      where they are, the spill is a memory copy and the update runs at
+      its call (the executable says so).
+
+      ```mlir
+      %t = dist.offload_activation_start %g : tensor<640xf32>
+      ... the backward pass goes on ...
+      %h = dist.wait %t : tensor<640xf32>
+      train.adam_update @fc2.weight, %h states(...) {dist.async_update, dist.host_gradient, ...}
+      ... the backward pass goes on, the host steps beside it ...
+      dist.update_wait @fc2.weight, %h : tensor<640xf32>
+      dist.all_gather_param @fc2.weight on @dp
+      ```
     - `optimizer=nvme`: every `train.state` gets `#dist.space<nvme>`: it
       lives in a file of the rank's swap directory (`--nvme-path` of the
       executable) and only visits host memory for its update. Around each
@@ -440,7 +458,10 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
               "(optimizer=cpu)">,
     Statistic<"numHoistedChecks", "hoisted-checks",
               "Clipping and overflow-check links moved up to their "
-              "spilled gradients">
+              "spilled gradients">,
+    Statistic<"numAsyncUpdates", "async-updates",
+              "Host-stepped updates made asynchronous (dist.update_wait "
+              "before their parameter's next reader)">
   ];
 }
 
