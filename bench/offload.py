@@ -26,7 +26,10 @@ cpu / nvme: on a device backend `cpu` is ZeRO-Offload's CPU step (the
 gradient spilled down as it is made, the host's Adam, the parameter up),
 so the table shows the
 bytes over the host link per step (the report's host_to_device_bytes and
-device_to_host_bytes) against zero-report's, and the host memory. The
+device_to_host_bytes) against zero-report's, the host memory, and the
+host steps per step (how many ran asynchronously, their own time and the
+time the step thread waited for them: offload.host_step_ms and
+update_wait_ms). The
 emulator runs the device's kernels on the CPU, so its step times say
 nothing about a GPU's; they are printed for completeness.
 
@@ -115,7 +118,8 @@ def emulated(args, work, swap):
           f"AdamW f32; step times are the emulator's, not a GPU's")
     print(f"{'configuration':>16} | {'ms/step':>8} {'ratio':>6} | {'H->D MB':>8} "
           f"{'D->H MB':>8} {'= plan':>6} | {'device MB':>9} {'host MB':>8} {'grads MB':>8} "
-          f"{'step buf MB':>11}")
+          f"{'step buf MB':>11} | {'host steps':>10} {'async':>5} {'host ms':>7} "
+          f"{'waited ms':>9}")
     for name, _, base in EMULATED:
         rep = last[name]
         ms = statistics.median(times[name])
@@ -131,7 +135,11 @@ def emulated(args, work, swap):
             mem["host_optimizer_states"] + mem["host_step_buffers"] + mem["host_gradients"]
         print(f"{name:>16} | {ms:8.1f} {ratio} | {h2d / 1e6:8.2f} {d2h / 1e6:8.2f} "
               f"{same:>6} | {mem['device_peak'] / 1e6:9.2f} {host / 1e6:8.2f} "
-              f"{mem['host_gradients'] / 1e6:8.2f} {mem['host_step_buffers'] / 1e6:11.2f}")
+              f"{mem['host_gradients'] / 1e6:8.2f} {mem['host_step_buffers'] / 1e6:11.2f} | "
+              f"{off.get('host_steps', 0) // args.steps:10d} "
+              f"{off.get('asynchronous_host_steps', 0) // args.steps:5d} "
+              f"{off.get('host_step_ms', 0.0) / args.steps:7.2f} "
+              f"{off.get('update_wait_ms', 0.0) / args.steps:9.2f}")
 
 
 def disk_bandwidth(directory):

@@ -900,6 +900,7 @@ void ztrt_sgd_update(ztrt_ctx *ctx, int32_t dtype, void *param,
                      int32_t nesterov) {
   Backend &backend = backendOf(ctx, "sgd_update");
   TraceScope trace(ctx->trace(), "sgd_update");
+  const bool announced = ctx->takeUpdateAsync(param, "sgd_update");
   const DType type = checkDType("sgd_update", dtype);
   checkCount("sgd_update", "element count", n);
   if (momentum != 0.0 && !momentum_buf)
@@ -920,7 +921,7 @@ void ztrt_sgd_update(ztrt_ctx *ctx, int32_t dtype, void *param,
           cpu.sgdUpdate(type, p, g, tileOf(momentum_buf, at, type), k, hyper,
                         t);
         },
-        "sgd_update");
+        "sgd_update", announced);
     return;
   }
   backend.sgdUpdate(type, param, grad, momentum_buf, n, hyper, ctx->step);
@@ -935,6 +936,7 @@ void ztrt_adam_update(ztrt_ctx *ctx, int32_t dtype, void *param,
   const char *op = decoupled ? "adamw_update" : "adam_update";
   Backend &backend = backendOf(ctx, op);
   TraceScope trace(ctx->trace(), "adam_update");
+  const bool announced = ctx->takeUpdateAsync(param, op);
   const DType type = checkDType(op, dtype);
   checkCount(op, "element count", n);
   if (ctx->step < 1)
@@ -951,7 +953,7 @@ void ztrt_adam_update(ztrt_ctx *ctx, int32_t dtype, void *param,
           cpu.adamUpdate(type, p, g, tileOf(exp_avg, at, type),
                          tileOf(exp_avg_sq, at, type), k, hyper, t);
         },
-        op);
+        op, announced);
     return;
   }
   backend.adamUpdate(type, param, grad, exp_avg, exp_avg_sq, n, hyper,
@@ -969,6 +971,7 @@ void ztrt_sgd_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
   const char *op = "sgd_update_master";
   Backend &backend = backendOf(ctx, op);
   TraceScope trace(ctx->trace(), op);
+  const bool announced = ctx->takeUpdateAsync(param, op);
   const DType gradType = checkDType(op, dtype);
   const DType paramType = checkDType(op, "param_dtype", param_dtype);
   checkCount(op, "element count", n);
@@ -995,7 +998,7 @@ void ztrt_sgd_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
               static_cast<float *>(tileOf(momentum_buf, at, DType::F32)), k,
               hyper, t);
         },
-        op);
+        op, announced);
     return;
   }
   backend.sgdUpdateMaster(gradType, paramType, param, grad,
@@ -1017,6 +1020,7 @@ void ztrt_adam_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
   const char *op = decoupled ? "adamw_update_master" : "adam_update_master";
   Backend &backend = backendOf(ctx, op);
   TraceScope trace(ctx->trace(), "adam_update_master");
+  const bool announced = ctx->takeUpdateAsync(param, op);
   const DType gradType = checkDType(op, dtype);
   const DType paramType = checkDType(op, "param_dtype", param_dtype);
   checkCount(op, "element count", n);
@@ -1041,7 +1045,7 @@ void ztrt_adam_update_master(ztrt_ctx *ctx, int32_t dtype, void *param,
               static_cast<float *>(tileOf(exp_avg_sq, at, DType::F32)), k,
               hyper, t);
         },
-        op);
+        op, announced);
     return;
   }
   backend.adamUpdateMaster(gradType, paramType, param, grad,

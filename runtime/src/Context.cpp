@@ -557,7 +557,8 @@ bool ztrt_ctx::hostStep(const void *state) const {
 
 void ztrt_ctx::runHostStep(void *param, DType paramType, const void *grad,
                            DType gradType, int64_t n, bool writesParamOnly,
-                           const HostKernel &kernel, const char *op) {
+                           const HostKernel &kernel, const char *op,
+                           bool async) {
   auto job = std::make_shared<HostStepJob>();
   job->param = param;
   job->paramType = paramType;
@@ -569,8 +570,8 @@ void ztrt_ctx::runHostStep(void *param, DType paramType, const void *grad,
   job->op = op;
   // A gradient the step spilled to host memory (zero-offload's
   // host_gradients) is read where it is.
-  const bool gradOnHost = hostGradient(grad);
-  const bool paramOnHost = mappedHost(param);
+  const bool gradOnHost = job->gradOnHost = hostGradient(grad);
+  const bool paramOnHost = job->paramOnHost = mappedHost(param);
   const int64_t gradElem = elementBytes(gradType);
   const int64_t paramElem = elementBytes(paramType);
   const int64_t perElement =
@@ -599,16 +600,11 @@ void ztrt_ctx::runHostStep(void *param, DType paramType, const void *grad,
       offload.deviceToHostBytes += n * paramElem;
     offload.hostToDeviceBytes += n * paramElem;
   }
-  const bool async = asyncNext == param && gradOnHost;
+  // (An update that reads a staged gradient runs at its call.)
+  async = async && gradOnHost;
   ++offload.hostSteps;
   if (async)
     ++offload.asyncHostSteps;
-  if (asyncNext && asyncNext != param)
-    fatal("%s: ztrt_update_async named the parameter at %p, the update is "
-          "of the parameter at %p (the call must come right before its "
-          "update)",
-          op, asyncNext, param);
-  asyncNext = nullptr;
   if (async) {
     // After this point of the compute stream the spill has landed (its
     // wait came before the update) and nothing issued earlier reads the
@@ -631,8 +627,8 @@ void ztrt_ctx::runHostStep(void *param, DType paramType, const void *grad,
 }
 
 void ztrt_ctx::runHostStepTiles(HostStepJob &job, bool async) {
-  const bool gradOnHost = hostGradient(job.grad);
-  const bool paramOnHost = mappedHost(job.param);
+  const bool gradOnHost = job.gradOnHost;
+  const bool paramOnHost = job.paramOnHost;
   const int64_t gradElem = elementBytes(job.gradType);
   const int64_t paramElem = elementBytes(job.paramType);
   const int64_t perElement =
@@ -776,6 +772,17 @@ void ztrt_ctx::markUpdateAsync(const void *param, const char *op) {
   // A host backend runs every update where it is, synchronously.
   if (!impl->hostResident())
     asyncNext = param;
+}
+
+bool ztrt_ctx::takeUpdateAsync(const void *param, const char *op) {
+  const void *announced = asyncNext;
+  asyncNext = nullptr;
+  if (announced && announced != param)
+    fatal("%s: ztrt_update_async named the parameter at %p, the update is "
+          "of the parameter at %p (the call must come right before its "
+          "update)",
+          op, announced, param);
+  return announced != nullptr;
 }
 
 void ztrt_ctx::waitUpdate(const void *param) {

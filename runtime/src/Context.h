@@ -270,9 +270,13 @@ struct ztrt_ctx {
   using HostKernel =
       std::function<void(ztrt::Backend &, void *param, const void *grad,
                          int64_t offset, int64_t count)>;
+  /// `async`: the update was announced by ztrt_update_async
+  /// (takeUpdateAsync); it then runs on the host step thread when its
+  /// gradient is a spilled host copy.
   void runHostStep(void *param, ztrt::DType paramType, const void *grad,
                    ztrt::DType gradType, int64_t n, bool writesParamOnly,
-                   const HostKernel &kernel, const char *op);
+                   const HostKernel &kernel, const char *op,
+                   bool async = false);
   /// The host step buffer's halves' parameter uploads in flight (-1:
   /// none); awaitHostStepUploads retires them.
   int64_t hostStepUploads[2] = {-1, -1};
@@ -284,6 +288,11 @@ struct ztrt_ctx {
   /// completion is ztrt_update_wait(param), which the compiler places
   /// before the parameter's next reader. Any other update runs as before.
   void markUpdateAsync(const void *param, const char *op);
+  /// Every update call starts with this: whether ztrt_update_async
+  /// announced it (fatal, naming both, when it announced another
+  /// parameter); the announcement is used up either way (a skipped
+  /// update, one on the device, ...).
+  bool takeUpdateAsync(const void *param, const char *op);
   /// ztrt_update_wait: blocks until the asynchronous host step of `param`
   /// has run on the host and enqueued its upload, and makes the compute
   /// stream wait for that upload. A no-op when the update ran
@@ -510,6 +519,9 @@ private:
     bool writesParamOnly = false;
     HostKernel kernel;
     const char *op = nullptr;
+    /// Where the gradient and the parameter are (looked up on the step's
+    /// thread, which owns the allocation tables).
+    bool gradOnHost = false, paramOnHost = false;
     int64_t ready = -1;
     // Set by the host step thread when done (under hostStepMutex):
     bool done = false;

@@ -520,6 +520,18 @@ TEST_F(CudaConformanceTest, AsynchronousHostStepMisuseIsOneLine) {
   EXPECT_EQ(x->pendingHostSteps(), 0u);
   EXPECT_EQ(x->offload.asyncHostSteps, 0);
   ztrt_update_wait(x, p.dev);
+  // An announced update that runs on the device (its states are device
+  // memory) uses the announcement up too: the next one and the step's end
+  // are fine.
+  auto dm = twin(std::vector<float>(n, 0.0f)), dv = twin(std::vector<float>(n, 0.0f));
+  ztrt_update_async(x, p.dev);
+  ztrt_adam_update(x, ZTRT_F32, p.dev, q.dev, dm.dev, dv.dev, n, 1e-3, 0.9,
+                   0.999, 1e-8, 0.0, 0);
+  ztrt_update_async(x, q.dev);
+  ztrt_adam_update(x, ZTRT_F32, q.dev, p.dev, dm.dev, dv.dev, n, 1e-3, 0.9,
+                   0.999, 1e-8, 0.0, 0);
+  x->requireUpdatesWaited("step 1");
+  EXPECT_EQ(x->pendingHostSteps(), 0u);
 }
 
 TEST_F(CudaConformanceTest, MatmulMatchesUpToSummationOrder) {
