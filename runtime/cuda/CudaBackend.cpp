@@ -261,10 +261,11 @@ public:
     cudaFreeHost(staging);
     cudaFree(slots);
     cuda::cublas().destroy(handle);
-    if (copies) {
-      cudaStreamSynchronize(copies);
-      cudaStreamDestroy(copies);
-    }
+    for (cudaStream_t s : {copies, hostStepCopies})
+      if (s) {
+        cudaStreamSynchronize(s);
+        cudaStreamDestroy(s);
+      }
     cudaStreamDestroy(comm);
     cudaStreamDestroy(compute);
   }
@@ -308,13 +309,15 @@ public:
   void synchronize() override {
     awaitStream(comm);
     awaitStream(compute);
-    cudaStream_t copyStreamNow = nullptr;
+    cudaStream_t copyStreams[2] = {nullptr, nullptr};
     {
       std::lock_guard<std::mutex> lock(fenceMutex);
-      copyStreamNow = copies;
+      copyStreams[0] = copies;
+      copyStreams[1] = hostStepCopies;
     }
-    if (copyStreamNow)
-      check(cudaStreamSynchronize(copyStreamNow), "cudaStreamSynchronize");
+    for (cudaStream_t s : copyStreams)
+      if (s)
+        check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
     for (const Staged &s : staged)
       std::memcpy(s.hostDst, staging + s.offset, s.bytes);
     staged.clear();
@@ -497,15 +500,17 @@ public:
   }
 
   int64_t copyFromHostOnCopyStream(void *dst, const void *hostSrc,
-                                   int64_t bytes, int64_t after) override {
+                                   int64_t bytes, int64_t after,
+                                   int lane = 0) override {
     return copyOnCopyStream(dst, hostSrc, bytes, after,
-                            cudaMemcpyHostToDevice);
+                            cudaMemcpyHostToDevice, lane);
   }
 
   int64_t copyToHostOnCopyStream(void *hostDst, const void *src,
-                                 int64_t bytes, int64_t after) override {
+                                 int64_t bytes, int64_t after,
+                                 int lane = 0) override {
     return copyOnCopyStream(hostDst, src, bytes, after,
-                            cudaMemcpyDeviceToHost);
+                            cudaMemcpyDeviceToHost, lane);
   }
 
   void waitFenceOnDevice(int64_t fence) override {
@@ -542,9 +547,9 @@ public:
 private:
   /// A copy on the copy stream once fence `after` has passed; its fence.
   int64_t copyOnCopyStream(void *dst, const void *src, int64_t bytes,
-                           int64_t after, cudaMemcpyKind kind) {
+                           int64_t after, cudaMemcpyKind kind, int lane) {
     std::lock_guard<std::mutex> lock(fenceMutex);
-    cudaStream_t s = copyStream();
+    cudaStream_t s = copyStream(lane);
     if (after >= 0)
       check(cudaStreamWaitEvent(s, fenceEvent(after), 0),
             "cudaStreamWaitEvent");
@@ -556,11 +561,12 @@ private:
     return recordFence(s);
   }
 
-  cudaStream_t copyStream() {
-    if (!copies)
-      check(cudaStreamCreateWithFlags(&copies, cudaStreamNonBlocking),
+  cudaStream_t copyStream(int lane) {
+    cudaStream_t &s = lane == kHostStepLane ? hostStepCopies : copies;
+    if (!s)
+      check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
             "cudaStreamCreate");
-    return copies;
+    return s;
   }
 
   /// An event recorded on `stream` now, by fence number.
@@ -1378,6 +1384,9 @@ private:
   cudaStream_t compute = nullptr, comm = nullptr;
   /// zero-offload's swap copies, beside the kernels (created on first use).
   cudaStream_t copies = nullptr;
+  /// The host step thread's copies (Backend::kHostStepLane): parameters
+  /// down and up beside the swaps and spills (created on first use).
+  cudaStream_t hostStepCopies = nullptr;
   cudaMemPool_t pool = nullptr;
   cublasHandle_t handle = nullptr;
   ncclComm_t ncclComm = nullptr;

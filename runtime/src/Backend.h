@@ -167,17 +167,25 @@ public:
   /// recordFence, waitFenceOnDevice, fenceReached, awaitFence) may come
   /// from two threads at once: the step's and the host step thread
   /// (ztrt_update_async); the other calls only from the step's.
+  /// `lane` picks the copy stream: 0, the swaps' and spills' (the step's
+  /// thread); kHostStepLane, the host step thread's own, so that its
+  /// copies do not queue behind spills that wait for later kernels.
+  static constexpr int kHostStepLane = 1;
   virtual int64_t copyFromHostOnCopyStream(void *dst, const void *hostSrc,
-                                           int64_t bytes, int64_t after) {
+                                           int64_t bytes, int64_t after,
+                                           int lane = 0) {
     (void)after;
+    (void)lane;
     copyFromHost(dst, hostSrc, bytes);
     return 0;
   }
   /// The same, device memory to pinned host memory: hostDst holds the
   /// bytes once the returned fence has passed.
   virtual int64_t copyToHostOnCopyStream(void *hostDst, const void *src,
-                                         int64_t bytes, int64_t after) {
+                                         int64_t bytes, int64_t after,
+                                         int lane = 0) {
     (void)after;
+    (void)lane;
     copyToHost(hostDst, src, bytes);
     return 0;
   }

@@ -696,7 +696,8 @@ void ztrt_ctx::runHostStepTiles(HostStepJob &job, bool async) {
           // On the copy stream: the compute stream went past the update's
           // call already, and later work does not write the parameter.
           impl->awaitFence(impl->copyToHostOnCopyStream(
-              hostParam, deviceParam, count * paramElem, -1));
+              hostParam, deviceParam, count * paramElem, -1,
+              Backend::kHostStepLane));
         } else {
           impl->copyToHost(hostParam, deviceParam, count * paramElem);
         }
@@ -718,7 +719,8 @@ void ztrt_ctx::runHostStepTiles(HostStepJob &job, bool async) {
         noteCopy(ready);
       }
       last = hostStepUploads[h] = impl->copyFromHostOnCopyStream(
-          deviceParam, hostParam, count * paramElem, ready);
+          deviceParam, hostParam, count * paramElem, ready,
+          async ? Backend::kHostStepLane : 0);
     }
   }
   job.lastUpload = last;
