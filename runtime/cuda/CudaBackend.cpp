@@ -270,6 +270,10 @@ public:
     cudaStreamDestroy(compute);
   }
 
+  void bindThread() override {
+    check(cudaSetDevice(device), "cudaSetDevice");
+  }
+
   const char *name() const override { return "cuda"; }
   std::string deviceName() const override {
     return cudaDeviceDescription(options.device);

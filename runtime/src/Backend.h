@@ -101,6 +101,11 @@ public:
   /// thread calls it so that the sums of reducing collectives respect
   /// --threads: thread-count settings like OpenMP's are per thread.
   virtual void adoptThreads(int threads) = 0;
+  /// Makes the calling thread, other than the one that created the
+  /// backend, use its device (the host step thread calls it first: a
+  /// device backend's streams and events belong to one device, and a new
+  /// thread's current device is the first one).
+  virtual void bindThread() {}
 
   /// Called once by the context, before any collective, with the job's
   /// communicator (a device backend bootstraps its transport here: every

@@ -668,16 +668,14 @@ void ztrt_ctx::runHostStepTiles(HostStepJob &job, bool async) {
     const int h = static_cast<int>(index % 2);
     char *staging = tile < n ? buffer + h * half : buffer;
     // That half's upload of two tiles ago (or of an earlier update) still
-    // reads it.
-    if (hostStepUploads[h] >= 0) {
-      impl->awaitFence(hostStepUploads[h]);
-      hostStepUploads[h] = -1;
-    }
-    if (tile >= n && hostStepUploads[1 - h] >= 0) {
-      // A whole update uses the whole buffer: the other half's too.
-      impl->awaitFence(hostStepUploads[1 - h]);
-      hostStepUploads[1 - h] = -1;
-    }
+    // reads it; a whole update uses the whole buffer: the other half's
+    // too. (Nothing staged, nothing to wait for.)
+    for (int k : {h, 1 - h})
+      if (perElement > 0 && (k == h || tile >= n) &&
+          hostStepUploads[k] >= 0) {
+        impl->awaitFence(hostStepUploads[k]);
+        hostStepUploads[k] = -1;
+      }
     const void *hostGrad =
         static_cast<const char *>(job.grad) + offset * gradElem;
     if (!gradOnHost) {
@@ -738,6 +736,11 @@ void ztrt_ctx::hostStepThreadMain() {
   const char *delayText = std::getenv("ZTRT_HOST_STEP_DELAY_US");
   const long long maxDelay = delayText ? std::atoll(delayText) : 0;
   std::minstd_rand delays(static_cast<unsigned>(maxDelay));
+  // The rank's device for the copies and fences made here, and --threads
+  // for the kernels' loops (OpenMP's thread count is per thread).
+  impl->bindThread();
+  if (hostStepThreads > 0)
+    hostKernels->adoptThreads(hostStepThreads);
   std::unique_lock<std::mutex> lock(hostStepMutex);
   for (;;) {
     hostStepWork.wait(lock,

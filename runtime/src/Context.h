@@ -539,7 +539,6 @@ private:
   void hostStepThreadMain();
   /// The parameter the next update may run asynchronously (update_async).
   const void *asyncNext = nullptr;
-  const char *asyncNextOp = nullptr;
   /// Jobs handed to the host step thread, in order; the done ones stay
   /// until their ztrt_update_wait.
   std::vector<std::shared_ptr<HostStepJob>> hostStepJobs;

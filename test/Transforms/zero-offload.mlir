@@ -21,6 +21,8 @@
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam precision=fp16 clip-grad-norm=1" --zero-partition="stage=2 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=CHECKS
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=2 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --lower-to-runtime | FileCheck %s --check-prefix=ASYNC
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=ASYNC0
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --ztrain-zero="stage=2 dp=2 overlap=true offload-optimizer=cpu" | FileCheck %s --check-prefix=ASYNCO
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=nvme optimizer=cpu" | FileCheck %s --check-prefix=ASYNCNVME
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEP
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam precision=bf16" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEP16
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEPP
@@ -210,6 +212,31 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // ASYNC0-NEXT: dist.update_wait @b1, %[[G1]] : tensor<8xf32>
 // ASYNC0-NEXT: dist.update_wait @w1, %[[G0]] : tensor<8x4xf32>
 // ASYNC0-NEXT: return
+// With --overlap the all-gathers are started after the updates and waited
+// at the end: each start (and its update's wait before it) moves to just
+// before the first of those waits, so every host step is queued before
+// the step thread waits for the first, and the gathers stay in flight
+// together.
+// ASYNCO-LABEL: func.func @loss(
+// ASYNCO: train.adam_update @w1, %[[G0:[0-9]+]] {{.*}}dist.async_update
+// ASYNCO: train.adam_update @b1, %[[G1:[0-9]+]] {{.*}}dist.async_update
+// ASYNCO: train.adam_update @w2, %[[G2:[0-9]+]] {{.*}}dist.async_update
+// ASYNCO-NEXT: dist.update_wait @w1, %[[G0]]
+// ASYNCO-NEXT: %[[S0:[0-9]+]] = dist.all_gather_param_start @w1 on @dp
+// ASYNCO-NEXT: dist.update_wait @b1, %[[G1]]
+// ASYNCO-NEXT: %[[S1:[0-9]+]] = dist.all_gather_param_start @b1 on @dp
+// ASYNCO-NEXT: dist.update_wait @w2, %[[G2]]
+// ASYNCO-NEXT: %[[S2:[0-9]+]] = dist.all_gather_param_start @w2 on @dp
+// ASYNCO-NEXT: dist.wait %[[S0]]
+// ASYNCO-NEXT: dist.wait %[[S1]]
+// ASYNCO-NEXT: dist.wait %[[S2]]
+// A parameter on nvme is swapped out right after its update: those
+// updates stay synchronous (their host step runs at the call).
+// ASYNCNVME-LABEL: func.func @loss(
+// ASYNCNVME: train.adam_update @w2, {{.*}}dist.host_gradient
+// ASYNCNVME-NOT: dist.async_update
+// ASYNCNVME-NOT: dist.update_wait
+// ASYNCNVME: return
 
 // Clipping's and the loss scaler's chains read every gradient before the
 // updates: each link moves up to right after its gradient's spill starts

@@ -51,6 +51,10 @@ PLACEMENTS = {
     # Half the parameter shards in host memory (stepped where they are),
     # the other half on the device (staged through the host step buffer).
     "params-half": "offload-optimizer=cpu offload-param=cpu offload-param-ratio=0.5",
+    # Parameter shards on nvme, states in host memory: the host step reads
+    # a spilled gradient, but the shard's swap-out follows its update, so
+    # that update stays synchronous.
+    "params-nvme-states-cpu": "offload-optimizer=cpu offload-param=nvme",
     # Streamed in chunks (one rank: the MLP weights' 4096 elements in two).
     "chunks": "offload-optimizer=nvme sub-group-size=2048",
     # Stage 3: parameter shards in host memory, their updates' states
@@ -70,7 +74,8 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
     init, data = inputs(tmp_path, spec, STEPS * n * spec.batch)
     nvme = swap_dir(tmp_path)
     offloads = ["none", "cpu", "nvme", "half", "chunks"] + \
-        (["infinity", "params-cpu", "params-half", "params-cpu-chunks"] if stage == 3 else [])
+        (["infinity", "params-cpu", "params-half", "params-cpu-chunks",
+          "params-nvme-states-cpu"] if stage == 3 else [])
     # Every plan and executable first (the GPU kit compiles them into its
     # cache, scripts/gpu-kit.sh); then a world of one probes the runtime
     # (skips where it has no cuda backend).
@@ -130,7 +135,7 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
             # parameter in device memory is staged through one pinned
             # buffer: nothing to stage only when every parameter is
             # host-placed and every gradient spilled.
-            spills = offload in ("cpu", "params-cpu", "params-half")
+            spills = offload in ("cpu", "params-cpu", "params-half", "params-nvme-states-cpu")
             assert mem["host_step_buffers"] == on_device["host_step_buffers"], offload
             assert (on_device["host_step_buffers"] > 0) == (offload != "params-cpu"), \
                 (offload, on_device)
@@ -142,8 +147,9 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
             # and runs on the host step thread until its dist.update_wait;
             # nvme states' updates (staged gradients) run at their call.
             assert io["host_steps"] > 0, (offload, io)
+            asynchronous = spills and offload != "params-nvme-states-cpu"
             assert io["asynchronous_host_steps"] == \
-                (io["host_steps"] if spills else 0), (offload, io)
+                (io["host_steps"] if asynchronous else 0), (offload, io)
             if offload == "cpu":
                 # Gradients down (spilled), parameters up, nothing of the
                 # states: in fp32 the parameter goes down too (the update

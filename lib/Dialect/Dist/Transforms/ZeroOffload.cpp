@@ -408,46 +408,74 @@ void ZeroOffloadPass::spillGradients(func::FuncOp fn) {
 /// lives until the wait.
 void ZeroOffloadPass::completeAsyncUpdates(func::FuncOp fn) {
   Block &body = fn.getBody().front();
+  SymbolTable table(fn->getParentOfType<ModuleOp>());
   OpBuilder b(fn.getContext());
-  for (auto update :
-       llvm::to_vector(body.getOps<train::OptimizerUpdateOpInterface>())) {
+  auto names = [](Operation *op, FlatSymbolRefAttr param) {
+    std::optional<SymbolTable::UseRange> uses = SymbolTable::getSymbolUses(op);
+    // (Unknown uses: assume it reads the parameter.)
+    return !uses || llvm::any_of(*uses, [&](const SymbolTable::SymbolUse &u) {
+      return u.getSymbolRef().getRootReference() == param.getAttr();
+    });
+  };
+  // Whether an op from `from` (excluded) up to `to` (excluded; null: the
+  // terminator) names the parameter.
+  auto namedBetween = [&](Operation *from, Operation *to,
+                          FlatSymbolRefAttr param) {
+    for (Operation *next = from->getNextNode();
+         next && next != to && !next->hasTrait<OpTrait::IsTerminator>();
+         next = next->getNextNode())
+      if (names(next, param))
+        return true;
+    return false;
+  };
+  auto updates =
+      llvm::to_vector(body.getOps<train::OptimizerUpdateOpInterface>());
+  // With --overlap the parameters' all-gathers are started after their
+  // updates and waited at the end of the step: the first of those waits
+  // after the last update.
+  Operation *firstGatherWait = nullptr;
+  if (!updates.empty())
+    for (Operation *next = updates.back()->getNextNode(); next;
+         next = next->getNextNode())
+      if (auto wait = dyn_cast<WaitOp>(next);
+          wait && isa_and_nonnull<AllGatherParamStartOp>(wait.getStart())) {
+        firstGatherWait = next;
+        break;
+      }
+  for (train::OptimizerUpdateOpInterface update : updates) {
     Operation *op = update;
     if (!op->hasAttr(kHostGradientAttr) || op->hasAttr(kChunkAttr))
       continue;
     FlatSymbolRefAttr param = update.getUpdatedParam();
+    // A parameter on nvme is swapped out right after its update (from a
+    // buffer the plan then reuses): its update stays synchronous.
+    if (Operation *p = table.lookup(param.getAttr()))
+      if (auto space = p->getAttrOfType<MemorySpaceAttr>(kSpaceAttr);
+          space && space.getValue() == MemorySpace::nvme)
+        continue;
     Operation *reader = op->getNextNode();
-    for (; reader && !reader->hasTrait<OpTrait::IsTerminator>();
-         reader = reader->getNextNode()) {
-      std::optional<SymbolTable::UseRange> uses =
-          SymbolTable::getSymbolUses(reader);
-      // (Unknown uses: assume it reads the parameter.)
-      if (!uses || llvm::any_of(*uses, [&](const SymbolTable::SymbolUse &u) {
-            return u.getSymbolRef().getRootReference() == param.getAttr();
-          }))
-        break;
-    }
-    // A synchronous all-gather of the parameter (stages 1-2) moves to the
-    // end of the step, after the other updates, when nothing after it
-    // names the parameter: the host steps queued meanwhile run while the
-    // step thread waits for this one and the device gathers it.
+    while (reader && !reader->hasTrait<OpTrait::IsTerminator>() &&
+           !names(reader, param))
+      reader = reader->getNextNode();
+    // The parameter's all-gather (stages 1-2) moves to the end of the
+    // step, after the other updates, when nothing after it names the
+    // parameter: the host steps queued meanwhile run while the step
+    // thread waits for this one and the device gathers it. Without
+    // --overlap the synchronous gather goes before the return; with it the
+    // gather's start goes before the first gather wait (its own wait is
+    // one of those), so the gathers stay in flight together.
     if (auto gather = dyn_cast_or_null<AllGatherParamOp>(reader);
-        gather && gather.getParamAttr() == param) {
-      bool named = false;
-      for (Operation *next = gather->getNextNode();
-           next && !next->hasTrait<OpTrait::IsTerminator>() && !named;
-           next = next->getNextNode()) {
-        std::optional<SymbolTable::UseRange> uses =
-            SymbolTable::getSymbolUses(next);
-        named = !uses ||
-                llvm::any_of(*uses, [&](const SymbolTable::SymbolUse &u) {
-                  return u.getSymbolRef().getRootReference() ==
-                         param.getAttr();
-                });
-      }
-      if (!named)
-        gather->moveBefore(body.getTerminator());
-    }
-    b.setInsertionPoint(reader ? reader : body.getTerminator());
+        gather && gather.getParamAttr() == param &&
+        !namedBetween(gather, nullptr, param))
+      gather->moveBefore(body.getTerminator());
+    if (auto start = dyn_cast_or_null<AllGatherParamStartOp>(reader);
+        start && start.getParamAttr() == param && firstGatherWait &&
+        start->isBeforeInBlock(firstGatherWait) &&
+        !namedBetween(start, firstGatherWait, param))
+      start->moveBefore(firstGatherWait);
+    b.setInsertionPoint(reader && !reader->hasTrait<OpTrait::IsTerminator>()
+                            ? reader
+                            : body.getTerminator());
     UpdateWaitOp::create(b, op->getLoc(), param, update.getGradient());
     op->setAttr(kAsyncUpdateAttr, b.getUnitAttr());
     ++numAsyncUpdates;
