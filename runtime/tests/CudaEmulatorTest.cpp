@@ -187,6 +187,40 @@ TEST(CudaEmulatorTest, StreamWaitEventOrdersAcrossStreams) {
   cudaFree(b);
 }
 
+TEST(CudaEmulatorTest, StreamsAndEventsBelongToTheirThreadsDevice) {
+  // cudaSetDevice is per thread: a thread that never called it creates on
+  // device 0, and an event of one device recorded on another device's
+  // stream is an invalid handle, as on a GPU (the host step thread binds
+  // its rank's device for this reason).
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  cudaStream_t s1;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  std::thread([&] {
+    ASSERT_EQ(cudaEventCreateWithFlags(&e0, cudaEventDisableTiming),
+              cudaSuccess);
+  }).join();
+  ASSERT_EQ(cudaEventCreateWithFlags(&e1, cudaEventDisableTiming),
+            cudaSuccess);
+  EXPECT_EQ(cudaEventRecord(e0, s1), cudaErrorInvalidResourceHandle);
+  cudaGetLastError();
+  EXPECT_EQ(cudaEventRecord(e1, s1), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(s1), cudaSuccess);
+  // Waiting on another device's event is fine (CUDA allows it).
+  cudaStream_t s0 = nullptr;
+  std::thread([&] {
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking),
+              cudaSuccess);
+  }).join();
+  EXPECT_EQ(cudaStreamWaitEvent(s0, e1, 0), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(s0), cudaSuccess);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(s0);
+  cudaStreamDestroy(s1);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+}
+
 TEST(CudaEmulatorTest, PageableCopiesCompleteOnReturnPinnedOnesAtSync) {
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);

@@ -23,6 +23,10 @@
 // (ZTRT_CUDAEMU_DELAY_US makes such races likely). The legacy
 // default stream (0) runs work at once on the calling thread (the
 // backend's streams are non-blocking: nothing orders them with it).
+// Streams and events belong to the device current on the thread that
+// created them (cudaSetDevice is per thread, device 0 until called);
+// recording an event on another device's stream fails as on a GPU
+// (cudaErrorInvalidResourceHandle).
 //
 //===----------------------------------------------------------------------===//
 
@@ -53,6 +57,9 @@ struct Stream {
   std::deque<std::function<void()>> work;
   bool busy = false, stopping = false;
   int priority = 0;
+  /// The device current on the creating thread (cudaSetDevice is per
+  /// thread): an event may only be recorded on a stream of its own device.
+  int device = 0;
   std::thread worker;
   // ZTRT_CUDAEMU_DELAY_US: each operation starts after a random delay of
   // up to that many microseconds, so that streams a program fails to order
@@ -122,6 +129,7 @@ struct EventState {
 
 struct Event {
   unsigned flags = 0;
+  int device = 0; // (as Stream::device)
   std::shared_ptr<EventState> state = std::make_shared<EventState>();
 };
 
@@ -874,6 +882,7 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t *stream, unsigned flags,
     return fail(cudaErrorInvalidValue);
   auto *s = new Stream;
   s->priority = priority;
+  s->device = currentDevice();
   {
     std::lock_guard<std::mutex> lock(registry().mutex);
     registry().streams.insert(s);
@@ -947,6 +956,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned flags) {
     return fail(cudaErrorInvalidValue);
   auto *e = new Event;
   e->flags = flags;
+  e->device = currentDevice();
   {
     std::lock_guard<std::mutex> lock(registry().mutex);
     registry().events.insert(e);
@@ -972,6 +982,10 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   ZTRT_STICKY();
   if (!validEvent(event) || !validStream(stream))
+    return fail(cudaErrorInvalidResourceHandle);
+  // As on a GPU: an event and the stream it is recorded on belong to one
+  // device (a thread that forgot cudaSetDevice creates them on device 0).
+  if (event->device != (stream ? stream->device : currentDevice()))
     return fail(cudaErrorInvalidResourceHandle);
   std::shared_ptr<EventState> st = event->state;
   uint64_t generation;
