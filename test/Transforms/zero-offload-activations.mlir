@@ -29,9 +29,11 @@
 
 // REPORT: "offload": {
 // REPORT-NEXT: "device_backend": {
+// REPORT-NEXT: "asynchronous_host_steps_per_step": 0,
 // REPORT-NEXT: "device_peak": [[#PEAK:]],
 // REPORT-NEXT: "device_to_host_per_step": 32,
 // REPORT-NEXT: "host_step_buffers": 0,
+// REPORT-NEXT: "host_steps_per_step": 0,
 // REPORT-NEXT: "host_to_device_per_step": 32
 // REPORT-NEXT: },
 // REPORT-NEXT: "host": {

@@ -275,6 +275,7 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // HSTEP-NEXT: host: optimizer states 256
 // HSTEP: gradients -> host 128
 // HSTEP: host: step buffers 64
+// HSTEP-NEXT: host steps per step 3 (3 asynchronous)
 // HSTEP-NEXT: host -> device per step 128
 // HSTEP-NEXT: device -> host per step 256
 // bf16 with f32 masters (12 bytes per element on the host): the bf16
@@ -285,6 +286,7 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // HSTEP16: host: gradients 72
 // HSTEP16-NEXT: host: optimizer states 384
 // HSTEP16: host: step buffers 32
+// HSTEP16-NEXT: host steps per step 3 (3 asynchronous)
 // HSTEP16-NEXT: host -> device per step 64
 // HSTEP16-NEXT: device -> host per step 64
 // Parameters in host memory too (stage 3): the host step updates them where
@@ -325,11 +327,15 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // goes down and its parameter down and back up (stage 1: this rank's
 // 16 + 8 + 8 elements of the padded parameters, 128 bytes of each), staged
 // through one buffer sized for the largest (w1's 16 elements: 64 + 64).
+// Three host steps per step, none asynchronous (their gradients are
+// staged).
 // REPORT: "offload": {
 // REPORT-NEXT: "device_backend": {
+// REPORT-NEXT: "asynchronous_host_steps_per_step": 0,
 // REPORT-NEXT: "device_peak": [[#DEV:]],
 // REPORT-NEXT: "device_to_host_per_step": 256,
 // REPORT-NEXT: "host_step_buffers": 128,
+// REPORT-NEXT: "host_steps_per_step": 3,
 // REPORT-NEXT: "host_to_device_per_step": 128
 // REPORT-NEXT: },
 // REPORT-NEXT: "host": {

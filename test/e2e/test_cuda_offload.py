@@ -150,6 +150,11 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
             asynchronous = spills and offload != "params-nvme-states-cpu"
             assert io["asynchronous_host_steps"] == \
                 (io["host_steps"] if asynchronous else 0), (offload, io)
+            # As many as zero-report says, per step.
+            assert io["host_steps"] == STEPS * on_device["host_steps_per_step"], \
+                (offload, io, on_device)
+            assert io["asynchronous_host_steps"] == \
+                STEPS * on_device["asynchronous_host_steps_per_step"], (offload, io, on_device)
             if offload == "cpu":
                 # Gradients down (spilled), parameters up, nothing of the
                 # states: in fp32 the parameter goes down too (the update

@@ -77,6 +77,9 @@ struct Report {
   /// writes it) and back up, staged through one pinned buffer sized for the
   /// largest such update.
   int64_t hostStepToDevice = 0, hostStepToHost = 0, hostStepBuffers = 0;
+  /// Host steps per step, and how many of them run on the runtime's host
+  /// step thread (dist.async_update, reading a spilled gradient).
+  int64_t hostSteps = 0, asyncHostSteps = 0;
   /// The bytes those host steps read and write in host memory: gradient,
   /// parameter, every state read and written.
   int64_t hostStepBytes = 0;
@@ -414,6 +417,9 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
           times * (step->gradBytes + (step->master ? 0 : step->paramBytes));
       r.hostStepToDevice += times * step->paramBytes;
       r.hostStepBuffers = std::max(r.hostStepBuffers, step->bufferBytes());
+      r.hostSteps += times;
+      if (op->hasAttr(kAsyncUpdateAttr) && step->gradBytes == 0)
+        r.asyncHostSteps += times;
       train::ParamOp p = symbols.lookupNearestSymbolFrom<train::ParamOp>(
           module, update.getUpdatedParam());
       // (It reads the gradient in host memory, spilled or staged.)
@@ -551,6 +557,9 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
     row("device peak", r.devicePeakOnDevice());
     if (r.hostStepBuffers)
       row("host: step buffers", r.hostStepBuffers);
+    if (r.hostSteps)
+      os << llvm::formatv("  host steps per step {0,17} ({1} asynchronous)\n",
+                          r.hostSteps, r.asyncHostSteps);
     row("host -> device per step", r.hostToDevice());
     row("device -> host per step", r.deviceToHost());
   }
@@ -666,6 +675,9 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
            {"device_backend",
             llvm::json::Object{{"device_peak", r.devicePeakOnDevice()},
                                {"host_step_buffers", r.hostStepBuffers},
+                               {"host_steps_per_step", r.hostSteps},
+                               {"asynchronous_host_steps_per_step",
+                                r.asyncHostSteps},
                                {"host_to_device_per_step", r.hostToDevice()},
                                {"device_to_host_per_step",
                                 r.deviceToHost()}}}}},
