@@ -97,6 +97,19 @@ int64_t nanosBetween(Clock::time_point from, Clock::time_point to) {
       .count();
 }
 
+/// A host step's tile, in elements: the whole update when it fits the
+/// buffer (or stages nothing); else half of the buffer (64-byte aligned
+/// halves), alternating halves, so that a tile's parameter upload (on a
+/// copy stream) overlaps the next tile's download and kernel. The compiler
+/// sizes the buffer so (dist::HostStep::bufferBytes). 0: not one element
+/// fits. The updates are elementwise: tiles compute the whole update's
+/// values.
+int64_t hostStepTile(int64_t n, int64_t perElement, int64_t bufferBytes) {
+  if (perElement == 0 || n * perElement <= bufferBytes)
+    return n;
+  return bufferBytes / 2 / 64 * 64 / perElement;
+}
+
 } // namespace
 
 ztrt_ctx::ztrt_ctx(std::unique_ptr<Backend> backend,
@@ -576,10 +589,7 @@ void ztrt_ctx::runHostStep(void *param, DType paramType, const void *grad,
   const int64_t paramElem = elementBytes(paramType);
   const int64_t perElement =
       (gradOnHost ? 0 : gradElem) + (paramOnHost ? 0 : paramElem);
-  // (Tiles of half the buffer when the update does not fit it whole:
-  // runHostStepTiles.)
-  if (n > 0 && perElement > 0 && n * perElement > hostStepBufferBytes &&
-      hostStepBufferBytes / 2 / 64 * 64 / perElement < 1)
+  if (n > 0 && hostStepTile(n, perElement, hostStepBufferBytes) < 1)
     fatal("%s: the host step needs %lld bytes of staging per element, the "
           "host step buffer has %lld bytes (the descriptor's "
           "host_step_buffer record is missing or too small)",
@@ -634,16 +644,8 @@ void ztrt_ctx::runHostStepTiles(HostStepJob &job, bool async) {
   const int64_t perElement =
       (gradOnHost ? 0 : gradElem) + (paramOnHost ? 0 : paramElem);
   const int64_t n = job.n;
-  // Tiles: the whole update when it fits the buffer; else tiles of half of
-  // it (64-byte aligned halves), alternating halves, so that a tile's
-  // parameter upload (on the copy stream) overlaps the next tile's
-  // download and kernel. The compiler sizes the buffer so
-  // (dist::HostStep::bufferBytes). The updates are elementwise: tiles
-  // compute the whole update's values.
   const int64_t half = hostStepBufferBytes / 2 / 64 * 64;
-  int64_t tile = n;
-  if (perElement > 0 && n * perElement > hostStepBufferBytes)
-    tile = half / perElement;
+  const int64_t tile = hostStepTile(n, perElement, hostStepBufferBytes);
   if (async) {
     // Host backends never get here. The compute stream reaches the
     // update's call: the spilled gradient is in host memory. (The host
