@@ -610,15 +610,13 @@ void ztrt_ctx::runHostStep(void *param, DType paramType, const void *grad,
       offload.deviceToHostBytes += n * paramElem;
     offload.hostToDeviceBytes += n * paramElem;
   }
-  // (An update that reads a staged gradient runs at its call.)
-  async = async && gradOnHost;
   ++offload.hostSteps;
   if (async)
     ++offload.asyncHostSteps;
   if (async) {
-    // After this point of the compute stream the spill has landed (its
-    // wait came before the update) and nothing issued earlier reads the
-    // parameter's old values any more.
+    // After this point of the compute stream the gradient is final (a
+    // spill has landed: its wait came before the update) and nothing
+    // issued earlier reads the parameter's old values any more.
     job->ready = impl->recordFence();
     std::lock_guard<std::mutex> lock(hostStepMutex);
     if (!hostStepThread.joinable())
@@ -648,8 +646,8 @@ void ztrt_ctx::runHostStepTiles(HostStepJob &job, bool async) {
   const int64_t tile = hostStepTile(n, perElement, hostStepBufferBytes);
   if (async) {
     // Host backends never get here. The compute stream reaches the
-    // update's call: the spilled gradient is in host memory. (The host
-    // step's time starts there.)
+    // update's call: a spilled gradient is in host memory, a device one is
+    // final. (The host step's time starts there.)
     impl->awaitFence(job.ready);
     job.begin = Clock::now();
   } else {
@@ -681,10 +679,17 @@ void ztrt_ctx::runHostStepTiles(HostStepJob &job, bool async) {
     const void *hostGrad =
         static_cast<const char *>(job.grad) + offset * gradElem;
     if (!gradOnHost) {
-      // Gradients down: waits for the kernels that made this one (the
-      // compute stream runs everything issued before it). (Asynchronous
-      // host steps read spilled gradients only.)
-      impl->copyToHost(staging, hostGrad, count * gradElem);
+      // Gradients down. Synchronously: waits for the kernels that made
+      // this one (the compute stream runs everything issued before it).
+      // Asynchronously: on the copy stream, the compute stream went past
+      // the update's call already (nvme-placed states, whose gradient the
+      // plan keeps on the device until the update's wait).
+      if (async)
+        impl->awaitFence(impl->copyToHostOnCopyStream(
+            staging, hostGrad, count * gradElem, -1,
+            Backend::kHostStepLane));
+      else
+        impl->copyToHost(staging, hostGrad, count * gradElem);
       hostGrad = staging;
     }
     char *deviceParam = static_cast<char *>(job.param) + offset * paramElem;

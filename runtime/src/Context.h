@@ -271,8 +271,9 @@ struct ztrt_ctx {
       std::function<void(ztrt::Backend &, void *param, const void *grad,
                          int64_t offset, int64_t count)>;
   /// `async`: the update was announced by ztrt_update_async
-  /// (takeUpdateAsync); it then runs on the host step thread when its
-  /// gradient is a spilled host copy.
+  /// (takeUpdateAsync); it then runs on the host step thread, which
+  /// stages a device gradient itself (the compiler keeps it alive until
+  /// the update's wait).
   void runHostStep(void *param, ztrt::DType paramType, const void *grad,
                    ztrt::DType gradType, int64_t n, bool writesParamOnly,
                    const HostKernel &kernel, const char *op,
@@ -283,8 +284,8 @@ struct ztrt_ctx {
   void awaitHostStepUploads();
   // --- Asynchronous host steps (ztrt_update_async / ztrt_update_wait) -----
   /// ztrt_update_async: the next update, of the parameter at `param`, may
-  /// run asynchronously. A host step whose gradient is in host memory (a
-  /// spill) then goes to the host step thread and the call returns; its
+  /// run asynchronously. A host step then goes to the host step thread and
+  /// the call returns; its
   /// completion is ztrt_update_wait(param), which the compiler places
   /// before the parameter's next reader. Any other update runs as before.
   void markUpdateAsync(const void *param, const char *op);

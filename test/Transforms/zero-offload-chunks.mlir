@@ -17,12 +17,16 @@
 // CHECK-NEXT: %[[C1B:.*]] = dist.swap_in_start @w1.exp_avg_sq chunk 1 of 3
 // CHECK-NEXT: dist.wait %[[C0A]]
 // CHECK-NEXT: dist.wait %[[C0B]]
-// CHECK-NEXT: train.adam_update @w1, %[[G:.*]] states(@w1.exp_avg, @w1.exp_avg_sq) {{.*}}dist.chunk = array<i64: 0, 3>
+// CHECK-NEXT: train.adam_update @w1, %[[G:[0-9]+]] states(@w1.exp_avg, @w1.exp_avg_sq) {{.*}}dist.async_update, dist.chunk = array<i64: 0, 3>
+// Each chunk's host step is asynchronous (a device backend's host step
+// thread runs it), waited before the next use: the next chunk's update.
+// CHECK-NEXT: dist.update_wait @w1, %[[G]]
 // CHECK-NEXT: dist.swap_out_start @w1.exp_avg chunk 0 of 3
 // CHECK-NEXT: dist.swap_out_start @w1.exp_avg_sq chunk 0 of 3
 // CHECK: dist.swap_in_start @w1.exp_avg chunk 2 of 3
 // CHECK: train.adam_update @w1, %[[G]] states(@w1.exp_avg, @w1.exp_avg_sq) {{.*}}dist.chunk = array<i64: 1, 3>
 // CHECK: train.adam_update @w1, %[[G]] states(@w1.exp_avg, @w1.exp_avg_sq) {{.*}}dist.chunk = array<i64: 2, 3>
+// CHECK-NEXT: dist.update_wait @w1, %[[G]]
 // CHECK-NEXT: dist.swap_out_start @w1.exp_avg chunk 2 of 3
 // CHECK-NEXT: dist.swap_out_start @w1.exp_avg_sq chunk 2 of 3
 

@@ -21,6 +21,7 @@
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam precision=fp16 clip-grad-norm=1" --zero-partition="stage=2 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=CHECKS
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=2 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --lower-to-runtime | FileCheck %s --check-prefix=ASYNC
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=cpu" | FileCheck %s --check-prefix=ASYNC0
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme" --plan-memory --lower-to-runtime | FileCheck %s --check-prefix=ASYNCSWAP
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --ztrain-zero="stage=2 dp=2 overlap=true offload-optimizer=cpu" | FileCheck %s --check-prefix=ASYNCO
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=nvme optimizer=cpu" | FileCheck %s --check-prefix=ASYNCNVME
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEP
@@ -56,18 +57,32 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // D3-NEXT: %[[I1B:.*]] = dist.swap_in_start @[[U1]].exp_avg_sq
 // D3-NEXT: dist.wait %[[I0A]]
 // D3-NEXT: dist.wait %[[I0B]]
-// D3-NEXT: train.adam_update @[[U0]], %{{.*}} states(@[[U0]].exp_avg, @[[U0]].exp_avg_sq)
+// The update is asynchronous (its host step runs on a device backend's
+// host step thread): the next gradient's reduce-scatter is issued meanwhile,
+// and its wait comes before the next update's reads start; its states stay
+// in their buffers until then and are written back after it.
+// D3-NEXT: train.adam_update @[[U0]], %[[G0:[0-9]+]] states(@[[U0]].exp_avg, @[[U0]].exp_avg_sq) {{.*}}dist.async_update
+// D3-NEXT: dist.reduce_scatter
+// D3-NEXT: dist.update_wait @[[U0]], %[[G0]]
 // D3-NEXT: %[[O0A:.*]] = dist.swap_out_start @[[U0]].exp_avg
 // D3-NEXT: %[[O0B:.*]] = dist.swap_out_start @[[U0]].exp_avg_sq
-// ...and the third's before the second (three buffers: no write-back waited yet).
-// D3: %[[I2A:.*]] = dist.swap_in_start @[[U2:.*]].exp_avg
+// ...and the third's before the second (three buffers: the first update's
+// write-back in flight, the second's states stepping, the third's coming in).
+// D3-NEXT: %[[I2A:.*]] = dist.swap_in_start @[[U2:.*]].exp_avg
 // D3-NEXT: %[[I2B:.*]] = dist.swap_in_start @[[U2]].exp_avg_sq
 // D3-NEXT: dist.wait %[[I1A]]
 // D3-NEXT: dist.wait %[[I1B]]
 // D3-NEXT: train.adam_update @[[U1]]
-// D3: train.adam_update @[[U2]]
+// The parameters' all-gathers (stages 1-2) move to the end of the step,
+// after the updates, as for optimizer=cpu: the last host step runs while
+// the first two gather.
+// D3: train.adam_update @[[U2]], %[[G2:[0-9]+]]
+// D3-NEXT: dist.all_gather_param @[[U0]]
+// D3-NEXT: dist.all_gather_param @[[U1]]
+// D3-NEXT: dist.update_wait @[[U2]], %[[G2]]
 // D3-NEXT: %[[O2A:.*]] = dist.swap_out_start @[[U2]].exp_avg
 // D3-NEXT: %[[O2B:.*]] = dist.swap_out_start @[[U2]].exp_avg_sq
+// D3-NEXT: dist.all_gather_param @[[U2]]
 // Every write-back completes before the step ends.
 // D3: dist.wait %[[O0A]]
 // D3-NEXT: dist.wait %[[O0B]]
@@ -77,10 +92,13 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // D3-NEXT: dist.wait %[[O2B]]
 // D3-NEXT: return
 
-// One buffer: update k's read waits for update k-1's write-back; nothing
-// overlaps an update (the backward ops between them overlap the
-// write-back: the updates moved into the backward pass).
-// D1: train.adam_update @[[V0:[a-z0-9]+]],
+// One buffer: update k's read waits for update k-1's write-back; the
+// backward ops between two updates overlap the first one's host step (the
+// updates moved into the backward pass), its write-back follows its wait.
+// D1: train.adam_update @[[V0:[a-z0-9]+]], %[[H0:[0-9]+]]
+// D1-NEXT: train.relu_grad
+// D1-NEXT: train.reduce
+// D1-NEXT: dist.update_wait @[[V0]], %[[H0]]
 // D1-NEXT: %[[P0A:.*]] = dist.swap_out_start @[[V0]].exp_avg
 // D1-NEXT: %[[P0B:.*]] = dist.swap_out_start @[[V0]].exp_avg_sq
 // D1: dist.wait %[[P0A]]
@@ -92,8 +110,12 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // D1-NEXT: train.adam_update @[[V1]],
 
 // Two buffers: update k's read overlaps update k-1, after update k-2's
-// write-back completed.
-// D2: train.adam_update @[[X0:[a-z0-9]+]],
+// write-back completed (which, behind k-2's host step, has overlapped
+// nothing yet: the default of three buffers overlaps both).
+// D2: train.adam_update @[[X0:[a-z0-9]+]], %[[R0:[0-9]+]]
+// D2-NEXT: train.relu_grad
+// D2-NEXT: train.reduce
+// D2-NEXT: dist.update_wait @[[X0]], %[[R0]]
 // D2-NEXT: %[[Q0A:.*]] = dist.swap_out_start @[[X0]].exp_avg
 // D2-NEXT: %[[Q0B:.*]] = dist.swap_out_start @[[X0]].exp_avg_sq
 // D2: dist.wait %[[Q0A]]
@@ -202,6 +224,19 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // ASYNC: call @ztrt_update_wait(%arg0, %[[P0]])
 // ASYNC: call @ztrt_all_gather(
 // ASYNC-NEXT: return
+// nvme states, lowered: the update is announced and its wait names the
+// same pointer; the write-backs of its states' buffers (the pointers the
+// update stepped) come after the wait, so they write what the host step
+// wrote.
+// ASYNCSWAP: %[[IN1:[0-9]+]] = call @ztrt_swap_in(%arg0, %{{.*}}, %{{.*}}, %[[M:[0-9]+]])
+// ASYNCSWAP-NEXT: %{{.*}} = llvm.getelementptr
+// ASYNCSWAP-NEXT: %[[IN2:[0-9]+]] = call @ztrt_swap_in(%arg0, %{{.*}}, %{{.*}}, %[[V:[0-9]+]])
+// ASYNCSWAP: call @ztrt_update_async(%arg0, %[[Q:[0-9]+]])
+// ASYNCSWAP-NEXT: call @ztrt_adam_update(%arg0, %{{.*}}, %[[Q]], %{{.*}}, %[[M]], %[[V]],
+// ASYNCSWAP-NOT: call @ztrt_swap_out
+// ASYNCSWAP: call @ztrt_update_wait(%arg0, %[[Q]])
+// ASYNCSWAP-NEXT: call @ztrt_swap_out(%arg0, %{{.*}}, %{{.*}}, %[[M]])
+// ASYNCSWAP-NEXT: call @ztrt_swap_out(%arg0, %{{.*}}, %{{.*}}, %[[V]])
 // Stage 0 (one rank): nothing names a parameter after its update, so the
 // waits go at the end of the step, in the updates' order.
 // ASYNC0-LABEL: func.func @loss(
@@ -327,11 +362,11 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // goes down and its parameter down and back up (stage 1: this rank's
 // 16 + 8 + 8 elements of the padded parameters, 128 bytes of each), staged
 // through one buffer sized for the largest (w1's 16 elements: 64 + 64).
-// Three host steps per step, none asynchronous (their gradients are
-// staged).
+// Three host steps per step, all asynchronous (their gradients are staged
+// by the host step thread).
 // REPORT: "offload": {
 // REPORT-NEXT: "device_backend": {
-// REPORT-NEXT: "asynchronous_host_steps_per_step": 0,
+// REPORT-NEXT: "asynchronous_host_steps_per_step": 3,
 // REPORT-NEXT: "device_peak": [[#DEV:]],
 // REPORT-NEXT: "device_to_host_per_step": 256,
 // REPORT-NEXT: "host_step_buffers": 128,

@@ -440,9 +440,45 @@ train.param @w : tensor<4xf32> init(zeros)
 train.state @m : tensor<4xf32> of @w
 train.state @v : tensor<4xf32> of @w
 func.func @f(%g: tensor<4xf32>) {
-  // expected-error @+1 {{'train.adam_update' op 'dist.async_update' is a unit attribute of optimizer updates that read a spilled gradient ('dist.host_gradient')}}
+  // expected-error @+1 {{'train.adam_update' op 'dist.async_update' is a unit attribute of optimizer updates that run on the host: that read a spilled gradient ('dist.host_gradient') or whose states are in host memory or on nvme}}
   train.adam_update @w, %g states(@m, @v) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, dist.async_update} : tensor<4xf32>
   dist.update_wait @w, %g : tensor<4xf32>
+  return
+}
+
+// -----
+
+// States placed on the device: the update runs there, it cannot be a host
+// step.
+train.param @w : tensor<4xf32> init(zeros)
+train.state @m : tensor<4xf32> of @w {dist.space = #dist.space<device>}
+train.state @v : tensor<4xf32> of @w {dist.space = #dist.space<device>}
+func.func @f(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'train.adam_update' op 'dist.async_update' is a unit attribute of optimizer updates that run on the host}}
+  train.adam_update @w, %g states(@m, @v) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, dist.async_update} : tensor<4xf32>
+  dist.update_wait @w, %g : tensor<4xf32>
+  return
+}
+
+// -----
+
+// nvme states: the host step writes them until its wait; their write-back
+// must follow it.
+train.param @w : tensor<4xf32> init(zeros)
+train.state @m : tensor<4xf32> of @w {dist.space = #dist.space<nvme>}
+train.state @v : tensor<4xf32> of @w {dist.space = #dist.space<nvme>}
+func.func @f(%g: tensor<4xf32>) {
+  %0 = dist.swap_in_start @m
+  %1 = dist.swap_in_start @v
+  dist.wait %0
+  dist.wait %1
+  // expected-error @+1 {{'train.adam_update' op is asynchronous ('dist.async_update') but the write-back of its state @v comes before its dist.update_wait}}
+  train.adam_update @w, %g states(@m, @v) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, dist.async_update} : tensor<4xf32>
+  %2 = dist.swap_out_start @v
+  dist.update_wait @w, %g : tensor<4xf32>
+  %3 = dist.swap_out_start @m
+  dist.wait %2
+  dist.wait %3
   return
 }
 

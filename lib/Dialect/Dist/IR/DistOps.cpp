@@ -51,21 +51,55 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
                              << "' is a unit attribute of optimizer updates";
   if (attr.getName() == kAsyncUpdateAttr) {
     auto update = dyn_cast<train::OptimizerUpdateOpInterface>(op);
-    if (!isa<UnitAttr>(attr.getValue()) || !update ||
-        !op->hasAttr(kHostGradientAttr))
+    // It runs on the host: its gradient was spilled there, or its first
+    // state (the one the runtime's host step goes by) is placed in host
+    // memory or on nvme.
+    auto onHost = [&] {
+      if (op->hasAttr(kHostGradientAttr))
+        return true;
+      SmallVector<FlatSymbolRefAttr> states = update.getUpdatedStates();
+      if (states.empty() || !states.front())
+        return false;
+      auto state = SymbolTable::lookupNearestSymbolFrom<train::StateOp>(
+          op, states.front());
+      auto space =
+          state ? state->getAttrOfType<MemorySpaceAttr>(kSpaceAttr) : nullptr;
+      return space && space.getValue() != MemorySpace::device;
+    };
+    if (!isa<UnitAttr>(attr.getValue()) || !update || !onHost())
       return op->emitOpError()
              << "'" << kAsyncUpdateAttr
-             << "' is a unit attribute of optimizer updates that read a "
-                "spilled gradient ('"
-             << kHostGradientAttr << "')";
+             << "' is a unit attribute of optimizer updates that run on "
+                "the host: that read a spilled gradient ('"
+             << kHostGradientAttr
+             << "') or whose states are in host memory or on nvme";
     // Its completion: a dist.update_wait of the parameter and gradient
-    // after it in the block.
+    // after it in the block; its states stay in their swap buffers until
+    // then (the host step writes them).
+    auto chunk = op->getAttrOfType<DenseI64ArrayAttr>(kChunkAttr);
+    auto sameChunk = [&](std::optional<uint64_t> c) {
+      return chunk ? c && static_cast<int64_t>(*c) == chunk[0] : !c;
+    };
+    SmallVector<FlatSymbolRefAttr> states = update.getUpdatedStates();
     bool waited = false;
     for (Operation *next = op->getNextNode(); next && !waited;
-         next = next->getNextNode())
+         next = next->getNextNode()) {
       if (auto wait = dyn_cast<UpdateWaitOp>(next))
         waited = wait.getParamAttr() == update.getUpdatedParam() &&
                  wait.getGradient() == update.getGradient();
+      FlatSymbolRefAttr ended;
+      if (auto out = dyn_cast<SwapOutStartOp>(next);
+          out && sameChunk(out.getChunk()))
+        ended = out.getStateAttr();
+      if (auto release = dyn_cast<SwapReleaseOp>(next))
+        ended = release.getStateAttr();
+      if (ended && llvm::is_contained(states, ended))
+        return op->emitOpError()
+               << "is asynchronous ('" << kAsyncUpdateAttr << "') but "
+               << (isa<SwapOutStartOp>(next) ? "the write-back" : "the release")
+               << " of its state " << ended
+               << " comes before its dist.update_wait";
+    }
     if (!waited)
       return op->emitOpError()
              << "is asynchronous ('" << kAsyncUpdateAttr

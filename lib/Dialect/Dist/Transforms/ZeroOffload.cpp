@@ -36,7 +36,9 @@ struct ZeroOffloadPass : public dist::impl::ZeroOffloadBase<ZeroOffloadPass> {
                               const llvm::DenseSet<StringAttr> &onNvme);
   void hoistUpdates(func::FuncOp fn,
                     llvm::function_ref<bool(Operation *)> moves);
-  void completeAsyncUpdates(func::FuncOp fn);
+  void completeAsyncUpdates(
+      func::FuncOp fn,
+      llvm::function_ref<bool(FlatSymbolRefAttr)> nvme = nullptr);
   LogicalResult splitIntoChunks(func::FuncOp fn,
                                 llvm::function_ref<bool(FlatSymbolRefAttr)> nvme);
   LogicalResult offloadActivations(func::FuncOp fn);
@@ -56,9 +58,9 @@ struct Piece {
 /// stage-3 parameter gather (the shard: read only).
 struct Use {
   Operation *op;
-  /// Where the tensors' lifetime may end: the update, the synchronous
-  /// gather, or the wait of an asynchronous gather (it reads the shard
-  /// until then).
+  /// Where the tensors' lifetime may end: the update (the dist.update_wait
+  /// of an asynchronous one), the synchronous gather, or the wait of an
+  /// asynchronous gather (it reads the shard until then).
   Operation *endAnchor;
   SmallVector<Piece> tensors;
   bool dirty;
@@ -398,15 +400,31 @@ void ZeroOffloadPass::spillGradients(func::FuncOp fn) {
   }
 }
 
-/// optimizer=cpu: each update that reads a spilled gradient gets
-/// dist.async_update and a dist.update_wait of its parameter and gradient
-/// right before the parameter's next reader: the first op after it that
-/// names the parameter (its all-gather at stages 1-2, a read or gather of
-/// it) or, when none does, the end of the function. On a device backend
-/// its host step then runs on the runtime's host step thread in between,
-/// beside the backward pass and the other updates, and its spilled gradient
-/// lives until the wait.
-void ZeroOffloadPass::completeAsyncUpdates(func::FuncOp fn) {
+/// The asynchronous host steps: each update that runs on the host with its
+/// parameter in device or host memory gets dist.async_update and a
+/// dist.update_wait of its parameter and gradient, and on a device backend
+/// its host step runs on the runtime's host step thread in between, beside
+/// the backward pass and the other updates; its gradient lives until the
+/// wait.
+///
+/// Without `nvme` (optimizer=cpu): the updates that read a spilled
+/// gradient; the wait goes right before the parameter's next reader: the
+/// first op after the update that names the parameter (its all-gather at
+/// stages 1-2, a read or gather of it) or, when none does, the end of the
+/// function.
+///
+/// With `nvme` (optimizer=nvme, from scheduleSwaps before it schedules):
+/// the updates whose states are swapped (their first state decides, as the
+/// runtime's host step does) and whose parameter is not (a parameter on
+/// nvme is swapped with its update, from a device buffer, and that update
+/// stays synchronous). Their gradient is staged from the device by the
+/// host step itself. The wait goes before the parameter's next reader or
+/// the next op that uses swapped tensors, whichever comes first: one host
+/// step in flight, whose states stay in their swap buffers until the wait
+/// (their write-back follows it), so the plan's buffer-count still bounds
+/// the buffers.
+void ZeroOffloadPass::completeAsyncUpdates(
+    func::FuncOp fn, llvm::function_ref<bool(FlatSymbolRefAttr)> nvme) {
   Block &body = fn.getBody().front();
   SymbolTable table(fn->getParentOfType<ModuleOp>());
   OpBuilder b(fn.getContext());
@@ -428,6 +446,23 @@ void ZeroOffloadPass::completeAsyncUpdates(func::FuncOp fn) {
         return true;
     return false;
   };
+  // (nvme) An op that needs swapped tensors in host buffers: scheduleSwaps'
+  // uses.
+  auto swappedUse = [&](Operation *op) {
+    if (auto read = dyn_cast<train::ParamReadOp>(op))
+      return nvme(read.getParamAttr());
+    if (auto gather = dyn_cast<GatherParamOp>(op))
+      return nvme(gather.getParamAttr());
+    if (auto start = dyn_cast<GatherParamStartOp>(op))
+      return nvme(start.getParamAttr());
+    auto update = dyn_cast<train::OptimizerUpdateOpInterface>(op);
+    if (!update)
+      return false;
+    bool any = nvme(update.getUpdatedParam());
+    for (FlatSymbolRefAttr s : update.getUpdatedStates())
+      any |= nvme(s);
+    return any;
+  };
   auto updates =
       llvm::to_vector(body.getOps<train::OptimizerUpdateOpInterface>());
   // With --overlap the parameters' all-gathers are started after their
@@ -444,18 +479,36 @@ void ZeroOffloadPass::completeAsyncUpdates(func::FuncOp fn) {
       }
   for (train::OptimizerUpdateOpInterface update : updates) {
     Operation *op = update;
-    if (!op->hasAttr(kHostGradientAttr) || op->hasAttr(kChunkAttr))
-      continue;
     FlatSymbolRefAttr param = update.getUpdatedParam();
+    if (op->hasAttr(kAsyncUpdateAttr))
+      continue;
+    if (nvme) {
+      SmallVector<FlatSymbolRefAttr> states = update.getUpdatedStates();
+      if (states.empty() || !nvme(states.front()) || nvme(param))
+        continue;
+    } else if (!op->hasAttr(kHostGradientAttr) || op->hasAttr(kChunkAttr)) {
+      continue;
+    }
     // A parameter on nvme is swapped out right after its update (from a
     // buffer the plan then reuses): its update stays synchronous.
     if (Operation *p = table.lookup(param.getAttr()))
       if (auto space = p->getAttrOfType<MemorySpaceAttr>(kSpaceAttr);
           space && space.getValue() == MemorySpace::nvme)
         continue;
+    // (nvme) The next op that uses swapped tensors: the wait comes before
+    // it at the latest.
+    Operation *nextUse = nullptr;
+    if (nvme)
+      for (Operation *next = op->getNextNode();
+           next && !next->hasTrait<OpTrait::IsTerminator>();
+           next = next->getNextNode())
+        if (swappedUse(next)) {
+          nextUse = next;
+          break;
+        }
     Operation *reader = op->getNextNode();
     while (reader && !reader->hasTrait<OpTrait::IsTerminator>() &&
-           !names(reader, param))
+           reader != nextUse && !names(reader, param))
       reader = reader->getNextNode();
     // The parameter's all-gather (stages 1-2) moves to the end of the
     // step, after the other updates, when nothing after it names the
@@ -473,6 +526,10 @@ void ZeroOffloadPass::completeAsyncUpdates(func::FuncOp fn) {
         start->isBeforeInBlock(firstGatherWait) &&
         !namedBetween(start, firstGatherWait, param))
       start->moveBefore(firstGatherWait);
+    // (nvme) The next use stays first if the gather moved past it.
+    if (nextUse && reader && reader != nextUse &&
+        nextUse->isBeforeInBlock(reader))
+      reader = nextUse;
     b.setInsertionPoint(reader && !reader->hasTrait<OpTrait::IsTerminator>()
                             ? reader
                             : body.getTerminator());
@@ -753,6 +810,10 @@ ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
     }
   }
 
+  // Their host steps run asynchronously on a device backend, one in
+  // flight: each until right before the next use.
+  completeAsyncUpdates(fn, nvme);
+
   std::vector<Use> uses;
   Operation *boundary = nullptr;
   // A parameter read (one rank: stage 3 gathers nothing) is the parameter's
@@ -791,7 +852,19 @@ ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
     auto update = dyn_cast<train::OptimizerUpdateOpInterface>(op);
     if (!update)
       continue;
-    Use u{&op, &op, {}, true, segment};
+    // An asynchronous update's states are its host step's until its
+    // dist.update_wait: their buffers end there.
+    Operation *end = &op;
+    if (op.hasAttr(kAsyncUpdateAttr))
+      for (Operation *next = op.getNextNode(); next;
+           next = next->getNextNode())
+        if (auto wait = dyn_cast<UpdateWaitOp>(next);
+            wait && wait.getParamAttr() == update.getUpdatedParam() &&
+            wait.getGradient() == update.getGradient()) {
+          end = next;
+          break;
+        }
+    Use u{&op, end, {}, true, segment};
     // A chunk of a split update (sub-group-size) swaps that chunk only.
     int64_t chunk = -1, chunks = 0;
     if (auto c = op.getAttrOfType<DenseI64ArrayAttr>(kChunkAttr)) {

@@ -78,7 +78,7 @@ struct Report {
   /// largest such update.
   int64_t hostStepToDevice = 0, hostStepToHost = 0, hostStepBuffers = 0;
   /// Host steps per step, and how many of them run on the runtime's host
-  /// step thread (dist.async_update, reading a spilled gradient).
+  /// step thread (dist.async_update).
   int64_t hostSteps = 0, asyncHostSteps = 0;
   /// The bytes those host steps read and write in host memory: gradient,
   /// parameter, every state read and written.
@@ -418,7 +418,7 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
       r.hostStepToDevice += times * step->paramBytes;
       r.hostStepBuffers = std::max(r.hostStepBuffers, step->bufferBytes());
       r.hostSteps += times;
-      if (op->hasAttr(kAsyncUpdateAttr) && step->gradBytes == 0)
+      if (op->hasAttr(kAsyncUpdateAttr))
         r.asyncHostSteps += times;
       train::ParamOp p = symbols.lookupNearestSymbolFrom<train::ParamOp>(
           module, update.getUpdatedParam());
