@@ -33,10 +33,12 @@ inline constexpr llvm::StringLiteral kTransientGradientAttr =
 /// copy: on a device backend it runs on the host (ZeRO-Offload's CPU step)
 /// without copying its gradient down itself.
 inline constexpr llvm::StringLiteral kHostGradientAttr = "dist.host_gradient";
-/// Unit attribute on an optimizer update with kHostGradientAttr
-/// (zero-offload): on a device backend its host step may run beside the
-/// step (on the runtime's host step thread); the dist.update_wait of its
-/// parameter that follows completes it.
+/// Unit attribute on an optimizer update that runs on the host on a device
+/// backend (zero-offload: it reads a spilled gradient, kHostGradientAttr, or
+/// its states are in host memory or on nvme): its host step may run beside
+/// the step (on the runtime's host step thread); the dist.update_wait of its
+/// parameter that follows completes it, and its states' write-backs come
+/// after that wait.
 inline constexpr llvm::StringLiteral kAsyncUpdateAttr = "dist.async_update";
 /// Discardable attribute on train.state: a #dist.space (absent: device).
 inline constexpr llvm::StringLiteral kSpaceAttr = "dist.space";

@@ -425,16 +425,19 @@ def Dist_UpdateWaitOp : Op<Dist_Dialect, "update_wait", [
   let summary = "completes an asynchronous optimizer update of a parameter";
   let description = [{
     The completion of the update of `@param` marked `dist.async_update`
-    before it (zero-offload, `optimizer=cpu`): on a device backend that
-    update runs on the host (ZeRO-Offload's CPU step) on the runtime's host
-    step thread, beside the work issued after it, and reads `gradient`
-    (its spilled host copy, which therefore lives until here). This op
-    blocks until the host step has run and makes the work issued after it
-    wait for the parameter's upload: the parameter's new values are there
-    for its next reader. zero-offload places it right before that reader
-    (the parameter's all-gather at stages 1-2, a read or gather of it, or
-    the end of the step). On a host backend the update ran at its call and
-    this is a no-op.
+    before it (zero-offload, `optimizer=cpu` or `nvme`): on a device backend
+    that update runs on the host (ZeRO-Offload's and ZeRO-Infinity's CPU
+    step) on the runtime's host step thread, beside the work issued after
+    it, and reads `gradient` (its spilled host copy, or the device gradient
+    the host step stages itself: either lives until here) and, with nvme
+    states, writes their swap buffers (their write-back comes after this
+    op). This op blocks until the host step has run and makes the work
+    issued after it wait for the parameter's upload: the parameter's new
+    values are there for its next reader. zero-offload places it right
+    before that reader (the parameter's all-gather at stages 1-2, a read or
+    gather of it, or the end of the step), and with nvme states before the
+    next op that uses swapped tensors if that comes first. On a host
+    backend the update ran at its call and this is a no-op.
 
     ```mlir
     train.adam_update @fc1.weight, %g states(...) {dist.async_update, dist.host_gradient, ...}
