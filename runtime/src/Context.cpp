@@ -896,9 +896,10 @@ int64_t ztrt_ctx::startSwap(int file, void *buffer, int64_t bytes,
   pollSwaps();
   if (mappedHost(buffer)) {
     // An nvme optimizer state's buffer (state_swap_buffers): the host step
-    // that reads and writes it runs on this thread, so it is done with the
-    // buffer when a write-back starts, and the plan frees the region
-    // before a read into it starts (as on a host backend).
+    // that reads and writes it is done with the buffer when a write-back
+    // starts (it ran on this thread, or an asynchronous one's
+    // ztrt_update_wait came first), and the plan frees the region before
+    // a read into it starts (as on a host backend).
     DeviceSwap pending{file, buffer, nullptr, bytes, write};
     pending.offset = offset;
     pending.hostOnly = true;

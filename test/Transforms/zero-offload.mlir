@@ -24,6 +24,7 @@
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme" --plan-memory --lower-to-runtime | FileCheck %s --check-prefix=ASYNCSWAP
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --ztrain-zero="stage=2 dp=2 overlap=true offload-optimizer=cpu" | FileCheck %s --check-prefix=ASYNCO
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=nvme optimizer=cpu" | FileCheck %s --check-prefix=ASYNCNVME
+// RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=nvme optimizer=nvme" | FileCheck %s --check-prefix=ASYNCINF
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEP
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam precision=bf16" --zero-partition="stage=1 dp=2" --zero-insert-collectives --zero-offload="optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEP16
 // RUN: ztrain-opt %s --ztrain-training="optimizer=adam" --zero-partition="stage=3 dp=2" --zero-insert-collectives --zero-offload="param=cpu optimizer=cpu" --plan-memory --zero-report -o /dev/null | FileCheck %s --check-prefix=HSTEPP
@@ -265,13 +266,27 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // ASYNCO-NEXT: dist.wait %[[S0]]
 // ASYNCO-NEXT: dist.wait %[[S1]]
 // ASYNCO-NEXT: dist.wait %[[S2]]
-// A parameter on nvme is swapped out right after its update: those
-// updates stay synchronous (their host step runs at the call).
+// A parameter on nvme (states in host memory): its update is asynchronous
+// too, one in flight (waited before the next update that swaps), and the
+// parameter's swap-out follows the wait.
 // ASYNCNVME-LABEL: func.func @loss(
-// ASYNCNVME: train.adam_update @w2, {{.*}}dist.host_gradient
-// ASYNCNVME-NOT: dist.async_update
-// ASYNCNVME-NOT: dist.update_wait
-// ASYNCNVME: return
+// ASYNCNVME: train.adam_update @w2, %[[N2:[0-9]+]] {{.*}}dist.async_update, dist.host_gradient
+// ASYNCNVME-NOT: dist.swap_out_start @w2
+// ASYNCNVME: dist.update_wait @w2, %[[N2]]
+// ASYNCNVME-NEXT: dist.swap_out_start @w2
+// ASYNCNVME-NOT: train.adam_update
+// ASYNCNVME: dist.wait
+// ASYNCNVME-NEXT: train.adam_update @b1
+// ASYNCNVME: dist.update_wait @b1
+// ASYNCNVME-NEXT: dist.swap_out_start @b1
+// ZeRO-Infinity (parameters and states on nvme): the same, the
+// parameter's and the states' write-backs after the wait.
+// ASYNCINF-LABEL: func.func @loss(
+// ASYNCINF: train.adam_update @w1, %[[I1:[0-9]+]] states(@w1.exp_avg, @w1.exp_avg_sq) {{.*}}dist.async_update
+// ASYNCINF-NEXT: dist.update_wait @w1, %[[I1]]
+// ASYNCINF-NEXT: dist.swap_out_start @w1
+// ASYNCINF-NEXT: dist.swap_out_start @w1.exp_avg
+// ASYNCINF-NEXT: dist.swap_out_start @w1.exp_avg_sq
 
 // Clipping's and the loss scaler's chains read every gradient before the
 // updates: each link moves up to right after its gradient's spill starts

@@ -462,6 +462,23 @@ func.func @f(%g: tensor<4xf32>) {
 
 // -----
 
+// A parameter on nvme (stage 3): the host step writes its swap buffer
+// until its wait; its write-back must follow it.
+train.param @w : tensor<4xf32> init(zeros) {dist.space = #dist.space<nvme>}
+train.state @m : tensor<4xf32> of @w {dist.space = #dist.space<host>}
+func.func @f(%g: tensor<4xf32>) {
+  %0 = dist.swap_in_start @w
+  dist.wait %0
+  // expected-error @+1 {{'train.sgd_update' op is asynchronous ('dist.async_update') but the write-back of its parameter @w comes before its dist.update_wait}}
+  train.sgd_update @w, %g momentum_buffer(@m) {lr = 1.0e-1 : f64, momentum = 0.9 : f64, dist.async_update} : tensor<4xf32>
+  %1 = dist.swap_out_start @w
+  dist.update_wait @w, %g : tensor<4xf32>
+  dist.wait %1
+  return
+}
+
+// -----
+
 // nvme states: the host step writes them until its wait; their write-back
 // must follow it.
 train.param @w : tensor<4xf32> init(zeros)

@@ -74,8 +74,8 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
              << kHostGradientAttr
              << "') or whose states are in host memory or on nvme";
     // Its completion: a dist.update_wait of the parameter and gradient
-    // after it in the block; its states stay in their swap buffers until
-    // then (the host step writes them).
+    // after it in the block; its states and parameter stay in their swap
+    // buffers until then (the host step writes them).
     auto chunk = op->getAttrOfType<DenseI64ArrayAttr>(kChunkAttr);
     auto sameChunk = [&](std::optional<uint64_t> c) {
       return chunk ? c && static_cast<int64_t>(*c) == chunk[0] : !c;
@@ -93,11 +93,12 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
         ended = out.getStateAttr();
       if (auto release = dyn_cast<SwapReleaseOp>(next))
         ended = release.getStateAttr();
-      if (ended && llvm::is_contained(states, ended))
+      const bool ofParam = ended && ended == update.getUpdatedParam();
+      if (ofParam || (ended && llvm::is_contained(states, ended)))
         return op->emitOpError()
                << "is asynchronous ('" << kAsyncUpdateAttr << "') but "
                << (isa<SwapOutStartOp>(next) ? "the write-back" : "the release")
-               << " of its state " << ended
+               << " of its " << (ofParam ? "parameter " : "state ") << ended
                << " comes before its dist.update_wait";
     }
     if (!waited)

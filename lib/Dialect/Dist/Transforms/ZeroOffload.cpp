@@ -413,16 +413,15 @@ void ZeroOffloadPass::spillGradients(func::FuncOp fn) {
 /// stages 1-2, a read or gather of it) or, when none does, the end of the
 /// function.
 ///
-/// With `nvme` (optimizer=nvme, from scheduleSwaps before it schedules):
-/// the updates whose states are swapped (their first state decides, as the
-/// runtime's host step does) and whose parameter is not (a parameter on
-/// nvme is swapped with its update, from a device buffer, and that update
-/// stays synchronous). Their gradient is staged from the device by the
-/// host step itself. The wait goes before the parameter's next reader or
-/// the next op that uses swapped tensors, whichever comes first: one host
-/// step in flight, whose states stay in their swap buffers until the wait
-/// (their write-back follows it), so the plan's buffer-count still bounds
-/// the buffers.
+/// With `nvme` (from scheduleSwaps, before it schedules): the host steps
+/// (their first state is in host memory or on nvme, as the runtime's host
+/// step decides) that swap their states, their parameter (stage 3,
+/// param=nvme) or both. A device gradient (nvme states) is staged by the
+/// host step itself; a spilled one (host states) is read where it is. The
+/// wait goes before the parameter's next reader or the next op that uses
+/// swapped tensors, whichever comes first: one host step in flight, whose
+/// swapped tensors stay in their buffers until the wait (their write-back
+/// follows it), so the plan's buffer-count still bounds the buffers.
 void ZeroOffloadPass::completeAsyncUpdates(
     func::FuncOp fn, llvm::function_ref<bool(FlatSymbolRefAttr)> nvme) {
   Block &body = fn.getBody().front();
@@ -483,18 +482,29 @@ void ZeroOffloadPass::completeAsyncUpdates(
     if (op->hasAttr(kAsyncUpdateAttr))
       continue;
     if (nvme) {
+      // A host step (its first state in host memory or on nvme) that
+      // swaps something: its states, its parameter (stage 3), or both.
       SmallVector<FlatSymbolRefAttr> states = update.getUpdatedStates();
-      if (states.empty() || !nvme(states.front()) || nvme(param))
+      auto first = states.empty() || !states.front()
+                       ? train::StateOp()
+                       : table.lookup<train::StateOp>(
+                             states.front().getValue());
+      auto space =
+          first ? first->getAttrOfType<MemorySpaceAttr>(kSpaceAttr) : nullptr;
+      bool swapped = nvme(param);
+      for (FlatSymbolRefAttr s : states)
+        swapped |= nvme(s);
+      if (!space || space.getValue() == MemorySpace::device || !swapped)
         continue;
     } else if (!op->hasAttr(kHostGradientAttr) || op->hasAttr(kChunkAttr)) {
       continue;
-    }
-    // A parameter on nvme is swapped out right after its update (from a
-    // buffer the plan then reuses): its update stays synchronous.
-    if (Operation *p = table.lookup(param.getAttr()))
+    } else if (Operation *p = table.lookup(param.getAttr())) {
+      // A parameter on nvme is swapped with its update: scheduleSwaps'
+      // call (with `nvme`) makes that update asynchronous, one in flight.
       if (auto space = p->getAttrOfType<MemorySpaceAttr>(kSpaceAttr);
           space && space.getValue() == MemorySpace::nvme)
         continue;
+    }
     // (nvme) The next op that uses swapped tensors: the wait comes before
     // it at the latest.
     Operation *nextUse = nullptr;

@@ -322,12 +322,14 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
       `dist.swap_in_start` / `dist.wait` before it and a
       `dist.swap_out_start` after it. On a device backend the update runs
       on the host, from the host swap buffers (ZeRO-Infinity's CPU step):
-      the states never go to the device. Unless its parameter is swapped
-      too, the update is asynchronous (`dist.async_update`) with its
-      `dist.update_wait` right before the next op that uses swapped tensors
-      or names the parameter (one host step in flight, its device gradient
-      staged by the runtime's host step thread), and the states'
-      `dist.swap_out_start` follow that wait.
+      the states never go to the device. The update is asynchronous
+      (`dist.async_update`) with its `dist.update_wait` right before the
+      next op that uses swapped tensors or names the parameter (one host
+      step in flight, its device gradient staged by the runtime's host step
+      thread), and the states' `dist.swap_out_start` follow that wait. So
+      is a host step whose parameter is swapped (`param=nvme`, with its
+      states on nvme or in host memory): its parameter's swap-out follows
+      the wait.
     - `param=nvme` (stage 3): every `train.param` too; each gather of a
       parameter's shard (each read of it on one rank) reads the shard
       through a swap buffer first and releases it after
