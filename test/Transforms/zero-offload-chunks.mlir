@@ -24,8 +24,10 @@
 // CHECK-NEXT: dist.swap_out_start @w1.exp_avg chunk 0 of 3
 // CHECK-NEXT: dist.swap_out_start @w1.exp_avg_sq chunk 0 of 3
 // CHECK: dist.swap_in_start @w1.exp_avg chunk 2 of 3
-// CHECK: train.adam_update @w1, %[[G]] states(@w1.exp_avg, @w1.exp_avg_sq) {{.*}}dist.chunk = array<i64: 1, 3>
-// CHECK: train.adam_update @w1, %[[G]] states(@w1.exp_avg, @w1.exp_avg_sq) {{.*}}dist.chunk = array<i64: 2, 3>
+// CHECK: train.adam_update @w1, %[[G]] states(@w1.exp_avg, @w1.exp_avg_sq) {{.*}}dist.async_update, dist.chunk = array<i64: 1, 3>
+// CHECK-NEXT: dist.update_wait @w1, %[[G]]
+// CHECK-NEXT: dist.swap_out_start @w1.exp_avg chunk 1 of 3
+// CHECK: train.adam_update @w1, %[[G]] states(@w1.exp_avg, @w1.exp_avg_sq) {{.*}}dist.async_update, dist.chunk = array<i64: 2, 3>
 // CHECK-NEXT: dist.update_wait @w1, %[[G]]
 // CHECK-NEXT: dist.swap_out_start @w1.exp_avg chunk 2 of 3
 // CHECK-NEXT: dist.swap_out_start @w1.exp_avg_sq chunk 2 of 3

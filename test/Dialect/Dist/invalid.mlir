@@ -469,7 +469,7 @@ train.state @m : tensor<4xf32> of @w {dist.space = #dist.space<host>}
 func.func @f(%g: tensor<4xf32>) {
   %0 = dist.swap_in_start @w
   dist.wait %0
-  // expected-error @+1 {{'train.sgd_update' op is asynchronous ('dist.async_update') but the write-back of its parameter @w comes before its dist.update_wait}}
+  // expected-error @+1 {{'train.sgd_update' op is asynchronous ('dist.async_update') but 'dist.swap_out_start' of its parameter @w comes before its dist.update_wait}}
   train.sgd_update @w, %g momentum_buffer(@m) {lr = 1.0e-1 : f64, momentum = 0.9 : f64, dist.async_update} : tensor<4xf32>
   %1 = dist.swap_out_start @w
   dist.update_wait @w, %g : tensor<4xf32>
@@ -489,7 +489,7 @@ func.func @f(%g: tensor<4xf32>) {
   %1 = dist.swap_in_start @v
   dist.wait %0
   dist.wait %1
-  // expected-error @+1 {{'train.adam_update' op is asynchronous ('dist.async_update') but the write-back of its state @v comes before its dist.update_wait}}
+  // expected-error @+1 {{'train.adam_update' op is asynchronous ('dist.async_update') but 'dist.swap_out_start' of its state @v comes before its dist.update_wait}}
   train.adam_update @w, %g states(@m, @v) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, dist.async_update} : tensor<4xf32>
   %2 = dist.swap_out_start @v
   dist.update_wait @w, %g : tensor<4xf32>
@@ -506,5 +506,76 @@ train.state @m : tensor<4xf32> of @w
 func.func @f(%g: tensor<4xf32>) {
   // expected-error @+1 {{'dist.update_wait' op references @m, which is not a train.param}}
   dist.update_wait @m, %g : tensor<4xf32>
+  return
+}
+
+// -----
+
+// The host step owns the parameter until its wait: a read of it between
+// would race the upload.
+train.param @w : tensor<4xf32> init(zeros)
+train.state @m : tensor<4xf32> of @w {dist.space = #dist.space<host>}
+train.state @v : tensor<4xf32> of @w {dist.space = #dist.space<host>}
+func.func @f(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'train.adam_update' op is asynchronous ('dist.async_update') but 'train.param_read' of its parameter @w comes before its dist.update_wait}}
+  train.adam_update @w, %g states(@m, @v) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, dist.async_update} : tensor<4xf32>
+  %r = train.param_read @w : tensor<4xf32>
+  dist.update_wait @w, %g : tensor<4xf32>
+  return
+}
+
+// -----
+
+// ...and its states' swap buffers: a swap-in into one between would
+// overwrite what the host step writes.
+train.param @w : tensor<4xf32> init(zeros)
+train.state @m : tensor<4xf32> of @w {dist.space = #dist.space<nvme>}
+train.state @v : tensor<4xf32> of @w {dist.space = #dist.space<nvme>}
+func.func @f(%g: tensor<4xf32>) {
+  %0 = dist.swap_in_start @m
+  %1 = dist.swap_in_start @v
+  dist.wait %0
+  dist.wait %1
+  // expected-error @+1 {{'train.adam_update' op is asynchronous ('dist.async_update') but 'dist.swap_in_start' of its state @m comes before its dist.update_wait}}
+  train.adam_update @w, %g states(@m, @v) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, dist.async_update} : tensor<4xf32>
+  %2 = dist.swap_in_start @m
+  dist.update_wait @w, %g : tensor<4xf32>
+  %3 = dist.swap_out_start @m
+  %4 = dist.swap_out_start @v
+  dist.wait %2
+  dist.wait %3
+  dist.wait %4
+  return
+}
+
+// -----
+
+// Two chunks of one parameter in flight: the runtime keeps one host step
+// per parameter; each chunk's wait comes before the next chunk's update.
+train.param @u : tensor<8192xf32> init(zeros)
+train.state @u.m : tensor<8192xf32> of @u {dist.space = #dist.space<nvme>}
+train.state @u.v : tensor<8192xf32> of @u {dist.space = #dist.space<nvme>}
+func.func @f(%g: tensor<8192xf32>) {
+  %0 = dist.swap_in_start @u.m chunk 0 of 2
+  %1 = dist.swap_in_start @u.v chunk 0 of 2
+  %2 = dist.swap_in_start @u.m chunk 1 of 2
+  %3 = dist.swap_in_start @u.v chunk 1 of 2
+  dist.wait %0
+  dist.wait %1
+  dist.wait %2
+  dist.wait %3
+  // expected-error @+1 {{'train.adam_update' op is asynchronous ('dist.async_update') but 'train.adam_update' of its parameter @u comes before its dist.update_wait}}
+  train.adam_update @u, %g states(@u.m, @u.v) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, dist.chunk = array<i64: 0, 2>, dist.async_update} : tensor<8192xf32>
+  train.adam_update @u, %g states(@u.m, @u.v) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, dist.chunk = array<i64: 1, 2>, dist.async_update} : tensor<8192xf32>
+  dist.update_wait @u, %g : tensor<8192xf32>
+  dist.update_wait @u, %g : tensor<8192xf32>
+  %4 = dist.swap_out_start @u.m chunk 0 of 2
+  %5 = dist.swap_out_start @u.v chunk 0 of 2
+  %6 = dist.swap_out_start @u.m chunk 1 of 2
+  %7 = dist.swap_out_start @u.v chunk 1 of 2
+  dist.wait %4
+  dist.wait %5
+  dist.wait %6
+  dist.wait %7
   return
 }

@@ -73,3 +73,42 @@ func.func @async_update(%g: tensor<4xf32>) {
   dist.update_wait @v, %h : tensor<4xf32>
   return
 }
+
+// nvme states in chunks (zero-offload, sub-group-size): each chunk's host
+// step is asynchronous; the next chunk's swap-in, and the previous chunk's
+// write-back after its wait, may run while it steps (other chunks of the
+// same states); its own write-back follows its wait.
+// CHECK-LABEL: func.func @async_chunks
+// CHECK: train.adam_update @u, %arg0 states(@u.m, @u.v) {{.*}}dist.async_update, dist.chunk = array<i64: 0, 2>
+// CHECK-NEXT: dist.swap_in_start @u.m chunk 1 of 2
+// CHECK: dist.update_wait @u, %arg0
+// CHECK: train.adam_update @u, %arg0 states(@u.m, @u.v) {{.*}}dist.async_update, dist.chunk = array<i64: 1, 2>
+// CHECK-NEXT: dist.swap_out_start @u.m chunk 0 of 2
+// CHECK-NEXT: dist.swap_out_start @u.v chunk 0 of 2
+// CHECK-NEXT: dist.update_wait @u, %arg0
+train.param @u : tensor<8192xf32> init(zeros)
+train.state @u.m : tensor<8192xf32> of @u {dist.space = #dist.space<nvme>}
+train.state @u.v : tensor<8192xf32> of @u {dist.space = #dist.space<nvme>}
+func.func @async_chunks(%g: tensor<8192xf32>) {
+  %0 = dist.swap_in_start @u.m chunk 0 of 2
+  %1 = dist.swap_in_start @u.v chunk 0 of 2
+  dist.wait %0
+  dist.wait %1
+  train.adam_update @u, %g states(@u.m, @u.v) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, dist.chunk = array<i64: 0, 2>, dist.async_update} : tensor<8192xf32>
+  %2 = dist.swap_in_start @u.m chunk 1 of 2
+  %3 = dist.swap_in_start @u.v chunk 1 of 2
+  dist.update_wait @u, %g : tensor<8192xf32>
+  dist.wait %2
+  dist.wait %3
+  train.adam_update @u, %g states(@u.m, @u.v) {lr = 1.0e-3 : f64, beta1 = 0.9 : f64, beta2 = 0.999 : f64, epsilon = 1.0e-8 : f64, dist.chunk = array<i64: 1, 2>, dist.async_update} : tensor<8192xf32>
+  %4 = dist.swap_out_start @u.m chunk 0 of 2
+  %5 = dist.swap_out_start @u.v chunk 0 of 2
+  dist.update_wait @u, %g : tensor<8192xf32>
+  %6 = dist.swap_out_start @u.m chunk 1 of 2
+  %7 = dist.swap_out_start @u.v chunk 1 of 2
+  dist.wait %4
+  dist.wait %5
+  dist.wait %6
+  dist.wait %7
+  return
+}

@@ -51,22 +51,12 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
                              << "' is a unit attribute of optimizer updates";
   if (attr.getName() == kAsyncUpdateAttr) {
     auto update = dyn_cast<train::OptimizerUpdateOpInterface>(op);
-    // It runs on the host: its gradient was spilled there, or its first
-    // state (the one the runtime's host step goes by) is placed in host
-    // memory or on nvme.
-    auto onHost = [&] {
-      if (op->hasAttr(kHostGradientAttr))
-        return true;
-      SmallVector<FlatSymbolRefAttr> states = update.getUpdatedStates();
-      if (states.empty() || !states.front())
-        return false;
-      auto state = SymbolTable::lookupNearestSymbolFrom<train::StateOp>(
-          op, states.front());
-      auto space =
-          state ? state->getAttrOfType<MemorySpaceAttr>(kSpaceAttr) : nullptr;
-      return space && space.getValue() != MemorySpace::device;
-    };
-    if (!isa<UnitAttr>(attr.getValue()) || !update || !onHost())
+    // It runs on the host: its gradient was spilled there, or it is a host
+    // step (its first state in host memory or on nvme: dist::getHostStep,
+    // as the runtime decides it).
+    SymbolTableCollection symbols;
+    if (!isa<UnitAttr>(attr.getValue()) || !update ||
+        (!op->hasAttr(kHostGradientAttr) && !getHostStep(symbols, op)))
       return op->emitOpError()
              << "'" << kAsyncUpdateAttr
              << "' is a unit attribute of optimizer updates that run on "
@@ -74,31 +64,53 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
              << kHostGradientAttr
              << "') or whose states are in host memory or on nvme";
     // Its completion: a dist.update_wait of the parameter and gradient
-    // after it in the block; its states and parameter stay in their swap
-    // buffers until then (the host step writes them).
+    // after it in the block. Until then the host step owns the parameter
+    // (nothing may read, gather, swap or update it) and its states' swap
+    // buffers (nothing may swap its chunk of them in or out).
+    FlatSymbolRefAttr param = update.getUpdatedParam();
+    SmallVector<FlatSymbolRefAttr> states = update.getUpdatedStates();
     auto chunk = op->getAttrOfType<DenseI64ArrayAttr>(kChunkAttr);
     auto sameChunk = [&](std::optional<uint64_t> c) {
       return chunk ? c && static_cast<int64_t>(*c) == chunk[0] : !c;
     };
-    SmallVector<FlatSymbolRefAttr> states = update.getUpdatedStates();
     bool waited = false;
     for (Operation *next = op->getNextNode(); next && !waited;
          next = next->getNextNode()) {
-      if (auto wait = dyn_cast<UpdateWaitOp>(next))
-        waited = wait.getParamAttr() == update.getUpdatedParam() &&
+      if (auto wait = dyn_cast<UpdateWaitOp>(next)) {
+        waited = wait.getParamAttr() == param &&
                  wait.getGradient() == update.getGradient();
-      FlatSymbolRefAttr ended;
-      if (auto out = dyn_cast<SwapOutStartOp>(next);
-          out && sameChunk(out.getChunk()))
-        ended = out.getStateAttr();
-      if (auto release = dyn_cast<SwapReleaseOp>(next))
-        ended = release.getStateAttr();
-      const bool ofParam = ended && ended == update.getUpdatedParam();
-      if (ofParam || (ended && llvm::is_contained(states, ended)))
+        continue;
+      }
+      FlatSymbolRefAttr named;
+      bool ofState = false;
+      auto swapOf = [&](FlatSymbolRefAttr s, std::optional<uint64_t> c) {
+        named = s;
+        ofState = s != param && llvm::is_contained(states, s) && sameChunk(c);
+      };
+      if (auto in = dyn_cast<SwapInStartOp>(next))
+        swapOf(in.getStateAttr(), in.getChunk());
+      else if (auto out = dyn_cast<SwapOutStartOp>(next))
+        swapOf(out.getStateAttr(), out.getChunk());
+      else if (auto release = dyn_cast<SwapReleaseOp>(next))
+        swapOf(release.getStateAttr(),
+               chunk ? std::optional<uint64_t>(chunk[0]) : std::nullopt);
+      else if (auto read = dyn_cast<train::ParamReadOp>(next))
+        named = read.getParamAttr();
+      else if (auto gather = dyn_cast<GatherParamOp>(next))
+        named = gather.getParamAttr();
+      else if (auto start = dyn_cast<GatherParamStartOp>(next))
+        named = start.getParamAttr();
+      else if (auto all = dyn_cast<AllGatherParamOp>(next))
+        named = all.getParamAttr();
+      else if (auto allStart = dyn_cast<AllGatherParamStartOp>(next))
+        named = allStart.getParamAttr();
+      else if (auto other = dyn_cast<train::OptimizerUpdateOpInterface>(next))
+        named = other.getUpdatedParam();
+      if (named && (named == param || ofState))
         return op->emitOpError()
-               << "is asynchronous ('" << kAsyncUpdateAttr << "') but "
-               << (isa<SwapOutStartOp>(next) ? "the write-back" : "the release")
-               << " of its " << (ofParam ? "parameter " : "state ") << ended
+               << "is asynchronous ('" << kAsyncUpdateAttr << "') but '"
+               << next->getName() << "' of its "
+               << (named == param ? "parameter " : "state ") << named
                << " comes before its dist.update_wait";
     }
     if (!waited)

@@ -53,7 +53,11 @@ StepBuffers::StepBuffers(func::FuncOp entry, int64_t stage)
         symbols.lookupNearestSymbolFrom(&op, update.getUpdatedParam());
     if (param && param->hasAttr(kTransientGradientAttr))
       continue;
-    if (g.hasOneUse() && !isa<BlockArgument>(g))
+    // (Its update's dist.update_wait reads it too: not another reader.)
+    auto readers = llvm::count_if(g.getUses(), [](OpOperand &use) {
+      return !isa<UpdateWaitOp>(use.getOwner());
+    });
+    if (readers == 1 && !isa<BlockArgument>(g))
       gradients[g] = update.getUpdatedParam();
   }
 

@@ -400,8 +400,8 @@ void ZeroOffloadPass::spillGradients(func::FuncOp fn) {
   }
 }
 
-/// The asynchronous host steps: each update that runs on the host with its
-/// parameter in device or host memory gets dist.async_update and a
+/// The asynchronous host steps: each update that runs on the host gets
+/// dist.async_update and a
 /// dist.update_wait of its parameter and gradient, and on a device backend
 /// its host step runs on the runtime's host step thread in between, beside
 /// the backward pass and the other updates; its gradient lives until the
@@ -426,6 +426,7 @@ void ZeroOffloadPass::completeAsyncUpdates(
     func::FuncOp fn, llvm::function_ref<bool(FlatSymbolRefAttr)> nvme) {
   Block &body = fn.getBody().front();
   SymbolTable table(fn->getParentOfType<ModuleOp>());
+  SymbolTableCollection symbols;
   OpBuilder b(fn.getContext());
   auto names = [](Operation *op, FlatSymbolRefAttr param) {
     std::optional<SymbolTable::UseRange> uses = SymbolTable::getSymbolUses(op);
@@ -482,19 +483,13 @@ void ZeroOffloadPass::completeAsyncUpdates(
     if (op->hasAttr(kAsyncUpdateAttr))
       continue;
     if (nvme) {
-      // A host step (its first state in host memory or on nvme) that
-      // swaps something: its states, its parameter (stage 3), or both.
-      SmallVector<FlatSymbolRefAttr> states = update.getUpdatedStates();
-      auto first = states.empty() || !states.front()
-                       ? train::StateOp()
-                       : table.lookup<train::StateOp>(
-                             states.front().getValue());
-      auto space =
-          first ? first->getAttrOfType<MemorySpaceAttr>(kSpaceAttr) : nullptr;
+      // A host step (its first state in host memory or on nvme, as the
+      // runtime decides it) that swaps something: its states, its
+      // parameter (stage 3), or both.
       bool swapped = nvme(param);
-      for (FlatSymbolRefAttr s : states)
+      for (FlatSymbolRefAttr s : update.getUpdatedStates())
         swapped |= nvme(s);
-      if (!space || space.getValue() == MemorySpace::device || !swapped)
+      if (!swapped || !getHostStep(symbols, op))
         continue;
     } else if (!op->hasAttr(kHostGradientAttr) || op->hasAttr(kChunkAttr)) {
       continue;
@@ -988,14 +983,26 @@ ZeroOffloadPass::scheduleSwaps(func::FuncOp fn,
       continue;
     b.setInsertionPoint(issueAt[k]);
     Location loc = u.op->getLoc();
+    // The write-backs these reads wait for start before them; one that
+    // did not would leave the reads unordered (a tensor read before it is
+    // written, more buffers than buffer-count): a scheduling bug, said
+    // rather than skipped.
+    auto mustWait = [&](Value tok) -> LogicalResult {
+      if (!tok.getDefiningOp()->isBeforeInBlock(issueAt[k]))
+        return u.op->emitOpError()
+               << "zero-offload: the swap-ins for this op would start "
+                  "before a write-back they must wait for";
+      waitFor(tok, loc);
+      return success();
+    };
     for (const Piece &t : u.ins)
       if (Value tok = lastOut.lookup(t.key()))
-        if (tok.getDefiningOp()->isBeforeInBlock(issueAt[k]))
-          waitFor(tok, loc);
+        if (failed(mustWait(tok)))
+          return failure();
     if (static_cast<int64_t>(k) - D >= 0)
       for (Value tok : uses[k - D].outTokens)
-        if (tok.getDefiningOp()->isBeforeInBlock(issueAt[k]))
-          waitFor(tok, loc);
+        if (failed(mustWait(tok)))
+          return failure();
     for (const Piece &t : u.ins) {
       u.inTokens.push_back(SwapInStartOp::create(b, loc, t.sym,
                                                  chunkIndex(t),
