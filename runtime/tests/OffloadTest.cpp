@@ -135,6 +135,49 @@ TEST(OffloadTest, SwapEntryPointsMoveWholeFilesThroughTheStepsBuffer) {
   ctx->deallocate(buffer, "test");
 }
 
+TEST(OffloadTest, AnnouncedUpdatesRunAtTheirCallOnTheCpu) {
+  // The compiled step announces an update of nvme states
+  // (ztrt_update_async; zero-offload's dist.async_update) and waits for it
+  // before their write-back. On the CPU backend host memory is the
+  // device's: the update runs at its call, nothing is queued, and the wait
+  // is a no-op; the states the write-back then writes are the update's.
+  TempDir dir;
+  const int64_t n = 3000;
+  auto ctx = swappedContext(dir, {n, n});
+  ztrt_ctx *x = ctx.get();
+  void *m = x->allocate(SwapSpace::roundUp(4 * n), ZTRT_CAT_STATE_SWAP_BUFFERS,
+                        "m");
+  void *v = x->allocate(SwapSpace::roundUp(4 * n), ZTRT_CAT_STATE_SWAP_BUFFERS,
+                        "v");
+  ztrt_swap_wait(x, ztrt_swap_in(x, ZTRT_SWAP_STATE, 0, m));
+  ztrt_swap_wait(x, ztrt_swap_in(x, ZTRT_SWAP_STATE, 1, v));
+  std::vector<float> p = testValues(n, 11), g = testValues(n, 12);
+  std::vector<float> rp = p, rm(n), rv(n);
+  std::memcpy(rm.data(), m, 4 * n);
+  std::memcpy(rv.data(), v, 4 * n);
+  x->step = 1;
+  // The reference: the same update, not announced.
+  ztrt_adam_update(x, ZTRT_F32, rp.data(), g.data(), rm.data(), rv.data(), n,
+                   1e-3, 0.9, 0.999, 1e-8, 0.1, 1);
+  ztrt_update_async(x, p.data());
+  ztrt_adam_update(x, ZTRT_F32, p.data(), g.data(), m, v, n, 1e-3, 0.9,
+                   0.999, 1e-8, 0.1, 1);
+  EXPECT_EQ(x->pendingHostSteps(), 0u);
+  EXPECT_EQ(std::memcmp(p.data(), rp.data(), 4 * n), 0);
+  EXPECT_EQ(std::memcmp(m, rm.data(), 4 * n), 0);
+  ztrt_update_wait(x, p.data());
+  x->requireUpdatesWaited("test");
+  ztrt_swap_wait(x, ztrt_swap_out(x, ZTRT_SWAP_STATE, 0, m));
+  ztrt_swap_wait(x, ztrt_swap_out(x, ZTRT_SWAP_STATE, 1, v));
+  std::vector<float> back(n);
+  x->stateToHost(1, back.data(), 4 * n);
+  EXPECT_EQ(std::memcmp(back.data(), rv.data(), 4 * n), 0);
+  EXPECT_EQ(x->offload.hostSteps, 0);
+  EXPECT_EQ(x->offload.asyncHostSteps, 0);
+  x->deallocate(m, "m");
+  x->deallocate(v, "v");
+}
+
 TEST(OffloadTest, MisuseIsOneLine) {
   TempDir dir;
   auto ctx = swappedContext(dir, {100});
