@@ -37,8 +37,9 @@ inline constexpr llvm::StringLiteral kHostGradientAttr = "dist.host_gradient";
 /// backend (zero-offload: it reads a spilled gradient, kHostGradientAttr, or
 /// its states are in host memory or on nvme): its host step may run beside
 /// the step (on the runtime's host step thread); the dist.update_wait of its
-/// parameter that follows completes it, and its states' write-backs come
-/// after that wait.
+/// parameter that follows completes it. In between nothing may read,
+/// gather, swap or update the parameter, or swap the update's chunk of its
+/// states (their write-backs come after the wait).
 inline constexpr llvm::StringLiteral kAsyncUpdateAttr = "dist.async_update";
 /// Discardable attribute on train.state: a #dist.space (absent: device).
 inline constexpr llvm::StringLiteral kSpaceAttr = "dist.space";

@@ -449,7 +449,10 @@ def Dist_UpdateWaitOp : Op<Dist_Dialect, "update_wait", [
     **Constraints:**
     - `@param` names a `train.param`;
     - an update of `@param` reading `gradient`, marked
-      `dist.async_update`, precedes it in the block.
+      `dist.async_update`, precedes it in the block;
+    - between that update and this op no op reads, gathers, swaps or
+      updates `@param`, or swaps the update's chunk of its states in or out
+      (checked on the update's `dist.async_update`).
   }];
   let arguments = (ins FlatSymbolRefAttr:$param,
                        AnyStaticShapeTensor:$gradient);
