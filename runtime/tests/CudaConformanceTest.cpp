@@ -181,6 +181,38 @@ protected:
   /// write shows up.
   Twin<float> output(size_t n) { return twin(std::vector<float>(n, NAN)); }
 
+  /// A parameter of the host step tests: its values on both sides, an
+  /// output for its next reader, its two Adam moments in host memory of
+  /// `category` (zero) and the cpu reference's.
+  struct HostStepParam {
+    Twin<float> p, out;
+    void *m, *v;
+    std::vector<float> cm, cv;
+  };
+  /// One per size (seeds seed, seed + 1, ...), and the host step buffer of
+  /// `bufferBytes` the runtime stages through.
+  std::vector<HostStepParam> hostStepParams(const std::vector<int64_t> &sizes,
+                                            uint32_t seed, int category,
+                                            int64_t bufferBytes) {
+    ztrt_ctx *x = g();
+    x->hostStepBufferBytes = bufferBytes;
+    x->hostStepBuffer = x->allocate(bufferBytes, ZTRT_CAT_HOST_STEP_BUFFERS,
+                                    "host step");
+    std::vector<HostStepParam> params;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const int64_t n = sizes[i];
+      HostStepParam q{twin(inputs(n, seed + static_cast<uint32_t>(i))),
+                      output(n), x->allocate(n * 4, category, "exp_avg"),
+                      x->allocate(n * 4, category, "exp_avg_sq"),
+                      std::vector<float>(n, 0.0f),
+                      std::vector<float>(n, 0.0f)};
+      std::memset(q.m, 0, n * 4);
+      std::memset(q.v, 0, n * 4);
+      params.push_back(std::move(q));
+    }
+    return params;
+  }
+
   template <typename T> std::vector<T> fetch(const Twin<T> &t) {
     std::vector<T> out(t.host.size());
     g()->backend().copyToHost(out.data(), t.dev,
@@ -405,33 +437,17 @@ TEST_F(CudaConformanceTest, AsynchronousHostStepsRunBesideTheStep) {
   int64_t total = 0;
   for (int64_t n : sizes)
     total += n;
-  x->hostStepBufferBytes = 2 * 512 * 4; // 4099 elements: 9 tiles of 512.
-  x->hostStepBuffer = x->allocate(x->hostStepBufferBytes,
-                                  ZTRT_CAT_HOST_STEP_BUFFERS, "host step");
+  // 4099 elements: 9 tiles of 512.
+  std::vector<HostStepParam> params =
+      hostStepParams(sizes, 40, ZTRT_CAT_HOST_STATES, 2 * 512 * 4);
   char *spilled = static_cast<char *>(
       x->allocate(total * 4, ZTRT_CAT_HOST_GRADIENTS, "host_gradients"));
-  struct Param {
-    Twin<float> p, out;
-    void *m, *v;
-    std::vector<float> cm, cv;
-  };
-  std::vector<Param> params;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const int64_t n = sizes[i];
-    Param q{twin(inputs(n, 40 + static_cast<uint32_t>(i))), output(n),
-            x->allocate(n * 4, ZTRT_CAT_HOST_STATES, "exp_avg"),
-            x->allocate(n * 4, ZTRT_CAT_HOST_STATES, "exp_avg_sq"),
-            std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
-    std::memset(q.m, 0, n * 4);
-    std::memset(q.v, 0, n * 4);
-    params.push_back(std::move(q));
-  }
   for (int64_t t = 1; t <= 3; ++t) {
     c()->step = x->step = t;
     char *at = spilled;
     for (size_t i = 0; i < sizes.size(); ++i) {
       const int64_t n = sizes[i];
-      Param &q = params[i];
+      HostStepParam &q = params[i];
       auto grad = twin(inputs(n, 60 + static_cast<uint32_t>(10 * t + i)));
       ztrt_adam_update(c(), ZTRT_F32, q.p.host.data(), grad.host.data(),
                        q.cm.data(), q.cv.data(), n, 1e-3, 0.9, 0.999, 1e-8,
@@ -447,7 +463,7 @@ TEST_F(CudaConformanceTest, AsynchronousHostStepsRunBesideTheStep) {
     }
     EXPECT_EQ(x->pendingHostSteps(), sizes.size());
     for (size_t i = 0; i < sizes.size(); ++i) {
-      Param &q = params[i];
+      HostStepParam &q = params[i];
       const int64_t n = sizes[i];
       ztrt_update_wait(x, q.p.dev);
       ztrt_scale(c(), ZTRT_F32, q.p.host.data(), q.out.host.data(), n, 2.0);
@@ -460,7 +476,7 @@ TEST_F(CudaConformanceTest, AsynchronousHostStepsRunBesideTheStep) {
   }
   x->backend().synchronize();
   for (size_t i = 0; i < sizes.size(); ++i) {
-    Param &q = params[i];
+    HostStepParam &q = params[i];
     const int64_t n = sizes[i];
     expectBitwise(fetch(q.p), q.p.host, "async host-step param");
     std::vector<float> m(n), v(n);
@@ -495,41 +511,28 @@ TEST_F(CudaConformanceTest, AsynchronousHostStepsStageDeviceGradients) {
     total += n;
   // Gradient and parameter staged: 8 bytes an element; 4099 elements are
   // 9 tiles of 512.
-  x->hostStepBufferBytes = 2 * 512 * 8;
-  x->hostStepBuffer = x->allocate(x->hostStepBufferBytes,
-                                  ZTRT_CAT_HOST_STEP_BUFFERS, "host step");
-  struct Param {
-    Twin<float> p, out, grad;
-    void *m, *v;
-    std::vector<float> cm, cv;
-  };
-  std::vector<Param> params;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const int64_t n = sizes[i];
-    Param q{twin(inputs(n, 140 + static_cast<uint32_t>(i))), output(n),
-            output(n),
-            x->allocate(n * 4, ZTRT_CAT_STATE_SWAP_BUFFERS, "exp_avg"),
-            x->allocate(n * 4, ZTRT_CAT_STATE_SWAP_BUFFERS, "exp_avg_sq"),
-            std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
-    std::memset(q.m, 0, n * 4);
-    std::memset(q.v, 0, n * 4);
-    params.push_back(std::move(q));
-  }
+  std::vector<HostStepParam> params =
+      hostStepParams(sizes, 140, ZTRT_CAT_STATE_SWAP_BUFFERS, 2 * 512 * 8);
+  // Each parameter's gradient, made on the device by a kernel.
+  std::vector<Twin<float>> grads;
+  for (int64_t n : sizes)
+    grads.push_back(output(n));
   for (int64_t t = 1; t <= 3; ++t) {
     c()->step = x->step = t;
     for (size_t i = 0; i < sizes.size(); ++i) {
       const int64_t n = sizes[i];
-      Param &q = params[i];
+      HostStepParam &q = params[i];
+      Twin<float> &grad = grads[i];
       // The gradient, made by a kernel right before the update.
       auto source = twin(inputs(n, 160 + static_cast<uint32_t>(10 * t + i)));
-      ztrt_scale(c(), ZTRT_F32, source.host.data(), q.grad.host.data(), n,
+      ztrt_scale(c(), ZTRT_F32, source.host.data(), grad.host.data(), n,
                  0.5);
-      ztrt_scale(x, ZTRT_F32, source.dev, q.grad.dev, n, 0.5);
-      ztrt_adam_update(c(), ZTRT_F32, q.p.host.data(), q.grad.host.data(),
+      ztrt_scale(x, ZTRT_F32, source.dev, grad.dev, n, 0.5);
+      ztrt_adam_update(c(), ZTRT_F32, q.p.host.data(), grad.host.data(),
                        q.cm.data(), q.cv.data(), n, 1e-3, 0.9, 0.999, 1e-8,
                        0.1, 1);
       ztrt_update_async(x, q.p.dev);
-      ztrt_adam_update(x, ZTRT_F32, q.p.dev, q.grad.dev, q.m, q.v, n, 1e-3,
+      ztrt_adam_update(x, ZTRT_F32, q.p.dev, grad.dev, q.m, q.v, n, 1e-3,
                        0.9, 0.999, 1e-8, 0.1, 1);
       EXPECT_EQ(x->pendingHostSteps(), 1u);
       ztrt_update_wait(x, q.p.dev);
