@@ -611,9 +611,8 @@ void ztrt_ctx::runHostStep(void *param, DType paramType, const void *grad,
     offload.hostToDeviceBytes += n * paramElem;
   }
   ++offload.hostSteps;
-  if (async)
-    ++offload.asyncHostSteps;
   if (async) {
+    ++offload.asyncHostSteps;
     // After this point of the compute stream the gradient is final (a
     // spill has landed: its wait came before the update) and nothing
     // issued earlier reads the parameter's old values any more.

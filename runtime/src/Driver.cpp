@@ -154,7 +154,9 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
   static const char *const compilerKeys[] = {
       "train_batch_size",         "zero_optimization",
       "communication_data_type",  "activation_checkpointing",
-      "wall_clock_breakdown",     "flops_profiler"};
+      "wall_clock_breakdown",     "flops_profiler",
+      "aio",                      "zero_allow_untested_optimizer",
+      "zero_force_ds_cpu_optimizer"};
   // Hugging Face's "auto": the value the flags and the build give.
   auto isAuto = [](const JsonValue &v) {
     return v.kind == JsonValue::Kind::String && v.text == "auto";

@@ -680,3 +680,67 @@ def test_a_deepspeed_config_offloads_the_same_way(tmp_path):
         built[name] = out.read_text()
     assert built["cfg"] == built["flags"] != built["whole"]
     assert "ztrt_swap_in_chunk" in built["flags"]
+
+
+def test_a_zero_infinity_config_as_deepspeed_writes_it(tmp_path):
+    """DeepSpeed's ZeRO-Infinity config (its tutorial's and Hugging Face's
+    nvme example: the aio section, pipelined reads and writes, the reuse
+    distance, zero_allow_untested_optimizer) builds what its flags build,
+    notes what ztrain does not use, and trains; the deprecated cpu_offload
+    is offload_optimizer=cpu; offload_param.ratio is --offload-param-ratio
+    (ztrain's key: DeepSpeed's offload_param has no ratio)."""
+    compile_ = e2e_util.require_tool("ztrain-compile")
+    spec = gpt(batch=2)
+    init, data = inputs(tmp_path, spec, 2 * spec.batch)
+    src = tmp_path / "m.mlir"
+    src.write_text(spec.to_mlir())
+    nvme = swap_dir(tmp_path)
+    config = tmp_path / "ds.json"
+
+    def build(name, flags):
+        out = tmp_path / name
+        p = subprocess.run([compile_, str(src), "-o", str(out), "--dp=1", *flags],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert p.returncode == 0, p.stderr
+        return out, p.stderr
+
+    config.write_text(json.dumps({
+        "zero_optimization": {
+            "stage": 3, "contiguous_gradients": True, "stage3_max_live_parameters": 1e9,
+            "stage3_max_reuse_distance": 1e9, "stage3_prefetch_bucket_size": 1e7,
+            "stage3_param_persistence_threshold": 1e5, "reduce_bucket_size": 1e7,
+            "sub_group_size": 1e9, "round_robin_gradients": False,
+            "offload_optimizer": {"device": "nvme", "nvme_path": str(nvme), "pin_memory": True,
+                                  "buffer_count": 4, "fast_init": False,
+                                  "pipeline_read": True, "pipeline_write": True},
+            "offload_param": {"device": "nvme", "nvme_path": str(nvme), "pin_memory": True,
+                              "buffer_count": 5, "buffer_size": 1e8, "max_in_cpu": 1e9}},
+        "aio": {"block_size": 1048576, "queue_depth": 8, "thread_count": 1,
+                "single_submit": False, "overlap_events": True},
+        "zero_allow_untested_optimizer": True,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}))
+    from_config, notes = build("cfg", ["--config", str(config)])
+    assert "note: --config: aio: not used" in notes, notes
+    assert "note: --config: zero_optimization.stage3_max_reuse_distance: not used" in notes
+    from_flags, _ = build("flags", [
+        "--optimizer=adamw", "--lr=0.001", "--zero-stage=3", "--offload-optimizer=nvme",
+        "--offload-param=nvme", "--offload-buffer-count=4", "--sub-group-size=1000000000",
+        f"--max-live-bytes={int(1e9) * 4}", f"--bucket-bytes={int(1e7) * 4}"])
+    assert from_config.read_bytes() == from_flags.read_bytes()
+    # The executable reads the same file: nvme_path, and the keys it leaves
+    # to the compiler (aio, zero_allow_untested_optimizer) are no error.
+    report = tmp_path / "r.json"
+    parity.run_exe(str(from_config), 1, init=init, data=data, report=str(report),
+                   extra=["--config", str(config)])
+    assert parity.read_report(str(report))["offload"]["directory"].startswith(str(nvme))
+
+    for name, zero, flags in [
+            ("deprecated", {"stage": 0, "cpu_offload": True}, ["--offload-optimizer=cpu"]),
+            ("param-ratio", {"stage": 3, "offload_param": {"device": "nvme", "ratio": 0.5}},
+             ["--zero-stage=3", "--offload-param=nvme", "--offload-param-ratio=0.5"])]:
+        config.write_text(json.dumps({"zero_optimization": zero,
+                                      "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}))
+        got, _ = build(name + "-cfg", ["--config", str(config), "--emit=mlir"])
+        want, _ = build(name + "-flags", ["--optimizer=adamw", "--lr=0.001", *flags,
+                                          "--emit=mlir"])
+        assert got.read_text() == want.read_text(), name

@@ -95,6 +95,7 @@ private:
   void fp16(const json::Object &f);
   void optimizer(const json::Object &o);
   void activationCheckpointing(const json::Object &a);
+  void aio(const json::Object &a);
 
   ztrain::DeepSpeedFlags &out;
   /// Element counts DeepSpeed gives where ztrain takes bytes: converted once
@@ -165,6 +166,16 @@ void Reader::top(const json::Object &root) {
       if (auto on = asBool(v, key); on && *on)
         out.notes.push_back("wall_clock_breakdown: the executable's --trace "
                             "records every kernel and collective");
+    } else if (key == "aio") {
+      if (const json::Object *a = v.getAsObject())
+        aio(*a);
+      else
+        unsupported(key, "expected an object");
+    } else if (key == "zero_allow_untested_optimizer" ||
+               key == "zero_force_ds_cpu_optimizer") {
+      // DeepSpeed's guards around optimizers it did not write; ztrain's
+      // updates (on the device or in the host step) are its own.
+      asBool(v, key);
     } else if (key == "flops_profiler") {
       const json::Object *f = v.getAsObject();
       const json::Value *on = f ? f->get("enabled") : nullptr;
@@ -252,10 +263,72 @@ void Reader::zero(const json::Object &z) {
                key == "stage3_gather_fp16_weights_on_model_save") {
       // What the executable's --save always does: whole weights.
       asBool(v, name);
+    } else if (key == "stage3_max_reuse_distance") {
+      if (auto i = asInteger(v, name, 0); i && *i > 0)
+        out.notes.push_back(name + ": not used; ztrain frees each gathered "
+                                   "parameter after the forward pass and "
+                                   "gathers it again for the backward pass "
+                                   "(--reshard-after-forward=false keeps the "
+                                   "forward's gathers)");
+    } else if (key == "round_robin_gradients") {
+      if (auto b = asBool(v, name); b && *b)
+        out.notes.push_back(name + ": not used; with --offload-optimizer=cpu "
+                                   "each rank copies its partition of each "
+                                   "final gradient to host memory as it is "
+                                   "made (docs/offload.md)");
+    } else if (key == "cpu_offload") {
+      // DeepSpeed's deprecated spelling of offload_optimizer.device = cpu.
+      if (auto b = asBool(v, name); b && *b) {
+        if (z.get("offload_optimizer"))
+          unsupported(name, "the deprecated spelling of "
+                            "offload_optimizer.device; give one of the two");
+        else
+          flag("offload-optimizer", "cpu", name);
+      }
+    } else if (key == "load_from_fp32_weights" ||
+               key == "ignore_unused_parameters") {
+      // ztrain's checkpoints keep the fp32 masters and resume from them;
+      // a parameter the loss does not depend on gets zeros (autodiff warns).
+      asBool(v, name);
+    } else if (key == "zero_quantized_weights" ||
+               key == "zero_quantized_gradients") {
+      if (auto b = asBool(v, name); b && *b)
+        unsupported(name, "ZeRO++'s quantized collectives are not built");
+    } else if (key == "zero_hpz_partition_size") {
+      if (auto i = asInteger(v, name, 0); i && *i > 1)
+        unsupported(name, "ZeRO++'s secondary partition is not built");
     } else {
       unknown(name);
     }
   }
+}
+
+/// DeepSpeed's aio section tunes its libaio swapper (block size, queue
+/// depth, threads). ztrain's swap engine submits each tensor's transfer
+/// whole to io_uring with O_DIRECT and keeps up to 64 in flight
+/// (runtime.md, "Swap I/O"): the knobs are checked and noted, GPUDirect
+/// Storage is refused.
+void Reader::aio(const json::Object &a) {
+  bool tuned = false;
+  for (const auto &kv : a) {
+    StringRef key = kv.first;
+    std::string name = ("aio." + key).str();
+    if (key == "block_size" || key == "queue_depth" || key == "thread_count") {
+      tuned |= asInteger(kv.second, name, 1).has_value();
+    } else if (key == "single_submit" || key == "overlap_events") {
+      tuned |= asBool(kv.second, name).has_value();
+    } else if (key == "use_gds") {
+      if (auto on = asBool(kv.second, name); on && *on)
+        unsupported(name, "GPUDirect Storage is not built: nvme tensors "
+                          "reach the device through pinned host memory");
+    } else {
+      unknown(name);
+    }
+  }
+  if (tuned)
+    out.notes.push_back("aio: not used; ztrain's swap engine submits each "
+                        "tensor's transfer whole to io_uring (O_DIRECT), up "
+                        "to 64 in flight");
 }
 
 /// DeepSpeed checkpoints the functions the model wraps in
@@ -326,7 +399,12 @@ void Reader::offload(const json::Value &v, StringRef key) {
     } else if (field == "buffer_count" && optimizerStates) {
       if (auto i = asInteger(kv.second, name, 1))
         flag("offload-buffer-count", integer(*i), name);
-    } else if (field == "pin_memory" || field == "fast_init") {
+    } else if (field == "pin_memory" || field == "fast_init" ||
+               ((field == "pipeline_read" || field == "pipeline_write") &&
+                optimizerStates)) {
+      // Swap buffers are pinned on a device backend, and nvme states'
+      // reads and write-backs always overlap the host step (chunks with
+      // --sub-group-size): nothing to choose.
       asBool(kv.second, name);
     } else if (field == "buffer_count" || field == "buffer_size" ||
                field == "max_in_cpu") {
@@ -340,7 +418,13 @@ void Reader::offload(const json::Value &v, StringRef key) {
       else if (r)
         flag("offload-ratio", number(*r), name);
     } else if (field == "ratio") {
-      unsupported(name, "partial parameter offload is not built yet");
+      // Not a DeepSpeed key (its offload_param has no ratio): ztrain's
+      // --offload-param-ratio, spelled as offload_optimizer.ratio is.
+      std::optional<double> r = asNumber(kv.second, name);
+      if (r && !(*r > 0.0 && *r <= 1.0))
+        unsupported(name, "expected a number in (0, 1]");
+      else if (r)
+        flag("offload-param-ratio", number(*r), name);
     } else {
       unknown(name);
     }
