@@ -625,17 +625,22 @@ def test_the_trace_shows_each_gradient_spill(tmp_path):
     assert sum(e["args"]["bytes"] for e in io) == off["gradients_to_host_bytes"] > 0
 
 
-def test_a_deepspeed_config_offloads_the_same_way(tmp_path):
-    """zero_optimization.offload_optimizer / offload_param in a DeepSpeed
-    config build what the flags build, and the executable takes nvme_path
-    from the same file."""
-    compile_ = e2e_util.require_tool("ztrain-compile")
+def config_case(tmp_path):
+    """What the DeepSpeed config tests share: the compiler, a small GPT's
+    init, data and source, a swap directory and the config's path."""
     spec = gpt(batch=2)
     init, data = inputs(tmp_path, spec, 2 * spec.batch)
     src = tmp_path / "m.mlir"
     src.write_text(spec.to_mlir())
-    nvme = swap_dir(tmp_path)
-    config = tmp_path / "ds.json"
+    return (e2e_util.require_tool("ztrain-compile"), init, data, src, swap_dir(tmp_path),
+            tmp_path / "ds.json")
+
+
+def test_a_deepspeed_config_offloads_the_same_way(tmp_path):
+    """zero_optimization.offload_optimizer / offload_param in a DeepSpeed
+    config build what the flags build, and the executable takes nvme_path
+    from the same file."""
+    compile_, init, data, src, nvme, config = config_case(tmp_path)
     config.write_text(json.dumps({
         "zero_optimization": {
             "stage": 3,
@@ -689,13 +694,7 @@ def test_a_zero_infinity_config_as_deepspeed_writes_it(tmp_path):
     notes what ztrain does not use, and trains; the deprecated cpu_offload
     is offload_optimizer=cpu; offload_param.ratio is --offload-param-ratio
     (ztrain's key: DeepSpeed's offload_param has no ratio)."""
-    compile_ = e2e_util.require_tool("ztrain-compile")
-    spec = gpt(batch=2)
-    init, data = inputs(tmp_path, spec, 2 * spec.batch)
-    src = tmp_path / "m.mlir"
-    src.write_text(spec.to_mlir())
-    nvme = swap_dir(tmp_path)
-    config = tmp_path / "ds.json"
+    compile_, init, data, src, nvme, config = config_case(tmp_path)
 
     def build(name, flags):
         out = tmp_path / name
