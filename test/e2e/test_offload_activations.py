@@ -31,11 +31,13 @@ def run(exe, n, steps, init, data, save, report, extra=()):
     return json.loads(open(report).read())
 
 
-def check(tmp_path, spec, stage, n, policy, runtime=(), backend=()):
+def check(tmp_path, spec, stage, n, policy, runtime=(), backend=(), accum=1):
     """Trains the plan with and without Pa+cpu; asserts the same bits and
-    the report's bytes. Returns the two measured reports."""
-    init, data = inputs(tmp_path, spec, STEPS * n * spec.batch)
-    zero = ["--dp", str(n), "--zero-stage", str(stage), f"--recompute={policy}"]
+    the report's bytes. Returns the two measured reports. `accum`
+    micro-batches per step: each copies its checkpoints down and back."""
+    init, data = inputs(tmp_path, spec, STEPS * n * accum * spec.batch)
+    zero = ["--dp", str(n), "--zero-stage", str(stage), f"--recompute={policy}",
+            f"--grad-accum-steps={accum}"]
     measured, saved = {}, {}
     for offload in ("none", "cpu"):
         exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
@@ -52,7 +54,8 @@ def check(tmp_path, spec, stage, n, policy, runtime=(), backend=()):
     run(exe, n, STEPS, init, data, again, tmp_path / "again.json", backend)
     assert again.read_bytes() == saved["cpu"], (stage, n, policy)
     plan = zero_report(tmp_path, spec, policy,
-                       [f"dp={n}", f"stage={stage}", "offload-activations=cpu"])
+                       [f"dp={n}", f"stage={stage}", "offload-activations=cpu"],
+                       training=f"grad-accum-steps={accum}")
     per_rank, off = plan["per_rank"], plan["offload"]
     moved = off["transfers_per_step"]["activations_to_host"]
     assert off["host"]["activations"] > 0 and moved > 0
@@ -88,6 +91,15 @@ def test_pa_cpu_is_bitwise_and_priced_exactly(stage, n, policy, tmp_path):
     check(tmp_path, spec, stage, n, policy)
 
 
+@pytest.mark.parametrize("stage,n", [(0, 1), (3, 2)])
+def test_pa_cpu_with_accumulation_is_priced_per_micro_batch(stage, n, tmp_path):
+    """Two micro-batches per step: the report counts each one's copies (the
+    run moves the checkpoints down and back once per micro-batch)."""
+    if n > 1 and MPIRUN is None:
+        pytest.skip("mpirun not installed")
+    check(tmp_path, models_gpt(layers=4), stage, n, "full", accum=2)
+
+
 def models_gpt(layers):
     from ztrain import models
     return models.gpt(batch=2, seq=32, vocab=64, layers=layers, width=32, heads=4,
@@ -109,7 +121,7 @@ def test_pa_cpu_on_the_cuda_backend(stage, n, target, tmp_path):
         spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"), name="probe",
         extra=runtime_flags(target)))
     check(tmp_path, spec, stage, n, "full", runtime=runtime_flags(target),
-          backend=["--backend", "cuda"])
+          backend=["--backend", "cuda"], accum=2 if stage == 3 else 1)
 
 
 def test_bad_pa_cpu_input_is_one_line(tmp_path):

@@ -108,13 +108,13 @@ def test_every_zero_stage_is_bitwise_the_plain_plan(n, tmp_path):
             assert got == saved["none", 0], (stage, flags, policy, attempt)
 
 
-def zero_report(tmp_path, spec, policy, extra=()):
+def zero_report(tmp_path, spec, policy, extra=(), training=""):
     opt = e2e_util.require_tool("ztrain-opt")
     src = tmp_path / "r.mlir"
     src.write_text(spec.to_mlir())
     zero = " ".join(extra)
     p = subprocess.run(
-        [opt, str(src), f"--ztrain-training=optimizer=adamw recompute={policy}",
+        [opt, str(src), f"--ztrain-training=optimizer=adamw recompute={policy} {training}",
          f"--ztrain-zero={zero}", "--plan-memory", "--zero-report=format=json",
          "-o", "/dev/null"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)

@@ -345,21 +345,22 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
     (again ? r.recomputeKernelBytes : r.kernelBytes) += times * bytes;
   });
 
-  // The swaps of nvme-resident states: whole blocks, once per optimizer
-  // step (zero-offload places them after the accumulation boundary).
-  // Offloaded activations: each copied down and back once per run of the
-  // step (per micro-batch).
-  // Gradients spilled for a host step: down once per optimizer step.
+  // Every transfer as often as its op runs in a step: before the
+  // accumulation boundary once per micro-batch (the swaps of nvme
+  // parameters that the passes read, the offloaded activations down and
+  // back), after it once (the swaps of nvme states and of the parameters
+  // the updates write, gradients spilled for a host step).
   entry.walk([&](OffloadActivationStartOp op) {
     bool gradient = static_cast<bool>(spilledGradient(op));
     (gradient ? r.gradientsToHost : r.activationsToHost) +=
-        tensorBytes(op.getInput().getType());
+        runsPerStep(op) * tensorBytes(op.getInput().getType());
   });
   entry.walk([&](Operation *op) {
     if (!isa<SwapInStartOp, SwapOutStartOp>(op))
       return;
     auto name = op->getAttrOfType<FlatSymbolRefAttr>("state");
-    int64_t bytes = swapBufferBytes(symbols, op, name, r.stage, n);
+    int64_t bytes =
+        runsPerStep(op) * swapBufferBytes(symbols, op, name, r.stage, n);
     (isa<SwapInStartOp>(op) ? r.nvmeToHost : r.hostToNvme) += bytes;
     if (!symbols.lookupNearestSymbolFrom<train::StateOp>(module, name))
       (isa<SwapInStartOp>(op) ? r.paramsNvmeToHost : r.paramsHostToNvme) +=
