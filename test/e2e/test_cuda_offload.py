@@ -63,14 +63,14 @@ PLACEMENTS = {
 }
 
 
-@pytest.mark.parametrize("stage,n,precision", [
-    (0, 1, "fp32"), (1, 2, "bf16"), (2, 2, "fp32"), (3, 2, "fp32"), (3, 1, "bf16"),
-    (3, 4, "fp32")])
-def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
+@pytest.mark.parametrize("stage,n,precision,accum", [
+    (0, 1, "fp32", 1), (1, 2, "bf16", 1), (2, 2, "fp32", 1), (3, 2, "fp32", 1),
+    (3, 1, "bf16", 1), (3, 4, "fp32", 1), (3, 1, "fp32", 2)])
+def test_offload_on_the_cuda_backend(stage, n, precision, accum, target, tmp_path):
     if n > device_count(target):
         pytest.skip(f"needs {n} GPUs (one per rank)")
     spec = gpt(batch=2)
-    init, data = inputs(tmp_path, spec, STEPS * n * spec.batch)
+    init, data = inputs(tmp_path, spec, STEPS * n * accum * spec.batch)
     nvme = swap_dir(tmp_path)
     offloads = ["none", "cpu", "nvme", "half", "chunks"] + \
         (["infinity", "params-cpu", "params-half", "params-cpu-chunks",
@@ -82,13 +82,14 @@ def test_offload_on_the_cuda_backend(stage, n, precision, target, tmp_path):
     for offload in offloads:
         placement = PLACEMENTS[offload]
         flags = ["--" + f for f in placement.split()]
-        plans[offload] = zero_report(tmp_path, spec, f"stage={stage} dp={n} {placement}",
-                                     f"optimizer=adamw precision={precision}")
+        plans[offload] = zero_report(
+            tmp_path, spec, f"stage={stage} dp={n} {placement}",
+            f"optimizer=adamw precision={precision} grad-accum-steps={accum}")
         exes[offload] = e2e_util.compile_text(
             spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
             name=f"exe-{offload}",
             extra=["--dp", str(n), "--zero-stage", str(stage), f"--precision={precision}",
-                   *flags] + runtime_flags(target))
+                   f"--grad-accum-steps={accum}", *flags] + runtime_flags(target))
     require_cuda_runtime(e2e_util.compile_text(
         spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"), name="probe",
         extra=runtime_flags(target)))
