@@ -686,6 +686,12 @@ void setUpOffload(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts,
            host ? "optimizer states" : "model states",
            host ? "optimizer" : "optimizer/param",
            formatBytes(static_cast<uint64_t>(nvmeBytes)).c_str());
+  int64_t files = 0;
+  for (const ParamSpec &spec : desc.params)
+    files += spec.space == MemorySpace::Nvme;
+  for (const StateSpec &spec : desc.states)
+    files += spec.space == MemorySpace::Nvme;
+  SwapSpace::reserveFiles(files, opts.nvmePath);
   ctx.swap = std::make_unique<SwapSpace>(opts.nvmePath, rank, nvmeBytes);
   for (size_t i = 0; i < desc.params.size(); ++i) {
     const ParamSpec &spec = desc.params[i];

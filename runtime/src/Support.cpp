@@ -19,6 +19,7 @@
 #include <csignal>
 #include <mutex>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 namespace ztrt {
@@ -80,26 +81,33 @@ void printLine(const char *kind, const char *fmt, va_list args) {
   }
 }
 
+/// Removes what removeOnFatal registered (a swap directory, files and
+/// directories of writes in progress), newest first: a temporary file
+/// inside a temporary directory goes before the directory does.
+void removeTempFiles() {
+  std::lock_guard<std::mutex> lock(tempFilesMutex);
+  auto &paths = tempFiles();
+  for (auto it = paths.rbegin(); it != paths.rend(); ++it)
+    removeTree(*it);
+  paths.clear();
+}
+
 [[noreturn]] void die(int status, bool everyRank, const char *fmt,
                       va_list args) {
   exiting.store(true);
-  // A refusal every rank reaches: all meet before any exits, so that the
-  // launcher, which ends the job at the first non-zero exit, finds no rank
-  // still on its way to the same refusal.
-  if (everyRank && jobSync)
-    jobSync();
-  if (everyRank && jobRank > 0)
-    std::exit(status);
-  printLine("error", fmt, args);
-  {
-    // Newest first: a temporary file inside a temporary directory goes
-    // before the directory does.
-    std::lock_guard<std::mutex> lock(tempFilesMutex);
-    auto &paths = tempFiles();
-    for (auto it = paths.rbegin(); it != paths.rend(); ++it)
-      removeTree(*it);
-    paths.clear();
+  // A refusal every rank reaches: each removes its own temporary files
+  // (its swap directory among them), then all meet before any exits, so
+  // that the launcher, which ends the job at the first non-zero exit, finds
+  // no rank still on its way to the same refusal or still cleaning up.
+  if (everyRank) {
+    removeTempFiles();
+    if (jobSync)
+      jobSync();
+    if (jobRank > 0)
+      std::exit(status);
   }
+  printLine("error", fmt, args);
+  removeTempFiles();
   if (jobAbort && !everyRank)
     jobAbort(status);
   std::exit(status);
@@ -146,6 +154,14 @@ namespace {
 
 const std::atomic<int64_t> *terminationStep = nullptr;
 
+/// SIGINT's disposition when the process started (static initialization
+/// runs before main, and so before MPI's start-up resets it).
+const bool sigintIgnoredAtStart = [] {
+  struct sigaction before {};
+  return sigaction(SIGINT, nullptr, &before) == 0 &&
+         before.sa_handler == SIG_IGN;
+}();
+
 /// Appends `v` in decimal; async-signal-safe.
 void appendDecimal(char *&out, int64_t v) {
   char digits[24];
@@ -163,46 +179,82 @@ void appendText(char *&out, const char *text) {
     *out++ = *text++;
 }
 
-/// SIGTERM (what a launcher sends every rank when one fails, and what
-/// scancel and kill send): one line naming the rank and the step, the
-/// temporary files of writes in progress removed when no thread is
-/// registering one, then the default action, so the exit status still
-/// says SIGTERM. Only async-signal-safe calls.
-extern "C" void onTerminate(int sig) {
-  if (exiting.load() || peerReported.load()) {
-    // Delivered, by the default action, when this handler returns.
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
+/// Removes `path`, a file or a directory of files (a swap directory, a
+/// checkpoint directory being written), with async-signal-safe calls only:
+/// the directory's entries are read with getdents64, not readdir.
+void removeFromSignal(const char *path) {
+  if (::unlink(path) == 0 || errno != EISDIR)
     return;
+  int dir = ::open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    alignas(8) char entries[4096];
+    for (;;) {
+      long n = ::syscall(SYS_getdents64, dir, entries, sizeof(entries));
+      if (n <= 0)
+        break;
+      bool removed = false;
+      for (long at = 0; at < n;) {
+        // struct linux_dirent64: ino (8), off (8), reclen (2), type (1),
+        // name (NUL-terminated).
+        unsigned short length;
+        std::memcpy(&length, entries + at + 16, sizeof(length));
+        const char *name = entries + at + 19;
+        if (std::strcmp(name, ".") != 0 && std::strcmp(name, "..") != 0)
+          removed |= ::unlinkat(dir, name, 0) == 0 ||
+                     ::unlinkat(dir, name, AT_REMOVEDIR) == 0;
+        at += length;
+      }
+      // Entries removed while reading: start over until a pass removes
+      // nothing (what is left cannot be removed).
+      if (removed)
+        ::lseek(dir, 0, SEEK_SET);
+    }
+    ::close(dir);
   }
-  char line[512];
-  char *out = line;
-  appendText(out, "ztrain: error: ");
-  if (jobRank >= 0) {
-    appendText(out, "[rank ");
-    appendDecimal(out, jobRank);
-    appendText(out, "] ");
+  ::rmdir(path);
+}
+
+/// SIGTERM and SIGINT (what a launcher sends every rank when one fails,
+/// what scancel, kill and Ctrl-C send): one line naming the rank and the
+/// step, unless this process or a peer already said why the job ends; the
+/// temporary files and directories (a swap directory, writes in progress)
+/// removed when no thread is registering one; then the default action, so
+/// the exit status still names the signal. Only async-signal-safe calls.
+extern "C" void onTerminate(int sig) {
+  const int savedErrno = errno;
+  if (!exiting.load() && !peerReported.load()) {
+    char line[512];
+    char *out = line;
+    appendText(out, "ztrain: error: ");
+    if (jobRank >= 0) {
+      appendText(out, "[rank ");
+      appendDecimal(out, jobRank);
+      appendText(out, "] ");
+    }
+    appendText(out, sig == SIGINT ? "ended by SIGINT " : "ended by SIGTERM ");
+    const int64_t step = terminationStep ? terminationStep->load() : 0;
+    if (step > 0) {
+      appendText(out, "in step ");
+      appendDecimal(out, step);
+    } else {
+      appendText(out, "before step 1");
+    }
+    appendText(out, jobRank >= 0
+                        ? ": the launcher ends every rank when one fails "
+                          "(see its message above) or the job was cancelled\n"
+                        : ": the run was cancelled\n");
+    if (::write(STDERR_FILENO, line, out - line) < 0) {
+      // Nothing to do: the process ends below either way.
+    }
   }
-  appendText(out, "ended by SIGTERM ");
-  const int64_t step = terminationStep ? terminationStep->load() : 0;
-  if (step > 0) {
-    appendText(out, "in step ");
-    appendDecimal(out, step);
-  } else {
-    appendText(out, "before step 1");
-  }
-  appendText(out, jobRank >= 0
-                      ? ": the launcher ends every rank when one fails (see "
-                        "its message above) or the job was cancelled\n"
-                      : ": the run was cancelled\n");
-  if (::write(STDERR_FILENO, line, out - line) < 0) {
-    // Nothing to do: the process ends below either way.
-  }
+  // (A rank already in die() holds the lock while it removes them.)
   if (tempFilesMutex.try_lock()) {
-    for (const std::string &path : tempFiles())
-      ::unlink(path.c_str());
+    const auto &paths = tempFiles();
+    for (auto it = paths.rbegin(); it != paths.rend(); ++it)
+      removeFromSignal(it->c_str());
     tempFilesMutex.unlock();
   }
+  errno = savedErrno;
   std::signal(sig, SIG_DFL);
   std::raise(sig);
 }
@@ -217,6 +269,13 @@ void reportTermination(const std::atomic<int64_t> *step) {
   action.sa_handler = onTerminate;
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);
+  // SIGINT too, unless the process started with it ignored (a shell
+  // starts background jobs so, that Ctrl-C stops only the foreground one);
+  // MPI's start-up resets it, so it is ignored again here.
+  if (sigintIgnoredAtStart)
+    std::signal(SIGINT, SIG_IGN);
+  else
+    sigaction(SIGINT, &action, nullptr);
 }
 
 std::string format(const char *fmt, ...) {

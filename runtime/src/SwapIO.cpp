@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -50,6 +51,37 @@ void *SwapSpace::allocate(int64_t bytes) {
           static_cast<long long>(size));
   std::memset(p, 0, size);
   return p;
+}
+
+void SwapSpace::reserveFiles(int64_t files, const std::string &path) {
+  struct rlimit limit;
+  if (files <= 0 || ::getrlimit(RLIMIT_NOFILE, &limit) != 0)
+    return;
+  // What the process has open already (MPI's sockets, the data and init
+  // files, io_uring), and room for what it opens later (a checkpoint's
+  // shards are written one at a time).
+  const int64_t open =
+      static_cast<int64_t>(listDirectory("/proc/self/fd").size());
+  const int64_t needed = open + files + 64;
+  if (limit.rlim_cur == RLIM_INFINITY ||
+      static_cast<int64_t>(limit.rlim_cur) >= needed)
+    return;
+  // Up to the hard limit, as a process that knows it needs many files may.
+  struct rlimit raised = limit;
+  raised.rlim_cur = limit.rlim_max == RLIM_INFINITY
+                        ? static_cast<rlim_t>(needed)
+                        : limit.rlim_max;
+  if (static_cast<int64_t>(raised.rlim_cur) >= needed &&
+      ::setrlimit(RLIMIT_NOFILE, &raised) == 0)
+    return;
+  fatal("--nvme-path '%s': the plan keeps %lld files open per rank (one "
+        "per tensor on nvme; %lld are open already), and the open-file limit "
+        "is %llu (hard limit %llu): raise it (ulimit -n %lld)",
+        path.c_str(), static_cast<long long>(files),
+        static_cast<long long>(open),
+        static_cast<unsigned long long>(limit.rlim_cur),
+        static_cast<unsigned long long>(limit.rlim_max),
+        static_cast<long long>(needed));
 }
 
 SwapSpace::SwapSpace(const std::string &path, int rank, int64_t bytesNeeded,

@@ -44,6 +44,13 @@ public:
   /// std::free. Fatal when memory is short.
   static void *allocate(int64_t bytes);
 
+  /// Makes room for `files` more open files (one per tensor on nvme: each
+  /// stays open for the run) before a SwapSpace under `path` creates them:
+  /// raises the soft open-file limit up to the hard one when it is too
+  /// low; fatal, naming the count and `ulimit -n`, when even the hard
+  /// limit is.
+  static void reserveFiles(int64_t files, const std::string &path);
+
   /// Creates the swap directory of `rank` under `path` (the user's
   /// --nvme-path). `bytesNeeded` is what the plan will write: refused up
   /// front when the file system has less free. `queueDepth`: transfers in

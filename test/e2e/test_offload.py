@@ -541,6 +541,98 @@ def test_bad_offload_input_is_one_line(tmp_path):
         assert len(lines) == 1 and str(bad) in lines[0], p.stderr
 
 
+def wait_for_swap_files(nvme, timeout=60):
+    """Waits until a rank's swap directory under `nvme` holds files (the
+    run is past its start-up); returns the directories."""
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        dirs = list(nvme.iterdir())
+        if dirs and all(list(d.iterdir()) for d in dirs):
+            return dirs
+        time.sleep(0.05)
+    raise AssertionError(f"no swap files under {nvme}")
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_cancelled_run_removes_its_swap_directory(sig, tmp_path):
+    """SIGTERM (kill, scancel, a launcher ending the job) and SIGINT (Ctrl-C)
+    in the middle of training: one line naming the signal and the step, the
+    signal's exit status, and no swap files left (a 2B model's are 24 GB
+    per rank)."""
+    import signal
+    spec = gpt(batch=2)
+    init, data = inputs(tmp_path, spec, spec.batch)
+    nvme = swap_dir(tmp_path)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+                                name="nv", extra=["--offload-optimizer=nvme"])
+    p = subprocess.Popen([exe, "--steps", "100000000", "--init", init, "--data", data,
+                          "--nvme-path", str(nvme), "--log-every", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_swap_files(nvme)
+        p.send_signal(getattr(signal, sig))
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == -getattr(signal, sig), (p.returncode, err)
+    lines = one_error_line(subprocess.CompletedProcess([], 0, "", err))
+    assert len(lines) == 1 and f"ended by {sig} " in lines[0], err
+    assert list(nvme.iterdir()) == []
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+def test_a_refusal_after_start_up_removes_every_ranks_swap_directory(tmp_path):
+    """A non-finite loss stops every rank at the same step (a refusal all
+    ranks reach): each removes its own swap directory before any exits, so
+    the launcher ending the job at the first exit leaves none behind."""
+    spec = gpt(batch=2)
+    init, data = inputs(tmp_path, spec, 2 * 2 * spec.batch)
+    nvme = swap_dir(tmp_path)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+                                name="nv2", extra=["--dp", "2", "--zero-stage", "1",
+                                                   "--offload-optimizer=nvme"])
+    for _ in range(3):
+        p = e2e_util.mpirun(2, [exe, "--steps", "5", "--init", init, "--data", data,
+                                "--nvme-path", nvme, "--lr", "1e30", "--log-every", "0"],
+                            check=False, timeout=120)
+        assert p.returncode != 0 and "the loss is" in p.stderr, p.stderr
+        assert list(nvme.iterdir()) == [], p.stderr
+
+
+def test_the_open_file_limit_is_raised_or_named(tmp_path):
+    """One file per tensor on nvme stays open for the run: a soft open-file
+    limit below that is raised up to the hard one; a hard limit below it is
+    one line naming the count and `ulimit -n`, with nothing left behind."""
+    import resource
+    spec = gpt(batch=2)
+    init, data = inputs(tmp_path, spec, spec.batch)
+    nvme = swap_dir(tmp_path)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+                                name="files", extra=["--zero-stage=3", "--offload-optimizer=nvme",
+                                                     "--offload-param=nvme"])
+    files = 3 * len(parity.make_init(spec, seed=5))  # each parameter and its two moments
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = files // 2  # below what the plan holds open, above what start-up needs
+
+    def run_with(limits):
+        return subprocess.run([exe, "--steps", "1", "--init", init, "--data", data,
+                               "--nvme-path", str(nvme), "--log-every", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=120,
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE,
+                                                                    limits))
+    if hard == resource.RLIM_INFINITY or hard > files + 200:
+        p = run_with((low, hard))
+        assert p.returncode == 0, p.stderr
+    p = run_with((low, low))
+    assert p.returncode != 0
+    lines = one_error_line(p)
+    assert len(lines) == 1 and f"keeps {files} files open per rank" in lines[0] and \
+        "ulimit -n" in lines[0], p.stderr
+    assert list(nvme.iterdir()) == []
+
+
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
 def test_missing_nvme_path_is_refused_on_every_rank(tmp_path):
     spec = gpt(batch=2)
