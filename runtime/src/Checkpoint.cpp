@@ -638,7 +638,8 @@ static void assembleTensors(const CheckpointIndex &index,
 
 /// A descriptor's records that decide what the steps compute, without the
 /// ones that only say how this build lays the model out on its ranks (the
-/// grid, storage suffixes, gradient buffers, arenas) or what else it has
+/// grid, storage and memory-space suffixes, gradient buffers, arenas, the
+/// host step buffer) or what else it has
 /// compiled (its FLOP count, the evaluation function): a checkpoint
 /// resumes in any layout of the same model.
 /// "input <name> <dtype> <rank> <d0> ..": d0 of a batched input, else -1.
@@ -669,9 +670,12 @@ static std::vector<std::string> layoutFreeRecords(const std::string &text) {
     // The batch is not the model: micro-batches per step, and a batched
     // input's batch dimension (its other dimensions are).
     // `logits` is the sampling function's output shape ([B T, V]).
+    // Where the tensors live (the host step's staging buffer; a tensor's
+    // `space`, below) is layout too: offload changes no bit of what is
+    // stored.
     if (kind == "grid" || kind == "grad" || kind == "arena" ||
         kind == "flops" || kind == "eval" || kind == "grad_accum" ||
-        kind == "logits")
+        kind == "logits" || kind == "host_step_buffer")
       continue;
     if (int64_t b = inputBatch(line); b >= 0) {
       std::istringstream in(line);
@@ -681,9 +685,11 @@ static std::vector<std::string> layoutFreeRecords(const std::string &text) {
       line = rebuilt;
     }
     if (kind == "param" || kind == "state") {
-      size_t store = line.find(" store ");
-      if (store != std::string::npos)
-        line.resize(store);
+      // "[store E full|shard] [space host|nvme]": how and where this build
+      // keeps the tensor, not what it is.
+      size_t suffix = std::min(line.find(" store "), line.find(" space "));
+      if (suffix != std::string::npos)
+        line.resize(suffix);
     }
     out.push_back(line);
   }

@@ -500,6 +500,32 @@ def test_checkpoints_of_nvme_states_resume_bitwise(stage, offload, tmp_path):
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.returncode == 0, p.stderr
     assert list(nvme.iterdir()) == []
+    # A universal checkpoint: where a build keeps its tensors is layout, as
+    # its ranks and stage are. The offloaded checkpoint resumes without
+    # offload, at another stage, on one rank, in chunks; the plain one
+    # resumes with offload; each continues bitwise as the straight run (one
+    # rank: half the global batch, so only that it resumes; test_checkpoints
+    # checks the resharding's numbers).
+    for name, ranks, flags, source in [
+            ("plain", n, ["--zero-stage", str(stage)], ckpt),
+            ("stage0-nvme", n, ["--zero-stage", "0", "--offload-optimizer=nvme"], ckpt),
+            ("one-rank", 1, ["--zero-stage", str(stage), *offload], ckpt),
+            ("chunks", n, ["--zero-stage", str(stage), *offload, "--sub-group-size=2048"],
+             ckpt),
+            ("into-nvme", n, ["--zero-stage", str(stage), *offload], plain_ckpt)]:
+        other = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
+                                      parity.OptimizerConfig("adamw"), name=f"other-{name}",
+                                      extra=["--dp", str(ranks), *flags])
+        again = tmp_path / f"{name}.safetensors"
+        cmd = [other, "--steps", "2", "--resume", source, "--save", again, *common]
+        if ranks > 1:
+            e2e_util.mpirun(ranks, cmd)
+        else:
+            p = e2e_util.run(cmd)
+            assert p.returncode == 0, p.stderr
+        if ranks == n:
+            assert again.read_bytes() == straight.read_bytes(), name
+    assert list(nvme.iterdir()) == []
 
 
 def one_error_line(p):

@@ -5,9 +5,9 @@
 // Whitespace-separated text, one record per line, in index order:
 //   ztrain-descriptor 1
 //   grid N
-//   param <name> <dtype> <rank> <dims...> init <kind> <scale> [store E full|shard]
+//   param <name> <dtype> <rank> <dims...> init <kind> <scale> [store E full|shard] [space host|nvme]
 //   grad <name> <elements> <dtype>
-//   state <name> <dtype> <rank> <dims...> of <param> [master] [store E full|shard]
+//   state <name> <dtype> <rank> <dims...> of <param> [master] [store E full|shard] [space host|nvme]
 //   buffer <name> <dtype> <rank> <dims...> init <kind> <scale>
 //   input <name> <dtype> <rank> <dims...> bound <B>
 //   arena <name> <bytes>
