@@ -539,7 +539,9 @@ def test_bad_offload_input_is_one_line(tmp_path):
     src.write_text(spec.to_mlir())
     for flags, message in (
             (["--offload-optimizer=ssd"], "--offload-optimizer=ssd: expected none, cpu or nvme"),
-            (["--offload-param=nvme", "--zero-stage=2", "--dp=2"], "needs ZeRO stage 3"),
+            (["--offload-param=nvme", "--zero-stage=2", "--dp=2"],
+             "--offload-param=nvme: needs ZeRO stage 3 (it places stage 3's parameter shards); "
+             "this build is --zero-stage=2"),
             (["--offload-param=cpu", "--zero-stage=1", "--dp=2"], "needs ZeRO stage 3"),
             (["--offload-param=disk", "--zero-stage=3", "--dp=2"],
              "--offload-param=disk: expected none, cpu or nvme"),
@@ -551,6 +553,22 @@ def test_bad_offload_input_is_one_line(tmp_path):
         lines = one_error_line(p)
         assert len(lines) == 1 and message in lines[0], (flags, p.stderr)
         assert not (tmp_path / "m").exists()
+    # From a config, the line names the key too.
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"zero_optimization": {"stage": 2,
+                                                        "offload_param": {"device": "cpu"}}}))
+    p = subprocess.run([compile_, str(src), "-o", str(tmp_path / "m"), "--dp=2",
+                        "--config", str(config)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = one_error_line(p)
+    assert p.returncode != 0 and len(lines) == 1 and lines[0].endswith(
+        "this build is --zero-stage=2 (from --config " + str(config) +
+        ": zero_optimization.offload_param.device)"), p.stderr
+    # An offload-only flag without its offload: a warning, as the others.
+    p = subprocess.run([compile_, str(src), "-o", str(tmp_path / "m"), "--sub-group-size=2048"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 0 and "warning: --sub-group-size chunks the optimizer states nvme " \
+        "offload swaps; without --offload-optimizer=nvme it has no effect" in p.stderr, p.stderr
 
     exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
                                 name="nv", extra=["--offload-optimizer=nvme"])

@@ -270,6 +270,15 @@ std::string checkFlagValues() {
               "bytes >= 0 (0: one collective per gradient)"),
       integer("max-tile-bytes", flags::maxTileBytes, flags::maxTileBytes >= 0,
               "bytes >= 0 (0: no tiling)"),
+      // Parameters are placed as stage 3's shards (DeepSpeed's rule);
+      // under --memory-budget the search chooses the stage.
+      flags::offloadParam != "none" && flags::stage != 3 &&
+              memoryBudget.getNumOccurrences() == 0
+          ? "offload-param=" + flags::offloadParam +
+                ": needs ZeRO stage 3 (it places stage 3's parameter "
+                "shards); this build is --zero-stage=" +
+                std::to_string(flags::stage)
+          : "",
   };
   for (const std::string &error : checks)
     if (!error.empty())
@@ -582,6 +591,12 @@ int main(int argc, char **argv) {
                       "--host-memory-budget the search plans for one memory "
                       "and it has no effect\n";
 
+  if (flags::offloadSubGroupSize.getNumOccurrences() > 0 &&
+      flags::offloadOptimizer != "nvme" &&
+      memoryBudget.getNumOccurrences() == 0)
+    llvm::errs() << "ztrain-compile: warning: --sub-group-size chunks the "
+                    "optimizer states nvme offload swaps; without "
+                    "--offload-optimizer=nvme it has no effect\n";
   if (flags::offloadBufferCount.getNumOccurrences() > 0 &&
       flags::offloadOptimizer != "nvme" && flags::offloadParam != "nvme")
     llvm::errs() << "ztrain-compile: warning: --offload-buffer-count sizes "
