@@ -86,7 +86,8 @@ void SwapSpace::reserveFiles(int64_t files, const std::string &path) {
 
 SwapSpace::SwapSpace(const std::string &path, int rank, int64_t bytesNeeded,
                      unsigned queueDepth, bool direct)
-    : depth(queueDepth ? queueDepth : 1), directIO(direct) {
+    : depth(queueDepth ? queueDepth : 1), directIO(direct),
+      planBytes(bytesNeeded) {
   const char *what = "--nvme-path";
   if (path.empty())
     fatal("%s: no directory given", what);
@@ -189,6 +190,12 @@ int SwapSpace::createFile(const std::string &name, int64_t bytes) {
   int rc = ::posix_fallocate(f.fd, 0, f.bytes);
   if (rc == EOPNOTSUPP || rc == EINVAL)
     rc = ::ftruncate(f.fd, f.bytes) == 0 ? 0 : errno;
+  if (rc == ENOSPC)
+    fatal("--nvme-path: cannot reserve %lld bytes for '%s': %s (the plan "
+          "swaps %lld bytes per rank, and the ranks that share this file "
+          "system need that much each)",
+          static_cast<long long>(f.bytes), f.path.c_str(), strerror(rc),
+          static_cast<long long>(planBytes));
   if (rc != 0)
     fatal("--nvme-path: cannot reserve %lld bytes for '%s': %s",
           static_cast<long long>(f.bytes), f.path.c_str(), strerror(rc));

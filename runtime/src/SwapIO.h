@@ -119,6 +119,8 @@ private:
   int64_t nextTicket = 1;
   unsigned depth;
   bool directIO = true;
+  /// What the plan writes per rank (the constructor's bytesNeeded).
+  int64_t planBytes = 0;
   int64_t written = 0, readBytes = 0;
 };
 

@@ -282,7 +282,9 @@ TEST(SwapIOTest, AFullDiskIsFoundWhenTheFileIsCreated) {
       },
       ::testing::ExitedWithCode(1),
       "^(ztrain: warning: .*\n)?ztrain: error: --nvme-path: cannot reserve "
-      "1048576 bytes for '.*/big': No space left on device\n$");
+      "1048576 bytes for '.*/big': No space left on device \\(the plan swaps "
+      "1000 bytes per rank, and the ranks that share this file system need "
+      "that much each\\)\n$");
   // Nothing left on the small disk.
   EXPECT_TRUE(listDirectory(dir).empty());
 }
