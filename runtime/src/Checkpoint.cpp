@@ -663,6 +663,37 @@ int64_t checkpointGlobalBatch(const CheckpointIndex &index) {
   return index.worldSize * batch * std::max<int64_t>(1, index.gradAccumSteps);
 }
 
+/// A param or state record without its "[store E full|shard] [space
+/// host|nvme]" suffix: how and where this build keeps the tensor, not what
+/// it is. Found by position, after the fields every such record has
+/// ("param N T R d.. init K S", "state N T R d.. of P [master]"), so that
+/// a tensor named `store` or `space` keeps its name.
+static std::string withoutPlacement(const std::string &record) {
+  std::istringstream in(record);
+  std::vector<std::string> words;
+  for (std::string w; in >> w;)
+    words.push_back(w);
+  size_t at = 3; // kind, name, dtype
+  int64_t rank = 0;
+  if (words.size() <= at ||
+      !(std::istringstream(words[at]) >> rank) || rank < 0)
+    return record;
+  at += 1 + static_cast<size_t>(rank); // the rank and the dimensions
+  if (words.size() > at && words[0] == "param" && words[at] == "init")
+    at += 3; // init <kind> <scale>
+  else if (words.size() > at && words[0] == "state" && words[at] == "of")
+    at += 2 + (words.size() > at + 2 && words[at + 2] == "master");
+  else
+    return record;
+  std::string out;
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (i >= at && (words[i] == "store" || words[i] == "space"))
+      break;
+    out += (i ? " " : "") + words[i];
+  }
+  return out;
+}
+
 static std::vector<std::string> layoutFreeRecords(const std::string &text) {
   std::vector<std::string> out;
   for (std::string line : nonEmptyLines(text)) {
@@ -684,13 +715,8 @@ static std::vector<std::string> layoutFreeRecords(const std::string &text) {
         rebuilt += (i ? " " : "") + (i == 4 ? std::string("B") : word);
       line = rebuilt;
     }
-    if (kind == "param" || kind == "state") {
-      // "[store E full|shard] [space host|nvme]": how and where this build
-      // keeps the tensor, not what it is.
-      size_t suffix = std::min(line.find(" store "), line.find(" space "));
-      if (suffix != std::string::npos)
-        line.resize(suffix);
-    }
+    if (kind == "param" || kind == "state")
+      line = withoutPlacement(line);
     out.push_back(line);
   }
   return out;

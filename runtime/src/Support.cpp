@@ -255,7 +255,11 @@ extern "C" void onTerminate(int sig) {
     tempFilesMutex.unlock();
   }
   errno = savedErrno;
-  std::signal(sig, SIG_DFL);
+  // Both to their default: a second signal, held back while this ran (the
+  // handler's mask), then ends the process too instead of running this
+  // again.
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
   std::raise(sig);
 }
 
@@ -267,7 +271,11 @@ void reportTermination(const std::atomic<int64_t> *step) {
   terminationStep = step;
   struct sigaction action {};
   action.sa_handler = onTerminate;
+  // Ctrl-C followed by a SIGTERM (a wrapper's, srun's) must not cut the
+  // first one's cleanup short: each blocks the other while it runs.
   sigemptyset(&action.sa_mask);
+  sigaddset(&action.sa_mask, SIGTERM);
+  sigaddset(&action.sa_mask, SIGINT);
   sigaction(SIGTERM, &action, nullptr);
   // SIGINT too, unless the process started with it ignored (a shell
   // starts background jobs so, that Ctrl-C stops only the foreground one);

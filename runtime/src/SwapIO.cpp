@@ -66,11 +66,13 @@ void SwapSpace::reserveFiles(int64_t files, const std::string &path) {
   if (limit.rlim_cur == RLIM_INFINITY ||
       static_cast<int64_t>(limit.rlim_cur) >= needed)
     return;
-  // Up to the hard limit, as a process that knows it needs many files may.
+  // What it needs and some room (sockets a launcher's transport opens
+  // later), within the hard limit.
   struct rlimit raised = limit;
+  const rlim_t wanted = static_cast<rlim_t>(needed + 1024);
   raised.rlim_cur = limit.rlim_max == RLIM_INFINITY
-                        ? static_cast<rlim_t>(needed)
-                        : limit.rlim_max;
+                        ? wanted
+                        : std::min(limit.rlim_max, wanted);
   if (static_cast<int64_t>(raised.rlim_cur) >= needed &&
       ::setrlimit(RLIMIT_NOFILE, &raised) == 0)
     return;

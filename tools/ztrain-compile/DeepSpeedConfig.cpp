@@ -313,8 +313,19 @@ void Reader::aio(const json::Object &a) {
   for (const auto &kv : a) {
     StringRef key = kv.first;
     std::string name = ("aio." + key).str();
-    if (key == "block_size" || key == "queue_depth" || key == "thread_count") {
+    if (key == "block_size" || key == "queue_depth" || key == "thread_count" ||
+        key == "intra_op_parallelism") {
       tuned |= asInteger(kv.second, name, 1).has_value();
+    } else if (key == "io_backend") {
+      // DeepSpeed's libaio ("async_io" and its aliases) or plain POSIX
+      // reads and writes; ztrain's engine is io_uring either way.
+      std::optional<StringRef> b = kv.second.getAsString();
+      if (!b || !llvm::is_contained({"async_io", "aio", "async", "deepnvme",
+                                     "posix"},
+                                    b->lower()))
+        unsupported(name, "expected \"async_io\" or \"posix\"");
+      else
+        tuned = true;
     } else if (key == "single_submit" || key == "overlap_events") {
       tuned |= asBool(kv.second, name).has_value();
     } else if (key == "use_gds") {

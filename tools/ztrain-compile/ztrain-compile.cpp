@@ -271,9 +271,10 @@ std::string checkFlagValues() {
       integer("max-tile-bytes", flags::maxTileBytes, flags::maxTileBytes >= 0,
               "bytes >= 0 (0: no tiling)"),
       // Parameters are placed as stage 3's shards (DeepSpeed's rule);
-      // under --memory-budget the search chooses the stage.
+      // under --memory-budget the search chooses the stage, unless given.
       flags::offloadParam != "none" && flags::stage != 3 &&
-              memoryBudget.getNumOccurrences() == 0
+              (memoryBudget.getNumOccurrences() == 0 ||
+               flags::stage.getNumOccurrences() > 0)
           ? "offload-param=" + flags::offloadParam +
                 ": needs ZeRO stage 3 (it places stage 3's parameter "
                 "shards); this build is --zero-stage=" +
@@ -591,7 +592,10 @@ int main(int argc, char **argv) {
                       "--host-memory-budget the search plans for one memory "
                       "and it has no effect\n";
 
+  // (DeepSpeed's sub_group_size is in every config, Hugging Face's
+  // examples too: from --config it is no mistake.)
   if (flags::offloadSubGroupSize.getNumOccurrences() > 0 &&
+      !fromConfig.count("sub-group-size") &&
       flags::offloadOptimizer != "nvme" &&
       memoryBudget.getNumOccurrences() == 0)
     llvm::errs() << "ztrain-compile: warning: --sub-group-size chunks the "
