@@ -404,6 +404,41 @@ TEST(CheckpointTest, ResumeChecksNameBothValues) {
                        "lr=0.2 momentum=0.5' in this model\n$");
 }
 
+TEST(CheckpointTest, WhereTensorsLiveIsLayout) {
+  TempDir dir;
+  writeFakeCheckpoint(dir.path("ck"));
+  CheckpointIndex index = readCheckpointIndex(dir.path("ck"), "test");
+  // The same model with its state on nvme and its parameter in host
+  // memory, stepped through a host step buffer: resumes (offload changes
+  // no stored bit), as on another stage (no store suffix) does.
+  std::string offloaded =
+      "ztrain-descriptor 1\n"
+      "grid 2\n"
+      "param w f32 2 4 1 init normal 0.5 store 3 shard space host\n"
+      "state w.momentum_buffer f32 2 4 1 of w store 3 shard space nvme\n"
+      "input x f32 2 8 4 bound 0\n"
+      "optimizer sgd lr=0.1 momentum=0.5\n"
+      "host_step_buffer 4096\n";
+  checkResumable(index, parseDescriptor(offloaded.c_str()), offloaded.c_str(),
+                 2);
+  std::string unsharded =
+      "ztrain-descriptor 1\n"
+      "param w f32 2 4 1 init normal 0.5 space nvme\n"
+      "state w.momentum_buffer f32 2 4 1 of w space nvme\n"
+      "input x f32 2 8 4 bound 0\n"
+      "optimizer sgd lr=0.1 momentum=0.5\n";
+  checkResumable(index, parseDescriptor(unsharded.c_str()), unsharded.c_str(),
+                 1);
+  // What precedes the suffixes still counts: another initialization.
+  std::string scale = std::regex_replace(offloaded, std::regex("normal 0.5"),
+                                         "normal 0.25");
+  EXPECT_EXIT(
+      checkResumable(index, parseDescriptor(scale.c_str()), scale.c_str(), 2),
+      ::testing::ExitedWithCode(1),
+      "descriptor record 'param w f32 2 4 1 init normal 0.5' in the "
+      "checkpoint is 'param w f32 2 4 1 init normal 0.25' in this model\n$");
+}
+
 TEST(CheckpointTest, ConsolidationReassemblesAndRefusesBadShards) {
   TempDir dir;
   const std::string ck = dir.path("ck"), out = dir.path("full.safetensors");
