@@ -70,8 +70,10 @@ const char kUsage[] =
     "                     (resharded on load)\n"
     "  --nvme-path DIR    where optimizer states compiled with\n"
     "                     --offload-optimizer=nvme live: each rank swaps\n"
-    "                     them through DIR/ztrain-swap-<pid>-rank<r> (created\n"
-    "                     fresh, removed at exit); required by such models\n"
+    "                     them through DIR/ztrain-swap-<host>-<pid>-rank<r>\n"
+    "                     (created fresh, removed at exit; those of runs that\n"
+    "                     were killed are removed at the next start); required\n"
+    "                     by such models\n"
     "  --collective-timeout S  end the job when a collective has waited S\n"
     "                     seconds for the other ranks (default 600; 0: never)\n"
     "  --skip-memory-check  start even when the compiled plan needs more\n"
@@ -692,6 +694,15 @@ void setUpOffload(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts,
   for (const StateSpec &spec : desc.states)
     files += spec.space == MemorySpace::Nvme;
   SwapSpace::reserveFiles(files, opts.nvmePath);
+  // The leftovers of runs that ended without removing theirs first, by
+  // whichever rank takes each one's lock, and every rank's done before any
+  // counts the free space.
+  for (const SwapSpace::Stale &stale : SwapSpace::reclaimStale(opts.nvmePath))
+    warning("--nvme-path: removed '%s' (%s), the swap directory of a run "
+            "that ended without removing it",
+            stale.dir.c_str(),
+            formatBytes(static_cast<uint64_t>(stale.bytes)).c_str());
+  ctx.comm().barrier();
   ctx.swap = std::make_unique<SwapSpace>(opts.nvmePath, rank, nvmeBytes);
   for (size_t i = 0; i < desc.params.size(); ++i) {
     const ParamSpec &spec = desc.params[i];

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -86,6 +87,92 @@ void SwapSpace::reserveFiles(int64_t files, const std::string &path) {
         static_cast<long long>(needed));
 }
 
+namespace {
+
+/// This host's name, short (up to its first dot) and safe in a file name.
+std::string hostName() {
+  char buf[256] = {};
+  std::string out;
+  if (::gethostname(buf, sizeof buf - 1) == 0)
+    for (const char *c = buf; *c && *c != '.'; ++c)
+      out += std::isalnum(static_cast<unsigned char>(*c)) || *c == '-' ||
+                     *c == '_'
+                 ? *c
+                 : '_';
+  return out.empty() ? "host" : out;
+}
+
+enum class LockResult {
+  Taken,    // the lock is this process's now (fd holds it)
+  Held,     // another open description holds it: a live run's
+  NoLocks,  // the file system has no flock (fd is -1)
+  Unopened, // the directory cannot be opened (errno says why)
+};
+
+/// Opens directory `path` (no symlink followed) and takes its flock
+/// without waiting.
+LockResult lockDirectory(const std::string &path, int &fd) {
+  fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return LockResult::Unopened;
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0)
+    return LockResult::Taken;
+  const int err = errno;
+  ::close(fd);
+  fd = -1;
+  errno = err;
+  return err == EWOULDBLOCK ? LockResult::Held : LockResult::NoLocks;
+}
+
+/// `ztrain-swap-<anything>-rank<digits>`: a rank's swap directory, of this
+/// version or an earlier one (which named it without the host).
+bool isSwapDirectoryName(const std::string &name) {
+  const std::string prefix = "ztrain-swap-";
+  const size_t rank = name.rfind("-rank");
+  if (name.compare(0, prefix.size(), prefix) != 0 || rank == std::string::npos ||
+      rank + 5 >= name.size() || rank < prefix.size())
+    return false;
+  return std::all_of(name.begin() + static_cast<long>(rank) + 5, name.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
+} // namespace
+
+std::vector<SwapSpace::Stale> SwapSpace::reclaimStale(const std::string &path) {
+  std::vector<Stale> removed;
+  if (path.empty())
+    return removed;
+  const std::string base = path + (path.back() == '/' ? "" : "/");
+  for (const std::string &name : listDirectory(path)) {
+    if (!isSwapDirectoryName(name))
+      continue;
+    const std::string full = base + name;
+    struct stat info;
+    if (::lstat(full.c_str(), &info) != 0 || !S_ISDIR(info.st_mode) ||
+        info.st_uid != ::geteuid())
+      continue;
+    int fd = -1;
+    if (lockDirectory(full, fd) != LockResult::Taken)
+      continue;
+    Stale stale{full, 0};
+    for (const std::string &file : listDirectory(full)) {
+      struct stat f;
+      if (::lstat((full + "/" + file).c_str(), &f) == 0 && S_ISREG(f.st_mode))
+        stale.bytes += static_cast<int64_t>(f.st_size);
+    }
+    const bool ok = removeTree(full);
+    const int err = errno;
+    ::close(fd);
+    if (ok)
+      removed.push_back(std::move(stale));
+    else
+      warning("--nvme-path: cannot remove '%s', the swap directory of a run "
+              "that ended: %s",
+              full.c_str(), strerror(err));
+  }
+  return removed;
+}
+
 SwapSpace::SwapSpace(const std::string &path, int rank, int64_t bytesNeeded,
                      unsigned queueDepth, bool direct)
     : depth(queueDepth ? queueDepth : 1), directIO(direct),
@@ -110,18 +197,50 @@ SwapSpace::SwapSpace(const std::string &path, int rank, int64_t bytesNeeded,
       fatal("%s '%s': %.0Lf bytes free, the plan swaps %lld bytes per rank",
             what, path.c_str(), avail, static_cast<long long>(bytesNeeded));
   }
-  dir = path + (path.back() == '/' ? "" : "/") + "ztrain-swap-" +
-        std::to_string(::getpid()) + "-rank" + std::to_string(rank);
-  // Fresh: a directory of the same name is a leftover of a process whose
-  // pid this one reuses.
-  if (!removeTree(dir))
-    fatal("%s: cannot remove the stale '%s': %s", what, dir.c_str(),
+  const std::string base = path + (path.back() == '/' ? "" : "/");
+  const std::string name = "ztrain-swap-" + hostName() + "-" +
+                           std::to_string(::getpid()) + "-rank" +
+                           std::to_string(rank);
+  dir = base + name;
+  // Made under a name reclaimStale() passes over and locked before it takes
+  // its own: no other run can find it unlocked and remove it. Fresh: one of
+  // the same name is a leftover of a process whose pid this one reuses.
+  const std::string making = base + "." + name + ".new";
+  if (!removeTree(making))
+    fatal("%s: cannot remove the stale '%s': %s", what, making.c_str(),
           strerror(errno));
-  if (::mkdir(dir.c_str(), 0700) != 0)
+  if (::mkdir(making.c_str(), 0700) != 0)
     fatal("%s '%s': cannot create '%s': %s; the plan swaps %lld bytes per "
           "rank",
-          what, path.c_str(), dir.c_str(), strerror(errno),
+          what, path.c_str(), making.c_str(), strerror(errno),
           static_cast<long long>(bytesNeeded));
+  removeOnFatal(making);
+  int fd = -1;
+  const LockResult locked = lockDirectory(making, fd);
+  if (locked == LockResult::Held || locked == LockResult::Unopened)
+    fatal("%s: cannot lock '%s': %s", what, making.c_str(),
+          locked == LockResult::Held ? "another process holds it"
+                                     : strerror(errno));
+  lockFd = fd; // -1 where the file system has no flock
+  // A leftover of the final name that no process holds (a process of this
+  // pid that ended, on this host); one that a process holds is not ours.
+  struct stat old;
+  if (::lstat(dir.c_str(), &old) == 0) {
+    int oldFd = -1;
+    if (lockDirectory(dir, oldFd) == LockResult::Held)
+      fatal("%s: '%s' is in use by another process", what, dir.c_str());
+    const bool removed = removeTree(dir);
+    const int err = errno;
+    if (oldFd >= 0)
+      ::close(oldFd);
+    if (!removed)
+      fatal("%s: cannot remove the stale '%s': %s", what, dir.c_str(),
+            strerror(err));
+  }
+  if (::rename(making.c_str(), dir.c_str()) != 0)
+    fatal("%s '%s': cannot rename '%s' to '%s': %s", what, path.c_str(),
+          making.c_str(), dir.c_str(), strerror(errno));
+  keepOnFatal(making);
   removeOnFatal(dir);
 
 #ifdef ZTRT_HAVE_LIBURING
@@ -147,6 +266,8 @@ SwapSpace::~SwapSpace() {
       ::close(f.fd);
   removeTree(dir);
   keepOnFatal(dir);
+  if (lockFd >= 0)
+    ::close(lockFd); // held until the directory is gone
 }
 
 int SwapSpace::createFile(const std::string &name, int64_t bytes) {

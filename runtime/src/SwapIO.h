@@ -51,8 +51,26 @@ public:
   /// limit is.
   static void reserveFiles(int64_t files, const std::string &path);
 
+  /// A swap directory removed by reclaimStale(), and the bytes its files
+  /// held.
+  struct Stale {
+    std::string dir;
+    int64_t bytes = 0;
+  };
+  /// Removes the swap directories under `path` that no process holds: the
+  /// leftovers of runs that ended without removing theirs (SIGKILL, the
+  /// OOM killer, a node that lost power). Every run holds a lock (flock)
+  /// on its directory from before the directory has its name until the
+  /// process ends, and the kernel drops the lock however the process ends;
+  /// a directory whose lock this call takes is one nobody holds. The
+  /// directories of live runs (on any host, where the file system passes
+  /// locks between hosts), of other users, and on file systems without
+  /// flock are left alone. Returns what it removed, for the caller to say.
+  static std::vector<Stale> reclaimStale(const std::string &path);
+
   /// Creates the swap directory of `rank` under `path` (the user's
-  /// --nvme-path). `bytesNeeded` is what the plan will write: refused up
+  /// --nvme-path), `ztrain-swap-<host>-<pid>-rank<rank>`, and holds its
+  /// lock (reclaimStale) until destroyed. `bytesNeeded` is what the plan will write: refused up
   /// front when the file system has less free. `queueDepth`: transfers in
   /// flight at once.
   /// `direct` false: page-cache I/O even where O_DIRECT would be accepted.
@@ -113,6 +131,9 @@ private:
                      const void *buffer, const char *what);
 
   std::string dir;
+  /// The directory's own descriptor, whose flock marks it as in use; -1
+  /// where the file system has no flock.
+  int lockFd = -1;
   std::vector<File> files;
   std::unique_ptr<Ring> ring;
   std::vector<std::unique_ptr<Request>> inFlight;

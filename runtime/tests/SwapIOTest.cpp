@@ -15,12 +15,14 @@
 #include "src/Support.h"
 #include "src/SwapIO.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <set>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 using namespace ztrt;
@@ -59,8 +61,14 @@ TEST(SwapIOTest, WhatIsWrittenIsReadBackWithManyTransfersInFlight) {
     SwapSpace swap(tmp.root(), /*rank=*/3, /*bytesNeeded=*/4 << 20,
                    /*queueDepth=*/4); // fewer slots than transfers
     dir = swap.directory();
-    EXPECT_EQ(dir, tmp.root() + "/ztrain-swap-" + std::to_string(::getpid()) +
-                       "-rank3");
+    // <root>/ztrain-swap-<host>-<pid>-rank3
+    const std::string prefix = tmp.root() + "/ztrain-swap-",
+                      suffix = "-" + std::to_string(::getpid()) + "-rank3";
+    EXPECT_EQ(dir.compare(0, prefix.size(), prefix), 0) << dir;
+    EXPECT_TRUE(dir.size() > prefix.size() + suffix.size() &&
+                dir.compare(dir.size() - suffix.size(), suffix.size(),
+                            suffix) == 0)
+        << dir;
     std::vector<int> files;
     std::vector<std::unique_ptr<Buffer>> out, in;
     std::vector<int64_t> tickets;
@@ -181,12 +189,71 @@ TEST(SwapIOTest, NamesThatCollideStayApart) {
 
 TEST(SwapIOTest, AStaleDirectoryOfTheSameNameIsReplaced) {
   TempDir tmp;
-  std::string stale =
-      tmp.path("ztrain-swap-" + std::to_string(::getpid()) + "-rank0");
-  ASSERT_EQ(::mkdir(stale.c_str(), 0700), 0);
-  std::system(("touch '" + stale + "/old'").c_str());
+  std::string name;
+  { // A directory of this pid's name, left unlocked.
+    SwapSpace swap(tmp.root(), 0, 0);
+    name = swap.directory();
+  }
+  ASSERT_EQ(::mkdir(name.c_str(), 0700), 0);
+  std::system(("touch '" + name + "/old'").c_str());
   SwapSpace swap(tmp.root(), 0, 0);
-  EXPECT_FALSE(exists(stale + "/old"));
+  EXPECT_EQ(swap.directory(), name);
+  EXPECT_FALSE(exists(name + "/old"));
+}
+
+TEST(SwapIOTest, OnlyTheSwapDirectoriesOfEndedRunsAreReclaimed) {
+  TempDir tmp;
+  // A run that ends without removing its directory (SIGKILL, the OOM
+  // killer): a child that creates its swap space and exits without the
+  // destructor. The kernel drops its lock.
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto *swap = new SwapSpace(tmp.root(), 1, 3 << 20);
+    swap->createFile("w", 1 << 20);
+    swap->createFile("exp_avg", 2 << 20);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::string killed;
+  for (const std::string &name : listDirectory(tmp.root()))
+    if (name.find("-" + std::to_string(child) + "-rank1") != std::string::npos)
+      killed = tmp.path(name);
+  ASSERT_FALSE(killed.empty());
+  // A directory of an earlier version (no host in the name, never locked).
+  const std::string older = tmp.path("ztrain-swap-77-rank0");
+  ASSERT_EQ(::mkdir(older.c_str(), 0700), 0);
+  std::system(("head -c 5000 /dev/zero > '" + older + "/m'").c_str());
+  // What is not a rank's swap directory: other names, a file, a symlink,
+  // a directory being made (its lock is not yet under a swap name).
+  for (const char *dir : {"ztrain-swap-notes", "data", ".ztrain-swap-h-9-rank0.new"})
+    ASSERT_EQ(::mkdir(tmp.path(dir).c_str(), 0700), 0);
+  std::system(("touch '" + tmp.path("ztrain-swap-h-8-rank0") + "'").c_str());
+  ASSERT_EQ(::symlink(tmp.path("data").c_str(),
+                      tmp.path("ztrain-swap-h-7-rank0").c_str()),
+            0);
+  // A live run: this process's own swap space, which holds its lock.
+  SwapSpace live(tmp.root(), 0, 1 << 20);
+  live.createFile("p", 4096);
+
+  std::vector<SwapSpace::Stale> stale = SwapSpace::reclaimStale(tmp.root());
+  ASSERT_EQ(stale.size(), 2u);
+  std::sort(stale.begin(), stale.end(),
+            [](const auto &a, const auto &b) { return a.dir < b.dir; });
+  EXPECT_EQ(stale[0].dir, older);
+  EXPECT_EQ(stale[0].bytes, 5000); // the files' sizes
+  EXPECT_EQ(stale[1].dir, killed);
+  EXPECT_EQ(stale[1].bytes, 3 << 20);
+  EXPECT_FALSE(exists(older));
+  EXPECT_FALSE(exists(killed));
+  for (const char *kept : {"ztrain-swap-notes", "data", ".ztrain-swap-h-9-rank0.new",
+                           "ztrain-swap-h-8-rank0", "ztrain-swap-h-7-rank0"})
+    EXPECT_TRUE(exists(tmp.path(kept))) << kept;
+  EXPECT_TRUE(exists(live.directory() + "/p"));
+  // Nothing more to take the second time.
+  EXPECT_TRUE(SwapSpace::reclaimStale(tmp.root()).empty());
 }
 
 TEST(SwapIOTest, BadPathsAreOneLine) {

@@ -15,7 +15,9 @@ offload changes no bit. Tested:
   bytes per parameter over N in mixed precision);
 - checkpoints of nvme states resume bitwise and consolidate; the same
   offloaded run twice is bitwise equal;
-- the swap directory is removed at exit; bad input is one line.
+- the swap directory is removed at exit, on an error and on SIGTERM or
+  SIGINT, and one a killed run left by the next run (never a live run's);
+  bad input is one line.
 """
 
 import json
@@ -588,6 +590,25 @@ def test_bad_offload_input_is_one_line(tmp_path):
         assert len(lines) == 1 and str(bad) in lines[0], p.stderr
 
 
+def format_bytes(n):
+    """The runtime's formatBytes: bytes below 1 KiB, else two decimals of
+    the largest binary unit."""
+    units = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"]
+    value, unit = float(n), 0
+    while value >= 1024 and unit < 5:
+        value, unit = value / 1024, unit + 1
+    return f"{n} bytes" if unit == 0 else f"{value:.2f} {units[unit]}"
+
+
+def files_in(d):
+    """The files in swap directory `d`; none while it is still being made
+    (the runtime makes it as `.<name>.new` and renames it)."""
+    try:
+        return list(d.iterdir()) if not d.name.startswith(".") else []
+    except FileNotFoundError:
+        return []
+
+
 def wait_for_swap_files(nvme, timeout=60):
     """Waits until a rank's swap directory under `nvme` holds files (the
     run is past its start-up); returns the directories."""
@@ -595,7 +616,7 @@ def wait_for_swap_files(nvme, timeout=60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         dirs = list(nvme.iterdir())
-        if dirs and all(list(d.iterdir()) for d in dirs):
+        if dirs and all(files_in(d) for d in dirs):
             return dirs
         time.sleep(0.05)
     raise AssertionError(f"no swap files under {nvme}")
@@ -642,6 +663,67 @@ def test_a_cancelled_run_removes_its_swap_directory(sigs, tmp_path):
     assert p.returncode in [-getattr(signal, s) for s in sigs], (p.returncode, err)
     lines = one_error_line(subprocess.CompletedProcess([], 0, "", err))
     assert len(lines) == 1 and f"ended by {sigs[0]} " in lines[0], err
+    assert list(nvme.iterdir()) == []
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+def test_a_killed_runs_swap_directory_is_removed_by_the_next_run(tmp_path):
+    """SIGKILL (the OOM killer, a scheduler's hard kill) leaves a run's swap
+    directory behind: its whole optimizer state, tens of GB at scale. The
+    next run under the same --nvme-path removes it, once (one line naming
+    it and its bytes, from whichever of its ranks took it), and leaves a
+    run still going on that path alone: that run ends normally."""
+    import signal
+    import time
+    spec = gpt(batch=2)
+    init, data = inputs(tmp_path, spec, 2 * 2 * spec.batch)
+    nvme = swap_dir(tmp_path)
+    one, two = (e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
+                                      parity.OptimizerConfig("adamw"), name=f"nvk{n}",
+                                      extra=["--dp", str(n), "--zero-stage", "1",
+                                             "--offload-optimizer=nvme"]) for n in (1, 2))
+    long_run = [one, "--steps", "100000000", "--init", init, "--data", data,
+                "--nvme-path", str(nvme), "--log-every", "0"]
+
+    def start_and_wait_for_files(known):
+        p = subprocess.Popen(long_run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while True:
+            new = [d for d in nvme.iterdir() if d not in known and files_in(d)]
+            if new:
+                return p, new[0]
+            assert time.monotonic() < deadline and p.poll() is None, "the run did not start"
+            time.sleep(0.05)
+
+    live, live_dir = start_and_wait_for_files([])
+    try:
+        killed, stale = start_and_wait_for_files([live_dir])
+        try:
+            time.sleep(0.2)  # in the steps
+            killed.kill()
+            killed.wait(timeout=60)
+        finally:
+            killed.kill()
+        assert killed.returncode == -signal.SIGKILL
+        stale_bytes = sum(f.stat().st_size for f in stale.iterdir())
+        assert stale_bytes > 0  # left behind: nothing runs at SIGKILL
+        live_files = sorted(f.name for f in live_dir.iterdir())
+        p = e2e_util.mpirun(2, [two, "--steps", "2", "--init", init, "--data", data,
+                                "--nvme-path", nvme, "--log-every", "0"])
+        removed = [l for l in p.stderr.splitlines() if "removed '" in l]
+        assert len(removed) == 1 and f"removed '{stale}' ({format_bytes(stale_bytes)})" in \
+            removed[0] and \
+            "the swap directory of a run that ended without removing it" in removed[0], p.stderr
+        assert not stale.exists()
+        # The live run's directory is untouched, and the run goes on.
+        assert sorted(f.name for f in live_dir.iterdir()) == live_files
+        assert live.poll() is None
+        live.send_signal(signal.SIGTERM)
+        _, err = live.communicate(timeout=60)
+    finally:
+        live.kill()
+    assert live.returncode == -signal.SIGTERM and "ended by SIGTERM" in err, err
+    assert "removed '" not in err  # there was nothing to take at its start
     assert list(nvme.iterdir()) == []
 
 
