@@ -13,7 +13,14 @@ column is numpy copying the same number of bytes (one read and one write
 stream, so the same traffic) with torch's copy_ on the same threads, as a
 measured bandwidth. ratio
 "x torch" is torch's time over ztrain's; "x bound" is ztrain's time over
-the copy's (1.0 = the step runs at copy speed). The "sse2 ms" column is
+the copy's (1.0 = the step runs at copy speed). The floor is the step's
+arithmetic alone: the time the same threads take for the square root and
+the two divisions per element that torch's formula asks for (which the
+update reproduces bit for bit, correctly rounded), at the update's vector
+width, on operands in L1 (ztrt_host_adam_bench measures it); "x floor" is
+ztrain's time over it (1.0 = nothing but that arithmetic), and "max x" is
+torch's time over it: the most any implementation of these bits that uses
+the divider could be faster than torch here. The "sse2 ms" column is
 ztrain's kernel with ZTRT_CPU_ISA=baseline (the x86-64 build every machine
 runs; the main column uses the AVX-512 build where the processor has it,
 bitwise the same results).
@@ -40,7 +47,8 @@ def ztrain(n, threads, iters, adamw, isa=None):
     p = subprocess.run([BENCH, str(n), str(threads), str(iters), "1" if adamw else "0"],
                        check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        env=env)
-    return json.loads(p.stdout.strip().splitlines()[-1])["seconds"]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    return out["seconds"], out["floor_seconds"]
 
 
 def torch_step(torch, n, iters, adamw, **kw):
@@ -92,11 +100,12 @@ def main():
     print(f"threads {args.threads}, torch {torch.__version__}; seconds per step (median of "
           f"{args.iters}), 28 bytes per element")
     print(f"{'optimizer':>9} {'elements':>10} | {'ztrain ms':>9} {'GB/s':>6} {'sse2 ms':>8} | {'torch ms':>9} "
-          f"{'x torch':>7} | {'fused ms':>9} {'x fused':>7} | {'copy ms':>8} {'x bound':>7}")
+          f"{'x torch':>7} | {'fused ms':>9} {'x fused':>7} | {'copy ms':>8} {'x bound':>7} | "
+          f"{'floor ms':>8} {'x floor':>7} {'max x':>7}")
     for adamw in (False, True):
         for n in args.sizes:
-            z = ztrain(n, args.threads, args.iters, adamw)
-            zb = ztrain(n, args.threads, args.iters, adamw, isa="baseline")
+            z, floor = ztrain(n, args.threads, args.iters, adamw)
+            zb, _ = ztrain(n, args.threads, args.iters, adamw, isa="baseline")
             t = torch_step(torch, n, args.iters, adamw)
             f = None
             if fused_ok:
@@ -108,7 +117,8 @@ def main():
             fused = f"{f * 1e3:9.2f} {f / z:6.2f}x" if f else f"{'-':>9} {'-':>7}"
             print(f"{'AdamW' if adamw else 'Adam':>9} {n:>10} | {z * 1e3:9.2f} "
                   f"{28 * n / z / 1e9:6.1f} {zb * 1e3:8.2f} | {t * 1e3:9.2f} {t / z:6.2f}x | {fused} | "
-                  f"{c * 1e3:8.2f} {z / c:6.2f}x")
+                  f"{c * 1e3:8.2f} {z / c:6.2f}x | {floor * 1e3:8.2f} {z / floor:6.2f}x "
+                  f"{t / floor:6.2f}x")
 
 
 if __name__ == "__main__":
