@@ -36,6 +36,7 @@
 #include <vector>
 #include <unistd.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 namespace ztrt {
 
@@ -642,6 +643,66 @@ void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
   }
 }
 
+/// The ranks of one node whose --nvme-path is on one file system share its
+/// free space, and each rank's own check (SwapSpace) sees only its share:
+/// refused on every rank, before any reserves a byte, when their swap files
+/// need more together than the file system has free. Ranks on other nodes
+/// count apart (a shared file system across nodes is found when a
+/// reservation fails, by the line that names the bytes per rank).
+void checkSharedSwapSpace(Communicator &comm, const std::string &path,
+                          int64_t bytes) {
+  if (comm.count() < 2)
+    return;
+  struct Record {
+    uint64_t host = 0, device = 0;
+    int64_t bytes = 0, avail = -1; // -1: not known (SwapSpace says why)
+  } mine;
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  mine.host = 1469598103934665603ull; // FNV-1a of the host name
+  for (const char *c = name; *c; ++c)
+    mine.host = (mine.host ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  mine.bytes = bytes;
+  struct stat info;
+  struct statvfs fs;
+  if (::stat(path.c_str(), &info) == 0 && ::statvfs(path.c_str(), &fs) == 0) {
+    mine.device = static_cast<uint64_t>(info.st_dev);
+    mine.avail = static_cast<int64_t>(
+        std::min<long double>(static_cast<long double>(fs.f_bavail) *
+                                  fs.f_frsize,
+                              static_cast<long double>(INT64_MAX)));
+  }
+  static_assert(sizeof(Record) == 32, "four 8-byte fields");
+  std::vector<Record> all(static_cast<size_t>(comm.count()));
+  comm.allGather(&mine, all.data(), 4, 8);
+  // The same verdict on every rank: the first group, in rank order, that
+  // does not fit.
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].avail < 0)
+      continue;
+    std::vector<size_t> group;
+    int64_t total = 0;
+    for (size_t s = 0; s < all.size(); ++s)
+      if (all[s].host == all[r].host && all[s].device == all[r].device &&
+          all[s].avail >= 0) {
+        group.push_back(s);
+        total += all[s].bytes;
+      }
+    if (group.front() != r || group.size() < 2 || all[r].avail >= total)
+      continue;
+    std::string ranks;
+    for (size_t i = 0; i < group.size(); ++i)
+      ranks += (i == 0 ? "" : i + 1 == group.size() ? " and " : ", ") +
+               std::to_string(group[i]);
+    refuse("--nvme-path '%s': %lld bytes free on the file system that ranks "
+           "%s share on one node, and their swap files need %lld bytes "
+           "together (%lld bytes for rank %zu)",
+           path.c_str(), static_cast<long long>(all[r].avail), ranks.c_str(),
+           static_cast<long long>(total),
+           static_cast<long long>(all[r].bytes), r);
+  }
+}
+
 /// zero-offload's placements: the swap directory and one file per
 /// nvme-resident state (space reserved now, so a full disk is found before
 /// the first step), and the one-time note that host placement changes
@@ -696,13 +757,14 @@ void setUpOffload(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts,
   SwapSpace::reserveFiles(files, opts.nvmePath);
   // The leftovers of runs that ended without removing theirs first, by
   // whichever rank takes each one's lock, and every rank's done before any
-  // counts the free space.
+  // counts the free space (the allGather below is after the barrier too).
   for (const SwapSpace::Stale &stale : SwapSpace::reclaimStale(opts.nvmePath))
     warning("--nvme-path: removed '%s' (%s), the swap directory of a run "
             "that ended without removing it",
             stale.dir.c_str(),
             formatBytes(static_cast<uint64_t>(stale.bytes)).c_str());
   ctx.comm().barrier();
+  checkSharedSwapSpace(ctx.comm(), opts.nvmePath, nvmeBytes);
   ctx.swap = std::make_unique<SwapSpace>(opts.nvmePath, rank, nvmeBytes);
   for (size_t i = 0; i < desc.params.size(); ++i) {
     const ParamSpec &spec = desc.params[i];

@@ -8,6 +8,7 @@ The tmpfs needs root and CAP_SYS_ADMIN (mount); where they are missing the
 ENOSPC tests skip and the EFBIG ones (an rlimit, no privilege) still run.
 """
 
+import contextlib
 import os
 import resource
 import shutil
@@ -25,22 +26,29 @@ SPEC = models.mlp(batch=4, in_features=64, hidden=[64], classes=4)
 DISK = "100k"
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    mnt = tmp_path / "disk"
+@contextlib.contextmanager
+def tmpfs(mnt, size):
+    """A tmpfs of `size` (mount's syntax) at `mnt`; skips the test where it
+    cannot be mounted."""
     mnt.mkdir()
     mount, umount = shutil.which("mount"), shutil.which("umount")
     if not mount or not umount:
         pytest.skip("mount(8) not installed")
-    p = subprocess.run([mount, "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(mnt)],
+    p = subprocess.run([mount, "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
-        pytest.skip(f"cannot mount a {DISK} tmpfs here (needs root and CAP_SYS_ADMIN): "
+        pytest.skip(f"cannot mount a {size} tmpfs here (needs root and CAP_SYS_ADMIN): "
                     f"{p.stderr.strip()}")
     try:
         yield mnt
     finally:
         subprocess.run([umount, str(mnt)], check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    with tmpfs(tmp_path / "disk", DISK) as mnt:
+        yield mnt
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +101,42 @@ def test_two_ranks_leave_nothing_behind(built, small_disk):
     assert p.returncode != 0
     assert "No space left on device" in p.stderr, p.stderr
     check_left_as_before(root)
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+def test_swap_files_that_fit_one_rank_but_not_both_are_refused_before_any_reserves(tmp_path):
+    """Two ranks of one node with --nvme-path on one file system share its
+    free space: each fits alone, and without a joint count both pass their
+    own check and the second's reservation fails mid-way. Refused up front,
+    in one line naming the free bytes, the ranks and what they need
+    together; nothing is created."""
+    d = tmp_path / "build"
+    d.mkdir()
+    exe = e2e_util.compile_text(SPEC.to_mlir(), str(d), parity.OptimizerConfig("adam"),
+                                name="nv", extra=["--dp=2", "--zero-stage=1",
+                                                  "--offload-optimizer=nvme"])
+    data = str(d / "data.safetensors")
+    safetensors.save(data, parity.make_data(SPEC, samples=4 * SPEC.batch, seed=3))
+    # What each rank swaps, from a run with room.
+    roomy, report = tmp_path / "roomy", tmp_path / "r.json"
+    roomy.mkdir()
+    e2e_util.mpirun(2, [exe, "--steps", "1", "--data", data, "--nvme-path", roomy,
+                        "--report", report])
+    per_rank = parity.read_report(str(report))["offload"]["nvme_bytes"]
+    assert per_rank > 0 and per_rank % 4096 == 0
+    # Room for one rank's and a half (tmpfs sizes are whole pages).
+    size = per_rank + per_rank // 2 // 4096 * 4096
+    with tmpfs(tmp_path / "disk", size) as mnt:
+        p = e2e_util.mpirun(2, [exe, "--steps", "1", "--data", data, "--nvme-path", mnt],
+                            check=False, timeout=120)
+        assert p.returncode != 0
+        lines = error_lines(p)
+        assert lines == [f"ztrain: error: [rank 0] --nvme-path '{mnt}': {size} bytes free on "
+                         f"the file system that ranks 0 and 1 share on one node, and their swap "
+                         f"files need {2 * per_rank} bytes together ({per_rank} bytes for "
+                         f"rank 0)"], \
+            p.stderr
+        assert os.listdir(mnt) == []
 
 
 def test_past_the_file_size_limit_a_save_is_one_line_and_no_leftovers(built, tmp_path):
