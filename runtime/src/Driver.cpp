@@ -709,18 +709,22 @@ void checkSharedSwapSpace(Communicator &comm, const std::string &path,
 /// nothing on the cpu backend. Every rank refuses the same way.
 void setUpOffload(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts,
                   int rank) {
-  int64_t nvmeBytes = 0;
+  int64_t nvmeBytes = 0, files = 0; // one file per nvme tensor
   bool host = false;
   for (const StateSpec &spec : desc.states) {
-    if (spec.space == MemorySpace::Nvme)
+    if (spec.space == MemorySpace::Nvme) {
       nvmeBytes += SwapSpace::roundUp(spec.storeBytes);
+      ++files;
+    }
     host |= spec.space == MemorySpace::Host;
   }
   bool hostParams = false;
   for (const ParamSpec &spec : desc.params) {
     hostParams |= spec.space == MemorySpace::Host;
-    if (spec.space == MemorySpace::Nvme)
+    if (spec.space == MemorySpace::Nvme) {
       nvmeBytes += SwapSpace::roundUp(spec.storeBytes);
+      ++files;
+    }
   }
   if (host && rank == 0 && opts.backend == "cpu")
     warning("--offload-optimizer=cpu: on the cpu backend host memory is the "
@@ -749,11 +753,6 @@ void setUpOffload(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts,
            host ? "optimizer states" : "model states",
            host ? "optimizer" : "optimizer/param",
            formatBytes(static_cast<uint64_t>(nvmeBytes)).c_str());
-  int64_t files = 0;
-  for (const ParamSpec &spec : desc.params)
-    files += spec.space == MemorySpace::Nvme;
-  for (const StateSpec &spec : desc.states)
-    files += spec.space == MemorySpace::Nvme;
   SwapSpace::reserveFiles(files, opts.nvmePath);
   // The leftovers of runs that ended without removing theirs first, by
   // whichever rank takes each one's lock, and every rank's done before any
