@@ -18,9 +18,9 @@ arithmetic alone: the time the same threads take for the square root and
 the two divisions per element that torch's formula asks for (which the
 update reproduces bit for bit, correctly rounded), at the update's vector
 width, on operands in L1 (ztrt_host_adam_bench measures it); "x floor" is
-ztrain's time over it (1.0 = nothing but that arithmetic), and "max x" is
-torch's time over it: the most any implementation of these bits that uses
-the divider could be faster than torch here. The "sse2 ms" column is
+ztrain's time over it (1.0 = nothing but those instructions), and "max x"
+is torch's time over it: what ztrain's ratio to torch would be if the
+update took no more than its divider instructions do. The "sse2 ms" column is
 ztrain's kernel with ZTRT_CPU_ISA=baseline (the x86-64 build every machine
 runs; the main column uses the AVX-512 build where the processor has it,
 bitwise the same results).

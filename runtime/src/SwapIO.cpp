@@ -124,16 +124,22 @@ LockResult lockDirectory(const std::string &path, int &fd) {
   return err == EWOULDBLOCK ? LockResult::Held : LockResult::NoLocks;
 }
 
-/// `ztrain-swap-<anything>-rank<digits>`: a rank's swap directory, of this
-/// version or an earlier one (which named it without the host).
-bool isSwapDirectoryName(const std::string &name) {
-  const std::string prefix = "ztrain-swap-";
-  const size_t rank = name.rfind("-rank");
-  if (name.compare(0, prefix.size(), prefix) != 0 || rank == std::string::npos ||
-      rank + 5 >= name.size() || rank < prefix.size())
+/// Whether `name` is a swap directory this host's runs make:
+/// `ztrain-swap-<this host>-<pid>-rank<r>`. Only this host's: a lock taken
+/// here says nothing of a process on another node where the file system
+/// keeps locks per node (NFS with local_lock, BeeGFS, Lustre's localflock).
+bool isThisHostsSwapDirectory(const std::string &name) {
+  const std::string prefix = "ztrain-swap-" + hostName() + "-";
+  if (name.compare(0, prefix.size(), prefix) != 0)
     return false;
-  return std::all_of(name.begin() + static_cast<long>(rank) + 5, name.end(),
-                     [](char c) { return c >= '0' && c <= '9'; });
+  const size_t rank = name.find("-rank", prefix.size());
+  auto digits = [&](size_t from, size_t to) {
+    return to > from && std::all_of(name.begin() + static_cast<long>(from),
+                                    name.begin() + static_cast<long>(to),
+                                    [](char c) { return c >= '0' && c <= '9'; });
+  };
+  return rank != std::string::npos && digits(prefix.size(), rank) &&
+         digits(rank + 5, name.size());
 }
 
 } // namespace
@@ -144,7 +150,7 @@ std::vector<SwapSpace::Stale> SwapSpace::reclaimStale(const std::string &path) {
     return removed;
   const std::string base = path + (path.back() == '/' ? "" : "/");
   for (const std::string &name : listDirectory(path)) {
-    if (!isSwapDirectoryName(name))
+    if (!isThisHostsSwapDirectory(name))
       continue;
     const std::string full = base + name;
     struct stat info;
@@ -154,6 +160,16 @@ std::vector<SwapSpace::Stale> SwapSpace::reclaimStale(const std::string &path) {
     int fd = -1;
     if (lockDirectory(full, fd) != LockResult::Taken)
       continue;
+    // The lock of a directory its run removed (it ended normally while this
+    // scan opened it) or another rank of this job reclaimed is free too:
+    // only the directory still under this name counts.
+    struct stat locked;
+    if (::fstat(fd, &locked) != 0 || locked.st_nlink == 0 ||
+        ::lstat(full.c_str(), &info) != 0 || info.st_dev != locked.st_dev ||
+        info.st_ino != locked.st_ino) {
+      ::close(fd);
+      continue;
+    }
     Stale stale{full, 0};
     for (const std::string &file : listDirectory(full)) {
       struct stat f;
@@ -221,7 +237,11 @@ SwapSpace::SwapSpace(const std::string &path, int rank, int64_t bytesNeeded,
     fatal("%s: cannot lock '%s': %s", what, making.c_str(),
           locked == LockResult::Held ? "another process holds it"
                                      : strerror(errno));
-  lockFd = fd; // -1 where the file system has no flock
+  lockFd = fd;
+  // Where the file system has no flock nothing marks the directory as in
+  // use: it takes a name reclaimStale() never matches.
+  if (locked == LockResult::NoLocks)
+    dir += ".unlocked";
   // A leftover of the final name that no process holds (a process of this
   // pid that ended, on this host); one that a process holds is not ours.
   struct stat old;

@@ -222,17 +222,34 @@ TEST(SwapIOTest, OnlyTheSwapDirectoriesOfEndedRunsAreReclaimed) {
     if (name.find("-" + std::to_string(child) + "-rank1") != std::string::npos)
       killed = tmp.path(name);
   ASSERT_FALSE(killed.empty());
-  // A directory of an earlier version (no host in the name, never locked).
-  const std::string older = tmp.path("ztrain-swap-77-rank0");
-  ASSERT_EQ(::mkdir(older.c_str(), 0700), 0);
-  std::system(("head -c 5000 /dev/zero > '" + older + "/m'").c_str());
-  // What is not a rank's swap directory: other names, a file, a symlink,
-  // a directory being made (its lock is not yet under a swap name).
-  for (const char *dir : {"ztrain-swap-notes", "data", ".ztrain-swap-h-9-rank0.new"})
-    ASSERT_EQ(::mkdir(tmp.path(dir).c_str(), 0700), 0);
-  std::system(("touch '" + tmp.path("ztrain-swap-h-8-rank0") + "'").c_str());
+  // This host's name as the killed run wrote it.
+  const std::string host = killed.substr(
+      tmp.path("ztrain-swap-").size(),
+      killed.size() - tmp.path("ztrain-swap-").size() -
+          ("-" + std::to_string(child) + "-rank1").size());
+  // A directory this host's runs made that no process holds (unlocked):
+  // taken. Everything else is left alone, though no process holds it: an
+  // earlier version's (no host in the name), other hosts' (a lock taken
+  // here says nothing of a process there), names a user chose, a file, a
+  // symlink, a directory being made.
+  const std::string unheld = tmp.path("ztrain-swap-" + host + "-77-rank0");
+  ASSERT_EQ(::mkdir(unheld.c_str(), 0700), 0);
+  std::system(("head -c 5000 /dev/zero > '" + unheld + "/m'").c_str());
+  const std::vector<std::string> others = {
+      "ztrain-swap-77-rank0",
+      "ztrain-swap-" + host + "x-5-rank0",
+      "ztrain-swap-" + host + "-b-5-rank0",
+      "ztrain-swap-keep-rank0",
+      "ztrain-swap-" + host + "-6-rank0.unlocked",
+      "ztrain-swap-notes",
+      "data",
+      ".ztrain-swap-" + host + "-9-rank0.new"};
+  for (const std::string &dir : others)
+    ASSERT_EQ(::mkdir(tmp.path(dir).c_str(), 0700), 0) << dir;
+  std::system(
+      ("touch '" + tmp.path("ztrain-swap-" + host + "-8-rank0") + "'").c_str());
   ASSERT_EQ(::symlink(tmp.path("data").c_str(),
-                      tmp.path("ztrain-swap-h-7-rank0").c_str()),
+                      tmp.path("ztrain-swap-" + host + "-7-rank0").c_str()),
             0);
   // A live run: this process's own swap space, which holds its lock.
   SwapSpace live(tmp.root(), 0, 1 << 20);
@@ -242,14 +259,19 @@ TEST(SwapIOTest, OnlyTheSwapDirectoriesOfEndedRunsAreReclaimed) {
   ASSERT_EQ(stale.size(), 2u);
   std::sort(stale.begin(), stale.end(),
             [](const auto &a, const auto &b) { return a.dir < b.dir; });
-  EXPECT_EQ(stale[0].dir, older);
-  EXPECT_EQ(stale[0].bytes, 5000); // the files' sizes
-  EXPECT_EQ(stale[1].dir, killed);
-  EXPECT_EQ(stale[1].bytes, 3 << 20);
-  EXPECT_FALSE(exists(older));
+  const bool unheldFirst = unheld < killed;
+  const SwapSpace::Stale &a = stale[unheldFirst ? 0 : 1],
+                         &b = stale[unheldFirst ? 1 : 0];
+  EXPECT_EQ(a.dir, unheld);
+  EXPECT_EQ(a.bytes, 5000); // the files' sizes
+  EXPECT_EQ(b.dir, killed);
+  EXPECT_EQ(b.bytes, 3 << 20);
+  EXPECT_FALSE(exists(unheld));
   EXPECT_FALSE(exists(killed));
-  for (const char *kept : {"ztrain-swap-notes", "data", ".ztrain-swap-h-9-rank0.new",
-                           "ztrain-swap-h-8-rank0", "ztrain-swap-h-7-rank0"})
+  for (const std::string &kept : others)
+    EXPECT_TRUE(exists(tmp.path(kept))) << kept;
+  for (const std::string &kept :
+       {"ztrain-swap-" + host + "-8-rank0", "ztrain-swap-" + host + "-7-rank0"})
     EXPECT_TRUE(exists(tmp.path(kept))) << kept;
   EXPECT_TRUE(exists(live.directory() + "/p"));
   // Nothing more to take the second time.
