@@ -667,6 +667,49 @@ def test_a_cancelled_run_removes_its_swap_directory(sigs, tmp_path):
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_to_ztrain_runs_process_group_ends_the_job_cleanly(sig, tmp_path):
+    """Ctrl-C in a terminal and `timeout` signal ztrain-run's whole process
+    group. mpirun must get the signal once: a second one (directly and
+    again forwarded by ztrain-run) makes Open MPI kill the ranks outright,
+    which left every swap directory behind and no line. Each rank says it
+    was ended, its directory is gone, and ztrain-run ends by the signal it
+    got (the status a shell loop or a scheduler looks at)."""
+    import signal
+    import time
+    spec = gpt(batch=2)
+    init, data = inputs(tmp_path, spec, 2 * 2 * spec.batch)
+    nvme = swap_dir(tmp_path)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+                                name="nvg", extra=["--dp", "2", "--zero-stage", "3",
+                                                   "--offload-optimizer=nvme",
+                                                   "--offload-param=nvme"])
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    p = subprocess.Popen([e2e_util.require_tool("ztrain-run"), "--np", "2", exe,
+                          "--steps", "100000000", "--init", init, "--data", data,
+                          "--nvme-path", str(nvme), "--log-every", "0", "--threads", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         start_new_session=True,  # its own process group, as a terminal's job
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while len([d for d in nvme.iterdir() if files_in(d)]) < 2:
+            assert time.monotonic() < deadline and p.poll() is None, "the job did not start"
+            time.sleep(0.05)
+        time.sleep(0.3)  # in the steps
+        os.killpg(p.pid, getattr(signal, sig))
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == -getattr(signal, sig), (p.returncode, err)
+    ended = [l for l in err.splitlines() if " ended by SIGTERM in step " in l]
+    assert sorted(l.split("]")[0] for l in ended) == \
+        ["ztrain: error: [rank 0", "ztrain: error: [rank 1"], err
+    assert "ztrain-run:" not in err, err
+    assert list(nvme.iterdir()) == []
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
 def test_a_killed_runs_swap_directory_is_removed_by_the_next_run(tmp_path):
     """SIGKILL (the OOM killer, a scheduler's hard kill) leaves a run's swap
     directory behind: its whole optimizer state, tens of GB at scale. The
