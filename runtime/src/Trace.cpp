@@ -61,27 +61,50 @@ void Trace::write(const std::string &path, int rank, int worldSize) const {
   out += format("  {\"name\": \"process_sort_index\", \"ph\": \"M\", "
                 "\"pid\": %d, \"tid\": 0, \"args\": {\"sort_index\": %d}},\n",
                 rank, rank);
-  // The I/O track exists when the run swapped.
-  const bool io = std::any_of(events.begin(), events.end(), [](const auto &e) {
-    return e.type == TraceEvent::Type::Io;
-  });
-  std::vector<std::pair<int, const char *>> tracks = {
-      {kComputeTrack, "compute"}, {kCommunicationTrack, "communication"}};
-  if (io)
-    tracks.push_back({kIoTrack, "io"});
+  // I/O lanes: each transfer, in start order, on the first lane whose last
+  // transfer has ended (greedy interval colouring: as many lanes as the
+  // most transfers in flight at once).
+  std::vector<int> ioLane(sorted.size(), 0);
+  std::vector<Clock::time_point> laneEnds;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i]->type != TraceEvent::Type::Io)
+      continue;
+    size_t lane = 0;
+    while (lane < laneEnds.size() && laneEnds[lane] > sorted[i]->begin)
+      ++lane;
+    if (lane == laneEnds.size())
+      laneEnds.push_back(sorted[i]->end);
+    else
+      laneEnds[lane] = sorted[i]->end;
+    ioLane[i] = static_cast<int>(lane);
+  }
+  auto ioTrack = [](size_t lane) {
+    return lane == 0 ? kIoTrack : kIoLaneTracks + static_cast<int>(lane);
+  };
+  struct Track {
+    int tid, sortIndex;
+    std::string name;
+  };
+  std::vector<Track> tracks = {{kComputeTrack, kComputeTrack, "compute"},
+                               {kCommunicationTrack, kCommunicationTrack,
+                                "communication"}};
+  for (size_t lane = 0; lane < laneEnds.size(); ++lane)
+    tracks.push_back({ioTrack(lane), kIoTrack,
+                      lane == 0 ? std::string("io")
+                                : "io " + std::to_string(lane + 1)});
   // The host step track exists when updates ran on the host step thread.
   if (std::any_of(events.begin(), events.end(), [](const auto &e) {
         return e.type == TraceEvent::Type::HostStep;
       }))
-    tracks.push_back({kHostStepTrack, "host step"});
-  for (auto [tid, name] : tracks) {
+    tracks.push_back({kHostStepTrack, kHostStepTrack, "host step"});
+  for (size_t t = 0; t < tracks.size(); ++t) {
     out += format("  {\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, "
                   "\"tid\": %d, \"args\": {\"name\": \"%s\"}},\n",
-                  rank, tid, name);
+                  rank, tracks[t].tid, tracks[t].name.c_str());
     out += format("  {\"name\": \"thread_sort_index\", \"ph\": \"M\", "
                   "\"pid\": %d, \"tid\": %d, \"args\": {\"sort_index\": %d}}",
-                  rank, tid, tid);
-    out += tid == tracks.back().first && sorted.empty() ? "\n" : ",\n";
+                  rank, tracks[t].tid, tracks[t].sortIndex);
+    out += t + 1 == tracks.size() && sorted.empty() ? "\n" : ",\n";
   }
   for (size_t i = 0; i < sorted.size(); ++i) {
     const TraceEvent &e = *sorted[i];
@@ -118,7 +141,7 @@ void Trace::write(const std::string &path, int rank, int worldSize) const {
       break;
     case TraceEvent::Type::Io:
       name = e.name;
-      tid = kIoTrack;
+      tid = ioTrack(static_cast<size_t>(ioLane[i]));
       args = format(", \"args\": {\"ticket\": %lld, \"state\": %lld, "
                     "\"bytes\": %lld}",
                     static_cast<long long>(e.value),

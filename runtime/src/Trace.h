@@ -30,9 +30,14 @@ using Clock = std::chrono::steady_clock;
 /// The thread ids of the two tracks in the trace file.
 constexpr int kComputeTrack = 1;
 constexpr int kCommunicationTrack = 2;
-/// zero-offload's swaps (present when the run swaps).
+/// zero-offload's swaps and host copies (present when the run has them).
+/// Transfers overlap (several are in flight), and a track's slices must
+/// nest or be disjoint, so they are laid out on as many I/O lanes as the
+/// most in flight at once: the first is kIoTrack ("io"), lane k > 0 is
+/// kIoLaneTracks + k ("io 2", "io 3", ...), all sorted beside it.
 constexpr int kIoTrack = 3;
 constexpr int kHostStepTrack = 4;
+constexpr int kIoLaneTracks = 100;
 
 struct TraceEvent {
   enum class Type : uint8_t {

@@ -194,3 +194,48 @@ TEST(TraceTest, TheCheckerCatchesPartialOverlapAndForeignPids) {
   good.write(dir.path("good.json"), 0, 1);
   checkTrace(readJson(dir.path("good.json")), 0);
 }
+
+TEST(TraceTest, OverlappingTransfersGoOnLanesOfTheirOwn) {
+  // Swaps in flight together overlap in time; a track's slices must nest
+  // or be disjoint, so they spread over as many I/O lanes as are in flight
+  // at once, each transfer on the first free one.
+  TempDir dir;
+  const Clock::time_point t0 = Clock::now();
+  auto us = [&](int n) { return t0 + std::chrono::microseconds(n); };
+  Trace trace(t0);
+  auto io = [&](const char *name, int64_t ticket, int from, int to) {
+    TraceEvent e(TraceEvent::Type::Io);
+    e.name = name;
+    e.value = ticket;
+    e.begin = us(from);
+    e.end = us(to);
+    trace.add(e);
+  };
+  io("swap_in", 1, 0, 10);  // lane 1
+  io("swap_in", 2, 5, 15);  // in flight with 1: lane 2
+  io("swap_out", 3, 6, 8);  // with 1 and 2: lane 3
+  io("swap_in", 4, 12, 20); // lane 1 is free again (1 ended at 10)
+  io("swap_out", 5, 15, 16); // lane 2 ended at 15: free
+  trace.write(dir.path("t.json"), 0, 1);
+  JsonValue json = readJson(dir.path("t.json"));
+  checkTrace(json, 0); // each lane nests
+  std::map<int64_t, int64_t> laneOf;
+  std::map<int64_t, std::string> names;
+  for (const JsonValue &e : json.find("traceEvents")->items) {
+    if (e.find("ph")->text == "M" && e.find("name")->text == "thread_name")
+      names[member(e, "tid")] = e.find("args")->find("name")->text;
+    else if (e.find("ph")->text == "X")
+      laneOf[member(*e.find("args"), "ticket")] = member(e, "tid");
+  }
+  const std::map<int64_t, int64_t> expectedLanes = {
+      {1, kIoTrack}, {2, kIoLaneTracks + 1}, {3, kIoLaneTracks + 2},
+      {4, kIoTrack}, {5, kIoLaneTracks + 1}};
+  EXPECT_EQ(laneOf, expectedLanes);
+  const std::map<int64_t, std::string> expectedNames = {
+      {kComputeTrack, "compute"},
+      {kCommunicationTrack, "communication"},
+      {kIoTrack, "io"},
+      {kIoLaneTracks + 1, "io 2"},
+      {kIoLaneTracks + 2, "io 3"}};
+  EXPECT_EQ(names, expectedNames);
+}

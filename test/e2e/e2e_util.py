@@ -85,3 +85,30 @@ def compile_zero_mlp(workdir, dp=2, name="model"):
     spec = models.mlp(batch=2, in_features=12, hidden=[16], classes=5)
     return compile_text(spec.to_mlir(), str(workdir), parity.OptimizerConfig("adam", lr=1e-2),
                         name=name, extra=["--dp", str(dp), "--zero-stage", "3"])
+
+
+def io_events(events):
+    """The transfers of a trace: the events on its I/O lanes ("io", "io 2",
+    ...)."""
+    lanes = {e["tid"] for e in events if e["name"] == "thread_name" and
+             (e["args"]["name"] == "io" or e["args"]["name"].startswith("io "))}
+    return [e for e in events if e["ph"] == "X" and e["tid"] in lanes]
+
+
+def assert_tracks_nest(events):
+    """On every track the slices nest or are disjoint (Perfetto shows
+    partially overlapping slices wrongly). Exact in the file's nanoseconds."""
+    tracks = {}
+    for e in events:
+        if e["ph"] == "X":
+            ns = round(float(e["ts"]) * 1000), round(float(e["dur"]) * 1000)
+            tracks.setdefault(e["tid"], []).append((ns[0], ns[0] + ns[1]))
+    for tid, spans in tracks.items():
+        spans.sort(key=lambda s: (s[0], -s[1]))
+        open_ends = []
+        for begin, end in spans:
+            while open_ends and open_ends[-1] <= begin:
+                open_ends.pop()
+            assert not open_ends or end <= open_ends[-1], \
+                f"track {tid}: the slice at {begin} ns overlaps another partially"
+            open_ends.append(end)

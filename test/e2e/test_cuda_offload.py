@@ -360,6 +360,7 @@ def test_asynchronous_host_steps_are_traced(target, tmp_path):
     assert io["host_steps"] == io["asynchronous_host_steps"] == STEPS * updates, io
     assert io["host_step_ms"] > 0 and io["update_wait_ms"] >= 0, io
     events = json.loads(trace.read_text())["traceEvents"]
+    e2e_util.assert_tracks_nest(events)
     tracks = {e["tid"]: e["args"]["name"] for e in events
               if e.get("ph") == "M" and e["name"] == "thread_name"}
     host = [tid for tid, name in tracks.items() if name == "host step"]
