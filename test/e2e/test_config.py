@@ -151,6 +151,30 @@ def test_hugging_face_zero3_config_is_read_as_written(tmp_path):
     assert p.returncode == 0, p.stderr
 
 
+def test_a_config_key_that_does_nothing_here_is_a_note_naming_it(tmp_path):
+    """DeepSpeed's ZeRO-Infinity tutorial config sets reduce_bucket_size and
+    stage3_max_live_parameters without overlap_comm: they do nothing here,
+    which is worth a note naming the key, not a warning about a flag the
+    user never typed. The same flags typed are warnings."""
+    src = model(tmp_path)
+    config = {"zero_optimization": {
+        "stage": 3, "contiguous_gradients": True, "stage3_max_live_parameters": 1e9,
+        "reduce_bucket_size": 1e7, "sub_group_size": 1e9},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
+    rc, by_file, err = compile_mlir(src, ["--dp=2"], config, tmp_path)
+    assert rc == 0, err
+    assert "warning:" not in err, err
+    for key, flag in (("zero_optimization.stage3_max_live_parameters", "--max-live-bytes"),
+                      ("zero_optimization.reduce_bucket_size", "--bucket-bytes")):
+        assert f"note: --config: {key} ({flag}) configures the overlap schedule; without " \
+            "--overlap it has no effect" in err, err
+    rc, _, err = compile_mlir(src, ["--dp=2", "--zero-stage=3", "--max-live-bytes=4000000000",
+                                    "--bucket-bytes=40000000"])
+    assert rc == 0, err
+    assert "warning: --max-live-bytes configures the overlap schedule" in err and \
+        "warning: --bucket-bytes configures the overlap schedule" in err, err
+
+
 def test_flags_override_the_file(tmp_path):
     src = model(tmp_path)
     rc, mixed, err = compile_mlir(src, ["--dp=2", "--zero-stage=1", "--lr=0.01"], DS, tmp_path)

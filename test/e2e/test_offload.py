@@ -574,6 +574,19 @@ def test_bad_offload_input_is_one_line(tmp_path):
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.returncode == 0 and "warning: --sub-group-size chunks the optimizer states nvme " \
         "offload swaps; without --offload-optimizer=nvme it has no effect" in p.stderr, p.stderr
+    # Nor with every parameter on nvme: each update swaps its shard whole
+    # with its states (no chunks; with a parameter ratio below 1 the rest
+    # are chunked, and it says nothing).
+    common = [compile_, str(src), "-o", str(tmp_path / "m"), "--dp=2", "--zero-stage=3",
+              "--offload-optimizer=nvme", "--offload-param=nvme", "--sub-group-size=2048"]
+    p = subprocess.run(common, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 0 and "warning: --sub-group-size chunks the optimizer states of " \
+        "updates whose parameter stays in memory; with --offload-param=nvme every update " \
+        "swaps its parameter shard whole with its states, and it has no effect" in p.stderr, \
+        p.stderr
+    p = subprocess.run(common + ["--offload-param-ratio=0.5"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
 
     exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
                                 name="nv", extra=["--offload-optimizer=nvme"])

@@ -452,7 +452,8 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
            "nvme: an update whose states hold more elements than this is "
            "split into chunks of at most this many (rounded up to 2048), "
            "each swapped in, stepped and swapped out on its own (DeepSpeed's "
-           "sub_group_size; 0: whole states)">
+           "sub_group_size; 0: whole states); not an update whose parameter "
+           "is on nvme, swapped whole with its states">
   ];
   let statistics = [
     Statistic<"numSwaps", "swaps", "Swap transfers inserted (in and out)">,
