@@ -31,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <set>
 #include <vector>
@@ -643,7 +644,7 @@ void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
   }
 }
 
-/// The ranks of one node whose --nvme-path is on one file system share its
+/// The ranks of one machine whose --nvme-path is on one file system share its
 /// free space, and each rank's own check (SwapSpace) sees only its share:
 /// refused on every rank, before any reserves a byte, when their swap files
 /// need more together than the file system has free. Ranks on other nodes
@@ -657,15 +658,28 @@ void checkSharedSwapSpace(Communicator &comm, const std::string &path,
     uint64_t host = 0, device = 0;
     int64_t bytes = 0, avail = -1; // -1: not known (SwapSpace says why)
   } mine;
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  mine.host = 1469598103934665603ull; // FNV-1a of the host name
-  for (const char *c = name; *c; ++c)
-    mine.host = (mine.host ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  // The machine: its kernel's boot id, which exactly the processes that
+  // share a kernel (and so its device numbers) share, containers included;
+  // the host name where there is none.
+  std::string machine;
+  {
+    std::ifstream bootId("/proc/sys/kernel/random/boot_id");
+    std::getline(bootId, machine);
+  }
+  if (machine.empty()) {
+    char name[256] = {};
+    ::gethostname(name, sizeof name - 1);
+    machine = std::string("host:") + name;
+  }
+  mine.host = 1469598103934665603ull; // FNV-1a
+  for (char c : machine)
+    mine.host = (mine.host ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   mine.bytes = bytes;
   struct stat info;
   struct statvfs fs;
-  if (::stat(path.c_str(), &info) == 0 && ::statvfs(path.c_str(), &fs) == 0) {
+  // A path that is not a writable directory is SwapSpace's to name.
+  if (::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode) &&
+      ::statvfs(path.c_str(), &fs) == 0 && !(fs.f_flag & ST_RDONLY)) {
     mine.device = static_cast<uint64_t>(info.st_dev);
     mine.avail = static_cast<int64_t>(
         std::min<long double>(static_cast<long double>(fs.f_bavail) *
@@ -686,7 +700,8 @@ void checkSharedSwapSpace(Communicator &comm, const std::string &path,
       if (all[s].host == all[r].host && all[s].device == all[r].device &&
           all[s].avail >= 0) {
         group.push_back(s);
-        total += all[s].bytes;
+        if (__builtin_add_overflow(total, all[s].bytes, &total))
+          total = INT64_MAX;
       }
     if (group.front() != r || group.size() < 2 || all[r].avail >= total)
       continue;

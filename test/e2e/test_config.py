@@ -168,6 +168,14 @@ def test_a_config_key_that_does_nothing_here_is_a_note_naming_it(tmp_path):
                       ("zero_optimization.reduce_bucket_size", "--bucket-bytes")):
         assert f"note: --config: {key} ({flag}) configures the overlap schedule; without " \
             "--overlap it has no effect" in err, err
+    # A swap buffer count for states offloaded to host memory: nothing to size.
+    config = {"zero_optimization": {"stage": 2, "offload_optimizer": {
+        "device": "cpu", "pin_memory": True, "buffer_count": 4}}}
+    rc, _, err = compile_mlir(src, ["--dp=2"], config, tmp_path)
+    assert rc == 0, err
+    assert "warning:" not in err, err
+    assert "note: --config: zero_optimization.offload_optimizer.buffer_count " \
+        "(--offload-buffer-count) sizes the swap buffers of nvme offload" in err, err
     rc, _, err = compile_mlir(src, ["--dp=2", "--zero-stage=3", "--max-live-bytes=4000000000",
                                     "--bucket-bytes=40000000"])
     assert rc == 0, err

@@ -680,14 +680,16 @@ def test_a_cancelled_run_removes_its_swap_directory(sigs, tmp_path):
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed")
-@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGKILL"])
 def test_a_signal_to_ztrain_runs_process_group_ends_the_job_cleanly(sig, tmp_path):
     """Ctrl-C in a terminal and `timeout` signal ztrain-run's whole process
     group. mpirun must get the signal once: a second one (directly and
     again forwarded by ztrain-run) makes Open MPI kill the ranks outright,
     which left every swap directory behind and no line. Each rank says it
     was ended, its directory is gone, and ztrain-run ends by the signal it
-    got (the status a shell loop or a scheduler looks at)."""
+    got (the status a shell loop or a scheduler looks at). A SIGKILL to the
+    group (`timeout -k`, a harness's cleanup) kills ztrain-run alone, and
+    mpirun, told by its parent's death, ends the ranks the same way."""
     import signal
     import time
     spec = gpt(batch=2)

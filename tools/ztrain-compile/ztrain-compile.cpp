@@ -572,15 +572,15 @@ int main(int argc, char **argv) {
   if (flags::offloadRatio.getNumOccurrences() > 0 &&
       flags::offloadOptimizer == "none" &&
       memoryBudget.getNumOccurrences() == 0)
-    llvm::errs() << "ztrain-compile: warning: --offload-ratio is the fraction "
-                    "of the optimizer states --offload-optimizer places; "
-                    "without it it has no effect\n";
+    noEffect("offload-ratio", "is the fraction of the optimizer states "
+                              "--offload-optimizer places; without it it has "
+                              "no effect");
   // (With --memory-budget a ratio bounds what the search tries.)
   if (flags::offloadParamRatio.getNumOccurrences() > 0 &&
       flags::offloadParam == "none" && memoryBudget.getNumOccurrences() == 0)
-    llvm::errs() << "ztrain-compile: warning: --offload-param-ratio is the "
-                    "fraction of the parameters --offload-param places; "
-                    "without it it has no effect\n";
+    noEffect("offload-param-ratio", "is the fraction of the parameters "
+                                    "--offload-param places; without it it "
+                                    "has no effect");
   if (flags::overlap && flags::dp == 1)
     llvm::errs() << "ztrain-compile: warning: --overlap overlaps "
                     "collectives with compute; at --dp=1 there are none\n";
@@ -622,10 +622,10 @@ int main(int argc, char **argv) {
   }
   if (flags::offloadBufferCount.getNumOccurrences() > 0 &&
       flags::offloadOptimizer != "nvme" && flags::offloadParam != "nvme")
-    llvm::errs() << "ztrain-compile: warning: --offload-buffer-count sizes "
-                    "the swap buffers of nvme offload; without "
-                    "--offload-optimizer=nvme or --offload-param=nvme it has "
-                    "no effect\n";
+    noEffect("offload-buffer-count",
+             "sizes the swap buffers of nvme offload; without "
+             "--offload-optimizer=nvme or --offload-param=nvme it has no "
+             "effect");
 
   if (outputFile.empty())
     outputFile = "-";
