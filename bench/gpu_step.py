@@ -4,20 +4,30 @@ same model in PyTorch on the same GPU, in one run.
 
 What it measures, in this order:
 
-  peak    the GPU's float32 GEMM peak, measured: `ztrt_cuda_gemm_peak`
-          (built with the cuda backend) times an N x N x N sgemm through the
-          backend's own matmul (cuBLAS, TF32 off, the precision the step runs
-          at), best of 5. With torch on CUDA, torch.matmul's float32 peak
-          (TF32 off) is printed beside it as a cross-check.
-  ztrain  the model compiled by ztrain-compile (AdamW), run at world size 1
-          with `--backend cuda`; the step time is the report's time_ms (the
+  peak    the GPU's GEMM peak in the step's precision, measured:
+          `ztrt_cuda_gemm_peak` (built with the cuda backend) times an
+          N x N x N GEMM on random operands through the backend's own matmul
+          (fp32: cuBLAS sgemm, TF32 off; bf16: cublasGemmEx, bf16 operands,
+          float accumulation), best of 5. With torch on CUDA, torch.matmul's
+          peak in the same type (TF32 off) is printed beside it.
+  ztrain  the model compiled by ztrain-compile (AdamW; bf16:
+          `--precision=bf16`, 16-bit parameters, gradients and reductions,
+          f32 masters and moments), run at world size 1 with
+          `--backend cuda`; the step time is the report's time_ms (the
           executable synchronizes the GPU at the end of every step), the
           median over the steps after the warm-up.
   torch   ztrain.torch_ref's module of the same model on the same GPU, the
-          same initial weights and batches, torch.optim.AdamW, float32 with
-          TF32 off; zero_grad + forward + backward + step, timed with
-          perf_counter around a torch.cuda.synchronize(); the same median.
-          Left out, saying why, when torch has no CUDA.
+          same initial weights and batches, torch.optim.AdamW; fp32 with TF32
+          off, or bf16 as PyTorch users run it: torch.autocast(bfloat16)
+          around the forward pass, f32 parameters (the same GEMM precision,
+          not the same memory policy); zero_grad + forward + backward + step,
+          timed with perf_counter around a torch.cuda.synchronize(); the same
+          median. Left out, saying why, when torch has no CUDA.
+  profile (--profile) the ztrain executable's kernels for two steps under
+          Nsight Compute (one metric, gpu__time_duration; --clock-control
+          none, so the clocks are left as found): each kernel's launches and
+          device time, largest first, and the device time against the
+          steps' wall time (what is left is launch gaps and host waits).
 
 Both sides report achieved TFLOP/s = model FLOPs per step / step time, and
 MFU = achieved / measured peak. Model FLOPs count the GEMMs as executed:
@@ -27,21 +37,30 @@ skipped by either side), plus 2 B T C V for the tied output embedding; the
 backward pass is twice the forward (two GEMMs per forward GEMM), so a step
 is 3x. Elementwise work is not counted (the usual convention).
 
+The default model is GPT-2 small's shape (12 layers, width 768, 12 heads,
+1024 positions; vocabulary 50304, GPT-2's 50257 padded to a multiple of
+64 as nanoGPT does: 124M parameters) at batch 8.
+
 The first step's loss is printed for both sides as a sanity check (same
-weights, same batch: they agree to ~1e-5).
+weights, same batch).
 
 Run on a machine with an NVIDIA GPU, after building with CUDA
 (docs/cuda.md):
 
-  /usr/bin/python3 bench/gpu_step.py [--layers 12 --width 768 --heads 12
-      --seq 512 --vocab 8192 --batch 8] [--steps 20] [--json out.json]
+  /usr/bin/python3 bench/gpu_step.py [--precision fp32|bf16] [--layers 12
+      --width 768 --heads 12 --seq 1024 --vocab 50304 --batch 8]
+      [--steps 20] [--json out.json] [--profile]
 
 Without a GPU it exits with status 2 and says why.
 """
 
 import argparse
+import csv
+import glob
+import io
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -68,23 +87,34 @@ def model_flops(c):
     return 3 * forward
 
 
-def measure_peak(n):
+PEAK_DTYPE = {"fp32": "f32", "bf16": "bf16"}
+
+
+def compile_flags(precision):
+    return [] if precision == "fp32" else [f"--precision={precision}"]
+
+
+def measure_peak(n, precision):
     exe = os.path.join(parity.bin_dir(), "ztrt_cuda_gemm_peak")
     if not os.access(exe, os.X_OK):
         sys.exit(f"gpu_step: {exe} not found: build the project with the CUDA "
                  "toolkit and NCCL present (CMake prints 'ztrt: cuda backend: ...')")
-    p = subprocess.run([exe, str(n)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    p = subprocess.run([exe, str(n), "10", PEAK_DTYPE[precision]], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, timeout=600)
     if p.returncode != 0:
         sys.exit(f"gpu_step: {exe} failed: {p.stderr.strip()}")
     return json.loads(p.stdout)
 
 
-def bench_ztrain(spec, init_path, data_path, steps, workdir):
+def compile_ztrain(spec, precision, workdir):
     mlir = os.path.join(workdir, "model.mlir")
     with open(mlir, "w") as fh:
         fh.write(spec.to_mlir())
-    exe = parity.compile_model(mlir, os.path.join(workdir, "model"), OPT)
+    return parity.compile_model(mlir, os.path.join(workdir, "model"), OPT,
+                                extra=compile_flags(precision))
+
+
+def bench_ztrain(exe, init_path, data_path, steps, workdir):
     report = os.path.join(workdir, "report.json")
     p = parity.run_exe(exe, steps=steps, init=init_path, data=data_path, report=report,
                        extra=["--backend", "cuda"], check=False)
@@ -107,9 +137,11 @@ def torch_status():
     return torch, ""
 
 
-def torch_peak(torch, n):
-    a = torch.full((n, n), 0.5, device="cuda")
-    b = torch.full((n, n), 0.25, device="cuda")
+def torch_peak(torch, n, precision):
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    g = torch.Generator(device="cuda").manual_seed(1)
+    a = torch.rand((n, n), device="cuda", generator=g).mul_(2).sub_(1).to(dtype)
+    b = torch.rand((n, n), device="cuda", generator=g).mul_(2).sub_(1).to(dtype)
     torch.matmul(a, b)
     torch.cuda.synchronize()
     best = float("inf")
@@ -122,8 +154,14 @@ def torch_peak(torch, n):
     return 2.0 * n ** 3 / best / 1e12
 
 
-def bench_torch(torch, spec, init, data, steps):
+def bench_torch(torch, spec, init, data, steps, precision):
+    import contextlib
     from ztrain import torch_ref
+
+    def autocast():
+        if precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
 
     model = torch_ref.load_state(torch_ref.from_spec(spec), init).cuda()
     opt = torch_ref.make_optimizer(model.parameters(), OPT.kind, **OPT.torch_kwargs())
@@ -134,7 +172,8 @@ def bench_torch(torch, spec, init, data, steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(*model.inputs(batch))
+        with autocast():
+            loss = model(*model.inputs(batch))
         loss.backward()
         opt.step()
         torch.cuda.synchronize()
@@ -144,17 +183,99 @@ def bench_torch(torch, spec, init, data, steps):
     return statistics.median(times[WARMUP:]), first_loss, torch.cuda.max_memory_allocated()
 
 
+def find_ncu():
+    found = shutil.which("ncu")
+    if found:
+        return found
+    for pattern in ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu",
+                    "/usr/local/cuda/nsight-compute*/ncu"):
+        hits = sorted(glob.glob(pattern))
+        if hits:
+            return hits[-1]
+    return None
+
+
+NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6,
+      "s": 1e9, "second": 1e9}
+
+
+def profile_ztrain(exe, init_path, data_path, workdir, steps=2):
+    """Kernels of `steps` steps under Nsight Compute: [(name, launches, ns)],
+    largest first, and the steps' wall time from the report (ms); or a
+    string saying why not."""
+    ncu = find_ncu()
+    if ncu is None:
+        return "Nsight Compute (ncu) not found"
+    log = os.path.join(workdir, "ncu.csv")
+    report = os.path.join(workdir, "profile-report.json")
+    cmd = [ncu, "--csv", "--metrics", "gpu__time_duration.sum", "--clock-control", "none",
+           "--print-kernel-base", "function", "--log-file", log,
+           exe, "--backend", "cuda", "--steps", str(steps), "--init", init_path,
+           "--data", data_path, "--report", report]
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=300)
+    except subprocess.TimeoutExpired:
+        return "ncu took longer than 300 s"
+    if p.returncode != 0 or not os.path.exists(log):
+        return f"ncu failed ({p.returncode}): {(p.stderr or p.stdout).strip()[-400:]}"
+    with open(log) as fh:
+        text = fh.read()
+    start = text.find('"ID"')
+    if start < 0:
+        return f"ncu wrote no kernel rows: {text[-400:]}"
+    kernels = {}
+    for row in csv.DictReader(io.StringIO(text[start:])):
+        if row.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        value = float(row["Metric Value"].replace(",", ""))
+        ns = value * NS.get(row.get("Metric Unit", "ns").strip(), 1.0)
+        name = row["Kernel Name"]
+        launches, total = kernels.get(name, (0, 0.0))
+        kernels[name] = (launches + 1, total + ns)
+    wall = sum(s["time_ms"] for s in parity.read_report(report)["steps"])
+    rows = sorted(((n, c, t) for n, (c, t) in kernels.items()), key=lambda r: -r[2])
+    return rows, wall
+
+
+def print_profile(prof, steps=2):
+    if isinstance(prof, str):
+        print(f"\nprofile: {prof}")
+        return {"profile": prof}
+    rows, wall = prof
+    total = sum(t for _, _, t in rows)
+    print(f"\nprofile: ztrain's kernels over {steps} steps under ncu (one launch at a time): "
+          f"{sum(c for _, c, _ in rows)} launches, {total / 1e6:.1f} ms of device time")
+    print(f"| {'kernel':<60} | {'launches':>8} | {'ms':>9} | {'share':>6} |")
+    print(f"|{'-' * 62}|{'-' * 10}|{'-' * 11}|{'-' * 8}|")
+    for name, count, ns in rows[:20]:
+        print(f"| {name[:60]:<60} | {count:8d} | {ns / 1e6:9.2f} | {ns / total:6.1%} |")
+    rest = rows[20:]
+    if rest:
+        ns = sum(t for _, _, t in rest)
+        print(f"| {f'({len(rest)} others)':<60} | {sum(c for _, c, _ in rest):8d} | "
+              f"{ns / 1e6:9.2f} | {ns / total:6.1%} |")
+    print(f"(the steps' wall time under ncu was {wall:.1f} ms: ncu serializes and "
+          f"replays each launch)")
+    return {"profile": [{"kernel": n, "launches": c, "ns": t} for n, c, t in rows],
+            "profile_wall_ms": wall}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--width", type=int, default=768)
     ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--seq", type=int, default=512)
-    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--vocab", type=int, default=50304)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--peak-n", type=int, default=8192, help="GEMM size of the peak")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="fp32, or bf16 (ztrain-compile --precision=bf16; torch autocast)")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--profile", action="store_true",
+                    help="also time ztrain's kernels under Nsight Compute (ncu)")
     ap.add_argument("--compile-only", action="store_true",
                     help="compile the model (into $ZTRAIN_COMPILE_CACHE, for a GPU "
                          "machine without the compiler: docs/cuda.md#gpu-kit) and stop")
@@ -165,10 +286,7 @@ def main(argv=None):
         spec = models.gpt(batch=args.batch, seq=args.seq, vocab=args.vocab,
                           layers=args.layers, width=args.width, heads=args.heads)
         with tempfile.TemporaryDirectory(prefix="ztrain-gpu-step-") as d:
-            mlir = os.path.join(d, "model.mlir")
-            with open(mlir, "w") as fh:
-                fh.write(spec.to_mlir())
-            parity.compile_model(mlir, os.path.join(d, "model"), OPT)
+            compile_ztrain(spec, args.precision, d)
         return 0
 
     gpus, why = cuda_devices()
@@ -181,20 +299,23 @@ def main(argv=None):
                width=args.width, heads=args.heads)
     spec = models.gpt(**cfg)
     flops = model_flops(cfg)
-    peak = measure_peak(args.peak_n)
+    peak = measure_peak(args.peak_n, args.precision)
+    kind = "float32 sgemm" if args.precision == "fp32" else "bf16 GEMM, f32 accumulation"
     print(f"device      {peak['device']}")
     print(f"model       gpt L{args.layers} C{args.width} H{args.heads} T{args.seq} "
-          f"V{args.vocab} batch {args.batch}: {flops / 1e12:.3f} TFLOP per step")
-    print(f"peak        {peak['tflops']:.2f} TFLOP/s float32 sgemm "
-          f"({peak['n']}^3, ztrt_cuda_gemm_peak)")
+          f"V{args.vocab} batch {args.batch}, {args.precision}: "
+          f"{flops / 1e12:.3f} TFLOP per step")
+    print(f"peak        {peak['tflops']:.2f} TFLOP/s {kind} "
+          f"({peak['n']}^3, random operands, ztrt_cuda_gemm_peak)")
     torch, torch_why = torch_status()
     if torch is not None:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-        print(f"            {torch_peak(torch, args.peak_n):.2f} TFLOP/s torch.matmul "
-              f"float32 (cross-check)")
+        print(f"            {torch_peak(torch, args.peak_n, args.precision):.2f} TFLOP/s "
+              f"torch.matmul {args.precision} (cross-check)")
 
-    results = {"device": peak["device"], "config": cfg, "flops_per_step": flops,
+    results = {"device": peak["device"], "precision": args.precision, "config": cfg,
+               "flops_per_step": flops,
                "peak_tflops": peak["tflops"], "steps": args.steps, "warmup": WARMUP}
     with tempfile.TemporaryDirectory(prefix="ztrain-gpu-step-") as d:
         init = parity.make_init(spec, seed=0)
@@ -203,11 +324,13 @@ def main(argv=None):
         safetensors.save(init_path, init)
         safetensors.save(data_path, data)
         rows = []
-        ms, loss, mem = bench_ztrain(spec, init_path, data_path, args.steps, d)
+        exe = compile_ztrain(spec, args.precision, d)
+        ms, loss, mem = bench_ztrain(exe, init_path, data_path, args.steps, d)
         rows.append(("ztrain cuda", ms, loss, mem))
         if torch is not None:
-            ms, loss, mem = bench_torch(torch, spec, init, data, args.steps)
+            ms, loss, mem = bench_torch(torch, spec, init, data, args.steps, args.precision)
             rows.append((f"torch {torch.__version__}", ms, loss, mem))
+        prof = profile_ztrain(exe, init_path, data_path, d) if args.profile else None
 
     tokens = args.batch * args.seq
     print()
@@ -225,7 +348,9 @@ def main(argv=None):
         print(f"\n(torch column left out: {torch_why})")
         results["torch"] = torch_why
     print(f"\nmedian of steps {WARMUP + 1}..{args.steps}; MFU against the measured "
-          f"float32 sgemm peak above")
+          f"{kind} peak above")
+    if prof is not None:
+        results.update(print_profile(prof))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=2)

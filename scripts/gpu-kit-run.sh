@@ -2,9 +2,15 @@
 # Runs the GPU kit (scripts/gpu-kit.sh) on a GPU machine that has python3
 # with numpy and pytest (and torch for the benchmark's comparison) but not
 # the compiler: the conformance suite, test_cuda.py and test_cuda_offload.py
-# from the kit's compile cache, and bench/gpu_step.py. Results go to $OUT (the device tool's
-# folder) or gpu-results/: device.txt, conformance.{log,json}, e2e.log,
-# gpu_step.{txt,json}, summary.txt. docs/cuda.md#gpu-kit.
+# from the kit's compile cache, and bench/gpu_step.py in fp32 and in bf16
+# (the bf16 run with its Nsight Compute kernel profile). Results go to $OUT
+# (the device tool's folder) or gpu-results/: device.txt,
+# conformance.{log,json}, e2e.log, gpu_step_{fp32,bf16}.{txt,json},
+# summary.txt. docs/cuda.md#gpu-kit.
+#
+# Each part runs under a time limit (seconds; ZTRAIN_KIT_LIMITS="conformance
+# e2e fp32 bf16", default "90 200 90 200") so that a lease of a few minutes
+# brings back what finished; a part cut off by its limit counts as failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${OUT:-gpu-results}
@@ -35,28 +41,51 @@ export ZTRAIN_COMPILE_CACHE="$KITDIR/cache" ZTRAIN_BIN_DIR="$KITDIR/bin" PYTHONP
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   "$PY" -c 'import sys, numpy, pytest; print(sys.version.split()[0], "numpy", numpy.__version__, "pytest", pytest.__version__)' 2>&1
+  "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())' 2>&1
+  uname -r; nproc; grep -m1 "model name" /proc/cpuinfo
 } > "$RESULTS/device.txt"
 
+read -r LIM_CONF LIM_E2E LIM_FP32 LIM_BF16 <<<"${ZTRAIN_KIT_LIMITS:-90 200 90 200}"
 status=0
+part() { # LIMIT LOG CMD...: runs CMD with its output in LOG; says how it ended
+  local limit=$1 log=$2 rc=0 t0=$SECONDS
+  shift 2
+  timeout -k 10 "$limit" "$@" > "$log" 2>&1 || rc=$?
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    echo "   (cut off by its ${limit} s limit)" | tee -a "$log"
+  fi
+  echo "   [$(basename "$log"): exit $rc, $((SECONDS - t0)) s]"
+  [ $rc -eq 0 ] || status=1
+}
+
 echo "== conformance suite (ztrt_cuda_tests)"
-"$KITDIR/bin/ztrt_cuda_tests" --gtest_output="json:$RESULTS/conformance.json" \
-  > "$RESULTS/conformance.log" 2>&1 || status=1
-tail -4 "$RESULTS/conformance.log"
+part "$LIM_CONF" "$RESULTS/conformance.log" \
+  "$KITDIR/bin/ztrt_cuda_tests" --gtest_output="json:$RESULTS/conformance.json"
+grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \] [0-9]+ test' "$RESULTS/conformance.log" | head -40
 
 echo "== end to end (test/e2e/test_cuda.py, test_cuda_offload.py, executables from the kit)"
-"$PY" -m pytest -rs -v -p no:cacheprovider test/e2e/test_cuda.py \
-  test/e2e/test_cuda_offload.py > "$RESULTS/e2e.log" 2>&1 || status=1
-tail -3 "$RESULTS/e2e.log"
+xdist=()
+"$PY" -c 'import xdist' 2>/dev/null && xdist=(-n "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))")
+part "$LIM_E2E" "$RESULTS/e2e.log" "$PY" -m pytest -rs -v -p no:cacheprovider "${xdist[@]}" \
+  test/e2e/test_cuda.py test/e2e/test_cuda_offload.py
+grep -E '^(FAILED|ERROR)' "$RESULTS/e2e.log" | head -30
+tail -1 "$RESULTS/e2e.log"
 
-echo "== benchmark (bench/gpu_step.py)"
-"$PY" bench/gpu_step.py --json "$RESULTS/gpu_step.json" > "$RESULTS/gpu_step.txt" 2>&1 || status=1
-cat "$RESULTS/gpu_step.txt"
+for precision in fp32 bf16; do
+  echo "== benchmark (bench/gpu_step.py --precision $precision)"
+  limit=$LIM_FP32 extra=()
+  [ "$precision" = bf16 ] && limit=$LIM_BF16 extra=(--profile)
+  part "$limit" "$RESULTS/gpu_step_$precision.txt" env PYTHONUNBUFFERED=1 "$PY" bench/gpu_step.py \
+    --precision "$precision" --json "$RESULTS/gpu_step_$precision.json" "${extra[@]}"
+  cat "$RESULTS/gpu_step_$precision.txt"
+done
 
 {
   cat "$RESULTS/device.txt"
   echo; tail -4 "$RESULTS/conformance.log"
-  echo; tail -3 "$RESULTS/e2e.log"
-  echo; cat "$RESULTS/gpu_step.txt"
+  echo; grep -E '^(FAILED|ERROR)' "$RESULTS/e2e.log"; tail -1 "$RESULTS/e2e.log"
+  echo; cat "$RESULTS/gpu_step_fp32.txt"
+  echo; cat "$RESULTS/gpu_step_bf16.txt"
 } > "$RESULTS/summary.txt"
 rm -rf "$KITDIR"
 exit $status

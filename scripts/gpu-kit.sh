@@ -31,7 +31,7 @@ echo "== compiling the test and benchmark models into the kit's cache"
 export ZTRAIN_COMPILE_CACHE="$stage/cache" ZTRAIN_BIN_DIR="$PWD/$BUILD/bin" PYTHONPATH=python
 ZTRAIN_GPU_KIT=populate "$PY" -m pytest -q -p no:cacheprovider test/e2e/test_cuda.py \
   test/e2e/test_cuda_offload.py | tail -1
-"$PY" bench/gpu_step.py --compile-only
+for precision in fp32 bf16; do "$PY" bench/gpu_step.py --compile-only --precision $precision; done
 echo "   $(ls "$stage/cache" | grep -vc '\.json$') executables, $(ls "$stage/cache" | grep -c '\.json$') plans"
 
 echo "== shared libraries"
