@@ -454,33 +454,55 @@ public:
 
   bool hostResident() const override { return false; }
 
+  // Page-aligned: the state swap buffers among them are O_DIRECT buffers
+  // (Context.cpp checks), and the host step's vector loads like aligned
+  // data. cudaHostAlloc does not promise it: the driver suballocates small
+  // pinned allocations, 512-byte aligned (seen on an H100, driver
+  // 580.159, CUDA 13.0: 0x...b200). So each allocation takes a page more
+  // and hands out its first page-aligned address; `mappedBases` keeps what
+  // cudaFreeHost needs.
   void *allocateMappedHost(int64_t bytes) override {
-    void *host = nullptr;
-    cudaError_t status =
-        cudaHostAlloc(&host, static_cast<size_t>(std::max<int64_t>(bytes, 1)),
-                      cudaHostAllocMapped | cudaHostAllocPortable);
+    constexpr size_t kPage = 4096;
+    void *base = nullptr;
+    cudaError_t status = cudaHostAlloc(
+        &base, static_cast<size_t>(std::max<int64_t>(bytes, 1)) + kPage,
+        cudaHostAllocMapped | cudaHostAllocPortable);
     if (status == cudaErrorMemoryAllocation) {
       cudaGetLastError();
       return nullptr;
     }
     check(status, "cudaHostAlloc");
     void *device = nullptr;
-    check(cudaHostGetDevicePointer(&device, host, 0),
+    check(cudaHostGetDevicePointer(&device, base, 0),
           "cudaHostGetDevicePointer");
     // Unified addressing (every 64-bit CUDA platform): the device's pointer
     // is the host's, so the host side (checkpoints) can use it as well.
-    if (device != host)
+    if (device != base)
       fatal("--backend cuda: mapped host memory has a device address "
             "(%p) other than its host address (%p): this platform lacks "
             "unified addressing, which host-placed optimizer states need",
-            device, host);
+            device, base);
+    const uintptr_t at = reinterpret_cast<uintptr_t>(base);
+    void *host = reinterpret_cast<void *>((at + kPage - 1) / kPage * kPage);
+    std::lock_guard<std::mutex> lock(mappedMutex);
+    mappedBases[host] = base;
     return host;
   }
 
   void deallocateMappedHost(void *ptr) override {
+    void *base = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mappedMutex);
+      auto it = mappedBases.find(ptr);
+      if (it == mappedBases.end())
+        fatal("--backend cuda: %p is not mapped host memory of this backend",
+              ptr);
+      base = it->second;
+      mappedBases.erase(it);
+    }
     // cudaFreeHost waits for the device, which may still run an update
     // on it.
-    check(cudaFreeHost(ptr), "cudaFreeHost");
+    check(cudaFreeHost(base), "cudaFreeHost");
   }
 
   void pinHost(void *ptr, int64_t bytes) override {
@@ -1410,6 +1432,9 @@ private:
   std::unordered_map<int64_t, cudaEvent_t> fences;
   std::vector<cudaEvent_t> spareFences;
   std::mutex fenceMutex;
+  /// allocateMappedHost's page-aligned addresses -> cudaHostAlloc's.
+  std::mutex mappedMutex;
+  std::unordered_map<void *, void *> mappedBases;
   int64_t lastFence = 0;
   Clock::time_point hostBase;
 };

@@ -54,16 +54,43 @@ template <Unary Op> __device__ __forceinline__ float apply(float x) {
     return 0.0f; // not reached: every Unary has its line
 }
 
+// The memory-bound elementwise kernels go through forEachPacked: 16 bytes
+// per load and store where the pointers allow. Every element reads its
+// inputs before its output is written, in the same thread, so in place
+// (out == x) stays allowed.
 template <typename T, Binary Op>
 __global__ void binaryKernel(const T *a, const T *b, T *out, int64_t n) {
-  for (int64_t i = globalThread(); i < n; i += gridThreads())
-    out[i] = static_cast<T>(apply<Op>(ld(a[i]), ld(b[i])));
+  using P = Pack<T>;
+  forEachPacked<T>(
+      n, aligned16(a, b, out),
+      [&](int64_t p) {
+        const P x = reinterpret_cast<const P *>(a)[p];
+        const P y = reinterpret_cast<const P *>(b)[p];
+        P o;
+ZTRT_UNROLL
+        for (int j = 0; j < P::kSize; ++j)
+          o.v[j] = static_cast<T>(apply<Op>(ld(x.v[j]), ld(y.v[j])));
+        reinterpret_cast<P *>(out)[p] = o;
+      },
+      [&](int64_t i) {
+        out[i] = static_cast<T>(apply<Op>(ld(a[i]), ld(b[i])));
+      });
 }
 
 template <typename T, Unary Op>
 __global__ void unaryKernel(const T *x, T *out, int64_t n) {
-  for (int64_t i = globalThread(); i < n; i += gridThreads())
-    out[i] = static_cast<T>(apply<Op>(ld(x[i])));
+  using P = Pack<T>;
+  forEachPacked<T>(
+      n, aligned16(x, out),
+      [&](int64_t p) {
+        const P in = reinterpret_cast<const P *>(x)[p];
+        P o;
+ZTRT_UNROLL
+        for (int j = 0; j < P::kSize; ++j)
+          o.v[j] = static_cast<T>(apply<Op>(ld(in.v[j])));
+        reinterpret_cast<P *>(out)[p] = o;
+      },
+      [&](int64_t i) { out[i] = static_cast<T>(apply<Op>(ld(x[i]))); });
 }
 
 // x's elements are copied as T (their bits), as on the cpu.
@@ -124,8 +151,18 @@ __global__ void rotaryKernel(const T *x, T *out, const float *cosT,
 
 template <typename T>
 __global__ void scaleKernel(const T *x, T *out, int64_t n, float f) {
-  for (int64_t i = globalThread(); i < n; i += gridThreads())
-    out[i] = static_cast<T>(ld(x[i]) * f);
+  using P = Pack<T>;
+  forEachPacked<T>(
+      n, aligned16(x, out),
+      [&](int64_t p) {
+        const P in = reinterpret_cast<const P *>(x)[p];
+        P o;
+ZTRT_UNROLL
+        for (int j = 0; j < P::kSize; ++j)
+          o.v[j] = static_cast<T>(ld(in.v[j]) * f);
+        reinterpret_cast<P *>(out)[p] = o;
+      },
+      [&](int64_t i) { out[i] = static_cast<T>(ld(x[i]) * f); });
 }
 
 template <typename T>
@@ -137,8 +174,23 @@ __global__ void divideKernel(T *buf, int64_t n, float divisor) {
 template <typename T>
 __global__ void biasAddKernel(const T *x, const T *bias, T *out, int64_t n,
                               int64_t cols) {
-  for (int64_t i = globalThread(); i < n; i += gridThreads())
-    out[i] = static_cast<T>(ld(x[i]) + ld(bias[i % cols]));
+  using P = Pack<T>;
+  forEachPacked<T>(
+      n, aligned16(x, out),
+      [&](int64_t p) {
+        const P in = reinterpret_cast<const P *>(x)[p];
+        int64_t c = (p * P::kSize) % cols;
+        P o;
+ZTRT_UNROLL
+        for (int j = 0; j < P::kSize; ++j) {
+          o.v[j] = static_cast<T>(ld(in.v[j]) + ld(bias[c]));
+          c = c + 1 == cols ? 0 : c + 1;
+        }
+        reinterpret_cast<P *>(out)[p] = o;
+      },
+      [&](int64_t i) {
+        out[i] = static_cast<T>(ld(x[i]) + ld(bias[i % cols]));
+      });
 }
 
 // cpu/CpuBackend.cpp sgdUpdate, line for line. As there, the master-weight
@@ -247,7 +299,7 @@ void binary(Binary op, const T *a, const T *b, T *out, int64_t n,
     return;
 #define ZTRT_CASE(E, OP, KERNEL, ...)                                          \
   case E::OP:                                                                  \
-    ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, KERNEL<T, E::OP>)             \
+    ZTRT_LAUNCH(packBlocksFor<T>(n), kBlock, 0, stream, KERNEL<T, E::OP>)      \
     (__VA_ARGS__);                                                             \
     break;
   switch (op) {
@@ -275,7 +327,8 @@ template <typename T>
 void scale(const T *x, T *out, int64_t n, float factor, cudaStream_t stream) {
   if (n <= 0)
     return;
-  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, scaleKernel)(x, out, n, factor);
+  ZTRT_LAUNCH(packBlocksFor<T>(n), kBlock, 0, stream, scaleKernel)
+  (x, out, n, factor);
   check(cudaGetLastError(), "scale kernel launch");
 }
 
@@ -293,7 +346,7 @@ void biasAdd(const T *x, const T *bias, T *out, int64_t rows, int64_t cols,
   const int64_t n = rows * cols;
   if (n <= 0)
     return;
-  ZTRT_LAUNCH(blocksFor(n), kBlock, 0, stream, biasAddKernel)
+  ZTRT_LAUNCH(packBlocksFor<T>(n), kBlock, 0, stream, biasAddKernel)
   (x, bias, out, n, cols);
   check(cudaGetLastError(), "bias_add kernel launch");
 }

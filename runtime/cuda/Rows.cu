@@ -135,6 +135,30 @@ __global__ void layerNormGradColumnsKernel(const T *dy, const T *x,
   partial[(chunks + chunk) * cols + c] = sumBeta;
 }
 
+// v[0] + v[stride] + ... + v[(count - 1) stride], added in that order. The
+// loads of a group are issued before its additions, so a thread waits for
+// memory once per group rather than once per term: these kernels have a
+// thread per column only (768 threads for GPT-2 small's width), and one
+// load in flight per thread left an H100 idle for 0.15 ms per call.
+__device__ __forceinline__ double sumInOrder(const double *v, int64_t stride,
+                                             int64_t count) {
+  constexpr int kGroup = 16;
+  double sum = 0.0;
+  int64_t k = 0;
+  for (; k + kGroup <= count; k += kGroup) {
+    double terms[kGroup];
+ZTRT_UNROLL
+    for (int j = 0; j < kGroup; ++j)
+      terms[j] = v[(k + j) * stride];
+ZTRT_UNROLL
+    for (int j = 0; j < kGroup; ++j)
+      sum += terms[j];
+  }
+  for (; k < count; ++k)
+    sum += v[k * stride];
+  return sum;
+}
+
 template <typename T>
 __global__ void layerNormGradFinishKernel(const double *partial, T *dgamma,
                                           T *dbeta, int64_t cols,
@@ -142,11 +166,8 @@ __global__ void layerNormGradFinishKernel(const double *partial, T *dgamma,
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols)
     return;
-  double sumGamma = 0.0, sumBeta = 0.0;
-  for (int64_t k = 0; k < chunks; ++k) {
-    sumGamma += partial[k * cols + c];
-    sumBeta += partial[(chunks + k) * cols + c];
-  }
+  const double sumGamma = sumInOrder(partial + c, cols, chunks);
+  const double sumBeta = sumInOrder(partial + chunks * cols + c, cols, chunks);
   dgamma[c] = static_cast<T>(static_cast<float>(sumGamma));
   dbeta[c] = static_cast<T>(static_cast<float>(sumBeta));
 }
@@ -223,9 +244,7 @@ __global__ void rmsNormGradFinishKernel(const double *partial, T *dgamma,
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols)
     return;
-  double sum = 0.0;
-  for (int64_t k = 0; k < chunks; ++k)
-    sum += partial[k * cols + c];
+  const double sum = sumInOrder(partial + c, cols, chunks);
   dgamma[c] = static_cast<T>(static_cast<float>(sum));
 }
 

@@ -216,6 +216,9 @@ bool pinnedHost(const void *ptr, size_t bytes) {
   return inside(ptr, bytes, Want::Pinned);
 }
 
+/// Where a pinned allocation starts past its aligned_alloc block.
+constexpr size_t kPinnedOffset = 256;
+
 cudaError_t allocate(void **ptr, size_t bytes, bool pinned) {
   if (!ptr)
     return fail(cudaErrorInvalidValue);
@@ -223,11 +226,15 @@ cudaError_t allocate(void **ptr, size_t bytes, bool pinned) {
     return e;
   Registry &r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  // Device memory 256-byte aligned, pinned host memory page-aligned (as
-  // cudaMalloc's and cudaHostAlloc's are; O_DIRECT I/O relies on the
-  // latter).
+  // Device memory 256-byte aligned, as cudaMalloc's is. Pinned host memory
+  // 256-byte aligned and never page-aligned: the driver suballocates small
+  // pinned allocations (an H100 with driver 580.159 returned 0x...b200),
+  // so a program that needs pages (O_DIRECT I/O) must align them itself,
+  // and here finds out if it does not.
   const size_t align = pinned ? 4096 : 256;
-  const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
+  const size_t rounded =
+      (std::max<size_t>(bytes, 1) + align - 1) / align * align +
+      (pinned ? kPinnedOffset : 0);
   if (!pinned &&
       (rounded > memoryLimit() || r.deviceBytes > memoryLimit() - rounded)) {
     *ptr = nullptr;
@@ -236,6 +243,8 @@ cudaError_t allocate(void **ptr, size_t bytes, bool pinned) {
   void *p = std::aligned_alloc(align, rounded);
   if (!p)
     return fail(cudaErrorMemoryAllocation);
+  if (pinned)
+    p = static_cast<char *>(p) + kPinnedOffset;
   r.allocations[reinterpret_cast<uintptr_t>(p)] = {bytes, pinned, false, false};
   if (!pinned)
     r.deviceBytes += rounded;
@@ -285,8 +294,12 @@ void release(void *ptr, bool pinned) {
       auto [old, bytes] = r.quarantine.front();
       r.quarantine.pop_front();
       r.quarantineBytes -= bytes;
-      r.allocations.erase(reinterpret_cast<uintptr_t>(old));
-      expired.push_back(old);
+      auto gone = r.allocations.find(reinterpret_cast<uintptr_t>(old));
+      const bool wasPinned = gone != r.allocations.end() && gone->second.pinned;
+      if (gone != r.allocations.end())
+        r.allocations.erase(gone);
+      expired.push_back(wasPinned ? static_cast<char *>(old) - kPinnedOffset
+                                  : old);
     }
   }
   for (void *p : expired)
