@@ -199,7 +199,7 @@ NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond"
       "s": 1e9, "second": 1e9}
 
 
-def profile_ztrain(exe, init_path, data_path, workdir, steps=2):
+def profile_ztrain(exe, init_path, data_path, workdir, steps=2, timeout=120):
     """Kernels of `steps` steps under Nsight Compute: [(name, launches, ns)],
     largest first, and the steps' wall time from the report (ms); or a
     string saying why not."""
@@ -214,9 +214,9 @@ def profile_ztrain(exe, init_path, data_path, workdir, steps=2):
            "--data", data_path, "--report", report]
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           timeout=300)
+                           timeout=timeout)
     except subprocess.TimeoutExpired:
-        return "ncu took longer than 300 s"
+        return f"ncu took longer than {timeout} s (--profile-timeout)"
     if p.returncode != 0 or not os.path.exists(log):
         return f"ncu failed ({p.returncode}): {(p.stderr or p.stdout).strip()[-400:]}"
     with open(log) as fh:
@@ -244,6 +244,9 @@ def print_profile(prof, steps=2):
         return {"profile": prof}
     rows, wall = prof
     total = sum(t for _, _, t in rows)
+    if not rows or total <= 0:
+        print("\nprofile: ncu reported no kernel time")
+        return {"profile": "no kernel time"}
     print(f"\nprofile: ztrain's kernels over {steps} steps under ncu (one launch at a time): "
           f"{sum(c for _, c, _ in rows)} launches, {total / 1e6:.1f} ms of device time")
     print(f"| {'kernel':<60} | {'launches':>8} | {'ms':>9} | {'share':>6} |")
@@ -276,6 +279,8 @@ def main(argv=None):
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--profile", action="store_true",
                     help="also time ztrain's kernels under Nsight Compute (ncu)")
+    ap.add_argument("--profile-timeout", type=int, default=120,
+                    help="seconds ncu may take (default 120)")
     ap.add_argument("--compile-only", action="store_true",
                     help="compile the model (into $ZTRAIN_COMPILE_CACHE, for a GPU "
                          "machine without the compiler: docs/cuda.md#gpu-kit) and stop")
@@ -330,8 +335,21 @@ def main(argv=None):
         if torch is not None:
             ms, loss, mem = bench_torch(torch, spec, init, data, args.steps, args.precision)
             rows.append((f"torch {torch.__version__}", ms, loss, mem))
-        prof = profile_ztrain(exe, init_path, data_path, d) if args.profile else None
+        print_results(args, rows, flops, peak, kind, torch, torch_why, results)
+        # The profile last, after the results are printed and saved: a
+        # profile cut short (ncu can take minutes) loses nothing measured.
+        if args.profile:
+            results.update(print_profile(profile_ztrain(exe, init_path, data_path, d,
+                                                        timeout=args.profile_timeout)))
+            if args.json:
+                with open(args.json, "w") as fh:
+                    json.dump(results, fh, indent=2)
+    return 0
 
+
+def print_results(args, rows, flops, peak, kind, torch, torch_why, results):
+    """The table of rows (side, ms/step, first loss, peak bytes), into
+    `results` and --json too."""
     tokens = args.batch * args.seq
     print()
     print(f"| {'side':<20} | {'ms/step':>9} | {'tokens/s':>10} | {'TFLOP/s':>8} | "
@@ -348,13 +366,10 @@ def main(argv=None):
         print(f"\n(torch column left out: {torch_why})")
         results["torch"] = torch_why
     print(f"\nmedian of steps {WARMUP + 1}..{args.steps}; MFU against the measured "
-          f"{kind} peak above")
-    if prof is not None:
-        results.update(print_profile(prof))
+          f"{kind} peak above", flush=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=2)
-    return 0
 
 
 if __name__ == "__main__":

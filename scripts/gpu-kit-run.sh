@@ -46,7 +46,8 @@ export ZTRAIN_COMPILE_CACHE="$KITDIR/cache" ZTRAIN_BIN_DIR="$KITDIR/bin" PYTHONP
   uname -r; nproc; grep -m1 "model name" /proc/cpuinfo
 } > "$RESULTS/device.txt"
 
-read -r LIM_CONF LIM_E2E LIM_FP32 LIM_BF16 <<<"${ZTRAIN_KIT_LIMITS:-90 200 90 200}"
+read -r LIM_CONF LIM_E2E LIM_FP32 LIM_BF16 <<<"${ZTRAIN_KIT_LIMITS:-}" || true
+: "${LIM_CONF:=90}" "${LIM_E2E:=200}" "${LIM_FP32:=90}" "${LIM_BF16:=200}"
 status=0
 part() { # LIMIT LOG CMD...: runs CMD with its output in LOG; says how it ended
   local limit=$1 log=$2 rc=0 t0=$SECONDS
@@ -75,7 +76,7 @@ tail -1 "$RESULTS/e2e.log"
 for precision in fp32 bf16; do
   echo "== benchmark (bench/gpu_step.py --precision $precision)"
   limit=$LIM_FP32 extra=()
-  [ "$precision" = bf16 ] && limit=$LIM_BF16 extra=(--profile)
+  [ "$precision" = bf16 ] && limit=$LIM_BF16 extra=(--profile --profile-timeout $((LIM_BF16 / 2)))
   part "$limit" "$RESULTS/gpu_step_$precision.txt" env PYTHONUNBUFFERED=1 "$PY" bench/gpu_step.py \
     --precision "$precision" --json "$RESULTS/gpu_step_$precision.json" "${extra[@]}"
   cat "$RESULTS/gpu_step_$precision.txt"

@@ -45,11 +45,11 @@ int main(int argc, char **argv) {
   const int64_t n = argc > 1 ? std::atoll(argv[1]) : 8192;
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 10;
   const std::string type = argc > 3 ? argv[3] : "f32";
-  const ztrt_dtype dtype = type == "f32"    ? ZTRT_F32
-                           : type == "bf16" ? ZTRT_BF16
-                           : type == "f16"  ? ZTRT_F16
-                                            : static_cast<ztrt_dtype>(-1);
-  if (n <= 0 || repeats <= 0 || static_cast<int>(dtype) < 0) {
+  const bool known = type == "f32" || type == "bf16" || type == "f16";
+  const ztrt_dtype dtype = type == "bf16"  ? ZTRT_BF16
+                           : type == "f16" ? ZTRT_F16
+                                           : ZTRT_F32;
+  if (n <= 0 || repeats <= 0 || !known) {
     std::fprintf(stderr, "usage: %s [N > 0] [REPEATS > 0] [f32|bf16|f16]\n",
                  argv[0]);
     return 2;

@@ -60,9 +60,14 @@ template <typename... P> __host__ __device__ inline bool aligned16(P... p) {
   return ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
 }
 
-/// Blocks for a loop over n elements, Pack<T>::kSize of them per thread.
-template <typename T> inline unsigned packBlocksFor(int64_t n) {
-  return blocksFor((n + Pack<T>::kSize - 1) / Pack<T>::kSize);
+/// Blocks for a forEachPacked loop over n elements with these pointers:
+/// Pack<T>::kSize elements per thread where they are all 16-byte aligned,
+/// else one (the loop goes element by element).
+template <typename T, typename... P>
+inline unsigned packBlocksFor(int64_t n, P... pointers) {
+  return aligned16(pointers...)
+             ? blocksFor((n + Pack<T>::kSize - 1) / Pack<T>::kSize)
+             : blocksFor(n);
 }
 
 /// Calls f(i) for every element index i < n of a kernel whose pointers are

@@ -77,8 +77,10 @@ ZTRT_UNROLL
       });
 }
 
-template <typename T, Unary Op>
-__global__ void unaryKernel(const T *x, T *out, int64_t n) {
+/// out[i] = T(f(float(x[i]))) through forEachPacked: the one-input kernels.
+template <typename T, typename F>
+__device__ __forceinline__ void mapElements(const T *x, T *out, int64_t n,
+                                            F f) {
   using P = Pack<T>;
   forEachPacked<T>(
       n, aligned16(x, out),
@@ -87,10 +89,15 @@ __global__ void unaryKernel(const T *x, T *out, int64_t n) {
         P o;
 ZTRT_UNROLL
         for (int j = 0; j < P::kSize; ++j)
-          o.v[j] = static_cast<T>(apply<Op>(ld(in.v[j])));
+          o.v[j] = static_cast<T>(f(ld(in.v[j])));
         reinterpret_cast<P *>(out)[p] = o;
       },
-      [&](int64_t i) { out[i] = static_cast<T>(apply<Op>(ld(x[i]))); });
+      [&](int64_t i) { out[i] = static_cast<T>(f(ld(x[i]))); });
+}
+
+template <typename T, Unary Op>
+__global__ void unaryKernel(const T *x, T *out, int64_t n) {
+  mapElements(x, out, n, [](float v) { return apply<Op>(v); });
 }
 
 // x's elements are copied as T (their bits), as on the cpu.
@@ -151,18 +158,7 @@ __global__ void rotaryKernel(const T *x, T *out, const float *cosT,
 
 template <typename T>
 __global__ void scaleKernel(const T *x, T *out, int64_t n, float f) {
-  using P = Pack<T>;
-  forEachPacked<T>(
-      n, aligned16(x, out),
-      [&](int64_t p) {
-        const P in = reinterpret_cast<const P *>(x)[p];
-        P o;
-ZTRT_UNROLL
-        for (int j = 0; j < P::kSize; ++j)
-          o.v[j] = static_cast<T>(ld(in.v[j]) * f);
-        reinterpret_cast<P *>(out)[p] = o;
-      },
-      [&](int64_t i) { out[i] = static_cast<T>(ld(x[i]) * f); });
+  mapElements(x, out, n, [f](float v) { return v * f; });
 }
 
 template <typename T>
@@ -297,9 +293,10 @@ void binary(Binary op, const T *a, const T *b, T *out, int64_t n,
             cudaStream_t stream) {
   if (n <= 0)
     return;
+  const unsigned blocks = packBlocksFor<T>(n, a, b, out);
 #define ZTRT_CASE(E, OP, KERNEL, ...)                                          \
   case E::OP:                                                                  \
-    ZTRT_LAUNCH(packBlocksFor<T>(n), kBlock, 0, stream, KERNEL<T, E::OP>)      \
+    ZTRT_LAUNCH(blocks, kBlock, 0, stream, KERNEL<T, E::OP>)                   \
     (__VA_ARGS__);                                                             \
     break;
   switch (op) {
@@ -314,6 +311,7 @@ template <typename T>
 void unary(Unary op, const T *x, T *out, int64_t n, cudaStream_t stream) {
   if (n <= 0)
     return;
+  const unsigned blocks = packBlocksFor<T>(n, x, out);
   switch (op) {
 #define ZTRT_UNARY(method, Name, expr)                                         \
   ZTRT_CASE(Unary, Name, unaryKernel, x, out, n)
@@ -327,7 +325,7 @@ template <typename T>
 void scale(const T *x, T *out, int64_t n, float factor, cudaStream_t stream) {
   if (n <= 0)
     return;
-  ZTRT_LAUNCH(packBlocksFor<T>(n), kBlock, 0, stream, scaleKernel)
+  ZTRT_LAUNCH(packBlocksFor<T>(n, x, out), kBlock, 0, stream, scaleKernel)
   (x, out, n, factor);
   check(cudaGetLastError(), "scale kernel launch");
 }
@@ -346,7 +344,7 @@ void biasAdd(const T *x, const T *bias, T *out, int64_t rows, int64_t cols,
   const int64_t n = rows * cols;
   if (n <= 0)
     return;
-  ZTRT_LAUNCH(packBlocksFor<T>(n), kBlock, 0, stream, biasAddKernel)
+  ZTRT_LAUNCH(packBlocksFor<T>(n, x, out), kBlock, 0, stream, biasAddKernel)
   (x, bias, out, n, cols);
   check(cudaGetLastError(), "bias_add kernel launch");
 }

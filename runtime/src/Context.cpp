@@ -193,7 +193,7 @@ void *ztrt_ctx::allocate(int64_t bytes, int32_t category, const char *op) {
   // Host-placed states are host memory the backend's kernels can reach.
   // The swap buffers of nvme optimizer states are only read on the host (a
   // device backend steps those states there): pinned host memory, which
-  // is page-aligned.
+  // the backend page-aligns (cudaHostAlloc alone does not: CudaBackend.cpp).
   Memory memory = Memory::Backend;
   if (category == ZTRT_CAT_SWAP_BUFFERS)
     memory = impl->hostResident() ? Memory::SwapHost : Memory::SwapDevice;
@@ -225,9 +225,10 @@ void *ztrt_ctx::allocate(int64_t bytes, int32_t category, const char *op) {
           op, memory == Memory::MappedHost ? "pinned host" : impl->name(),
           static_cast<long long>(bytes), categoryName(category),
           static_cast<long long>(stats.currentTotal));
-  // O_DIRECT transfers need block-aligned buffers; pinned host memory is
-  // page-aligned on every CUDA platform, which this checks rather than
-  // assumes.
+  // O_DIRECT transfers need block-aligned buffers; the backend's pinned
+  // host memory is page-aligned (CudaBackend::allocateMappedHost aligns
+  // it: the driver suballocates small pinned allocations), which this
+  // checks rather than assumes.
   if (category == ZTRT_CAT_STATE_SWAP_BUFFERS &&
       reinterpret_cast<uintptr_t>(ptr) % ztrt::SwapSpace::kAlignment != 0)
     fatal("%s: pinned host memory for %s at %p is not %lld-byte aligned, "

@@ -232,9 +232,11 @@ cudaError_t allocate(void **ptr, size_t bytes, bool pinned) {
   // so a program that needs pages (O_DIRECT I/O) must align them itself,
   // and here finds out if it does not.
   const size_t align = pinned ? 4096 : 256;
+  // (aligned_alloc wants a multiple of the alignment: the offset takes a
+  // page of its own.)
   const size_t rounded =
-      (std::max<size_t>(bytes, 1) + align - 1) / align * align +
-      (pinned ? kPinnedOffset : 0);
+      (std::max<size_t>(bytes, 1) + (pinned ? kPinnedOffset : 0) + align - 1) /
+      align * align;
   if (!pinned &&
       (rounded > memoryLimit() || r.deviceBytes > memoryLimit() - rounded)) {
     *ptr = nullptr;
