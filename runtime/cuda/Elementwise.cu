@@ -67,7 +67,7 @@ __global__ void binaryKernel(const T *a, const T *b, T *out, int64_t n) {
         const P x = reinterpret_cast<const P *>(a)[p];
         const P y = reinterpret_cast<const P *>(b)[p];
         P o;
-ZTRT_UNROLL
+        ZTRT_UNROLL
         for (int j = 0; j < P::kSize; ++j)
           o.v[j] = static_cast<T>(apply<Op>(ld(x.v[j]), ld(y.v[j])));
         reinterpret_cast<P *>(out)[p] = o;
@@ -87,7 +87,7 @@ __device__ __forceinline__ void mapElements(const T *x, T *out, int64_t n,
       [&](int64_t p) {
         const P in = reinterpret_cast<const P *>(x)[p];
         P o;
-ZTRT_UNROLL
+        ZTRT_UNROLL
         for (int j = 0; j < P::kSize; ++j)
           o.v[j] = static_cast<T>(f(ld(in.v[j])));
         reinterpret_cast<P *>(out)[p] = o;
@@ -177,7 +177,7 @@ __global__ void biasAddKernel(const T *x, const T *bias, T *out, int64_t n,
         const P in = reinterpret_cast<const P *>(x)[p];
         int64_t c = (p * P::kSize) % cols;
         P o;
-ZTRT_UNROLL
+        ZTRT_UNROLL
         for (int j = 0; j < P::kSize; ++j) {
           o.v[j] = static_cast<T>(ld(in.v[j]) + ld(bias[c]));
           c = c + 1 == cols ? 0 : c + 1;

@@ -50,63 +50,98 @@ inline unsigned warpRowBlocks(int64_t rows) {
   return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
 }
 
+/// The threads that work on one row of a norm kernel. Rows of up to
+/// kWarpRowCols elements go to one warp each (eight rows per block): the
+/// row sums are warp shuffles, with no __syncthreads. Longer rows get a
+/// block each. A block per row of GPT-2 small's 768 took 41 us per layer
+/// norm of 8192 rows on an H100, five times its memory traffic's time,
+/// waiting on the block's barriers (docs/cuda.md, "Where the time goes").
+/// Both sum each row in double in a fixed tree, so either is deterministic
+/// and within the cpu's serial double sum's last float bit.
+constexpr int64_t kWarpRowCols = 1024;
+
+struct BlockTeam {
+  int64_t row;
+  __device__ BlockTeam() : row(blockIdx.x) {}
+  __device__ int rank() const { return threadIdx.x; }
+  __device__ int size() const { return blockDim.x; }
+  __device__ double sum(double v, double *shared) const {
+    return blockSum(v, shared);
+  }
+};
+
+struct WarpTeam {
+  int64_t row;
+  __device__ WarpTeam() : row(warpRow()) {}
+  __device__ int rank() const { return threadIdx.x % kWarp; }
+  __device__ int size() const { return kWarp; }
+  __device__ double sum(double v, double *) const { return warpSum(v); }
+};
+
 /// Mean and 1/sqrt(biased variance + eps) of a row, two-pass in double (the
-/// cpu's rowMoments); every thread of the block gets them.
-template <typename T>
-__device__ void rowMoments(const T *xr, int64_t cols, double eps,
-                           double *shared, double &mean, double &rstd) {
+/// cpu's rowMoments); every thread of the team gets them.
+template <typename Team, typename T>
+__device__ void rowMoments(const Team &team, const T *xr, int64_t cols,
+                           double eps, double *shared, double &mean,
+                           double &rstd) {
   double sum = 0.0;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+  for (int64_t c = team.rank(); c < cols; c += team.size())
     sum += ldd(xr[c]);
-  mean = blockSum(sum, shared) / cols;
+  mean = team.sum(sum, shared) / cols;
   double sq = 0.0;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+  for (int64_t c = team.rank(); c < cols; c += team.size()) {
     double d = ldd(xr[c]) - mean;
     sq += d * d;
   }
-  rstd = 1.0 / sqrt(blockSum(sq, shared) / cols + eps);
+  rstd = 1.0 / sqrt(team.sum(sq, shared) / cols + eps);
 }
 
-template <typename T>
+template <typename Team, typename T>
 __global__ void layerNormKernel(const T *x, const T *gamma, const T *beta, T *y,
-                                int64_t cols, double eps) {
+                                int64_t rows, int64_t cols, double eps) {
   __shared__ double shared[kWarp];
-  const int64_t row = blockIdx.x;
+  const Team team;
+  if (team.row >= rows)
+    return; // A whole warp (rows are warp-uniform) or, for blocks, none.
+  const int64_t row = team.row;
   const T *xr = x + row * cols;
   T *yr = y + row * cols;
   double mean, rstd;
-  rowMoments(xr, cols, eps, shared, mean, rstd);
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+  rowMoments(team, xr, cols, eps, shared, mean, rstd);
+  for (int64_t c = team.rank(); c < cols; c += team.size())
     yr[c] = static_cast<T>(static_cast<float>(
         (ldd(xr[c]) - mean) * rstd * ldd(gamma[c]) + ldd(beta[c])));
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma; the
 // row's mean and rstd are kept for the column sums.
-template <typename T>
+template <typename Team, typename T>
 __global__ void layerNormGradRowsKernel(const T *dy, const T *x, const T *gamma,
-                                        T *dx, double *stats, int64_t cols,
-                                        double eps) {
+                                        T *dx, double *stats, int64_t rows,
+                                        int64_t cols, double eps) {
   __shared__ double shared[kWarp];
-  const int64_t row = blockIdx.x;
+  const Team team;
+  if (team.row >= rows)
+    return; // A whole warp (rows are warp-uniform) or, for blocks, none.
+  const int64_t row = team.row;
   const T *xr = x + row * cols, *dyr = dy + row * cols;
   double mean, rstd;
-  rowMoments(xr, cols, eps, shared, mean, rstd);
+  rowMoments(team, xr, cols, eps, shared, mean, rstd);
   double sumG = 0.0, sumGX = 0.0;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+  for (int64_t c = team.rank(); c < cols; c += team.size()) {
     double g = ldd(dyr[c]) * ldd(gamma[c]);
     sumG += g;
     sumGX += g * (ldd(xr[c]) - mean) * rstd;
   }
-  const double meanG = blockSum(sumG, shared) / cols;
-  const double meanGX = blockSum(sumGX, shared) / cols;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+  const double meanG = team.sum(sumG, shared) / cols;
+  const double meanGX = team.sum(sumGX, shared) / cols;
+  for (int64_t c = team.rank(); c < cols; c += team.size()) {
     double g = ldd(dyr[c]) * ldd(gamma[c]);
     double xhat = (ldd(xr[c]) - mean) * rstd;
     dx[row * cols + c] =
         static_cast<T>(static_cast<float>(rstd * (g - meanG - xhat * meanGX)));
   }
-  if (threadIdx.x == 0) {
+  if (team.rank() == 0) {
     stats[2 * row] = mean;
     stats[2 * row + 1] = rstd;
   }
@@ -147,10 +182,10 @@ __device__ __forceinline__ double sumInOrder(const double *v, int64_t stride,
   int64_t k = 0;
   for (; k + kGroup <= count; k += kGroup) {
     double terms[kGroup];
-ZTRT_UNROLL
+    ZTRT_UNROLL
     for (int j = 0; j < kGroup; ++j)
       terms[j] = v[(k + j) * stride];
-ZTRT_UNROLL
+    ZTRT_UNROLL
     for (int j = 0; j < kGroup; ++j)
       sum += terms[j];
   }
@@ -173,50 +208,56 @@ __global__ void layerNormGradFinishKernel(const double *partial, T *dgamma,
 }
 
 /// 1 / sqrt(mean(x^2) + eps) of a row in double (the cpu's rowRstd: each
-/// square is exact in double); every thread of the block gets it.
-template <typename T>
-__device__ double rowRstd(const T *xr, int64_t cols, double eps,
-                          double *shared) {
+/// square is exact in double); every thread of the team gets it.
+template <typename Team, typename T>
+__device__ double rowRstd(const Team &team, const T *xr, int64_t cols,
+                          double eps, double *shared) {
   double sq = 0.0;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+  for (int64_t c = team.rank(); c < cols; c += team.size())
     sq += ldd(xr[c]) * ldd(xr[c]);
-  return 1.0 / sqrt(blockSum(sq, shared) / cols + eps);
+  return 1.0 / sqrt(team.sum(sq, shared) / cols + eps);
 }
 
-template <typename T>
-__global__ void rmsNormKernel(const T *x, const T *gamma, T *y, int64_t cols,
-                              double eps) {
+template <typename Team, typename T>
+__global__ void rmsNormKernel(const T *x, const T *gamma, T *y, int64_t rows,
+                              int64_t cols, double eps) {
   __shared__ double shared[kWarp];
-  const int64_t row = blockIdx.x;
+  const Team team;
+  if (team.row >= rows)
+    return; // A whole warp (rows are warp-uniform) or, for blocks, none.
+  const int64_t row = team.row;
   const T *xr = x + row * cols;
   T *yr = y + row * cols;
-  const double rstd = rowRstd(xr, cols, eps, shared);
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+  const double rstd = rowRstd(team, xr, cols, eps, shared);
+  for (int64_t c = team.rank(); c < cols; c += team.size())
     yr[c] =
         static_cast<T>(static_cast<float>(ldd(xr[c]) * rstd * ldd(gamma[c])));
 }
 
 // dx = rstd * (g - xhat * mean(g * xhat)), g = dy * gamma, xhat = x * rstd;
 // the row's rstd is kept for the column sums.
-template <typename T>
+template <typename Team, typename T>
 __global__ void rmsNormGradRowsKernel(const T *dy, const T *x, const T *gamma,
-                                      T *dx, double *rstds, int64_t cols,
-                                      double eps) {
+                                      T *dx, double *rstds, int64_t rows,
+                                      int64_t cols, double eps) {
   __shared__ double shared[kWarp];
-  const int64_t row = blockIdx.x;
+  const Team team;
+  if (team.row >= rows)
+    return; // A whole warp (rows are warp-uniform) or, for blocks, none.
+  const int64_t row = team.row;
   const T *xr = x + row * cols, *dyr = dy + row * cols;
-  const double rstd = rowRstd(xr, cols, eps, shared);
+  const double rstd = rowRstd(team, xr, cols, eps, shared);
   double sumGX = 0.0;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+  for (int64_t c = team.rank(); c < cols; c += team.size())
     sumGX += ldd(dyr[c]) * ldd(gamma[c]) * ldd(xr[c]) * rstd;
-  const double meanGX = blockSum(sumGX, shared) / cols;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+  const double meanGX = team.sum(sumGX, shared) / cols;
+  for (int64_t c = team.rank(); c < cols; c += team.size()) {
     double g = ldd(dyr[c]) * ldd(gamma[c]);
     double xhat = ldd(xr[c]) * rstd;
     dx[row * cols + c] =
         static_cast<T>(static_cast<float>(rstd * (g - xhat * meanGX)));
   }
-  if (threadIdx.x == 0)
+  if (team.rank() == 0)
     rstds[row] = rstd;
 }
 
@@ -384,9 +425,15 @@ void layerNorm(const T *x, const T *gamma, const T *beta, T *y, int64_t rows,
   if (rows <= 0 || cols <= 0)
     return;
   checkGrid(rows, "layer_norm: too many rows");
-  ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
-              layerNormKernel)
-  (x, gamma, beta, y, cols, eps);
+  if (cols <= kWarpRowCols) {
+    ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream,
+                layerNormKernel<WarpTeam, T>)
+    (x, gamma, beta, y, rows, cols, eps);
+  } else {
+    ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
+                layerNormKernel<BlockTeam, T>)
+    (x, gamma, beta, y, rows, cols, eps);
+  }
   check(cudaGetLastError(), "layer_norm kernel launch");
 }
 
@@ -409,9 +456,15 @@ void layerNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
       scratch(rows * 2 * sizeof(double), stream, "layer_norm_grad"));
   auto *partial = static_cast<double *>(
       scratch(2 * chunks * cols * sizeof(double), stream, "layer_norm_grad"));
-  ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
-              layerNormGradRowsKernel)
-  (dy, x, gamma, dx, stats, cols, eps);
+  if (cols <= kWarpRowCols) {
+    ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream,
+                layerNormGradRowsKernel<WarpTeam, T>)
+    (dy, x, gamma, dx, stats, rows, cols, eps);
+  } else {
+    ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
+                layerNormGradRowsKernel<BlockTeam, T>)
+    (dy, x, gamma, dx, stats, rows, cols, eps);
+  }
   const unsigned columnBlocks =
       static_cast<unsigned>((cols + kBlock - 1) / kBlock);
   ZTRT_LAUNCH(dim3(columnBlocks, static_cast<unsigned>(chunks)), kBlock, 0,
@@ -430,9 +483,15 @@ void rmsNorm(const T *x, const T *gamma, T *y, int64_t rows, int64_t cols,
   if (rows <= 0 || cols <= 0)
     return;
   checkGrid(rows, "rms_norm: too many rows");
-  ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
-              rmsNormKernel)
-  (x, gamma, y, cols, eps);
+  if (cols <= kWarpRowCols) {
+    ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream,
+                rmsNormKernel<WarpTeam, T>)
+    (x, gamma, y, rows, cols, eps);
+  } else {
+    ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
+                rmsNormKernel<BlockTeam, T>)
+    (x, gamma, y, rows, cols, eps);
+  }
   check(cudaGetLastError(), "rms_norm kernel launch");
 }
 
@@ -453,9 +512,15 @@ void rmsNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
       scratch(rows * sizeof(double), stream, "rms_norm_grad"));
   auto *partial = static_cast<double *>(
       scratch(chunks * cols * sizeof(double), stream, "rms_norm_grad"));
-  ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
-              rmsNormGradRowsKernel)
-  (dy, x, gamma, dx, rstds, cols, eps);
+  if (cols <= kWarpRowCols) {
+    ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream,
+                rmsNormGradRowsKernel<WarpTeam, T>)
+    (dy, x, gamma, dx, rstds, rows, cols, eps);
+  } else {
+    ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
+                rmsNormGradRowsKernel<BlockTeam, T>)
+    (dy, x, gamma, dx, rstds, rows, cols, eps);
+  }
   const unsigned columnBlocks =
       static_cast<unsigned>((cols + kBlock - 1) / kBlock);
   ZTRT_LAUNCH(dim3(columnBlocks, static_cast<unsigned>(chunks)), kBlock, 0,

@@ -744,8 +744,15 @@ TEST_F(CudaConformanceTest, MatmulWithEmptyInnerDimWritesZeros) {
 }
 
 TEST_F(CudaConformanceTest, LayerNormAndGrad) {
-  for (auto shape :
-       {std::pair<int64_t, int64_t>{1, 1}, {7, 16}, {64, 1000}, {300, 768}}) {
+  // Rows of up to 1024 go to a warp each, longer ones to a block each
+  // (cuda/Rows.cu, kWarpRowCols): both paths, and rows past 8 per block.
+  for (auto shape : {std::pair<int64_t, int64_t>{1, 1},
+                     {7, 16},
+                     {64, 1000},
+                     {300, 768},
+                     {3, 1024},
+                     {5, 1025},
+                     {9, 3000}}) {
     const int64_t rows = shape.first, cols = shape.second;
     auto x = twin(inputs(rows * cols, 40, 3.0f)),
          gamma = twin(inputs(cols, 41)), beta = twin(inputs(cols, 42)),
@@ -1275,11 +1282,14 @@ TEST_F(CudaConformanceTest, MaskedFillIsBitwise) {
 }
 
 TEST_F(CudaConformanceTest, RmsNormAndGrad) {
+  // Both row paths, as in LayerNormAndGrad.
   for (auto shape : {std::pair<int64_t, int64_t>{1, 1},
                      {7, 16},
                      {5, 33},
                      {64, 1000},
-                     {300, 768}}) {
+                     {300, 768},
+                     {5, 1025},
+                     {9, 3000}}) {
     const int64_t rows = shape.first, cols = shape.second;
     auto x = twin(inputs(rows * cols, 140, 3.0f)),
          gamma = twin(inputs(cols, 141)), dy = twin(inputs(rows * cols, 142));
