@@ -22,7 +22,10 @@ What it measures, in this order:
           around the forward pass, f32 parameters (the same GEMM precision,
           not the same memory policy); zero_grad + forward + backward + step,
           timed with perf_counter around a torch.cuda.synchronize(); the same
-          median. Left out, saying why, when torch has no CUDA.
+          median. Left out, saying why, when torch has no CUDA. A second
+          row, "torch + sdpa", runs the same module with its attention
+          replaced by F.scaled_dot_product_attention (causal): PyTorch's
+          fused attention, the bar for ztrain's once it has one.
   profile (--profile) the ztrain executable's kernels for two steps under
           Nsight Compute (one metric, gpu__time_duration; --clock-control
           none, so the clocks are left as found): each kernel's launches and
@@ -154,7 +157,35 @@ def torch_peak(torch, n, precision):
     return 2.0 * n ** 3 / best / 1e12
 
 
-def bench_torch(torch, spec, init, data, steps, precision):
+def use_sdpa(torch, model):
+    """Gives each attention module of torch_ref's GPT PyTorch's fused
+    attention (F.scaled_dot_product_attention, causal; FlashAttention or
+    cuDNN's kernels on an H100) in place of its composed softmax: the peer a
+    PyTorch user would write today, and the one fused attention in ztrain
+    must be measured against (docs/cuda.md). The same function, up to the
+    kernels' summation order."""
+    import types
+    import torch.nn.functional as F
+    from ztrain import torch_ref
+
+    def forward(self, x):
+        B, T, C = x.shape
+        H = self.heads
+
+        def split(t):  # [B,T,C] -> [B,H,T,D]
+            return t.reshape(B, T, H, C // H).transpose(1, 2)
+
+        q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.drop_out(self.c_proj(y.transpose(1, 2).reshape(B, T, C)))
+
+    for m in model.modules():
+        if isinstance(m, torch_ref.Attention):
+            m.forward = types.MethodType(forward, m)
+    return model
+
+
+def bench_torch(torch, spec, init, data, steps, precision, sdpa=False):
     import contextlib
     from ztrain import torch_ref
 
@@ -164,6 +195,8 @@ def bench_torch(torch, spec, init, data, steps, precision):
         return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
 
     model = torch_ref.load_state(torch_ref.from_spec(spec), init).cuda()
+    if sdpa:
+        use_sdpa(torch, model)
     opt = torch_ref.make_optimizer(model.parameters(), OPT.kind, **OPT.torch_kwargs())
     times, first_loss = [], None
     for t in range(1, steps + 1):
@@ -335,6 +368,12 @@ def main(argv=None):
         if torch is not None:
             ms, loss, mem = bench_torch(torch, spec, init, data, args.steps, args.precision)
             rows.append((f"torch {torch.__version__}", ms, loss, mem))
+            # Not counted as the same model's peer (fused attention is what
+            # ztrain does not have yet), but shown: the bar for it.
+            if hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+                ms, loss, mem = bench_torch(torch, spec, init, data, args.steps,
+                                            args.precision, sdpa=True)
+                rows.append(("torch + sdpa", ms, loss, mem))
         print_results(args, rows, flops, peak, kind, torch, torch_why, results)
         # The profile last, after the results are printed and saved: a
         # profile cut short (ncu can take minutes) loses nothing measured.
