@@ -405,6 +405,19 @@ int rowThreads(int64_t cols) {
   return static_cast<int>(std::min<int64_t>(warps, kBlock / kWarp) * kWarp);
 }
 
+/// Launches the norm row kernel KERNEL<Team, T>(args...) with the team for
+/// rows of `cols` (kWarpRowCols). A macro because the emulator's launch
+/// takes the kernel's name, not a pointer.
+#define ZTRT_LAUNCH_ROWS(KERNEL, rows, cols, stream, ...)                      \
+  do {                                                                         \
+    if ((cols) <= kWarpRowCols)                                                \
+      ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream,                      \
+                  KERNEL<WarpTeam, T>)(__VA_ARGS__);                           \
+    else                                                                       \
+      ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,    \
+                  KERNEL<BlockTeam, T>)(__VA_ARGS__);                          \
+  } while (false)
+
 void checkGrid(int64_t blocks, const char *op) {
   if (blocks > 0x7fffffff)
     check(cudaErrorInvalidConfiguration, op);
@@ -425,15 +438,8 @@ void layerNorm(const T *x, const T *gamma, const T *beta, T *y, int64_t rows,
   if (rows <= 0 || cols <= 0)
     return;
   checkGrid(rows, "layer_norm: too many rows");
-  if (cols <= kWarpRowCols) {
-    ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream,
-                layerNormKernel<WarpTeam, T>)
-    (x, gamma, beta, y, rows, cols, eps);
-  } else {
-    ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
-                layerNormKernel<BlockTeam, T>)
-    (x, gamma, beta, y, rows, cols, eps);
-  }
+  ZTRT_LAUNCH_ROWS(layerNormKernel, rows, cols, stream, x, gamma, beta, y, rows,
+                   cols, eps);
   check(cudaGetLastError(), "layer_norm kernel launch");
 }
 
@@ -456,15 +462,8 @@ void layerNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
       scratch(rows * 2 * sizeof(double), stream, "layer_norm_grad"));
   auto *partial = static_cast<double *>(
       scratch(2 * chunks * cols * sizeof(double), stream, "layer_norm_grad"));
-  if (cols <= kWarpRowCols) {
-    ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream,
-                layerNormGradRowsKernel<WarpTeam, T>)
-    (dy, x, gamma, dx, stats, rows, cols, eps);
-  } else {
-    ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
-                layerNormGradRowsKernel<BlockTeam, T>)
-    (dy, x, gamma, dx, stats, rows, cols, eps);
-  }
+  ZTRT_LAUNCH_ROWS(layerNormGradRowsKernel, rows, cols, stream, dy, x, gamma, dx,
+                   stats, rows, cols, eps);
   const unsigned columnBlocks =
       static_cast<unsigned>((cols + kBlock - 1) / kBlock);
   ZTRT_LAUNCH(dim3(columnBlocks, static_cast<unsigned>(chunks)), kBlock, 0,
@@ -483,15 +482,8 @@ void rmsNorm(const T *x, const T *gamma, T *y, int64_t rows, int64_t cols,
   if (rows <= 0 || cols <= 0)
     return;
   checkGrid(rows, "rms_norm: too many rows");
-  if (cols <= kWarpRowCols) {
-    ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream,
-                rmsNormKernel<WarpTeam, T>)
-    (x, gamma, y, rows, cols, eps);
-  } else {
-    ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
-                rmsNormKernel<BlockTeam, T>)
-    (x, gamma, y, rows, cols, eps);
-  }
+  ZTRT_LAUNCH_ROWS(rmsNormKernel, rows, cols, stream, x, gamma, y, rows, cols,
+                   eps);
   check(cudaGetLastError(), "rms_norm kernel launch");
 }
 
@@ -512,15 +504,8 @@ void rmsNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
       scratch(rows * sizeof(double), stream, "rms_norm_grad"));
   auto *partial = static_cast<double *>(
       scratch(chunks * cols * sizeof(double), stream, "rms_norm_grad"));
-  if (cols <= kWarpRowCols) {
-    ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream,
-                rmsNormGradRowsKernel<WarpTeam, T>)
-    (dy, x, gamma, dx, rstds, rows, cols, eps);
-  } else {
-    ZTRT_LAUNCH(static_cast<unsigned>(rows), rowThreads(cols), 0, stream,
-                rmsNormGradRowsKernel<BlockTeam, T>)
-    (dy, x, gamma, dx, rstds, rows, cols, eps);
-  }
+  ZTRT_LAUNCH_ROWS(rmsNormGradRowsKernel, rows, cols, stream, dy, x, gamma, dx,
+                   rstds, rows, cols, eps);
   const unsigned columnBlocks =
       static_cast<unsigned>((cols + kBlock - 1) / kBlock);
   ZTRT_LAUNCH(dim3(columnBlocks, static_cast<unsigned>(chunks)), kBlock, 0,
