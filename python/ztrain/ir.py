@@ -625,6 +625,43 @@ class Function:
             x = x.masked_fill(mask, float("-inf"))
         return torch.softmax(x, dim=-1)
 
+    def attention(self, q, k, v, causal=False, scale=None, hint=None):
+        """Fused scaled dot-product attention (train.attention):
+        softmax(scale * q k^T [causal]) v over heads [..., T, D], as
+        F.scaled_dot_product_attention; scale defaults to 1/sqrt(D). Keeps no
+        [T, T] tensor: the backward recomputes the scores."""
+        self._f32("train.attention", q, k, v)
+        if q.rank < 2 or k.shape != v.shape or k.rank != q.rank or \
+                k.shape[-1] != q.shape[-1] or k.shape[:-2] != q.shape[:-2]:
+            raise IRError(f"train.attention: q {q.type}, k {k.type}, v {v.type} must be "
+                          "[..., Tq, D], [..., Tk, D], [..., Tk, D]")
+        if causal and q.shape[-2] != k.shape[-2]:
+            raise IRError(f"train.attention {{causal}}: needs as many keys as queries, "
+                          f"got {q.type} and {k.type}")
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+        if not (scale > 0 and math.isfinite(scale)):
+            raise IRError(f"train.attention: scale must be finite and positive, got {scale}")
+        base = self._fresh(hint or "attn")
+        out = Value(f"{base}#0", q.shape, "f32")
+        lse = tensor_type(q.shape[:-1], "f32")
+        attrs = ("causal, " if causal else "") + f"scale = {fmt_float(scale)} : f64"
+        self.lines.append(
+            f"{base}:2 = train.attention {q.name}, {k.name}, {v.name} {{{attrs}}}"
+            f" : {q.type}, {k.type} -> {q.type}, {lse}")
+        self.ops.append((out, "attention", (q, k, v),
+                         {"causal": bool(causal), "scale": scale}))
+        return out
+
+    @reference("attention")
+    def _attention_ref(torch, F, a, attrs, shape):
+        q, k, v = a
+        s = torch.matmul(q, k.transpose(-1, -2)) * attrs["scale"]
+        if attrs["causal"]:
+            T = s.shape[-1]
+            mask = torch.ones(T, T, dtype=torch.bool, device=s.device).triu(1)
+            s = s.masked_fill(mask, float("-inf"))
+        return torch.matmul(torch.softmax(s, dim=-1), v)
+
     # -- layout ---------------------------------------------------------------------------
     def reshape(self, x, shape, hint=None):
         shape = tuple(int(d) for d in shape)

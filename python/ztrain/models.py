@@ -58,10 +58,30 @@ def _linear(m, f, x, name, fan_in, fan_out, w_init, b_init):
     return f.bias_add(y, f.param_read(b), hint=hint + "_b")
 
 
-def _causal_attention(f, q, k, v, hint, dropout=0.0):
+ATTENTION_KINDS = ("composed", "fused")
+
+
+def _check_attention(kind, dropout, model):
+    if kind not in ATTENTION_KINDS:
+        raise IRError(f"{model}: attention must be one of {', '.join(ATTENTION_KINDS)}, "
+                      f"got {kind!r}")
+    if kind == "fused" and dropout > 0.0:
+        raise IRError(f"{model}: attention='fused' has no dropout on the attention "
+                      "probabilities; use attention='composed' with dropout > 0")
+
+
+def _causal_attention(f, q, k, v, hint, dropout=0.0, kind="composed"):
     """softmax(q k^T / sqrt(D), causal) v for [B,H,T,D] heads, back to [B,T,H*D]
-    (with dropout on the attention probabilities when dropout > 0)."""
+    (with dropout on the attention probabilities when dropout > 0).
+    kind="composed": matmul, scale, causal softmax, matmul (the [T, T]
+    probabilities are kept for the backward pass); "fused": one
+    train.attention op, which keeps none."""
     B, H, T, D = q.shape
+    if kind == "fused":
+        y = f.attention(q, k, v, causal=True, scale=1.0 / math.sqrt(D),
+                        hint=f"{hint}_attn")
+        y = f.transpose(y, [0, 2, 1, 3], hint=f"{hint}_yt")
+        return f.reshape(y, [B, T, H * D], hint=f"{hint}_yr")
     s = f.matmul(q, k, transpose_b=True, hint=f"{hint}_scores")
     s = f.scale(s, 1.0 / math.sqrt(D), hint=f"{hint}_scaled")
     att = f.softmax(s, causal=True, hint=f"{hint}_att")
@@ -120,7 +140,7 @@ def mlp(batch, in_features, hidden=(128,), classes=10, init="torch",
 
 
 def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5, dropout=0.0,
-        checkpoints=True):
+        checkpoints=True, attention="composed"):
     """GPT-2-style decoder with tied input/output embeddings.
 
     Inputs "tokens" and "targets", both i32 [batch, seq]. State-dict names:
@@ -135,6 +155,11 @@ def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5, dropout=0.0,
     attention probabilities (1 + 3i), the attention output (2 + 3i) and
     the MLP output (3 + 3i).
 
+    attention="fused" uses one train.attention op per layer instead of the
+    composed matmul / scale / softmax / matmul: the same numbers (bitwise in
+    f32 on the cpu backend), without keeping batch x heads x seq x seq
+    probabilities per layer for the backward pass (no attention dropout).
+
     checkpoints=True marks each block's output `train.checkpoint`: with
     ztrain-compile --recompute=full|selective every block is one recomputed
     segment (torch.utils.checkpoint per block). The marks change nothing
@@ -146,6 +171,7 @@ def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5, dropout=0.0,
     dropout = float(dropout)
     if not 0.0 <= dropout < 1.0:
         raise IRError(f"gpt: dropout must be in [0, 1), got {dropout}")
+    _check_attention(attention, dropout, "gpt")
     if C % H:
         raise IRError(f"gpt: width {C} is not divisible by heads {H}")
     D = C // H
@@ -187,7 +213,7 @@ def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5, dropout=0.0,
         q = heads_first(linear(a, f"{p}.attn.q_proj", C, C), f"h{i}_q")
         k = heads_first(linear(a, f"{p}.attn.k_proj", C, C), f"h{i}_k")
         v = heads_first(linear(a, f"{p}.attn.v_proj", C, C), f"h{i}_v")
-        y = linear(_causal_attention(f, q, k, v, f"h{i}", dropout),
+        y = linear(_causal_attention(f, q, k, v, f"h{i}", dropout, attention),
                    f"{p}.attn.c_proj", C, C)
         x = f.add(x, drop(y, f"h{i}_attn_drop"), hint=f"h{i}_res1")
         a = layer_norm(x, f"{p}.ln_2")
@@ -205,7 +231,7 @@ def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5, dropout=0.0,
 
 
 def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
-          rope_theta=10000.0, checkpoints=True):
+          rope_theta=10000.0, checkpoints=True, attention="composed"):
     """Llama-style decoder: RMSNorm, SwiGLU, rotary embeddings, no biases,
     tied input/output embeddings (as Llama 3.2 1B/3B and TinyLlama-style
     small models tie them).
@@ -220,6 +246,7 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
     `hidden` (F) defaults to Llama's rule: 2/3 of 4C rounded up to a
     multiple of 8. Weights are N(0, 0.02) (initializer_range), norms ones.
     checkpoints: as gpt's (each decoder layer's output marked).
+    attention: as gpt's ("composed" or "fused").
     """
     B, T, V, L, C, H = (int(v) for v in (batch, seq, vocab, layers, width, heads))
     if min(B, T, V, C, H) <= 0 or L < 0:
@@ -232,6 +259,7 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
     F = int(hidden) if hidden else (int(2 * 4 * C / 3) + 7) // 8 * 8
     if F <= 0:
         raise IRError("llama: hidden size must be positive")
+    _check_attention(attention, 0.0, "llama")
     normal = ("normal", 0.02)
     ones = ("ones", None)
 
@@ -263,7 +291,7 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
             return f.transpose(t, [0, 2, 1, 3], hint=f"l{i}_{name}_t")
 
         q, k, v = heads("q_proj", True), heads("k_proj", True), heads("v_proj", False)
-        y = _causal_attention(f, q, k, v, f"l{i}")
+        y = _causal_attention(f, q, k, v, f"l{i}", kind=attention)
         x = f.add(x, linear(y, f"{p}.self_attn.o_proj", C, C), hint=f"l{i}_res1")
         a = rms_norm(x, f"{p}.post_attention_layernorm")
         gate = f.silu(linear(a, f"{p}.mlp.gate_proj", C, F), hint=f"l{i}_silu")
@@ -319,6 +347,10 @@ def _parser():
         p.add_argument("--no-checkpoints", action="store_true",
                        help="do not mark each block's output train.checkpoint "
                             "(--recompute then finds segments from the graph)")
+        p.add_argument("--attention", choices=ATTENTION_KINDS, default="composed",
+                       help="composed: matmul, scale, causal softmax, matmul; fused: "
+                            "one train.attention op per layer, which keeps no "
+                            "seq x seq probabilities for the backward pass")
     for p in (a, g, ll):
         p.add_argument("-o", "--output", help="write here instead of stdout")
     return ap
@@ -331,11 +363,11 @@ def main(argv=None):
             spec = mlp(args.batch, args.in_features, args.hidden, args.classes, args.init)
         elif args.model == "gpt":
             spec = gpt(args.batch, args.seq, args.vocab, args.layers, args.width, args.heads,
-                       checkpoints=not args.no_checkpoints)
+                       checkpoints=not args.no_checkpoints, attention=args.attention)
         else:
             spec = llama(args.batch, args.seq, args.vocab, args.layers, args.width,
                          args.heads, hidden=args.hidden, rope_theta=args.rope_theta,
-                         checkpoints=not args.no_checkpoints)
+                         checkpoints=not args.no_checkpoints, attention=args.attention)
     except IRError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -646,6 +646,9 @@ def _parser():
     g.add_argument("--momentum", type=float, default=0.0)
     g.add_argument("--dampening", type=float, default=0.0)
     g.add_argument("--nesterov", action="store_true")
+    ap.add_argument("--attention", choices=models.ATTENTION_KINDS, default="composed",
+                    help="gpt / llama: composed attention or one fused train.attention "
+                         "op per layer")
     ap.add_argument("--dropout", type=float, default=0.0,
                     help="gpt: dropout probability (train.dropout; torch drops the same "
                          "elements through ztrain.rng)")
@@ -667,9 +670,10 @@ def main(argv=None):
         spec = models.mlp(a.batch or 16, a.in_features, a.hidden, a.classes)
     elif a.model == "gpt":
         spec = models.gpt(a.batch or 4, a.seq, a.vocab, a.layers, a.width, a.heads,
-                          dropout=a.dropout)
+                          dropout=a.dropout, attention=a.attention)
     else:
-        spec = models.llama(a.batch or 4, a.seq, a.vocab, a.layers, a.width, a.heads)
+        spec = models.llama(a.batch or 4, a.seq, a.vocab, a.layers, a.width, a.heads,
+                            attention=a.attention)
     opt = OptimizerConfig(a.optimizer, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay,
                           a.momentum, a.dampening, a.nesterov)
     try:

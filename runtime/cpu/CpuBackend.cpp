@@ -410,6 +410,39 @@ public:
                                              rows, cols));
   }
 
+  // Fused attention, one head at a time, each step the composed form's own
+  // kernel on that head's slice: the scores q k^T (sgemm), the scale, the
+  // (causal) softmax rows, the product with v, and in the backward the
+  // composed form's adjoint products in its order and with its transposes.
+  // So in f32 the results are bitwise those of the composed attention
+  // (AttentionKernelTest.F32IsBitwiseTheComposedForm), while [tq, tk]
+  // floats of scratch (two in the backward) replace the heads x tq x tk
+  // probabilities the composed form keeps. The backward recomputes the
+  // probabilities (the same bits as the forward's) and does not read out
+  // or lse: the CUDA kernels' tiles do. bf16 / f16: the head's operands
+  // widened to float, the float path, each result rounded to T once.
+  void attention(DType dtype, const void *q, const void *k, const void *v,
+                 void *out, void *lse, int64_t heads, int64_t tq, int64_t tk,
+                 int64_t d, int32_t causal, double scale) override {
+    ZTRT_CPU_DISPATCH(dtype, attentionT<T>(as<T>(q), as<T>(k), as<T>(v),
+                                           as<T>(out), as<float>(lse), heads,
+                                           tq, tk, d, causal != 0, scale));
+  }
+
+  void attentionGrad(DType dtype, const void *dout, const void *q,
+                     const void *k, const void *v, const void *out,
+                     const void *lse, void *dq, void *dk, void *dv,
+                     int64_t heads, int64_t tq, int64_t tk, int64_t d,
+                     int32_t causal, double scale) override {
+    (void)out;
+    (void)lse;
+    ZTRT_CPU_DISPATCH(dtype,
+                      attentionGradT<T>(as<T>(dout), as<T>(q), as<T>(k),
+                                        as<T>(v), as<T>(dq), as<T>(dk),
+                                        as<T>(dv), heads, tq, tk, d,
+                                        causal != 0, scale));
+  }
+
   void rmsNorm(DType dtype, const void *x, const void *gamma, void *y,
                int64_t rows, int64_t cols, double eps) override {
     ZTRT_CPU_DISPATCH(dtype, rmsNormT<T>(as<T>(x), as<T>(gamma), as<T>(y),
@@ -792,9 +825,110 @@ private:
   }
 
   // Softmax rows: cpu/RowKernels.h (shared with the wider-ISA build).
+  /// One head's operand as floats: the head itself for float, else
+  /// widened into `buf`.
+  template <typename T>
+  static const float *headFloats(const T *x, int64_t n,
+                                 std::vector<float> &buf) {
+    if constexpr (std::is_same_v<T, float>) {
+      return x;
+    } else {
+      buf.resize(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+      for (int64_t i = 0; i < n; ++i)
+        buf[i] = ld(x[i]);
+      return buf.data();
+    }
+  }
+
+  /// A float result for one head: written in place for float, else
+  /// computed into `buf` and stored rounded by `store`.
+  template <typename T> static float *headResult(T *x, int64_t n,
+                                                 std::vector<float> &buf) {
+    if constexpr (std::is_same_v<T, float>) {
+      return x;
+    } else {
+      buf.resize(static_cast<size_t>(n));
+      return buf.data();
+    }
+  }
+  template <typename T>
+  static void storeHead(const float *from, T *to, int64_t n) {
+    if constexpr (!std::is_same_v<T, float>) {
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+      for (int64_t i = 0; i < n; ++i)
+        to[i] = st<T>(from[i]);
+    }
+  }
+
+  /// p = softmax(scale * q k^T) of one head, in the composed form's steps,
+  /// and the rows' log-sum-exps when `lse` is given.
+  void attentionProbs(const float *q, const float *k, float *p, float *lse,
+                      int64_t tq, int64_t tk, int64_t d, bool causal,
+                      double scale) {
+    sgemm(q, k, p, 1, tq, tk, d, false, true, 0, 0, 0);
+    this->scale(DType::F32, p, p, tq * tk, scale);
+    softmaxF32(p, p, tq, tk, causal, lse);
+  }
+
+  void softmaxF32(const float *x, float *y, int64_t rows, int64_t cols,
+                  bool causal, float *lse) {
+    if (avx512Kernels)
+      return avx512::softmaxF32(x, y, rows, cols, causal, lse);
+    softmaxT<float>(x, y, rows, cols, causal, lse);
+  }
+
+  template <typename T>
+  void attentionT(const T *q, const T *k, const T *v, T *out, float *lse,
+                  int64_t heads, int64_t tq, int64_t tk, int64_t d,
+                  bool causal, double scale) {
+    std::vector<float> p(static_cast<size_t>(tq * tk)), wq, wk, wv, wo;
+    const int64_t qn = tq * d, kn = tk * d;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float *fq = headFloats(q + h * qn, qn, wq),
+                  *fk = headFloats(k + h * kn, kn, wk),
+                  *fv = headFloats(v + h * kn, kn, wv);
+      float *fo = headResult(out + h * qn, qn, wo);
+      attentionProbs(fq, fk, p.data(), lse + h * tq, tq, tk, d, causal,
+                     scale);
+      sgemm(p.data(), fv, fo, 1, tq, d, tk, false, false, 0, 0, 0);
+      storeHead(fo, out + h * qn, qn);
+    }
+  }
+
+  template <typename T>
+  void attentionGradT(const T *dout, const T *q, const T *k, const T *v,
+                      T *dq, T *dk, T *dv, int64_t heads, int64_t tq,
+                      int64_t tk, int64_t d, bool causal, double scale) {
+    std::vector<float> p(static_cast<size_t>(tq * tk)),
+        dp(static_cast<size_t>(tq * tk)), wq, wk, wv, wdo, wdq, wdk, wdv;
+    const int64_t qn = tq * d, kn = tk * d;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float *fq = headFloats(q + h * qn, qn, wq),
+                  *fk = headFloats(k + h * kn, kn, wk),
+                  *fv = headFloats(v + h * kn, kn, wv),
+                  *fdo = headFloats(dout + h * qn, qn, wdo);
+      float *fdq = headResult(dq + h * qn, qn, wdq),
+            *fdk = headResult(dk + h * kn, kn, wdk),
+            *fdv = headResult(dv + h * kn, kn, wdv);
+      attentionProbs(fq, fk, p.data(), nullptr, tq, tk, d, causal, scale);
+      // The composed adjoints, in train-autodiff's order: of y = p v, then
+      // of the softmax, of the scale, and of s = q k^T.
+      sgemm(fdo, fv, dp.data(), 1, tq, tk, d, false, true, 0, 0, 0);
+      sgemm(p.data(), fdo, fdv, 1, tk, d, tq, true, false, 0, 0, 0);
+      softmaxGrad(DType::F32, dp.data(), p.data(), dp.data(), tq, tk);
+      this->scale(DType::F32, dp.data(), dp.data(), tq * tk, scale);
+      sgemm(dp.data(), fk, fdq, 1, tq, d, tk, false, false, 0, 0, 0);
+      sgemm(dp.data(), fq, fdk, 1, tk, d, tq, true, false, 0, 0, 0);
+      storeHead(fdq, dq + h * qn, qn);
+      storeHead(fdk, dk + h * kn, kn);
+      storeHead(fdv, dv + h * kn, kn);
+    }
+  }
+
   template <typename T>
   static void softmaxT(const T *x, T *y, int64_t rows, int64_t cols,
-                       bool causal) {
+                       bool causal, float *lse = nullptr) {
 #pragma omp parallel if (rows * cols >= kParallelElements)
     {
       // bf16 / f16: the float exponentials wait in a per-thread row, not
@@ -810,7 +944,8 @@ private:
           er = row.data();
         // Causal: row i of each [cols x cols] block sees entries 0..i.
         rowkernels::softmaxRow(x + r * cols, yr, er, cols,
-                         causal ? r % cols + 1 : cols);
+                               causal ? r % cols + 1 : cols,
+                               lse ? lse + r : nullptr);
       }
     }
   }

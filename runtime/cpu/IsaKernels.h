@@ -50,8 +50,9 @@ bool enabled();
 #include "src/Elementwise.def"
 
 void scaleF32(const float *x, float *out, int64_t n, float factor);
+/// With `lse`, also each row's log-sum-exp (rowkernels::softmaxRow).
 void softmaxF32(const float *x, float *y, int64_t rows, int64_t cols,
-                bool causal);
+                bool causal, float *lse = nullptr);
 void softmaxGradF32(const float *dy, const float *y, float *dx, int64_t rows,
                     int64_t cols);
 

@@ -50,11 +50,12 @@ void scaleF32(const float *x, float *out, int64_t n, float factor) {
 }
 
 void softmaxF32(const float *x, float *y, int64_t rows, int64_t cols,
-                bool causal) {
+                bool causal, float *lse) {
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements)
   for (int64_t r = 0; r < rows; ++r)
     rowkernels::softmaxRow(x + r * cols, y + r * cols, y + r * cols, cols,
-                           causal ? r % cols + 1 : cols);
+                           causal ? r % cols + 1 : cols,
+                           lse ? lse + r : nullptr);
 }
 
 void softmaxGradF32(const float *dy, const float *y, float *dx, int64_t rows,

@@ -73,13 +73,19 @@ inline double laneSum(const float *y, int64_t n) {
 /// One softmax row: y[j] = exp(x[j] - max) / sum over the first `visible`
 /// entries, 0 after them. `e` holds `visible` floats (it may be y itself
 /// when T is float): the exponentials wait there for their scale, so each
-/// y is rounded to T once. exp is vecmath::expShifted.
+/// y is rounded to T once. exp is vecmath::expShifted. With `lse`, also
+/// *lse = max + log(sum), rounded once (attention's saved statistic); y is
+/// the same either way.
 template <typename T>
-void softmaxRow(const T *x, T *y, float *e, int64_t cols, int64_t visible) {
+void softmaxRow(const T *x, T *y, float *e, int64_t cols, int64_t visible,
+                float *lse = nullptr) {
   const float max = rowMax(x, visible);
   for (int64_t j = 0; j < visible; ++j)
     e[j] = vecmath::expShifted(static_cast<float>(x[j]) - max);
-  const float inv = static_cast<float>(1.0 / laneSum(e, visible));
+  const double sum = laneSum(e, visible);
+  if (lse)
+    *lse = static_cast<float>(static_cast<double>(max) + std::log(sum));
+  const float inv = static_cast<float>(1.0 / sum);
   for (int64_t j = 0; j < visible; ++j)
     y[j] = static_cast<T>(e[j] * inv);
   for (int64_t j = visible; j < cols; ++j)

@@ -785,6 +785,132 @@ public:
                                                 rows, cols, compute));
   }
 
+  // Fused attention: the composed form's kernels (float GEMMs, scale,
+  // softmax, softmax gradient) over groups of heads whose [tq, tk] float
+  // scores fit options.attentionScratchElements, so no heads x tq x tk
+  // tensor outlives the op; bf16 / f16 operands are widened to float
+  // scratch and the results rounded once. A correct baseline with the cpu
+  // backend's numerics (the conformance suite), not a fast one: a tiled
+  // tensor-core kernel (FlashAttention) is the next step (docs/cuda.md).
+
+  /// Heads per group: at least 1, at most `heads`.
+  int64_t attentionGroup(int64_t heads, int64_t tq, int64_t tk) const {
+    return std::max<int64_t>(
+        1, std::min<int64_t>(heads,
+                             options.attentionScratchElements / (tq * tk)));
+  }
+
+  static const void *offset(const void *p, int64_t bytes) {
+    return static_cast<const char *>(p) + bytes;
+  }
+  static void *offset(void *p, int64_t bytes) {
+    return static_cast<char *>(p) + bytes;
+  }
+
+  /// `n` elements of dtype at `x` as floats: `x` itself for f32, else
+  /// widened into `scratch` (n floats).
+  const float *floatsOf(DType dtype, const void *x, int64_t n,
+                        float *scratch) {
+    if (dtype == DType::F32)
+      return as<float>(x);
+    cast(dtype, x, scratch, n, static_cast<int32_t>(DType::F32));
+    return scratch;
+  }
+  /// Where a float result for `x` goes: `x` for f32, else `scratch`, then
+  /// rounded into `x` by storeFloats.
+  float *floatResult(DType dtype, void *x, float *scratch) {
+    return dtype == DType::F32 ? as<float>(x) : scratch;
+  }
+  void storeFloats(DType dtype, const float *from, void *x, int64_t n) {
+    if (dtype != DType::F32)
+      cast(DType::F32, from, x, n, static_cast<int32_t>(dtype));
+  }
+
+  void attention(DType dtype, const void *q, const void *k, const void *v,
+                 void *out, void *lse, int64_t heads, int64_t tq, int64_t tk,
+                 int64_t d, int32_t causal, double scaleFactor) override {
+    const int64_t group = attentionGroup(heads, tq, tk);
+    const int64_t qn = tq * d, kn = tk * d, pn = tq * tk,
+                  elem = elementBytes(dtype);
+    const bool wide = dtype != DType::F32;
+    float *p = static_cast<float *>(
+        cuda::scratch(group * pn * 4, compute, "attention"));
+    float *w = wide ? static_cast<float *>(cuda::scratch(
+                          group * (2 * qn + 2 * kn) * 4, compute, "attention"))
+                    : nullptr;
+    for (int64_t h = 0; h < heads; h += group) {
+      const int64_t g = std::min(group, heads - h);
+      const float *fq = floatsOf(dtype, offset(q, h * qn * elem), g * qn, w),
+                  *fk = floatsOf(dtype, offset(k, h * kn * elem), g * kn,
+                                 w + group * qn),
+                  *fv = floatsOf(dtype, offset(v, h * kn * elem), g * kn,
+                                 w + group * (qn + kn));
+      void *o = offset(out, h * qn * elem);
+      float *fo = floatResult(dtype, o, w + group * (qn + 2 * kn));
+      matmul(DType::F32, fq, fk, p, g, tq, tk, d, 0, 1, qn, kn, pn);
+      scale(DType::F32, p, p, g * pn, scaleFactor);
+      cuda::softmax<float>(p, p, g * tq, tk, causal != 0, compute,
+                           as<float>(lse) + h * tq);
+      matmul(DType::F32, p, fv, fo, g, tq, d, tk, 0, 0, pn, kn, qn);
+      storeFloats(dtype, fo, o, g * qn);
+    }
+    cuda::release(p, compute);
+    if (w)
+      cuda::release(w, compute);
+  }
+
+  void attentionGrad(DType dtype, const void *dout, const void *q,
+                     const void *k, const void *v, const void *out,
+                     const void *lse, void *dq, void *dk, void *dv,
+                     int64_t heads, int64_t tq, int64_t tk, int64_t d,
+                     int32_t causal, double scaleFactor) override {
+    (void)out;
+    (void)lse;
+    const int64_t group = attentionGroup(heads, tq, tk);
+    const int64_t qn = tq * d, kn = tk * d, pn = tq * tk,
+                  elem = elementBytes(dtype);
+    const bool wide = dtype != DType::F32;
+    float *p = static_cast<float *>(
+        cuda::scratch(2 * group * pn * 4, compute, "attention_grad"));
+    float *dp = p + group * pn;
+    // Widened q, dout, k, v and the float dq, dk, dv.
+    float *w = wide ? static_cast<float *>(cuda::scratch(
+                          group * (4 * qn + 4 * kn) * 4, compute,
+                          "attention_grad"))
+                    : nullptr;
+    for (int64_t h = 0; h < heads; h += group) {
+      const int64_t g = std::min(group, heads - h);
+      const float *fq = floatsOf(dtype, offset(q, h * qn * elem), g * qn, w),
+                  *fdo = floatsOf(dtype, offset(dout, h * qn * elem), g * qn,
+                                  w + group * qn),
+                  *fk = floatsOf(dtype, offset(k, h * kn * elem), g * kn,
+                                 w + group * 2 * qn),
+                  *fv = floatsOf(dtype, offset(v, h * kn * elem), g * kn,
+                                 w + group * (2 * qn + kn));
+      void *oq = offset(dq, h * qn * elem), *ok = offset(dk, h * kn * elem),
+           *ov = offset(dv, h * kn * elem);
+      float *fdq = floatResult(dtype, oq, w + group * (2 * qn + 2 * kn)),
+            *fdk = floatResult(dtype, ok, w + group * (3 * qn + 2 * kn)),
+            *fdv = floatResult(dtype, ov, w + group * (3 * qn + 3 * kn));
+      matmul(DType::F32, fq, fk, p, g, tq, tk, d, 0, 1, qn, kn, pn);
+      scale(DType::F32, p, p, g * pn, scaleFactor);
+      cuda::softmax<float>(p, p, g * tq, tk, causal != 0, compute);
+      // The composed form's adjoints (as the cpu backend's attentionGrad).
+      matmul(DType::F32, fdo, fv, dp, g, tq, tk, d, 0, 1, qn, kn, pn);
+      matmul(DType::F32, p, fdo, fdv, g, tk, d, tq, 1, 0, pn, qn, kn);
+      softmaxGrad(DType::F32, dp, p, dp, g * tq, tk);
+      scale(DType::F32, dp, dp, g * pn, scaleFactor);
+      matmul(DType::F32, dp, fk, fdq, g, tq, d, tk, 0, 0, pn, kn, qn);
+      matmul(DType::F32, dp, fq, fdk, g, tk, d, tq, 1, 0, pn, qn, kn);
+      storeFloats(dtype, fdq, oq, g * qn);
+      storeFloats(dtype, fdk, ok, g * kn);
+      storeFloats(dtype, fdv, ov, g * kn);
+    }
+    cuda::release(p, compute);
+    if (w)
+      cuda::release(w, compute);
+  }
+
   void transpose(DType dtype, const void *x, void *out, int64_t rank,
                  const void *xShapeArg, const void *permArg) override {
     const int64_t *xShape = as<int64_t>(xShapeArg),

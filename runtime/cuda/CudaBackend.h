@@ -27,6 +27,9 @@ struct CudaOptions {
   /// one rank), so that a single GPU exercises the NCCL path; otherwise a
   /// world of one copies on the communication stream.
   bool ncclInWorldOfOne = false;
+  /// Fused attention's float scratch: heads are processed in groups whose
+  /// [tq, tk] scores fit this many elements (at least one head per group).
+  int64_t attentionScratchElements = int64_t(1) << 24;
 };
 
 /// The number of visible CUDA devices. 0 when there are none or CUDA cannot

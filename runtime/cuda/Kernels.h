@@ -170,9 +170,10 @@ void rmsNorm(const T *x, const T *gamma, T *y, int64_t rows, int64_t cols,
 template <typename T>
 void rmsNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
                  int64_t rows, int64_t cols, double eps, cudaStream_t stream);
+/// With `lse`, also each row's log-sum-exp as float (attention's).
 template <typename T>
 void softmax(const T *x, T *y, int64_t rows, int64_t cols, bool causal,
-             cudaStream_t stream);
+             cudaStream_t stream, float *lse = nullptr);
 template <typename T>
 void softmaxGrad(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols,
                  cudaStream_t stream);

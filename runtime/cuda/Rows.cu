@@ -291,9 +291,10 @@ __global__ void rmsNormGradFinishKernel(const double *partial, T *dgamma,
 
 // Causal: row i of each [cols x cols] block sees entries 0..i; the rest are
 // exactly 0. exp in float, the row sum in double, then one float scale.
+// With lse, also each row's max + log(sum), rounded once to float.
 template <typename T>
 __global__ void softmaxKernel(const T *x, T *y, int64_t rows, int64_t cols,
-                              bool causal) {
+                              bool causal, float *lse) {
   const int64_t row = warpRow();
   if (row >= rows)
     return; // The whole warp: rows are warp-uniform.
@@ -309,6 +310,8 @@ __global__ void softmaxKernel(const T *x, T *y, int64_t rows, int64_t cols,
   for (int64_t j = lane; j < visible; j += kWarp)
     sum += static_cast<double>(expf(ldf(xr[j]) - max));
   sum = warpSum(sum);
+  if (lse && lane == 0)
+    lse[row] = static_cast<float>(static_cast<double>(max) + log(sum));
   const float inv = static_cast<float>(1.0 / sum);
   for (int64_t j = lane; j < cols; j += kWarp)
     yr[j] = static_cast<T>(j < visible ? expf(ldf(xr[j]) - max) * inv : 0.0f);
@@ -520,11 +523,11 @@ void rmsNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
 
 template <typename T>
 void softmax(const T *x, T *y, int64_t rows, int64_t cols, bool causal,
-             cudaStream_t stream) {
+             cudaStream_t stream, float *lse) {
   if (rows <= 0 || cols <= 0)
     return;
   ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream, softmaxKernel)
-  (x, y, rows, cols, causal);
+  (x, y, rows, cols, causal, lse);
   check(cudaGetLastError(), "softmax kernel launch");
 }
 
@@ -574,7 +577,7 @@ void crossEntropyGrad(const float *dloss, const T *logits,
   template void rmsNormGrad<T>(const T *, const T *, const T *, T *, T *,      \
                                int64_t, int64_t, double, cudaStream_t);        \
   template void softmax<T>(const T *, T *, int64_t, int64_t, bool,             \
-                           cudaStream_t);                                      \
+                           cudaStream_t, float *);                             \
   template void softmaxGrad<T>(const T *, const T *, T *, int64_t, int64_t,    \
                                cudaStream_t);                                  \
   template void crossEntropy<T>(const T *, const int32_t *, float *, int64_t,  \

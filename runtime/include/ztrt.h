@@ -198,12 +198,16 @@ typedef enum ztrt_dtype {
 #define ZTRT_ARGS_14(a, ...) ZTRT_T_(a), ZTRT_ARGS_13(__VA_ARGS__)
 #define ZTRT_ARGS_15(a, ...) ZTRT_T_(a), ZTRT_ARGS_14(__VA_ARGS__)
 #define ZTRT_ARGS_16(a, ...) ZTRT_T_(a), ZTRT_ARGS_15(__VA_ARGS__)
+#define ZTRT_ARGS_17(a, ...) ZTRT_T_(a), ZTRT_ARGS_16(__VA_ARGS__)
+#define ZTRT_ARGS_18(a, ...) ZTRT_T_(a), ZTRT_ARGS_17(__VA_ARGS__)
+#define ZTRT_ARGS_19(a, ...) ZTRT_T_(a), ZTRT_ARGS_18(__VA_ARGS__)
+#define ZTRT_ARGS_20(a, ...) ZTRT_T_(a), ZTRT_ARGS_19(__VA_ARGS__)
 #define ZTRT_NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13,   \
-                    _14, _15, _16, N, ...)                                    \
+                    _14, _15, _16, _17, _18, _19, _20, N, ...)                \
   N
 #define ZTRT_NARGS(...)                                                        \
-  ZTRT_NARGS_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, \
-              1)
+  ZTRT_NARGS_(__VA_ARGS__, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8,  \
+              7, 6, 5, 4, 3, 2, 1)
 #define ZTRT_CAT2_(a, b) a##b
 #define ZTRT_CAT2(a, b) ZTRT_CAT2_(a, b)
 #define ZTRT_ARGS(...)                                                         \

@@ -200,6 +200,33 @@ template <> struct KernelChecks<&Backend::softmax> {
   }
 };
 
+/// Causal attention needs tq == tk; the scale is finite and positive.
+static void checkAttention(const char *op, int64_t tq, int64_t tk,
+                           int32_t causal, double scale) {
+  if (causal && tq != tk)
+    fatal("%s: causal attention needs tq == tk, got %lld and %lld", op,
+          static_cast<long long>(tq), static_cast<long long>(tk));
+  if (!(std::isfinite(scale) && scale > 0.0))
+    fatal("%s: scale must be finite and positive, got %g", op, scale);
+}
+
+template <> struct KernelChecks<&Backend::attention> {
+  static void check(const char *op, const void *, const void *, const void *,
+                    void *, void *, int64_t, int64_t tq, int64_t tk, int64_t,
+                    int32_t causal, double scale) {
+    checkAttention(op, tq, tk, causal, scale);
+  }
+};
+
+template <> struct KernelChecks<&Backend::attentionGrad> {
+  static void check(const char *op, const void *, const void *, const void *,
+                    const void *, const void *, const void *, void *, void *,
+                    void *, int64_t, int64_t tq, int64_t tk, int64_t,
+                    int32_t causal, double scale) {
+    checkAttention(op, tq, tk, causal, scale);
+  }
+};
+
 template <> struct KernelChecks<&Backend::transpose> {
   static void check(const char *op, const void *, void *, int64_t rank,
                     const void *xShape, const void *perm) {
@@ -294,7 +321,7 @@ void kernelEntry(const char *op, const char *names, ztrt_ctx *ctx,
   (backend.*Method)(type, args...);
 }
 
-// Parameter lists p16..p1 for the tags of a kernel entry, and their names.
+// Parameter lists p18..p1 for the tags of a kernel entry, and their names.
 #define ZTRT_P_(tag, i) ZTRT_T_(tag) p##i
 #define ZTRT_PARAMS_1(a) ZTRT_P_(a, 1)
 #define ZTRT_PARAMS_2(a, ...) ZTRT_P_(a, 2), ZTRT_PARAMS_1(__VA_ARGS__)
@@ -310,6 +337,10 @@ void kernelEntry(const char *op, const char *names, ztrt_ctx *ctx,
 #define ZTRT_PARAMS_12(a, ...) ZTRT_P_(a, 12), ZTRT_PARAMS_11(__VA_ARGS__)
 #define ZTRT_PARAMS_13(a, ...) ZTRT_P_(a, 13), ZTRT_PARAMS_12(__VA_ARGS__)
 #define ZTRT_PARAMS_14(a, ...) ZTRT_P_(a, 14), ZTRT_PARAMS_13(__VA_ARGS__)
+#define ZTRT_PARAMS_15(a, ...) ZTRT_P_(a, 15), ZTRT_PARAMS_14(__VA_ARGS__)
+#define ZTRT_PARAMS_16(a, ...) ZTRT_P_(a, 16), ZTRT_PARAMS_15(__VA_ARGS__)
+#define ZTRT_PARAMS_17(a, ...) ZTRT_P_(a, 17), ZTRT_PARAMS_16(__VA_ARGS__)
+#define ZTRT_PARAMS_18(a, ...) ZTRT_P_(a, 18), ZTRT_PARAMS_17(__VA_ARGS__)
 #define ZTRT_PARAMS(...)                                                       \
   ZTRT_CAT2(ZTRT_PARAMS_, ZTRT_NARGS(__VA_ARGS__))(__VA_ARGS__)
 #define ZTRT_NAMES_1(a) p1
@@ -326,6 +357,10 @@ void kernelEntry(const char *op, const char *names, ztrt_ctx *ctx,
 #define ZTRT_NAMES_12(a, ...) p12, ZTRT_NAMES_11(__VA_ARGS__)
 #define ZTRT_NAMES_13(a, ...) p13, ZTRT_NAMES_12(__VA_ARGS__)
 #define ZTRT_NAMES_14(a, ...) p14, ZTRT_NAMES_13(__VA_ARGS__)
+#define ZTRT_NAMES_15(a, ...) p15, ZTRT_NAMES_14(__VA_ARGS__)
+#define ZTRT_NAMES_16(a, ...) p16, ZTRT_NAMES_15(__VA_ARGS__)
+#define ZTRT_NAMES_17(a, ...) p17, ZTRT_NAMES_16(__VA_ARGS__)
+#define ZTRT_NAMES_18(a, ...) p18, ZTRT_NAMES_17(__VA_ARGS__)
 #define ZTRT_PARAM_NAMES(...)                                                  \
   ZTRT_CAT2(ZTRT_NAMES_, ZTRT_NARGS(__VA_ARGS__))(__VA_ARGS__)
 

@@ -1435,6 +1435,131 @@ TEST_F(CudaConformanceTest, MaxReductionAndGradAreBitwise) {
   expectBitwise(gotDx, grads.host, "reduce_max_grad ties");
 }
 
+// --- Fused attention ------------------------------------------------------
+/// ztrt_attention / ztrt_attention_grad on the device against the cpu's,
+/// for heads processed in one group (the default scratch) and in groups of
+/// two with a ragged last group (AttentionGroupsTest).
+class CudaAttentionTest : public CudaConformanceTest {
+protected:
+  struct Shape {
+    int64_t heads, tq, tk, d;
+    int causal;
+  };
+  void check(const Shape &s) {
+    const int64_t qn = s.heads * s.tq * s.d, kn = s.heads * s.tk * s.d,
+                  rows = s.heads * s.tq;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
+    auto q = twin(inputs(qn, 90, 3.0f)), k = twin(inputs(kn, 91)),
+         v = twin(inputs(kn, 92)), dy = twin(inputs(qn, 93));
+    auto out = output(qn), lse = output(rows), dq = output(qn),
+         dk = output(kn), dv = output(kn);
+    both([&](ztrt_ctx *x, bool d) {
+      ztrt_attention(x, ZTRT_F32, at(q, d), at(k, d), at(v, d), at(out, d),
+                     at(lse, d), s.heads, s.tq, s.tk, s.d, s.causal, scale);
+      ztrt_attention_grad(x, ZTRT_F32, at(dy, d), at(q, d), at(k, d),
+                          at(v, d), at(out, d), at(lse, d), at(dq, d),
+                          at(dk, d), at(dv, d), s.heads, s.tq, s.tk, s.d,
+                          s.causal, scale);
+    });
+    const std::string what = " h" + std::to_string(s.heads) + " q" +
+                             std::to_string(s.tq) + " k" +
+                             std::to_string(s.tk) + " d" +
+                             std::to_string(s.d) +
+                             (s.causal ? " causal" : "");
+    // The composed kernels' differences (GEMM summation order, expf
+    // against the cpu's exp, 8 ulp per softmax entry) through scores of up
+    // to ~10: about 1e-6 of O(1) values; a wrong mask, scale, head offset
+    // or group boundary moves them by O(0.1). lse is max + log(sum) of the
+    // same scores: 1e-5 absolute.
+    expectUlpsOrAbs(fetch(out), out.host, 64, 2e-5, "attention out" + what);
+    expectUlpsOrAbs(fetch(lse), lse.host, 64, 1e-5, "attention lse" + what);
+    // Gradients add a second GEMM over tk or tq terms: 1e-4.
+    expectUlpsOrAbs(fetch(dq), dq.host, 64, 1e-4, "attention dq" + what);
+    expectUlpsOrAbs(fetch(dk), dk.host, 64, 1e-4, "attention dk" + what);
+    expectUlpsOrAbs(fetch(dv), dv.host, 64, 1e-4, "attention dv" + what);
+  }
+
+  /// bf16 / f16 on the device are the device's own f32 results on the
+  /// widened operands, each rounded once: bitwise.
+  template <typename T> void sixteenBit(const Shape &s, int32_t code) {
+    const int64_t qn = s.heads * s.tq * s.d, kn = s.heads * s.tk * s.d,
+                  rows = s.heads * s.tq;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
+    auto widened = [](std::vector<float> x) {
+      for (float &e : x)
+        e = static_cast<float>(T(e));
+      return x;
+    };
+    auto narrow = [](const std::vector<float> &x) {
+      std::vector<T> out;
+      for (float e : x)
+        out.push_back(T(e));
+      return out;
+    };
+    std::vector<float> qf = widened(inputs(qn, 94, 3.0f)),
+                       kf = widened(inputs(kn, 95)),
+                       vf = widened(inputs(kn, 96)),
+                       dyf = widened(inputs(qn, 97));
+    auto q = twin(qf), k = twin(kf), v = twin(vf), dy = twin(dyf);
+    auto q16 = twin(narrow(qf)), k16 = twin(narrow(kf)),
+         v16 = twin(narrow(vf)), dy16 = twin(narrow(dyf));
+    auto out = output(qn), lse = output(rows), dq = output(qn),
+         dk = output(kn), dv = output(kn), lse16 = output(rows);
+    auto out16 = twin(std::vector<T>(qn)), dq16 = twin(std::vector<T>(qn)),
+         dk16 = twin(std::vector<T>(kn)), dv16 = twin(std::vector<T>(kn));
+    ztrt_attention(g(), ZTRT_F32, q.dev, k.dev, v.dev, out.dev, lse.dev,
+                   s.heads, s.tq, s.tk, s.d, s.causal, scale);
+    ztrt_attention_grad(g(), ZTRT_F32, dy.dev, q.dev, k.dev, v.dev, out.dev,
+                        lse.dev, dq.dev, dk.dev, dv.dev, s.heads, s.tq, s.tk,
+                        s.d, s.causal, scale);
+    ztrt_attention(g(), code, q16.dev, k16.dev, v16.dev, out16.dev,
+                   lse16.dev, s.heads, s.tq, s.tk, s.d, s.causal, scale);
+    ztrt_attention_grad(g(), code, dy16.dev, q16.dev, k16.dev, v16.dev,
+                        out16.dev, lse16.dev, dq16.dev, dk16.dev, dv16.dev,
+                        s.heads, s.tq, s.tk, s.d, s.causal, scale);
+    auto expectRounded = [&](const std::vector<T> &got,
+                             const std::vector<float> &f32,
+                             const char *name) {
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(got[i].bits, T(f32[i]).bits)
+            << name << "[" << i << "]: " << static_cast<float>(got[i])
+            << " vs " << f32[i];
+    };
+    expectRounded(fetch(out16), fetch(out), "out");
+    expectBitwise(fetch(lse16), fetch(lse), "lse");
+    expectRounded(fetch(dq16), fetch(dq), "dq");
+    expectRounded(fetch(dk16), fetch(dk), "dk");
+    expectRounded(fetch(dv16), fetch(dv), "dv");
+  }
+};
+
+TEST_F(CudaAttentionTest, MatchesTheCpu) {
+  check({6, 37, 37, 16, 1});
+  check({6, 37, 37, 16, 0});
+  check({3, 5, 9, 8, 0});
+  check({2, 130, 130, 32, 1});
+}
+
+TEST_F(CudaAttentionTest, SixteenBitIsTheF32PathRoundedOnce) {
+  sixteenBit<bf16>({3, 17, 17, 8, 1}, ZTRT_BF16);
+  sixteenBit<f16>({3, 5, 9, 8, 0}, ZTRT_F16);
+}
+
+/// Scratch for two heads' scores: 5 heads go in groups of 2, 2 and 1.
+class CudaAttentionGroupsTest : public CudaAttentionTest {
+protected:
+  CudaOptions options() const override {
+    CudaOptions o;
+    o.attentionScratchElements = 2 * 33 * 33;
+    return o;
+  }
+};
+
+TEST_F(CudaAttentionGroupsTest, GroupsOfHeadsMatchTheCpu) {
+  check({5, 33, 33, 8, 1});
+  check({5, 33, 33, 8, 0});
+}
+
 // --- bf16 and f16
 // --------------------------------------------------------------
 //

@@ -128,7 +128,9 @@ def make(kind, batch):
         return models.mlp(batch=batch, in_features=12, hidden=[16], classes=5)
     if kind == "llama":
         return models.llama(batch=batch, seq=8, vocab=32, layers=1, width=16, heads=2)
-    return models.gpt(batch=batch, seq=8, vocab=32, layers=1, width=16, heads=2)
+    # gpt-fused: one train.attention op per layer (test_attention.py).
+    return models.gpt(batch=batch, seq=8, vocab=32, layers=1, width=16, heads=2,
+                      attention="fused" if kind == "gpt-fused" else "composed")
 
 
 def require_cuda_runtime(exe):
@@ -157,7 +159,7 @@ def compare_weights(got, ref, spec, what, tol=WEIGHT_TOL):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-@pytest.mark.parametrize("kind", ["mlp", "gpt", "llama"])
+@pytest.mark.parametrize("kind", ["mlp", "gpt", "llama", "gpt-fused"])
 def test_one_gpu_matches_the_cpu(kind, precision, target, tmp_path):
     spec = make(kind, 4)
     loss_tol, weight_tol = tolerances(precision)

@@ -262,9 +262,9 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
   // (zero-report prices them apart).
   {
     int64_t flops = 0;
-    entry.walk([&](MatmulOp mm) {
-      if (!mm->hasAttr(kRecomputedAttr))
-        flops += matmulFlops(mm);
+    entry.walk([&](Operation *op) {
+      if (!op->hasAttr(kRecomputedAttr))
+        flops += opFlops(op).model;
     });
     os << "flops " << flops << '\n';
   }

@@ -779,3 +779,43 @@ func.func @f(%g: tensor<4xf32>) {
   train.sgd_update @b, %g {lr = 1.0e-1 : f64, weight_decay = 0.1 : f64, no_decay} : tensor<4xf32>
   return
 }
+
+// -----
+
+func.func @attention_causal_cross(%q: tensor<2x5x8xf32>, %k: tensor<2x7x8xf32>) {
+  // expected-error @+1 {{'train.attention' op causal attention needs as many keys as queries, got Tq = 5 and Tk = 7}}
+  %y, %lse = train.attention %q, %k, %k {causal, scale = 0.5 : f64} : tensor<2x5x8xf32>, tensor<2x7x8xf32> -> tensor<2x5x8xf32>, tensor<2x5xf32>
+  return
+}
+
+// -----
+
+func.func @attention_head_dim(%q: tensor<2x5x8xf32>, %k: tensor<2x5x4xf32>) {
+  // expected-error @+1 {{'train.attention' op key [2, 5, 4] must be [..., Tk, D] with query [2, 5, 8]'s leading dims and D}}
+  %y, %lse = train.attention %q, %k, %k {scale = 0.5 : f64} : tensor<2x5x8xf32>, tensor<2x5x4xf32> -> tensor<2x5x8xf32>, tensor<2x5xf32>
+  return
+}
+
+// -----
+
+func.func @attention_scale(%q: tensor<2x5x8xf32>) {
+  // expected-error @+1 {{'train.attention' op scale must be finite and positive, got 0}}
+  %y, %lse = train.attention %q, %q, %q {scale = 0.0 : f64} : tensor<2x5x8xf32>, tensor<2x5x8xf32> -> tensor<2x5x8xf32>, tensor<2x5xf32>
+  return
+}
+
+// -----
+
+func.func @attention_lse_shape(%q: tensor<2x5x8xf32>) {
+  // expected-error @+1 {{'train.attention' op lse must be 'tensor<2x5xf32>', got 'tensor<2x8xf32>'}}
+  %y, %lse = train.attention %q, %q, %q {scale = 0.5 : f64} : tensor<2x5x8xf32>, tensor<2x5x8xf32> -> tensor<2x5x8xf32>, tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @attention_mixed(%q: tensor<2x5x8xbf16>, %k: tensor<2x5x8xf32>) {
+  // expected-error @+1 {{'train.attention' op mixes element types: operand #0 is 'bf16' but operand #1 is 'f32'}}
+  %y, %lse = train.attention %q, %k, %k {scale = 0.5 : f64} : tensor<2x5x8xbf16>, tensor<2x5x8xf32> -> tensor<2x5x8xbf16>, tensor<2x5xf32>
+  return
+}

@@ -329,9 +329,11 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
     int64_t times = runsPerStep(op);
     bool again = op->hasAttr(train::kRecomputedAttr);
     r.recomputedOps += again ? times : 0;
-    if (auto mm = dyn_cast<train::MatmulOp>(op)) {
-      (again ? r.recomputeFlops : r.modelFlops) +=
-          times * train::matmulFlops(mm);
+    if (train::OpFlops flops = train::opFlops(op)) {
+      // A recomputed op's products are all recompute; an op's own
+      // repeated products (attention's backward) are too.
+      (again ? r.recomputeFlops : r.modelFlops) += times * flops.model;
+      r.recomputeFlops += times * flops.recomputed;
       return;
     }
     // The other kernels (elementwise, norms, softmax, ...) are bound by

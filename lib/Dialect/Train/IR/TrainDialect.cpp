@@ -33,12 +33,19 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
     if (!isa<UnitAttr>(attr.getValue()))
       return op->emitOpError() << "'" << attr.getName().getValue()
                                << "' is a unit attribute (it takes no value)";
-    if (op->getNumResults() != 1 ||
-        !isa<RankedTensorType>(op->getResult(0).getType()) ||
+    // A checkpoint marks a value (the op's one result); a recomputed op
+    // may have several (train.attention's output and lse).
+    bool checkpoint = attr.getName() == kCheckpointAttr;
+    bool tensors = op->getNumResults() >= 1 &&
+                   llvm::all_of(op->getResultTypes(), [](Type t) {
+                     return isa<RankedTensorType>(t);
+                   });
+    if (!tensors || (checkpoint && op->getNumResults() != 1) ||
         isa<ModuleOp, func::FuncOp>(op))
       return op->emitOpError()
-             << "'" << attr.getName().getValue()
-             << "' marks an op with exactly one tensor result";
+             << "'" << attr.getName().getValue() << "' marks an op with "
+             << (checkpoint ? "exactly one tensor result"
+                            : "tensor results only");
     return success();
   }
   if (attr.getName() == kRecomputeAttr) {

@@ -159,6 +159,38 @@ KernelCall SoftmaxGradOp::getKernelCall() {
                A::buffer(getResult()), A::i64(rows), A::i64(cols)});
 }
 
+/// heads x Tq x Tk x D of an attention whose q and k are given.
+static SmallVector<KernelArg> attentionDims(Value q, Value k, bool causal,
+                                            double scale) {
+  ArrayRef<int64_t> qs = shapeOf(q), ks = shapeOf(k);
+  int64_t tq = qs[qs.size() - 2], d = qs.back(), tk = ks[ks.size() - 2];
+  int64_t heads = numElements(q) / (tq * d);
+  return {A::i64(heads), A::i64(tq), A::i64(tk), A::i64(d), A::i32(causal),
+          A::f64(scale)};
+}
+
+KernelCall AttentionOp::getKernelCall() {
+  KernelCall c = call("attention", getResult(),
+                      {A::buffer(getQuery()), A::buffer(getKey()),
+                       A::buffer(getValue()), A::buffer(getResult()),
+                       A::buffer(getLse())});
+  c.args.append(attentionDims(getQuery(), getKey(), getCausal(),
+                              getScale().convertToDouble()));
+  return c;
+}
+
+KernelCall AttentionGradOp::getKernelCall() {
+  KernelCall c = call("attention_grad", getQueryGrad(),
+                      {A::buffer(getGrad()), A::buffer(getQuery()),
+                       A::buffer(getKey()), A::buffer(getValue()),
+                       A::buffer(getOutput()), A::buffer(getLse()),
+                       A::buffer(getQueryGrad()), A::buffer(getKeyGrad()),
+                       A::buffer(getValueGrad())});
+  c.args.append(attentionDims(getQuery(), getKey(), getCausal(),
+                              getScale().convertToDouble()));
+  return c;
+}
+
 KernelCall TransposeOp::getKernelCall() {
   ArrayRef<int64_t> s = shapeOf(getInput());
   return call("transpose", getResult(),

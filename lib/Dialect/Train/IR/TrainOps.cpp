@@ -80,9 +80,20 @@ LogicalResult ztrain::train::verifyTensorShapes(Operation *op) {
   return success();
 }
 
-LogicalResult ztrain::train::verifySameFloatElementType(Operation *op) {
+bool ztrain::train::isAlwaysF32(Value v) {
+  Operation *op = v.getDefiningOp();
   // The loss of a cross-entropy is f32 whatever the logits are, and so is
   // the adjoint that seeds its gradient.
+  if (isa_and_nonnull<CrossEntropyOp, CrossEntropyGradOp>(op) &&
+      cast<RankedTensorType>(v.getType()).getRank() == 0)
+    return true;
+  // Attention's row log-sum-exps.
+  if (auto attention = dyn_cast_or_null<AttentionOp>(op))
+    return v == attention.getLse();
+  return false;
+}
+
+LogicalResult ztrain::train::verifySameFloatElementType(Operation *op) {
   bool lossExempt = isa<CrossEntropyOp, CrossEntropyGradOp>(op);
   Type first;
   std::string firstWhat;
@@ -91,6 +102,11 @@ LogicalResult ztrain::train::verifySameFloatElementType(Operation *op) {
     if (!tensor || !isa<FloatType>(tensor.getElementType()))
       return success();
     if (lossExempt && tensor.getRank() == 0)
+      return success();
+    // An f32 value that stays f32 whatever the op's element type: the
+    // attention op's lse result and the lse operand of its adjoint.
+    if (isAlwaysF32(v) || (isa<AttentionGradOp>(op) &&
+                           v == cast<AttentionGradOp>(op).getLse()))
       return success();
     std::string name = (what + " #" + Twine(i)).str();
     if (!first) {
@@ -494,6 +510,61 @@ LogicalResult SoftmaxOp::verify() {
   return success();
 }
 
+/// q [..., Tq, D], k and v [..., Tk, D], the same leading dims; causal
+/// needs Tq == Tk; a finite positive scale.
+static LogicalResult verifyAttentionShapes(Operation *op, Value q, Value k,
+                                           Value v, bool causal,
+                                           double scale) {
+  ArrayRef<int64_t> qs = shapeOf(q), ks = shapeOf(k), vs = shapeOf(v);
+  if (qs.size() < 2)
+    return op->emitOpError() << "query must be [..., T, D] (rank >= 2), got "
+                             << fmtShape(qs);
+  if (ks != vs)
+    return op->emitOpError() << "key " << fmtShape(ks) << " and value "
+                             << fmtShape(vs) << " must have the same shape";
+  if (ks.size() != qs.size() || ks.back() != qs.back() ||
+      ks.drop_back(2) != qs.drop_back(2))
+    return op->emitOpError()
+           << "key " << fmtShape(ks) << " must be [..., Tk, D] with query "
+           << fmtShape(qs) << "'s leading dims and D";
+  if (causal && ks[ks.size() - 2] != qs[qs.size() - 2])
+    return op->emitOpError() << "causal attention needs as many keys as "
+                                "queries, got Tq = "
+                             << qs[qs.size() - 2]
+                             << " and Tk = " << ks[ks.size() - 2];
+  if (!std::isfinite(scale) || scale <= 0.0)
+    return op->emitOpError() << "scale must be finite and positive, got "
+                             << scale;
+  return success();
+}
+
+/// lse is f32 with q's shape without its last dim.
+static LogicalResult verifyLse(Operation *op, Value q, Value lse) {
+  ArrayRef<int64_t> qs = shapeOf(q);
+  auto expected = RankedTensorType::get(
+      qs.drop_back(), Float32Type::get(op->getContext()));
+  if (lse.getType() != expected)
+    return op->emitOpError() << "lse must be " << expected << ", got "
+                             << lse.getType();
+  return success();
+}
+
+LogicalResult AttentionOp::verify() {
+  if (failed(verifyAttentionShapes(*this, getQuery(), getKey(), getValue(),
+                                   getCausal(),
+                                   getScale().convertToDouble())))
+    return failure();
+  return verifyLse(*this, getQuery(), getLse());
+}
+
+LogicalResult AttentionGradOp::verify() {
+  if (failed(verifyAttentionShapes(*this, getQuery(), getKey(), getValue(),
+                                   getCausal(),
+                                   getScale().convertToDouble())))
+    return failure();
+  return verifyLse(*this, getQuery(), getLse());
+}
+
 LogicalResult ReshapeOp::verify() {
   auto in = cast<RankedTensorType>(getInput().getType());
   auto out = cast<RankedTensorType>(getResult().getType());
@@ -680,4 +751,23 @@ int64_t ztrain::train::matmulFlops(MatmulOp op) {
   auto c = cast<RankedTensorType>(op.getResult().getType());
   int64_t k = a.getDimSize(a.getRank() - (op.getTransposeA() ? 2 : 1));
   return 2 * c.getNumElements() * k;
+}
+
+/// heads x Tq x Tk x D: one [Tq, Tk] x D product of an attention.
+static int64_t attentionProduct(Value q, Value k) {
+  auto qt = cast<RankedTensorType>(q.getType());
+  auto kt = cast<RankedTensorType>(k.getType());
+  return qt.getNumElements() * kt.getDimSize(kt.getRank() - 2);
+}
+
+OpFlops ztrain::train::opFlops(Operation *op) {
+  if (auto mm = dyn_cast<MatmulOp>(op))
+    return {matmulFlops(mm), 0};
+  if (auto a = dyn_cast<AttentionOp>(op))
+    return {4 * attentionProduct(a.getQuery(), a.getKey()), 0};
+  if (auto g = dyn_cast<AttentionGradOp>(op)) {
+    int64_t product = 2 * attentionProduct(g.getQuery(), g.getKey());
+    return {4 * product, product};
+  }
+  return {};
 }

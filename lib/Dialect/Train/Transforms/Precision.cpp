@@ -205,11 +205,10 @@ void TrainPrecisionPass::runOnOperation() {
           cast<RankedTensorType>(t).getElementType() != low)
         operand.set(castTo(operand.get(), low, &op));
     }
-    // Cross-entropy's loss is f32 whatever its logits are.
-    if (isa<CrossEntropyOp>(op))
-      continue;
+    // Cross-entropy's loss and attention's lse are f32 whatever the
+    // element type of the rest of the op.
     for (OpResult result : op.getResults())
-      if (isFloatTensor(result.getType()))
+      if (isFloatTensor(result.getType()) && !isAlwaysF32(result))
         result.setType(withElementType(result.getType(), low));
   }
 

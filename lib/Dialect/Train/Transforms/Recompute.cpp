@@ -122,7 +122,9 @@ static SmallVector<Operation *> residualBoundaries(const Forward &fwd) {
                       ? fwd.position.lookup(boundaries[i + 1])
                       : fwd.last;
     for (unsigned p = from; p <= to && !attention[i]; ++p)
-      if (auto mm = dyn_cast_or_null<MatmulOp>(ops[p]))
+      if (isa_and_nonnull<AttentionOp>(ops[p]))
+        attention[i] = true;
+      else if (auto mm = dyn_cast_or_null<MatmulOp>(ops[p]))
         attention[i] = fwd.fromInputs.contains(mm.getLhs()) &&
                        fwd.fromInputs.contains(mm.getRhs());
   }

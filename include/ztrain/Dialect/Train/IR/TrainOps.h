@@ -29,6 +29,9 @@ mlir::LogicalResult verifyTensorShapes(mlir::Operation *op);
 /// One element type for the floating-point tensors of `op`; the 0-d f32
 /// loss of cross_entropy (and its adjoint seed) are exempt.
 mlir::LogicalResult verifySameFloatElementType(mlir::Operation *op);
+/// True for a value that is f32 whatever its op's element type (a
+/// cross-entropy loss, attention's lse): train-precision leaves its type.
+bool isAlwaysF32(mlir::Value v);
 /// What is wrong with a tensor type's shape (a zero-size dimension, a byte
 /// size that overflows int64), or "" when nothing is.
 std::string shapeProblem(mlir::RankedTensorType type);
@@ -96,6 +99,18 @@ getForwardFunctions(mlir::ModuleOp module);
 /// The arithmetic of one matrix product as MFU counts it: 2 M N K (times
 /// its batch).
 int64_t matmulFlops(MatmulOp op);
+
+/// The matrix-product arithmetic of a compute op: `model`, as MFU counts
+/// the model's work (a matmul's 2 M N K; attention's products as the
+/// composed form counts them, 4 heads Tq Tk D forward, 8 backward), and
+/// `recomputed`, products the op's kernel repeats that are not the model's
+/// work (attention's backward recomputes q k^T: 2 heads Tq Tk D). Both 0
+/// for ops that are no matrix product.
+struct OpFlops {
+  int64_t model = 0, recomputed = 0;
+  explicit operator bool() const { return model || recomputed; }
+};
+OpFlops opFlops(mlir::Operation *op);
 
 /// The step's train.accumulation_boundary, or null when it accumulates no
 /// gradients.

@@ -770,6 +770,55 @@ def Train_SoftmaxOp : Train_ComputeOp<"softmax", [SameOperandsAndResultType, Tra
   let hasVerifier = 1;
 }
 
+def Train_AttentionOp : Train_ComputeOp<"attention", [Train_Kernel,
+    AllTypesMatch<["query", "result"]>, AllTypesMatch<["key", "value"]>]> {
+  let summary = "scaled dot-product attention, kept whole (optionally causal)";
+  let description = [{
+    `softmax(scale * q k^T) v` per head, with the causal mask when `causal`
+    is set: PyTorch's `F.scaled_dot_product_attention(q, k, v,
+    is_causal=causal, scale=scale)`. The leading dimensions of q, k and v
+    (batch, heads) are independent heads; the last two are [T, D].
+
+    The composed form (`train.matmul` with `transpose_b`, `train.scale`,
+    `train.softmax`, `train.matmul`) materializes the [T, T] scores and
+    keeps the probabilities alive until the backward pass: batch x heads x
+    T x T elements per layer. This op keeps only its output and `lse`, the
+    log-sum-exp of each row of scaled scores (f32 whatever the element
+    type, `[..., Tq]`); `train.attention_grad` recomputes the scores from
+    q and k. Inside the kernels the scores and probabilities stay in f32;
+    only the output is rounded to the element type.
+
+    ```mlir
+    %y, %lse = train.attention %q, %k, %v {causal, scale = 1.250000e-01 : f64}
+        : tensor<2x4x64x64xf32>, tensor<2x4x64x64xf32>
+        -> tensor<2x4x64x64xf32>, tensor<2x4x64xf32>
+    ```
+
+    **Constraints:**
+    - q is [..., Tq, D], k and v are [..., Tk, D] with the same leading
+      dimensions (rank >= 2);
+    - with `causal`, Tq == Tk;
+    - `scale` is finite and positive;
+    - the result has q's type; `lse` is f32 with q's shape without D.
+  }];
+  let gradient = [{
+    auto g = AttentionGradOp::create(b, loc, getQuery().getType(),
+        getKey().getType(), getValue().getType(), dy, getQuery(), getKey(),
+        getValue(), getResult(), getLse(), getCausalAttr(), getScaleAttr());
+    return {g.getQueryGrad(), g.getKeyGrad(), g.getValueGrad()};
+  }];
+  let arguments = (ins Train_FloatTensor:$query, Train_FloatTensor:$key,
+                       Train_FloatTensor:$value, UnitAttr:$causal,
+                       F64Attr:$scale);
+  let results = (outs Train_FloatTensor:$result,
+                      StaticShapeTensorOf<[F32]>:$lse);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value attr-dict `:` type($query) `,` type($key)
+    `->` type($result) `,` type($lse)
+  }];
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Layout and reductions
 //===----------------------------------------------------------------------===//
@@ -1089,6 +1138,41 @@ def Train_SoftmaxGradOp : Train_GradOp<"softmax_grad", [SameOperandsAndResultTyp
   let arguments = (ins Train_FloatTensor:$grad, Train_FloatTensor:$output);
   let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$grad `,` $output attr-dict `:` type($result)";
+}
+
+def Train_AttentionGradOp : Train_GradOp<"attention_grad", [
+    Train_Kernel,
+    AllTypesMatch<["grad", "query", "output", "query_grad"]>,
+    AllTypesMatch<["key", "key_grad"]>,
+    AllTypesMatch<["value", "value_grad"]>]> {
+  let summary = "adjoint of train.attention";
+  let description = [{
+    Given the adjoint of the attention output and the forward operands,
+    output and `lse`, returns the adjoints of q, k and v. The scores and
+    probabilities are recomputed from q and k (nothing of size T x T was
+    kept by the forward pass); `output` and `lse` are what a tiled kernel
+    needs to recompute them block by block (FlashAttention's backward).
+
+    ```mlir
+    %dq, %dk, %dv = train.attention_grad %dy, %q, %k, %v, %y, %lse
+        {causal, scale = 1.250000e-01 : f64}
+        : tensor<2x4x64x64xf32>, tensor<2x4x64x64xf32>,
+          tensor<2x4x64x64xf32>, tensor<2x4x64xf32>
+    ```
+  }];
+  let arguments = (ins Train_FloatTensor:$grad, Train_FloatTensor:$query,
+                       Train_FloatTensor:$key, Train_FloatTensor:$value,
+                       Train_FloatTensor:$output,
+                       StaticShapeTensorOf<[F32]>:$lse, UnitAttr:$causal,
+                       F64Attr:$scale);
+  let results = (outs Train_FloatTensor:$query_grad,
+                      Train_FloatTensor:$key_grad,
+                      Train_FloatTensor:$value_grad);
+  let assemblyFormat = [{
+    $grad `,` $query `,` $key `,` $value `,` $output `,` $lse attr-dict `:`
+    type($query) `,` type($key) `,` type($value) `,` type($lse)
+  }];
+  let hasVerifier = 1;
 }
 
 def Train_LayerNormGradOp : Train_GradOp<"layer_norm_grad", [
