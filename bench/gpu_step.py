@@ -15,7 +15,10 @@ What it measures, in this order:
           f32 masters and moments), run at world size 1 with
           `--backend cuda`; the step time is the report's time_ms (the
           executable synchronizes the GPU at the end of every step), the
-          median over the steps after the warm-up.
+          median over the steps after the warm-up. --attention (default
+          both): a row for the composed model and one ("ztrain cuda
+          fused") for attention="fused", one train.attention op per layer
+          (docs/design.md, "Fused attention"); the profile is of the last.
   torch   ztrain.torch_ref's module of the same model on the same GPU, the
           same initial weights and batches, torch.optim.AdamW; fp32 with TF32
           off, or bf16 as PyTorch users run it: torch.autocast(bfloat16)
@@ -25,7 +28,7 @@ What it measures, in this order:
           median. Left out, saying why, when torch has no CUDA. A second
           row, "torch + sdpa", runs the same module with its attention
           replaced by F.scaled_dot_product_attention (causal): PyTorch's
-          fused attention, the bar for ztrain's once it has one.
+          fused attention, the bar for ztrain's fused row.
   profile (--profile) the ztrain executable's kernels for two steps under
           Nsight Compute (one metric, gpu__time_duration; --clock-control
           none, so the clocks are left as found): each kernel's launches and
@@ -109,12 +112,16 @@ def measure_peak(n, precision):
     return json.loads(p.stdout)
 
 
-def compile_ztrain(spec, precision, workdir):
-    mlir = os.path.join(workdir, "model.mlir")
+def compile_ztrain(spec, precision, workdir, name="model"):
+    mlir = os.path.join(workdir, f"{name}.mlir")
     with open(mlir, "w") as fh:
         fh.write(spec.to_mlir())
-    return parity.compile_model(mlir, os.path.join(workdir, "model"), OPT,
+    return parity.compile_model(mlir, os.path.join(workdir, name), OPT,
                                 extra=compile_flags(precision))
+
+
+def attention_kinds(choice):
+    return ("composed", "fused") if choice == "both" else (choice,)
 
 
 def bench_ztrain(exe, init_path, data_path, steps, workdir):
@@ -309,6 +316,9 @@ def main(argv=None):
     ap.add_argument("--peak-n", type=int, default=8192, help="GEMM size of the peak")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                     help="fp32, or bf16 (ztrain-compile --precision=bf16; torch autocast)")
+    ap.add_argument("--attention", choices=["composed", "fused", "both"], default="both",
+                    help="ztrain's model: composed attention, one fused train.attention "
+                         "op per layer, or a row for each (default)")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--profile", action="store_true",
                     help="also time ztrain's kernels under Nsight Compute (ncu)")
@@ -321,10 +331,12 @@ def main(argv=None):
     if args.steps <= WARMUP:
         ap.error(f"--steps must exceed the {WARMUP} warm-up steps")
     if args.compile_only:
-        spec = models.gpt(batch=args.batch, seq=args.seq, vocab=args.vocab,
-                          layers=args.layers, width=args.width, heads=args.heads)
-        with tempfile.TemporaryDirectory(prefix="ztrain-gpu-step-") as d:
-            compile_ztrain(spec, args.precision, d)
+        for kind in attention_kinds(args.attention):
+            spec = models.gpt(batch=args.batch, seq=args.seq, vocab=args.vocab,
+                              layers=args.layers, width=args.width, heads=args.heads,
+                              attention=kind)
+            with tempfile.TemporaryDirectory(prefix="ztrain-gpu-step-") as d:
+                compile_ztrain(spec, args.precision, d, name=f"model-{kind}")
         return 0
 
     gpus, why = cuda_devices()
@@ -362,14 +374,17 @@ def main(argv=None):
         safetensors.save(init_path, init)
         safetensors.save(data_path, data)
         rows = []
-        exe = compile_ztrain(spec, args.precision, d)
-        ms, loss, mem = bench_ztrain(exe, init_path, data_path, args.steps, d)
-        rows.append(("ztrain cuda", ms, loss, mem))
+        for kind in attention_kinds(args.attention):
+            # The same parameters (names, shapes, values) either way.
+            exe = compile_ztrain(models.gpt(**cfg, attention=kind), args.precision, d,
+                                 name=f"model-{kind}")
+            ms, loss, mem = bench_ztrain(exe, init_path, data_path, args.steps, d)
+            rows.append(("ztrain cuda" + (" fused" if kind == "fused" else ""), ms, loss,
+                         mem))
         if torch is not None:
             ms, loss, mem = bench_torch(torch, spec, init, data, args.steps, args.precision)
             rows.append((f"torch {torch.__version__}", ms, loss, mem))
-            # Not counted as the same model's peer (fused attention is what
-            # ztrain does not have yet), but shown: the bar for it.
+            # PyTorch's fused attention: the bar for ztrain's fused row.
             if hasattr(torch.nn.functional, "scaled_dot_product_attention"):
                 ms, loss, mem = bench_torch(torch, spec, init, data, args.steps,
                                             args.precision, sdpa=True)
