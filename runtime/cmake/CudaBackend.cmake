@@ -107,6 +107,7 @@ set(ZTRT_EXTRA_LINK_ARGS
 # the static CUDA runtime named below by path.
 function(ztrt_add_cuda_backend target)
   add_library(ztrt_cuda_kernels OBJECT
+    ${CMAKE_CURRENT_SOURCE_DIR}/cuda/Attention.cu
     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/Elementwise.cu
     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/Layout.cu
     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/Rows.cu)

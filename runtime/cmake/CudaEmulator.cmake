@@ -14,6 +14,7 @@ ztrt_add_runtime_library(ztrt_cudaemu
   cuda/CudaBackend.cpp
   cuda/emu/Blas.cpp
   cuda/emu/Grid.cpp
+  cuda/emu/KernelsAttention.cpp
   cuda/emu/KernelsElementwise.cpp
   cuda/emu/KernelsLayout.cpp
   cuda/emu/KernelsRows.cpp
@@ -26,7 +27,8 @@ target_include_directories(ztrt_cudaemu BEFORE PUBLIC ${ZTRT_CUDAEMU_DIR}/includ
 target_compile_definitions(ztrt_cudaemu PRIVATE ZTRT_HAVE_CUDA)
 # The kernels' float expressions round as nvcc --fmad=false rounds them.
 set_source_files_properties(
-  cuda/emu/KernelsElementwise.cpp cuda/emu/KernelsLayout.cpp
+  cuda/emu/KernelsAttention.cpp cuda/emu/KernelsElementwise.cpp
+  cuda/emu/KernelsLayout.cpp
   cuda/emu/KernelsRows.cpp
   PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
 

@@ -829,6 +829,20 @@ public:
   void attention(DType dtype, const void *q, const void *k, const void *v,
                  void *out, void *lse, int64_t heads, int64_t tq, int64_t tk,
                  int64_t d, int32_t causal, double scaleFactor) override {
+    // bf16 / f16 with a head dim the tiled kernel has: the tensor cores.
+    bool tiled = false;
+    if (dtype == DType::BF16)
+      tiled = cuda::attentionForward(as<bf16>(q), as<bf16>(k), as<bf16>(v),
+                                     as<bf16>(out), as<float>(lse), heads, tq,
+                                     tk, d, causal != 0,
+                                     static_cast<float>(scaleFactor), compute);
+    else if (dtype == DType::F16)
+      tiled = cuda::attentionForward(as<f16>(q), as<f16>(k), as<f16>(v),
+                                     as<f16>(out), as<float>(lse), heads, tq,
+                                     tk, d, causal != 0,
+                                     static_cast<float>(scaleFactor), compute);
+    if (tiled)
+      return;
     const int64_t group = attentionGroup(heads, tq, tk);
     const int64_t qn = tq * d, kn = tk * d, pn = tq * tk,
                   elem = elementBytes(dtype);
@@ -864,8 +878,21 @@ public:
                      const void *lse, void *dq, void *dk, void *dv,
                      int64_t heads, int64_t tq, int64_t tk, int64_t d,
                      int32_t causal, double scaleFactor) override {
-    (void)out;
-    (void)lse;
+    bool tiled = false;
+    if (dtype == DType::BF16)
+      tiled = cuda::attentionBackward(
+          as<bf16>(dout), as<bf16>(q), as<bf16>(k), as<bf16>(v),
+          as<bf16>(out), as<float>(lse), as<bf16>(dq), as<bf16>(dk),
+          as<bf16>(dv), heads, tq, tk, d, causal != 0,
+          static_cast<float>(scaleFactor), compute);
+    else if (dtype == DType::F16)
+      tiled = cuda::attentionBackward(
+          as<f16>(dout), as<f16>(q), as<f16>(k), as<f16>(v), as<f16>(out),
+          as<float>(lse), as<f16>(dq), as<f16>(dk), as<f16>(dv), heads, tq,
+          tk, d, causal != 0, static_cast<float>(scaleFactor), compute);
+    if (tiled)
+      return;
+    // The composed kernels (which read neither out nor lse).
     const int64_t group = attentionGroup(heads, tq, tk);
     const int64_t qn = tq * d, kn = tk * d, pn = tq * tk,
                   elem = elementBytes(dtype);

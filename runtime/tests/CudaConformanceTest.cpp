@@ -1440,7 +1440,12 @@ TEST_F(CudaConformanceTest, MaxReductionAndGradAreBitwise) {
 /// for heads processed in one group (the default scratch) and in groups of
 /// two with a ragged last group (AttentionGroupsTest).
 class CudaAttentionTest : public CudaConformanceTest {
-protected:
+public:
+  using CudaConformanceTest::at;
+  using CudaConformanceTest::both;
+  using CudaConformanceTest::fetch;
+  using CudaConformanceTest::output;
+  using CudaConformanceTest::twin;
   struct Shape {
     int64_t heads, tq, tk, d;
     int causal;
@@ -1532,6 +1537,131 @@ protected:
     expectRounded(fetch(dv16), fetch(dv), "dv");
   }
 };
+
+/// The tiled tensor-core forward (bf16 / f16, head dim 32 or 64) against
+/// the cpu's: the cpu keeps the probabilities in float, the kernel rounds
+/// them to T before the product with v (|v| < 1 here, so that costs at
+/// most 2^-(p+1) of the output, p = T's significant bits) and both round
+/// the output once (another ulp between them): 2^-(p-1) absolute. A wrong
+/// mask, tile edge, scale or row is off by O(0.1). lse: the same scores
+/// summed in another order, in float against double: 1e-4.
+template <typename T>
+void tiledMatchesTheCpu(CudaAttentionTest &t, const CudaAttentionTest::Shape &s,
+                        int32_t code, int bits) {
+  const int64_t qn = s.heads * s.tq * s.d, kn = s.heads * s.tk * s.d,
+                rows = s.heads * s.tq;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
+  auto narrow = [](const std::vector<float> &x) {
+    std::vector<T> out;
+    for (float e : x)
+      out.push_back(T(e));
+    return out;
+  };
+  auto q = t.twin(narrow(inputs(qn, 98, 3.0f))), k = t.twin(narrow(inputs(kn, 99))),
+       v = t.twin(narrow(inputs(kn, 100)));
+  auto out = t.twin(std::vector<T>(qn, T(NAN)));
+  auto lse = t.output(rows);
+  t.both([&](ztrt_ctx *x, bool d) {
+    ztrt_attention(x, code, t.at(q, d), t.at(k, d), t.at(v, d), t.at(out, d),
+                   t.at(lse, d), s.heads, s.tq, s.tk, s.d, s.causal, scale);
+  });
+  const std::string what = " h" + std::to_string(s.heads) + " q" +
+                           std::to_string(s.tq) + " k" + std::to_string(s.tk) +
+                           " d" + std::to_string(s.d) +
+                           (s.causal ? " causal" : "");
+  std::vector<T> got = t.fetch(out);
+  const double tol = std::ldexp(1.0, -(bits - 1));
+  int bad = 0;
+  for (int64_t i = 0; i < qn && bad < 5; ++i) {
+    const double g = static_cast<float>(got[i]),
+                 w = static_cast<float>(out.host[i]);
+    if (!(std::fabs(g - w) <= tol) && bad++ < 5)
+      ADD_FAILURE() << "tiled attention out" << what << " [" << i
+                    << "]: cuda " << g << ", cpu " << w << " (allowed " << tol
+                    << ")";
+  }
+  expectUlpsOrAbs(t.fetch(lse), lse.host, 64, 1e-4, "tiled attention lse" + what);
+}
+
+/// The tiled backward against the cpu's: p and ds are rounded to T for the
+/// tensor-core products (the cpu keeps them in float) and the sums run in
+/// another order, over up to tq or tk terms that partly cancel: each
+/// gradient within 2^-(p-3) of its tensor's largest magnitude (3% in bf16,
+/// 0.4% in f16). A dropped key tile, a wrong mask or a missing scale
+/// leaves some element off by its own size.
+template <typename T>
+void tiledBackwardMatchesTheCpu(CudaAttentionTest &t,
+                                const CudaAttentionTest::Shape &s,
+                                int32_t code, int bits) {
+  const int64_t qn = s.heads * s.tq * s.d, kn = s.heads * s.tk * s.d,
+                rows = s.heads * s.tq;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
+  auto narrow = [](const std::vector<float> &x) {
+    std::vector<T> out;
+    for (float e : x)
+      out.push_back(T(e));
+    return out;
+  };
+  auto q = t.twin(narrow(inputs(qn, 101, 3.0f))),
+       k = t.twin(narrow(inputs(kn, 102))), v = t.twin(narrow(inputs(kn, 103))),
+       dy = t.twin(narrow(inputs(qn, 104)));
+  auto out = t.twin(std::vector<T>(qn, T(NAN))),
+       dq = t.twin(std::vector<T>(qn, T(NAN))),
+       dk = t.twin(std::vector<T>(kn, T(NAN))),
+       dv = t.twin(std::vector<T>(kn, T(NAN)));
+  auto lse = t.output(rows);
+  t.both([&](ztrt_ctx *x, bool d) {
+    ztrt_attention(x, code, t.at(q, d), t.at(k, d), t.at(v, d), t.at(out, d),
+                   t.at(lse, d), s.heads, s.tq, s.tk, s.d, s.causal, scale);
+    ztrt_attention_grad(x, code, t.at(dy, d), t.at(q, d), t.at(k, d),
+                        t.at(v, d), t.at(out, d), t.at(lse, d), t.at(dq, d),
+                        t.at(dk, d), t.at(dv, d), s.heads, s.tq, s.tk, s.d,
+                        s.causal, scale);
+  });
+  const std::string what = " h" + std::to_string(s.heads) + " q" +
+                           std::to_string(s.tq) + " k" + std::to_string(s.tk) +
+                           " d" + std::to_string(s.d) +
+                           (s.causal ? " causal" : "");
+  auto compare = [&](Twin<T> &x, const char *name) {
+    std::vector<T> got = t.fetch(x);
+    double largest = 0.0;
+    for (const T &w : x.host)
+      largest = std::max(largest, std::fabs(static_cast<double>(
+                                      static_cast<float>(w))));
+    const double tol = std::ldexp(largest, -(bits - 3));
+    int bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double g = static_cast<float>(got[i]),
+                   w = static_cast<float>(x.host[i]);
+      if (!(std::fabs(g - w) <= tol) && bad++ < 5)
+        ADD_FAILURE() << "tiled attention " << name << what << " [" << i
+                      << "]: cuda " << g << ", cpu " << w << " (allowed "
+                      << tol << ")";
+    }
+  };
+  compare(dq, "dq");
+  compare(dk, "dk");
+  compare(dv, "dv");
+}
+
+TEST_F(CudaAttentionTest, TiledBackwardMatchesTheCpu) {
+  for (const Shape &s : {Shape{3, 70, 70, 64, 1}, Shape{2, 45, 45, 32, 1},
+                         Shape{2, 33, 77, 64, 0}, Shape{1, 130, 130, 32, 1}}) {
+    tiledBackwardMatchesTheCpu<bf16>(*this, s, ZTRT_BF16, 8);
+    tiledBackwardMatchesTheCpu<f16>(*this, s, ZTRT_F16, 11);
+  }
+}
+
+TEST_F(CudaAttentionTest, TiledForwardMatchesTheCpu) {
+  // Several blocks of 64 rows, ragged row blocks and key tiles, causal
+  // and cross attention, both head dims.
+  for (const Shape &s : {Shape{3, 70, 70, 64, 1}, Shape{2, 45, 45, 32, 1},
+                         Shape{2, 33, 77, 64, 0}, Shape{1, 130, 130, 64, 1},
+                         Shape{2, 16, 32, 32, 0}}) {
+    tiledMatchesTheCpu<bf16>(*this, s, ZTRT_BF16, 8);
+    tiledMatchesTheCpu<f16>(*this, s, ZTRT_F16, 11);
+  }
+}
 
 TEST_F(CudaAttentionTest, MatchesTheCpu) {
   check({6, 37, 37, 16, 1});

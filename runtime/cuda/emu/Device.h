@@ -111,6 +111,10 @@ template <typename T> T __shfl_xor_sync(unsigned mask, T value, int laneMask) {
   std::memcpy(&out, &bits, sizeof(T));
   return out;
 }
+/// A warp barrier over `mask` (a ballot whose result is dropped).
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  ::ztrt::cudaemu::warpExchange(::ztrt::cudaemu::WarpOp::Ballot, mask, 0, 0);
+}
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 
 inline unsigned long long atomicMin(unsigned long long *address,

@@ -1,0 +1,586 @@
+//===- Attention.cu - Tiled tensor-core attention ----------------*- CUDA -*-===//
+//
+// Part of ztrain's runtime: train.attention and its adjoint for bf16 / f16
+// heads of dimension 32 or 64 (the backward is described at its kernels).
+// The forward is FlashAttention-2's loop (Dao, 2023) on
+// the tensor cores through the warp matrix functions (nvcuda::wmma): a
+// block takes 64 query rows of one head, 16 per warp; it walks the keys in
+// tiles of 32 (up to the block's last row when causal, so the masked half
+// is skipped), staging each key and value tile in shared memory; each warp
+// computes its 16 x 32 scores in float (q k^T on the tensor cores),
+// updates its rows' running max and sum (online softmax, in float), writes
+// the tile's unnormalized probabilities as T and adds their product with
+// the values to its float output rows (tensor cores again). At the end
+// each row is divided by its sum, rounded to T once, and its log-sum-exp
+// written. No [T, T] tensor is ever in device memory.
+//
+// Numerics against the cpu kernel (which keeps the probabilities in float,
+// normalized before the product): the probabilities are rounded to T
+// before the product with v, as FlashAttention does, and the sums are in
+// float; the conformance suite (CudaAttentionTest) states the tolerance.
+// Deterministic: every sum has a fixed order (the tensor cores' within a
+// tile, the tiles in key order, the two lanes of a row combined by one
+// shuffle); no atomics.
+//
+// Accumulator fragments are touched only through load / store / mma (their
+// element layout is the hardware's), so the output rows are rescaled in
+// shared memory, where the layout is ours. That costs a load and a store of
+// the warp's 16 x D output per key tile; wgmma / mma.sync with the known
+// fragment layout would keep them in registers (the next step, measured on
+// a GPU first: docs/cuda.md).
+//
+//===----------------------------------------------------------------------===//
+
+#include "cuda/DeviceUtil.cuh"
+
+#include <mma.h>
+#ifndef ZTRT_CUDA_EMULATOR
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#endif
+
+#include <cmath>
+#include <type_traits>
+
+namespace ztrt::cuda {
+
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kRowsPerWarp = 16; // one fragment's rows
+constexpr int kWarps = 4;
+constexpr int kBlockRows = kRowsPerWarp * kWarps;
+constexpr int kKeys = 32; // keys per tile: two fragments' columns
+
+/// The element type the tensor-core fragments name: CUDA's own bf16 / half
+/// (layout-identical to ztrt's storage types); the emulator takes ztrt's.
+#ifdef ZTRT_CUDA_EMULATOR
+template <typename T> using MmaType = T;
+#else
+template <typename T>
+using MmaType =
+    std::conditional_t<std::is_same_v<T, bf16>, __nv_bfloat16, __half>;
+#endif
+
+template <typename T, int D> struct alignas(32) AttentionShared {
+  T keys[kKeys * D];
+  T values[kKeys * D];
+  // Per warp: the scores (float), then in place the probabilities (T);
+  // before the loop, the warp's query rows (T).
+  float scores[kWarps][kRowsPerWarp * kKeys];
+  // Per warp: the unnormalized output rows (float).
+  float out[kWarps][kRowsPerWarp * D];
+};
+
+/// Rows [row0, row0 + rows) of a [n, D] head into `dst` (rows x D), zeros
+/// for rows at or past n; `threads` threads from `rank`, 16 bytes each.
+template <typename T, int D>
+__device__ void stageRows(T *dst, const T *src, int64_t row0, int rows,
+                          int64_t n, int rank, int threads) {
+  constexpr int kPerWord = 16 / sizeof(T);
+  using Word = Pack<T>;
+  for (int w = rank; w < rows * D / kPerWord; w += threads) {
+    const int r = w * kPerWord / D;
+    Word word;
+    if (row0 + r < n) {
+      word = reinterpret_cast<const Word *>(src + (row0 + r) * D)[w % (D / kPerWord)];
+    } else {
+      for (int e = 0; e < kPerWord; ++e)
+        word.v[e] = T(0.0f);
+    }
+    reinterpret_cast<Word *>(dst)[w] = word;
+  }
+}
+
+template <typename T, int D>
+__global__ void attentionForwardKernel(const T *q, const T *k, const T *v,
+                                       T *out, float *lse, int64_t tq,
+                                       int64_t tk, bool causal, float scale) {
+  using M = MmaType<T>;
+  __shared__ AttentionShared<T, D> sh;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t head = blockIdx.y;
+  const int64_t blockRow0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const int64_t row0 = blockRow0 + warp * kRowsPerWarp;
+  const T *qh = q + head * tq * D, *kh = k + head * tk * D,
+          *vh = v + head * tk * D;
+
+  // The warp's query rows, as kD / 16 fragments kept for the whole loop.
+  T *staged = reinterpret_cast<T *>(sh.scores[warp]);
+  stageRows<T, D>(staged, qh, row0, kRowsPerWarp, tq, lane, kWarp);
+  __syncwarp();
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, M, wmma::row_major> qf[D / 16];
+  for (int kk = 0; kk < D / 16; ++kk)
+    wmma::load_matrix_sync(qf[kk], reinterpret_cast<const M *>(staged) + kk * 16,
+                           D);
+  float *o = sh.out[warp];
+  for (int e = lane; e < kRowsPerWarp * D; e += kWarp)
+    o[e] = 0.0f;
+
+  // Lane pair (2r, 2r + 1) owns row r: columns [16 h, 16 h + 16) of a
+  // score tile and [h D / 2, (h + 1) D / 2) of the output, h = lane % 2.
+  const int r = lane / 2, half = lane % 2;
+  const int64_t qi = row0 + r;
+  float m = -INFINITY, l = 0.0f;
+  // Block-uniform (the loop has block barriers): causal rows of this
+  // block see no key past its last row.
+  const int64_t keysEnd =
+      causal && blockRow0 + kBlockRows < tk ? blockRow0 + kBlockRows : tk;
+  for (int64_t j0 = 0; j0 < keysEnd; j0 += kKeys) {
+    __syncthreads(); // every warp is done with the previous tiles
+    stageRows<T, D>(sh.keys, kh, j0, kKeys, tk, threadIdx.x, blockDim.x);
+    stageRows<T, D>(sh.values, vh, j0, kKeys, tk, threadIdx.x, blockDim.x);
+    __syncthreads();
+
+    // Scores: 16 x kKeys in float.
+    float *s = sh.scores[warp];
+    for (int n = 0; n < kKeys / 16; ++n) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+      for (int kk = 0; kk < D / 16; ++kk) {
+        // k^T: element (d, key) of the [D, keys] operand is keys[key][d].
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::col_major> kf;
+        wmma::load_matrix_sync(
+            kf, reinterpret_cast<const M *>(sh.keys) + n * 16 * D + kk * 16,
+            D);
+        wmma::mma_sync(acc, qf[kk], kf, acc);
+      }
+      wmma::store_matrix_sync(s + n * 16, acc, kKeys, wmma::mem_row_major);
+    }
+    __syncwarp();
+
+    // Online softmax of row r over this tile.
+    float p[16];
+    float tileMax = -INFINITY;
+    for (int i = 0; i < 16; ++i) {
+      const int c = half * 16 + i;
+      const int64_t key = j0 + c;
+      const bool visible = key < tk && (!causal || key <= qi);
+      p[i] = visible ? s[r * kKeys + c] * scale : -INFINITY;
+      tileMax = fmaxf(tileMax, p[i]);
+    }
+    tileMax = fmaxf(tileMax, __shfl_xor_sync(kFullMask, tileMax, 1));
+    const float mNew = fmaxf(m, tileMax);
+    // A row with no visible key yet (none past tq here, but guarded)
+    // keeps m = -inf and adds nothing.
+    const float base = mNew == -INFINITY ? 0.0f : mNew;
+    const float alpha = expf(m - base);
+    float sum = 0.0f;
+    for (int i = 0; i < 16; ++i) {
+      p[i] = expf(p[i] - base);
+      sum += p[i];
+    }
+    sum += __shfl_xor_sync(kFullMask, sum, 1);
+    l = l * alpha + sum;
+    m = mNew;
+    __syncwarp(); // every lane has read its scores before they are replaced
+    T *probs = reinterpret_cast<T *>(s);
+    for (int i = 0; i < 16; ++i)
+      probs[r * kKeys + half * 16 + i] = T(p[i]);
+    for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c)
+      o[r * D + c] *= alpha;
+    __syncwarp();
+
+    // out += p v.
+    for (int n = 0; n < D / 16; ++n) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::load_matrix_sync(acc, o + n * 16, D, wmma::mem_row_major);
+      for (int kk = 0; kk < kKeys / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, M, wmma::row_major> pf;
+        wmma::load_matrix_sync(pf, reinterpret_cast<const M *>(probs) + kk * 16,
+                               kKeys);
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::row_major> vf;
+        wmma::load_matrix_sync(
+            vf, reinterpret_cast<const M *>(sh.values) + kk * 16 * D + n * 16,
+            D);
+        wmma::mma_sync(acc, pf, vf, acc);
+      }
+      wmma::store_matrix_sync(o + n * 16, acc, D, wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+
+  if (qi < tq) {
+    const float inv = 1.0f / l;
+    T *outRow = out + (head * tq + qi) * D;
+    for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c)
+      outRow[c] = T(o[r * D + c] * inv);
+    if (half == 0)
+      lse[head * tq + qi] = m + logf(l);
+  }
+}
+
+template <typename T, int D>
+void launchForward(const T *q, const T *k, const T *v, T *out, float *lse,
+                   int64_t heads, int64_t tq, int64_t tk, bool causal,
+                   float scale, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((tq + kBlockRows - 1) / kBlockRows),
+                  static_cast<unsigned>(heads));
+  ZTRT_LAUNCH(grid, kWarps * kWarp, 0, stream, attentionForwardKernel<T, D>)
+  (q, k, v, out, lse, tq, tk, causal, scale);
+  check(cudaGetLastError(), "attention kernel launch");
+}
+
+// --- Backward ---------------------------------------------------------------
+// FlashAttention-2's backward, without atomics: delta_i = sum(dout_i * out_i)
+// per query row first; then one kernel over key blocks (dk, dv: each warp's
+// 16 keys against every query tile that sees them) and one over query
+// blocks (dq: each warp's 16 rows against every key tile they see). Both
+// recompute p = exp(scale * q k^T - lse) from the forward's lse, and
+// ds = p * (dp - delta) with dp = dout v^T; p and ds are rounded to T for
+// the products on the tensor cores, the accumulators are float fragments
+// (no rescaling in the backward, so they stay in registers).
+
+/// delta[row] = sum_c dout[row, c] * out[row, c] in float, a warp per row
+/// (a fixed butterfly), the warps striding over the rows.
+template <typename T, int D>
+__global__ void attentionDeltaKernel(const T *dout, const T *out,
+                                     float *delta, int64_t rows) {
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  for (int64_t row =
+           (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) /
+           kWarp;
+       row < rows; row += warps) { // warp-uniform
+    float sum = 0.0f;
+    for (int c = lane; c < D; c += kWarp)
+      sum += static_cast<float>(dout[row * D + c]) *
+             static_cast<float>(out[row * D + c]);
+    for (int w = kWarp / 2; w > 0; w /= 2)
+      sum += __shfl_xor_sync(kFullMask, sum, w);
+    if (lane == 0)
+      delta[row] = sum;
+  }
+}
+
+template <typename T, int D> struct alignas(32) KeyBlockShared {
+  T queries[kKeys * D]; // a tile of 32 query rows
+  T douts[kKeys * D];
+  float lse[kKeys], delta[kKeys];
+  // Per warp: two 16 x 32 float tiles (s^T and dp^T; before the loop the
+  // warp's key and value rows; after it, dk and dv on their way out).
+  float tiles[kWarps][2][kRowsPerWarp * kKeys];
+};
+
+/// Per warp, 16 keys (r0 .. r0 + 15) of one head: dk and dv.
+template <typename T, int D>
+__global__ void attentionKeysKernel(const T *q, const T *k, const T *v,
+                                    const T *dout, const float *lse,
+                                    const float *delta, T *dk, T *dv,
+                                    int64_t tq, int64_t tk, bool causal,
+                                    float scale) {
+  static_assert(kRowsPerWarp * kKeys * 4 >= 16 * D * 2,
+                "a warp's key rows fit one float tile");
+  using M = MmaType<T>;
+  __shared__ KeyBlockShared<T, D> sh;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t head = blockIdx.y;
+  const int64_t blockKey0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const int64_t key0 = blockKey0 + warp * kRowsPerWarp;
+  const T *qh = q + head * tq * D, *dh = dout + head * tq * D;
+  float *st = sh.tiles[warp][0], *dpt = sh.tiles[warp][1];
+
+  // The warp's keys and values as fragments for the whole loop.
+  stageRows<T, D>(reinterpret_cast<T *>(st), k + head * tk * D, key0,
+                  kRowsPerWarp, tk, lane, kWarp);
+  stageRows<T, D>(reinterpret_cast<T *>(dpt), v + head * tk * D, key0,
+                  kRowsPerWarp, tk, lane, kWarp);
+  __syncwarp();
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, M, wmma::row_major> kf[D / 16],
+      vf[D / 16];
+  for (int kk = 0; kk < D / 16; ++kk) {
+    wmma::load_matrix_sync(kf[kk], reinterpret_cast<const M *>(st) + kk * 16, D);
+    wmma::load_matrix_sync(vf[kk], reinterpret_cast<const M *>(dpt) + kk * 16, D);
+  }
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> dkf[D / 16], dvf[D / 16];
+  for (int n = 0; n < D / 16; ++n) {
+    wmma::fill_fragment(dkf[n], 0.0f);
+    wmma::fill_fragment(dvf[n], 0.0f);
+  }
+
+  const int r = lane / 2, half = lane % 2;
+  const int64_t key = key0 + r;
+  // Causal: no query before the block's first key sees it.
+  const int64_t queryBegin = causal ? blockKey0 / kKeys * kKeys : 0;
+  for (int64_t i0 = queryBegin; i0 < tq; i0 += kKeys) {
+    __syncthreads();
+    stageRows<T, D>(sh.queries, qh, i0, kKeys, tq, threadIdx.x, blockDim.x);
+    stageRows<T, D>(sh.douts, dh, i0, kKeys, tq, threadIdx.x, blockDim.x);
+    if (threadIdx.x < kKeys) {
+      const int64_t i = i0 + threadIdx.x;
+      sh.lse[threadIdx.x] = i < tq ? lse[head * tq + i] : 0.0f;
+      sh.delta[threadIdx.x] = i < tq ? delta[head * tq + i] : 0.0f;
+    }
+    __syncthreads();
+
+    // s^T = k q^T and dp^T = v dout^T: 16 keys x 32 queries each.
+    for (int n = 0; n < kKeys / 16; ++n) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> sa, da;
+      wmma::fill_fragment(sa, 0.0f);
+      wmma::fill_fragment(da, 0.0f);
+      for (int kk = 0; kk < D / 16; ++kk) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::col_major> bf;
+        wmma::load_matrix_sync(
+            bf, reinterpret_cast<const M *>(sh.queries) + n * 16 * D + kk * 16,
+            D);
+        wmma::mma_sync(sa, kf[kk], bf, sa);
+        wmma::load_matrix_sync(
+            bf, reinterpret_cast<const M *>(sh.douts) + n * 16 * D + kk * 16, D);
+        wmma::mma_sync(da, vf[kk], bf, da);
+      }
+      wmma::store_matrix_sync(st + n * 16, sa, kKeys, wmma::mem_row_major);
+      wmma::store_matrix_sync(dpt + n * 16, da, kKeys, wmma::mem_row_major);
+    }
+    __syncwarp();
+
+    // p^T and ds^T of row r (one key), columns [16 h, 16 h + 16).
+    float p[16], ds[16];
+    for (int i = 0; i < 16; ++i) {
+      const int c = half * 16 + i;
+      const int64_t qi = i0 + c;
+      const bool visible = qi < tq && key < tk && (!causal || key <= qi);
+      p[i] = visible ? expf(st[r * kKeys + c] * scale - sh.lse[c]) : 0.0f;
+      ds[i] = p[i] * (dpt[r * kKeys + c] - sh.delta[c]);
+    }
+    __syncwarp(); // every lane has read its tiles before they are replaced
+    T *pt = reinterpret_cast<T *>(st), *dst = reinterpret_cast<T *>(dpt);
+    for (int i = 0; i < 16; ++i) {
+      pt[r * kKeys + half * 16 + i] = T(p[i]);
+      dst[r * kKeys + half * 16 + i] = T(ds[i]);
+    }
+    __syncwarp();
+
+    // dv += p^T dout, dk += ds^T q (scaled at the end).
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, M, wmma::row_major> pa, sa;
+      wmma::load_matrix_sync(pa, reinterpret_cast<const M *>(pt) + kk * 16, kKeys);
+      wmma::load_matrix_sync(sa, reinterpret_cast<const M *>(dst) + kk * 16,
+                             kKeys);
+      for (int n = 0; n < D / 16; ++n) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::row_major> bf;
+        wmma::load_matrix_sync(
+            bf, reinterpret_cast<const M *>(sh.douts) + kk * 16 * D + n * 16, D);
+        wmma::mma_sync(dvf[n], pa, bf, dvf[n]);
+        wmma::load_matrix_sync(
+            bf, reinterpret_cast<const M *>(sh.queries) + kk * 16 * D + n * 16,
+            D);
+        wmma::mma_sync(dkf[n], sa, bf, dkf[n]);
+      }
+    }
+    __syncwarp();
+  }
+
+  // Out through the warp's float tiles (16 x D floats each: two tiles).
+  float *stage = sh.tiles[warp][0];
+  for (int which = 0; which < 2; ++which) {
+    for (int n = 0; n < D / 16; ++n)
+      wmma::store_matrix_sync(stage + n * 16, which ? dvf[n] : dkf[n], D,
+                              wmma::mem_row_major);
+    __syncwarp();
+    T *dst = (which ? dv : dk) + head * tk * D;
+    const float factor = which ? 1.0f : scale;
+    if (key < tk)
+      for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c)
+        dst[key * D + c] = T(stage[r * D + c] * factor);
+    __syncwarp();
+  }
+}
+
+template <typename T, int D> struct alignas(32) QueryBlockShared {
+  T keys[kKeys * D];
+  T values[kKeys * D];
+  // Per warp: s and dp (16 x 32 floats each; before the loop the warp's
+  // query and dout rows; after it, dq on its way out).
+  float tiles[kWarps][2][kRowsPerWarp * kKeys];
+};
+
+/// Per warp, 16 query rows of one head: dq.
+template <typename T, int D>
+__global__ void attentionQueriesKernel(const T *q, const T *k, const T *v,
+                                       const T *dout, const float *lse,
+                                       const float *delta, T *dq, int64_t tq,
+                                       int64_t tk, bool causal, float scale) {
+  using M = MmaType<T>;
+  __shared__ QueryBlockShared<T, D> sh;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t head = blockIdx.y;
+  const int64_t blockRow0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const int64_t row0 = blockRow0 + warp * kRowsPerWarp;
+  const T *kh = k + head * tk * D, *vh = v + head * tk * D;
+  float *s = sh.tiles[warp][0], *dp = sh.tiles[warp][1];
+
+  stageRows<T, D>(reinterpret_cast<T *>(s), q + head * tq * D, row0,
+                  kRowsPerWarp, tq, lane, kWarp);
+  stageRows<T, D>(reinterpret_cast<T *>(dp), dout + head * tq * D, row0,
+                  kRowsPerWarp, tq, lane, kWarp);
+  __syncwarp();
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, M, wmma::row_major> qf[D / 16],
+      df[D / 16];
+  for (int kk = 0; kk < D / 16; ++kk) {
+    wmma::load_matrix_sync(qf[kk], reinterpret_cast<const M *>(s) + kk * 16, D);
+    wmma::load_matrix_sync(df[kk], reinterpret_cast<const M *>(dp) + kk * 16, D);
+  }
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> dqf[D / 16];
+  for (int n = 0; n < D / 16; ++n)
+    wmma::fill_fragment(dqf[n], 0.0f);
+
+  const int r = lane / 2, half = lane % 2;
+  const int64_t qi = row0 + r;
+  const float rowLse = qi < tq ? lse[head * tq + qi] : 0.0f;
+  const float rowDelta = qi < tq ? delta[head * tq + qi] : 0.0f;
+  const int64_t keysEnd =
+      causal && blockRow0 + kBlockRows < tk ? blockRow0 + kBlockRows : tk;
+  for (int64_t j0 = 0; j0 < keysEnd; j0 += kKeys) {
+    __syncthreads();
+    stageRows<T, D>(sh.keys, kh, j0, kKeys, tk, threadIdx.x, blockDim.x);
+    stageRows<T, D>(sh.values, vh, j0, kKeys, tk, threadIdx.x, blockDim.x);
+    __syncthreads();
+
+    // s = q k^T and dp = dout v^T: 16 rows x 32 keys each.
+    for (int n = 0; n < kKeys / 16; ++n) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> sa, da;
+      wmma::fill_fragment(sa, 0.0f);
+      wmma::fill_fragment(da, 0.0f);
+      for (int kk = 0; kk < D / 16; ++kk) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::col_major> bf;
+        wmma::load_matrix_sync(
+            bf, reinterpret_cast<const M *>(sh.keys) + n * 16 * D + kk * 16, D);
+        wmma::mma_sync(sa, qf[kk], bf, sa);
+        wmma::load_matrix_sync(
+            bf, reinterpret_cast<const M *>(sh.values) + n * 16 * D + kk * 16,
+            D);
+        wmma::mma_sync(da, df[kk], bf, da);
+      }
+      wmma::store_matrix_sync(s + n * 16, sa, kKeys, wmma::mem_row_major);
+      wmma::store_matrix_sync(dp + n * 16, da, kKeys, wmma::mem_row_major);
+    }
+    __syncwarp();
+
+    float ds[16];
+    for (int i = 0; i < 16; ++i) {
+      const int c = half * 16 + i;
+      const int64_t key = j0 + c;
+      const bool visible = qi < tq && key < tk && (!causal || key <= qi);
+      const float p = visible ? expf(s[r * kKeys + c] * scale - rowLse) : 0.0f;
+      ds[i] = p * (dp[r * kKeys + c] - rowDelta);
+    }
+    __syncwarp();
+    T *dst = reinterpret_cast<T *>(s);
+    for (int i = 0; i < 16; ++i)
+      dst[r * kKeys + half * 16 + i] = T(ds[i]);
+    __syncwarp();
+
+    // dq += ds k (scaled at the end).
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, M, wmma::row_major> sa;
+      wmma::load_matrix_sync(sa, reinterpret_cast<const M *>(dst) + kk * 16,
+                             kKeys);
+      for (int n = 0; n < D / 16; ++n) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::row_major> bf;
+        wmma::load_matrix_sync(
+            bf, reinterpret_cast<const M *>(sh.keys) + kk * 16 * D + n * 16, D);
+        wmma::mma_sync(dqf[n], sa, bf, dqf[n]);
+      }
+    }
+    __syncwarp();
+  }
+
+  float *stage = sh.tiles[warp][0];
+  for (int n = 0; n < D / 16; ++n)
+    wmma::store_matrix_sync(stage + n * 16, dqf[n], D, wmma::mem_row_major);
+  __syncwarp();
+  if (qi < tq)
+    for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c)
+      dq[(head * tq + qi) * D + c] = T(stage[r * D + c] * scale);
+}
+
+template <typename T, int D>
+void launchBackward(const T *dout, const T *q, const T *k, const T *v,
+                    const T *out, const float *lse, T *dq, T *dk, T *dv,
+                    int64_t heads, int64_t tq, int64_t tk, bool causal,
+                    float scale, cudaStream_t stream) {
+  float *delta = static_cast<float *>(
+      scratch(heads * tq * static_cast<int64_t>(sizeof(float)), stream,
+              "attention_grad"));
+  const int64_t rows = heads * tq;
+  ZTRT_LAUNCH(blocksFor(rows * kWarp), kBlock, 0, stream,
+              attentionDeltaKernel<T, D>)
+  (dout, out, delta, rows);
+  check(cudaGetLastError(), "attention_grad kernel launch");
+  const dim3 keyGrid(static_cast<unsigned>((tk + kBlockRows - 1) / kBlockRows),
+                     static_cast<unsigned>(heads));
+  ZTRT_LAUNCH(keyGrid, kWarps * kWarp, 0, stream, attentionKeysKernel<T, D>)
+  (q, k, v, dout, lse, delta, dk, dv, tq, tk, causal, scale);
+  check(cudaGetLastError(), "attention_grad kernel launch");
+  const dim3 queryGrid(static_cast<unsigned>((tq + kBlockRows - 1) / kBlockRows),
+                       static_cast<unsigned>(heads));
+  ZTRT_LAUNCH(queryGrid, kWarps * kWarp, 0, stream, attentionQueriesKernel<T, D>)
+  (q, k, v, dout, lse, delta, dq, tq, tk, causal, scale);
+  check(cudaGetLastError(), "attention_grad kernel launch");
+  release(delta, stream);
+}
+
+/// Whether the tiled kernels take this shape: a head dim they have, and
+/// grids within CUDA's limits.
+bool tiledShape(int64_t heads, int64_t tq, int64_t tk, int64_t d) {
+  constexpr int64_t kMaxGridY = 65535;
+  constexpr int64_t kMaxGridX = (int64_t(1) << 31) - 1;
+  return (d == 32 || d == 64) && heads > 0 && heads <= kMaxGridY &&
+         (tq + kBlockRows - 1) / kBlockRows <= kMaxGridX &&
+         (tk + kBlockRows - 1) / kBlockRows <= kMaxGridX;
+}
+
+} // namespace
+
+template <typename T>
+bool attentionForward(const T *q, const T *k, const T *v, T *out, float *lse,
+                      int64_t heads, int64_t tq, int64_t tk, int64_t d,
+                      bool causal, float scale, cudaStream_t stream) {
+  if (!tiledShape(heads, tq, tk, d))
+    return false;
+  if (d == 64)
+    launchForward<T, 64>(q, k, v, out, lse, heads, tq, tk, causal, scale,
+                         stream);
+  else if (d == 32)
+    launchForward<T, 32>(q, k, v, out, lse, heads, tq, tk, causal, scale,
+                         stream);
+  else
+    return false;
+  return true;
+}
+
+template <typename T>
+bool attentionBackward(const T *dout, const T *q, const T *k, const T *v,
+                       const T *out, const float *lse, T *dq, T *dk, T *dv,
+                       int64_t heads, int64_t tq, int64_t tk, int64_t d,
+                       bool causal, float scale, cudaStream_t stream) {
+  if (!tiledShape(heads, tq, tk, d))
+    return false;
+  if (d == 64)
+    launchBackward<T, 64>(dout, q, k, v, out, lse, dq, dk, dv, heads, tq, tk,
+                          causal, scale, stream);
+  else
+    launchBackward<T, 32>(dout, q, k, v, out, lse, dq, dk, dv, heads, tq, tk,
+                          causal, scale, stream);
+  return true;
+}
+
+#define ZTRT_INSTANTIATE(T)                                                    \
+  template bool attentionBackward<T>(const T *, const T *, const T *,         \
+                                     const T *, const T *, const float *, T *, \
+                                     T *, T *, int64_t, int64_t, int64_t,     \
+                                     int64_t, bool, float, cudaStream_t);
+ZTRT_INSTANTIATE(bf16)
+ZTRT_INSTANTIATE(f16)
+#undef ZTRT_INSTANTIATE
+
+template bool attentionForward<bf16>(const bf16 *, const bf16 *, const bf16 *,
+                                     bf16 *, float *, int64_t, int64_t,
+                                     int64_t, int64_t, bool, float,
+                                     cudaStream_t);
+template bool attentionForward<f16>(const f16 *, const f16 *, const f16 *,
+                                    f16 *, float *, int64_t, int64_t, int64_t,
+                                    int64_t, bool, float, cudaStream_t);
+
+} // namespace ztrt::cuda
