@@ -46,6 +46,7 @@ void ztrain::buildTrainingPipeline(OpPassManager &pm,
     recompute.policy = options.recompute;
     pm.addPass(train::createTrainRecompute(recompute));
   }
+  pm.addPass(train::createTrainFuseLoss());
   train::TrainOptimizerOptions opt;
   opt.kind = options.optimizer;
   opt.lr = options.lr;

@@ -519,6 +519,16 @@ public:
                                               as<float>(loss), rows, classes));
   }
 
+  void crossEntropyWithGrad(DType dtype, const void *logits,
+                            const void *labels, const void *dloss, void *loss,
+                            void *dlogits, int64_t rows,
+                            int64_t classes) override {
+    ZTRT_CPU_DISPATCH(dtype, crossEntropyWithGradT<T>(
+                                 as<T>(logits), as<int32_t>(labels),
+                                 as<float>(dloss), as<float>(loss),
+                                 as<T>(dlogits), rows, classes));
+  }
+
   void crossEntropyGrad(DType dtype, const void *dloss, const void *logits,
                         const void *labels, void *dlogits, int64_t rows,
                         int64_t classes) override {
@@ -1191,6 +1201,34 @@ private:
         dr[j] = st<T>((p - (j == labels[r] ? 1.0 : 0.0)) * scale);
       }
     }
+  }
+
+  /// crossEntropyT and crossEntropyGradT with one log-sum-exp per row:
+  /// their expressions, in their order.
+  template <typename T>
+  static void crossEntropyWithGradT(const T *logits, const int32_t *labels,
+                                    const float *dloss, float *loss,
+                                    T *dlogits, int64_t rows,
+                                    int64_t classes) {
+    checkLabels("cross_entropy", labels, rows, classes);
+    std::vector<double> rowLoss(rows);
+    const double scale = static_cast<double>(dloss[0]) / rows;
+#pragma omp parallel for schedule(static) if (rows * classes >=                \
+                                              kParallelElements)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *xr = logits + r * classes;
+      T *dr = dlogits + r * classes;
+      const double lse = logSumExp(xr, classes);
+      rowLoss[r] = lse - ld(xr[labels[r]]);
+      for (int64_t j = 0; j < classes; ++j) {
+        double p = std::exp(ld(xr[j]) - lse);
+        dr[j] = st<T>((p - (j == labels[r] ? 1.0 : 0.0)) * scale);
+      }
+    }
+    double sum = 0.0;
+    for (int64_t r = 0; r < rows; ++r)
+      sum += rowLoss[r];
+    loss[0] = static_cast<float>(sum / rows);
   }
 
   template <typename T>

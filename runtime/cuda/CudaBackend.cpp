@@ -1015,6 +1015,18 @@ public:
                                           as<float>(loss), rows, classes, error,
                                           compute));
   }
+  void crossEntropyWithGrad(DType dtype, const void *logits,
+                            const void *labels, const void *dloss, void *loss,
+                            void *dlogits, int64_t rows,
+                            int64_t classes) override {
+    checkRows("cross_entropy", rows);
+    cuda::ErrorSlot *error = slot("cross_entropy", true, classes);
+    ZTRT_CUDA_DISPATCH(dtype, cuda::crossEntropyWithGrad(
+                                  as<T>(logits), as<int32_t>(labels),
+                                  as<float>(dloss), as<float>(loss),
+                                  as<T>(dlogits), rows, classes, error,
+                                  compute));
+  }
   void crossEntropyGrad(DType dtype, const void *dloss, const void *logits,
                         const void *labels, void *dlogits, int64_t rows,
                         int64_t classes) override {

@@ -192,6 +192,12 @@ void softmax(const T *x, T *y, int64_t rows, int64_t cols, bool causal,
 template <typename T>
 void softmaxGrad(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols,
                  cudaStream_t stream);
+/// cross_entropy and cross_entropy_grad from one log-sum-exp per row.
+template <typename T>
+void crossEntropyWithGrad(const T *logits, const int32_t *labels,
+                          const float *dloss, float *loss, T *dlogits,
+                          int64_t rows, int64_t classes, ErrorSlot *error,
+                          cudaStream_t stream);
 /// The loss is one float whatever T (ztrt_abi.def).
 template <typename T>
 void crossEntropy(const T *logits, const int32_t *labels, float *loss,

@@ -401,6 +401,37 @@ __global__ void crossEntropyGradKernel(const float *dloss, const T *logits,
   }
 }
 
+/// crossEntropyRowsKernel and crossEntropyGradKernel in one: one
+/// log-sum-exp per row, their expressions.
+template <typename T>
+__global__ void crossEntropyWithGradKernel(const T *logits,
+                                           const int32_t *labels,
+                                           const float *dloss,
+                                           double *rowLoss, T *dlogits,
+                                           int64_t rows, int64_t classes,
+                                           ErrorSlot *error) {
+  const int64_t row = warpRow();
+  if (row >= rows)
+    return;
+  const int lane = threadIdx.x % kWarp;
+  const T *xr = logits + row * classes;
+  T *dr = dlogits + row * classes;
+  const double scale = static_cast<double>(dloss[0]) / rows;
+  const double lse = warpLogSumExp(xr, classes, lane);
+  const int32_t label = labels[row];
+  const bool valid = label >= 0 && label < classes;
+  if (lane == 0) {
+    if (!valid)
+      recordError(error, row, label);
+    rowLoss[row] = valid ? lse - ldd(xr[label]) : 0.0;
+  }
+  for (int64_t j = lane; j < classes; j += kWarp) {
+    double p = exp(ldd(xr[j]) - lse);
+    dr[j] = static_cast<T>(
+        static_cast<float>((p - (j == label ? 1.0 : 0.0)) * scale));
+  }
+}
+
 /// Threads of a block per row for layer norm: enough warps for the row,
 /// at most kBlock.
 int rowThreads(int64_t cols) {
@@ -567,7 +598,27 @@ void crossEntropyGrad(const float *dloss, const T *logits,
   check(cudaGetLastError(), "cross_entropy_grad kernel launch");
 }
 
+template <typename T>
+void crossEntropyWithGrad(const T *logits, const int32_t *labels,
+                          const float *dloss, float *loss, T *dlogits,
+                          int64_t rows, int64_t classes, ErrorSlot *error,
+                          cudaStream_t stream) {
+  auto *rowLoss = static_cast<double *>(
+      scratch(std::max<int64_t>(rows, 1) * sizeof(double), stream,
+              "cross_entropy_with_grad"));
+  if (rows > 0)
+    ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream,
+                crossEntropyWithGradKernel)
+    (logits, labels, dloss, rowLoss, dlogits, rows, classes, error);
+  ZTRT_LAUNCH(1, kBlock, 0, stream, meanKernel)(rowLoss, loss, rows);
+  check(cudaGetLastError(), "cross_entropy_with_grad kernel launch");
+  release(rowLoss, stream);
+}
+
 #define ZTRT_INSTANTIATE(T)                                                    \
+  template void crossEntropyWithGrad<T>(const T *, const int32_t *,           \
+                                        const float *, float *, T *, int64_t, \
+                                        int64_t, ErrorSlot *, cudaStream_t);   \
   template void layerNorm<T>(const T *, const T *, const T *, T *, int64_t,    \
                              int64_t, double, cudaStream_t);                   \
   template void layerNormGrad<T>(const T *, const T *, const T *, T *, T *,    \

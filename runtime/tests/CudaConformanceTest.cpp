@@ -942,6 +942,35 @@ TEST_F(CudaConformanceTest, CrossEntropyAndGrad) {
   expectUlpsOrAbs(fetch(dlogits), dlogits.host, 1, 1e-12, "cross_entropy_grad");
 }
 
+TEST_F(CudaConformanceTest, CrossEntropyWithGradIsTheTwoKernels) {
+  // On the device: bitwise the device's two kernels (one log-sum-exp per
+  // row instead of two, the same expressions), hence the cpu's tolerance.
+  const int64_t rows = 300, classes = 1000;
+  std::vector<int32_t> labelValues(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    labelValues[r] = static_cast<int32_t>((r * 7919) % classes);
+  auto logits = twin(inputs(rows * classes, 81, 8.0f)),
+       dloss = twin(std::vector<float>{0.7f});
+  auto labels = twin(labelValues);
+  auto loss = output(1), dlogits = output(rows * classes),
+       fusedLoss = output(1), fusedGrad = output(rows * classes);
+  ztrt_cross_entropy(g(), ZTRT_F32, logits.dev, labels.dev, loss.dev, rows,
+                     classes);
+  ztrt_cross_entropy_grad(g(), ZTRT_F32, dloss.dev, logits.dev, labels.dev,
+                          dlogits.dev, rows, classes);
+  both([&](ztrt_ctx *c, bool d) {
+    ztrt_cross_entropy_with_grad(c, ZTRT_F32, at(logits, d), at(labels, d),
+                                 at(dloss, d), at(fusedLoss, d),
+                                 at(fusedGrad, d), rows, classes);
+  });
+  expectBitwise(fetch(fusedLoss), fetch(loss), "cross_entropy_with_grad loss");
+  expectBitwise(fetch(fusedGrad), fetch(dlogits),
+                "cross_entropy_with_grad dlogits");
+  expectUlps(fetch(fusedLoss), fusedLoss.host, 1, "cross_entropy_with_grad");
+  expectUlpsOrAbs(fetch(fusedGrad), fusedGrad.host, 1, 1e-12,
+                  "cross_entropy_with_grad");
+}
+
 TEST_F(CudaConformanceTest, OutOfRangeLabelIsTheCpusError) {
   // The kernel records the first bad row; the error surfaces, with the cpu
   // backend's message, at the next synchronization.

@@ -9,6 +9,7 @@
 
 #include "TestUtil.h"
 
+#include "src/DType.h"
 #include "ztrt.h"
 
 #include <cmath>
@@ -473,6 +474,52 @@ TEST_F(KernelTest, CrossEntropyAndGrad) {
   for (size_t i = 0; i < grad.size(); ++i)
     // O(1/rows) values computed in double and rounded once; FD error ~1e-9.
     EXPECT_NEAR(grad[i], fd[i], 1e-6);
+}
+
+TEST_F(KernelTest, CrossEntropyWithGradIsBitwiseTheTwoKernels) {
+  // The fused kernel train-fuse-loss makes of the pair: the same
+  // expressions in the same order, so the same bits, in f32 and bf16, on
+  // rows long enough for the parallel path.
+  const int64_t rows = 37, classes = 1500;
+  auto logits = testValues(rows * classes, 72);
+  for (float &v : logits)
+    v *= 6;
+  std::vector<int32_t> labels(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    labels[r] = static_cast<int32_t>((r * 613) % classes);
+  const float dloss = 0.75f;
+  float loss = 0, fusedLoss = 0;
+  std::vector<float> grad(logits.size()), fusedGrad(logits.size());
+  ztrt_cross_entropy(ctx.get(), ZTRT_F32, logits.data(), labels.data(), &loss,
+                     rows, classes);
+  ztrt_cross_entropy_grad(ctx.get(), ZTRT_F32, &dloss, logits.data(),
+                          labels.data(), grad.data(), rows, classes);
+  ztrt_cross_entropy_with_grad(ctx.get(), ZTRT_F32, logits.data(),
+                               labels.data(), &dloss, &fusedLoss,
+                               fusedGrad.data(), rows, classes);
+  EXPECT_EQ(std::memcmp(&loss, &fusedLoss, sizeof(float)), 0)
+      << loss << " vs " << fusedLoss;
+  EXPECT_EQ(std::memcmp(grad.data(), fusedGrad.data(), grad.size() * 4), 0);
+
+  std::vector<ztrt::bf16> l16(logits.size()), g16(logits.size()),
+      f16g(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i)
+    l16[i] = ztrt::bf16(logits[i]);
+  ztrt_cross_entropy(ctx.get(), ZTRT_BF16, l16.data(), labels.data(), &loss,
+                     rows, classes);
+  ztrt_cross_entropy_grad(ctx.get(), ZTRT_BF16, &dloss, l16.data(),
+                          labels.data(), g16.data(), rows, classes);
+  ztrt_cross_entropy_with_grad(ctx.get(), ZTRT_BF16, l16.data(),
+                               labels.data(), &dloss, &fusedLoss, f16g.data(),
+                               rows, classes);
+  EXPECT_EQ(std::memcmp(&loss, &fusedLoss, sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(g16.data(), f16g.data(), g16.size() * 2), 0);
+  labels[5] = static_cast<int32_t>(classes);
+  EXPECT_EXIT(ztrt_cross_entropy_with_grad(ctx.get(), ZTRT_F32, logits.data(),
+                                           labels.data(), &dloss, &fusedLoss,
+                                           fusedGrad.data(), rows, classes),
+              ::testing::ExitedWithCode(1),
+              "cross_entropy: label 1500 out of range \\[0, 1500\\) at row 5");
 }
 
 TEST_F(KernelTest, CrossEntropyRejectsOutOfRangeLabel) {

@@ -36,7 +36,7 @@
 // DEPTH1-NEXT: %[[W3:.*]] = dist.wait %[[T3]] : tensor<4x8xf32>
 // DEPTH1-NEXT: train.matmul %{{.*}}, %[[W3]]
 // DEPTH1-NEXT: dist.release %[[W3]]
-// DEPTH1: train.cross_entropy_grad
+// DEPTH1: train.cross_entropy_with_grad
 // DEPTH1-NEXT: %[[T2B:.*]] = dist.gather_param_start @w2 on @dp
 // DEPTH1-NEXT: %[[W3B:.*]] = dist.wait %[[T3B]] : tensor<4x8xf32>
 // DEPTH1-NEXT: train.matmul %{{.*}}, %[[W3B]] :
@@ -81,7 +81,7 @@
 // LIVE-NEXT: dist.gather_param_start @w3 on @dp
 // LIVE-NEXT: train.relu
 // LIVE-NEXT: dist.gather_param_start @w3 on @dp
-// LIVE: train.cross_entropy_grad
+// LIVE: train.cross_entropy_with_grad
 // LIVE: %[[W3B:.*]] = dist.wait %{{.*}} : tensor<4x8xf32>
 // LIVE-NEXT: train.matmul %{{.*}}, %[[W3B]] :
 // LIVE-NEXT: dist.release %[[W3B]]
@@ -96,7 +96,7 @@
 // KEEP-COUNT-3: dist.gather_param_start
 // KEEP-NOT: dist.gather_param_start
 // KEEP: %[[W3:.*]] = dist.wait %{{.*}} : tensor<4x8xf32>
-// KEEP: train.cross_entropy_grad
+// KEEP: train.cross_entropy_with_grad
 // KEEP-NEXT: train.matmul %{{.*}}, %[[W3]] :
 // KEEP-NEXT: dist.release %[[W3]]
 

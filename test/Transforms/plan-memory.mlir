@@ -16,7 +16,7 @@
 // CHECK: train.param_read @w1 : tensor<8x6xf32>
 // CHECK-NEXT: train.matmul %arg0, %{{.*}} {dist.slots = [#dist.slot<"activations", 640, 64>], transpose_b}
 // CHECK: %[[L:.*]] = train.matmul %{{.*}}, %{{.*}} {dist.slots = [#dist.slot<"activations", 0, 32>], transpose_b}
-// CHECK: train.cross_entropy_grad %{{.*}}, %[[L]], %arg1 {dist.slots = [#dist.slot<"activations", 384, 32>]}
+// CHECK: train.cross_entropy_with_grad %[[L]], %arg1, %{{.*}} {dist.slots = [#dist.slot<"activations", 768, 4>, #dist.slot<"activations", 384, 32>]}
 // CHECK: train.matmul %{{.*}}, %{{.*}} {dist.slots = [#dist.slot<"activations", 0, 128>], transpose_a} : {{.*}} -> tensor<4x8xf32>
 // A bucket's packed buffers (2 ranks x 48 floats in, 48 out) are staging
 // slots of its start.

@@ -22,9 +22,8 @@
 // NOREPORT-NOT: loss scaling
 
 // ONE: module attributes {train.loss_scale = {hysteresis = 2 : i64, init = 6.553600e+04 : f64, min = 1.000000e+00 : f64, window = 1000 : i64}
-// ONE: %[[L:.*]] = train.cross_entropy
 // ONE: %[[S:.*]] = train.loss_scale : tensor<f32>
-// ONE: train.cross_entropy_grad %[[S]],
+// ONE: train.cross_entropy_with_grad %{{.*}}, %{{.*}}, %[[S]] :
 // ONE: %[[F0:.*]] = train.fill {value = 0.000000e+00 : f64} : tensor<f32>
 // (In the order the backward pass makes the gradients: b's, then w's.)
 // ONE-NEXT: %[[F1:.*]] = train.found_nonfinite %[[GB:.*]], %[[F0]] : tensor<3xf16>

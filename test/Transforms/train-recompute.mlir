@@ -66,7 +66,7 @@
 
 // Stage 3: the recomputed product reads the backward gather of @w1.
 // Z3: %[[G:.*]] = dist.gather_param @w1
-// Z3: cross_entropy_grad
+// Z3: cross_entropy_with_grad
 // Z3: %[[G2:.*]] = dist.gather_param @w1 {{.*}}
 // Z3-NEXT: train.matmul %{{.*}}, %[[G2]] {train.recomputed, transpose_b}
 

@@ -8,7 +8,7 @@
 // CHECK: %[[F:.*]] = dist.gather_param @w on @dp : tensor<20xf32>
 // CHECK-NEXT: %[[FR:.*]] = train.reshape %[[F]] : tensor<20xf32> -> tensor<5x4xf32>
 // CHECK-NEXT: train.matmul %{{.*}}, %[[FR]] {transpose_b}
-// CHECK: train.cross_entropy_grad
+// CHECK: train.cross_entropy_with_grad
 // CHECK-NOT: %[[FR]]
 // CHECK: %[[B:.*]] = dist.gather_param @w on @dp : tensor<20xf32>
 // CHECK-NEXT: %[[BR:.*]] = train.reshape %[[B]] : tensor<20xf32> -> tensor<5x4xf32>

@@ -9,7 +9,7 @@
 // CHECK-NEXT: train.embedding %[[F]]
 // CHECK-NOT: dist.gather_param
 // CHECK: train.matmul %{{.*}}, %[[F]] {transpose_b}
-// CHECK: train.cross_entropy_grad
+// CHECK: train.cross_entropy_with_grad
 // CHECK: %[[B:.*]] = dist.gather_param @wte on @dp : tensor<10x4xf32>
 // CHECK-NEXT: train.matmul %{{.*}}, %[[B]] : (tensor<6x10xf32>, tensor<10x4xf32>) -> tensor<6x4xf32>
 // CHECK-NOT: dist.gather_param

@@ -56,7 +56,7 @@
 // S3-NEXT: train.matmul %{{.*}}, %[[G1]] {transpose_b}
 // S3: %[[G2:.*]] = dist.gather_param @w2 on @dp : tensor<5x4xf32>
 // S3-NEXT: train.matmul %{{.*}}, %[[G2]] {transpose_b}
-// S3: train.cross_entropy_grad
+// S3: train.cross_entropy_with_grad
 // S3: %[[G2B:.*]] = dist.gather_param @w2 on @dp : tensor<5x4xf32>
 // S3-NEXT: train.matmul %{{.*}}, %[[G2B]] : (tensor<2x5xf32>, tensor<5x4xf32>) -> tensor<2x4xf32>
 // S3-NOT: all_gather_param

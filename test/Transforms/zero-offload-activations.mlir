@@ -20,7 +20,7 @@
 // CHECK-NOT: %[[X0]]
 // Back before the recomputation that reads it, into a fresh device buffer;
 // the recomputation and everything after read that value.
-// CHECK: train.cross_entropy_grad
+// CHECK: train.cross_entropy_with_grad
 // CHECK: %[[IN:.*]] = dist.reload_activation_start %[[X0]] : tensor<2x4xf32>
 // CHECK-NEXT: %[[X0B:.*]] = dist.wait %[[IN]] {dist.slots = [#dist.slot<"activations", {{[0-9]+}}, 32>]} : tensor<2x4xf32>
 // CHECK-NEXT: train.matmul %[[X0B]], %{{.*}} {{{.*}}train.recomputed

@@ -7,7 +7,7 @@
 // RUN: ztrain-compile %s --emit=obj -o %t/step.o && test -s %t/step.o
 // RUN: ztrain-compile %s -o %t/model --optimizer=sgd --lr=0.5 --dump-ir-dir=%t/ir
 // RUN: ls %t/ir | FileCheck %s --check-prefix=DUMP
-// RUN: FileCheck %s --check-prefix=OPT < %t/ir/03-train-optimizer.mlir
+// RUN: FileCheck %s --check-prefix=OPT < %t/ir/04-train-optimizer.mlir
 // RUN: FileCheck %s --check-prefix=EVAL < %t/ir/01-train-eval-entry.mlir
 // RUN: not %t/model --steps 4 --eval-data %t/eval.safetensors --eval-steps 2 2>&1 | FileCheck %s --check-prefix=NOFILE
 // RUN: %t/model --steps 30 --log-every 10 --report %t/report.json | FileCheck %s --check-prefix=STEPS
@@ -20,13 +20,14 @@
 // DUMP: 00-input.mlir
 // DUMP-NEXT: 01-train-eval-entry.mlir
 // DUMP-NEXT: 02-train-autodiff.mlir
-// DUMP-NEXT: 03-train-optimizer.mlir
-// DUMP-NEXT: 04-plan-memory.mlir
-// DUMP-NEXT: 05-lower-to-runtime.mlir
-// DUMP-NEXT: 06-convert-arith-to-llvm.mlir
-// DUMP-NEXT: 07-convert-func-to-llvm.mlir
-// DUMP-NEXT: 08-reconcile-unrealized-casts.mlir
-// DUMP-NEXT: 09-llvm-ir.ll
+// DUMP-NEXT: 03-train-fuse-loss.mlir
+// DUMP-NEXT: 04-train-optimizer.mlir
+// DUMP-NEXT: 05-plan-memory.mlir
+// DUMP-NEXT: 06-lower-to-runtime.mlir
+// DUMP-NEXT: 07-convert-arith-to-llvm.mlir
+// DUMP-NEXT: 08-convert-func-to-llvm.mlir
+// DUMP-NEXT: 09-reconcile-unrealized-casts.mlir
+// DUMP-NEXT: 10-llvm-ir.ll
 // The forward-only copy the executable evaluates with.
 // EVAL: func.func @f_eval(%{{.*}}) -> tensor<f32> attributes {train.eval}
 // EVAL-NEXT: train.param_read @w

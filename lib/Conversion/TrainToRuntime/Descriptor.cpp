@@ -88,6 +88,8 @@ int64_t inputBound(Value v) {
         tighten(shapeOf(ce.getLogits())[1]);
       else if (auto ceg = dyn_cast<CrossEntropyGradOp>(user))
         tighten(shapeOf(ceg.getLogits())[1]);
+      else if (auto cew = dyn_cast<CrossEntropyWithGradOp>(user))
+        tighten(shapeOf(cew.getLogits())[1]);
       else if (auto emb = dyn_cast<EmbeddingOp>(user))
         tighten(shapeOf(emb.getTable())[0]);
       else if (auto embg = dyn_cast<EmbeddingGradOp>(user))

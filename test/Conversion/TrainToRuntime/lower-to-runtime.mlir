@@ -18,7 +18,9 @@
 // The reshape aliases its operand: no call, the cross-entropy reads %H's
 // bias-added successor directly.
 // CHECK-NOT: reshape
-// CHECK: call @ztrt_cross_entropy(%[[CTX]], %c0_i32, %[[LOGITS:.*]], %[[LAB]], %[[LOSS:.*]], %{{.*}}, %{{.*}})
+// The loss and its adjoint in one call (train-fuse-loss): logits, labels,
+// the seed, the loss, the logits' gradient, rows, classes.
+// CHECK: call @ztrt_cross_entropy_with_grad(%[[CTX]], %c0_i32, %[[LOGITS:.*]], %[[LAB]], %{{.*}}, %[[LOSS:.*]], %{{.*}}, %{{.*}}, %{{.*}})
 // The loss is reported as soon as it exists, before the in-place updates.
 // CHECK-NEXT: call @ztrt_set_loss(%[[CTX]], %[[LOSS]])
 // Gradients are written straight into the runtime's persistent gradient

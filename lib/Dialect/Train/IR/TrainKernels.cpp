@@ -295,6 +295,14 @@ KernelCall CrossEntropyOp::getKernelCall() {
                A::buffer(getResult()), A::i64(rows), A::i64(classes)});
 }
 
+KernelCall CrossEntropyWithGradOp::getKernelCall() {
+  auto [rows, classes] = rowsCols(getLogits());
+  return call("cross_entropy_with_grad", getLogits(),
+              {A::buffer(getLogits()), A::buffer(getLabels()),
+               A::buffer(getDloss()), A::buffer(getResult()),
+               A::buffer(getLogitsGrad()), A::i64(rows), A::i64(classes)});
+}
+
 KernelCall CrossEntropyGradOp::getKernelCall() {
   auto [rows, classes] = rowsCols(getLogits());
   return call("cross_entropy_grad", getLogits(),

@@ -84,7 +84,8 @@ bool ztrain::train::isAlwaysF32(Value v) {
   Operation *op = v.getDefiningOp();
   // The loss of a cross-entropy is f32 whatever the logits are, and so is
   // the adjoint that seeds its gradient.
-  if (isa_and_nonnull<CrossEntropyOp, CrossEntropyGradOp>(op) &&
+  if (isa_and_nonnull<CrossEntropyOp, CrossEntropyGradOp,
+                      CrossEntropyWithGradOp>(op) &&
       cast<RankedTensorType>(v.getType()).getRank() == 0)
     return true;
   // Attention's row log-sum-exps.
@@ -94,7 +95,8 @@ bool ztrain::train::isAlwaysF32(Value v) {
 }
 
 LogicalResult ztrain::train::verifySameFloatElementType(Operation *op) {
-  bool lossExempt = isa<CrossEntropyOp, CrossEntropyGradOp>(op);
+  bool lossExempt =
+      isa<CrossEntropyOp, CrossEntropyGradOp, CrossEntropyWithGradOp>(op);
   Type first;
   std::string firstWhat;
   auto check = [&](Value v, StringRef what, unsigned i) -> LogicalResult {
@@ -727,15 +729,26 @@ LogicalResult EmbeddingOp::verify() {
                       shapeOf(getResult()), "result");
 }
 
-LogicalResult CrossEntropyOp::verify() {
-  ArrayRef<int64_t> l = shapeOf(getLogits()), y = shapeOf(getLabels());
+/// logits [rows, classes] and labels [rows].
+static LogicalResult verifyCrossEntropy(Operation *op, Value logits,
+                                        Value labels) {
+  ArrayRef<int64_t> l = shapeOf(logits), y = shapeOf(labels);
   if (l.size() != 2)
-    return emitOpError() << "logits must be [rows, classes], got "
-                         << fmtShape(l);
+    return op->emitOpError() << "logits must be [rows, classes], got "
+                             << fmtShape(l);
   if (y.size() != 1 || y[0] != l[0])
-    return emitOpError() << "labels shape " << fmtShape(y) << " must be ["
-                         << l[0] << "] (one label per logits row)";
+    return op->emitOpError() << "labels shape " << fmtShape(y)
+                             << " must be [" << l[0]
+                             << "] (one label per logits row)";
   return success();
+}
+
+LogicalResult CrossEntropyOp::verify() {
+  return verifyCrossEntropy(*this, getLogits(), getLabels());
+}
+
+LogicalResult CrossEntropyWithGradOp::verify() {
+  return verifyCrossEntropy(*this, getLogits(), getLabels());
 }
 
 LogicalResult EmbeddingGradOp::verify() {

@@ -1200,6 +1200,37 @@ def Train_LayerNormGradOp : Train_GradOp<"layer_norm_grad", [
   }];
 }
 
+def Train_CrossEntropyWithGradOp : Train_GradOp<"cross_entropy_with_grad", [
+    Train_Kernel,
+    AllTypesMatch<["logits", "logits_grad"]>]> {
+  let summary = "train.cross_entropy and its adjoint in one pass";
+  let description = [{
+    The loss `mean_r(-log softmax(logits[r])[labels[r]])` (train.cross_entropy)
+    and its adjoint `dloss * (softmax(logits) - onehot(labels)) / rows`
+    (train.cross_entropy_grad) from one read of the logits: each row's
+    log-sum-exp is computed once for both. The same expressions in the same
+    order as the two ops, so the same bits. `train-fuse-loss` makes it from
+    the pair once the seed `dloss` of the backward pass exists, at the
+    adjoint's place.
+
+    ```mlir
+    %loss, %dlogits = train.cross_entropy_with_grad %logits, %y, %seed
+        : tensor<32x10xf32>, tensor<32xi32>
+    ```
+
+    **Constraints:**
+    - `logits` is [rows, classes], `labels` is [rows]; `dloss` and the loss
+      are 0-d f32, the adjoint has the logits' type.
+  }];
+  let arguments = (ins Train_FloatTensor:$logits, Train_I32Tensor:$labels,
+                       Train_F32Flag:$dloss);
+  let results = (outs Train_F32Flag:$result, Train_FloatTensor:$logits_grad);
+  let assemblyFormat = [{
+    $logits `,` $labels `,` $dloss attr-dict `:` type($logits) `,` type($labels)
+  }];
+  let hasVerifier = 1;
+}
+
 def Train_CrossEntropyGradOp : Train_GradOp<"cross_entropy_grad", [
     Train_Kernel,
     AllTypesMatch<["logits", "result"]>]> {

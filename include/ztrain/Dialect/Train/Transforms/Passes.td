@@ -157,6 +157,34 @@ def TrainAutodiff : Pass<"train-autodiff", "::mlir::ModuleOp"> {
   ];
 }
 
+def TrainFuseLoss : Pass<"train-fuse-loss", "::mlir::ModuleOp"> {
+  let summary = "The cross-entropy loss and its adjoint in one kernel";
+  let description = [{
+    Runs after `train-autodiff` (and `train-recompute`), before
+    `train-optimizer`. A `train.cross_entropy` and the
+    `train.cross_entropy_grad` of the same logits and labels become one
+    `train.cross_entropy_with_grad` at the adjoint's place (the first op of
+    the backward pass), which reads the logits once and computes each row's
+    log-sum-exp once: the same expressions in the same order, so the loss
+    and the adjoint are bitwise the two ops'. Nothing reads the loss
+    before the adjoint's place in a step (the return does), so moving it
+    there changes no value; a pair whose loss is read earlier, or whose
+    logits differ, is left as it is.
+
+    ```mlir
+    // before
+    %loss = train.cross_entropy %logits, %y : (tensor<32x10xf32>, tensor<32xi32>) -> tensor<f32>
+    %seed = train.fill {value = 1.000000e+00 : f64} : tensor<f32>
+    %dlogits = train.cross_entropy_grad %seed, %logits, %y
+        : (tensor<f32>, tensor<32x10xf32>, tensor<32xi32>) -> tensor<32x10xf32>
+    // after
+    %seed = train.fill {value = 1.000000e+00 : f64} : tensor<f32>
+    %loss, %dlogits = train.cross_entropy_with_grad %logits, %y, %seed : tensor<32x10xf32>, tensor<32xi32>
+    ```
+  }];
+  let dependentDialects = ["::ztrain::train::TrainDialect"];
+}
+
 def TrainRecompute : Pass<"train-recompute", "::mlir::ModuleOp"> {
   let summary = "Activation checkpointing: recompute forward values in the "
                 "backward pass instead of keeping them (ZeRO-R)";
