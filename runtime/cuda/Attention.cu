@@ -521,14 +521,18 @@ void launchBackward(const T *dout, const T *q, const T *k, const T *v,
   release(delta, stream);
 }
 
-/// Whether the tiled kernels take this shape: a head dim they have, and
-/// grids within CUDA's limits.
-bool tiledShape(int64_t heads, int64_t tq, int64_t tk, int64_t d) {
+/// Whether the tiled kernels take this shape: a head dim they have, grids
+/// within CUDA's limits, and 16-byte aligned tensors (their rows are
+/// staged 16 bytes at a time; the memory plan may pack a buffer tighter).
+template <typename... P>
+bool tiledShape(int64_t heads, int64_t tq, int64_t tk, int64_t d,
+                P... tensors) {
   constexpr int64_t kMaxGridY = 65535;
   constexpr int64_t kMaxGridX = (int64_t(1) << 31) - 1;
   return (d == 32 || d == 64) && heads > 0 && heads <= kMaxGridY &&
          (tq + kBlockRows - 1) / kBlockRows <= kMaxGridX &&
-         (tk + kBlockRows - 1) / kBlockRows <= kMaxGridX;
+         (tk + kBlockRows - 1) / kBlockRows <= kMaxGridX &&
+         aligned16(tensors...);
 }
 
 } // namespace
@@ -537,7 +541,7 @@ template <typename T>
 bool attentionForward(const T *q, const T *k, const T *v, T *out, float *lse,
                       int64_t heads, int64_t tq, int64_t tk, int64_t d,
                       bool causal, float scale, cudaStream_t stream) {
-  if (!tiledShape(heads, tq, tk, d))
+  if (!tiledShape(heads, tq, tk, d, q, k, v, out))
     return false;
   if (d == 64)
     launchForward<T, 64>(q, k, v, out, lse, heads, tq, tk, causal, scale,
@@ -555,7 +559,7 @@ bool attentionBackward(const T *dout, const T *q, const T *k, const T *v,
                        const T *out, const float *lse, T *dq, T *dk, T *dv,
                        int64_t heads, int64_t tq, int64_t tk, int64_t d,
                        bool causal, float scale, cudaStream_t stream) {
-  if (!tiledShape(heads, tq, tk, d))
+  if (!tiledShape(heads, tq, tk, d, dout, q, k, v, out, dq, dk, dv))
     return false;
   if (d == 64)
     launchBackward<T, 64>(dout, q, k, v, out, lse, dq, dk, dv, heads, tq, tk,

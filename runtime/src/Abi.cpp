@@ -201,8 +201,14 @@ template <> struct KernelChecks<&Backend::softmax> {
 };
 
 /// Causal attention needs tq == tk; the scale is finite and positive.
-static void checkAttention(const char *op, int64_t tq, int64_t tk,
-                           int32_t causal, double scale) {
+static void checkAttention(const char *op, int64_t heads, int64_t tq,
+                           int64_t tk, int64_t d, int32_t causal,
+                           double scale) {
+  if (heads == 0 || tq == 0 || tk == 0 || d == 0)
+    fatal("%s: heads, tq, tk and d must be positive, got %lld, %lld, %lld, "
+          "%lld",
+          op, static_cast<long long>(heads), static_cast<long long>(tq),
+          static_cast<long long>(tk), static_cast<long long>(d));
   if (causal && tq != tk)
     fatal("%s: causal attention needs tq == tk, got %lld and %lld", op,
           static_cast<long long>(tq), static_cast<long long>(tk));
@@ -212,18 +218,18 @@ static void checkAttention(const char *op, int64_t tq, int64_t tk,
 
 template <> struct KernelChecks<&Backend::attention> {
   static void check(const char *op, const void *, const void *, const void *,
-                    void *, void *, int64_t, int64_t tq, int64_t tk, int64_t,
-                    int32_t causal, double scale) {
-    checkAttention(op, tq, tk, causal, scale);
+                    void *, void *, int64_t heads, int64_t tq, int64_t tk,
+                    int64_t d, int32_t causal, double scale) {
+    checkAttention(op, heads, tq, tk, d, causal, scale);
   }
 };
 
 template <> struct KernelChecks<&Backend::attentionGrad> {
   static void check(const char *op, const void *, const void *, const void *,
                     const void *, const void *, const void *, void *, void *,
-                    void *, int64_t, int64_t tq, int64_t tk, int64_t,
+                    void *, int64_t heads, int64_t tq, int64_t tk, int64_t d,
                     int32_t causal, double scale) {
-    checkAttention(op, tq, tk, causal, scale);
+    checkAttention(op, heads, tq, tk, d, causal, scale);
   }
 };
 

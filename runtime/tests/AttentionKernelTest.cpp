@@ -261,6 +261,11 @@ TEST(AttentionAbiTest, CausalCrossAttentionIsRefused) {
                              std::nan("")),
               ::testing::ExitedWithCode(1),
               "attention: scale must be finite and positive");
+  EXPECT_EXIT(ztrt_attention(ctx.get(), ZTRT_F32, x.data(), x.data(),
+                             x.data(), out.data(), lse.data(), 2, 3, 0, 4, 0,
+                             0.5),
+              ::testing::ExitedWithCode(1),
+              "attention: heads, tq, tk and d must be positive, got 2, 3, 0, 4");
 }
 
 } // namespace

@@ -1674,8 +1674,11 @@ void tiledBackwardMatchesTheCpu(CudaAttentionTest &t,
 }
 
 TEST_F(CudaAttentionTest, TiledBackwardMatchesTheCpu) {
+  // (bf16's bound is loose for the small gradients of late keys; f16's,
+  // 8x tighter, is what catches a dropped query tile there.)
   for (const Shape &s : {Shape{3, 70, 70, 64, 1}, Shape{2, 45, 45, 32, 1},
-                         Shape{2, 33, 77, 64, 0}, Shape{1, 130, 130, 32, 1}}) {
+                         Shape{2, 33, 77, 64, 0}, Shape{2, 77, 33, 32, 0},
+                         Shape{1, 130, 130, 32, 1}}) {
     tiledBackwardMatchesTheCpu<bf16>(*this, s, ZTRT_BF16, 8);
     tiledBackwardMatchesTheCpu<f16>(*this, s, ZTRT_F16, 11);
   }
@@ -1685,8 +1688,8 @@ TEST_F(CudaAttentionTest, TiledForwardMatchesTheCpu) {
   // Several blocks of 64 rows, ragged row blocks and key tiles, causal
   // and cross attention, both head dims.
   for (const Shape &s : {Shape{3, 70, 70, 64, 1}, Shape{2, 45, 45, 32, 1},
-                         Shape{2, 33, 77, 64, 0}, Shape{1, 130, 130, 64, 1},
-                         Shape{2, 16, 32, 32, 0}}) {
+                         Shape{2, 33, 77, 64, 0}, Shape{2, 77, 33, 64, 0},
+                         Shape{1, 130, 130, 64, 1}, Shape{2, 16, 32, 32, 0}}) {
     tiledMatchesTheCpu<bf16>(*this, s, ZTRT_BF16, 8);
     tiledMatchesTheCpu<f16>(*this, s, ZTRT_F16, 11);
   }

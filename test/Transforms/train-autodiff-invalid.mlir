@@ -41,3 +41,15 @@ func.func @f(%x: tensor<f32>) -> tensor<f32> attributes {train.entry} {
 func.func @f(%x: tensor<f32>) -> tensor<f32> attributes {train.entry, train.gradients = []} {
   return %x : tensor<f32>
 }
+
+// -----
+
+// attention's lse is kept for the adjoint, not differentiable.
+train.param @q : tensor<2x4x8xf32> init(normal, 1.0)
+func.func @f() -> tensor<f32> attributes {train.entry} {
+  %q = train.param_read @q : tensor<2x4x8xf32>
+  // expected-error @+1 {{'train.attention' op has a loss that depends on its lse result, which has no gradient}}
+  %y, %lse = train.attention %q, %q, %q {causal, scale = 0.5 : f64} : tensor<2x4x8xf32>, tensor<2x4x8xf32> -> tensor<2x4x8xf32>, tensor<2x4xf32>
+  %l = train.reduce sum %lse [0, 1] : tensor<2x4xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -819,3 +819,14 @@ func.func @attention_mixed(%q: tensor<2x5x8xbf16>, %k: tensor<2x5x8xf32>) {
   %y, %lse = train.attention %q, %k, %k {scale = 0.5 : f64} : tensor<2x5x8xbf16>, tensor<2x5x8xf32> -> tensor<2x5x8xbf16>, tensor<2x5xf32>
   return
 }
+
+// -----
+
+// lse is f32 whatever the attention's type; an op that reads it is checked
+// as any other.
+func.func @attention_lse_reader(%q: tensor<2x5x8xbf16>, %w: tensor<5x5xbf16>) {
+  %y, %lse = train.attention %q, %q, %q {scale = 0.5 : f64} : tensor<2x5x8xbf16>, tensor<2x5x8xbf16> -> tensor<2x5x8xbf16>, tensor<2x5xf32>
+  // expected-error @+1 {{'train.matmul' op mixes element types: operand #0 is 'f32' but operand #1 is 'bf16'}}
+  %m = train.matmul %lse, %w : (tensor<2x5xf32>, tensor<5x5xbf16>) -> tensor<2x5xbf16>
+  return
+}

@@ -105,10 +105,12 @@ LogicalResult ztrain::train::verifySameFloatElementType(Operation *op) {
       return success();
     if (lossExempt && tensor.getRank() == 0)
       return success();
-    // An f32 value that stays f32 whatever the op's element type: the
-    // attention op's lse result and the lse operand of its adjoint.
-    if (isAlwaysF32(v) || (isa<AttentionGradOp>(op) &&
-                           v == cast<AttentionGradOp>(op).getLse()))
+    // An f32 value that stays f32 whatever the op's element type: this
+    // op's own lse (or loss) result, and the lse operand of attention's
+    // adjoint. (Another op reading such a value is checked as usual.)
+    if ((v.getDefiningOp() == op && isAlwaysF32(v)) ||
+        (isa<AttentionGradOp>(op) &&
+         v == cast<AttentionGradOp>(op).getLse()))
       return success();
     std::string name = (what + " #" + Twine(i)).str();
     if (!first) {

@@ -110,6 +110,9 @@ void TrainAutodiffPass::runOnOperation() {
       return signalPassFailure();
     }
     SmallVector<Value> operandGrads = iface.buildGradients(b, resultGrads);
+    // A rule that cannot differentiate this use of its op has said why.
+    if (operandGrads.size() != op->getNumOperands())
+      return signalPassFailure();
     for (auto [operand, grad] : llvm::zip(op->getOperands(), operandGrads))
       if (grad)
         accumulate(b, op->getLoc(), adjoint[operand], grad);

@@ -16,7 +16,10 @@
 // multiple of 16 bytes. mma_sync multiplies the widened operands exactly
 // and adds them to the accumulator in k order, in float; a tensor core's
 // order and rounding of the 16 products are its own (within float
-// accumulation error of these).
+// accumulation error of these). What this cannot show: a missing
+// __syncwarp next to a wmma call (every call here is itself a warp barrier
+// and every lane writes the whole tile), and lanes passing different
+// pointers; code review has to.
 //
 //===----------------------------------------------------------------------===//
 

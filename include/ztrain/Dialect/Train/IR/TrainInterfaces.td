@@ -18,7 +18,9 @@ def Train_GradientOpInterface : OpInterface<"GradientOpInterface"> {
     compute the adjoint of every operand and returns them in operand order;
     operands that are not differentiable (integer labels, token ids) get a
     null Value. The op's own operands and results may be used freely: the
-    backward pass runs after the whole forward pass.
+    backward pass runs after the whole forward pass. A rule that cannot
+    differentiate this use of the op (attention's lse read by the loss)
+    emits an error on the op and returns no values: the pass fails.
   }];
   let methods = [
     InterfaceMethod<

@@ -784,9 +784,13 @@ def Train_AttentionOp : Train_ComputeOp<"attention", [Train_Kernel,
     keeps the probabilities alive until the backward pass: batch x heads x
     T x T elements per layer. This op keeps only its output and `lse`, the
     log-sum-exp of each row of scaled scores (f32 whatever the element
-    type, `[..., Tq]`); `train.attention_grad` recomputes the scores from
-    q and k. Inside the kernels the scores and probabilities stay in f32;
-    only the output is rounded to the element type.
+    type, `[..., Tq]`, not differentiable: a loss may not depend on it);
+    `train.attention_grad` recomputes the scores from q and k. The scores
+    and the softmax statistics are computed in f32. The cpu kernels keep
+    the probabilities in f32 too and round only the results to the element
+    type; the cuda backend's tiled bf16 / f16 kernels round the
+    probabilities (and, in the adjoint, ds) to the element type for their
+    tensor-core products, as FlashAttention does (docs/cuda.md).
 
     ```mlir
     %y, %lse = train.attention %q, %k, %v {causal, scale = 1.250000e-01 : f64}
@@ -802,6 +806,13 @@ def Train_AttentionOp : Train_ComputeOp<"attention", [Train_Kernel,
     - the result has q's type; `lse` is f32 with q's shape without D.
   }];
   let gradient = [{
+    // lse is a statistic kept for the adjoint, not a differentiable
+    // output: a loss that reads it has no gradient rule here.
+    if (resultGrads[1]) {
+      emitOpError() << "has a loss that depends on its lse result, which "
+                       "has no gradient";
+      return {};
+    }
     auto g = AttentionGradOp::create(b, loc, getQuery().getType(),
         getKey().getType(), getValue().getType(), dy, getQuery(), getKey(),
         getValue(), getResult(), getLse(), getCausalAttr(), getScaleAttr());
