@@ -1184,6 +1184,17 @@ private:
     loss[0] = static_cast<float>(sum / rows);
   }
 
+  /// One row of cross_entropy_grad from its log-sum-exp:
+  /// dloss / rows * (softmax - onehot), p in double, rounded once.
+  template <typename T>
+  static void crossEntropyGradRow(const T *xr, T *dr, int64_t classes,
+                                  double lse, int32_t label, double scale) {
+    for (int64_t j = 0; j < classes; ++j) {
+      double p = std::exp(ld(xr[j]) - lse);
+      dr[j] = st<T>((p - (j == label ? 1.0 : 0.0)) * scale);
+    }
+  }
+
   template <typename T>
   static void crossEntropyGradT(const float *dloss, const T *logits,
                                 const int32_t *labels, T *dlogits,
@@ -1195,11 +1206,8 @@ private:
     for (int64_t r = 0; r < rows; ++r) {
       const T *xr = logits + r * classes;
       T *dr = dlogits + r * classes;
-      double lse = logSumExp(xr, classes);
-      for (int64_t j = 0; j < classes; ++j) {
-        double p = std::exp(ld(xr[j]) - lse);
-        dr[j] = st<T>((p - (j == labels[r] ? 1.0 : 0.0)) * scale);
-      }
+      crossEntropyGradRow(xr, dr, classes, logSumExp(xr, classes), labels[r],
+                          scale);
     }
   }
 
@@ -1220,10 +1228,7 @@ private:
       T *dr = dlogits + r * classes;
       const double lse = logSumExp(xr, classes);
       rowLoss[r] = lse - ld(xr[labels[r]]);
-      for (int64_t j = 0; j < classes; ++j) {
-        double p = std::exp(ld(xr[j]) - lse);
-        dr[j] = st<T>((p - (j == labels[r] ? 1.0 : 0.0)) * scale);
-      }
+      crossEntropyGradRow(xr, dr, classes, lse, labels[r], scale);
     }
     double sum = 0.0;
     for (int64_t r = 0; r < rows; ++r)

@@ -93,11 +93,69 @@ __device__ void stageRows(T *dst, const T *src, int64_t row0, int rows,
   }
 }
 
+template <typename T>
+using RowsFragment =
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, MmaType<T>, wmma::row_major>;
+using Accumulator = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+/// A warp's 16 staged rows (16 x D of T, row-major) as D / 16 fragments.
+template <typename T, int D>
+__device__ void loadRows(RowsFragment<T> (&rows)[D / 16], const T *staged) {
+  for (int kk = 0; kk < D / 16; ++kk)
+    wmma::load_matrix_sync(
+        rows[kk], reinterpret_cast<const MmaType<T> *>(staged) + kk * 16, D);
+}
+
+/// out (16 x kKeys floats, row-major) = rows times the transpose of `tile`
+/// (kKeys x D of T, row-major): 16 rows against a tile of 32, in float.
+template <typename T, int D>
+__device__ void rowsTimesTileT(const RowsFragment<T> (&rows)[D / 16],
+                               const T *tile, float *out) {
+  for (int n = 0; n < kKeys / 16; ++n) {
+    Accumulator acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int kk = 0; kk < D / 16; ++kk) {
+      // tile^T: element (d, j) of the [D, kKeys] operand is tile[j][d].
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, MmaType<T>, wmma::col_major>
+          b;
+      wmma::load_matrix_sync(
+          b, reinterpret_cast<const MmaType<T> *>(tile) + n * 16 * D + kk * 16,
+          D);
+      wmma::mma_sync(acc, rows[kk], b, acc);
+    }
+    wmma::store_matrix_sync(out + n * 16, acc, kKeys, wmma::mem_row_major);
+  }
+}
+
+/// acc (16 x D) += a (16 x kKeys of T, row-major) times tile (kKeys x D of
+/// T, row-major), each accumulator in k order.
+template <typename T, int D>
+__device__ void addTimesTile(Accumulator (&acc)[D / 16], const T *a,
+                             const T *tile) {
+  using M = MmaType<T>;
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
+    RowsFragment<T> af;
+    wmma::load_matrix_sync(af, reinterpret_cast<const M *>(a) + kk * 16, kKeys);
+    for (int n = 0; n < D / 16; ++n) {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::row_major> b;
+      wmma::load_matrix_sync(
+          b, reinterpret_cast<const M *>(tile) + kk * 16 * D + n * 16, D);
+      wmma::mma_sync(acc[n], af, b, acc[n]);
+    }
+  }
+}
+
+/// The accumulators into 16 x D floats, row-major.
+template <int D>
+__device__ void storeRows(float *out, const Accumulator (&acc)[D / 16]) {
+  for (int n = 0; n < D / 16; ++n)
+    wmma::store_matrix_sync(out + n * 16, acc[n], D, wmma::mem_row_major);
+}
+
 template <typename T, int D>
 __global__ void attentionForwardKernel(const T *q, const T *k, const T *v,
                                        T *out, float *lse, int64_t tq,
                                        int64_t tk, bool causal, float scale) {
-  using M = MmaType<T>;
   __shared__ AttentionShared<T, D> sh;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t head = blockIdx.y;
@@ -110,10 +168,8 @@ __global__ void attentionForwardKernel(const T *q, const T *k, const T *v,
   T *staged = reinterpret_cast<T *>(sh.scores[warp]);
   stageRows<T, D>(staged, qh, row0, kRowsPerWarp, tq, lane, kWarp);
   __syncwarp();
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, M, wmma::row_major> qf[D / 16];
-  for (int kk = 0; kk < D / 16; ++kk)
-    wmma::load_matrix_sync(qf[kk], reinterpret_cast<const M *>(staged) + kk * 16,
-                           D);
+  RowsFragment<T> qf[D / 16];
+  loadRows<T, D>(qf, staged);
   float *o = sh.out[warp];
   for (int e = lane; e < kRowsPerWarp * D; e += kWarp)
     o[e] = 0.0f;
@@ -135,19 +191,7 @@ __global__ void attentionForwardKernel(const T *q, const T *k, const T *v,
 
     // Scores: 16 x kKeys in float.
     float *s = sh.scores[warp];
-    for (int n = 0; n < kKeys / 16; ++n) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-      for (int kk = 0; kk < D / 16; ++kk) {
-        // k^T: element (d, key) of the [D, keys] operand is keys[key][d].
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::col_major> kf;
-        wmma::load_matrix_sync(
-            kf, reinterpret_cast<const M *>(sh.keys) + n * 16 * D + kk * 16,
-            D);
-        wmma::mma_sync(acc, qf[kk], kf, acc);
-      }
-      wmma::store_matrix_sync(s + n * 16, acc, kKeys, wmma::mem_row_major);
-    }
+    rowsTimesTileT<T, D>(qf, sh.keys, s);
     __syncwarp();
 
     // Online softmax of row r over this tile.
@@ -183,21 +227,11 @@ __global__ void attentionForwardKernel(const T *q, const T *k, const T *v,
     __syncwarp();
 
     // out += p v.
-    for (int n = 0; n < D / 16; ++n) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::load_matrix_sync(acc, o + n * 16, D, wmma::mem_row_major);
-      for (int kk = 0; kk < kKeys / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, M, wmma::row_major> pf;
-        wmma::load_matrix_sync(pf, reinterpret_cast<const M *>(probs) + kk * 16,
-                               kKeys);
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::row_major> vf;
-        wmma::load_matrix_sync(
-            vf, reinterpret_cast<const M *>(sh.values) + kk * 16 * D + n * 16,
-            D);
-        wmma::mma_sync(acc, pf, vf, acc);
-      }
-      wmma::store_matrix_sync(o + n * 16, acc, D, wmma::mem_row_major);
-    }
+    Accumulator acc[D / 16];
+    for (int n = 0; n < D / 16; ++n)
+      wmma::load_matrix_sync(acc[n], o + n * 16, D, wmma::mem_row_major);
+    addTimesTile<T, D>(acc, probs, sh.values);
+    storeRows<D>(o, acc);
     __syncwarp();
   }
 
@@ -272,7 +306,6 @@ __global__ void attentionKeysKernel(const T *q, const T *k, const T *v,
                                     float scale) {
   static_assert(kRowsPerWarp * kKeys * 4 >= 16 * D * 2,
                 "a warp's key rows fit one float tile");
-  using M = MmaType<T>;
   __shared__ KeyBlockShared<T, D> sh;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t head = blockIdx.y;
@@ -287,13 +320,10 @@ __global__ void attentionKeysKernel(const T *q, const T *k, const T *v,
   stageRows<T, D>(reinterpret_cast<T *>(dpt), v + head * tk * D, key0,
                   kRowsPerWarp, tk, lane, kWarp);
   __syncwarp();
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, M, wmma::row_major> kf[D / 16],
-      vf[D / 16];
-  for (int kk = 0; kk < D / 16; ++kk) {
-    wmma::load_matrix_sync(kf[kk], reinterpret_cast<const M *>(st) + kk * 16, D);
-    wmma::load_matrix_sync(vf[kk], reinterpret_cast<const M *>(dpt) + kk * 16, D);
-  }
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> dkf[D / 16], dvf[D / 16];
+  RowsFragment<T> kf[D / 16], vf[D / 16];
+  loadRows<T, D>(kf, reinterpret_cast<const T *>(st));
+  loadRows<T, D>(vf, reinterpret_cast<const T *>(dpt));
+  Accumulator dkf[D / 16], dvf[D / 16];
   for (int n = 0; n < D / 16; ++n) {
     wmma::fill_fragment(dkf[n], 0.0f);
     wmma::fill_fragment(dvf[n], 0.0f);
@@ -315,23 +345,8 @@ __global__ void attentionKeysKernel(const T *q, const T *k, const T *v,
     __syncthreads();
 
     // s^T = k q^T and dp^T = v dout^T: 16 keys x 32 queries each.
-    for (int n = 0; n < kKeys / 16; ++n) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> sa, da;
-      wmma::fill_fragment(sa, 0.0f);
-      wmma::fill_fragment(da, 0.0f);
-      for (int kk = 0; kk < D / 16; ++kk) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::col_major> bf;
-        wmma::load_matrix_sync(
-            bf, reinterpret_cast<const M *>(sh.queries) + n * 16 * D + kk * 16,
-            D);
-        wmma::mma_sync(sa, kf[kk], bf, sa);
-        wmma::load_matrix_sync(
-            bf, reinterpret_cast<const M *>(sh.douts) + n * 16 * D + kk * 16, D);
-        wmma::mma_sync(da, vf[kk], bf, da);
-      }
-      wmma::store_matrix_sync(st + n * 16, sa, kKeys, wmma::mem_row_major);
-      wmma::store_matrix_sync(dpt + n * 16, da, kKeys, wmma::mem_row_major);
-    }
+    rowsTimesTileT<T, D>(kf, sh.queries, st);
+    rowsTimesTileT<T, D>(vf, sh.douts, dpt);
     __syncwarp();
 
     // p^T and ds^T of row r (one key), columns [16 h, 16 h + 16).
@@ -352,31 +367,15 @@ __global__ void attentionKeysKernel(const T *q, const T *k, const T *v,
     __syncwarp();
 
     // dv += p^T dout, dk += ds^T q (scaled at the end).
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, M, wmma::row_major> pa, sa;
-      wmma::load_matrix_sync(pa, reinterpret_cast<const M *>(pt) + kk * 16, kKeys);
-      wmma::load_matrix_sync(sa, reinterpret_cast<const M *>(dst) + kk * 16,
-                             kKeys);
-      for (int n = 0; n < D / 16; ++n) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::row_major> bf;
-        wmma::load_matrix_sync(
-            bf, reinterpret_cast<const M *>(sh.douts) + kk * 16 * D + n * 16, D);
-        wmma::mma_sync(dvf[n], pa, bf, dvf[n]);
-        wmma::load_matrix_sync(
-            bf, reinterpret_cast<const M *>(sh.queries) + kk * 16 * D + n * 16,
-            D);
-        wmma::mma_sync(dkf[n], sa, bf, dkf[n]);
-      }
-    }
+    addTimesTile<T, D>(dvf, pt, sh.douts);
+    addTimesTile<T, D>(dkf, dst, sh.queries);
     __syncwarp();
   }
 
   // Out through the warp's float tiles (16 x D floats each: two tiles).
   float *stage = sh.tiles[warp][0];
   for (int which = 0; which < 2; ++which) {
-    for (int n = 0; n < D / 16; ++n)
-      wmma::store_matrix_sync(stage + n * 16, which ? dvf[n] : dkf[n], D,
-                              wmma::mem_row_major);
+    storeRows<D>(stage, which ? dvf : dkf);
     __syncwarp();
     T *dst = (which ? dv : dk) + head * tk * D;
     const float factor = which ? 1.0f : scale;
@@ -401,7 +400,6 @@ __global__ void attentionQueriesKernel(const T *q, const T *k, const T *v,
                                        const T *dout, const float *lse,
                                        const float *delta, T *dq, int64_t tq,
                                        int64_t tk, bool causal, float scale) {
-  using M = MmaType<T>;
   __shared__ QueryBlockShared<T, D> sh;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t head = blockIdx.y;
@@ -415,13 +413,10 @@ __global__ void attentionQueriesKernel(const T *q, const T *k, const T *v,
   stageRows<T, D>(reinterpret_cast<T *>(dp), dout + head * tq * D, row0,
                   kRowsPerWarp, tq, lane, kWarp);
   __syncwarp();
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, M, wmma::row_major> qf[D / 16],
-      df[D / 16];
-  for (int kk = 0; kk < D / 16; ++kk) {
-    wmma::load_matrix_sync(qf[kk], reinterpret_cast<const M *>(s) + kk * 16, D);
-    wmma::load_matrix_sync(df[kk], reinterpret_cast<const M *>(dp) + kk * 16, D);
-  }
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> dqf[D / 16];
+  RowsFragment<T> qf[D / 16], df[D / 16];
+  loadRows<T, D>(qf, reinterpret_cast<const T *>(s));
+  loadRows<T, D>(df, reinterpret_cast<const T *>(dp));
+  Accumulator dqf[D / 16];
   for (int n = 0; n < D / 16; ++n)
     wmma::fill_fragment(dqf[n], 0.0f);
 
@@ -438,23 +433,8 @@ __global__ void attentionQueriesKernel(const T *q, const T *k, const T *v,
     __syncthreads();
 
     // s = q k^T and dp = dout v^T: 16 rows x 32 keys each.
-    for (int n = 0; n < kKeys / 16; ++n) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> sa, da;
-      wmma::fill_fragment(sa, 0.0f);
-      wmma::fill_fragment(da, 0.0f);
-      for (int kk = 0; kk < D / 16; ++kk) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::col_major> bf;
-        wmma::load_matrix_sync(
-            bf, reinterpret_cast<const M *>(sh.keys) + n * 16 * D + kk * 16, D);
-        wmma::mma_sync(sa, qf[kk], bf, sa);
-        wmma::load_matrix_sync(
-            bf, reinterpret_cast<const M *>(sh.values) + n * 16 * D + kk * 16,
-            D);
-        wmma::mma_sync(da, df[kk], bf, da);
-      }
-      wmma::store_matrix_sync(s + n * 16, sa, kKeys, wmma::mem_row_major);
-      wmma::store_matrix_sync(dp + n * 16, da, kKeys, wmma::mem_row_major);
-    }
+    rowsTimesTileT<T, D>(qf, sh.keys, s);
+    rowsTimesTileT<T, D>(df, sh.values, dp);
     __syncwarp();
 
     float ds[16];
@@ -472,23 +452,12 @@ __global__ void attentionQueriesKernel(const T *q, const T *k, const T *v,
     __syncwarp();
 
     // dq += ds k (scaled at the end).
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, M, wmma::row_major> sa;
-      wmma::load_matrix_sync(sa, reinterpret_cast<const M *>(dst) + kk * 16,
-                             kKeys);
-      for (int n = 0; n < D / 16; ++n) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::row_major> bf;
-        wmma::load_matrix_sync(
-            bf, reinterpret_cast<const M *>(sh.keys) + kk * 16 * D + n * 16, D);
-        wmma::mma_sync(dqf[n], sa, bf, dqf[n]);
-      }
-    }
+    addTimesTile<T, D>(dqf, dst, sh.keys);
     __syncwarp();
   }
 
   float *stage = sh.tiles[warp][0];
-  for (int n = 0; n < D / 16; ++n)
-    wmma::store_matrix_sync(stage + n * 16, dqf[n], D, wmma::mem_row_major);
+  storeRows<D>(stage, dqf);
   __syncwarp();
   if (qi < tq)
     for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c)

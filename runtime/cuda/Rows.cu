@@ -347,6 +347,19 @@ __device__ double warpLogSumExp(const T *xr, int64_t n, int lane) {
   return static_cast<double>(max) + log(warpSum(sum));
 }
 
+/// One row of cross_entropy_grad from its log-sum-exp:
+/// dloss / rows * (softmax - onehot), p in double, rounded once.
+template <typename T>
+__device__ void crossEntropyGradRow(const T *xr, T *dr, int64_t classes,
+                                    double lse, int32_t label, double scale,
+                                    int lane) {
+  for (int64_t j = lane; j < classes; j += kWarp) {
+    double p = exp(ldd(xr[j]) - lse);
+    dr[j] = static_cast<T>(
+        static_cast<float>((p - (j == label ? 1.0 : 0.0)) * scale));
+  }
+}
+
 template <typename T>
 __global__ void crossEntropyRowsKernel(const T *logits, const int32_t *labels,
                                        double *rowLoss, int64_t rows,
@@ -394,11 +407,7 @@ __global__ void crossEntropyGradKernel(const float *dloss, const T *logits,
   const int32_t label = labels[row];
   if (lane == 0 && !(label >= 0 && label < classes))
     recordError(error, row, label);
-  for (int64_t j = lane; j < classes; j += kWarp) {
-    double p = exp(ldd(xr[j]) - lse);
-    dr[j] = static_cast<T>(
-        static_cast<float>((p - (j == label ? 1.0 : 0.0)) * scale));
-  }
+  crossEntropyGradRow(xr, dr, classes, lse, label, scale, lane);
 }
 
 /// crossEntropyRowsKernel and crossEntropyGradKernel in one: one
@@ -425,11 +434,7 @@ __global__ void crossEntropyWithGradKernel(const T *logits,
       recordError(error, row, label);
     rowLoss[row] = valid ? lse - ldd(xr[label]) : 0.0;
   }
-  for (int64_t j = lane; j < classes; j += kWarp) {
-    double p = exp(ldd(xr[j]) - lse);
-    dr[j] = static_cast<T>(
-        static_cast<float>((p - (j == label ? 1.0 : 0.0)) * scale));
-  }
+  crossEntropyGradRow(xr, dr, classes, lse, label, scale, lane);
 }
 
 /// Threads of a block per row for layer norm: enough warps for the row,
