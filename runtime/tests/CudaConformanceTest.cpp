@@ -2222,6 +2222,35 @@ TYPED_TEST(CudaDTypeTest, CrossEntropyAndGradAreTheFloatOnesRounded) {
   this->expectRounded(dlogits, "cross_entropy_grad");
 }
 
+TYPED_TEST(CudaDTypeTest, CrossEntropyWithGradIsTheFloatOneRounded) {
+  // The fused loss and adjoint in T against the float kernel: the loss bit
+  // for bit, the gradient the float one rounded once (as the pair above).
+  ztrt_ctx *x = this->g();
+  using P = typename TestFixture::Pair;
+  auto at = [](P &p, bool t) { return TestFixture::at(p, t); };
+  const int64_t rows = 300, classes = 1000;
+  std::vector<int32_t> labelValues(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    labelValues[r] = static_cast<int32_t>((r * 7919) % classes);
+  void *labels = this->upload(labelValues);
+  void *dloss = this->upload(std::vector<float>{0.7f});
+  void *lossT = this->upload(std::vector<float>{NAN});
+  void *lossF = this->upload(std::vector<float>{NAN});
+  auto logits = this->pair(this->values(rows * classes, 82, 8.0f));
+  auto dlogits = this->output(rows * classes);
+  this->each([&](int32_t ty, bool t) {
+    ztrt_cross_entropy_with_grad(x, ty, at(logits, t), labels, dloss,
+                                 t ? lossT : lossF, at(dlogits, t), rows,
+                                 classes);
+  });
+  const float gotLoss = this->template download<float>(lossT, 1)[0];
+  const float refLoss = this->template download<float>(lossF, 1)[0];
+  EXPECT_EQ(bits(gotLoss), bits(refLoss))
+      << dtypeName(TestFixture::kType) << " cross_entropy_with_grad: "
+      << gotLoss << ", float kernel " << refLoss;
+  this->expectRounded(dlogits, "cross_entropy_with_grad");
+}
+
 TYPED_TEST(CudaDTypeTest, EmbeddingAndGradAreTheFloatOnesRounded) {
   // embedding copies rows of T; embedding_grad accumulates in a float
   // scratch table in index order (the float kernel's additions in its
