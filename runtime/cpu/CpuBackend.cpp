@@ -523,10 +523,11 @@ public:
                             const void *labels, const void *dloss, void *loss,
                             void *dlogits, int64_t rows,
                             int64_t classes) override {
-    ZTRT_CPU_DISPATCH(dtype, crossEntropyWithGradT<T>(
-                                 as<T>(logits), as<int32_t>(labels),
-                                 as<float>(dloss), as<float>(loss),
-                                 as<T>(dlogits), rows, classes));
+    ZTRT_CPU_DISPATCH(dtype, crossEntropyT<T>(as<T>(logits),
+                                              as<int32_t>(labels),
+                                              as<float>(loss), rows, classes,
+                                              as<float>(dloss),
+                                              as<T>(dlogits)));
   }
 
   void crossEntropyGrad(DType dtype, const void *dloss, const void *logits,
@@ -1167,22 +1168,6 @@ private:
     }
   }
 
-  template <typename T>
-  static void crossEntropyT(const T *logits, const int32_t *labels,
-                            float *loss, int64_t rows, int64_t classes) {
-    checkLabels("cross_entropy", labels, rows, classes);
-    std::vector<double> rowLoss(rows);
-#pragma omp parallel for schedule(static) if (rows * classes >=                \
-                                              kParallelElements)
-    for (int64_t r = 0; r < rows; ++r) {
-      const T *xr = logits + r * classes;
-      rowLoss[r] = logSumExp(xr, classes) - ld(xr[labels[r]]);
-    }
-    double sum = 0.0;
-    for (int64_t r = 0; r < rows; ++r)
-      sum += rowLoss[r];
-    loss[0] = static_cast<float>(sum / rows);
-  }
 
   /// One row of cross_entropy_grad from its log-sum-exp:
   /// dloss / rows * (softmax - onehot), p in double, rounded once.
@@ -1211,24 +1196,26 @@ private:
     }
   }
 
-  /// crossEntropyT and crossEntropyGradT with one log-sum-exp per row:
-  /// their expressions, in their order.
+  /// The mean cross-entropy and, with dlogits (cross_entropy_with_grad,
+  /// train-fuse-loss), its gradient from the same log-sum-exp per row:
+  /// crossEntropyGradT's expressions, in its order.
   template <typename T>
-  static void crossEntropyWithGradT(const T *logits, const int32_t *labels,
-                                    const float *dloss, float *loss,
-                                    T *dlogits, int64_t rows,
-                                    int64_t classes) {
+  static void crossEntropyT(const T *logits, const int32_t *labels,
+                            float *loss, int64_t rows, int64_t classes,
+                            const float *dloss = nullptr,
+                            T *dlogits = nullptr) {
     checkLabels("cross_entropy", labels, rows, classes);
     std::vector<double> rowLoss(rows);
-    const double scale = static_cast<double>(dloss[0]) / rows;
+    const double scale = dlogits ? static_cast<double>(dloss[0]) / rows : 0.0;
 #pragma omp parallel for schedule(static) if (rows * classes >=                \
                                               kParallelElements)
     for (int64_t r = 0; r < rows; ++r) {
       const T *xr = logits + r * classes;
-      T *dr = dlogits + r * classes;
       const double lse = logSumExp(xr, classes);
       rowLoss[r] = lse - ld(xr[labels[r]]);
-      crossEntropyGradRow(xr, dr, classes, lse, labels[r], scale);
+      if (dlogits)
+        crossEntropyGradRow(xr, dlogits + r * classes, classes, lse,
+                            labels[r], scale);
     }
     double sum = 0.0;
     for (int64_t r = 0; r < rows; ++r)

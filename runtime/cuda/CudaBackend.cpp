@@ -56,6 +56,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <type_traits>
 #include <vector>
 
 namespace ztrt {
@@ -831,16 +832,11 @@ public:
                  int64_t d, int32_t causal, double scaleFactor) override {
     // bf16 / f16 with a head dim the tiled kernel has: the tensor cores.
     bool tiled = false;
-    if (dtype == DType::BF16)
-      tiled = cuda::attentionForward(as<bf16>(q), as<bf16>(k), as<bf16>(v),
-                                     as<bf16>(out), as<float>(lse), heads, tq,
-                                     tk, d, causal != 0,
-                                     static_cast<float>(scaleFactor), compute);
-    else if (dtype == DType::F16)
-      tiled = cuda::attentionForward(as<f16>(q), as<f16>(k), as<f16>(v),
-                                     as<f16>(out), as<float>(lse), heads, tq,
-                                     tk, d, causal != 0,
-                                     static_cast<float>(scaleFactor), compute);
+    ZTRT_CUDA_DISPATCH(dtype, if constexpr (!std::is_same_v<T, float>) {
+      tiled = cuda::attentionForward(
+          as<T>(q), as<T>(k), as<T>(v), as<T>(out), as<float>(lse), heads, tq,
+          tk, d, causal != 0, static_cast<float>(scaleFactor), compute);
+    });
     if (tiled)
       return;
     const int64_t group = attentionGroup(heads, tq, tk);
@@ -879,17 +875,12 @@ public:
                      int64_t heads, int64_t tq, int64_t tk, int64_t d,
                      int32_t causal, double scaleFactor) override {
     bool tiled = false;
-    if (dtype == DType::BF16)
+    ZTRT_CUDA_DISPATCH(dtype, if constexpr (!std::is_same_v<T, float>) {
       tiled = cuda::attentionBackward(
-          as<bf16>(dout), as<bf16>(q), as<bf16>(k), as<bf16>(v),
-          as<bf16>(out), as<float>(lse), as<bf16>(dq), as<bf16>(dk),
-          as<bf16>(dv), heads, tq, tk, d, causal != 0,
-          static_cast<float>(scaleFactor), compute);
-    else if (dtype == DType::F16)
-      tiled = cuda::attentionBackward(
-          as<f16>(dout), as<f16>(q), as<f16>(k), as<f16>(v), as<f16>(out),
-          as<float>(lse), as<f16>(dq), as<f16>(dk), as<f16>(dv), heads, tq,
-          tk, d, causal != 0, static_cast<float>(scaleFactor), compute);
+          as<T>(dout), as<T>(q), as<T>(k), as<T>(v), as<T>(out),
+          as<float>(lse), as<T>(dq), as<T>(dk), as<T>(dv), heads, tq, tk, d,
+          causal != 0, static_cast<float>(scaleFactor), compute);
+    });
     if (tiled)
       return;
     // The composed kernels (which read neither out nor lse).

@@ -360,10 +360,13 @@ __device__ void crossEntropyGradRow(const T *xr, T *dr, int64_t classes,
   }
 }
 
+/// Each row's loss term (lse - x[label]) and, with dlogits, its gradient
+/// row from the same log-sum-exp (cross_entropy_with_grad: train-fuse-loss).
 template <typename T>
 __global__ void crossEntropyRowsKernel(const T *logits, const int32_t *labels,
                                        double *rowLoss, int64_t rows,
-                                       int64_t classes, ErrorSlot *error) {
+                                       int64_t classes, ErrorSlot *error,
+                                       const float *dloss, T *dlogits) {
   const int64_t row = warpRow();
   if (row >= rows)
     return;
@@ -377,6 +380,9 @@ __global__ void crossEntropyRowsKernel(const T *logits, const int32_t *labels,
       recordError(error, row, label);
     rowLoss[row] = valid ? lse - ldd(xr[label]) : 0.0;
   }
+  if (dlogits)
+    crossEntropyGradRow(xr, dlogits + row * classes, classes, lse, label,
+                        static_cast<double>(dloss[0]) / rows, lane);
 }
 
 // Mean over rows: one block, each thread a strided share in row order, then
@@ -407,33 +413,6 @@ __global__ void crossEntropyGradKernel(const float *dloss, const T *logits,
   const int32_t label = labels[row];
   if (lane == 0 && !(label >= 0 && label < classes))
     recordError(error, row, label);
-  crossEntropyGradRow(xr, dr, classes, lse, label, scale, lane);
-}
-
-/// crossEntropyRowsKernel and crossEntropyGradKernel in one: one
-/// log-sum-exp per row, their expressions.
-template <typename T>
-__global__ void crossEntropyWithGradKernel(const T *logits,
-                                           const int32_t *labels,
-                                           const float *dloss,
-                                           double *rowLoss, T *dlogits,
-                                           int64_t rows, int64_t classes,
-                                           ErrorSlot *error) {
-  const int64_t row = warpRow();
-  if (row >= rows)
-    return;
-  const int lane = threadIdx.x % kWarp;
-  const T *xr = logits + row * classes;
-  T *dr = dlogits + row * classes;
-  const double scale = static_cast<double>(dloss[0]) / rows;
-  const double lse = warpLogSumExp(xr, classes, lane);
-  const int32_t label = labels[row];
-  const bool valid = label >= 0 && label < classes;
-  if (lane == 0) {
-    if (!valid)
-      recordError(error, row, label);
-    rowLoss[row] = valid ? lse - ldd(xr[label]) : 0.0;
-  }
   crossEntropyGradRow(xr, dr, classes, lse, label, scale, lane);
 }
 
@@ -581,15 +560,9 @@ template <typename T>
 void crossEntropy(const T *logits, const int32_t *labels, float *loss,
                   int64_t rows, int64_t classes, ErrorSlot *error,
                   cudaStream_t stream) {
-  // No rows: the mean of nothing, NaN, as on the cpu (0 / 0).
-  auto *rowLoss = static_cast<double *>(scratch(
-      std::max<int64_t>(rows, 1) * sizeof(double), stream, "cross_entropy"));
-  if (rows > 0)
-    ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream, crossEntropyRowsKernel)
-    (logits, labels, rowLoss, rows, classes, error);
-  ZTRT_LAUNCH(1, kBlock, 0, stream, meanKernel)(rowLoss, loss, rows);
-  check(cudaGetLastError(), "cross_entropy kernel launch");
-  release(rowLoss, stream);
+  crossEntropyWithGrad(logits, labels, static_cast<const float *>(nullptr),
+                       loss, static_cast<T *>(nullptr), rows, classes, error,
+                       stream);
 }
 
 template <typename T>
@@ -608,15 +581,14 @@ void crossEntropyWithGrad(const T *logits, const int32_t *labels,
                           const float *dloss, float *loss, T *dlogits,
                           int64_t rows, int64_t classes, ErrorSlot *error,
                           cudaStream_t stream) {
-  auto *rowLoss = static_cast<double *>(
-      scratch(std::max<int64_t>(rows, 1) * sizeof(double), stream,
-              "cross_entropy_with_grad"));
+  // No rows: the mean of nothing, NaN, as on the cpu (0 / 0).
+  auto *rowLoss = static_cast<double *>(scratch(
+      std::max<int64_t>(rows, 1) * sizeof(double), stream, "cross_entropy"));
   if (rows > 0)
-    ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream,
-                crossEntropyWithGradKernel)
-    (logits, labels, dloss, rowLoss, dlogits, rows, classes, error);
+    ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream, crossEntropyRowsKernel)
+    (logits, labels, rowLoss, rows, classes, error, dloss, dlogits);
   ZTRT_LAUNCH(1, kBlock, 0, stream, meanKernel)(rowLoss, loss, rows);
-  check(cudaGetLastError(), "cross_entropy_with_grad kernel launch");
+  check(cudaGetLastError(), "cross_entropy kernel launch");
   release(rowLoss, stream);
 }
 

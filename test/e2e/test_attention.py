@@ -9,7 +9,7 @@ the fused model is the composed model to the bit. Tested:
   training bitwise equal to the composed model's;
 - every ZeRO stage at N = 2 (stage 3 also with overlap and tiling), and with
   recompute full / selective: bitwise equal to the composed model under the
-  same plan;
+  same plan, and stage 3 run twice bitwise equal;
 - bf16: the fused op keeps scores and probabilities in float where the
   composed form rounds them to bf16; both stay within the mixed-precision
   bar (2%) of the f32 loss;
@@ -93,11 +93,16 @@ def test_every_zero_stage_and_recompute_is_bitwise_the_composed_model(tmp_path):
             exe = e2e_util.compile_text(gpt(kind, batch=2).to_mlir(), str(tmp_path),
                                         parity.OptimizerConfig("adamw"), name=f"c{i}-{kind}",
                                         extra=["--dp", str(n), *flags])
-            save = tmp_path / f"c{i}-{kind}.safetensors"
-            e2e_util.mpirun(n, [exe, "--steps", str(STEPS), "--init", init, "--data", data,
-                                "--save", save, "--threads", "1", "--log-every", "0"])
-            saved[kind] = save.read_bytes()
-        assert saved["fused"] == saved["composed"], flags
+            # Stage 3 fused runs twice: the same run, the same bits.
+            again = (0, 1) if kind == "fused" and flags == configs[3] else (0,)
+            for attempt in again:
+                save = tmp_path / f"c{i}-{kind}-{attempt}.safetensors"
+                e2e_util.mpirun(n, [exe, "--steps", str(STEPS), "--init", init, "--data",
+                                    data, "--save", save, "--threads", "1",
+                                    "--log-every", "0"])
+                saved[kind, attempt] = save.read_bytes()
+        for key, got in saved.items():
+            assert got == saved["composed", 0], (flags, key)
 
 
 def zero_report(tmp_path, spec, training=""):
