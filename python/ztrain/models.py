@@ -92,8 +92,9 @@ def _causal_attention(f, q, k, v, hint, dropout=0.0, kind="composed"):
     return f.reshape(y, [B, T, H * D], hint=f"{hint}_yr")
 
 
-def _tied_lm_loss(f, x, embedding, targets, hint):
-    """Mean next-token cross-entropy of x [B,T,C] against the tied [V,C] embedding."""
+def _lm_loss(f, x, embedding, targets, hint):
+    """Mean next-token cross-entropy of x [B,T,C] against a [V,C] output
+    embedding (the tied input embedding, or an lm_head of its own)."""
     B, T, _ = x.shape
     V = embedding.shape[0]
     logits = f.matmul(x, f.param_read(embedding, hint=hint), transpose_b=True,
@@ -223,7 +224,7 @@ def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5, dropout=0.0,
         x = f.add(x, drop(a, f"h{i}_mlp_drop"), hint=f"h{i}_res2")
         if checkpoints:
             f.checkpoint(x)
-    _tied_lm_loss(f, layer_norm(x, "ln_f"), wte, targets, "wte_out")
+    _lm_loss(f, layer_norm(x, "ln_f"), wte, targets, "wte_out")
     cfg = dict(batch=B, seq=T, vocab=V, layers=L, width=C, heads=H, epsilon=epsilon)
     if dropout > 0.0:
         cfg["dropout"] = dropout
@@ -231,20 +232,29 @@ def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5, dropout=0.0,
 
 
 def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
-          rope_theta=10000.0, checkpoints=True, attention="composed"):
+          rope_theta=10000.0, checkpoints=True, attention="composed", kv_heads=None,
+          tie_embeddings=True):
     """Llama-style decoder: RMSNorm, SwiGLU, rotary embeddings, no biases,
-    tied input/output embeddings (as Llama 3.2 1B/3B and TinyLlama-style
-    small models tie them).
+    grouped-query attention, tied or untied input/output embeddings.
 
     Inputs "tokens" and "targets", both i32 [batch, seq]. Hugging Face
     LlamaForCausalLM state-dict names: model.embed_tokens.weight [V, C],
     model.layers.{i}.input_layernorm.weight [C],
-    model.layers.{i}.self_attn.{q,k,v,o}_proj.weight [C, C],
+    model.layers.{i}.self_attn.{q,o}_proj.weight [C, C],
+    model.layers.{i}.self_attn.{k,v}_proj.weight [KVH*D, C],
     model.layers.{i}.post_attention_layernorm.weight [C],
     model.layers.{i}.mlp.{gate,up}_proj.weight [F, C],
-    model.layers.{i}.mlp.down_proj.weight [C, F], model.norm.weight [C].
+    model.layers.{i}.mlp.down_proj.weight [C, F], model.norm.weight [C],
+    and lm_head.weight [V, C] when the embeddings are not tied.
     `hidden` (F) defaults to Llama's rule: 2/3 of 4C rounded up to a
     multiple of 8. Weights are N(0, 0.02) (initializer_range), norms ones.
+    kv_heads (KVH, num_key_value_heads; default `heads`): heads of the keys
+    and values, each shared by heads/KVH query heads (grouped-query
+    attention, as Llama 2 70B, Llama 3 and TinyLlama use); the shared heads
+    are repeated as transformers' repeat_kv does (broadcast, then reshape).
+    tie_embeddings (tie_word_embeddings): the logits read
+    model.embed_tokens.weight (Llama 3.2 1B/3B) or their own lm_head.weight
+    (Llama 2, Llama 3 8B, TinyLlama).
     checkpoints: as gpt's (each decoder layer's output marked).
     attention: as gpt's ("composed" or "fused").
     """
@@ -253,6 +263,10 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
         raise IRError("llama: sizes must be positive")
     if C % H:
         raise IRError(f"llama: width {C} is not divisible by heads {H}")
+    KVH = H if kv_heads is None else int(kv_heads)
+    if KVH <= 0 or H % KVH:
+        raise IRError(f"llama: heads {H} is not a multiple of kv_heads {kv_heads}")
+    G = H // KVH
     D = C // H
     if D % 2:
         raise IRError(f"llama: head dim {D} must be even for rotary embeddings")
@@ -283,14 +297,21 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
         p = f"model.layers.{i}"
         a = rms_norm(x, f"{p}.input_layernorm")
 
-        def heads(name, rope):  # [B,T,C] -> [B,H,T,D], rotated before the transpose
-            t = f.reshape(linear(a, f"{p}.self_attn.{name}", C, C), [B, T, H, D],
+        def heads(name, n, rope):  # [B,T,n*D] -> [B,n,T,D], rotated before the transpose
+            t = f.reshape(linear(a, f"{p}.self_attn.{name}", C, n * D), [B, T, n, D],
                           hint=f"l{i}_{name}_r")
             if rope:
                 t = f.rotary_embedding(t, 1, rope_theta, hint=f"l{i}_{name}_rope")
-            return f.transpose(t, [0, 2, 1, 3], hint=f"l{i}_{name}_t")
+            t = f.transpose(t, [0, 2, 1, 3], hint=f"l{i}_{name}_t")
+            if n == H:
+                return t
+            # repeat_kv: [B,KVH,T,D] -> [B,KVH,G,T,D] -> [B,H,T,D]; head h reads
+            # the shared head h // G. Its adjoint sums the G query heads' gradients.
+            t = f.broadcast(t, [2], [G], hint=f"l{i}_{name}_rep")
+            return f.reshape(t, [B, H, T, D], hint=f"l{i}_{name}_heads")
 
-        q, k, v = heads("q_proj", True), heads("k_proj", True), heads("v_proj", False)
+        q = heads("q_proj", H, True)
+        k, v = heads("k_proj", KVH, True), heads("v_proj", KVH, False)
         y = _causal_attention(f, q, k, v, f"l{i}", kind=attention)
         x = f.add(x, linear(y, f"{p}.self_attn.o_proj", C, C), hint=f"l{i}_res1")
         a = rms_norm(x, f"{p}.post_attention_layernorm")
@@ -300,9 +321,12 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
         x = f.add(x, linear(a, f"{p}.mlp.down_proj", F, C), hint=f"l{i}_res2")
         if checkpoints:
             f.checkpoint(x)
-    _tied_lm_loss(f, rms_norm(x, "model.norm"), emb, targets, "embed_out")
+    head = emb if tie_embeddings else m.param("lm_head.weight", [V, C], *normal)
+    _lm_loss(f, rms_norm(x, "model.norm"), head, targets,
+             "embed_out" if tie_embeddings else "lm_head")
     cfg = dict(batch=B, seq=T, vocab=V, layers=L, width=C, heads=H, hidden=F,
-               epsilon=epsilon, rope_theta=rope_theta)
+               epsilon=epsilon, rope_theta=rope_theta, kv_heads=KVH,
+               tie_embeddings=bool(tie_embeddings))
     return ModelSpec("llama", cfg, m)
 
 
@@ -343,6 +367,12 @@ def _parser():
     ll.add_argument("--heads", type=int, default=4)
     ll.add_argument("--hidden", type=int, help="SwiGLU width (default: Llama's 8/3 rule)")
     ll.add_argument("--rope-theta", type=float, default=10000.0)
+    ll.add_argument("--kv-heads", type=int,
+                    help="key/value heads, each shared by heads/kv-heads query heads "
+                         "(grouped-query attention; default: --heads)")
+    ll.add_argument("--untied", action="store_true",
+                    help="an lm_head.weight of its own for the logits instead of the "
+                         "input embedding (tie_word_embeddings=false)")
     for p in (g, ll):
         p.add_argument("--no-checkpoints", action="store_true",
                        help="do not mark each block's output train.checkpoint "
@@ -367,7 +397,8 @@ def main(argv=None):
         else:
             spec = llama(args.batch, args.seq, args.vocab, args.layers, args.width,
                          args.heads, hidden=args.hidden, rope_theta=args.rope_theta,
-                         checkpoints=not args.no_checkpoints, attention=args.attention)
+                         checkpoints=not args.no_checkpoints, attention=args.attention,
+                         kv_heads=args.kv_heads, tie_embeddings=not args.untied)
     except IRError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -636,6 +636,10 @@ def _parser():
     g.add_argument("--layers", type=int, default=2)
     g.add_argument("--width", type=int, default=32)
     g.add_argument("--heads", type=int, default=4)
+    g.add_argument("--kv-heads", type=int,
+                   help="llama: key/value heads (grouped-query attention; default --heads)")
+    g.add_argument("--untied", action="store_true",
+                   help="llama: an lm_head.weight of its own (tie_word_embeddings=false)")
     g = ap.add_argument_group("optimizer (ztrain-compile flags)")
     g.add_argument("--optimizer", choices=["sgd", "adam", "adamw"], default="adam")
     g.add_argument("--lr", type=float, default=1e-3)
@@ -673,7 +677,8 @@ def main(argv=None):
                           dropout=a.dropout, attention=a.attention)
     else:
         spec = models.llama(a.batch or 4, a.seq, a.vocab, a.layers, a.width, a.heads,
-                            attention=a.attention)
+                            attention=a.attention, kv_heads=a.kv_heads,
+                            tie_embeddings=not a.untied)
     opt = OptimizerConfig(a.optimizer, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay,
                           a.momentum, a.dampening, a.nesterov)
     try:

@@ -25,7 +25,8 @@ DTYPES = {
 _NAMES = {v: k for k, v in DTYPES.items()}
 
 # bfloat16, which numpy lacks: read as its bits and widened to float32
-# (exact: a bf16 value is the upper half of a float32). Not written.
+# (exact: a bf16 value is the upper half of a float32); written, for the
+# names dumps() is asked to, as float32 rounded to nearest even.
 _BF16_BITS = np.dtype("<u2")
 
 # The reference implementation refuses headers above 100 MB.
@@ -43,8 +44,19 @@ def _dtype_name(arr):
     raise SafetensorsError(f"unsupported dtype {arr.dtype}")
 
 
-def dumps(tensors, metadata=None):
-    """Serialize {name: array} to bytes.
+def bf16_bits(a):
+    """float32 values rounded to nearest even bfloat16, as uint16 bits (NaN
+    stays a quiet NaN), as torch's .to(torch.bfloat16) rounds."""
+    u = np.ascontiguousarray(a, dtype="<f4").view("<u4").astype(np.uint64)
+    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2")
+    nan = np.isnan(np.asarray(a, dtype=np.float32))
+    bits[nan] = ((u[nan] >> 16) | 0x40).astype("<u2")
+    return bits
+
+
+def dumps(tensors, metadata=None, bf16=()):
+    """Serialize {name: array} to bytes; the names in `bf16` (float arrays)
+    are stored as BF16, their values rounded to nearest even.
 
     Like the reference implementation, tensors are stored by decreasing
     element size, then name, so every tensor's data is aligned to its size.
@@ -52,11 +64,17 @@ def dumps(tensors, metadata=None):
     header = {}
     chunks = []
     offset = 0
-    arrays = {name: np.asarray(t) for name, t in tensors.items()}
+    bf16 = set(bf16)
+    unknown = bf16 - set(tensors)
+    if unknown:
+        raise SafetensorsError(f"bf16 names no tensor: {sorted(unknown)}")
+    arrays = {name: bf16_bits(t) if name in bf16 else np.asarray(t)
+              for name, t in tensors.items()}
     for name in sorted(arrays, key=lambda k: (-arrays[k].dtype.itemsize, k)):
         arr = arrays[name]
-        code = _dtype_name(arr)
-        data = np.ascontiguousarray(arr, dtype=DTYPES[code]).tobytes()
+        code = "BF16" if name in bf16 else _dtype_name(arr)
+        data = np.ascontiguousarray(arr, dtype=_BF16_BITS if name in bf16
+                                    else DTYPES[code]).tobytes()
         header[name] = {"dtype": code, "shape": [int(d) for d in arr.shape],
                         "data_offsets": [offset, offset + len(data)]}
         chunks.append(data)
@@ -68,9 +86,10 @@ def dumps(tensors, metadata=None):
     return struct.pack("<Q", len(hbytes)) + hbytes + b"".join(chunks)
 
 
-def save(path, tensors, metadata=None):
-    """Write atomically: temp file in the same folder, fsync, rename."""
-    data = dumps(tensors, metadata)
+def save(path, tensors, metadata=None, bf16=()):
+    """Write atomically: temp file in the same folder, fsync, rename. The
+    names in `bf16` are stored as BF16 (see dumps)."""
+    data = dumps(tensors, metadata, bf16)
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".safetensors", dir=d)
     try:

@@ -164,13 +164,23 @@ def _rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
+def _repeat_kv(t, groups):
+    """transformers' repeat_kv: [B,KVH,T,D] -> [B,KVH*groups,T,D]."""
+    if groups == 1:
+        return t
+    B, KVH, T, D = t.shape
+    return t[:, :, None, :, :].expand(B, KVH, groups, T, D).reshape(B, KVH * groups, T, D)
+
+
 class LlamaAttention(nn.Module):
-    def __init__(self, width, heads, theta):
+    def __init__(self, width, heads, theta, kv_heads=None):
         super().__init__()
         self.heads, self.theta = heads, theta
+        self.kv_heads = kv_heads or heads
+        kv_width = width // heads * self.kv_heads
         self.q_proj = nn.Linear(width, width, bias=False)
-        self.k_proj = nn.Linear(width, width, bias=False)
-        self.v_proj = nn.Linear(width, width, bias=False)
+        self.k_proj = nn.Linear(width, kv_width, bias=False)
+        self.v_proj = nn.Linear(width, kv_width, bias=False)
         self.o_proj = nn.Linear(width, width, bias=False)
 
     def forward(self, x):
@@ -178,10 +188,12 @@ class LlamaAttention(nn.Module):
         H = self.heads
         D = C // H
 
-        def split(t):  # [B,T,C] -> [B,H,T,D]
-            return t.reshape(B, T, H, D).transpose(1, 2)
+        def split(t, n):  # [B,T,n*D] -> [B,n,T,D]
+            return t.reshape(B, T, n, D).transpose(1, 2)
 
-        q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+        KVH = self.kv_heads
+        q = split(self.q_proj(x), H)
+        k, v = split(self.k_proj(x), KVH), split(self.v_proj(x), KVH)
         # LlamaRotaryEmbedding: frequencies and angles in float32.
         inv = 1.0 / (self.theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
         freqs = torch.outer(torch.arange(T).float(), inv)
@@ -189,6 +201,7 @@ class LlamaAttention(nn.Module):
         cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)   # [T, D]
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
+        k, v = _repeat_kv(k, H // KVH), _repeat_kv(v, H // KVH)
         s = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(D))
         mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
         att = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
@@ -208,10 +221,10 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaLayer(nn.Module):
-    def __init__(self, width, heads, hidden, eps, theta):
+    def __init__(self, width, heads, hidden, eps, theta, kv_heads=None):
         super().__init__()
         self.input_layernorm = LlamaRMSNorm(width, eps)
-        self.self_attn = LlamaAttention(width, heads, theta)
+        self.self_attn = LlamaAttention(width, heads, theta, kv_heads)
         self.post_attention_layernorm = LlamaRMSNorm(width, eps)
         self.mlp = LlamaMLP(width, hidden)
 
@@ -221,26 +234,30 @@ class LlamaLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, vocab, layers, width, heads, hidden, eps, theta):
+    def __init__(self, vocab, layers, width, heads, hidden, eps, theta, kv_heads=None):
         super().__init__()
         self.embed_tokens = nn.Embedding(vocab, width)
-        self.layers = nn.ModuleList([LlamaLayer(width, heads, hidden, eps, theta)
+        self.layers = nn.ModuleList([LlamaLayer(width, heads, hidden, eps, theta, kv_heads)
                                      for _ in range(layers)])
         self.norm = LlamaRMSNorm(width, eps)
 
 
 class Llama(nn.Module):
-    """LlamaForCausalLM with tie_word_embeddings: the same state-dict names."""
+    """LlamaForCausalLM (grouped-query attention with kv_heads < heads; an
+    lm_head of its own unless tie): the same state-dict names."""
 
-    def __init__(self, vocab, seq, layers, width, heads, hidden, eps=1e-5, theta=10000.0):
+    def __init__(self, vocab, seq, layers, width, heads, hidden, eps=1e-5, theta=10000.0,
+                 kv_heads=None, tie=True):
         super().__init__()
-        self.model = LlamaModel(vocab, layers, width, heads, hidden, eps, theta)
+        self.model = LlamaModel(vocab, layers, width, heads, hidden, eps, theta, kv_heads)
+        self.lm_head = None if tie else nn.Linear(width, vocab, bias=False)
 
     def forward(self, tokens, targets):
         x = self.model.embed_tokens(tokens.long())
         for layer in self.model.layers:
             x = layer(x)
-        logits = torch.matmul(self.model.norm(x), self.model.embed_tokens.weight.t())
+        out = self.model.embed_tokens if self.lm_head is None else self.lm_head
+        logits = torch.matmul(self.model.norm(x), out.weight.t())
         V = logits.shape[-1]
         return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1).long())
 
@@ -261,7 +278,8 @@ def from_spec(spec):
                    c.get("epsilon", 1e-5), c.get("dropout", 0.0))
     if spec.kind == "llama":
         return Llama(c["vocab"], c["seq"], c["layers"], c["width"], c["heads"], c["hidden"],
-                     c.get("epsilon", 1e-5), c.get("rope_theta", 10000.0))
+                     c.get("epsilon", 1e-5), c.get("rope_theta", 10000.0),
+                     c.get("kv_heads"), c.get("tie_embeddings", True))
     raise ValueError(f"unknown model kind {spec.kind!r}")
 
 

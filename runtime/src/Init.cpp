@@ -153,42 +153,65 @@ std::string loadInitTensor(const ParamSpec &param, const StateSpec *master,
   ElemType from = ElemType::F32;
   const bool known = elemTypeFromSafetensorsName(tensor.dtype, &from);
   const char *own = elemTypeSafetensorsName(param.type);
-  // Accepted: the parameter's own type; f32 for a 16-bit parameter (into
-  // its master as is, rounded into the parameter; without a master only
-  // when rounding changes no value).
-  const bool sixteen =
-      param.type == ElemType::BF16 || param.type == ElemType::F16;
-  if (!known || (from != param.type && !(sixteen && from == ElemType::F32)))
-    return format("tensor '%s' has dtype %s, the model expects %s%s",
-                  param.name.c_str(), tensor.dtype.c_str(), own,
-                  sixteen ? " or F32" : "");
+  // Accepted: any float dtype (F32, BF16, F16) for a float parameter, so a
+  // Hugging Face checkpoint stored in bf16 initializes an f32 model. The
+  // parameter takes the values converted to its type; its f32 master, if
+  // it has one, takes them widened (exact). A conversion that changes a
+  // value is refused where no master holds the file's values: the model
+  // would start from other weights than the file's.
+  if (!known || !isFloatType(from) || !isFloatType(param.type))
+    return format("tensor '%s' has dtype %s, the model expects %s or another "
+                  "float dtype (F32, BF16, F16)",
+                  param.name.c_str(), tensor.dtype.c_str(), own);
   if (tensor.shape != param.shape)
     return format("tensor '%s' has shape %s, the model expects %s",
                   param.name.c_str(), formatShape(tensor.shape).c_str(),
                   formatShape(param.shape).c_str());
   const int64_t eb = param.elemBytes();
+  const int64_t fromBytes = elemTypeBytes(from);
   StorageSlice slice = param.slice(rank);
   std::memset(paramDst, 0, static_cast<size_t>(param.storeBytes));
   if (from == param.type) {
     std::memcpy(paramDst, tensor.data + slice.begin * eb,
                 static_cast<size_t>(slice.count * eb));
   } else {
-    if (!master) {
-      // Every value, not just this rank's slice: all ranks must agree.
-      std::vector<char> rounded(static_cast<size_t>(param.bytes));
-      int64_t lost = convertElements(ElemType::F32, tensor.data, param.type,
-                                     rounded.data(), param.numel);
+    // Widening to f32 is exact; anything else is checked on every value,
+    // not just this rank's slice, so that all ranks agree.
+    if (!master && param.type != ElemType::F32) {
+      std::vector<char> converted(static_cast<size_t>(param.bytes));
+      int64_t lost = convertElements(from, tensor.data, param.type,
+                                     converted.data(), param.numel);
       if (lost > 0)
-        return format("tensor '%s' is F32 but parameter '%s' is %s and has "
+        return format("tensor '%s' is %s but parameter '%s' is %s and has "
                       "no f32 master: converting it would lose precision "
                       "(%lld of %lld values are not exactly representable "
                       "in %s; store it as %s)",
-                      param.name.c_str(), param.name.c_str(),
-                      elemTypeName(param.type), static_cast<long long>(lost),
+                      param.name.c_str(), tensor.dtype.c_str(),
+                      param.name.c_str(), elemTypeName(param.type),
+                      static_cast<long long>(lost),
                       static_cast<long long>(param.numel),
                       elemTypeName(param.type), own);
     }
-    convertElements(ElemType::F32, tensor.data + slice.begin * 4, param.type,
+    // f16's range is f32's up to 65504: a finite value beyond it would be
+    // an infinite parameter, master or not.
+    if (param.type == ElemType::F16) {
+      std::vector<float> wide(static_cast<size_t>(param.numel));
+      std::vector<uint16_t> half(static_cast<size_t>(param.numel));
+      convertElements(from, tensor.data, ElemType::F32, wide.data(),
+                      param.numel);
+      convertElements(ElemType::F32, wide.data(), ElemType::F16, half.data(),
+                      param.numel);
+      std::vector<float> back(static_cast<size_t>(param.numel));
+      convertElements(ElemType::F16, half.data(), ElemType::F32, back.data(),
+                      param.numel);
+      for (int64_t i = 0; i < param.numel; ++i)
+        if (std::isinf(back[i]) && std::isfinite(wide[i]))
+          return format("tensor '%s' element %lld is %g, beyond f16's range "
+                        "(65504): parameter '%s' is f16",
+                        param.name.c_str(), static_cast<long long>(i),
+                        static_cast<double>(wide[i]), param.name.c_str());
+    }
+    convertElements(from, tensor.data + slice.begin * fromBytes, param.type,
                     paramDst, slice.count);
   }
   if (!master)
@@ -196,7 +219,7 @@ std::string loadInitTensor(const ParamSpec &param, const StateSpec *master,
   StorageSlice mslice = master->slice(rank);
   std::memset(masterDst, 0, static_cast<size_t>(master->storeBytes));
   // Widening bf16 / f16 to f32 is exact; f32 is copied.
-  convertElements(from, tensor.data + mslice.begin * elemTypeBytes(from),
+  convertElements(from, tensor.data + mslice.begin * fromBytes,
                   ElemType::F32, masterDst, mslice.count);
   return "";
 }

@@ -61,11 +61,13 @@ void initMasterStorage(const StateSpec &master, const ParamSpec &param,
 /// --init: fills rank `rank`'s storage of `param` (param.storeBytes at
 /// `paramDst`) and, when `master` is non-null, of its master state
 /// (master->storeBytes at `masterDst`) from the full tensor `tensor`.
-/// Accepted dtypes: the parameter's own (a master gets the values widened,
-/// exactly); F32 for a bf16 / f16 parameter (the master gets the values, the
-/// parameter their rounding; without a master only when every value is
-/// exactly representable). Returns "" or the problem, naming the tensor;
-/// writes nothing meaningful then.
+/// Accepted dtypes: any float dtype (F32, BF16, F16) for a float parameter.
+/// The parameter gets the values converted to its type (widening to f32 is
+/// exact: a bf16 Hugging Face checkpoint starts an f32 model from its very
+/// values), its master the values widened to f32. A conversion that changes
+/// a value needs a master (else refused), and a finite value past f16's
+/// range into an f16 parameter is refused. Returns "" or the problem, naming
+/// the tensor; writes nothing meaningful then.
 std::string loadInitTensor(const ParamSpec &param, const StateSpec *master,
                            const SafetensorsTensor &tensor, int64_t rank,
                            void *paramDst, void *masterDst);

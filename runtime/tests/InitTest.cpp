@@ -308,18 +308,60 @@ TEST(InitTest, InitFileConversionsForSixteenBitParams) {
   SafetensorsTensor e = tensorOf("F32", {4}, exact, sizeof(exact));
   EXPECT_EQ(loadInitTensor(spec, nullptr, e, 1, p, m), "");
   EXPECT_EQ(p[0], bf16(3.0f).bits);
-  // Another dtype, or another shape: refused, naming the tensor.
-  SafetensorsTensor h = tensorOf("F16", {4}, halves, sizeof(halves));
-  EXPECT_EQ(loadInitTensor(spec, &master, h, 0, p, m),
-            "tensor 'w' has dtype F16, the model expects BF16 or F32");
+  // F16 with a master: the master holds the f16 values exactly, the bf16
+  // parameter their rounding. 1 + 2^-10 is an f16 value, not a bf16 one.
+  const uint16_t f16s[4] = {0x3c01 /* 1 + 2^-10 */, 0xc000 /* -2 */,
+                            0x3800 /* 0.5 */, 0x4200 /* 3 */};
+  SafetensorsTensor h = tensorOf("F16", {4}, f16s, sizeof(f16s));
+  EXPECT_EQ(loadInitTensor(spec, &master, h, 0, p, m), "");
+  EXPECT_EQ(m[0], 1.0f + 0x1p-10f);
+  EXPECT_EQ(p[0], bf16(1.0f).bits);
+  EXPECT_EQ(p[1], bf16(-2.0f).bits);
+  // ... and without one it is refused like F32 (the rounding loses a value).
+  EXPECT_EQ(loadInitTensor(spec, nullptr, h, 0, p, m),
+            "tensor 'w' is F16 but parameter 'w' is bf16 and has no f32 "
+            "master: converting it would lose precision (1 of 4 values are "
+            "not exactly representable in bf16; store it as BF16)");
+  // Not a float, or another shape: refused, naming the tensor.
+  const int32_t ints[4] = {1, 2, 3, 4};
+  SafetensorsTensor i32 = tensorOf("I32", {4}, ints, sizeof(ints));
+  EXPECT_EQ(loadInitTensor(spec, &master, i32, 0, p, m),
+            "tensor 'w' has dtype I32, the model expects BF16 or another "
+            "float dtype (F32, BF16, F16)");
   SafetensorsTensor s = tensorOf("F32", {2, 2}, values, sizeof(values));
   EXPECT_EQ(loadInitTensor(spec, &master, s, 0, p, m),
             "tensor 'w' has shape [2, 2], the model expects [4]");
-  // An f32 parameter takes F32 only.
+  // An f32 parameter takes its own F32 as is, and BF16 / F16 widened:
+  // exact, so no master is needed (a bf16 Hugging Face checkpoint).
   ParamSpec wide = param("w", InitKind::Zeros, 0, 4);
   float w[4];
-  EXPECT_EQ(loadInitTensor(wide, nullptr, b, 0, w, nullptr),
-            "tensor 'w' has dtype BF16, the model expects F32");
+  EXPECT_EQ(loadInitTensor(wide, nullptr, b, 0, w, nullptr), "");
+  const float widened[4] = {1.5f, -0.25f, 7.0f, 8.0f};
+  EXPECT_EQ(std::memcmp(w, widened, 16), 0);
+  EXPECT_EQ(loadInitTensor(wide, nullptr, h, 0, w, nullptr), "");
+  EXPECT_EQ(w[0], 1.0f + 0x1p-10f);
+  EXPECT_EQ(w[3], 3.0f);
   EXPECT_EQ(loadInitTensor(wide, nullptr, f32, 0, w, nullptr), "");
   EXPECT_EQ(std::memcmp(w, values, 16), 0);
+  EXPECT_EQ(loadInitTensor(wide, nullptr, i32, 0, w, nullptr),
+            "tensor 'w' has dtype I32, the model expects F32 or another float "
+            "dtype (F32, BF16, F16)");
+}
+
+TEST(InitTest, InitFileValuesPastFp16RangeAreRefused) {
+  ParamSpec spec = sixteen(param("w", InitKind::Zeros, 0, 3), ElemType::F16);
+  StateSpec master = masterOf(spec, StoreMode::Full, 1);
+  // 65504 is f16's largest value; 70000 rounds to infinity. A master does
+  // not help: the parameter itself would be infinite.
+  const float values[3] = {65504.0f, -70000.0f, 1.0f};
+  SafetensorsTensor t = tensorOf("F32", {3}, values, sizeof(values));
+  uint16_t p[3];
+  float m[3];
+  EXPECT_EQ(loadInitTensor(spec, &master, t, 0, p, m),
+            "tensor 'w' element 1 is -70000, beyond f16's range (65504): "
+            "parameter 'w' is f16");
+  const float fine[3] = {65504.0f, -1.0f, 1.0f};
+  SafetensorsTensor u = tensorOf("F32", {3}, fine, sizeof(fine));
+  EXPECT_EQ(loadInitTensor(spec, &master, u, 0, p, m), "");
+  EXPECT_EQ(p[0], 0x7bff);
 }

@@ -409,16 +409,28 @@ TEST(MainTest, Bf16ModelInitFileConversions) {
   EXPECT_EQ(bits16(*SafetensorsFile::read(dir.path("out2.safetensors"), "t")
                         .find("w")),
             want);
-  // F16: one line, exit 1, nothing written.
-  writeSafetensors(dir.path("f16.safetensors"),
-                   {{"w", "F16", {4, 1}, want.data()}}, {});
+  // F16 (through the master): the same values, the same bf16 parameter.
+  const uint16_t f16s[4] = {0x3c00 /* 1 */, 0xc000 /* -2 */, 0x3800 /* 0.5 */,
+                            0x4200 /* 3 */};
+  writeSafetensors(dir.path("f16.safetensors"), {{"w", "F16", {4, 1}, f16s}},
+                   {});
   r = runBf16(dir, {"--steps=0", "--init", dir.path("f16.safetensors"),
                     "--save", dir.path("out3.safetensors")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(bits16(*SafetensorsFile::read(dir.path("out3.safetensors"), "t")
+                        .find("w")),
+            want);
+  // I32: one line, exit 1, nothing written.
+  const int32_t ints[4] = {1, -2, 0, 3};
+  writeSafetensors(dir.path("i32.safetensors"), {{"w", "I32", {4, 1}, ints}},
+                   {});
+  r = runBf16(dir, {"--steps=0", "--init", dir.path("i32.safetensors"),
+                    "--save", dir.path("out4.safetensors")});
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(std::regex_match(
-      r.err, std::regex("ztrain: error: --init '[^']*/f16.safetensors': "
-                        "tensor 'w' has dtype F16, the model expects BF16 "
-                        "or F32\n")))
+      r.err, std::regex("ztrain: error: --init '[^']*/i32.safetensors': "
+                        "tensor 'w' has dtype I32, the model expects BF16 "
+                        "or another float dtype \\(F32, BF16, F16\\)\n")))
       << r.err;
-  EXPECT_NE(access(dir.path("out3.safetensors").c_str(), F_OK), 0);
+  EXPECT_NE(access(dir.path("out4.safetensors").c_str(), F_OK), 0);
 }

@@ -43,8 +43,9 @@ def gpt(attention, batch=B):
 
 
 def llama(attention):
+    # Grouped-query: the fused op reads the repeated key/value heads.
     return models.llama(batch=B, seq=16, vocab=V, layers=L, width=C, heads=H,
-                        attention=attention)
+                        kv_heads=H // 2, attention=attention)
 
 
 def inputs(tmp_path, spec, samples):

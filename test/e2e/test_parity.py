@@ -50,6 +50,11 @@ def llama_spec():
     return models.llama(batch=4, seq=8, vocab=32, layers=2, width=16, heads=2)
 
 
+def llama_gqa_spec():
+    return models.llama(batch=4, seq=8, vocab=32, layers=2, width=32, heads=4, kv_heads=2,
+                        tie_embeddings=False)
+
+
 CASES = [
     # (id, spec builder, optimizer, samples N)
     # N not a multiple of B: later steps wrap around inside a batch.
@@ -66,7 +71,21 @@ CASES = [
     # LlamaRotaryEmbedding computes them).
     ("llama-adamw", llama_spec,
      parity.OptimizerConfig("adamw", lr=1e-3, weight_decay=0.1), 10),
+    # Grouped-query attention (transformers' repeat_kv) and an untied lm_head.
+    # Judged against float64 too (F64_ARBITER).
+    ("llama-gqa-untied-adamw", llama_gqa_spec,
+     parity.OptimizerConfig("adamw", lr=1e-3, weight_decay=0.1), 10),
 ]
+
+
+# Cases where torch float32 itself drifts from the exact trajectory by more
+# than TOL: measured for llama-gqa-untied-adamw, layer 0's o_proj is 1.45e-4
+# from torch float32 while ztrain is 2.7e-6 from torch float64 and torch
+# float32 1.4e-4 from it (an Adam step on a near-zero gradient element, as
+# TOL's note says). There a weight tensor passes when it is within TOL of
+# torch float32 or no further from float64 than torch float32 is, and every
+# tensor must be within TOL of float64.
+F64_ARBITER = {"llama-gqa-untied-adamw"}
 
 
 @pytest.mark.parametrize("name,make_spec,opt,samples", CASES, ids=[c[0] for c in CASES])
@@ -78,7 +97,8 @@ def test_parity(name, make_spec, opt, samples, tmp_path, compiler):
     rng = np.random.default_rng(42)
     init = {k: (v + rng.normal(0, 0.02, v.shape)).astype(np.float32) for k, v in init.items()}
     data = parity.make_data(spec, samples=samples, seed=7)
-    r = parity.run_parity(spec, STEPS, opt, init=init, data=data, workdir=str(tmp_path))
+    r = parity.run_parity(spec, STEPS, opt, init=init, data=data, workdir=str(tmp_path),
+                          float64_reference=name in F64_ARBITER)
     print(r.table())
 
     assert len(r.ztrain_losses) == STEPS
@@ -93,6 +113,11 @@ def test_parity(name, make_spec, opt, samples, tmp_path, compiler):
     assert not missing, f"--save file lacks parameters {missing}"
     w_err = r.weight_rel_errors()
     noise_only = parity.zero_gradient_params(spec)
+    f64 = r.float64_errors()
     bad = {k: e for k, e in w_err.items()
-           if not e <= (NOISE_TOL if k in noise_only else TOL)}
+           if not e <= (NOISE_TOL if k in noise_only else TOL)
+           and not (f64 and f64[k][0] <= f64[k][1])}
     assert not bad, f"final weights differ by > {TOL} norm-wise: {bad}"
+    if f64:
+        far = {k: e for k, (e, _) in f64.items() if not e <= TOL}
+        assert not far, f"final weights differ from torch float64 by > {TOL}: {far}"

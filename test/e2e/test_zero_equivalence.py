@@ -28,6 +28,13 @@ MPIRUN = shutil.which("mpirun")
 # at these lr's moves weights ~1e-3 per step, so 8 steps leave the weights
 # ~1e-6 apart at most; 1e-5 has margin and is still ~100x below what one
 # rank's gradient missing from the average would give (its 1/N share).
+# Where a tensor is further apart than that, the float64 trajectory decides
+# (computed only then): the N-rank run passes if it is within TOL of torch
+# float64, or no further from it than the one process is. Both float32 runs
+# can stray from it on their own: measured for the grouped-query Llama at
+# N = 3, q_proj and k_proj were 1.2e-5 and 2.0e-5 apart, the one process
+# 8.1e-6 and 1.4e-5 from float64, the 3 ranks 3.6e-6 and 6.1e-6, torch
+# float32 2.7e-6 and 4.4e-6 (Adam steps of near-zero gradient elements).
 TOL = 1e-5
 # The attention key bias has an exactly-zero gradient (softmax is
 # shift-invariant): both runs update it with rounding noise, which Adam
@@ -42,7 +49,12 @@ def make(kind, batch):
     if kind == "mlp":
         return models.mlp(batch=batch, in_features=12, hidden=[16], classes=5)
     if kind == "llama":
-        return models.llama(batch=batch, seq=8, vocab=32, layers=1, width=16, heads=2)
+        # Grouped-query attention (2 query heads share 1 key/value head: the
+        # repeat is a broadcast, its adjoint a sum) and an untied lm_head, so
+        # every stage partitions and reduces those too. Multi-head Llama with
+        # tied embeddings is test_parity's and test_llama's.
+        return models.llama(batch=batch, seq=8, vocab=32, layers=1, width=16, heads=2,
+                            kv_heads=1, tie_embeddings=False)
     # gpt-dropout: train.dropout in four places (p = 0.2 drops ~100 of the
     # ~500 elements of each per-rank activation per step). Equivalence holds
     # only if every rank drops exactly the elements one process drops at the
@@ -96,6 +108,13 @@ def test_matches_single_process(stage, kind, n, tmp_path):
         err = parity.rel_err(got[name], ref[name])
         if err > TOL:
             bad[name] = err
+    if bad:
+        data = safetensors.load(data_path)
+        _, exact = parity.torch_train(ref_spec, init, data, STEPS, opt, float64=True)
+        for name in list(bad):
+            to_exact = parity.rel_err(got[name], exact[name])
+            if to_exact <= max(TOL, parity.rel_err(ref[name], exact[name])):
+                del bad[name]
     assert not bad, f"stage {stage} dp={n} differs from one process on the global batch: {bad}"
     # The weights moved, so the comparison says something.
     assert any(parity.rel_err(ref[k], init[k]) > 1e-3 for k in ref)
