@@ -92,6 +92,39 @@ def _string_attr(s):
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def check_llama3_scaling(scaling, what):
+    """(factor, low_freq_factor, high_freq_factor, original) as floats, or IRError."""
+    try:
+        vals = tuple(float(v) for v in scaling)
+    except (TypeError, ValueError):
+        raise IRError(f"{what}: llama3_scaling must be 4 numbers, got {scaling!r}") from None
+    if len(vals) != 4:
+        raise IRError(f"{what}: llama3_scaling must be 4 numbers (factor, low_freq_factor, "
+                      f"high_freq_factor, original_max_position_embeddings), got {len(vals)}")
+    factor, low, high, original = vals
+    if not all(math.isfinite(v) for v in vals) or factor < 1 or not 0 < low < high \
+            or original <= 0:
+        raise IRError(f"{what}: llama3_scaling needs finite factor >= 1, 0 < low_freq_factor "
+                      f"< high_freq_factor and original > 0, got {list(vals)}")
+    return vals
+
+
+def llama3_inv_freq(torch, inv_freq, scaling):
+    """transformers' _compute_llama3_parameters on float32 frequencies
+    (the same statements)."""
+    factor, low_freq_factor, high_freq_factor, old_context_len = scaling
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth_factor = (old_context_len / wavelen - low_freq_factor) / (
+        high_freq_factor - low_freq_factor)
+    smoothed_inv_freq = (1 - smooth_factor) * inv_freq_llama / factor \
+        + smooth_factor * inv_freq_llama
+    is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
+
+
 class Value:
     """An SSA value: its printed name, static shape and element type."""
 
@@ -575,8 +608,10 @@ class Function:
         var = x.pow(2).mean(-1, keepdim=True)
         return g * (x * torch.rsqrt(var + attrs["epsilon"]))
 
-    def rotary_embedding(self, x, seq_dim, theta=10000.0, hint=None):
-        """RoPE over the last dim (head_dim), positions along `seq_dim`."""
+    def rotary_embedding(self, x, seq_dim, theta=10000.0, llama3_scaling=None, hint=None):
+        """RoPE over the last dim (head_dim), positions along `seq_dim`.
+        llama3_scaling: (factor, low_freq_factor, high_freq_factor,
+        original_max_position_embeddings), Llama 3's frequency scaling."""
         self._f32("train.rotary_embedding", x)
         if x.rank < 2 or not 0 <= seq_dim < x.rank - 1:
             raise IRError(f"train.rotary_embedding: seq_dim {seq_dim} must be in "
@@ -585,11 +620,16 @@ class Function:
             raise IRError(f"train.rotary_embedding: head dim of {x.type} must be even")
         if not (float(theta) > 0 and math.isfinite(float(theta))):
             raise IRError(f"train.rotary_embedding: theta must be positive, got {theta}")
+        scaling = ""
+        if llama3_scaling is not None:
+            llama3_scaling = check_llama3_scaling(llama3_scaling, "train.rotary_embedding")
+            scaling = (", llama3_scaling = array<f64: "
+                       + ", ".join(fmt_float(v) for v in llama3_scaling) + ">")
         return self._emit(hint or "rope", x.shape, "f32",
                           f"train.rotary_embedding {x.name} {{seq_dim = {int(seq_dim)} : i64, "
-                          f"theta = {fmt_float(theta)} : f64}} : {x.type}",
+                          f"theta = {fmt_float(theta)} : f64{scaling}}} : {x.type}",
                           "rotary_embedding", (x,), seq_dim=int(seq_dim),
-                          theta=float(theta))
+                          theta=float(theta), llama3_scaling=llama3_scaling)
 
     @reference("rotary_embedding")
     def _rotary_embedding_ref(torch, F, a, attrs, shape):
@@ -598,6 +638,8 @@ class Function:
         x, seq_dim = a[0], attrs["seq_dim"]
         D, T = x.shape[-1], x.shape[seq_dim]
         inv = 1.0 / (attrs["theta"] ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+        if attrs.get("llama3_scaling") is not None:
+            inv = llama3_inv_freq(torch, inv, attrs["llama3_scaling"])
         freqs = torch.outer(torch.arange(T).float(), inv)
         emb = torch.cat([freqs, freqs], dim=-1)
         view = [T if d == seq_dim else (D if d == x.dim() - 1 else 1)

@@ -14,7 +14,7 @@ import argparse
 import math
 import sys
 
-from .ir import Module, IRError
+from .ir import Module, IRError, check_llama3_scaling
 
 __all__ = ["ModelSpec", "mlp", "gpt", "llama", "main"]
 
@@ -90,6 +90,25 @@ def _causal_attention(f, q, k, v, hint, dropout=0.0, kind="composed"):
     y = f.matmul(att, v, hint=f"{hint}_y")                     # [B,H,T,D]
     y = f.transpose(y, [0, 2, 1, 3], hint=f"{hint}_yt")         # [B,T,H,D]
     return f.reshape(y, [B, T, H * D], hint=f"{hint}_yr")
+
+
+def _llama3_scaling(rope_scaling):
+    """None, or (factor, low_freq_factor, high_freq_factor, original) from a
+    transformers rope_scaling dict or four numbers."""
+    if rope_scaling is None:
+        return None
+    if isinstance(rope_scaling, dict):
+        kind = rope_scaling.get("rope_type", rope_scaling.get("type", "llama3"))
+        if kind != "llama3":
+            raise IRError(f"llama: rope_scaling type {kind!r} is not supported "
+                          "(only 'llama3')")
+        keys = ("factor", "low_freq_factor", "high_freq_factor",
+                "original_max_position_embeddings")
+        missing = [k for k in keys if k not in rope_scaling]
+        if missing:
+            raise IRError(f"llama: rope_scaling lacks {', '.join(missing)}")
+        rope_scaling = [rope_scaling[k] for k in keys]
+    return check_llama3_scaling(rope_scaling, "llama")
 
 
 def _lm_loss(f, x, embedding, targets, hint):
@@ -233,7 +252,7 @@ def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5, dropout=0.0,
 
 def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
           rope_theta=10000.0, checkpoints=True, attention="composed", kv_heads=None,
-          tie_embeddings=True):
+          tie_embeddings=True, rope_scaling=None):
     """Llama-style decoder: RMSNorm, SwiGLU, rotary embeddings, no biases,
     grouped-query attention, tied or untied input/output embeddings.
 
@@ -255,12 +274,17 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
     tie_embeddings (tie_word_embeddings): the logits read
     model.embed_tokens.weight (Llama 3.2 1B/3B) or their own lm_head.weight
     (Llama 2, Llama 3 8B, TinyLlama).
+    rope_scaling: Llama 3's frequency scaling, as transformers' config
+    writes it ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor":
+    1.0, "high_freq_factor": 4.0, "original_max_position_embeddings":
+    8192}) or as those four numbers in that order; None: plain RoPE.
     checkpoints: as gpt's (each decoder layer's output marked).
     attention: as gpt's ("composed" or "fused").
     """
     B, T, V, L, C, H = (int(v) for v in (batch, seq, vocab, layers, width, heads))
     if min(B, T, V, C, H) <= 0 or L < 0:
         raise IRError("llama: sizes must be positive")
+    scaling = _llama3_scaling(rope_scaling)
     if C % H:
         raise IRError(f"llama: width {C} is not divisible by heads {H}")
     KVH = H if kv_heads is None else int(kv_heads)
@@ -301,7 +325,8 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
             t = f.reshape(linear(a, f"{p}.self_attn.{name}", C, n * D), [B, T, n, D],
                           hint=f"l{i}_{name}_r")
             if rope:
-                t = f.rotary_embedding(t, 1, rope_theta, hint=f"l{i}_{name}_rope")
+                t = f.rotary_embedding(t, 1, rope_theta, llama3_scaling=scaling,
+                                       hint=f"l{i}_{name}_rope")
             t = f.transpose(t, [0, 2, 1, 3], hint=f"l{i}_{name}_t")
             if n == H:
                 return t
@@ -326,7 +351,7 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
              "embed_out" if tie_embeddings else "lm_head")
     cfg = dict(batch=B, seq=T, vocab=V, layers=L, width=C, heads=H, hidden=F,
                epsilon=epsilon, rope_theta=rope_theta, kv_heads=KVH,
-               tie_embeddings=bool(tie_embeddings))
+               tie_embeddings=bool(tie_embeddings), rope_scaling=scaling)
     return ModelSpec("llama", cfg, m)
 
 
@@ -367,6 +392,10 @@ def _parser():
     ll.add_argument("--heads", type=int, default=4)
     ll.add_argument("--hidden", type=int, help="SwiGLU width (default: Llama's 8/3 rule)")
     ll.add_argument("--rope-theta", type=float, default=10000.0)
+    ll.add_argument("--rope-scaling", metavar="FACTOR,LOW,HIGH,ORIGINAL",
+                    help="Llama 3's RoPE frequency scaling (rope_type llama3): factor, "
+                         "low_freq_factor, high_freq_factor, "
+                         "original_max_position_embeddings; Llama 3.1: 8,1,4,8192")
     ll.add_argument("--kv-heads", type=int,
                     help="key/value heads, each shared by heads/kv-heads query heads "
                          "(grouped-query attention; default: --heads)")
@@ -398,7 +427,9 @@ def main(argv=None):
             spec = llama(args.batch, args.seq, args.vocab, args.layers, args.width,
                          args.heads, hidden=args.hidden, rope_theta=args.rope_theta,
                          checkpoints=not args.no_checkpoints, attention=args.attention,
-                         kv_heads=args.kv_heads, tie_embeddings=not args.untied)
+                         kv_heads=args.kv_heads, tie_embeddings=not args.untied,
+                         rope_scaling=(args.rope_scaling.split(",")
+                                       if args.rope_scaling else None))
     except IRError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

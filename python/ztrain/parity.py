@@ -638,6 +638,8 @@ def _parser():
     g.add_argument("--heads", type=int, default=4)
     g.add_argument("--kv-heads", type=int,
                    help="llama: key/value heads (grouped-query attention; default --heads)")
+    g.add_argument("--rope-scaling", metavar="FACTOR,LOW,HIGH,ORIGINAL",
+                   help="llama: Llama 3's RoPE frequency scaling (see python -m ztrain.models)")
     g.add_argument("--untied", action="store_true",
                    help="llama: an lm_head.weight of its own (tie_word_embeddings=false)")
     g = ap.add_argument_group("optimizer (ztrain-compile flags)")
@@ -678,7 +680,8 @@ def main(argv=None):
     else:
         spec = models.llama(a.batch or 4, a.seq, a.vocab, a.layers, a.width, a.heads,
                             attention=a.attention, kv_heads=a.kv_heads,
-                            tie_embeddings=not a.untied)
+                            tie_embeddings=not a.untied,
+                            rope_scaling=a.rope_scaling.split(",") if a.rope_scaling else None)
     opt = OptimizerConfig(a.optimizer, a.lr, a.beta1, a.beta2, a.eps, a.weight_decay,
                           a.momentum, a.dampening, a.nesterov)
     try:

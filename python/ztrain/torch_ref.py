@@ -173,9 +173,9 @@ def _repeat_kv(t, groups):
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, width, heads, theta, kv_heads=None):
+    def __init__(self, width, heads, theta, kv_heads=None, rope_scaling=None):
         super().__init__()
-        self.heads, self.theta = heads, theta
+        self.heads, self.theta, self.rope_scaling = heads, theta, rope_scaling
         self.kv_heads = kv_heads or heads
         kv_width = width // heads * self.kv_heads
         self.q_proj = nn.Linear(width, width, bias=False)
@@ -196,6 +196,8 @@ class LlamaAttention(nn.Module):
         k, v = split(self.k_proj(x), KVH), split(self.v_proj(x), KVH)
         # LlamaRotaryEmbedding: frequencies and angles in float32.
         inv = 1.0 / (self.theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+        if self.rope_scaling is not None:   # rope_type "llama3"
+            inv = ir.llama3_inv_freq(torch, inv, self.rope_scaling)
         freqs = torch.outer(torch.arange(T).float(), inv)
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)   # [T, D]
@@ -221,10 +223,10 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaLayer(nn.Module):
-    def __init__(self, width, heads, hidden, eps, theta, kv_heads=None):
+    def __init__(self, width, heads, hidden, eps, theta, kv_heads=None, rope_scaling=None):
         super().__init__()
         self.input_layernorm = LlamaRMSNorm(width, eps)
-        self.self_attn = LlamaAttention(width, heads, theta, kv_heads)
+        self.self_attn = LlamaAttention(width, heads, theta, kv_heads, rope_scaling)
         self.post_attention_layernorm = LlamaRMSNorm(width, eps)
         self.mlp = LlamaMLP(width, hidden)
 
@@ -234,10 +236,12 @@ class LlamaLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, vocab, layers, width, heads, hidden, eps, theta, kv_heads=None):
+    def __init__(self, vocab, layers, width, heads, hidden, eps, theta, kv_heads=None,
+                 rope_scaling=None):
         super().__init__()
         self.embed_tokens = nn.Embedding(vocab, width)
-        self.layers = nn.ModuleList([LlamaLayer(width, heads, hidden, eps, theta, kv_heads)
+        self.layers = nn.ModuleList([LlamaLayer(width, heads, hidden, eps, theta, kv_heads,
+                                                rope_scaling)
                                      for _ in range(layers)])
         self.norm = LlamaRMSNorm(width, eps)
 
@@ -247,9 +251,10 @@ class Llama(nn.Module):
     lm_head of its own unless tie): the same state-dict names."""
 
     def __init__(self, vocab, seq, layers, width, heads, hidden, eps=1e-5, theta=10000.0,
-                 kv_heads=None, tie=True):
+                 kv_heads=None, tie=True, rope_scaling=None):
         super().__init__()
-        self.model = LlamaModel(vocab, layers, width, heads, hidden, eps, theta, kv_heads)
+        self.model = LlamaModel(vocab, layers, width, heads, hidden, eps, theta, kv_heads,
+                                rope_scaling)
         self.lm_head = None if tie else nn.Linear(width, vocab, bias=False)
 
     def forward(self, tokens, targets):
@@ -279,7 +284,8 @@ def from_spec(spec):
     if spec.kind == "llama":
         return Llama(c["vocab"], c["seq"], c["layers"], c["width"], c["heads"], c["hidden"],
                      c.get("epsilon", 1e-5), c.get("rope_theta", 10000.0),
-                     c.get("kv_heads"), c.get("tie_embeddings", True))
+                     c.get("kv_heads"), c.get("tie_embeddings", True),
+                     c.get("rope_scaling"))
     raise ValueError(f"unknown model kind {spec.kind!r}")
 
 

@@ -459,9 +459,12 @@ public:
 
   void rotaryEmbedding(DType dtype, const void *x, void *out, int64_t outer,
                        int64_t seq, int64_t inner, int64_t dim, double theta,
+                       double factor, double low, double high, double original,
                        int32_t inverse) override {
+    const vecmath::RopeScaling scaling{factor, low, high, original};
     ZTRT_CPU_DISPATCH(dtype, rotaryT<T>(as<T>(x), as<T>(out), outer, seq,
-                                        inner, dim, theta, inverse != 0));
+                                        inner, dim, theta, scaling,
+                                        inverse != 0));
   }
 
   void transpose(DType dtype, const void *x, void *out, int64_t rank,
@@ -1144,13 +1147,14 @@ private:
 
   template <typename T>
   static void rotaryT(const T *x, T *out, int64_t outer, int64_t seq,
-                      int64_t inner, int64_t dim, double theta, bool inverse) {
+                      int64_t inner, int64_t dim, double theta,
+                      const vecmath::RopeScaling &scaling, bool inverse) {
     const int64_t half = dim / 2;
     // The table of one [seq, half] block, shared by every outer and inner.
     std::vector<float> cosT(seq * half), sinT(seq * half);
     for (int64_t t = 0; t < seq; ++t)
       for (int64_t i = 0; i < half; ++i)
-        vecmath::ropeCosSin(t, i, dim, theta, cosT[t * half + i],
+        vecmath::ropeCosSin(t, i, dim, theta, scaling, cosT[t * half + i],
                             sinT[t * half + i]);
     const int64_t rows = outer * seq * inner;
 #pragma omp parallel for schedule(static) if (rows * dim >= kParallelElements)

@@ -147,19 +147,52 @@ ZTRT_VM float rsqrtGrad(float dy, float y) {
   return (-0.5f * dy) * (y * y * y);
 }
 
-/// cos and sin of RoPE's angle for position `t` and pair `i` of a head of
-/// `dim` channels: inv = 1 / theta^(2i / dim) and a = t * inv in float, as
-/// Hugging Face's LlamaRotaryEmbedding computes them in float32; the power
-/// and the cosine / sine are taken in double and rounded once, so every
-/// backend gets the same bits.
-ZTRT_VM void ropeCosSin(int64_t t, int64_t i, int64_t dim, double theta,
-                               float &c, float &s) {
+/// Llama 3's RoPE frequency scaling (transformers' rope_type "llama3"):
+/// factor 1 is none. Wavelengths longer than original / low stretch by
+/// `factor`, shorter than original / high stay, and those between blend.
+struct RopeScaling {
+  double factor = 1.0, lowFreqFactor = 1.0, highFreqFactor = 4.0,
+         originalMaxPositions = 8192.0;
+};
+
+/// RoPE's frequency of pair `i` of a head of `dim` channels: inv = 1 /
+/// theta^(2i / dim) in float, the power taken in double and rounded once;
+/// then, with scaling, transformers' _compute_llama3_parameters step by
+/// step in float32 (its Python scalars rounded to float where torch's
+/// tensor-scalar arithmetic rounds them).
+ZTRT_VM float ropeInvFreq(int64_t i, int64_t dim, double theta,
+                          const RopeScaling &scaling) {
   float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
   float power = static_cast<float>(
       std::pow(static_cast<double>(static_cast<float>(theta)),
                static_cast<double>(exponent)));
   float inv = 1.0f / power;
-  float a = static_cast<float>(t) * inv;
+  if (scaling.factor == 1.0)
+    return inv;
+  const float factor = static_cast<float>(scaling.factor);
+  const float low = static_cast<float>(scaling.lowFreqFactor);
+  const float old = static_cast<float>(scaling.originalMaxPositions);
+  const float lowWavelen =
+      static_cast<float>(scaling.originalMaxPositions / scaling.lowFreqFactor);
+  const float highWavelen =
+      static_cast<float>(scaling.originalMaxPositions / scaling.highFreqFactor);
+  const float wavelen = static_cast<float>(2.0 * 3.141592653589793) / inv;
+  const float scaled = wavelen > lowWavelen ? inv / factor : inv;
+  if (wavelen < highWavelen || wavelen > lowWavelen)
+    return scaled;
+  const float smooth =
+      (old / wavelen - low) /
+      static_cast<float>(scaling.highFreqFactor - scaling.lowFreqFactor);
+  return (1.0f - smooth) * scaled / factor + smooth * scaled;
+}
+
+/// cos and sin of RoPE's angle for position `t` and pair `i`: a = t * inv
+/// in float (ropeInvFreq), as Hugging Face's LlamaRotaryEmbedding computes
+/// it in float32; the cosine and sine are taken in double and rounded once,
+/// so every backend gets the same bits.
+ZTRT_VM void ropeCosSin(int64_t t, int64_t i, int64_t dim, double theta,
+                        const RopeScaling &scaling, float &c, float &s) {
+  float a = static_cast<float>(t) * ropeInvFreq(i, dim, theta, scaling);
   c = static_cast<float>(std::cos(static_cast<double>(a)));
   s = static_cast<float>(std::sin(static_cast<double>(a)));
 }

@@ -38,6 +38,7 @@
 
 #include "cuda/CudaBackend.h"
 
+#include "cpu/VecMath.h"
 #include "cuda/Kernels.h"
 #include "cuda/Libraries.h"
 #include "src/CommQueue.h"
@@ -770,10 +771,13 @@ public:
   }
   void rotaryEmbedding(DType dtype, const void *x, void *out, int64_t outer,
                        int64_t seq, int64_t inner, int64_t dim, double theta,
+                       double factor, double low, double high, double original,
                        int32_t inverse) override {
+    const vecmath::RopeScaling scaling{factor, low, high, original};
     ZTRT_CUDA_DISPATCH(dtype, cuda::rotaryEmbedding(as<T>(x), as<T>(out), outer,
                                                     seq, inner, dim, theta,
-                                                    inverse != 0, compute));
+                                                    scaling, inverse != 0,
+                                                    compute));
   }
   void softmax(DType dtype, const void *x, void *y, int64_t rows, int64_t cols,
                int32_t causal) override {

@@ -132,9 +132,11 @@ __global__ void dropoutKernel(const T *x, T *out, int64_t n, uint64_t key,
 
 // The cpu's table of one [seq, half] block, entry k = t * half + i.
 __global__ void ropeTableKernel(float *cosT, float *sinT, int64_t entries,
-                                int64_t half, int64_t dim, double theta) {
+                                int64_t half, int64_t dim, double theta,
+                                vecmath::RopeScaling scaling) {
   for (int64_t k = globalThread(); k < entries; k += gridThreads())
-    vecmath::ropeCosSin(k / half, k % half, dim, theta, cosT[k], sinT[k]);
+    vecmath::ropeCosSin(k / half, k % half, dim, theta, scaling, cosT[k],
+                        sinT[k]);
 }
 
 // Thread k rotates pair i = k % half of row k / half (a row is one head
@@ -383,7 +385,8 @@ void dropout(const T *x, T *out, int64_t n, uint64_t key, uint64_t counterBase,
 
 template <typename T>
 void rotaryEmbedding(const T *x, T *out, int64_t outer, int64_t seq,
-                     int64_t inner, int64_t dim, double theta, bool inverse,
+                     int64_t inner, int64_t dim, double theta,
+                     const vecmath::RopeScaling &scaling, bool inverse,
                      cudaStream_t stream) {
   const int64_t half = dim / 2, entries = seq * half;
   const int64_t pairs = outer * seq * inner * half;
@@ -393,7 +396,7 @@ void rotaryEmbedding(const T *x, T *out, int64_t outer, int64_t seq,
       scratch(2 * entries * static_cast<int64_t>(sizeof(float)), stream,
               "rotary_embedding"));
   ZTRT_LAUNCH(blocksFor(entries), kBlock, 0, stream, ropeTableKernel)
-  (table, table + entries, entries, half, dim, theta);
+  (table, table + entries, entries, half, dim, theta, scaling);
   ZTRT_LAUNCH(blocksFor(pairs), kBlock, 0, stream, rotaryKernel)
   (x, out, table, table + entries, pairs, seq, inner, half, inverse);
   check(cudaGetLastError(), "rotary_embedding kernel launch");
@@ -487,7 +490,9 @@ void gradSqNorm(const T *x, int64_t n, const float *sumIn, float *sumOut,
   template void dropout<T>(const T *, T *, int64_t, uint64_t, uint64_t,        \
                            uint32_t, float, cudaStream_t);                     \
   template void rotaryEmbedding<T>(const T *, T *, int64_t, int64_t, int64_t,  \
-                                   int64_t, double, bool, cudaStream_t);       \
+                                   int64_t, double,                            \
+                                   const vecmath::RopeScaling &, bool,         \
+                                   cudaStream_t);                              \
   template void sgdUpdate<T>(T *, const T *, T *, int64_t, const SgdScalars &, \
                              cudaStream_t);                                    \
   template void adamUpdate<T>(T *, const T *, T *, T *, int64_t,               \

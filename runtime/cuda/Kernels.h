@@ -31,6 +31,10 @@
 
 #include <cstdint>
 
+namespace ztrt::vecmath {
+struct RopeScaling; // cpu/VecMath.h
+} // namespace ztrt::vecmath
+
 namespace ztrt::cuda {
 
 /// Fatal runtime error `cuda: <what>: <CUDA's message>` unless `status` is
@@ -98,7 +102,8 @@ void dropout(const T *x, T *out, int64_t n, uint64_t key, uint64_t counterBase,
 /// backend's bits), then one thread per rotated pair.
 template <typename T>
 void rotaryEmbedding(const T *x, T *out, int64_t outer, int64_t seq,
-                     int64_t inner, int64_t dim, double theta, bool inverse,
+                     int64_t inner, int64_t dim, double theta,
+                     const vecmath::RopeScaling &scaling, bool inverse,
                      cudaStream_t stream);
 
 /// torch.optim.SGD with every scalar already rounded to float, as the cpu

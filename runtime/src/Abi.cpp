@@ -275,12 +275,21 @@ template <> struct KernelChecks<&Backend::reduceMaxGrad> {
 
 template <> struct KernelChecks<&Backend::rotaryEmbedding> {
   static void check(const char *op, const void *, void *, int64_t, int64_t,
-                    int64_t, int64_t dim, double theta, int32_t) {
+                    int64_t, int64_t dim, double theta, double factor,
+                    double low, double high, double original, int32_t) {
     if (dim % 2 != 0)
       fatal("%s: dim %lld is odd (RoPE rotates pairs)", op,
             static_cast<long long>(dim));
     if (!(theta > 0.0) || !std::isfinite(theta))
       fatal("%s: theta %g is not a positive finite number", op, theta);
+    if (!(factor >= 1.0) || !std::isfinite(factor))
+      fatal("%s: scaling factor %g is not a finite number >= 1", op, factor);
+    if (factor != 1.0 &&
+        (!(low > 0.0) || !(high > low) || !std::isfinite(high) ||
+         !(original > 0.0) || !std::isfinite(original)))
+      fatal("%s: llama3 scaling needs 0 < low_freq_factor < high_freq_factor "
+            "and original_max_positions > 0 (got %g, %g, %g)",
+            op, low, high, original);
   }
 };
 

@@ -14,6 +14,7 @@
 
 #include "TestUtil.h"
 
+#include "cpu/VecMath.h"
 #include "cuda/CudaBackend.h"
 #include "cuda/Libraries.h"
 #include "ztrt.h"
@@ -1153,7 +1154,8 @@ std::vector<int32_t> maskValues(size_t n) {
 /// halfway between two floats. CUDA's double pow, cos and sin are within 2
 /// ulp of double (2^-51 relative), glibc's within 1: where this holds, the
 /// two round to the same float, and the table is bitwise the cpu's.
-bool ropeTableRoundsRobustly(int64_t seq, int64_t dim, double theta) {
+bool ropeTableRoundsRobustly(int64_t seq, int64_t dim, double theta,
+                             const vecmath::RopeScaling &scaling = {}) {
   auto robust = [](double v) {
     const float f = static_cast<float>(v);
     if (!std::isfinite(f))
@@ -1169,7 +1171,8 @@ bool ropeTableRoundsRobustly(int64_t seq, int64_t dim, double theta) {
                  static_cast<double>(exponent));
     if (!robust(power))
       return false;
-    const float inv = 1.0f / static_cast<float>(power);
+    // Llama 3's scaling of it is float arithmetic, the same on both.
+    const float inv = vecmath::ropeInvFreq(i, dim, theta, scaling);
     for (int64_t t = 0; t < seq; ++t) {
       const double a = static_cast<float>(t) * inv;
       if (!robust(std::cos(a)) || !robust(std::sin(a)))
@@ -1355,12 +1358,16 @@ TEST_F(CudaConformanceTest, RotaryEmbeddingIsBitwise) {
   struct Case {
     int64_t outer, seq, inner, dim;
     double theta;
+    vecmath::RopeScaling scaling = {};
   };
+  // The last: Llama 3's scaling with wavelengths below 32 / 4, between, and
+  // above 32 (each branch of ropeInvFreq).
   for (const Case &cs :
        {Case{1, 1, 1, 2, 10000.0}, Case{2, 7, 3, 16, 10000.0},
         Case{1, 5, 1, 6, 10000.0}, Case{3, 33, 4, 64, 500000.0},
-        Case{1, 130, 2, 128, 10000.0}}) {
-    ASSERT_TRUE(ropeTableRoundsRobustly(cs.seq, cs.dim, cs.theta))
+        Case{1, 130, 2, 128, 10000.0},
+        Case{2, 40, 2, 64, 500000.0, {8.0, 1.0, 4.0, 32.0}}}) {
+    ASSERT_TRUE(ropeTableRoundsRobustly(cs.seq, cs.dim, cs.theta, cs.scaling))
         << "choose other test positions: this table may round differently "
            "on a GPU";
     const int64_t n = cs.outer * cs.seq * cs.inner * cs.dim;
@@ -1371,14 +1378,19 @@ TEST_F(CudaConformanceTest, RotaryEmbeddingIsBitwise) {
     for (int inverse : {0, 1}) {
       both([&](ztrt_ctx *c, bool d) {
         ztrt_rotary_embedding(c, ZTRT_F32, at(x, d), at(out, d), cs.outer,
-                              cs.seq, cs.inner, cs.dim, cs.theta, inverse);
+                              cs.seq, cs.inner, cs.dim, cs.theta,
+                              cs.scaling.factor, cs.scaling.lowFreqFactor,
+                              cs.scaling.highFreqFactor,
+                              cs.scaling.originalMaxPositions, inverse);
       });
       expectBitwise(fetch(out), out.host,
                     std::string(inverse ? "rotary inverse" : "rotary") + what);
     }
     both([&](ztrt_ctx *c, bool d) {
       ztrt_rotary_embedding(c, ZTRT_F32, at(x, d), at(x, d), cs.outer, cs.seq,
-                            cs.inner, cs.dim, cs.theta, 0);
+                            cs.inner, cs.dim, cs.theta, cs.scaling.factor,
+                            cs.scaling.lowFreqFactor, cs.scaling.highFreqFactor,
+                            cs.scaling.originalMaxPositions, 0);
     });
     expectBitwise(fetch(x), x.host, "rotary in place" + what);
   }
@@ -2404,13 +2416,15 @@ TYPED_TEST(CudaDTypeTest, RotaryEmbeddingIsTheFloatOneRounded) {
     for (int inverse : {0, 1}) {
       this->each([&](int32_t ty, bool t) {
         ztrt_rotary_embedding(x, ty, at(in, t), at(out, t), cs.outer, cs.seq,
-                              cs.inner, cs.dim, cs.theta, inverse);
+                              cs.inner, cs.dim, cs.theta, 1.0, 1.0, 4.0, 8192.0,
+                              inverse);
       });
       this->expectRounded(out, inverse ? "rotary inverse" : "rotary");
     }
     this->each([&](int32_t ty, bool t) {
       ztrt_rotary_embedding(x, ty, at(in, t), at(in, t), cs.outer, cs.seq,
-                            cs.inner, cs.dim, cs.theta, 0);
+                            cs.inner, cs.dim, cs.theta, 1.0, 1.0, 4.0, 8192.0,
+                            0);
     });
     this->expectRounded(in, "rotary in place");
   }

@@ -12,9 +12,11 @@
 
 #include "TestUtil.h"
 
+#include "cpu/VecMath.h"
 #include "ztrt.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -129,7 +131,7 @@ TEST_F(LlamaKernelTest, RotaryRotatesPairsByPositionAndInverseUndoesIt) {
   auto x = testValues(n, 75);
   std::vector<float> y(n), back(n);
   ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x.data(), y.data(), outer, seq,
-                        inner, dim, 10000.0, 0);
+                        inner, dim, 10000.0, 1.0, 1.0, 4.0, 8192.0, 0);
   for (int64_t row = 0; row < outer * seq * inner; ++row) {
     int64_t t = (row / inner) % seq;
     for (int64_t i = 0; i < half; ++i) {
@@ -150,10 +152,62 @@ TEST_F(LlamaKernelTest, RotaryRotatesPairsByPositionAndInverseUndoesIt) {
     }
   }
   ztrt_rotary_embedding(ctx.get(), ZTRT_F32, y.data(), back.data(), outer,
-                        seq, inner, dim, 10000.0, 1);
+                        seq, inner, dim, 10000.0, 1.0, 1.0, 4.0, 8192.0, 1);
   for (int64_t i = 0; i < n; ++i)
     // A rotation and its transpose in float: a few ulps of O(1) values.
     EXPECT_NEAR(back[i], x[i], 1e-6) << i;
+}
+
+TEST_F(LlamaKernelTest, Llama3ScalingStretchesOnlyTheLongWavelengths) {
+  // transformers' llama3 rule with factor 8, low 1, high 4 and an original
+  // context of 64: wavelengths (2 pi / inv) under 16 keep inv, over 64 take
+  // inv / 8, and those between blend the two (strictly between them).
+  const int64_t dim = 16;
+  const double theta = 10000.0;
+  using ztrt::vecmath::RopeScaling;
+  namespace vecmath = ztrt::vecmath;
+  const RopeScaling none{}, llama3{8.0, 1.0, 4.0, 64.0};
+  int below = 0, between = 0, above = 0;
+  for (int64_t i = 0; i < dim / 2; ++i) {
+    const float inv = vecmath::ropeInvFreq(i, dim, theta, none);
+    const float scaled = vecmath::ropeInvFreq(i, dim, theta, llama3);
+    const double wavelen = 2.0 * M_PI / inv;
+    if (wavelen < 16.0) {
+      EXPECT_EQ(scaled, inv) << i;
+      ++below;
+    } else if (wavelen > 64.0) {
+      EXPECT_EQ(scaled, inv / 8.0f) << i;
+      ++above;
+    } else {
+      EXPECT_LT(scaled, inv) << i;
+      EXPECT_GT(scaled, inv / 8.0f) << i;
+      ++between;
+    }
+  }
+  EXPECT_GT(below, 0);
+  EXPECT_GT(between, 0);
+  EXPECT_GT(above, 0);
+  // Through the ABI: the scaled rotation is the table's, and factor 1 is
+  // bitwise no scaling whatever the other three say.
+  const int64_t seq = 40, n = seq * dim;
+  auto x = testValues(n, 31);
+  std::vector<float> plain(n), one(n), y(n);
+  ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x.data(), plain.data(), 1, seq, 1,
+                        dim, theta, 1.0, 1.0, 4.0, 8192.0, 0);
+  ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x.data(), one.data(), 1, seq, 1,
+                        dim, theta, 1.0, 2.0, 3.0, 64.0, 0);
+  EXPECT_EQ(std::memcmp(plain.data(), one.data(), n * sizeof(float)), 0);
+  ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x.data(), y.data(), 1, seq, 1,
+                        dim, theta, 8.0, 1.0, 4.0, 64.0, 0);
+  for (int64_t t = 0; t < seq; ++t)
+    for (int64_t i = 0; i < dim / 2; ++i) {
+      float c, s;
+      vecmath::ropeCosSin(t, i, dim, theta, llama3, c, s);
+      const float lo = x[t * dim + i], hi = x[t * dim + i + dim / 2];
+      EXPECT_EQ(y[t * dim + i], lo * c - hi * s) << t << "," << i;
+      EXPECT_EQ(y[t * dim + i + dim / 2], hi * c + lo * s) << t << "," << i;
+    }
+  EXPECT_NE(std::memcmp(plain.data(), y.data(), n * sizeof(float)), 0);
 }
 
 TEST_F(LlamaKernelTest, MaskedFillBroadcastsTheMaskOverLeadingDims) {
@@ -288,12 +342,22 @@ TEST_F(LlamaKernelTest, DropoutMasksDifferByStepStreamAndSeedOnly) {
 TEST_F(LlamaKernelTest, BadArgumentsAreNamed) {
   float x[8] = {}, y[8] = {};
   EXPECT_EXIT(ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x, y, 1, 1, 1, 7,
-                                    10000.0, 0),
+                                    10000.0, 1.0, 1.0, 4.0, 8192.0, 0),
               ::testing::ExitedWithCode(1), "rotary_embedding: dim 7 is odd");
   EXPECT_EXIT(ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x, y, 1, 1, 1, 8,
-                                    -1.0, 0),
+                                    -1.0, 1.0, 1.0, 4.0, 8192.0, 0),
               ::testing::ExitedWithCode(1),
               "rotary_embedding: theta -1 is not a positive finite number");
+  EXPECT_EXIT(ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x, y, 1, 1, 1, 8,
+                                    10000.0, 0.5, 1.0, 4.0, 8192.0, 0),
+              ::testing::ExitedWithCode(1),
+              "rotary_embedding: scaling factor 0.5 is not a finite number >= 1");
+  EXPECT_EXIT(ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x, y, 1, 1, 1, 8,
+                                    10000.0, 8.0, 4.0, 4.0, 8192.0, 0),
+              ::testing::ExitedWithCode(1),
+              "rotary_embedding: llama3 scaling needs 0 < low_freq_factor < "
+              "high_freq_factor and original_max_positions > 0 \\(got 4, 4, "
+              "8192\\)");
   const int64_t shape[] = {8}, mask[] = {1};
   EXPECT_EXIT(ztrt_reduce(ctx.get(), ZTRT_F32, x, y, 1, shape, mask, 3),
               ::testing::ExitedWithCode(1), "reduce: unknown kind 3");

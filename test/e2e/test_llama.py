@@ -73,3 +73,51 @@ def test_bad_grouped_query_shapes_are_one_line():
                        text=True, env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "python")))
     assert p.returncode == 1 and p.stderr == (
         "error: llama: heads 4 is not a multiple of kv_heads 0\n"), p.stderr
+
+
+def test_llama3_rope_scaling_matches_transformers_rule(tmp_path):
+    """Llama 3's RoPE scaling (rope_type "llama3") trains as torch with
+    transformers' _compute_llama3_parameters does (torch_ref; 1e-4 as in
+    test_parity.py), and the scaling changes the model: without it torch's
+    losses are far from ztrain's, so the comparison sees the scaled
+    frequencies. Head dim 8 and theta 10000 give wavelengths 6.3, 62.8,
+    628 and 6283: with an original context of 64 and factors 1 and 4, one
+    is kept (< 16), one blended, two stretched (> 64)."""
+    cfg = dict(batch=4, seq=32, vocab=32, layers=2, width=32, heads=4, kv_heads=2,
+               tie_embeddings=False)
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    spec = models.llama(**cfg, rope_scaling=scaling)
+    init = parity.make_init(spec, seed=0)
+    # Sharp attention (q and k weights of std 0.3, not 0.02), so that the
+    # rotation angles matter to the loss: at 0.02 the scores are ~0, every
+    # softmax row is near uniform, and the losses with and without the
+    # scaling were 7e-6 apart.
+    rng = np.random.default_rng(1)
+    for k in init:
+        if k.endswith(("q_proj.weight", "k_proj.weight")):
+            init[k] = rng.normal(0, 0.3, init[k].shape).astype(np.float32)
+    data = parity.make_data(spec, samples=8, seed=7)
+    opt = parity.OptimizerConfig("adamw", lr=1e-3, weight_decay=0.1)
+    r = parity.run_parity(spec, 10, opt, init=init, data=data, workdir=str(tmp_path))
+    print(r.table())
+    loss_err, weight_err = r.max_errors()
+    assert loss_err <= 1e-4 and weight_err <= 1e-4, (loss_err, weight_err)
+    plain, _ = parity.torch_train(models.llama(**cfg), init, data, 10, opt)
+    apart = np.abs(plain - r.ztrain_losses) / np.abs(plain)
+    # Measured 2.5e-3 apart (ztrain vs torch with the scaling: 1.4e-7); 1e-4,
+    # the parity bound, would not tell them apart.
+    assert apart.max() > 1e-3, apart
+
+
+def test_bad_rope_scaling_is_one_line():
+    with pytest.raises(IRError, match=r"rope_scaling type 'yarn' is not supported"):
+        models.llama(batch=1, seq=4, vocab=8, layers=1, width=16, heads=2,
+                     rope_scaling={"rope_type": "yarn", "factor": 4.0})
+    with pytest.raises(IRError, match=r"rope_scaling lacks high_freq_factor"):
+        models.llama(batch=1, seq=4, vocab=8, layers=1, width=16, heads=2,
+                     rope_scaling={"factor": 8.0, "low_freq_factor": 1.0,
+                                   "original_max_position_embeddings": 8192})
+    with pytest.raises(IRError, match=r"0 < low_freq_factor < high_freq_factor"):
+        models.llama(batch=1, seq=4, vocab=8, layers=1, width=16, heads=2,
+                     rope_scaling=(8.0, 4.0, 1.0, 8192))

@@ -8,6 +8,12 @@
 
 // CHECK-LABEL: func.func @ztrain_step(
 // CHECK-SAME: %[[CTX:.*]]: !llvm.ptr)
+// rotary_embedding's theta and Llama 3 scaling (factor, low, high, original)
+// CHECK-DAG: %[[THETA:.*]] = arith.constant 5.000000e+05 : f64
+// CHECK-DAG: %[[FACTOR:.*]] = arith.constant 3.200000e+01 : f64
+// CHECK-DAG: %[[LOW:.*]] = arith.constant 1.000000e+00 : f64
+// CHECK-DAG: %[[HIGH:.*]] = arith.constant 4.000000e+00 : f64
+// CHECK-DAG: %[[ORIG:.*]] = arith.constant 8.192000e+03 : f64
 // CHECK: %[[MASK:.*]] = call @ztrt_input(%[[CTX]], %c0_i64)
 // CHECK: %[[X:.*]] = call @ztrt_alloc(%[[CTX]], %c96_i64,
 // CHECK: %[[G:.*]] = call @ztrt_alloc(%[[CTX]], %c8_i64,
@@ -15,8 +21,9 @@
 // rows 12, cols 4, epsilon
 // CHECK: call @ztrt_rms_norm(%[[CTX]], %c1_i32, %[[X]], %[[G]], %[[RN]], %c12_i64, %c4_i64, %{{.*}})
 // CHECK: %[[RO:.*]] = call @ztrt_alloc(%[[CTX]], %c96_i64,
-// outer 2, seq 6, inner 1, dim 4, theta, not inverse
-// CHECK: call @ztrt_rotary_embedding(%[[CTX]], %c1_i32, %[[RN]], %[[RO]], %c2_i64, %c6_i64, %c1_i64, %c4_i64, %{{.*}}, %c0_i32)
+// outer 2, seq 6, inner 1, dim 4, theta, llama3 scaling (factor, low,
+// high, original), not inverse
+// CHECK: call @ztrt_rotary_embedding(%[[CTX]], %c1_i32, %[[RN]], %[[RO]], %c2_i64, %c6_i64, %c1_i64, %c4_i64, %[[THETA]], %[[FACTOR]], %[[LOW]], %[[HIGH]], %[[ORIG]], %c0_i32)
 // CHECK: %[[MF:.*]] = call @ztrt_alloc(%[[CTX]], %c96_i64,
 // outer 2 copies of the [6, 4] mask
 // CHECK: call @ztrt_masked_fill(%[[CTX]], %c1_i32, %[[RO]], %[[MASK]], %[[MF]], %c2_i64, %c24_i64, %{{.*}})
@@ -42,7 +49,7 @@ func.func @f(%m: tensor<6x4xi32> {train.name = "m"}) -> tensor<f32> attributes {
   %x = train.fill {value = 3.0 : f64} : tensor<2x6x4xbf16>
   %g = train.fill {value = 1.0 : f64} : tensor<4xbf16>
   %rn = train.rms_norm %x, %g : tensor<2x6x4xbf16>, tensor<4xbf16>
-  %ro = train.rotary_embedding %rn {seq_dim = 1 : i64} : tensor<2x6x4xbf16>
+  %ro = train.rotary_embedding %rn {seq_dim = 1 : i64, theta = 500000.0 : f64, llama3_scaling = array<f64: 32.0, 1.0, 4.0, 8192.0>} : tensor<2x6x4xbf16>
   %mf = train.masked_fill %ro, %m {value = -2.0 : f64} : tensor<2x6x4xbf16>, tensor<6x4xi32>
   %n = train.neg %mf : tensor<2x6x4xbf16>
   %s = train.slice %n {dim = 1 : i64, start = 2 : i64} : tensor<2x6x4xbf16> -> tensor<2x3x4xbf16>

@@ -458,6 +458,38 @@ func.func @f(%x: tensor<2x4x8xf32>) {
 
 // -----
 
+func.func @f(%x: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{llama3_scaling must hold 4 numbers (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings), got 3}}
+  %0 = train.rotary_embedding %x {seq_dim = 1 : i64, llama3_scaling = array<f64: 8.0, 1.0, 4.0>} : tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{llama3_scaling factor must be finite and >= 1, got 5.000000e-01}}
+  %0 = train.rotary_embedding %x {seq_dim = 1 : i64, llama3_scaling = array<f64: 0.5, 1.0, 4.0, 8192.0>} : tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{llama3_scaling needs 0 < low_freq_factor < high_freq_factor, got 4.000000e+00 and 1.000000e+00}}
+  %0 = train.rotary_embedding %x {seq_dim = 1 : i64, llama3_scaling = array<f64: 8.0, 4.0, 1.0, 8192.0>} : tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: tensor<2x4x8xf32>) {
+  // expected-error @+1 {{llama3_scaling original_max_position_embeddings must be positive and finite, got 0}}
+  %0 = train.rotary_embedding %x {seq_dim = 1 : i64, llama3_scaling = array<f64: 8.0, 1.0, 4.0, 0.0>} : tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
 func.func @f(%x: tensor<2x4x4xf32>, %m: tensor<3x4xi32>) {
   // expected-error @+1 {{mask shape [3, 4] must be a suffix of the input shape [2, 4, 4]}}
   %0 = train.masked_fill %x, %m {value = 0.0 : f64} : tensor<2x4x4xf32>, tensor<3x4xi32>

@@ -30,12 +30,14 @@ func.func @elementwise(%x: tensor<2x8xf32>, %b: tensor<2x8xbf16>, %h: tensor<2x8
 // CHECK: train.rms_norm %{{.*}}, %{{.*}} {epsilon = 9.9999999999999995E-7 : f64} : tensor<2x4x3x8xf32>, tensor<8xf32>
 // CHECK: train.rotary_embedding %{{.*}} {seq_dim = 1 : i64, theta = 5.000000e+05 : f64} : tensor<2x4x3x8xf32>
 // CHECK: train.rotary_embedding %{{.*}} {inverse, seq_dim = 2 : i64} : tensor<2x3x4x8xbf16>
+// CHECK: train.rotary_embedding %{{.*}} {llama3_scaling = array<f64: 8.000000e+00, 1.000000e+00, 4.000000e+00, 8.192000e+03>, seq_dim = 1 : i64, theta = 5.000000e+05 : f64} : tensor<2x4x3x8xf32>
 // CHECK: train.masked_fill %{{.*}}, %{{.*}} {value = 0xFFF0000000000000 : f64} : tensor<2x3x4x4xf32>, tensor<4x4xi32>
 func.func @norm_rope_mask(%x: tensor<2x4x3x8xf32>, %g: tensor<8xf32>, %q: tensor<2x3x4x8xbf16>,
                           %s: tensor<2x3x4x4xf32>, %m: tensor<4x4xi32>) {
   %0 = train.rms_norm %x, %g {epsilon = 1.0e-6 : f64} : tensor<2x4x3x8xf32>, tensor<8xf32>
   %1 = train.rotary_embedding %0 {seq_dim = 1 : i64, theta = 500000.0 : f64} : tensor<2x4x3x8xf32>
   %2 = train.rotary_embedding %q {seq_dim = 2 : i64, inverse} : tensor<2x3x4x8xbf16>
+  %4 = train.rotary_embedding %0 {seq_dim = 1 : i64, theta = 500000.0 : f64, llama3_scaling = array<f64: 8.0, 1.0, 4.0, 8192.0>} : tensor<2x4x3x8xf32>
   %3 = train.masked_fill %s, %m {value = 0xFFF0000000000000 : f64} : tensor<2x3x4x4xf32>, tensor<4x4xi32>
   return
 }

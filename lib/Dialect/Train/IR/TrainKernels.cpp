@@ -273,10 +273,15 @@ KernelCall RotaryEmbeddingOp::getKernelCall() {
     outer *= s[d];
   for (int64_t d = seqDim + 1; d < rank - 1; ++d)
     inner *= s[d];
+  // No scaling is factor 1 (the other three then do nothing).
+  double scaling[4] = {1.0, 1.0, 4.0, 8192.0};
+  if (std::optional<ArrayRef<double>> given = getLlama3Scaling())
+    std::copy(given->begin(), given->end(), scaling);
   return call("rotary_embedding", getResult(),
               {A::buffer(getInput()), A::buffer(getResult()), A::i64(outer),
                A::i64(s[seqDim]), A::i64(inner), A::i64(s.back()),
-               A::f64(getTheta().convertToDouble()),
+               A::f64(getTheta().convertToDouble()), A::f64(scaling[0]),
+               A::f64(scaling[1]), A::f64(scaling[2]), A::f64(scaling[3]),
                A::i32(getInverse())});
 }
 

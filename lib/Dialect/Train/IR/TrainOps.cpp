@@ -469,6 +469,27 @@ LogicalResult RotaryEmbeddingOp::verify() {
   if (!(theta > 0.0) || !std::isfinite(theta))
     return emitOpError() << "theta must be positive and finite, got "
                          << theta;
+  if (std::optional<ArrayRef<double>> s = getLlama3Scaling()) {
+    if (s->size() != 4)
+      return emitOpError() << "llama3_scaling must hold 4 numbers (factor, "
+                              "low_freq_factor, high_freq_factor, "
+                              "original_max_position_embeddings), got "
+                           << s->size();
+    const double factor = (*s)[0], low = (*s)[1], high = (*s)[2],
+                 original = (*s)[3];
+    if (!(factor >= 1.0) || !std::isfinite(factor))
+      return emitOpError() << "llama3_scaling factor must be finite and >= 1, "
+                              "got "
+                           << factor;
+    if (!(low > 0.0) || !(high > low) || !std::isfinite(high))
+      return emitOpError() << "llama3_scaling needs 0 < low_freq_factor < "
+                              "high_freq_factor, got "
+                           << low << " and " << high;
+    if (!(original > 0.0) || !std::isfinite(original))
+      return emitOpError() << "llama3_scaling original_max_position_embeddings "
+                              "must be positive and finite, got "
+                           << original;
+  }
   return success();
 }
 

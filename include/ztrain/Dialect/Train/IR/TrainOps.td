@@ -710,7 +710,8 @@ def Train_RotaryEmbeddingOp : Train_ComputeOp<"rotary_embedding", [
   let gradient = [{
     // A rotation's adjoint is its transpose: the rotation by -angle.
     auto op = RotaryEmbeddingOp::create(b, loc, getType(), dy, getSeqDimAttr(),
-                                        getThetaAttr(), ::mlir::UnitAttr());
+                                        getThetaAttr(), getLlama3ScalingAttr(),
+                                        ::mlir::UnitAttr());
     op.setInverse(!getInverse());
     return {op};
   }];
@@ -728,19 +729,36 @@ def Train_RotaryEmbeddingOp : Train_ComputeOp<"rotary_embedding", [
     for `i < h`. With `inverse` the rotation is by `-a`: that is the
     adjoint, which `train-autodiff` uses for the gradient.
 
+    `llama3_scaling = array<f64: factor, low_freq_factor, high_freq_factor,
+    original_max_position_embeddings>` applies Llama 3's frequency scaling
+    (transformers' `rope_scaling` with `rope_type: "llama3"`, the same four
+    numbers in the same order) to each `inv_i`: with `w = 2 pi / inv_i`,
+    `inv_i / factor` where `w > original / low_freq_factor`, `inv_i` where
+    `w < original / high_freq_factor`, and between them the blend
+    `(1 - s) inv_i / factor + s inv_i` with
+    `s = (original / w - low_freq_factor) / (high_freq_factor - low_freq_factor)`,
+    in float32 as transformers computes it. Llama 3.1 uses
+    `array<f64: 8.0, 1.0, 4.0, 8192.0>` and Llama 3.2 a factor of 32, both
+    with `theta = 500000`.
+
     ```mlir
     // q as [batch, seq, heads, head_dim]
     %qr = train.rotary_embedding %q {seq_dim = 1 : i64, theta = 1.000000e+04 : f64}
         : tensor<8x64x4x32xf32>
+    %kr = train.rotary_embedding %k {seq_dim = 1 : i64, theta = 5.000000e+05 : f64,
+        llama3_scaling = array<f64: 8.0, 1.0, 4.0, 8192.0>} : tensor<8x64x4x32xf32>
     ```
 
     **Constraints:**
     - rank >= 2, `seq_dim` in [0, rank - 1) (not the head dimension);
     - the last dimension is even;
-    - `theta` is positive and finite.
+    - `theta` is positive and finite;
+    - `llama3_scaling`: four finite numbers, `factor >= 1`,
+      `0 < low_freq_factor < high_freq_factor`, `original > 0`.
   }];
   let arguments = (ins Train_FloatTensor:$input, I64Attr:$seq_dim,
                        DefaultValuedAttr<F64Attr, "10000.0">:$theta,
+                       OptionalAttr<DenseF64ArrayAttr>:$llama3_scaling,
                        UnitAttr:$inverse);
   let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
