@@ -16,7 +16,7 @@ import sys
 
 from .ir import Module, IRError, check_llama3_scaling
 
-__all__ = ["ModelSpec", "mlp", "gpt", "llama", "main"]
+__all__ = ["ModelSpec", "mlp", "gpt", "llama", "llama_from_hf_config", "main"]
 
 
 class ModelSpec:
@@ -355,6 +355,57 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
     return ModelSpec("llama", cfg, m)
 
 
+def llama_from_hf_config(config, batch, seq, layers=None, checkpoints=True,
+                         attention="composed"):
+    """llama(...) from a Hugging Face LlamaConfig (config.json's dict, or its
+    path): vocab_size, num_hidden_layers, hidden_size, num_attention_heads,
+    num_key_value_heads, intermediate_size, rms_norm_eps, rope_theta,
+    rope_scaling (llama3) and tie_word_embeddings. `layers` overrides
+    num_hidden_layers (a truncated model to try things on). Settings the
+    builder does not model are refused by name, not ignored."""
+    if isinstance(config, str):
+        import json
+        try:
+            with open(config) as fh:
+                config = json.load(fh)
+        except (OSError, ValueError) as e:
+            raise IRError(f"llama: cannot read the config {config!r}: {e}") from None
+    if not isinstance(config, dict):
+        raise IRError("llama: a Hugging Face config is a JSON object")
+    where = "llama: Hugging Face config"
+    need = ("vocab_size", "num_hidden_layers", "hidden_size", "num_attention_heads",
+            "intermediate_size")
+    missing = [k for k in need if k not in config]
+    if missing:
+        raise IRError(f"{where} lacks {', '.join(missing)}")
+    archs = config.get("architectures") or ["LlamaForCausalLM"]
+    if config.get("model_type", "llama") != "llama" or archs != ["LlamaForCausalLM"]:
+        raise IRError(f"{where}: model_type {config.get('model_type')!r} / architectures "
+                      f"{archs} is not a LlamaForCausalLM")
+    unsupported = [
+        ("hidden_act", config.get("hidden_act", "silu") != "silu"),
+        ("attention_bias", bool(config.get("attention_bias", False))),
+        ("mlp_bias", bool(config.get("mlp_bias", False))),
+        ("attention_dropout", float(config.get("attention_dropout", 0.0) or 0.0) != 0.0),
+    ]
+    heads, width = int(config["num_attention_heads"]), int(config["hidden_size"])
+    head_dim = config.get("head_dim")
+    if head_dim is not None and heads and int(head_dim) * heads != width:
+        unsupported.append(("head_dim != hidden_size / num_attention_heads", True))
+    bad = [name for name, is_bad in unsupported if is_bad]
+    if bad:
+        raise IRError(f"{where}: not supported: {', '.join(f'{b}={config.get(b)!r}' if b in config else b for b in bad)}")
+    return llama(batch, seq, config["vocab_size"],
+                 config["num_hidden_layers"] if layers is None else layers, width, heads,
+                 hidden=config["intermediate_size"],
+                 epsilon=float(config.get("rms_norm_eps", 1e-6)),
+                 rope_theta=float(config.get("rope_theta", 10000.0)),
+                 checkpoints=checkpoints, attention=attention,
+                 kv_heads=config.get("num_key_value_heads") or heads,
+                 tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+                 rope_scaling=config.get("rope_scaling"))
+
+
 def build(kind, **cfg):
     """mlp(**cfg), gpt(**cfg) or llama(**cfg) by name."""
     if kind == "mlp":
@@ -387,11 +438,16 @@ def _parser():
     ll.add_argument("--batch", type=int, default=8)
     ll.add_argument("--seq", type=int, default=64)
     ll.add_argument("--vocab", type=int, default=256)
-    ll.add_argument("--layers", type=int, default=2)
+    ll.add_argument("--layers", type=int,
+                    help="default 2 (with --hf-config: num_hidden_layers)")
     ll.add_argument("--width", type=int, default=64)
     ll.add_argument("--heads", type=int, default=4)
     ll.add_argument("--hidden", type=int, help="SwiGLU width (default: Llama's 8/3 rule)")
     ll.add_argument("--rope-theta", type=float, default=10000.0)
+    ll.add_argument("--hf-config", metavar="CONFIG.json",
+                    help="sizes, heads, RoPE and tying from a Hugging Face LlamaConfig "
+                         "(config.json); --batch, --seq and --layers (if given) still "
+                         "apply, the other size flags are ignored")
     ll.add_argument("--rope-scaling", metavar="FACTOR,LOW,HIGH,ORIGINAL",
                     help="Llama 3's RoPE frequency scaling (rope_type llama3): factor, "
                          "low_freq_factor, high_freq_factor, "
@@ -423,8 +479,14 @@ def main(argv=None):
         elif args.model == "gpt":
             spec = gpt(args.batch, args.seq, args.vocab, args.layers, args.width, args.heads,
                        checkpoints=not args.no_checkpoints, attention=args.attention)
+        elif args.hf_config:
+            spec = llama_from_hf_config(args.hf_config, args.batch, args.seq,
+                                        layers=args.layers,
+                                        checkpoints=not args.no_checkpoints,
+                                        attention=args.attention)
         else:
-            spec = llama(args.batch, args.seq, args.vocab, args.layers, args.width,
+            spec = llama(args.batch, args.seq, args.vocab,
+                         2 if args.layers is None else args.layers, args.width,
                          args.heads, hidden=args.hidden, rope_theta=args.rope_theta,
                          checkpoints=not args.no_checkpoints, attention=args.attention,
                          kv_heads=args.kv_heads, tie_embeddings=not args.untied,

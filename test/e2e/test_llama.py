@@ -4,6 +4,7 @@ initializes an f32 model. Parity with PyTorch is in test_parity.py
 (llama-adamw, llama-gqa-untied-adamw), ZeRO equivalence with grouped-query
 attention and an untied head in test_zero_equivalence.py."""
 
+import json
 import os
 import subprocess
 import sys
@@ -121,3 +122,67 @@ def test_bad_rope_scaling_is_one_line():
     with pytest.raises(IRError, match=r"0 < low_freq_factor < high_freq_factor"):
         models.llama(batch=1, seq=4, vocab=8, layers=1, width=16, heads=2,
                      rope_scaling=(8.0, 4.0, 1.0, 8192))
+
+
+# config.json of meta-llama/Llama-3.2-1B and TinyLlama/TinyLlama-1.1B (the
+# fields the builder reads, plus a few it ignores).
+LLAMA_32_1B = {
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "head_dim": 64, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 8192,
+    "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": True,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "torch_dtype": "bfloat16", "vocab_size": 128256}
+TINYLLAMA = {
+    "architectures": ["LlamaForCausalLM"], "hidden_act": "silu", "hidden_size": 2048,
+    "intermediate_size": 5632, "model_type": "llama", "num_attention_heads": 32,
+    "num_hidden_layers": 22, "num_key_value_heads": 4, "rms_norm_eps": 1e-05,
+    "rope_scaling": None, "rope_theta": 10000.0, "tie_word_embeddings": False,
+    "vocab_size": 32000}
+
+
+@pytest.mark.parametrize("config,params", [(LLAMA_32_1B, 1_235_814_400),
+                                           (TINYLLAMA, 1_100_048_384)],
+                         ids=["llama-3.2-1b", "tinyllama-1.1b"])
+def test_hugging_face_configs_build_the_published_models(config, params, tmp_path):
+    """The builder reads a LlamaConfig into the same parameters the published
+    checkpoints hold: the counts are the models' published sizes (what
+    transformers' num_parameters() gives), and the names and shapes are
+    LlamaForCausalLM's (no lm_head when tied)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    spec = models.llama_from_hf_config(str(path), batch=1, seq=16)
+    shapes = {p.name: tuple(p.shape) for p in spec.params}
+    assert sum(int(np.prod(s)) for s in shapes.values()) == params
+    C, H, KVH = config["hidden_size"], config["num_attention_heads"], \
+        config["num_key_value_heads"]
+    assert shapes["model.layers.0.self_attn.k_proj.weight"] == (C // H * KVH, C)
+    assert ("lm_head.weight" in shapes) == (not config["tie_word_embeddings"])
+    text = spec.to_mlir()
+    if config["rope_scaling"]:
+        assert "llama3_scaling = array<f64: 32.0, 1.0, 4.0, 8192.0>" in text
+    else:
+        assert "llama3_scaling" not in text
+    # --layers truncates (a model to try things on); the rest stays.
+    small = models.llama_from_hf_config(config, batch=1, seq=16, layers=1)
+    assert small.config["layers"] == 1 and small.config["kv_heads"] == KVH
+
+
+def test_unsupported_hugging_face_configs_are_one_line(tmp_path):
+    with pytest.raises(IRError, match=r"not supported: attention_bias=True"):
+        models.llama_from_hf_config(dict(TINYLLAMA, attention_bias=True), batch=1, seq=4)
+    with pytest.raises(IRError, match=r"model_type 'mistral'"):
+        models.llama_from_hf_config(dict(TINYLLAMA, model_type="mistral"), batch=1, seq=4)
+    with pytest.raises(IRError, match=r"lacks intermediate_size"):
+        cfg = dict(TINYLLAMA)
+        del cfg["intermediate_size"]
+        models.llama_from_hf_config(cfg, batch=1, seq=4)
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    p = subprocess.run([sys.executable, "-m", "ztrain.models", "llama", "--hf-config",
+                        str(bad)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "python")))
+    assert p.returncode == 1 and p.stderr.startswith("error: llama: cannot read the config")
+    assert p.stderr.count("\n") == 1, p.stderr
