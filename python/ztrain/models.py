@@ -98,7 +98,9 @@ def _llama3_scaling(rope_scaling):
     if rope_scaling is None:
         return None
     if isinstance(rope_scaling, dict):
-        kind = rope_scaling.get("rope_type", rope_scaling.get("type", "llama3"))
+        kind = rope_scaling.get("rope_type", rope_scaling.get("type"))
+        if kind == "default":
+            return None
         if kind != "llama3":
             raise IRError(f"llama: rope_scaling type {kind!r} is not supported "
                           "(only 'llama3')")
@@ -252,7 +254,7 @@ def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5, dropout=0.0,
 
 def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
           rope_theta=10000.0, checkpoints=True, attention="composed", kv_heads=None,
-          tie_embeddings=True, rope_scaling=None):
+          tie_embeddings=True, rope_scaling=None, initializer_range=0.02):
     """Llama-style decoder: RMSNorm, SwiGLU, rotary embeddings, no biases,
     grouped-query attention, tied or untied input/output embeddings.
 
@@ -266,7 +268,7 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
     model.layers.{i}.mlp.down_proj.weight [C, F], model.norm.weight [C],
     and lm_head.weight [V, C] when the embeddings are not tied.
     `hidden` (F) defaults to Llama's rule: 2/3 of 4C rounded up to a
-    multiple of 8. Weights are N(0, 0.02) (initializer_range), norms ones.
+    multiple of 8. Weights are N(0, initializer_range), norms ones.
     kv_heads (KVH, num_key_value_heads; default `heads`): heads of the keys
     and values, each shared by heads/KVH query heads (grouped-query
     attention, as Llama 2 70B, Llama 3 and TinyLlama use); the shared heads
@@ -298,7 +300,9 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
     if F <= 0:
         raise IRError("llama: hidden size must be positive")
     _check_attention(attention, 0.0, "llama")
-    normal = ("normal", 0.02)
+    if not float(initializer_range) > 0:
+        raise IRError(f"llama: initializer_range must be positive, got {initializer_range}")
+    normal = ("normal", float(initializer_range))
     ones = ("ones", None)
 
     m = Module()
@@ -359,8 +363,9 @@ def llama_from_hf_config(config, batch, seq, layers=None, checkpoints=True,
                          attention="composed"):
     """llama(...) from a Hugging Face LlamaConfig (config.json's dict, or its
     path): vocab_size, num_hidden_layers, hidden_size, num_attention_heads,
-    num_key_value_heads, intermediate_size, rms_norm_eps, rope_theta,
-    rope_scaling (llama3) and tie_word_embeddings. `layers` overrides
+    num_key_value_heads, intermediate_size, rms_norm_eps, rope_theta and
+    rope_scaling (llama3), or the newer rope_parameters that holds both,
+    tie_word_embeddings and initializer_range. `layers` overrides
     num_hidden_layers (a truncated model to try things on). Settings the
     builder does not model are refused by name, not ignored."""
     if isinstance(config, str):
@@ -388,6 +393,8 @@ def llama_from_hf_config(config, batch, seq, layers=None, checkpoints=True,
         ("mlp_bias", bool(config.get("mlp_bias", False))),
         ("attention_dropout", float(config.get("attention_dropout", 0.0) or 0.0) != 0.0),
     ]
+    partial = config.get("partial_rotary_factor", 1.0)
+    unsupported.append(("partial_rotary_factor", partial is not None and float(partial) != 1.0))
     heads, width = int(config["num_attention_heads"]), int(config["hidden_size"])
     head_dim = config.get("head_dim")
     if head_dim is not None and heads and int(head_dim) * heads != width:
@@ -395,15 +402,22 @@ def llama_from_hf_config(config, batch, seq, layers=None, checkpoints=True,
     bad = [name for name, is_bad in unsupported if is_bad]
     if bad:
         raise IRError(f"{where}: not supported: {', '.join(f'{b}={config.get(b)!r}' if b in config else b for b in bad)}")
+    theta, scaling = config.get("rope_theta", 10000.0), config.get("rope_scaling")
+    params = config.get("rope_parameters")
+    if params is not None:   # transformers >= 5: theta and the scaling in one dict
+        if not isinstance(params, dict) or "rope_theta" not in params:
+            raise IRError(f"{where}: rope_parameters without rope_theta: {params!r}")
+        theta, scaling = params["rope_theta"], params
     return llama(batch, seq, config["vocab_size"],
                  config["num_hidden_layers"] if layers is None else layers, width, heads,
                  hidden=config["intermediate_size"],
                  epsilon=float(config.get("rms_norm_eps", 1e-6)),
-                 rope_theta=float(config.get("rope_theta", 10000.0)),
+                 rope_theta=float(theta),
                  checkpoints=checkpoints, attention=attention,
                  kv_heads=config.get("num_key_value_heads") or heads,
                  tie_embeddings=bool(config.get("tie_word_embeddings", False)),
-                 rope_scaling=config.get("rope_scaling"))
+                 rope_scaling=scaling,
+                 initializer_range=float(config.get("initializer_range", 0.02)))
 
 
 def build(kind, **cfg):
@@ -480,6 +494,13 @@ def main(argv=None):
             spec = gpt(args.batch, args.seq, args.vocab, args.layers, args.width, args.heads,
                        checkpoints=not args.no_checkpoints, attention=args.attention)
         elif args.hf_config:
+            given = argv if argv is not None else sys.argv[1:]
+            clash = [f for f in ("--vocab", "--width", "--heads", "--hidden", "--rope-theta",
+                                 "--rope-scaling", "--kv-heads", "--untied")
+                     if any(a == f or a.startswith(f + "=") for a in given)]
+            if clash:
+                raise IRError(f"llama: --hf-config sets {', '.join(clash)}; leave "
+                              f"{'it' if len(clash) == 1 else 'them'} out")
             spec = llama_from_hf_config(args.hf_config, args.batch, args.seq,
                                         layers=args.layers,
                                         checkpoints=not args.no_checkpoints,

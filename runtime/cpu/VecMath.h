@@ -148,18 +148,21 @@ ZTRT_VM float rsqrtGrad(float dy, float y) {
 }
 
 /// Llama 3's RoPE frequency scaling (transformers' rope_type "llama3"):
-/// factor 1 is none. Wavelengths longer than original / low stretch by
-/// `factor`, shorter than original / high stay, and those between blend.
+/// factor 0 is none (a factor of 1 is the llama3 rule with factor 1, which
+/// transformers applies, blend included). Wavelengths longer than
+/// original / low stretch by `factor`, shorter than original / high stay,
+/// and those between blend.
 struct RopeScaling {
-  double factor = 1.0, lowFreqFactor = 1.0, highFreqFactor = 4.0,
+  double factor = 0.0, lowFreqFactor = 1.0, highFreqFactor = 4.0,
          originalMaxPositions = 8192.0;
 };
 
 /// RoPE's frequency of pair `i` of a head of `dim` channels: inv = 1 /
 /// theta^(2i / dim) in float, the power taken in double and rounded once;
 /// then, with scaling, transformers' _compute_llama3_parameters step by
-/// step in float32 (its Python scalars rounded to float where torch's
-/// tensor-scalar arithmetic rounds them).
+/// step as CPU torch evaluates it in float32: a Python scalar in tensor
+/// arithmetic is rounded to float, `scalar / tensor` is `tensor.reciprocal()
+/// * scalar` (Tensor.__rtruediv__), `tensor / scalar` a true division.
 ZTRT_VM float ropeInvFreq(int64_t i, int64_t dim, double theta,
                           const RopeScaling &scaling) {
   float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
@@ -167,7 +170,7 @@ ZTRT_VM float ropeInvFreq(int64_t i, int64_t dim, double theta,
       std::pow(static_cast<double>(static_cast<float>(theta)),
                static_cast<double>(exponent)));
   float inv = 1.0f / power;
-  if (scaling.factor == 1.0)
+  if (scaling.factor == 0.0)
     return inv;
   const float factor = static_cast<float>(scaling.factor);
   const float low = static_cast<float>(scaling.lowFreqFactor);
@@ -176,12 +179,13 @@ ZTRT_VM float ropeInvFreq(int64_t i, int64_t dim, double theta,
       static_cast<float>(scaling.originalMaxPositions / scaling.lowFreqFactor);
   const float highWavelen =
       static_cast<float>(scaling.originalMaxPositions / scaling.highFreqFactor);
-  const float wavelen = static_cast<float>(2.0 * 3.141592653589793) / inv;
+  const float wavelen =
+      (1.0f / inv) * static_cast<float>(2.0 * 3.141592653589793);
   const float scaled = wavelen > lowWavelen ? inv / factor : inv;
   if (wavelen < highWavelen || wavelen > lowWavelen)
     return scaled;
   const float smooth =
-      (old / wavelen - low) /
+      ((1.0f / wavelen) * old - low) /
       static_cast<float>(scaling.highFreqFactor - scaling.lowFreqFactor);
   return (1.0f - smooth) * scaled / factor + smooth * scaled;
 }

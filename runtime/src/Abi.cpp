@@ -282,9 +282,11 @@ template <> struct KernelChecks<&Backend::rotaryEmbedding> {
             static_cast<long long>(dim));
     if (!(theta > 0.0) || !std::isfinite(theta))
       fatal("%s: theta %g is not a positive finite number", op, theta);
-    if (!(factor >= 1.0) || !std::isfinite(factor))
-      fatal("%s: scaling factor %g is not a finite number >= 1", op, factor);
-    if (factor != 1.0 &&
+    if (factor != 0.0 && (!(factor >= 1.0) || !std::isfinite(factor)))
+      fatal("%s: scaling factor %g is neither 0 (none) nor a finite number "
+            ">= 1",
+            op, factor);
+    if (factor != 0.0 &&
         (!(low > 0.0) || !(high > low) || !std::isfinite(high) ||
          !(original > 0.0) || !std::isfinite(original)))
       fatal("%s: llama3 scaling needs 0 < low_freq_factor < high_freq_factor "

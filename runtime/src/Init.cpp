@@ -159,10 +159,11 @@ std::string loadInitTensor(const ParamSpec &param, const StateSpec *master,
   // it has one, takes them widened (exact). A conversion that changes a
   // value is refused where no master holds the file's values: the model
   // would start from other weights than the file's.
-  if (!known || !isFloatType(from) || !isFloatType(param.type))
-    return format("tensor '%s' has dtype %s, the model expects %s or another "
-                  "float dtype (F32, BF16, F16)",
-                  param.name.c_str(), tensor.dtype.c_str(), own);
+  if (!known || (from != param.type &&
+                 (!isFloatType(from) || !isFloatType(param.type))))
+    return format("tensor '%s' has dtype %s, the model expects %s", param.name.c_str(),
+                  tensor.dtype.c_str(),
+                  isFloatType(param.type) ? "F32, BF16 or F16" : own);
   if (tensor.shape != param.shape)
     return format("tensor '%s' has shape %s, the model expects %s",
                   param.name.c_str(), formatShape(tensor.shape).c_str(),
@@ -192,24 +193,20 @@ std::string loadInitTensor(const ParamSpec &param, const StateSpec *master,
                       static_cast<long long>(param.numel),
                       elemTypeName(param.type), own);
     }
-    // f16's range is f32's up to 65504: a finite value beyond it would be
-    // an infinite parameter, master or not.
+    // f16's range is f32's up to 65504 (65520 and beyond round to
+    // infinity): a finite value there would be an infinite parameter,
+    // master or not. Every value, so that all ranks agree.
     if (param.type == ElemType::F16) {
-      std::vector<float> wide(static_cast<size_t>(param.numel));
-      std::vector<uint16_t> half(static_cast<size_t>(param.numel));
-      convertElements(from, tensor.data, ElemType::F32, wide.data(),
-                      param.numel);
-      convertElements(ElemType::F32, wide.data(), ElemType::F16, half.data(),
-                      param.numel);
-      std::vector<float> back(static_cast<size_t>(param.numel));
-      convertElements(ElemType::F16, half.data(), ElemType::F32, back.data(),
-                      param.numel);
-      for (int64_t i = 0; i < param.numel; ++i)
-        if (std::isinf(back[i]) && std::isfinite(wide[i]))
+      for (int64_t i = 0; i < param.numel; ++i) {
+        float v;
+        convertElements(from, tensor.data + i * fromBytes, ElemType::F32, &v,
+                        1);
+        if (std::isfinite(v) && std::fabs(v) >= 65520.0f)
           return format("tensor '%s' element %lld is %g, beyond f16's range "
                         "(65504): parameter '%s' is f16",
                         param.name.c_str(), static_cast<long long>(i),
-                        static_cast<double>(wide[i]), param.name.c_str());
+                        static_cast<double>(v), param.name.c_str());
+      }
     }
     convertElements(from, tensor.data + slice.begin * fromBytes, param.type,
                     paramDst, slice.count);

@@ -2416,14 +2416,14 @@ TYPED_TEST(CudaDTypeTest, RotaryEmbeddingIsTheFloatOneRounded) {
     for (int inverse : {0, 1}) {
       this->each([&](int32_t ty, bool t) {
         ztrt_rotary_embedding(x, ty, at(in, t), at(out, t), cs.outer, cs.seq,
-                              cs.inner, cs.dim, cs.theta, 1.0, 1.0, 4.0, 8192.0,
+                              cs.inner, cs.dim, cs.theta, 0.0, 1.0, 4.0, 8192.0,
                               inverse);
       });
       this->expectRounded(out, inverse ? "rotary inverse" : "rotary");
     }
     this->each([&](int32_t ty, bool t) {
       ztrt_rotary_embedding(x, ty, at(in, t), at(in, t), cs.outer, cs.seq,
-                            cs.inner, cs.dim, cs.theta, 1.0, 1.0, 4.0, 8192.0,
+                            cs.inner, cs.dim, cs.theta, 0.0, 1.0, 4.0, 8192.0,
                             0);
     });
     this->expectRounded(in, "rotary in place");

@@ -375,9 +375,9 @@ TYPED_TEST(DTypeKernelTest, RMSNormAndRotary) {
   // [outer 2, seq 6, inner 4 heads, dim 64 (= cols / 1)] = 48 rows of 64.
   for (int32_t inverse : {0, 1}) {
     ztrt_rotary_embedding(ctx, this->kT, x.t.data(), y.t.data(), 2, 6, 4, 64,
-                          10000.0, 1.0, 1.0, 4.0, 8192.0, inverse);
+                          10000.0, 0.0, 1.0, 4.0, 8192.0, inverse);
     ztrt_rotary_embedding(ctx, ZTRT_F32, x.f.data(), y.f.data(), 2, 6, 4, 64,
-                          10000.0, 1.0, 1.0, 4.0, 8192.0, inverse);
+                          10000.0, 0.0, 1.0, 4.0, 8192.0, inverse);
     expectRoundedF32(y.t, y.f, inverse ? "rotary inverse" : "rotary");
   }
 }

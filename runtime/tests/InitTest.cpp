@@ -326,8 +326,7 @@ TEST(InitTest, InitFileConversionsForSixteenBitParams) {
   const int32_t ints[4] = {1, 2, 3, 4};
   SafetensorsTensor i32 = tensorOf("I32", {4}, ints, sizeof(ints));
   EXPECT_EQ(loadInitTensor(spec, &master, i32, 0, p, m),
-            "tensor 'w' has dtype I32, the model expects BF16 or another "
-            "float dtype (F32, BF16, F16)");
+            "tensor 'w' has dtype I32, the model expects F32, BF16 or F16");
   SafetensorsTensor s = tensorOf("F32", {2, 2}, values, sizeof(values));
   EXPECT_EQ(loadInitTensor(spec, &master, s, 0, p, m),
             "tensor 'w' has shape [2, 2], the model expects [4]");
@@ -344,8 +343,15 @@ TEST(InitTest, InitFileConversionsForSixteenBitParams) {
   EXPECT_EQ(loadInitTensor(wide, nullptr, f32, 0, w, nullptr), "");
   EXPECT_EQ(std::memcmp(w, values, 16), 0);
   EXPECT_EQ(loadInitTensor(wide, nullptr, i32, 0, w, nullptr),
-            "tensor 'w' has dtype I32, the model expects F32 or another float "
-            "dtype (F32, BF16, F16)");
+            "tensor 'w' has dtype I32, the model expects F32, BF16 or F16");
+  // An i32 parameter (hand-written descriptors have them) takes I32 as is.
+  ParamSpec ints32 = param("w", InitKind::Zeros, 0, 4);
+  ints32.type = ElemType::I32;
+  int32_t got[4];
+  EXPECT_EQ(loadInitTensor(ints32, nullptr, i32, 0, got, nullptr), "");
+  EXPECT_EQ(std::memcmp(got, ints, 16), 0);
+  EXPECT_EQ(loadInitTensor(ints32, nullptr, f32, 0, got, nullptr),
+            "tensor 'w' has dtype F32, the model expects I32");
 }
 
 TEST(InitTest, InitFileValuesPastFp16RangeAreRefused) {

@@ -131,7 +131,7 @@ TEST_F(LlamaKernelTest, RotaryRotatesPairsByPositionAndInverseUndoesIt) {
   auto x = testValues(n, 75);
   std::vector<float> y(n), back(n);
   ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x.data(), y.data(), outer, seq,
-                        inner, dim, 10000.0, 1.0, 1.0, 4.0, 8192.0, 0);
+                        inner, dim, 10000.0, 0.0, 1.0, 4.0, 8192.0, 0);
   for (int64_t row = 0; row < outer * seq * inner; ++row) {
     int64_t t = (row / inner) % seq;
     for (int64_t i = 0; i < half; ++i) {
@@ -152,7 +152,7 @@ TEST_F(LlamaKernelTest, RotaryRotatesPairsByPositionAndInverseUndoesIt) {
     }
   }
   ztrt_rotary_embedding(ctx.get(), ZTRT_F32, y.data(), back.data(), outer,
-                        seq, inner, dim, 10000.0, 1.0, 1.0, 4.0, 8192.0, 1);
+                        seq, inner, dim, 10000.0, 0.0, 1.0, 4.0, 8192.0, 1);
   for (int64_t i = 0; i < n; ++i)
     // A rotation and its transpose in float: a few ulps of O(1) values.
     EXPECT_NEAR(back[i], x[i], 1e-6) << i;
@@ -187,15 +187,15 @@ TEST_F(LlamaKernelTest, Llama3ScalingStretchesOnlyTheLongWavelengths) {
   EXPECT_GT(below, 0);
   EXPECT_GT(between, 0);
   EXPECT_GT(above, 0);
-  // Through the ABI: the scaled rotation is the table's, and factor 1 is
+  // Through the ABI: the scaled rotation is the table's, and factor 0 is
   // bitwise no scaling whatever the other three say.
   const int64_t seq = 40, n = seq * dim;
   auto x = testValues(n, 31);
   std::vector<float> plain(n), one(n), y(n);
   ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x.data(), plain.data(), 1, seq, 1,
-                        dim, theta, 1.0, 1.0, 4.0, 8192.0, 0);
+                        dim, theta, 0.0, 1.0, 4.0, 8192.0, 0);
   ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x.data(), one.data(), 1, seq, 1,
-                        dim, theta, 1.0, 2.0, 3.0, 64.0, 0);
+                        dim, theta, 0.0, 2.0, 3.0, 64.0, 0);
   EXPECT_EQ(std::memcmp(plain.data(), one.data(), n * sizeof(float)), 0);
   ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x.data(), y.data(), 1, seq, 1,
                         dim, theta, 8.0, 1.0, 4.0, 64.0, 0);
@@ -208,6 +208,59 @@ TEST_F(LlamaKernelTest, Llama3ScalingStretchesOnlyTheLongWavelengths) {
       EXPECT_EQ(y[t * dim + i + dim / 2], hi * c + lo * s) << t << "," << i;
     }
   EXPECT_NE(std::memcmp(plain.data(), y.data(), n * sizeof(float)), 0);
+}
+
+TEST_F(LlamaKernelTest, Llama3ScalingIsTorchsFloat32Table) {
+  // transformers' _compute_llama3_parameters on CPU torch 1.13 (float32;
+  // python/ztrain/ir.py llama3_inv_freq is the same statements), printed
+  // with float.hex(): two configurations whose original context is not a
+  // power of two or whose blend is wide, so that every rounding of the
+  // rule (the reciprocals of scalar / tensor, the true divisions of
+  // tensor / scalar) shows. Regenerate with
+  //   inv = 1.0 / (theta ** (torch.arange(0, dim, 2).float() / dim))
+  //   [float(v).hex() for v in llama3_inv_freq(torch, inv, scaling)]
+  struct Case {
+    double theta;
+    ztrt::vecmath::RopeScaling scaling;
+    std::vector<float> want;
+  };
+  const Case cases[] = {
+      {10000.0,
+       {32.0, 1.0, 4.0, 8192.0},
+       {
+      0x1.0p+0f, 0x1.7ff222p-1f, 0x1.1feb34p-1f,
+      0x1.afd136p-2f, 0x1.43d136p-2f, 0x1.e5a846p-3f,
+      0x1.6c310ep-3f, 0x1.111aeep-3f, 0x1.99999ap-4f,
+      0x1.33281ap-4f, 0x1.ccab84p-5f, 0x1.59742ap-5f,
+      0x1.030dc6p-5f, 0x1.84869ep-6f, 0x1.235a72p-6f,
+      0x1.b4f7e4p-7f, 0x1.47ae14p-7f, 0x1.eb736p-8f,
+      0x1.708938p-8f, 0x1.145ceep-8f, 0x1.9e7c7p-9f,
+      0x1.b75436p-10f, 0x1.aa182ep-11f, 0x1.7937fp-12f,
+      0x1.0f44ecp-13f, 0x1.892918p-16f, 0x1.26d42cp-16f,
+      0x1.ba2e4ap-17f, 0x1.4b96cp-17f, 0x1.f1502ap-18f,
+      0x1.74eea6p-18f, 0x1.17a8e4p-18f,
+       }},
+      {500000.0,
+       {4.0, 1.0, 2.0, 6000.0},
+       {
+      0x1.0p+0f, 0x1.53c38cp-1f, 0x1.c2ef78p-2f,
+      0x1.2b3dc6p-2f, 0x1.8d276p-3f, 0x1.078d4p-3f,
+      0x1.5dc95ap-4f, 0x1.d03ccep-5f, 0x1.34119p-5f,
+      0x1.98de92p-6f, 0x1.0f5386p-6f, 0x1.681adap-7f,
+      0x1.ddee9ep-8f, 0x1.3d2804p-8f, 0x1.a4ee4p-9f,
+      0x1.175482p-9f, 0x1.7c4272p-11f, 0x1.ec07d4p-13f,
+      0x1.46831ap-13f, 0x1.b15902p-14f, 0x1.1f91fp-14f,
+      0x1.7da9e8p-15f, 0x1.fa8b86p-16f, 0x1.5024d6p-16f,
+      0x1.be2188p-17f, 0x1.280d96p-17f, 0x1.88ec2p-18f,
+      0x1.04be68p-18f, 0x1.5a0f4ep-19f, 0x1.cb4a9ap-20f,
+      0x1.30c94ep-20f, 0x1.94836p-21f,
+       }},
+  };
+  for (const Case &cs : cases)
+    for (int64_t i = 0; i < 32; ++i)
+      EXPECT_EQ(ztrt::vecmath::ropeInvFreq(i, 64, cs.theta, cs.scaling),
+                cs.want[i])
+          << "theta " << cs.theta << " pair " << i;
 }
 
 TEST_F(LlamaKernelTest, MaskedFillBroadcastsTheMaskOverLeadingDims) {
@@ -342,16 +395,17 @@ TEST_F(LlamaKernelTest, DropoutMasksDifferByStepStreamAndSeedOnly) {
 TEST_F(LlamaKernelTest, BadArgumentsAreNamed) {
   float x[8] = {}, y[8] = {};
   EXPECT_EXIT(ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x, y, 1, 1, 1, 7,
-                                    10000.0, 1.0, 1.0, 4.0, 8192.0, 0),
+                                    10000.0, 0.0, 1.0, 4.0, 8192.0, 0),
               ::testing::ExitedWithCode(1), "rotary_embedding: dim 7 is odd");
   EXPECT_EXIT(ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x, y, 1, 1, 1, 8,
-                                    -1.0, 1.0, 1.0, 4.0, 8192.0, 0),
+                                    -1.0, 0.0, 1.0, 4.0, 8192.0, 0),
               ::testing::ExitedWithCode(1),
               "rotary_embedding: theta -1 is not a positive finite number");
   EXPECT_EXIT(ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x, y, 1, 1, 1, 8,
                                     10000.0, 0.5, 1.0, 4.0, 8192.0, 0),
               ::testing::ExitedWithCode(1),
-              "rotary_embedding: scaling factor 0.5 is not a finite number >= 1");
+              "rotary_embedding: scaling factor 0.5 is neither 0 \\(none\\) nor a "
+              "finite number >= 1");
   EXPECT_EXIT(ztrt_rotary_embedding(ctx.get(), ZTRT_F32, x, y, 1, 1, 1, 8,
                                     10000.0, 8.0, 4.0, 4.0, 8192.0, 0),
               ::testing::ExitedWithCode(1),

@@ -117,8 +117,12 @@ def test_bad_rope_scaling_is_one_line():
                      rope_scaling={"rope_type": "yarn", "factor": 4.0})
     with pytest.raises(IRError, match=r"rope_scaling lacks high_freq_factor"):
         models.llama(batch=1, seq=4, vocab=8, layers=1, width=16, heads=2,
-                     rope_scaling={"factor": 8.0, "low_freq_factor": 1.0,
+                     rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                   "low_freq_factor": 1.0,
                                    "original_max_position_embeddings": 8192})
+    with pytest.raises(IRError, match=r"rope_scaling type None is not supported"):
+        models.llama(batch=1, seq=4, vocab=8, layers=1, width=16, heads=2,
+                     rope_scaling={"factor": 8.0})
     with pytest.raises(IRError, match=r"0 < low_freq_factor < high_freq_factor"):
         models.llama(batch=1, seq=4, vocab=8, layers=1, width=16, heads=2,
                      rope_scaling=(8.0, 4.0, 1.0, 8192))
@@ -186,3 +190,28 @@ def test_unsupported_hugging_face_configs_are_one_line(tmp_path):
                        env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "python")))
     assert p.returncode == 1 and p.stderr.startswith("error: llama: cannot read the config")
     assert p.stderr.count("\n") == 1, p.stderr
+
+
+def test_newer_hugging_face_config_forms(tmp_path):
+    """transformers >= 5 writes rope_parameters (theta and scaling in one
+    dict); "default" is plain RoPE; initializer_range sets the init's std;
+    partial rotary embeddings are refused, and so are flags that clash with
+    the config."""
+    newer = {k: v for k, v in LLAMA_32_1B.items() if k not in ("rope_theta", "rope_scaling")}
+    newer["rope_parameters"] = dict(LLAMA_32_1B["rope_scaling"], rope_theta=500000.0)
+    a = models.llama_from_hf_config(newer, batch=1, seq=8, layers=1).to_mlir()
+    b = models.llama_from_hf_config(LLAMA_32_1B, batch=1, seq=8, layers=1).to_mlir()
+    assert a == b
+    plain = dict(TINYLLAMA, rope_scaling={"rope_type": "default"}, initializer_range=0.01)
+    text = models.llama_from_hf_config(plain, batch=1, seq=8, layers=1).to_mlir()
+    assert "llama3_scaling" not in text and "init(normal, 0.01)" in text
+    with pytest.raises(IRError, match=r"not supported: partial_rotary_factor=0.5"):
+        models.llama_from_hf_config(dict(TINYLLAMA, partial_rotary_factor=0.5), batch=1, seq=4)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINYLLAMA))
+    p = subprocess.run([sys.executable, "-m", "ztrain.models", "llama", "--hf-config",
+                        str(path), "--kv-heads", "2", "--width=64"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True,
+                       env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "python")))
+    assert p.returncode == 1 and p.stderr == (
+        "error: llama: --hf-config sets --width, --kv-heads; leave them out\n"), p.stderr

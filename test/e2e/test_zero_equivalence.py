@@ -30,7 +30,10 @@ MPIRUN = shutil.which("mpirun")
 # rank's gradient missing from the average would give (its 1/N share).
 # Where a tensor is further apart than that, the float64 trajectory decides
 # (computed only then): the N-rank run passes if it is within TOL of torch
-# float64, or no further from it than the one process is. Both float32 runs
+# float64, or no further from it than the one process is, provided the one
+# process is within 5 TOL of float64 and the two runs within 10 TOL of
+# each other (bounds a shared bug or a missing rank's share cannot meet:
+# those are ~1e-3 and more). Both float32 runs
 # can stray from it on their own: measured for the grouped-query Llama at
 # N = 3, q_proj and k_proj were 1.2e-5 and 2.0e-5 apart, the one process
 # 8.1e-6 and 1.4e-5 from float64, the 3 ranks 3.6e-6 and 6.1e-6, torch
@@ -113,7 +116,9 @@ def test_matches_single_process(stage, kind, n, tmp_path):
         _, exact = parity.torch_train(ref_spec, init, data, STEPS, opt, float64=True)
         for name in list(bad):
             to_exact = parity.rel_err(got[name], exact[name])
-            if to_exact <= max(TOL, parity.rel_err(ref[name], exact[name])):
+            ref_to_exact = parity.rel_err(ref[name], exact[name])
+            if to_exact <= max(TOL, ref_to_exact) and ref_to_exact <= 5 * TOL \
+                    and bad[name] <= 10 * TOL:
                 del bad[name]
     assert not bad, f"stage {stage} dp={n} differs from one process on the global batch: {bad}"
     # The weights moved, so the comparison says something.

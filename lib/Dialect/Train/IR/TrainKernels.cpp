@@ -273,8 +273,8 @@ KernelCall RotaryEmbeddingOp::getKernelCall() {
     outer *= s[d];
   for (int64_t d = seqDim + 1; d < rank - 1; ++d)
     inner *= s[d];
-  // No scaling is factor 1 (the other three then do nothing).
-  double scaling[4] = {1.0, 1.0, 4.0, 8192.0};
+  // No scaling is factor 0 (the other three then do nothing).
+  double scaling[4] = {0.0, 1.0, 4.0, 8192.0};
   if (std::optional<ArrayRef<double>> given = getLlama3Scaling())
     std::copy(given->begin(), given->end(), scaling);
   return call("rotary_embedding", getResult(),
