@@ -671,12 +671,17 @@ class Function:
         """Fused scaled dot-product attention (train.attention):
         softmax(scale * q k^T [causal]) v over heads [..., T, D], as
         F.scaled_dot_product_attention; scale defaults to 1/sqrt(D). Keeps no
-        [T, T] tensor: the backward recomputes the scores."""
+        [T, T] tensor: the backward recomputes the scores. Grouped-query: k
+        and v may have fewer heads (dim -3) than q, a divisor of q's; query
+        head h then reads key / value head h // (Hq / Hk)."""
         self._f32("train.attention", q, k, v)
+        grouped = q.rank >= 3 and k.rank == q.rank and k.shape[:-3] == q.shape[:-3] \
+            and k.shape[-3] > 0 and q.shape[-3] % k.shape[-3] == 0
         if q.rank < 2 or k.shape != v.shape or k.rank != q.rank or \
-                k.shape[-1] != q.shape[-1] or k.shape[:-2] != q.shape[:-2]:
+                k.shape[-1] != q.shape[-1] or (k.shape[:-2] != q.shape[:-2] and not grouped):
             raise IRError(f"train.attention: q {q.type}, k {k.type}, v {v.type} must be "
-                          "[..., Tq, D], [..., Tk, D], [..., Tk, D]")
+                          "[..., Tq, D], [..., Tk, D], [..., Tk, D] (or grouped-query: "
+                          "[..., Hq, Tq, D] and [..., Hk, Tk, D] with Hk dividing Hq)")
         if causal and q.shape[-2] != k.shape[-2]:
             raise IRError(f"train.attention {{causal}}: needs as many keys as queries, "
                           f"got {q.type} and {k.type}")
@@ -697,6 +702,10 @@ class Function:
     @reference("attention")
     def _attention_ref(torch, F, a, attrs, shape):
         q, k, v = a
+        if q.dim() >= 3 and k.shape[-3] != q.shape[-3]:   # grouped-query: repeat_kv
+            groups = q.shape[-3] // k.shape[-3]
+            k = k.repeat_interleave(groups, dim=-3)
+            v = v.repeat_interleave(groups, dim=-3)
         s = torch.matmul(q, k.transpose(-1, -2)) * attrs["scale"]
         if attrs["causal"]:
             T = s.shape[-1]

@@ -72,7 +72,8 @@ def _check_attention(kind, dropout, model):
 
 def _causal_attention(f, q, k, v, hint, dropout=0.0, kind="composed"):
     """softmax(q k^T / sqrt(D), causal) v for [B,H,T,D] heads, back to [B,T,H*D]
-    (with dropout on the attention probabilities when dropout > 0).
+    (with dropout on the attention probabilities when dropout > 0). k and v
+    may have fewer heads than q for "fused" (grouped-query).
     kind="composed": matmul, scale, causal softmax, matmul (the [T, T]
     probabilities are kept for the backward pass); "fused": one
     train.attention op, which keeps none."""
@@ -271,8 +272,11 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
     multiple of 8. Weights are N(0, initializer_range), norms ones.
     kv_heads (KVH, num_key_value_heads; default `heads`): heads of the keys
     and values, each shared by heads/KVH query heads (grouped-query
-    attention, as Llama 2 70B, Llama 3 and TinyLlama use); the shared heads
-    are repeated as transformers' repeat_kv does (broadcast, then reshape).
+    attention, as Llama 2 70B, Llama 3 and TinyLlama use). With composed
+    attention the shared heads are repeated as transformers' repeat_kv does
+    (broadcast, then reshape); train.attention (attention="fused") reads
+    them unrepeated, so its backward keeps heads/KVH times fewer key and
+    value bytes (bitwise the same numbers on the cpu backend).
     tie_embeddings (tie_word_embeddings): the logits read
     model.embed_tokens.weight (Llama 3.2 1B/3B) or their own lm_head.weight
     (Llama 2, Llama 3 8B, TinyLlama).
@@ -332,7 +336,7 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
                 t = f.rotary_embedding(t, 1, rope_theta, llama3_scaling=scaling,
                                        hint=f"l{i}_{name}_rope")
             t = f.transpose(t, [0, 2, 1, 3], hint=f"l{i}_{name}_t")
-            if n == H:
+            if n == H or attention == "fused":   # train.attention reads h // G itself
                 return t
             # repeat_kv: [B,KVH,T,D] -> [B,KVH,G,T,D] -> [B,H,T,D]; head h reads
             # the shared head h // G. Its adjoint sums the G query heads' gradients.

@@ -421,25 +421,32 @@ public:
   // probabilities (the same bits as the forward's) and does not read out
   // or lse: the CUDA kernels' tiles do. bf16 / f16: the head's operands
   // widened to float, the float path, each result rounded to T once.
+  // Grouped-query (groups > 1): query head h reads key / value head
+  // h / groups, and a shared head's dk and dv are its group's per-head
+  // results, each rounded to T, summed in double in head order and rounded
+  // once: what the repeated heads' gradients (a train.broadcast's adjoint,
+  // train.reduce sum) give, bitwise.
   void attention(DType dtype, const void *q, const void *k, const void *v,
-                 void *out, void *lse, int64_t heads, int64_t tq, int64_t tk,
-                 int64_t d, int32_t causal, double scale) override {
+                 void *out, void *lse, int64_t heads, int64_t groups,
+                 int64_t tq, int64_t tk, int64_t d, int32_t causal,
+                 double scale) override {
     ZTRT_CPU_DISPATCH(dtype, attentionT<T>(as<T>(q), as<T>(k), as<T>(v),
                                            as<T>(out), as<float>(lse), heads,
-                                           tq, tk, d, causal != 0, scale));
+                                           groups, tq, tk, d, causal != 0,
+                                           scale));
   }
 
   void attentionGrad(DType dtype, const void *dout, const void *q,
                      const void *k, const void *v, const void *out,
                      const void *lse, void *dq, void *dk, void *dv,
-                     int64_t heads, int64_t tq, int64_t tk, int64_t d,
-                     int32_t causal, double scale) override {
+                     int64_t heads, int64_t groups, int64_t tq, int64_t tk,
+                     int64_t d, int32_t causal, double scale) override {
     (void)out;
     (void)lse;
     ZTRT_CPU_DISPATCH(dtype,
                       attentionGradT<T>(as<T>(dout), as<T>(q), as<T>(k),
                                         as<T>(v), as<T>(dq), as<T>(dk),
-                                        as<T>(dv), heads, tq, tk, d,
+                                        as<T>(dv), heads, groups, tq, tk, d,
                                         causal != 0, scale));
   }
 
@@ -894,14 +901,15 @@ private:
 
   template <typename T>
   void attentionT(const T *q, const T *k, const T *v, T *out, float *lse,
-                  int64_t heads, int64_t tq, int64_t tk, int64_t d,
-                  bool causal, double scale) {
+                  int64_t heads, int64_t groups, int64_t tq, int64_t tk,
+                  int64_t d, bool causal, double scale) {
     std::vector<float> p(static_cast<size_t>(tq * tk)), wq, wk, wv, wo;
     const int64_t qn = tq * d, kn = tk * d;
     for (int64_t h = 0; h < heads; ++h) {
+      const int64_t kvh = h / groups;
       const float *fq = headFloats(q + h * qn, qn, wq),
-                  *fk = headFloats(k + h * kn, kn, wk),
-                  *fv = headFloats(v + h * kn, kn, wv);
+                  *fk = headFloats(k + kvh * kn, kn, wk),
+                  *fv = headFloats(v + kvh * kn, kn, wv);
       float *fo = headResult(out + h * qn, qn, wo);
       attentionProbs(fq, fk, p.data(), lse + h * tq, tq, tk, d, causal,
                      scale);
@@ -912,19 +920,25 @@ private:
 
   template <typename T>
   void attentionGradT(const T *dout, const T *q, const T *k, const T *v,
-                      T *dq, T *dk, T *dv, int64_t heads, int64_t tq,
-                      int64_t tk, int64_t d, bool causal, double scale) {
+                      T *dq, T *dk, T *dv, int64_t heads, int64_t groups,
+                      int64_t tq, int64_t tk, int64_t d, bool causal,
+                      double scale) {
     std::vector<float> p(static_cast<size_t>(tq * tk)),
         dp(static_cast<size_t>(tq * tk)), wq, wk, wv, wdo, wdq, wdk, wdv;
     const int64_t qn = tq * d, kn = tk * d;
+    // Grouped: each query head's dk and dv in float scratch, summed into
+    // the shared head's double accumulators.
+    std::vector<float> gk(groups > 1 ? kn : 0), gv(groups > 1 ? kn : 0);
+    std::vector<double> sk(groups > 1 ? kn : 0), sv(groups > 1 ? kn : 0);
     for (int64_t h = 0; h < heads; ++h) {
+      const int64_t kvh = h / groups, member = h % groups;
       const float *fq = headFloats(q + h * qn, qn, wq),
-                  *fk = headFloats(k + h * kn, kn, wk),
-                  *fv = headFloats(v + h * kn, kn, wv),
+                  *fk = headFloats(k + kvh * kn, kn, wk),
+                  *fv = headFloats(v + kvh * kn, kn, wv),
                   *fdo = headFloats(dout + h * qn, qn, wdo);
       float *fdq = headResult(dq + h * qn, qn, wdq),
-            *fdk = headResult(dk + h * kn, kn, wdk),
-            *fdv = headResult(dv + h * kn, kn, wdv);
+            *fdk = groups > 1 ? gk.data() : headResult(dk + h * kn, kn, wdk),
+            *fdv = groups > 1 ? gv.data() : headResult(dv + h * kn, kn, wdv);
       attentionProbs(fq, fk, p.data(), nullptr, tq, tk, d, causal, scale);
       // The composed adjoints, in train-autodiff's order: of y = p v, then
       // of the softmax, of the scale, and of s = q k^T.
@@ -935,8 +949,24 @@ private:
       sgemm(dp.data(), fk, fdq, 1, tq, d, tk, false, false, 0, 0, 0);
       sgemm(dp.data(), fq, fdk, 1, tk, d, tq, true, false, 0, 0, 0);
       storeHead(fdq, dq + h * qn, qn);
-      storeHead(fdk, dk + h * kn, kn);
-      storeHead(fdv, dv + h * kn, kn);
+      if (groups == 1) {
+        storeHead(fdk, dk + h * kn, kn);
+        storeHead(fdv, dv + h * kn, kn);
+        continue;
+      }
+      if (member == 0) {
+        std::fill(sk.begin(), sk.end(), 0.0);
+        std::fill(sv.begin(), sv.end(), 0.0);
+      }
+      for (int64_t i = 0; i < kn; ++i) {
+        sk[i] += ld(st<T>(fdk[i]));
+        sv[i] += ld(st<T>(fdv[i]));
+      }
+      if (member == groups - 1)
+        for (int64_t i = 0; i < kn; ++i) {
+          dk[kvh * kn + i] = st<T>(sk[i]);
+          dv[kvh * kn + i] = st<T>(sv[i]);
+        }
     }
   }
 

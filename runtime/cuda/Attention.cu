@@ -154,15 +154,16 @@ __device__ void storeRows(float *out, const Accumulator (&acc)[D / 16]) {
 
 template <typename T, int D>
 __global__ void attentionForwardKernel(const T *q, const T *k, const T *v,
-                                       T *out, float *lse, int64_t tq,
-                                       int64_t tk, bool causal, float scale) {
+                                       T *out, float *lse, int64_t groups,
+                                       int64_t tq, int64_t tk, bool causal,
+                                       float scale) {
   __shared__ AttentionShared<T, D> sh;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t head = blockIdx.y;
+  const int64_t head = blockIdx.y, kvHead = head / groups;
   const int64_t blockRow0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const int64_t row0 = blockRow0 + warp * kRowsPerWarp;
-  const T *qh = q + head * tq * D, *kh = k + head * tk * D,
-          *vh = v + head * tk * D;
+  const T *qh = q + head * tq * D, *kh = k + kvHead * tk * D,
+          *vh = v + kvHead * tk * D;
 
   // The warp's query rows, as kD / 16 fragments kept for the whole loop.
   T *staged = reinterpret_cast<T *>(sh.scores[warp]);
@@ -247,12 +248,12 @@ __global__ void attentionForwardKernel(const T *q, const T *k, const T *v,
 
 template <typename T, int D>
 void launchForward(const T *q, const T *k, const T *v, T *out, float *lse,
-                   int64_t heads, int64_t tq, int64_t tk, bool causal,
-                   float scale, cudaStream_t stream) {
+                   int64_t heads, int64_t groups, int64_t tq, int64_t tk,
+                   bool causal, float scale, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((tq + kBlockRows - 1) / kBlockRows),
                   static_cast<unsigned>(heads));
   ZTRT_LAUNCH(grid, kWarps * kWarp, 0, stream, attentionForwardKernel<T, D>)
-  (q, k, v, out, lse, tq, tk, causal, scale);
+  (q, k, v, out, lse, groups, tq, tk, causal, scale);
   check(cudaGetLastError(), "attention kernel launch");
 }
 
@@ -297,21 +298,22 @@ template <typename T, int D> struct alignas(32) KeyBlockShared {
   float tiles[kWarps][2][kRowsPerWarp * kKeys];
 };
 
-/// Per warp, 16 keys (r0 .. r0 + 15) of one head: dk and dv.
+/// Per warp, 16 keys (r0 .. r0 + 15) of one key / value head: dk and dv,
+/// summed over the `groups` query heads that read it (grouped-query), one
+/// after the other into the same float accumulators.
 template <typename T, int D>
 __global__ void attentionKeysKernel(const T *q, const T *k, const T *v,
                                     const T *dout, const float *lse,
                                     const float *delta, T *dk, T *dv,
-                                    int64_t tq, int64_t tk, bool causal,
-                                    float scale) {
+                                    int64_t groups, int64_t tq, int64_t tk,
+                                    bool causal, float scale) {
   static_assert(kRowsPerWarp * kKeys * 4 >= 16 * D * 2,
                 "a warp's key rows fit one float tile");
   __shared__ KeyBlockShared<T, D> sh;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t head = blockIdx.y;
+  const int64_t head = blockIdx.y; // the key / value head
   const int64_t blockKey0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const int64_t key0 = blockKey0 + warp * kRowsPerWarp;
-  const T *qh = q + head * tq * D, *dh = dout + head * tq * D;
   float *st = sh.tiles[warp][0], *dpt = sh.tiles[warp][1];
 
   // The warp's keys and values as fragments for the whole loop.
@@ -333,43 +335,47 @@ __global__ void attentionKeysKernel(const T *q, const T *k, const T *v,
   const int64_t key = key0 + r;
   // Causal: no query before the block's first key sees it.
   const int64_t queryBegin = causal ? blockKey0 / kKeys * kKeys : 0;
-  for (int64_t i0 = queryBegin; i0 < tq; i0 += kKeys) {
-    __syncthreads();
-    stageRows<T, D>(sh.queries, qh, i0, kKeys, tq, threadIdx.x, blockDim.x);
-    stageRows<T, D>(sh.douts, dh, i0, kKeys, tq, threadIdx.x, blockDim.x);
-    if (threadIdx.x < kKeys) {
-      const int64_t i = i0 + threadIdx.x;
-      sh.lse[threadIdx.x] = i < tq ? lse[head * tq + i] : 0.0f;
-      sh.delta[threadIdx.x] = i < tq ? delta[head * tq + i] : 0.0f;
-    }
-    __syncthreads();
+  for (int64_t member = 0; member < groups; ++member) {
+    const int64_t qHead = head * groups + member;
+    const T *qh = q + qHead * tq * D, *dh = dout + qHead * tq * D;
+    for (int64_t i0 = queryBegin; i0 < tq; i0 += kKeys) {
+      __syncthreads();
+      stageRows<T, D>(sh.queries, qh, i0, kKeys, tq, threadIdx.x, blockDim.x);
+      stageRows<T, D>(sh.douts, dh, i0, kKeys, tq, threadIdx.x, blockDim.x);
+      if (threadIdx.x < kKeys) {
+        const int64_t i = i0 + threadIdx.x;
+        sh.lse[threadIdx.x] = i < tq ? lse[qHead * tq + i] : 0.0f;
+        sh.delta[threadIdx.x] = i < tq ? delta[qHead * tq + i] : 0.0f;
+      }
+      __syncthreads();
 
-    // s^T = k q^T and dp^T = v dout^T: 16 keys x 32 queries each.
-    rowsTimesTileT<T, D>(kf, sh.queries, st);
-    rowsTimesTileT<T, D>(vf, sh.douts, dpt);
-    __syncwarp();
+      // s^T = k q^T and dp^T = v dout^T: 16 keys x 32 queries each.
+      rowsTimesTileT<T, D>(kf, sh.queries, st);
+      rowsTimesTileT<T, D>(vf, sh.douts, dpt);
+      __syncwarp();
 
-    // p^T and ds^T of row r (one key), columns [16 h, 16 h + 16).
-    float p[16], ds[16];
-    for (int i = 0; i < 16; ++i) {
-      const int c = half * 16 + i;
-      const int64_t qi = i0 + c;
-      const bool visible = qi < tq && key < tk && (!causal || key <= qi);
-      p[i] = visible ? expf(st[r * kKeys + c] * scale - sh.lse[c]) : 0.0f;
-      ds[i] = p[i] * (dpt[r * kKeys + c] - sh.delta[c]);
-    }
-    __syncwarp(); // every lane has read its tiles before they are replaced
-    T *pt = reinterpret_cast<T *>(st), *dst = reinterpret_cast<T *>(dpt);
-    for (int i = 0; i < 16; ++i) {
-      pt[r * kKeys + half * 16 + i] = T(p[i]);
-      dst[r * kKeys + half * 16 + i] = T(ds[i]);
-    }
-    __syncwarp();
+      // p^T and ds^T of row r (one key), columns [16 h, 16 h + 16).
+      float p[16], ds[16];
+      for (int i = 0; i < 16; ++i) {
+        const int c = half * 16 + i;
+        const int64_t qi = i0 + c;
+        const bool visible = qi < tq && key < tk && (!causal || key <= qi);
+        p[i] = visible ? expf(st[r * kKeys + c] * scale - sh.lse[c]) : 0.0f;
+        ds[i] = p[i] * (dpt[r * kKeys + c] - sh.delta[c]);
+      }
+      __syncwarp(); // every lane has read its tiles before they are replaced
+      T *pt = reinterpret_cast<T *>(st), *dst = reinterpret_cast<T *>(dpt);
+      for (int i = 0; i < 16; ++i) {
+        pt[r * kKeys + half * 16 + i] = T(p[i]);
+        dst[r * kKeys + half * 16 + i] = T(ds[i]);
+      }
+      __syncwarp();
 
-    // dv += p^T dout, dk += ds^T q (scaled at the end).
-    addTimesTile<T, D>(dvf, pt, sh.douts);
-    addTimesTile<T, D>(dkf, dst, sh.queries);
-    __syncwarp();
+      // dv += p^T dout, dk += ds^T q (scaled at the end).
+      addTimesTile<T, D>(dvf, pt, sh.douts);
+      addTimesTile<T, D>(dkf, dst, sh.queries);
+      __syncwarp();
+    }
   }
 
   // Out through the warp's float tiles (16 x D floats each: two tiles).
@@ -398,14 +404,15 @@ template <typename T, int D> struct alignas(32) QueryBlockShared {
 template <typename T, int D>
 __global__ void attentionQueriesKernel(const T *q, const T *k, const T *v,
                                        const T *dout, const float *lse,
-                                       const float *delta, T *dq, int64_t tq,
-                                       int64_t tk, bool causal, float scale) {
+                                       const float *delta, T *dq,
+                                       int64_t groups, int64_t tq, int64_t tk,
+                                       bool causal, float scale) {
   __shared__ QueryBlockShared<T, D> sh;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t head = blockIdx.y;
+  const int64_t head = blockIdx.y, kvHead = head / groups;
   const int64_t blockRow0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const int64_t row0 = blockRow0 + warp * kRowsPerWarp;
-  const T *kh = k + head * tk * D, *vh = v + head * tk * D;
+  const T *kh = k + kvHead * tk * D, *vh = v + kvHead * tk * D;
   float *s = sh.tiles[warp][0], *dp = sh.tiles[warp][1];
 
   stageRows<T, D>(reinterpret_cast<T *>(s), q + head * tq * D, row0,
@@ -467,8 +474,8 @@ __global__ void attentionQueriesKernel(const T *q, const T *k, const T *v,
 template <typename T, int D>
 void launchBackward(const T *dout, const T *q, const T *k, const T *v,
                     const T *out, const float *lse, T *dq, T *dk, T *dv,
-                    int64_t heads, int64_t tq, int64_t tk, bool causal,
-                    float scale, cudaStream_t stream) {
+                    int64_t heads, int64_t groups, int64_t tq, int64_t tk,
+                    bool causal, float scale, cudaStream_t stream) {
   float *delta = static_cast<float *>(
       scratch(heads * tq * static_cast<int64_t>(sizeof(float)), stream,
               "attention_grad"));
@@ -478,14 +485,14 @@ void launchBackward(const T *dout, const T *q, const T *k, const T *v,
   (dout, out, delta, rows);
   check(cudaGetLastError(), "attention_grad kernel launch");
   const dim3 keyGrid(static_cast<unsigned>((tk + kBlockRows - 1) / kBlockRows),
-                     static_cast<unsigned>(heads));
+                     static_cast<unsigned>(heads / groups));
   ZTRT_LAUNCH(keyGrid, kWarps * kWarp, 0, stream, attentionKeysKernel<T, D>)
-  (q, k, v, dout, lse, delta, dk, dv, tq, tk, causal, scale);
+  (q, k, v, dout, lse, delta, dk, dv, groups, tq, tk, causal, scale);
   check(cudaGetLastError(), "attention_grad kernel launch");
   const dim3 queryGrid(static_cast<unsigned>((tq + kBlockRows - 1) / kBlockRows),
                        static_cast<unsigned>(heads));
   ZTRT_LAUNCH(queryGrid, kWarps * kWarp, 0, stream, attentionQueriesKernel<T, D>)
-  (q, k, v, dout, lse, delta, dq, tq, tk, causal, scale);
+  (q, k, v, dout, lse, delta, dq, groups, tq, tk, causal, scale);
   check(cudaGetLastError(), "attention_grad kernel launch");
   release(delta, stream);
 }
@@ -508,16 +515,17 @@ bool tiledShape(int64_t heads, int64_t tq, int64_t tk, int64_t d,
 
 template <typename T>
 bool attentionForward(const T *q, const T *k, const T *v, T *out, float *lse,
-                      int64_t heads, int64_t tq, int64_t tk, int64_t d,
-                      bool causal, float scale, cudaStream_t stream) {
+                      int64_t heads, int64_t groups, int64_t tq, int64_t tk,
+                      int64_t d, bool causal, float scale,
+                      cudaStream_t stream) {
   if (!tiledShape(heads, tq, tk, d, q, k, v, out))
     return false;
   if (d == 64)
-    launchForward<T, 64>(q, k, v, out, lse, heads, tq, tk, causal, scale,
-                         stream);
+    launchForward<T, 64>(q, k, v, out, lse, heads, groups, tq, tk, causal,
+                         scale, stream);
   else if (d == 32)
-    launchForward<T, 32>(q, k, v, out, lse, heads, tq, tk, causal, scale,
-                         stream);
+    launchForward<T, 32>(q, k, v, out, lse, heads, groups, tq, tk, causal,
+                         scale, stream);
   else
     return false;
   return true;
@@ -526,16 +534,17 @@ bool attentionForward(const T *q, const T *k, const T *v, T *out, float *lse,
 template <typename T>
 bool attentionBackward(const T *dout, const T *q, const T *k, const T *v,
                        const T *out, const float *lse, T *dq, T *dk, T *dv,
-                       int64_t heads, int64_t tq, int64_t tk, int64_t d,
-                       bool causal, float scale, cudaStream_t stream) {
+                       int64_t heads, int64_t groups, int64_t tq, int64_t tk,
+                       int64_t d, bool causal, float scale,
+                       cudaStream_t stream) {
   if (!tiledShape(heads, tq, tk, d, dout, q, k, v, out, dq, dk, dv))
     return false;
   if (d == 64)
-    launchBackward<T, 64>(dout, q, k, v, out, lse, dq, dk, dv, heads, tq, tk,
-                          causal, scale, stream);
+    launchBackward<T, 64>(dout, q, k, v, out, lse, dq, dk, dv, heads, groups,
+                          tq, tk, causal, scale, stream);
   else
-    launchBackward<T, 32>(dout, q, k, v, out, lse, dq, dk, dv, heads, tq, tk,
-                          causal, scale, stream);
+    launchBackward<T, 32>(dout, q, k, v, out, lse, dq, dk, dv, heads, groups,
+                          tq, tk, causal, scale, stream);
   return true;
 }
 
@@ -543,17 +552,19 @@ bool attentionBackward(const T *dout, const T *q, const T *k, const T *v,
   template bool attentionBackward<T>(const T *, const T *, const T *,         \
                                      const T *, const T *, const float *, T *, \
                                      T *, T *, int64_t, int64_t, int64_t,     \
-                                     int64_t, bool, float, cudaStream_t);
+                                     int64_t, int64_t, bool, float,           \
+                                     cudaStream_t);
 ZTRT_INSTANTIATE(bf16)
 ZTRT_INSTANTIATE(f16)
 #undef ZTRT_INSTANTIATE
 
 template bool attentionForward<bf16>(const bf16 *, const bf16 *, const bf16 *,
                                      bf16 *, float *, int64_t, int64_t,
-                                     int64_t, int64_t, bool, float,
+                                     int64_t, int64_t, int64_t, bool, float,
                                      cudaStream_t);
 template bool attentionForward<f16>(const f16 *, const f16 *, const f16 *,
                                     f16 *, float *, int64_t, int64_t, int64_t,
-                                    int64_t, bool, float, cudaStream_t);
+                                    int64_t, int64_t, bool, float,
+                                    cudaStream_t);
 
 } // namespace ztrt::cuda

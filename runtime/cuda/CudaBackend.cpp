@@ -798,11 +798,35 @@ public:
   // backend's numerics (the conformance suite), not a fast one: a tiled
   // tensor-core kernel (FlashAttention) is the next step (docs/cuda.md).
 
-  /// Heads per group: at least 1, at most `heads`.
-  int64_t attentionGroup(int64_t heads, int64_t tq, int64_t tk) const {
-    return std::max<int64_t>(
+  /// Heads per group: at least 1, at most `heads`; a multiple of `kvGroups`
+  /// (grouped-query: the query heads that share a key / value head are in
+  /// one group, so their dk and dv are summed within it).
+  int64_t attentionGroup(int64_t heads, int64_t tq, int64_t tk,
+                         int64_t kvGroups = 1) const {
+    const int64_t fit = std::max<int64_t>(
         1, std::min<int64_t>(heads,
                              options.attentionScratchElements / (tq * tk)));
+    return std::max<int64_t>(kvGroups, fit / kvGroups * kvGroups);
+  }
+
+  /// Grouped-query: the key / value heads of query heads [h, h + g) in
+  /// float, one per query head (head i reads (h + i) / kvGroups), into
+  /// `scratch` (g x n floats).
+  const float *repeatedHeadFloats(DType dtype, const void *x, int64_t h,
+                                  int64_t g, int64_t kvGroups, int64_t n,
+                                  float *scratch) {
+    const int64_t elem = elementBytes(dtype);
+    for (int64_t i = 0; i < g; ++i) {
+      const void *src = offset(x, (h + i) / kvGroups * n * elem);
+      if (dtype == DType::F32)
+        check(cudaMemcpyAsync(scratch + i * n, src,
+                              static_cast<size_t>(n * 4),
+                              cudaMemcpyDeviceToDevice, compute),
+              "cudaMemcpyAsync (attention key / value heads)");
+      else
+        cast(dtype, src, scratch + i * n, n, static_cast<int32_t>(DType::F32));
+    }
+    return scratch;
   }
 
   static const void *offset(const void *p, int64_t bytes) {
@@ -832,21 +856,25 @@ public:
   }
 
   void attention(DType dtype, const void *q, const void *k, const void *v,
-                 void *out, void *lse, int64_t heads, int64_t tq, int64_t tk,
-                 int64_t d, int32_t causal, double scaleFactor) override {
+                 void *out, void *lse, int64_t heads, int64_t kvGroups,
+                 int64_t tq, int64_t tk, int64_t d, int32_t causal,
+                 double scaleFactor) override {
     // bf16 / f16 with a head dim the tiled kernel has: the tensor cores.
     bool tiled = false;
     ZTRT_CUDA_DISPATCH(dtype, if constexpr (!std::is_same_v<T, float>) {
       tiled = cuda::attentionForward(
-          as<T>(q), as<T>(k), as<T>(v), as<T>(out), as<float>(lse), heads, tq,
-          tk, d, causal != 0, static_cast<float>(scaleFactor), compute);
+          as<T>(q), as<T>(k), as<T>(v), as<T>(out), as<float>(lse), heads,
+          kvGroups, tq, tk, d, causal != 0, static_cast<float>(scaleFactor),
+          compute);
     });
     if (tiled)
       return;
-    const int64_t group = attentionGroup(heads, tq, tk);
+    const int64_t group = attentionGroup(heads, tq, tk, kvGroups);
     const int64_t qn = tq * d, kn = tk * d, pn = tq * tk,
                   elem = elementBytes(dtype);
-    const bool wide = dtype != DType::F32;
+    // Widened operands; grouped-query: the shared key / value heads
+    // repeated, one per query head of the group.
+    const bool wide = dtype != DType::F32 || kvGroups > 1;
     float *p = static_cast<float *>(
         cuda::scratch(group * pn * 4, compute, "attention"));
     float *w = wide ? static_cast<float *>(cuda::scratch(
@@ -855,12 +883,19 @@ public:
     for (int64_t h = 0; h < heads; h += group) {
       const int64_t g = std::min(group, heads - h);
       const float *fq = floatsOf(dtype, offset(q, h * qn * elem), g * qn, w),
-                  *fk = floatsOf(dtype, offset(k, h * kn * elem), g * kn,
-                                 w + group * qn),
-                  *fv = floatsOf(dtype, offset(v, h * kn * elem), g * kn,
-                                 w + group * (qn + kn));
+                  *fk = kvGroups > 1
+                            ? repeatedHeadFloats(dtype, k, h, g, kvGroups, kn,
+                                                 w + group * qn)
+                            : floatsOf(dtype, offset(k, h * kn * elem), g * kn,
+                                       w + group * qn),
+                  *fv = kvGroups > 1
+                            ? repeatedHeadFloats(dtype, v, h, g, kvGroups, kn,
+                                                 w + group * (qn + kn))
+                            : floatsOf(dtype, offset(v, h * kn * elem), g * kn,
+                                       w + group * (qn + kn));
       void *o = offset(out, h * qn * elem);
-      float *fo = floatResult(dtype, o, w + group * (qn + 2 * kn));
+      float *fo = dtype == DType::F32 ? as<float>(o)
+                                      : w + group * (qn + 2 * kn);
       matmul(DType::F32, fq, fk, p, g, tq, tk, d, 0, 1, qn, kn, pn);
       scale(DType::F32, p, p, g * pn, scaleFactor);
       cuda::softmax<float>(p, p, g * tq, tk, causal != 0, compute,
@@ -876,22 +911,26 @@ public:
   void attentionGrad(DType dtype, const void *dout, const void *q,
                      const void *k, const void *v, const void *out,
                      const void *lse, void *dq, void *dk, void *dv,
-                     int64_t heads, int64_t tq, int64_t tk, int64_t d,
-                     int32_t causal, double scaleFactor) override {
+                     int64_t heads, int64_t kvGroups, int64_t tq, int64_t tk,
+                     int64_t d, int32_t causal, double scaleFactor) override {
     bool tiled = false;
     ZTRT_CUDA_DISPATCH(dtype, if constexpr (!std::is_same_v<T, float>) {
       tiled = cuda::attentionBackward(
           as<T>(dout), as<T>(q), as<T>(k), as<T>(v), as<T>(out),
-          as<float>(lse), as<T>(dq), as<T>(dk), as<T>(dv), heads, tq, tk, d,
-          causal != 0, static_cast<float>(scaleFactor), compute);
+          as<float>(lse), as<T>(dq), as<T>(dk), as<T>(dv), heads, kvGroups,
+          tq, tk, d, causal != 0, static_cast<float>(scaleFactor), compute);
     });
     if (tiled)
       return;
-    // The composed kernels (which read neither out nor lse).
-    const int64_t group = attentionGroup(heads, tq, tk);
+    // The composed kernels (which read neither out nor lse). Grouped-query:
+    // the key / value heads repeated per query head as in the forward, the
+    // per-query-head dk and dv in float scratch, then each shared head's
+    // sum over its group (train.reduce's kernel, float).
+    const int64_t group = attentionGroup(heads, tq, tk, kvGroups);
     const int64_t qn = tq * d, kn = tk * d, pn = tq * tk,
                   elem = elementBytes(dtype);
-    const bool wide = dtype != DType::F32;
+    const bool grouped = kvGroups > 1;
+    const bool wide = dtype != DType::F32 || grouped;
     float *p = static_cast<float *>(
         cuda::scratch(2 * group * pn * 4, compute, "attention_grad"));
     float *dp = p + group * pn;
@@ -900,20 +939,35 @@ public:
                           group * (4 * qn + 4 * kn) * 4, compute,
                           "attention_grad"))
                     : nullptr;
+    float *sums = grouped ? static_cast<float *>(cuda::scratch(
+                                2 * group / kvGroups * kn * 4, compute,
+                                "attention_grad"))
+                          : nullptr;
     for (int64_t h = 0; h < heads; h += group) {
       const int64_t g = std::min(group, heads - h);
       const float *fq = floatsOf(dtype, offset(q, h * qn * elem), g * qn, w),
                   *fdo = floatsOf(dtype, offset(dout, h * qn * elem), g * qn,
                                   w + group * qn),
-                  *fk = floatsOf(dtype, offset(k, h * kn * elem), g * kn,
-                                 w + group * 2 * qn),
-                  *fv = floatsOf(dtype, offset(v, h * kn * elem), g * kn,
-                                 w + group * (2 * qn + kn));
-      void *oq = offset(dq, h * qn * elem), *ok = offset(dk, h * kn * elem),
-           *ov = offset(dv, h * kn * elem);
-      float *fdq = floatResult(dtype, oq, w + group * (2 * qn + 2 * kn)),
-            *fdk = floatResult(dtype, ok, w + group * (3 * qn + 2 * kn)),
-            *fdv = floatResult(dtype, ov, w + group * (3 * qn + 3 * kn));
+                  *fk = grouped ? repeatedHeadFloats(dtype, k, h, g, kvGroups,
+                                                     kn, w + group * 2 * qn)
+                                : floatsOf(dtype, offset(k, h * kn * elem),
+                                           g * kn, w + group * 2 * qn),
+                  *fv = grouped ? repeatedHeadFloats(dtype, v, h, g, kvGroups,
+                                                     kn,
+                                                     w + group * (2 * qn + kn))
+                                : floatsOf(dtype, offset(v, h * kn * elem),
+                                           g * kn, w + group * (2 * qn + kn));
+      const int64_t kvh = h / kvGroups, kvg = g / kvGroups;
+      void *oq = offset(dq, h * qn * elem), *ok = offset(dk, kvh * kn * elem),
+           *ov = offset(dv, kvh * kn * elem);
+      float *fdq = dtype == DType::F32 ? as<float>(oq)
+                                       : w + group * (2 * qn + 2 * kn),
+            *fdk = grouped || dtype != DType::F32
+                       ? w + group * (3 * qn + 2 * kn)
+                       : as<float>(ok),
+            *fdv = grouped || dtype != DType::F32
+                       ? w + group * (3 * qn + 3 * kn)
+                       : as<float>(ov);
       matmul(DType::F32, fq, fk, p, g, tq, tk, d, 0, 1, qn, kn, pn);
       scale(DType::F32, p, p, g * pn, scaleFactor);
       cuda::softmax<float>(p, p, g * tq, tk, causal != 0, compute);
@@ -925,12 +979,30 @@ public:
       matmul(DType::F32, dp, fk, fdq, g, tq, d, tk, 0, 0, pn, kn, qn);
       matmul(DType::F32, dp, fq, fdk, g, tk, d, tq, 1, 0, pn, qn, kn);
       storeFloats(dtype, fdq, oq, g * qn);
+      if (grouped) {
+        // [kvg, kvGroups, kn] summed over the group.
+        const int64_t shape[3] = {kvg, kvGroups, kn}, mask[3] = {0, 1, 0};
+        for (float *f : {fdk, fdv}) {
+          float *sum = f == fdk ? sums : sums + kvg * kn;
+          reduce(DType::F32, f, sum, 3, shape, mask, 0);
+          if (dtype == DType::F32)
+            check(cudaMemcpyAsync(f == fdk ? ok : ov, sum,
+                                  static_cast<size_t>(kvg * kn * 4),
+                                  cudaMemcpyDeviceToDevice, compute),
+                  "cudaMemcpyAsync (attention_grad dk / dv)");
+          else
+            storeFloats(dtype, sum, f == fdk ? ok : ov, kvg * kn);
+        }
+        continue;
+      }
       storeFloats(dtype, fdk, ok, g * kn);
       storeFloats(dtype, fdv, ov, g * kn);
     }
     cuda::release(p, compute);
     if (w)
       cuda::release(w, compute);
+    if (sums)
+      cuda::release(sums, compute);
   }
 
   void transpose(DType dtype, const void *x, void *out, int64_t rank,

@@ -180,15 +180,18 @@ void rmsNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
 /// (the caller then runs the composed kernels).
 template <typename T>
 bool attentionForward(const T *q, const T *k, const T *v, T *out, float *lse,
-                      int64_t heads, int64_t tq, int64_t tk, int64_t d,
-                      bool causal, float scale, cudaStream_t stream);
+                      int64_t heads, int64_t groups, int64_t tq, int64_t tk,
+                      int64_t d, bool causal, float scale,
+                      cudaStream_t stream);
 
-/// Its adjoint (FlashAttention-2's backward, no atomics): the same shapes.
+/// Its adjoint (FlashAttention-2's backward, no atomics): the same shapes;
+/// a key / value head's dk and dv sum its `groups` query heads.
 template <typename T>
 bool attentionBackward(const T *dout, const T *q, const T *k, const T *v,
                        const T *out, const float *lse, T *dq, T *dk, T *dv,
-                       int64_t heads, int64_t tq, int64_t tk, int64_t d,
-                       bool causal, float scale, cudaStream_t stream);
+                       int64_t heads, int64_t groups, int64_t tq, int64_t tk,
+                       int64_t d, bool causal, float scale,
+                       cudaStream_t stream);
 
 /// With `lse`, also each row's log-sum-exp as float (attention's).
 template <typename T>

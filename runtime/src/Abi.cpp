@@ -201,10 +201,10 @@ template <> struct KernelChecks<&Backend::softmax> {
 };
 
 /// Causal attention needs tq == tk; the scale is finite and positive.
-static void checkAttention(const char *op, int64_t heads, int64_t tq,
-                           int64_t tk, int64_t d, int32_t causal,
+static void checkAttention(const char *op, int64_t heads, int64_t groups,
+                           int64_t tq, int64_t tk, int64_t d, int32_t causal,
                            double scale) {
-  if (heads == 0 || tq == 0 || tk == 0 || d == 0)
+  if (heads <= 0 || tq <= 0 || tk <= 0 || d <= 0)
     fatal("%s: heads, tq, tk and d must be positive, got %lld, %lld, %lld, "
           "%lld",
           op, static_cast<long long>(heads), static_cast<long long>(tq),
@@ -214,22 +214,25 @@ static void checkAttention(const char *op, int64_t heads, int64_t tq,
           static_cast<long long>(tq), static_cast<long long>(tk));
   if (!(std::isfinite(scale) && scale > 0.0))
     fatal("%s: scale must be finite and positive, got %g", op, scale);
+  if (groups <= 0 || heads % groups != 0)
+    fatal("%s: groups %lld must be positive and divide heads %lld", op,
+          static_cast<long long>(groups), static_cast<long long>(heads));
 }
 
 template <> struct KernelChecks<&Backend::attention> {
   static void check(const char *op, const void *, const void *, const void *,
-                    void *, void *, int64_t heads, int64_t tq, int64_t tk,
-                    int64_t d, int32_t causal, double scale) {
-    checkAttention(op, heads, tq, tk, d, causal, scale);
+                    void *, void *, int64_t heads, int64_t groups, int64_t tq,
+                    int64_t tk, int64_t d, int32_t causal, double scale) {
+    checkAttention(op, heads, groups, tq, tk, d, causal, scale);
   }
 };
 
 template <> struct KernelChecks<&Backend::attentionGrad> {
   static void check(const char *op, const void *, const void *, const void *,
                     const void *, const void *, const void *, void *, void *,
-                    void *, int64_t heads, int64_t tq, int64_t tk, int64_t d,
-                    int32_t causal, double scale) {
-    checkAttention(op, heads, tq, tk, d, causal, scale);
+                    void *, int64_t heads, int64_t groups, int64_t tq,
+                    int64_t tk, int64_t d, int32_t causal, double scale) {
+    checkAttention(op, heads, groups, tq, tk, d, causal, scale);
   }
 };
 

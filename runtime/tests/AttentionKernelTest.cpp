@@ -57,14 +57,14 @@ protected:
     out.assign(s.qn(), 0.0f);
     lse.assign(static_cast<size_t>(s.heads * s.tq), 0.0f);
     ztrt_attention(ctx.get(), ZTRT_F32, q.data(), k.data(), v.data(),
-                   out.data(), lse.data(), s.heads, s.tq, s.tk, s.d, s.causal,
+                   out.data(), lse.data(), s.heads, 1, s.tq, s.tk, s.d, s.causal,
                    s.scale());
     g.dq.assign(s.qn(), 0.0f);
     g.dk.assign(s.kn(), 0.0f);
     g.dv.assign(s.kn(), 0.0f);
     ztrt_attention_grad(ctx.get(), ZTRT_F32, dy.data(), q.data(), k.data(),
                         v.data(), out.data(), lse.data(), g.dq.data(),
-                        g.dk.data(), g.dv.data(), s.heads, s.tq, s.tk, s.d,
+                        g.dk.data(), g.dv.data(), s.heads, 1, s.tq, s.tk, s.d,
                         s.causal, s.scale());
   }
 
@@ -213,18 +213,18 @@ template <typename T> void sixteenBit(AttentionKernelTest &t, Shape s,
   std::vector<float> lse16(s.heads * s.tq), out(s.qn()), lse(s.heads * s.tq),
       dq(s.qn()), dk(s.kn()), dv(s.kn());
   ztrt_attention(ctx, code, q16.data(), k16.data(), v16.data(), out16.data(),
-                 lse16.data(), s.heads, s.tq, s.tk, s.d, s.causal, s.scale());
+                 lse16.data(), s.heads, 1, s.tq, s.tk, s.d, s.causal, s.scale());
   ztrt_attention(ctx, ZTRT_F32, q.data(), k.data(), v.data(), out.data(),
-                 lse.data(), s.heads, s.tq, s.tk, s.d, s.causal, s.scale());
+                 lse.data(), s.heads, 1, s.tq, s.tk, s.d, s.causal, s.scale());
   expectRoundedOnce(out16, out, "out");
   expectBitwise(lse16, lse, "lse");
   ztrt_attention_grad(ctx, code, dy16.data(), q16.data(), k16.data(),
                       v16.data(), out16.data(), lse16.data(), dq16.data(),
-                      dk16.data(), dv16.data(), s.heads, s.tq, s.tk, s.d,
+                      dk16.data(), dv16.data(), s.heads, 1, s.tq, s.tk, s.d,
                       s.causal, s.scale());
   ztrt_attention_grad(ctx, ZTRT_F32, dy.data(), q.data(), k.data(), v.data(),
                       out.data(), lse.data(), dq.data(), dk.data(), dv.data(),
-                      s.heads, s.tq, s.tk, s.d, s.causal, s.scale());
+                      s.heads, 1, s.tq, s.tk, s.d, s.causal, s.scale());
   expectRoundedOnce(dq16, dq, "dq");
   expectRoundedOnce(dk16, dk, "dk");
   expectRoundedOnce(dv16, dv, "dv");
@@ -248,21 +248,105 @@ INSTANTIATE_TEST_SUITE_P(
              (s.causal ? "_causal" : "");
     });
 
+/// Grouped-query attention: `heads` query heads, heads / groups key / value
+/// heads, query head h reading h / groups. Against the same op on the
+/// repeated heads (what train.broadcast + reshape feed it), with dk and dv
+/// the repeated heads' gradients summed by ztrt_reduce (the broadcast's
+/// adjoint): bitwise, for every dtype.
+template <typename T>
+void groupedIsTheRepeatedHeads(int32_t code, int64_t heads, int64_t groups,
+                               int64_t tq, int64_t tk, int64_t d,
+                               bool causal) {
+  auto ctx = cpuContext();
+  const int64_t kvHeads = heads / groups, qn = heads * tq * d,
+                kn = kvHeads * tk * d, head = tk * d;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  auto values = [](int64_t n, uint64_t seed, float by) {
+    std::vector<float> f = testValues(n, seed);
+    std::vector<T> out(n);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = T(f[i] * by);
+    return out;
+  };
+  std::vector<T> q = values(qn, 31, 3.0f), k = values(kn, 32, 1.0f),
+                 v = values(kn, 33, 1.0f), dy = values(qn, 34, 1.0f);
+  std::vector<T> kr(heads * head), vr(heads * head);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < head; ++i) {
+      kr[h * head + i] = k[h / groups * head + i];
+      vr[h * head + i] = v[h / groups * head + i];
+    }
+  std::vector<T> out(qn), outR(qn), dq(qn), dqR(qn), dk(kn), dv(kn),
+      dkR(heads * head), dvR(heads * head), dkSum(kn), dvSum(kn);
+  std::vector<float> lse(heads * tq), lseR(heads * tq);
+  ztrt_attention(ctx.get(), code, q.data(), k.data(), v.data(), out.data(),
+                 lse.data(), heads, groups, tq, tk, d, causal, scale);
+  ztrt_attention(ctx.get(), code, q.data(), kr.data(), vr.data(), outR.data(),
+                 lseR.data(), heads, 1, tq, tk, d, causal, scale);
+  ztrt_attention_grad(ctx.get(), code, dy.data(), q.data(), k.data(),
+                      v.data(), out.data(), lse.data(), dq.data(), dk.data(),
+                      dv.data(), heads, groups, tq, tk, d, causal, scale);
+  ztrt_attention_grad(ctx.get(), code, dy.data(), q.data(), kr.data(),
+                      vr.data(), outR.data(), lseR.data(), dqR.data(),
+                      dkR.data(), dvR.data(), heads, 1, tq, tk, d, causal,
+                      scale);
+  const int64_t shape[3] = {kvHeads, groups, head}, mask[3] = {0, 1, 0};
+  ztrt_reduce(ctx.get(), code, dkR.data(), dkSum.data(), 3, shape, mask, 0);
+  ztrt_reduce(ctx.get(), code, dvR.data(), dvSum.data(), 3, shape, mask, 0);
+  auto same = [](const auto &a, const auto &b, const char *what) {
+    ASSERT_EQ(a.size(), b.size());
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])), 0)
+        << what;
+  };
+  same(out, outR, "out");
+  same(lse, lseR, "lse");
+  same(dq, dqR, "dq");
+  same(dk, dkSum, "dk");
+  same(dv, dvSum, "dv");
+  // The sum is not a copy of one member: the group's gradients differ.
+  ASSERT_NE(std::memcmp(dk.data(), dkR.data(), head * sizeof(T)), 0);
+}
+
+TEST(AttentionGroupedTest, GroupedIsTheRepeatedHeadsBitwise) {
+  // 2 batches x 2 key / value heads x 3 query heads each; causal, and
+  // cross attention with more keys than queries.
+  groupedIsTheRepeatedHeads<float>(ZTRT_F32, 12, 3, 7, 7, 8, true);
+  groupedIsTheRepeatedHeads<float>(ZTRT_F32, 12, 3, 5, 9, 8, false);
+  groupedIsTheRepeatedHeads<float>(ZTRT_F32, 4, 4, 33, 33, 16, true);
+  groupedIsTheRepeatedHeads<bf16>(ZTRT_BF16, 12, 3, 7, 7, 8, true);
+  groupedIsTheRepeatedHeads<f16>(ZTRT_F16, 8, 2, 6, 6, 16, true);
+}
+
+TEST(AttentionAbiTest, GroupsMustDivideHeads) {
+  auto ctx = cpuContext();
+  std::vector<float> x(6 * 3 * 4), out(x.size()), lse(18);
+  EXPECT_EXIT(ztrt_attention(ctx.get(), ZTRT_F32, x.data(), x.data(),
+                             x.data(), out.data(), lse.data(), 6, 4, 3, 3, 4, 0,
+                             0.5),
+              ::testing::ExitedWithCode(1),
+              "attention: groups 4 must be positive and divide heads 6");
+  EXPECT_EXIT(ztrt_attention(ctx.get(), ZTRT_F32, x.data(), x.data(),
+                             x.data(), out.data(), lse.data(), 6, 0, 3, 3, 4, 0,
+                             0.5),
+              ::testing::ExitedWithCode(1),
+              "attention: groups 0 must be positive and divide heads 6");
+}
+
 TEST(AttentionAbiTest, CausalCrossAttentionIsRefused) {
   auto ctx = cpuContext();
   std::vector<float> x(2 * 3 * 4), y(2 * 5 * 4), out(x.size()), lse(6);
   EXPECT_EXIT(ztrt_attention(ctx.get(), ZTRT_F32, x.data(), y.data(),
-                             y.data(), out.data(), lse.data(), 2, 3, 5, 4, 1,
+                             y.data(), out.data(), lse.data(), 2, 1, 3, 5, 4, 1,
                              0.5),
               ::testing::ExitedWithCode(1),
               "attention: causal attention needs tq == tk, got 3 and 5");
   EXPECT_EXIT(ztrt_attention(ctx.get(), ZTRT_F32, x.data(), x.data(),
-                             x.data(), out.data(), lse.data(), 2, 3, 3, 4, 0,
+                             x.data(), out.data(), lse.data(), 2, 1, 3, 3, 4, 0,
                              std::nan("")),
               ::testing::ExitedWithCode(1),
               "attention: scale must be finite and positive");
   EXPECT_EXIT(ztrt_attention(ctx.get(), ZTRT_F32, x.data(), x.data(),
-                             x.data(), out.data(), lse.data(), 2, 3, 0, 4, 0,
+                             x.data(), out.data(), lse.data(), 2, 1, 3, 0, 4, 0,
                              0.5),
               ::testing::ExitedWithCode(1),
               "attention: heads, tq, tk and d must be positive, got 2, 3, 0, 4");

@@ -1490,9 +1490,10 @@ public:
   struct Shape {
     int64_t heads, tq, tk, d;
     int causal;
+    int64_t groups = 1; // query heads per key / value head
   };
   void check(const Shape &s) {
-    const int64_t qn = s.heads * s.tq * s.d, kn = s.heads * s.tk * s.d,
+    const int64_t qn = s.heads * s.tq * s.d, kn = s.heads / s.groups * s.tk * s.d,
                   rows = s.heads * s.tq;
     const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
     auto q = twin(inputs(qn, 90, 3.0f)), k = twin(inputs(kn, 91)),
@@ -1501,17 +1502,20 @@ public:
          dk = output(kn), dv = output(kn);
     both([&](ztrt_ctx *x, bool d) {
       ztrt_attention(x, ZTRT_F32, at(q, d), at(k, d), at(v, d), at(out, d),
-                     at(lse, d), s.heads, s.tq, s.tk, s.d, s.causal, scale);
+                     at(lse, d), s.heads, s.groups, s.tq, s.tk, s.d, s.causal, scale);
       ztrt_attention_grad(x, ZTRT_F32, at(dy, d), at(q, d), at(k, d),
                           at(v, d), at(out, d), at(lse, d), at(dq, d),
-                          at(dk, d), at(dv, d), s.heads, s.tq, s.tk, s.d,
+                          at(dk, d), at(dv, d), s.heads, s.groups, s.tq, s.tk, s.d,
                           s.causal, scale);
     });
     const std::string what = " h" + std::to_string(s.heads) + " q" +
                              std::to_string(s.tq) + " k" +
                              std::to_string(s.tk) + " d" +
                              std::to_string(s.d) +
-                             (s.causal ? " causal" : "");
+                             (s.causal ? " causal" : "") +
+                             (s.groups > 1 ? " groups " +
+                                                 std::to_string(s.groups)
+                                           : "");
     // The composed kernels' differences (GEMM summation order, expf
     // against the cpu's exp, 8 ulp per softmax entry) through scores of up
     // to ~10: about 1e-6 of O(1) values; a wrong mask, scale, head offset
@@ -1528,7 +1532,7 @@ public:
   /// bf16 / f16 on the device are the device's own f32 results on the
   /// widened operands, each rounded once: bitwise.
   template <typename T> void sixteenBit(const Shape &s, int32_t code) {
-    const int64_t qn = s.heads * s.tq * s.d, kn = s.heads * s.tk * s.d,
+    const int64_t qn = s.heads * s.tq * s.d, kn = s.heads / s.groups * s.tk * s.d,
                   rows = s.heads * s.tq;
     const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
     auto widened = [](std::vector<float> x) {
@@ -1554,15 +1558,15 @@ public:
     auto out16 = twin(std::vector<T>(qn)), dq16 = twin(std::vector<T>(qn)),
          dk16 = twin(std::vector<T>(kn)), dv16 = twin(std::vector<T>(kn));
     ztrt_attention(g(), ZTRT_F32, q.dev, k.dev, v.dev, out.dev, lse.dev,
-                   s.heads, s.tq, s.tk, s.d, s.causal, scale);
+                   s.heads, s.groups, s.tq, s.tk, s.d, s.causal, scale);
     ztrt_attention_grad(g(), ZTRT_F32, dy.dev, q.dev, k.dev, v.dev, out.dev,
-                        lse.dev, dq.dev, dk.dev, dv.dev, s.heads, s.tq, s.tk,
+                        lse.dev, dq.dev, dk.dev, dv.dev, s.heads, s.groups, s.tq, s.tk,
                         s.d, s.causal, scale);
     ztrt_attention(g(), code, q16.dev, k16.dev, v16.dev, out16.dev,
-                   lse16.dev, s.heads, s.tq, s.tk, s.d, s.causal, scale);
+                   lse16.dev, s.heads, s.groups, s.tq, s.tk, s.d, s.causal, scale);
     ztrt_attention_grad(g(), code, dy16.dev, q16.dev, k16.dev, v16.dev,
                         out16.dev, lse16.dev, dq16.dev, dk16.dev, dv16.dev,
-                        s.heads, s.tq, s.tk, s.d, s.causal, scale);
+                        s.heads, s.groups, s.tq, s.tk, s.d, s.causal, scale);
     auto expectRounded = [&](const std::vector<T> &got,
                              const std::vector<float> &f32,
                              const char *name) {
@@ -1589,7 +1593,7 @@ public:
 template <typename T>
 void tiledMatchesTheCpu(CudaAttentionTest &t, const CudaAttentionTest::Shape &s,
                         int32_t code, int bits) {
-  const int64_t qn = s.heads * s.tq * s.d, kn = s.heads * s.tk * s.d,
+  const int64_t qn = s.heads * s.tq * s.d, kn = s.heads / s.groups * s.tk * s.d,
                 rows = s.heads * s.tq;
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
   auto narrow = [](const std::vector<float> &x) {
@@ -1604,12 +1608,14 @@ void tiledMatchesTheCpu(CudaAttentionTest &t, const CudaAttentionTest::Shape &s,
   auto lse = t.output(rows);
   t.both([&](ztrt_ctx *x, bool d) {
     ztrt_attention(x, code, t.at(q, d), t.at(k, d), t.at(v, d), t.at(out, d),
-                   t.at(lse, d), s.heads, s.tq, s.tk, s.d, s.causal, scale);
+                   t.at(lse, d), s.heads, s.groups, s.tq, s.tk, s.d, s.causal, scale);
   });
   const std::string what = " h" + std::to_string(s.heads) + " q" +
                            std::to_string(s.tq) + " k" + std::to_string(s.tk) +
                            " d" + std::to_string(s.d) +
-                           (s.causal ? " causal" : "");
+                           (s.causal ? " causal" : "") +
+                           (s.groups > 1 ? " groups " + std::to_string(s.groups)
+                                         : "");
   std::vector<T> got = t.fetch(out);
   const double tol = std::ldexp(1.0, -(bits - 1));
   int bad = 0;
@@ -1634,7 +1640,7 @@ template <typename T>
 void tiledBackwardMatchesTheCpu(CudaAttentionTest &t,
                                 const CudaAttentionTest::Shape &s,
                                 int32_t code, int bits) {
-  const int64_t qn = s.heads * s.tq * s.d, kn = s.heads * s.tk * s.d,
+  const int64_t qn = s.heads * s.tq * s.d, kn = s.heads / s.groups * s.tk * s.d,
                 rows = s.heads * s.tq;
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.d));
   auto narrow = [](const std::vector<float> &x) {
@@ -1653,16 +1659,18 @@ void tiledBackwardMatchesTheCpu(CudaAttentionTest &t,
   auto lse = t.output(rows);
   t.both([&](ztrt_ctx *x, bool d) {
     ztrt_attention(x, code, t.at(q, d), t.at(k, d), t.at(v, d), t.at(out, d),
-                   t.at(lse, d), s.heads, s.tq, s.tk, s.d, s.causal, scale);
+                   t.at(lse, d), s.heads, s.groups, s.tq, s.tk, s.d, s.causal, scale);
     ztrt_attention_grad(x, code, t.at(dy, d), t.at(q, d), t.at(k, d),
                         t.at(v, d), t.at(out, d), t.at(lse, d), t.at(dq, d),
-                        t.at(dk, d), t.at(dv, d), s.heads, s.tq, s.tk, s.d,
+                        t.at(dk, d), t.at(dv, d), s.heads, s.groups, s.tq, s.tk, s.d,
                         s.causal, scale);
   });
   const std::string what = " h" + std::to_string(s.heads) + " q" +
                            std::to_string(s.tq) + " k" + std::to_string(s.tk) +
                            " d" + std::to_string(s.d) +
-                           (s.causal ? " causal" : "");
+                           (s.causal ? " causal" : "") +
+                           (s.groups > 1 ? " groups " + std::to_string(s.groups)
+                                         : "");
   auto compare = [&](Twin<T> &x, const char *name) {
     std::vector<T> got = t.fetch(x);
     double largest = 0.0;
@@ -1688,9 +1696,13 @@ void tiledBackwardMatchesTheCpu(CudaAttentionTest &t,
 TEST_F(CudaAttentionTest, TiledBackwardMatchesTheCpu) {
   // (bf16's bound is loose for the small gradients of late keys; f16's,
   // 8x tighter, is what catches a dropped query tile there.)
+  // Grouped-query (the last three): each key block sums its group's query
+  // heads.
   for (const Shape &s : {Shape{3, 70, 70, 64, 1}, Shape{2, 45, 45, 32, 1},
                          Shape{2, 33, 77, 64, 0}, Shape{2, 77, 33, 32, 0},
-                         Shape{1, 130, 130, 32, 1}}) {
+                         Shape{1, 130, 130, 32, 1}, Shape{6, 70, 70, 64, 1, 3},
+                         Shape{4, 33, 77, 32, 0, 2},
+                         Shape{4, 45, 45, 64, 1, 4}}) {
     tiledBackwardMatchesTheCpu<bf16>(*this, s, ZTRT_BF16, 8);
     tiledBackwardMatchesTheCpu<f16>(*this, s, ZTRT_F16, 11);
   }
@@ -1701,7 +1713,8 @@ TEST_F(CudaAttentionTest, TiledForwardMatchesTheCpu) {
   // and cross attention, both head dims.
   for (const Shape &s : {Shape{3, 70, 70, 64, 1}, Shape{2, 45, 45, 32, 1},
                          Shape{2, 33, 77, 64, 0}, Shape{2, 77, 33, 64, 0},
-                         Shape{1, 130, 130, 64, 1}, Shape{2, 16, 32, 32, 0}}) {
+                         Shape{1, 130, 130, 64, 1}, Shape{2, 16, 32, 32, 0},
+                         Shape{6, 70, 70, 64, 1, 3}, Shape{4, 33, 77, 32, 0, 2}}) {
     tiledMatchesTheCpu<bf16>(*this, s, ZTRT_BF16, 8);
     tiledMatchesTheCpu<f16>(*this, s, ZTRT_F16, 11);
   }
@@ -1712,11 +1725,16 @@ TEST_F(CudaAttentionTest, MatchesTheCpu) {
   check({6, 37, 37, 16, 0});
   check({3, 5, 9, 8, 0});
   check({2, 130, 130, 32, 1});
+  // Grouped-query: the key / value heads repeated, the group's dk and dv
+  // summed.
+  check({12, 7, 7, 8, 1, 3});
+  check({4, 5, 9, 8, 0, 4});
 }
 
 TEST_F(CudaAttentionTest, SixteenBitIsTheF32PathRoundedOnce) {
   sixteenBit<bf16>({3, 17, 17, 8, 1}, ZTRT_BF16);
   sixteenBit<f16>({3, 5, 9, 8, 0}, ZTRT_F16);
+  sixteenBit<bf16>({6, 17, 17, 8, 1, 2}, ZTRT_BF16);
 }
 
 /// Scratch for two heads' scores: 5 heads go in groups of 2, 2 and 1.
@@ -1732,6 +1750,10 @@ protected:
 TEST_F(CudaAttentionGroupsTest, GroupsOfHeadsMatchTheCpu) {
   check({5, 33, 33, 8, 1});
   check({5, 33, 33, 8, 0});
+  // Grouped by 3: groups of 2 heads would split a key / value head's
+  // query heads, so each group takes the 3 that share one.
+  check({9, 33, 33, 8, 1, 3});
+  check({6, 33, 33, 8, 0, 3});
 }
 
 // --- bf16 and f16

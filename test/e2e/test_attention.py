@@ -151,6 +151,28 @@ def test_report_is_what_the_step_allocates(tmp_path):
     assert predicted["fused"]["recompute"]["flops_per_step"] == L * 2 * B * H * T * T * (C // H)
 
 
+def test_grouped_query_report_is_what_the_step_allocates(tmp_path):
+    """Llama with 2 key / value heads for 4 query heads: the fused op reads
+    the shared heads unrepeated, the composed form repeats them (a
+    broadcast kept for the backward pass). Both reports are exact, and the
+    fused model's activations are below the composed one's."""
+    acts = {}
+    for kind in ("composed", "fused"):
+        spec = llama(kind)
+        init, data = inputs(tmp_path, spec, B)
+        per_rank = zero_report(tmp_path, spec)["per_rank"]
+        exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
+                                    parity.OptimizerConfig("adamw"), name=f"gqa-{kind}")
+        report = tmp_path / f"gqa-{kind}.json"
+        assert e2e_util.run([exe, "--steps", "1", "--init", init, "--data", data,
+                             "--threads", "1", "--report", report]).returncode == 0
+        measured = json.loads(report.read_text())["memory"]
+        assert measured["activations"] == per_rank["activations"], kind
+        assert measured["peak"] == per_rank["predicted_peak"], kind
+        acts[kind] = per_rank["activations"]
+    assert acts["fused"] < acts["composed"], acts
+
+
 def test_bf16_fused_and_composed_both_follow_fp32(tmp_path):
     """In bf16 the composed form rounds the scores, the scaled scores and the
     probabilities to bf16; the fused op keeps them in float and rounds only

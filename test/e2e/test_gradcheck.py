@@ -115,6 +115,10 @@ def _cases():
              lambda f, P, I: f.attention(P["q"], P["k"], P["v"], causal=True)),
         Case("attention_cross", {"q": R(3, 2, 4), "k": R(3, 5, 4), "v": R(3, 5, 4)},
              {}, lambda f, P, I: f.attention(P["q"], P["k"], P["v"], scale=0.7)),
+        # Grouped-query: 4 query heads over 2 key / value heads.
+        Case("attention_grouped", {"q": R(2, 4, 3, 4), "k": R(2, 2, 3, 4),
+                                   "v": R(2, 2, 3, 4)}, {},
+             lambda f, P, I: f.attention(P["q"], P["k"], P["v"], causal=True)),
         Case("reshape", {"x": R(2, 3, 2)}, {}, lambda f, P, I: f.reshape(P["x"], [3, 4])),
         Case("transpose", {"x": R(2, 3, 2)}, {},
              lambda f, P, I: f.transpose(P["x"], [2, 0, 1])),

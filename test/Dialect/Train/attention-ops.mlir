@@ -12,3 +12,16 @@ func.func @cross(%q: tensor<4x5x8xf16>, %k: tensor<4x7x8xf16>, %v: tensor<4x7x8x
       : tensor<4x5x8xf16>, tensor<4x7x8xf16>, tensor<4x7x8xf16>, tensor<4x5xf32>
   return
 }
+
+// Grouped-query: 6 query heads over 2 key / value heads (3 query heads
+// each); the adjoint's dk and dv have the key's shape.
+// CHECK-LABEL: func.func @grouped
+// CHECK: train.attention %{{.*}}, %{{.*}}, %{{.*}} {causal, scale = 5.000000e-01 : f64} : tensor<2x6x7x4xf32>, tensor<2x2x7x4xf32> -> tensor<2x6x7x4xf32>, tensor<2x6x7xf32>
+// CHECK: train.attention_grad {{.*}} : tensor<2x6x7x4xf32>, tensor<2x2x7x4xf32>, tensor<2x2x7x4xf32>, tensor<2x6x7xf32>
+func.func @grouped(%q: tensor<2x6x7x4xf32>, %k: tensor<2x2x7x4xf32>, %dy: tensor<2x6x7x4xf32>) {
+  %y, %lse = train.attention %q, %k, %k {causal, scale = 0.5 : f64}
+      : tensor<2x6x7x4xf32>, tensor<2x2x7x4xf32> -> tensor<2x6x7x4xf32>, tensor<2x6x7xf32>
+  %dq, %dk, %dv = train.attention_grad %dy, %q, %k, %k, %y, %lse {causal, scale = 0.5 : f64}
+      : tensor<2x6x7x4xf32>, tensor<2x2x7x4xf32>, tensor<2x2x7x4xf32>, tensor<2x6x7xf32>
+  return
+}

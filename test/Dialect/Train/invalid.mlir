@@ -823,8 +823,16 @@ func.func @attention_causal_cross(%q: tensor<2x5x8xf32>, %k: tensor<2x7x8xf32>) 
 // -----
 
 func.func @attention_head_dim(%q: tensor<2x5x8xf32>, %k: tensor<2x5x4xf32>) {
-  // expected-error @+1 {{'train.attention' op key [2, 5, 4] must be [..., Tk, D] with query [2, 5, 8]'s leading dims and D}}
+  // expected-error @+1 {{'train.attention' op key [2, 5, 4] must be [..., Tk, D] with query [2, 5, 8]'s leading dims and D (or, grouped-query, [..., Hk, Tk, D] with Hk dividing the query's heads)}}
   %y, %lse = train.attention %q, %k, %k {scale = 0.5 : f64} : tensor<2x5x8xf32>, tensor<2x5x4xf32> -> tensor<2x5x8xf32>, tensor<2x5xf32>
+  return
+}
+
+// -----
+
+func.func @attention_groups(%q: tensor<2x6x5x8xf32>, %k: tensor<2x4x5x8xf32>) {
+  // expected-error @+1 {{'train.attention' op key [2, 4, 5, 8] must be [..., Tk, D] with query [2, 6, 5, 8]'s leading dims and D (or, grouped-query, [..., Hk, Tk, D] with Hk dividing the query's heads)}}
+  %y, %lse = train.attention %q, %k, %k {scale = 0.5 : f64} : tensor<2x6x5x8xf32>, tensor<2x4x5x8xf32> -> tensor<2x6x5x8xf32>, tensor<2x6x5xf32>
   return
 }
 

@@ -165,8 +165,10 @@ static SmallVector<KernelArg> attentionDims(Value q, Value k, bool causal,
   ArrayRef<int64_t> qs = shapeOf(q), ks = shapeOf(k);
   int64_t tq = qs[qs.size() - 2], d = qs.back(), tk = ks[ks.size() - 2];
   int64_t heads = numElements(q) / (tq * d);
-  return {A::i64(heads), A::i64(tq), A::i64(tk), A::i64(d), A::i32(causal),
-          A::f64(scale)};
+  // Query heads per key / value head (1 unless grouped-query).
+  int64_t groups = heads / (numElements(k) / (tk * d));
+  return {A::i64(heads), A::i64(groups), A::i64(tq),   A::i64(tk),
+          A::i64(d),     A::i32(causal), A::f64(scale)};
 }
 
 KernelCall AttentionOp::getKernelCall() {

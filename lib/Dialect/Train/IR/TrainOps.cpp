@@ -547,11 +547,19 @@ static LogicalResult verifyAttentionShapes(Operation *op, Value q, Value k,
   if (ks != vs)
     return op->emitOpError() << "key " << fmtShape(ks) << " and value "
                              << fmtShape(vs) << " must have the same shape";
+  // Grouped-query attention: key / value heads (dim -3) may be fewer than
+  // the query's, each shared by a group of consecutive query heads.
+  const int64_t rank = qs.size();
+  const bool grouped = rank >= 3 && ks.size() == qs.size() &&
+                       ks.drop_back(3) == qs.drop_back(3) &&
+                       ks[rank - 3] > 0 && qs[rank - 3] % ks[rank - 3] == 0;
   if (ks.size() != qs.size() || ks.back() != qs.back() ||
-      ks.drop_back(2) != qs.drop_back(2))
+      (ks.drop_back(2) != qs.drop_back(2) && !grouped))
     return op->emitOpError()
            << "key " << fmtShape(ks) << " must be [..., Tk, D] with query "
-           << fmtShape(qs) << "'s leading dims and D";
+           << fmtShape(qs)
+           << "'s leading dims and D (or, grouped-query, [..., Hk, Tk, D] "
+              "with Hk dividing the query's heads)";
   if (causal && ks[ks.size() - 2] != qs[qs.size() - 2])
     return op->emitOpError() << "causal attention needs as many keys as "
                                 "queries, got Tq = "

@@ -797,6 +797,13 @@ def Train_AttentionOp : Train_ComputeOp<"attention", [Train_Kernel,
     is_causal=causal, scale=scale)`. The leading dimensions of q, k and v
     (batch, heads) are independent heads; the last two are [T, D].
 
+    Grouped-query attention: k and v may have fewer heads (dimension -3)
+    than q, `Hk` dividing q's `Hq`; query head `h` then reads key / value
+    head `h / (Hq / Hk)` (transformers' `repeat_kv` order), and the
+    adjoint's dk and dv sum the gradients of the query heads that share a
+    head. The op reads the shared heads where they are: nothing repeated is
+    materialized or kept for the backward pass.
+
     The composed form (`train.matmul` with `transpose_b`, `train.scale`,
     `train.softmax`, `train.matmul`) materializes the [T, T] scores and
     keeps the probabilities alive until the backward pass: batch x heads x
@@ -818,7 +825,8 @@ def Train_AttentionOp : Train_ComputeOp<"attention", [Train_Kernel,
 
     **Constraints:**
     - q is [..., Tq, D], k and v are [..., Tk, D] with the same leading
-      dimensions (rank >= 2);
+      dimensions (rank >= 2), or, grouped-query, q is [..., Hq, Tq, D] and
+      k and v [..., Hk, Tk, D] with Hq a multiple of Hk;
     - with `causal`, Tq == Tk;
     - `scale` is finite and positive;
     - the result has q's type; `lse` is f32 with q's shape without D.
