@@ -798,15 +798,11 @@ public:
   // backend's numerics (the conformance suite), not a fast one: a tiled
   // tensor-core kernel (FlashAttention) is the next step (docs/cuda.md).
 
-  /// Heads per group: at least 1, at most `heads`; a multiple of `kvGroups`
-  /// (grouped-query: the query heads that share a key / value head are in
-  /// one group, so their dk and dv are summed within it).
-  int64_t attentionGroup(int64_t heads, int64_t tq, int64_t tk,
-                         int64_t kvGroups = 1) const {
-    const int64_t fit = std::max<int64_t>(
+  /// Heads per group: at least 1, at most `heads`.
+  int64_t attentionGroup(int64_t heads, int64_t tq, int64_t tk) const {
+    return std::max<int64_t>(
         1, std::min<int64_t>(heads,
                              options.attentionScratchElements / (tq * tk)));
-    return std::max<int64_t>(kvGroups, fit / kvGroups * kvGroups);
   }
 
   /// Grouped-query: the key / value heads of query heads [h, h + g) in
@@ -869,7 +865,7 @@ public:
     });
     if (tiled)
       return;
-    const int64_t group = attentionGroup(heads, tq, tk, kvGroups);
+    const int64_t group = attentionGroup(heads, tq, tk);
     const int64_t qn = tq * d, kn = tk * d, pn = tq * tk,
                   elem = elementBytes(dtype);
     // Widened operands; grouped-query: the shared key / value heads
@@ -923,14 +919,16 @@ public:
     if (tiled)
       return;
     // The composed kernels (which read neither out nor lse). Grouped-query:
-    // the key / value heads repeated per query head as in the forward, the
-    // per-query-head dk and dv in float scratch, then each shared head's
-    // sum over its group (train.reduce's kernel, float).
-    const int64_t group = attentionGroup(heads, tq, tk, kvGroups);
+    // the key / value heads repeated per query head as in the forward, each
+    // query head's dk and dv in float scratch, added in head order into a
+    // float accumulator per shared head (dk and dv themselves in f32, else
+    // `sums`, rounded once at the end): K and V's size, not the scores'.
+    const int64_t group = attentionGroup(heads, tq, tk);
     const int64_t qn = tq * d, kn = tk * d, pn = tq * tk,
                   elem = elementBytes(dtype);
     const bool grouped = kvGroups > 1;
     const bool wide = dtype != DType::F32 || grouped;
+    const int64_t kvHeads = heads / kvGroups;
     float *p = static_cast<float *>(
         cuda::scratch(2 * group * pn * 4, compute, "attention_grad"));
     float *dp = p + group * pn;
@@ -939,10 +937,17 @@ public:
                           group * (4 * qn + 4 * kn) * 4, compute,
                           "attention_grad"))
                     : nullptr;
-    float *sums = grouped ? static_cast<float *>(cuda::scratch(
-                                2 * group / kvGroups * kn * 4, compute,
-                                "attention_grad"))
-                          : nullptr;
+    float *sums = grouped && dtype != DType::F32
+                      ? static_cast<float *>(cuda::scratch(
+                            2 * kvHeads * kn * 4, compute, "attention_grad"))
+                      : nullptr;
+    float *accK = dtype == DType::F32 ? as<float>(dk) : sums,
+          *accV = dtype == DType::F32 ? as<float>(dv) : sums + kvHeads * kn;
+    if (grouped)
+      for (float *acc : {accK, accV})
+        check(cudaMemsetAsync(acc, 0, static_cast<size_t>(kvHeads * kn * 4),
+                              compute),
+              "cudaMemsetAsync (attention_grad dk / dv)");
     for (int64_t h = 0; h < heads; h += group) {
       const int64_t g = std::min(group, heads - h);
       const float *fq = floatsOf(dtype, offset(q, h * qn * elem), g * qn, w),
@@ -957,9 +962,9 @@ public:
                                                      w + group * (2 * qn + kn))
                                 : floatsOf(dtype, offset(v, h * kn * elem),
                                            g * kn, w + group * (2 * qn + kn));
-      const int64_t kvh = h / kvGroups, kvg = g / kvGroups;
-      void *oq = offset(dq, h * qn * elem), *ok = offset(dk, kvh * kn * elem),
-           *ov = offset(dv, kvh * kn * elem);
+      void *oq = offset(dq, h * qn * elem),
+           *ok = grouped ? nullptr : offset(dk, h * kn * elem),
+           *ov = grouped ? nullptr : offset(dv, h * kn * elem);
       float *fdq = dtype == DType::F32 ? as<float>(oq)
                                        : w + group * (2 * qn + 2 * kn),
             *fdk = grouped || dtype != DType::F32
@@ -980,18 +985,10 @@ public:
       matmul(DType::F32, dp, fq, fdk, g, tk, d, tq, 1, 0, pn, qn, kn);
       storeFloats(dtype, fdq, oq, g * qn);
       if (grouped) {
-        // [kvg, kvGroups, kn] summed over the group.
-        const int64_t shape[3] = {kvg, kvGroups, kn}, mask[3] = {0, 1, 0};
-        for (float *f : {fdk, fdv}) {
-          float *sum = f == fdk ? sums : sums + kvg * kn;
-          reduce(DType::F32, f, sum, 3, shape, mask, 0);
-          if (dtype == DType::F32)
-            check(cudaMemcpyAsync(f == fdk ? ok : ov, sum,
-                                  static_cast<size_t>(kvg * kn * 4),
-                                  cudaMemcpyDeviceToDevice, compute),
-                  "cudaMemcpyAsync (attention_grad dk / dv)");
-          else
-            storeFloats(dtype, sum, f == fdk ? ok : ov, kvg * kn);
+        for (int64_t i = 0; i < g; ++i) {
+          const int64_t at = (h + i) / kvGroups * kn;
+          add(DType::F32, accK + at, fdk + i * kn, accK + at, kn);
+          add(DType::F32, accV + at, fdv + i * kn, accV + at, kn);
         }
         continue;
       }
@@ -1001,8 +998,11 @@ public:
     cuda::release(p, compute);
     if (w)
       cuda::release(w, compute);
-    if (sums)
+    if (sums) {
+      storeFloats(dtype, accK, dk, kvHeads * kn);
+      storeFloats(dtype, accV, dv, kvHeads * kn);
       cuda::release(sums, compute);
+    }
   }
 
   void transpose(DType dtype, const void *x, void *out, int64_t rank,

@@ -1750,8 +1750,9 @@ protected:
 TEST_F(CudaAttentionGroupsTest, GroupsOfHeadsMatchTheCpu) {
   check({5, 33, 33, 8, 1});
   check({5, 33, 33, 8, 0});
-  // Grouped by 3: groups of 2 heads would split a key / value head's
-  // query heads, so each group takes the 3 that share one.
+  // Grouped by 3: groups of 2 heads split a key / value head's 3 query
+  // heads between two groups; its float accumulators carry dk and dv
+  // across them.
   check({9, 33, 33, 8, 1, 3});
   check({6, 33, 33, 8, 0, 3});
 }

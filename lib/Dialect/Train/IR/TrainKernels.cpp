@@ -165,8 +165,11 @@ static SmallVector<KernelArg> attentionDims(Value q, Value k, bool causal,
   ArrayRef<int64_t> qs = shapeOf(q), ks = shapeOf(k);
   int64_t tq = qs[qs.size() - 2], d = qs.back(), tk = ks[ks.size() - 2];
   int64_t heads = numElements(q) / (tq * d);
-  // Query heads per key / value head (1 unless grouped-query).
-  int64_t groups = heads / (numElements(k) / (tk * d));
+  // Query heads per key / value head (1 unless grouped-query). The
+  // verifier refused empty dims and key heads that do not divide q's.
+  const int64_t kvHeads = numElements(k) / (tk * d);
+  assert(kvHeads > 0 && heads % kvHeads == 0 && "verified attention shapes");
+  int64_t groups = heads / kvHeads;
   return {A::i64(heads), A::i64(groups), A::i64(tq),   A::i64(tk),
           A::i64(d),     A::i32(causal), A::f64(scale)};
 }

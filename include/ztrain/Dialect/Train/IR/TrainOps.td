@@ -1189,6 +1189,9 @@ def Train_AttentionGradOp : Train_GradOp<"attention_grad", [
     probabilities are recomputed from q and k (nothing of size T x T was
     kept by the forward pass); `output` and `lse` are what a tiled kernel
     needs to recompute them block by block (FlashAttention's backward).
+    dk and dv have k's and v's shapes: grouped-query, with fewer heads than
+    q, each shared head's adjoint is the sum over the query heads that read
+    it. The shapes follow train.attention's constraints.
 
     ```mlir
     %dq, %dk, %dv = train.attention_grad %dy, %q, %k, %v, %y, %lse
