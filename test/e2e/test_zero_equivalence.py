@@ -53,11 +53,14 @@ def make(kind, batch):
         return models.mlp(batch=batch, in_features=12, hidden=[16], classes=5)
     if kind == "llama":
         # Grouped-query attention (2 query heads share 1 key/value head: the
-        # repeat is a broadcast, its adjoint a sum) and an untied lm_head, so
-        # every stage partitions and reduces those too. Multi-head Llama with
-        # tied embeddings is test_parity's and test_llama's.
+        # repeat is a broadcast, its adjoint a sum), an untied lm_head and
+        # Llama 3's RoPE scaling (head dim 8: wavelengths 6.3, 63, 628, 6283
+        # against 64 / 4 and 64: kept, blended, stretched twice), so every
+        # stage partitions and reduces those too. Multi-head Llama with tied
+        # embeddings is test_parity's and test_llama's.
         return models.llama(batch=batch, seq=8, vocab=32, layers=1, width=16, heads=2,
-                            kv_heads=1, tie_embeddings=False)
+                            kv_heads=1, tie_embeddings=False,
+                            rope_scaling=(4.0, 1.0, 4.0, 64.0))
     # gpt-dropout: train.dropout in four places (p = 0.2 drops ~100 of the
     # ~500 elements of each per-rank activation per step). Equivalence holds
     # only if every rank drops exactly the elements one process drops at the
