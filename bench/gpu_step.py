@@ -350,12 +350,12 @@ def main(argv=None):
     spec = models.gpt(**cfg)
     flops = model_flops(cfg)
     peak = measure_peak(args.peak_n, args.precision)
-    kind = "float32 sgemm" if args.precision == "fp32" else "bf16 GEMM, f32 accumulation"
+    peak_kind = "float32 sgemm" if args.precision == "fp32" else "bf16 GEMM, f32 accumulation"
     print(f"device      {peak['device']}")
     print(f"model       gpt L{args.layers} C{args.width} H{args.heads} T{args.seq} "
           f"V{args.vocab} batch {args.batch}, {args.precision}: "
           f"{flops / 1e12:.3f} TFLOP per step")
-    print(f"peak        {peak['tflops']:.2f} TFLOP/s {kind} "
+    print(f"peak        {peak['tflops']:.2f} TFLOP/s {peak_kind} "
           f"({peak['n']}^3, random operands, ztrt_cuda_gemm_peak)")
     torch, torch_why = torch_status()
     if torch is not None:
@@ -389,7 +389,7 @@ def main(argv=None):
                 ms, loss, mem = bench_torch(torch, spec, init, data, args.steps,
                                             args.precision, sdpa=True)
                 rows.append(("torch + sdpa", ms, loss, mem))
-        print_results(args, rows, flops, peak, kind, torch, torch_why, results)
+        print_results(args, rows, flops, peak, peak_kind, torch, torch_why, results)
         # The profile last, after the results are printed and saved: a
         # profile cut short (ncu can take minutes) loses nothing measured.
         if args.profile:
