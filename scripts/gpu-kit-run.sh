@@ -12,6 +12,9 @@
 # Each part runs under a time limit (seconds; ZTRAIN_KIT_LIMITS="conformance
 # e2e fp32 bf16", default "90 200 90 200") so that a lease of a few minutes
 # brings back what finished; a part cut off by its limit counts as failed.
+# ZTRAIN_KIT_PARTS picks the parts (default "conformance e2e fp32 bf16"),
+# ZTRAIN_KIT_GTEST_FILTER the conformance tests, and ZTRAIN_KIT_BENCH_ARGS
+# adds arguments to bench/gpu_step.py (e.g. "--attention fused").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${OUT:-gpu-results}
@@ -49,6 +52,8 @@ export ZTRAIN_COMPILE_CACHE="$KITDIR/cache" ZTRAIN_BIN_DIR="$KITDIR/bin" PYTHONP
 read -r LIM_CONF LIM_E2E LIM_FP32 LIM_BF16 <<<"${ZTRAIN_KIT_LIMITS:-}" || true
 : "${LIM_CONF:=90}" "${LIM_E2E:=200}" "${LIM_FP32:=90}" "${LIM_BF16:=200}"
 status=0
+PARTS=" ${ZTRAIN_KIT_PARTS:-conformance e2e fp32 bf16} "
+read -r -a BENCH_ARGS <<<"${ZTRAIN_KIT_BENCH_ARGS:-}" || true
 part() { # LIMIT LOG CMD...: runs CMD with its output in LOG; says how it ended
   local limit=$1 log=$2 rc=0 t0=$SECONDS
   shift 2
@@ -60,11 +65,14 @@ part() { # LIMIT LOG CMD...: runs CMD with its output in LOG; says how it ended
   [ $rc -eq 0 ] || status=1
 }
 
+if [[ $PARTS == *" conformance "* ]]; then
 echo "== conformance suite (ztrt_cuda_tests)"
 part "$LIM_CONF" "$RESULTS/conformance.log" \
-  "$KITDIR/bin/ztrt_cuda_tests"
+  "$KITDIR/bin/ztrt_cuda_tests" --gtest_filter="${ZTRAIN_KIT_GTEST_FILTER:-*}"
 grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \] [0-9]+ test' "$RESULTS/conformance.log" | head -40
+fi
 
+if [[ $PARTS == *" e2e "* ]]; then
 echo "== end to end (test/e2e/test_cuda.py, test_cuda_offload.py, executables from the kit)"
 xdist=()
 "$PY" -c 'import xdist' 2>/dev/null && xdist=(-n "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))")
@@ -72,13 +80,16 @@ part "$LIM_E2E" "$RESULTS/e2e.log" "$PY" -m pytest -rs -v -p no:cacheprovider "$
   test/e2e/test_cuda.py test/e2e/test_cuda_offload.py
 grep -E '^(FAILED|ERROR)' "$RESULTS/e2e.log" | head -30
 tail -1 "$RESULTS/e2e.log"
+fi
 
 for precision in fp32 bf16; do
+  [[ $PARTS == *" $precision "* ]] || continue
   echo "== benchmark (bench/gpu_step.py --precision $precision)"
   limit=$LIM_FP32 extra=()
   [ "$precision" = bf16 ] && limit=$LIM_BF16 extra=(--profile --profile-timeout $((LIM_BF16 / 2)))
   part "$limit" "$RESULTS/gpu_step_$precision.txt" env PYTHONUNBUFFERED=1 "$PY" bench/gpu_step.py \
-    --precision "$precision" --json "$RESULTS/gpu_step_$precision.json" "${extra[@]}"
+    --precision "$precision" --json "$RESULTS/gpu_step_$precision.json" "${extra[@]}" \
+    "${BENCH_ARGS[@]}"
   cat "$RESULTS/gpu_step_$precision.txt"
 done
 

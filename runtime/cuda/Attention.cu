@@ -22,12 +22,14 @@
 // tile, the tiles in key order, the two lanes of a row combined by one
 // shuffle); no atomics.
 //
-// Accumulator fragments are touched only through load / store / mma (their
-// element layout is the hardware's), so the output rows are rescaled in
-// shared memory, where the layout is ours. That costs a load and a store of
-// the warp's 16 x D output per key tile; wgmma / mma.sync with the known
-// fragment layout would keep them in registers (the next step, measured on
-// a GPU first: docs/cuda.md).
+// The output rows stay in accumulator fragments for the whole loop. Their
+// element layout is the hardware's (unspecified), so each tile's per-row
+// rescale reaches them through a fragment that holds each element's row
+// (fragmentRows: loaded once from a tile of row indices); the rescale
+// factors pass through 16 floats of shared memory. The first version
+// rescaled the rows in shared memory instead, a store and a load of the
+// warp's 16 x D floats per key tile; that, and shared-memory bank
+// conflicts, made it 7 TFLOP/s on an H100 (docs/cuda.md).
 //
 //===----------------------------------------------------------------------===//
 
@@ -63,33 +65,60 @@ using MmaType =
     std::conditional_t<std::is_same_v<T, bf16>, __nv_bfloat16, __half>;
 #endif
 
+// Shared-memory layouts. A GPU's shared memory has 32 banks of 4 bytes; a
+// warp's access is as slow as the most requests one bank gets. Unpadded,
+// every tile here has rows a multiple of 128 bytes apart, so the 16 rows a
+// fragment load or the softmax loop touches all start in the same bank: up
+// to 16-way conflicts (measured on an H100: the forward at 7 TFLOP/s,
+// docs/cuda.md). Each row is padded so that consecutive rows start 4 banks
+// (16 bytes) apart, which the 8-row reads of a fragment load (16 bytes per
+// row) then spread over all 32 banks; the softmax loops also rotate each
+// lane's columns (scoreColumn).
+template <int D> constexpr int kTileLd = D + 8; // T elements: +16 bytes
+constexpr int kScoreLd = kKeys + 4;             // floats: +16 bytes
+constexpr int kProbLd = kKeys + 8;              // T elements, in place of scores
+template <int D> constexpr int kOutLd = D + 4;  // floats: +16 bytes
+
+/// Column of a score tile that lane pair (2r, 2r + 1)'s lane `half` visits
+/// at step i of 16: the lanes' 16-column windows rotated by r / 4, so that
+/// at each step the 32 lanes read 32 different banks of rows kScoreLd
+/// floats apart (bank 4r + 16 half + i + r / 4, distinct over r < 16 and
+/// half < 2), instead of 16 lanes in one bank.
+__device__ inline int scoreColumn(int r, int half, int i) {
+  return (half * 16 + i + r / 4) & (kKeys - 1);
+}
+
 template <typename T, int D> struct alignas(32) AttentionShared {
-  T keys[kKeys * D];
-  T values[kKeys * D];
+  alignas(32) T keys[kKeys * kTileLd<D>];
+  alignas(32) T values[kKeys * kTileLd<D>];
   // Per warp: the scores (float), then in place the probabilities (T);
   // before the loop, the warp's query rows (T).
-  float scores[kWarps][kRowsPerWarp * kKeys];
-  // Per warp: the unnormalized output rows (float).
-  float out[kWarps][kRowsPerWarp * D];
+  alignas(32) float scores[kWarps][kRowsPerWarp * kScoreLd];
+  // Per warp: each row's rescale factor for the tile, then 1 / its sum.
+  float rowFactor[kWarps][kRowsPerWarp];
+  // Per warp, after the loop: the unnormalized output rows (float).
+  alignas(32) float out[kWarps][kRowsPerWarp * kOutLd<D>];
 };
 
-/// Rows [row0, row0 + rows) of a [n, D] head into `dst` (rows x D), zeros
-/// for rows at or past n; `threads` threads from `rank`, 16 bytes each.
+/// Rows [row0, row0 + rows) of a [n, D] head into `dst` (rows x D, rows
+/// kTileLd<D> apart), zeros for rows at or past n; `threads` threads from
+/// `rank`, 16 bytes each.
 template <typename T, int D>
 __device__ void stageRows(T *dst, const T *src, int64_t row0, int rows,
                           int64_t n, int rank, int threads) {
   constexpr int kPerWord = 16 / sizeof(T);
+  constexpr int kRowWords = D / kPerWord, kLdWords = kTileLd<D> / kPerWord;
   using Word = Pack<T>;
-  for (int w = rank; w < rows * D / kPerWord; w += threads) {
-    const int r = w * kPerWord / D;
+  for (int w = rank; w < rows * kRowWords; w += threads) {
+    const int r = w / kRowWords, c = w % kRowWords;
     Word word;
     if (row0 + r < n) {
-      word = reinterpret_cast<const Word *>(src + (row0 + r) * D)[w % (D / kPerWord)];
+      word = reinterpret_cast<const Word *>(src + (row0 + r) * D)[c];
     } else {
       for (int e = 0; e < kPerWord; ++e)
         word.v[e] = T(0.0f);
     }
-    reinterpret_cast<Word *>(dst)[w] = word;
+    reinterpret_cast<Word *>(dst)[r * kLdWords + c] = word;
   }
 }
 
@@ -98,16 +127,19 @@ using RowsFragment =
     wmma::fragment<wmma::matrix_a, 16, 16, 16, MmaType<T>, wmma::row_major>;
 using Accumulator = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
-/// A warp's 16 staged rows (16 x D of T, row-major) as D / 16 fragments.
+/// A warp's 16 staged rows (16 x D of T, rows kTileLd<D> apart) as D / 16
+/// fragments.
 template <typename T, int D>
 __device__ void loadRows(RowsFragment<T> (&rows)[D / 16], const T *staged) {
   for (int kk = 0; kk < D / 16; ++kk)
     wmma::load_matrix_sync(
-        rows[kk], reinterpret_cast<const MmaType<T> *>(staged) + kk * 16, D);
+        rows[kk], reinterpret_cast<const MmaType<T> *>(staged) + kk * 16,
+        kTileLd<D>);
 }
 
-/// out (16 x kKeys floats, row-major) = rows times the transpose of `tile`
-/// (kKeys x D of T, row-major): 16 rows against a tile of 32, in float.
+/// out (16 x kKeys floats, rows kScoreLd apart) = rows times the transpose
+/// of `tile` (kKeys x D of T, staged): 16 rows against a tile of 32, in
+/// float.
 template <typename T, int D>
 __device__ void rowsTimesTileT(const RowsFragment<T> (&rows)[D / 16],
                                const T *tile, float *out) {
@@ -118,38 +150,70 @@ __device__ void rowsTimesTileT(const RowsFragment<T> (&rows)[D / 16],
       // tile^T: element (d, j) of the [D, kKeys] operand is tile[j][d].
       wmma::fragment<wmma::matrix_b, 16, 16, 16, MmaType<T>, wmma::col_major>
           b;
-      wmma::load_matrix_sync(
-          b, reinterpret_cast<const MmaType<T> *>(tile) + n * 16 * D + kk * 16,
-          D);
+      wmma::load_matrix_sync(b,
+                             reinterpret_cast<const MmaType<T> *>(tile) +
+                                 n * 16 * kTileLd<D> + kk * 16,
+                             kTileLd<D>);
       wmma::mma_sync(acc, rows[kk], b, acc);
     }
-    wmma::store_matrix_sync(out + n * 16, acc, kKeys, wmma::mem_row_major);
+    wmma::store_matrix_sync(out + n * 16, acc, kScoreLd, wmma::mem_row_major);
   }
 }
 
-/// acc (16 x D) += a (16 x kKeys of T, row-major) times tile (kKeys x D of
-/// T, row-major), each accumulator in k order.
+/// acc (16 x D) += a (16 x kKeys of T, rows kProbLd apart) times tile
+/// (kKeys x D of T, staged), each accumulator in k order.
 template <typename T, int D>
 __device__ void addTimesTile(Accumulator (&acc)[D / 16], const T *a,
                              const T *tile) {
   using M = MmaType<T>;
   for (int kk = 0; kk < kKeys / 16; ++kk) {
     RowsFragment<T> af;
-    wmma::load_matrix_sync(af, reinterpret_cast<const M *>(a) + kk * 16, kKeys);
+    wmma::load_matrix_sync(af, reinterpret_cast<const M *>(a) + kk * 16,
+                           kProbLd);
     for (int n = 0; n < D / 16; ++n) {
       wmma::fragment<wmma::matrix_b, 16, 16, 16, M, wmma::row_major> b;
-      wmma::load_matrix_sync(
-          b, reinterpret_cast<const M *>(tile) + kk * 16 * D + n * 16, D);
+      wmma::load_matrix_sync(b,
+                             reinterpret_cast<const M *>(tile) +
+                                 kk * 16 * kTileLd<D> + n * 16,
+                             kTileLd<D>);
       wmma::mma_sync(acc[n], af, b, acc[n]);
     }
   }
 }
 
-/// The accumulators into 16 x D floats, row-major.
+/// The accumulators into 16 x D floats, rows kOutLd<D> apart.
 template <int D>
 __device__ void storeRows(float *out, const Accumulator (&acc)[D / 16]) {
   for (int n = 0; n < D / 16; ++n)
-    wmma::store_matrix_sync(out + n * 16, acc[n], D, wmma::mem_row_major);
+    wmma::store_matrix_sync(out + n * 16, acc[n], kOutLd<D>,
+                            wmma::mem_row_major);
+}
+
+/// Which row of its tile each element of an accumulator fragment holds
+/// (the same for every fragment of the type): a fragment loaded from a
+/// tile whose element (i, j) is i, through `scratch` (16 x 16 floats). The
+/// layout is the hardware's, unspecified but fixed per fragment type, so
+/// this is how a per-row scale reaches the elements in registers.
+__device__ inline void fragmentRows(Accumulator &rows, float *scratch,
+                                    int lane) {
+  for (int e = lane; e < 16 * 16; e += kWarp)
+    scratch[e] = static_cast<float>(e / 16);
+  __syncwarp();
+  wmma::load_matrix_sync(rows, scratch, 16, wmma::mem_row_major);
+  __syncwarp();
+}
+
+/// 16 rows x D of float staged in `rows` (kOutLd<D> apart), each times
+/// factor[row], into rows row0.. of a [n, D] head as T: the warp's lanes
+/// over consecutive columns (conflict-free reads, coalesced writes).
+template <typename T, int D>
+__device__ void writeRows(T *dst, const float *rows, const float *factor,
+                          int64_t row0, int64_t n, int lane) {
+  for (int e = lane; e < kRowsPerWarp * D; e += kWarp) {
+    const int r = e / D, c = e % D;
+    if (row0 + r < n)
+      dst[(row0 + r) * D + c] = T(rows[r * kOutLd<D> + c] * factor[r]);
+  }
 }
 
 template <typename T, int D>
@@ -164,19 +228,23 @@ __global__ void attentionForwardKernel(const T *q, const T *k, const T *v,
   const int64_t row0 = blockRow0 + warp * kRowsPerWarp;
   const T *qh = q + head * tq * D, *kh = k + kvHead * tk * D,
           *vh = v + kvHead * tk * D;
+  float *factor = sh.rowFactor[warp];
 
+  Accumulator rowOf;
+  fragmentRows(rowOf, sh.scores[warp], lane);
   // The warp's query rows, as kD / 16 fragments kept for the whole loop.
   T *staged = reinterpret_cast<T *>(sh.scores[warp]);
   stageRows<T, D>(staged, qh, row0, kRowsPerWarp, tq, lane, kWarp);
   __syncwarp();
   RowsFragment<T> qf[D / 16];
   loadRows<T, D>(qf, staged);
-  float *o = sh.out[warp];
-  for (int e = lane; e < kRowsPerWarp * D; e += kWarp)
-    o[e] = 0.0f;
+  // The unnormalized output rows, in float, in registers for the loop.
+  Accumulator acc[D / 16];
+  for (int n = 0; n < D / 16; ++n)
+    wmma::fill_fragment(acc[n], 0.0f);
 
-  // Lane pair (2r, 2r + 1) owns row r: columns [16 h, 16 h + 16) of a
-  // score tile and [h D / 2, (h + 1) D / 2) of the output, h = lane % 2.
+  // Lane pair (2r, 2r + 1) owns row r: columns scoreColumn(r, h, 0..15)
+  // of a score tile, h = lane % 2.
   const int r = lane / 2, half = lane % 2;
   const int64_t qi = row0 + r;
   float m = -INFINITY, l = 0.0f;
@@ -199,10 +267,10 @@ __global__ void attentionForwardKernel(const T *q, const T *k, const T *v,
     float p[16];
     float tileMax = -INFINITY;
     for (int i = 0; i < 16; ++i) {
-      const int c = half * 16 + i;
+      const int c = scoreColumn(r, half, i);
       const int64_t key = j0 + c;
       const bool visible = key < tk && (!causal || key <= qi);
-      p[i] = visible ? s[r * kKeys + c] * scale : -INFINITY;
+      p[i] = visible ? s[r * kScoreLd + c] * scale : -INFINITY;
       tileMax = fmaxf(tileMax, p[i]);
     }
     tileMax = fmaxf(tileMax, __shfl_xor_sync(kFullMask, tileMax, 1));
@@ -222,28 +290,27 @@ __global__ void attentionForwardKernel(const T *q, const T *k, const T *v,
     __syncwarp(); // every lane has read its scores before they are replaced
     T *probs = reinterpret_cast<T *>(s);
     for (int i = 0; i < 16; ++i)
-      probs[r * kKeys + half * 16 + i] = T(p[i]);
-    for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c)
-      o[r * D + c] *= alpha;
+      probs[r * kProbLd + scoreColumn(r, half, i)] = T(p[i]);
+    if (half == 0)
+      factor[r] = alpha;
     __syncwarp();
 
-    // out += p v.
-    Accumulator acc[D / 16];
+    // out = out * alpha (per row, in registers) + p v.
     for (int n = 0; n < D / 16; ++n)
-      wmma::load_matrix_sync(acc[n], o + n * 16, D, wmma::mem_row_major);
+      for (int e = 0; e < acc[n].num_elements; ++e)
+        acc[n].x[e] *= factor[static_cast<int>(rowOf.x[e])];
     addTimesTile<T, D>(acc, probs, sh.values);
-    storeRows<D>(o, acc);
-    __syncwarp();
   }
 
-  if (qi < tq) {
-    const float inv = 1.0f / l;
-    T *outRow = out + (head * tq + qi) * D;
-    for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c)
-      outRow[c] = T(o[r * D + c] * inv);
-    if (half == 0)
+  __syncwarp(); // every lane has read the last tile's factors
+  if (half == 0) {
+    factor[r] = 1.0f / l;
+    if (qi < tq)
       lse[head * tq + qi] = m + logf(l);
   }
+  storeRows<D>(sh.out[warp], acc);
+  __syncwarp();
+  writeRows<T, D>(out + head * tq * D, sh.out[warp], factor, row0, tq, lane);
 }
 
 template <typename T, int D>
@@ -290,12 +357,14 @@ __global__ void attentionDeltaKernel(const T *dout, const T *out,
 }
 
 template <typename T, int D> struct alignas(32) KeyBlockShared {
-  T queries[kKeys * D]; // a tile of 32 query rows
-  T douts[kKeys * D];
+  alignas(32) T queries[kKeys * kTileLd<D>]; // a tile of 32 query rows
+  alignas(32) T douts[kKeys * kTileLd<D>];
   float lse[kKeys], delta[kKeys];
   // Per warp: two 16 x 32 float tiles (s^T and dp^T; before the loop the
-  // warp's key and value rows; after it, dk and dv on their way out).
-  float tiles[kWarps][2][kRowsPerWarp * kKeys];
+  // warp's key and value rows; after it, dk and dv on their way out, one
+  // at a time, over both).
+  alignas(32) float tiles[kWarps][2][kRowsPerWarp * kScoreLd];
+  float rowFactor[kWarps][kRowsPerWarp]; // the scale of dk's or dv's rows
 };
 
 /// Per warp, 16 keys (r0 .. r0 + 15) of one key / value head: dk and dv,
@@ -307,8 +376,9 @@ __global__ void attentionKeysKernel(const T *q, const T *k, const T *v,
                                     const float *delta, T *dk, T *dv,
                                     int64_t groups, int64_t tq, int64_t tk,
                                     bool causal, float scale) {
-  static_assert(kRowsPerWarp * kKeys * 4 >= 16 * D * 2,
+  static_assert(kRowsPerWarp * kScoreLd * 4 >= kRowsPerWarp * kTileLd<D> * 2,
                 "a warp's key rows fit one float tile");
+  static_assert(2 * kScoreLd >= kOutLd<D>, "dk's rows fit two float tiles");
   __shared__ KeyBlockShared<T, D> sh;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t head = blockIdx.y; // the key / value head
@@ -354,20 +424,21 @@ __global__ void attentionKeysKernel(const T *q, const T *k, const T *v,
       rowsTimesTileT<T, D>(vf, sh.douts, dpt);
       __syncwarp();
 
-      // p^T and ds^T of row r (one key), columns [16 h, 16 h + 16).
+      // p^T and ds^T of row r (one key), columns scoreColumn(r, h, 0..15).
       float p[16], ds[16];
       for (int i = 0; i < 16; ++i) {
-        const int c = half * 16 + i;
+        const int c = scoreColumn(r, half, i);
         const int64_t qi = i0 + c;
         const bool visible = qi < tq && key < tk && (!causal || key <= qi);
-        p[i] = visible ? expf(st[r * kKeys + c] * scale - sh.lse[c]) : 0.0f;
-        ds[i] = p[i] * (dpt[r * kKeys + c] - sh.delta[c]);
+        p[i] = visible ? expf(st[r * kScoreLd + c] * scale - sh.lse[c]) : 0.0f;
+        ds[i] = p[i] * (dpt[r * kScoreLd + c] - sh.delta[c]);
       }
       __syncwarp(); // every lane has read its tiles before they are replaced
       T *pt = reinterpret_cast<T *>(st), *dst = reinterpret_cast<T *>(dpt);
       for (int i = 0; i < 16; ++i) {
-        pt[r * kKeys + half * 16 + i] = T(p[i]);
-        dst[r * kKeys + half * 16 + i] = T(ds[i]);
+        const int c = scoreColumn(r, half, i);
+        pt[r * kProbLd + c] = T(p[i]);
+        dst[r * kProbLd + c] = T(ds[i]);
       }
       __syncwarp();
 
@@ -378,26 +449,26 @@ __global__ void attentionKeysKernel(const T *q, const T *k, const T *v,
     }
   }
 
-  // Out through the warp's float tiles (16 x D floats each: two tiles).
-  float *stage = sh.tiles[warp][0];
+  // Out through the warp's float tiles (16 x D floats: both tiles).
+  float *stage = sh.tiles[warp][0], *factor = sh.rowFactor[warp];
   for (int which = 0; which < 2; ++which) {
     storeRows<D>(stage, which ? dvf : dkf);
+    if (lane < kRowsPerWarp)
+      factor[lane] = which ? 1.0f : scale;
     __syncwarp();
-    T *dst = (which ? dv : dk) + head * tk * D;
-    const float factor = which ? 1.0f : scale;
-    if (key < tk)
-      for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c)
-        dst[key * D + c] = T(stage[r * D + c] * factor);
+    writeRows<T, D>((which ? dv : dk) + head * tk * D, stage, factor, key0,
+                    tk, lane);
     __syncwarp();
   }
 }
 
 template <typename T, int D> struct alignas(32) QueryBlockShared {
-  T keys[kKeys * D];
-  T values[kKeys * D];
+  alignas(32) T keys[kKeys * kTileLd<D>];
+  alignas(32) T values[kKeys * kTileLd<D>];
   // Per warp: s and dp (16 x 32 floats each; before the loop the warp's
-  // query and dout rows; after it, dq on its way out).
-  float tiles[kWarps][2][kRowsPerWarp * kKeys];
+  // query and dout rows; after it, dq on its way out, over both).
+  alignas(32) float tiles[kWarps][2][kRowsPerWarp * kScoreLd];
+  float rowFactor[kWarps][kRowsPerWarp]; // dq's scale
 };
 
 /// Per warp, 16 query rows of one head: dq.
@@ -446,16 +517,17 @@ __global__ void attentionQueriesKernel(const T *q, const T *k, const T *v,
 
     float ds[16];
     for (int i = 0; i < 16; ++i) {
-      const int c = half * 16 + i;
+      const int c = scoreColumn(r, half, i);
       const int64_t key = j0 + c;
       const bool visible = qi < tq && key < tk && (!causal || key <= qi);
-      const float p = visible ? expf(s[r * kKeys + c] * scale - rowLse) : 0.0f;
-      ds[i] = p * (dp[r * kKeys + c] - rowDelta);
+      const float p =
+          visible ? expf(s[r * kScoreLd + c] * scale - rowLse) : 0.0f;
+      ds[i] = p * (dp[r * kScoreLd + c] - rowDelta);
     }
     __syncwarp();
     T *dst = reinterpret_cast<T *>(s);
     for (int i = 0; i < 16; ++i)
-      dst[r * kKeys + half * 16 + i] = T(ds[i]);
+      dst[r * kProbLd + scoreColumn(r, half, i)] = T(ds[i]);
     __syncwarp();
 
     // dq += ds k (scaled at the end).
@@ -463,12 +535,12 @@ __global__ void attentionQueriesKernel(const T *q, const T *k, const T *v,
     __syncwarp();
   }
 
-  float *stage = sh.tiles[warp][0];
+  float *stage = sh.tiles[warp][0], *factor = sh.rowFactor[warp];
   storeRows<D>(stage, dqf);
+  if (lane < kRowsPerWarp)
+    factor[lane] = scale;
   __syncwarp();
-  if (qi < tq)
-    for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c)
-      dq[(head * tq + qi) * D + c] = T(stage[r * D + c] * scale);
+  writeRows<T, D>(dq + head * tq * D, stage, factor, row0, tq, lane);
 }
 
 template <typename T, int D>
