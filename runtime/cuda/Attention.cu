@@ -35,6 +35,7 @@
 
 #include "cuda/DeviceUtil.cuh"
 
+#include <cuda_pipeline.h>
 #include <mma.h>
 #ifndef ZTRT_CUDA_EMULATOR
 #include <cuda_bf16.h>
@@ -89,15 +90,30 @@ __device__ inline int scoreColumn(int r, int half, int i) {
 }
 
 template <typename T, int D> struct alignas(32) AttentionShared {
-  alignas(32) T keys[kKeys * kTileLd<D>];
-  alignas(32) T values[kKeys * kTileLd<D>];
+  static constexpr int kTile = kKeys * kTileLd<D>;
+  static constexpr size_t kTileBytes = 4 * kTile * sizeof(T);
+  static constexpr size_t kOutBytes =
+      kWarps * kRowsPerWarp * kOutLd<D> * sizeof(float);
+  // In the loop: two buffers of the key and of the value tile (T); after
+  // it, per warp, the unnormalized output rows (float).
+  alignas(32) unsigned char tilesOrOut[kTileBytes > kOutBytes ? kTileBytes
+                                                              : kOutBytes];
   // Per warp: the scores (float), then in place the probabilities (T);
   // before the loop, the warp's query rows (T).
   alignas(32) float scores[kWarps][kRowsPerWarp * kScoreLd];
   // Per warp: each row's rescale factor for the tile, then 1 / its sum.
   float rowFactor[kWarps][kRowsPerWarp];
-  // Per warp, after the loop: the unnormalized output rows (float).
-  alignas(32) float out[kWarps][kRowsPerWarp * kOutLd<D>];
+
+  __device__ T *keys(int buffer) {
+    return reinterpret_cast<T *>(tilesOrOut) + buffer * kTile;
+  }
+  __device__ T *values(int buffer) {
+    return reinterpret_cast<T *>(tilesOrOut) + (2 + buffer) * kTile;
+  }
+  __device__ float *out(int warp) {
+    return reinterpret_cast<float *>(tilesOrOut) +
+           warp * kRowsPerWarp * kOutLd<D>;
+  }
 };
 
 /// Rows [row0, row0 + rows) of a [n, D] head into `dst` (rows x D, rows
@@ -119,6 +135,31 @@ __device__ void stageRows(T *dst, const T *src, int64_t row0, int rows,
         word.v[e] = T(0.0f);
     }
     reinterpret_cast<Word *>(dst)[r * kLdWords + c] = word;
+  }
+}
+
+/// stageRows without waiting: each 16-byte word is an asynchronous copy
+/// (cp.async; rows at or past n are zero-filled), in the caller's next
+/// commit group, in shared memory once a __pipeline_wait_prior completes
+/// that group (and, for other threads' words, after a barrier). The tiles
+/// that stream through the kernels' loops are copied this way one tile
+/// ahead, into the second of two buffers, so that the loads of tile t + 1
+/// overlap the products of tile t.
+template <typename T, int D>
+__device__ void stageRowsAsync(T *dst, const T *src, int64_t row0, int rows,
+                               int64_t n, int rank, int threads) {
+  constexpr int kPerWord = 16 / sizeof(T);
+  constexpr int kRowWords = D / kPerWord, kLdWords = kTileLd<D> / kPerWord;
+  using Word = Pack<T>;
+  for (int w = rank; w < rows * kRowWords; w += threads) {
+    const int r = w / kRowWords, c = w % kRowWords;
+    const bool inside = row0 + r < n;
+    // Past n nothing is read (all 16 bytes zero-filled); the source named
+    // is the head's first row, which exists.
+    const Word *from =
+        reinterpret_cast<const Word *>(src + (inside ? row0 + r : 0) * D) + c;
+    __pipeline_memcpy_async(reinterpret_cast<Word *>(dst) + r * kLdWords + c,
+                            from, sizeof(Word), inside ? 0 : sizeof(Word));
   }
 }
 
@@ -252,15 +293,31 @@ __global__ void attentionForwardKernel(const T *q, const T *k, const T *v,
   // block see no key past its last row.
   const int64_t keysEnd =
       causal && blockRow0 + kBlockRows < tk ? blockRow0 + kBlockRows : tk;
-  for (int64_t j0 = 0; j0 < keysEnd; j0 += kKeys) {
-    __syncthreads(); // every warp is done with the previous tiles
-    stageRows<T, D>(sh.keys, kh, j0, kKeys, tk, threadIdx.x, blockDim.x);
-    stageRows<T, D>(sh.values, vh, j0, kKeys, tk, threadIdx.x, blockDim.x);
-    __syncthreads();
+  const int64_t tiles = (keysEnd + kKeys - 1) / kKeys;
+  if (tiles > 0) {
+    stageRowsAsync<T, D>(sh.keys(0), kh, 0, kKeys, tk, threadIdx.x, blockDim.x);
+    stageRowsAsync<T, D>(sh.values(0), vh, 0, kKeys, tk, threadIdx.x,
+                         blockDim.x);
+  }
+  __pipeline_commit();
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t j0 = t * kKeys;
+    const int buffer = static_cast<int>(t & 1);
+    __syncthreads(); // every warp is done with tile t - 1, the other buffer
+    if (t + 1 < tiles) {
+      stageRowsAsync<T, D>(sh.keys(1 - buffer), kh, j0 + kKeys, kKeys, tk,
+                           threadIdx.x, blockDim.x);
+      stageRowsAsync<T, D>(sh.values(1 - buffer), vh, j0 + kKeys, kKeys, tk,
+                           threadIdx.x, blockDim.x);
+    }
+    __pipeline_commit();
+    __pipeline_wait_prior(1); // this thread's words of tile t
+    __syncthreads();          // and every thread's
+    const T *keysTile = sh.keys(buffer), *valuesTile = sh.values(buffer);
 
     // Scores: 16 x kKeys in float.
     float *s = sh.scores[warp];
-    rowsTimesTileT<T, D>(qf, sh.keys, s);
+    rowsTimesTileT<T, D>(qf, keysTile, s);
     __syncwarp();
 
     // Online softmax of row r over this tile.
@@ -299,18 +356,19 @@ __global__ void attentionForwardKernel(const T *q, const T *k, const T *v,
     for (int n = 0; n < D / 16; ++n)
       for (int e = 0; e < acc[n].num_elements; ++e)
         acc[n].x[e] *= factor[static_cast<int>(rowOf.x[e])];
-    addTimesTile<T, D>(acc, probs, sh.values);
+    addTimesTile<T, D>(acc, probs, valuesTile);
   }
+  __pipeline_wait_prior(0); // (the last group is empty)
 
-  __syncwarp(); // every lane has read the last tile's factors
+  __syncthreads(); // every warp is done with the tiles the rows replace
   if (half == 0) {
     factor[r] = 1.0f / l;
     if (qi < tq)
       lse[head * tq + qi] = m + logf(l);
   }
-  storeRows<D>(sh.out[warp], acc);
+  storeRows<D>(sh.out(warp), acc);
   __syncwarp();
-  writeRows<T, D>(out + head * tq * D, sh.out[warp], factor, row0, tq, lane);
+  writeRows<T, D>(out + head * tq * D, sh.out(warp), factor, row0, tq, lane);
 }
 
 template <typename T, int D>
@@ -357,8 +415,10 @@ __global__ void attentionDeltaKernel(const T *dout, const T *out,
 }
 
 template <typename T, int D> struct alignas(32) KeyBlockShared {
-  alignas(32) T queries[kKeys * kTileLd<D>]; // a tile of 32 query rows
-  alignas(32) T douts[kKeys * kTileLd<D>];
+  // Two buffers of each (the tile of 32 query rows in use and the next
+  // one, arriving).
+  alignas(32) T queries[2][kKeys * kTileLd<D>];
+  alignas(32) T douts[2][kKeys * kTileLd<D>];
   float lse[kKeys], delta[kKeys];
   // Per warp: two 16 x 32 float tiles (s^T and dp^T; before the loop the
   // warp's key and value rows; after it, dk and dv on their way out, one
@@ -367,11 +427,24 @@ template <typename T, int D> struct alignas(32) KeyBlockShared {
   float rowFactor[kWarps][kRowsPerWarp]; // the scale of dk's or dv's rows
 };
 
+/// The tile of 32 query rows from i0 of query head qHead, and of its
+/// output gradient, into the buffers (asynchronously: stageRowsAsync).
+template <typename T, int D>
+__device__ void stageQueryTile(T *queries, T *douts, const T *q,
+                               const T *dout, int64_t qHead, int64_t i0,
+                               int64_t tq) {
+  stageRowsAsync<T, D>(queries, q + qHead * tq * D, i0, kKeys, tq,
+                       threadIdx.x, blockDim.x);
+  stageRowsAsync<T, D>(douts, dout + qHead * tq * D, i0, kKeys, tq,
+                       threadIdx.x, blockDim.x);
+}
+
 /// Per warp, 16 keys (r0 .. r0 + 15) of one key / value head: dk and dv,
 /// summed over the `groups` query heads that read it (grouped-query), one
 /// after the other into the same float accumulators.
 template <typename T, int D>
-__global__ void attentionKeysKernel(const T *q, const T *k, const T *v,
+__global__ void __launch_bounds__(kWarps * kWarp, 3)
+attentionKeysKernel(const T *q, const T *k, const T *v,
                                     const T *dout, const float *lse,
                                     const float *delta, T *dk, T *dv,
                                     int64_t groups, int64_t tq, int64_t tk,
@@ -405,23 +478,37 @@ __global__ void attentionKeysKernel(const T *q, const T *k, const T *v,
   const int64_t key = key0 + r;
   // Causal: no query before the block's first key sees it.
   const int64_t queryBegin = causal ? blockKey0 / kKeys * kKeys : 0;
-  for (int64_t member = 0; member < groups; ++member) {
-    const int64_t qHead = head * groups + member;
-    const T *qh = q + qHead * tq * D, *dh = dout + qHead * tq * D;
-    for (int64_t i0 = queryBegin; i0 < tq; i0 += kKeys) {
-      __syncthreads();
-      stageRows<T, D>(sh.queries, qh, i0, kKeys, tq, threadIdx.x, blockDim.x);
-      stageRows<T, D>(sh.douts, dh, i0, kKeys, tq, threadIdx.x, blockDim.x);
+  // The query tiles of every member of the group, one sequence: tile t is
+  // tile t % perMember of member t / perMember (counted, not divided).
+  const int64_t perMember = (tq - queryBegin + kKeys - 1) / kKeys;
+  const int64_t tiles = groups * perMember;
+  if (tiles > 0)
+    stageQueryTile<T, D>(sh.queries[0], sh.douts[0], q, dout, head * groups,
+                         queryBegin, tq);
+  __pipeline_commit();
+  int64_t qHead = head * groups, i0 = queryBegin; // of tile t
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int buffer = static_cast<int>(t & 1);
+    const bool lastOfMember = i0 + kKeys >= tq;
+    {
+      __syncthreads(); // every warp is done with tile t - 1, the other buffer
+      if (t + 1 < tiles)
+        stageQueryTile<T, D>(sh.queries[1 - buffer], sh.douts[1 - buffer], q,
+                             dout, lastOfMember ? qHead + 1 : qHead,
+                             lastOfMember ? queryBegin : i0 + kKeys, tq);
+      __pipeline_commit();
       if (threadIdx.x < kKeys) {
         const int64_t i = i0 + threadIdx.x;
         sh.lse[threadIdx.x] = i < tq ? lse[qHead * tq + i] : 0.0f;
         sh.delta[threadIdx.x] = i < tq ? delta[qHead * tq + i] : 0.0f;
       }
-      __syncthreads();
+      __pipeline_wait_prior(1); // this thread's words of tile t
+      __syncthreads();          // and every thread's
+      const T *queriesTile = sh.queries[buffer], *doutsTile = sh.douts[buffer];
 
       // s^T = k q^T and dp^T = v dout^T: 16 keys x 32 queries each.
-      rowsTimesTileT<T, D>(kf, sh.queries, st);
-      rowsTimesTileT<T, D>(vf, sh.douts, dpt);
+      rowsTimesTileT<T, D>(kf, queriesTile, st);
+      rowsTimesTileT<T, D>(vf, doutsTile, dpt);
       __syncwarp();
 
       // p^T and ds^T of row r (one key), columns scoreColumn(r, h, 0..15).
@@ -443,11 +530,14 @@ __global__ void attentionKeysKernel(const T *q, const T *k, const T *v,
       __syncwarp();
 
       // dv += p^T dout, dk += ds^T q (scaled at the end).
-      addTimesTile<T, D>(dvf, pt, sh.douts);
-      addTimesTile<T, D>(dkf, dst, sh.queries);
+      addTimesTile<T, D>(dvf, pt, doutsTile);
+      addTimesTile<T, D>(dkf, dst, queriesTile);
       __syncwarp();
     }
+    qHead = lastOfMember ? qHead + 1 : qHead;
+    i0 = lastOfMember ? queryBegin : i0 + kKeys;
   }
+  __pipeline_wait_prior(0); // (the last group is empty)
 
   // Out through the warp's float tiles (16 x D floats: both tiles).
   float *stage = sh.tiles[warp][0], *factor = sh.rowFactor[warp];
@@ -463,8 +553,9 @@ __global__ void attentionKeysKernel(const T *q, const T *k, const T *v,
 }
 
 template <typename T, int D> struct alignas(32) QueryBlockShared {
-  alignas(32) T keys[kKeys * kTileLd<D>];
-  alignas(32) T values[kKeys * kTileLd<D>];
+  // Two buffers of each (the tile in use and the next one, arriving).
+  alignas(32) T keys[2][kKeys * kTileLd<D>];
+  alignas(32) T values[2][kKeys * kTileLd<D>];
   // Per warp: s and dp (16 x 32 floats each; before the loop the warp's
   // query and dout rows; after it, dq on its way out, over both).
   alignas(32) float tiles[kWarps][2][kRowsPerWarp * kScoreLd];
@@ -504,15 +595,30 @@ __global__ void attentionQueriesKernel(const T *q, const T *k, const T *v,
   const float rowDelta = qi < tq ? delta[head * tq + qi] : 0.0f;
   const int64_t keysEnd =
       causal && blockRow0 + kBlockRows < tk ? blockRow0 + kBlockRows : tk;
-  for (int64_t j0 = 0; j0 < keysEnd; j0 += kKeys) {
-    __syncthreads();
-    stageRows<T, D>(sh.keys, kh, j0, kKeys, tk, threadIdx.x, blockDim.x);
-    stageRows<T, D>(sh.values, vh, j0, kKeys, tk, threadIdx.x, blockDim.x);
-    __syncthreads();
+  const int64_t tiles = (keysEnd + kKeys - 1) / kKeys;
+  if (tiles > 0) {
+    stageRowsAsync<T, D>(sh.keys[0], kh, 0, kKeys, tk, threadIdx.x, blockDim.x);
+    stageRowsAsync<T, D>(sh.values[0], vh, 0, kKeys, tk, threadIdx.x,
+                         blockDim.x);
+  }
+  __pipeline_commit();
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t j0 = t * kKeys;
+    const int buffer = static_cast<int>(t & 1);
+    __syncthreads(); // every warp is done with tile t - 1, the other buffer
+    if (t + 1 < tiles) {
+      stageRowsAsync<T, D>(sh.keys[1 - buffer], kh, j0 + kKeys, kKeys, tk,
+                           threadIdx.x, blockDim.x);
+      stageRowsAsync<T, D>(sh.values[1 - buffer], vh, j0 + kKeys, kKeys, tk,
+                           threadIdx.x, blockDim.x);
+    }
+    __pipeline_commit();
+    __pipeline_wait_prior(1); // this thread's words of tile t
+    __syncthreads();          // and every thread's
 
     // s = q k^T and dp = dout v^T: 16 rows x 32 keys each.
-    rowsTimesTileT<T, D>(qf, sh.keys, s);
-    rowsTimesTileT<T, D>(df, sh.values, dp);
+    rowsTimesTileT<T, D>(qf, sh.keys[buffer], s);
+    rowsTimesTileT<T, D>(df, sh.values[buffer], dp);
     __syncwarp();
 
     float ds[16];
@@ -531,9 +637,10 @@ __global__ void attentionQueriesKernel(const T *q, const T *k, const T *v,
     __syncwarp();
 
     // dq += ds k (scaled at the end).
-    addTimesTile<T, D>(dqf, dst, sh.keys);
+    addTimesTile<T, D>(dqf, dst, sh.keys[buffer]);
     __syncwarp();
   }
+  __pipeline_wait_prior(0); // (the last group is empty)
 
   float *stage = sh.tiles[warp][0], *factor = sh.rowFactor[warp];
   storeRows<D>(stage, dqf);

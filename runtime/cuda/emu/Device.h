@@ -25,6 +25,7 @@
 
 #define __global__
 #define __device__
+#define __launch_bounds__(...) // occupancy hints: nothing to the emulator
 #define __host__
 #define __forceinline__ inline
 #define __shared__ static thread_local
@@ -44,6 +45,20 @@ int blockBarrier(int vote);
 /// Suspends the calling fiber at a warp intrinsic over `mask`; returns its
 /// result for this lane (the partner's bits, or the ballot).
 uint64_t warpExchange(WarpOp op, unsigned mask, uint64_t bits, int param);
+
+/// An asynchronous copy of `bytes` (4, 8 or 16) global -> shared, its last
+/// `zfill` bytes zeros instead (cp.async, <cuda_pipeline.h>).
+struct AsyncCopy {
+  void *dst;
+  const void *src;
+  size_t bytes, zfill;
+};
+/// The calling thread's asynchronous copies: issue one, close the group
+/// issued since the last commit, and complete all groups but the newest
+/// `prior` (the copies land then, not when issued).
+void pipelineCopy(void *dst, const void *src, size_t bytes, size_t zfill);
+void pipelineCommit();
+void pipelineWaitPrior(size_t prior);
 
 struct LaunchConfig {
   dim3 grid, block;

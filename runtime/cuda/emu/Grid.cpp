@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <sys/mman.h>
@@ -117,6 +118,10 @@ struct Fiber {
   int param = 0;
   uint64_t in = 0, out = 0;
   void *fakeStack = nullptr; // AddressSanitizer's, while switched away
+  // Asynchronous copies (__pipeline_memcpy_async): issued, not yet
+  // committed; and the committed groups, oldest first, not yet waited for.
+  std::vector<AsyncCopy> openCopies;
+  std::vector<std::vector<AsyncCopy>> copyGroups;
 };
 
 /// Fiber stacks, mapped once per worker thread and reused by every block
@@ -175,7 +180,12 @@ void fiberMain() {
                                   &run.schedulerStackBytes);
 #endif
   (*run.body)();
-  run.current->done = true;
+  Fiber &self = *run.current;
+  if (!self.openCopies.empty() || !self.copyGroups.empty())
+    fault("kernel %s: thread %u ended with asynchronous copies "
+          "(__pipeline_memcpy_async) it never waited for",
+          run.config->kernel, self.linear);
+  self.done = true;
 #if ZTRT_ASAN_FIBERS
   // This fiber's stack is done with: no fake stack to keep.
   __sanitizer_start_switch_fiber(nullptr, run.schedulerStack,
@@ -498,6 +508,60 @@ void launchGrid(const LaunchConfig &config, std::function<void()> thread) {
   }
   enqueue(config.stream,
           [config, thread = std::move(thread)]() { runGrid(config, thread); });
+}
+
+/// The fiber running now, or null after a fault naming `what`.
+static Fiber *runningFiber(const char *what) {
+  BlockRun *run = tRun;
+  if (!run || !run->current) {
+    fault("%s called outside a kernel", what);
+    return nullptr;
+  }
+  return run->current;
+}
+
+void pipelineCopy(void *dst, const void *src, size_t bytes, size_t zfill) {
+  Fiber *f = runningFiber("__pipeline_memcpy_async");
+  if (!f)
+    return;
+  if ((bytes != 4 && bytes != 8 && bytes != 16) || zfill > bytes) {
+    fault("__pipeline_memcpy_async: %zu bytes with %zu zero-filled (4, 8 or "
+          "16 bytes, at most all of them zero-filled)",
+          bytes, zfill);
+    return;
+  }
+  if (reinterpret_cast<uintptr_t>(dst) % bytes != 0 ||
+      reinterpret_cast<uintptr_t>(src) % bytes != 0) {
+    fault("__pipeline_memcpy_async: %p <- %p not aligned to its %zu bytes",
+          dst, src, bytes);
+    return;
+  }
+  f->openCopies.push_back({dst, src, bytes, zfill});
+}
+
+void pipelineCommit() {
+  if (Fiber *f = runningFiber("__pipeline_commit")) {
+    f->copyGroups.push_back(std::move(f->openCopies));
+    f->openCopies.clear();
+  }
+}
+
+void pipelineWaitPrior(size_t prior) {
+  Fiber *f = runningFiber("__pipeline_wait_prior");
+  if (!f)
+    return;
+  // The copies land only now, at the wait: a reader that does not wait
+  // (or a barrier that does not follow the wait) sees the old bytes, as it
+  // may on a GPU.
+  size_t done = 0;
+  for (; f->copyGroups.size() - done > prior; ++done)
+    for (const AsyncCopy &c : f->copyGroups[done]) {
+      auto *dst = static_cast<unsigned char *>(c.dst);
+      std::memcpy(dst, c.src, c.bytes - c.zfill);
+      std::memset(dst + (c.bytes - c.zfill), 0, c.zfill);
+    }
+  f->copyGroups.erase(f->copyGroups.begin(),
+                      f->copyGroups.begin() + static_cast<ptrdiff_t>(done));
 }
 
 } // namespace ztrt::cudaemu
