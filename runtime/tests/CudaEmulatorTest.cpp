@@ -13,6 +13,7 @@
 #include "src/DType.h"
 
 #include <cublas_v2.h>
+#include <cuda_pipeline.h>
 #include <nccl.h>
 
 #include <gtest/gtest.h>
@@ -78,6 +79,52 @@ __global__ void shuffleAfterExit(float *out) {
   out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
 }
 
+/// Each thread copies 16 bytes (4 ints) of x into shared memory
+/// asynchronously, zero-filling the words of odd threads: before its wait
+/// it records what the destination holds (the sentinel: a copy lands at the
+/// wait), after the wait and a barrier it reads its neighbour's words.
+__global__ void asyncCopies(const int *x, int *before, int *after) {
+  alignas(16) __shared__ int words[64 * 4];
+  const unsigned t = threadIdx.x;
+  for (int e = 0; e < 4; ++e)
+    words[t * 4 + e] = -1;
+  __pipeline_memcpy_async(&words[t * 4], &x[t * 4], 16, t % 2 ? 16 : 0);
+  __pipeline_commit();
+  before[t] = words[t * 4];
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  const unsigned n = (t + 1) % blockDim.x;
+  after[t] = words[n * 4] + words[n * 4 + 3];
+}
+
+/// Two commit groups; waiting for all but the newest lands the first only.
+__global__ void asyncGroups(const int *x, int *out) {
+  alignas(16) __shared__ int a[4], b[4];
+  a[0] = b[0] = -1;
+  __pipeline_memcpy_async(a, x, 16);
+  __pipeline_commit();
+  __pipeline_memcpy_async(b, x + 4, 16);
+  __pipeline_commit();
+  __pipeline_wait_prior(1);
+  out[0] = a[0];
+  out[1] = b[0];
+  __pipeline_wait_prior(0);
+  out[2] = b[0];
+}
+
+__global__ void asyncNeverWaited(const int *x) {
+  alignas(16) __shared__ int words[4];
+  __pipeline_memcpy_async(words, x, 16);
+  __pipeline_commit();
+}
+
+__global__ void asyncMisaligned(const int *x) {
+  alignas(16) __shared__ int words[8];
+  __pipeline_memcpy_async(words + 1, x, 16);
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+}
+
 template <typename T> T *deviceArray(const std::vector<T> &host) {
   void *p = nullptr;
   EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(T)), cudaSuccess);
@@ -138,6 +185,36 @@ TEST(CudaEmulatorTest, SyncthreadsHoldsTheBlockBack) {
   std::vector<int> got = hostCopy(dout, 256);
   for (int i = 0; i < 256; ++i)
     EXPECT_EQ(got[i], (i + 1) % 256 * 10) << i;
+}
+
+TEST(CudaEmulatorTest, AsynchronousCopiesLandAtTheirWait) {
+  std::vector<int> x(64 * 4);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<int>(i);
+  int *dx = deviceArray(x);
+  int *before = deviceArray(std::vector<int>(64)),
+      *after = deviceArray(std::vector<int>(64));
+  ZTRT_LAUNCH(1, 64, 0, nullptr, asyncCopies)(dx, before, after);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  for (int v : hostCopy(before, 64))
+    EXPECT_EQ(v, -1); // not yet landed: what a reader that skips the wait sees
+  std::vector<int> got = hostCopy(after, 64);
+  for (int t = 0; t < 64; ++t) {
+    const int n = (t + 1) % 64;
+    // Odd threads' words are zero-filled; even ones' are x's.
+    EXPECT_EQ(got[t], n % 2 ? 0 : x[n * 4] + x[n * 4 + 3]) << t;
+  }
+
+  int *out = deviceArray(std::vector<int>(3));
+  ZTRT_LAUNCH(1, 32, 0, nullptr, asyncGroups)(dx, out);
+  std::vector<int> groups = hostCopy(out, 3);
+  EXPECT_EQ(groups[0], 0);  // the older group: landed
+  EXPECT_EQ(groups[1], -1); // the newest: not yet
+  EXPECT_EQ(groups[2], 4);  // after waiting for all
+  cudaFree(dx);
+  cudaFree(before);
+  cudaFree(after);
+  cudaFree(out);
 }
 
 TEST(CudaEmulatorTest, InvalidLaunchConfigurationLaunchesNothing) {
@@ -433,6 +510,25 @@ TEST(CudaEmulatorDeathTest, DivergentBarrierFaults) {
               ::testing::ExitedWithCode(3),
               "kernel divergentBarrier: __syncthreads in block \\(0,0,0\\) "
               "reached by 32 threads while 32 have exited");
+}
+
+TEST(CudaEmulatorDeathTest, AsynchronousCopyNeverWaitedForFaults) {
+  EXPECT_EXIT(faultThenExit([] {
+                int *d = deviceArray(std::vector<int>(4));
+                ZTRT_LAUNCH(1, 32, 0, nullptr, asyncNeverWaited)(d);
+              }),
+              ::testing::ExitedWithCode(3),
+              "kernel asyncNeverWaited: thread 0 ended with asynchronous "
+              "copies \\(__pipeline_memcpy_async\\) it never waited for");
+}
+
+TEST(CudaEmulatorDeathTest, MisalignedAsynchronousCopyFaults) {
+  EXPECT_EXIT(faultThenExit([] {
+                int *d = deviceArray(std::vector<int>(4));
+                ZTRT_LAUNCH(1, 32, 0, nullptr, asyncMisaligned)(d);
+              }),
+              ::testing::ExitedWithCode(3),
+              "__pipeline_memcpy_async: .* not aligned to its 16 bytes");
 }
 
 TEST(CudaEmulatorDeathTest, BarrierAgainstShuffleIsADeadlock) {
