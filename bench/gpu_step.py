@@ -278,6 +278,34 @@ def profile_ztrain(exe, init_path, data_path, workdir, steps=2, timeout=120):
     return rows, wall
 
 
+DETAIL_SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats",
+                   "MemoryWorkloadAnalysis_Tables")
+
+
+def detail_ztrain(exe, init_path, data_path, workdir, kernel, timeout=120):
+    """Nsight Compute's sections (DETAIL_SECTIONS) for the first launch of
+    `kernel` (a function name) in one step: its text report, or why not."""
+    ncu = find_ncu()
+    if ncu is None:
+        return "Nsight Compute (ncu) not found"
+    log = os.path.join(workdir, f"ncu-{kernel}.txt")
+    cmd = [ncu, "--clock-control", "none", "--print-kernel-base", "function",
+           "-k", f"regex:{kernel}", "--launch-count", "1", "--log-file", log]
+    for section in DETAIL_SECTIONS:
+        cmd += ["--section", section]
+    cmd += [exe, "--backend", "cuda", "--steps", "1", "--init", init_path,
+            "--data", data_path]
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"ncu took longer than {timeout} s"
+    if p.returncode != 0 or not os.path.exists(log):
+        return f"ncu failed ({p.returncode}): {(p.stderr or p.stdout).strip()[-400:]}"
+    with open(log) as fh:
+        return fh.read().strip()
+
+
 def print_profile(prof, steps=2):
     if isinstance(prof, str):
         print(f"\nprofile: {prof}")
@@ -324,6 +352,10 @@ def main(argv=None):
                     help="also time ztrain's kernels under Nsight Compute (ncu)")
     ap.add_argument("--profile-timeout", type=int, default=120,
                     help="seconds ncu may take (default 120)")
+    ap.add_argument("--profile-detail", default="",
+                    help="comma-separated kernel names: Nsight Compute's speed-of-light, "
+                         "occupancy, warp-state and memory sections for the first launch "
+                         "of each (of the last model: the fused one by default)")
     ap.add_argument("--compile-only", action="store_true",
                     help="compile the model (into $ZTRAIN_COMPILE_CACHE, for a GPU "
                          "machine without the compiler: docs/cuda.md#gpu-kit) and stop")
@@ -395,6 +427,10 @@ def main(argv=None):
         if args.profile:
             results.update(print_profile(profile_ztrain(exe, init_path, data_path, d,
                                                         timeout=args.profile_timeout)))
+        for kernel in filter(None, args.profile_detail.split(",")):
+            print(f"\ndetail: {kernel}\n"
+                  f"{detail_ztrain(exe, init_path, data_path, d, kernel)}", flush=True)
+        if args.profile or args.profile_detail:
             if args.json:
                 with open(args.json, "w") as fh:
                     json.dump(results, fh, indent=2)

@@ -89,6 +89,22 @@ __device__ inline int scoreColumn(int r, int half, int i) {
   return (half * 16 + i + r / 4) & (kKeys - 1);
 }
 
+/// A column bound of a tile, from an int64 position difference, clamped to
+/// [0, kKeys]: the masks are then one int compare per element.
+__device__ inline int tileColumns(int64_t v) {
+  return static_cast<int>(v < 0 ? 0 : v > kKeys ? kKeys : v);
+}
+
+/// The block of 64 query rows this block takes. The grids are (heads,
+/// row blocks), and blocks start roughly in launch order (x fastest), so
+/// every head's block y starts before any head's block y + 1; when causal
+/// the last row blocks, which see the most keys, go first, and the short
+/// ones fill the tail.
+__device__ inline int64_t rowBlock(bool causal) {
+  return causal ? static_cast<int64_t>(gridDim.y) - 1 - blockIdx.y
+                : static_cast<int64_t>(blockIdx.y);
+}
+
 template <typename T, int D> struct alignas(32) AttentionShared {
   static constexpr int kTile = kKeys * kTileLd<D>;
   static constexpr size_t kTileBytes = 4 * kTile * sizeof(T);
@@ -264,8 +280,8 @@ __global__ void attentionForwardKernel(const T *q, const T *k, const T *v,
                                        float scale) {
   __shared__ AttentionShared<T, D> sh;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t head = blockIdx.y, kvHead = head / groups;
-  const int64_t blockRow0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const int64_t head = blockIdx.x, kvHead = head / groups;
+  const int64_t blockRow0 = rowBlock(causal) * kBlockRows;
   const int64_t row0 = blockRow0 + warp * kRowsPerWarp;
   const T *qh = q + head * tq * D, *kh = k + kvHead * tk * D,
           *vh = v + kvHead * tk * D;
@@ -321,13 +337,15 @@ __global__ void attentionForwardKernel(const T *q, const T *k, const T *v,
     __syncwarp();
 
     // Online softmax of row r over this tile.
+    // Key j0 + c is visible to row qi for c < visibleEnd (c < tk - j0, and
+    // when causal c <= qi - j0).
+    const int visibleEnd =
+        tileColumns(causal && qi + 1 < tk ? qi + 1 - j0 : tk - j0);
     float p[16];
     float tileMax = -INFINITY;
     for (int i = 0; i < 16; ++i) {
       const int c = scoreColumn(r, half, i);
-      const int64_t key = j0 + c;
-      const bool visible = key < tk && (!causal || key <= qi);
-      p[i] = visible ? s[r * kScoreLd + c] * scale : -INFINITY;
+      p[i] = c < visibleEnd ? s[r * kScoreLd + c] * scale : -INFINITY;
       tileMax = fmaxf(tileMax, p[i]);
     }
     tileMax = fmaxf(tileMax, __shfl_xor_sync(kFullMask, tileMax, 1));
@@ -375,8 +393,8 @@ template <typename T, int D>
 void launchForward(const T *q, const T *k, const T *v, T *out, float *lse,
                    int64_t heads, int64_t groups, int64_t tq, int64_t tk,
                    bool causal, float scale, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((tq + kBlockRows - 1) / kBlockRows),
-                  static_cast<unsigned>(heads));
+  const dim3 grid(static_cast<unsigned>(heads),
+                  static_cast<unsigned>((tq + kBlockRows - 1) / kBlockRows));
   ZTRT_LAUNCH(grid, kWarps * kWarp, 0, stream, attentionForwardKernel<T, D>)
   (q, k, v, out, lse, groups, tq, tk, causal, scale);
   check(cudaGetLastError(), "attention kernel launch");
@@ -454,8 +472,9 @@ attentionKeysKernel(const T *q, const T *k, const T *v,
   static_assert(2 * kScoreLd >= kOutLd<D>, "dk's rows fit two float tiles");
   __shared__ KeyBlockShared<T, D> sh;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t head = blockIdx.y; // the key / value head
-  const int64_t blockKey0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const int64_t head = blockIdx.x; // the key / value head
+  // (Causal: the first key blocks, which the most queries see, first.)
+  const int64_t blockKey0 = static_cast<int64_t>(blockIdx.y) * kBlockRows;
   const int64_t key0 = blockKey0 + warp * kRowsPerWarp;
   float *st = sh.tiles[warp][0], *dpt = sh.tiles[warp][1];
 
@@ -512,11 +531,14 @@ attentionKeysKernel(const T *q, const T *k, const T *v,
       __syncwarp();
 
       // p^T and ds^T of row r (one key), columns scoreColumn(r, h, 0..15).
+      // Query i0 + c sees key `key` for c in [visibleBegin, visibleEnd)
+      // (c < tq - i0, key < tk, and when causal c >= key - i0).
+      const int visibleBegin = causal ? tileColumns(key - i0) : 0;
+      const int visibleEnd = key < tk ? tileColumns(tq - i0) : 0;
       float p[16], ds[16];
       for (int i = 0; i < 16; ++i) {
         const int c = scoreColumn(r, half, i);
-        const int64_t qi = i0 + c;
-        const bool visible = qi < tq && key < tk && (!causal || key <= qi);
+        const bool visible = c >= visibleBegin && c < visibleEnd;
         p[i] = visible ? expf(st[r * kScoreLd + c] * scale - sh.lse[c]) : 0.0f;
         ds[i] = p[i] * (dpt[r * kScoreLd + c] - sh.delta[c]);
       }
@@ -571,8 +593,8 @@ __global__ void attentionQueriesKernel(const T *q, const T *k, const T *v,
                                        bool causal, float scale) {
   __shared__ QueryBlockShared<T, D> sh;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t head = blockIdx.y, kvHead = head / groups;
-  const int64_t blockRow0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const int64_t head = blockIdx.x, kvHead = head / groups;
+  const int64_t blockRow0 = rowBlock(causal) * kBlockRows;
   const int64_t row0 = blockRow0 + warp * kRowsPerWarp;
   const T *kh = k + kvHead * tk * D, *vh = v + kvHead * tk * D;
   float *s = sh.tiles[warp][0], *dp = sh.tiles[warp][1];
@@ -621,13 +643,17 @@ __global__ void attentionQueriesKernel(const T *q, const T *k, const T *v,
     rowsTimesTileT<T, D>(df, sh.values[buffer], dp);
     __syncwarp();
 
+    // Key j0 + c is visible to row qi for c < visibleEnd (qi < tq,
+    // c < tk - j0, and when causal c <= qi - j0).
+    const int visibleEnd =
+        qi < tq ? tileColumns(causal && qi + 1 < tk ? qi + 1 - j0 : tk - j0)
+                : 0;
     float ds[16];
     for (int i = 0; i < 16; ++i) {
       const int c = scoreColumn(r, half, i);
-      const int64_t key = j0 + c;
-      const bool visible = qi < tq && key < tk && (!causal || key <= qi);
-      const float p =
-          visible ? expf(s[r * kScoreLd + c] * scale - rowLse) : 0.0f;
+      const float p = c < visibleEnd
+                          ? expf(s[r * kScoreLd + c] * scale - rowLse)
+                          : 0.0f;
       ds[i] = p * (dp[r * kScoreLd + c] - rowDelta);
     }
     __syncwarp();
@@ -663,13 +689,13 @@ void launchBackward(const T *dout, const T *q, const T *k, const T *v,
               attentionDeltaKernel<T, D>)
   (dout, out, delta, rows);
   check(cudaGetLastError(), "attention_grad kernel launch");
-  const dim3 keyGrid(static_cast<unsigned>((tk + kBlockRows - 1) / kBlockRows),
-                     static_cast<unsigned>(heads / groups));
+  const dim3 keyGrid(static_cast<unsigned>(heads / groups),
+                     static_cast<unsigned>((tk + kBlockRows - 1) / kBlockRows));
   ZTRT_LAUNCH(keyGrid, kWarps * kWarp, 0, stream, attentionKeysKernel<T, D>)
   (q, k, v, dout, lse, delta, dk, dv, groups, tq, tk, causal, scale);
   check(cudaGetLastError(), "attention_grad kernel launch");
-  const dim3 queryGrid(static_cast<unsigned>((tq + kBlockRows - 1) / kBlockRows),
-                       static_cast<unsigned>(heads));
+  const dim3 queryGrid(static_cast<unsigned>(heads),
+                       static_cast<unsigned>((tq + kBlockRows - 1) / kBlockRows));
   ZTRT_LAUNCH(queryGrid, kWarps * kWarp, 0, stream, attentionQueriesKernel<T, D>)
   (q, k, v, dout, lse, delta, dq, groups, tq, tk, causal, scale);
   check(cudaGetLastError(), "attention_grad kernel launch");
@@ -684,9 +710,9 @@ bool tiledShape(int64_t heads, int64_t tq, int64_t tk, int64_t d,
                 P... tensors) {
   constexpr int64_t kMaxGridY = 65535;
   constexpr int64_t kMaxGridX = (int64_t(1) << 31) - 1;
-  return (d == 32 || d == 64) && heads > 0 && heads <= kMaxGridY &&
-         (tq + kBlockRows - 1) / kBlockRows <= kMaxGridX &&
-         (tk + kBlockRows - 1) / kBlockRows <= kMaxGridX &&
+  return (d == 32 || d == 64) && heads > 0 && heads <= kMaxGridX &&
+         (tq + kBlockRows - 1) / kBlockRows <= kMaxGridY &&
+         (tk + kBlockRows - 1) / kBlockRows <= kMaxGridY &&
          aligned16(tensors...);
 }
 
