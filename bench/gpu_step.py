@@ -239,28 +239,36 @@ NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond"
       "s": 1e9, "second": 1e9}
 
 
-def profile_ztrain(exe, init_path, data_path, workdir, steps=2, timeout=120):
-    """Kernels of `steps` steps under Nsight Compute: [(name, launches, ns)],
-    largest first, and the steps' wall time from the report (ms); or a
-    string saying why not."""
+def run_ncu(ncu_args, exe_args, log, timeout, timeout_hint=""):
+    """Nsight Compute with `ncu_args` (its report to `log`) over the
+    executable's command `exe_args`: the log's text, or (None, why not)."""
     ncu = find_ncu()
     if ncu is None:
-        return "Nsight Compute (ncu) not found"
-    log = os.path.join(workdir, "ncu.csv")
-    report = os.path.join(workdir, "profile-report.json")
-    cmd = [ncu, "--csv", "--metrics", "gpu__time_duration.sum", "--clock-control", "none",
-           "--print-kernel-base", "function", "--log-file", log,
-           exe, "--backend", "cuda", "--steps", str(steps), "--init", init_path,
-           "--data", data_path, "--report", report]
+        return None, "Nsight Compute (ncu) not found"
+    cmd = [ncu, "--clock-control", "none", "--print-kernel-base", "function",
+           "--log-file", log] + ncu_args + exe_args
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            timeout=timeout)
     except subprocess.TimeoutExpired:
-        return f"ncu took longer than {timeout} s (--profile-timeout)"
+        return None, f"ncu took longer than {timeout} s{timeout_hint}"
     if p.returncode != 0 or not os.path.exists(log):
-        return f"ncu failed ({p.returncode}): {(p.stderr or p.stdout).strip()[-400:]}"
+        return None, f"ncu failed ({p.returncode}): {(p.stderr or p.stdout).strip()[-400:]}"
     with open(log) as fh:
-        text = fh.read()
+        return fh.read(), None
+
+
+def profile_ztrain(exe, init_path, data_path, workdir, steps=2, timeout=120):
+    """Kernels of `steps` steps under Nsight Compute: [(name, launches, ns)],
+    largest first, and the steps' wall time from the report (ms); or a
+    string saying why not."""
+    report = os.path.join(workdir, "profile-report.json")
+    text, why = run_ncu(["--csv", "--metrics", "gpu__time_duration.sum"],
+                        [exe, "--backend", "cuda", "--steps", str(steps), "--init", init_path,
+                         "--data", data_path, "--report", report],
+                        os.path.join(workdir, "ncu.csv"), timeout, " (--profile-timeout)")
+    if text is None:
+        return why
     start = text.find('"ID"')
     if start < 0:
         return f"ncu wrote no kernel rows: {text[-400:]}"
@@ -285,25 +293,13 @@ DETAIL_SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats",
 def detail_ztrain(exe, init_path, data_path, workdir, kernel, timeout=120):
     """Nsight Compute's sections (DETAIL_SECTIONS) for the first launch of
     `kernel` (a function name) in one step: its text report, or why not."""
-    ncu = find_ncu()
-    if ncu is None:
-        return "Nsight Compute (ncu) not found"
-    log = os.path.join(workdir, f"ncu-{kernel}.txt")
-    cmd = [ncu, "--clock-control", "none", "--print-kernel-base", "function",
-           "-k", f"regex:{kernel}", "--launch-count", "1", "--log-file", log]
+    args = ["-k", f"regex:{kernel}", "--launch-count", "1"]
     for section in DETAIL_SECTIONS:
-        cmd += ["--section", section]
-    cmd += [exe, "--backend", "cuda", "--steps", "1", "--init", init_path,
-            "--data", data_path]
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return f"ncu took longer than {timeout} s"
-    if p.returncode != 0 or not os.path.exists(log):
-        return f"ncu failed ({p.returncode}): {(p.stderr or p.stdout).strip()[-400:]}"
-    with open(log) as fh:
-        return fh.read().strip()
+        args += ["--section", section]
+    text, why = run_ncu(args, [exe, "--backend", "cuda", "--steps", "1", "--init", init_path,
+                               "--data", data_path],
+                        os.path.join(workdir, f"ncu-{kernel}.txt"), timeout)
+    return why if text is None else text.strip()
 
 
 def print_profile(prof, steps=2):
