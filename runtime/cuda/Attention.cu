@@ -68,13 +68,16 @@ using MmaType =
 
 // Shared-memory layouts. A GPU's shared memory has 32 banks of 4 bytes; a
 // warp's access is as slow as the most requests one bank gets. Unpadded,
-// every tile here has rows a multiple of 128 bytes apart, so the 16 rows a
-// fragment load or the softmax loop touches all start in the same bank: up
-// to 16-way conflicts (measured on an H100: the forward at 7 TFLOP/s,
-// docs/cuda.md). Each row is padded so that consecutive rows start 4 banks
-// (16 bytes) apart, which the 8-row reads of a fragment load (16 bytes per
-// row) then spread over all 32 banks; the softmax loops also rotate each
-// lane's columns (scoreColumn).
+// every tile here has rows a multiple of 128 bytes apart (64 for the
+// 16-bit probabilities), so the 16 rows a fragment load or the softmax
+// loop touches all start in the same bank: up to 16-way conflicts
+// (measured on an H100: the forward at 7 TFLOP/s, docs/cuda.md). Each row
+// is padded by 16 bytes, so that 8 consecutive rows start in 8 different
+// groups of 4 banks (rows of 144 or 272 bytes: 4 banks apart; of 80 bytes:
+// 20 apart), which the 8-row reads of a fragment load (16 bytes per row)
+// then spread over all 32 banks; the softmax loops also rotate each lane's
+// columns (scoreColumn). Left: the 16-bit stores of the probabilities are
+// 2-way conflicts, and a float accumulator store is two wavefronts.
 template <int D> constexpr int kTileLd = D + 8; // T elements: +16 bytes
 constexpr int kScoreLd = kKeys + 4;             // floats: +16 bytes
 constexpr int kProbLd = kKeys + 8;              // T elements, in place of scores
@@ -561,7 +564,9 @@ attentionKeysKernel(const T *q, const T *k, const T *v,
   }
   __pipeline_wait_prior(0); // (the last group is empty)
 
-  // Out through the warp's float tiles (16 x D floats: both tiles).
+  // Out through the warp's float tiles (16 x D floats: both tiles), which
+  // every lane is done reading (the key and value rows, when no tile ran).
+  __syncwarp();
   float *stage = sh.tiles[warp][0], *factor = sh.rowFactor[warp];
   for (int which = 0; which < 2; ++which) {
     storeRows<D>(stage, which ? dvf : dkf);
@@ -668,6 +673,7 @@ __global__ void attentionQueriesKernel(const T *q, const T *k, const T *v,
   }
   __pipeline_wait_prior(0); // (the last group is empty)
 
+  __syncwarp(); // every lane is done with the tiles (the rows, if no tile ran)
   float *stage = sh.tiles[warp][0], *factor = sh.rowFactor[warp];
   storeRows<D>(stage, dqf);
   if (lane < kRowsPerWarp)
@@ -711,6 +717,7 @@ bool tiledShape(int64_t heads, int64_t tq, int64_t tk, int64_t d,
   constexpr int64_t kMaxGridY = 65535;
   constexpr int64_t kMaxGridX = (int64_t(1) << 31) - 1;
   return (d == 32 || d == 64) && heads > 0 && heads <= kMaxGridX &&
+         tq > 0 && tk > 0 &&
          (tq + kBlockRows - 1) / kBlockRows <= kMaxGridY &&
          (tk + kBlockRows - 1) / kBlockRows <= kMaxGridY &&
          aligned16(tensors...);

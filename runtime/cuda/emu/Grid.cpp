@@ -181,7 +181,10 @@ void fiberMain() {
 #endif
   (*run.body)();
   Fiber &self = *run.current;
-  if (!self.openCopies.empty() || !self.copyGroups.empty())
+  bool pending = !self.openCopies.empty();
+  for (const std::vector<AsyncCopy> &group : self.copyGroups)
+    pending = pending || !group.empty(); // (an empty group is no copy)
+  if (pending)
     fault("kernel %s: thread %u ended with asynchronous copies "
           "(__pipeline_memcpy_async) it never waited for",
           run.config->kernel, self.linear);
@@ -348,13 +351,29 @@ bool runBlock(BlockRun &run, std::mt19937_64 *rng) {
     prepare(run, f);
     run.order[i] = i;
   }
+  // Shuffled, each round also holds back each warp with probability 1/2:
+  // warps then drift apart between barriers (as a GPU's do, one warp whole
+  // phases ahead of another), so a write that needs a barrier before it
+  // (one warp refilling a buffer another still reads) lands while the
+  // other warp reads. Without the drift every warp runs one step per round
+  // and no warp is ever more than a step ahead.
+  std::vector<char> held((n + kWarpSize - 1) / kWarpSize, 0);
   for (;;) {
-    if (rng)
+    bool heldBack = false;
+    if (rng) {
       std::shuffle(run.order.begin(), run.order.end(), *rng);
+      for (char &h : held)
+        h = static_cast<char>((*rng)() & 1);
+    }
     for (unsigned i : run.order) {
       Fiber &f = run.fibers[i];
-      if (!f.done && f.wait == Wait::None)
+      if (!f.done && f.wait == Wait::None) {
+        if (held[i / kWarpSize]) {
+          heldBack = true;
+          continue;
+        }
         resume(run, f);
+      }
     }
     unsigned live = 0, atBlock = 0;
     for (const Fiber &f : run.fibers) {
@@ -366,7 +385,7 @@ bool runBlock(BlockRun &run, std::mt19937_64 *rng) {
     bool released = false;
     if (!releaseWarps(run, released))
       return false;
-    if (released)
+    if (released || heldBack) // (a held-back thread can still run)
       continue;
     if (atBlock == live) {
       if (live < n) {
@@ -536,6 +555,11 @@ void pipelineCopy(void *dst, const void *src, size_t bytes, size_t zfill) {
           dst, src, bytes);
     return;
   }
+  // Until its wait the destination holds no defined bytes: NaN in every
+  // float type here (all ones), so a reader that does not wait, or another
+  // warp still reading a buffer this copy overwrites (a missing barrier
+  // before the copy is issued), computes with NaNs.
+  std::memset(dst, 0xff, bytes);
   f->openCopies.push_back({dst, src, bytes, zfill});
 }
 

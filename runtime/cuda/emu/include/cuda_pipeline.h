@@ -3,12 +3,14 @@
 // Part of ztrain's CUDA emulator (runtime/cuda/emu, docs/cuda.md). The
 // primitives of the toolkit's <cuda_pipeline.h> the cuda backend uses
 // (cp.async from global to shared memory, in commit groups), with its names
-// and checks: 4, 8 or 16 bytes, both addresses aligned to the size. A copy
-// lands when __pipeline_wait_prior completes its group, not when issued, so
-// that a thread reading the destination before waiting (or a block reading
-// another thread's copy without a barrier after the wait) reads stale
-// bytes here as it may on a GPU; a thread that ends with copies it never
-// waited for is a fault.
+// and checks: 4, 8 or 16 bytes, both addresses aligned to the size. When
+// issued, a copy fills its destination with all-ones bytes (NaN in every
+// float type), and its bytes land when __pipeline_wait_prior completes its
+// group: a thread that reads the destination before waiting (or a warp
+// that reads another thread's copy without a barrier after the wait) reads
+// NaNs or stale bytes, and so does a warp still reading a buffer that a
+// copy issued too early (no barrier before it) overwrites, as each may on a
+// GPU. A thread that ends with copies it never waited for is a fault.
 //
 //===----------------------------------------------------------------------===//
 
