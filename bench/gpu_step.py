@@ -201,6 +201,13 @@ def bench_torch(torch, spec, init, data, steps, precision, sdpa=False):
             return contextlib.nullcontext()
         return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
 
+    # This row's own peak: the previous row's model is gone by now, and the
+    # peak counter starts again (without the reset the second torch row
+    # reported the first one's peak).
+    import gc
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
     model = torch_ref.load_state(torch_ref.from_spec(spec), init).cuda()
     if sdpa:
         use_sdpa(torch, model)

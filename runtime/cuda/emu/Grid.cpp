@@ -575,8 +575,8 @@ void pipelineWaitPrior(size_t prior) {
   if (!f)
     return;
   // The copies land only now, at the wait: a reader that does not wait
-  // (or a barrier that does not follow the wait) sees the old bytes, as it
-  // may on a GPU.
+  // (or a barrier that does not follow the wait) sees the all-ones bytes
+  // pipelineCopy left (NaNs), as it may see garbage on a GPU.
   size_t done = 0;
   for (; f->copyGroups.size() - done > prior; ++done)
     for (const AsyncCopy &c : f->copyGroups[done]) {
