@@ -28,7 +28,9 @@ What it measures, in this order:
           median. Left out, saying why, when torch has no CUDA. A second
           row, "torch + sdpa", runs the same module with its attention
           replaced by F.scaled_dot_product_attention (causal): PyTorch's
-          fused attention, the bar for ztrain's fused row.
+          fused attention, the bar for ztrain's fused row; a third, "torch
+          + sdpa flash" (bf16) or "mem-efficient" (fp32), the same with
+          PyTorch held to that one kernel (torch.nn.attention.sdpa_kernel).
   profile (--profile) the ztrain executable's kernels for two steps under
           Nsight Compute (one metric, gpu__time_duration; --clock-control
           none, so the clocks are left as found): each kernel's launches and
@@ -192,7 +194,27 @@ def use_sdpa(torch, model):
     return model
 
 
-def bench_torch(torch, spec, init, data, steps, precision, sdpa=False):
+def sdpa_backend(torch, precision):
+    """The one SDPA kernel PyTorch is held to for the pinned sdpa row, as
+    (name, context factory), or None where this torch cannot pin one:
+    FlashAttention-2 in bf16, the memory-efficient kernel in fp32 (flash
+    has no fp32). Left to itself PyTorch chooses per call among flash,
+    cuDNN and memory-efficient kernels, and the unpinned row moved between
+    32.8 and 51.8 ms across five H100 machines (docs/cuda.md); the pinned
+    row names what it measured."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        return None
+    if precision == "fp32":
+        return "mem-efficient", lambda: sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION])
+    return "flash", lambda: sdpa_kernel([SDPBackend.FLASH_ATTENTION])
+
+
+def bench_torch(torch, spec, init, data, steps, precision, sdpa=False, pin=None):
+    """Median step ms, first loss and peak bytes of torch_ref's module in
+    `precision`; `sdpa`: with F.scaled_dot_product_attention, under `pin`
+    (a context factory from sdpa_backend) when given."""
     import contextlib
     from ztrain import torch_ref
 
@@ -200,6 +222,8 @@ def bench_torch(torch, spec, init, data, steps, precision, sdpa=False):
         if precision == "fp32":
             return contextlib.nullcontext()
         return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+
+    kernel = pin if pin is not None else contextlib.nullcontext
 
     # This row's own peak: the previous row's model is gone by now, and the
     # peak counter starts again (without the reset the second torch row
@@ -219,9 +243,10 @@ def bench_torch(torch, spec, init, data, steps, precision, sdpa=False):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        with autocast():
-            loss = model(*model.inputs(batch))
-        loss.backward()
+        with kernel():  # (the backward's kernels too)
+            with autocast():
+                loss = model(*model.inputs(batch))
+            loss.backward()
         opt.step()
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
@@ -424,6 +449,12 @@ def main(argv=None):
                 ms, loss, mem = bench_torch(torch, spec, init, data, args.steps,
                                             args.precision, sdpa=True)
                 rows.append(("torch + sdpa", ms, loss, mem))
+                pinned = sdpa_backend(torch, args.precision)
+                if pinned is not None:
+                    name, pin = pinned
+                    ms, loss, mem = bench_torch(torch, spec, init, data, args.steps,
+                                                args.precision, sdpa=True, pin=pin)
+                    rows.append((f"torch + sdpa {name}", ms, loss, mem))
         print_results(args, rows, flops, peak, peak_kind, torch, torch_why, results)
         # The profile last, after the results are printed and saved: a
         # profile cut short (ncu can take minutes) loses nothing measured.
