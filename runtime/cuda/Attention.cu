@@ -135,51 +135,60 @@ template <typename T, int D> struct alignas(32) AttentionShared {
   }
 };
 
+/// The 16-byte words of rows [row0, row0 + rows) of a [n, D] head and
+/// their places in a staged tile (rows kTileLd<D> apart): `word(from, to,
+/// inside)` for each word this thread (`rank` of `threads`) moves, `from`
+/// its source (the head's first row when the row is at or past n, which
+/// exists whenever a tile is staged, and is then not read), `inside`
+/// whether the row is before n.
+template <typename T, int D, typename Word>
+__device__ void forEachRowWord(T *dst, const T *src, int64_t row0, int rows,
+                               int64_t n, int rank, int threads, Word word) {
+  constexpr int kPerWord = 16 / sizeof(T);
+  constexpr int kRowWords = D / kPerWord, kLdWords = kTileLd<D> / kPerWord;
+  using P = Pack<T>;
+  for (int w = rank; w < rows * kRowWords; w += threads) {
+    const int r = w / kRowWords, c = w % kRowWords;
+    const bool inside = row0 + r < n;
+    word(reinterpret_cast<const P *>(src + (inside ? row0 + r : 0) * D) + c,
+         reinterpret_cast<P *>(dst) + r * kLdWords + c, inside);
+  }
+}
+
 /// Rows [row0, row0 + rows) of a [n, D] head into `dst` (rows x D, rows
 /// kTileLd<D> apart), zeros for rows at or past n; `threads` threads from
 /// `rank`, 16 bytes each.
 template <typename T, int D>
 __device__ void stageRows(T *dst, const T *src, int64_t row0, int rows,
                           int64_t n, int rank, int threads) {
-  constexpr int kPerWord = 16 / sizeof(T);
-  constexpr int kRowWords = D / kPerWord, kLdWords = kTileLd<D> / kPerWord;
-  using Word = Pack<T>;
-  for (int w = rank; w < rows * kRowWords; w += threads) {
-    const int r = w / kRowWords, c = w % kRowWords;
-    Word word;
-    if (row0 + r < n) {
-      word = reinterpret_cast<const Word *>(src + (row0 + r) * D)[c];
-    } else {
-      for (int e = 0; e < kPerWord; ++e)
-        word.v[e] = T(0.0f);
-    }
-    reinterpret_cast<Word *>(dst)[r * kLdWords + c] = word;
-  }
+  forEachRowWord<T, D>(dst, src, row0, rows, n, rank, threads,
+                       [](const Pack<T> *from, Pack<T> *to, bool inside) {
+                         Pack<T> word;
+                         if (inside) {
+                           word = *from;
+                         } else {
+                           for (int e = 0; e < Pack<T>::kSize; ++e)
+                             word.v[e] = T(0.0f);
+                         }
+                         *to = word;
+                       });
 }
 
 /// stageRows without waiting: each 16-byte word is an asynchronous copy
-/// (cp.async; rows at or past n are zero-filled), in the caller's next
-/// commit group, in shared memory once a __pipeline_wait_prior completes
-/// that group (and, for other threads' words, after a barrier). The tiles
-/// that stream through the kernels' loops are copied this way one tile
-/// ahead, into the second of two buffers, so that the loads of tile t + 1
-/// overlap the products of tile t.
+/// (cp.async; rows at or past n are zero-filled, nothing read), in the
+/// caller's next commit group, in shared memory once a
+/// __pipeline_wait_prior completes that group (and, for other threads'
+/// words, after a barrier). The tiles that stream through the kernels'
+/// loops are copied this way one tile ahead, into the second of two
+/// buffers, so that the loads of tile t + 1 overlap the products of tile t.
 template <typename T, int D>
 __device__ void stageRowsAsync(T *dst, const T *src, int64_t row0, int rows,
                                int64_t n, int rank, int threads) {
-  constexpr int kPerWord = 16 / sizeof(T);
-  constexpr int kRowWords = D / kPerWord, kLdWords = kTileLd<D> / kPerWord;
-  using Word = Pack<T>;
-  for (int w = rank; w < rows * kRowWords; w += threads) {
-    const int r = w / kRowWords, c = w % kRowWords;
-    const bool inside = row0 + r < n;
-    // Past n nothing is read (all 16 bytes zero-filled); the source named
-    // is the head's first row, which exists.
-    const Word *from =
-        reinterpret_cast<const Word *>(src + (inside ? row0 + r : 0) * D) + c;
-    __pipeline_memcpy_async(reinterpret_cast<Word *>(dst) + r * kLdWords + c,
-                            from, sizeof(Word), inside ? 0 : sizeof(Word));
-  }
+  forEachRowWord<T, D>(dst, src, row0, rows, n, rank, threads,
+                       [](const Pack<T> *from, Pack<T> *to, bool inside) {
+                         __pipeline_memcpy_async(to, from, sizeof(Pack<T>),
+                                                 inside ? 0 : sizeof(Pack<T>));
+                       });
 }
 
 template <typename T>
