@@ -110,7 +110,8 @@ function(ztrt_add_cuda_backend target)
     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/Attention.cu
     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/Elementwise.cu
     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/Layout.cu
-    ${CMAKE_CURRENT_SOURCE_DIR}/cuda/Rows.cu)
+    ${CMAKE_CURRENT_SOURCE_DIR}/cuda/Rows.cu
+    ${CMAKE_CURRENT_SOURCE_DIR}/cuda/TensorCoreCheck.cu)
   set_target_properties(ztrt_cuda_kernels PROPERTIES
     CUDA_ARCHITECTURES "${ZTRT_CUDA_ARCHITECTURES}"
     CUDA_STANDARD 17

@@ -18,6 +18,7 @@ ztrt_add_runtime_library(ztrt_cudaemu
   cuda/emu/KernelsElementwise.cpp
   cuda/emu/KernelsLayout.cpp
   cuda/emu/KernelsRows.cpp
+  cuda/emu/KernelsTensorCore.cpp
   cuda/emu/Libraries.cpp
   cuda/emu/Nccl.cpp
   cuda/emu/Runtime.cpp)
@@ -29,7 +30,7 @@ target_compile_definitions(ztrt_cudaemu PRIVATE ZTRT_HAVE_CUDA)
 set_source_files_properties(
   cuda/emu/KernelsAttention.cpp cuda/emu/KernelsElementwise.cpp
   cuda/emu/KernelsLayout.cpp
-  cuda/emu/KernelsRows.cpp
+  cuda/emu/KernelsRows.cpp cuda/emu/KernelsTensorCore.cpp
   PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
 
 add_library(ztrt_cudaemu_main STATIC src/Main.cpp)

@@ -193,6 +193,17 @@ bool attentionBackward(const T *dout, const T *q, const T *k, const T *v,
                        int64_t d, bool causal, float scale,
                        cudaStream_t stream);
 
+/// TensorCore.cuh's instructions run once by one warp, for the conformance
+/// suite's layout check (TensorCoreCheck.cu): a (16 x 16) and b (16 x 8,
+/// k x n) as T's bits, row-major, c (16 x 8); loaded: 4 x 32 lanes x 4
+/// registers (ldmatrix .x4 and .x4.trans of a's quarters, .x2 of b^T,
+/// .x2.trans of b); d: 3 x 16 x 8, a b + c with the operands from the
+/// documented layouts, through ldmatrix, and b through .trans. Host memory;
+/// synchronous.
+template <typename T>
+void tensorCoreProbe(const uint16_t *a, const uint16_t *b, const float *c,
+                     uint32_t *loaded, float *d);
+
 /// With `lse`, also each row's log-sum-exp as float (attention's).
 template <typename T>
 void softmax(const T *x, T *y, int64_t rows, int64_t cols, bool causal,

@@ -16,6 +16,7 @@
 
 #include "cpu/VecMath.h"
 #include "cuda/CudaBackend.h"
+#include "cuda/Kernels.h"
 #include "cuda/Libraries.h"
 #include "ztrt.h"
 
@@ -2957,3 +2958,80 @@ TEST(CudaBackendTest, NoDeviceIsOneLine) {
 }
 
 } // namespace
+
+/// TensorCore.cuh's mma.sync and ldmatrix against the fragment layouts the
+/// PTX ISA documents, which TensorCore.cuh restates and which the kernels
+/// that keep their softmax in registers depend on. The expected registers
+/// are written here from the ISA's tables, apart from TensorCore.cuh's
+/// code. The operands are distinct small integers (a: 0..255, b: 0..127,
+/// exact in bf16 and f16), so that every misplaced element shows, and
+/// every product and every sum of 16 of them is an integer below 2^24,
+/// exact in float in any order: d is compared bitwise, whatever order a
+/// tensor core adds in. On the emulator this holds TensorCore.cuh's
+/// emulation to the tables; on a GPU, the hardware.
+template <typename T> void tensorCoreLayouts(const char *type) {
+  uint16_t a[16][16], b[16][8];
+  float c[16][8], want[16][8];
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j)
+      a[i][j] = T(static_cast<float>(i * 16 + j)).bits;
+  for (int k = 0; k < 16; ++k)
+    for (int n = 0; n < 8; ++n)
+      b[k][n] = T(static_cast<float>(k * 8 + n)).bits;
+  for (int i = 0; i < 16; ++i)
+    for (int n = 0; n < 8; ++n) {
+      c[i][n] = static_cast<float>(i * 8 + n) + 0.5f;
+      double sum = c[i][n];
+      for (int k = 0; k < 16; ++k)
+        sum += static_cast<double>(i * 16 + k) * (k * 8 + n);
+      want[i][n] = static_cast<float>(sum);
+    }
+  uint32_t loaded[4][32][4];
+  float d[3][16][8];
+  ztrt::cuda::tensorCoreProbe<T>(&a[0][0], &b[0][0], &c[0][0], &loaded[0][0][0],
+                                 &d[0][0][0]);
+  auto two = [](uint16_t lo, uint16_t hi) {
+    return static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+  };
+  const char *what[4] = {"ldmatrix.x4", "ldmatrix.x4.trans", "ldmatrix.x2",
+                         "ldmatrix.x2.trans"};
+  int bad = 0;
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    // .x4 of a's quarters (rows 0-7 / 8-15 by cols 0-7 / 8-15, matrices in
+    // that order): each register is "row lane / 4, columns 2 (lane % 4)
+    // and + 1" of its matrix, which makes them A's a0..a3.
+    // .trans: the transposed matrix's, (2t, g) and (2t + 1, g).
+    // .x2 of b^T and .x2.trans of b: B's b0, b1.
+    uint32_t expect[4][4];
+    for (int m = 0; m < 4; ++m) {
+      const int r0 = 8 * (m % 2), c0 = 8 * (m / 2);
+      expect[0][m] = two(a[r0 + g][c0 + 2 * t], a[r0 + g][c0 + 2 * t + 1]);
+      expect[1][m] = two(a[r0 + 2 * t][c0 + g], a[r0 + 2 * t + 1][c0 + g]);
+      expect[2][m] = expect[3][m] =
+          m < 2 ? two(b[8 * m + 2 * t][g], b[8 * m + 2 * t + 1][g]) : 0u;
+    }
+    for (int p = 0; p < 4; ++p)
+      for (int r = 0; r < 4; ++r)
+        if (loaded[p][lane][r] != expect[p][r] && bad++ < 8)
+          ADD_FAILURE() << type << " " << what[p] << " lane " << lane
+                        << " register " << r << ": 0x" << std::hex
+                        << loaded[p][lane][r] << ", the ISA's 0x"
+                        << expect[p][r] << std::dec;
+  }
+  const char *how[3] = {"operands by the documented layouts",
+                        "a by ldmatrix.x4, b by ldmatrix.x2 of b^T",
+                        "a by ldmatrix.x4, b by ldmatrix.x2.trans"};
+  for (int p = 0; p < 3; ++p)
+    for (int i = 0; i < 16; ++i)
+      for (int n = 0; n < 8; ++n)
+        if (bits(d[p][i][n]) != bits(want[i][n]) && bad++ < 16)
+          ADD_FAILURE() << type << " mma.m16n8k16, " << how[p] << ": d[" << i
+                        << "][" << n << "] = " << d[p][i][n] << ", a b + c = "
+                        << want[i][n];
+}
+
+TEST_F(CudaConformanceTest, TensorCoreLayoutsAreThePtxIsas) {
+  tensorCoreLayouts<bf16>("bf16");
+  tensorCoreLayouts<f16>("f16");
+}

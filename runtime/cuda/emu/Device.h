@@ -37,7 +37,7 @@ extern thread_local dim3 gridDim;
 
 namespace ztrt::cudaemu {
 
-enum class WarpOp { ShuffleXor, Ballot };
+enum class WarpOp { ShuffleXor, Ballot, Gather };
 
 /// Suspends the calling fiber at __syncthreads; returns the OR of the
 /// block's `vote`s.
@@ -45,6 +45,16 @@ int blockBarrier(int vote);
 /// Suspends the calling fiber at a warp intrinsic over `mask`; returns its
 /// result for this lane (the partner's bits, or the ballot).
 uint64_t warpExchange(WarpOp op, unsigned mask, uint64_t bits, int param);
+
+/// The most bytes a lane contributes to warpGather.
+constexpr int kGatherBytes = 64;
+/// A warp-collective exchange of registers (all 32 lanes): each lane's
+/// `bytes` from `mine` are copied while every lane is suspended at it, so
+/// the result is what the lanes held at the call, as the operands of a
+/// tensor-core instruction are. Returns the 32 lanes' bytes, lane l's at
+/// l * kGatherBytes; they stay there until the warp's next warpGather,
+/// which no lane can pass before every lane has left this one.
+const unsigned char *warpGather(const void *mine, int bytes);
 
 /// An asynchronous copy of `bytes` (4, 8 or 16) global -> shared, its last
 /// `zfill` bytes zeros instead (cp.async, <cuda_pipeline.h>).

@@ -161,6 +161,9 @@ struct BlockRun {
 #endif
   Fiber *current = nullptr;
   Stacks stacks;
+  // Per warp, each lane's bytes of the last warpGather (kGatherBytes per
+  // lane).
+  std::vector<unsigned char> gathered;
   // The scheduler's stack, for AddressSanitizer's switch annotations.
   const void *schedulerStack = nullptr;
   size_t schedulerStackBytes = 0;
@@ -307,6 +310,19 @@ bool releaseWarps(BlockRun &run, bool &released) {
     }
     if (!ready)
       continue;
+    if (lead.op == WarpOp::Gather) {
+      unsigned char *table = run.gathered.data() + base * kGatherBytes;
+      for (unsigned l = 0; l < lanes; ++l) {
+        Fiber &f = run.fibers[base + l];
+        std::memcpy(table + l * kGatherBytes,
+                    reinterpret_cast<const void *>(f.in),
+                    static_cast<size_t>(f.param));
+        f.out = reinterpret_cast<uint64_t>(table);
+        f.wait = Wait::None;
+      }
+      released = true;
+      continue;
+    }
     uint64_t ballot = 0;
     for (unsigned l = 0; l < lanes; ++l)
       if (lead.mask >> l & 1u)
@@ -342,6 +358,7 @@ bool runBlock(BlockRun &run, std::mt19937_64 *rng) {
   const dim3 b = run.config->block;
   const unsigned n = b.x * b.y * b.z;
   run.fibers.assign(n, Fiber());
+  run.gathered.assign(static_cast<size_t>(n) * kGatherBytes, 0);
   run.order.resize(n);
   for (unsigned i = 0; i < n; ++i) {
     Fiber &f = run.fibers[i];
@@ -473,6 +490,28 @@ int blockBarrier(int vote) {
   f.in = static_cast<uint64_t>(vote);
   suspend(*run, f);
   return static_cast<int>(f.out);
+}
+
+const unsigned char *warpGather(const void *mine, int bytes) {
+  BlockRun *run = tRun;
+  if (!run || !run->current) {
+    fault("warp intrinsic called outside a kernel");
+    return nullptr;
+  }
+  if (bytes < 0 || bytes > kGatherBytes) {
+    fault("kernel %s: warpGather of %d bytes (at most %d)",
+          run->config->kernel, bytes, kGatherBytes);
+    return nullptr;
+  }
+  if (run->fibers.size() % kWarpSize != 0) {
+    fault("kernel %s: a warp-collective matrix instruction in a block of %zu "
+          "threads (not whole warps)",
+          run->config->kernel, run->fibers.size());
+    return nullptr;
+  }
+  return reinterpret_cast<const unsigned char *>(
+      warpExchange(WarpOp::Gather, 0xffffffffu,
+                   reinterpret_cast<uint64_t>(mine), bytes));
 }
 
 uint64_t warpExchange(WarpOp op, unsigned mask, uint64_t bits, int param) {
