@@ -870,3 +870,51 @@ func.func @attention_lse_reader(%q: tensor<2x5x8xbf16>, %w: tensor<5x5xbf16>) {
   %m = train.matmul %lse, %w : (tensor<2x5xf32>, tensor<5x5xbf16>) -> tensor<2x5xbf16>
   return
 }
+
+// -----
+
+// A misspelt attribute is an error, not an attribute silently ignored (a
+// `{casual}` softmax would run non-causal).
+func.func @typo(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  // expected-error @+1 {{'train.softmax' op has no attribute 'casual' (did you mean 'causal'?); its attributes: causal}}
+  %s = train.softmax %x {casual} : tensor<2x4xf32>
+  return %s : tensor<2x4xf32>
+}
+
+// -----
+
+func.func @typo(%x: tensor<2x4xf32>, %w: tensor<4x4xf32>) -> tensor<2x4xf32> {
+  // expected-error @+1 {{'train.matmul' op has no attribute 'trnaspose_b' (did you mean 'transpose_b'?); its attributes: transpose_a, transpose_b}}
+  %h = train.matmul %x, %w {trnaspose_b} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  return %h : tensor<2x4xf32>
+}
+
+// -----
+
+func.func @none(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  // expected-error @+1 {{'train.gelu' op has no attribute 'approximate'; it takes none}}
+  %g = train.gelu %x {approximate} : tensor<2x4xf32>
+  return %g : tensor<2x4xf32>
+}
+
+// -----
+
+func.func @dialect(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  // expected-error @+1 {{unknown train dialect attribute 'train.chekpoint' (did you mean 'train.checkpoint'?)}}
+  %g = train.gelu %x {train.chekpoint} : tensor<2x4xf32>
+  return %g : tensor<2x4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: unknown train dialect attribute 'train.nmae' (did you mean 'train.name'?); the train dialect's attributes here: train.name}}
+func.func @arg(%x: tensor<2x4xf32> {train.nmae = "x"}) -> tensor<2x4xf32> {
+  return %x : tensor<2x4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{argument #0: 'train.name' is a string (the input's name in data files)}}
+func.func @arg(%x: tensor<2x4xf32> {train.name = 3 : i64}) -> tensor<2x4xf32> {
+  return %x : tensor<2x4xf32>
+}

@@ -27,8 +27,55 @@ void TrainDialect::initialize() {
       >();
 }
 
+/// The train dialect's attributes on operations (TrainDialect.h).
+static constexpr llvm::StringLiteral kOperationAttrs[] = {
+    kEntryAttr,      kGradientsAttr, kStepAttr,       kOptimizerAttr,
+    kPrecisionAttr,  kLossScaleAttr, kEvalAttr,       kLogitsAttr,
+    kCheckpointAttr, kRecomputedAttr, kRecomputeAttr, kGradAccumAttr};
+
+/// `attr`'s name is not one of `known`: an error naming them (and the
+/// nearest, when it is a likely misspelling).
+template <size_t N>
+static InFlightDiagnostic
+unknownAttribute(InFlightDiagnostic diag, StringRef name,
+                 const llvm::StringLiteral (&known)[N]) {
+  diag << "unknown train dialect attribute '" << name << "'";
+  StringRef best;
+  unsigned bestDistance = 4;
+  for (StringRef k : known)
+    if (unsigned d = name.edit_distance(k, true, bestDistance);
+        d < bestDistance) {
+      bestDistance = d;
+      best = k;
+    }
+  if (!best.empty())
+    diag << " (did you mean '" << best << "'?)";
+  diag << "; the train dialect's attributes here: ";
+  llvm::interleaveComma(known, diag, [&](StringRef k) { diag << k; });
+  return diag;
+}
+
+LogicalResult TrainDialect::verifyRegionArgAttribute(Operation *op,
+                                                    unsigned /*region*/,
+                                                    unsigned argIndex,
+                                                    NamedAttribute attr) {
+  static constexpr llvm::StringLiteral kArgAttrs[] = {kInputNameAttr};
+  if (attr.getName() != kInputNameAttr)
+    return unknownAttribute(op->emitOpError()
+                                << "argument #" << argIndex << ": ",
+                            attr.getName().getValue(), kArgAttrs);
+  if (!isa<StringAttr>(attr.getValue()))
+    return op->emitOpError() << "argument #" << argIndex << ": '"
+                             << kInputNameAttr << "' is a string (the input's "
+                                                  "name in data files)";
+  return success();
+}
+
 LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
                                                     NamedAttribute attr) {
+  if (!llvm::is_contained(kOperationAttrs, attr.getName().getValue()))
+    return unknownAttribute(op->emitOpError(), attr.getName().getValue(),
+                            kOperationAttrs);
   if (attr.getName() == kCheckpointAttr || attr.getName() == kRecomputedAttr) {
     if (!isa<UnitAttr>(attr.getValue()))
       return op->emitOpError() << "'" << attr.getName().getValue()

@@ -80,6 +80,50 @@ LogicalResult ztrain::train::verifyTensorShapes(Operation *op) {
   return success();
 }
 
+/// The candidate closest to `name` by edit distance, when it is close
+/// enough to be a likely misspelling; empty otherwise.
+static StringRef nearestName(StringRef name, ArrayRef<StringRef> candidates) {
+  StringRef best;
+  unsigned bestDistance = std::max<unsigned>(2, name.size() / 3) + 1;
+  for (StringRef candidate : candidates) {
+    unsigned d = name.edit_distance(candidate, /*AllowReplacements=*/true,
+                                    bestDistance);
+    if (d < bestDistance) {
+      bestDistance = d;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+LogicalResult ztrain::train::verifyKnownAttributes(Operation *op) {
+  for (NamedAttribute attr : op->getDiscardableAttrs()) {
+    StringRef name = attr.getName().getValue();
+    if (name.contains('.'))
+      continue; // a dialect attribute: its dialect verifies it
+    SmallVector<StringRef> own;
+    if (std::optional<RegisteredOperationName> info =
+            op->getName().getRegisteredInfo())
+      for (StringAttr known : info->getAttributeNames())
+        // (operandSegmentSizes and the like are the format's, not the
+        // user's)
+        if (!known.getValue().ends_with("SegmentSizes"))
+          own.push_back(known.getValue());
+    InFlightDiagnostic diag = op->emitOpError()
+                              << "has no attribute '" << name << "'";
+    if (StringRef near = nearestName(name, own); !near.empty())
+      diag << " (did you mean '" << near << "'?)";
+    if (own.empty()) {
+      diag << "; it takes none";
+    } else {
+      diag << "; its attributes: ";
+      llvm::interleaveComma(own, diag, [&](StringRef n) { diag << n; });
+    }
+    return diag;
+  }
+  return success();
+}
+
 bool ztrain::train::isAlwaysF32(Value v) {
   Operation *op = v.getDefiningOp();
   // The loss of a cross-entropy is f32 whatever the logits are, and so is

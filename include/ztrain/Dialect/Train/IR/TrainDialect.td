@@ -29,7 +29,10 @@ def Train_Dialect : Dialect {
     turns the entry function into a complete training step.
   }];
   // train.loss_scale on a module: a well-formed dynamic loss-scaling policy.
+  // Unknown `train.*` attributes, on ops and on the entry's arguments, are
+  // errors (a misspelt name would otherwise be ignored).
   let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
 }
 
 #endif // ZTRAIN_DIALECT_TRAIN_TRAINDIALECT_TD

@@ -50,6 +50,20 @@ public:
   }
 };
 
+/// An error at `op` for each attribute that is neither one of its op's
+/// own nor a dialect attribute (a name with a dot), naming the op's own
+/// (and the nearest, when one is a likely misspelling).
+mlir::LogicalResult verifyKnownAttributes(mlir::Operation *op);
+
+template <typename ConcreteType>
+class KnownAttributes
+    : public mlir::OpTrait::TraitBase<ConcreteType, KnownAttributes> {
+public:
+  static mlir::LogicalResult verifyTrait(mlir::Operation *op) {
+    return verifyKnownAttributes(op);
+  }
+};
+
 template <typename ConcreteType>
 class SameFloatElementType
     : public mlir::OpTrait::TraitBase<ConcreteType, SameFloatElementType> {

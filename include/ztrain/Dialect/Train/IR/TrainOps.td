@@ -30,8 +30,17 @@ def Train_SameFloatElementType : NativeOpTrait<"SameFloatElementType"> {
   let cppNamespace = "::ztrain::train";
 }
 
+// Every attribute of a train op is one of its own (ODS-declared) or a
+// dialect attribute (`dialect.name`, checked by its dialect): a misspelt
+// `{casual}` on a softmax is an error, not a silently non-causal softmax
+// (TrainOps.h: KnownAttributes).
+def Train_KnownAttributes : NativeOpTrait<"KnownAttributes"> {
+  let cppNamespace = "::ztrain::train";
+}
+
 class Train_Op<string mnemonic, list<Trait> traits = []>
-    : Op<Train_Dialect, mnemonic, !listconcat(traits, [Train_ValidTensorShapes])>;
+    : Op<Train_Dialect, mnemonic,
+         !listconcat(traits, [Train_ValidTensorShapes, Train_KnownAttributes])>;
 
 // Compute ops run in f32, bf16 or f16 (kernels accumulate in f32).
 def Train_FloatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;
