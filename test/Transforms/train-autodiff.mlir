@@ -118,3 +118,28 @@ func.func @unused_param(%r: tensor<4xf32>) -> tensor<f32> attributes {train.entr
   %loss = train.reduce sum %m [0] : tensor<4xf32> -> tensor<f32>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// A constant in the forward pass (train.fill, and what is computed from it
+// and the inputs alone) is on no path from a parameter: it needs no
+// gradient rule, and the gradient of @w is the one without it.
+// CHECK-LABEL: func.func @constant
+// CHECK: %[[W:.*]] = train.param_read @w
+// CHECK: %[[ONE:.*]] = train.fill {value = 1.000000e+00 : f64} : tensor<2x4xf32>
+// CHECK: %[[X1:.*]] = train.add %arg0, %[[ONE]]
+// CHECK: %[[H:.*]] = train.mul %[[X1]], %[[W]]
+// CHECK: %[[L:.*]] = train.reduce sum %[[H]]
+// CHECK: %[[SEED:.*]] = train.fill {value = 1.000000e+00 : f64} : tensor<f32>
+// CHECK: %[[DH:.*]] = train.broadcast %[[SEED]]
+// CHECK: %[[DW:.*]] = train.mul %[[DH]], %[[X1]]
+// CHECK: return %[[L]], %[[DW]]
+train.param @w : tensor<2x4xf32> init(ones)
+func.func @constant(%x: tensor<2x4xf32>) -> tensor<f32> attributes {train.entry} {
+  %w = train.param_read @w : tensor<2x4xf32>
+  %one = train.fill {value = 1.0 : f64} : tensor<2x4xf32>
+  %x1 = train.add %x, %one : tensor<2x4xf32>
+  %h = train.mul %x1, %w : tensor<2x4xf32>
+  %l = train.reduce sum %h [0, 1] : tensor<2x4xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}

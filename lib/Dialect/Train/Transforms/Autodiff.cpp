@@ -83,10 +83,23 @@ void TrainAutodiffPass::runOnOperation() {
     adjoint[loss] =
         FillOp::create(b, ret.getLoc(), lossType, b.getF64FloatAttr(1.0));
 
+  // The values a parameter influences: only the ops that produce them are
+  // on a path from the parameters to the loss and need a gradient rule.
+  // The adjoints of the others (inputs, constants such as train.fill,
+  // buffers, what is computed from those alone) would be dropped anyway.
   SmallVector<Operation *> forward;
-  for (Operation &op : body.without_terminator())
+  DenseSet<Value> varies;
+  for (Operation &op : body.without_terminator()) {
     forward.push_back(&op);
+    if (isa<ParamReadOp>(op) || llvm::any_of(op.getOperands(), [&](Value v) {
+          return varies.contains(v);
+        }))
+      varies.insert(op.getResults().begin(), op.getResults().end());
+  }
   for (Operation *op : llvm::reverse(forward)) {
+    if (!llvm::any_of(op->getResults(),
+                      [&](Value r) { return varies.contains(r); }))
+      continue;
     SmallVector<Value> resultGrads;
     bool any = false;
     for (Value r : op->getResults()) {
@@ -100,9 +113,6 @@ void TrainAutodiffPass::runOnOperation() {
                  resultGrads[0]);
       continue;
     }
-    // Buffers are constants of the step: their adjoints are dropped.
-    if (isa<BufferReadOp>(op))
-      continue;
     auto iface = dyn_cast<GradientOpInterface>(op);
     if (!iface) {
       op->emitOpError() << "is on the path from the parameters to the loss "
