@@ -110,3 +110,41 @@ def test_a_flag_with_no_effect_is_a_warning(model, flags, warning):
     assert p.returncode == 0, p.stderr
     assert p.stderr == f"ztrain-compile: warning: {warning}\n", p.stderr
     assert out.exists()
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_link_leaves_nothing(model, tmp_path, sig):
+    """Ctrl-C (or a scheduler's SIGTERM) while the executable is being linked:
+    ztrain-compile kills the linker, removes its private directory next to
+    -o and dies of the signal; no partial executable, no temporary and no
+    linker left running. The linker here is a stand-in that writes part of
+    its output, records its pid and waits."""
+    import os
+    import signal
+    import time
+    d, src = model
+    pidfile = tmp_path / "linker.pid"
+    linker = tmp_path / "slow-linker"
+    linker.write_text(
+        "#!/bin/sh\n"
+        f"echo $$ > {pidfile}\n"
+        'while [ "$1" != "-o" ]; do shift; done\n'
+        'head -c 65536 /dev/zero > "$2"\n'
+        "exec sleep 60\n")
+    linker.chmod(0o755)
+    out = tmp_path / "out" / "m"
+    out.parent.mkdir()
+    p = subprocess.Popen([e2e_util.require_tool("ztrain-compile"), str(src), "-o", str(out)],
+                         env={**os.environ, "ZTRAIN_LINKER": str(linker)},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert time.time() < deadline and p.poll() is None, p.communicate()
+        time.sleep(0.05)
+    linker_pid = int(pidfile.read_text())
+    p.send_signal(getattr(signal, sig))
+    p.communicate(timeout=60)
+    assert p.returncode == -getattr(signal, sig)
+    assert list(out.parent.iterdir()) == []  # no executable, no temporaries
+    with pytest.raises(ProcessLookupError):  # the linker was killed (and reaped)
+        os.kill(linker_pid, 0)

@@ -50,7 +50,11 @@
 #include "llvm/TargetParser/Host.h"
 
 #include <cmath>
+#include <csignal>
+#include <cstring>
 #include <set>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace mlir;
 namespace cl = llvm::cl;
@@ -390,6 +394,18 @@ LogicalResult emitObject(llvm::Module &llvmModule, StringRef path) {
   return success();
 }
 
+/// Where the link step writes, as C strings for the signal handler.
+struct LinkTemporaries {
+  char dir[4096] = {}, object[4096] = {}, executable[4096] = {};
+  volatile sig_atomic_t linkerPid = 0;
+  /// Makes the directory for `output` and arms the signal handler; false
+  /// with `error` when the directory cannot be made.
+  bool create(StringRef output, std::string &error);
+  /// Removes the object, the executable and the directory (async-signal-safe).
+  void removeAll();
+};
+LinkTemporaries linkTemporaries;
+
 /// Links `object` with the runtime into the executable `exe`.
 LogicalResult linkExecutable(StringRef object, StringRef exe,
                              const char *argv0) {
@@ -420,8 +436,15 @@ LogicalResult linkExecutable(StringRef object, StringRef exe,
     args.push_back(a.str());
   SmallVector<StringRef> argRefs(args.begin(), args.end());
   std::string err;
-  int rc = llvm::sys::ExecuteAndWait(linker, argRefs, std::nullopt, {}, 0, 0,
-                                     &err);
+  bool spawnFailed = false;
+  llvm::sys::ProcessInfo child = llvm::sys::ExecuteNoWait(
+      linker, argRefs, std::nullopt, {}, 0, &err, &spawnFailed);
+  int rc = -1;
+  if (!spawnFailed) {
+    linkTemporaries.linkerPid = child.Pid;
+    rc = llvm::sys::Wait(child, std::nullopt, &err).ReturnCode;
+    linkTemporaries.linkerPid = 0;
+  }
   if (rc != 0) {
     llvm::errs() << "ztrain-compile: error: linking failed (" << linker
                  << " exited with " << rc << (err.empty() ? "" : ": ") << err
@@ -431,11 +454,53 @@ LogicalResult linkExecutable(StringRef object, StringRef exe,
   return success();
 }
 
-/// A temporary path next to `finalPath`, so the final rename is atomic.
-std::string tempPathFor(StringRef finalPath, StringRef suffix) {
-  return (finalPath + ".tmp." + llvm::Twine(llvm::sys::Process::getProcessId()) +
-          suffix)
-      .str();
+/// The executable is built in a private directory next to `-o` (the same
+/// file system, so the final rename is atomic) and nothing of it is left
+/// when the build fails or is interrupted: on SIGINT, SIGTERM or SIGHUP
+/// the linker is killed and the directory removed before the signal takes
+/// its default course. A linker left running by a signal that came before
+/// its pid was known finds the directory gone and writes nothing.
+void LinkTemporaries::removeAll() {
+  for (const char *p : {object, executable})
+    if (p[0])
+      unlink(p);
+  if (dir[0])
+    rmdir(dir);
+}
+
+void onLinkSignal(int sig) {
+  if (pid_t pid = linkTemporaries.linkerPid; pid > 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  linkTemporaries.removeAll();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+bool LinkTemporaries::create(StringRef output, std::string &error) {
+  std::string d = (output + ".tmp." +
+                   llvm::Twine(llvm::sys::Process::getProcessId()))
+                      .str();
+  std::string o = d + "/model.o", e = d + "/model";
+  if (e.size() >= sizeof(executable)) {
+    error = "cannot write " + output.str() + ": the path is too long";
+    return false;
+  }
+  std::strcpy(dir, d.c_str());
+  std::strcpy(object, o.c_str());
+  std::strcpy(executable, e.c_str());
+  struct sigaction action = {};
+  action.sa_handler = onLinkSignal;
+  sigemptyset(&action.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP})
+    sigaction(sig, &action, nullptr);
+  if (std::error_code ec = llvm::sys::fs::create_directory(d, false)) {
+    dir[0] = object[0] = executable[0] = 0;
+    error = "cannot write " + output.str() + ": " + ec.message();
+    return false;
+  }
+  return true;
 }
 } // namespace
 
@@ -836,18 +901,18 @@ int main(int argc, char **argv) {
     // ToolOutputFile removes the file unless keep() ran: no partial output.
     return failed(emitObject(*llvmModule, outputFile)) ? 1 : 0;
   }
-  std::string obj = tempPathFor(outputFile, ".o");
-  std::string exe = tempPathFor(outputFile, "");
-  bool ok = succeeded(emitObject(*llvmModule, obj)) &&
-            succeeded(linkExecutable(obj, exe, argv[0]));
-  llvm::sys::fs::remove(obj);
+  if (!linkTemporaries.create(outputFile, err))
+    return fail(err);
+  bool ok = succeeded(emitObject(*llvmModule, linkTemporaries.object)) &&
+            succeeded(linkExecutable(linkTemporaries.object,
+                                     linkTemporaries.executable, argv[0]));
   if (ok) {
-    if (std::error_code ec = llvm::sys::fs::rename(exe, outputFile)) {
-      llvm::sys::fs::remove(exe);
+    if (std::error_code ec =
+            llvm::sys::fs::rename(linkTemporaries.executable, outputFile)) {
+      linkTemporaries.removeAll();
       return fail("cannot write " + outputFile + ": " + ec.message());
     }
-    return 0;
   }
-  llvm::sys::fs::remove(exe);
-  return 1;
+  linkTemporaries.removeAll();
+  return ok ? 0 : 1;
 }
