@@ -409,13 +409,16 @@ static std::pair<const char *, double> unitFor(double magnitude,
   return {flops ? "MFLOP" : "kB", flops ? 1e6 : 1e3};
 }
 
+/// `bytes` exactly, then in the decimal unit that suits it:
+/// "3845636 bytes (3.85 MB)".
+static std::string sized(int64_t bytes) {
+  auto [unit, scale] = unitFor((double)bytes);
+  return llvm::formatv("{0} bytes ({1:F2} {2})", bytes, bytes / scale, unit)
+      .str();
+}
+
 std::string ztrain::describeNoFit(const PlanSearchResult &result,
                                   const PlanSearchRequest &request) {
-  auto sized = [](int64_t bytes) {
-    auto [unit, scale] = unitFor((double)bytes);
-    return llvm::formatv("{0} bytes ({1:F2} {2})", bytes, bytes / scale, unit)
-        .str();
-  };
   if (request.hostBudget <= 0)
     return llvm::formatv("{0} bytes per rank; the smallest predicted peak is "
                          "{1}",
@@ -499,20 +502,25 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
                              const TrainingPipelineOptions &training,
                              const ZeroPipelineOptions &zero) {
   const CostModel &m = request.cost;
-  // Units from the budget and the largest count, so a small model's table
-  // is not all zeros.
-  double maxFlops = 0;
-  for (const PlanCandidate &c : result.candidates)
-    maxFlops = std::max(maxFlops, (double)(c.flops + c.recomputeFlops));
-  auto [byteUnit, byteScale] = unitFor((double)request.budget);
-  auto [flopUnit, flopScale] = unitFor(maxFlops, /*flops=*/true);
+  // The table's units from its largest entries, so that a small model's
+  // table under a large budget is not all zeros.
   const bool deviceBackend = request.hostBudget > 0;
+  double maxFlops = 0, maxBytes = 0;
+  for (const PlanCandidate &c : result.candidates) {
+    maxFlops = std::max(maxFlops, (double)(c.flops + c.recomputeFlops));
+    maxBytes = std::max({maxBytes, (double)(deviceBackend ? c.devicePeak : c.peak),
+                         (double)c.communicationBytes});
+  }
+  auto [byteUnit, byteScale] = unitFor(maxBytes);
+  auto [budgetUnit, budgetScale] = unitFor((double)request.budget);
+  auto [hostUnit, hostScale] = unitFor((double)request.hostBudget);
+  auto [flopUnit, flopScale] = unitFor(maxFlops, /*flops=*/true);
   os << llvm::formatv(
       "plan search: memory budget {0} bytes ({1:F2} {2}) per rank{10}, "
       "dp={3}; cost model: link {4:F1} GB/s and {5:F1} us per collective, "
       "device {6:F2} TFLOP/s{9} and {7:F1} GB/s memory, nvme {8:F1} "
       "GB/s{11}\n",
-      request.budget, request.budget / byteScale, byteUnit, zero.dp,
+      request.budget, request.budget / budgetScale, budgetUnit, zero.dp,
       m.linkBytesPerSecond / 1e9, m.collectiveLatency * 1e6,
       m.deviceFlopsPerSecond / 1e12, m.memoryBytesPerSecond / 1e9,
       m.nvmeBytesPerSecond / 1e9,
@@ -524,8 +532,8 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
       deviceBackend
           ? llvm::formatv(" of device memory and {0} bytes ({1:F2} {2}) of "
                           "host memory (a device backend)",
-                          request.hostBudget, request.hostBudget / byteScale,
-                          byteUnit)
+                          request.hostBudget, request.hostBudget / hostScale,
+                          hostUnit)
                 .str()
           : std::string(),
       deviceBackend
@@ -621,10 +629,9 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
   os << llvm::formatv("searched {0} plans in {1:F2} s\n",
                       result.candidates.size(), result.seconds);
   if (result.chosen < 0 && !deviceBackend) {
-    os << "no plan fits: the smallest predicted peak is " << result.smallestPeak
-       << " bytes ("
-       << llvm::formatv("{0:F2} {1}", result.smallestPeak / byteScale, byteUnit)
-       << ") per rank, above the budget of " << request.budget << " bytes\n";
+    os << "no plan fits: the smallest predicted peak is "
+       << sized(result.smallestPeak) << " per rank, above the budget of "
+       << request.budget << " bytes\n";
     return;
   }
   if (result.chosen < 0) {
@@ -634,11 +641,7 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
   const PlanCandidate &c = result.candidates[result.chosen];
   os << "chosen: " << flagsOf(c.choice, zero.dp, request.searchPrecision)
      << (deviceBackend ? ": predicted device peak " : ": predicted peak ")
-     << (deviceBackend ? c.devicePeak : c.peak) << " bytes ("
-     << llvm::formatv("{0:F2} {1}",
-                      (deviceBackend ? c.devicePeak : c.peak) / byteScale,
-                      byteUnit)
-     << ") per rank"
+     << sized(deviceBackend ? c.devicePeak : c.peak) << " per rank"
      << (c.hostBytes ? llvm::formatv(" and {0} bytes of host {1}", c.hostBytes,
                                      deviceBackend ? "memory" : "buffers")
                            .str()

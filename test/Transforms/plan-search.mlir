@@ -29,7 +29,7 @@
 // cross the link, and nothing is recomputed. At 420 only that with
 // selective recompute and its checkpoints in host memory fits; at 1000
 // half of the states suffice.
-// DEVICE: plan search: memory budget 700 bytes (0.70 kB) per rank of device memory and 1000000 bytes (1000.00 kB) of host memory (a device backend), dp=1;{{.*}}, host link 25.0 GB/s, host step 50.0 GB/s
+// DEVICE: plan search: memory budget 700 bytes (0.70 kB) per rank of device memory and 1000000 bytes (1.00 MB) of host memory (a device backend), dp=1;{{.*}}, host link 25.0 GB/s, host step 50.0 GB/s
 // DEVICE: device kB {{.*}} offload (host / nvme io / host link per step)
 // Half the parameter shards (the others on the device) is a candidate too;
 // it fits, with more device memory for the same cost.
