@@ -88,6 +88,22 @@ def symbol_ref(name):
     return '@"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def check_name(what, name):
+    """A parameter, buffer or input name as the compiler takes it (a key of
+    data files and checkpoints): non-empty, no whitespace or control
+    characters; IRError otherwise."""
+    if not isinstance(name, str) or not name or any(c <= " " or c == "\x7f" for c in name):
+        raise IRError(f"{what} name {name!r} must be non-empty and contain no whitespace "
+                      "or control characters (it becomes a checkpoint / data key)")
+
+
+def check_shape(what, shape):
+    """Static positive dimensions (the dialect has no empty tensors)."""
+    if any(int(d) <= 0 for d in shape):
+        raise IRError(f"{what}: dimensions must be positive, got {list(shape)} "
+                      "(empty tensors are not supported)")
+
+
 def _string_attr(s):
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -155,6 +171,8 @@ class _Declared:
     OP = None
 
     def __init__(self, name, shape, dtype, init, scale):
+        check_name(self.OP, name)
+        check_shape(f"{self.OP} {name}", shape)
         self.name = name
         self.shape = tuple(int(d) for d in shape)
         self.dtype = dtype
@@ -186,8 +204,10 @@ class Param(_Declared):
         if init not in INIT_KINDS:
             raise IRError(f"param {name}: unknown init kind {init!r} "
                           f"(expected one of {', '.join(INIT_KINDS)})")
-        if init in ("normal", "uniform") and scale is None:
-            raise IRError(f"param {name}: init {init} needs a scale")
+        if init in ("normal", "uniform") and (
+                scale is None or not float(scale) > 0 or math.isinf(float(scale))):
+            raise IRError(f"param {name}: init {init} needs a positive finite scale, "
+                          f"got {scale}")
         if dtype != "f32":
             raise IRError(f"param {name}: parameters are f32")
         super().__init__(name, shape, dtype, init, scale)
@@ -316,16 +336,20 @@ class Function:
     @staticmethod
     def _f32(op, *vals):
         for v in vals:
+            if not isinstance(v, Value):
+                raise IRError(f"{op}: an operand is {v!r}, not a value")
             if v.dtype != "f32":
                 raise IRError(f"{op}: operand {v.name} must be f32, got {v.type}")
 
     # -- arguments and parameters ---------------------------------------------
     def arg(self, name, shape, dtype="f32"):
         """A step input, fed from the data file tensor `name` ([N, ...])."""
+        check_name("input", name)
         if any(n == name for _, n in self.args):
             raise IRError(f"duplicate input name {name!r}")
         if len(shape) == 0:
             raise IRError(f"input {name}: inputs need a batch dimension")
+        check_shape(f"input {name}", shape)
         v = Value(self._fresh(name), shape, dtype)
         self.args.append((v, name))
         return v

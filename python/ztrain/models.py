@@ -191,6 +191,8 @@ def gpt(batch, seq, vocab, layers, width, heads, epsilon=1e-5, dropout=0.0,
     B, T, V, L, C, H = (int(v) for v in (batch, seq, vocab, layers, width, heads))
     if min(B, T, V, C, H) <= 0 or L < 0:
         raise IRError("gpt: sizes must be positive")
+    if V < 2:
+        raise IRError(f"gpt: vocab must be >= 2 (a cross-entropy over {V} class is 0), got {V}")
     dropout = float(dropout)
     if not 0.0 <= dropout < 1.0:
         raise IRError(f"gpt: dropout must be in [0, 1), got {dropout}")
@@ -290,6 +292,8 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
     B, T, V, L, C, H = (int(v) for v in (batch, seq, vocab, layers, width, heads))
     if min(B, T, V, C, H) <= 0 or L < 0:
         raise IRError("llama: sizes must be positive")
+    if V < 2:
+        raise IRError(f"llama: vocab must be >= 2 (a cross-entropy over {V} class is 0), got {V}")
     scaling = _llama3_scaling(rope_scaling)
     if C % H:
         raise IRError(f"llama: width {C} is not divisible by heads {H}")
@@ -300,7 +304,7 @@ def llama(batch, seq, vocab, layers, width, heads, hidden=None, epsilon=1e-5,
     D = C // H
     if D % 2:
         raise IRError(f"llama: head dim {D} must be even for rotary embeddings")
-    F = int(hidden) if hidden else (int(2 * 4 * C / 3) + 7) // 8 * 8
+    F = int(hidden) if hidden is not None else (int(2 * 4 * C / 3) + 7) // 8 * 8
     if F <= 0:
         raise IRError("llama: hidden size must be positive")
     _check_attention(attention, 0.0, "llama")
@@ -389,8 +393,10 @@ def llama_from_hf_config(config, batch, seq, layers=None, checkpoints=True,
         raise IRError(f"{where} lacks {', '.join(missing)}")
     archs = config.get("architectures") or ["LlamaForCausalLM"]
     if config.get("model_type", "llama") != "llama" or archs != ["LlamaForCausalLM"]:
-        raise IRError(f"{where}: model_type {config.get('model_type')!r} / architectures "
-                      f"{archs} is not a LlamaForCausalLM")
+        said = [f"model_type {config['model_type']!r}"] if "model_type" in config else []
+        if config.get("architectures"):
+            said.append(f"architectures {config['architectures']}")
+        raise IRError(f"{where}: {' / '.join(said)} is not a LlamaForCausalLM")
     unsupported = [
         ("hidden_act", config.get("hidden_act", "silu") != "silu"),
         ("attention_bias", bool(config.get("attention_bias", False))),

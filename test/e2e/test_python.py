@@ -83,6 +83,28 @@ def test_builder_rejects_bad_shapes():
     assert ir.symbol_ref("0.weight") == '@"0.weight"'
 
 
+@pytest.mark.parametrize("build,message", [
+    (lambda m, f: m.param("w", [3, 0], init="zeros"), "dimensions must be positive"),
+    (lambda m, f: f.arg("x", [0, 5]), "dimensions must be positive"),
+    (lambda m, f: m.param("w", [3, 5], init="normal", scale=-0.1),
+     "needs a positive finite scale"),
+    (lambda m, f: m.param("fc w", [3, 5], init="zeros"), "no whitespace"),
+    (lambda m, f: f.arg("the x", [2, 5]), "no whitespace"),
+    (lambda m, f: m.buffer("", [2], init="zeros"), "must be non-empty"),
+    (lambda m, f: f.layer_norm(f.arg("x", [2, 4]), None, None), "not a value"),
+    (lambda m, f: models.gpt(1, 4, 1, 1, 8, 2), "vocab must be >= 2"),
+    (lambda m, f: models.llama(1, 4, 8, 1, 8, 2, hidden=0), "hidden size must be positive"),
+])
+def test_builder_refuses_what_the_compiler_would(build, message):
+    """What ztrain-compile would refuse (an empty tensor, a negative
+    initializer scale, a name that cannot be a data or checkpoint key, a
+    missing operand) is an IRError when the builder is called, not a
+    compiler error later or a Python AttributeError."""
+    m = ir.Module()
+    with pytest.raises(ir.IRError, match=message):
+        build(m, m.entry())
+
+
 @pytest.mark.parametrize("name", ["mlp", "gpt", "llama"])
 def test_examples_are_current_and_parse(name, tmp_path):
     """examples/*.mlir equal what examples/regen.sh generates, and ztrain-opt

@@ -7,7 +7,7 @@ func.func @f(%x: tensor<f32>) -> tensor<f32> attributes {train.entry} {
 
 // -----
 
-// expected-error @+1 {{parameter name 'my weight' must be non-empty and contain no whitespace or control characters}}
+// expected-error @+1 {{'train.param' op name 'my weight' must be non-empty and contain no whitespace or control characters}}
 train.param @"my weight" : tensor<f32> init(ones)
 func.func @f(%x: tensor<f32>) -> tensor<f32> attributes {train.entry, train.step} {
   return %x : tensor<f32>

@@ -64,10 +64,14 @@ LogicalResult TrainDialect::verifyRegionArgAttribute(Operation *op,
     return unknownAttribute(op->emitOpError()
                                 << "argument #" << argIndex << ": ",
                             attr.getName().getValue(), kArgAttrs);
-  if (!isa<StringAttr>(attr.getValue()))
+  auto name = dyn_cast<StringAttr>(attr.getValue());
+  if (!name)
     return op->emitOpError() << "argument #" << argIndex << ": '"
                              << kInputNameAttr << "' is a string (the input's "
                                                   "name in data files)";
+  if (std::string problem = nameProblem(name.getValue()); !problem.empty())
+    return op->emitOpError() << "argument #" << argIndex << ": input name '"
+                             << name.getValue() << "' " << problem;
   return success();
 }
 

@@ -80,6 +80,14 @@ LogicalResult ztrain::train::verifyTensorShapes(Operation *op) {
   return success();
 }
 
+std::string ztrain::train::nameProblem(StringRef name) {
+  if (!name.empty() &&
+      llvm::none_of(name, [](char c) { return c <= ' ' || c == 127; }))
+    return "";
+  return "must be non-empty and contain no whitespace or control characters "
+         "(it becomes a checkpoint / data key)";
+}
+
 /// The candidate closest to `name` by edit distance, when it is close
 /// enough to be a likely misspelling; empty otherwise.
 static StringRef nearestName(StringRef name, ArrayRef<StringRef> candidates) {

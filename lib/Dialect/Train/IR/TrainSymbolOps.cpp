@@ -44,6 +44,8 @@ static FailureOr<OpT> verifySymbol(Operation *op,
 //===----------------------------------------------------------------------===//
 
 LogicalResult ParamOp::verify() {
+  if (std::string problem = nameProblem(getSymName()); !problem.empty())
+    return emitOpError() << "name '" << getSymName() << "' " << problem;
   Type elem = getTensorType().getElementType();
   if (!elem.isF32() && !elem.isBF16() && !elem.isF16())
     return emitOpError() << "element type must be f32, bf16 or f16, got "
@@ -74,6 +76,8 @@ LogicalResult ParamOp::verify() {
 }
 
 LogicalResult BufferOp::verify() {
+  if (std::string problem = nameProblem(getSymName()); !problem.empty())
+    return emitOpError() << "name '" << getSymName() << "' " << problem;
   Type elem = getTensorType().getElementType();
   if (!elem.isF32() && !elem.isInteger(32))
     return emitOpError() << "element type must be f32 or i32, got " << elem;

@@ -36,6 +36,11 @@ bool isAlwaysF32(mlir::Value v);
 /// size that overflows int64), or "" when nothing is.
 std::string shapeProblem(mlir::RankedTensorType type);
 
+/// What is wrong with the name of a parameter, state, buffer or input (it
+/// becomes a key of data files and checkpoints): "" when nothing is, else
+/// "must be non-empty and contain no whitespace or control characters".
+std::string nameProblem(llvm::StringRef name);
+
 /// The element count of a static shape, or nullopt when it overflows
 /// int64 (also counting `elementBytes` bytes per element).
 std::optional<int64_t> checkedElementCount(llvm::ArrayRef<int64_t> shape,
