@@ -413,10 +413,32 @@ void saveCheckpoint(ztrt_ctx &ctx, const Descriptor &desc,
         steps.push_back({step, path});
     }
     std::sort(steps.begin(), steps.end());
+    // Checkpoints past this step are a run's this one was resumed from an
+    // earlier step of (a rollback): they are not this run's newest, so
+    // they neither count against `keep` nor go; each is replaced when this
+    // run saves its step.
+    std::vector<std::pair<int64_t, std::string>> ahead;
+    while (!steps.empty() && steps.back().first > progress.step) {
+      ahead.insert(ahead.begin(), steps.back());
+      steps.pop_back();
+    }
     if (keep > 0)
       for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i)
         if (steps[i].second != finalDir)
           removeOrDie(steps[i].second, what);
+    static bool warned = false;
+    if (keep > 0 && !ahead.empty() && !warned) {
+      warned = true;
+      std::string names;
+      for (const auto &[step, path] : ahead)
+        names += (names.empty() ? "" : ", ") + checkpointTag(step);
+      warning("--keep-checkpoints: %s in '%s' %s past this run's step %lld "
+              "(a run it was rolled back from): kept, and not counted, "
+              "until this run saves %s",
+              names.c_str(), root.c_str(), ahead.size() == 1 ? "is" : "are",
+              static_cast<long long>(progress.step),
+              ahead.size() == 1 ? "that step" : "those steps");
+    }
     syncDirectory(root);
   }
   // No rank runs ahead (or exits) before the checkpoint is committed.

@@ -322,3 +322,31 @@ def test_consolidate_to_hugging_face_shards(build, tmp_path):
     assert p.returncode == 0, p.stderr
     assert sorted(f.name for f in (tmp_path / "hf5").glob("model-*.safetensors")) == [
         "model-00001-of-00001.safetensors"]
+
+
+def test_keep_checkpoints_after_a_rollback_keeps_the_live_runs(build, tmp_path):
+    """A run resumed from an earlier step of its directory (a rollback, e.g.
+    past a loss spike) saves into the same directory: --keep-checkpoints K
+    keeps the newest K of the live run, and the checkpoints of the run it
+    rolled back from (steps past its own) are neither counted nor deleted,
+    but replaced as the live run saves those steps, with one warning."""
+    _, exes = build
+    exe, root = exes[2], tmp_path / "ck"
+    mpirun(2, [exe, "--steps", 8, "--seed", 3, "--save-checkpoint", root,
+               "--checkpoint-every", 2])
+    assert sorted(os.listdir(root)) == ["global_step2", "global_step4", "global_step6",
+                                        "global_step8", "latest"]
+    # (--steps counts the steps to run from the checkpoint's.)
+    p = mpirun(2, [exe, "--steps", 2, "--seed", 3, "--resume", root / "global_step2",
+                   "--save-checkpoint", root, "--checkpoint-every", 1, "--keep-checkpoints", 2])
+    # Live: steps 3 and 4 saved (2 kept: 2 went); 6 and 8 are the abandoned run's.
+    assert sorted(os.listdir(root)) == ["global_step3", "global_step4", "global_step6",
+                                        "global_step8", "latest"]
+    assert "global_step6, global_step8 in" in p.stderr and "past this run's step 3" in p.stderr, \
+        p.stderr
+    # Continuing past them replaces them: the live run's newest 2 remain.
+    mpirun(2, [exe, "--steps", 5, "--seed", 3, "--resume", root, "--save-checkpoint", root,
+               "--checkpoint-every", 1, "--keep-checkpoints", 2])
+    assert sorted(os.listdir(root)) == ["global_step8", "global_step9", "latest"]
+    with open(root / "latest") as fh:
+        assert fh.read().strip() == "global_step9"
