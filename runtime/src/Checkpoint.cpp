@@ -140,6 +140,13 @@ std::string indexJson(const std::vector<CheckpointTensor> &tensors,
   if (progress.gradAccumSteps > 0)
     json += format("    \"grad_accum_steps\": %lld,\n",
                    static_cast<long long>(progress.gradAccumSteps));
+  if (!progress.run.empty()) {
+    json += "    \"run\": {";
+    for (size_t i = 0; i < progress.run.size(); ++i)
+      json += (i ? ", " : "") + jsonQuote(progress.run[i].first) + ": " +
+              jsonQuote(progress.run[i].second);
+    json += "},\n";
+  }
   json += "    \"descriptor\": " + jsonQuote(descriptorText) + "\n  }\n}\n";
   return json;
 }
@@ -529,6 +536,15 @@ CheckpointIndex readCheckpointIndex(const std::string &named,
   if (ztrain->find("data_order"))
     index.dataOrder = string(*ztrain, "data_order");
   index.descriptor = string(*ztrain, "descriptor");
+  if (const JsonValue *run = ztrain->find("run")) {
+    if (run->kind != JsonValue::Kind::Object)
+      bad("\"run\" is not an object");
+    for (const auto &[key, value] : run->members) {
+      if (value.kind != JsonValue::Kind::String)
+        bad(format("\"run\": \"%s\" is not a string", key.c_str()));
+      index.run.push_back({key, value.text});
+    }
+  }
   if (const JsonValue *ls = ztrain->find("loss_scaler")) {
     if (ls->kind != JsonValue::Kind::Object)
       bad("\"loss_scaler\" is not an object");

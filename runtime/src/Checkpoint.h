@@ -107,6 +107,13 @@ struct CheckpointIndex {
   /// How the run read --data ("data_format", resolved from auto: "u16";
   /// "data_order": "random" or "sequential"); empty in older indexes.
   std::string dataFormat, dataOrder;
+  /// The run-time training settings of the run (the index's "run"): its
+  /// learning-rate schedule and hyper-parameter overrides as flag and
+  /// value ("--lr-schedule" "cosine", "--weight-decay" "0.29999999999999999",
+  /// "min_lr_ratio" for --config's cos_min_ratio), which a resumed run
+  /// continues unless its own flags or --config set them. Empty in older
+  /// indexes.
+  std::vector<std::pair<std::string, std::string>> run;
 };
 
 /// Which --data file a run trained on, as far as a resume can tell without
@@ -144,6 +151,8 @@ struct CheckpointProgress {
   std::string dataFormat, dataOrder;
   /// Samples consumed by steps 1..step (CheckpointIndex::dataSamples).
   int64_t dataSamples = 0;
+  /// CheckpointIndex::run.
+  std::vector<std::pair<std::string, std::string>> run = {};
 };
 
 /// Samples one optimizer step of the checkpoint's run consumed: its ranks x

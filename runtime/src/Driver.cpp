@@ -69,7 +69,8 @@ const char kUsage[] =
     "  --resume D         continue the training saved in checkpoint D (the\n"
     "                     one D/latest names, or a global_step<N> directory);\n"
     "                     also on another number of ranks or ZeRO stage\n"
-    "                     (resharded on load)\n"
+    "                     (resharded on load); the run's --lr ...\n"
+    "                     --dampening continue unless given again\n"
     "  --nvme-path DIR    where optimizer states compiled with\n"
     "                     --offload-optimizer=nvme live: each rank swaps\n"
     "                     them through DIR/ztrain-swap-<host>-<pid>-rank<r>\n"
@@ -231,8 +232,10 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
                                           : "is not a number";
           if (!problem.empty())
             problems.push_back(kk + " (" + problem + ")");
-          else if (!has(hyperFlag(id)))
+          else if (!has(hyperFlag(id))) {
             opts.hypers[id] = d;
+            opts.trainingSet.insert(hyperFlag(id));
+          }
         };
         if (name == "lr") {
           const double d = v.getDouble();
@@ -327,6 +330,11 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
       if (kind == "WarmupDecayLR")
         s.minLr = 0.0;
       // The command line's schedule flags win, field by field.
+      for (const char *f :
+           {"--lr-schedule", "--warmup-steps", "--lr-decay-steps", "--min-lr"})
+        opts.trainingSet.insert(f);
+      if (maxLr)
+        opts.trainingSet.insert("--lr");
       if (!has("--lr-schedule"))
         opts.lr.kind = s.kind;
       if (!has("--warmup-steps"))
@@ -367,8 +375,10 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
       problems.push_back(key + " (unknown)");
     }
   }
-  if (optimizerLr && !has("--lr") && !opts.lr.lr)
+  if (optimizerLr && !has("--lr") && !opts.lr.lr) {
     opts.lr.lr = optimizerLr;
+    opts.trainingSet.insert("--lr");
+  }
   if (!problems.empty()) {
     std::sort(problems.begin(), problems.end());
     std::string all;
@@ -398,6 +408,118 @@ int hyperId(const std::string &flag) {
       return id;
   return -1;
 }
+
+/// The run-time training settings a checkpoint records and a resume
+/// continues (CheckpointIndex::run).
+constexpr const char *kTrainingFlags[] = {
+    "--lr",   "--lr-schedule",   "--warmup-steps", "--min-lr",
+    "--lr-decay-steps", "--beta1", "--beta2", "--eps",
+    "--weight-decay", "--momentum", "--dampening"};
+
+/// What is wrong with a schedule whose decay would end before its warmup
+/// does (the learning rate would fall to the minimum right after the
+/// warmup), or "".
+std::string scheduleProblem(const LrSchedule &lr) {
+  if (lr.kind == LrSchedule::Kind::Constant || lr.decaySteps == 0 ||
+      lr.decaySteps > lr.warmup)
+    return "";
+  return format("flag --lr-decay-steps %lld ends the decay at or before "
+                "--warmup-steps %lld ends the warmup (the decay runs from "
+                "the end of the warmup to step T): give T > W",
+                static_cast<long long>(lr.decaySteps),
+                static_cast<long long>(lr.warmup));
+}
+
+/// The shortest decimal text that reads back as exactly `v`.
+std::string exactText(double v) {
+  for (int digits = 15; digits < 17; ++digits) {
+    std::string text = format("%.*g", digits, v);
+    if (std::strtod(text.c_str(), nullptr) == v)
+      return text;
+  }
+  return format("%.17g", v);
+}
+
+/// The run's schedule and hyper-parameter overrides as a checkpoint
+/// records them: flag, value (doubles exactly, in their shortest text).
+std::vector<std::pair<std::string, std::string>>
+trainingSettings(const LrSchedule &lr,
+                 const std::array<std::optional<double>, ZTRT_HYPER_COUNT>
+                     &hypers) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (lr.lr)
+    out.push_back({"--lr", exactText(*lr.lr)});
+  out.push_back({"--lr-schedule", LrSchedule::kindName(lr.kind)});
+  out.push_back({"--warmup-steps",
+                 format("%lld", static_cast<long long>(lr.warmup))});
+  out.push_back({"--min-lr", exactText(lr.minLr)});
+  if (lr.minLrRatio)
+    out.push_back({"min_lr_ratio", exactText(*lr.minLrRatio)});
+  if (lr.kind != LrSchedule::Kind::Constant)
+    out.push_back({"--lr-decay-steps",
+                   format("%lld", static_cast<long long>(lr.decaySteps))});
+  for (int id = 0; id < ZTRT_HYPER_COUNT; ++id)
+    if (hypers[id])
+      out.push_back({hyperFlag(id), exactText(*hypers[id])});
+  return out;
+}
+
+/// Takes the checkpoint's recorded settings for every flag this run did
+/// not set itself (field by field); returns the ones that differ from the
+/// defaults, as "--flag value" text for the note. A value that does not
+/// parse (a damaged index) is fatal.
+std::string continueTrainingSettings(
+    const std::vector<std::pair<std::string, std::string>> &recorded,
+    Options &opts, const std::string &checkpoint) {
+  const Options defaults;
+  std::string restored;
+  auto number = [&](const std::string &flag, const std::string &text) {
+    char *end = nullptr;
+    errno = 0;
+    double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
+      fatal("--resume '%s': the checkpoint's %s '%s' is not a number",
+            checkpoint.c_str(), flag.c_str(), text.c_str());
+    return v;
+  };
+  for (const auto &[flag, text] : recorded) {
+    const bool ratio = flag == "min_lr_ratio";
+    if (opts.trainingSet.count(ratio ? "--min-lr" : flag))
+      continue;
+    bool changed = true;
+    if (flag == "--lr") {
+      opts.lr.lr = number(flag, text);
+    } else if (flag == "--lr-schedule") {
+      if (!LrSchedule::parseKind(text, opts.lr.kind))
+        fatal("--resume '%s': the checkpoint's --lr-schedule '%s' is not a "
+              "schedule",
+              checkpoint.c_str(), text.c_str());
+      changed = opts.lr.kind != defaults.lr.kind;
+    } else if (flag == "--warmup-steps" || flag == "--lr-decay-steps") {
+      const double v = number(flag, text);
+      if (v < 0 || v != std::floor(v))
+        fatal("--resume '%s': the checkpoint's %s '%s' is not a step count",
+              checkpoint.c_str(), flag.c_str(), text.c_str());
+      (flag == "--warmup-steps" ? opts.lr.warmup : opts.lr.decaySteps) =
+          static_cast<int64_t>(v);
+      changed = v != 0;
+    } else if (flag == "--min-lr") {
+      opts.lr.minLr = number(flag, text);
+      changed = opts.lr.minLr != defaults.lr.minLr;
+    } else if (ratio) {
+      opts.lr.minLrRatio = number(flag, text);
+    } else if (int id = hyperId(flag); id >= 0) {
+      opts.hypers[id] = number(flag, text);
+    } else {
+      continue; // a setting of a newer runtime: nothing to continue here
+    }
+    if (changed)
+      restored += (restored.empty() ? "" : " ") +
+                  (ratio ? std::string("cos_min_ratio") : flag) + " " + text;
+  }
+  return restored;
+}
+
 
 int64_t parseInteger(const std::string &flag, const std::string &value,
                      int64_t min) {
@@ -1333,10 +1455,15 @@ Options parseOptions(int argc, char **argv, int rank) {
       opts.threads = static_cast<int>(
           std::min<int64_t>(parseInteger(flag, value, 1), 1 << 16));
   }
+  for (const char *f : kTrainingFlags)
+    if (given.count(f))
+      opts.trainingSet.insert(f);
   if (!configPath.empty()) {
     applyRunConfig(configPath, given, opts);
     opts.configPath = configPath;
   }
+  if (std::string problem = scheduleProblem(opts.lr); !problem.empty())
+    usageError("%s", problem.c_str());
   if (opts.lr.kind == LrSchedule::Kind::Constant &&
       (minLrGiven || opts.lr.decaySteps > 0))
     usageError("flag %s shapes a decaying schedule; with --lr-schedule="
@@ -1512,6 +1639,19 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
     if (rank != 0)
       resumed = readCheckpointIndex(opts.resume, "--resume");
     opts.seed = resumed.seed;
+    // The schedule and hyper-parameters continue as the run set them,
+    // except where this run's flags (or --config) say otherwise.
+    const std::string restored =
+        continueTrainingSettings(resumed.run, opts, opts.resume);
+    if (std::string problem = scheduleProblem(opts.lr); !problem.empty())
+      fatal("--resume '%s': with the checkpoint's schedule, %s",
+            opts.resume.c_str(), problem.c_str());
+    if (rank == 0 && !restored.empty() && opts.logEvery > 0) {
+      std::printf("resuming with the checkpoint's %s (flags given here "
+                  "replace them)\n",
+                  restored.c_str());
+      std::fflush(stdout);
+    }
   }
 
   std::unique_ptr<Backend> impl = createBackend(opts.backend, *world);
@@ -1686,7 +1826,9 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
   auto checkpoint = [&](int64_t done) {
     CheckpointProgress progress{done, opts.seed, opts.data, std::nullopt,
                                 ctx.accumSteps, dataPrint, dataFormatText,
-                                dataOrderText, rowShift + done * globalBatch};
+                                dataOrderText, rowShift + done * globalBatch,
+                                trainingSettings(ctx.lrSchedule,
+                                                 ctx.hyperOverrides)};
     if (ctx.scaler)
       progress.lossScaler = ctx.scaler->state();
     saveCheckpoint(ctx, desc, descriptor, progress, opts.saveCheckpoint,

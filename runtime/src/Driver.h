@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,10 @@ struct Options {
   int64_t evalEvery = 0, evalSteps = 10;
   /// --beta1 ... --dampening, by ztrt_hyper_id (empty: the compiled value).
   std::array<std::optional<double>, ZTRT_HYPER_COUNT> hypers;
+  /// The schedule and hyper-parameter flags (--lr ... --dampening) this
+  /// run's command line or --config set: a resumed run takes the others
+  /// from its checkpoint.
+  std::set<std::string> trainingSet;
   /// What --config says the build is (checked against the descriptor):
   /// optimizer ("sgd", "adam", "adamw"), gradient clipping, 16-bit
   /// precision ("bf16", "fp16", "fp32") and micro-batch; empty when it

@@ -84,6 +84,8 @@ def test_skipped_steps_do_not_advance_the_schedule(tmp_path):
     (["--min-lr", "1e-4"], "flag --min-lr shapes a decaying schedule; with --lr-schedule=constant it has no effect"),
     (["--lr", "-1"], "flag --lr: '-1' is not a finite number >= 0"),
     (["--lr-schedule", "cosine", "--min-lr", "1"], "--min-lr 1 exceeds the learning rate 0.001"),
+    (["--lr-schedule", "cosine", "--warmup-steps", "10", "--lr-decay-steps", "5"],
+     "flag --lr-decay-steps 5 ends the decay at or before --warmup-steps 10 ends the warmup"),
 ])
 def test_bad_schedule_flags(flags, message, tmp_path):
     exe = e2e_util.compile_text(spec().to_mlir(), str(tmp_path),
@@ -92,3 +94,41 @@ def test_bad_schedule_flags(flags, message, tmp_path):
     assert p.returncode != 0
     lines = [l for l in p.stderr.splitlines() if l.strip()]
     assert len(lines) == 1 and message in lines[0], p.stderr
+
+
+def test_resume_continues_the_schedule_and_hyperparameters(tmp_path):
+    """The run-time schedule and hyper-parameter flags are the run's, not the
+    command line's: a checkpoint records them, and a run resumed without
+    them continues them (bitwise the straight run, and the report says
+    so), as DeepSpeed restores its scheduler; a flag given at the resume
+    replaces the recorded value, field by field."""
+    m = spec()
+    exe = e2e_util.compile_text(m.to_mlir(), str(tmp_path),
+                                parity.OptimizerConfig("adamw", lr=1e-3), name="m")
+    run = ["--lr", "2e-3", "--lr-schedule", "cosine", "--warmup-steps", "2",
+           "--lr-decay-steps", "12", "--min-lr", "1e-4", "--weight-decay", "0.3",
+           "--beta2", "0.99"]
+    straight = tmp_path / "straight.safetensors"
+    parity.run_exe(exe, steps=8, seed=4, save=str(straight), extra=run)
+    ck = tmp_path / "ck"
+    parity.run_exe(exe, steps=3, seed=4, extra=run + ["--save-checkpoint", str(ck)])
+    resumed, report = tmp_path / "resumed.safetensors", tmp_path / "r.json"
+    p = parity.run_exe(exe, steps=5, save=str(resumed), report=str(report), log_every=1,
+                       extra=["--resume", str(ck)])
+    assert resumed.read_bytes() == straight.read_bytes()
+    assert ("resuming with the checkpoint's --lr 0.002 --lr-schedule cosine --warmup-steps 2 "
+            "--min-lr 0.0001 --lr-decay-steps 12 --beta2 0.99 --weight-decay 0.3") in p.stdout, \
+        p.stdout
+    r = parity.read_report(str(report))
+    assert r["hyperparameters"]["weight-decay"] == 0.3 and r["hyperparameters"]["beta2"] == 0.99
+    want = parity.lr_schedule(2e-3, "cosine", warmup=2, min_lr=1e-4, decay_steps=12)
+    got = {s["step"]: s["lr"] for s in r["steps"]}
+    # The resumed steps' learning rates are the schedule's (1e-12: the
+    # formula in Python against the runtime's doubles).
+    for t in range(4, 9):
+        assert math.isclose(got[t], want(t), rel_tol=1e-12), (t, got[t], want(t))
+    # A flag given at the resume wins over the checkpoint's value.
+    report2 = tmp_path / "r2.json"
+    parity.run_exe(exe, steps=1, report=str(report2),
+                   extra=["--resume", str(ck), "--weight-decay", "0.05"])
+    assert parity.read_report(str(report2))["hyperparameters"]["weight-decay"] == 0.05
