@@ -25,6 +25,7 @@
 #include <mpi.h>
 #include <mutex>
 #include <thread>
+#include <unistd.h>
 
 namespace ztrt {
 
@@ -318,9 +319,15 @@ void noteCollective(const char *kind, int64_t elems) {
 void startCollectiveWatchdog(double timeoutSeconds,
                              const std::atomic<int64_t> *step) {
   watchedStep.store(step);
-  if (!(timeoutSeconds > 0.0) && watchComm == MPI_COMM_NULL)
+  if (!(timeoutSeconds > 0.0) && watchComm == MPI_COMM_NULL &&
+      !launchedByMpi())
     return;
-  std::thread([timeoutSeconds] {
+  // The launcher that started this rank (mpirun's daemon, slurmstepd):
+  // when it is gone (killed with SIGKILL, by the OOM killer) the job is
+  // over, but nothing tells the ranks, which would go on training and
+  // writing checkpoints after the launcher's caller has seen it end.
+  const pid_t launcher = launchedByMpi() ? ::getppid() : 0;
+  std::thread([timeoutSeconds, launcher] {
     // Without a timeout the thread still answers queries and notices.
     const int64_t limit = timeoutSeconds > 0.0
                               ? static_cast<int64_t>(timeoutSeconds * 1e9)
@@ -330,6 +337,12 @@ void startCollectiveWatchdog(double timeoutSeconds,
       std::unique_lock<std::recursive_mutex> lock(watchMutex);
       if (watchStopped)
         return;
+      if (launcher > 1 && ::getppid() != launcher)
+        endWithoutLauncher("the launcher that started this rank (process "
+                           "%d) is gone: ending the rank in %s, as the job "
+                           "is over",
+                           static_cast<int>(launcher),
+                           stepText(currentState().step).c_str());
       if (watchComm != MPI_COMM_NULL)
         answerQueries();
       int64_t since = blockedSinceNs.load();

@@ -267,6 +267,20 @@ extern "C" void onTerminate(int sig) {
 
 void notePeerReported() { peerReported.store(true); }
 
+void endWithoutLauncher(const char *fmt, ...) {
+  // stderr is likely a pipe to the launcher that is gone: the line is then
+  // lost, and must not end the process by SIGPIPE before the cleanup.
+  std::signal(SIGPIPE, SIG_IGN);
+  va_list args;
+  va_start(args, fmt);
+  printLine("error", fmt, args);
+  va_end(args);
+  peerReported.store(true); // said why: the handler adds no line
+  std::raise(SIGTERM);
+  // A SIGTERM this process ignores or blocks (not ztrain's own setup).
+  std::_Exit(128 + SIGTERM);
+}
+
 void reportTermination(const std::atomic<int64_t> *step) {
   terminationStep = step;
   struct sigaction action {};

@@ -49,6 +49,13 @@ void reportTermination(const std::atomic<int64_t> *step);
 /// launcher's SIGTERM then ends this one without a line.
 void notePeerReported();
 
+/// Prints `ztrain: error: [rank r] <message>` and ends the process as
+/// SIGTERM does (its temporary files removed, the status naming the
+/// signal), without MPI: for a rank whose launcher is gone, which nothing
+/// else would stop.
+[[noreturn]] void endWithoutLauncher(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+
 /// printf into a std::string.
 std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -131,3 +131,48 @@ def test_killed_saves_always_leave_a_resumable_checkpoint(exe, tmp_path):
             f"kill {kill} ({kind}): resuming from step {resumed_from} is not bitwise the straight run"
     assert killed_in_run >= KILLS, (killed_in_run, kill, per_step)
     assert min(kinds.values()) >= KILLS // 4, kinds
+
+
+def _alive(pid):
+    """Running (not gone, not a zombie waiting for init to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_ranks_end_when_their_launcher_is_killed(exe, tmp_path):
+    """SIGKILL of mpirun (the OOM killer, `kill -9`): nothing tells the ranks,
+    which would go on training and writing checkpoints after the launcher's
+    caller saw the job end (and a retry started beside them). Each rank's
+    watchdog notices its launcher gone (its parent changed) and ends the
+    rank within a second: after that, `latest` no longer moves. The ranks
+    print nothing here (--log-every 0), so no write to the dead launcher's
+    pipe ends them first."""
+    root = tmp_path / "ck"
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    job = subprocess.Popen(
+        [shutil.which("mpirun"), "--oversubscribe", "-np", "2", str(exe), "--steps", "100000",
+         "--threads", "1", "--log-every", "0", "--save-checkpoint", str(root),
+         "--checkpoint-every", "1", "--keep-checkpoints", "2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (root / "latest").exists():
+            assert job.poll() is None and time.monotonic() < deadline, "no checkpoint was saved"
+            time.sleep(0.01)
+        ranks = children(job.pid)
+        assert len(ranks) == 2, ranks
+        sigkill(job.pid)
+        job.wait()
+        killed = time.monotonic()
+        while any(_alive(r) for r in ranks):
+            assert time.monotonic() - killed < 10, "the ranks outlived their launcher by 10 s"
+            time.sleep(0.01)
+        # (The watchdog looks every 0.1 s; 10 s allows a loaded CI machine.)
+        step = latest_step(root)
+        time.sleep(0.5)
+        assert latest_step(root) == step
+    finally:
+        sigkill(job.pid, group=True)
