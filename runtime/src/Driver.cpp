@@ -1469,6 +1469,11 @@ Options parseOptions(int argc, char **argv, int rank) {
     usageError("flag %s shapes a decaying schedule; with --lr-schedule="
                "constant it has no effect (add --lr-schedule=cosine or linear)",
                minLrGiven ? "--min-lr" : "--lr-decay-steps");
+  if (opts.data.empty() &&
+      (given.count("--data-format") || given.count("--data-order")))
+    usageError("flag %s says how --data is read; without --data FILE (the "
+               "inputs are then synthetic) it has no effect",
+               given.count("--data-format") ? "--data-format" : "--data-order");
   if (opts.evalData.empty() &&
       (given.count("--eval-every") || given.count("--eval-steps")))
     usageError("flag %s needs --eval-data FILE",

@@ -133,6 +133,10 @@ def test_refusals(tmp_path):
     assert "compiled without evaluation" in lines[0], lines
     p = e2e_util.run([exe, "--steps", 1, "--eval-every", "2"])
     assert p.returncode == 2 and "--eval-every needs --eval-data FILE" in p.stderr, p.stderr
+    # How --data is read, without --data (synthetic inputs): the same.
+    for flag, value in (("--data-format", "text"), ("--data-order", "sequential")):
+        p = e2e_util.run([exe, "--steps", 1, flag, value])
+        assert p.returncode == 2 and f"flag {flag} says how --data is read" in p.stderr, p.stderr
     # Sampling's knobs without a prompt: refused the same way.
     for flag in ("--temperature", "--top-k", "--sample-tokens"):
         p = e2e_util.run([exe, "--steps", 1, flag, "5"])

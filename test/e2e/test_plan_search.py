@@ -111,14 +111,15 @@ def test_precision_auto_lets_the_search_choose_bf16(tmp_path):
     save = tmp_path / "w.safetensors"
     e2e_util.mpirun(2, [exe, "--steps", "1", "--threads", "1", "--save", save])
     assert '"dtype":"BF16"' in save.read_bytes()[:65536].decode("latin1").replace(" ", "")
-    # Without a budget there is nothing to search: --precision=auto is a
-    # bad value there, one line.
+    # Without a budget there is nothing to search: --precision=auto is
+    # refused there, in one line that says what it needs.
     compile_ = e2e_util.require_tool("ztrain-compile")
     q = subprocess.run([compile_, str(tmp_path / "m.mlir"), "-o", str(tmp_path / "x"),
                         "--precision=auto"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, timeout=300)
     assert q.returncode == 1
-    assert q.stderr == "ztrain-compile: error: --precision=auto: expected fp32, bf16 or fp16\n"
+    assert q.stderr == ("ztrain-compile: error: --precision=auto: the plan search chooses the "
+                        "precision; it needs --memory-budget\n")
 
 
 def test_given_flags_fix_their_dimension(tmp_path):

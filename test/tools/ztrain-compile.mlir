@@ -7,6 +7,8 @@
 // RUN: ztrain-compile %s --emit=obj -o %t/step.o && test -s %t/step.o
 // RUN: ztrain-compile %s -o %t/model --optimizer=sgd --lr=0.5 --dump-ir-dir=%t/ir
 // RUN: ls %t/ir | FileCheck %s --check-prefix=DUMP
+// RUN: touch %t/afile && not ztrain-compile %s -o %t/m2 --dump-ir-dir=%t/afile 2>&1 | FileCheck %s --check-prefix=DUMPFILE
+// RUN: not test -e %t/m2
 // RUN: FileCheck %s --check-prefix=OPT < %t/ir/04-train-optimizer.mlir
 // RUN: FileCheck %s --check-prefix=EVAL < %t/ir/01-train-eval-entry.mlir
 // RUN: not %t/model --steps 4 --eval-data %t/eval.safetensors --eval-steps 2 2>&1 | FileCheck %s --check-prefix=NOFILE
@@ -17,6 +19,8 @@
 // MLIR: llvm.func @ztrain_eval(
 // LL: @ztrain_descriptor = constant
 // LL: define void @ztrain_step(ptr
+// DUMPFILE: ztrain-compile: error: --dump-ir-dir: {{.*}}afile is not a directory
+// DUMPFILE-NOT: error
 // DUMP: 00-input.mlir
 // DUMP-NEXT: 01-train-eval-entry.mlir
 // DUMP-NEXT: 02-train-autodiff.mlir

@@ -211,7 +211,10 @@ std::string checkFlagValues() {
       memoryBudget.getNumOccurrences() > 0
           ? oneOf("precision", flags::precision,
                   {"fp32", "bf16", "fp16", "auto"})
-          : oneOf("precision", flags::precision, {"fp32", "bf16", "fp16"}),
+          : flags::precision == "auto"
+              ? "precision=auto: the plan search chooses the precision; "
+                "it needs --memory-budget"
+              : oneOf("precision", flags::precision, {"fp32", "bf16", "fp16"}),
       flags::reduceDtype.empty()
           ? ""
           : oneOf("reduce-dtype", flags::reduceDtype, {"fp32", "bf16", "fp16"}),
@@ -835,7 +838,10 @@ int main(int argc, char **argv) {
   DumpAfterEachPass *dumper = nullptr;
   if (!dumpIrDir.empty()) {
     if (std::error_code ec = llvm::sys::fs::create_directories(dumpIrDir))
-      return fail("cannot create " + dumpIrDir + ": " + ec.message());
+      return fail("--dump-ir-dir: cannot create " + dumpIrDir + ": " +
+                  ec.message());
+    if (!llvm::sys::fs::is_directory(dumpIrDir))
+      return fail("--dump-ir-dir: " + dumpIrDir + " is not a directory");
     auto owned = std::make_unique<DumpAfterEachPass>(dumpIrDir);
     dumper = owned.get();
     dumper->write(*module, "input");
