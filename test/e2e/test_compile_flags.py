@@ -66,6 +66,19 @@ def compile_(model, *flags):
      "--hysteresis configures fp16's dynamic loss scaling; --precision=fp32 has none"),
     (["--precision=bf16", "--initial-scale-power=16"],
      "--initial-scale-power configures fp16's dynamic loss scaling; --precision=bf16 has none"),
+    (["--precision=fp16", "--initial-scale-power=200"],
+     "--initial-scale-power=200: expected 0 to 127 (the scale 2^power must be a finite f32)"),
+    (["--precision=fp16", "--hysteresis=0"],
+     "--hysteresis=0: expected a number of overflows >= 1"),
+    (["--precision=fp16", "--min-loss-scale=0"],
+     "--min-loss-scale=0: expected a scale > 0 and <= the initial scale 2^initial-scale-power"),
+    (["--precision=fp16", "--loss-scale-window=0"],
+     "--loss-scale-window=0: expected a number of steps >= 1"),
+    (["--reduce-dtype=fp32"],
+     "--reduce-dtype=fp32: needs --precision=bf16 or fp16 (with fp32 parameters gradients "
+     "are reduced in fp32)"),
+    (["--precision=bf16", "--reduce-dtype=fp16"],
+     "--reduce-dtype=fp16: expected fp32 or bf16 (the parameters' type) with --precision=bf16"),
 ])
 def test_a_bad_value_is_one_line_naming_the_flag(model, flags, line):
     p, out = compile_(model, *flags)

@@ -218,6 +218,42 @@ std::string checkFlagValues() {
       flags::reduceDtype.empty()
           ? ""
           : oneOf("reduce-dtype", flags::reduceDtype, {"fp32", "bf16", "fp16"}),
+      // What train-precision would refuse, as flags.
+      flags::precision == "fp16"
+          ? integer("initial-scale-power", flags::initialScalePower,
+                    flags::initialScalePower >= 0 &&
+                        flags::initialScalePower <= 127,
+                    "0 to 127 (the scale 2^power must be a finite f32)")
+          : "",
+      flags::precision == "fp16"
+          ? integer("loss-scale-window", flags::lossScaleWindow,
+                    flags::lossScaleWindow >= 1, "a number of steps >= 1")
+          : "",
+      flags::precision == "fp16"
+          ? integer("hysteresis", flags::hysteresis, flags::hysteresis >= 1,
+                    "a number of overflows >= 1")
+          : "",
+      flags::precision == "fp16"
+          ? real("min-loss-scale", flags::minLossScale,
+                 flags::minLossScale > 0 &&
+                     flags::minLossScale <=
+                         std::ldexp(1.0, static_cast<int>(std::clamp<int64_t>(
+                                             flags::initialScalePower, 0, 127))),
+                 "a scale > 0 and <= the initial scale 2^initial-scale-power")
+          : "",
+      !flags::reduceDtype.empty() && flags::precision == "fp32"
+          ? "reduce-dtype=" + flags::reduceDtype +
+                ": needs --precision=bf16 or fp16 (with fp32 parameters "
+                "gradients are reduced in fp32)"
+          : "",
+      !flags::reduceDtype.empty() &&
+              (flags::precision == "bf16" || flags::precision == "fp16") &&
+              flags::reduceDtype != flags::precision &&
+              flags::reduceDtype != "fp32"
+          ? "reduce-dtype=" + flags::reduceDtype + ": expected fp32 or " +
+                flags::precision + " (the parameters' type) with --precision=" +
+                flags::precision
+          : "",
       oneOf("optimizer", flags::optimizer, {"sgd", "adam", "adamw"}),
       oneOf("no-decay", flags::noDecay, {"1d", "none"}),
       oneOf("recompute", flags::recompute, {"none", "full", "selective"}),
