@@ -3,7 +3,8 @@
 // RUN: not ztrain-opt %s --train-precision="param=fp32 reduce=bf16" 2>&1 | FileCheck %s --check-prefix=NOLOW
 // RUN: not ztrain-opt %s --ztrain-training="reduce-dtype=bf16" 2>&1 | FileCheck %s --check-prefix=NOLOW
 // RUN: not ztrain-opt %s --ztrain-training="reduce-dtype=fp32" 2>&1 | FileCheck %s --check-prefix=NOLOW32
-// RUN: not ztrain-compile %s --reduce-dtype=fp32 -o %t.exe 2>&1 | FileCheck %s --check-prefix=NOLOW32
+// RUN: not ztrain-compile %s --reduce-dtype=fp32 -o %t.exe 2>&1 | FileCheck %s --check-prefix=NOLOW32C
+// NOLOW32C: ztrain-compile: error: --reduce-dtype=fp32: needs --precision=bf16 or fp16 (with fp32 parameters gradients are reduced in fp32)
 // RUN: not ztrain-compile %s --precision=fp8 -o %t.exe 2>&1 | FileCheck %s --check-prefix=FP8C
 // FP8C: ztrain-compile: error: --precision=fp8: expected fp32, bf16 or fp16
 // RUN: not ztrain-opt %s --train-precision="param=bf16 reduce=fp16" 2>&1 | FileCheck %s --check-prefix=MIX
@@ -32,7 +33,7 @@
 // POW: error: train-precision: initial-scale-power=128 is not in [0, 127] (the scale 2^power must be a finite f32)
 // POWNEG: error: train-precision: initial-scale-power=-1 is not in [0, 127]
 // MIN0: error: train-precision: the minimum loss scale 0 is not in (0, initial scale 65536]
-// MINBIG: error: train-precision: the minimum loss scale 32 is not in (0, initial scale 16]
+// MINBIG: ztrain-compile: error: --min-loss-scale=32: expected a scale > 0 and <= the initial scale 2^initial-scale-power
 // MINNAN: error: train-precision: the minimum loss scale nan is not in (0, initial scale 65536]
 // WIN: error: train-precision: the loss scale window 0 is not >= 1
 // HYST: error: train-precision: the loss scale hysteresis 0 is not >= 1
