@@ -34,6 +34,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cuda/DeviceUtil.cuh"
+#include "cuda/TensorCore.cuh"
 
 #include <cuda_pipeline.h>
 #include <mma.h>
@@ -43,6 +44,8 @@
 #endif
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 namespace ztrt::cuda {
@@ -401,14 +404,213 @@ __global__ void attentionForwardKernel(const T *q, const T *k, const T *v,
   writeRows<T, D>(out + head * tq * D, sh.out(warp), factor, row0, tq, lane);
 }
 
+// --- The forward with the softmax in registers (mma.sync) -------------------
+// FlashAttention-2's forward as its authors wrote it, on TensorCore.cuh's
+// mma.sync m16n8k16 and ldmatrix, whose fragment layouts are documented:
+// each warp keeps its 16 query rows (A fragments), its 16 x 64 scores and
+// its 16 x D output rows (float accumulators) in registers; a lane holds
+// two rows' (g and g + 8) columns 2t, 2t + 1 of every 8-column tile, so a
+// row's max and sum are its lane's values and two shuffles within the quad
+// of lanes that share the row, the rescale of the output rows is a
+// multiply per register, and the scores, rounded to T pairwise, are the A
+// operand of the product with the values as they are (TensorCore.cuh), with
+// no shared-memory round trip. Keys and values stream through shared
+// memory in tiles of 64 (cp.async, double-buffered), read by ldmatrix (the
+// values transposed). The arithmetic per element is the wmma kernel's
+// (scores in float, times scale, the running max and sum in float with
+// expf, the probabilities rounded to T for the product), in another order
+// within the tensor-core sums.
+
+constexpr int kMmaKeys = 64; // keys per tile
+
+template <typename T, int D> struct alignas(16) MmaForwardShared {
+  static constexpr int kTile = kMmaKeys * kTileLd<D>;
+  // Two buffers of keys, then two of values; before the loop the second
+  // value buffer holds the block's query rows.
+  alignas(16) T tiles[4 * kTile];
+  __device__ T *keys(int buffer) { return tiles + buffer * kTile; }
+  __device__ T *values(int buffer) { return tiles + (2 + buffer) * kTile; }
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kWarps * kWarp)
+attentionForwardMmaKernel(const T *q, const T *k, const T *v, T *out,
+                          float *lse, int64_t groups, int64_t tq, int64_t tk,
+                          bool causal, float scale) {
+  static_assert(kMmaKeys <= kRowsPerWarp * kWarps,
+                "the query rows fit a value buffer");
+  __shared__ MmaForwardShared<T, D> sh;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t head = blockIdx.x, kvHead = head / groups;
+  const int64_t blockRow0 = rowBlock(causal) * kBlockRows;
+  const int64_t row0 = blockRow0 + warp * kRowsPerWarp;
+  const T *qh = q + head * tq * D, *kh = k + kvHead * tk * D,
+          *vh = v + kvHead * tk * D;
+  constexpr int kLd = kTileLd<D>;
+  // ldmatrix .x4: lane l names row l % 8 of matrix l / 8.
+  const int mRow = lane % 8, mIndex = lane / 8;
+
+  const int64_t keysEnd =
+      causal && blockRow0 + kBlockRows < tk ? blockRow0 + kBlockRows : tk;
+  const int64_t tiles = (keysEnd + kMmaKeys - 1) / kMmaKeys;
+  if (tiles > 0) {
+    stageRowsAsync<T, D>(sh.keys(0), kh, 0, kMmaKeys, tk, threadIdx.x,
+                         blockDim.x);
+    stageRowsAsync<T, D>(sh.values(0), vh, 0, kMmaKeys, tk, threadIdx.x,
+                         blockDim.x);
+  }
+  __pipeline_commit();
+
+  // The block's query rows, through the second value buffer, into each
+  // warp's A fragments: matrices (rows 0-7 | 8-15) x (columns 16kk + 0-7 |
+  // 8-15) in A's register order.
+  stageRows<T, D>(sh.values(1), qh, blockRow0, kBlockRows, tq, threadIdx.x,
+                  blockDim.x);
+  __syncthreads();
+  tc::FragA qf[D / 16];
+  for (int kk = 0; kk < D / 16; ++kk)
+    tc::ldmatrixX4(qf[kk].r, sh.values(1) + (warp * kRowsPerWarp + mRow +
+                                             8 * (mIndex % 2)) *
+                                                kLd +
+                                        16 * kk + 8 * (mIndex / 2));
+  __syncthreads(); // every warp has its rows before the buffer is refilled
+
+  tc::FragC acc[D / 8];
+  for (tc::FragC &a : acc)
+    a = tc::FragC{};
+  // This lane's two rows: g (h = 0) and g + 8 (h = 1).
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  int64_t rowIndex[2] = {row0 + g, row0 + g + 8};
+
+  for (int64_t tile = 0; tile < tiles; ++tile) {
+    const int64_t j0 = tile * kMmaKeys;
+    const int buffer = static_cast<int>(tile & 1);
+    __syncthreads(); // every warp is done with tile - 1, the other buffer
+    if (tile + 1 < tiles) {
+      stageRowsAsync<T, D>(sh.keys(1 - buffer), kh, j0 + kMmaKeys, kMmaKeys,
+                           tk, threadIdx.x, blockDim.x);
+      stageRowsAsync<T, D>(sh.values(1 - buffer), vh, j0 + kMmaKeys,
+                           kMmaKeys, tk, threadIdx.x, blockDim.x);
+    }
+    __pipeline_commit();
+    __pipeline_wait_prior(1); // this thread's words of this tile
+    __syncthreads();          // and every thread's
+    const T *keysTile = sh.keys(buffer), *valuesTile = sh.values(buffer);
+
+    // Scores, 16 x 64 in float: s[j] is keys 8j .. 8j + 7. The B operand
+    // (d x key) is the key rows as they are: .x4 of (keys 8j..8j+7) x (d
+    // 16kk + 0-7, + 8-15, 16(kk+1) + 0-7, + 8-15) is b0, b1 of kk and kk+1.
+    tc::FragC s[kMmaKeys / 8];
+    for (int j = 0; j < kMmaKeys / 8; ++j) {
+      s[j] = tc::FragC{};
+      for (int kk = 0; kk < D / 16; kk += 2) {
+        uint32_t b[4];
+        tc::ldmatrixX4(b, keysTile + (8 * j + mRow) * kLd + 16 * kk +
+                              8 * mIndex);
+        tc::mma<T>(s[j], qf[kk], tc::FragB{{b[0], b[1]}}, s[j]);
+        tc::mma<T>(s[j], qf[kk + 1], tc::FragB{{b[2], b[3]}}, s[j]);
+      }
+    }
+
+    // Online softmax of the lane's two rows over the tile. Key j0 + c is
+    // visible to row i for c < visibleEnd (c < tk - j0, and when causal
+    // c <= i - j0).
+    for (int h = 0; h < 2; ++h) {
+      const int64_t qi = rowIndex[h];
+      const int64_t end = causal && qi + 1 < tk ? qi + 1 - j0 : tk - j0;
+      const int visibleEnd =
+          static_cast<int>(end < 0 ? 0 : end > kMmaKeys ? kMmaKeys : end);
+      float tileMax = -INFINITY;
+      for (int j = 0; j < kMmaKeys / 8; ++j)
+        for (int e = 0; e < 2; ++e) {
+          const int c = 8 * j + 2 * t + e;
+          float &x = s[j].r[2 * h + e];
+          x = c < visibleEnd ? x * scale : -INFINITY;
+          tileMax = fmaxf(tileMax, x);
+        }
+      tileMax = fmaxf(tileMax, __shfl_xor_sync(kFullMask, tileMax, 1));
+      tileMax = fmaxf(tileMax, __shfl_xor_sync(kFullMask, tileMax, 2));
+      const float mNew = fmaxf(m[h], tileMax);
+      // A row with no visible key yet keeps m = -inf and adds nothing.
+      const float base = mNew == -INFINITY ? 0.0f : mNew;
+      const float alpha = expf(m[h] - base);
+      float sum = 0.0f;
+      for (int j = 0; j < kMmaKeys / 8; ++j)
+        for (int e = 0; e < 2; ++e) {
+          float &x = s[j].r[2 * h + e];
+          x = expf(x - base);
+          sum += x;
+        }
+      sum += __shfl_xor_sync(kFullMask, sum, 1);
+      sum += __shfl_xor_sync(kFullMask, sum, 2);
+      l[h] = l[h] * alpha + sum;
+      m[h] = mNew;
+      for (tc::FragC &a : acc) {
+        a.r[2 * h] *= alpha;
+        a.r[2 * h + 1] *= alpha;
+      }
+    }
+
+    // out += p v: p (16 x 64 of T) from the score registers, 16 keys at a
+    // time; v (keys x d) through ldmatrix .trans: .x4 of (keys 16kk + 0-7 |
+    // 8-15) x (d 8n + 0-7 | 8(n+1) + 0-7) is b0, b1 of n and n + 1.
+    for (int kk = 0; kk < kMmaKeys / 16; ++kk) {
+      const tc::FragA pf{{tc::pack<T>(s[2 * kk].r[0], s[2 * kk].r[1]),
+                          tc::pack<T>(s[2 * kk].r[2], s[2 * kk].r[3]),
+                          tc::pack<T>(s[2 * kk + 1].r[0], s[2 * kk + 1].r[1]),
+                          tc::pack<T>(s[2 * kk + 1].r[2],
+                                      s[2 * kk + 1].r[3])}};
+      for (int n = 0; n < D / 8; n += 2) {
+        uint32_t b[4];
+        tc::ldmatrixX4Trans(b, valuesTile +
+                                   (16 * kk + 8 * (mIndex % 2) + mRow) * kLd +
+                                   8 * (n + mIndex / 2));
+        tc::mma<T>(acc[n], pf, tc::FragB{{b[0], b[1]}}, acc[n]);
+        tc::mma<T>(acc[n + 1], pf, tc::FragB{{b[2], b[3]}}, acc[n + 1]);
+      }
+    }
+  }
+  __pipeline_wait_prior(0); // (the last group is empty)
+
+  // Each row divided by its sum, rounded to T once; its log-sum-exp.
+  T *oh = out + head * tq * D;
+  for (int h = 0; h < 2; ++h) {
+    const int64_t qi = rowIndex[h];
+    if (qi >= tq)
+      continue;
+    const float inv = 1.0f / l[h];
+    for (int n = 0; n < D / 8; ++n)
+      for (int e = 0; e < 2; ++e)
+        oh[qi * D + 8 * n + 2 * t + e] = T(acc[n].r[2 * h + e] * inv);
+    if (t == 0)
+      lse[head * tq + qi] = m[h] + logf(l[h]);
+  }
+}
+
+/// The forward kernel a launch uses: the wmma one, or with
+/// ZTRT_CUDA_ATTENTION_KERNEL=mma the register-resident one (not yet
+/// measured on a GPU: docs/cuda.md). Read at every launch, so that a test
+/// can switch.
+inline bool mmaForward() {
+  const char *kind = std::getenv("ZTRT_CUDA_ATTENTION_KERNEL");
+  return kind && std::strcmp(kind, "mma") == 0;
+}
+
 template <typename T, int D>
 void launchForward(const T *q, const T *k, const T *v, T *out, float *lse,
                    int64_t heads, int64_t groups, int64_t tq, int64_t tk,
                    bool causal, float scale, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(heads),
                   static_cast<unsigned>((tq + kBlockRows - 1) / kBlockRows));
-  ZTRT_LAUNCH(grid, kWarps * kWarp, 0, stream, attentionForwardKernel<T, D>)
-  (q, k, v, out, lse, groups, tq, tk, causal, scale);
+  if (mmaForward()) {
+    ZTRT_LAUNCH(grid, kWarps * kWarp, 0, stream,
+                attentionForwardMmaKernel<T, D>)
+    (q, k, v, out, lse, groups, tq, tk, causal, scale);
+  } else {
+    ZTRT_LAUNCH(grid, kWarps * kWarp, 0, stream, attentionForwardKernel<T, D>)
+    (q, k, v, out, lse, groups, tq, tk, causal, scale);
+  }
   check(cudaGetLastError(), "attention kernel launch");
 }
 

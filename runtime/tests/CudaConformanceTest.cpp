@@ -1721,6 +1721,34 @@ TEST_F(CudaAttentionTest, TiledForwardMatchesTheCpu) {
   }
 }
 
+/// ZTRT_CUDA_ATTENTION_KERNEL for one scope (the launch reads it each time).
+struct AttentionKernelChoice {
+  explicit AttentionKernelChoice(const char *kind) {
+    setenv("ZTRT_CUDA_ATTENTION_KERNEL", kind, 1);
+  }
+  ~AttentionKernelChoice() { unsetenv("ZTRT_CUDA_ATTENTION_KERNEL"); }
+};
+
+TEST_F(CudaAttentionTest, RegisterResidentForwardMatchesTheCpu) {
+  // The mma.sync forward (softmax in registers, 64-key tiles) on the
+  // shapes of TiledForwardMatchesTheCpu, held to the same bounds (the
+  // same arithmetic per element, another order inside the tensor-core
+  // sums), and its lse under the tiled backward.
+  AttentionKernelChoice mma("mma");
+  for (const Shape &s : {Shape{3, 70, 70, 64, 1}, Shape{2, 45, 45, 32, 1},
+                         Shape{2, 33, 77, 64, 0}, Shape{2, 77, 33, 64, 0},
+                         Shape{1, 130, 130, 64, 1}, Shape{2, 16, 32, 32, 0},
+                         Shape{6, 70, 70, 64, 1, 3}, Shape{4, 33, 77, 32, 0, 2},
+                         Shape{1, 200, 200, 32, 1}}) {
+    tiledMatchesTheCpu<bf16>(*this, s, ZTRT_BF16, 8);
+    tiledMatchesTheCpu<f16>(*this, s, ZTRT_F16, 11);
+  }
+  for (const Shape &s : {Shape{3, 70, 70, 64, 1}, Shape{4, 33, 77, 32, 0, 2}}) {
+    tiledBackwardMatchesTheCpu<bf16>(*this, s, ZTRT_BF16, 8);
+    tiledBackwardMatchesTheCpu<f16>(*this, s, ZTRT_F16, 11);
+  }
+}
+
 TEST_F(CudaAttentionTest, MatchesTheCpu) {
   check({6, 37, 37, 16, 1});
   check({6, 37, 37, 16, 0});
