@@ -161,3 +161,18 @@ def test_an_interrupted_link_leaves_nothing(model, tmp_path, sig):
     assert list(out.parent.iterdir()) == []  # no executable, no temporaries
     with pytest.raises(ProcessLookupError):  # the linker was killed (and reaped)
         os.kill(linker_pid, 0)
+
+
+def test_a_key_given_twice_is_refused(model, tmp_path):
+    """JSON leaves a repeated key to the reader; json::parse keeps one of
+    them silently. A config that says a thing twice is refused, naming the
+    key's path, as the executable refuses it."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text('{"optimizer": {"type": "AdamW", "params": {"lr": 1e-3, '
+                   '"betas": [0.9, 0.99], "lr": 2e-3}}}')
+    (model[0] / "m").unlink(missing_ok=True)  # (an earlier test's output)
+    p, out = compile_(model, "--config", str(cfg))
+    assert p.returncode == 1
+    assert p.stderr == (f"ztrain-compile: error: --config '{cfg}': the key "
+                        "optimizer.params.lr appears twice\n"), p.stderr
+    assert not out.exists()

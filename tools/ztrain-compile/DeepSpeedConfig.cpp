@@ -6,6 +6,9 @@
 
 #include "DeepSpeedConfig.h"
 
+#include <set>
+#include <vector>
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Format.h"
@@ -16,6 +19,8 @@
 #include <array>
 #include <cmath>
 #include <optional>
+#include <set>
+#include <vector>
 
 using namespace llvm;
 
@@ -549,6 +554,50 @@ void Reader::optimizer(const json::Object &o) {
 
 } // namespace
 
+/// The first key of valid JSON `text` that an object has twice, as a
+/// dotted path ("optimizer.params.lr"), or "" when none does: a config
+/// that says a thing twice is a mistake (json::parse keeps one silently;
+/// the executable's reader refuses it too).
+static std::string duplicateKey(StringRef text) {
+  struct Frame {
+    bool object;
+    bool expectKey = false;
+    std::set<std::string> keys;
+    std::string key; // the member being read
+  };
+  std::vector<Frame> stack;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '{' || c == '[') {
+      stack.push_back({c == '{'});
+      stack.back().expectKey = c == '{';
+    } else if (c == '}' || c == ']') {
+      stack.pop_back();
+    } else if (c == ',') {
+      if (!stack.empty() && stack.back().object)
+        stack.back().expectKey = true;
+    } else if (c == '"') {
+      size_t j = i + 1;
+      while (j < text.size() && text[j] != '"')
+        j += text[j] == '\\' ? 2 : 1;
+      if (!stack.empty() && stack.back().object && stack.back().expectKey) {
+        Frame &f = stack.back();
+        f.key = text.slice(i + 1, j).str();
+        f.expectKey = false;
+        if (!f.keys.insert(f.key).second) {
+          std::string path;
+          for (const Frame &g : stack)
+            if (g.object)
+              path += (path.empty() ? "" : ".") + g.key;
+          return path;
+        }
+      }
+      i = j;
+    }
+  }
+  return "";
+}
+
 bool ztrain::readDeepSpeedConfig(StringRef path, DeepSpeedFlags &out,
                                  std::string &error) {
   auto buffer = MemoryBuffer::getFile(path, /*IsText=*/true);
@@ -567,6 +616,11 @@ bool ztrain::readDeepSpeedConfig(StringRef path, DeepSpeedFlags &out,
   const json::Object *object = root->getAsObject();
   if (!object) {
     error = ("--config '" + path + "': expected a JSON object").str();
+    return false;
+  }
+  if (std::string key = duplicateKey((*buffer)->getBuffer()); !key.empty()) {
+    error = ("--config '" + path + "': the key " + key + " appears twice")
+                .str();
     return false;
   }
   Reader reader(out);
