@@ -54,7 +54,7 @@
 // NONE-NOT: train.eval
 
 // TWICE: error: the module already has an evaluation function
-// LATE: error: train-eval-entry copies the forward pass: run it before train-autodiff
+// LATE: error: train-eval-entry copies the forward pass, but @{{.*}} is already differentiated: run it before train-autodiff, and the training pipeline once
 
 train.param @w : tensor<4x3xf32> init(normal, 0.2)
 train.param @b : tensor<3xf32> init(zeros)

@@ -7,7 +7,7 @@
 // HYPER: :[[@LINE+6]]:1: error: invalid adam hyperparameter: beta1 must be in [0, 1), got 1.500000e+00
 // NOGRAD: error: @f returns no gradients: run train-autodiff first
 
-// expected-error @+1 {{cannot declare optimizer state @w.exp_avg: the name is taken}}
+// expected-error @+2 {{@w.exp_avg is the name of @w's optimizer state (exp_avg): rename it}}
 train.param @w : tensor<4xf32> init(ones)
 train.param @w.exp_avg : tensor<4xf32> init(ones)
 func.func @f(%r: tensor<4xf32>) -> tensor<f32> attributes {train.entry} {

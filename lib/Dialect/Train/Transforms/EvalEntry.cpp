@@ -39,8 +39,10 @@ void TrainEvalEntryPass::runOnOperation() {
   if (!entry)
     return signalPassFailure();
   if (entry->hasAttr(kGradientsAttr) || entry->hasAttr(kStepAttr)) {
-    entry.emitError() << "train-eval-entry copies the forward pass: run it "
-                         "before train-autodiff";
+    entry.emitError() << "train-eval-entry copies the forward pass, but @"
+                      << entry.getSymName()
+                      << " is already differentiated: run it before "
+                         "train-autodiff, and the training pipeline once";
     return signalPassFailure();
   }
   if (func::FuncOp existing = getEvalFunction(module)) {

@@ -123,9 +123,11 @@ void TrainOptimizerPass::runOnOperation() {
   auto declareState = [&](ParamOp param, StringRef suffix,
                           Operation *&after) -> FailureOr<FlatSymbolRefAttr> {
     std::string name = (param.getSymName() + "." + suffix).str();
-    if (symbols.lookup(name)) {
-      param.emitError() << "cannot declare optimizer state @" << name
-                        << ": the name is taken";
+    if (Operation *taken = symbols.lookup(name)) {
+      // At the declaration that takes the name; the parameter in a note.
+      taken->emitError() << "@" << name << " is the name of @"
+                         << param.getSymName() << "'s optimizer state ("
+                         << suffix << "): rename it";
       return failure();
     }
     declBuilder.setInsertionPointAfter(after);
