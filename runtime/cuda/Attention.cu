@@ -95,10 +95,11 @@ __device__ inline int scoreColumn(int r, int half, int i) {
   return (half * 16 + i + r / 4) & (kKeys - 1);
 }
 
-/// A column bound of a tile, from an int64 position difference, clamped to
-/// [0, kKeys]: the masks are then one int compare per element.
-__device__ inline int tileColumns(int64_t v) {
-  return static_cast<int>(v < 0 ? 0 : v > kKeys ? kKeys : v);
+/// A column bound of a tile of `Width` columns, from an int64 position
+/// difference, clamped to [0, Width]: the masks are then one int compare
+/// per element.
+template <int Width = kKeys> __device__ inline int tileColumns(int64_t v) {
+  return static_cast<int>(v < 0 ? 0 : v > Width ? Width : v);
 }
 
 /// The block of 64 query rows this block takes. The grids are (heads,
@@ -424,12 +425,18 @@ __global__ void attentionForwardKernel(const T *q, const T *k, const T *v,
 constexpr int kMmaKeys = 64; // keys per tile
 
 template <typename T, int D> struct alignas(16) MmaForwardShared {
+  static_assert(D % 32 == 0, "the loops take d in pairs of 16");
   static constexpr int kTile = kMmaKeys * kTileLd<D>;
   // Two buffers of keys, then two of values; before the loop the second
-  // value buffer holds the block's query rows.
-  alignas(16) T tiles[4 * kTile];
-  __device__ T *keys(int buffer) { return tiles + buffer * kTile; }
-  __device__ T *values(int buffer) { return tiles + (2 + buffer) * kTile; }
+  // value buffer holds the block's query rows. (Bytes: T's default member
+  // initializer would make a shared T array dynamically initialized.)
+  alignas(16) unsigned char bytes[4 * kTile * sizeof(T)];
+  __device__ T *keys(int buffer) {
+    return reinterpret_cast<T *>(bytes) + buffer * kTile;
+  }
+  __device__ T *values(int buffer) {
+    return reinterpret_cast<T *>(bytes) + (2 + buffer) * kTile;
+  }
 };
 
 template <typename T, int D>
@@ -518,9 +525,8 @@ attentionForwardMmaKernel(const T *q, const T *k, const T *v, T *out,
     // c <= i - j0).
     for (int h = 0; h < 2; ++h) {
       const int64_t qi = rowIndex[h];
-      const int64_t end = causal && qi + 1 < tk ? qi + 1 - j0 : tk - j0;
-      const int visibleEnd =
-          static_cast<int>(end < 0 ? 0 : end > kMmaKeys ? kMmaKeys : end);
+      const int visibleEnd = tileColumns<kMmaKeys>(
+          causal && qi + 1 < tk ? qi + 1 - j0 : tk - j0);
       float tileMax = -INFINITY;
       for (int j = 0; j < kMmaKeys / 8; ++j)
         for (int e = 0; e < 2; ++e) {
@@ -790,6 +796,177 @@ attentionKeysKernel(const T *q, const T *k, const T *v,
   }
 }
 
+/// The keys kernel with p^T and ds^T in registers (mma.sync): per warp 16
+/// keys of one key / value head against tiles of 64 query rows, the same
+/// arithmetic per element as attentionKeysKernel (p^T = exp(scale s^T -
+/// lse), ds^T = p^T (dp^T - delta), both rounded to T for the products,
+/// float accumulators), the layouts as in attentionForwardMmaKernel: the
+/// keys' and values' rows are A fragments, the query and dout rows B
+/// operands through ldmatrix (as they are for s^T and dp^T, transposed
+/// for dv += p^T dout and dk += ds^T q).
+template <typename T, int D> struct alignas(16) MmaKeyBlockShared {
+  static_assert(D % 32 == 0, "the loops take d in pairs of 16");
+  static constexpr int kTile = kMmaKeys * kTileLd<D>;
+  // Two buffers of query rows and of dout rows; before the loop the second
+  // ones hold the block's key and value rows (bytes, as MmaForwardShared).
+  alignas(16) unsigned char bytes[4 * kTile * sizeof(T)];
+  float lse[kMmaKeys], delta[kMmaKeys];
+  __device__ T *queries(int buffer) {
+    return reinterpret_cast<T *>(bytes) + buffer * kTile;
+  }
+  __device__ T *douts(int buffer) {
+    return reinterpret_cast<T *>(bytes) + (2 + buffer) * kTile;
+  }
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kWarps * kWarp)
+attentionKeysMmaKernel(const T *q, const T *k, const T *v, const T *dout,
+                       const float *lse, const float *delta, T *dk, T *dv,
+                       int64_t groups, int64_t tq, int64_t tk, bool causal,
+                       float scale) {
+  static_assert(kMmaKeys == kBlockRows, "a key block fills a query buffer");
+  __shared__ MmaKeyBlockShared<T, D> sh;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int g = lane / 4, t = lane % 4;
+  const int mRow = lane % 8, mIndex = lane / 8;
+  constexpr int kLd = kTileLd<D>;
+  const int64_t head = blockIdx.x; // the key / value head
+  const int64_t blockKey0 = static_cast<int64_t>(blockIdx.y) * kBlockRows;
+  const int64_t key0 = blockKey0 + warp * kRowsPerWarp;
+
+  // Causal: no query before the block's first key sees it.
+  const int64_t queryBegin = causal ? blockKey0 : 0;
+  const int64_t perMember = (tq - queryBegin + kMmaKeys - 1) / kMmaKeys;
+  const int64_t tiles = groups * perMember;
+  auto stageTile = [&](int buffer, int64_t qHead, int64_t i0) {
+    stageRowsAsync<T, D>(sh.queries(buffer), q + qHead * tq * D, i0, kMmaKeys,
+                         tq, threadIdx.x, blockDim.x);
+    stageRowsAsync<T, D>(sh.douts(buffer), dout + qHead * tq * D, i0,
+                         kMmaKeys, tq, threadIdx.x, blockDim.x);
+  };
+  if (tiles > 0)
+    stageTile(0, head * groups, queryBegin);
+  __pipeline_commit();
+
+  // The block's keys and values through the second buffers into each
+  // warp's A fragments.
+  stageRows<T, D>(sh.queries(1), k + head * tk * D, blockKey0, kBlockRows, tk,
+                  threadIdx.x, blockDim.x);
+  stageRows<T, D>(sh.douts(1), v + head * tk * D, blockKey0, kBlockRows, tk,
+                  threadIdx.x, blockDim.x);
+  __syncthreads();
+  tc::FragA kf[D / 16], vf[D / 16];
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const int at = (warp * kRowsPerWarp + mRow + 8 * (mIndex % 2)) * kLd +
+                   16 * kk + 8 * (mIndex / 2);
+    tc::ldmatrixX4(kf[kk].r, sh.queries(1) + at);
+    tc::ldmatrixX4(vf[kk].r, sh.douts(1) + at);
+  }
+  __syncthreads(); // every warp has its rows before the buffers are refilled
+
+  tc::FragC dkf[D / 8], dvf[D / 8];
+  for (int n = 0; n < D / 8; ++n)
+    dkf[n] = dvf[n] = tc::FragC{};
+  // This lane's two keys: g (h = 0) and g + 8 (h = 1).
+  const int64_t keyIndex[2] = {key0 + g, key0 + g + 8};
+
+  int64_t qHead = head * groups, i0 = queryBegin; // of tile `tile`
+  for (int64_t tile = 0; tile < tiles; ++tile) {
+    const int buffer = static_cast<int>(tile & 1);
+    const bool lastOfMember = i0 + kMmaKeys >= tq;
+    __syncthreads(); // every warp is done with tile - 1, the other buffer
+    if (tile + 1 < tiles)
+      stageTile(1 - buffer, lastOfMember ? qHead + 1 : qHead,
+                lastOfMember ? queryBegin : i0 + kMmaKeys);
+    __pipeline_commit();
+    if (threadIdx.x < kMmaKeys) {
+      const int64_t i = i0 + threadIdx.x;
+      sh.lse[threadIdx.x] = i < tq ? lse[qHead * tq + i] : 0.0f;
+      sh.delta[threadIdx.x] = i < tq ? delta[qHead * tq + i] : 0.0f;
+    }
+    __pipeline_wait_prior(1); // this thread's words of this tile
+    __syncthreads();          // and every thread's
+    const T *queriesTile = sh.queries(buffer), *doutsTile = sh.douts(buffer);
+
+    // s^T = k q^T and dp^T = v dout^T: 16 keys x 64 queries, [j] the
+    // queries 8j .. 8j + 7 (B operands: the rows as they are).
+    tc::FragC st[kMmaKeys / 8], dpt[kMmaKeys / 8];
+    for (int j = 0; j < kMmaKeys / 8; ++j) {
+      st[j] = dpt[j] = tc::FragC{};
+      for (int kk = 0; kk < D / 16; kk += 2) {
+        const int at = (8 * j + mRow) * kLd + 16 * kk + 8 * mIndex;
+        uint32_t b[4];
+        tc::ldmatrixX4(b, queriesTile + at);
+        tc::mma<T>(st[j], kf[kk], tc::FragB{{b[0], b[1]}}, st[j]);
+        tc::mma<T>(st[j], kf[kk + 1], tc::FragB{{b[2], b[3]}}, st[j]);
+        tc::ldmatrixX4(b, doutsTile + at);
+        tc::mma<T>(dpt[j], vf[kk], tc::FragB{{b[0], b[1]}}, dpt[j]);
+        tc::mma<T>(dpt[j], vf[kk + 1], tc::FragB{{b[2], b[3]}}, dpt[j]);
+      }
+    }
+
+    // p^T into st, ds^T into dpt. Query i0 + c sees key `key` for c in
+    // [visibleBegin, visibleEnd) (c < tq - i0, key < tk, and when causal
+    // c >= key - i0).
+    for (int h = 0; h < 2; ++h) {
+      const int64_t key = keyIndex[h];
+      const int visibleBegin = causal ? tileColumns<kMmaKeys>(key - i0) : 0;
+      const int visibleEnd = key < tk ? tileColumns<kMmaKeys>(tq - i0) : 0;
+      for (int j = 0; j < kMmaKeys / 8; ++j)
+        for (int e = 0; e < 2; ++e) {
+          const int c = 8 * j + 2 * t + e;
+          const bool visible = c >= visibleBegin && c < visibleEnd;
+          float &p = st[j].r[2 * h + e];
+          p = visible ? expf(p * scale - sh.lse[c]) : 0.0f;
+          float &ds = dpt[j].r[2 * h + e];
+          ds = p * (ds - sh.delta[c]);
+        }
+    }
+
+    // dv += p^T dout, dk += ds^T q (scaled at the end): A from the
+    // registers, 16 queries at a time; B through ldmatrix .trans.
+    for (int kk = 0; kk < kMmaKeys / 16; ++kk) {
+      const tc::FragA pf{{tc::pack<T>(st[2 * kk].r[0], st[2 * kk].r[1]),
+                          tc::pack<T>(st[2 * kk].r[2], st[2 * kk].r[3]),
+                          tc::pack<T>(st[2 * kk + 1].r[0], st[2 * kk + 1].r[1]),
+                          tc::pack<T>(st[2 * kk + 1].r[2],
+                                      st[2 * kk + 1].r[3])}};
+      const tc::FragA dsf{
+          {tc::pack<T>(dpt[2 * kk].r[0], dpt[2 * kk].r[1]),
+           tc::pack<T>(dpt[2 * kk].r[2], dpt[2 * kk].r[3]),
+           tc::pack<T>(dpt[2 * kk + 1].r[0], dpt[2 * kk + 1].r[1]),
+           tc::pack<T>(dpt[2 * kk + 1].r[2], dpt[2 * kk + 1].r[3])}};
+      for (int n = 0; n < D / 8; n += 2) {
+        const int at = (16 * kk + 8 * (mIndex % 2) + mRow) * kLd +
+                       8 * (n + mIndex / 2);
+        uint32_t b[4];
+        tc::ldmatrixX4Trans(b, doutsTile + at);
+        tc::mma<T>(dvf[n], pf, tc::FragB{{b[0], b[1]}}, dvf[n]);
+        tc::mma<T>(dvf[n + 1], pf, tc::FragB{{b[2], b[3]}}, dvf[n + 1]);
+        tc::ldmatrixX4Trans(b, queriesTile + at);
+        tc::mma<T>(dkf[n], dsf, tc::FragB{{b[0], b[1]}}, dkf[n]);
+        tc::mma<T>(dkf[n + 1], dsf, tc::FragB{{b[2], b[3]}}, dkf[n + 1]);
+      }
+    }
+    qHead = lastOfMember ? qHead + 1 : qHead;
+    i0 = lastOfMember ? queryBegin : i0 + kMmaKeys;
+  }
+  __pipeline_wait_prior(0); // (the last group is empty)
+
+  for (int h = 0; h < 2; ++h) {
+    const int64_t key = keyIndex[h];
+    if (key >= tk)
+      continue;
+    for (int n = 0; n < D / 8; ++n)
+      for (int e = 0; e < 2; ++e) {
+        const int64_t at = (head * tk + key) * D + 8 * n + 2 * t + e;
+        dk[at] = T(dkf[n].r[2 * h + e] * scale);
+        dv[at] = T(dvf[n].r[2 * h + e] * 1.0f);
+      }
+  }
+}
+
 template <typename T, int D> struct alignas(32) QueryBlockShared {
   // Two buffers of each (the tile in use and the next one, arriving).
   alignas(32) T keys[2][kKeys * kTileLd<D>];
@@ -908,8 +1085,14 @@ void launchBackward(const T *dout, const T *q, const T *k, const T *v,
   check(cudaGetLastError(), "attention_grad kernel launch");
   const dim3 keyGrid(static_cast<unsigned>(heads / groups),
                      static_cast<unsigned>((tk + kBlockRows - 1) / kBlockRows));
-  ZTRT_LAUNCH(keyGrid, kWarps * kWarp, 0, stream, attentionKeysKernel<T, D>)
-  (q, k, v, dout, lse, delta, dk, dv, groups, tq, tk, causal, scale);
+  if (mmaForward()) {
+    ZTRT_LAUNCH(keyGrid, kWarps * kWarp, 0, stream,
+                attentionKeysMmaKernel<T, D>)
+    (q, k, v, dout, lse, delta, dk, dv, groups, tq, tk, causal, scale);
+  } else {
+    ZTRT_LAUNCH(keyGrid, kWarps * kWarp, 0, stream, attentionKeysKernel<T, D>)
+    (q, k, v, dout, lse, delta, dk, dv, groups, tq, tk, causal, scale);
+  }
   check(cudaGetLastError(), "attention_grad kernel launch");
   const dim3 queryGrid(static_cast<unsigned>(heads),
                        static_cast<unsigned>((tq + kBlockRows - 1) / kBlockRows));

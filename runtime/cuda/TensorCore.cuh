@@ -110,6 +110,12 @@ namespace ztrt::cuda::tc {
 
 namespace emu {
 
+// What each lane gathers, per instruction; the emulator's warp exchange
+// faults when lanes of a warp meet with different sizes, so the sizes tell
+// the instructions apart (lanes that diverge between an mma and an
+// ldmatrix, or between ldmatrix and ldmatrix.trans).
+constexpr int kLdmatrixBytes = 16, kLdmatrixTransBytes = 17;
+
 /// The warp's 16 x 16 A, 16 x 8 B and 16 x 8 C from each lane's registers.
 template <typename T> struct Operands {
   float a[16][16], b[16][8], c[16][8];
@@ -151,16 +157,23 @@ inline void loadMatrices(uint32_t *r, int matrices, bool trans,
     ::ztrt::cudaemu::fault("ldmatrix: lane %d's row address %p is not "
                            "16-byte aligned",
                            lane, row);
-  const unsigned char *all = ::ztrt::cudaemu::warpGather(&row, sizeof(row));
+  // Each lane contributes its row's 16 bytes, read while every lane is at
+  // the instruction (a lane that runs ahead and rewrites the rows then
+  // cannot change what a lagging lane gets, as on a GPU where the load is
+  // the warp's).
+  unsigned char mine[kLdmatrixTransBytes] = {}; // (16 bytes of data)
+  if (lane < 8 * matrices)
+    std::memcpy(mine, row, 16);
+  const unsigned char *all = ::ztrt::cudaemu::warpGather(
+      mine, trans ? kLdmatrixTransBytes : kLdmatrixBytes);
   if (!all)
     return;
   const int g = lane / 4, t = lane % 4;
   auto element = [&](int matrix, int i, int j) {
-    const void *p;
-    std::memcpy(&p, all + (8 * matrix + i) * ::ztrt::cudaemu::kGatherBytes,
-                sizeof(p));
     uint16_t v;
-    std::memcpy(&v, static_cast<const unsigned char *>(p) + 2 * j, sizeof(v));
+    std::memcpy(&v,
+                all + (8 * matrix + i) * ::ztrt::cudaemu::kGatherBytes + 2 * j,
+                sizeof(v));
     return static_cast<uint32_t>(v);
   };
   for (int m = 0; m < matrices; ++m)

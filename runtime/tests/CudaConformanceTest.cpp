@@ -1729,11 +1729,12 @@ struct AttentionKernelChoice {
   ~AttentionKernelChoice() { unsetenv("ZTRT_CUDA_ATTENTION_KERNEL"); }
 };
 
-TEST_F(CudaAttentionTest, RegisterResidentForwardMatchesTheCpu) {
-  // The mma.sync forward (softmax in registers, 64-key tiles) on the
-  // shapes of TiledForwardMatchesTheCpu, held to the same bounds (the
-  // same arithmetic per element, another order inside the tensor-core
-  // sums), and its lse under the tiled backward.
+TEST_F(CudaAttentionTest, RegisterResidentKernelsMatchTheCpu) {
+  // The mma.sync kernels (softmax in registers, 64-row tiles: the forward
+  // and the keys kernel of the backward) on the shapes of
+  // TiledForwardMatchesTheCpu and TiledBackwardMatchesTheCpu, held to the
+  // same bounds (the same arithmetic per element, another order inside
+  // the tensor-core sums).
   AttentionKernelChoice mma("mma");
   for (const Shape &s : {Shape{3, 70, 70, 64, 1}, Shape{2, 45, 45, 32, 1},
                          Shape{2, 33, 77, 64, 0}, Shape{2, 77, 33, 64, 0},
@@ -1743,7 +1744,12 @@ TEST_F(CudaAttentionTest, RegisterResidentForwardMatchesTheCpu) {
     tiledMatchesTheCpu<bf16>(*this, s, ZTRT_BF16, 8);
     tiledMatchesTheCpu<f16>(*this, s, ZTRT_F16, 11);
   }
-  for (const Shape &s : {Shape{3, 70, 70, 64, 1}, Shape{4, 33, 77, 32, 0, 2}}) {
+  for (const Shape &s : {Shape{3, 70, 70, 64, 1}, Shape{2, 45, 45, 32, 1},
+                         Shape{2, 33, 77, 64, 0}, Shape{2, 77, 33, 32, 0},
+                         Shape{1, 130, 130, 32, 1}, Shape{6, 70, 70, 64, 1, 3},
+                         Shape{4, 33, 77, 32, 0, 2},
+                         Shape{4, 45, 45, 64, 1, 4},
+                         Shape{2, 150, 150, 64, 1, 2}}) {
     tiledBackwardMatchesTheCpu<bf16>(*this, s, ZTRT_BF16, 8);
     tiledBackwardMatchesTheCpu<f16>(*this, s, ZTRT_F16, 11);
   }

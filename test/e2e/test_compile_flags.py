@@ -130,8 +130,12 @@ def test_an_interrupted_link_leaves_nothing(model, tmp_path, sig):
     """Ctrl-C (or a scheduler's SIGTERM) while the executable is being linked:
     ztrain-compile kills the linker, removes its private directory next to
     -o and dies of the signal; no partial executable, no temporary and no
-    linker left running. The linker here is a stand-in that writes part of
-    its output, records its pid and waits."""
+    linker left running. The linker here is a stand-in shaped like a
+    compiler driver running lld: the driver (its pid recorded) starts a
+    child that writes a temporary next to the output at once and renames it
+    into place 3 s later, and waits for it. Killing the driver alone would
+    leave the child to finish the executable in a directory that cannot be
+    removed while the temporary is in it."""
     import os
     import signal
     import time
@@ -142,8 +146,9 @@ def test_an_interrupted_link_leaves_nothing(model, tmp_path, sig):
         "#!/bin/sh\n"
         f"echo $$ > {pidfile}\n"
         'while [ "$1" != "-o" ]; do shift; done\n'
-        'head -c 65536 /dev/zero > "$2"\n'
-        "exec sleep 60\n")
+        'out="$2"\n'
+        '(head -c 65536 /dev/zero > "$out.lld-tmp"; sleep 3; mv "$out.lld-tmp" "$out") &\n'
+        "wait\n")
     linker.chmod(0o755)
     out = tmp_path / "out" / "m"
     out.parent.mkdir()
@@ -151,13 +156,16 @@ def test_an_interrupted_link_leaves_nothing(model, tmp_path, sig):
                          env={**os.environ, "ZTRAIN_LINKER": str(linker)},
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
-    while not pidfile.exists() or not pidfile.read_text().strip():
+    # Until the linker runs and its temporary exists.
+    while (not pidfile.exists() or not pidfile.read_text().strip()
+           or not list(out.parent.glob("*/model.lld-tmp"))):
         assert time.time() < deadline and p.poll() is None, p.communicate()
         time.sleep(0.05)
     linker_pid = int(pidfile.read_text())
     p.send_signal(getattr(signal, sig))
     p.communicate(timeout=60)
     assert p.returncode == -getattr(signal, sig)
+    time.sleep(4)  # past the child's rename, had it lived
     assert list(out.parent.iterdir()) == []  # no executable, no temporaries
     with pytest.raises(ProcessLookupError):  # the linker was killed (and reaped)
         os.kill(linker_pid, 0)

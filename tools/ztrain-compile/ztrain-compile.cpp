@@ -53,6 +53,9 @@
 #include <csignal>
 #include <cstring>
 #include <set>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -473,20 +476,46 @@ LogicalResult linkExecutable(StringRef object, StringRef exe,
   StringRef(ZTRAIN_RUNTIME_LINK_ARGS).split(extra, ';', -1, false);
   for (StringRef a : extra)
     args.push_back(a.str());
-  SmallVector<StringRef> argRefs(args.begin(), args.end());
-  std::string err;
-  bool spawnFailed = false;
-  llvm::sys::ProcessInfo child = llvm::sys::ExecuteNoWait(
-      linker, argRefs, std::nullopt, {}, 0, &err, &spawnFailed);
-  int rc = -1;
-  if (!spawnFailed) {
-    linkTemporaries.linkerPid = child.Pid;
-    rc = llvm::sys::Wait(child, std::nullopt, &err).ReturnCode;
-    linkTemporaries.linkerPid = 0;
+  // The linker (a compiler driver that runs collect2 and ld, or lld) in a
+  // process group of its own, which the signal handler kills whole: killing
+  // the driver alone would leave ld writing into the directory. The signals
+  // are blocked from before the spawn until its pid is recorded.
+  std::vector<char *> argvC;
+  for (std::string &a : args)
+    argvC.push_back(a.data());
+  argvC.push_back(nullptr);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
+  posix_spawnattr_setpgroup(&attr, 0);
+  sigset_t blocked, previous;
+  sigemptyset(&blocked);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP})
+    sigaddset(&blocked, sig);
+  sigprocmask(SIG_BLOCK, &blocked, &previous);
+  posix_spawnattr_setsigmask(&attr, &previous); // the child's: as ours was
+  pid_t pid = 0;
+  int spawnError =
+      posix_spawnp(&pid, linker.c_str(), nullptr, &attr, argvC.data(), environ);
+  posix_spawnattr_destroy(&attr);
+  if (spawnError == 0)
+    linkTemporaries.linkerPid = pid;
+  sigprocmask(SIG_SETMASK, &previous, nullptr);
+  if (spawnError != 0) {
+    llvm::errs() << "ztrain-compile: error: cannot run the linker " << linker
+                 << ": " << std::strerror(spawnError) << "\n";
+    return failure();
   }
-  if (rc != 0) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  linkTemporaries.linkerPid = 0;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     llvm::errs() << "ztrain-compile: error: linking failed (" << linker
-                 << " exited with " << rc << (err.empty() ? "" : ": ") << err
+                 << (WIFEXITED(status)
+                         ? " exited with " + std::to_string(WEXITSTATUS(status))
+                         : " was ended by signal " +
+                               std::to_string(WTERMSIG(status)))
                  << ")\n";
     return failure();
   }
@@ -494,22 +523,42 @@ LogicalResult linkExecutable(StringRef object, StringRef exe,
 }
 
 /// The executable is built in a private directory next to `-o` (the same
-/// file system, so the final rename is atomic) and nothing of it is left
-/// when the build fails or is interrupted: on SIGINT, SIGTERM or SIGHUP
-/// the linker is killed and the directory removed before the signal takes
-/// its default course. A linker left running by a signal that came before
-/// its pid was known finds the directory gone and writes nothing.
+/// file system, so the final rename is atomic; `<o>.tmp-XXXXXX`) and
+/// nothing of it is left when the build fails or is interrupted: on
+/// SIGINT, SIGTERM or SIGHUP (unless ignored from the start) the linker's
+/// process group is killed and the directory removed before the signal
+/// takes its default course.
 void LinkTemporaries::removeAll() {
-  for (const char *p : {object, executable})
-    if (p[0])
-      unlink(p);
-  if (dir[0])
-    rmdir(dir);
+  if (!dir[0])
+    return;
+  // Every file in it (the object, the executable, a linker's own
+  // temporaries), with system calls only: this runs in the signal handler.
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    alignas(8) static char entries[4096];
+    for (;;) {
+      long n = syscall(SYS_getdents64, fd, entries, sizeof(entries));
+      if (n <= 0)
+        break;
+      for (long at = 0; at < n;) {
+        // struct linux_dirent64: ino (8), off (8), reclen (2), type (1),
+        // name.
+        unsigned short length;
+        std::memcpy(&length, entries + at + 16, sizeof(length));
+        const char *name = entries + at + 19;
+        if (std::strcmp(name, ".") != 0 && std::strcmp(name, "..") != 0)
+          unlinkat(fd, name, 0);
+        at += length;
+      }
+    }
+    close(fd);
+  }
+  rmdir(dir);
 }
 
 void onLinkSignal(int sig) {
   if (pid_t pid = linkTemporaries.linkerPid; pid > 0) {
-    kill(pid, SIGKILL);
+    kill(-pid, SIGKILL); // its process group: the driver and its children
     waitpid(pid, nullptr, 0);
   }
   linkTemporaries.removeAll();
@@ -517,12 +566,29 @@ void onLinkSignal(int sig) {
   raise(sig);
 }
 
+/// The signals ignored when the process started (nohup's SIGHUP; SIGINT in
+/// a non-interactive shell's background job), read before main() and
+/// InitLLVM install handlers: they stay ignored.
+const std::set<int> ignoredAtStart = [] {
+  std::set<int> ignored;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction current = {};
+    if (sigaction(sig, nullptr, &current) == 0 && current.sa_handler == SIG_IGN)
+      ignored.insert(sig);
+  }
+  return ignored;
+}();
+
 bool LinkTemporaries::create(StringRef output, std::string &error) {
-  std::string d = (output + ".tmp." +
-                   llvm::Twine(llvm::sys::Process::getProcessId()))
-                      .str();
-  std::string o = d + "/model.o", e = d + "/model";
-  if (e.size() >= sizeof(executable)) {
+  SmallString<256> d;
+  if (std::error_code ec =
+          llvm::sys::fs::createUniqueDirectory(output + ".tmp", d)) {
+    error = "cannot write " + output.str() + ": " + ec.message();
+    return false;
+  }
+  std::string o = (d + "/model.o").str(), e = (d + "/model").str();
+  if (o.size() >= sizeof(object)) { // (the longest of the three)
+    llvm::sys::fs::remove(d);
     error = "cannot write " + output.str() + ": the path is too long";
     return false;
   }
@@ -532,12 +598,14 @@ bool LinkTemporaries::create(StringRef output, std::string &error) {
   struct sigaction action = {};
   action.sa_handler = onLinkSignal;
   sigemptyset(&action.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP})
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) // one cleanup, not two
+    sigaddset(&action.sa_mask, sig);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    if (ignoredAtStart.count(sig)) {
+      signal(sig, SIG_IGN);
+      continue;
+    }
     sigaction(sig, &action, nullptr);
-  if (std::error_code ec = llvm::sys::fs::create_directory(d, false)) {
-    dir[0] = object[0] = executable[0] = 0;
-    error = "cannot write " + output.str() + ": " + ec.message();
-    return false;
   }
   return true;
 }

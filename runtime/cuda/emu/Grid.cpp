@@ -300,7 +300,8 @@ bool releaseWarps(BlockRun &run, bool &released) {
         ready = false;
         continue;
       }
-      if (f.op != lead.op || f.mask != lead.mask) {
+      if (f.op != lead.op || f.mask != lead.mask ||
+          (f.op == WarpOp::Gather && f.param != lead.param)) {
         fault("kernel %s: lanes %u and %d of warp %u in block (%u,%u,%u) are "
               "at different warp intrinsics",
               run.config->kernel, l, first, base / kWarpSize, blockIdx.x,
