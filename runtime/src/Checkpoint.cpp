@@ -12,6 +12,7 @@
 #include "src/Support.h"
 
 #include <algorithm>
+#include <set>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -420,32 +421,39 @@ void saveCheckpoint(ztrt_ctx &ctx, const Descriptor &desc,
         steps.push_back({step, path});
     }
     std::sort(steps.begin(), steps.end());
-    // Checkpoints past this step are a run's this one was resumed from an
-    // earlier step of (a rollback): they are not this run's newest, so
-    // they neither count against `keep` nor go; each is replaced when this
-    // run saves its step.
-    std::vector<std::pair<int64_t, std::string>> ahead;
-    while (!steps.empty() && steps.back().first > progress.step) {
-      ahead.insert(ahead.begin(), steps.back());
-      steps.pop_back();
+    // The checkpoints past this run's first save when it made it are a
+    // run's this one was resumed from an earlier step of (a rollback), or
+    // started over: not this run's, they neither count against `keep` nor
+    // go, until this run saves the same step (which replaces it, above).
+    static std::set<int64_t> abandoned;
+    static bool firstSave = true;
+    if (firstSave) {
+      firstSave = false;
+      for (const auto &[step, path] : steps)
+        if (step > progress.step)
+          abandoned.insert(step);
+      if (keep > 0 && !abandoned.empty()) {
+        std::string names;
+        for (int64_t step : abandoned)
+          names += (names.empty() ? "" : ", ") + checkpointTag(step);
+        warning("--keep-checkpoints: %s in '%s' %s past this run's step "
+                "%lld (a run it was rolled back from): not counted and "
+                "not deleted (this run replaces one when it saves that "
+                "step)",
+                names.c_str(), root.c_str(),
+                abandoned.size() == 1 ? "is" : "are",
+                static_cast<long long>(progress.step));
+      }
     }
+    abandoned.erase(progress.step);
+    std::vector<std::pair<int64_t, std::string>> mine;
+    for (const auto &entry : steps)
+      if (!abandoned.count(entry.first))
+        mine.push_back(entry);
     if (keep > 0)
-      for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i)
-        if (steps[i].second != finalDir)
-          removeOrDie(steps[i].second, what);
-    static bool warned = false;
-    if (keep > 0 && !ahead.empty() && !warned) {
-      warned = true;
-      std::string names;
-      for (const auto &[step, path] : ahead)
-        names += (names.empty() ? "" : ", ") + checkpointTag(step);
-      warning("--keep-checkpoints: %s in '%s' %s past this run's step %lld "
-              "(a run it was rolled back from): kept, and not counted, "
-              "until this run saves %s",
-              names.c_str(), root.c_str(), ahead.size() == 1 ? "is" : "are",
-              static_cast<long long>(progress.step),
-              ahead.size() == 1 ? "that step" : "those steps");
-    }
+      for (size_t i = 0; i + static_cast<size_t>(keep) < mine.size(); ++i)
+        if (mine[i].second != finalDir)
+          removeOrDie(mine[i].second, what);
     syncDirectory(root);
   }
   // No rank runs ahead (or exits) before the checkpoint is committed.

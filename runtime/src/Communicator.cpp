@@ -17,6 +17,7 @@
 #include "src/Support.h"
 
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <chrono>
 #include <climits>
@@ -327,6 +328,11 @@ void startCollectiveWatchdog(double timeoutSeconds,
   // over, but nothing tells the ranks, which would go on training and
   // writing checkpoints after the launcher's caller has seen it end.
   const pid_t launcher = launchedByMpi() ? ::getppid() : 0;
+  // Output goes to the launcher through pipes: once it is gone, a write
+  // fails (EPIPE) instead of ending the rank by SIGPIPE before the check
+  // below ends it the SIGTERM way (its temporary files removed).
+  if (launcher > 1)
+    std::signal(SIGPIPE, SIG_IGN);
   std::thread([timeoutSeconds, launcher] {
     // Without a timeout the thread still answers queries and notices.
     const int64_t limit = timeoutSeconds > 0.0

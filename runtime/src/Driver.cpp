@@ -1464,7 +1464,9 @@ Options parseOptions(int argc, char **argv, int rank) {
   }
   if (std::string problem = scheduleProblem(opts.lr); !problem.empty())
     usageError("%s", problem.c_str());
-  if (opts.lr.kind == LrSchedule::Kind::Constant &&
+  // (Resumed, the schedule may be the checkpoint's: checked after it is
+  // read.)
+  if (opts.resume.empty() && opts.lr.kind == LrSchedule::Kind::Constant &&
       (minLrGiven || opts.lr.decaySteps > 0))
     usageError("flag %s shapes a decaying schedule; with --lr-schedule="
                "constant it has no effect (add --lr-schedule=cosine or linear)",
@@ -1648,9 +1650,21 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
     // except where this run's flags (or --config) say otherwise.
     const std::string restored =
         continueTrainingSettings(resumed.run, opts, opts.resume);
-    if (std::string problem = scheduleProblem(opts.lr); !problem.empty())
+    // What this command line changed must fit what it continues (a
+    // schedule the checkpoint recorded as it ran is taken as it is).
+    const bool changed = opts.trainingSet.count("--warmup-steps") ||
+                         opts.trainingSet.count("--lr-decay-steps");
+    if (std::string problem = scheduleProblem(opts.lr);
+        changed && !problem.empty())
       fatal("--resume '%s': with the checkpoint's schedule, %s",
             opts.resume.c_str(), problem.c_str());
+    for (const char *flag : {"--min-lr", "--lr-decay-steps"})
+      if (opts.lr.kind == LrSchedule::Kind::Constant &&
+          opts.trainingSet.count(flag))
+        fatal("--resume '%s': flag %s shapes a decaying schedule; the "
+              "checkpoint's and this run's --lr-schedule is constant (add "
+              "--lr-schedule=cosine or linear)",
+              opts.resume.c_str(), flag);
     if (rank == 0 && !restored.empty() && opts.logEvery > 0) {
       std::printf("resuming with the checkpoint's %s (flags given here "
                   "replace them)\n",

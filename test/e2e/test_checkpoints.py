@@ -344,9 +344,26 @@ def test_keep_checkpoints_after_a_rollback_keeps_the_live_runs(build, tmp_path):
                                         "global_step8", "latest"]
     assert "global_step6, global_step8 in" in p.stderr and "past this run's step 3" in p.stderr, \
         p.stderr
+    assert "not counted and not deleted" in p.stderr, p.stderr
     # Continuing past them replaces them: the live run's newest 2 remain.
     mpirun(2, [exe, "--steps", 5, "--seed", 3, "--resume", root, "--save-checkpoint", root,
                "--checkpoint-every", 1, "--keep-checkpoints", 2])
     assert sorted(os.listdir(root)) == ["global_step8", "global_step9", "latest"]
     with open(root / "latest") as fh:
         assert fh.read().strip() == "global_step9"
+
+
+def test_keep_checkpoints_after_a_rollback_with_another_interval(build, tmp_path):
+    """The same with save intervals that do not line up: the abandoned run's
+    checkpoints are those past the live run's step at its first save, and
+    stay uncounted while the live run passes them (one it passes without
+    saving stays; one it saves is its own)."""
+    _, exes = build
+    exe, root = exes[2], tmp_path / "ck"
+    mpirun(2, [exe, "--steps", 8, "--seed", 3, "--save-checkpoint", root,
+               "--checkpoint-every", 2])
+    # Resumed at 2, saving after steps 3, 6 and 7 (the last), keeping 2.
+    mpirun(2, [exe, "--steps", 5, "--seed", 3, "--resume", root / "global_step2",
+               "--save-checkpoint", root, "--checkpoint-every", 3, "--keep-checkpoints", 2])
+    assert sorted(os.listdir(root)) == ["global_step4", "global_step6", "global_step7",
+                                        "global_step8", "latest"]

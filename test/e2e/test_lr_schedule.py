@@ -132,3 +132,28 @@ def test_resume_continues_the_schedule_and_hyperparameters(tmp_path):
     parity.run_exe(exe, steps=1, report=str(report2),
                    extra=["--resume", str(ck), "--weight-decay", "0.05"])
     assert parity.read_report(str(report2))["hyperparameters"]["weight-decay"] == 0.05
+
+
+def test_resume_takes_one_schedule_field_and_keeps_the_rest(tmp_path):
+    """A resume that only extends the decay (--lr-decay-steps, the checkpoint's
+    schedule being cosine) is taken field by field, not refused as a decay
+    flag on a constant schedule; and a run whose decay end defaulted to its
+    last step inside the warmup resumes as it ran."""
+    m = spec()
+    exe = e2e_util.compile_text(m.to_mlir(), str(tmp_path),
+                                parity.OptimizerConfig("adamw", lr=1e-3), name="m")
+    ck = tmp_path / "ck"
+    parity.run_exe(exe, steps=3, extra=["--lr-schedule", "cosine", "--warmup-steps", "2",
+                                        "--lr-decay-steps", "10", "--save-checkpoint", str(ck)])
+    report = tmp_path / "r.json"
+    parity.run_exe(exe, steps=2, report=str(report),
+                   extra=["--resume", str(ck), "--lr-decay-steps", "20"])
+    got = {s["step"]: s["lr"] for s in parity.read_report(str(report))["steps"]}
+    want = parity.lr_schedule(1e-3, "cosine", warmup=2, decay_steps=20)
+    for t in (4, 5):  # (1e-12: the formula in Python against the runtime's doubles)
+        assert math.isclose(got[t], want(t), rel_tol=1e-12), (t, got[t], want(t))
+    ck2 = tmp_path / "ck2"
+    parity.run_exe(exe, steps=2, extra=["--lr-schedule", "cosine", "--warmup-steps", "5",
+                                        "--save-checkpoint", str(ck2)])
+    p = parity.run_exe(exe, steps=1, extra=["--resume", str(ck2)], check=False)
+    assert p.returncode == 0, p.stderr

@@ -102,8 +102,7 @@ int64_t inputBound(Value v) {
 /// The descriptor cannot carry a name with whitespace in it (a quoted
 /// symbol, a train.name string).
 bool checkName(Operation *op, StringRef what, StringRef name) {
-  if (!name.empty() &&
-      llvm::none_of(name, [](char c) { return c <= ' ' || c == 127; }))
+  if (ztrain::train::nameProblem(name).empty())
     return true;
   op->emitError() << what << " name '" << name
                   << "' must be non-empty and contain no whitespace or "

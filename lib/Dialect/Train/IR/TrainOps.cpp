@@ -81,8 +81,11 @@ LogicalResult ztrain::train::verifyTensorShapes(Operation *op) {
 }
 
 std::string ztrain::train::nameProblem(StringRef name) {
-  if (!name.empty() &&
-      llvm::none_of(name, [](char c) { return c <= ' ' || c == 127; }))
+  // (As unsigned bytes: UTF-8 names are names.)
+  if (!name.empty() && llvm::none_of(name, [](char c) {
+        const auto u = static_cast<unsigned char>(c);
+        return u <= ' ' || u == 127;
+      }))
     return "";
   return "must be non-empty and contain no whitespace or control characters "
          "(it becomes a checkpoint / data key)";

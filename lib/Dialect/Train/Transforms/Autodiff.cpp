@@ -89,11 +89,13 @@ void TrainAutodiffPass::runOnOperation() {
   // buffers, what is computed from those alone) would be dropped anyway.
   SmallVector<Operation *> forward;
   DenseSet<Value> varies;
+  // An op of another dialect counts as influenced (it might read a
+  // parameter behind a call): on the loss's path it still needs a rule.
   for (Operation &op : body.without_terminator()) {
     forward.push_back(&op);
-    if (isa<ParamReadOp>(op) || llvm::any_of(op.getOperands(), [&](Value v) {
-          return varies.contains(v);
-        }))
+    if (isa<ParamReadOp>(op) || !isa<TrainDialect>(op.getDialect()) ||
+        llvm::any_of(op.getOperands(),
+                     [&](Value v) { return varies.contains(v); }))
       varies.insert(op.getResults().begin(), op.getResults().end());
   }
   for (Operation *op : llvm::reverse(forward)) {
