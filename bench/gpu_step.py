@@ -442,14 +442,15 @@ def main(argv=None):
             rows.append(("ztrain cuda" + (" fused" if kind == "fused" else ""), ms, loss,
                          mem))
             if kind == "fused" and args.precision != "fp32":
-                # The forward with the softmax in registers (mma.sync;
-                # ZTRT_CUDA_ATTENTION_KERNEL=mma), the same executable.
+                # The attention kernels with the softmax in registers
+                # (mma.sync; ZTRT_CUDA_ATTENTION_KERNEL=mma), the same
+                # executable.
                 os.environ["ZTRT_CUDA_ATTENTION_KERNEL"] = "mma"
                 try:
                     ms, loss, mem = bench_ztrain(exe, init_path, data_path, args.steps, d)
                 finally:
                     del os.environ["ZTRT_CUDA_ATTENTION_KERNEL"]
-                rows.append(("ztrain cuda fused, mma forward", ms, loss, mem))
+                rows.append(("ztrain cuda fused, mma kernels", ms, loss, mem))
         if torch is not None:
             ms, loss, mem = bench_torch(torch, spec, init, data, args.steps, args.precision)
             rows.append((f"torch {torch.__version__}", ms, loss, mem))

@@ -594,10 +594,10 @@ attentionForwardMmaKernel(const T *q, const T *k, const T *v, T *out,
   }
 }
 
-/// The forward kernel a launch uses: the wmma one, or with
-/// ZTRT_CUDA_ATTENTION_KERNEL=mma the register-resident one (not yet
-/// measured on a GPU: docs/cuda.md). Read at every launch, so that a test
-/// can switch.
+/// The kernels a launch uses: the wmma ones, or with
+/// ZTRT_CUDA_ATTENTION_KERNEL=mma the register-resident ones (forward, keys
+/// and queries; not yet measured on a GPU: docs/cuda.md). Read at every
+/// launch, so that a test can switch.
 inline bool mmaForward() {
   const char *kind = std::getenv("ZTRT_CUDA_ATTENTION_KERNEL");
   return kind && std::strcmp(kind, "mma") == 0;
@@ -1070,6 +1070,148 @@ __global__ void attentionQueriesKernel(const T *q, const T *k, const T *v,
   writeRows<T, D>(dq + head * tq * D, stage, factor, row0, tq, lane);
 }
 
+/// The queries kernel (dq) with s, dp and ds in registers (mma.sync): per
+/// warp 16 query rows against key tiles of 64, the arithmetic per element
+/// of attentionQueriesKernel (p = exp(scale s - lse), ds = p (dp - delta),
+/// ds rounded to T for the product, float accumulators), the layouts of
+/// attentionForwardMmaKernel (the keys and values as they are for s and
+/// dp, the keys transposed for dq += ds k).
+template <typename T, int D>
+__global__ void __launch_bounds__(kWarps * kWarp)
+attentionQueriesMmaKernel(const T *q, const T *k, const T *v, const T *dout,
+                          const float *lse, const float *delta, T *dq,
+                          int64_t groups, int64_t tq, int64_t tk, bool causal,
+                          float scale) {
+  __shared__ MmaForwardShared<T, D> sh; // keys and values, two buffers each
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int g = lane / 4, t = lane % 4;
+  const int mRow = lane % 8, mIndex = lane / 8;
+  constexpr int kLd = kTileLd<D>;
+  const int64_t head = blockIdx.x, kvHead = head / groups;
+  const int64_t blockRow0 = rowBlock(causal) * kBlockRows;
+  const int64_t row0 = blockRow0 + warp * kRowsPerWarp;
+  const T *kh = k + kvHead * tk * D, *vh = v + kvHead * tk * D;
+
+  const int64_t keysEnd =
+      causal && blockRow0 + kBlockRows < tk ? blockRow0 + kBlockRows : tk;
+  const int64_t tiles = (keysEnd + kMmaKeys - 1) / kMmaKeys;
+  if (tiles > 0) {
+    stageRowsAsync<T, D>(sh.keys(0), kh, 0, kMmaKeys, tk, threadIdx.x,
+                         blockDim.x);
+    stageRowsAsync<T, D>(sh.values(0), vh, 0, kMmaKeys, tk, threadIdx.x,
+                         blockDim.x);
+  }
+  __pipeline_commit();
+
+  // The block's query and dout rows through the second buffers into each
+  // warp's A fragments.
+  stageRows<T, D>(sh.keys(1), q + head * tq * D, blockRow0, kBlockRows, tq,
+                  threadIdx.x, blockDim.x);
+  stageRows<T, D>(sh.values(1), dout + head * tq * D, blockRow0, kBlockRows,
+                  tq, threadIdx.x, blockDim.x);
+  __syncthreads();
+  tc::FragA qf[D / 16], df[D / 16];
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const int at = (warp * kRowsPerWarp + mRow + 8 * (mIndex % 2)) * kLd +
+                   16 * kk + 8 * (mIndex / 2);
+    tc::ldmatrixX4(qf[kk].r, sh.keys(1) + at);
+    tc::ldmatrixX4(df[kk].r, sh.values(1) + at);
+  }
+  __syncthreads(); // every warp has its rows before the buffers are refilled
+
+  tc::FragC dqf[D / 8];
+  for (tc::FragC &a : dqf)
+    a = tc::FragC{};
+  // This lane's two rows: g (h = 0) and g + 8 (h = 1).
+  const int64_t rowIndex[2] = {row0 + g, row0 + g + 8};
+  float rowLse[2], rowDelta[2];
+  for (int h = 0; h < 2; ++h) {
+    rowLse[h] = rowIndex[h] < tq ? lse[head * tq + rowIndex[h]] : 0.0f;
+    rowDelta[h] = rowIndex[h] < tq ? delta[head * tq + rowIndex[h]] : 0.0f;
+  }
+
+  for (int64_t tile = 0; tile < tiles; ++tile) {
+    const int64_t j0 = tile * kMmaKeys;
+    const int buffer = static_cast<int>(tile & 1);
+    __syncthreads(); // every warp is done with tile - 1, the other buffer
+    if (tile + 1 < tiles) {
+      stageRowsAsync<T, D>(sh.keys(1 - buffer), kh, j0 + kMmaKeys, kMmaKeys,
+                           tk, threadIdx.x, blockDim.x);
+      stageRowsAsync<T, D>(sh.values(1 - buffer), vh, j0 + kMmaKeys,
+                           kMmaKeys, tk, threadIdx.x, blockDim.x);
+    }
+    __pipeline_commit();
+    __pipeline_wait_prior(1); // this thread's words of this tile
+    __syncthreads();          // and every thread's
+    const T *keysTile = sh.keys(buffer), *valuesTile = sh.values(buffer);
+
+    // s = q k^T and dp = dout v^T: 16 rows x 64 keys, [j] the keys 8j ..
+    // 8j + 7.
+    tc::FragC sf[kMmaKeys / 8], dpf[kMmaKeys / 8];
+    for (int j = 0; j < kMmaKeys / 8; ++j) {
+      sf[j] = dpf[j] = tc::FragC{};
+      for (int kk = 0; kk < D / 16; kk += 2) {
+        const int at = (8 * j + mRow) * kLd + 16 * kk + 8 * mIndex;
+        uint32_t b[4];
+        tc::ldmatrixX4(b, keysTile + at);
+        tc::mma<T>(sf[j], qf[kk], tc::FragB{{b[0], b[1]}}, sf[j]);
+        tc::mma<T>(sf[j], qf[kk + 1], tc::FragB{{b[2], b[3]}}, sf[j]);
+        tc::ldmatrixX4(b, valuesTile + at);
+        tc::mma<T>(dpf[j], df[kk], tc::FragB{{b[0], b[1]}}, dpf[j]);
+        tc::mma<T>(dpf[j], df[kk + 1], tc::FragB{{b[2], b[3]}}, dpf[j]);
+      }
+    }
+
+    // ds into dpf. Key j0 + c is visible to row i for c < visibleEnd
+    // (i < tq, c < tk - j0, and when causal c <= i - j0).
+    for (int h = 0; h < 2; ++h) {
+      const int64_t qi = rowIndex[h];
+      const int visibleEnd =
+          qi < tq ? tileColumns<kMmaKeys>(causal && qi + 1 < tk ? qi + 1 - j0
+                                                                : tk - j0)
+                  : 0;
+      for (int j = 0; j < kMmaKeys / 8; ++j)
+        for (int e = 0; e < 2; ++e) {
+          const int c = 8 * j + 2 * t + e;
+          const float p = c < visibleEnd
+                              ? expf(sf[j].r[2 * h + e] * scale - rowLse[h])
+                              : 0.0f;
+          float &ds = dpf[j].r[2 * h + e];
+          ds = p * (ds - rowDelta[h]);
+        }
+    }
+
+    // dq += ds k (scaled at the end): A from the registers, 16 keys at a
+    // time; k (keys x d) through ldmatrix .trans.
+    for (int kk = 0; kk < kMmaKeys / 16; ++kk) {
+      const tc::FragA dsf{
+          {tc::pack<T>(dpf[2 * kk].r[0], dpf[2 * kk].r[1]),
+           tc::pack<T>(dpf[2 * kk].r[2], dpf[2 * kk].r[3]),
+           tc::pack<T>(dpf[2 * kk + 1].r[0], dpf[2 * kk + 1].r[1]),
+           tc::pack<T>(dpf[2 * kk + 1].r[2], dpf[2 * kk + 1].r[3])}};
+      for (int n = 0; n < D / 8; n += 2) {
+        uint32_t b[4];
+        tc::ldmatrixX4Trans(b, keysTile +
+                                   (16 * kk + 8 * (mIndex % 2) + mRow) * kLd +
+                                   8 * (n + mIndex / 2));
+        tc::mma<T>(dqf[n], dsf, tc::FragB{{b[0], b[1]}}, dqf[n]);
+        tc::mma<T>(dqf[n + 1], dsf, tc::FragB{{b[2], b[3]}}, dqf[n + 1]);
+      }
+    }
+  }
+  __pipeline_wait_prior(0); // (the last group is empty)
+
+  for (int h = 0; h < 2; ++h) {
+    const int64_t qi = rowIndex[h];
+    if (qi >= tq)
+      continue;
+    for (int n = 0; n < D / 8; ++n)
+      for (int e = 0; e < 2; ++e)
+        dq[(head * tq + qi) * D + 8 * n + 2 * t + e] =
+            T(dqf[n].r[2 * h + e] * scale);
+  }
+}
+
 template <typename T, int D>
 void launchBackward(const T *dout, const T *q, const T *k, const T *v,
                     const T *out, const float *lse, T *dq, T *dk, T *dv,
@@ -1096,8 +1238,15 @@ void launchBackward(const T *dout, const T *q, const T *k, const T *v,
   check(cudaGetLastError(), "attention_grad kernel launch");
   const dim3 queryGrid(static_cast<unsigned>(heads),
                        static_cast<unsigned>((tq + kBlockRows - 1) / kBlockRows));
-  ZTRT_LAUNCH(queryGrid, kWarps * kWarp, 0, stream, attentionQueriesKernel<T, D>)
-  (q, k, v, dout, lse, delta, dq, groups, tq, tk, causal, scale);
+  if (mmaForward()) {
+    ZTRT_LAUNCH(queryGrid, kWarps * kWarp, 0, stream,
+                attentionQueriesMmaKernel<T, D>)
+    (q, k, v, dout, lse, delta, dq, groups, tq, tk, causal, scale);
+  } else {
+    ZTRT_LAUNCH(queryGrid, kWarps * kWarp, 0, stream,
+                attentionQueriesKernel<T, D>)
+    (q, k, v, dout, lse, delta, dq, groups, tq, tk, causal, scale);
+  }
   check(cudaGetLastError(), "attention_grad kernel launch");
   release(delta, stream);
 }
