@@ -439,6 +439,75 @@ template <typename T, int D> struct alignas(16) MmaForwardShared {
   }
 };
 
+/// The A operand of a 16 x 16 product from two 16 x 8 accumulators (the
+/// columns 0-7 and 8-15 of a 16 x 16 tile), each element rounded to T:
+/// the C layout of two adjacent products is the A layout (TensorCore.cuh).
+template <typename T>
+__device__ inline tc::FragA rowsAsA(const tc::FragC &lo, const tc::FragC &hi) {
+  return tc::FragA{{tc::pack<T>(lo.r[0], lo.r[1]), tc::pack<T>(lo.r[2], lo.r[3]),
+                    tc::pack<T>(hi.r[0], hi.r[1]), tc::pack<T>(hi.r[2], hi.r[3])}};
+}
+
+/// out = a times the transpose of `tile`: a warp's 16 rows (a, 16 x D as A
+/// fragments) against the 64 staged rows of `tile` (64 x D of T, rows
+/// kTileLd<D> apart), 16 x 64 floats, out[j] the tile's rows 8j .. 8j + 7.
+/// The B operand (d x row) is the tile's rows as they are: ldmatrix .x4 of
+/// (rows 8j..8j+7) x (d 16kk + 0-7, + 8-15, 16(kk+1) + 0-7, + 8-15) is b0,
+/// b1 of kk and of kk + 1.
+template <typename T, int D>
+__device__ void mmaTimesTileT(tc::FragC (&out)[kMmaKeys / 8],
+                              const tc::FragA (&a)[D / 16], const T *tile,
+                              int lane) {
+  const int mRow = lane % 8, mIndex = lane / 8;
+  for (int j = 0; j < kMmaKeys / 8; ++j) {
+    out[j] = tc::FragC{};
+    for (int kk = 0; kk < D / 16; kk += 2) {
+      uint32_t b[4];
+      tc::ldmatrixX4(b, tile + (8 * j + mRow) * kTileLd<D> + 16 * kk +
+                            8 * mIndex);
+      tc::mma<T>(out[j], a[kk], tc::FragB{{b[0], b[1]}}, out[j]);
+      tc::mma<T>(out[j], a[kk + 1], tc::FragB{{b[2], b[3]}}, out[j]);
+    }
+  }
+}
+
+/// acc (16 x D floats, acc[n] the columns 8n .. 8n + 7) += p times `tile`:
+/// p a warp's 16 x 64 accumulators, rounded to T pairwise as the A
+/// operand, 16 columns at a time; the B operand (row x d) through
+/// ldmatrix .trans: .x4 of (rows 16kk + 0-7 | 8-15) x (d 8n + 0-7 |
+/// 8(n+1) + 0-7) is b0, b1 of n and of n + 1.
+template <typename T, int D>
+__device__ void mmaAddTimesTile(tc::FragC (&acc)[D / 8],
+                                const tc::FragC (&p)[kMmaKeys / 8],
+                                const T *tile, int lane) {
+  const int mRow = lane % 8, mIndex = lane / 8;
+  for (int kk = 0; kk < kMmaKeys / 16; ++kk) {
+    const tc::FragA pf = rowsAsA<T>(p[2 * kk], p[2 * kk + 1]);
+    for (int n = 0; n < D / 8; n += 2) {
+      uint32_t b[4];
+      tc::ldmatrixX4Trans(b, tile + (16 * kk + 8 * (mIndex % 2) + mRow) *
+                                        kTileLd<D> +
+                                 8 * (n + mIndex / 2));
+      tc::mma<T>(acc[n], pf, tc::FragB{{b[0], b[1]}}, acc[n]);
+      tc::mma<T>(acc[n + 1], pf, tc::FragB{{b[2], b[3]}}, acc[n + 1]);
+    }
+  }
+}
+
+/// A warp's 16 rows of a block's 64 staged rows (`staged`, rows
+/// kTileLd<D> apart) as A fragments: ldmatrix .x4 of (rows 0-7 | 8-15) x
+/// (columns 16kk + 0-7 | 8-15), in A's register order.
+template <typename T, int D>
+__device__ void loadRowsMma(tc::FragA (&rows)[D / 16], const T *staged,
+                            int warp, int lane) {
+  const int mRow = lane % 8, mIndex = lane / 8;
+  for (int kk = 0; kk < D / 16; ++kk)
+    tc::ldmatrixX4(rows[kk].r, staged + (warp * kRowsPerWarp + mRow +
+                                         8 * (mIndex % 2)) *
+                                            kTileLd<D> +
+                                   16 * kk + 8 * (mIndex / 2));
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(kWarps * kWarp)
 attentionForwardMmaKernel(const T *q, const T *k, const T *v, T *out,
@@ -454,9 +523,6 @@ attentionForwardMmaKernel(const T *q, const T *k, const T *v, T *out,
   const int64_t row0 = blockRow0 + warp * kRowsPerWarp;
   const T *qh = q + head * tq * D, *kh = k + kvHead * tk * D,
           *vh = v + kvHead * tk * D;
-  constexpr int kLd = kTileLd<D>;
-  // ldmatrix .x4: lane l names row l % 8 of matrix l / 8.
-  const int mRow = lane % 8, mIndex = lane / 8;
 
   const int64_t keysEnd =
       causal && blockRow0 + kBlockRows < tk ? blockRow0 + kBlockRows : tk;
@@ -476,11 +542,7 @@ attentionForwardMmaKernel(const T *q, const T *k, const T *v, T *out,
                   blockDim.x);
   __syncthreads();
   tc::FragA qf[D / 16];
-  for (int kk = 0; kk < D / 16; ++kk)
-    tc::ldmatrixX4(qf[kk].r, sh.values(1) + (warp * kRowsPerWarp + mRow +
-                                             8 * (mIndex % 2)) *
-                                                kLd +
-                                        16 * kk + 8 * (mIndex / 2));
+  loadRowsMma<T, D>(qf, sh.values(1), warp, lane);
   __syncthreads(); // every warp has its rows before the buffer is refilled
 
   tc::FragC acc[D / 8];
@@ -505,20 +567,9 @@ attentionForwardMmaKernel(const T *q, const T *k, const T *v, T *out,
     __syncthreads();          // and every thread's
     const T *keysTile = sh.keys(buffer), *valuesTile = sh.values(buffer);
 
-    // Scores, 16 x 64 in float: s[j] is keys 8j .. 8j + 7. The B operand
-    // (d x key) is the key rows as they are: .x4 of (keys 8j..8j+7) x (d
-    // 16kk + 0-7, + 8-15, 16(kk+1) + 0-7, + 8-15) is b0, b1 of kk and kk+1.
+    // Scores, 16 x 64 in float: s[j] is keys 8j .. 8j + 7.
     tc::FragC s[kMmaKeys / 8];
-    for (int j = 0; j < kMmaKeys / 8; ++j) {
-      s[j] = tc::FragC{};
-      for (int kk = 0; kk < D / 16; kk += 2) {
-        uint32_t b[4];
-        tc::ldmatrixX4(b, keysTile + (8 * j + mRow) * kLd + 16 * kk +
-                              8 * mIndex);
-        tc::mma<T>(s[j], qf[kk], tc::FragB{{b[0], b[1]}}, s[j]);
-        tc::mma<T>(s[j], qf[kk + 1], tc::FragB{{b[2], b[3]}}, s[j]);
-      }
-    }
+    mmaTimesTileT<T, D>(s, qf, keysTile, lane);
 
     // Online softmax of the lane's two rows over the tile. Key j0 + c is
     // visible to row i for c < visibleEnd (c < tk - j0, and when causal
@@ -558,24 +609,8 @@ attentionForwardMmaKernel(const T *q, const T *k, const T *v, T *out,
       }
     }
 
-    // out += p v: p (16 x 64 of T) from the score registers, 16 keys at a
-    // time; v (keys x d) through ldmatrix .trans: .x4 of (keys 16kk + 0-7 |
-    // 8-15) x (d 8n + 0-7 | 8(n+1) + 0-7) is b0, b1 of n and n + 1.
-    for (int kk = 0; kk < kMmaKeys / 16; ++kk) {
-      const tc::FragA pf{{tc::pack<T>(s[2 * kk].r[0], s[2 * kk].r[1]),
-                          tc::pack<T>(s[2 * kk].r[2], s[2 * kk].r[3]),
-                          tc::pack<T>(s[2 * kk + 1].r[0], s[2 * kk + 1].r[1]),
-                          tc::pack<T>(s[2 * kk + 1].r[2],
-                                      s[2 * kk + 1].r[3])}};
-      for (int n = 0; n < D / 8; n += 2) {
-        uint32_t b[4];
-        tc::ldmatrixX4Trans(b, valuesTile +
-                                   (16 * kk + 8 * (mIndex % 2) + mRow) * kLd +
-                                   8 * (n + mIndex / 2));
-        tc::mma<T>(acc[n], pf, tc::FragB{{b[0], b[1]}}, acc[n]);
-        tc::mma<T>(acc[n + 1], pf, tc::FragB{{b[2], b[3]}}, acc[n + 1]);
-      }
-    }
+    // out += p v (p rounded to T).
+    mmaAddTimesTile<T, D>(acc, s, valuesTile, lane);
   }
   __pipeline_wait_prior(0); // (the last group is empty)
 
@@ -829,8 +864,6 @@ attentionKeysMmaKernel(const T *q, const T *k, const T *v, const T *dout,
   __shared__ MmaKeyBlockShared<T, D> sh;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t = lane % 4;
-  const int mRow = lane % 8, mIndex = lane / 8;
-  constexpr int kLd = kTileLd<D>;
   const int64_t head = blockIdx.x; // the key / value head
   const int64_t blockKey0 = static_cast<int64_t>(blockIdx.y) * kBlockRows;
   const int64_t key0 = blockKey0 + warp * kRowsPerWarp;
@@ -857,12 +890,8 @@ attentionKeysMmaKernel(const T *q, const T *k, const T *v, const T *dout,
                   threadIdx.x, blockDim.x);
   __syncthreads();
   tc::FragA kf[D / 16], vf[D / 16];
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const int at = (warp * kRowsPerWarp + mRow + 8 * (mIndex % 2)) * kLd +
-                   16 * kk + 8 * (mIndex / 2);
-    tc::ldmatrixX4(kf[kk].r, sh.queries(1) + at);
-    tc::ldmatrixX4(vf[kk].r, sh.douts(1) + at);
-  }
+  loadRowsMma<T, D>(kf, sh.queries(1), warp, lane);
+  loadRowsMma<T, D>(vf, sh.douts(1), warp, lane);
   __syncthreads(); // every warp has its rows before the buffers are refilled
 
   tc::FragC dkf[D / 8], dvf[D / 8];
@@ -890,21 +919,10 @@ attentionKeysMmaKernel(const T *q, const T *k, const T *v, const T *dout,
     const T *queriesTile = sh.queries(buffer), *doutsTile = sh.douts(buffer);
 
     // s^T = k q^T and dp^T = v dout^T: 16 keys x 64 queries, [j] the
-    // queries 8j .. 8j + 7 (B operands: the rows as they are).
+    // queries 8j .. 8j + 7.
     tc::FragC st[kMmaKeys / 8], dpt[kMmaKeys / 8];
-    for (int j = 0; j < kMmaKeys / 8; ++j) {
-      st[j] = dpt[j] = tc::FragC{};
-      for (int kk = 0; kk < D / 16; kk += 2) {
-        const int at = (8 * j + mRow) * kLd + 16 * kk + 8 * mIndex;
-        uint32_t b[4];
-        tc::ldmatrixX4(b, queriesTile + at);
-        tc::mma<T>(st[j], kf[kk], tc::FragB{{b[0], b[1]}}, st[j]);
-        tc::mma<T>(st[j], kf[kk + 1], tc::FragB{{b[2], b[3]}}, st[j]);
-        tc::ldmatrixX4(b, doutsTile + at);
-        tc::mma<T>(dpt[j], vf[kk], tc::FragB{{b[0], b[1]}}, dpt[j]);
-        tc::mma<T>(dpt[j], vf[kk + 1], tc::FragB{{b[2], b[3]}}, dpt[j]);
-      }
-    }
+    mmaTimesTileT<T, D>(st, kf, queriesTile, lane);
+    mmaTimesTileT<T, D>(dpt, vf, doutsTile, lane);
 
     // p^T into st, ds^T into dpt. Query i0 + c sees key `key` for c in
     // [visibleBegin, visibleEnd) (c < tq - i0, key < tk, and when causal
@@ -924,31 +942,9 @@ attentionKeysMmaKernel(const T *q, const T *k, const T *v, const T *dout,
         }
     }
 
-    // dv += p^T dout, dk += ds^T q (scaled at the end): A from the
-    // registers, 16 queries at a time; B through ldmatrix .trans.
-    for (int kk = 0; kk < kMmaKeys / 16; ++kk) {
-      const tc::FragA pf{{tc::pack<T>(st[2 * kk].r[0], st[2 * kk].r[1]),
-                          tc::pack<T>(st[2 * kk].r[2], st[2 * kk].r[3]),
-                          tc::pack<T>(st[2 * kk + 1].r[0], st[2 * kk + 1].r[1]),
-                          tc::pack<T>(st[2 * kk + 1].r[2],
-                                      st[2 * kk + 1].r[3])}};
-      const tc::FragA dsf{
-          {tc::pack<T>(dpt[2 * kk].r[0], dpt[2 * kk].r[1]),
-           tc::pack<T>(dpt[2 * kk].r[2], dpt[2 * kk].r[3]),
-           tc::pack<T>(dpt[2 * kk + 1].r[0], dpt[2 * kk + 1].r[1]),
-           tc::pack<T>(dpt[2 * kk + 1].r[2], dpt[2 * kk + 1].r[3])}};
-      for (int n = 0; n < D / 8; n += 2) {
-        const int at = (16 * kk + 8 * (mIndex % 2) + mRow) * kLd +
-                       8 * (n + mIndex / 2);
-        uint32_t b[4];
-        tc::ldmatrixX4Trans(b, doutsTile + at);
-        tc::mma<T>(dvf[n], pf, tc::FragB{{b[0], b[1]}}, dvf[n]);
-        tc::mma<T>(dvf[n + 1], pf, tc::FragB{{b[2], b[3]}}, dvf[n + 1]);
-        tc::ldmatrixX4Trans(b, queriesTile + at);
-        tc::mma<T>(dkf[n], dsf, tc::FragB{{b[0], b[1]}}, dkf[n]);
-        tc::mma<T>(dkf[n + 1], dsf, tc::FragB{{b[2], b[3]}}, dkf[n + 1]);
-      }
-    }
+    // dv += p^T dout, dk += ds^T q (scaled at the end).
+    mmaAddTimesTile<T, D>(dvf, st, doutsTile, lane);
+    mmaAddTimesTile<T, D>(dkf, dpt, queriesTile, lane);
     qHead = lastOfMember ? qHead + 1 : qHead;
     i0 = lastOfMember ? queryBegin : i0 + kMmaKeys;
   }
@@ -1085,8 +1081,6 @@ attentionQueriesMmaKernel(const T *q, const T *k, const T *v, const T *dout,
   __shared__ MmaForwardShared<T, D> sh; // keys and values, two buffers each
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t = lane % 4;
-  const int mRow = lane % 8, mIndex = lane / 8;
-  constexpr int kLd = kTileLd<D>;
   const int64_t head = blockIdx.x, kvHead = head / groups;
   const int64_t blockRow0 = rowBlock(causal) * kBlockRows;
   const int64_t row0 = blockRow0 + warp * kRowsPerWarp;
@@ -1111,12 +1105,8 @@ attentionQueriesMmaKernel(const T *q, const T *k, const T *v, const T *dout,
                   tq, threadIdx.x, blockDim.x);
   __syncthreads();
   tc::FragA qf[D / 16], df[D / 16];
-  for (int kk = 0; kk < D / 16; ++kk) {
-    const int at = (warp * kRowsPerWarp + mRow + 8 * (mIndex % 2)) * kLd +
-                   16 * kk + 8 * (mIndex / 2);
-    tc::ldmatrixX4(qf[kk].r, sh.keys(1) + at);
-    tc::ldmatrixX4(df[kk].r, sh.values(1) + at);
-  }
+  loadRowsMma<T, D>(qf, sh.keys(1), warp, lane);
+  loadRowsMma<T, D>(df, sh.values(1), warp, lane);
   __syncthreads(); // every warp has its rows before the buffers are refilled
 
   tc::FragC dqf[D / 8];
@@ -1148,19 +1138,8 @@ attentionQueriesMmaKernel(const T *q, const T *k, const T *v, const T *dout,
     // s = q k^T and dp = dout v^T: 16 rows x 64 keys, [j] the keys 8j ..
     // 8j + 7.
     tc::FragC sf[kMmaKeys / 8], dpf[kMmaKeys / 8];
-    for (int j = 0; j < kMmaKeys / 8; ++j) {
-      sf[j] = dpf[j] = tc::FragC{};
-      for (int kk = 0; kk < D / 16; kk += 2) {
-        const int at = (8 * j + mRow) * kLd + 16 * kk + 8 * mIndex;
-        uint32_t b[4];
-        tc::ldmatrixX4(b, keysTile + at);
-        tc::mma<T>(sf[j], qf[kk], tc::FragB{{b[0], b[1]}}, sf[j]);
-        tc::mma<T>(sf[j], qf[kk + 1], tc::FragB{{b[2], b[3]}}, sf[j]);
-        tc::ldmatrixX4(b, valuesTile + at);
-        tc::mma<T>(dpf[j], df[kk], tc::FragB{{b[0], b[1]}}, dpf[j]);
-        tc::mma<T>(dpf[j], df[kk + 1], tc::FragB{{b[2], b[3]}}, dpf[j]);
-      }
-    }
+    mmaTimesTileT<T, D>(sf, qf, keysTile, lane);
+    mmaTimesTileT<T, D>(dpf, df, valuesTile, lane);
 
     // ds into dpf. Key j0 + c is visible to row i for c < visibleEnd
     // (i < tq, c < tk - j0, and when causal c <= i - j0).
@@ -1181,23 +1160,8 @@ attentionQueriesMmaKernel(const T *q, const T *k, const T *v, const T *dout,
         }
     }
 
-    // dq += ds k (scaled at the end): A from the registers, 16 keys at a
-    // time; k (keys x d) through ldmatrix .trans.
-    for (int kk = 0; kk < kMmaKeys / 16; ++kk) {
-      const tc::FragA dsf{
-          {tc::pack<T>(dpf[2 * kk].r[0], dpf[2 * kk].r[1]),
-           tc::pack<T>(dpf[2 * kk].r[2], dpf[2 * kk].r[3]),
-           tc::pack<T>(dpf[2 * kk + 1].r[0], dpf[2 * kk + 1].r[1]),
-           tc::pack<T>(dpf[2 * kk + 1].r[2], dpf[2 * kk + 1].r[3])}};
-      for (int n = 0; n < D / 8; n += 2) {
-        uint32_t b[4];
-        tc::ldmatrixX4Trans(b, keysTile +
-                                   (16 * kk + 8 * (mIndex % 2) + mRow) * kLd +
-                                   8 * (n + mIndex / 2));
-        tc::mma<T>(dqf[n], dsf, tc::FragB{{b[0], b[1]}}, dqf[n]);
-        tc::mma<T>(dqf[n + 1], dsf, tc::FragB{{b[2], b[3]}}, dqf[n + 1]);
-      }
-    }
+    // dq += ds k (scaled at the end).
+    mmaAddTimesTile<T, D>(dqf, dpf, keysTile, lane);
   }
   __pipeline_wait_prior(0); // (the last group is empty)
 
