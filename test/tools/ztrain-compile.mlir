@@ -7,6 +7,12 @@
 // RUN: ztrain-compile %s --emit=obj -o %t/step.o && test -s %t/step.o
 // RUN: ztrain-compile %s -o %t/model --optimizer=sgd --lr=0.5 --dump-ir-dir=%t/ir
 // RUN: ls %t/ir | FileCheck %s --check-prefix=DUMP
+// A relative -o in a subdirectory (the demo's `-o out/gpt`): the link's
+// private directory is next to it, not under the system's temp directory.
+// RUN: mkdir -p %t/sub && cd %t && ztrain-compile %s -o sub/rel --optimizer=sgd && test -x %t/sub/rel
+// RUN: ls %t/sub | FileCheck %s --check-prefix=REL
+// REL: rel
+// REL-NOT: tmp
 // RUN: touch %t/afile && not ztrain-compile %s -o %t/m2 --dump-ir-dir=%t/afile 2>&1 | FileCheck %s --check-prefix=DUMPFILE
 // RUN: not test -e %t/m2
 // RUN: FileCheck %s --check-prefix=OPT < %t/ir/04-train-optimizer.mlir

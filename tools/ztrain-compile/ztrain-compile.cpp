@@ -580,9 +580,13 @@ const std::set<int> ignoredAtStart = [] {
 }();
 
 bool LinkTemporaries::create(StringRef output, std::string &error) {
+  // (createUniqueDirectory puts a relative prefix under the system's
+  // temporary directory: the directory must be next to -o.)
+  SmallString<256> prefix(output);
+  llvm::sys::fs::make_absolute(prefix);
+  prefix += ".tmp";
   SmallString<256> d;
-  if (std::error_code ec =
-          llvm::sys::fs::createUniqueDirectory(output + ".tmp", d)) {
+  if (std::error_code ec = llvm::sys::fs::createUniqueDirectory(prefix, d)) {
     error = "cannot write " + output.str() + ": " + ec.message();
     return false;
   }
