@@ -1604,7 +1604,9 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
   // checks that against a grid record; without one this is the first point
   // at which the number of ranks is known.
   checkStorage(desc, ranks);
-  if (ranks > 1)
+  // (Also one rank under a launcher: the watchdog ends it if the launcher
+  // is gone.)
+  if (ranks > 1 || launchedByMpi())
     startCollectiveWatchdog(opts.collectiveTimeout, &watchdogStep);
   checkMemory(*world, desc, opts);
 

@@ -143,3 +143,19 @@ func.func @constant(%x: tensor<2x4xf32>) -> tensor<f32> attributes {train.entry}
   %l = train.reduce sum %h [0, 1] : tensor<2x4xf32> -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// Two dropouts with one stream drop the same elements: a warning at the
+// second (the adjoints reuse the streams on purpose, without one).
+// CHECK-LABEL: func.func @same_stream
+train.param @w : tensor<2x4xf32> init(ones)
+func.func @same_stream(%x: tensor<2x4xf32>) -> tensor<f32> attributes {train.entry} {
+  %w = train.param_read @w : tensor<2x4xf32>
+  %a = train.dropout %x {probability = 0.5 : f64, stream = 0 : i64} : tensor<2x4xf32>
+  // expected-warning @+1 {{shares stream 0 with an earlier train.dropout (line }}
+  %b = train.dropout %w {probability = 0.5 : f64, stream = 0 : i64} : tensor<2x4xf32>
+  %h = train.mul %a, %b : tensor<2x4xf32>
+  %l = train.reduce sum %h [0, 1] : tensor<2x4xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -83,6 +83,24 @@ void TrainAutodiffPass::runOnOperation() {
     adjoint[loss] =
         FillOp::create(b, ret.getLoc(), lossType, b.getF64FloatAttr(1.0));
 
+  // Two dropouts of the model with one stream drop the same elements of
+  // same-shaped inputs (their masks are a function of the stream): legal,
+  // and what the backward pass and recomputation do on purpose, but in a
+  // model most likely a copied stream number.
+  llvm::DenseMap<int64_t, DropoutOp> streams;
+  for (auto dropout : body.getOps<DropoutOp>()) {
+    auto [it, inserted] = streams.try_emplace(dropout.getStream(), dropout);
+    if (inserted)
+      continue;
+    InFlightDiagnostic diag = dropout.emitWarning()
+                              << "shares stream " << dropout.getStream()
+                              << " with an earlier train.dropout";
+    if (auto where = dyn_cast<FileLineColLoc>(it->second.getLoc()))
+      diag << " (line " << where.getLine() << ")";
+    diag << ": both drop the same elements of same-shaped inputs (give "
+            "each dropout its own stream)";
+  }
+
   // The values a parameter influences: only the ops that produce them are
   // on a path from the parameters to the loss and need a gradient rule.
   // The adjoints of the others (inputs, constants such as train.fill,
