@@ -633,7 +633,7 @@ attentionForwardMmaKernel(const T *q, const T *k, const T *v, T *out,
 /// ZTRT_CUDA_ATTENTION_KERNEL=mma the register-resident ones (forward, keys
 /// and queries; not yet measured on a GPU: docs/cuda.md). Read at every
 /// launch, so that a test can switch.
-inline bool mmaForward() {
+inline bool mmaKernels() {
   const char *kind = std::getenv("ZTRT_CUDA_ATTENTION_KERNEL");
   return kind && std::strcmp(kind, "mma") == 0;
 }
@@ -644,7 +644,7 @@ void launchForward(const T *q, const T *k, const T *v, T *out, float *lse,
                    bool causal, float scale, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(heads),
                   static_cast<unsigned>((tq + kBlockRows - 1) / kBlockRows));
-  if (mmaForward()) {
+  if (mmaKernels()) {
     ZTRT_LAUNCH(grid, kWarps * kWarp, 0, stream,
                 attentionForwardMmaKernel<T, D>)
     (q, k, v, out, lse, groups, tq, tk, causal, scale);
@@ -1191,7 +1191,7 @@ void launchBackward(const T *dout, const T *q, const T *k, const T *v,
   check(cudaGetLastError(), "attention_grad kernel launch");
   const dim3 keyGrid(static_cast<unsigned>(heads / groups),
                      static_cast<unsigned>((tk + kBlockRows - 1) / kBlockRows));
-  if (mmaForward()) {
+  if (mmaKernels()) {
     ZTRT_LAUNCH(keyGrid, kWarps * kWarp, 0, stream,
                 attentionKeysMmaKernel<T, D>)
     (q, k, v, dout, lse, delta, dk, dv, groups, tq, tk, causal, scale);
@@ -1202,7 +1202,7 @@ void launchBackward(const T *dout, const T *q, const T *k, const T *v,
   check(cudaGetLastError(), "attention_grad kernel launch");
   const dim3 queryGrid(static_cast<unsigned>(heads),
                        static_cast<unsigned>((tq + kBlockRows - 1) / kBlockRows));
-  if (mmaForward()) {
+  if (mmaKernels()) {
     ZTRT_LAUNCH(queryGrid, kWarps * kWarp, 0, stream,
                 attentionQueriesMmaKernel<T, D>)
     (q, k, v, dout, lse, delta, dq, groups, tq, tk, causal, scale);
