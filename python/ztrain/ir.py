@@ -25,7 +25,7 @@ _BARE_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_$.]*$")
 _SSA_BAD = re.compile(r"[^A-Za-z0-9_$.\-]")
 
 INIT_KINDS = ("zeros", "ones", "normal", "uniform")
-BUFFER_INIT_KINDS = INIT_KINDS + ("causal",)
+BUFFER_INIT_KINDS = INIT_KINDS + ("causal", "external")
 DTYPES = ("f32", "i32")
 
 
@@ -245,6 +245,9 @@ class Buffer(_Declared):
         from `seed` (docs/runtime.md, "Buffers")."""
         import numpy as np
         from ztrain import rng
+        if self.init == "external":
+            raise IRError(f"buffer {self.name}: init external has no rule; its values "
+                          "come from the --init file")
         n = _numel(self.shape)
         if self.init in ("zeros", "ones"):
             v = np.full(n, 1.0 if self.init == "ones" else 0.0)
@@ -455,6 +458,13 @@ class Function:
     @reference("gelu")
     def _gelu_ref(torch, F, a, attrs, shape):
         return F.gelu(a[0], approximate="tanh")
+
+    def gelu_erf(self, x, hint=None):
+        return self._unary("gelu_erf", x, hint)
+
+    @reference("gelu_erf")
+    def _gelu_erf_ref(torch, F, a, attrs, shape):
+        return F.gelu(a[0])
 
     def silu(self, x, hint=None):
         return self._unary("silu", x, hint)

@@ -120,6 +120,23 @@ ZTRT_VM float geluGrad(float dy, float v) {
   return dy * (leftDerivative + rightDerivative);
 }
 
+// The exact GELU (PyTorch approximate='none'), in the float order of
+// GeluKernel.cpp: x * 0.5 * (1 + erf(x * M_SQRT1_2)); erf is the platform's
+// erff, so a device may differ from the host in the last bit, as exp.
+constexpr float kGeluErfAlpha = 0.70710678118654752440f;  // 1 / sqrt(2)
+constexpr float kGeluErfBeta = 0.39894228040143267794f;   // 1 / sqrt(2 pi)
+
+ZTRT_VM float geluErf(float v) {
+  return v * 0.5f * (1.0f + std::erf(v * kGeluErfAlpha));
+}
+
+/// dy * gelu_erf'(v): cdf + v * pdf, as GeluBackward's CPU kernel.
+ZTRT_VM float geluErfGrad(float dy, float v) {
+  float cdf = 0.5f * (1.0f + std::erf(v * kGeluErfAlpha));
+  float pdf = std::exp(-0.5f * v * v) * kGeluErfBeta;
+  return dy * (cdf + v * pdf);
+}
+
 // The activations of Llama-class models, in PyTorch's float order
 // (aten/src/ATen/native/cpu/UnaryOpsKernel.cpp, Activation.cpp): exp is
 // the platform's expf, so a device's result may differ from the host's by

@@ -269,8 +269,10 @@ public:
       return InitKind::Uniform;
     if (init == "causal" && buffer)
       return InitKind::Causal;
+    if (init == "external" && buffer)
+      return InitKind::External;
     error("unknown init kind '" + init + "' (expected zeros, ones, normal" +
-          (buffer ? ", uniform or causal)" : " or uniform)"));
+          (buffer ? ", uniform, causal or external)" : " or uniform)"));
   }
 
   /// The optional `store <E> full|shard` suffix of a param or state record,

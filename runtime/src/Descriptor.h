@@ -96,7 +96,9 @@ std::string shardCoverageProblem(const char *kind, const StoredTensorSpec &spec,
 
 /// Causal: buffers only, 1 where the column index exceeds the row index in
 /// the last two dims, else 0.
-enum class InitKind { Zeros, Ones, Normal, Uniform, Causal };
+/// External: buffers only, no rule; the values must come from --init (or a
+/// checkpoint): what the importer declares for constants it folded.
+enum class InitKind { Zeros, Ones, Normal, Uniform, Causal, External };
 
 struct ParamSpec : StoredTensorSpec {
   InitKind init = InitKind::Zeros;

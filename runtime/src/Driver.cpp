@@ -720,6 +720,13 @@ void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
       backend.copyFromHost(ctx.buffers[i], tensor->data, spec.bytes);
       continue;
     }
+    if (spec.init == InitKind::External)
+      fatal("buffer '%s' has no rule (init external): its values come from "
+            "the --init file the importer wrote%s",
+            spec.name.c_str(),
+            opts.init.empty() ? "; pass --init FILE"
+                              : (" and '" + opts.init + "' has no tensor of that name")
+                                    .c_str());
     std::vector<char> host(static_cast<size_t>(spec.bytes));
     initBuffer(spec, opts.seed, host.data());
     backend.copyFromHost(ctx.buffers[i], host.data(), spec.bytes);

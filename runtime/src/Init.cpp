@@ -87,7 +87,8 @@ void initParameter(const ParamSpec &spec, uint64_t seed, int64_t begin,
       out[i] = static_cast<float>((2.0 * rng::uniform24(key, begin + i) - 1.0) *
                                   spec.scale);
     return;
-  case InitKind::Causal: // buffers only: the descriptor parser refuses it
+  case InitKind::Causal:   // buffers only: the descriptor parser refuses it
+  case InitKind::External: // the same
     break;
   }
 }
@@ -110,6 +111,8 @@ void initBuffer(const BufferSpec &spec, uint64_t seed, void *dst) {
       return (2.0 * rng::uniform24(key, i) - 1.0) * spec.scale;
     case InitKind::Causal:
       return (i % cols) > (i / cols) % rows ? 1.0 : 0.0;
+    case InitKind::External: // the driver refuses it without --init
+      return 0.0;
     }
     return 0.0;
   };

@@ -134,6 +134,41 @@ TEST_F(KernelTest, GeluGradMatchesFiniteDifferences) {
     EXPECT_NEAR(dx[i], fd[i], 2e-6) << "x = " << x[i];
 }
 
+static double geluErfRef(double x) {
+  return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+}
+
+TEST_F(KernelTest, GeluErfMatchesTheExactGelu) {
+  auto x = testValues(64, 8);
+  for (float &v : x)
+    v *= 4;
+  std::vector<float> y(x.size());
+  ztrt_gelu_erf(ctx.get(), ZTRT_F32, x.data(), y.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    // erff (~1 ulp) and three float roundings of an O(1) value: 1e-6 is
+    // ~8 ulp; the tanh form differs from it by up to ~5e-4 here.
+    EXPECT_NEAR(y[i], geluErfRef(x[i]), 1e-6) << "x = " << x[i];
+}
+
+TEST_F(KernelTest, GeluErfGradMatchesFiniteDifferences) {
+  auto x = testValues(64, 9), dy = testValues(64, 10);
+  for (float &v : x)
+    v *= 4;
+  std::vector<float> dx(x.size());
+  ztrt_gelu_erf_grad(ctx.get(), ZTRT_F32, dy.data(), x.data(), dx.data(),
+                     x.size());
+  auto wd = toDouble(dy);
+  auto fd = finiteDiff(toDouble(x), [&](const std::vector<double> &v) {
+    double s = 0;
+    for (size_t i = 0; i < v.size(); ++i)
+      s += wd[i] * geluErfRef(v[i]);
+    return s;
+  });
+  for (size_t i = 0; i < x.size(); ++i)
+    // Float evaluation (~1e-7) plus FD truncation/cancellation (~1e-9).
+    EXPECT_NEAR(dx[i], fd[i], 2e-6) << "x = " << x[i];
+}
+
 struct MatmulCase {
   int64_t batch, m, n, k;
   bool ta, tb;

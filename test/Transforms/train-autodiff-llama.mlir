@@ -131,3 +131,19 @@ func.func @where_dropout(%mask: tensor<3xi32>) -> tensor<f32> attributes {train.
   %l = train.reduce sum %d [0, 1] : tensor<2x3xf32> -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// gelu_erf (the exact GELU of imported PyTorch models): gelu_erf_grad(dy, x).
+// CHECK-LABEL: func.func @exact_gelu
+// CHECK: %[[X:.*]] = train.param_read @x
+// CHECK: train.gelu_erf %[[X]] : tensor<2x4xf32>
+// CHECK: %[[DX:.*]] = train.gelu_erf_grad %{{.*}}, %[[X]] : tensor<2x4xf32>
+// CHECK: return %{{.*}}, %[[DX]]
+train.param @x : tensor<2x4xf32> init(normal, 1.0)
+func.func @exact_gelu() -> tensor<f32> attributes {train.entry} {
+  %x = train.param_read @x : tensor<2x4xf32>
+  %g = train.gelu_erf %x : tensor<2x4xf32>
+  %l = train.reduce sum %g [0, 1] : tensor<2x4xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}

@@ -15,7 +15,7 @@ train.param @w : tensor<4xf32> init(zeros, 1.0)
 
 // -----
 
-// expected-error @+1 {{enum values for attribute 'init' [zeros, ones, normal, uniform, causal]}}
+// expected-error @+1 {{enum values for attribute 'init' [zeros, ones, normal, uniform, causal, external]}}
 train.param @w : tensor<4xf32> init(gaussian, 1.0)
 
 // -----
@@ -650,6 +650,16 @@ train.buffer @b : tensor<0x4xf32> init(zeros)
 
 // expected-error @+1 {{'train.param' op initializer 'causal' is for buffers (train.buffer), not parameters}}
 train.param @p : tensor<4x4xf32> init(causal)
+
+// -----
+
+// expected-error @+1 {{'train.param' op initializer 'external' is for buffers (train.buffer), not parameters}}
+train.param @p : tensor<4x4xf32> init(external)
+
+// -----
+
+// expected-error @+1 {{'train.buffer' op initializer 'external' takes no scale}}
+train.buffer @b : tensor<4x4xf32> init(external, 1.0)
 
 // -----
 

@@ -13,6 +13,8 @@
 // CHECK: train.div %{{.*}}, %{{.*}} : tensor<2x8xf32>
 // CHECK: train.silu %{{.*}} : tensor<2x8xbf16>
 // CHECK: train.div %{{.*}}, %{{.*}} : tensor<2x8xf16>
+// CHECK: train.gelu_erf %{{.*}} : tensor<2x8xf32>
+// CHECK: train.gelu_erf_grad %{{.*}}, %{{.*}} : tensor<2x8xbf16>
 func.func @elementwise(%x: tensor<2x8xf32>, %b: tensor<2x8xbf16>, %h: tensor<2x8xf16>) {
   %0 = train.silu %x : tensor<2x8xf32>
   %1 = train.sigmoid %0 : tensor<2x8xf32>
@@ -23,6 +25,8 @@ func.func @elementwise(%x: tensor<2x8xf32>, %b: tensor<2x8xbf16>, %h: tensor<2x8
   %6 = train.div %5, %x : tensor<2x8xf32>
   %7 = train.silu %b : tensor<2x8xbf16>
   %8 = train.div %h, %h : tensor<2x8xf16>
+  %9 = train.gelu_erf %x : tensor<2x8xf32>
+  %10 = train.gelu_erf_grad %b, %b : tensor<2x8xbf16>
   return
 }
 

@@ -52,9 +52,9 @@ LogicalResult ParamOp::verify() {
                          << elem;
   if (std::string problem = shapeProblem(getTensorType()); !problem.empty())
     return emitOpError() << "type " << problem;
-  if (getInit() == InitKind::causal)
-    return emitOpError() << "initializer 'causal' is for buffers "
-                            "(train.buffer), not parameters";
+  if (getInit() == InitKind::causal || getInit() == InitKind::external)
+    return emitOpError() << "initializer '" << stringifyInitKind(getInit())
+                         << "' is for buffers (train.buffer), not parameters";
   bool needsScale =
       getInit() == InitKind::normal || getInit() == InitKind::uniform;
   std::optional<double> scale;

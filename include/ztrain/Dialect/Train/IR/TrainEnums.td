@@ -17,7 +17,8 @@ def Train_InitKind : I32EnumAttr<"InitKind", "parameter or buffer initializer", 
     I32EnumAttrCase<"ones", 1>,
     I32EnumAttrCase<"normal", 2>,
     I32EnumAttrCase<"uniform", 3>,
-    I32EnumAttrCase<"causal", 4>]> {
+    I32EnumAttrCase<"causal", 4>,
+    I32EnumAttrCase<"external", 5>]> {
   let cppNamespace = "::ztrain::train";
 }
 

@@ -218,6 +218,10 @@ def Train_BufferOp : Train_Op<"buffer", [Symbol, HasParent<"::mlir::ModuleOp">]>
     (U(-scale, scale)) and `causal`: 1 where the column index exceeds the
     row index in the last two dimensions, 0 elsewhere (the mask
     `train.masked_fill` needs for causal attention).
+    `external` has no rule: the values must come from the `--init` file
+    (or a checkpoint), and the executable refuses to start without them.
+    The PyTorch importer declares constants it folded this way (rotary
+    tables, masks that are not causal).
 
     ```mlir
     train.buffer @attn.mask : tensor<64x64xi32> init(causal)
@@ -227,7 +231,7 @@ def Train_BufferOp : Train_Op<"buffer", [Symbol, HasParent<"::mlir::ModuleOp">]>
     **Constraints:**
     - the element type is `f32` or `i32`;
     - `normal` and `uniform` need a positive scale and an `f32` buffer;
-      `zeros`, `ones` and `causal` take none;
+      `zeros`, `ones`, `causal` and `external` take none;
     - `causal` needs rank >= 2.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
@@ -336,6 +340,23 @@ def Train_GeluOp : Train_UnaryOp<"gelu", "Gaussian error linear unit (tanh form)
 
     ```mlir
     %y = train.gelu %x : tensor<8x64x256xf32>
+    ```
+  }];
+}
+
+def Train_GeluErfOp : Train_UnaryOp<"gelu_erf", "Gaussian error linear unit (exact, erf form)"> {
+  let gradient = [{
+    return {GeluErfGradOp::create(b, loc, getType(), dy, getInput())};
+  }];
+  let description = [{
+    `0.5 x (1 + erf(x / sqrt(2)))` elementwise: the exact GELU, PyTorch's
+    default (`F.gelu(x)`, `nn.GELU()`, approximate='none'), evaluated in
+    float in the order of PyTorch's GeluKernel.cpp. Models imported from
+    PyTorch use it (`python -m ztrain.importer`); `train.gelu` is the tanh
+    approximation GPT-2 uses.
+
+    ```mlir
+    %y = train.gelu_erf %x : tensor<8x64x256xf32>
     ```
   }];
 }
@@ -1086,6 +1107,7 @@ class Train_ActivationGradOp<string mnemonic, string fwd>
 def Train_ReluGradOp : Train_ActivationGradOp<"relu_grad", "relu">;
 def Train_GeluGradOp : Train_ActivationGradOp<"gelu_grad", "gelu">;
 def Train_SiluGradOp : Train_ActivationGradOp<"silu_grad", "silu">;
+def Train_GeluErfGradOp : Train_ActivationGradOp<"gelu_erf_grad", "gelu_erf">;
 
 // The adjoint of an elementwise op whose derivative is cheapest in terms of
 // its result.

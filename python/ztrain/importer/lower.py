@@ -1,0 +1,761 @@
+"""Lowering: the captured aten graph -> train-dialect IR.
+
+The walk is an interpreter over the graph: every node's real value is
+computed (the example batch's, with torch) and, where the node depends on a
+parameter or an input, its IR value is emitted through `ztrain.ir`, the same
+builder the hand-written models use. Nodes that depend on neither (a causal
+mask sliced from a buffer, `arange` positions, rotary cos/sin tables) are
+folded: torch computes them once here, and a value an IR op needs becomes a
+`train.buffer` whose contents go to the `--init` file.
+
+`ATEN` is the one table: aten overload -> (handler, what it becomes). The
+docs' op table is printed from it (`python -m ztrain.importer --ops`).
+"""
+
+import math
+
+from ztrain import ir
+from .capture import ImportFailure, describe_where
+
+
+# -- values --------------------------------------------------------------------------------
+
+class Lazy:
+    """An IR value emitted when first used. Tags say what a value is made of
+    so that a consumer can fold it: `trans` (this is `src` with its last two
+    dimensions swapped: a matmul takes the flag instead of a copy),
+    `log_softmax` (consumed by nll_loss), `causal` (a -inf causal
+    masked_fill that a softmax turns into its causal form)."""
+
+    __slots__ = ("_thunk", "_value", "tags")
+
+    def __init__(self, thunk=None, value=None, **tags):
+        self._thunk = thunk
+        self._value = value
+        self.tags = tags
+
+    def get(self):
+        if self._value is None:
+            self._value = self._thunk()
+        return self._value
+
+
+class Arg:
+    """An operand: the example's real tensor and, unless constant, its IR
+    value (a Lazy)."""
+
+    __slots__ = ("real", "sym")
+
+    def __init__(self, real, sym):
+        self.real = real
+        self.sym = sym
+
+    @property
+    def const(self):
+        return self.sym is None
+
+    @property
+    def shape(self):
+        return tuple(self.real.shape)
+
+
+def _is_int(t):
+    import torch
+    return not t.dtype.is_floating_point and t.dtype != torch.complex64
+
+
+def _irtype(t):
+    return "i32" if _is_int(t) else "f32"
+
+
+# -- the lowerer ------------------------------------------------------------------------
+
+class Lowerer:
+    def __init__(self, module_ir, func, node):
+        self.m = module_ir
+        self.f = func
+        self.node = node            # the node being lowered (for messages)
+        self.buffers = {}           # (dtype, shape, bytes) -> ir.Buffer
+        self.buffer_values = {}     # buffer name -> numpy array (for --init)
+        self.buffer_reads = {}      # buffer name -> ir.Value
+        self.const_names = {}       # id(real tensor) -> state name (buffers, frozen params)
+        self.notes = []
+
+    # messages
+    def fail(self, msg):
+        raise ImportFailure(f"{describe_where(self.node)}: {msg}")
+
+    # IR values of operands
+    def val(self, a, want=None):
+        """The ir.Value of an operand, materializing a constant as a buffer."""
+        if isinstance(a, Arg):
+            if a.const:
+                return self.buffer_of(a.real)
+            return a.sym.get()
+        self.fail(f"expected a tensor operand, got {a!r}")
+
+    def fval(self, a):
+        v = self.val(a)
+        if v.dtype != "f32":
+            self.fail(f"{self.op_name()} of an integer tensor is not supported "
+                      "(integer tensors can index, be reshaped and feed losses)")
+        return v
+
+    def op_name(self):
+        return str(self.node.target)
+
+    def named_buffer(self, t, name):
+        """A frozen parameter as the f32 train.buffer `name`, its values from
+        --init."""
+        import torch
+        arr = t.detach().to(torch.float32).cpu().numpy()
+        buf = self.m.buffer(name, list(arr.shape), "f32", "external")
+        self.buffer_values[name] = arr
+        v = self.f.buffer_read(buf, hint=name.replace(".", "_"))
+        self.buffer_reads[name] = v
+        return v
+
+    def buffer_of(self, t):
+        """A constant tensor as a train.buffer (deduplicated by contents)."""
+        import numpy as np
+        import torch
+        if t.dim() == 0:
+            t = t.reshape(1)
+        if _is_int(t) or t.dtype == torch.bool:
+            arr = t.detach().to(torch.int64).cpu().numpy()
+            if arr.size and (arr.min() < -2**31 or arr.max() >= 2**31):
+                self.fail("an integer constant does not fit in int32")
+            arr = arr.astype(np.int32)
+            dtype = "i32"
+        else:
+            arr = t.detach().to(torch.float32).cpu().numpy()
+            dtype = "f32"
+        arr = np.ascontiguousarray(arr)
+        key = (dtype, arr.shape, arr.tobytes())
+        buf = self.buffers.get(key)
+        if buf is None:
+            name = self.const_names.get(id(t))
+            if name is None or name in self.buffer_values:
+                mpath = self.node.meta.get("ztrain_where", ("", None))[0]
+                base = (mpath + "." if mpath else "") + "const"
+                name, i = base, 0
+                while name in self.buffer_values or name in self.m.params_by_name:
+                    i += 1
+                    name = f"{base}{i}"
+            init = "external"
+            if not arr.any():
+                init = "zeros"
+            elif (arr == 1).all():
+                init = "ones"
+            elif dtype == "i32" and arr.ndim >= 2:
+                rows, cols = arr.shape[-2], arr.shape[-1]
+                causal = (np.arange(cols)[None, :] > np.arange(rows)[:, None])
+                if (arr == np.broadcast_to(causal, arr.shape)).all():
+                    init = "causal"
+            buf = self.m.buffer(name, list(arr.shape), dtype, init)
+            self.buffers[key] = buf
+            self.buffer_values[name] = arr
+        v = self.buffer_reads.get(buf.name)
+        if v is None:
+            v = self.f.buffer_read(buf)
+            self.buffer_reads[buf.name] = v
+        return v
+
+    # shapes
+    def reshape(self, a, shape):
+        """`a` (an Arg) reshaped; a transposed value stays a flag when the
+        reshape only touches its leading dimensions."""
+        shape = tuple(int(d) for d in shape)
+        if a.const:
+            return None
+        if tuple(a.shape) == shape:
+            return a.sym
+        src = a.sym.tags.get("trans")
+        if src is not None and len(shape) >= 2 and shape[-2:] == a.shape[-2:]:
+            s = src.get()
+            inner = Lazy(lambda: self.f.reshape(s, shape[:-2] + s.shape[-2:]))
+            return Lazy(lambda: self.f.transpose(inner.get(), _swap_last(len(shape))),
+                        trans=inner)
+        inner = a.sym.tags.get("reshape_of")
+        if inner is not None:       # a reshape of a reshape is one reshape
+            if tuple(inner.get().shape) == shape:
+                return inner
+            return Lazy(lambda: self.f.reshape(inner.get(), shape), reshape_of=inner)
+        return Lazy(lambda: self.f.reshape(self.val(a), shape), reshape_of=a.sym)
+
+    def transpose(self, a, perm):
+        perm = [int(p) for p in perm]
+        if perm == list(range(len(perm))):
+            return a.sym
+        if _is_int(a.real):
+            self.fail("transposing an integer tensor is not supported")
+        if perm == _swap_last(len(perm)):
+            src = a.sym.tags.get("trans")
+            if src is not None:     # a transpose of a transpose
+                return src
+            return Lazy(lambda: self.f.transpose(self.fval(a), perm), trans=a.sym)
+        return Lazy(lambda: self.f.transpose(self.fval(a), perm))
+
+    def broadcast_to(self, v, shape):
+        """ir.Value v broadcast (numpy rules) to `shape`."""
+        shape = tuple(int(d) for d in shape)
+        vs = tuple(v.shape)
+        if vs == shape:
+            return v
+        if len(vs) > len(shape):
+            self.fail(f"cannot broadcast {list(vs)} to {list(shape)}")
+        padded = (1,) * (len(shape) - len(vs)) + vs
+        keep = [i for i, (s, o) in enumerate(zip(padded, shape)) if s == o]
+        dims = [i for i in range(len(shape)) if i not in keep]
+        if any(padded[i] != 1 for i in dims):
+            self.fail(f"cannot broadcast {list(vs)} to {list(shape)}")
+        f = self.f
+        if not keep:
+            # One element to every position: [1] -> [..., 1] -> [...] -> shape.
+            v = f.reshape(v, (1,))
+            if len(shape) == 1:
+                return f.reshape(f.broadcast(v, [0], [shape[0]]), shape)
+            v = f.broadcast(v, list(range(len(shape) - 1)), list(shape[:-1]))
+            v = f.reshape(v, shape[:-1])
+            return f.broadcast(v, [len(shape) - 1], [shape[-1]])
+        kept = tuple(shape[i] for i in keep)
+        if vs != kept:
+            v = f.reshape(v, kept)
+        if not dims:
+            return v
+        return f.broadcast(v, dims, [shape[i] for i in dims])
+
+    def fill_like(self, shape, value):
+        return self.f.fill(tuple(shape) if shape else (), float(value))
+
+
+def _swap_last(rank):
+    perm = list(range(rank))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    return perm
+
+
+def _norm_dim(d, rank):
+    d = int(d)
+    return d + rank if d < 0 else d
+
+
+def _scalar_of(a):
+    """A Python number for a scalar operand (a number or a one-element
+    constant tensor), else None."""
+    if isinstance(a, (int, float, bool)):
+        return float(a)
+    if isinstance(a, Arg) and a.const and a.real.numel() == 1:
+        return float(a.real.reshape(()).item())
+    return None
+
+
+# -- handlers -----------------------------------------------------------------------------
+# Each takes (L, out, args, kwargs): the Lowerer, the node's real output and
+# its operands (Args for tensors, Python values otherwise). It returns the
+# node's Lazy (or a tuple of them for several results).
+
+ATEN = {}
+
+
+def aten(names, becomes):
+    def register(fn):
+        for n in names.split():
+            ATEN[n] = (fn, becomes)
+        return fn
+    return register
+
+
+@aten("aten.detach.default aten.clone.default aten.alias.default "
+      "aten.lift_fresh_copy.default aten.contiguous.default",
+      "nothing (the same value)")
+def _identity(L, out, a, kw):
+    return a[0].sym
+
+
+@aten("aten._to_copy.default", "nothing when the dtype is unchanged")
+def _to_copy(L, out, a, kw):
+    if out.dtype != a[0].real.dtype:
+        L.fail(f"a conversion from {a[0].real.dtype} to {out.dtype} is not supported "
+               "(import an fp32 model; ztrain-compile --precision=bf16 makes a bf16 step)")
+    return a[0].sym
+
+
+@aten("aten.t.default", "train.transpose, or a matmul's transpose flag")
+def _t(L, out, a, kw):
+    return L.transpose(a[0], list(range(a[0].real.dim()))[::-1])
+
+
+@aten("aten.transpose.int", "train.transpose, or a matmul's transpose flag")
+def _transpose(L, out, a, kw):
+    r = a[0].real.dim()
+    d0, d1 = _norm_dim(a[1], r), _norm_dim(a[2], r)
+    perm = list(range(r))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return L.transpose(a[0], perm)
+
+
+@aten("aten.permute.default", "train.transpose")
+def _permute(L, out, a, kw):
+    r = a[0].real.dim()
+    return L.transpose(a[0], [_norm_dim(d, r) for d in a[1]])
+
+
+@aten("aten.view.default aten._unsafe_view.default aten._reshape_alias.default "
+      "aten.reshape.default aten.unsqueeze.default aten.squeeze.dim "
+      "aten.squeeze.default aten.flatten.using_ints aten.view_copy.default "
+      "aten._reshape_alias_copy.default",
+      "train.reshape")
+def _view(L, out, a, kw):
+    return L.reshape(a[0], out.shape)
+
+
+@aten("aten.expand.default aten.expand_copy.default", "train.broadcast")
+def _expand(L, out, a, kw):
+    x = a[0]
+    if tuple(out.shape) == x.shape:
+        return x.sym
+    if _is_int(x.real):
+        L.fail("expanding an integer tensor is not supported")
+    return Lazy(lambda: L.broadcast_to(L.fval(x), out.shape))
+
+
+@aten("aten.slice.Tensor aten.slice_copy.Tensor", "train.slice")
+def _slice(L, out, a, kw):
+    x = a[0]
+    r = x.real.dim()
+    dim = _norm_dim(a[1] if len(a) > 1 else 0, r)
+    start = a[2] if len(a) > 2 and a[2] is not None else 0
+    step = a[4] if len(a) > 4 else 1
+    if step != 1:
+        L.fail(f"a slice with step {step} is not supported (only step 1)")
+    size_in = x.shape[dim]
+    if start < 0:
+        start += size_in
+    start = max(0, min(start, size_in))
+    size = out.shape[dim]
+    if size == size_in:
+        return x.sym
+    if size == 0:
+        L.fail("an empty slice")
+    if _is_int(x.real):
+        L.fail("slicing an integer tensor is not supported")
+    return Lazy(lambda: L.f.slice(L.fval(x), dim, start, size))
+
+
+@aten("aten.select.int", "train.slice + train.reshape")
+def _select(L, out, a, kw):
+    x = a[0]
+    r = x.real.dim()
+    dim = _norm_dim(a[1], r)
+    idx = a[2] + x.shape[dim] if a[2] < 0 else a[2]
+    if _is_int(x.real):
+        L.fail("indexing an integer tensor is not supported")
+
+    def emit():
+        v = L.fval(x)
+        if x.shape[dim] != 1:
+            v = L.f.slice(v, dim, idx, 1)
+        return L.f.reshape(v, out.shape)
+    return Lazy(emit)
+
+
+def _pieces(L, x, dim, sizes):
+    r = x.real.dim()
+    dim = _norm_dim(dim, r)
+    outs, start = [], 0
+    for s in sizes:
+        if s == x.shape[dim]:
+            outs.append(x.sym)
+        else:
+            outs.append(Lazy(lambda st=start, s=s: L.f.slice(L.fval(x), dim, st, s)))
+        start += s
+    return tuple(outs)
+
+
+@aten("aten.split.Tensor aten.split_with_sizes.default aten.split_copy.Tensor",
+      "one train.slice per piece used")
+def _split(L, out, a, kw):
+    dim = a[2] if len(a) > 2 else kw.get("dim", 0)
+    return _pieces(L, a[0], dim, [o.shape[_norm_dim(dim, a[0].real.dim())] for o in out])
+
+
+@aten("aten.unbind.int", "train.slice + train.reshape per piece used")
+def _unbind(L, out, a, kw):
+    x = a[0]
+    dim = _norm_dim(a[1] if len(a) > 1 else 0, x.real.dim())
+    res = []
+    for i, o in enumerate(out):
+        res.append(Lazy(lambda i=i, o=o: L.f.reshape(
+            L.f.slice(L.fval(x), dim, i, 1), o.shape)))
+    return tuple(res)
+
+
+@aten("aten.cat.default", "train.concat")
+def _cat(L, out, a, kw):
+    xs = [x for x in a[0] if x.real.numel() > 0]
+    dim = _norm_dim(a[1] if len(a) > 1 else kw.get("dim", 0), out.dim())
+    if len(xs) == 1:
+        return xs[0].sym
+    return Lazy(lambda: L.f.concat([L.fval(x) for x in xs], dim))
+
+
+def _binary(kind):
+    def handler(L, out, a, kw):
+        x, y = a[0], a[1]
+        alpha = kw.get("alpha", a[2] if len(a) > 2 else 1)
+        if _is_int(out):
+            L.fail(f"integer arithmetic ({kind}) on step inputs is not supported")
+        if kind == "div" and kw.get("rounding_mode") is not None:
+            L.fail(f"division with rounding_mode={kw['rounding_mode']!r} is not supported")
+        sx, sy = _scalar_of(x), _scalar_of(y)
+        shape = tuple(out.shape)
+        tags = {}
+        if kind == "add" and alpha == 1:
+            for m, other in ((y, x), (x, y)):
+                if isinstance(m, Arg) and m.const and isinstance(other, Arg) and \
+                        not other.const and _is_additive_causal(m.real, shape):
+                    tags["causal"] = other.sym
+
+        def emit():
+            f = L.f
+            if sy is not None and not (isinstance(x, Arg) and x.const):
+                v = L.broadcast_to(L.fval(x), shape)
+                c = sy * alpha if kind in ("add", "sub") else sy
+                if kind == "mul":
+                    return f.scale(v, c)
+                if kind == "div":
+                    return f.scale(v, 1.0 / c) if c != 0 else f.div(v, f.fill(shape, c))
+                if kind == "add":
+                    return v if c == 0 else f.add(v, f.fill(shape, c))
+                return v if c == 0 else f.sub(v, f.fill(shape, c))
+            if sx is not None and not (isinstance(y, Arg) and y.const):
+                v = L.broadcast_to(L.fval(y), shape)
+                if alpha != 1:
+                    v = f.scale(v, alpha)
+                if kind == "mul":
+                    return f.scale(v, sx)
+                if kind == "add":
+                    return v if sx == 0 else f.add(f.fill(shape, sx), v)
+                if kind == "sub":
+                    return f.neg(v) if sx == 0 else f.sub(f.fill(shape, sx), v)
+                return f.div(f.fill(shape, sx), v)
+            u = L.broadcast_to(L.fval(x), shape)
+            v = L.broadcast_to(L.fval(y), shape)
+            if alpha != 1:
+                v = f.scale(v, alpha)
+            return getattr(f, kind)(u, v)
+        return Lazy(emit, **tags)
+    return handler
+
+
+def _is_additive_causal(m, shape):
+    """An additive mask of 0 on and below the diagonal and -inf above it
+    (Hugging Face's causal mask), over the last two dims of `shape`."""
+    import torch
+    if len(shape) < 2 or shape[-1] != shape[-2] or m.dim() > len(shape) or \
+            not m.dtype.is_floating_point:
+        return False
+    t = shape[-1]
+    want = torch.zeros(t, t).masked_fill(
+        torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1), float("-inf"))
+    try:
+        return bool((m.expand(shape) == want.to(m.dtype)).all())
+    except RuntimeError:
+        return False
+
+
+for _k in ("add", "sub", "mul", "div"):
+    aten(f"aten.{_k}.Tensor aten.{_k}.Scalar", f"train.{_k} (broadcast), train.scale for a "
+         "constant factor" if _k in ("mul", "div") else f"train.{_k} (broadcast)" + ("; an additive causal -inf mask before a softmax becomes "
+                                 "train.softmax {causal}" if _k == "add" else ""))(
+        _binary(_k))
+
+
+@aten("aten.rsub.Scalar aten.rsub.Tensor", "train.sub")
+def _rsub(L, out, a, kw):
+    alpha = kw.get("alpha", 1)
+    return _binary("sub")(L, out, [a[1], a[0]], {"alpha": 1}) if alpha == 1 else \
+        L.fail("rsub with alpha is not supported")
+
+
+def _unary(name, method=None):
+    def handler(L, out, a, kw):
+        return Lazy(lambda: getattr(L.f, method or name)(L.fval(a[0])))
+    return handler
+
+
+for _k in ("neg", "exp", "sqrt", "rsqrt", "sigmoid", "silu", "relu"):
+    aten(f"aten.{_k}.default", f"train.{_k}")(_unary(_k))
+
+
+@aten("aten.gelu.default", "train.gelu_erf (approximate='none'), train.gelu ('tanh')")
+def _gelu(L, out, a, kw):
+    approx = kw.get("approximate", a[1] if len(a) > 1 else "none")
+    if approx == "tanh":
+        return Lazy(lambda: L.f.gelu(L.fval(a[0])))
+    return Lazy(lambda: L.f.gelu_erf(L.fval(a[0])))
+
+
+@aten("aten.reciprocal.default", "train.div")
+def _reciprocal(L, out, a, kw):
+    return Lazy(lambda: L.f.div(L.f.fill(tuple(out.shape), 1.0), L.fval(a[0])))
+
+
+@aten("aten.pow.Tensor_Scalar", "train.mul / sqrt / rsqrt / div for exponents 2, 3, "
+      "0.5, -0.5, -1")
+def _pow(L, out, a, kw):
+    e = float(a[1])
+    x = a[0]
+
+    def emit():
+        f = L.f
+        v = L.fval(x)
+        if e == 1:
+            return v
+        if e == 2:
+            return f.mul(v, v)
+        if e == 3:
+            return f.mul(f.mul(v, v), v)
+        if e == 0.5:
+            return f.sqrt(v)
+        if e == -0.5:
+            return f.rsqrt(v)
+        if e == -1:
+            return f.div(f.fill(v.shape, 1.0), v)
+        L.fail(f"pow with exponent {e} is not supported (2, 3, 0.5, -0.5, -1 are)")
+    if e not in (1, 2, 3, 0.5, -0.5, -1):
+        L.fail(f"pow with exponent {e} is not supported (2, 3, 0.5, -0.5, -1 are)")
+    return Lazy(emit)
+
+
+def _reduction(kind):
+    def handler(L, out, a, kw):
+        x = a[0]
+        r = x.real.dim()
+        dims = a[1] if len(a) > 1 and a[1] is not None else kw.get("dim")
+        if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+            dims = list(range(r))
+        if isinstance(dims, int):
+            dims = [dims]
+        dims = sorted({_norm_dim(d, r) for d in dims})
+        if kw.get("dtype") is not None and kw["dtype"] != x.real.dtype:
+            L.fail(f"a {kind} in another dtype is not supported")
+
+        def emit():
+            v = L.f.reduce(kind, L.fval(x), dims)
+            if tuple(v.shape) != tuple(out.shape):
+                v = L.f.reshape(v, out.shape)
+            return v
+        return Lazy(emit)
+    return handler
+
+
+aten("aten.mean.dim aten.mean.default", "train.reduce mean")(_reduction("mean"))
+aten("aten.sum.dim_IntList aten.sum.default", "train.reduce sum")(_reduction("sum"))
+aten("aten.amax.default", "train.reduce max")(_reduction("max"))
+
+
+@aten("aten.native_layer_norm.default", "train.layer_norm (a missing weight or bias "
+      "is a constant one or zero)")
+def _layer_norm(L, out, a, kw):
+    x, shape, w, b, eps = a[0], a[1], a[2], a[3], a[4]
+    if len(shape) != 1:
+        L.fail(f"layer_norm over {len(shape)} dimensions is not supported (the last one is)")
+    c = shape[0]
+
+    def emit():
+        g = L.fval(w) if w is not None else L.f.fill((c,), 1.0)
+        bb = L.fval(b) if b is not None else L.f.fill((c,), 0.0)
+        return L.f.layer_norm(L.fval(x), g, bb, epsilon=float(eps))
+    stat = Lazy(lambda: L.fail("layer_norm's mean and rstd results are not supported"))
+    return (Lazy(emit), stat, stat)
+
+
+@aten("aten._softmax.default", "train.softmax; train.softmax {causal} after a causal "
+      "-inf masked_fill or an additive causal -inf mask")
+def _softmax(L, out, a, kw):
+    x = a[0]
+    if _norm_dim(a[1], x.real.dim()) != x.real.dim() - 1:
+        L.fail("softmax over a dimension other than the last is not supported")
+    src = x.sym.tags.get("causal") if x.sym is not None else None
+    if src is not None:
+        return Lazy(lambda: L.f.softmax(src.get(), causal=True))
+    return Lazy(lambda: L.f.softmax(L.fval(x)))
+
+
+@aten("aten._log_softmax.default", "(with nll_loss_forward) train.cross_entropy")
+def _log_softmax(L, out, a, kw):
+    x = a[0]
+    if _norm_dim(a[1], x.real.dim()) != x.real.dim() - 1 or x.real.dim() != 2:
+        L.fail("log_softmax is supported over the last dimension of [rows, classes] "
+               "logits feeding nll_loss (cross_entropy)")
+    return Lazy(lambda: L.fail("log_softmax is supported only as the input of nll_loss "
+                               "(F.cross_entropy)"), log_softmax=x)
+
+
+@aten("aten.nll_loss_forward.default", "train.cross_entropy (mean; sum as a scale)")
+def _nll(L, out, a, kw):
+    logp, target, weight, reduction, ignore = a[0], a[1], a[2], a[3], a[4]
+    src = logp.sym.tags.get("log_softmax") if logp.sym is not None else None
+    if src is None:
+        L.fail("nll_loss is supported on log_softmax output (F.cross_entropy)")
+    if weight is not None:
+        L.fail("cross_entropy with class weights is not supported")
+    if reduction not in (1, 2):
+        L.fail("cross_entropy with reduction='none' is not supported (mean and sum are)")
+    if not isinstance(target, Arg) or not _is_int(target.real):
+        L.fail("cross_entropy needs integer class targets")
+    rows, classes = src.shape
+    if 0 <= ignore < classes:
+        L.fail(f"cross_entropy with ignore_index={ignore}, a valid class, is not supported "
+               "(an ignore_index outside [0, classes) is: targets must be classes)")
+    if ignore != -100:
+        L.notes.append(f"cross_entropy's ignore_index={ignore}: the targets must all be "
+                       f"classes (a target equal to {ignore} is a runtime error)")
+
+    def emit():
+        loss = L.f.cross_entropy(L.fval(src), L.val(target))
+        return L.f.scale(loss, float(rows)) if reduction == 2 else loss
+    return (Lazy(emit), Lazy(lambda: L.fail("nll_loss's total_weight is not supported")))
+
+
+@aten("aten.embedding.default", "train.embedding (train.slice for arange positions)")
+def _embedding(L, out, a, kw):
+    w, ids = a[0], a[1]
+    pad = a[2] if len(a) > 2 else -1
+    if pad != -1 and pad is not None:
+        L.fail(f"an embedding with padding_idx={pad} is not supported")
+    if ids.const:
+        import torch
+        flat = ids.real.reshape(-1)
+        n = flat.numel()
+        if n and bool((flat == torch.arange(int(flat[0]), int(flat[0]) + n,
+                                            dtype=flat.dtype)).all()) and \
+                int(flat[0]) + n <= w.shape[0]:
+            start = int(flat[0])
+            return Lazy(lambda: L.f.reshape(L.f.slice(L.fval(w), 0, start, n), out.shape)
+                        if n != w.shape[0] or start != 0 or out.dim() != 2
+                        else L.fval(w))
+    return Lazy(lambda: L.f.embedding(L.fval(w), L.val(ids)))
+
+
+def _mm(L, x, y, shape):
+    """x @ y with each side's pending transpose as a flag."""
+    def side(a):
+        if a.sym is not None and a.sym.tags.get("trans") is not None:
+            return a.sym.tags["trans"], True
+        return None, False
+
+    def emit():
+        sx, tx = side(x)
+        sy, ty = side(y)
+        u = sx.get() if tx else L.fval(x)
+        v = sy.get() if ty else L.fval(y)
+        if v.rank > 2 and v.shape[:-2] != u.shape[:-2]:
+            L.fail("a batched matmul whose batch dimensions differ")
+        return L.f.matmul(u, v, transpose_a=tx, transpose_b=ty)
+    return emit
+
+
+@aten("aten.mm.default aten.bmm.default", "train.matmul")
+def _mm_handler(L, out, a, kw):
+    return Lazy(_mm(L, a[0], a[1], out.shape))
+
+
+@aten("aten.addmm.default", "train.matmul + train.bias_add")
+def _addmm(L, out, a, kw):
+    b, x, y = a[0], a[1], a[2]
+    if kw.get("beta", 1) != 1 or kw.get("alpha", 1) != 1:
+        L.fail("addmm with beta or alpha other than 1 is not supported")
+    mm = _mm(L, x, y, out.shape)
+
+    def emit():
+        m = mm()
+        if b.real.dim() == 1 and b.real.shape[0] == out.shape[-1]:
+            return L.f.bias_add(m, L.fval(b))
+        return L.f.add(m, L.broadcast_to(L.fval(b), out.shape))
+    return Lazy(emit)
+
+
+def _mask_for(L, mask, shape):
+    """A constant boolean mask as an i32 buffer that is a suffix of `shape`."""
+    import torch
+    m = mask.real
+    while m.dim() > 0 and m.shape[0] == 1:
+        m = m[0]
+    shape = tuple(shape)
+    if tuple(m.shape) != shape[len(shape) - m.dim():]:
+        m = mask.real.expand(shape)
+        # Drop leading dimensions along which the mask does not change.
+        while m.dim() > 1 and bool((m == m[0:1]).all()):
+            m = m[0]
+    return L.buffer_of(m.to(torch.int32).contiguous())
+
+
+@aten("aten.masked_fill.Scalar aten.masked_fill.Tensor",
+      "train.masked_fill (i32 mask); a causal -inf fill before softmax becomes "
+      "train.softmax {causal}")
+def _masked_fill(L, out, a, kw):
+    import torch
+    x, mask, value = a[0], a[1], a[2]
+    value = _scalar_of(value)
+    if value is None:
+        L.fail("masked_fill with a tensor value is not supported")
+    if not mask.const:
+        L.fail("masked_fill with a mask computed from the step's inputs is not supported "
+               "(a constant mask such as a causal one is)")
+    tags = {}
+    shape = tuple(out.shape)
+    if value == float("-inf") and len(shape) >= 2 and shape[-1] == shape[-2]:
+        t = shape[-1]
+        causal = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
+        if bool((mask.real.expand(shape) == causal).all()):
+            tags["causal"] = x.sym
+    return Lazy(lambda: L.f.masked_fill(L.fval(x), _mask_for(L, mask, shape), value), **tags)
+
+
+@aten("aten.where.self", "train.where (constant mask)")
+def _where(L, out, a, kw):
+    cond, x, y = a[0], a[1], a[2]
+    if not cond.const:
+        L.fail("where with a condition computed from the step's inputs is not supported")
+    shape = tuple(out.shape)
+
+    def operand(v):
+        s = _scalar_of(v)
+        if s is not None and not (isinstance(v, Arg) and not v.const):
+            return L.f.fill(shape, s)
+        return L.broadcast_to(L.fval(v), shape)
+    return Lazy(lambda: L.f.where(_mask_for(L, cond, shape), operand(x), operand(y)))
+
+
+@aten("aten.native_dropout.default", "train.dropout (ztrain's random stream)")
+def _dropout(L, out, a, kw):
+    x, p, train = a[0], float(a[1]), a[2]
+    mask = Lazy(lambda: L.fail("dropout's mask result is not supported"))
+    if not train or p == 0.0:
+        return (x.sym, mask)
+    return (Lazy(lambda: L.f.dropout(L.fval(x), p)), mask)
+
+
+# Ops whose output shape depends on the data: named as such in refusals.
+DATA_DEPENDENT = {"aten.nonzero.default", "aten.masked_select.default",
+                  "aten.unique.default", "aten._unique2.default",
+                  "aten.repeat_interleave.Tensor", "aten.index.Tensor"}
+# Ops that draw random numbers: never folded into constants.
+RANDOM = {"aten.rand.default", "aten.randn.default", "aten.randint.default",
+          "aten.bernoulli.default", "aten.bernoulli.p", "aten.normal.Tensor_float",
+          "aten.uniform.default", "aten.randperm.default", "aten.rand_like.default",
+          "aten.randn_like.default", "aten.native_dropout.default"}
+
+
+def table_markdown():
+    """The op table of docs/import.md, from ATEN."""
+    by = {}
+    for name, (fn, becomes) in ATEN.items():
+        by.setdefault((fn, becomes), []).append(name)
+    rows = ["| aten op | train lowering |", "| --- | --- |"]
+    for (fn, becomes), names in sorted(by.items(), key=lambda kv: kv[1][0]):
+        rows.append(f"| {', '.join('`' + n + '`' for n in sorted(names))} | {becomes} |")
+    return "\n".join(rows) + "\n"
