@@ -459,6 +459,20 @@ class Function:
     def _gelu_ref(torch, F, a, attrs, shape):
         return F.gelu(a[0], approximate="tanh")
 
+    def tanh(self, x, hint=None):
+        return self._unary("tanh", x, hint)
+
+    @reference("tanh")
+    def _tanh_ref(torch, F, a, attrs, shape):
+        return torch.tanh(a[0])
+
+    def erf(self, x, hint=None):
+        return self._unary("erf", x, hint)
+
+    @reference("erf")
+    def _erf_ref(torch, F, a, attrs, shape):
+        return torch.erf(a[0])
+
     def gelu_erf(self, x, hint=None):
         return self._unary("gelu_erf", x, hint)
 
@@ -820,8 +834,9 @@ class Function:
         return r.expand(*shape)
 
     def slice(self, x, dim, start, size, hint=None):
-        """x[..., start:start+size, ...] along `dim`."""
-        self._f32("train.slice", x)
+        """x[..., start:start+size, ...] along `dim` (f32 or i32)."""
+        if not isinstance(x, Value):
+            raise IRError(f"train.slice: the operand is {x!r}, not a value")
         dim, start, size = int(dim), int(start), int(size)
         if not 0 <= dim < x.rank:
             raise IRError(f"train.slice: dim {dim} out of range for {x.type}")
@@ -829,9 +844,9 @@ class Function:
             raise IRError(f"train.slice: [{start}, {start + size}) out of range for "
                           f"dim {dim} of {x.type}")
         shape = x.shape[:dim] + (size,) + x.shape[dim + 1:]
-        return self._emit(hint or "slice", shape, "f32",
+        return self._emit(hint or "slice", shape, x.dtype,
                           f"train.slice {x.name} {{dim = {dim} : i64, start = {start} : i64}}"
-                          f" : {x.type} -> {tensor_type(shape)}", "slice", (x,),
+                          f" : {x.type} -> {tensor_type(shape, x.dtype)}", "slice", (x,),
                           dim=dim, start=start, size=size)
 
     @reference("slice")

@@ -130,6 +130,12 @@ ZTRT_VM float geluErf(float v) {
   return v * 0.5f * (1.0f + std::erf(v * kGeluErfAlpha));
 }
 
+/// dy * erf'(v), in the order of PyTorch's erf backward formula.
+constexpr float kTwoOverSqrtPi = 1.12837916709551257390f;
+ZTRT_VM float erfGrad(float dy, float v) {
+  return kTwoOverSqrtPi * std::exp(-(v * v)) * dy;
+}
+
 /// dy * gelu_erf'(v): cdf + v * pdf, as GeluBackward's CPU kernel.
 ZTRT_VM float geluErfGrad(float dy, float v) {
   float cdf = 0.5f * (1.0f + std::erf(v * kGeluErfAlpha));

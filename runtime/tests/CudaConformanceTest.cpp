@@ -1256,6 +1256,61 @@ TEST_F(CudaConformanceTest, LlamaElementwiseMatchTheCpu) {
   }
 }
 
+TEST_F(CudaConformanceTest, ImportedActivationsMatchTheCpu) {
+  // The activations the PyTorch importer adds (cpu/VecMath.h, the same
+  // expressions on both sides): tanh_grad is arithmetic only, bitwise. The
+  // others call erff or expf, which CUDA computes within 2 ulp and glibc
+  // within 1: 3 ulp for erf; gelu_erf = 0.5 x (1 + erf(x / sqrt 2))
+  // cancels where erf nears -1, so its bound is absolute there, |x| 2^-21
+  // (3 ulp of a value below 1, times |x| / 2, with margin); likewise
+  // gelu_erf_grad, |dy| (1 + |x|) 2^-20; erf_grad = c exp(-x^2) dy: 3 ulp of
+  // exp plus two roundings, 5 ulp; tanh (Cephes, expf for |x| >= 0.625):
+  // 1 - 2 / (e + 1) loses at most 2 bits more, 10 ulp. Measured on the
+  // emulator (glibc on both sides): bitwise, which is its bound.
+  const int64_t erfUlps = kEmulator ? 0 : 3, expUlps = kEmulator ? 0 : 5,
+                tanhUlps = kEmulator ? 0 : 10;
+  for (size_t n : {size_t(1), size_t(37), (size_t(1) << 16) + 3}) {
+    auto a = twin(inputs(n, 5, 4.0f, true)), b = twin(inputs(n, 6, 4.0f, true));
+    auto out = output(n);
+    const int64_t len = static_cast<int64_t>(n);
+    const std::string size = " n=" + std::to_string(n);
+    using Unary = void (*)(ztrt_ctx *, int32_t, const void *, void *, int64_t);
+    using Binary = void (*)(ztrt_ctx *, int32_t, const void *, const void *,
+                            void *, int64_t);
+    auto unary = [&](Unary f, Twin<float> &x) {
+      both([&](ztrt_ctx *c, bool d) {
+        f(c, ZTRT_F32, at(x, d), at(out, d), len);
+      });
+      return fetch(out);
+    };
+    auto binary = [&](Binary f, Twin<float> &x, Twin<float> &y) {
+      both([&](ztrt_ctx *c, bool d) {
+        f(c, ZTRT_F32, at(x, d), at(y, d), at(out, d), len);
+      });
+      return fetch(out);
+    };
+    const std::vector<float> &v = a.host, &dy = b.host;
+    expectUlps(unary(ztrt_erf, a), out.host, erfUlps, "erf" + size);
+    expectUlps(unary(ztrt_tanh, a), out.host, tanhUlps, "tanh" + size);
+    expectUlps(binary(ztrt_erf_grad, b, a), out.host, expUlps, "erf_grad" + size);
+    expectBitwise(binary(ztrt_tanh_grad, b, a), out.host, "tanh_grad" + size);
+    expectUlpsOrBound(
+        unary(ztrt_gelu_erf, a), out.host, erfUlps,
+        [&](size_t i) {
+          return kEmulator ? 0.0 : std::fabs(v[i]) * std::ldexp(1.0, -21);
+        },
+        "gelu_erf" + size);
+    expectUlpsOrBound(
+        binary(ztrt_gelu_erf_grad, b, a), out.host, expUlps,
+        [&](size_t i) {
+          return kEmulator ? 0.0
+                           : std::fabs(dy[i]) * (1.0 + std::fabs(v[i])) *
+                                 std::ldexp(1.0, -20);
+        },
+        "gelu_erf_grad" + size);
+  }
+}
+
 TEST_F(CudaConformanceTest, WhereAndDropoutAreBitwise) {
   // where copies bits; dropout draws the same 24 bits per element (src/Rng.h
   // on both sides) and does one float multiply: bitwise, NaN and inf

@@ -147,3 +147,22 @@ func.func @exact_gelu() -> tensor<f32> attributes {train.entry} {
   %l = train.reduce sum %g [0, 1] : tensor<2x4xf32> -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// tanh: tanh_grad(dy, y) on the result; erf: erf_grad(dy, x) on the input.
+// CHECK-LABEL: func.func @tanh_erf
+// CHECK: %[[X:.*]] = train.param_read @x
+// CHECK: %[[T:.*]] = train.tanh %[[X]] : tensor<2x4xf32>
+// CHECK: %[[E:.*]] = train.erf %[[T]] : tensor<2x4xf32>
+// CHECK: %[[DT:.*]] = train.erf_grad %{{.*}}, %[[T]] : tensor<2x4xf32>
+// CHECK: %[[DX:.*]] = train.tanh_grad %[[DT]], %[[T]] : tensor<2x4xf32>
+// CHECK: return %{{.*}}, %[[DX]]
+train.param @x : tensor<2x4xf32> init(normal, 1.0)
+func.func @tanh_erf() -> tensor<f32> attributes {train.entry} {
+  %x = train.param_read @x : tensor<2x4xf32>
+  %t = train.tanh %x : tensor<2x4xf32>
+  %e = train.erf %t : tensor<2x4xf32>
+  %l = train.reduce sum %e [0, 1] : tensor<2x4xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}

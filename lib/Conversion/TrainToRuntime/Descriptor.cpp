@@ -70,7 +70,8 @@ void appendStorage(llvm::raw_ostream &os, const dist::StateStorage &storage) {
 
 /// The upper bound of the values of an i32 input: the class count of a
 /// cross-entropy or the vocabulary of an embedding it feeds (through
-/// reshapes). 0 when it feeds neither.
+/// reshapes and slices: a model that shifts its labels). 0 when it feeds
+/// neither.
 int64_t inputBound(Value v) {
   auto shapeOf = [](Value x) {
     return cast<RankedTensorType>(x.getType()).getShape();
@@ -82,8 +83,8 @@ int64_t inputBound(Value v) {
     Value cur = work.pop_back_val();
     for (OpOperand &use : cur.getUses()) {
       Operation *user = use.getOwner();
-      if (auto r = dyn_cast<ReshapeOp>(user))
-        work.push_back(r.getResult());
+      if (isa<ReshapeOp, SliceOp>(user))
+        work.push_back(user->getResult(0));
       else if (auto ce = dyn_cast<CrossEntropyOp>(user))
         tighten(shapeOf(ce.getLogits())[1]);
       else if (auto ceg = dyn_cast<CrossEntropyGradOp>(user))

@@ -376,7 +376,7 @@ def _lower_graph(gm, module, ptensors, btensors, step_inputs, fname):
         for other in names[1:]:
             aliases[other] = names[0]
         L.const_names[id(t)] = names[0]
-        env[n] = _lower.Arg(t.detach(), None)
+        env[n] = _lower.Arg(t, None, n)
     inputs = []
     for n, (k, t) in zip(inodes, step_inputs.items()):
         dt = "i32" if not t.dtype.is_floating_point else "f32"
@@ -431,9 +431,9 @@ def _lower_graph(gm, module, ptensors, btensors, step_inputs, fname):
                 value = n.target(*real(args), **real(kwargs))
             if id(n) not in live:
                 if isinstance(value, (tuple, list)):
-                    env[n] = tuple(_lower.Arg(v, None) for v in value)
+                    env[n] = tuple(_lower.Arg(v, None, n) for v in value)
                 else:
-                    env[n] = _lower.Arg(value, None)
+                    env[n] = _lower.Arg(value, None, n)
                 continue
             handler = _lower.ATEN[str(n.target)][0]
             try:

@@ -44,11 +44,12 @@ class Arg:
     """An operand: the example's real tensor and, unless constant, its IR
     value (a Lazy)."""
 
-    __slots__ = ("real", "sym")
+    __slots__ = ("real", "sym", "node")
 
-    def __init__(self, real, sym):
+    def __init__(self, real, sym, node=None):
         self.real = real
         self.sym = sym
+        self.node = node            # the graph node of a constant (for names)
 
     @property
     def const(self):
@@ -90,7 +91,7 @@ class Lowerer:
         """The ir.Value of an operand, materializing a constant as a buffer."""
         if isinstance(a, Arg):
             if a.const:
-                return self.buffer_of(a.real)
+                return self.buffer_of(a.real, a.node)
             return a.sym.get()
         self.fail(f"expected a tensor operand, got {a!r}")
 
@@ -115,8 +116,10 @@ class Lowerer:
         self.buffer_reads[name] = v
         return v
 
-    def buffer_of(self, t):
-        """A constant tensor as a train.buffer (deduplicated by contents)."""
+    def buffer_of(self, t, origin=None):
+        """A constant tensor as a train.buffer (deduplicated by contents),
+        named after the module and the op that computed it
+        (`model.layers.0.self_attn.rotary.cos`)."""
         import numpy as np
         import torch
         if t.dim() == 0:
@@ -136,8 +139,13 @@ class Lowerer:
         if buf is None:
             name = self.const_names.get(id(t))
             if name is None or name in self.buffer_values:
-                mpath = self.node.meta.get("ztrain_where", ("", None))[0]
-                base = (mpath + "." if mpath else "") + "const"
+                src = origin if origin is not None and origin.op == "call_function" \
+                    else self.node
+                mpath = src.meta.get("ztrain_where", ("", None))[0]
+                what = "const"
+                if src is origin:
+                    what = getattr(src.target, "__name__", "const").split(".")[0] or "const"
+                base = (mpath + "." if mpath else "") + what
                 name, i = base, 0
                 while name in self.buffer_values or name in self.m.params_by_name:
                     i += 1
@@ -339,8 +347,13 @@ def _slice(L, out, a, kw):
     if size == 0:
         L.fail("an empty slice")
     if _is_int(x.real):
-        L.fail("slicing an integer tensor is not supported")
-    return Lazy(lambda: L.f.slice(L.fval(x), dim, start, size))
+        note = ("the model slices an integer input (a label shift such as "
+                "labels[..., 1:]): train it on data whose labels are its inputs (a "
+                ".safetensors --data file), not on a token file, whose targets are "
+                "shifted already")
+        if note not in L.notes:
+            L.notes.append(note)
+    return Lazy(lambda: L.f.slice(L.val(x), dim, start, size))
 
 
 @aten("aten.select.int", "train.slice + train.reshape")
@@ -349,11 +362,8 @@ def _select(L, out, a, kw):
     r = x.real.dim()
     dim = _norm_dim(a[1], r)
     idx = a[2] + x.shape[dim] if a[2] < 0 else a[2]
-    if _is_int(x.real):
-        L.fail("indexing an integer tensor is not supported")
-
     def emit():
-        v = L.fval(x)
+        v = L.val(x)
         if x.shape[dim] != 1:
             v = L.f.slice(v, dim, idx, 1)
         return L.f.reshape(v, out.shape)
@@ -485,7 +495,7 @@ def _unary(name, method=None):
     return handler
 
 
-for _k in ("neg", "exp", "sqrt", "rsqrt", "sigmoid", "silu", "relu"):
+for _k in ("neg", "exp", "sqrt", "rsqrt", "sigmoid", "silu", "relu", "tanh", "erf"):
     aten(f"aten.{_k}.default", f"train.{_k}")(_unary(_k))
 
 
@@ -690,7 +700,7 @@ def _mask_for(L, mask, shape):
         # Drop leading dimensions along which the mask does not change.
         while m.dim() > 1 and bool((m == m[0:1]).all()):
             m = m[0]
-    return L.buffer_of(m.to(torch.int32).contiguous())
+    return L.buffer_of(m.to(torch.int32).contiguous(), mask.node)
 
 
 @aten("aten.masked_fill.Scalar aten.masked_fill.Tensor",

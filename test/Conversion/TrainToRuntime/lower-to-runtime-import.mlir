@@ -1,4 +1,4 @@
-// RUN: ztrain-opt %s --train-autodiff --train-optimizer=kind=sgd --lower-to-runtime | FileCheck %s
+// RUN: ztrain-opt %s -split-input-file --train-autodiff --train-optimizer=kind=sgd --lower-to-runtime | FileCheck %s
 
 // What the PyTorch importer adds: an `init(external)` buffer is a
 // descriptor record like any other (the executable refuses to start when
@@ -19,5 +19,25 @@ func.func @loss(%x: tensor<2x4xf32> {train.name = "x"}) -> tensor<f32> attribute
   %h = train.mul %w, %c : tensor<2x4xf32>
   %g = train.gelu_erf %h : tensor<2x4xf32>
   %l = train.reduce mean %g [0, 1] : tensor<2x4xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// A model that shifts its own labels (Hugging Face's labels[..., 1:]): the
+// i32 slice is a strided copy (4 bytes an element: rows of 3 of the 4
+// labels, from byte offset 4), and the labels' bound is still the class
+// count (10), found through the slice and the reshape.
+// CHECK: Ainput labels i32 2 2 4 bound 10\0A
+// CHECK-LABEL: func.func @ztrain_step(
+// CHECK: %[[L:.*]] = call @ztrt_input(%{{.*}}, %c0_i64)
+// CHECK: %[[AT:.*]] = llvm.getelementptr %[[L]][%c4_i64]
+// CHECK: call @ztrt_copy_2d(%{{.*}}, %[[AT]], %{{.*}}, %c2_i64, %c12_i64, %c16_i64, %c12_i64)
+train.param @w : tensor<6x10xf32> init(normal, 0.02)
+func.func @loss(%labels: tensor<2x4xi32> {train.name = "labels"}) -> tensor<f32> attributes {train.entry} {
+  %w = train.param_read @w : tensor<6x10xf32>
+  %s = train.slice %labels {dim = 1 : i64, start = 1 : i64} : tensor<2x4xi32> -> tensor<2x3xi32>
+  %r = train.reshape %s : tensor<2x3xi32> -> tensor<6xi32>
+  %l = train.cross_entropy %w, %r : (tensor<6x10xf32>, tensor<6xi32>) -> tensor<f32>
   return %l : tensor<f32>
 }

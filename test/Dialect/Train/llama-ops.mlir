@@ -15,6 +15,10 @@
 // CHECK: train.div %{{.*}}, %{{.*}} : tensor<2x8xf16>
 // CHECK: train.gelu_erf %{{.*}} : tensor<2x8xf32>
 // CHECK: train.gelu_erf_grad %{{.*}}, %{{.*}} : tensor<2x8xbf16>
+// CHECK: train.tanh %{{.*}} : tensor<2x8xf16>
+// CHECK: train.tanh_grad %{{.*}}, %{{.*}} : tensor<2x8xf32>
+// CHECK: train.erf %{{.*}} : tensor<2x8xbf16>
+// CHECK: train.erf_grad %{{.*}}, %{{.*}} : tensor<2x8xf32>
 func.func @elementwise(%x: tensor<2x8xf32>, %b: tensor<2x8xbf16>, %h: tensor<2x8xf16>) {
   %0 = train.silu %x : tensor<2x8xf32>
   %1 = train.sigmoid %0 : tensor<2x8xf32>
@@ -27,6 +31,10 @@ func.func @elementwise(%x: tensor<2x8xf32>, %b: tensor<2x8xbf16>, %h: tensor<2x8
   %8 = train.div %h, %h : tensor<2x8xf16>
   %9 = train.gelu_erf %x : tensor<2x8xf32>
   %10 = train.gelu_erf_grad %b, %b : tensor<2x8xbf16>
+  %11 = train.tanh %h : tensor<2x8xf16>
+  %12 = train.tanh_grad %x, %x : tensor<2x8xf32>
+  %13 = train.erf %b : tensor<2x8xbf16>
+  %14 = train.erf_grad %x, %x : tensor<2x8xf32>
   return
 }
 

@@ -6,7 +6,8 @@ rsqrt), rotary embeddings from an inv_freq buffer (not persistent) turned
 into cos/sin tables in the forward and applied with rotate_half, grouped-
 query attention whose keys and values are repeated with expand + reshape,
 an additive causal mask of -inf, SwiGLU, no biases, an untied head, and a
-forward that returns a dict with the loss when given labels.
+forward that returns a dict with the loss when given labels, which it
+shifts itself (labels[..., 1:]).
 """
 
 import math
@@ -134,6 +135,10 @@ class LlamaForCausalLM(nn.Module):
         logits = self.lm_head(self.model(input_ids))
         out = {"logits": logits}
         if labels is not None:
-            out["loss"] = F.cross_entropy(logits.view(-1, logits.shape[-1]),
-                                          labels.view(-1))
+            # Labels are the inputs; the model shifts them, as transformers'
+            # causal LMs do.
+            shift_logits = logits[..., :-1, :].contiguous()
+            shift_labels = labels[..., 1:].contiguous()
+            out["loss"] = F.cross_entropy(shift_logits.view(-1, shift_logits.shape[-1]),
+                                          shift_labels.view(-1))
         return out

@@ -45,6 +45,8 @@ class Train_Op<string mnemonic, list<Trait> traits = []>
 // Compute ops run in f32, bf16 or f16 (kernels accumulate in f32).
 def Train_FloatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;
 def Train_I32Tensor : StaticShapeTensorOf<[I32]>;
+// Data movement also takes integer ids and labels (a shifted label window).
+def Train_FloatOrI32Tensor : StaticShapeTensorOf<[F32, BF16, F16, I32]>;
 def Train_F32Scalar : 0DTensorOf<[F32]>;
 // An f32 scalar the op's assembly format leaves implicit.
 def Train_F32Flag : 0DTensorOf<[F32]> {
@@ -357,6 +359,35 @@ def Train_GeluErfOp : Train_UnaryOp<"gelu_erf", "Gaussian error linear unit (exa
 
     ```mlir
     %y = train.gelu_erf %x : tensor<8x64x256xf32>
+    ```
+  }];
+}
+
+def Train_TanhOp : Train_UnaryOp<"tanh", "hyperbolic tangent"> {
+  let gradient = [{
+    return {TanhGradOp::create(b, loc, getType(), dy, getResult())};
+  }];
+  let description = [{
+    `tanh(x)` elementwise (PyTorch `torch.tanh`), as Cephes' tanhf
+    (within an ulp of the C library's). Imported models use it where they
+    write the tanh GELU out by hand (minGPT's `NewGELU`).
+
+    ```mlir
+    %y = train.tanh %x : tensor<8x64x256xf32>
+    ```
+  }];
+}
+
+def Train_ErfOp : Train_UnaryOp<"erf", "Gauss error function"> {
+  let gradient = [{
+    return {ErfGradOp::create(b, loc, getType(), dy, getInput())};
+  }];
+  let description = [{
+    `erf(x)` elementwise (PyTorch `torch.erf`). Imported models use it where
+    they write the exact GELU out by hand.
+
+    ```mlir
+    %y = train.erf %x : tensor<8x64x256xf32>
     ```
   }];
 }
@@ -989,7 +1020,8 @@ def Train_SliceOp : Train_ComputeOp<"slice", [AllElementTypesMatch<["input", "re
   let description = [{
     `result = input[..., start : start + size, ...]` along `dim`, `size`
     being the result's size there (PyTorch `narrow`). Runs as a strided
-    copy (`ztrt_copy_2d`) on every backend.
+    copy (`ztrt_copy_2d`) on every backend. The input may be i32 (ids or
+    labels: `labels[:, 1:]`, which nothing differentiates).
 
     ```mlir
     %lo = train.slice %x {dim = 2 : i64, start = 0 : i64}
@@ -1001,8 +1033,8 @@ def Train_SliceOp : Train_ComputeOp<"slice", [AllElementTypesMatch<["input", "re
       type and equal sizes in every other dimension;
     - `0 <= start` and `start + size <= ` the operand's size along `dim`.
   }];
-  let arguments = (ins Train_FloatTensor:$input, I64Attr:$dim, I64Attr:$start);
-  let results = (outs Train_FloatTensor:$result);
+  let arguments = (ins Train_FloatOrI32Tensor:$input, I64Attr:$dim, I64Attr:$start);
+  let results = (outs Train_FloatOrI32Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
 }
@@ -1108,6 +1140,7 @@ def Train_ReluGradOp : Train_ActivationGradOp<"relu_grad", "relu">;
 def Train_GeluGradOp : Train_ActivationGradOp<"gelu_grad", "gelu">;
 def Train_SiluGradOp : Train_ActivationGradOp<"silu_grad", "silu">;
 def Train_GeluErfGradOp : Train_ActivationGradOp<"gelu_erf_grad", "gelu_erf">;
+def Train_ErfGradOp : Train_ActivationGradOp<"erf_grad", "erf">;
 
 // The adjoint of an elementwise op whose derivative is cheapest in terms of
 // its result.
@@ -1129,6 +1162,7 @@ class Train_ResultGradOp<string mnemonic, string fwd, string formula>
 
 def Train_SigmoidGradOp : Train_ResultGradOp<"sigmoid_grad", "sigmoid", "dy * (1 - y) * y">;
 def Train_RsqrtGradOp : Train_ResultGradOp<"rsqrt_grad", "rsqrt", "-0.5 * dy * y^3">;
+def Train_TanhGradOp : Train_ResultGradOp<"tanh_grad", "tanh", "dy * (1 - y^2)">;
 
 def Train_ReduceMaxGradOp : Train_GradOp<"reduce_max_grad", [
     AllTypesMatch<["input", "result"]>, AllTypesMatch<["grad", "output"]>,
