@@ -208,6 +208,60 @@ def test_hand_written_gelus_match_pytorch(tmp_path):
     assert_parity(z, t, cycle=32 // B)
 
 
+def test_dropout_is_ztrains_train_dropout(tmp_path):
+    """torch 1.13 traces nn.Dropout as a Bernoulli mask (bernoulli_ on an
+    empty tensor) divided by the keep probability, times the input. The
+    importer makes each one train.dropout (a stream each), never a constant
+    mask: the executable's first loss is the IR's loss with ztrain's masks
+    for that seed and step (torch_ref.run_ir draws them as the runtime
+    does), and not the loss without dropout."""
+    from ztrain import torch_ref
+    model = gpt(dropout=0.2)
+    B, T = 4, 16
+    tok, tgt = lm_data(8, T, 64, seed=7)
+    example = {"idx": torch.zeros(B, T, dtype=torch.long),
+               "targets": torch.zeros(B, T, dtype=torch.long)}
+    from ztrain.importer import import_module
+    imp = import_module(model, example)
+    assert imp.mlir.count("train.dropout") == 7          # embeddings + 3 per layer
+    assert imp.mlir.count("probability = 0.2 : f64") == 7
+    assert "bernoulli" not in imp.mlir and "init(external)" not in imp.mlir
+    mlir, init = str(tmp_path / "m.mlir"), str(tmp_path / "init.safetensors")
+    imp.write(mlir, init)
+    exe = parity.compile_model(mlir, str(tmp_path / "m"), OPT)
+    data = str(tmp_path / "data.safetensors")
+    safetensors.save(data, {"idx": tok, "targets": tgt})
+    report = str(tmp_path / "r.json")
+    e2e_util.launch(1, [exe, "--steps", 1, "--seed", 7, "--init", init, "--data", data,
+                        "--report", report, "--threads", 1])
+    z = parity.report_losses(parity.read_report(report))[0]
+    params = {k: torch.from_numpy(v) for k, v in imp.init.items()}
+    inputs = {"idx": torch.from_numpy(tok[:B]), "targets": torch.from_numpy(tgt[:B])}
+    with torch.no_grad():
+        ref = float(torch_ref.run_ir(imp.module, params, inputs, seed=7, step=1))
+        model.eval()
+        plain = float(model(inputs["idx"].long(), inputs["targets"].long())[1])
+    # Same masks, same arithmetic up to reduction order: 1e-5 relative
+    # (measured 5e-10); without dropout the loss differs by 2.3e-4 relative
+    # here (the weights are small at init), far above that.
+    assert abs(z - ref) <= 1e-5 * abs(ref), (z, ref)
+    assert abs(z - plain) > 1e-4 * abs(plain), (z, plain)
+    assert abs(z - plain) > 20 * abs(z - ref), (z, ref, plain)
+
+
+def test_random_numbers_outside_dropout_are_refused(tmp_path):
+    err = refused(tmp_path, '''
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 1)
+    def forward(self, x):
+        noise = torch.randn(4, 8)
+        return self.fc(x + noise).mean()
+''', "--input", "x:4x8")
+    assert "draws random numbers outside dropout" in err, err
+
+
 @pytest.mark.parametrize("stage,n", [(0, 2), (1, 2), (2, 2), (3, 2), (3, 4)])
 def test_imported_gpt_zero_stages_equal_one_process(tmp_path, stage, n):
     """The imported nanoGPT-style model at ZeRO stage S on N ranks (each

@@ -40,8 +40,10 @@ class Imported:
     """The result: IR text, the `--init` tensors (state names -> numpy) and
     what the user should know (aliases of tied weights, notes)."""
 
-    def __init__(self, mlir, init, inputs, aliases, notes, frozen, num_params=0):
+    def __init__(self, mlir, init, inputs, aliases, notes, frozen, num_params=0,
+                 module=None):
         self.mlir = mlir
+        self.module = module          # the ztrain.ir.Module (torch_ref.run_ir runs it)
         self.num_params = num_params  # trainable elements
         self.init = init
         self.inputs = inputs        # [(name, shape, "i32"|"f32")]
@@ -323,6 +325,10 @@ def _lower_graph(gm, module, ptensors, btensors, step_inputs, fname):
             deps = n.all_input_nodes
             if any(id(d) in live for d in deps):
                 live.add(id(n))
+            elif str(n.target) in _lower.DROPOUT_MASKS:
+                # Dropout's Bernoulli mask: a step value (ztrain draws it),
+                # never a folded constant.
+                live.add(id(n))
             elif str(n.target) in _lower.RANDOM:
                 raise ImportFailure(f"{describe_where(n)}: {n.target} draws random numbers "
                                     "outside dropout, which ztrain cannot reproduce")
@@ -474,4 +480,4 @@ def _lower_graph(gm, module, ptensors, btensors, step_inputs, fname):
                       "file the importer wrote")
     mlir = "\n".join(header) + "\n" + m.to_mlir()
     num = sum(math.prod(p.shape) for p in m.params)
-    return Imported(mlir, init, inputs, aliases, L.notes, frozen, num)
+    return Imported(mlir, init, inputs, aliases, L.notes, frozen, num, m)

@@ -420,6 +420,9 @@ def _binary(kind):
             L.fail(f"division with rounding_mode={kw['rounding_mode']!r} is not supported")
         sx, sy = _scalar_of(x), _scalar_of(y)
         shape = tuple(out.shape)
+        drop = _dropout_pattern(L, kind, x, y, out)
+        if drop is not None:
+            return drop
         tags = {}
         if kind == "add" and alpha == 1:
             for m, other in ((y, x), (x, y)):
@@ -457,6 +460,38 @@ def _binary(kind):
             return getattr(f, kind)(u, v)
         return Lazy(emit, **tags)
     return handler
+
+
+def _dropout_pattern(L, kind, x, y, out):
+    """The div and mul steps of a traced dropout (see DROPOUT_MASKS), or None."""
+    def tag(v, name):
+        return v.sym.tags.get(name) if isinstance(v, Arg) and v.sym is not None else None
+    if kind == "div":
+        q, sy = tag(x, "dropout_keep"), _scalar_of(y)
+        if q is not None and not tag(x, "scaled") and sy == q:
+            return Lazy(_mask_fail(L), dropout_keep=q, scaled=True)
+        src = tag(x, "dropped")
+        if src is not None and sy == tag(x, "dropped_keep"):
+            p = float(f"{1.0 - sy:.15g}")
+            return Lazy(lambda: L.f.dropout(src.get(), p))
+        return None
+    if kind != "mul":
+        return None
+    for m, other in ((y, x), (x, y)):
+        q = tag(m, "dropout_keep")
+        if q is None:
+            continue
+        if not isinstance(other, Arg) or other.sym is None or \
+                tuple(other.shape) != tuple(out.shape) or tuple(m.shape) != tuple(out.shape):
+            L.fail("a dropout mask applied to a value of another shape is not supported")
+        v = other.sym
+        p = float(f"{1.0 - q:.15g}")    # 1 - 0.9 is 0.09999999999999998
+        if tag(m, "scaled"):
+            return Lazy(lambda: L.f.dropout(L.fval(other), p))
+        return Lazy(lambda: L.fail("an unscaled dropout product used before its "
+                                   "division by the keep probability"),
+                    dropped=v, dropped_keep=q)
+    return None
 
 
 def _is_additive_causal(m, shape):
@@ -747,6 +782,25 @@ def _dropout(L, out, a, kw):
     if not train or p == 0.0:
         return (x.sym, mask)
     return (Lazy(lambda: L.f.dropout(L.fval(x), p)), mask)
+
+
+# Dropout as torch 1.13 traces it without autograd: a Bernoulli mask of the
+# keep probability q (bernoulli_ on an empty tensor), divided by q, times
+# the input (or the input times the mask, then divided by q). The mask is
+# never materialized: the product becomes train.dropout(x, 1 - q), whose
+# random stream is ztrain's.
+DROPOUT_MASKS = {"aten.bernoulli_.float", "aten.bernoulli.p"}
+
+
+def _mask_fail(L):
+    return lambda: L.fail("a random Bernoulli mask used other than as dropout's "
+                          "(mask / keep) * x is not supported")
+
+
+@aten(" ".join(sorted(DROPOUT_MASKS)), "(with the div and mul of dropout) train.dropout")
+def _bernoulli(L, out, a, kw):
+    q = a[1] if len(a) > 1 else kw.get("p", 0.5)
+    return Lazy(_mask_fail(L), dropout_keep=float(q), scaled=False)
 
 
 # Ops whose output shape depends on the data: named as such in refusals.
