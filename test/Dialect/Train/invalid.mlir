@@ -928,3 +928,16 @@ func.func @arg(%x: tensor<2x4xf32> {train.nmae = "x"}) -> tensor<2x4xf32> {
 func.func @arg(%x: tensor<2x4xf32> {train.name = 3 : i64}) -> tensor<2x4xf32> {
   return %x : tensor<2x4xf32>
 }
+
+// -----
+
+// A declaration has no forward pass: the verifier says so (the training
+// pipeline used to crash on it).
+train.param @w : tensor<4xf32> init(ones)
+// expected-error @+1 {{'func.func' op 'train.entry' function @loss is a declaration: the entry function needs a body (the model's forward pass, returning the loss)}}
+func.func private @loss(%x: tensor<4xf32> {train.name = "x"}) -> tensor<f32> attributes {train.entry}
+
+// -----
+
+// expected-error @+1 {{'train.param' op 'train.entry' marks a func.func}}
+train.param @w : tensor<4xf32> init(ones) {train.entry}

@@ -99,6 +99,21 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
                             : "tensor results only");
     return success();
   }
+  if (attr.getName() == kEntryAttr || attr.getName() == kEvalAttr) {
+    // The entry (and eval) function is the model: a declaration has no
+    // forward pass to differentiate (every pass would find nothing to read).
+    auto func = dyn_cast<func::FuncOp>(op);
+    if (!func)
+      return op->emitOpError() << "'" << attr.getName().getValue()
+                               << "' marks a func.func";
+    if (func.isDeclaration())
+      return op->emitOpError()
+             << "'" << attr.getName().getValue() << "' function @"
+             << func.getSymName()
+             << " is a declaration: the entry function needs a body (the "
+                "model's forward pass, returning the loss)";
+    return success();
+  }
   if (attr.getName() == kRecomputeAttr) {
     auto policy = dyn_cast<StringAttr>(attr.getValue());
     if (!isa<ModuleOp>(op) || !policy ||
