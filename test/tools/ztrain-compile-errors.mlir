@@ -69,9 +69,9 @@
 // collide as data-file and checkpoint keys.
 // RUN: not ztrain-compile %t/dupinput.mlir -o %t/out 2>&1 | FileCheck %s --check-prefix=DUP
 // RUN: not test -e %t/out
-// DUP: dupinput.mlir:2:1: error: input #1 is named 'x', a name another input, a parameter, state or buffer already has (names are data and checkpoint keys)
+// DUP: dupinput.mlir:2:1: error: 'func.func' op input #1 is named 'x', a name another input, a parameter, state or buffer already has (names are data and checkpoint keys)
 // RUN: not ztrain-compile %t/paramname.mlir -o %t/out 2>&1 | FileCheck %s --check-prefix=PNAME
-// PNAME: paramname.mlir:2:1: error: input #0 is named 'w', a name another input, a parameter, state or buffer already has
+// PNAME: paramname.mlir:2:1: error: 'func.func' op input #0 is named 'w', a name another input, a parameter, state or buffer already has
 
 // An option the chosen optimizer does not use is an error; a plan option
 // that has no effect is a warning (the build is still what was asked for).

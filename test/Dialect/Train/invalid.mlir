@@ -941,3 +941,23 @@ func.func private @loss(%x: tensor<4xf32> {train.name = "x"}) -> tensor<f32> att
 
 // expected-error @+1 {{'train.param' op 'train.entry' marks a func.func}}
 train.param @w : tensor<4xf32> init(ones) {train.entry}
+
+// -----
+
+// Input names are data and checkpoint keys: the verifier refuses a
+// duplicate (ztrain-opt passed it and only ztrain-compile refused it).
+train.param @w : tensor<4xf32> init(ones)
+// expected-error @+1 {{'func.func' op input #1 is named 'x', a name another input, a parameter, state or buffer already has (names are data and checkpoint keys)}}
+func.func @loss(%x: tensor<4xf32> {train.name = "x"}, %y: tensor<4xf32> {train.name = "x"}) -> tensor<f32> attributes {train.entry} {
+  %l = train.reduce sum %x [0] : tensor<4xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(ones)
+// expected-error @+1 {{'func.func' op input #0 is named 'w', a name another input, a parameter, state or buffer already has}}
+func.func @loss(%x: tensor<4xf32> {train.name = "w"}) -> tensor<f32> attributes {train.entry} {
+  %l = train.reduce sum %x [0] : tensor<4xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}

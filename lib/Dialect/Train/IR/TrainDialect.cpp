@@ -11,6 +11,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -112,6 +113,20 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
              << func.getSymName()
              << " is a declaration: the entry function needs a body (the "
                 "model's forward pass, returning the loss)";
+    // Every input name is a key of its own (data files, checkpoints): not
+    // another input's, nor a parameter's, state's or buffer's.
+    llvm::StringSet<> taken;
+    if (auto module = func->getParentOfType<ModuleOp>())
+      for (Operation &other : module.getOps())
+        if (isa<ParamOp, StateOp, BufferOp>(other))
+          taken.insert(cast<SymbolOpInterface>(other).getName());
+    for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i)
+      if (auto name = func.getArgAttrOfType<StringAttr>(i, kInputNameAttr))
+        if (!taken.insert(name.getValue()).second)
+          return op->emitOpError()
+                 << "input #" << i << " is named '" << name.getValue()
+                 << "', a name another input, a parameter, state or buffer "
+                    "already has (names are data and checkpoint keys)";
     return success();
   }
   if (attr.getName() == kRecomputeAttr) {

@@ -13,6 +13,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/ConvertUTF.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -82,13 +84,21 @@ LogicalResult ztrain::train::verifyTensorShapes(Operation *op) {
 
 std::string ztrain::train::nameProblem(StringRef name) {
   // (As unsigned bytes: UTF-8 names are names.)
-  if (!name.empty() && llvm::none_of(name, [](char c) {
+  if (name.empty() || llvm::any_of(name, [](char c) {
         const auto u = static_cast<unsigned char>(c);
         return u <= ' ' || u == 127;
       }))
-    return "";
-  return "must be non-empty and contain no whitespace or control characters "
-         "(it becomes a checkpoint / data key)";
+    return "must be non-empty and contain no whitespace or control characters "
+           "(it becomes a checkpoint / data key)";
+  // Checkpoint indexes and reports are JSON, which is UTF-8.
+  const auto *begin = reinterpret_cast<const llvm::UTF8 *>(name.data());
+  const llvm::UTF8 *at = begin;
+  if (!llvm::isLegalUTF8String(&at, begin + name.size()))
+    return ("is not valid UTF-8 (byte 0x" +
+            llvm::utohexstr(static_cast<unsigned char>(name[at - begin])) +
+            " at offset " + std::to_string(at - begin) +
+            "; it becomes a checkpoint / data key)");
+  return "";
 }
 
 /// The candidate closest to `name` by edit distance, when it is close
