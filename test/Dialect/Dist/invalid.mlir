@@ -579,3 +579,22 @@ func.func @f(%g: tensor<8192xf32>) {
   dist.wait %7
   return
 }
+
+// -----
+
+// A shard size that disagrees with the grid (ztrain-opt passed it, the
+// executable could not be built): 30 elements over 4 ranks are shards of 8.
+shard.grid @dp(shape = 4)
+// expected-error @+1 {{'train.param' op is partitioned in shards of 15 elements over @dp, but its 30 elements over 4 ranks make shards of 8 (ceil(elements / ranks))}}
+train.param @w : tensor<10x3xf32> init(zeros) {dist.partition = #dist.partition<@dp, 15>}
+
+// -----
+
+shard.grid @dp(shape = 2)
+// expected-error @+1 {{'train.buffer' op 'dist.partition' is only placed on train.param and train.state}}
+train.buffer @b : tensor<4xf32> init(zeros) {dist.partition = #dist.partition<@dp, 2>}
+
+// -----
+
+// expected-error @+1 {{'train.param' op references undeclared grid @nogrid (declare it with shard.grid)}}
+train.param @w : tensor<4xf32> init(zeros) {dist.partition = #dist.partition<@nogrid, 2>}

@@ -119,6 +119,37 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
              << "') but no dist.update_wait of "
              << update.getUpdatedParam() << " and its gradient follows it";
   }
+  if (attr.getName() == kPartitionAttr) {
+    // A partitioned state is ceil(elements / N) elements a rank over its
+    // grid of N: a shard size that disagrees with the grid is a module no
+    // rank count can run (ztrain-compile refused it later, ztrain-opt not).
+    auto partition = dyn_cast<PartitionAttr>(attr.getValue());
+    if (!partition)
+      return op->emitOpError() << "'" << kPartitionAttr
+                               << "' must be a #dist.partition<@grid, shard>";
+    Type type;
+    if (auto param = dyn_cast<train::ParamOp>(op))
+      type = param.getType();
+    else if (auto state = dyn_cast<train::StateOp>(op))
+      type = state.getType();
+    else
+      return op->emitOpError() << "'" << kPartitionAttr
+                               << "' is only placed on train.param and "
+                                  "train.state";
+    SymbolTableCollection symbols;
+    FailureOr<int64_t> n = getGridSize(op, partition.getGrid(), symbols);
+    if (failed(n))
+      return failure();
+    int64_t elements = cast<RankedTensorType>(type).getNumElements();
+    int64_t shard = (elements + *n - 1) / *n;
+    if (partition.getShard() != shard)
+      return op->emitOpError()
+             << "is partitioned in shards of " << partition.getShard()
+             << " elements over " << partition.getGrid() << ", but its "
+             << elements << " elements over " << *n
+             << " ranks make shards of " << shard
+             << " (ceil(elements / ranks))";
+  }
   if (attr.getName() == kSpaceAttr) {
     if (!isa<MemorySpaceAttr>(attr.getValue()))
       return op->emitOpError()
