@@ -291,11 +291,13 @@ bool isFile(const std::string &path) {
 /// is not a global_step<N> name.
 std::string readLatest(const std::string &root, const char *what) {
   const std::string path = joinPath(root, kLatestName);
-  std::ifstream in(path);
-  if (!in)
+  struct stat info;
+  if (::lstat(path.c_str(), &info) != 0)
     return "";
-  std::string tag;
-  std::getline(in, tag);
+  // The input rule (a FIFO or a device would block or never end).
+  std::vector<char> text = readInputFile(path, what);
+  std::string tag(text.begin(), text.end());
+  tag = tag.substr(0, tag.find('\n'));
   if (tagStep(tag) < 0)
     fatal("%s: '%s' does not name a checkpoint (expected global_step<N>, "
           "got '%s')",
@@ -323,6 +325,7 @@ void saveCheckpoint(ztrt_ctx &ctx, const Descriptor &desc,
   const std::string tempDir = joinPath(root, kTempPrefix + tag);
   if (rank == 0) {
     makeDirectory(root);
+    lockOutputDirectory(root, what);
     // A save killed earlier may have left its temporary directory; it was
     // never named by `latest`, so it goes.
     removeOrDie(tempDir, what);
@@ -478,13 +481,14 @@ CheckpointIndex readCheckpointIndex(const std::string &named,
                                     const char *what) {
   const std::string dir = resolveCheckpoint(named, what);
   const std::string path = joinPath(dir, kIndexName);
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  struct stat info;
+  if (::lstat(path.c_str(), &info) != 0)
     fatal("%s: cannot open '%s': %s (not a checkpoint, or an incomplete "
           "one)",
           what, path.c_str(), strerror(errno));
-  std::string text((std::istreambuf_iterator<char>(in)),
-                   std::istreambuf_iterator<char>());
+  // The input rule (a FIFO or a device would block or never end).
+  std::vector<char> bytes = readInputFile(path, what);
+  std::string text(bytes.begin(), bytes.end());
   auto bad = [&](const std::string &message) {
     fatal("%s: '%s' is not a valid checkpoint index: %s", what, path.c_str(),
           message.c_str());

@@ -1761,8 +1761,16 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
       checkOutputPath(opts.save, "--save");
     if (!opts.report.empty())
       checkOutputPath(opts.report, "--report");
-    if (!opts.saveCheckpoint.empty())
+    if (!opts.saveCheckpoint.empty()) {
       checkOutputDirectory(opts.saveCheckpoint, "--save-checkpoint");
+      // One writer per checkpoint directory (rank 0 speaks for its job): a
+      // second run started on it is refused now, not a silent mixture of
+      // two runs' steps later. A directory the first save creates is
+      // locked there.
+      struct stat info;
+      if (::stat(opts.saveCheckpoint.c_str(), &info) == 0)
+        lockOutputDirectory(opts.saveCheckpoint, "--save-checkpoint");
+    }
   }
   if (!opts.trace.empty())
     checkOutputPath(traceFilePath(opts.trace, rank, ranks), "--trace");

@@ -18,7 +18,9 @@
 #include <fcntl.h>
 #include <csignal>
 #include <mutex>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -401,8 +403,12 @@ std::string parentOf(const std::string &path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+/// Fatal unless `dir` is a directory in which this process can create a
+/// file (`asDirectory`: a subdirectory) and remove it again. Asking
+/// access() is not enough: root passes it for /proc and read-only mounts,
+/// where the create fails, so the probe creates (and removes) one.
 void checkWritableDirectory(const std::string &dir, const std::string &path,
-                            const char *what) {
+                            const char *what, bool asDirectory = false) {
   struct stat info;
   if (::stat(dir.c_str(), &info) != 0)
     fatal("%s '%s': directory '%s' does not exist", what, path.c_str(),
@@ -412,6 +418,25 @@ void checkWritableDirectory(const std::string &dir, const std::string &path,
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
     fatal("%s '%s': directory '%s' is not writable", what, path.c_str(),
           dir.c_str());
+  std::string probe =
+      (dir.empty() || dir.back() == '/' ? dir : dir + "/") + ".ztrain-probe-XXXXXX";
+  std::vector<char> name(probe.begin(), probe.end());
+  name.push_back('\0');
+  bool made;
+  if (asDirectory) {
+    made = ::mkdtemp(name.data()) != nullptr;
+  } else {
+    int fd = ::mkstemp(name.data());
+    made = fd >= 0;
+    if (made)
+      ::close(fd);
+  }
+  if (!made)
+    fatal("%s '%s': cannot create %s in '%s': %s", what, path.c_str(),
+          asDirectory ? "a directory" : "a file", dir.c_str(), strerror(errno));
+  if ((asDirectory ? ::rmdir(name.data()) : ::unlink(name.data())) != 0)
+    fatal("%s '%s': cannot remove the probe '%s': %s", what, path.c_str(),
+          name.data(), strerror(errno));
 }
 } // namespace
 
@@ -434,10 +459,10 @@ void checkOutputDirectory(const std::string &path, const char *what) {
   if (::stat(path.c_str(), &info) == 0) {
     if (!S_ISDIR(info.st_mode))
       fatal("%s '%s': exists and is not a directory", what, path.c_str());
-    checkWritableDirectory(path, path, what);
+    checkWritableDirectory(path, path, what, /*asDirectory=*/true);
     return;
   }
-  checkWritableDirectory(parentOf(path), path, what);
+  checkWritableDirectory(parentOf(path), path, what, /*asDirectory=*/true);
 }
 
 namespace {
@@ -453,6 +478,65 @@ bool readNumberFile(const char *path, uint64_t &value) {
   return ok;
 }
 } // namespace
+
+namespace {
+/// The pid holding a flock on the file (dev, ino), from /proc/locks; 0 when
+/// it cannot be told.
+long flockHolder(dev_t dev, ino_t ino) {
+  FILE *f = std::fopen("/proc/locks", "r");
+  if (!f)
+    return 0;
+  char line[512];
+  long pid = 0;
+  while (!pid && std::fgets(line, sizeof line, f)) {
+    char kind[32], mode[32], access[32];
+    long holder;
+    unsigned major, minor;
+    unsigned long inode;
+    // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
+    const char *rest = std::strchr(line, ':');
+    if (rest && std::sscanf(rest + 1, "%31s %31s %31s %ld %x:%x:%lu", kind, mode,
+                            access, &holder, &major, &minor, &inode) == 7 &&
+        std::strcmp(kind, "FLOCK") == 0 && inode == ino &&
+        major == ::major(dev) && minor == ::minor(dev))
+      pid = holder;
+  }
+  std::fclose(f);
+  return pid;
+}
+} // namespace
+
+void lockOutputDirectory(const std::string &dir, const char *what) {
+  // One lock per process and directory, held until the process ends (the
+  // kernel drops it then, however the process ends: a dead run's lock
+  // never blocks the next).
+  static std::mutex mutex;
+  static std::vector<std::string> locked;
+  std::lock_guard<std::mutex> guard(mutex);
+  for (const std::string &d : locked)
+    if (d == dir)
+      return;
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    fatal("%s '%s': cannot open the directory to lock it: %s", what,
+          dir.c_str(), strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int error = errno;
+    struct stat info;
+    long pid = ::fstat(fd, &info) == 0 ? flockHolder(info.st_dev, info.st_ino)
+                                       : 0;
+    ::close(fd);
+    if (error == EWOULDBLOCK)
+      fatal("%s '%s': another run (%s) is writing checkpoints there; give "
+            "this run another directory, or stop that one",
+            what, dir.c_str(),
+            pid ? ("pid " + std::to_string(pid) + " on this host").c_str()
+                : "on this host or another");
+    fatal("%s '%s': cannot lock the directory: %s", what, dir.c_str(),
+          strerror(error));
+  }
+  locked.push_back(dir); // fd stays open: the lock lives as long as we do
+}
 
 bool hostMemoryAvailable(uint64_t &bytes, std::string &source) {
   bool found = false;

@@ -117,6 +117,13 @@ void checkOutputPath(const std::string &path, const char *what);
 /// written into.
 void checkOutputDirectory(const std::string &path, const char *what);
 
+/// Takes an exclusive lock (flock) on the directory `dir` for the rest of
+/// the process's life, so that two runs never write checkpoints into one
+/// directory; fatal, naming the holder's pid, when another process has it.
+/// The kernel releases it when the process ends, however it ends. Calling
+/// it again for the same directory does nothing.
+void lockOutputDirectory(const std::string &dir, const char *what);
+
 /// The host memory this process may still use: the smaller of the
 /// kernel's MemAvailable and what the cgroup's limit leaves (cgroup v2
 /// memory.max - memory.current, or v1's limit_in_bytes - usage_in_bytes).
