@@ -9,6 +9,7 @@ same module trained by torch.optim from the same weights on the same batches.
 import copy
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 
@@ -54,9 +55,10 @@ def lm_data(n, t, vocab, seed):
     return stream[:, :-1].copy(), stream[:, 1:].copy()
 
 
-def torch_losses(module, data, names, batch, steps, opt, loss_fn=None):
+def torch_losses(module, data, names, batch, steps, opt, loss_fn=None, by_name=False):
     """Trains `module` with torch.optim.AdamW on the batches the executable
-    reads (sample ((t-1)B + b) mod N), returns the loss of every step."""
+    reads (sample ((t-1)B + b) mod N), returns the loss of every step.
+    by_name: the forward gets its inputs as keyword arguments."""
     params = [p for p in module.parameters() if p.requires_grad]
     o = torch.optim.AdamW(params, lr=opt.lr, betas=(opt.beta1, opt.beta2), eps=opt.eps,
                           weight_decay=opt.weight_decay)
@@ -68,9 +70,10 @@ def torch_losses(module, data, names, batch, steps, opt, loss_fn=None):
               else torch.from_numpy(b[n]) for n in names]
         o.zero_grad()
         if loss_fn is None:
-            r = module(*xs)
+            r = module(**dict(zip(names, xs))) if by_name else module(*xs)
             loss = r if isinstance(r, torch.Tensor) else \
-                r["loss"] if isinstance(r, dict) else r[1]
+                r["loss"] if isinstance(r, dict) else \
+                r.loss if hasattr(r, "loss") else r[1]
         else:
             loss = loss_fn(module(*xs[:-1]), xs[-1])
         loss.backward()
@@ -316,6 +319,77 @@ def test_cli_writes_ir_and_init(tmp_path):
     assert v.returncode == 0, v.stderr
 
 
+def test_hf_style_lm_from_the_command_line_matches_pytorch(tmp_path):
+    """forward(input_ids, attention_mask=None, labels=None): --batch/--seq
+    binds the labels by name (not the mask, the second argument); the
+    lowest-float additive causal mask, added by baddbmm, becomes
+    train.softmax {causal}; repeat, var, abs, leaky_relu, torch.tensor and
+    input_ids.long() import; the atan statistic the loss does not use is
+    neither lowered nor refused. 20 AdamW steps within LOSS_TOL of torch."""
+    B, T = 4, 16
+    mlir, init = tmp_path / "lm.mlir", tmp_path / "lm.safetensors"
+    p = importer(os.path.join(MODELS, "hf_style.py") + ":TinyLM", "--config",
+                 '{"vocab_size": 64, "dim": 32, "heads": 4, "kv_heads": 2}',
+                 "--batch", B, "--seq", T, "-o", mlir, "--init", init)
+    assert p.returncode == 0, p.stderr
+    assert "inputs input_ids 4x16 i32, labels 4x16 i32" in p.stdout, p.stdout
+    ir_text = mlir.read_text()
+    assert ir_text.count("{causal}") == 2 and "atan" not in ir_text
+    assert oct(os.stat(mlir).st_mode & 0o777) == oct(0o666 & ~_umask())
+    tok, tgt = lm_data(24, T, 64, seed=4)
+    exe = parity.compile_model(str(mlir), str(tmp_path / "lm"), OPT)
+    data = str(tmp_path / "data.safetensors")
+    safetensors.save(data, {"input_ids": tok, "labels": tgt})
+    report = str(tmp_path / "r.json")
+    e2e_util.launch(1, [exe, "--steps", STEPS, "--init", str(init), "--data", data,
+                        "--report", report, "--threads", 1])
+    z = parity.report_losses(parity.read_report(report))
+    m = load("hf_style.py", "hf")
+    torch.manual_seed(0)                # the importer's --seed default
+    model = m.TinyLM(vocab_size=64, dim=32, heads=4, kv_heads=2)
+    t = torch_losses(model, {"input_ids": tok, "labels": tgt}, ["input_ids", "labels"],
+                     B, STEPS, OPT, by_name=True)
+    assert_parity(z, t, cycle=24 // B)
+
+
+def _umask():
+    u = os.umask(0)
+    os.umask(u)
+    return u
+
+
+def test_mse_loss_flag_matches_pytorch():
+    """--loss mse (F.mse_loss, mean) on a regression model: the IR's loss
+    and gradients, evaluated by torch_ref.run_ir, are PyTorch's."""
+    from ztrain import torch_ref
+    from ztrain.importer import import_module
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    x, y = torch.randn(5, 6), torch.randn(5, 2)
+    imp = import_module(model, {"input": x}, loss="mse", targets={"y": y})
+    params = {k: torch.from_numpy(v).requires_grad_() for k, v in imp.init.items()}
+    got = torch_ref.run_ir(imp.module, params, {"input": x, "y": y})
+    ref = torch.nn.functional.mse_loss(model(x), y)
+    got.backward()
+    ref.backward()
+    # fp32, a few dozen operations: 1e-6 relative (measured ~1e-7).
+    assert abs(float(got) - float(ref)) <= 1e-6 * abs(float(ref))
+    for k, p in model.named_parameters():
+        assert torch.allclose(params[k].grad, p.grad, rtol=1e-5, atol=1e-7), k
+
+
+def test_both_output_files_or_neither(tmp_path):
+    """The IR and its --init file are renamed into place together: a
+    failure writing either leaves neither (and no temporary)."""
+    from ztrain.importer import import_module
+    imp = import_module(torch.nn.Linear(3, 2), {"input": torch.zeros(4, 3)},
+                        loss="mse", targets={"y": torch.zeros(4, 2)})
+    imp.mlir = None                     # writing the IR fails after the init file
+    with pytest.raises(TypeError):
+        imp.write(str(tmp_path / "m.mlir"), str(tmp_path / "m.safetensors"))
+    assert os.listdir(tmp_path) == []
+
+
 def write_model(tmp_path, body):
     path = tmp_path / "user_model.py"
     path.write_text("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
@@ -406,8 +480,15 @@ class M(nn.Module):
 
 def test_batch_that_is_not_a_tensor_is_refused():
     from ztrain.importer import import_module, ImportFailure
-    with pytest.raises(ImportFailure, match="input 'x' is a list, not a tensor"):
-        import_module(torch.nn.Linear(2, 1), {"x": [1.0, 2.0]})
+    with pytest.raises(ImportFailure, match="input 'input' is a list, not a tensor"):
+        import_module(torch.nn.Linear(2, 1), {"input": [1.0, 2.0]})
+
+
+def test_an_input_that_is_not_an_argument_is_refused():
+    from ztrain.importer import import_module, ImportFailure
+    with pytest.raises(ImportFailure, match="input 'x' is not an argument of the forward "
+                       r"\(it takes input\)"):
+        import_module(torch.nn.Linear(2, 1), {"x": torch.zeros(3, 2)})
 
 
 def test_a_model_error_is_one_line_naming_the_user_line(tmp_path):
@@ -422,6 +503,89 @@ class M(nn.Module):
     assert len(err.strip().splitlines()) == 1
     assert "running the forward on the example batch failed (" in err
     assert "user_model.py:" in err and "RuntimeError" in err
+
+
+def test_stop_gradients_are_refused(tmp_path):
+    """.detach(), .data and torch.no_grad() on a parameter's path stop
+    PyTorch's gradient; ztrain has no stop-gradient op, so each is refused
+    with the user's line rather than trained with a wrong gradient."""
+    for expr, what in (("h.detach()", r"\.detach\(\) \(or \.data\)"),
+                       ("self.fc.weight.data.sum() * h", r"\.data in the forward stops")):
+        err = refused(tmp_path, f'''
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+    def forward(self, x):
+        h = self.fc(x)
+        g = {expr}
+        return (h * g).mean()
+''', "--input", "x:4x8")
+        assert re.search(what, err), err
+        assert f"g = {expr}" in err, err
+    err = refused(tmp_path, '''
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+    def forward(self, x):
+        h = self.fc(x)
+        with torch.no_grad():
+            s = h.abs().mean()
+        return (h / s).mean()
+''', "--input", "x:4x8")
+    assert "torch.no_grad()" in err and "s = h.abs().mean()" in err, err
+
+
+def test_deferred_refusal_names_the_producing_line(tmp_path):
+    """A value refused only when a consumer uses it (a log_softmax that
+    feeds no nll_loss) is reported at its own line, not the consumer's."""
+    err = refused(tmp_path, '''
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 3)
+    def forward(self, x):
+        lp = F.log_softmax(self.fc(x), dim=-1)
+        return -lp.mean()
+''', "--input", "x:4x8")
+    assert "lp = F.log_softmax(self.fc(x), dim=-1)" in err, err
+
+
+def test_forward_that_exits_is_one_line(tmp_path):
+    err = refused(tmp_path, '''
+import sys
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 3)
+    def forward(self, x):
+        sys.exit(3)
+''', "--input", "x:4x8", "--loss", "mse", "--target", "y:4x3")
+    assert "sys.exit(3)" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_config_errors_name_their_cause(tmp_path):
+    """A TypeError raised inside the constructor is reported as itself (not
+    retried with a config object); an unknown key names the parameters."""
+    model = write_model(tmp_path, '''
+class M(nn.Module):
+    def __init__(self, width=4, depth=1):
+        super().__init__()
+        if depth > 1:
+            raise TypeError("depth > 1 needs a width list")
+        self.fc = nn.Linear(width, 1)
+    def forward(self, x):
+        return self.fc(x).mean()
+''')
+    out = tmp_path / "o.mlir"
+    p = importer(model + ":M", "--config", '{"depth": 2}', "--input", "x:2x4", "-o", out)
+    assert p.returncode == 1 and "building M failed: TypeError: depth > 1 needs a width " \
+        "list" in p.stderr, p.stderr
+    p = importer(model + ":M", "--config", '{"widht": 2}', "--input", "x:2x4", "-o", out)
+    assert p.returncode == 1 and "M has no parameter widht (it takes width, depth)" in \
+        p.stderr, p.stderr
+    assert not out.exists()
 
 
 def test_op_table_is_the_docs_table():

@@ -58,27 +58,38 @@ class Imported:
         import tempfile
         from ztrain import safetensors
 
-        def atomic(path, write):
-            d = os.path.dirname(os.path.abspath(path))
-            fd, tmp = tempfile.mkstemp(prefix=".ztrain-import-", dir=d)
-            os.close(fd)
-            try:
-                write(tmp)
-                os.replace(tmp, path)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
+        umask = os.umask(0)
+        os.umask(umask)
+        jobs = []
         if init_path is not None:
             meta = {"format": "pt", "producer": "ztrain.importer"}
             if self.aliases:
                 meta["tied"] = ",".join(f"{k}={v}" for k, v in self.aliases.items())
-            atomic(init_path, lambda p: safetensors.save(p, self.init, meta))
+            jobs.append((init_path, lambda p: safetensors.save(p, self.init, meta)))
 
         def write_ir(p):
             with open(p, "w") as f:
                 f.write(self.mlir)
-        atomic(mlir_path, write_ir)
+        jobs.append((mlir_path, write_ir))
+        # Both files are written to temporaries first and renamed only when
+        # both are whole: a failure leaves neither, never an IR without its
+        # weights. Permissions follow the umask, as open() would give.
+        temps = []
+        try:
+            for path, write in jobs:
+                d = os.path.dirname(os.path.abspath(path))
+                fd, tmp = tempfile.mkstemp(prefix=".ztrain-import-", dir=d)
+                os.close(fd)
+                temps.append(tmp)
+                write(tmp)
+                os.chmod(tmp, 0o666 & ~umask)
+            for (path, _), tmp in zip(jobs, temps):
+                os.replace(tmp, path)
+        except BaseException:
+            for tmp in temps:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            raise
 
 
 def _loss_of(out):
@@ -138,6 +149,13 @@ def import_module(module, inputs, loss=None, targets=None, name="loss"):
                                 f"{len(params)} positional arguments")
         inputs = OrderedDict((p.name, t) for p, t in zip(params, inputs))
     inputs = OrderedDict(inputs)
+    named = {p.name for p in fwd.parameters.values()
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in fwd.parameters.values())
+    for k in inputs:
+        if k not in named and not takes_kwargs:
+            raise ImportFailure(f"input {k!r} is not an argument of the forward (it takes "
+                                f"{', '.join(named) or 'no named arguments'})")
     for k, t in inputs.items():
         if not isinstance(t, torch.Tensor):
             raise ImportFailure(f"input {k!r} is a {type(t).__name__}, not a tensor: "
@@ -187,6 +205,7 @@ def import_module(module, inputs, loss=None, targets=None, name="loss"):
     flat = [t for t, _ in ptensors] + [t for t, _ in btensors]
     slots = [names for _, names in ptensors] + [names for _, names in btensors]
     n_in = len(inputs)
+    in_names = list(inputs)
     n_state = len(flat)
 
     from torch.nn.utils.stateless import functional_call
@@ -197,7 +216,9 @@ def import_module(module, inputs, loss=None, targets=None, name="loss"):
         for t, names in zip(state, slots):
             for nm in names:            # every name of a tied weight
                 mapping[nm] = t
-        out = functional_call(module, mapping, tuple(xs[:n_in]))
+        # By name, so that forward(input_ids, attention_mask=None,
+        # labels=None) gets labels as labels.
+        out = functional_call(module, mapping, (), dict(zip(in_names, xs[:n_in])))
         out = _loss_of(out)
         if loss_fn is not None:
             out = loss_fn(out, xs[n_in])
@@ -211,14 +232,20 @@ def import_module(module, inputs, loss=None, targets=None, name="loss"):
             gm = trace(module, step, example)
         except ImportFailure:
             raise
-        except Exception as e:  # the model's own error while running forward
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # the model's own error (or exit) in forward
             import traceback
             tb = traceback.extract_tb(e.__traceback__)
             user = [fr for fr in tb if "site-packages" not in fr.filename and
                     "dist-packages" not in fr.filename and "/ztrain/" not in fr.filename]
             where = f" ({user[-1].filename}:{user[-1].lineno}: {user[-1].line})" if user else ""
+            text = str(e).strip().splitlines()
+            text = text[0] + (" ..." if len(text) > 1 else "") if text else ""
+            if isinstance(e, SystemExit):
+                text = f"the forward called sys.exit({e.code!r})"
             raise ImportFailure(f"running the forward on the example batch failed{where}: "
-                                f"{type(e).__name__}: {e}") from None
+                                f"{type(e).__name__}: {text}") from None
     finally:
         module.train(was_training)
     return _lower_graph(gm, module, ptensors, btensors, step_inputs, name)
@@ -318,8 +345,36 @@ def _lower_graph(gm, module, ptensors, btensors, step_inputs, fname):
                                 "a training step may not change parameters or buffers "
                                 "outside the optimizer")
 
-    # Which nodes depend on a trainable parameter or an input (the rest fold).
+    # Only what the loss depends on is imported: a value the forward computes
+    # and drops (a debugging statistic, an unused head) is neither lowered nor
+    # refused.
+    out_node = next(n for n in nodes if n.op == "output")
+    needed, todo = set(), [out_node]
+    while todo:
+        n = todo.pop()
+        if id(n) in needed:
+            continue
+        needed.add(id(n))
+        todo.extend(n.all_input_nodes)
+    nodes = [n for n in nodes if id(n) in needed or n.op == "placeholder"]
+
+    # Which nodes depend on a trainable parameter or an input (the rest fold),
+    # and which on a trainable parameter (gradient flows through them).
     live = {id(n) for n in inodes} | trainable
+    grad = set(trainable)
+    for n in nodes:
+        if n.op == "call_function" and any(id(d) in grad for d in n.all_input_nodes):
+            grad.add(id(n))
+            if str(n.target) == "aten.detach.default":
+                raise ImportFailure(
+                    f"{describe_where(n)}: .detach() (or .data) of a value computed from "
+                    "trainable parameters: PyTorch stops its gradient there and ztrain has "
+                    "no stop-gradient op yet; compute it from the inputs or a buffer")
+            if not n.meta.get("ztrain_grad", True):
+                raise ImportFailure(
+                    f"{describe_where(n)}: {n.target} on trainable parameters runs under "
+                    "torch.no_grad(), so PyTorch gives it no gradient; ztrain has no "
+                    "stop-gradient op yet")
     for n in nodes:
         if n.op == "call_function":
             deps = n.all_input_nodes
@@ -418,6 +473,11 @@ def _lower_graph(gm, module, ptensors, btensors, step_inputs, fname):
             if n.op == "output":
                 out_node = n
                 break
+            if n.op == "get_attr":
+                # A tensor made inside the forward (torch.tensor([...]),
+                # a plain attribute tensor): a constant.
+                env[n] = _lower.Arg(getattr(gm, n.target), None, n)
+                continue
             if n.op != "call_function":
                 raise ImportFailure(f"{describe_where(n)}: unexpected graph node {n.op}")
             L.node = n

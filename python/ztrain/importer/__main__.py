@@ -29,9 +29,10 @@ def _parser():
     ap.add_argument("--config", default="{}", help="JSON object of keyword arguments for "
                     "NAME (or @file.json)")
     ap.add_argument("--batch", type=int, help="batch size of a language model's inputs")
-    ap.add_argument("--seq", type=int, help="sequence length: the forward's first two "
-                    "arguments are [batch, seq] token ids (tokens, targets); with --loss "
-                    "only the first, the target named 'targets'")
+    ap.add_argument("--seq", type=int, help="sequence length: the forward's first "
+                    "argument and its targets (an argument named targets, labels, target "
+                    "or y, else the second) are [batch, seq] token ids; with --loss only "
+                    "the first, the target named 'targets'")
     ap.add_argument("--input", action="append", default=[], metavar="NAME:SHAPE[:DTYPE]",
                     help="an input of the forward, e.g. x:32x784 or ids:8x64:int64 "
                     "(repeat, in the forward's order; dtype float32 or int64)")
@@ -102,29 +103,78 @@ def _load_model(ref, config, seed):
         return obj
     if not callable(obj):
         _fail(f"{path}:{name} is neither a module, a class nor a function")
+    call = _constructor_call(obj, name, config, mod, modname)
     try:
-        try:
-            model = obj(**config)
-        except TypeError as e:
-            # nanoGPT-style constructors take one config object.
-            import inspect
-            params = list(inspect.signature(obj).parameters.values())
-            if len(params) == 1:
-                from types import SimpleNamespace
-                cfg_cls = None
-                for k, v in vars(mod).items():
-                    if isinstance(v, type) and k.lower().endswith("config"):
-                        cfg_cls = v
-                        break
-                cfg = cfg_cls(**config) if cfg_cls is not None else SimpleNamespace(**config)
-                model = obj(cfg)
-            else:
-                raise e
+        model = call()
     except Exception as e:
-        _fail(f"building {name}(**config) failed: {type(e).__name__}: {e}")
+        text = str(e).strip().splitlines()
+        _fail(f"building {name} failed: {type(e).__name__}: {text[0] if text else ''}")
     if not isinstance(model, torch.nn.Module):
         _fail(f"{path}:{name}(...) returned a {type(model).__name__}, not a torch.nn.Module")
     return model
+
+
+def _constructor_call(obj, name, config, mod, modname):
+    """How --config's keys reach NAME: as keyword arguments when they are
+    its parameters, else (nanoGPT's GPT(config)) as one config object: the
+    parameter's annotated class, NAMEConfig or the file's one *Config class,
+    else a namespace. Decided before calling, so an error raised inside the
+    constructor is reported as itself."""
+    import inspect
+    from types import SimpleNamespace
+    try:
+        params = [p for p in inspect.signature(obj).parameters.values()]
+    except (TypeError, ValueError):
+        return lambda: obj(**config)
+    names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    if any(p.kind == p.VAR_KEYWORD for p in params) or set(config) <= names:
+        return lambda: obj(**config)
+    required = [p for p in params if p.default is p.empty and
+                p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(required) != 1:
+        unknown = ", ".join(sorted(set(config) - names))
+        _fail(f"--config: {name} has no parameter {unknown} (it takes "
+              f"{', '.join(p.name for p in params) or 'none'})")
+    p = required[0]
+    cls = p.annotation if isinstance(p.annotation, type) and \
+        p.annotation is not p.empty else None
+    if cls is None and isinstance(p.annotation, str):
+        cls = getattr(mod, p.annotation, None)
+        cls = cls if isinstance(cls, type) else None
+    if cls is None:
+        cls = getattr(mod, name + "Config", None)
+        cls = cls if isinstance(cls, type) else None
+    if cls is None:
+        found = [v for k, v in vars(mod).items() if isinstance(v, type) and
+                 k.endswith("Config") and v.__module__ == modname]
+        cls = found[0] if len(found) == 1 else None
+    if cls is None:
+        return lambda: obj(SimpleNamespace(**config))
+    try:
+        cfg = cls(**config)
+    except TypeError as e:
+        _fail(f"--config: building {cls.__name__} for {name}({p.name}) failed: {e}")
+    return lambda: obj(cfg)
+
+
+def _lm_inputs(model, loss):
+    """--batch/--seq: the forward's token argument (its first) and, without
+    --loss, its targets, found by name (targets, labels, target, y) before
+    falling back to the second argument."""
+    import inspect
+    params = [p.name for p in inspect.signature(model.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if not params:
+        _fail("the forward takes no named arguments; --seq needs (tokens, targets)")
+    if loss:
+        return params[:1]
+    for t in ("targets", "labels", "target", "y"):
+        if t in params[1:]:
+            return [params[0], t]
+    if len(params) < 2:
+        _fail(f"the forward takes one argument ({params[0]}); --seq needs (tokens, "
+              "targets), or (tokens) with --loss")
+    return params[:2]
 
 
 def main(argv=None):
@@ -165,14 +215,7 @@ def main(argv=None):
             _fail("--input and --batch/--seq are two ways to give the inputs; use one")
         if args.batch <= 0 or args.seq <= 0:
             _fail("--batch and --seq must be positive")
-        import inspect
-        params = [p.name for p in inspect.signature(model.forward).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        want = 1 if args.loss else 2
-        if len(params) < want:
-            _fail(f"the forward takes {len(params)} argument(s); --seq needs (tokens, "
-                  "targets), or (tokens) with --loss")
-        for p in params[:want]:
+        for p in _lm_inputs(model, args.loss):
             inputs[p] = torch.zeros(args.batch, args.seq, dtype=torch.long)
         if args.loss:
             targets = {"targets": torch.zeros(args.batch, args.seq, dtype=torch.long)}

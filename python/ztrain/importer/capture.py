@@ -95,27 +95,51 @@ def _provenance(module):
     libs = _library_dirs()
     original = proxy_tensor.PythonKeyTracer.create_node
 
-    def create_node(self, *args, **kwargs):
-        node = original(self, *args, **kwargs)
-        frame = sys._getframe(1)
-        where = None
+    def user_frame(frame):
         while frame is not None:
             raw = frame.f_code.co_filename
             fn = os.path.abspath(raw)
             if not raw.startswith("<") and not fn.startswith(libs):
                 line = linecache.getline(fn, frame.f_lineno).strip()
-                where = (fn, frame.f_lineno, line)
-                break
+                return (fn, frame.f_lineno, line)
             frame = frame.f_back
+        return None
+
+    def create_node(self, *args, **kwargs):
+        node = original(self, *args, **kwargs)
+        where = user_frame(sys._getframe(1))
         node.meta["ztrain_where"] = (stack[-1] if stack else "", where)
+        # torch.no_grad() in the forward: a value computed there gets no
+        # gradient in PyTorch; the lowering refuses it on a parameter's path.
+        node.meta["ztrain_grad"] = torch.is_grad_enabled()
         return node
+
+    # `.data` is invisible in a functionalized trace (it is the same value
+    # to the tracer) but stops PyTorch's gradient: the user's code may not
+    # use it in the forward. Library code's own uses are its business.
+    base_data = torch._C._TensorBase.__dict__["data"]
+
+    def data_get(t):
+        frame = sys._getframe(1)
+        raw = frame.f_code.co_filename
+        if not raw.startswith("<") and not os.path.abspath(raw).startswith(libs):
+            where = user_frame(frame)
+            mpath = stack[-1] if stack else ""
+            fn, line, text = where
+            raise ImportFailure(
+                f"{mpath or '<top>'} ({os.path.basename(fn)}:{line}: {text}): .data in the "
+                "forward stops PyTorch's gradient there and ztrain has no stop-gradient op "
+                "yet; use the tensor itself, or a buffer for a value that should not train")
+        return base_data.__get__(t)
 
     h1 = torch.nn.modules.module.register_module_forward_pre_hook(pre)
     h2 = torch.nn.modules.module.register_module_forward_hook(post)
     proxy_tensor.PythonKeyTracer.create_node = create_node
+    torch.Tensor.data = property(data_get, base_data.__set__)
     try:
         yield
     finally:
+        del torch.Tensor.data
         proxy_tensor.PythonKeyTracer.create_node = original
         h1.remove()
         h2.remove()
@@ -140,7 +164,7 @@ def trace(module, fn, example_args):
     from torch.fx.experimental.proxy_tensor import make_fx
     from functorch import functionalize
 
-    with _provenance(module), torch.random.fork_rng():
+    with _provenance(module), torch.random.fork_rng(), torch.enable_grad():
         torch.manual_seed(0)
         gm = make_fx(functionalize(fn))(*example_args)
     return gm

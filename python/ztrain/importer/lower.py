@@ -27,17 +27,33 @@ class Lazy:
     `log_softmax` (consumed by nll_loss), `causal` (a -inf causal
     masked_fill that a softmax turns into its causal form)."""
 
-    __slots__ = ("_thunk", "_value", "tags")
+    __slots__ = ("_thunk", "_value", "tags", "node")
 
     def __init__(self, thunk=None, value=None, **tags):
         self._thunk = thunk
         self._value = value
         self.tags = tags
+        # The node whose handler made this value: a refusal raised when it
+        # is emitted (on first use, while lowering a consumer) names it.
+        self.node = _CURRENT[0]
 
     def get(self):
         if self._value is None:
-            self._value = self._thunk()
+            saved = _CURRENT[0]
+            _CURRENT[0] = self.node if self.node is not None else saved
+            try:
+                self._value = self._thunk()
+            except ir.IRError as e:
+                if self.node is None:
+                    raise
+                raise ImportFailure(f"{describe_where(self.node)}: {e}") from None
+            finally:
+                _CURRENT[0] = saved
         return self._value
+
+
+# The graph node being lowered (Lowerer.node), seen by Lazy.
+_CURRENT = [None]
 
 
 class Arg:
@@ -65,6 +81,11 @@ def _is_int(t):
     return not t.dtype.is_floating_point and t.dtype != torch.complex64
 
 
+def _bool():
+    import torch
+    return torch.bool
+
+
 def _irtype(t):
     return "i32" if _is_int(t) else "f32"
 
@@ -81,6 +102,14 @@ class Lowerer:
         self.buffer_reads = {}      # buffer name -> ir.Value
         self.const_names = {}       # id(real tensor) -> state name (buffers, frozen params)
         self.notes = []
+
+    @property
+    def node(self):
+        return _CURRENT[0]
+
+    @node.setter
+    def node(self, n):
+        _CURRENT[0] = n
 
     # messages
     def fail(self, msg):
@@ -281,8 +310,11 @@ def _identity(L, out, a, kw):
     return a[0].sym
 
 
-@aten("aten._to_copy.default", "nothing when the dtype is unchanged")
+@aten("aten._to_copy.default", "nothing when the dtype is unchanged (or integer to "
+      "integer: ids.long())")
 def _to_copy(L, out, a, kw):
+    if _is_int(out) and _is_int(a[0].real) and out.dtype != _bool():
+        return a[0].sym             # int32 <-> int64: the step's integers are i32
     if out.dtype != a[0].real.dtype:
         L.fail(f"a conversion from {a[0].real.dtype} to {out.dtype} is not supported "
                "(import an fp32 model; ztrain-compile --precision=bf16 makes a bf16 step)")
@@ -502,12 +534,22 @@ def _is_additive_causal(m, shape):
             not m.dtype.is_floating_point:
         return False
     t = shape[-1]
-    want = torch.zeros(t, t).masked_fill(
-        torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1), float("-inf"))
+    above = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
     try:
-        return bool((m.expand(shape) == want.to(m.dtype)).all())
+        e = m.expand(shape)
     except RuntimeError:
         return False
+    return bool((e.masked_select(~above.expand(shape)) == 0).all()) and \
+        _is_minus_inf(e.masked_select(above.expand(shape)))
+
+
+def _is_minus_inf(v):
+    """-inf, or the dtype's lowest finite value, which Hugging Face's masks
+    use instead (exp of it underflows to the same 0 in a softmax)."""
+    import torch
+    if isinstance(v, (int, float)):
+        return v == float("-inf") or v <= torch.finfo(torch.float32).min
+    return bool(((v == float("-inf")) | (v <= torch.finfo(v.dtype).min)).all())
 
 
 for _k in ("add", "sub", "mul", "div"):
@@ -671,6 +713,11 @@ def _embedding(L, out, a, kw):
     pad = a[2] if len(a) > 2 else -1
     if pad != -1 and pad is not None:
         L.fail(f"an embedding with padding_idx={pad} is not supported")
+    if (a[3] if len(a) > 3 else kw.get("scale_grad_by_freq", False)):
+        L.fail("an embedding with scale_grad_by_freq=True is not supported (its gradient "
+               "is scaled by each id's count in the batch)")
+    if (a[4] if len(a) > 4 else kw.get("sparse", False)):
+        L.notes.append("sparse=True embeddings train with dense gradients")
     if ids.const:
         import torch
         flat = ids.real.reshape(-1)
@@ -752,7 +799,11 @@ def _masked_fill(L, out, a, kw):
                "(a constant mask such as a causal one is)")
     tags = {}
     shape = tuple(out.shape)
-    if value == float("-inf") and len(shape) >= 2 and shape[-1] == shape[-2]:
+    one = _one_element_mask(mask)
+    if one is not None:             # all or nothing
+        return Lazy(lambda: L.f.fill(shape, value)) if one \
+            else x.sym
+    if _is_minus_inf(value) and len(shape) >= 2 and shape[-1] == shape[-2]:
         t = shape[-1]
         causal = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
         if bool((mask.real.expand(shape) == causal).all()):
@@ -769,10 +820,22 @@ def _where(L, out, a, kw):
 
     def operand(v):
         s = _scalar_of(v)
+        if s is None and isinstance(v, Arg) and tuple(v.shape) == shape:
+            return L.fval(v)
         if s is not None and not (isinstance(v, Arg) and not v.const):
             return L.f.fill(shape, s)
         return L.broadcast_to(L.fval(v), shape)
+    one = _one_element_mask(cond)
+    if one is not None:
+        return Lazy(lambda: operand(x if one else y))
     return Lazy(lambda: L.f.where(_mask_for(L, cond, shape), operand(x), operand(y)))
+
+
+def _one_element_mask(mask):
+    """True / False for a one-element constant mask, else None."""
+    if mask.const and mask.real.numel() == 1:
+        return bool(mask.real.reshape(()).item())
+    return None
 
 
 @aten("aten.native_dropout.default", "train.dropout (ztrain's random stream)")
@@ -782,6 +845,171 @@ def _dropout(L, out, a, kw):
     if not train or p == 0.0:
         return (x.sym, mask)
     return (Lazy(lambda: L.f.dropout(L.fval(x), p)), mask)
+
+
+@aten("aten.mse_loss.default", "train.sub + train.mul + train.reduce mean (sum)")
+def _mse_loss(L, out, a, kw):
+    x, t = a[0], a[1]
+    reduction = a[2] if len(a) > 2 else kw.get("reduction", 1)
+    if reduction not in (1, 2):
+        L.fail("mse_loss with reduction='none' is not supported (mean and sum are)")
+    if x.shape != t.shape:
+        L.fail(f"mse_loss of shapes {list(x.shape)} and {list(t.shape)}: broadcasting "
+               "the target is not supported")
+
+    def emit():
+        d = L.f.sub(L.fval(x), L.fval(t))
+        v = L.f.reduce("mean" if reduction == 1 else "sum", L.f.mul(d, d),
+                       list(range(len(x.shape))))
+        return L.f.reshape(v, ()) if tuple(v.shape) != () else v
+    return Lazy(emit)
+
+
+@aten("aten.stack.default", "train.reshape + train.concat")
+def _stack(L, out, a, kw):
+    xs = a[0]
+    dim = _norm_dim(a[1] if len(a) > 1 else kw.get("dim", 0), out.dim())
+    piece = list(out.shape)
+    piece[dim] = 1
+
+    def emit():
+        vs = [L.f.reshape(L.fval(x), piece) for x in xs]
+        return vs[0] if len(vs) == 1 else L.f.concat(vs, dim)
+    return Lazy(emit)
+
+
+@aten("aten.repeat.default", "train.broadcast + train.reshape")
+def _repeat(L, out, a, kw):
+    x, reps = a[0], [int(r) for r in a[1]]
+    shape = (1,) * (len(reps) - len(x.shape)) + tuple(x.shape)
+
+    def emit():
+        v = L.fval(x)
+        if tuple(v.shape) != shape:
+            v = L.f.reshape(v, shape)
+        # [.., d, ..] repeated r times is [.., r, d, ..] flattened.
+        # A new dimension of size r before each repeated one.
+        dims, sizes, pos = [], [], 0
+        for d, r in zip(shape, reps):
+            if r != 1:
+                dims.append(pos)
+                sizes.append(r)
+                pos += 1
+            pos += 1
+        if dims:
+            v = L.f.broadcast(v, dims, sizes)
+        return L.f.reshape(v, out.shape)
+    if all(r == 1 for r in reps) and len(reps) == len(x.shape):
+        return x.sym
+    return Lazy(emit)
+
+
+@aten("aten.zeros_like.default aten.ones_like.default aten.full_like.default "
+      "aten.new_zeros.default aten.new_ones.default aten.new_full.default",
+      "train.fill")
+def _fill_like(L, out, a, kw):
+    if _is_int(out):
+        L.fail("an integer tensor made from a step value is not supported")
+    value = float(out.reshape(-1)[0]) if out.numel() else 0.0
+    return Lazy(lambda: L.f.fill(tuple(out.shape), value))
+
+
+@aten("aten.var.correction aten.var.dim", "train.reduce mean of squared deviations "
+      "(train.scale for the correction)")
+def _var(L, out, a, kw):
+    x = a[0]
+    r = x.real.dim()
+    dims = a[1] if len(a) > 1 and a[1] is not None else kw.get("dim")
+    if dims is None:
+        dims = list(range(r))
+    if isinstance(dims, int):
+        dims = [dims]
+    dims = sorted({_norm_dim(d, r) for d in dims})
+    n = math.prod(x.shape[d] for d in dims)
+    corr = kw.get("correction")
+    if corr is None:
+        unbiased = kw.get("unbiased", a[2] if len(a) > 2 and isinstance(a[2], bool) else True)
+        corr = 1 if unbiased else 0
+    if n - corr <= 0:
+        L.fail("a variance with no degrees of freedom")
+
+    def emit():
+        f = L.f
+        v = L.fval(x)
+        keep = list(x.shape)
+        for d in dims:
+            keep[d] = 1
+        mu = f.reshape(f.reduce("mean", v, dims), keep)
+        d = f.sub(v, L.broadcast_to(mu, x.shape))
+        s = f.reduce("mean", f.mul(d, d), dims)
+        if corr:
+            s = f.scale(s, n / (n - corr))
+        return f.reshape(s, out.shape) if tuple(s.shape) != tuple(out.shape) else s
+    return Lazy(emit)
+
+
+@aten("aten.mv.default", "train.matmul")
+def _mv(L, out, a, kw):
+    m, v = a[0], a[1]
+    return Lazy(lambda: L.f.reshape(L.f.matmul(L.fval(m), L.f.reshape(L.fval(v),
+                                                                      (v.shape[0], 1))),
+                                    out.shape))
+
+
+@aten("aten.baddbmm.default", "train.matmul + train.scale + train.add; with an additive "
+      "causal mask before a softmax, train.softmax {causal}")
+def _baddbmm(L, out, a, kw):
+    b, x, y = a[0], a[1], a[2]
+    beta, alpha = float(kw.get("beta", 1)), float(kw.get("alpha", 1))
+    mm = _mm(L, x, y, out.shape)
+
+    def emit():
+        f = L.f
+        m = mm()
+        if alpha != 1:
+            m = f.scale(m, alpha)
+        if beta == 0:
+            return m
+        c = L.broadcast_to(L.fval(b), out.shape)
+        return f.add(m, c if beta == 1 else f.scale(c, beta))
+    tags = {}
+    if b.const and beta == 1 and _is_additive_causal(b.real, tuple(out.shape)):
+        # Scores plus a causal mask: a softmax of it is train.softmax {causal}.
+        def scores():
+            m = mm()
+            return L.f.scale(m, alpha) if alpha != 1 else m
+        tags["causal"] = Lazy(scores)
+    return Lazy(emit, **tags)
+
+
+@aten("aten.max.dim", "train.reduce max (the values; not the indices)")
+def _max_dim(L, out, a, kw):
+    x = a[0]
+    r = x.real.dim()
+    dim = _norm_dim(a[1], r)
+    vals = out[0]
+
+    def emit():
+        v = L.f.reduce("max", L.fval(x), [dim])
+        return L.f.reshape(v, vals.shape) if tuple(v.shape) != tuple(vals.shape) else v
+    return (Lazy(emit), Lazy(lambda: L.fail("max's indices are not supported (its "
+                                            "values are)")))
+
+
+@aten("aten.abs.default", "train.relu(x) + train.relu(-x)")
+def _abs(L, out, a, kw):
+    return Lazy(lambda: L.f.add(L.f.relu(L.fval(a[0])), L.f.relu(L.f.neg(L.fval(a[0])))))
+
+
+@aten("aten.leaky_relu.default", "train.relu(x) - slope * train.relu(-x)")
+def _leaky_relu(L, out, a, kw):
+    slope = float(a[1] if len(a) > 1 else kw.get("negative_slope", 0.01))
+
+    def emit():
+        f = L.f
+        v = L.fval(a[0])
+        return f.sub(f.relu(v), f.scale(f.relu(f.neg(v)), slope))
+    return Lazy(emit)
 
 
 # Dropout as torch 1.13 traces it without autograd: a Bernoulli mask of the
