@@ -283,26 +283,23 @@ static LogicalResult planFunction(func::FuncOp fn, int64_t stage,
   return success();
 }
 
-void PlanMemoryPass::runOnOperation() {
-  ModuleOp module = getOperation();
+LogicalResult ztrain::dist::planMemory(ModuleOp module, int64_t *numBuffers,
+                                      int64_t *numBytes) {
   func::FuncOp entry = train::getEntryFunction(module);
   if (!entry)
-    return signalPassFailure();
-  if (module->hasAttr(kArenasAttr)) {
-    module.emitError() << "the step already has a memory plan (dist.arenas)";
-    return signalPassFailure();
-  }
-  if (!entry.getBody().hasOneBlock()) {
-    entry.emitError() << "plan-memory needs a single-block step";
-    return signalPassFailure();
-  }
+    return failure();
+  if (module->hasAttr(kArenasAttr))
+    return module.emitError()
+           << "the step already has a memory plan (dist.arenas)";
+  if (!entry.getBody().hasOneBlock())
+    return entry.emitError() << "plan-memory needs a single-block step";
   int64_t stage = 0, gridSize = 1;
   if (auto zero = module->getAttrOfType<ZeroAttr>(kZeroAttr)) {
     stage = zero.getStage();
     SymbolTableCollection symbols;
     FailureOr<int64_t> n = getGridSize(module, zero.getGrid(), symbols);
     if (failed(n))
-      return signalPassFailure();
+      return failure();
     gridSize = *n;
   }
 
@@ -312,19 +309,19 @@ void PlanMemoryPass::runOnOperation() {
   auto bound = module->getAttrOfType<IntegerAttr>("dist.max_live_bytes");
   int64_t planned = 0;
   if (failed(planFunction(entry, stage, gridSize, bound, sizes, planned)))
-    return signalPassFailure();
+    return failure();
   for (func::FuncOp eval : train::getForwardFunctions(module)) {
-    if (!eval.getBody().hasOneBlock()) {
-      eval.emitError() << "plan-memory needs a single-block function";
-      return signalPassFailure();
-    }
+    if (!eval.getBody().hasOneBlock())
+      return eval.emitError() << "plan-memory needs a single-block function";
     if (failed(planFunction(eval, stage, gridSize, bound, sizes, planned)))
-      return signalPassFailure();
+      return failure();
   }
-  numBuffers += planned;
+  if (numBuffers)
+    *numBuffers = planned;
 
-  Builder b(&getContext());
+  Builder b(module.getContext());
   SmallVector<NamedAttribute> arenas;
+  int64_t bytes = 0;
   for (unsigned arena = 0; arena < kNumArenas; ++arena) {
     // The swap arena exists only where something is swapped (plans without
     // offload keep their three arenas).
@@ -332,7 +329,18 @@ void PlanMemoryPass::runOnOperation() {
       continue;
     arenas.push_back(b.getNamedAttr(kArenaNames[arena],
                                     b.getI64IntegerAttr(sizes[arena])));
-    numBytes += sizes[arena];
+    bytes += sizes[arena];
   }
+  if (numBytes)
+    *numBytes = bytes;
   module->setAttr(kArenasAttr, b.getDictionaryAttr(arenas));
+  return success();
+}
+
+void PlanMemoryPass::runOnOperation() {
+  int64_t buffers = 0, bytes = 0;
+  if (failed(dist::planMemory(getOperation(), &buffers, &bytes)))
+    return signalPassFailure();
+  numBuffers += buffers;
+  numBytes += bytes;
 }

@@ -51,6 +51,12 @@ struct StepSummary {
   int64_t hostStepBuffers = 0;
   int64_t hostStepBytes = 0;
 };
+/// plan-memory's work on `module`: places every step buffer and sets
+/// `dist.arenas` (an error at the op that cannot be planned otherwise).
+/// `numBuffers` / `numBytes`, when given, receive what was placed.
+mlir::LogicalResult planMemory(mlir::ModuleOp module,
+                               int64_t *numBuffers = nullptr,
+                               int64_t *numBytes = nullptr);
 /// zero-report's analysis of `module` (after an error at the module when it
 /// has no step to price).
 mlir::FailureOr<StepSummary> summarizeStep(mlir::ModuleOp module);

@@ -100,9 +100,13 @@ def ZeroReport : Pass<"zero-report", "::mlir::ModuleOp"> {
       element type as their parameter), optimizer states; partitioned
       states count their padded shard;
     - inputs: the step's micro-batch;
-    - activations: the peak over the straight-line entry function of the
-      bytes of live intermediate tensors (parameter reads and reshapes
-      alias storage and are not counted);
+    - activations: the `activations` arena plan-memory gives the step,
+      which is what the executable allocates. A step planned already is
+      priced from its `dist.arenas`; one not planned yet is planned on a
+      copy (the IR is not changed). Where it cannot be planned (a
+      multi-block step) the row is the peak over the entry function of
+      the bytes of live intermediate tensors, labelled `at least`:
+      fragmentation can only add to it;
     - communication buffers: the largest full-size tensor a collective of
       the stage materializes at once (a gathered parameter, a gradient
       before its reduce-scatter);
