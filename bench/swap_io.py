@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Swap I/O throughput: ztrain's offload engine (runtime/src/SwapIO,
+"""Swap I/O throughput: ztrain's offload engine (runtime/io/SwapIO,
 io_uring + O_DIRECT) against fio with the same engine, block size, queue
 depth and bytes, on the same directory, in one run.
 

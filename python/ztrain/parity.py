@@ -317,7 +317,7 @@ def _f16_emulation(keep_f32):
 
 
 def lr_schedule(lr, kind="constant", warmup=0, min_lr=0.0, decay_steps=None):
-    """The executable's --lr-schedule (runtime/src/LrSchedule.h) in Python:
+    """The executable's --lr-schedule (runtime/step/LrSchedule.h) in Python:
     a function of the optimizer step t (1-based) giving its learning rate."""
     def at(t):
         if warmup > 0 and t <= warmup:

@@ -1,6 +1,6 @@
 """The runtime's counter-based random numbers, in Python (docs/runtime.md).
 
-The same functions as runtime/src/Rng.h and runtime/src/Init.cpp, bit for
+The same functions as runtime/base/Rng.h and runtime/step/Init.cpp, bit for
 bit: splitmix64's finalizer over `key + (counter + 1) * golden`, stream keys
 from FNV-1a of a tag. The PyTorch references use it to drop exactly the
 elements a compiled `train.dropout` drops. Scalars are Python ints; counters

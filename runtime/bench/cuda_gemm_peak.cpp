@@ -23,12 +23,12 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cuda/CudaBackend.h"
-#include "src/Context.h"
+#include "backends/cuda/CudaBackend.h"
+#include "step/Context.h"
 
 #include "ztrt.h"
 
-#include "src/DType.h"
+#include "base/DType.h"
 
 #include <algorithm>
 #include <chrono>

@@ -24,9 +24,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cpu/CpuBackend.h"
-#include "cpu/IsaKernels.h"
-#include "src/Context.h"
+#include "backends/cpu/CpuBackend.h"
+#include "backends/cpu/IsaKernels.h"
+#include "step/Context.h"
 
 #include <algorithm>
 #include <chrono>

@@ -3,7 +3,7 @@
 // Part of the ztrain project.
 //
 // Writes then reads back `total` bytes through SwapSpace (the NVMe offload
-// engine, src/SwapIO.h) in transfers of `block` bytes with `depth` of them
+// engine, io/SwapIO.h) in transfers of `block` bytes with `depth` of them
 // in flight, over `files` files (tensors), and prints one JSON line with
 // the write and read throughput. bench/swap_io.py runs it next to fio.
 // A new transfer goes in as soon as any one completes (`any`, fio's way),
@@ -14,7 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "src/SwapIO.h"
+#include "io/SwapIO.h"
 
 #include <chrono>
 #include <cstdio>

@@ -14,7 +14,7 @@
 #                                     site-packages/nvidia/nccl)
 #
 # cuBLAS and NCCL are not linked: the backend opens them with dlopen when a
-# cuda backend is created (cuda/Libraries.h says why), from the paths found
+# cuda backend is created (backends/cuda/Libraries.h says why), from the paths found
 # here. The CUDA runtime is linked statically.
 #
 #===------------------------------------------------------------------------===#
@@ -107,17 +107,17 @@ set(ZTRT_EXTRA_LINK_ARGS
 # the static CUDA runtime named below by path.
 function(ztrt_add_cuda_backend target)
   add_library(ztrt_cuda_kernels OBJECT
-    ${CMAKE_CURRENT_SOURCE_DIR}/cuda/Attention.cu
-    ${CMAKE_CURRENT_SOURCE_DIR}/cuda/Elementwise.cu
-    ${CMAKE_CURRENT_SOURCE_DIR}/cuda/Layout.cu
-    ${CMAKE_CURRENT_SOURCE_DIR}/cuda/Rows.cu
-    ${CMAKE_CURRENT_SOURCE_DIR}/cuda/TensorCoreCheck.cu)
+    ${CMAKE_CURRENT_SOURCE_DIR}/backends/cuda/Attention.cu
+    ${CMAKE_CURRENT_SOURCE_DIR}/backends/cuda/Elementwise.cu
+    ${CMAKE_CURRENT_SOURCE_DIR}/backends/cuda/Layout.cu
+    ${CMAKE_CURRENT_SOURCE_DIR}/backends/cuda/Rows.cu
+    ${CMAKE_CURRENT_SOURCE_DIR}/backends/cuda/TensorCoreCheck.cu)
   set_target_properties(ztrt_cuda_kernels PROPERTIES
     CUDA_ARCHITECTURES "${ZTRT_CUDA_ARCHITECTURES}"
     CUDA_STANDARD 17
     CUDA_STANDARD_REQUIRED ON
     POSITION_INDEPENDENT_CODE ON)
-  # runtime/ for cuda/ and src/DType.h (the storage types bf16 / f16),
+  # runtime/ for backends/cuda/ and base/DType.h (the storage types bf16 / f16),
   # runtime/include for the ztrt.h it includes.
   target_include_directories(ztrt_cuda_kernels PRIVATE
     ${CMAKE_CURRENT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR}/include)
@@ -132,8 +132,8 @@ function(ztrt_add_cuda_backend target)
   endif()
 
   target_sources(${target} PRIVATE
-    ${CMAKE_CURRENT_SOURCE_DIR}/cuda/CudaBackend.cpp
-    ${CMAKE_CURRENT_SOURCE_DIR}/cuda/Libraries.cpp
+    ${CMAKE_CURRENT_SOURCE_DIR}/backends/cuda/CudaBackend.cpp
+    ${CMAKE_CURRENT_SOURCE_DIR}/backends/cuda/Libraries.cpp
     $<TARGET_OBJECTS:ztrt_cuda_kernels>)
   target_include_directories(${target} PRIVATE
     ${CUDAToolkit_INCLUDE_DIRS} ${ZTRT_NCCL_INCLUDE_DIR})

@@ -12,7 +12,7 @@
 
 #include "TestUtil.h"
 
-#include "src/DType.h"
+#include "base/DType.h"
 #include "ztrt.h"
 
 #include <cmath>

@@ -11,12 +11,12 @@
 
 #include "TestUtil.h"
 
-#include "src/Checkpoint.h"
-#include "src/DType.h"
-#include "src/Descriptor.h"
-#include "src/Json.h"
-#include "src/Safetensors.h"
-#include "src/Support.h"
+#include "io/Checkpoint.h"
+#include "base/DType.h"
+#include "step/Descriptor.h"
+#include "base/Json.h"
+#include "io/Safetensors.h"
+#include "base/Support.h"
 
 #include <cstring>
 #include <regex>

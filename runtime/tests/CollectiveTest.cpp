@@ -11,7 +11,7 @@
 
 #include "TestUtil.h"
 
-#include "src/Communicator.h"
+#include "comm/Communicator.h"
 
 #include "ztrt.h"
 

@@ -14,10 +14,10 @@
 
 #include "TestUtil.h"
 
-#include "cpu/VecMath.h"
-#include "cuda/CudaBackend.h"
-#include "cuda/Kernels.h"
-#include "cuda/Libraries.h"
+#include "backends/cpu/VecMath.h"
+#include "backends/cuda/CudaBackend.h"
+#include "backends/cuda/Kernels.h"
+#include "backends/cuda/Libraries.h"
 #include "ztrt.h"
 
 #include <cfloat>
@@ -293,7 +293,7 @@ TEST_F(CudaConformanceTest, ElementwiseIsBitwiseTheCpus) {
 
 TEST_F(CudaConformanceTest, ElementwiseOnUnalignedViewsIsBitwise) {
   // The memory-bound kernels load and store 16 bytes at a time where every
-  // pointer is 16-byte aligned (cuda/DeviceUtil.cuh, forEachPacked) and go
+  // pointer is 16-byte aligned (backends/cuda/DeviceUtil.cuh, forEachPacked) and go
   // element by element otherwise: views 1-3 floats into a buffer, each
   // operand at its own offset, take the second path, the aligned ones the
   // first, with a tail. Either way the cpu's bits, and nothing outside the
@@ -747,7 +747,7 @@ TEST_F(CudaConformanceTest, MatmulWithEmptyInnerDimWritesZeros) {
 
 TEST_F(CudaConformanceTest, LayerNormAndGrad) {
   // Rows of up to 1024 go to a warp each, longer ones to a block each
-  // (cuda/Rows.cu, kWarpRowCols): both paths, and rows past 8 per block.
+  // (backends/cuda/Rows.cu, kWarpRowCols): both paths, and rows past 8 per block.
   for (auto shape : {std::pair<int64_t, int64_t>{1, 1},
                      {7, 16},
                      {64, 1000},
@@ -1185,7 +1185,7 @@ bool ropeTableRoundsRobustly(int64_t seq, int64_t dim, double theta,
 
 TEST_F(CudaConformanceTest, LlamaElementwiseMatchTheCpu) {
   // No FMA contraction on either side, IEEE division and square root, the
-  // cpu's formulas (cpu/VecMath.h): sigmoid_grad, sqrt, rsqrt, rsqrt_grad
+  // cpu's formulas (backends/cpu/VecMath.h): sigmoid_grad, sqrt, rsqrt, rsqrt_grad
   // and div are bitwise, special values included. The others call expf:
   // - exp: CUDA's expf is within 2 ulp of exp, glibc's within 1: 3 ulp.
   // - sigmoid = 1 / (1 + e), silu = v / (1 + e): the two e differ by 3 ulp
@@ -1257,7 +1257,7 @@ TEST_F(CudaConformanceTest, LlamaElementwiseMatchTheCpu) {
 }
 
 TEST_F(CudaConformanceTest, ImportedActivationsMatchTheCpu) {
-  // The activations the PyTorch importer adds (cpu/VecMath.h, the same
+  // The activations the PyTorch importer adds (backends/cpu/VecMath.h, the same
   // expressions on both sides): tanh_grad is arithmetic only, bitwise. The
   // others call erff or expf, which CUDA computes within 2 ulp and glibc
   // within 1: 3 ulp for erf; gelu_erf = 0.5 x (1 + erf(x / sqrt 2))
@@ -1312,7 +1312,7 @@ TEST_F(CudaConformanceTest, ImportedActivationsMatchTheCpu) {
 }
 
 TEST_F(CudaConformanceTest, WhereAndDropoutAreBitwise) {
-  // where copies bits; dropout draws the same 24 bits per element (src/Rng.h
+  // where copies bits; dropout draws the same 24 bits per element (base/Rng.h
   // on both sides) and does one float multiply: bitwise, NaN and inf
   // included, at every rank offset of the counter.
   for (int64_t outer : {int64_t(1), int64_t(7), int64_t(300)}) {
@@ -1888,7 +1888,7 @@ TEST_F(CudaAttentionGroupsTest, GroupsOfHeadsMatchTheCpu) {
 // bit for bit: a tolerance of 0 ulp of T. That is exact, not hopeful: every
 // kernel widens its inputs exactly, evaluates the float kernel's float (or
 // double) expressions with the same launch geometry, so in the same order,
-// and rounds once when it stores (src/DType.h, cuda/Kernels.h). The one
+// and rounds once when it stores (base/DType.h, backends/cuda/Kernels.h). The one
 // exception is matmul on a GPU (MatmulIsTheFloatMatmulRounded says why);
 // on the emulator it is bitwise too.
 
@@ -2613,7 +2613,7 @@ TYPED_TEST(CudaDTypeTest, MaxReductionAndGradAreTheFloatOnesRounded) {
 // --- Mixed precision: ztrt_cast and the master-weight updates -------------
 //
 // Against the cpu backend on the same inputs (the cpu's own results are
-// checked against src/DType.h and the f32 updates in DTypeKernelTest and
+// checked against base/DType.h and the f32 updates in DTypeKernelTest and
 // OptimizerTest). Tolerance: none, bit equality, NaNs included.
 
 const DType kAllTypes[] = {DType::F32, DType::BF16, DType::F16};
@@ -2665,7 +2665,7 @@ template <typename T> std::vector<T> castSources() {
 }
 
 TEST_F(CudaConformanceTest, CastIsBitwiseTheCpus) {
-  // Both backends convert each element with src/DType.h's code (ZTRT_HD:
+  // Both backends convert each element with base/DType.h's code (ZTRT_HD:
   // the same integer and float operations on the device, without FTZ), one
   // rounding per element, and copy when the types are equal: bitwise, NaN
   // bits included (the conversions make them; no arithmetic does).

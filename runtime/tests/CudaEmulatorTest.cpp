@@ -1,6 +1,6 @@
 //===- CudaEmulatorTest.cpp - The CUDA emulator's own semantics -----------===//
 //
-// The emulator (runtime/cuda/emu, docs/cuda.md#the-cuda-emulator) stands in
+// The emulator (runtime/backends/cuda/emu, docs/cuda.md#the-cuda-emulator) stands in
 // for a GPU in CI, so what it claims to check must be checked: warp and
 // block intrinsics compute what CUDA's do; stream order, events and
 // cudaStreamWaitEvent order work across streams; and what a GPU faults on
@@ -9,8 +9,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cuda/emu/Device.h"
-#include "src/DType.h"
+#include "backends/cuda/emu/Device.h"
+#include "base/DType.h"
 
 #include <cublas_v2.h>
 #include <cuda_pipeline.h>

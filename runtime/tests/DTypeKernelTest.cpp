@@ -8,7 +8,7 @@
 // own order (expectBf16MatmulUpToOrder states the bound). Inputs are drawn as values exactly representable in the
 // 16-bit type, so widening them to float is exact; each kernel computes in
 // float (double where the f32 kernel does) and rounds once when it stores
-// an output (src/DType.h). The 16-bit result must therefore be the f32
+// an output (base/DType.h). The 16-bit result must therefore be the f32
 // result rounded to the 16-bit type, bit for bit. A kernel that rounded an
 // intermediate to the storage type, or accumulated in it, fails here.
 //
@@ -20,8 +20,8 @@
 
 #include "TestUtil.h"
 
-#include "cpu/OneDnnGemm.h"
-#include "src/DType.h"
+#include "backends/cpu/OneDnnGemm.h"
+#include "base/DType.h"
 #include "ztrt.h"
 
 #include <cmath>
@@ -382,7 +382,7 @@ TYPED_TEST(DTypeKernelTest, RMSNormAndRotary) {
   }
 }
 
-/// A bf16 GEMM through oneDNN (cpu/OneDnnGemm.h) sums its f32 products in
+/// A bf16 GEMM through oneDNN (backends/cpu/OneDnnGemm.h) sums its f32 products in
 /// its own order, not OpenBLAS's: its result is the exact product sum,
 /// computed in f32 in some order (error at most k 2^-24 sum |a b|, the
 /// standard bound for a k-term f32 sum of exact products), rounded once to
@@ -626,7 +626,7 @@ TYPED_TEST(DTypeKernelTest, CollectivesInAWorldOfOneCopy) {
 
 // --- Casts (ztrt_cast) ------------------------------------------------------
 //
-// Tolerance: none. A cast is defined as src/DType.h's conversion of each
+// Tolerance: none. A cast is defined as base/DType.h's conversion of each
 // element: the same type keeps the bits; otherwise the element is widened
 // to float (exact) and rounded once to the destination. The conversions
 // themselves are checked against an independent reference above
@@ -645,7 +645,7 @@ template <typename T> uint32_t bitsOf(const T &v) {
     return v.bits;
 }
 
-/// src/DType.h's conversion of one element from T to U.
+/// base/DType.h's conversion of one element from T to U.
 template <typename T, typename U> U convert(const T &v) {
   if constexpr (std::is_same_v<T, U>)
     return v;

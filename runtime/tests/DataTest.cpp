@@ -2,9 +2,9 @@
 
 #include "TestUtil.h"
 
-#include "src/Checkpoint.h"
-#include "src/Data.h"
-#include "src/Safetensors.h"
+#include "io/Checkpoint.h"
+#include "io/Data.h"
+#include "io/Safetensors.h"
 
 #include <cstring>
 

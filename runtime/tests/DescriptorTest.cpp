@@ -2,7 +2,7 @@
 
 #include "TestUtil.h"
 
-#include "src/Descriptor.h"
+#include "step/Descriptor.h"
 
 #include <cstring>
 

@@ -2,8 +2,8 @@
 
 #include "TestUtil.h"
 
-#include "src/Driver.h"
-#include "src/Support.h"
+#include "step/Driver.h"
+#include "base/Support.h"
 
 using namespace ztrt;
 using namespace ztrt::test;

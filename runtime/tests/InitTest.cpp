@@ -2,9 +2,9 @@
 
 #include "TestUtil.h"
 
-#include "src/DType.h"
-#include "src/Init.h"
-#include "src/Safetensors.h"
+#include "base/DType.h"
+#include "step/Init.h"
+#include "io/Safetensors.h"
 
 #include <cmath>
 #include <cstring>

@@ -9,7 +9,7 @@
 
 #include "TestUtil.h"
 
-#include "src/DType.h"
+#include "base/DType.h"
 #include "ztrt.h"
 
 #include <cmath>
@@ -730,7 +730,7 @@ TEST_F(KernelTest, Copy2dRejectsMalformedArguments) {
 }
 
 // The AVX-512 build of the f32 elementwise and softmax kernels
-// (cpu/IsaKernels.h) against the baseline build, bit for bit: the same
+// (backends/cpu/IsaKernels.h) against the baseline build, bit for bit: the same
 // source without FMA contraction must round alike, so ranks on processors
 // with and without AVX-512 stay in step. Inputs cover the vector loops'
 // tails, the parallel split, and special values (NaN only needs to stay
@@ -822,7 +822,7 @@ TEST(IsaKernelTest, IsaKernelsAreBitwiseTheBaseline) {
   wide->method(DType::F32, x.data(), y.data(), a.data(), n);                   \
   base->method(DType::F32, x.data(), y.data(), b.data(), n);                   \
   expectSame(#method);
-#include "src/Elementwise.def"
+#include "backends/Elementwise.def"
   wide->scale(DType::F32, x.data(), a.data(), n, 0.17677669529663687);
   base->scale(DType::F32, x.data(), b.data(), n, 0.17677669529663687);
   expectSame("scale");

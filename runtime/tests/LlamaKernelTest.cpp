@@ -12,7 +12,7 @@
 
 #include "TestUtil.h"
 
-#include "cpu/VecMath.h"
+#include "backends/cpu/VecMath.h"
 #include "ztrt.h"
 
 #include <cmath>
@@ -305,7 +305,7 @@ TEST_F(LlamaKernelTest, WhereSelectsWithABroadcastMask) {
 }
 
 // The mask of train.dropout, restated from docs/runtime.md ("Dropout") with
-// the generator written out here (splitmix64), not taken from src/Rng.h.
+// the generator written out here (splitmix64), not taken from base/Rng.h.
 static bool droppedByDefinition(uint64_t seed, int64_t stream, int64_t step,
                                 uint64_t index, double p) {
   auto mix = [](uint64_t z) {

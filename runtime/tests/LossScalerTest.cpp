@@ -12,10 +12,10 @@
 
 #include "TestUtil.h"
 
-#include "src/Context.h"
-#include "src/DType.h"
-#include "src/LossScaler.h"
-#include "src/LrSchedule.h"
+#include "step/Context.h"
+#include "base/DType.h"
+#include "step/LossScaler.h"
+#include "step/LrSchedule.h"
 #include "ztrt.h"
 
 #include <cmath>
@@ -499,7 +499,7 @@ TEST(GradAccumAbiTest, ClippingSeesTheMeanGradient) {
   EXPECT_EQ(ctx->gradNorm, 2.0);
 }
 
-// --- Learning-rate schedules (src/LrSchedule.h) ----------------------------
+// --- Learning-rate schedules (step/LrSchedule.h) ----------------------------
 // Hand-computed points of each schedule; exact where the arithmetic is
 // (powers of two, cos(pi/2) = 6e-17 aside: 1e-15 relative there).
 

@@ -7,12 +7,12 @@
 
 #include "TestUtil.h"
 
-#include "src/DType.h"
-#include "src/Init.h"
-#include "src/Json.h"
-#include "src/Safetensors.h"
+#include "base/DType.h"
+#include "step/Init.h"
+#include "base/Json.h"
+#include "io/Safetensors.h"
 #ifdef ZTRT_HAVE_CUDA
-#include "cuda/CudaBackend.h"
+#include "backends/cuda/CudaBackend.h"
 #endif
 
 #include <cstring>

@@ -11,8 +11,8 @@
 
 #include "TestUtil.h"
 
-#include "src/Json.h"
-#include "src/Safetensors.h"
+#include "base/Json.h"
+#include "io/Safetensors.h"
 
 #include <cstring>
 #include <regex>

@@ -12,9 +12,9 @@
 
 #include "TestUtil.h"
 
-#include "src/Context.h"
-#include "src/Descriptor.h"
-#include "src/SwapIO.h"
+#include "step/Context.h"
+#include "step/Descriptor.h"
+#include "io/SwapIO.h"
 
 #include <cstring>
 

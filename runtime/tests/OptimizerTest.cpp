@@ -9,7 +9,7 @@
 
 #include "TestUtil.h"
 
-#include "src/DType.h"
+#include "base/DType.h"
 #include "ztrt.h"
 
 #include <cmath>
@@ -161,7 +161,7 @@ TEST_F(OptimizerTest, ZeroPaddingStaysExactlyZero) {
 // per-element float expressions; widening a 16-bit gradient is exact), and
 // the parameter as the new master rounded once to its type, which is what
 // ztrt_cast of the reference master computes (DTypeKernelTest checks
-// ztrt_cast against src/DType.h bit for bit).
+// ztrt_cast against base/DType.h bit for bit).
 
 namespace {
 

@@ -2,7 +2,7 @@
 
 #include "TestUtil.h"
 
-#include "src/Safetensors.h"
+#include "io/Safetensors.h"
 
 #include <cstring>
 

@@ -12,8 +12,8 @@
 
 #include "TestUtil.h"
 
-#include "src/Support.h"
-#include "src/SwapIO.h"
+#include "base/Support.h"
+#include "io/SwapIO.h"
 
 #include <algorithm>
 #include <cstdlib>

@@ -3,9 +3,9 @@
 #ifndef ZTRT_TESTS_TESTUTIL_H
 #define ZTRT_TESTS_TESTUTIL_H
 
-#include "cpu/CpuBackend.h"
-#include "src/Context.h"
-#include "src/Json.h"
+#include "backends/cpu/CpuBackend.h"
+#include "step/Context.h"
+#include "base/Json.h"
 
 #include <gtest/gtest.h>
 

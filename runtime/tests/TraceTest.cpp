@@ -10,7 +10,7 @@
 
 #include "TestUtil.h"
 
-#include "src/Trace.h"
+#include "report/Trace.h"
 
 #include <functional>
 #include <gtest/gtest-spi.h>

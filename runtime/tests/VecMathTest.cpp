@@ -4,7 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cpu/VecMath.h"
+#include "backends/cpu/VecMath.h"
 
 #include <cmath>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 #!/bin/sh
 # The AVX-512 kernels' object may define no symbol another object could
-# resolve to except its own entry points (cpu/IsaKernelsAvx512.cpp says
+# resolve to except its own entry points (backends/cpu/IsaKernelsAvx512.cpp says
 # why): given the runtime's objects, fails naming any other global or weak
 # symbol the AVX-512 object defines.
 set -eu

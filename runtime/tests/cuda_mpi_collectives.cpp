@@ -18,9 +18,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cuda/CudaBackend.h"
-#include "src/Communicator.h"
-#include "src/Context.h"
+#include "backends/cuda/CudaBackend.h"
+#include "comm/Communicator.h"
+#include "step/Context.h"
 
 #include "ztrt.h"
 
@@ -43,7 +43,7 @@ namespace {
 ztrt_ctx *ctx = nullptr;
 
 #ifdef ZTRT_CUDA_EMULATOR
-/// The emulator's NCCL (cuda/emu/Nccl.cpp): 16-bit sums in float in rank
+/// The emulator's NCCL (backends/cuda/emu/Nccl.cpp): 16-bit sums in float in rank
 /// order, rounded once.
 constexpr bool kEmulatedNccl = true;
 #else

@@ -15,11 +15,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cpu/CpuBackend.h"
-#include "src/Communicator.h"
-#include "src/Context.h"
+#include "backends/cpu/CpuBackend.h"
+#include "comm/Communicator.h"
+#include "step/Context.h"
 
-#include "src/DType.h"
+#include "base/DType.h"
 #include "ztrt.h"
 
 #include <gtest/gtest.h>

@@ -15,10 +15,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cpu/CpuBackend.h"
-#include "src/CommQueue.h"
-#include "src/Communicator.h"
-#include "src/Context.h"
+#include "backends/cpu/CpuBackend.h"
+#include "comm/CommQueue.h"
+#include "comm/Communicator.h"
+#include "step/Context.h"
 
 #include "ztrt.h"
 

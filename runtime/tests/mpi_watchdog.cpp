@@ -9,7 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "src/Communicator.h"
+#include "comm/Communicator.h"
 
 #include <atomic>
 #include <chrono>

@@ -1,5 +1,5 @@
 """Run-time learning rate (the executable's --lr, --lr-schedule,
---warmup-steps, --min-lr, --lr-decay-steps; runtime/src/LrSchedule.h).
+--warmup-steps, --min-lr, --lr-decay-steps; runtime/step/LrSchedule.h).
 
 - --lr at run time is the compiled --lr: the same bits;
 - the learning rate of each step, in the report and the progress line, is

@@ -16,8 +16,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "src/Checkpoint.h"
-#include "src/Support.h"
+#include "io/Checkpoint.h"
+#include "base/Support.h"
 
 #include <cstdio>
 #include <cstdlib>

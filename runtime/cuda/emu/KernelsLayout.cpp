@@ -1,2 +1,0 @@
-// The Layout kernels compiled for the CUDA emulator (docs/cuda.md).
-#include "cuda/Layout.cu"

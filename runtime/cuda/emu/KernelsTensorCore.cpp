@@ -1,2 +1,0 @@
-// The tensor-core layout probe compiled for the CUDA emulator (docs/cuda.md).
-#include "cuda/TensorCoreCheck.cu"
