@@ -2,7 +2,7 @@
 
 #include "TestUtil.h"
 
-#include "step/Driver.h"
+#include "cli/Options.h"
 #include "base/Support.h"
 
 using namespace ztrt;
