@@ -921,6 +921,8 @@ class Function:
 
     # -- end ------------------------------------------------------------------------------------
     def ret(self, loss):
+        """Returns `loss` (a scalar f32) from the step: what autodiff
+        differentiates and the report prints."""
         if loss.shape != () or loss.dtype != "f32":
             raise IRError(f"the entry function returns tensor<f32>, got {loss.type}")
         self.result = loss

@@ -441,10 +441,42 @@ def build(kind, **cfg):
     raise IRError(f"unknown model kind {kind!r}")
 
 
+def signatures_markdown():
+    """docs/python.md's signature tables, from the code: every builder
+    method of `ir.Function` and every model builder, with its parameters
+    and defaults (`python -m ztrain.models signatures`)."""
+    import inspect
+    from . import ir as _ir
+
+    def sig(fn, drop_self):
+        s = inspect.signature(fn)
+        ps = list(s.parameters.values())[1 if drop_self else 0:]
+        return "(" + ", ".join(str(p) for p in ps) + ")"
+
+    def doc(fn):
+        d = inspect.getdoc(fn) or ""
+        first = d.split("\n\n")[0].replace("\n", " ").strip()
+        return first.replace("|", "\\|")
+    rows = ["| builder (`f = m.entry(...)`) | what it makes |", "| --- | --- |"]
+    skip = {"to_mlir"}
+    for name, fn in sorted(inspect.getmembers(_ir.Function, inspect.isfunction)):
+        if name.startswith("_") or name in skip:
+            continue
+        what = doc(fn) or (f"`train.{name}`" if name not in ("ret", "arg") else "")
+        rows.append(f"| `f.{name}{sig(fn, True)}` | {what} |")
+    rows += ["", "| model builder | |", "| --- | --- |"]
+    for name in ("mlp", "gpt", "llama", "llama_from_hf_config"):
+        fn = globals()[name]
+        rows.append(f"| `models.{name}{sig(fn, False)}` | {doc(fn)} |")
+    return "\n".join(rows) + "\n"
+
+
 def _parser():
     ap = argparse.ArgumentParser(prog="python -m ztrain.models",
                                  description="Print a model's train-dialect IR.")
     sub = ap.add_subparsers(dest="model", required=True)
+    sub.add_parser("signatures", help="print the builders' signatures (markdown; "
+                   "docs/python.md holds a copy)")
     a = sub.add_parser("mlp")
     a.add_argument("--batch", type=int, default=32)
     a.add_argument("--in-features", type=int, default=784)
@@ -497,6 +529,9 @@ def _parser():
 
 def main(argv=None):
     args = _parser().parse_args(argv)
+    if args.model == "signatures":
+        sys.stdout.write(signatures_markdown())
+        return 0
     try:
         if args.model == "mlp":
             spec = mlp(args.batch, args.in_features, args.hidden, args.classes, args.init)

@@ -316,11 +316,14 @@ def _f16_emulation(keep_f32):
     return Mode()
 
 
-def lr_schedule(lr, kind="constant", warmup=0, min_lr=0.0, decay_steps=None):
+def lr_schedule(lr, kind="constant", warmup=0, min_lr=0.0, decay_steps=None,
+                warmup_type="linear"):
     """The executable's --lr-schedule (runtime/step/LrSchedule.h) in Python:
     a function of the optimizer step t (1-based) giving its learning rate."""
     def at(t):
         if warmup > 0 and t <= warmup:
+            if warmup_type == "log":    # DeepSpeed's WarmupLR default
+                return lr * math.log(t) / math.log(max(2, warmup))
             return lr * t / warmup
         if kind == "constant":
             return lr

@@ -6,6 +6,7 @@
 
 #include "base/Support.h"
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cmath>
@@ -146,6 +147,39 @@ void usageError(const char *fmt, ...) {
   die(2, true, fmt, args);
 }
 
+std::string nearestName(const std::string &word,
+                        const std::vector<std::string> &names) {
+  // Optimal string alignment distance: a swap of two adjacent letters
+  // ("--stpes") is one edit, as a typist makes it.
+  auto distance = [](const std::string &a, const std::string &b) {
+    const size_t n = a.size(), m = b.size();
+    std::vector<std::vector<size_t>> d(n + 1, std::vector<size_t>(m + 1));
+    for (size_t i = 0; i <= n; ++i)
+      d[i][0] = i;
+    for (size_t j = 0; j <= m; ++j)
+      d[0][j] = j;
+    for (size_t i = 1; i <= n; ++i)
+      for (size_t j = 1; j <= m; ++j) {
+        size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+        d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
+                            d[i - 1][j - 1] + cost});
+        if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+          d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    return d[n][m];
+  };
+  std::string best;
+  size_t bestDistance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string &name : names) {
+    size_t dist = distance(word, name);
+    if (dist < bestDistance) {
+      bestDistance = dist;
+      best = name;
+    }
+  }
+  return best;
+}
+
 void setJobRank(int rank, void (*abortJob)(int status), void (*syncJob)()) {
   jobRank = rank;
   jobAbort = abortJob;
@@ -155,6 +189,11 @@ void setJobRank(int rank, void (*abortJob)(int status), void (*syncJob)()) {
 namespace {
 
 const std::atomic<int64_t> *terminationStep = nullptr;
+
+/// ztrain-run's pid (ZTRAIN_RUN_PID, which it sets for mpirun and so for
+/// every rank), read before any signal can arrive; 0 without ztrain-run.
+pid_t launcherPid = 0;
+
 
 /// SIGINT's disposition when the process started (static initialization
 /// runs before main, and so before MPI's start-up resets it).
@@ -216,6 +255,35 @@ void removeFromSignal(const char *path) {
   ::rmdir(path);
 }
 
+/// Whether ztrain-run is gone: no such process, or a zombie (killed, not
+/// yet reaped by its parent). Async-signal-safe (kill, open, read).
+bool launcherGone() {
+  if (launcherPid <= 0)
+    return false;
+  if (::kill(launcherPid, 0) != 0)
+    return errno == ESRCH;
+  char path[64];
+  char *out = path;
+  appendText(out, "/proc/");
+  appendDecimal(out, launcherPid);
+  appendText(out, "/stat");
+  *out = '\0';
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  char buf[256];
+  ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+  ::close(fd);
+  if (n <= 0)
+    return false;
+  // "pid (comm) S ...": the state follows the last ')'.
+  ssize_t close = -1;
+  for (ssize_t i = 0; i < n; ++i)
+    if (buf[i] == ')')
+      close = i;
+  return close >= 0 && close + 2 < n && buf[close + 2] == 'Z';
+}
+
 /// SIGTERM and SIGINT (what a launcher sends every rank when one fails,
 /// what scancel, kill and Ctrl-C send): one line naming the rank and the
 /// step, unless this process or a peer already said why the job ends; the
@@ -241,10 +309,20 @@ extern "C" void onTerminate(int sig) {
     } else {
       appendText(out, "before step 1");
     }
-    appendText(out, jobRank >= 0
-                        ? ": the launcher ends every rank when one fails "
-                          "(see its message above) or the job was cancelled\n"
-                        : ": the run was cancelled\n");
+    if (jobRank >= 0 && launcherGone()) {
+      // ztrain-run was killed (kill -9, the OOM killer): mpirun, told by
+      // its parent's death, ended the ranks. No rank failed, nothing was
+      // printed above.
+      appendText(out, ": ztrain-run, which launched this job (pid ");
+      appendDecimal(out, launcherPid);
+      appendText(out, "), was killed, and mpirun ended every rank\n");
+    } else {
+      appendText(out, jobRank >= 0
+                          ? ": the launcher ends every rank when one fails "
+                            "(see its message above) or the job was "
+                            "cancelled\n"
+                          : ": the run was cancelled\n");
+    }
     if (::write(STDERR_FILENO, line, out - line) < 0) {
       // Nothing to do: the process ends below either way.
     }
@@ -285,6 +363,8 @@ void endWithoutLauncher(const char *fmt, ...) {
 
 void reportTermination(const std::atomic<int64_t> *step) {
   terminationStep = step;
+  if (const char *pid = std::getenv("ZTRAIN_RUN_PID"))
+    launcherPid = static_cast<pid_t>(std::atol(pid));
   struct sigaction action {};
   action.sa_handler = onTerminate;
   // Ctrl-C followed by a SIGTERM (a wrapper's, srun's) must not cut the

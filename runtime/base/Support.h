@@ -56,6 +56,13 @@ void notePeerReported();
 [[noreturn]] void endWithoutLauncher(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
 
+/// The name in `names` nearest to `word` by edit distance (insertions,
+/// deletions, substitutions and adjacent swaps), when it is close enough to
+/// be the word meant (at most a third of the word's length, and at least
+/// one edit allowed up to 2); else "". For "did you mean" in messages.
+std::string nearestName(const std::string &word,
+                        const std::vector<std::string> &names);
+
 /// printf into a std::string.
 std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

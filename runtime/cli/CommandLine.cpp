@@ -19,6 +19,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace ztrt {
 
@@ -77,6 +78,8 @@ const char kUsage[] =
     "                     learning rate to --min-lr over --lr-decay-steps\n"
     "  --warmup-steps W   raise the learning rate linearly over the first W\n"
     "                     optimizer steps (default 0)\n"
+    "  --warmup-type T    linear (default) or log: DeepSpeed's log warmup,\n"
+    "                     lr * ln(t) / ln(W)\n"
     "  --min-lr LR        where cosine and linear decay end (default 0)\n"
     "  --lr-decay-steps T  the optimizer step where the decay ends (default:\n"
     "                     the run's last step)\n"
@@ -134,7 +137,7 @@ double parseReal(const std::string &flag, const std::string &value,
 /// The run-time training settings a checkpoint records and a resume
 /// continues (CheckpointIndex::run).
 constexpr const char *kTrainingFlags[] = {
-    "--lr",   "--lr-schedule",   "--warmup-steps", "--min-lr",
+    "--lr",   "--lr-schedule",   "--warmup-steps", "--warmup-type", "--min-lr",
     "--lr-decay-steps", "--beta1", "--beta2", "--eps",
     "--weight-decay", "--momentum", "--dampening"};
 
@@ -210,6 +213,7 @@ Options parseOptions(int argc, char **argv, int rank) {
                                          "--lr",
                                          "--lr-schedule",
                                          "--warmup-steps",
+                                         "--warmup-type",
                                          "--min-lr",
                                          "--lr-decay-steps",
                                          "--grad-accum-steps",
@@ -234,8 +238,16 @@ Options parseOptions(int argc, char **argv, int rank) {
     bool known = false;
     for (const char *name : valued)
       known = known || flag == name;
-    if (!known)
+    if (!known) {
+      std::vector<std::string> names(std::begin(valued), std::end(valued));
+      names.insert(names.end(), {"--help", "--allow-nonfinite-loss",
+                                 "--skip-memory-check"});
+      std::string near = nearestName(flag, names);
+      if (!near.empty())
+        usageError("unknown flag '%s' (did you mean '%s'? try --help)",
+                   flag.c_str(), near.c_str());
       usageError("unknown flag '%s' (try --help)", flag.c_str());
+    }
     std::string value;
     if (inlineValue) {
       value = arg.substr(eq + 1);
@@ -356,6 +368,12 @@ Options parseOptions(int argc, char **argv, int rank) {
                    value.c_str());
     } else if (flag == "--warmup-steps")
       opts.lr.warmup = parseInteger(flag, value, 0);
+    else if (flag == "--warmup-type") {
+      if (value != "linear" && value != "log")
+        usageError("flag --warmup-type: '%s' is not a warmup (linear or log)",
+                   value.c_str());
+      opts.lr.logWarmup = value == "log";
+    }
     else if (flag == "--lr-decay-steps")
       opts.lr.decaySteps = parseInteger(flag, value, 1);
     else if (flag == "--data-format") {

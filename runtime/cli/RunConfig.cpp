@@ -43,7 +43,11 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
       "communication_data_type",  "activation_checkpointing",
       "wall_clock_breakdown",     "flops_profiler",
       "aio",                      "zero_allow_untested_optimizer",
-      "zero_force_ds_cpu_optimizer"};
+      "zero_force_ds_cpu_optimizer",
+      // DeepSpeed's monitors and loggers: the compiler notes what ztrain
+      // records instead (--report, --trace); nothing to run here.
+      "tensorboard", "wandb", "csv_monitor", "comet", "comms_logger",
+      "memory_breakdown", "dump_state"};
   // Hugging Face's "auto": the value the flags and the build give.
   auto isAuto = [](const JsonValue &v) {
     return v.kind == JsonValue::Kind::String && v.text == "auto";
@@ -184,9 +188,11 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
           if (d != 0.0)
             problems.push_back(k + " (ztrain warms up from 0)");
         } else if (name == "warmup_type") {
-          if (v.text != "linear")
+          if (v.text != "linear" && v.text != "log")
             problems.push_back(k + "=" + v.text +
-                               " (ztrain warms up linearly: \"linear\")");
+                               " (\"linear\" or \"log\")");
+          else
+            s.logWarmup = v.text == "log";
         } else if (name == "cos_min_ratio" && kind == "WarmupCosineLR") {
           if (!(d >= 0.0 && d <= 1.0))
             problems.push_back(k + " (expected a number in [0, 1])");
@@ -199,11 +205,9 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
           problems.push_back(k + " (unknown for " + kind + ")");
         }
       }
-      // DeepSpeed's warmup_type defaults to "log", which ztrain has not.
-      if (!(params && params->find("warmup_type")) && s.warmup > 0)
-        problems.push_back("scheduler.params.warmup_type (DeepSpeed's "
-                           "default is \"log\"; ztrain warms up linearly: "
-                           "set \"linear\")");
+      // DeepSpeed's warmup_type defaults to "log".
+      if (!(params && params->find("warmup_type")))
+        s.logWarmup = true;
       if (kind == "WarmupCosineLR" && !s.minLrRatio)
         s.minLrRatio = 0.0001; // DeepSpeed's default cos_min_ratio
       s.kind = kind == "WarmupLR"       ? LrSchedule::Kind::Constant
@@ -212,8 +216,8 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
       if (kind == "WarmupDecayLR")
         s.minLr = 0.0;
       // The command line's schedule flags win, field by field.
-      for (const char *f :
-           {"--lr-schedule", "--warmup-steps", "--lr-decay-steps", "--min-lr"})
+      for (const char *f : {"--lr-schedule", "--warmup-steps", "--warmup-type",
+                            "--lr-decay-steps", "--min-lr"})
         opts.trainingSet.insert(f);
       if (maxLr)
         opts.trainingSet.insert("--lr");
@@ -221,6 +225,8 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
         opts.lr.kind = s.kind;
       if (!has("--warmup-steps"))
         opts.lr.warmup = s.warmup;
+      if (!has("--warmup-type"))
+        opts.lr.logWarmup = s.logWarmup;
       if (!has("--lr-decay-steps"))
         opts.lr.decaySteps = s.decaySteps;
       if (!has("--min-lr")) {
@@ -254,7 +260,17 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
     } else if (std::find_if(std::begin(compilerKeys), std::end(compilerKeys),
                             [&](const char *k) { return key == k; }) ==
                std::end(compilerKeys)) {
-      problems.push_back(key + " (unknown)");
+      std::vector<std::string> known(std::begin(compilerKeys),
+                                     std::end(compilerKeys));
+      known.insert(known.end(),
+                   {"train_micro_batch_size_per_gpu", "gradient_clipping",
+                    "bf16", "fp16", "optimizer", "scheduler",
+                    "gradient_accumulation_steps", "steps_per_print",
+                    "zero_optimization"});
+      std::string near = nearestName(key, known);
+      problems.push_back(key + (near.empty() ? " (unknown)"
+                                             : " (unknown; did you mean " +
+                                                   near + "?)"));
     }
   }
   if (optimizerLr && !has("--lr") && !opts.lr.lr) {

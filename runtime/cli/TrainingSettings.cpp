@@ -65,6 +65,8 @@ trainingSettings(const LrSchedule &lr,
   out.push_back({"--lr-schedule", LrSchedule::kindName(lr.kind)});
   out.push_back({"--warmup-steps",
                  format("%lld", static_cast<long long>(lr.warmup))});
+  if (lr.logWarmup)
+    out.push_back({"--warmup-type", "log"});
   out.push_back({"--min-lr", exactText(lr.minLr)});
   if (lr.minLrRatio)
     out.push_back({"min_lr_ratio", exactText(*lr.minLrRatio)});
@@ -116,6 +118,13 @@ std::string continueTrainingSettings(
       (flag == "--warmup-steps" ? opts.lr.warmup : opts.lr.decaySteps) =
           static_cast<int64_t>(v);
       changed = v != 0;
+    } else if (flag == "--warmup-type") {
+      if (text != "linear" && text != "log")
+        fatal("--resume '%s': the checkpoint's --warmup-type '%s' is not a "
+              "warmup",
+              checkpoint.c_str(), text.c_str());
+      opts.lr.logWarmup = text == "log";
+      changed = opts.lr.logWarmup;
     } else if (flag == "--min-lr") {
       opts.lr.minLr = number(flag, text);
       changed = opts.lr.minLr != defaults.lr.minLr;

@@ -46,6 +46,8 @@ struct Slice {
   int ranks = 1;
   /// Added to every sample index (createDataSource's `rowShift`).
   int64_t shift = 0;
+  /// The flag that named the file (--data or --eval-data), for messages.
+  const char *flag = "--data";
   /// The global sample index of local row 0 of `step` for a per-rank batch
   /// of `batch` rows.
   int64_t firstRow(int64_t step, int64_t batch) const {
@@ -56,34 +58,35 @@ struct Slice {
 class SafetensorsData final : public DataSource {
 public:
   SafetensorsData(const Descriptor &desc, const std::string &path, Slice slice)
-      : inputs(desc.inputs), file(SafetensorsFile::read(path, "--data")),
+      : inputs(desc.inputs), file(SafetensorsFile::read(path, slice.flag)),
         slice(slice) {
+    const char *flag = slice.flag;
     const char *file = path.c_str();
     const InputSpec *first = nullptr;
     for (const InputSpec &input : inputs) {
       const char *name = input.name.c_str();
       if (input.shape.empty())
-        fatal("--data '%s': input '%s' has rank 0; a data file needs inputs "
-              "with a leading batch dimension",
+        fatal("%s '%s': input '%s' has rank 0; a data file needs inputs "
+              "with a leading batch dimension", flag,
               file, name);
       const SafetensorsTensor *tensor = this->file.find(input.name);
       if (!tensor)
-        fatal("--data '%s': no tensor named '%s' (the file needs one tensor "
-              "per model input)",
+        fatal("%s '%s': no tensor named '%s' (the file needs one tensor "
+              "per model input)", flag,
               file, name);
       const char *dtype = elemTypeSafetensorsName(input.type);
       if (tensor->dtype != dtype)
-        fatal("--data '%s': tensor '%s' has dtype %s, the input is %s", file,
+        fatal("%s '%s': tensor '%s' has dtype %s, the input is %s", flag, file,
               name, tensor->dtype.c_str(), dtype);
       std::vector<int64_t> expected = input.shape;
       expected[0] = tensor->shape.empty() ? 0 : tensor->shape[0];
       if (tensor->shape != expected || expected[0] == 0)
-        fatal("--data '%s': tensor '%s' has shape %s, the input needs %s "
-              "with N > 0 samples",
+        fatal("%s '%s': tensor '%s' has shape %s, the input needs %s "
+              "with N > 0 samples", flag,
               file, name, formatShape(tensor->shape).c_str(),
               sampleShape(input.shape).c_str());
       if (first && tensor->shape[0] != samples)
-        fatal("--data '%s': tensor '%s' has %lld samples but '%s' has %lld",
+        fatal("%s '%s': tensor '%s' has %lld samples but '%s' has %lld", flag,
               file, name, static_cast<long long>(tensor->shape[0]),
               first->name.c_str(), static_cast<long long>(samples));
       if (!first) {
@@ -96,14 +99,25 @@ public:
         for (int64_t i = 0; i < count; ++i) {
           std::memcpy(&value, tensor->data + sizeof(value) * i, sizeof(value));
           if (value < 0 || value >= input.bound)
-            fatal("--data '%s': input '%s' value %d out of range [0, %lld) "
-                  "(sample %lld)",
+            fatal("%s '%s': input '%s' value %d out of range [0, %lld) "
+                  "(sample %lld)", flag,
                   file, name, value, static_cast<long long>(input.bound),
                   static_cast<long long>(i / elementsPerSample(input)));
         }
       }
       rows.push_back(tensor);
     }
+    // Fewer samples than one global batch: every step repeats rows (rank
+    // 0 says so once; the numbers are still right, the data is just thin).
+    const int64_t global =
+        inputs.empty() || inputs[0].shape.empty()
+            ? 0
+            : inputs[0].shape[0] * static_cast<int64_t>(slice.ranks);
+    if (slice.rank == 0 && samples > 0 && samples < global)
+      warning("%s '%s': %lld samples, fewer than a global batch of %lld "
+              "rows: each step repeats samples",
+              flag, file, static_cast<long long>(samples),
+              static_cast<long long>(global));
   }
 
   void fill(int64_t step, size_t index, void *dst) const override {
@@ -171,12 +185,13 @@ struct NpyTokens {
   bool isSigned = false;
 };
 
-NpyTokens parseNpy(const MappedFile &file, const std::string &path) {
+NpyTokens parseNpy(const MappedFile &file, const std::string &path,
+                   const char *flag) {
   const char *name = path.c_str();
   const unsigned char *d = file.data();
   const size_t n = file.size();
   if (n < 10 || std::memcmp(d, "\x93NUMPY", 6) != 0)
-    fatal("--data '%s': not a NumPy .npy file (no \\x93NUMPY magic)", name);
+    fatal("%s '%s': not a NumPy .npy file (no \\x93NUMPY magic)", flag, name);
   const int major = d[6];
   size_t headerLen = 0, start = 0;
   if (major == 1) {
@@ -187,13 +202,13 @@ NpyTokens parseNpy(const MappedFile &file, const std::string &path) {
                 (size_t(d[11]) << 24);
     start = 12;
   } else {
-    fatal("--data '%s': .npy format version %d is not one ztrain reads (1, "
-          "2 or 3)",
+    fatal("%s '%s': .npy format version %d is not one ztrain reads (1, "
+          "2 or 3)", flag,
           name, major);
   }
   if (headerLen > n - start)
-    fatal("--data '%s': .npy header of %zu bytes runs past the end of the "
-          "file",
+    fatal("%s '%s': .npy header of %zu bytes runs past the end of the "
+          "file", flag,
           name, headerLen);
   std::string header(reinterpret_cast<const char *>(d + start), headerLen);
   // The value of `key` in the header's Python dict literal, from the first
@@ -206,7 +221,7 @@ NpyTokens parseNpy(const MappedFile &file, const std::string &path) {
     if (at != std::string::npos)
       at = header.find_first_not_of(' ', at + 1);
     if (at == std::string::npos)
-      fatal("--data '%s': .npy header has no %s: %s", name, k.c_str(),
+      fatal("%s '%s': .npy header has no %s: %s", flag, name, k.c_str(),
             header.c_str());
     return at;
   };
@@ -215,7 +230,7 @@ NpyTokens parseNpy(const MappedFile &file, const std::string &path) {
     size_t end = header[at] == open ? header.find(close, at + 1)
                                     : std::string::npos;
     if (end == std::string::npos)
-      fatal("--data '%s': malformed .npy header: %s", name, header.c_str());
+      fatal("%s '%s': malformed .npy header: %s", flag, name, header.c_str());
     return header.substr(at + 1, end - at - 1);
   };
   NpyTokens t;
@@ -231,11 +246,11 @@ NpyTokens parseNpy(const MappedFile &file, const std::string &path) {
     t.width = 4;
     t.isSigned = true;
   } else
-    fatal("--data '%s': .npy tokens of type '%s'; ztrain reads uint8, "
-          "little-endian uint16, uint32 or int32 token arrays",
+    fatal("%s '%s': .npy tokens of type '%s'; ztrain reads uint8, "
+          "little-endian uint16, uint32 or int32 token arrays", flag,
           name, descr.c_str());
   if (header.compare(valueOf("fortran_order"), 5, "False") != 0)
-    fatal("--data '%s': a Fortran-order .npy array; save it in C order", name);
+    fatal("%s '%s': a Fortran-order .npy array; save it in C order", flag, name);
   const std::string shape = delimited("shape", '(', ')');
   char *end = nullptr;
   errno = 0;
@@ -247,11 +262,11 @@ NpyTokens parseNpy(const MappedFile &file, const std::string &path) {
   while (end && *end == ' ')
     ++end;
   if (shape.empty() || errno || !end || *end != '\0')
-    fatal("--data '%s': .npy shape (%s) is not one dimension of tokens", name,
+    fatal("%s '%s': .npy shape (%s) is not one dimension of tokens", flag, name,
           shape.c_str());
   if (count != (n - t.offset) / t.width || (n - t.offset) % t.width)
-    fatal("--data '%s': .npy shape (%s) needs %llu bytes of tokens, the file "
-          "holds %zu",
+    fatal("%s '%s': .npy shape (%s) needs %llu bytes of tokens, the file "
+          "holds %zu", flag,
           name, shape.c_str(), count * t.width, n - t.offset);
   return t;
 }
@@ -265,14 +280,15 @@ public:
   /// `named`: the format came from the file's name (auto), not a flag.
   TokenData(const Descriptor &desc, const std::string &path, DataFormat format,
             uint64_t seed, Slice slice, DataOrder order, bool named)
-      : seed(seed), slice(slice), order(order), file(path, "--data") {
+      : seed(seed), slice(slice), order(order), file(path, slice.flag) {
+    const char *flag = slice.flag;
     const char *name = path.c_str();
     const auto &in = desc.inputs;
     if (in.size() != 2 || in[0].type != ElemType::I32 ||
         in[1].type != ElemType::I32 || in[0].shape.size() != 2 ||
         in[0].shape != in[1].shape)
-      fatal("--data '%s': a token file needs a model with exactly two i32 "
-            "inputs (tokens, targets) of equal shape [B, T]",
+      fatal("%s '%s': a token file needs a model with exactly two i32 "
+            "inputs (tokens, targets) of equal shape [B, T]", flag,
             name);
     batch = in[0].shape[0];
     window = in[0].shape[1];
@@ -288,27 +304,40 @@ public:
       width = 4;
       break;
     case DataFormat::Npy: {
-      NpyTokens t = parseNpy(file, path);
+      NpyTokens t = parseNpy(file, path, flag);
       offset = t.offset;
       width = t.width;
       isSigned = t.isSigned;
       break;
     }
     default:
-      fatal("--data '%s': not a token format", name);
+      fatal("%s '%s': not a token format", flag, name);
     }
     const size_t payload = file.size() - offset;
     if (payload % width)
-      fatal("--data '%s': %zu bytes is not a whole number of %d-byte tokens "
-            "(--data-format=%s)",
+      fatal("%s '%s': %zu bytes is not a whole number of %d-byte tokens "
+            "(--data-format=%s)", flag,
             name, payload, width, dataFormatName(format));
     length = static_cast<int64_t>(payload / width);
     const char *unit = width == 1 ? "bytes" : "tokens";
     if (length < window + 1)
-      fatal("--data '%s': %lld %s, too short for windows of %lld tokens "
-            "plus one target",
+      fatal("%s '%s': %lld %s, too short for windows of %lld tokens "
+            "plus one target", flag,
             name, static_cast<long long>(length), unit,
             static_cast<long long>(window));
+
+    // Windows start at offsets 0 .. length - window - 1: fewer of them than
+    // rows in a global batch means every step repeats windows (65 tokens
+    // for windows of 64 is one window in every row).
+    const int64_t windows = length - window;
+    const int64_t global = batch * static_cast<int64_t>(slice.ranks);
+    if (slice.rank == 0 && windows < global)
+      warning("%s '%s': %lld %s hold %lld distinct window%s of %lld tokens "
+              "plus a target, fewer than a global batch of %lld rows: each "
+              "step repeats windows",
+              flag, name, static_cast<long long>(length), unit,
+              static_cast<long long>(windows), windows == 1 ? "" : "s",
+              static_cast<long long>(window), static_cast<long long>(global));
 
     // Every token against the vocabulary, once, before step 1: a file read
     // with the wrong width fails here rather than training on garbage.
@@ -320,8 +349,8 @@ public:
       const int64_t v = token(i);
       if (v < 0 || (bound > 0 && v >= bound)) {
         const InputSpec &input = in[0].bound > 0 && in[0].bound == bound ? in[0] : in[1];
-        fatal("--data '%s': input '%s' value %lld out of range [0, %lld) "
-              "(%s %lld)%s",
+        fatal("%s '%s': input '%s' value %lld out of range [0, %lld) "
+              "(%s %lld)%s", flag,
               name, input.name.c_str(), static_cast<long long>(v),
               static_cast<long long>(bound), width == 1 ? "byte" : "token",
               static_cast<long long>(i),
@@ -341,9 +370,9 @@ public:
         else
           evenNonzero = evenNonzero || token(i) != 0;
       if (oddZero && evenNonzero)
-        fatal("--data '%s': every second uint16 token is 0, as in uint32 "
+        fatal("%s '%s': every second uint16 token is 0, as in uint32 "
               "token ids read as uint16 (.bin is nanoGPT's uint16); give "
-              "--data-format=u32, or --data-format=u16 if these are uint16",
+              "--data-format=u32, or --data-format=u16 if these are uint16", flag,
               name);
     }
   }
@@ -480,7 +509,8 @@ bool parseDataFormat(const std::string &name, DataFormat &out) {
   return false;
 }
 
-DataFormat resolveDataFormat(const std::string &path, DataFormat format) {
+DataFormat resolveDataFormat(const std::string &path, DataFormat format,
+                             const char *flag) {
   if (format != DataFormat::Auto)
     return format;
   std::string lower = path;
@@ -497,9 +527,9 @@ DataFormat resolveDataFormat(const std::string &path, DataFormat format) {
                           ".json", ".jsonl", ".xml", ".html"})
     if (endsWith(lower, ext))
       return DataFormat::Text;
-  fatal("--data '%s': cannot tell the format from the name; give "
+  fatal("%s '%s': cannot tell the format from the name; give "
         "--data-format=safetensors, text (bytes as tokens), u16 or u32 "
-        "(little-endian token ids, as nanoGPT's .bin), or npy",
+        "(little-endian token ids, as nanoGPT's .bin), or npy", flag,
         path.c_str());
 }
 
@@ -508,14 +538,15 @@ std::unique_ptr<DataSource> createDataSource(const Descriptor &desc,
                                              uint64_t seed, int rank,
                                              int ranks, DataFormat format,
                                              DataOrder order,
-                                             int64_t rowShift) {
-  Slice slice{rank, ranks, rowShift};
+                                             int64_t rowShift,
+                                             const char *flag) {
+  Slice slice{rank, ranks, rowShift, flag};
   if (path.empty())
     return std::make_unique<SyntheticData>(desc, seed, slice);
   // The file first: a missing or unreadable one is named as such, whatever
   // its name says.
-  { uint64_t size = 0; ::close(openInputFile(path, "--data", size)); }
-  DataFormat resolved = resolveDataFormat(path, format);
+  { uint64_t size = 0; ::close(openInputFile(path, flag, size)); }
+  DataFormat resolved = resolveDataFormat(path, format, flag);
   if (resolved == DataFormat::Safetensors)
     return std::make_unique<SafetensorsData>(desc, path, slice);
   return std::make_unique<TokenData>(desc, path, resolved, seed, slice,

@@ -46,7 +46,8 @@ const char *dataFormatName(DataFormat format);
 /// False for a name that is not a format.
 bool parseDataFormat(const std::string &name, DataFormat &out);
 /// The format `path` is read in (fatal when Auto cannot tell).
-DataFormat resolveDataFormat(const std::string &path, DataFormat format);
+DataFormat resolveDataFormat(const std::string &path, DataFormat format,
+                             const char *flag = "--data");
 
 /// The windows of a token file: drawn from the seed (nanoGPT's random
 /// batches), or in file order (sample s starts at token s*T, wrapping).
@@ -56,14 +57,15 @@ enum class DataOrder { Random, Sequential };
 /// on any invalid file. Micro-batch u's local row 0 is global sample
 /// ((u - 1) ranks + rank) B + rowShift: a run resumed with another global
 /// batch shifts its samples so that they continue where the checkpoint's
-/// stopped.
+/// stopped. `flag` names the file in messages (--data, --eval-data).
 std::unique_ptr<DataSource> createDataSource(const Descriptor &desc,
                                              const std::string &path,
                                              uint64_t seed, int rank = 0,
                                              int ranks = 1,
                                              DataFormat format = DataFormat::Auto,
                                              DataOrder order = DataOrder::Random,
-                                             int64_t rowShift = 0);
+                                             int64_t rowShift = 0,
+                                             const char *flag = "--data");
 
 /// The offset in [0, length - window - 1] of sample `sample`'s token window.
 int64_t tokenWindowOffset(uint64_t seed, int64_t sample, int64_t length,

@@ -147,9 +147,10 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
                  const Backend::PeakRate &peak) {
   std::string json = format(
       "{\n  \"rank\": 0,\n  \"world_size\": %d,\n  \"backend\": %s,\n"
-      "  \"device\": %s,\n  \"steps\": [",
+      "  \"device\": %s,\n  \"precision\": %s,\n  \"steps\": [",
       worldSize, jsonQuote(ctx.backend().name()).c_str(),
-      jsonQuote(ctx.backend().deviceName()).c_str());
+      jsonQuote(ctx.backend().deviceName()).c_str(),
+      jsonQuote(precisionText(desc)).c_str());
   for (size_t i = 0; i < records.size(); ++i) {
     const StepRecord &r = records[i];
     json += format("%s\n    {\"step\": %lld, \"loss\": %s, \"time_ms\": %.6f",
@@ -209,11 +210,12 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
     const double minLr =
         s.minLrRatio && base ? *s.minLrRatio * *base : s.minLr;
     json += format("  \"lr_schedule\": {\"kind\": \"%s\", \"lr\": %s, "
-                   "\"warmup_steps\": %lld, \"min_lr\": %.17g, "
-                   "\"decay_steps\": %lld},\n",
+                   "\"warmup_steps\": %lld, \"warmup_type\": \"%s\", "
+                   "\"min_lr\": %.17g, \"decay_steps\": %lld},\n",
                    LrSchedule::kindName(s.kind),
                    base ? format("%.17g", *base).c_str() : "null",
-                   static_cast<long long>(s.warmup), minLr,
+                   static_cast<long long>(s.warmup),
+                   s.logWarmup ? "log" : "linear", minLr,
                    static_cast<long long>(s.decaySteps));
   }
   if (ctx.scaler) {

@@ -31,6 +31,27 @@ int64_t elemTypeBytes(ElemType type) {
   return 0;
 }
 
+std::string precisionText(const Descriptor &desc) {
+  bool f32 = false, bf16 = false, f16 = false, masters = false;
+  for (const ParamSpec &p : desc.params) {
+    f32 = f32 || p.type == ElemType::F32;
+    bf16 = bf16 || p.type == ElemType::BF16;
+    f16 = f16 || p.type == ElemType::F16;
+  }
+  for (const StateSpec &st : desc.states)
+    masters = masters || st.master;
+  std::string text;
+  for (auto [has, name] : {std::pair{bf16, "bf16"}, std::pair{f16, "f16"},
+                           std::pair{f32, "f32"}})
+    if (has)
+      text += (text.empty() ? "" : "+") + std::string(name);
+  if (text.empty() || text == "f32")
+    return "fp32";
+  if (masters)
+    text += ", f32 master weights";
+  return text;
+}
+
 const char *elemTypeName(ElemType type) {
   switch (type) {
   case ElemType::F32:

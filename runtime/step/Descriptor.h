@@ -25,6 +25,12 @@ enum class ElemType { F32, I32, BF16, F16 };
 
 /// "f32" / "i32" / "bf16" / "f16", as in the descriptor.
 const char *elemTypeName(ElemType type);
+
+struct Descriptor;
+/// The step's precision in words: "fp32", or the parameters' 16-bit type
+/// with how they are updated ("bf16, f32 master weights"); "bf16+f32" when
+/// parameters differ. For the start line and the report's top level.
+std::string precisionText(const Descriptor &desc);
 /// Bytes of one element (4 for f32 and i32, 2 for bf16 and f16).
 int64_t elemTypeBytes(ElemType type);
 /// "F32" / "I32" / "BF16" / "F16", as in safetensors headers.

@@ -95,11 +95,21 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
   std::string dataFormatText;
   if (!opts.data.empty()) {
     // The file first (createDataSource's order): a device or a missing
-    // file is named as such before its name is read for a format.
-    uint64_t size = 0;
-    ::close(openInputFile(opts.data, "--data", size));
-    dataFormatText =
-        dataFormatName(resolveDataFormat(opts.data, opts.dataFormat));
+    // file is named as such before its name is read for a format. Rank 0
+    // first, so that a bad --data is one line (its error ends the job
+    // while the others wait).
+    auto identify = [&] {
+      uint64_t size = 0;
+      ::close(openInputFile(opts.data, "--data", size));
+      dataFormatText =
+          dataFormatName(resolveDataFormat(opts.data, opts.dataFormat));
+    };
+    if (rank == 0)
+      identify();
+    if (ranks > 1)
+      world->barrier();
+    if (rank != 0)
+      identify();
   }
   const std::string dataOrderText =
       opts.data.empty() ? ""
@@ -110,8 +120,11 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
     if (rank == 0) {
       resumed = readCheckpointIndex(opts.resume, "--resume");
       checkResumable(resumed, desc, descriptor, ranks);
-      checkResumedData(resumed, opts.data, dataFormatText, dataOrderText,
-                       opts.resume);
+      // --steps 0 trains nothing: sampling or evaluating a checkpoint
+      // needs none of its training data.
+      if (opts.steps > 0)
+        checkResumedData(resumed, opts.data, dataFormatText, dataOrderText,
+                         opts.resume);
       if (opts.seedGiven && opts.seed != resumed.seed)
         fatal("--resume '%s': the checkpoint was trained with --seed %llu, "
               "this run has --seed %llu (leave --seed out to continue its "
@@ -206,9 +219,9 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
     double params = 0.0;
     for (const ParamSpec &spec : desc.params)
       params += static_cast<double>(spec.numel);
-    std::printf("starting: %.1fM parameters, %s per rank planned; "
+    std::printf("starting: %.1fM parameters (%s), %s per rank planned; "
                 "initializing\n",
-                params / 1e6,
+                params / 1e6, precisionText(desc).c_str(),
                 formatBytes(static_cast<uint64_t>(plannedBytes(desc).total()))
                     .c_str());
     std::fflush(stdout);
@@ -249,17 +262,27 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
   std::optional<DataFingerprint> dataPrint;
   if (!opts.data.empty() && rank == 0 && !opts.saveCheckpoint.empty())
     dataPrint = dataFingerprint(opts.data);
-  std::unique_ptr<DataSource> data =
-      createDataSource(desc, opts.data, opts.seed, rank, ranks,
-                       opts.dataFormat, opts.dataOrder, rowShift);
-  std::unique_ptr<DataSource> evalSource;
-  if (!opts.evalData.empty()) {
-    if (!desc.hasEval || !eval)
-      refuse("--eval-data: this model was compiled without evaluation "
-             "(ztrain-compile --eval=false); recompile without it");
-    evalSource = createDataSource(desc, opts.evalData, opts.seed, rank, ranks,
-                                  opts.dataFormat, opts.dataOrder);
-  }
+  if (!opts.evalData.empty() && (!desc.hasEval || !eval))
+    refuse("--eval-data: this model was compiled without evaluation "
+           "(ztrain-compile --eval=false); recompile without it");
+  std::unique_ptr<DataSource> data, evalSource;
+  auto openData = [&] {
+    data = createDataSource(desc, opts.data, opts.seed, rank, ranks,
+                            opts.dataFormat, opts.dataOrder, rowShift);
+    if (!opts.evalData.empty())
+      evalSource = createDataSource(desc, opts.evalData, opts.seed, rank,
+                                    ranks, opts.dataFormat, opts.dataOrder,
+                                    /*rowShift=*/0, "--eval-data");
+  };
+  // Every rank reads the same files: rank 0 opens them first, so that a
+  // bad file is one line (rank 0's, whose error ends the job while the
+  // others wait here), not one per rank (issue 49).
+  if (rank == 0)
+    openData();
+  if (ranks > 1)
+    comm.barrier();
+  if (rank != 0)
+    openData();
 
   // Parameters and states take their per-rank storage (E elements), which
   // is what the compiler's memory prediction counts.
@@ -316,9 +339,16 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
   for (const BufferSpec &spec : desc.buffers)
     ctx.buffers.push_back(ctx.allocate(spec.bytes, ZTRT_CAT_BUFFERS,
                                        ("buffer '" + spec.name + "'").c_str()));
-  if (opts.resume.empty())
-    initParams(ctx, desc, opts);
-  else
+  if (opts.resume.empty()) {
+    // The same --init file on every rank: rank 0 reads first, so that a
+    // missing or mis-shaped tensor is one line, not one per rank.
+    if (rank == 0)
+      initParams(ctx, desc, opts);
+    if (ranks > 1 && !opts.init.empty())
+      comm.barrier();
+    if (rank != 0)
+      initParams(ctx, desc, opts);
+  } else
     loadCheckpointShard(ctx, desc, resumed);
 
   // Steps are numbered as if the run had never stopped: the data of step t,

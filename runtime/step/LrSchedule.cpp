@@ -37,8 +37,12 @@ const char *LrSchedule::kindName(Kind kind) {
 
 double LrSchedule::at(double compiled, int64_t t) const {
   const double base = lr.value_or(compiled);
-  if (warmup > 0 && t <= warmup)
+  if (warmup > 0 && t <= warmup) {
+    if (logWarmup) // DeepSpeed: 1 / ln(max(2, W)), times ln(i + 1)
+      return base * std::log(static_cast<double>(t)) /
+             std::log(static_cast<double>(std::max<int64_t>(2, warmup)));
     return base * static_cast<double>(t) / static_cast<double>(warmup);
+  }
   if (kind == Kind::Constant)
     return base;
   double p = 1.0;

@@ -7,13 +7,16 @@
 // loss scaling does not count), W the warmup steps and T the decay steps:
 //
 //   t <= W (W > 0):  lr * t / W                      (linear warmup)
+//                    lr * ln t / ln max(W, 2)        (--warmup-type log)
 //   constant:        lr
 //   cosine:          min + (lr - min) * (1 + cos(pi p)) / 2
 //   linear:          min + (lr - min) * (1 - p)
 //
 // where p = (t - W) / (T - W) clamped to [0, 1] (1 when T <= W): PyTorch's
 // and Hugging Face's warmup + cosine / linear decay, with the warmup
-// counted from the first step (step 1 already takes lr / W).
+// counted from the first step (step 1 already takes lr / W). The log warmup
+// is DeepSpeed's WarmupLR default (warmup_type "log"; its iteration i is
+// step t = i + 1, so step 1 takes 0 and step W the full rate).
 //
 //===----------------------------------------------------------------------===//
 
@@ -32,6 +35,8 @@ struct LrSchedule {
   std::optional<double> lr;
   Kind kind = Kind::Constant;
   int64_t warmup = 0;
+  /// How the warmup rises: linearly (the default) or as DeepSpeed's "log".
+  bool logWarmup = false;
   double minLr = 0.0;
   /// When set, the decay ends at this fraction of the learning rate instead
   /// of minLr (DeepSpeed's WarmupCosineLR cos_min_ratio, --config).

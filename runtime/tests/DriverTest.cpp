@@ -72,8 +72,17 @@ TEST(DriverTest, CheckpointFlags) {
 
 TEST(DriverTest, MistakesExitWithStatus2) {
   using ::testing::ExitedWithCode;
+  // A misspelt flag names the one meant (issue 49: the compiler did, the
+  // executable did not); one too far from every flag names none.
   EXPECT_EXIT(parse({"--stesp=3"}), ExitedWithCode(2),
-              "^ztrain: error: unknown flag '--stesp' \\(try --help\\)\n$");
+              "^ztrain: error: unknown flag '--stesp' \\(did you mean "
+              "'--steps'\\? try --help\\)\n$");
+  EXPECT_EXIT(parse({"--stpes", "3"}), ExitedWithCode(2),
+              "did you mean '--steps'\\?");
+  EXPECT_EXIT(parse({"--eval-dat", "x"}), ExitedWithCode(2),
+              "did you mean '--eval-data'\\?");
+  EXPECT_EXIT(parse({"--frobnicate=1"}), ExitedWithCode(2),
+              "^ztrain: error: unknown flag '--frobnicate' \\(try --help\\)\n$");
   EXPECT_EXIT(parse({"--steps"}), ExitedWithCode(2),
               "^ztrain: error: flag --steps needs a value\n$");
   EXPECT_EXIT(parse({"--save", "--report=r"}), ExitedWithCode(2),

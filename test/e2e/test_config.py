@@ -227,6 +227,47 @@ def test_what_ztrain_cannot_honour_is_one_line(tmp_path):
         assert key in line, (key, line)
 
 
+def test_deepspeeds_monitoring_sections_are_notes_and_misspellings_name_the_key(tmp_path):
+    """A real ds_config.json has monitoring and logging sections; each is a
+    note saying what ztrain records instead, for both tools (issue 49: they
+    were errors until pruned). A misspelt key names the one meant."""
+    src = model(tmp_path)
+    monitors = {"tensorboard": {"enabled": True, "output_path": "logs/"},
+                "wandb": {"enabled": True, "project": "p"},
+                "csv_monitor": {"enabled": False},
+                "comms_logger": {"enabled": True, "verbose": False},
+                "memory_breakdown": False,
+                "flops_profiler": {"enabled": False}}
+    rc, _, err = compile_mlir(src, [], dict(monitors, train_micro_batch_size_per_gpu=BATCH),
+                              tmp_path)
+    assert rc == 0, err
+    notes = [l for l in err.splitlines() if "note:" in l]
+    for key in ("tensorboard", "wandb", "comms_logger"):
+        assert any(f"{key}: not written by ztrain; the executable's --report" in l
+                   for l in notes), (key, err)
+    # Disabled sections say nothing.
+    assert not any("csv_monitor" in l or "memory_breakdown" in l for l in notes), err
+    exe = e2e_util.compile_text(models.mlp(batch=4, in_features=8, hidden=[8],
+                                           classes=3).to_mlir(), str(tmp_path),
+                                parity.OptimizerConfig("adamw"), name="m")
+    cfg = tmp_path / "ds_run.json"
+    cfg.write_text(json.dumps(monitors))
+    p = e2e_util.run([exe, "--steps", 1, "--config", cfg])
+    assert p.returncode == 0, p.stderr
+    rc, _, err = compile_mlir(src, [], {"zero_optimisation": {"stage": 2},
+                                        "zero_optimization": {"reduce_bucket_sise": 5e2}},
+                              tmp_path)
+    assert rc != 0
+    line = one_error(err)
+    assert "zero_optimisation (unknown; did you mean zero_optimization?)" in line, line
+    assert "zero_optimization.reduce_bucket_sise (unknown; did you mean " \
+        "zero_optimization.reduce_bucket_size?)" in line, line
+    cfg.write_text(json.dumps({"shceduler": {}}))
+    p = e2e_util.run([exe, "--steps", 1, "--config", cfg])
+    assert p.returncode == 2 and "shceduler (unknown; did you mean scheduler?)" in p.stderr, \
+        p.stderr
+
+
 def test_batch_sizes_are_checked_against_the_model(tmp_path):
     src = model(tmp_path)
     rc, _, err = compile_mlir(src, [], {"train_micro_batch_size_per_gpu": 8}, tmp_path)
@@ -275,12 +316,40 @@ def test_executable_refuses_what_it_cannot_honour(tmp_path):
     cfg = tmp_path / "ds.json"
     cfg.write_text(json.dumps({"scheduler": {"type": "WarmupLR",
                                              "params": {"warmup_num_steps": 10,
-                                                        "warmup_max_lr": 1e-3}},
+                                                        "warmup_max_lr": 1e-3,
+                                                        "warmup_type": "exp"}},
                                "elasticity": {}}))
     p = e2e_util.run([exe, "--steps", 1, "--config", cfg])
     assert p.returncode == 2
     line = one_error(p.stderr)
-    assert "elasticity (unknown)" in line and "DeepSpeed's default is \"log\"" in line, line
+    assert "elasticity (unknown)" in line and \
+        "scheduler.params.warmup_type=exp (\"linear\" or \"log\")" in line, line
+
+
+def test_deepspeeds_default_log_warmup_runs(tmp_path):
+    """A WarmupLR without warmup_type warms up as DeepSpeed's default, "log"
+    (issue 49: the compiler accepted the config and the executable refused
+    it): the report's learning rates are lr ln(t) / ln(W)."""
+    import math
+    spec = models.mlp(batch=4, in_features=8, hidden=[8], classes=3)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adamw"),
+                                name="m")
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"scheduler": {"type": "WarmupLR",
+                                             "params": {"warmup_num_steps": 4,
+                                                        "warmup_max_lr": 1e-3}}}))
+    report = tmp_path / "r.json"
+    p = e2e_util.run([exe, "--steps", 6, "--config", cfg, "--report", report,
+                      "--log-every", 0])
+    assert p.returncode == 0, p.stderr
+    r = parity.read_report(str(report))
+    assert r["lr_schedule"]["warmup_type"] == "log"
+    got = [s["lr"] for s in r["steps"]]
+    want = [1e-3 * math.log(t) / math.log(4) if t <= 4 else 1e-3 for t in range(1, 7)]
+    # The same double formula on both sides; log may differ in the last
+    # bit between libm and Python: 1e-15 relative.
+    for t, (g, w) in enumerate(zip(got, want), 1):
+        assert math.isclose(g, w, rel_tol=1e-15, abs_tol=1e-18), (t, g, w)
 
 
 def test_executable_takes_the_optimizer_params(tmp_path):

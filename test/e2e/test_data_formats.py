@@ -147,3 +147,21 @@ def test_sequential_order_reads_the_file_in_order(tmp_path):
     assert losses["a", "random"] != losses["b", "random"]
     p = e2e_util.run([exe, "--steps", 1, "--data", a, "--data-order", "shuffled"])
     assert p.returncode == 2 and "'shuffled' is not an order" in p.stderr
+
+
+def test_data_thinner_than_a_global_batch_is_a_warning(tmp_path):
+    """17 tokens for windows of 16 are one window: every row of every step
+    is that window. The run says so once (issue 49: it trained silently on
+    one window repeated); a file with enough windows says nothing."""
+    exe = gpt_exe(tmp_path)
+    thin, thick = tmp_path / "thin.txt", tmp_path / "thick.txt"
+    thin.write_bytes(text_tokens(17).tobytes())
+    thick.write_bytes(text_tokens(400).tobytes())
+    p = e2e_util.run([exe, "--steps", 1, "--data", thin, "--log-every", 0])
+    assert p.returncode == 0, p.stderr
+    warnings = [l for l in p.stderr.splitlines() if l.startswith("ztrain: warning:")]
+    assert warnings == [f"ztrain: warning: --data '{thin}': 17 bytes hold 1 distinct window "
+                        "of 16 tokens plus a target, fewer than a global batch of 2 rows: "
+                        "each step repeats windows"], p.stderr
+    p = e2e_util.run([exe, "--steps", 1, "--data", thick, "--log-every", 0])
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr

@@ -141,3 +141,22 @@ def test_refusals(tmp_path):
     for flag in ("--temperature", "--top-k", "--sample-tokens"):
         p = e2e_util.run([exe, "--steps", 1, flag, "5"])
         assert p.returncode == 2 and f"flag {flag} shapes --sample's text" in p.stderr, p.stderr
+
+
+def test_eval_data_problems_name_eval_data(tmp_path):
+    """A missing, too short or malformed --eval-data file is reported as
+    --eval-data, not --data (issue 49: the user looked for the fault in the
+    wrong file)."""
+    spec = models.gpt(batch=2, seq=8, vocab=256, layers=1, width=16, heads=2)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path), parity.OptimizerConfig("adam"),
+                                name="lm")
+    train = tmp_path / "train.txt"
+    train.write_text("In the beginning God created the heaven and the earth. " * 4)
+    short = tmp_path / "short.txt"
+    short.write_text("Amen.")
+    missing = str(tmp_path / "missing.txt")
+    for path, what in ((missing, "--eval-data: cannot open '%s'" % missing),
+                       (str(short), "--eval-data '%s': 5 bytes, too short" % short)):
+        p = e2e_util.run([exe, "--steps", 1, "--data", str(train), "--eval-data", path])
+        assert p.returncode != 0 and what in p.stderr, p.stderr
+        assert "--data '" not in p.stderr.replace("--eval-data '", ""), p.stderr

@@ -102,3 +102,28 @@ def test_log_every_zero_is_silent(small_mlp, tmp_path):
     r = e2e_util.run([exe, "--steps", "3", "--data", data, "--log-every", "0"])
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "", r.stdout
+
+
+def test_every_ranks_file_error_is_one_line(tmp_path):
+    """On 2 ranks, a --data, --eval-data or --init problem that every rank
+    meets is printed once (rank 0 reads the shared files first; issue 49:
+    each rank printed the same line)."""
+    from ztrain import models
+    spec = models.mlp(batch=4, in_features=8, hidden=[8], classes=3)
+    exe = e2e_util.compile_text(spec.to_mlir(), str(tmp_path),
+                                parity.OptimizerConfig("adam"), name="dp2",
+                                extra=["--dp", "2"])
+    data = os.path.join(tmp_path, "data.safetensors")
+    safetensors.save(data, parity.make_data(spec, samples=16, seed=1))
+    init = parity.make_init(spec, 0)
+    gone = spec.params[-1].name
+    del init[gone]
+    partial = os.path.join(tmp_path, "partial.safetensors")
+    safetensors.save(partial, init)
+    missing = os.path.join(tmp_path, "nope.safetensors")
+    for args, word in ((["--data", missing], missing),
+                       (["--data", data, "--eval-data", missing], "--eval-data"),
+                       (["--data", data, "--init", partial], gone)):
+        p = e2e_util.mpirun(2, [exe, "--steps", 1, "--threads", 1] + args, check=False)
+        errors = [l for l in p.stderr.splitlines() if l.startswith("ztrain: error:")]
+        assert p.returncode != 0 and len(errors) == 1 and word in errors[0], p.stderr

@@ -37,14 +37,20 @@ def test_runtime_lr_is_the_compiled_lr(tmp_path):
     assert saved["a"] == saved["b"]
 
 
-@pytest.mark.parametrize("kind,warmup,min_lr", [("cosine", 5, 1e-4), ("linear", 0, 0.0),
-                                                ("constant", 4, 0.0)])
-def test_schedule_matches_formula_and_torch(kind, warmup, min_lr):
+@pytest.mark.parametrize("kind,warmup,min_lr,wtype", [
+    ("cosine", 5, 1e-4, "linear"), ("linear", 0, 0.0, "linear"),
+    ("constant", 4, 0.0, "linear"),
+    # DeepSpeed's default warmup (issue 49: a config that left it out
+    # compiled and was then refused by the executable).
+    ("cosine", 5, 1e-4, "log")])
+def test_schedule_matches_formula_and_torch(kind, warmup, min_lr, wtype):
     lr = 1e-2
-    flags = ["--lr", repr(lr), "--lr-schedule", kind, "--warmup-steps", str(warmup)]
+    flags = ["--lr", repr(lr), "--lr-schedule", kind, "--warmup-steps", str(warmup),
+             "--warmup-type", wtype]
     if kind != "constant":
         flags += ["--min-lr", repr(min_lr), "--lr-decay-steps", "16"]
-    at = parity.lr_schedule(lr, kind, warmup, min_lr, 16 if kind != "constant" else None)
+    at = parity.lr_schedule(lr, kind, warmup, min_lr, 16 if kind != "constant" else None,
+                            warmup_type=wtype)
     r = parity.run_parity(spec(), steps=STEPS, samples=56, log_every=1,
                           optimizer=parity.OptimizerConfig("adam", lr=1e-3),
                           run_flags=flags, lr_at=at)
@@ -55,6 +61,7 @@ def test_schedule_matches_formula_and_torch(kind, warmup, min_lr):
     for t, (g, w) in enumerate(zip(got, want), 1):
         assert math.isclose(g, w, rel_tol=1e-15, abs_tol=1e-18), (t, g, w)
     assert r.report["lr_schedule"]["kind"] == kind
+    assert r.report["lr_schedule"]["warmup_type"] == wtype
     if kind != "constant":
         assert got[-1] == pytest.approx(min_lr, abs=1e-15)   # decayed to the floor
     # Training under the schedule: fp32 parity bounds (test_parity.py).

@@ -232,6 +232,9 @@ def test_mixed_precision_report_is_the_truth(stage, precision, reduce, tmp_path)
     report_path = str(tmp_path / "report.json")
     e2e_util.mpirun(n, [exe, "--steps", str(steps), "--report", report_path, "--threads", "1"])
     measured = parity.read_report(report_path)
+    # The precision at the report's top level, not only per parameter.
+    assert measured["precision"] == f"{'f16' if precision == 'fp16' else 'bf16'}, " \
+        "f32 master weights", measured["precision"]
     p = subprocess.run([e2e_util.require_tool("ztrain-opt"), str(src),
                         f"--ztrain-training={training}", f"--ztrain-zero=stage={stage} dp={n}",
                         "--plan-memory", "--zero-report=format=json", "-o", "/dev/null"],

@@ -721,6 +721,12 @@ def test_a_signal_to_ztrain_runs_process_group_ends_the_job_cleanly(sig, tmp_pat
     assert sorted(l.split("]")[0] for l in ended) == \
         ["ztrain: error: [rank 0", "ztrain: error: [rank 1"], err
     assert "ztrain-run:" not in err, err
+    if sig == "SIGKILL":
+        # Nothing failed and nothing printed above: each rank says that
+        # ztrain-run was killed (issue 49), not "see its message above".
+        assert all("ztrain-run, which launched this job (pid " in l and
+                   "was killed, and mpirun ended every rank" in l for l in ended), err
+        assert "message above" not in err, err
     assert list(nvme.iterdir()) == []
 
 

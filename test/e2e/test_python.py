@@ -125,3 +125,13 @@ def test_examples_are_current_and_parse(name, tmp_path):
     opt = e2e_util.require_tool("ztrain-opt")
     r = e2e_util.run([opt, os.path.join(REPO, "examples", f"{name}.mlir")])
     assert r.returncode == 0, r.stderr
+
+
+def test_signature_tables_are_the_docs_tables():
+    """docs/python.md's builder signatures are the code's, printed by
+    `python -m ztrain.models signatures` (a user should not have to read
+    models.py for a parameter's name or default)."""
+    with open(os.path.join(REPO, "docs", "python.md")) as fh:
+        doc = fh.read()
+    assert models.signatures_markdown() in doc, "docs/python.md's signature tables are " \
+        "stale: regenerate them with python3 -m ztrain.models signatures"

@@ -114,3 +114,19 @@ def test_prompt_of_ids_prints_ids(tmp_path):
     assert p.stdout.split() == [str(ord(c)) for c in text]
     p = e2e_util.run([exe, "--steps", 0, "--sample-ids", "3,64"])
     assert p.returncode != 0 and "64 is not a token of this model's vocabulary of 64" in p.stderr
+
+
+def test_sampling_a_checkpoint_needs_no_data(tmp_path):
+    """`--steps 0 --resume CK --sample ...` samples the checkpoint's model
+    without its training data (issue 49: it asked for --data), and draws
+    what the training run drew from the same weights and seed."""
+    text = ("0123456789:;<=>?" * 200).encode()
+    data = tmp_path / "data.txt"
+    data.write_bytes(text)
+    exe = e2e_util.compile_text(spec().to_mlir(), str(tmp_path),
+                                parity.OptimizerConfig("adamw", lr=3e-3), name="gpt")
+    ck = tmp_path / "ck"
+    flags = ["--seed", "3", "--sample-tokens", "20"]
+    trained = sample(exe, "345", flags + ["--save-checkpoint", ck], data=str(data), steps=30)
+    resumed = sample(exe, "345", flags + ["--resume", ck])
+    assert resumed == trained, (resumed, trained)

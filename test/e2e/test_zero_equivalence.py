@@ -209,7 +209,7 @@ def test_world_size_must_match_dp(tmp_path):
         p = subprocess.run([e2e_util.require_tool("ztrain-run"), "--np", "2", exe, "--step", "1"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
         assert p.returncode == 2, p.stderr
-        assert p.stderr == "ztrain: error: [rank 0] unknown flag '--step' (try --help)\n"
+        assert p.stderr == "ztrain: error: [rank 0] unknown flag '--step' (did you mean '--steps'? try --help)\n"
 
 
 def test_shared_gradient_peak_is_bounded(tmp_path):

@@ -44,7 +44,7 @@
 // EVAL-NEXT: train.matmul
 // EVAL-NEXT: train.cross_entropy
 // EVAL-NEXT: return
-// NOFILE: ztrain: error: --data: cannot open '{{.*}}eval.safetensors': No such file or directory
+// NOFILE: ztrain: error: --eval-data: cannot open '{{.*}}eval.safetensors': No such file or directory
 // OPT: train.sgd_update @w, %{{.*}} {lr = 5.000000e-01 : f64}
 // STEPS: step 10/30 loss
 // STEPS: step 20/30 loss

@@ -44,6 +44,23 @@ private:
     problems.push_back((key + " (" + why + ")").str());
   }
   void unknown(const Twine &key) { problems.push_back((key + " (unknown)").str()); }
+  /// An unknown key of a section whose keys are `known`: with the nearest
+  /// known one when it is close (a misspelling: zero_optimisation).
+  void unknown(StringRef prefix, StringRef key, ArrayRef<StringRef> known) {
+    StringRef best;
+    unsigned bestDistance = std::max<unsigned>(2, key.size() / 3) + 1;
+    for (StringRef k : known) {
+      unsigned d = key.edit_distance(k, /*AllowReplacements=*/true);
+      if (d < bestDistance) {
+        bestDistance = d;
+        best = k;
+      }
+    }
+    std::string phrase = (prefix + key + " (unknown").str();
+    if (!best.empty())
+      phrase += ("; did you mean " + prefix + best + "?").str();
+    problems.push_back(phrase + ")");
+  }
 
   static std::string number(double v) {
     std::string s;
@@ -108,6 +125,14 @@ private:
   std::optional<int64_t> reduceBucketElements, maxLiveElements;
   std::string precision = "fp32", commType;
 };
+
+/// DeepSpeed's monitoring and logging sections (ztrain's --report, --trace
+/// and progress lines are what it records instead).
+static bool isMonitor(StringRef key) {
+  return key == "tensorboard" || key == "wandb" || key == "csv_monitor" ||
+         key == "comet" || key == "comms_logger" || key == "memory_breakdown" ||
+         key == "dump_state";
+}
 
 void Reader::top(const json::Object &root) {
   for (const auto &kv : root) {
@@ -181,6 +206,23 @@ void Reader::top(const json::Object &root) {
       // DeepSpeed's guards around optimizers it did not write; ztrain's
       // updates (on the device or in the host step) are its own.
       asBool(v, key);
+    } else if (isMonitor(key)) {
+      // DeepSpeed's monitors and loggers: every DeepSpeed config has some,
+      // and none changes what is trained. A note says what ztrain gives
+      // instead; their contents are not checked.
+      const json::Object *m = v.getAsObject();
+      const json::Value *on = m ? m->get("enabled") : nullptr;
+      const bool enabled = m ? !on || on->getAsBoolean().value_or(true)
+                             : v.getAsBoolean().value_or(false);
+      if (!m && !v.getAsBoolean())
+        unsupported(key, "expected an object");
+      else if (enabled)
+        out.notes.push_back(
+            (key + ": not written by ztrain; the executable's --report "
+                   "(losses, learning rates, memory and communication per "
+                   "rank), --trace (a Chrome trace of every kernel and "
+                   "collective) and progress lines give what it records")
+                .str());
     } else if (key == "flops_profiler") {
       const json::Object *f = v.getAsObject();
       const json::Value *on = f ? f->get("enabled") : nullptr;
@@ -191,7 +233,16 @@ void Reader::top(const json::Object &root) {
                             "achieved TFLOP/s and MFU from the compiler's "
                             "FLOP count; there is no per-module profile");
     } else {
-      unknown(key);
+      static const StringRef known[] = {
+          "train_batch_size", "train_micro_batch_size_per_gpu",
+          "gradient_accumulation_steps", "gradient_clipping",
+          "zero_optimization", "bf16", "fp16", "communication_data_type",
+          "optimizer", "activation_checkpointing", "scheduler",
+          "steps_per_print", "wall_clock_breakdown", "aio",
+          "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
+          "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet",
+          "comms_logger", "memory_breakdown", "dump_state"};
+      unknown("", key, known);
     }
   }
 
@@ -303,7 +354,19 @@ void Reader::zero(const json::Object &z) {
       if (auto i = asInteger(v, name, 0); i && *i > 1)
         unsupported(name, "ZeRO++'s secondary partition is not built");
     } else {
-      unknown(name);
+      static const StringRef known[] = {
+          "stage", "overlap_comm", "reduce_bucket_size",
+          "stage3_max_live_parameters", "offload_optimizer", "offload_param",
+          "contiguous_gradients", "reduce_scatter", "allgather_partitions",
+          "stage3_prefetch_bucket_size", "allgather_bucket_size",
+          "stage3_param_persistence_threshold", "sub_group_size",
+          "stage3_gather_16bit_weights_on_model_save",
+          "stage3_gather_fp16_weights_on_model_save",
+          "stage3_max_reuse_distance", "round_robin_gradients", "cpu_offload",
+          "load_from_fp32_weights", "ignore_unused_parameters",
+          "zero_quantized_weights", "zero_quantized_gradients",
+          "zero_hpz_partition_size"};
+      unknown("zero_optimization.", key, known);
     }
   }
 }
