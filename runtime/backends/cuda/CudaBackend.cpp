@@ -452,7 +452,7 @@ public:
   // and nothing else touches them during a step. Swap buffers of nvme
   // tensors are device memory with a pinned host staging copy; the copies
   // between the two are ordered on the compute stream and fenced by events
-  // (runtime/abi/Abi.cpp, ztrt_swap_*).
+  // (runtime/abi/Offload.cpp, ztrt_swap_*).
 
   bool hostResident() const override { return false; }
 
