@@ -1,7 +1,7 @@
 //===- OptimizerKernels.h - Optimizer updates, shared by the CPU builds -*- C++ -*-===//
 //
 // Part of ztrain's runtime. The SGD and Adam / AdamW element loops, compiled
-// into the baseline backend (backends/cpu/CpuBackend.cpp, every element type and the
+// into the baseline backend (backends/cpu/CpuOptimizer.cpp, every element type and the
 // master-weight forms) and into the AVX-512 kernels (backends/cpu/IsaKernelsAvx512.cpp,
 // f32). One source, so both builds evaluate the same operations in the same
 // order: the updates are bitwise equal (IsaKernelTest), and so are states

@@ -1,7 +1,7 @@
 //===- RowKernels.h - Softmax rows, shared by the CPU kernel builds -*- C++ -*-===//
 //
 // Part of ztrain's runtime. The per-row softmax and its gradient, compiled
-// into the baseline backend (backends/cpu/CpuBackend.cpp, every element type) and
+// into the baseline backend (backends/cpu/CpuRows.cpp, every element type) and
 // into the wider-ISA kernels (backends/cpu/IsaKernelsAvx512.cpp, float). One source,
 // so both builds evaluate the same operations in the same order: the
 // results are bitwise equal (KernelTest's IsaKernelsAreBitwiseTheBaseline).

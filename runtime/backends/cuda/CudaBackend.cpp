@@ -1121,7 +1121,7 @@ public:
                                                   dim, error, compute));
   }
 
-  // Scalars exactly as backends/cpu/CpuBackend.cpp rounds them.
+  // Scalars exactly as backends/cpu/CpuOptimizer.cpp rounds them.
   static cuda::SgdScalars sgdScalars(const SgdHyper &hyper, int64_t step) {
     cuda::SgdScalars s;
     s.negLr = static_cast<float>(-hyper.lr);

@@ -3,7 +3,7 @@
 // Part of ztrain's runtime (cuda backend). Each kernel evaluates, per
 // element, the same float expression in the same order as the cpu backend
 // (the elementwise ones from the one line of backends/Elementwise.def both
-// backends expand; the others as backends/cpu/CpuBackend.cpp does); with --fmad=false, IEEE division and square root
+// backends expand; the others as backends/cpu/CpuElementwise.cpp and CpuOptimizer.cpp do); with --fmad=false, IEEE division and square root
 // (nvcc's defaults) and the activations shared through backends/cpu/VecMath.h, the
 // results are bitwise those of the cpu backend, except where a formula
 // calls exp (exp, sigmoid, silu and silu_grad): CUDA's expf is within 2 ulp,
@@ -191,7 +191,7 @@ __global__ void biasAddKernel(const T *x, const T *bias, T *out, int64_t n,
       });
 }
 
-// backends/cpu/CpuBackend.cpp sgdUpdate, line for line. As there, the master-weight
+// backends/cpu/CpuOptimizer.cpp sgdUpdate, line for line. As there, the master-weight
 // form is T = float (`param` is the master) with a gradient of type G and
 // the parameter P that receives the new master rounded (P = void: none).
 template <typename T, typename G, typename P>
@@ -213,7 +213,7 @@ __global__ void sgdKernel(T *param, const G *grad, T *momentumBuf, int64_t n,
   }
 }
 
-// backends/cpu/CpuBackend.cpp adamUpdate, line for line; G and P as in sgdKernel.
+// backends/cpu/CpuOptimizer.cpp adamUpdate, line for line; G and P as in sgdKernel.
 template <typename T, typename G, typename P>
 __global__ void adamKernel(T *param, const G *grad, T *expAvg, T *expAvgSq,
                            int64_t n, AdamScalars s, P *rounded) {

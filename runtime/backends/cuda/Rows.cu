@@ -1,7 +1,7 @@
 //===- Rows.cu - Layer norm, RMS norm, softmax, cross-entropy -----------===//
 //
 // Part of ztrain's runtime (cuda backend). Per-row statistics in double,
-// rounded once, with the cpu backend's formulas (backends/cpu/CpuBackend.cpp); only
+// rounded once, with the cpu backend's formulas (backends/cpu/CpuRows.cpp, CpuLosses.cpp); only
 // the order of the double sums differs (a block or warp tree instead of a
 // serial loop), which changes a float result only when the double sums
 // round to different floats. exp and log are CUDA's (within 1-2 ulp of
