@@ -132,7 +132,7 @@ function(ztrt_add_cuda_backend target)
   endif()
 
   target_sources(${target} PRIVATE
-    ${CMAKE_CURRENT_SOURCE_DIR}/backends/cuda/CudaBackend.cpp
+    ${ZTRT_CUDA_BACKEND_SOURCES}
     ${CMAKE_CURRENT_SOURCE_DIR}/backends/cuda/Libraries.cpp
     $<TARGET_OBJECTS:ztrt_cuda_kernels>)
   target_include_directories(${target} PRIVATE

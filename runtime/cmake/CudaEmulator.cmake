@@ -1,6 +1,6 @@
 #===- runtime/cmake/CudaEmulator.cmake - The cuda backend, emulated --------===#
 #
-# ztrt_cudaemu: the runtime with the cuda backend (backends/cuda/CudaBackend.cpp and
+# ztrt_cudaemu: the runtime with the cuda backend (backends/cuda/Cuda*.cpp and
 # the kernels of backends/cuda/*.cu, unchanged) built against the CUDA emulator's
 # headers and implementation (backends/cuda/emu): the CUDA runtime API, cuBLAS and
 # NCCL on the host. Written as libztrt.a / libztrt_main.a under
@@ -11,7 +11,7 @@
 
 set(ZTRT_CUDAEMU_DIR ${CMAKE_CURRENT_SOURCE_DIR}/backends/cuda/emu)
 ztrt_add_runtime_library(ztrt_cudaemu
-  backends/cuda/CudaBackend.cpp
+  ${ZTRT_CUDA_BACKEND_SOURCES}
   backends/cuda/emu/Blas.cpp
   backends/cuda/emu/Grid.cpp
   backends/cuda/emu/KernelsAttention.cpp

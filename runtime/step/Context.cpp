@@ -172,7 +172,7 @@ void *ztrt_ctx::allocate(int64_t bytes, int32_t category, const char *op) {
   // Host-placed states are host memory the backend's kernels can reach.
   // The swap buffers of nvme optimizer states are only read on the host (a
   // device backend steps those states there): pinned host memory, which
-  // the backend page-aligns (cudaHostAlloc alone does not: CudaBackend.cpp).
+  // the backend page-aligns (cudaHostAlloc alone does not: CudaOffload.cpp).
   Memory memory = Memory::Backend;
   if (category == ZTRT_CAT_SWAP_BUFFERS)
     memory = impl->hostResident() ? Memory::SwapHost : Memory::SwapDevice;

@@ -1,6 +1,6 @@
 //===- Layout.cu - Transpose, reductions, broadcast, lookups, copies ----===//
 //
-// Part of ztrain's runtime (cuda backend). The host side (CudaBackend.cpp)
+// Part of ztrain's runtime (cuda backend). The host side (CudaLayout.cpp)
 // turns a shape, permutation or mask into a Gather or Reduction plan with
 // unit dims dropped and contiguous runs merged; the kernels here only
 // decode indices. Index arithmetic is 32-bit when every index fits, which
