@@ -107,7 +107,8 @@ set(ZTRT_EXTRA_LINK_ARGS
 # the static CUDA runtime named below by path.
 function(ztrt_add_cuda_backend target)
   add_library(ztrt_cuda_kernels OBJECT
-    ${CMAKE_CURRENT_SOURCE_DIR}/backends/cuda/Attention.cu
+    ${CMAKE_CURRENT_SOURCE_DIR}/backends/cuda/AttentionBackward.cu
+    ${CMAKE_CURRENT_SOURCE_DIR}/backends/cuda/AttentionForward.cu
     ${CMAKE_CURRENT_SOURCE_DIR}/backends/cuda/Elementwise.cu
     ${CMAKE_CURRENT_SOURCE_DIR}/backends/cuda/Layout.cu
     ${CMAKE_CURRENT_SOURCE_DIR}/backends/cuda/Rows.cu

@@ -14,7 +14,8 @@ ztrt_add_runtime_library(ztrt_cudaemu
   ${ZTRT_CUDA_BACKEND_SOURCES}
   backends/cuda/emu/Blas.cpp
   backends/cuda/emu/Grid.cpp
-  backends/cuda/emu/KernelsAttention.cpp
+  backends/cuda/emu/KernelsAttentionBackward.cpp
+  backends/cuda/emu/KernelsAttentionForward.cpp
   backends/cuda/emu/KernelsElementwise.cpp
   backends/cuda/emu/KernelsLayout.cpp
   backends/cuda/emu/KernelsRows.cpp
@@ -28,7 +29,9 @@ target_include_directories(ztrt_cudaemu BEFORE PUBLIC ${ZTRT_CUDAEMU_DIR}/includ
 target_compile_definitions(ztrt_cudaemu PRIVATE ZTRT_HAVE_CUDA)
 # The kernels' float expressions round as nvcc --fmad=false rounds them.
 set_source_files_properties(
-  backends/cuda/emu/KernelsAttention.cpp backends/cuda/emu/KernelsElementwise.cpp
+  backends/cuda/emu/KernelsAttentionBackward.cpp
+  backends/cuda/emu/KernelsAttentionForward.cpp
+  backends/cuda/emu/KernelsElementwise.cpp
   backends/cuda/emu/KernelsLayout.cpp
   backends/cuda/emu/KernelsRows.cpp backends/cuda/emu/KernelsTensorCore.cpp
   PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")

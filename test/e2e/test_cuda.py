@@ -65,7 +65,7 @@ LOSS_TOL = 1e-5
 # further within the 8 steps.
 BF16_LOSS_TOL = 2e-3
 BF16_WEIGHT_TOL = 6e-2
-# gpt-fused in bf16 runs the tiled attention kernels (Attention.cu), which
+# gpt-fused in bf16 runs the tiled attention kernels (Attention*.cu), which
 # round the probabilities and ds to bf16 for their tensor-core products
 # where the cpu's fused kernel keeps them in float: the same losses (2e-3
 # holds), but not the same roundings, so the weights that only attention's
@@ -147,7 +147,7 @@ def make(kind, batch):
         return models.llama(batch=batch, seq=8, vocab=32, layers=1, width=16, heads=2)
     if kind == "gpt-fused":
         # One train.attention op per layer (test_attention.py); head dim 32,
-        # so bf16 runs the tiled tensor-core forward (Attention.cu).
+        # so bf16 runs the tiled tensor-core forward (AttentionForward.cu).
         return models.gpt(batch=batch, seq=8, vocab=32, layers=1, width=64, heads=2,
                           attention="fused")
     if kind == "llama-gqa-fused":

@@ -1,7 +1,7 @@
 //===- CudaMatmul.cpp - The cuda backend: matmul and attention ------------===//
 //
 // Part of ztrain's runtime. The cuda backend's GEMMs (cuBLAS) and fused
-// attention: the tiled tensor-core kernels of Attention.cu for bf16 / f16,
+// attention: the tiled tensor-core kernels of Attention*.cu for bf16 / f16,
 // else the composed form's kernels over groups of heads.
 //
 //===----------------------------------------------------------------------===//

@@ -175,17 +175,18 @@ void rmsNorm(const T *x, const T *gamma, T *y, int64_t rows, int64_t cols,
 template <typename T>
 void rmsNormGrad(const T *dy, const T *x, const T *gamma, T *dx, T *dgamma,
                  int64_t rows, int64_t cols, double eps, cudaStream_t stream);
-/// Fused attention's forward on the tensor cores (Attention.cu) for 16-bit T
-/// and head dim d of 32 or 64: false, launching nothing, for other shapes
-/// (the caller then runs the composed kernels).
+/// Fused attention's forward on the tensor cores (AttentionForward.cu) for
+/// 16-bit T and head dim d of 32 or 64: false, launching nothing, for other
+/// shapes (the caller then runs the composed kernels).
 template <typename T>
 bool attentionForward(const T *q, const T *k, const T *v, T *out, float *lse,
                       int64_t heads, int64_t groups, int64_t tq, int64_t tk,
                       int64_t d, bool causal, float scale,
                       cudaStream_t stream);
 
-/// Its adjoint (FlashAttention-2's backward, no atomics): the same shapes;
-/// a key / value head's dk and dv sum its `groups` query heads.
+/// Its adjoint (AttentionBackward.cu: FlashAttention-2's backward, no
+/// atomics): the same shapes; a key / value head's dk and dv sum its
+/// `groups` query heads.
 template <typename T>
 bool attentionBackward(const T *dout, const T *q, const T *k, const T *v,
                        const T *out, const float *lse, T *dq, T *dk, T *dv,

@@ -1,2 +1,0 @@
-// The attention kernels compiled for the CUDA emulator (docs/cuda.md).
-#include "backends/cuda/Attention.cu"
