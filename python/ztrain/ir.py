@@ -197,10 +197,11 @@ class _Declared:
 class Param(_Declared):
     """A module-level parameter symbol (`train.param`)."""
 
-    __slots__ = ()
+    __slots__ = ("frozen",)
     OP = "param"
 
-    def __init__(self, name, shape, init="normal", scale=None, dtype="f32"):
+    def __init__(self, name, shape, init="normal", scale=None, dtype="f32",
+                 frozen=False):
         if init not in INIT_KINDS:
             raise IRError(f"param {name}: unknown init kind {init!r} "
                           f"(expected one of {', '.join(INIT_KINDS)})")
@@ -211,6 +212,12 @@ class Param(_Declared):
         if dtype != "f32":
             raise IRError(f"param {name}: parameters are f32")
         super().__init__(name, shape, dtype, init, scale)
+        # Not trained (requires_grad=False): no gradient, no optimizer state,
+        # still a parameter (sharded at stage 3, in checkpoints).
+        self.frozen = bool(frozen)
+
+    def to_mlir(self):
+        return super().to_mlir() + (" frozen" if self.frozen else "")
 
 
 class Buffer(_Declared):
@@ -881,19 +888,30 @@ class Function:
         return torch.cat(a, dim=attrs["dim"])
 
     # -- losses and lookups -----------------------------------------------------------------
-    def cross_entropy(self, logits, labels, hint=None):
+    def cross_entropy(self, logits, labels, hint=None, ignore_index=None):
+        """Mean softmax cross-entropy; rows whose label is ignore_index count
+        for nothing (PyTorch's ignore_index)."""
         self._f32("train.cross_entropy", logits)
         if logits.rank != 2 or labels.dtype != "i32" or labels.shape != logits.shape[:1]:
             raise IRError(f"train.cross_entropy: need tensor<NxCxf32>, tensor<Nxi32>; "
                           f"got {logits.type}, {labels.type}")
+        attrs = ""
+        if ignore_index is not None:
+            ignore_index = int(ignore_index)
+            if not -2**31 <= ignore_index < 2**31:
+                raise IRError(f"train.cross_entropy: ignore_index {ignore_index} is not an "
+                              "int32 label")
+            attrs = f" {{ignore_index = {ignore_index} : i64}}"
         return self._emit(hint or "loss", (), "f32",
-                          f"train.cross_entropy {logits.name}, {labels.name} : "
+                          f"train.cross_entropy {logits.name}, {labels.name}{attrs} : "
                           f"({logits.type}, {labels.type}) -> tensor<f32>",
-                          "cross_entropy", (logits, labels))
+                          "cross_entropy", (logits, labels), ignore_index=ignore_index)
 
     @reference("cross_entropy")
     def _cross_entropy_ref(torch, F, a, attrs, shape):
-        return F.cross_entropy(a[0], a[1].long())
+        ignore = attrs.get("ignore_index")
+        return F.cross_entropy(a[0], a[1].long(),
+                               ignore_index=-100 if ignore is None else ignore)
 
     def embedding(self, table, ids, hint=None):
         self._f32("train.embedding", table)
@@ -950,10 +968,10 @@ class Module:
         self.buffers_by_name = {}
         self.functions = []
 
-    def param(self, name, shape, init="normal", scale=None):
+    def param(self, name, shape, init="normal", scale=None, frozen=False):
         if name in self.params_by_name or name in self.buffers_by_name:
             raise IRError(f"duplicate parameter {name!r}")
-        p = Param(name, shape, init, scale)
+        p = Param(name, shape, init, scale, frozen=frozen)
         self.params.append(p)
         self.params_by_name[name] = p
         return p

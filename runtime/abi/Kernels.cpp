@@ -42,15 +42,19 @@ std::string argumentName(const char *names, int index) {
   return end ? std::string(p, end) : std::string(p);
 }
 
-/// Every int64 argument of a kernel is a size, an index or a stride: >= 0.
+/// Every int64 argument of a kernel is a size, an index or a stride: >= 0;
+/// except cross-entropy's `ignore`, a label (any value; ztrt_abi.def).
 template <typename... Args>
 void checkSizes(const char *op, const char *names, Args... args) {
   int index = 0;
   auto one = [&](auto value) {
     if constexpr (std::is_same_v<decltype(value), int64_t>)
-      if (value < 0)
-        fatal("%s: negative %s %lld", op, argumentName(names, index).c_str(),
-              static_cast<long long>(value));
+      if (value < 0) {
+        std::string name = argumentName(names, index);
+        if (name != "ignore")
+          fatal("%s: negative %s %lld", op, name.c_str(),
+                static_cast<long long>(value));
+      }
     ++index;
   };
   (one(args), ...);

@@ -17,12 +17,12 @@
 //   ztrain-descriptor 1
 //   grid <N>
 //   param <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale> [<store>]
-//         [space nvme]
+//         [space nvme] [frozen]
 //   state <name> <dtype> <rank> <d0> .. <dn-1> of <param-name> [master]
 //         [<store>] [space host|nvme]
 //   buffer <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale>
 //   grad <param-name> <E> [<dtype>]
-//   input <name> <dtype> <rank> <d0> .. <dn-1> bound <b>
+//   input <name> <dtype> <rank> <d0> .. <dn-1> bound <b> [ignore <k>]
 //   arena <name> <bytes>
 //   optimizer <free text up to end of line>
 //   loss_scale init <S> window <W> hysteresis <H> min <M>
@@ -67,11 +67,16 @@
 // which starts as those f32 values unrounded (with --init: the file's
 // values, or the parameter's widened); the compiled step keeps the
 // parameter equal to its master rounded.
+// A `frozen` parameter (train.param ... frozen) is not trained: it has no
+// states, its grad record has 0 elements, and a bf16 / f16 one takes an f32
+// --init tensor rounded to nearest even (what autocast computes with).
 // A buffer (train.buffer, ztrt_buffer) is whole on every rank; its <kind>
 // may also be causal (1 where column > row in the last two dims); it is
 // filled from --init when the file has its name, else by its rule.
 // For an i32 input, bound b > 0 means every value must lie in [0, b) (a
 // class count or vocabulary size the compiler derived); 0 means unknown.
+// `ignore k`: the value k is allowed too (the labels of a cross-entropy
+// with ignore_index k, PyTorch's -100 padding).
 // The index of a param / state / buffer / input in ztrt_param /
 // ztrt_state / ztrt_buffer / ztrt_input is its position among the records
 // of its kind.
@@ -106,6 +111,10 @@ extern "C" {
 #endif
 
 typedef struct ztrt_ctx ztrt_ctx;
+
+// The cross-entropy kernels' `ignore` argument when no label is ignored: a
+// value no int32 label has (train.cross_entropy without ignore_index).
+#define ZTRT_NO_IGNORE_INDEX INT64_MIN
 
 // Memory categories for byte accounting (the ztrt_alloc category argument).
 typedef enum ztrt_category {

@@ -98,10 +98,14 @@ public:
         int64_t count = tensor->bytes / static_cast<int64_t>(sizeof(value));
         for (int64_t i = 0; i < count; ++i) {
           std::memcpy(&value, tensor->data + sizeof(value) * i, sizeof(value));
-          if (value < 0 || value >= input.bound)
-            fatal("%s '%s': input '%s' value %d out of range [0, %lld) "
-                  "(sample %lld)", flag,
-                  file, name, value, static_cast<long long>(input.bound),
+          if (!input.allows(value))
+            fatal("%s '%s': input '%s' value %d out of range [0, %lld)%s "
+                  "(sample %lld)",
+                  flag, file, name, value, static_cast<long long>(input.bound),
+                  input.hasIgnore ? format(" and not the ignored label %lld",
+                                           static_cast<long long>(input.ignore))
+                                        .c_str()
+                                  : "",
                   static_cast<long long>(i / elementsPerSample(input)));
         }
       }

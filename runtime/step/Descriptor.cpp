@@ -226,6 +226,17 @@ public:
     return value;
   }
 
+  /// An int32 value, negative allowed (a label).
+  int64_t signedInteger(const char *what) {
+    std::string text = word(what);
+    errno = 0;
+    char *end = nullptr;
+    long long value = std::strtoll(text.c_str(), &end, 10);
+    if (errno != 0 || *end != '\0' || value < INT32_MIN || value > INT32_MAX)
+      error(std::string("bad ") + what + " '" + text + "'");
+    return value;
+  }
+
   double number(const char *what) {
     std::string text = word(what);
     char *end = nullptr;
@@ -298,7 +309,8 @@ public:
 
   /// The optional `store <E> full|shard` suffix of a param or state record,
   /// then the end of the line. Without it a rank stores the whole tensor.
-  void storage(StoredTensorSpec &spec, MemorySpace *space = nullptr) {
+  void storage(StoredTensorSpec &spec, MemorySpace *space = nullptr,
+               bool *frozen = nullptr) {
     spec.store = StoreMode::Full;
     spec.storeElems = spec.numel;
     if (!atEnd() && peek() == "store") {
@@ -330,6 +342,11 @@ public:
       else
         error("unknown memory space '" + where +
               "' (expected device, host or nvme)");
+    }
+    // A parameter's `frozen` (not trained).
+    if (frozen && !atEnd() && peek() == "frozen") {
+      word("field");
+      *frozen = true;
     }
     if (!atEnd())
       error("unexpected trailing fields");
@@ -387,7 +404,7 @@ Descriptor parseDescriptor(const char *text) {
       p.keyword("init");
       spec.init = p.initKind(false);
       spec.scale = p.number("init scale");
-      p.storage(spec, &spec.space);
+      p.storage(spec, &spec.space, &spec.frozen);
       if (spec.type == ElemType::I32 &&
           (spec.init == InitKind::Normal || spec.init == InitKind::Uniform))
         p.error("i32 parameter '" + spec.name + "' cannot have a random init");
@@ -430,6 +447,9 @@ Descriptor parseDescriptor(const char *text) {
       if (spec.paramIndex < 0)
         p.error("state '" + spec.name + "' is of unknown parameter '" +
                 spec.of + "'");
+      if (desc.params[spec.paramIndex].frozen)
+        p.error("state '" + spec.name + "' is of frozen parameter '" + spec.of +
+                "' (frozen parameters are not trained)");
       if (!names.insert(spec.name).second)
         p.error("duplicate name '" + spec.name + "'");
       if (spec.master) {
@@ -458,6 +478,11 @@ Descriptor parseDescriptor(const char *text) {
       p.tensor(spec, /*sixteen=*/false);
       p.keyword("bound");
       spec.bound = p.integer("bound");
+      if (!p.atEnd() && p.peek() == "ignore") {
+        p.word("field");
+        spec.hasIgnore = true;
+        spec.ignore = p.signedInteger("ignored label");
+      }
       p.end();
       if (spec.type == ElemType::F32 && spec.bound != 0)
         p.error("f32 input '" + spec.name + "' cannot have a bound");

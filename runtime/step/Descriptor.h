@@ -112,6 +112,9 @@ struct ParamSpec : StoredTensorSpec {
   /// The index in Descriptor::states of this parameter's master state, or
   /// -1 (f32 parameters, and 16-bit ones updated without a master).
   int64_t masterIndex = -1;
+  /// Not trained (`frozen`): no states, no gradient; a 16-bit one takes an
+  /// f32 --init tensor rounded.
+  bool frozen = false;
 };
 
 /// A train.buffer: the whole tensor on every rank (storeElems == numel),
@@ -145,6 +148,14 @@ struct GradSpec {
 struct InputSpec : TensorSpec {
   /// Every value of an i32 input must lie in [0, bound); 0 = unknown.
   int64_t bound = 0;
+  /// ... or equal `ignore` (cross-entropy's ignore_index), when hasIgnore.
+  bool hasIgnore = false;
+  int64_t ignore = 0;
+  /// Whether `value` is one this input may hold.
+  bool allows(int64_t value) const {
+    return (value >= 0 && (bound <= 0 || value < bound)) ||
+           (hasIgnore && value == ignore);
+  }
 };
 
 /// Whether plan-memory's arena `name` is host memory on a device backend

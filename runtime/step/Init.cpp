@@ -181,7 +181,9 @@ std::string loadInitTensor(const ParamSpec &param, const StateSpec *master,
   } else {
     // Widening to f32 is exact; anything else is checked on every value,
     // not just this rank's slice, so that all ranks agree.
-    if (!master && param.type != ElemType::F32) {
+    // A frozen parameter is never updated: its values are the file's
+    // rounded, which is what every use computes with (autocast's cast).
+    if (!master && !param.frozen && param.type != ElemType::F32) {
       std::vector<char> converted(static_cast<size_t>(param.bytes));
       int64_t lost = convertElements(from, tensor.data, param.type,
                                      converted.data(), param.numel);

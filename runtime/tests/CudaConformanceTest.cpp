@@ -414,9 +414,10 @@ TEST_F(CudaConformanceTest, CrossEntropyAndGrad) {
   auto loss = output(1), dlogits = output(rows * classes);
   both([&](ztrt_ctx *c, bool d) {
     ztrt_cross_entropy(c, ZTRT_F32, at(logits, d), at(labels, d), at(loss, d),
-                       rows, classes);
+                       rows, classes, ZTRT_NO_IGNORE_INDEX);
     ztrt_cross_entropy_grad(c, ZTRT_F32, at(dloss, d), at(logits, d),
-                            at(labels, d), at(dlogits, d), rows, classes);
+                            at(labels, d), at(dlogits, d), rows, classes,
+                            ZTRT_NO_IGNORE_INDEX);
   });
   // Log-sum-exp and the mean in double with CUDA's exp / log (within 1-2
   // ulp of double): the float results are equal or adjacent; p - 1 for the
@@ -438,13 +439,14 @@ TEST_F(CudaConformanceTest, CrossEntropyWithGradIsTheTwoKernels) {
   auto loss = output(1), dlogits = output(rows * classes),
        fusedLoss = output(1), fusedGrad = output(rows * classes);
   ztrt_cross_entropy(g(), ZTRT_F32, logits.dev, labels.dev, loss.dev, rows,
-                     classes);
+                     classes, ZTRT_NO_IGNORE_INDEX);
   ztrt_cross_entropy_grad(g(), ZTRT_F32, dloss.dev, logits.dev, labels.dev,
-                          dlogits.dev, rows, classes);
+                          dlogits.dev, rows, classes, ZTRT_NO_IGNORE_INDEX);
   both([&](ztrt_ctx *c, bool d) {
     ztrt_cross_entropy_with_grad(c, ZTRT_F32, at(logits, d), at(labels, d),
                                  at(dloss, d), at(fusedLoss, d),
-                                 at(fusedGrad, d), rows, classes);
+                                 at(fusedGrad, d), rows, classes,
+                                 ZTRT_NO_IGNORE_INDEX);
   });
   expectBitwise(fetch(fusedLoss), fetch(loss), "cross_entropy_with_grad loss");
   expectBitwise(fetch(fusedGrad), fetch(dlogits),
@@ -452,6 +454,41 @@ TEST_F(CudaConformanceTest, CrossEntropyWithGradIsTheTwoKernels) {
   expectUlps(fetch(fusedLoss), fusedLoss.host, 1, "cross_entropy_with_grad");
   expectUlpsOrAbs(fetch(fusedGrad), fusedGrad.host, 1, 1e-12,
                   "cross_entropy_with_grad");
+}
+
+TEST_F(CudaConformanceTest, CrossEntropyIgnoreIndexIsTheCpus) {
+  // ignore_index (-100 here): ignored rows add nothing, their gradient rows
+  // are zero, the mean is over the rows that count (counted on the device).
+  // The cpu's results within CrossEntropyAndGrad's tolerance; the fused
+  // kernel bitwise the two.
+  const int64_t rows = 300, classes = 1000, ignore = -100;
+  std::vector<int32_t> labelValues(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    labelValues[r] = r % 4 == 2 ? static_cast<int32_t>(ignore)
+                                : static_cast<int32_t>((r * 7919) % classes);
+  auto logits = twin(inputs(rows * classes, 82, 8.0f)),
+       dloss = twin(std::vector<float>{0.7f});
+  auto labels = twin(labelValues);
+  auto loss = output(1), dlogits = output(rows * classes),
+       fusedLoss = output(1), fusedGrad = output(rows * classes);
+  both([&](ztrt_ctx *c, bool d) {
+    ztrt_cross_entropy(c, ZTRT_F32, at(logits, d), at(labels, d), at(loss, d),
+                       rows, classes, ignore);
+    ztrt_cross_entropy_grad(c, ZTRT_F32, at(dloss, d), at(logits, d),
+                            at(labels, d), at(dlogits, d), rows, classes,
+                            ignore);
+    ztrt_cross_entropy_with_grad(c, ZTRT_F32, at(logits, d), at(labels, d),
+                                 at(dloss, d), at(fusedLoss, d),
+                                 at(fusedGrad, d), rows, classes, ignore);
+  });
+  expectUlps(fetch(loss), loss.host, 1, "cross_entropy ignore_index");
+  expectUlpsOrAbs(fetch(dlogits), dlogits.host, 1, 1e-12,
+                  "cross_entropy_grad ignore_index");
+  expectBitwise(fetch(fusedLoss), fetch(loss), "fused loss ignore_index");
+  expectBitwise(fetch(fusedGrad), fetch(dlogits), "fused grad ignore_index");
+  std::vector<float> device = fetch(dlogits);
+  for (int64_t j = 0; j < classes; ++j)
+    ASSERT_EQ(device[2 * classes + j], 0.0f) << j;
 }
 
 TEST_F(CudaConformanceTest, OutOfRangeLabelIsTheCpusError) {
@@ -464,7 +501,7 @@ TEST_F(CudaConformanceTest, OutOfRangeLabelIsTheCpusError) {
   EXPECT_EXIT(
       {
         ztrt_cross_entropy(g(), ZTRT_F32, logits.dev, labels.dev, loss.dev,
-                           rows, classes);
+                           rows, classes, ZTRT_NO_IGNORE_INDEX);
         g()->synchronize();
       },
       ::testing::ExitedWithCode(1),
@@ -475,7 +512,8 @@ TEST_F(CudaConformanceTest, OutOfRangeLabelIsTheCpusError) {
   EXPECT_EXIT(
       {
         ztrt_cross_entropy_grad(g(), ZTRT_F32, dloss.dev, logits.dev,
-                                labels.dev, dlogits.dev, rows, classes);
+                                labels.dev, dlogits.dev, rows, classes,
+                                ZTRT_NO_IGNORE_INDEX);
         std::vector<float> host(rows * classes);
         g()->backend().copyToHost(host.data(), dlogits.dev, rows * classes * 4);
       },

@@ -367,9 +367,9 @@ TYPED_TEST(CudaDTypeTest, CrossEntropyAndGradAreTheFloatOnesRounded) {
   auto dlogits = this->output(rows * classes);
   this->each([&](int32_t ty, bool t) {
     ztrt_cross_entropy(x, ty, at(logits, t), labels, t ? lossT : lossF, rows,
-                       classes);
+                       classes, ZTRT_NO_IGNORE_INDEX);
     ztrt_cross_entropy_grad(x, ty, dloss, at(logits, t), labels, at(dlogits, t),
-                            rows, classes);
+                            rows, classes, ZTRT_NO_IGNORE_INDEX);
   });
   const float gotLoss = this->template download<float>(lossT, 1)[0];
   const float refLoss = this->template download<float>(lossF, 1)[0];
@@ -398,7 +398,7 @@ TYPED_TEST(CudaDTypeTest, CrossEntropyWithGradIsTheFloatOneRounded) {
   this->each([&](int32_t ty, bool t) {
     ztrt_cross_entropy_with_grad(x, ty, at(logits, t), labels, dloss,
                                  t ? lossT : lossF, at(dlogits, t), rows,
-                                 classes);
+                                 classes, ZTRT_NO_IGNORE_INDEX);
   });
   const float gotLoss = this->template download<float>(lossT, 1)[0];
   const float refLoss = this->template download<float>(lossF, 1)[0];

@@ -535,16 +535,16 @@ TYPED_TEST(DTypeKernelTest, LossAndLookups) {
   // The loss is one float in every dtype: it equals the f32 loss exactly.
   float lossT = 0, lossF = 0;
   ztrt_cross_entropy(ctx, this->kT, logits.t.data(), labels.data(), &lossT,
-                     rows, classes);
+                     rows, classes, ZTRT_NO_IGNORE_INDEX);
   ztrt_cross_entropy(ctx, ZTRT_F32, logits.f.data(), labels.data(), &lossF,
-                     rows, classes);
+                     rows, classes, ZTRT_NO_IGNORE_INDEX);
   EXPECT_EQ(floatToBits(lossT), floatToBits(lossF));
   float dloss = 0.75f;
   Data<T> dl = Data<T>::zeros(rows * classes);
-  ztrt_cross_entropy_grad(ctx, this->kT, &dloss, logits.t.data(),
-                          labels.data(), dl.t.data(), rows, classes);
-  ztrt_cross_entropy_grad(ctx, ZTRT_F32, &dloss, logits.f.data(),
-                          labels.data(), dl.f.data(), rows, classes);
+  ztrt_cross_entropy_grad(ctx, this->kT, &dloss, logits.t.data(), labels.data(),
+                          dl.t.data(), rows, classes, ZTRT_NO_IGNORE_INDEX);
+  ztrt_cross_entropy_grad(ctx, ZTRT_F32, &dloss, logits.f.data(), labels.data(),
+                          dl.f.data(), rows, classes, ZTRT_NO_IGNORE_INDEX);
   expectRoundedF32(dl.t, dl.f, "cross_entropy_grad");
 
   const int64_t vocab = 11, dim = 13, nIds = 40;

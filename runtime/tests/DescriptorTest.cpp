@@ -187,6 +187,38 @@ struct BadDescriptor {
   const char *error;
 };
 
+TEST(DescriptorTest, ParsesFrozenParameters) {
+  Descriptor d = parseDescriptor("ztrain-descriptor 1\n"
+                                 "grid 2\n"
+                                 "param e bf16 2 4 2 init normal 0.5 store 4 "
+                                 "shard space host frozen\n"
+                                 "param w f32 1 3 init zeros 0 store 4 full\n"
+                                 "grad e 0 bf16\n"
+                                 "grad w 4 f32\n");
+  EXPECT_TRUE(d.params[0].frozen);
+  EXPECT_EQ(d.params[0].space, MemorySpace::Host);
+  EXPECT_EQ(d.params[0].store, StoreMode::Shard);
+  EXPECT_FALSE(d.params[1].frozen);
+  EXPECT_EQ(d.grads[0].elements, 0);
+}
+
+TEST(DescriptorTest, InputMayAllowAnIgnoredLabel) {
+  Descriptor d = parseDescriptor("ztrain-descriptor 1\n"
+                                 "input y i32 1 4 bound 10 ignore -100\n"
+                                 "input ids i32 1 4 bound 10\n");
+  EXPECT_TRUE(d.inputs[0].hasIgnore);
+  EXPECT_EQ(d.inputs[0].ignore, -100);
+  EXPECT_TRUE(d.inputs[0].allows(-100));
+  EXPECT_TRUE(d.inputs[0].allows(9));
+  EXPECT_FALSE(d.inputs[0].allows(10));
+  EXPECT_FALSE(d.inputs[0].allows(-1));
+  EXPECT_FALSE(d.inputs[1].allows(-100));
+  EXPECT_EXIT(parseDescriptor("ztrain-descriptor 1\n"
+                              "input y i32 1 4 bound 10 ignore 4294967296\n"),
+              ::testing::ExitedWithCode(1),
+              "descriptor line 2: bad ignored label '4294967296'");
+}
+
 void PrintTo(const BadDescriptor &d, std::ostream *os) { *os << d.error; }
 
 class DescriptorErrorTest : public ::testing::TestWithParam<BadDescriptor> {};
@@ -234,6 +266,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadDescriptor{"ztrain-descriptor 1\nparam w bf16 1 2 init zeros 0\n"
                       "state m f32 1 2 of w store 2 full master\n",
                       "descriptor line 3: unexpected trailing fields"},
+        BadDescriptor{"ztrain-descriptor 1\nparam w f32 1 2 init zeros 0 "
+                      "frozen\nstate w.m f32 1 2 of w\n",
+                      "descriptor line 3: state 'w.m' is of frozen parameter "
+                      "'w' \\(frozen parameters are not trained\\)"},
+        BadDescriptor{"ztrain-descriptor 1\nparam w f32 1 2 init zeros 0 "
+                      "frozen frozen\n",
+                      "descriptor line 2: unexpected trailing fields"},
         BadDescriptor{"ztrain-descriptor 1\nparam w bf16 1 2 init zeros 0\n"
                       "grad w 2 i32\n",
                       "descriptor line 3: gradient of 'w' cannot be i32"},

@@ -304,6 +304,13 @@ TEST(InitTest, InitFileConversionsForSixteenBitParams) {
             "tensor 'w' is F32 but parameter 'w' is bf16 and has no f32 "
             "master: converting it would lose precision (1 of 4 values are "
             "not exactly representable in bf16; store it as BF16)");
+  // A frozen parameter is never updated: the file's values rounded (to
+  // nearest even) are what it computes with.
+  ParamSpec frozen = spec;
+  frozen.frozen = true;
+  EXPECT_EQ(loadInitTensor(frozen, nullptr, f32, 0, p, m), "");
+  EXPECT_EQ(p[0], bf16(1.0f).bits); // 1 + 2^-8 is a tie: rounds to even
+  EXPECT_EQ(p[1], bf16(-2.0f).bits);
   const float exact[4] = {1.0f, -2.0f, 0.5f, 3.0f};
   SafetensorsTensor e = tensorOf("F32", {4}, exact, sizeof(exact));
   EXPECT_EQ(loadInitTensor(spec, nullptr, e, 1, p, m), "");

@@ -515,16 +515,17 @@ TEST_F(KernelTest, CrossEntropyAndGrad) {
     v *= 5;
   std::vector<int32_t> labels = {0, 9, 3, 3, 7, 1};
   float loss = 0;
-  ztrt_cross_entropy(ctx.get(), ZTRT_F32, logits.data(), labels.data(), &loss, rows,
-                         classes);
+  ztrt_cross_entropy(ctx.get(), ZTRT_F32, logits.data(), labels.data(), &loss,
+                     rows, classes, ZTRT_NO_IGNORE_INDEX);
   auto ld = toDouble(logits);
   // Double log-sum-exp, one rounding of an O(1) mean.
   EXPECT_NEAR(loss, crossEntropyRef(ld, labels, rows, classes), 1e-6);
 
   float dloss = 2.0f;
   std::vector<float> grad(logits.size());
-  ztrt_cross_entropy_grad(ctx.get(), ZTRT_F32, &dloss, logits.data(), labels.data(),
-                              grad.data(), rows, classes);
+  ztrt_cross_entropy_grad(ctx.get(), ZTRT_F32, &dloss, logits.data(),
+                          labels.data(), grad.data(), rows, classes,
+                          ZTRT_NO_IGNORE_INDEX);
   auto fd = finiteDiff(ld, [&](const std::vector<double> &v) {
     return 2.0 * crossEntropyRef(v, labels, rows, classes);
   });
@@ -548,12 +549,13 @@ TEST_F(KernelTest, CrossEntropyWithGradIsBitwiseTheTwoKernels) {
   float loss = 0, fusedLoss = 0;
   std::vector<float> grad(logits.size()), fusedGrad(logits.size());
   ztrt_cross_entropy(ctx.get(), ZTRT_F32, logits.data(), labels.data(), &loss,
-                     rows, classes);
+                     rows, classes, ZTRT_NO_IGNORE_INDEX);
   ztrt_cross_entropy_grad(ctx.get(), ZTRT_F32, &dloss, logits.data(),
-                          labels.data(), grad.data(), rows, classes);
-  ztrt_cross_entropy_with_grad(ctx.get(), ZTRT_F32, logits.data(),
-                               labels.data(), &dloss, &fusedLoss,
-                               fusedGrad.data(), rows, classes);
+                          labels.data(), grad.data(), rows, classes,
+                          ZTRT_NO_IGNORE_INDEX);
+  ztrt_cross_entropy_with_grad(
+      ctx.get(), ZTRT_F32, logits.data(), labels.data(), &dloss, &fusedLoss,
+      fusedGrad.data(), rows, classes, ZTRT_NO_IGNORE_INDEX);
   EXPECT_EQ(std::memcmp(&loss, &fusedLoss, sizeof(float)), 0)
       << loss << " vs " << fusedLoss;
   EXPECT_EQ(std::memcmp(grad.data(), fusedGrad.data(), grad.size() * 4), 0);
@@ -563,28 +565,107 @@ TEST_F(KernelTest, CrossEntropyWithGradIsBitwiseTheTwoKernels) {
   for (size_t i = 0; i < logits.size(); ++i)
     l16[i] = ztrt::bf16(logits[i]);
   ztrt_cross_entropy(ctx.get(), ZTRT_BF16, l16.data(), labels.data(), &loss,
-                     rows, classes);
+                     rows, classes, ZTRT_NO_IGNORE_INDEX);
   ztrt_cross_entropy_grad(ctx.get(), ZTRT_BF16, &dloss, l16.data(),
-                          labels.data(), g16.data(), rows, classes);
-  ztrt_cross_entropy_with_grad(ctx.get(), ZTRT_BF16, l16.data(),
-                               labels.data(), &dloss, &fusedLoss, f16g.data(),
-                               rows, classes);
+                          labels.data(), g16.data(), rows, classes,
+                          ZTRT_NO_IGNORE_INDEX);
+  ztrt_cross_entropy_with_grad(ctx.get(), ZTRT_BF16, l16.data(), labels.data(),
+                               &dloss, &fusedLoss, f16g.data(), rows, classes,
+                               ZTRT_NO_IGNORE_INDEX);
   EXPECT_EQ(std::memcmp(&loss, &fusedLoss, sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(g16.data(), f16g.data(), g16.size() * 2), 0);
   labels[5] = static_cast<int32_t>(classes);
   EXPECT_EXIT(ztrt_cross_entropy_with_grad(ctx.get(), ZTRT_F32, logits.data(),
                                            labels.data(), &dloss, &fusedLoss,
-                                           fusedGrad.data(), rows, classes),
+                                           fusedGrad.data(), rows, classes,
+                                           ZTRT_NO_IGNORE_INDEX),
               ::testing::ExitedWithCode(1),
               "cross_entropy: label 1500 out of range \\[0, 1500\\) at row 5");
+}
+
+TEST_F(KernelTest, CrossEntropyIgnoresRowsLabelledIgnoreIndex) {
+  // PyTorch's ignore_index: an ignored row adds nothing and the mean is over
+  // the others, so the loss and the other rows' gradient are bitwise those
+  // of the same kernels on the rows that count (the same terms summed in
+  // the same order, the same divisor); an ignored row's gradient is zero.
+  // Its label need not be a class (-100), or may be one (0 as a pad id).
+  const int64_t rows = 41, classes = 1500;
+  auto logits = testValues(rows * classes, 73);
+  for (float &v : logits)
+    v *= 6;
+  for (int64_t ignore : {int64_t(-100), int64_t(0)}) {
+    std::vector<int32_t> labels(rows);
+    std::vector<float> kept;
+    std::vector<int32_t> keptLabels;
+    for (int64_t r = 0; r < rows; ++r) {
+      labels[r] = r % 3 == 1 ? static_cast<int32_t>(ignore)
+                             : static_cast<int32_t>(1 + (r * 613) % 1499);
+      if (labels[r] == ignore)
+        continue;
+      kept.insert(kept.end(), logits.begin() + r * classes,
+                  logits.begin() + (r + 1) * classes);
+      keptLabels.push_back(labels[r]);
+    }
+    const int64_t count = static_cast<int64_t>(keptLabels.size());
+    ASSERT_EQ(count, 27);
+    const float dloss = 0.75f;
+    float loss = 0, fusedLoss = 0, want = 0;
+    std::vector<float> grad(logits.size()), fusedGrad(logits.size()),
+        wantGrad(kept.size());
+    ztrt_cross_entropy(ctx.get(), ZTRT_F32, logits.data(), labels.data(), &loss,
+                       rows, classes, ignore);
+    ztrt_cross_entropy_grad(ctx.get(), ZTRT_F32, &dloss, logits.data(),
+                            labels.data(), grad.data(), rows, classes, ignore);
+    ztrt_cross_entropy_with_grad(ctx.get(), ZTRT_F32, logits.data(),
+                                 labels.data(), &dloss, &fusedLoss,
+                                 fusedGrad.data(), rows, classes, ignore);
+    ztrt_cross_entropy(ctx.get(), ZTRT_F32, kept.data(), keptLabels.data(),
+                       &want, count, classes, ZTRT_NO_IGNORE_INDEX);
+    ztrt_cross_entropy_grad(ctx.get(), ZTRT_F32, &dloss, kept.data(),
+                            keptLabels.data(), wantGrad.data(), count, classes,
+                            ZTRT_NO_IGNORE_INDEX);
+    EXPECT_EQ(std::memcmp(&loss, &want, 4), 0) << loss << " vs " << want;
+    EXPECT_EQ(std::memcmp(&fusedLoss, &want, 4), 0);
+    EXPECT_EQ(std::memcmp(grad.data(), fusedGrad.data(), grad.size() * 4), 0);
+    int64_t k = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *row = grad.data() + r * classes;
+      if (labels[r] == ignore) {
+        for (int64_t j = 0; j < classes; ++j)
+          ASSERT_TRUE(row[j] == 0.0f && !std::signbit(row[j])) << "row " << r;
+        continue;
+      }
+      EXPECT_EQ(std::memcmp(row, wantGrad.data() + k * classes, classes * 4), 0)
+          << "row " << r;
+      ++k;
+    }
+  }
+  // Every row ignored: 0 / 0 as PyTorch (NaN), and a zero gradient.
+  std::vector<int32_t> none(4, -100);
+  std::vector<float> small(40, 1.0f), smallGrad(40, 1.0f);
+  float loss = 0;
+  const float dloss = 1.0f;
+  ztrt_cross_entropy_with_grad(ctx.get(), ZTRT_F32, small.data(), none.data(),
+                               &dloss, &loss, smallGrad.data(), 4, 10, -100);
+  EXPECT_TRUE(std::isnan(loss));
+  for (float g : smallGrad)
+    EXPECT_TRUE(g == 0.0f && !std::signbit(g));
+  // A label out of range on a row that counts is still an error.
+  std::vector<int32_t> bad = {-100, 3, 10, -100};
+  EXPECT_EXIT(ztrt_cross_entropy(ctx.get(), ZTRT_F32, small.data(), bad.data(),
+                                 &loss, 4, 10, -100),
+              ::testing::ExitedWithCode(1),
+              "^ztrain: error: cross_entropy: label 10 out of range \\[0, "
+              "10\\) at row 2\n$");
 }
 
 TEST_F(KernelTest, CrossEntropyRejectsOutOfRangeLabel) {
   std::vector<float> logits(40, 0.0f);
   std::vector<int32_t> labels = {1, 2, 3, 12};
   float loss;
-  EXPECT_EXIT(ztrt_cross_entropy(ctx.get(), ZTRT_F32, logits.data(), labels.data(),
-                                     &loss, 4, 10),
+  EXPECT_EXIT(ztrt_cross_entropy(ctx.get(), ZTRT_F32, logits.data(),
+                                 labels.data(), &loss, 4, 10,
+                                 ZTRT_NO_IGNORE_INDEX),
               ::testing::ExitedWithCode(1),
               "^ztrain: error: cross_entropy: label 12 out of range \\[0, "
               "10\\) at row 3\n$");

@@ -159,3 +159,31 @@ func.func @same_stream(%x: tensor<2x4xf32>) -> tensor<f32> attributes {train.ent
   %l = train.reduce sum %h [0, 1] : tensor<2x4xf32> -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// A frozen parameter (requires_grad=False): a constant of the step. No
+// gradient is computed for it, the function returns none and says so in
+// train.gradients, and no warning; its value still feeds the input gradient
+// of the layer under it (the backward pass reads it).
+// CHECK-LABEL: func.func @frozen
+// CHECK-SAME: -> (tensor<f32>, tensor<3x4xf32>)
+// CHECK-SAME: train.gradients = [@w]
+// CHECK: %[[W:.*]] = train.param_read @w
+// CHECK: %[[H:.*]] = train.matmul %[[X:.*]], %[[W]] {transpose_b}
+// CHECK: %[[B:.*]] = train.param_read @base
+// CHECK: %[[L:.*]] = train.matmul %[[H]], %[[B]] {transpose_b}
+// CHECK: %[[DH:.*]] = train.matmul %{{.*}}, %[[B]] : (tensor<2x5xf32>, tensor<5x3xf32>) -> tensor<2x3xf32>
+// CHECK-NOT: tensor<5x3xf32>
+// CHECK: %[[DW:.*]] = train.matmul %[[DH]], %[[X]] {transpose_a}
+// CHECK: return %{{.*}}, %[[DW]] : tensor<f32>, tensor<3x4xf32>
+train.param @w : tensor<3x4xf32> init(normal, 0.02)
+train.param @base : tensor<5x3xf32> init(normal, 0.02) frozen
+func.func @frozen(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attributes {train.entry} {
+  %w = train.param_read @w : tensor<3x4xf32>
+  %h = train.matmul %x, %w {transpose_b} : (tensor<2x4xf32>, tensor<3x4xf32>) -> tensor<2x3xf32>
+  %b = train.param_read @base : tensor<5x3xf32>
+  %l = train.matmul %h, %b {transpose_b} : (tensor<2x3xf32>, tensor<5x3xf32>) -> tensor<2x5xf32>
+  %loss = train.cross_entropy %l, %y : (tensor<2x5xf32>, tensor<2xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}

@@ -7,6 +7,7 @@
 // RUN: ztrain-opt %s --ztrain-training --zero-partition="stage=2 dp=4" --zero-report -o /dev/null | FileCheck %s --check-prefix=S2
 // RUN: ztrain-opt %s --ztrain-training --zero-partition="stage=3 dp=4" --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=S3
 // RUN: ztrain-opt %s --ztrain-training --zero-partition="stage=3 dp=4" --zero-report="output=%t.json format=json" -o /dev/null && FileCheck %s --check-prefix=S3 < %t.json
+// RUN: ztrain-opt %s --ztrain-training --ztrain-zero="stage=3 dp=4" --zero-report=format=json -o /dev/null | FileCheck %s --check-prefix=S3IR
 // RUN: not ztrain-opt %s --zero-report=format=yaml -o /dev/null 2>&1 | FileCheck %s --check-prefix=FORMAT
 
 // Psi = (7*3 + 7) f32 = 112 bytes. Over 4 ranks, shards are ceil(n/4):
@@ -60,8 +61,12 @@
 // S2: communication buffers                 96
 // S2: total                                192
 
-// Stage 3: parameters gathered twice (forward, backward): 3 x 128 x 3/4.
-// S3: "communication_bytes_per_step": 288,
+// Stage 3: each parameter gathered for its forward use only: the step has
+// no backward use of either (the layer's input is data, so no input
+// gradient reads @w; the bias's gradient does not read @b), which is what
+// zero-insert-collectives inserts (the IR run below): 2 x 128 x 3/4 = 192.
+// (The ZeRO paper's 3 Psi counts a backward gather for every parameter.)
+// S3: "communication_bytes_per_step": 192,
 // S3: "per_rank": {
 // S3-NEXT: "activations": 148,
 // S3-NEXT: "buffers": 0,
@@ -74,6 +79,9 @@
 // S3-NEXT: "predicted_peak": 404
 // S3: "stage": 3,
 // S3-NEXT: "world_size": 4
+
+// S3IR: "collectives_source": "ir",
+// S3IR-NEXT: "communication_bytes_per_step": 192,
 
 // FORMAT: error: zero-report: unknown format 'yaml' (expected text or json)
 

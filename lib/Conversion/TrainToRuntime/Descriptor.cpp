@@ -100,6 +100,44 @@ int64_t inputBound(Value v) {
   return bound;
 }
 
+/// The label an i32 input may hold besides [0, bound): the ignore_index of
+/// the cross-entropies it feeds (through reshapes and slices), when they all
+/// have the same one and nothing else with a bound reads it (an embedding
+/// reads every id).
+std::optional<int64_t> inputIgnore(Value v) {
+  std::optional<int64_t> ignore;
+  bool ok = true, any = false;
+  SmallVector<Value> work{v};
+  while (!work.empty()) {
+    Value cur = work.pop_back_val();
+    for (OpOperand &use : cur.getUses()) {
+      Operation *user = use.getOwner();
+      if (isa<ReshapeOp, SliceOp>(user)) {
+        work.push_back(user->getResult(0));
+        continue;
+      }
+      std::optional<int64_t> k;
+      if (auto ce = dyn_cast<CrossEntropyOp>(user))
+        k = ce.getIgnoreIndex();
+      else if (auto ceg = dyn_cast<CrossEntropyGradOp>(user))
+        k = ceg.getIgnoreIndex();
+      else if (auto cew = dyn_cast<CrossEntropyWithGradOp>(user))
+        k = cew.getIgnoreIndex();
+      else if (isa<EmbeddingOp, EmbeddingGradOp>(user))
+        ok = false;
+      else
+        continue;
+      if (isa<EmbeddingOp, EmbeddingGradOp>(user))
+        continue;
+      if (!k || (any && ignore != k))
+        ok = false;
+      ignore = k;
+      any = true;
+    }
+  }
+  return ok && any ? ignore : std::nullopt;
+}
+
 /// The descriptor cannot carry a name with whitespace in it (a quoted
 /// symbol, a train.name string).
 bool checkName(Operation *op, StringRef what, StringRef name) {
@@ -183,6 +221,8 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
             param->getAttrOfType<dist::MemorySpaceAttr>(dist::kSpaceAttr);
         space && space.getValue() != dist::MemorySpace::device)
       os << " space " << dist::stringifyMemorySpace(space.getValue());
+    if (param.getFrozen())
+      os << " frozen";
     os << '\n';
   }
   // The gradient buffer's type is the one the update consumes: the
@@ -246,7 +286,11 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
                 : ("arg" + Twine(arg.getArgNumber())).str())
        << ' ' << dtype;
     appendShape(os, arg.getType());
-    os << " bound " << (dtype == "i32" ? inputBound(arg) : 0) << '\n';
+    os << " bound " << (dtype == "i32" ? inputBound(arg) : 0);
+    if (std::optional<int64_t> ignore =
+            dtype == "i32" ? inputIgnore(arg) : std::nullopt)
+      os << " ignore " << *ignore;
+    os << '\n';
   }
   // plan-memory's arenas, in ztrt_arena's index order: with the records
   // above, every byte the step will allocate, which the runtime checks

@@ -327,10 +327,14 @@ def _lower_graph(gm, module, ptensors, btensors, step_inputs, fname):
     inodes = placeholders[n_p + n_b:]
 
     frozen = [names[0] for t, names in ptensors if not t.requires_grad]
-    # Frozen parameters are step values too (buffers read by name), so that
-    # what the model does with them is lowered, not folded into anonymous
-    # constants: the buffer keeps its state_dict name in checkpoints.
-    trainable = {id(n) for n, (t, _) in zip(pnodes, ptensors)}
+    # Frozen parameters are parameters of the step too (train.param frozen),
+    # so that what the model does with them is lowered, not folded into
+    # anonymous constants: sharded at stage 3, in checkpoints by name.
+    params = {id(n) for n in pnodes}
+    trainable = {id(n) for n, (t, _) in zip(pnodes, ptensors) if t.requires_grad}
+    if ptensors and not trainable:
+        raise ImportFailure("every parameter of the model is frozen (requires_grad=False): "
+                            "there is nothing to train")
 
     # In-place updates of the module's state survive functionalization as a
     # copy_ into the placeholder.
@@ -360,7 +364,7 @@ def _lower_graph(gm, module, ptensors, btensors, step_inputs, fname):
 
     # Which nodes depend on a trainable parameter or an input (the rest fold),
     # and which on a trainable parameter (gradient flows through them).
-    live = {id(n) for n in inodes} | trainable
+    live = {id(n) for n in inodes} | params
     grad = set(trainable)
     for n in nodes:
         if n.op == "call_function" and any(id(d) in grad for d in n.all_input_nodes):
@@ -416,17 +420,15 @@ def _lower_graph(gm, module, ptensors, btensors, step_inputs, fname):
         for other in names[1:]:
             aliases[other] = names[0]
         arr = t.detach().float().cpu().numpy()
-        if not t.requires_grad:
-            env[n] = _lower.Arg(t.detach(), _lower.Lazy(
-                lambda t=t, nm=names[0]: L.named_buffer(t, nm)))
-            continue
+        fixed = not t.requires_grad
         if not arr.any():
-            p = m.param(names[0], list(arr.shape) or [1], "zeros")
+            p = m.param(names[0], list(arr.shape) or [1], "zeros", frozen=fixed)
         elif (arr == 1).all():
-            p = m.param(names[0], list(arr.shape), "ones")
+            p = m.param(names[0], list(arr.shape), "ones", frozen=fixed)
         else:
             std = float(arr.std()) if arr.size > 1 else abs(float(arr.reshape(-1)[0]))
-            p = m.param(names[0], list(arr.shape), "normal", std if std > 0 else 1.0)
+            p = m.param(names[0], list(arr.shape), "normal", std if std > 0 else 1.0,
+                        frozen=fixed)
         init[names[0]] = arr
         env[n] = _lower.Arg(t.detach(), _lower.Lazy(
             lambda p=p: f.param_read(p, hint=p.name.replace(".", "_"))))
@@ -525,7 +527,7 @@ def _lower_graph(gm, module, ptensors, btensors, step_inputs, fname):
         except ir.IRError as e:
             raise ImportFailure(f"{describe_where(out)}: {e}") from None
     _mark_blocks(module, nodes, env, live, f)
-    # --init: parameters, then buffers (frozen parameters among them).
+    # --init: parameters, then buffers.
     for name, arr in L.buffer_values.items():
         init[name] = arr
     header = ["// Imported by ztrain.importer from "
@@ -533,11 +535,11 @@ def _lower_graph(gm, module, ptensors, btensors, step_inputs, fname):
     for k, v in aliases.items():
         header.append(f"// tied: {k} is {v}")
     for k in frozen:
-        header.append(f"// frozen (requires_grad=False): {k} is a train.buffer")
+        header.append(f"// frozen (requires_grad=False): {k}")
     ext = [b.name for b in m.buffers if b.init == "external"]
     if ext:
         header.append("// buffers with init(external) take their values from the --init "
                       "file the importer wrote")
     mlir = "\n".join(header) + "\n" + m.to_mlir()
-    num = sum(math.prod(p.shape) for p in m.params)
+    num = sum(math.prod(p.shape) for p in m.params if not p.frozen)
     return Imported(mlir, init, inputs, aliases, L.notes, frozen, num, m)

@@ -247,9 +247,13 @@ def main(argv=None):
           ", ".join(f"{k} {'x'.join(map(str, s))} {d}" for k, s, d in imp.inputs))
     for k, v in imp.aliases.items():
         print(f"  tied: {k} is {v} (one parameter)")
-    for k in imp.frozen:
-        print(f"  frozen: {k} (requires_grad=False) is a buffer: no gradient, no "
-              "optimizer state")
+    if len(imp.frozen) <= 4:
+        for k in imp.frozen:
+            print(f"  frozen: {k} (requires_grad=False): no gradient, no optimizer state")
+    elif imp.frozen:
+        print(f"  frozen: {len(imp.frozen)} parameters with requires_grad=False "
+              f"({', '.join(imp.frozen[:3])}, ...; all listed in {args.output}'s "
+              "header): no gradient, no optimizer state")
     for note in imp.notes:
         print(f"  note: {note}")
     if not args.init:

@@ -100,7 +100,7 @@ class Lowerer:
         self.buffers = {}           # (dtype, shape, bytes) -> ir.Buffer
         self.buffer_values = {}     # buffer name -> numpy array (for --init)
         self.buffer_reads = {}      # buffer name -> ir.Value
-        self.const_names = {}       # id(real tensor) -> state name (buffers, frozen params)
+        self.const_names = {}       # id(real tensor) -> buffer name (state_dict)
         self.notes = []
 
     @property
@@ -133,17 +133,6 @@ class Lowerer:
 
     def op_name(self):
         return str(self.node.target)
-
-    def named_buffer(self, t, name):
-        """A frozen parameter as the f32 train.buffer `name`, its values from
-        --init."""
-        import torch
-        arr = t.detach().to(torch.float32).cpu().numpy()
-        buf = self.m.buffer(name, list(arr.shape), "f32", "external")
-        self.buffer_values[name] = arr
-        v = self.f.buffer_read(buf, hint=name.replace(".", "_"))
-        self.buffer_reads[name] = v
-        return v
 
     def buffer_of(self, t, origin=None):
         """A constant tensor as a train.buffer (deduplicated by contents),
@@ -694,16 +683,21 @@ def _nll(L, out, a, kw):
     if not isinstance(target, Arg) or not _is_int(target.real):
         L.fail("cross_entropy needs integer class targets")
     rows, classes = src.shape
-    if 0 <= ignore < classes:
-        L.fail(f"cross_entropy with ignore_index={ignore}, a valid class, is not supported "
-               "(an ignore_index outside [0, classes) is: targets must be classes)")
-    if ignore != -100:
-        L.notes.append(f"cross_entropy's ignore_index={ignore}: the targets must all be "
-                       f"classes (a target equal to {ignore} is a runtime error)")
+    if not -2**31 <= ignore < 2**31:
+        L.fail(f"cross_entropy's ignore_index={ignore} is not an int32 label")
+    if reduction == 2 and ignore != -100:
+        # A sum over the rows that count is the mean times their number,
+        # which only the data knows: a sum ignores nothing, and says so.
+        L.notes.append(f"cross_entropy(reduction='sum')'s ignore_index={ignore}: the "
+                       f"targets must all be classes (a target equal to {ignore} is a "
+                       "runtime error)")
 
     def emit():
-        loss = L.f.cross_entropy(L.fval(src), L.val(target))
-        return L.f.scale(loss, float(rows)) if reduction == 2 else loss
+        if reduction == 2:
+            return L.f.scale(L.f.cross_entropy(L.fval(src), L.val(target)), float(rows))
+        # PyTorch's mean over the rows whose target is not ignore_index (its
+        # default -100 included: Hugging Face pads labels with it).
+        return L.f.cross_entropy(L.fval(src), L.val(target), ignore_index=ignore)
     return (Lazy(emit), Lazy(lambda: L.fail("nll_loss's total_weight is not supported")))
 
 

@@ -152,7 +152,8 @@ bool avx512::enabled() {
   void avx512::method##F32(const float *, const float *, float *, int64_t) {}
 #include "backends/Elementwise.def"
 void avx512::scaleF32(const float *, float *, int64_t, float) {}
-void avx512::softmaxF32(const float *, float *, int64_t, int64_t, bool) {}
+void avx512::softmaxF32(const float *, float *, int64_t, int64_t, bool,
+                        float *) {}
 void avx512::softmaxGradF32(const float *, const float *, float *, int64_t,
                             int64_t) {}
 void avx512::sgdF32(float *, const float *, float *, int64_t,

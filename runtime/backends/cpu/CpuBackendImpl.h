@@ -146,13 +146,15 @@ public:
 
   // CpuLosses.cpp
   void crossEntropy(DType dtype, const void *logits, const void *labels,
-                    void *loss, int64_t rows, int64_t classes) override;
+                    void *loss, int64_t rows, int64_t classes,
+                    int64_t ignore) override;
   void crossEntropyWithGrad(DType dtype, const void *logits, const void *labels,
                             const void *dloss, void *loss, void *dlogits,
-                            int64_t rows, int64_t classes) override;
+                            int64_t rows, int64_t classes,
+                            int64_t ignore) override;
   void crossEntropyGrad(DType dtype, const void *dloss, const void *logits,
                         const void *labels, void *dlogits, int64_t rows,
-                        int64_t classes) override;
+                        int64_t classes, int64_t ignore) override;
   void embedding(DType dtype, const void *table, const void *ids, void *out,
                  int64_t nIds, int64_t vocab, int64_t dim) override;
   void embeddingGrad(DType dtype, const void *dy, const void *ids, void *dtable,

@@ -32,12 +32,20 @@ template <typename T> double logSumExp(const T *x, int64_t n) {
   return max + std::log(sum);
 }
 
-void checkLabels(const char *op, const int32_t *labels, int64_t rows,
-                 int64_t classes) {
-  for (int64_t r = 0; r < rows; ++r)
+/// Checks the labels and returns how many rows count: those not labelled
+/// `ignore` (ZTRT_NO_IGNORE_INDEX: every row).
+int64_t checkLabels(const char *op, const int32_t *labels, int64_t rows,
+                    int64_t classes, int64_t ignore) {
+  int64_t count = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (labels[r] == ignore)
+      continue;
+    ++count;
     if (labels[r] < 0 || labels[r] >= classes)
       fatal("%s: label %d out of range [0, %lld) at row %lld", op, labels[r],
             static_cast<long long>(classes), static_cast<long long>(r));
+  }
+  return count;
 }
 
 void checkIds(const char *op, const int32_t *ids, int64_t n, int64_t vocab) {
@@ -48,10 +56,15 @@ void checkIds(const char *op, const int32_t *ids, int64_t n, int64_t vocab) {
 }
 
 /// One row of cross_entropy_grad from its log-sum-exp:
-/// dloss / rows * (softmax - onehot), p in double, rounded once.
+/// dloss / count * (softmax - onehot), p in double, rounded once; zeros for
+/// an ignored row.
 template <typename T>
 inline void crossEntropyGradRow(const T *xr, T *dr, int64_t classes, double lse,
-                                int32_t label, double scale) {
+                                int32_t label, double scale, bool ignored) {
+  if (ignored) {
+    fillT<T>(dr, classes, 0.0);
+    return;
+  }
   for (int64_t j = 0; j < classes; ++j) {
     double p = std::exp(ld(xr[j]) - lse);
     dr[j] = st<T>((p - (j == label ? 1.0 : 0.0)) * scale);
@@ -61,16 +74,20 @@ inline void crossEntropyGradRow(const T *xr, T *dr, int64_t classes, double lse,
 template <typename T>
 inline void crossEntropyGradT(const float *dloss, const T *logits,
                               const int32_t *labels, T *dlogits, int64_t rows,
-                              int64_t classes) {
-  checkLabels("cross_entropy_grad", labels, rows, classes);
-  double scale = static_cast<double>(dloss[0]) / rows;
+                              int64_t classes, int64_t ignore) {
+  const int64_t count =
+      checkLabels("cross_entropy_grad", labels, rows, classes, ignore);
+  double scale = static_cast<double>(dloss[0]) / count;
 #pragma omp parallel for schedule(static) if (rows * classes >=                \
                                               kParallelElements)
   for (int64_t r = 0; r < rows; ++r) {
     const T *xr = logits + r * classes;
     T *dr = dlogits + r * classes;
-    crossEntropyGradRow(xr, dr, classes, logSumExp(xr, classes), labels[r],
-                        scale);
+    if (labels[r] == ignore)
+      crossEntropyGradRow(xr, dr, classes, 0.0, 0, scale, true);
+    else
+      crossEntropyGradRow(xr, dr, classes, logSumExp(xr, classes), labels[r],
+                          scale, false);
   }
 }
 
@@ -79,25 +96,35 @@ inline void crossEntropyGradT(const float *dloss, const T *logits,
 /// crossEntropyGradT's expressions, in its order.
 template <typename T>
 inline void crossEntropyT(const T *logits, const int32_t *labels, float *loss,
-                          int64_t rows, int64_t classes,
+                          int64_t rows, int64_t classes, int64_t ignore,
                           const float *dloss = nullptr, T *dlogits = nullptr) {
-  checkLabels("cross_entropy", labels, rows, classes);
+  const int64_t count =
+      checkLabels("cross_entropy", labels, rows, classes, ignore);
   std::vector<double> rowLoss(rows);
-  const double scale = dlogits ? static_cast<double>(dloss[0]) / rows : 0.0;
+  const double scale = dlogits ? static_cast<double>(dloss[0]) / count : 0.0;
 #pragma omp parallel for schedule(static) if (rows * classes >=                \
                                               kParallelElements)
   for (int64_t r = 0; r < rows; ++r) {
     const T *xr = logits + r * classes;
+    if (labels[r] == ignore) {
+      rowLoss[r] = 0.0;
+      if (dlogits)
+        crossEntropyGradRow(xr, dlogits + r * classes, classes, 0.0, 0, scale,
+                            true);
+      continue;
+    }
     const double lse = logSumExp(xr, classes);
     rowLoss[r] = lse - ld(xr[labels[r]]);
     if (dlogits)
-      crossEntropyGradRow(xr, dlogits + r * classes, classes, lse,
-                          labels[r], scale);
+      crossEntropyGradRow(xr, dlogits + r * classes, classes, lse, labels[r],
+                          scale, false);
   }
+  // Ignored rows add 0.0: the sum of the others, bitwise (adding +0.0 to a
+  // double changes no value but -0.0, and a sum of losses >= 0 is not -0.0).
   double sum = 0.0;
   for (int64_t r = 0; r < rows; ++r)
     sum += rowLoss[r];
-  loss[0] = static_cast<float>(sum / rows);
+  loss[0] = static_cast<float>(sum / count);
 }
 
 template <typename T>
@@ -131,31 +158,30 @@ inline void embeddingGradT(const T *dy, const int32_t *ids, T *dtable,
 
 void CpuBackend::crossEntropy(DType dtype, const void *logits,
                               const void *labels, void *loss, int64_t rows,
-                              int64_t classes) {
-  ZTRT_CPU_DISPATCH(dtype, crossEntropyT<T>(as<T>(logits),
-                                            as<int32_t>(labels),
-                                            as<float>(loss), rows, classes));
+                              int64_t classes, int64_t ignore) {
+  ZTRT_CPU_DISPATCH(dtype,
+                    crossEntropyT<T>(as<T>(logits), as<int32_t>(labels),
+                                     as<float>(loss), rows, classes, ignore));
 }
 
 void CpuBackend::crossEntropyWithGrad(DType dtype, const void *logits,
                                       const void *labels, const void *dloss,
                                       void *loss, void *dlogits, int64_t rows,
-                                      int64_t classes) {
-  ZTRT_CPU_DISPATCH(dtype, crossEntropyT<T>(as<T>(logits),
-                                            as<int32_t>(labels),
-                                            as<float>(loss), rows, classes,
-                                            as<float>(dloss),
-                                            as<T>(dlogits)));
+                                      int64_t classes, int64_t ignore) {
+  ZTRT_CPU_DISPATCH(dtype,
+                    crossEntropyT<T>(as<T>(logits), as<int32_t>(labels),
+                                     as<float>(loss), rows, classes, ignore,
+                                     as<float>(dloss), as<T>(dlogits)));
 }
 
 void CpuBackend::crossEntropyGrad(DType dtype, const void *dloss,
                                   const void *logits, const void *labels,
-                                  void *dlogits, int64_t rows,
-                                  int64_t classes) {
+                                  void *dlogits, int64_t rows, int64_t classes,
+                                  int64_t ignore) {
   ZTRT_CPU_DISPATCH(dtype,
                     crossEntropyGradT<T>(as<float>(dloss), as<T>(logits),
                                          as<int32_t>(labels), as<T>(dlogits),
-                                         rows, classes));
+                                         rows, classes, ignore));
 }
 
 void CpuBackend::embedding(DType dtype, const void *table, const void *ids,

@@ -20,36 +20,36 @@ namespace ztrt {
 // int32.
 void CudaBackend::crossEntropy(DType dtype, const void *logits,
                                const void *labels, void *loss, int64_t rows,
-                               int64_t classes) {
+                               int64_t classes, int64_t ignore) {
   checkRows("cross_entropy", rows);
   cuda::ErrorSlot *error = slot("cross_entropy", true, classes);
   ZTRT_CUDA_DISPATCH(dtype,
                      cuda::crossEntropy(as<T>(logits), as<int32_t>(labels),
-                                        as<float>(loss), rows, classes, error,
-                                        compute));
+                                        as<float>(loss), rows, classes, ignore,
+                                        error, compute));
 }
 void CudaBackend::crossEntropyWithGrad(DType dtype, const void *logits,
                                        const void *labels, const void *dloss,
                                        void *loss, void *dlogits, int64_t rows,
-                                       int64_t classes) {
+                                       int64_t classes, int64_t ignore) {
   checkRows("cross_entropy", rows);
   cuda::ErrorSlot *error = slot("cross_entropy", true, classes);
-  ZTRT_CUDA_DISPATCH(dtype, cuda::crossEntropyWithGrad(
-                                as<T>(logits), as<int32_t>(labels),
-                                as<float>(dloss), as<float>(loss),
-                                as<T>(dlogits), rows, classes, error,
-                                compute));
+  ZTRT_CUDA_DISPATCH(
+      dtype, cuda::crossEntropyWithGrad(as<T>(logits), as<int32_t>(labels),
+                                        as<float>(dloss), as<float>(loss),
+                                        as<T>(dlogits), rows, classes, ignore,
+                                        error, compute));
 }
 void CudaBackend::crossEntropyGrad(DType dtype, const void *dloss,
                                    const void *logits, const void *labels,
-                                   void *dlogits, int64_t rows,
-                                   int64_t classes) {
+                                   void *dlogits, int64_t rows, int64_t classes,
+                                   int64_t ignore) {
   checkRows("cross_entropy_grad", rows);
   cuda::ErrorSlot *error = slot("cross_entropy_grad", true, classes);
   ZTRT_CUDA_DISPATCH(
       dtype, cuda::crossEntropyGrad(as<float>(dloss), as<T>(logits),
                                     as<int32_t>(labels), as<T>(dlogits), rows,
-                                    classes, error, compute));
+                                    classes, ignore, error, compute));
 }
 void CudaBackend::embedding(DType dtype, const void *table, const void *ids,
                             void *out, int64_t nIds, int64_t vocab,

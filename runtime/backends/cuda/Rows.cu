@@ -25,6 +25,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "backends/cuda/DeviceUtil.cuh"
+#include "ztrt.h" // ZTRT_NO_IGNORE_INDEX
 
 #include <cmath>
 
@@ -348,7 +349,7 @@ __device__ double warpLogSumExp(const T *xr, int64_t n, int lane) {
 }
 
 /// One row of cross_entropy_grad from its log-sum-exp:
-/// dloss / rows * (softmax - onehot), p in double, rounded once.
+/// dloss / count * (softmax - onehot), p in double, rounded once.
 template <typename T>
 __device__ void crossEntropyGradRow(const T *xr, T *dr, int64_t classes,
                                     double lse, int32_t label, double scale,
@@ -360,20 +361,50 @@ __device__ void crossEntropyGradRow(const T *xr, T *dr, int64_t classes,
   }
 }
 
+/// How many rows count (are not labelled `ignore`), as a double (exact up
+/// to 2^53): one block, each thread a strided share, then the block tree.
+__global__ void countRowsKernel(const int32_t *labels, int64_t rows,
+                                int64_t ignore, double *count) {
+  __shared__ double shared[kWarp];
+  double n = 0.0;
+  for (int64_t i = threadIdx.x; i < rows; i += blockDim.x)
+    n += labels[i] != ignore ? 1.0 : 0.0;
+  n = blockSum(n, shared);
+  if (threadIdx.x == 0)
+    count[0] = n;
+}
+
+/// The divisor of the mean: the rows that count (countRowsKernel's), or
+/// all of them when none is ignored (`count` null).
+__device__ double meanDivisor(const double *count, int64_t rows) {
+  return count ? count[0] : static_cast<double>(rows);
+}
+
 /// Each row's loss term (lse - x[label]) and, with dlogits, its gradient
 /// row from the same log-sum-exp (cross_entropy_with_grad: train-fuse-loss).
+/// An ignored row's term and gradient row are zero (the whole warp returns
+/// together: the row is the warp's).
 template <typename T>
 __global__ void crossEntropyRowsKernel(const T *logits, const int32_t *labels,
                                        double *rowLoss, int64_t rows,
                                        int64_t classes, ErrorSlot *error,
-                                       const float *dloss, T *dlogits) {
+                                       const float *dloss, T *dlogits,
+                                       int64_t ignore, const double *count) {
   const int64_t row = warpRow();
   if (row >= rows)
     return;
   const int lane = threadIdx.x % kWarp;
   const T *xr = logits + row * classes;
-  const double lse = warpLogSumExp(xr, classes, lane);
   const int32_t label = labels[row];
+  if (label == ignore) {
+    if (lane == 0)
+      rowLoss[row] = 0.0;
+    if (dlogits)
+      for (int64_t j = lane; j < classes; j += kWarp)
+        dlogits[row * classes + j] = static_cast<T>(0.0f);
+    return;
+  }
+  const double lse = warpLogSumExp(xr, classes, lane);
   const bool valid = label >= 0 && label < classes;
   if (lane == 0) {
     if (!valid)
@@ -381,36 +412,45 @@ __global__ void crossEntropyRowsKernel(const T *logits, const int32_t *labels,
     rowLoss[row] = valid ? lse - ldd(xr[label]) : 0.0;
   }
   if (dlogits)
-    crossEntropyGradRow(xr, dlogits + row * classes, classes, lse, label,
-                        static_cast<double>(dloss[0]) / rows, lane);
+    crossEntropyGradRow(
+        xr, dlogits + row * classes, classes, lse, label,
+        static_cast<double>(dloss[0]) / meanDivisor(count, rows), lane);
 }
 
 // Mean over rows: one block, each thread a strided share in row order, then
-// the block tree. The loss is one float whatever the logits' type.
-__global__ void meanKernel(const double *values, float *out, int64_t n) {
+// the block tree. The loss is one float whatever the logits' type. Ignored
+// rows hold 0.0 and are not in `count`.
+__global__ void meanKernel(const double *values, float *out, int64_t n,
+                           const double *count) {
   __shared__ double shared[kWarp];
   double sum = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
     sum += values[i];
   sum = blockSum(sum, shared);
   if (threadIdx.x == 0)
-    out[0] = static_cast<float>(sum / n);
+    out[0] = static_cast<float>(sum / meanDivisor(count, n));
 }
 
 template <typename T>
 __global__ void crossEntropyGradKernel(const float *dloss, const T *logits,
                                        const int32_t *labels, T *dlogits,
                                        int64_t rows, int64_t classes,
-                                       ErrorSlot *error) {
+                                       ErrorSlot *error, int64_t ignore,
+                                       const double *count) {
   const int64_t row = warpRow();
   if (row >= rows)
     return;
   const int lane = threadIdx.x % kWarp;
   const T *xr = logits + row * classes;
   T *dr = dlogits + row * classes;
-  const double scale = static_cast<double>(dloss[0]) / rows;
-  const double lse = warpLogSumExp(xr, classes, lane);
   const int32_t label = labels[row];
+  if (label == ignore) {
+    for (int64_t j = lane; j < classes; j += kWarp)
+      dr[j] = static_cast<T>(0.0f);
+    return;
+  }
+  const double scale = static_cast<double>(dloss[0]) / meanDivisor(count, rows);
+  const double lse = warpLogSumExp(xr, classes, lane);
   if (lane == 0 && !(label >= 0 && label < classes))
     recordError(error, row, label);
   crossEntropyGradRow(xr, dr, classes, lse, label, scale, lane);
@@ -558,44 +598,66 @@ void softmaxGrad(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols,
 
 template <typename T>
 void crossEntropy(const T *logits, const int32_t *labels, float *loss,
-                  int64_t rows, int64_t classes, ErrorSlot *error,
-                  cudaStream_t stream) {
+                  int64_t rows, int64_t classes, int64_t ignore,
+                  ErrorSlot *error, cudaStream_t stream) {
   crossEntropyWithGrad(logits, labels, static_cast<const float *>(nullptr),
-                       loss, static_cast<T *>(nullptr), rows, classes, error,
-                       stream);
+                       loss, static_cast<T *>(nullptr), rows, classes, ignore,
+                       error, stream);
+}
+
+/// With an ignored label, the rows that count, on the device (scratch the
+/// caller releases); null otherwise (the mean is over all rows).
+static double *countRows(const int32_t *labels, int64_t rows, int64_t ignore,
+                         cudaStream_t stream, const char *op) {
+  if (ignore == ZTRT_NO_IGNORE_INDEX)
+    return nullptr;
+  auto *count = static_cast<double *>(scratch(sizeof(double), stream, op));
+  ZTRT_LAUNCH(1, kBlock, 0, stream, countRowsKernel)
+  (labels, rows, ignore, count);
+  return count;
 }
 
 template <typename T>
 void crossEntropyGrad(const float *dloss, const T *logits,
                       const int32_t *labels, T *dlogits, int64_t rows,
-                      int64_t classes, ErrorSlot *error, cudaStream_t stream) {
+                      int64_t classes, int64_t ignore, ErrorSlot *error,
+                      cudaStream_t stream) {
   if (rows <= 0)
     return;
+  double *count = countRows(labels, rows, ignore, stream, "cross_entropy_grad");
   ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream, crossEntropyGradKernel)
-  (dloss, logits, labels, dlogits, rows, classes, error);
+  (dloss, logits, labels, dlogits, rows, classes, error, ignore,
+   static_cast<const double *>(count));
   check(cudaGetLastError(), "cross_entropy_grad kernel launch");
+  if (count)
+    release(count, stream);
 }
 
 template <typename T>
 void crossEntropyWithGrad(const T *logits, const int32_t *labels,
                           const float *dloss, float *loss, T *dlogits,
-                          int64_t rows, int64_t classes, ErrorSlot *error,
-                          cudaStream_t stream) {
+                          int64_t rows, int64_t classes, int64_t ignore,
+                          ErrorSlot *error, cudaStream_t stream) {
   // No rows: the mean of nothing, NaN, as on the cpu (0 / 0).
   auto *rowLoss = static_cast<double *>(scratch(
       std::max<int64_t>(rows, 1) * sizeof(double), stream, "cross_entropy"));
+  double *count = countRows(labels, rows, ignore, stream, "cross_entropy");
   if (rows > 0)
     ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream, crossEntropyRowsKernel)
-    (logits, labels, rowLoss, rows, classes, error, dloss, dlogits);
-  ZTRT_LAUNCH(1, kBlock, 0, stream, meanKernel)(rowLoss, loss, rows);
+  (logits, labels, rowLoss, rows, classes, error, dloss, dlogits, ignore,
+   static_cast<const double *>(count));
+  ZTRT_LAUNCH(1, kBlock, 0, stream, meanKernel)
+  (rowLoss, loss, rows, static_cast<const double *>(count));
   check(cudaGetLastError(), "cross_entropy kernel launch");
+  if (count)
+    release(count, stream);
   release(rowLoss, stream);
 }
 
 #define ZTRT_INSTANTIATE(T)                                                    \
-  template void crossEntropyWithGrad<T>(const T *, const int32_t *,           \
-                                        const float *, float *, T *, int64_t, \
-                                        int64_t, ErrorSlot *, cudaStream_t);   \
+  template void crossEntropyWithGrad<T>(                                       \
+      const T *, const int32_t *, const float *, float *, T *, int64_t,        \
+      int64_t, int64_t, ErrorSlot *, cudaStream_t);                            \
   template void layerNorm<T>(const T *, const T *, const T *, T *, int64_t,    \
                              int64_t, double, cudaStream_t);                   \
   template void layerNormGrad<T>(const T *, const T *, const T *, T *, T *,    \
@@ -609,10 +671,10 @@ void crossEntropyWithGrad(const T *logits, const int32_t *labels,
   template void softmaxGrad<T>(const T *, const T *, T *, int64_t, int64_t,    \
                                cudaStream_t);                                  \
   template void crossEntropy<T>(const T *, const int32_t *, float *, int64_t,  \
-                                int64_t, ErrorSlot *, cudaStream_t);           \
+                                int64_t, int64_t, ErrorSlot *, cudaStream_t);  \
   template void crossEntropyGrad<T>(const float *, const T *, const int32_t *, \
-                                    T *, int64_t, int64_t, ErrorSlot *,        \
-                                    cudaStream_t);
+                                    T *, int64_t, int64_t, int64_t,            \
+                                    ErrorSlot *, cudaStream_t);
 
 ZTRT_INSTANTIATE(float)
 ZTRT_INSTANTIATE(ztrt::bf16)

@@ -19,8 +19,9 @@
 // bias-added successor directly.
 // CHECK-NOT: reshape
 // The loss and its adjoint in one call (train-fuse-loss): logits, labels,
-// the seed, the loss, the logits' gradient, rows, classes.
-// CHECK: call @ztrt_cross_entropy_with_grad(%[[CTX]], %c0_i32, %[[LOGITS:.*]], %[[LAB]], %{{.*}}, %[[LOSS:.*]], %{{.*}}, %{{.*}}, %{{.*}})
+// the seed, the loss, the logits' gradient, rows, classes, and the ignored label
+// (none: ZTRT_NO_IGNORE_INDEX, INT64_MIN).
+// CHECK: call @ztrt_cross_entropy_with_grad(%[[CTX]], %c0_i32, %[[LOGITS:.*]], %[[LAB]], %{{.*}}, %[[LOSS:[^,]*]], %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %c-9223372036854775808_i64)
 // The loss is reported as soon as it exists, before the in-place updates.
 // CHECK-NEXT: call @ztrt_set_loss(%[[CTX]], %[[LOSS]])
 // Gradients are written straight into the runtime's persistent gradient

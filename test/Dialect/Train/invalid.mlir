@@ -258,6 +258,14 @@ func.func @f(%l: tensor<4x10xf32>, %y: tensor<5xi32>) {
 
 // -----
 
+func.func @f(%l: tensor<4x10xf32>, %y: tensor<4xi32>) {
+  // expected-error @+1 {{'train.cross_entropy' op ignore_index 4294967296 is not an i32 label}}
+  %0 = train.cross_entropy %l, %y {ignore_index = 4294967296 : i64} : (tensor<4x10xf32>, tensor<4xi32>) -> tensor<f32>
+  return
+}
+
+// -----
+
 func.func @f(%dy: tensor<4x8xf32>, %ids: tensor<5xi32>) {
   // expected-error @+1 {{grad shape [4, 8] must be [5, 8] (ids shape + [dim])}}
   %0 = train.embedding_grad %dy, %ids : (tensor<4x8xf32>, tensor<5xi32>) -> tensor<10x8xf32>
@@ -708,6 +716,21 @@ func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   // expected-error @+1 {{'train.cast' op casts 'f32' to itself}}
   %y = train.cast %x : tensor<4x8xf32> to tensor<4x8xf32>
   return %y : tensor<4x8xf32>
+}
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros) frozen
+// expected-error @+1 {{'train.state' op is a state of @w, which is frozen (not trained: no optimizer state)}}
+train.state @w.exp_avg : tensor<4xf32> of @w
+
+// -----
+
+train.param @w : tensor<4xf32> init(zeros) frozen
+func.func @f(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'train.sgd_update' op updates @w, which is frozen (not trained)}}
+  train.sgd_update @w, %g {lr = 1.0e-1 : f64} : tensor<4xf32>
+  return
 }
 
 // -----

@@ -5,6 +5,8 @@
 train.param @w : tensor<4x3xf32> init(normal, 0.02)
 // CHECK: train.param @b : tensor<4xf32> init(zeros)
 train.param @b : tensor<4xf32> init(zeros)
+// CHECK: train.param @frozen : tensor<4xf32> init(ones) frozen
+train.param @frozen : tensor<4xf32> init(ones) frozen
 // CHECK: train.param @g : tensor<4xf32> init(ones)
 train.param @g : tensor<4xf32> init(ones)
 // CHECK: train.param @e : tensor<10x4xf32> init(uniform, 1.000000e-01)
@@ -57,6 +59,8 @@ func.func @all_ops(%x: tensor<2x5x3xf32> {train.name = "x"}, %ids: tensor<2x5xi3
   %logits = train.reshape %bc : tensor<2x5x10xf32> -> tensor<10x10xf32>
   // CHECK: train.cross_entropy %{{.*}}, %{{.*}} : (tensor<10x10xf32>, tensor<10xi32>) -> tensor<f32>
   %loss = train.cross_entropy %logits, %y : (tensor<10x10xf32>, tensor<10xi32>) -> tensor<f32>
+  // CHECK: train.cross_entropy %{{.*}}, %{{.*}} {ignore_index = -100 : i64} : (tensor<10x10xf32>, tensor<10xi32>) -> tensor<f32>
+  %masked = train.cross_entropy %logits, %y {ignore_index = -100 : i64} : (tensor<10x10xf32>, tensor<10xi32>) -> tensor<f32>
   return %loss : tensor<f32>
 }
 

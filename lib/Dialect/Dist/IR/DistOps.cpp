@@ -210,8 +210,10 @@ int64_t ztrain::dist::getGradientElements(Operation *param, int64_t stage,
                                           int64_t gridSize) {
   if (param->hasAttr(kTransientGradientAttr))
     return 0; // in the activation arena, not a persistent buffer
-  int64_t elements =
-      cast<train::ParamOp>(param).getTensorType().getNumElements();
+  auto trained = cast<train::ParamOp>(param);
+  if (trained.getFrozen())
+    return 0; // no gradient at all
+  int64_t elements = trained.getTensorType().getNumElements();
   int64_t shard = (elements + gridSize - 1) / gridSize;
   if (gridSize == 1 || stage == 0)
     return elements;

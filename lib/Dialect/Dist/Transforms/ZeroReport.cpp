@@ -49,6 +49,8 @@ struct Report {
   int64_t worldSize = 1;
   std::string grid;
   int64_t paramCount = 0, paramElements = 0, paramBytes = 0;
+  /// Of those, the frozen ones (no gradient, no optimizer state).
+  int64_t frozenCount = 0, frozenElements = 0;
   int64_t parameters = 0, gradients = 0, optimizerStates = 0;
   /// Optimizer states placed off the device by zero-offload (#dist.space):
   /// in host memory, and in nvme files (whole 4096-byte blocks); the host
@@ -229,19 +231,49 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
   llvm::DenseMap<StringAttr, Type> gradTypes =
       train::gradientElementTypes(entry);
   int64_t largestParam = 0;
+  // Stage 3 gathers a parameter before its first forward use and again
+  // before its first backward use, if it has one (zero-insert-collectives,
+  // which also counts backward uses through a forward reshape). A backward
+  // use exists only where a gradient needs the parameter's value: the input
+  // gradient of its matmul, not the first layer's (its input is data) nor a
+  // frozen embedding's.
+  Block &body = entry.getBody().front();
+  Operation *lossOp = body.getTerminator()->getOperand(0).getDefiningOp();
+  auto isBackward = [&](OpOperand &use) {
+    return lossOp && lossOp->isBeforeInBlock(use.getOwner()) &&
+           !use.getOwner()->hasTrait<OpTrait::IsTerminator>();
+  };
+  llvm::StringMap<std::pair<bool, bool>> usedForwardBackward;
+  for (auto read : body.getOps<train::ParamReadOp>())
+    for (OpOperand &use : read.getResult().getUses()) {
+      auto &[fwd, bwd] = usedForwardBackward[read.getParam()];
+      if (isBackward(use)) {
+        bwd = true;
+        continue;
+      }
+      fwd = true;
+      if (auto reshape = dyn_cast<train::ReshapeOp>(use.getOwner()))
+        bwd |= llvm::any_of(reshape.getResult().getUses(), isBackward);
+    }
   for (auto param : module.getOps<train::ParamOp>()) {
     int64_t elements = param.getTensorType().getNumElements();
     int64_t eb = elementBytes(param.getType());
+    bool frozen = param.getFrozen();
     Type gradType = gradTypes.lookup(param.getSymNameAttr());
     int64_t gb = gradType ? elementBytes(gradType) : eb;
     noteType(r.paramType, param.getTensorType().getElementType());
-    noteType(r.gradType, gradType ? gradType
-                                  : param.getTensorType().getElementType());
+    if (!frozen)
+      noteType(r.gradType,
+               gradType ? gradType : param.getTensorType().getElementType());
     int64_t full = elements * eb, shard = shardOf(elements) * eb;
     int64_t gradFull = elements * gb, gradShard = shardOf(elements) * gb;
     ++r.paramCount;
     r.paramElements += elements;
     r.paramBytes += full;
+    if (frozen) {
+      ++r.frozenCount;
+      r.frozenElements += elements;
+    }
     int64_t stored =
         getStateStorage(param, param.getTensorType(), r.stage, n).elements * eb;
     auto space = param->getAttrOfType<MemorySpaceAttr>(kSpaceAttr);
@@ -252,17 +284,28 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
     else
       r.parameters += stored;
     r.gradients += getGradientElements(param, r.stage, n) * gb;
-    largestParam = std::max(largestParam, shardOf(elements) * n * gb);
+    if (!frozen)
+      largestParam = std::max(largestParam, shardOf(elements) * n * gb);
     if (n == 1)
       continue;
+    std::string name = param.getSymName().str();
+    int64_t oneWay = shard * (n - 1);
+    auto [fwd, bwd] = usedForwardBackward.lookup(param.getSymName());
+    int64_t stage3Gathers = (int64_t(fwd) + int64_t(bwd)) * r.accumSteps;
+    if (frozen) {
+      // No gradient to reduce, no update to share: only stage 3's gathers.
+      if (r.stage == 3 && stage3Gathers)
+        r.collectives.push_back(
+            {"all_gather", name, stage3Gathers, stage3Gathers * oneWay});
+      continue;
+    }
     // The collectives the stage implies for this parameter: the ZeRO
     // paper's per-rank volumes. Stage 0 all-reduces the gradient as it is;
     // the partitioned stages move the padded flat buffer (N equal shards).
     // With gradient accumulation, what runs per micro-batch runs K times
     // per optimizer step: stage 2 and 3's reduce-scatters, stage 3's
-    // gathers.
-    std::string name = param.getSymName().str();
-    int64_t oneWay = shard * (n - 1);
+    // gathers (forward, and backward where the step has a backward use:
+    // the paper's 3 Psi counts two gathers for every parameter).
     if (r.stage == 0) {
       r.collectives.push_back(
           {"all_reduce", name, 1, 2 * gradFull * (n - 1) / n});
@@ -270,8 +313,10 @@ static FailureOr<Report> analyzeStep(ModuleOp module) {
       int64_t reductions = r.stage >= 2 ? r.accumSteps : 1;
       r.collectives.push_back({"reduce_scatter", name, reductions,
                                reductions * gradShard * (n - 1)});
-      int64_t gathers = r.stage == 3 ? 2 * r.accumSteps : 1; // fwd + bwd
-      r.collectives.push_back({"all_gather", name, gathers, gathers * oneWay});
+      int64_t gathers = r.stage == 3 ? stage3Gathers : 1;
+      if (gathers)
+        r.collectives.push_back(
+            {"all_gather", name, gathers, gathers * oneWay});
     }
   }
   for (auto state : module.getOps<train::StateOp>()) {
@@ -499,8 +544,13 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
                         : " over @" + r.grid)
      << "\n";
   os << llvm::formatv("parameters: {0} tensors, {1} elements, {2} bytes "
-                      "(Psi)\n",
+                      "(Psi)",
                       r.paramCount, r.paramElements, r.paramBytes);
+  if (r.frozenCount)
+    os << llvm::formatv("; {0} of them frozen ({1} elements: no gradient, "
+                        "no optimizer state)",
+                        r.frozenCount, r.frozenElements);
+  os << "\n";
   os << llvm::formatv("{0,-26}{1,16}{2,12}\n", "per rank", "bytes", "MiB");
   auto row = [&](StringRef what, int64_t bytes) {
     os << llvm::formatv("  {0,-24}{1,16}{2,12}\n", what, bytes, mib(bytes));
@@ -623,10 +673,11 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
       {"stage", r.stage},
       {"world_size", r.worldSize},
       {"grid", r.grid},
-      {"parameters",
-       llvm::json::Object{{"tensors", r.paramCount},
-                          {"elements", r.paramElements},
-                          {"bytes", r.paramBytes}}},
+      {"parameters", llvm::json::Object{{"tensors", r.paramCount},
+                                        {"elements", r.paramElements},
+                                        {"bytes", r.paramBytes},
+                                        {"frozen_tensors", r.frozenCount},
+                                        {"frozen_elements", r.frozenElements}}},
       {"per_rank",
        llvm::json::Object{{"parameters", r.parameters},
                           {"gradients", r.gradients},
@@ -640,17 +691,15 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
       {"model_states",
        llvm::json::Object{{"bytes_per_rank", r.modelStates()},
                           {"bytes_per_parameter", r.bytesPerParameter()}}},
-      {"element_types",
-       llvm::json::Object{{"parameters", r.paramType},
-                          {"gradients", r.gradType},
-                          {"optimizer_states", r.stateType}}},
-      {"loss_scale",
-       r.lossScale ? llvm::json::Value(llvm::json::Object{
-                         {"init", r.lossScale->init},
-                         {"window", r.lossScale->window},
-                         {"hysteresis", r.lossScale->hysteresis},
-                         {"min", r.lossScale->min}})
-                   : llvm::json::Value(nullptr)},
+      {"element_types", llvm::json::Object{{"parameters", r.paramType},
+                                           {"gradients", r.gradType},
+                                           {"optimizer_states", r.stateType}}},
+      {"loss_scale", r.lossScale ? llvm::json::Value(llvm::json::Object{
+                                       {"init", r.lossScale->init},
+                                       {"window", r.lossScale->window},
+                                       {"hysteresis", r.lossScale->hysteresis},
+                                       {"min", r.lossScale->min}})
+                                 : llvm::json::Value(nullptr)},
       {"grad_accum_steps", r.accumSteps},
       {"flops_per_step", r.modelFlops},
       {"kernel_bytes_per_step", r.kernelBytes},
@@ -661,13 +710,13 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
                           {"kernel_bytes_per_step", r.recomputeKernelBytes}}},
       {"offload",
        llvm::json::Object{
-           {"host", llvm::json::Object{{"optimizer_states", r.hostStates},
-                                       {"swap_buffers", r.swapBuffers},
-                                       {"state_swap_buffers",
-                                        r.stateSwapBuffers},
-                                       {"activations", r.hostActivations},
-                                       {"gradients", r.hostGradients},
-                                       {"parameters", r.hostParams}}},
+           {"host",
+            llvm::json::Object{{"optimizer_states", r.hostStates},
+                               {"swap_buffers", r.swapBuffers},
+                               {"state_swap_buffers", r.stateSwapBuffers},
+                               {"activations", r.hostActivations},
+                               {"gradients", r.hostGradients},
+                               {"parameters", r.hostParams}}},
            {"nvme", llvm::json::Object{{"parameters", r.nvmeParams},
                                        {"optimizer_states", r.nvmeStates}}},
            {"transfers_per_step",
@@ -676,14 +725,13 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
                                {"activations_to_host", r.activationsToHost},
                                {"gradients_to_host", r.gradientsToHost}}},
            {"device_backend",
-            llvm::json::Object{{"device_peak", r.devicePeakOnDevice()},
-                               {"host_step_buffers", r.hostStepBuffers},
-                               {"host_steps_per_step", r.hostSteps},
-                               {"asynchronous_host_steps_per_step",
-                                r.asyncHostSteps},
-                               {"host_to_device_per_step", r.hostToDevice()},
-                               {"device_to_host_per_step",
-                                r.deviceToHost()}}}}},
+            llvm::json::Object{
+                {"device_peak", r.devicePeakOnDevice()},
+                {"host_step_buffers", r.hostStepBuffers},
+                {"host_steps_per_step", r.hostSteps},
+                {"asynchronous_host_steps_per_step", r.asyncHostSteps},
+                {"host_to_device_per_step", r.hostToDevice()},
+                {"device_to_host_per_step", r.deviceToHost()}}}}},
       {"collectives_source", r.collectivesFromIR ? "ir" : "plan"},
       {"memory_plan", r.staticPlan ? "static" : "liveness"},
       {"collectives", std::move(collectives)},

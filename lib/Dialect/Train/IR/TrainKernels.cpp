@@ -12,6 +12,8 @@
 
 #include "ztrain/Dialect/Train/IR/TrainOps.h"
 
+#include "ztrt.h" // ZTRT_NO_IGNORE_INDEX
+
 using namespace mlir;
 using namespace ztrain;
 using namespace ztrain::train;
@@ -298,11 +300,18 @@ KernelCall BroadcastOp::getKernelCall() {
                A::i64Array(dimMask(s.size(), getDims())), A::f64(1.0)});
 }
 
+/// The kernels' `ignore` argument: the label whose rows do not count, or a
+/// value no int32 label has (ZTRT_NO_IGNORE_INDEX) when none is ignored.
+static int64_t ignoreArg(std::optional<int64_t> ignoreIndex) {
+  return ignoreIndex ? *ignoreIndex : ZTRT_NO_IGNORE_INDEX;
+}
+
 KernelCall CrossEntropyOp::getKernelCall() {
   auto [rows, classes] = rowsCols(getLogits());
   return call("cross_entropy", getLogits(),
               {A::buffer(getLogits()), A::buffer(getLabels()),
-               A::buffer(getResult()), A::i64(rows), A::i64(classes)});
+               A::buffer(getResult()), A::i64(rows), A::i64(classes),
+               A::i64(ignoreArg(getIgnoreIndex()))});
 }
 
 KernelCall CrossEntropyWithGradOp::getKernelCall() {
@@ -310,7 +319,8 @@ KernelCall CrossEntropyWithGradOp::getKernelCall() {
   return call("cross_entropy_with_grad", getLogits(),
               {A::buffer(getLogits()), A::buffer(getLabels()),
                A::buffer(getDloss()), A::buffer(getResult()),
-               A::buffer(getLogitsGrad()), A::i64(rows), A::i64(classes)});
+               A::buffer(getLogitsGrad()), A::i64(rows), A::i64(classes),
+               A::i64(ignoreArg(getIgnoreIndex()))});
 }
 
 KernelCall CrossEntropyGradOp::getKernelCall() {
@@ -318,7 +328,7 @@ KernelCall CrossEntropyGradOp::getKernelCall() {
   return call("cross_entropy_grad", getLogits(),
               {A::buffer(getGrad()), A::buffer(getLogits()),
                A::buffer(getLabels()), A::buffer(getResult()), A::i64(rows),
-               A::i64(classes)});
+               A::i64(classes), A::i64(ignoreArg(getIgnoreIndex()))});
 }
 
 KernelCall EmbeddingOp::getKernelCall() {

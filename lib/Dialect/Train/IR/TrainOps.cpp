@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 using namespace mlir;
 using namespace ztrain::train;
@@ -825,9 +826,14 @@ LogicalResult EmbeddingOp::verify() {
                       shapeOf(getResult()), "result");
 }
 
-/// logits [rows, classes] and labels [rows].
+/// logits [rows, classes] and labels [rows]; an ignore_index an i32 label.
 static LogicalResult verifyCrossEntropy(Operation *op, Value logits,
-                                        Value labels) {
+                                        Value labels,
+                                        std::optional<int64_t> ignoreIndex) {
+  if (ignoreIndex && (*ignoreIndex < std::numeric_limits<int32_t>::min() ||
+                      *ignoreIndex > std::numeric_limits<int32_t>::max()))
+    return op->emitOpError()
+           << "ignore_index " << *ignoreIndex << " is not an i32 label";
   ArrayRef<int64_t> l = shapeOf(logits), y = shapeOf(labels);
   if (l.size() != 2)
     return op->emitOpError() << "logits must be [rows, classes], got "
@@ -840,11 +846,11 @@ static LogicalResult verifyCrossEntropy(Operation *op, Value logits,
 }
 
 LogicalResult CrossEntropyOp::verify() {
-  return verifyCrossEntropy(*this, getLogits(), getLabels());
+  return verifyCrossEntropy(*this, getLogits(), getLabels(), getIgnoreIndex());
 }
 
 LogicalResult CrossEntropyWithGradOp::verify() {
-  return verifyCrossEntropy(*this, getLogits(), getLabels());
+  return verifyCrossEntropy(*this, getLogits(), getLabels(), getIgnoreIndex());
 }
 
 LogicalResult EmbeddingGradOp::verify() {

@@ -134,6 +134,10 @@ StateOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
                                      Type(), "parameter");
   if (failed(param))
     return failure();
+  if (param->getFrozen())
+    return emitOpError() << "is a state of " << getParamAttr()
+                         << ", which is frozen (not trained: no optimizer "
+                            "state)";
   Type paramType = param->getType();
   bool low = isLowPrecision(paramType);
   if (getMaster() && !low)
@@ -194,6 +198,9 @@ static FailureOr<Type> verifyUpdateGrad(Operation *op,
   auto p = verifySymbol<ParamOp>(op, symbolTable, param, Type(), "parameter");
   if (failed(p))
     return failure();
+  if (p->getFrozen())
+    return op->emitOpError()
+           << "updates " << param << ", which is frozen (not trained)";
   auto gradType = cast<RankedTensorType>(grad.getType());
   auto paramType = p->getTensorType();
   if (!sharded && gradType.getShape() != paramType.getShape())

@@ -3,9 +3,9 @@
 // Part of the ztrain project.
 //
 // Reverse-mode differentiation of the entry function's loss with respect to
-// every parameter. The entry function is straight-line code, so the
-// backward pass is the forward ops visited in reverse, each contributing the
-// adjoints of its operands through GradientOpInterface.
+// every parameter that is not frozen. The entry function is straight-line
+// code, so the backward pass is the forward ops visited in reverse, each
+// contributing the adjoints of its operands through GradientOpInterface.
 //
 //===----------------------------------------------------------------------===//
 
@@ -105,13 +105,20 @@ void TrainAutodiffPass::runOnOperation() {
   // on a path from the parameters to the loss and need a gradient rule.
   // The adjoints of the others (inputs, constants such as train.fill,
   // buffers, what is computed from those alone) would be dropped anyway.
+  // A frozen parameter is a constant of the step here, as a buffer is.
+  SymbolTable symbols(module);
+  auto isTrained = [&](ParamReadOp read) {
+    auto param = symbols.lookup<ParamOp>(read.getParam());
+    return !param || !param.getFrozen();
+  };
   SmallVector<Operation *> forward;
   DenseSet<Value> varies;
   // An op of another dialect counts as influenced (it might read a
   // parameter behind a call): on the loss's path it still needs a rule.
   for (Operation &op : body.without_terminator()) {
     forward.push_back(&op);
-    if (isa<ParamReadOp>(op) || !isa<TrainDialect>(op.getDialect()) ||
+    auto read = dyn_cast<ParamReadOp>(op);
+    if ((read && isTrained(read)) || !isa<TrainDialect>(op.getDialect()) ||
         llvm::any_of(op.getOperands(),
                      [&](Value v) { return varies.contains(v); }))
       varies.insert(op.getResults().begin(), op.getResults().end());
@@ -148,11 +155,13 @@ void TrainAutodiffPass::runOnOperation() {
         accumulate(b, op->getLoc(), adjoint[operand], grad);
   }
 
-  // Return the loss followed by one gradient per parameter, in declaration
-  // order; a parameter the loss does not depend on gets zeros.
+  // Return the loss followed by one gradient per trained parameter, in
+  // declaration order; a parameter the loss does not depend on gets zeros.
   SmallVector<Value> results{loss};
   SmallVector<Attribute> params;
   for (auto param : module.getOps<ParamOp>()) {
+    if (param.getFrozen())
+      continue;
     Value grad = paramGrads.lookup(param.getSymNameAttr());
     if (!grad) {
       param.emitWarning() << "the loss does not depend on @"

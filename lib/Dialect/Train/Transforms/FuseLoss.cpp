@@ -49,8 +49,8 @@ void TrainFuseLossPass::runOnOperation() {
     for (Operation *user : grad.getLogits().getUsers())
       if (auto ce = dyn_cast<CrossEntropyOp>(user))
         if (ce.getLabels() == grad.getLabels() &&
-            ce->getBlock() == grad->getBlock() &&
-            ce->isBeforeInBlock(grad))
+            ce.getIgnoreIndexAttr() == grad.getIgnoreIndexAttr() &&
+            ce->getBlock() == grad->getBlock() && ce->isBeforeInBlock(grad))
           loss = ce;
     if (!loss || llvm::any_of(loss.getResult().getUsers(), [&](Operation *u) {
           return u->getBlock() != grad->getBlock() || u->isBeforeInBlock(grad);
@@ -59,7 +59,8 @@ void TrainFuseLossPass::runOnOperation() {
     OpBuilder b(grad);
     auto fused = CrossEntropyWithGradOp::create(
         b, grad.getLoc(), loss.getResult().getType(), grad.getType(),
-        grad.getLogits(), grad.getLabels(), grad.getGrad());
+        grad.getLogits(), grad.getLabels(), grad.getGrad(),
+        grad.getIgnoreIndexAttr());
     loss.getResult().replaceAllUsesWith(fused.getResult());
     grad.getResult().replaceAllUsesWith(fused.getLogitsGrad());
     grad.erase();

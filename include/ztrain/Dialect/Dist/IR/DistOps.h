@@ -61,7 +61,8 @@ StateStorage getStateStorage(mlir::Operation *symbolOp,
 /// The elements of one rank's persistent gradient buffer of a parameter:
 /// the whole gradient (stage 0), the gradient padded to N equal slices
 /// (stage 1: reduce-scattered at the optimizer), or this rank's slice
-/// (stages 2-3).
+/// (stages 2-3); none for a frozen parameter or one whose gradient lives in
+/// the activation arena.
 int64_t getGradientElements(mlir::Operation *param, int64_t stage,
                             int64_t gridSize);
 

@@ -127,6 +127,18 @@ def Train_ParamOp : Train_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     values rounded to its type (and its f32 master state, if it has one,
     with the values themselves).
 
+    A `frozen` parameter is not trained (PyTorch's `requires_grad=False`:
+    a frozen embedding, the base weights under LoRA adapters).
+    `train-autodiff` gives it no gradient and `train-optimizer` no update
+    and no state, but it is still a parameter of the model: partitioned at
+    rest at ZeRO stage 3 and gathered for use like the others, offloaded
+    with them, in checkpoints and `--save`, and priced as a parameter (with
+    no gradient) by `zero-report`.
+
+    ```mlir
+    train.param @wte.weight : tensor<1000x64xf32> init(normal, 2.000000e-02) frozen
+    ```
+
     **Constraints:**
     - the element type is f32, bf16 or f16;
     - `normal` and `uniform` need a positive scale; `zeros` and `ones` take none.
@@ -134,9 +146,11 @@ def Train_ParamOp : Train_Op<"param", [Symbol, HasParent<"::mlir::ModuleOp">]> {
   let arguments = (ins SymbolNameAttr:$sym_name,
                        TypeAttrOf<AnyStaticShapeTensor>:$type,
                        Train_InitKind:$init,
-                       OptionalAttr<F64Attr>:$scale);
+                       OptionalAttr<F64Attr>:$scale,
+                       UnitAttr:$frozen);
   let assemblyFormat = [{
-    $sym_name `:` $type `init` `(` $init (`,` $scale^)? `)` attr-dict
+    $sym_name `:` $type `init` `(` $init (`,` $scale^)? `)` (`frozen` $frozen^)?
+    attr-dict
   }];
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -1093,7 +1107,8 @@ def Train_EmbeddingOp : Train_ComputeOp<"embedding", [Train_Kernel]> {
 def Train_CrossEntropyOp : Train_ComputeOp<"cross_entropy", [Train_Kernel]> {
   let gradient = [{
     return {CrossEntropyGradOp::create(b, loc, getLogits().getType(), dy,
-                                       getLogits(), getLabels()),
+                                       getLogits(), getLabels(),
+                                       getIgnoreIndexAttr()),
             Value()};
   }];
   let summary = "mean softmax cross-entropy with integer labels";
@@ -1102,15 +1117,26 @@ def Train_CrossEntropyOp : Train_ComputeOp<"cross_entropy", [Train_Kernel]> {
     `torch.nn.functional.cross_entropy` with the default mean reduction.
     Labels outside [0, classes) are a runtime error.
 
+    With `ignore_index = k` (PyTorch's `ignore_index`: Hugging Face's -100
+    padding, a pad token's id), rows whose label is `k` contribute nothing
+    and the mean is over the other rows: `sum_{r: y_r != k} l_r / count`,
+    0/0 (NaN, as PyTorch) when every row is ignored. The count is this
+    op's rows, so on N data-parallel ranks the step averages the ranks'
+    means, as PyTorch DDP and DeepSpeed do (docs/import.md).
+
     ```mlir
     %loss = train.cross_entropy %logits, %y
+        : (tensor<32x10xf32>, tensor<32xi32>) -> tensor<f32>
+    %masked = train.cross_entropy %logits, %y {ignore_index = -100 : i64}
         : (tensor<32x10xf32>, tensor<32xi32>) -> tensor<f32>
     ```
 
     **Constraints:**
-    - `logits` is [rows, classes], `labels` is [rows], the result is a 0-d tensor.
+    - `logits` is [rows, classes], `labels` is [rows], the result is a 0-d tensor;
+    - `ignore_index` is an i32 value.
   }];
-  let arguments = (ins Train_FloatTensor:$logits, Train_I32Tensor:$labels);
+  let arguments = (ins Train_FloatTensor:$logits, Train_I32Tensor:$labels,
+                       OptionalAttr<I64Attr>:$ignore_index);
   let results = (outs Train_F32Scalar:$result);
   let assemblyFormat = "$logits `,` $labels attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -1316,7 +1342,7 @@ def Train_CrossEntropyWithGradOp : Train_GradOp<"cross_entropy_with_grad", [
     log-sum-exp is computed once for both. The same expressions in the same
     order as the two ops, so the same bits. `train-fuse-loss` makes it from
     the pair once the seed `dloss` of the backward pass exists, at the
-    adjoint's place.
+    adjoint's place. `ignore_index` as train.cross_entropy's.
 
     ```mlir
     %loss, %dlogits = train.cross_entropy_with_grad %logits, %y, %seed
@@ -1328,7 +1354,8 @@ def Train_CrossEntropyWithGradOp : Train_GradOp<"cross_entropy_with_grad", [
       are 0-d f32, the adjoint has the logits' type.
   }];
   let arguments = (ins Train_FloatTensor:$logits, Train_I32Tensor:$labels,
-                       Train_F32Flag:$dloss);
+                       Train_F32Flag:$dloss,
+                       OptionalAttr<I64Attr>:$ignore_index);
   let results = (outs Train_F32Flag:$result, Train_FloatTensor:$logits_grad);
   let assemblyFormat = [{
     $logits `,` $labels `,` $dloss attr-dict `:` type($logits) `,` type($labels)
@@ -1341,7 +1368,9 @@ def Train_CrossEntropyGradOp : Train_GradOp<"cross_entropy_grad", [
     AllTypesMatch<["logits", "result"]>]> {
   let summary = "adjoint of train.cross_entropy";
   let description = [{
-    `dloss * (softmax(logits) - onehot(labels)) / rows`.
+    `dloss * (softmax(logits) - onehot(labels)) / rows`; with
+    `ignore_index = k`, rows labelled `k` are zero and the others are
+    divided by their count instead of `rows` (train.cross_entropy's).
 
     ```mlir
     %dl = train.cross_entropy_grad %dloss, %logits, %y
@@ -1349,7 +1378,8 @@ def Train_CrossEntropyGradOp : Train_GradOp<"cross_entropy_grad", [
     ```
   }];
   let arguments = (ins Train_F32Scalar:$grad, Train_FloatTensor:$logits,
-                       Train_I32Tensor:$labels);
+                       Train_I32Tensor:$labels,
+                       OptionalAttr<I64Attr>:$ignore_index);
   let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = [{
     $grad `,` $logits `,` $labels attr-dict `:` functional-type(operands, results)

@@ -116,10 +116,12 @@ def TrainAutodiff : Pass<"train-autodiff", "::mlir::ModuleOp"> {
     Rewrites the entry function (`func.func` with the `train.entry`
     attribute), a single-block function returning a scalar loss, so that
     it returns the loss followed by the gradient of the loss with respect
-    to every `train.param` of the module, in declaration order. The
-    function gets a `train.gradients` attribute listing those parameters.
-    Parameters that do not influence the loss get a zero gradient (and a
-    warning).
+    to every `train.param` of the module that is not `frozen`, in
+    declaration order. The function gets a `train.gradients` attribute
+    listing those parameters. Parameters that do not influence the loss get
+    a zero gradient (and a warning). A frozen parameter's reads are
+    constants of the step, as buffer reads are: no adjoint flows into them
+    and nothing is computed for them.
 
     The adjoint of each value is accumulated with `train.add` over its
     uses; the adjoint of every `train.param_read` of the same parameter is
