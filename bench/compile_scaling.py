@@ -1,17 +1,23 @@
 #!/usr/bin/python3
 """Compile time against model size: does the pipeline scale linearly in the
-number of ops?
+number of ops, whatever the shape of the graph?
 
-Builds GPT-style models of growing depth with the Python builders (tiny
-widths: only the op count matters), runs `ztrain-opt` with the training
-pipeline, the ZeRO pipeline (stage 3 on 2 ranks, overlap on) and
-plan-memory under `--mlir-timing`, and `ztrain-compile` to an object file
-(the whole pipeline, lowering, LLVM code generation), and prints, per size,
-the ops after the pipeline, the wall time of each costly pass, of the
-ztrain-opt run and of ztrain-compile, and the time per 1,000 ops: flat
-columns mean linear scaling, growing ones super-linear.
+Three shapes (--shape): `gpt`, GPT-style models of growing depth built with
+the Python builders (tiny widths: only the op count matters); `chain`, one
+long chain of adds (each reads the previous one and a parameter, so the
+parameter's gradient sums one adjoint per add); `wide`, N independent adds
+of the input and a parameter summed by a balanced tree of adds (N values
+live at once). Each runs `ztrain-opt` with the training pipeline, the ZeRO
+pipeline (stage 3 on 2 ranks, overlap on) and plan-memory under
+`--mlir-timing`, and `ztrain-compile` to an object file (the whole
+pipeline, lowering, LLVM code generation), and prints, per size, the ops
+after the pipeline, the wall time of each costly pass, of the ztrain-opt
+run and of ztrain-compile, and the time per 1,000 ops: flat columns mean
+linear scaling, growing ones super-linear.
 
-Run (after building):  /usr/bin/python3 bench/compile_scaling.py [--layers 50 100 200 400]
+Run (after building):
+  /usr/bin/python3 bench/compile_scaling.py [--layers 50 100 200 400]
+  /usr/bin/python3 bench/compile_scaling.py --shape chain --sizes 100000 400000 870000
 """
 
 import argparse
@@ -32,12 +38,57 @@ BIN = os.environ.get("ZTRAIN_BIN_DIR", os.path.join(HERE, "..", "build", "bin"))
 PASSES = ["TrainAutodiff", "ZeroInsertCollectives", "OverlapSchedule", "PlanMemory"]
 
 
-def run(layers, workdir):
-    spec = models.gpt(batch=1, seq=4, vocab=8, layers=layers, width=4, heads=1)
-    src = os.path.join(workdir, f"gpt{layers}.mlir")
+def chain_mlir(n):
+    """n adds in one chain: h_i = h_{i-1} + w."""
+    lines = ["module {",
+             "  train.param @w : tensor<4xf32> init(normal, 0.02)",
+             '  func.func @step(%x: tensor<4xf32> {train.name = "x"}) -> tensor<f32> '
+             "attributes {train.entry} {",
+             "    %w = train.param_read @w : tensor<4xf32>",
+             "    %h0 = train.add %x, %w : tensor<4xf32>"]
+    lines += [f"    %h{i} = train.add %h{i - 1}, %w : tensor<4xf32>" for i in range(1, n)]
+    lines += [f"    %l = train.reduce sum %h{n - 1} [0] : tensor<4xf32> -> tensor<f32>",
+              "    return %l : tensor<f32>", "  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def wide_mlir(n):
+    """n independent adds x + w, summed by a balanced tree of adds."""
+    lines = ["module {",
+             "  train.param @w : tensor<4xf32> init(normal, 0.02)",
+             '  func.func @step(%x: tensor<4xf32> {train.name = "x"}) -> tensor<f32> '
+             "attributes {train.entry} {",
+             "    %w = train.param_read @w : tensor<4xf32>"]
+    level = [f"%a{i}" for i in range(n)]
+    lines += [f"    {v} = train.add %x, %w : tensor<4xf32>" for v in level]
+    k = 0
+    while len(level) > 1:
+        nxt = []
+        for i in range(0, len(level) - 1, 2):
+            lines.append(f"    %t{k} = train.add {level[i]}, {level[i + 1]} : tensor<4xf32>")
+            nxt.append(f"%t{k}")
+            k += 1
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    lines += [f"    %l = train.reduce sum {level[0]} [0] : tensor<4xf32> -> tensor<f32>",
+              "    return %l : tensor<f32>", "  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def source(shape, size):
+    if shape == "chain":
+        return chain_mlir(size)
+    if shape == "wide":
+        return wide_mlir(size)
+    return models.gpt(batch=1, seq=4, vocab=8, layers=size, width=4, heads=1).to_mlir()
+
+
+def run(shape, layers, workdir):
+    src = os.path.join(workdir, f"{shape}{layers}.mlir")
     with open(src, "w") as fh:
-        fh.write(spec.to_mlir())
-    out = os.path.join(workdir, f"gpt{layers}.out.mlir")
+        fh.write(source(shape, layers))
+    out = os.path.join(workdir, f"{shape}{layers}.out.mlir")
     began = time.monotonic()
     p = subprocess.run([os.path.join(BIN, "ztrain-opt"), src, "--ztrain-training=optimizer=adam",
                         "--ztrain-zero=stage=3 dp=2 overlap=true", "--plan-memory",
@@ -54,7 +105,7 @@ def run(layers, workdir):
     with open(out) as fh:
         ops = sum(1 for line in fh if " = " in line or line.strip().startswith(("train.", "dist.")))
     os.remove(out)
-    obj = os.path.join(workdir, f"gpt{layers}.o")
+    obj = os.path.join(workdir, f"{shape}{layers}.o")
     began = time.monotonic()
     p = subprocess.run([os.path.join(BIN, "ztrain-compile"), src, "--optimizer=adam", "--dp=2",
                         "--zero-stage=3", "--overlap", "--emit=obj", "-o", obj],
@@ -68,15 +119,22 @@ def run(layers, workdir):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", type=int, nargs="+", default=[50, 100, 200, 400, 800, 1600, 3600])
+    ap.add_argument("--shape", choices=["gpt", "chain", "wide"], default="gpt",
+                    help="gpt: layers of a GPT; chain: one chain of adds; wide: independent "
+                         "adds summed by a tree")
+    ap.add_argument("--layers", "--sizes", dest="sizes", type=int, nargs="+",
+                    help="GPT layers (gpt) or adds (chain, wide)")
     a = ap.parse_args()
-    print(f"{'layers':>6} {'ops':>8} " + " ".join(f"{p:>22}" for p in PASSES)
+    sizes = a.sizes or ([50, 100, 200, 400, 800, 1600, 3600] if a.shape == "gpt"
+                        else [25000, 100000, 400000, 870000])
+    label = "layers" if a.shape == "gpt" else "adds"
+    print(f"{label:>6} {'ops':>8} " + " ".join(f"{p:>22}" for p in PASSES)
           + f" {'opt s':>7} {'compile s':>9} {'ms/1k ops':>10}")
     with tempfile.TemporaryDirectory() as d:
-        for layers in a.layers:
-            ops, wall, passes, compile_wall = run(layers, d)
+        for size in sizes:
+            ops, wall, passes, compile_wall = run(a.shape, size, d)
             cols = " ".join(f"{passes.get(p, 0.0):>22.3f}" for p in PASSES)
-            print(f"{layers:>6} {ops:>8} {cols} {wall:>7.2f} {compile_wall:>9.2f} "
+            print(f"{size:>6} {ops:>8} {cols} {wall:>7.2f} {compile_wall:>9.2f} "
                   f"{1000 * compile_wall / ops * 1000:>10.2f}", flush=True)
     print("pass columns: wall seconds (--mlir-timing); opt s: the whole ztrain-opt run "
           "(parse, passes, print); compile s: ztrain-compile --emit=obj (pipeline, lowering, "

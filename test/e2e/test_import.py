@@ -506,6 +506,30 @@ def test_ignore_index_rows_are_skipped_as_pytorch_skips_them(tmp_path):
     assert len(ref) > 10
 
 
+def test_gpt2_style_with_padded_labels_matches_pytorch(tmp_path):
+    """A Hugging Face GPT-2-style file (Conv1D addmm layers, a bool tril
+    buffer applied with torch.where(mask, scores, lowest float), gelu_new,
+    tied embeddings, labels shifted inside, -100 label padding): the where
+    before the softmax becomes train.softmax {causal}, and 20 AdamW steps
+    stay within LOSS_TOL of torch."""
+    m = load("gpt2_style.py", "gpt2")
+    torch.manual_seed(0)
+    model = m.GPT2LMHeadModel(vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=2)
+    B, T = 4, 16
+    tok, _ = padded_lm_data(24, T, 64, seed=8)
+    labels = tok.copy()
+    labels[:, T - 2:] = -100
+    data = {"input_ids": tok, "labels": labels}
+    example = {"input_ids": torch.zeros(B, T, dtype=torch.long),
+               "labels": torch.zeros(B, T, dtype=torch.long)}
+    imp, z, _ = import_and_train(tmp_path, model, example, data, B, OPT)
+    assert imp.mlir.count("{causal}") == 2 and "train.where" not in imp.mlir, imp.mlir
+    assert imp.aliases == {"lm_head.weight": "wte.weight"}
+    t = torch_losses(copy.deepcopy(model), data, ["input_ids", "labels"], B, STEPS, OPT,
+                     by_name=True)
+    assert_parity(z, t, cycle=24 // B)
+
+
 def test_hf_style_lm_from_the_command_line_matches_pytorch(tmp_path):
     """forward(input_ids, attention_mask=None, labels=None): --batch/--seq
     binds the labels by name (not the mask, the second argument); the

@@ -805,12 +805,28 @@ def _masked_fill(L, out, a, kw):
     return Lazy(lambda: L.f.masked_fill(L.fval(x), _mask_for(L, mask, shape), value), **tags)
 
 
-@aten("aten.where.self", "train.where (constant mask)")
+@aten("aten.where.self", "train.where (constant mask); a causal where(tril, scores, -inf) "
+      "before a softmax becomes train.softmax {causal}")
 def _where(L, out, a, kw):
+    import torch
     cond, x, y = a[0], a[1], a[2]
     if not cond.const:
         L.fail("where with a condition computed from the step's inputs is not supported")
     shape = tuple(out.shape)
+    tags = {}
+    # Hugging Face's GPT-2: where(tril mask, scores, lowest float): a softmax
+    # of it is the causal softmax (exp of the lowest float is 0 either way).
+    ys = _scalar_of(y) if not (isinstance(y, Arg) and not y.const) else None
+    if len(shape) >= 2 and shape[-1] == shape[-2] and isinstance(x, Arg) and \
+            not x.const and tuple(x.shape) == shape and ys is not None and \
+            _is_minus_inf(ys) and cond.real.dtype == torch.bool:
+        t = shape[-1]
+        keep = torch.tril(torch.ones(t, t, dtype=torch.bool))
+        try:
+            if bool((cond.real.expand(shape) == keep).all()):
+                tags["causal"] = x.sym
+        except RuntimeError:
+            pass
 
     def operand(v):
         s = _scalar_of(v)
@@ -822,7 +838,8 @@ def _where(L, out, a, kw):
     one = _one_element_mask(cond)
     if one is not None:
         return Lazy(lambda: operand(x if one else y))
-    return Lazy(lambda: L.f.where(_mask_for(L, cond, shape), operand(x), operand(y)))
+    return Lazy(lambda: L.f.where(_mask_for(L, cond, shape), operand(x), operand(y)),
+                **tags)
 
 
 def _one_element_mask(mask):
