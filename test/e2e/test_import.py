@@ -881,6 +881,44 @@ def test_imported_model_trains_in_bf16(imported_llama, tmp_path):
     assert err.max() < 2e-2, (losses, err)
 
 
+def test_frozen_parameters_in_bf16(tmp_path):
+    """LoRA in bf16 on 2 ranks at stage 3: the frozen weights are bf16
+    parameters without an f32 master (never updated), loaded from the f32
+    --init file rounded to nearest even (what autocast computes with), and
+    --save writes exactly those rounded values; the loss follows the fp32
+    run's within bf16's rounding."""
+    from ztrain.importer import import_module
+    model = lora(seed=2)
+    T, micro = 16, 2
+    tok, tgt = lm_data(8, T, 64, seed=9)
+    data = str(tmp_path / "data.safetensors")
+    safetensors.save(data, {"idx": tok, "targets": tgt})
+    imp = import_module(model, {"idx": torch.zeros(micro, T, dtype=torch.long),
+                                "targets": torch.zeros(micro, T, dtype=torch.long)})
+    src, init = str(tmp_path / "lora.mlir"), str(tmp_path / "lora.init.safetensors")
+    imp.write(src, init)
+    opt = parity.OptimizerConfig("adamw", lr=1e-3)
+    losses = {}
+    for prec in ("fp32", "bf16"):
+        exe = parity.compile_model(src, str(tmp_path / prec), opt,
+                                   [f"--precision={prec}", "--dp", "2", "--zero-stage", "3"])
+        report, save = tmp_path / f"{prec}.json", tmp_path / f"{prec}.safetensors"
+        e2e_util.mpirun(2, [exe, "--steps", 8, "--init", init, "--data", data,
+                            "--report", report, "--save", save, "--threads", 1])
+        losses[prec] = parity.report_losses(parity.read_report(str(report)))
+    saved = safetensors.load(str(tmp_path / "bf16.safetensors"))
+    state = model.state_dict()
+    for name in LORA_FROZEN:
+        want = state[name].to(torch.bfloat16).float().numpy()
+        assert np.array_equal(saved[name], want), name   # BF16 loads as float32
+    # The rounding did happen (random weights are not bf16 values).
+    assert not np.array_equal(saved["wte.weight"], state["wte.weight"].numpy())
+    # As test_imported_model_trains_in_bf16: bf16's rounding moves the loss
+    # by ~1e-3 relative; a broken cast or unrounded load by O(1).
+    err = np.abs(losses["bf16"] - losses["fp32"]) / losses["fp32"]
+    assert err.max() < 2e-2, (losses, err)
+
+
 def test_missing_init_for_external_buffers_is_one_line(imported_llama, tmp_path):
     """The imported rotary tables have no rule: without --init the executable
     says so before step 1 instead of training with zeros."""
