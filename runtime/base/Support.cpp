@@ -68,11 +68,31 @@ std::atomic<bool> exiting{false};
 /// Set when another rank has printed the fatal error that ends the job.
 std::atomic<bool> peerReported{false};
 
+/// `message` with its control characters (a newline in a JSON key or a
+/// tensor name, a byte of a binary file quoted back) written as \n, \r or
+/// \xHH, so that an error quoting its input stays one line.
+std::string oneLine(const char *message) {
+  std::string out;
+  for (const char *p = message; *p; ++p) {
+    unsigned char c = static_cast<unsigned char>(*p);
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if ((c < 0x20 && c != '\t') || c == 0x7f)
+      out += format("\\x%02x", c);
+    else
+      out += static_cast<char>(c);
+  }
+  return out;
+}
+
 /// Prints `ztrain: <kind>: [rank r] <message>` to stderr in one write(), so
 /// that lines from several ranks do not interleave.
 void printLine(const char *kind, const char *fmt, va_list args) {
-  char message[2048];
-  vsnprintf(message, sizeof(message), fmt, args);
+  char buffer[2048];
+  vsnprintf(buffer, sizeof(buffer), fmt, args);
+  const std::string message = oneLine(buffer);
   std::string line = std::string("ztrain: ") + kind + ": ";
   if (jobRank >= 0)
     line += "[rank " + std::to_string(jobRank) + "] ";
@@ -95,8 +115,18 @@ void removeTempFiles() {
   paths.clear();
 }
 
+/// setFatalHandler's handler (fuzz targets); null: print and exit.
+void (*fatalHandler)(int status, const char *message) = nullptr;
+
 [[noreturn]] void die(int status, bool everyRank, const char *fmt,
                       va_list args) {
+  if (fatalHandler) {
+    char message[2048];
+    vsnprintf(message, sizeof(message), fmt, args);
+    removeTempFiles();
+    fatalHandler(status, oneLine(message).c_str());
+    std::abort(); // a handler that returns breaks the contract
+  }
   exiting.store(true);
   // A refusal every rank reaches: each removes its own temporary files
   // (its swap directory among them), then all meet before any exits, so
@@ -123,6 +153,10 @@ void warning(const char *fmt, ...) {
   va_start(args, fmt);
   printLine("warning", fmt, args);
   va_end(args);
+}
+
+void setFatalHandler(void (*handler)(int status, const char *message)) {
+  fatalHandler = handler;
 }
 
 void removeOnFatal(const std::string &path) { registerTempFile(path); }

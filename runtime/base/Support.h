@@ -32,6 +32,14 @@ namespace ztrt {
 [[noreturn]] void usageError(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
 
+/// For fuzz targets (fuzz/runtime): from now on fatal(), refuse() and
+/// usageError() remove the temporary files of writes in progress and call
+/// `handler` with the exit status and the message (the error line without
+/// its `ztrain: error: ` prefix) instead of printing it and exiting; the
+/// handler must not return (it throws). Null, the default, restores the
+/// contract above. Never set in ztrain's own programs.
+void setFatalHandler(void (*handler)(int status, const char *message));
+
 /// Makes fatal errors of one rank of a multi-process job say which rank they
 /// come from (`ztrain: error: [rank 1] ...`) and end through `abortJob`
 /// (MPI_Abort) instead of exit(), so that no other rank waits forever in a

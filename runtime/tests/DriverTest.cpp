@@ -70,6 +70,19 @@ TEST(DriverTest, CheckpointFlags) {
               "^ztrain: error: flags --init and --resume exclude each other");
 }
 
+TEST(DriverTest, ErrorsQuotingControlCharactersStayOneLine) {
+  // Found by fuzz/runtime (fuzz/regressions/*/control-char-in-message-*):
+  // an error quoting its input (a flag value, a JSON key, a tensor name, a
+  // byte of a binary file) printed its newlines and control bytes as they
+  // were, breaking the one-line contract.
+  using ::testing::ExitedWithCode;
+  EXPECT_EXIT(parse({"--steps=1\n2\r\x19\x7f"}), ExitedWithCode(2),
+              "^ztrain: error: flag --steps: '1\\\\n2\\\\r\\\\x19\\\\x7f' is "
+              "not an integer >= 0\n$");
+  EXPECT_EXIT(fatal("tensor '%s'", "a\tb\nc"), ExitedWithCode(1),
+              "^ztrain: error: tensor 'a\tb\\\\nc'\n$");
+}
+
 TEST(DriverTest, MistakesExitWithStatus2) {
   using ::testing::ExitedWithCode;
   // A misspelt flag names the one meant (issue 49: the compiler did, the
