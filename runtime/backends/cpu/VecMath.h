@@ -41,6 +41,9 @@ namespace ztrt::vecmath {
 ZTRT_VM float expNonPositive(float x) {
   x = x < -87.0f ? -87.0f : x;
   float t = x * 1.44269504088896341f + 0.5f;
+  // NaN: any n will do (x carries the NaN into r), and converting a NaN
+  // to an integer is undefined behaviour (UBSan).
+  t = t == t ? t : 0.0f;
   // floor(t), exactly, both ways (|t| < 2^24): with SSE4.1's round
   // instruction std::floor vectorizes (and the integer route does not
   // under AVX); without it the integer route does.
