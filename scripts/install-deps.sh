@@ -11,6 +11,7 @@ PACKAGES=(
   python3 python3-numpy python3-pytest python3-torch
   slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge
   fio
+  clang-22 libclang-rt-22-dev libfuzzer-22-dev
 )
 
 missing=()
