@@ -65,6 +65,11 @@ done
 
 SAN_FLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined"
 SAN_FLAGS+=" -fno-sanitize-recover=all -fsanitize=fuzzer-no-link"
+if [ "$MODE" = full ]; then
+  # As libMLIR.so was built: LLVM's headers change class layouts (pass
+  # statistics) without NDEBUG, which would then disagree with the library.
+  SAN_FLAGS+=" -DNDEBUG"
+fi
 LAUNCHER=()
 if command -v ccache >/dev/null; then
   LAUNCHER=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
@@ -137,7 +142,7 @@ for path in files:
 EOF
 }
 
-export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}
+ASAN_BASE=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 status=0
 for t in $TARGETS; do
@@ -158,6 +163,12 @@ for t in $TARGETS; do
   common=(-dict="$(dict_of "$t")" -timeout=$timeout_s -rss_limit_mb=2048
     -artifact_prefix="$findings/" -print_final_stats=1)
   log=$BUILD/fuzz-$t.log
+  # LLVM's allocators poison the unused part of a slab in code inlined
+  # into ztrain's instrumented objects; libMLIR.so's uninstrumented copies
+  # then hand out that memory without unpoisoning it (use-after-poison
+  # false positives): ignore manual poisoning for the compiler's target.
+  export ASAN_OPTIONS=$ASAN_BASE
+  if [ "$t" = mlir_pipeline ]; then export ASAN_OPTIONS=$ASAN_BASE:allow_user_poisoning=0; fi
   t0=$(date +%s)
   # Every regression input and seed once (libFuzzer runs files given by
   # name, one by one): a finding fixed stays fixed.
@@ -182,8 +193,8 @@ for t in $TARGETS; do
       continue
     fi
   fi
-  execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | awk '{s+=$2} END {print s+0}')
-  cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | awk '{print $2}')
+  execs=$(grep -aoE 'stat::number_of_executed_units: *[0-9]+' "$log" | awk '{s+=$2} END {print s+0}' || true)
+  cov=$(grep -aoE 'cov: [0-9]+' "$log" | tail -1 | awk '{print $2}' || true)
   echo "== $t: ok, $execs inputs in $(($(date +%s) - t0)) s, coverage ${cov:-?} edges," \
     "corpus $(ls "$work" | wc -l) + $(find "${seeds[@]}" -type f | wc -l) seeds"
 done
