@@ -384,6 +384,12 @@ def test_frozen_parameters_are_sharded_and_priced(tmp_path, stage):
         report = str(tmp_path / f"{name}.json")
         e2e_util.launch(ranks, [exe, "--steps", steps, "--init", init, "--data", data,
                                 "--save", saves[name], "--report", report, "--threads", "1"])
+    # The same run twice: the same bits.
+    again = str(tmp_path / "again.safetensors")
+    e2e_util.launch(n, [str(tmp_path / "dp"), "--steps", steps, "--init",
+                        str(tmp_path / "dp.init.safetensors"), "--data", data,
+                        "--save", again, "--threads", "1"])
+    assert open(again, "rb").read() == open(saves["dp"], "rb").read()
     ref, got = safetensors.load(saves["ref"]), safetensors.load(saves["dp"])
     assert set(ref) == set(got)
     # Frozen: never updated, on every path bit for bit the initial values.
@@ -495,6 +501,12 @@ def test_ignore_index_rows_are_skipped_as_pytorch_skips_them(tmp_path):
         saves[name] = str(tmp_path / f"{name}.safetensors")
         e2e_util.launch(ranks, [exe, "--steps", 4, "--init", init, "--data", dpath,
                                 "--save", saves[name], "--threads", "1"])
+    # The same run twice: the same bits.
+    again = str(tmp_path / "again.safetensors")
+    e2e_util.launch(n, [str(tmp_path / "dp"), "--steps", 4, "--init",
+                        str(tmp_path / "dp.init.safetensors"), "--data", dpath,
+                        "--save", again, "--threads", "1"])
+    assert open(again, "rb").read() == open(saves["dp"], "rb").read()
     ref, got = safetensors.load(saves["ref"]), safetensors.load(saves["dp"])
     # 1e-4 relative as test_imported_gpt_zero_stages_equal_one_process; the
     # key projection's bias has an exactly-zero true gradient (softmax is
