@@ -103,38 +103,34 @@ LogicalResult offload::splitIntoChunks(func::FuncOp fn, int64_t subGroupSize,
   return success();
 }
 
-/// The swaps of one function (see the pass description): each use's
-/// tensors are read ahead of it, one use early (in the same micro-batch
-/// segment), and end after it: written back if it wrote them, released if
-/// it only read them. A tensor still in its buffer from an earlier use when
-/// a later use would read it again stays there instead (its lifetime grows;
-/// one tensor never has two buffers). Before a read starts, the write-back
-/// of the same tensor and those of the use `buffer-count` back complete;
-/// the remaining write-backs complete before the function returns.
-LogicalResult offload::scheduleSwaps(func::FuncOp fn,
-                                     const llvm::DenseSet<StringAttr> &onNvme,
-                                     int64_t bufferCount, int64_t subGroupSize,
-                                     Statistics &stats) {
-  if (!fn.getBody().hasOneBlock())
-    return fn.emitError() << "zero-offload needs a single-block function";
+/// For each use, the op before which its reads are issued.
+using IssuePoints = std::vector<Operation *>;
+
+/// A piece's `chunk c of C` attributes (none for a whole tensor).
+static IntegerAttr chunkIndex(Builder &attrs, const Piece &t) {
+  return t.chunk < 0 ? IntegerAttr() : attrs.getI64IntegerAttr(t.chunk);
+}
+static IntegerAttr chunkCount(Builder &attrs, const Piece &t) {
+  return t.chunk < 0 ? IntegerAttr() : attrs.getI64IntegerAttr(t.chunks);
+}
+
+/// Whether an update swaps its parameter or any of its states.
+static bool swapsTensors(train::OptimizerUpdateOpInterface update,
+                         OnNvme nvme) {
+  bool swapped = nvme(update.getUpdatedParam());
+  for (FlatSymbolRefAttr s : update.getUpdatedStates())
+    swapped |= nvme(s);
+  return swapped;
+}
+
+/// On one rank stage 3 gathers nothing: parameters are read in place. A
+/// read whose value the backward pass uses again would keep the swap
+/// buffer from the forward pass to the backward pass (every parameter's
+/// at once): each op that reads the value gets a read of its own right
+/// before it instead, so a parameter visits host memory for each use, as
+/// stage 3 gathers it for the forward and again for the backward pass.
+static void readPerUse(func::FuncOp fn, OnNvme nvme) {
   Block &body = fn.getBody().front();
-  auto nvme = [&](FlatSymbolRefAttr s) {
-    return s && onNvme.contains(s.getAttr());
-  };
-  // A piece's `chunk c of C` attributes (none for a whole tensor).
-  Builder attrs(fn.getContext());
-  auto chunkIndex = [&](const Piece &t) {
-    return t.chunk < 0 ? IntegerAttr() : attrs.getI64IntegerAttr(t.chunk);
-  };
-  auto chunkCount = [&](const Piece &t) {
-    return t.chunk < 0 ? IntegerAttr() : attrs.getI64IntegerAttr(t.chunks);
-  };
-  // On one rank stage 3 gathers nothing: parameters are read in place. A
-  // read whose value the backward pass uses again would keep the swap
-  // buffer from the forward pass to the backward pass (every parameter's
-  // at once): each op that reads the value gets a read of its own right
-  // before it instead, so a parameter visits host memory for each use, as
-  // stage 3 gathers it for the forward and again for the backward pass.
   for (auto read : llvm::to_vector(body.getOps<train::ParamReadOp>())) {
     if (!nvme(read.getParamAttr()))
       continue;
@@ -152,15 +148,20 @@ LogicalResult offload::scheduleSwaps(func::FuncOp fn,
       user->replaceUsesOfWith(read.getResult(), again.getResult());
     }
   }
+}
 
+/// The updates that swap tensors, made ready for the schedule: moved up
+/// next to their gradients, split into chunks (sub-group-size), their
+/// gradients transient where nothing accumulates, their host steps
+/// asynchronous.
+static LogicalResult prepareSwappedUpdates(func::FuncOp fn, OnNvme nvme,
+                                           int64_t subGroupSize,
+                                           Statistics &stats) {
+  Block &body = fn.getBody().front();
   hoistUpdates(
       fn,
       [&](Operation *op) {
-        auto update = cast<train::OptimizerUpdateOpInterface>(op);
-        bool swapped = nvme(update.getUpdatedParam());
-        for (FlatSymbolRefAttr s : update.getUpdatedStates())
-          swapped |= nvme(s);
-        return swapped;
+        return swapsTensors(cast<train::OptimizerUpdateOpInterface>(op), nvme);
       },
       stats);
   if (failed(splitIntoChunks(fn, subGroupSize, nvme, stats)))
@@ -173,10 +174,7 @@ LogicalResult offload::scheduleSwaps(func::FuncOp fn,
   if (fn.getBody().front().getOps<train::AccumulateGradOp>().empty()) {
     SymbolTable module(fn->getParentOfType<ModuleOp>());
     for (auto update : body.getOps<train::OptimizerUpdateOpInterface>()) {
-      bool swapped = nvme(update.getUpdatedParam());
-      for (FlatSymbolRefAttr s : update.getUpdatedStates())
-        swapped |= nvme(s);
-      if (!swapped)
+      if (!swapsTensors(update, nvme))
         continue;
       if (Operation *param = module.lookup(update.getUpdatedParam().getAttr()))
         param->setAttr(kTransientGradientAttr, UnitAttr::get(fn.getContext()));
@@ -186,9 +184,16 @@ LogicalResult offload::scheduleSwaps(func::FuncOp fn,
   // Their host steps run asynchronously on a device backend, one in
   // flight: each until right before the next use.
   completeAsyncUpdates(fn, stats, nvme);
+  return success();
+}
 
+/// The ops that need swapped tensors in host buffers, in order, and the
+/// accumulation boundary (null without one).
+static FailureOr<std::vector<Use>> collectUses(func::FuncOp fn, OnNvme nvme,
+                                               Operation *&boundary) {
+  Block &body = fn.getBody().front();
   std::vector<Use> uses;
-  Operation *boundary = nullptr;
+  boundary = nullptr;
   // A parameter read (one rank: stage 3 gathers nothing) is the parameter's
   // storage until the last use of its value and of views of it.
   StepBuffers buffers(fn, 3);
@@ -255,7 +260,14 @@ LogicalResult offload::scheduleSwaps(func::FuncOp fn,
                                  "zero-offload cannot swap its tensors";
     uses.push_back(std::move(u));
   }
+  return uses;
+}
 
+/// Where each use's reads are issued, and which tensors each use reads
+/// and ends (`ins`, `ends`).
+static IssuePoints planBuffers(func::FuncOp fn, std::vector<Use> &uses,
+                               Operation *boundary, int64_t bufferCount) {
+  Block &body = fn.getBody().front();
   // Where each use's reads are issued: P uses ahead (before use k - P of
   // its segment, or at the segment's start when there is none), where
   // P = buffer-count - 2 leaves one buffer stepping and one writing back
@@ -265,7 +277,7 @@ LogicalResult offload::scheduleSwaps(func::FuncOp fn,
   auto segmentStart = [&](int segment) {
     return segment == 1 ? boundary->getNextNode() : &body.front();
   };
-  std::vector<Operation *> issueAt(uses.size());
+  IssuePoints issueAt(uses.size());
   size_t segmentBegin = 0;
   for (size_t k = 0; k < uses.size(); ++k) {
     if (k > 0 && uses[k - 1].segment != uses[k].segment)
@@ -300,10 +312,18 @@ LogicalResult offload::scheduleSwaps(func::FuncOp fn,
   }
   for (auto &[t, own] : owner)
     uses[own.first].ends.push_back({pieceOf.lookup(t), own.second});
+  return issueAt;
+}
 
-  // The ops: ends right after their anchor, then reads (with the waits
-  // they need) at their issue points, then the reads' waits right before
-  // each use, then the remaining write-backs' waits before the return.
+/// The ops: ends right after their anchor, then reads (with the waits
+/// they need) at their issue points, then the reads' waits right before
+/// each use, then the remaining write-backs' waits before the return.
+static LogicalResult emitSwaps(func::FuncOp fn, std::vector<Use> &uses,
+                               const IssuePoints &issueAt, int64_t bufferCount,
+                               Statistics &stats) {
+  Block &body = fn.getBody().front();
+  Builder attrs(fn.getContext());
+  const int64_t D = bufferCount;
   OpBuilder b(fn.getContext());
   llvm::DenseSet<Value> waited;
   for (Use &u : uses) {
@@ -316,8 +336,8 @@ LogicalResult offload::scheduleSwaps(func::FuncOp fn,
     for (auto [t, dirty] : u.ends) {
       if (dirty) {
         u.outTokens.push_back(SwapOutStartOp::create(b, u.op->getLoc(), t.sym,
-                                                     chunkIndex(t),
-                                                     chunkCount(t))
+                                                     chunkIndex(attrs, t),
+                                                     chunkCount(attrs, t))
                                   .getToken());
       } else {
         SwapReleaseOp::create(b, u.op->getLoc(), t.sym);
@@ -370,9 +390,10 @@ LogicalResult offload::scheduleSwaps(func::FuncOp fn,
         if (failed(mustWait(tok)))
           return failure();
     for (const Piece &t : u.ins) {
-      u.inTokens.push_back(
-          SwapInStartOp::create(b, loc, t.sym, chunkIndex(t), chunkCount(t))
-              .getToken());
+      u.inTokens.push_back(SwapInStartOp::create(b, loc, t.sym,
+                                                 chunkIndex(attrs, t),
+                                                 chunkCount(attrs, t))
+                               .getToken());
       ++stats.swaps;
     }
   }
@@ -386,4 +407,32 @@ LogicalResult offload::scheduleSwaps(func::FuncOp fn,
     for (Value tok : u.outTokens)
       waitFor(tok, fn.getLoc());
   return success();
+}
+
+/// The swaps of one function (see the pass description): each use's
+/// tensors are read ahead of it, one use early (in the same micro-batch
+/// segment), and end after it: written back if it wrote them, released if
+/// it only read them. A tensor still in its buffer from an earlier use when
+/// a later use would read it again stays there instead (its lifetime grows;
+/// one tensor never has two buffers). Before a read starts, the write-back
+/// of the same tensor and those of the use `buffer-count` back complete;
+/// the remaining write-backs complete before the function returns.
+LogicalResult offload::scheduleSwaps(func::FuncOp fn,
+                                     const llvm::DenseSet<StringAttr> &onNvme,
+                                     int64_t bufferCount, int64_t subGroupSize,
+                                     Statistics &stats) {
+  if (!fn.getBody().hasOneBlock())
+    return fn.emitError() << "zero-offload needs a single-block function";
+  auto nvme = [&](FlatSymbolRefAttr s) {
+    return s && onNvme.contains(s.getAttr());
+  };
+  readPerUse(fn, nvme);
+  if (failed(prepareSwappedUpdates(fn, nvme, subGroupSize, stats)))
+    return failure();
+  Operation *boundary = nullptr;
+  FailureOr<std::vector<Use>> uses = collectUses(fn, nvme, boundary);
+  if (failed(uses))
+    return failure();
+  IssuePoints issueAt = planBuffers(fn, *uses, boundary, bufferCount);
+  return emitSwaps(fn, *uses, issueAt, bufferCount, stats);
 }

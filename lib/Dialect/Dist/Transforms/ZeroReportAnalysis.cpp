@@ -70,32 +70,13 @@ static void noteType(std::string &names, Type t) {
   names += (names.empty() ? "" : "+") + name;
 }
 
-FailureOr<Report> report::analyzeStep(ModuleOp module) {
-  Report r;
-  SymbolTableCollection symbols;
-  if (auto zero = module->getAttrOfType<ZeroAttr>(kZeroAttr)) {
-    r.stage = zero.getStage();
-    r.grid = zero.getGrid().getValue().str();
-    FailureOr<int64_t> n = getGridSize(module, zero.getGrid(), symbols);
-    if (failed(n))
-      return failure();
-    r.worldSize = *n;
-  }
+/// The parameters' bytes by where they live, their gradients' and, from
+/// the ZeRO stage, the collectives the plan implies for each (the
+/// collectives in the IR replace these once inserted). Returns the largest
+/// gradient's padded bytes (stage 2's communication buffer).
+static int64_t priceParameters(Report &r, ModuleOp module, func::FuncOp entry) {
   const int64_t n = r.worldSize;
   auto shardOf = [&](int64_t elements) { return (elements + n - 1) / n; };
-
-  func::FuncOp entry = train::getEntryFunction(module);
-  if (!entry)
-    return failure();
-  FailureOr<std::optional<train::LossScalePolicy>> scaling =
-      train::getLossScalePolicy(module);
-  if (failed(scaling))
-    return failure();
-  r.lossScale = *scaling;
-  if (auto k = module->getAttrOfType<IntegerAttr>(train::kGradAccumAttr))
-    r.accumSteps = std::max<int64_t>(1, k.getInt());
-  train::AccumulationBoundaryOp boundary =
-      train::getAccumulationBoundary(entry);
   // Gradients are held in the type the update consumes them in: the
   // parameter's, or f32 with mixed precision reducing in f32.
   llvm::DenseMap<StringAttr, Type> gradTypes =
@@ -189,6 +170,12 @@ FailureOr<Report> report::analyzeStep(ModuleOp module) {
             {"all_gather", name, gathers, gathers * oneWay});
     }
   }
+  return largestParam;
+}
+
+/// The optimizer states' bytes by where they live.
+static void priceStates(Report &r, ModuleOp module) {
+  const int64_t n = r.worldSize;
   for (auto state : module.getOps<train::StateOp>()) {
     r.hasStates = true;
     auto type = cast<RankedTensorType>(state.getType());
@@ -203,12 +190,12 @@ FailureOr<Report> report::analyzeStep(ModuleOp module) {
     else
       r.optimizerStates += bytes;
   }
-  // Buffers (train.buffer): whole on every rank, whatever the stage.
-  for (auto buffer : module.getOps<train::BufferOp>())
-    r.buffers += tensorBytes(buffer.getType());
-  if (n > 1 && r.stage >= 2)
-    r.communicationBuffers = largestParam;
+}
 
+/// The step's inputs and its activations: plan-memory's arenas when it
+/// ran, else the liveness sweep.
+static void priceActivations(Report &r, ModuleOp module, func::FuncOp entry) {
+  const int64_t n = r.worldSize;
   for (Type t : entry.getArgumentTypes())
     if (isa<RankedTensorType>(t))
       r.inputs += tensorBytes(t);
@@ -228,16 +215,26 @@ FailureOr<Report> report::analyzeStep(ModuleOp module) {
   } else if (entry.getBody().hasOneBlock()) {
     r.activations = activationPeak(entry, r.stage, n, r.gatheredPeak);
   }
+}
 
-  // What runs before the accumulation boundary runs once per micro-batch.
-  auto runsPerStep = [&](Operation *op) -> int64_t {
-    return boundary && op->getBlock() == boundary->getBlock() &&
-                   op->isBeforeInBlock(boundary)
-               ? r.accumSteps
-               : 1;
+/// How many times `op` runs per optimizer step: what runs before the
+/// accumulation boundary runs once per micro-batch.
+static int64_t timesPerStep(const Report &r,
+                            train::AccumulationBoundaryOp boundary,
+                            Operation *op) {
+  return boundary && op->getBlock() == boundary->getBlock() &&
+                 op->isBeforeInBlock(boundary)
+             ? r.accumSteps
+             : 1;
+}
+
+/// The FLOPs of the matrix products and the bytes of the other kernels,
+/// the model's and those train-recompute repeats.
+static void countArithmetic(Report &r, ModuleOp module, func::FuncOp entry,
+                            train::AccumulationBoundaryOp boundary) {
+  auto runsPerStep = [&](Operation *op) {
+    return timesPerStep(r, boundary, op);
   };
-
-  // The arithmetic.
   if (auto policy = module->getAttrOfType<StringAttr>(train::kRecomputeAttr))
     r.recompute = policy.getValue().str();
   entry.walk([&](Operation *op) {
@@ -261,7 +258,17 @@ FailureOr<Report> report::analyzeStep(ModuleOp module) {
         bytes += tensorBytes(v.getType());
     (again ? r.recomputeKernelBytes : r.kernelBytes) += times * bytes;
   });
+}
 
+/// The copies between memory spaces: activations and gradients to host
+/// memory, nvme swaps.
+static void priceTransfers(Report &r, ModuleOp module, func::FuncOp entry,
+                           train::AccumulationBoundaryOp boundary,
+                           SymbolTableCollection &symbols) {
+  const int64_t n = r.worldSize;
+  auto runsPerStep = [&](Operation *op) {
+    return timesPerStep(r, boundary, op);
+  };
   // Every transfer as often as its op runs in a step: before the
   // accumulation boundary once per micro-batch (the swaps of nvme
   // parameters that the passes read, the offloaded activations down and
@@ -283,7 +290,17 @@ FailureOr<Report> report::analyzeStep(ModuleOp module) {
       (isa<SwapInStartOp>(op) ? r.paramsNvmeToHost : r.paramsHostToNvme) +=
           bytes;
   });
+}
 
+/// Host-placed parameters' traffic over the host link and the host steps
+/// (ZeRO-Offload's CPU step), on a device backend.
+static void priceHostTraffic(Report &r, ModuleOp module, func::FuncOp entry,
+                             train::AccumulationBoundaryOp boundary,
+                             SymbolTableCollection &symbols) {
+  const int64_t n = r.worldSize;
+  auto runsPerStep = [&](Operation *op) {
+    return timesPerStep(r, boundary, op);
+  };
   // Host-placed parameters (param=cpu) on a device backend: a gather reads
   // the shard (its tile's part) over the host link, once per run of the
   // gather; the update reads and writes it in place (the master-weight
@@ -359,8 +376,13 @@ FailureOr<Report> report::analyzeStep(ModuleOp module) {
       r.hostParamsToDevice += bytes;
     r.hostParamsToHost += bytes;
   });
+}
 
-  // Once collectives are in the IR they are the truth, not the plan.
+/// Once collectives are in the IR they are the truth, not the plan.
+static LogicalResult collectivesFromIR(Report &r, ModuleOp module,
+                                       func::FuncOp entry,
+                                       train::AccumulationBoundaryOp boundary,
+                                       SymbolTableCollection &symbols) {
   SmallVector<CollectiveOpInterface> ops;
   entry.walk([&](CollectiveOpInterface c) { ops.push_back(c); });
   if (!ops.empty()) {
@@ -397,6 +419,47 @@ FailureOr<Report> report::analyzeStep(ModuleOp module) {
                                times * c.getCommunicatedBytes(*size, symbols)});
     }
   }
+  return success();
+}
+
+FailureOr<Report> report::analyzeStep(ModuleOp module) {
+  Report r;
+  SymbolTableCollection symbols;
+  if (auto zero = module->getAttrOfType<ZeroAttr>(kZeroAttr)) {
+    r.stage = zero.getStage();
+    r.grid = zero.getGrid().getValue().str();
+    FailureOr<int64_t> n = getGridSize(module, zero.getGrid(), symbols);
+    if (failed(n))
+      return failure();
+    r.worldSize = *n;
+  }
+  const int64_t n = r.worldSize;
+
+  func::FuncOp entry = train::getEntryFunction(module);
+  if (!entry)
+    return failure();
+  FailureOr<std::optional<train::LossScalePolicy>> scaling =
+      train::getLossScalePolicy(module);
+  if (failed(scaling))
+    return failure();
+  r.lossScale = *scaling;
+  if (auto k = module->getAttrOfType<IntegerAttr>(train::kGradAccumAttr))
+    r.accumSteps = std::max<int64_t>(1, k.getInt());
+  train::AccumulationBoundaryOp boundary =
+      train::getAccumulationBoundary(entry);
+  int64_t largestParam = priceParameters(r, module, entry);
+  priceStates(r, module);
+  // Buffers (train.buffer): whole on every rank, whatever the stage.
+  for (auto buffer : module.getOps<train::BufferOp>())
+    r.buffers += tensorBytes(buffer.getType());
+  if (n > 1 && r.stage >= 2)
+    r.communicationBuffers = largestParam;
+  priceActivations(r, module, entry);
+  countArithmetic(r, module, entry, boundary);
+  priceTransfers(r, module, entry, boundary, symbols);
+  priceHostTraffic(r, module, entry, boundary, symbols);
+  if (failed(collectivesFromIR(r, module, entry, boundary, symbols)))
+    return failure();
   return r;
 }
 

@@ -27,10 +27,49 @@ using namespace mlir;
 using namespace ztrain::train;
 
 namespace {
+/// Declares `<param>.<suffix>` right after the parameter (or its previous
+/// state) so that a module reads parameter by parameter. `type` is the
+/// parameter's, or its f32 form for the master and moments of a 16-bit
+/// parameter.
+struct StateDeclarer {
+  SymbolTable &symbols;
+  OpBuilder declBuilder;
+
+  FailureOr<FlatSymbolRefAttr> declare(ParamOp param, StringRef suffix,
+                                       Type stateType, bool declareMaster,
+                                       Operation *&after) {
+    std::string name = (param.getSymName() + "." + suffix).str();
+    if (Operation *taken = symbols.lookup(name)) {
+      // At the declaration that takes the name; the parameter in a note.
+      taken->emitError() << "@" << name << " is the name of @"
+                         << param.getSymName() << "'s optimizer state ("
+                         << suffix << "): rename it";
+      return failure();
+    }
+    declBuilder.setInsertionPointAfter(after);
+    auto state = StateOp::create(
+        declBuilder, param.getLoc(), declBuilder.getStringAttr(name),
+        TypeAttr::get(stateType),
+        FlatSymbolRefAttr::get(param.getSymNameAttr()),
+        declareMaster ? declBuilder.getUnitAttr() : UnitAttr());
+    symbols.insert(state);
+    after = state;
+    return FlatSymbolRefAttr::get(state.getSymNameAttr());
+  }
+};
+
 struct TrainOptimizerPass
     : public ztrain::train::impl::TrainOptimizerBase<TrainOptimizerPass> {
   using TrainOptimizerBase::TrainOptimizerBase;
   void runOnOperation() override;
+  LogicalResult checkOptions(func::FuncOp entry);
+  LogicalResult addUpdate(ParamOp param, FlatSymbolRefAttr ref, Value grad,
+                          Type reduceType, bool lossScaled, OpBuilder &b,
+                          StateDeclarer &states);
+  void closeGradientHalf(func::FuncOp entry, func::ReturnOp ret,
+                         bool lossScaled);
+  void finishStep(ModuleOp module, func::FuncOp entry, func::ReturnOp ret,
+                  OpBuilder &b);
 };
 } // namespace
 
@@ -45,16 +84,61 @@ void TrainOptimizerPass::runOnOperation() {
                       << " returns no gradients: run train-autodiff first";
     return signalPassFailure();
   }
-  bool isSgd = kind == "sgd", isAdam = kind == "adam", isAdamW = kind == "adamw";
-  if (!isSgd && !isAdam && !isAdamW) {
-    entry.emitError() << "unknown optimizer '" << kind
-                       << "' (expected sgd, adam or adamw)";
+  if (failed(checkOptions(entry)))
     return signalPassFailure();
+
+  SymbolTable symbols(module);
+  auto ret = cast<func::ReturnOp>(entry.getBody().front().getTerminator());
+  OpBuilder b(ret);
+
+  // Mixed precision (train-precision): 16-bit parameters get an f32 master
+  // copy and f32 moments; gradients are reduced in `reduce`.
+  Type reduceType;
+  if (auto policy = module->getAttrOfType<DictionaryAttr>(kPrecisionAttr)) {
+    auto reduce = policy.getAs<TypeAttr>("reduce");
+    if (!reduce) {
+      module.emitError() << "malformed " << kPrecisionAttr << ": " << policy
+                         << " (expected {param = <type>, reduce = <type>})";
+      return signalPassFailure();
+    }
+    reduceType = reduce.getValue();
   }
-  auto invalid = [&](StringRef what, double value) {
-    entry.emitError() << "invalid " << kind << " hyperparameter: " << what
-                      << ", got " << value;
-    signalPassFailure();
+
+  FailureOr<std::optional<LossScalePolicy>> scalePolicy =
+      getLossScalePolicy(module);
+  if (failed(scalePolicy))
+    return signalPassFailure();
+  const bool lossScaled = scalePolicy->has_value();
+
+  StateDeclarer states{symbols, OpBuilder(module.getContext())};
+  for (auto [i, attr] : llvm::enumerate(gradsOf)) {
+    auto ref = cast<FlatSymbolRefAttr>(attr);
+    auto param = symbols.lookup<ParamOp>(ref.getValue());
+    if (!param) {
+      entry.emitError() << "gradient of undeclared parameter " << ref;
+      return signalPassFailure();
+    }
+    if (failed(addUpdate(param, ref, ret.getOperand(i + 1), reduceType,
+                         lossScaled, b, states)))
+      return signalPassFailure();
+  }
+
+  closeGradientHalf(entry, ret, lossScaled);
+  finishStep(module, entry, ret, b);
+}
+
+/// The options, checked before anything changes: every test is written so
+/// that NaN fails it.
+LogicalResult TrainOptimizerPass::checkOptions(func::FuncOp entry) {
+  const bool isSgd = kind == "sgd", isAdam = kind == "adam",
+             isAdamW = kind == "adamw";
+  if (!isSgd && !isAdam && !isAdamW)
+    return entry.emitError() << "unknown optimizer '" << kind
+                             << "' (expected sgd, adam or adamw)";
+  auto invalid = [&](StringRef what, double value) -> LogicalResult {
+    return entry.emitError()
+           << "invalid " << kind << " hyperparameter: " << what << ", got "
+           << value;
   };
   // Every test is written so that NaN fails it (a comparison with NaN is
   // false), and infinities are refused where a finite value is needed.
@@ -79,155 +163,105 @@ void TrainOptimizerPass::runOnOperation() {
   if (!(clipGradNorm >= 0.0) || !finite(clipGradNorm))
     return invalid("clip-grad-norm must be finite and >= 0 (0: no clipping)",
                    clipGradNorm);
-  if (noDecay != "1d" && noDecay != "none") {
-    entry.emitError() << "unknown no-decay group '" << noDecay
-                      << "' (expected 1d or none)";
-    return signalPassFailure();
-  }
-  if (gradAccumSteps < 1 || gradAccumSteps > (int64_t(1) << 30)) {
-    entry.emitError() << "grad-accum-steps must be in [1, 2^30], got "
-                      << static_cast<int64_t>(gradAccumSteps);
-    return signalPassFailure();
-  }
+  if (noDecay != "1d" && noDecay != "none")
+    return entry.emitError() << "unknown no-decay group '" << noDecay
+                             << "' (expected 1d or none)";
+  if (gradAccumSteps < 1 || gradAccumSteps > (int64_t(1) << 30))
+    return entry.emitError() << "grad-accum-steps must be in [1, 2^30], got "
+                             << static_cast<int64_t>(gradAccumSteps);
+  return success();
+}
 
-  SymbolTable symbols(module);
-  auto ret = cast<func::ReturnOp>(entry.getBody().front().getTerminator());
-  OpBuilder b(ret);
-  OpBuilder declBuilder(module.getContext());
-
-  // Mixed precision (train-precision): 16-bit parameters get an f32 master
-  // copy and f32 moments; gradients are reduced in `reduce`.
-  Type reduceType;
-  if (auto policy = module->getAttrOfType<DictionaryAttr>(kPrecisionAttr)) {
-    auto reduce = policy.getAs<TypeAttr>("reduce");
-    if (!reduce) {
-      module.emitError() << "malformed " << kPrecisionAttr << ": " << policy
-                         << " (expected {param = <type>, reduce = <type>})";
-      return signalPassFailure();
-    }
-    reduceType = reduce.getValue();
-  }
-
-  FailureOr<std::optional<LossScalePolicy>> scalePolicy =
-      getLossScalePolicy(module);
-  if (failed(scalePolicy))
-    return signalPassFailure();
-  const bool lossScaled = scalePolicy->has_value();
-
-  // Declares `<param>.<suffix>` right after the parameter (or its previous
-  // state) so that a module reads parameter by parameter. `type` is the
-  // parameter's, or its f32 form for the master and moments of a 16-bit
-  // parameter.
-  Type stateType;
-  bool declareMaster = false;
-  auto declareState = [&](ParamOp param, StringRef suffix,
-                          Operation *&after) -> FailureOr<FlatSymbolRefAttr> {
-    std::string name = (param.getSymName() + "." + suffix).str();
-    if (Operation *taken = symbols.lookup(name)) {
-      // At the declaration that takes the name; the parameter in a note.
-      taken->emitError() << "@" << name << " is the name of @"
-                         << param.getSymName() << "'s optimizer state ("
-                         << suffix << "): rename it";
+/// The update of one parameter from its gradient `grad`: its states (an
+/// f32 master for a 16-bit parameter), the cast to the reduce type, the
+/// accumulation, then train.sgd_update or train.adam_update before `b`.
+LogicalResult TrainOptimizerPass::addUpdate(ParamOp param,
+                                            FlatSymbolRefAttr ref, Value grad,
+                                            Type reduceType, bool lossScaled,
+                                            OpBuilder &b,
+                                            StateDeclarer &states) {
+  Operation *after = param;
+  Type paramElement = param.getTensorType().getElementType();
+  bool mixed = reduceType && !paramElement.isF32();
+  if (lossScaled && !mixed)
+    return param.emitError() << "the module scales its loss (" << kLossScaleAttr
+                             << ") but parameter @" << param.getSymName()
+                             << " has no 16-bit mixed-precision policy; loss "
+                                "scaling unscales in the f32 master update";
+  Type stateType = param.getType();
+  FlatSymbolRefAttr master;
+  if (mixed) {
+    stateType =
+        RankedTensorType::get(param.getTensorType().getShape(), b.getF32Type());
+    auto st = states.declare(param, "master", stateType, true, after);
+    if (failed(st))
       return failure();
-    }
-    declBuilder.setInsertionPointAfter(after);
-    auto state = StateOp::create(
-        declBuilder, param.getLoc(), declBuilder.getStringAttr(name),
-        TypeAttr::get(stateType),
-        FlatSymbolRefAttr::get(param.getSymNameAttr()),
-        declareMaster ? declBuilder.getUnitAttr() : UnitAttr());
-    symbols.insert(state);
-    after = state;
-    return FlatSymbolRefAttr::get(state.getSymNameAttr());
-  };
-
-  for (auto [i, attr] : llvm::enumerate(gradsOf)) {
-    auto ref = cast<FlatSymbolRefAttr>(attr);
-    auto param = symbols.lookup<ParamOp>(ref.getValue());
-    if (!param) {
-      entry.emitError() << "gradient of undeclared parameter " << ref;
-      return signalPassFailure();
-    }
-    Value grad = ret.getOperand(i + 1);
-    Operation *after = param;
-    Type paramElement = param.getTensorType().getElementType();
-    bool mixed = reduceType && !paramElement.isF32();
-    if (lossScaled && !mixed) {
-      param.emitError() << "the module scales its loss (" << kLossScaleAttr
-                        << ") but parameter @" << param.getSymName()
-                        << " has no 16-bit mixed-precision policy; loss "
-                           "scaling unscales in the f32 master update";
-      return signalPassFailure();
-    }
-    stateType = param.getType();
-    FlatSymbolRefAttr master;
-    if (mixed) {
-      stateType = RankedTensorType::get(param.getTensorType().getShape(),
-                                        b.getF32Type());
-      declareMaster = true;
-      auto st = declareState(param, "master", after);
-      declareMaster = false;
-      if (failed(st))
-        return signalPassFailure();
-      master = *st;
-      // Reduced in f32: cast as soon as the gradient is final, so that the
-      // 16-bit gradient dies there and ZeRO reduces (stage 2 and 3:
-      // reduce-scatters) the f32 one right away.
-      if (reduceType.isF32()) {
-        OpBuilder castBuilder(module.getContext());
-        castBuilder.setInsertionPointAfterValue(grad);
-        grad = CastOp::create(castBuilder, grad.getLoc(),
-                              RankedTensorType::get(
-                                  param.getTensorType().getShape(),
-                                  castBuilder.getF32Type()),
-                              grad);
-      }
-    }
-    if (gradAccumSteps > 1) {
-      // Summed where it is final, so that the micro-batch's gradient dies
-      // there.
-      OpBuilder accBuilder(module.getContext());
-      if (Operation *def = grad.getDefiningOp())
-        accBuilder.setInsertionPointAfter(def);
-      else
-        accBuilder.setInsertionPointToStart(&entry.getBody().front());
-      grad = AccumulateGradOp::create(accBuilder, grad.getLoc(), ref, grad);
-    }
-    // The no-decay group: biases, norms and other vectors.
-    const bool exempt =
-        noDecay == "1d" && param.getTensorType().getRank() < 2;
-    const double decay = exempt ? 0.0 : weightDecay;
-    if (isSgd) {
-      FlatSymbolRefAttr buffer;
-      if (momentum != 0.0) {
-        auto st = declareState(param, "momentum_buffer", after);
-        if (failed(st))
-          return signalPassFailure();
-        buffer = *st;
-      }
-      auto op = SGDUpdateOp::create(
-          b, param.getLoc(), ref, grad, master, buffer, b.getF64FloatAttr(lr),
-          b.getF64FloatAttr(momentum), b.getF64FloatAttr(dampening),
-          b.getF64FloatAttr(decay), UnitAttr(), UnitAttr(), UnitAttr());
-      op.setNesterov(nesterov);
-      op.setNoDecay(exempt);
-    } else {
-      auto m = declareState(param, "exp_avg", after);
-      if (failed(m))
-        return signalPassFailure();
-      auto v = declareState(param, "exp_avg_sq", after);
-      if (failed(v))
-        return signalPassFailure();
-      auto op = AdamUpdateOp::create(
-          b, param.getLoc(), ref, grad, master, *m, *v, b.getF64FloatAttr(lr),
-          b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
-          b.getF64FloatAttr(eps), b.getF64FloatAttr(decay), UnitAttr(),
-          UnitAttr(), UnitAttr());
-      op.setDecoupled(isAdamW);
-      op.setNoDecay(exempt);
+    master = *st;
+    // Reduced in f32: cast as soon as the gradient is final, so that the
+    // 16-bit gradient dies there and ZeRO reduces (stage 2 and 3:
+    // reduce-scatters) the f32 one right away.
+    if (reduceType.isF32()) {
+      OpBuilder castBuilder(getOperation().getContext());
+      castBuilder.setInsertionPointAfterValue(grad);
+      grad =
+          CastOp::create(castBuilder, grad.getLoc(),
+                         RankedTensorType::get(param.getTensorType().getShape(),
+                                               castBuilder.getF32Type()),
+                         grad);
     }
   }
+  if (gradAccumSteps > 1) {
+    // Summed where it is final, so that the micro-batch's gradient dies
+    // there.
+    OpBuilder accBuilder(getOperation().getContext());
+    if (Operation *def = grad.getDefiningOp())
+      accBuilder.setInsertionPointAfter(def);
+    else
+      accBuilder.setInsertionPointToStart(b.getInsertionBlock()); // entry
+    grad = AccumulateGradOp::create(accBuilder, grad.getLoc(), ref, grad);
+  }
+  // The no-decay group: biases, norms and other vectors.
+  const bool exempt = noDecay == "1d" && param.getTensorType().getRank() < 2;
+  const double decay = exempt ? 0.0 : weightDecay;
+  if (kind == "sgd") {
+    FlatSymbolRefAttr buffer;
+    if (momentum != 0.0) {
+      auto st =
+          states.declare(param, "momentum_buffer", stateType, false, after);
+      if (failed(st))
+        return failure();
+      buffer = *st;
+    }
+    auto op = SGDUpdateOp::create(
+        b, param.getLoc(), ref, grad, master, buffer, b.getF64FloatAttr(lr),
+        b.getF64FloatAttr(momentum), b.getF64FloatAttr(dampening),
+        b.getF64FloatAttr(decay), UnitAttr(), UnitAttr(), UnitAttr());
+    op.setNesterov(nesterov);
+    op.setNoDecay(exempt);
+  } else {
+    auto m = states.declare(param, "exp_avg", stateType, false, after);
+    if (failed(m))
+      return failure();
+    auto v = states.declare(param, "exp_avg_sq", stateType, false, after);
+    if (failed(v))
+      return failure();
+    auto op = AdamUpdateOp::create(
+        b, param.getLoc(), ref, grad, master, *m, *v, b.getF64FloatAttr(lr),
+        b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
+        b.getF64FloatAttr(eps), b.getF64FloatAttr(decay), UnitAttr(),
+        UnitAttr(), UnitAttr());
+    op.setDecoupled(kind == "adamw");
+    op.setNoDecay(exempt);
+  }
+  return success();
+}
 
+/// Before the first update: the accumulation boundary and the checks that
+/// close the gradient half of the step.
+void TrainOptimizerPass::closeGradientHalf(func::FuncOp entry,
+                                           func::ReturnOp ret,
+                                           bool lossScaled) {
+  ModuleOp module = getOperation();
   // The checks that close the gradient half of the step, placed before the
   // first update in this order: each is a chain over the gradients the
   // updates consume, started at 0 (`Chain` builds one link) and handed to
@@ -286,7 +320,11 @@ void TrainOptimizerPass::runOnOperation() {
     ClipGradNormOp::create(at, ret.getLoc(), sum,
                            at.getF64FloatAttr(clipGradNorm));
   }
+}
 
+/// The step returns the loss alone and says which optimizer it runs.
+void TrainOptimizerPass::finishStep(ModuleOp module, func::FuncOp entry,
+                                    func::ReturnOp ret, OpBuilder &b) {
   Value loss = ret.getOperand(0);
   func::ReturnOp::create(b, ret.getLoc(), loss);
   ret.erase();
@@ -295,14 +333,15 @@ void TrainOptimizerPass::runOnOperation() {
   entry->removeAttr(kGradientsAttr);
   entry->setAttr(kStepAttr, b.getUnitAttr());
   std::string summary =
-      isSgd ? llvm::formatv("sgd lr={0} momentum={1} dampening={2} "
-                            "weight_decay={3} nesterov={4} no_decay={5}",
-                            lr, momentum, dampening, weightDecay, (int)nesterov,
-                            noDecay)
-                  .str()
-            : llvm::formatv("{0} lr={1} beta1={2} beta2={3} eps={4} "
-                            "weight_decay={5} no_decay={6}",
-                            kind, lr, beta1, beta2, eps, weightDecay, noDecay)
-                  .str();
+      kind == "sgd"
+          ? llvm::formatv("sgd lr={0} momentum={1} dampening={2} "
+                          "weight_decay={3} nesterov={4} no_decay={5}",
+                          lr, momentum, dampening, weightDecay, (int)nesterov,
+                          noDecay)
+                .str()
+          : llvm::formatv("{0} lr={1} beta1={2} beta2={3} eps={4} "
+                          "weight_decay={5} no_decay={6}",
+                          kind, lr, beta1, beta2, eps, weightDecay, noDecay)
+                .str();
   module->setAttr(kOptimizerAttr, b.getStringAttr(summary));
 }
