@@ -15,6 +15,7 @@
 #include "mlir/Pass/PassRegistry.h"
 
 using namespace mlir;
+using namespace ztrain;
 
 void ztrain::buildTrainingPipeline(OpPassManager &pm,
                                    const TrainingPipelineOptions &options) {
@@ -27,8 +28,8 @@ void ztrain::buildTrainingPipeline(OpPassManager &pm,
       options.lossScaleWindow != defaults.lossScaleWindow ||
       options.hysteresis != defaults.hysteresis ||
       options.minLossScale != defaults.minLossScale;
-  if (options.precision != "fp32" || !options.reduceDtype.empty() ||
-      lossScaleGiven) {
+  if (options.precision != Precision::fp32 ||
+      options.reduceDtype != ReduceDtype::param || lossScaleGiven) {
     train::TrainPrecisionOptions precision;
     precision.param = options.precision;
     precision.reduce = options.reduceDtype;
@@ -41,7 +42,7 @@ void ztrain::buildTrainingPipeline(OpPassManager &pm,
   if (options.eval)
     pm.addPass(train::createTrainEvalEntry());
   pm.addPass(train::createTrainAutodiff());
-  if (options.recompute != "none") { // the pass refuses unknown policies
+  if (options.recompute != RecomputePolicy::none) {
     train::TrainRecomputeOptions recompute;
     recompute.policy = options.recompute;
     pm.addPass(train::createTrainRecompute(recompute));
@@ -99,8 +100,9 @@ void ztrain::buildZeroSchedulePipeline(OpPassManager &pm,
 
 void ztrain::addZeroOffload(OpPassManager &pm,
                             const ZeroPipelineOptions &options) {
-  if (options.offloadOptimizer == "none" && options.offloadParam == "none" &&
-      options.offloadActivations == "none")
+  if (options.offloadOptimizer == OffloadPlacement::none &&
+      options.offloadParam == OffloadPlacement::none &&
+      options.offloadActivations == ActivationPlacement::none)
     return;
   dist::ZeroOffloadOptions offload;
   offload.optimizer = options.offloadOptimizer;

@@ -76,16 +76,17 @@ std::string ztrain::checkCostModel(const CostModel &m, StringRef prefix) {
 void ztrain::applyPlanChoice(const PlanChoice &c,
                              TrainingPipelineOptions &training,
                              ZeroPipelineOptions &zero) {
-  training.precision = c.precision;
-  training.recompute = c.recompute;
+  training.precision = *symbolize<Precision>(c.precision);
+  training.recompute = *symbolize<RecomputePolicy>(c.recompute);
   zero.stage = c.stage;
   zero.maxTileBytes = c.maxTileBytes;
   zero.overlap = c.overlap;
   zero.prefetchDepth = c.prefetchDepth;
   zero.reshardAfterForward = c.reshardAfterForward;
-  zero.offloadOptimizer = c.offloadOptimizer;
-  zero.offloadParam = c.offloadParam;
-  zero.offloadActivations = c.offloadActivations;
+  zero.offloadOptimizer = *symbolize<OffloadPlacement>(c.offloadOptimizer);
+  zero.offloadParam = *symbolize<OffloadPlacement>(c.offloadParam);
+  zero.offloadActivations =
+      *symbolize<ActivationPlacement>(c.offloadActivations);
   zero.offloadRatio = c.offloadRatio;
   zero.offloadParamRatio = c.offloadParamRatio;
 }
@@ -299,8 +300,8 @@ addCandidates(ModuleOp forward, const TrainingPipelineOptions &training,
   OwningOpRef<ModuleOp> trained = cast<ModuleOp>(forward->clone());
   TrainingPipelineOptions t;
   t.copyOptionValuesFrom(training);
-  t.precision = precision;
-  t.recompute = policy;
+  t.precision = *symbolize<Precision>(precision);
+  t.recompute = *symbolize<RecomputePolicy>(policy);
   PassManager pm(forward.getContext());
   pm.enableVerifier(false);
   buildTrainingPipeline(pm, t);
@@ -432,7 +433,8 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
     SmallVector<std::string> precisions =
         request.searchPrecision
             ? SmallVector<std::string>{"fp32", "bf16"}
-            : SmallVector<std::string>{std::string(training.precision)};
+            : SmallVector<std::string>{
+                  stringify<Precision>(training.precision).str()};
     for (const std::string &precision : precisions)
       for (const std::string &policy : policies)
         addCandidates(forward, training, zero, request, precision, policy,
@@ -474,11 +476,6 @@ struct PlanSearchPass : public ztrain::impl::PlanSearchBase<PlanSearchPass> {
 void PlanSearchPass::runOnOperation() {
   ModuleOp module = getOperation();
   PlanSearchRequest request;
-  if (format != "text" && format != "json") {
-    module.emitError() << "plan-search: unknown format '" << format
-                       << "' (expected text or json)";
-    return signalPassFailure();
-  }
   if (!parseByteSize(memoryBudget, request.budget)) {
     module.emitError() << "plan-search: memory-budget must be a size in bytes "
                           "(1e10, 16GB, 16GiB), got '"
@@ -511,9 +508,9 @@ void PlanSearchPass::runOnOperation() {
   TrainingPipelineOptions training;
   ZeroPipelineOptions zero;
   // auto: the search chooses fp32 or bf16.
-  request.searchPrecision = precision == "auto";
+  request.searchPrecision = precision == Precision::automatic;
   training.precision =
-      request.searchPrecision ? std::string("fp32") : std::string(precision);
+      request.searchPrecision ? Precision::fp32 : Precision(precision);
   training.optimizer = optimizer;
   zero.dp = dp;
   FailureOr<PlanSearchResult> result =
@@ -526,7 +523,7 @@ void PlanSearchPass::runOnOperation() {
     module.emitError() << "plan-search: " << err;
     return signalPassFailure();
   }
-  if (format == "json")
+  if (format == OutputFormat::json)
     printPlanSearchJson(out->os(), *result, request, training, zero);
   else
     printPlanSearch(out->os(), *result, request, training, zero);

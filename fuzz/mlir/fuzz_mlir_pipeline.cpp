@@ -100,11 +100,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const uint64_t h = fnv1a(data, size);
   ztrain::TrainingPipelineOptions training;
   ztrain::ZeroPipelineOptions zero;
-  static const char *const optimizers[] = {"sgd", "adam", "adamw"};
-  static const char *const precisions[] = {"fp32", "fp32", "bf16", "fp16"};
-  static const char *const recomputes[] = {"none", "none", "full",
-                                           "selective"};
-  static const char *const offloads[] = {"none", "none", "cpu", "nvme"};
+  using ztrain::OffloadPlacement, ztrain::OptimizerKind, ztrain::Precision,
+      ztrain::RecomputePolicy;
+  static const OptimizerKind optimizers[] = {
+      OptimizerKind::sgd, OptimizerKind::adam, OptimizerKind::adamw};
+  static const Precision precisions[] = {Precision::fp32, Precision::fp32,
+                                         Precision::bf16, Precision::fp16};
+  static const RecomputePolicy recomputes[] = {
+      RecomputePolicy::none, RecomputePolicy::none, RecomputePolicy::full,
+      RecomputePolicy::selective};
+  static const OffloadPlacement offloads[] = {
+      OffloadPlacement::none, OffloadPlacement::none, OffloadPlacement::cpu,
+      OffloadPlacement::nvme};
   static const int64_t dps[] = {1, 2, 4};
   training.optimizer = optimizers[h % 3];
   zero.stage = (h >> 2) % 4;
@@ -118,15 +125,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   zero.offloadOptimizer = offloads[(h >> 14) % 4];
   training.eval = (h >> 16) & 1;
   if (verbose)
-    llvm::errs() << "ztrain-fuzz: optimizer=" << training.optimizer
+    llvm::errs() << "ztrain-fuzz: optimizer="
+                 << ztrain::stringify<OptimizerKind>(training.optimizer)
                  << " stage=" << zero.stage << " dp=" << zero.dp
-                 << " precision=" << training.precision
-                 << " overlap=" << zero.overlap
-                 << " recompute=" << training.recompute
+                 << " precision="
+                 << ztrain::stringify<Precision>(training.precision)
+                 << " overlap=" << zero.overlap << " recompute="
+                 << ztrain::stringify<RecomputePolicy>(training.recompute)
                  << " grad-accum-steps=" << training.gradAccumSteps
                  << " clip-grad-norm=" << training.clipGradNorm
                  << " max-tile-bytes=" << zero.maxTileBytes
-                 << " offload-optimizer=" << zero.offloadOptimizer
+                 << " offload-optimizer="
+                 << ztrain::stringify<OffloadPlacement>(zero.offloadOptimizer)
                  << " eval=" << training.eval << "\n";
 
   PassManager pm(&context);

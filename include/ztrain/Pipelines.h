@@ -21,6 +21,7 @@
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
+#include "ztrain/OptionEnums.h"
 
 namespace ztrain {
 
@@ -28,7 +29,7 @@ namespace ztrain {
 // ztrain-compile's flags.
 #define ZTRAIN_PIPELINE_OPTION(MEMBER, TYPE, DEFAULT, OPTION, FLAG, DESC)      \
   Option<TYPE> MEMBER{*this, OPTION, llvm::cl::desc(DESC),                     \
-                      llvm::cl::init(DEFAULT)};
+                      llvm::cl::init(DEFAULT), ztrain::optionValues<TYPE>()};
 
 struct TrainingPipelineOptions
     : public mlir::PassPipelineOptions<TrainingPipelineOptions> {

@@ -43,7 +43,7 @@
 // HYPER-NEXT: llvm.call @ztrt_adam_update({{.*}}, %[[W]], %{{.*}})
 // HYPER: llvm.call @ztrt_adam_update({{.*}}, %[[ZERO]], %{{.*}})
 
-// BADGROUP: error: unknown no-decay group 'bias' (expected 1d or none)
+// BADGROUP: for the --no-decay option: Cannot find option named 'bias'!
 
 // SGDM: train.state @w.momentum_buffer : tensor<3x4xf32> of @w
 // SGDM: train.state @b.momentum_buffer : tensor<3xf32> of @b

@@ -6,7 +6,7 @@
 // RUN: not ztrain-compile %s --reduce-dtype=fp32 -o %t.exe 2>&1 | FileCheck %s --check-prefix=NOLOW32C
 // NOLOW32C: ztrain-compile: error: --reduce-dtype=fp32: needs --precision=bf16 or fp16 (with fp32 parameters gradients are reduced in fp32)
 // RUN: not ztrain-compile %s --precision=fp8 -o %t.exe 2>&1 | FileCheck %s --check-prefix=FP8C
-// FP8C: ztrain-compile: error: --precision=fp8: expected fp32, bf16 or fp16
+// FP8C: ztrain-compile: for the --precision option: Cannot find option named 'fp8'!
 // RUN: not ztrain-opt %s --train-precision="param=bf16 reduce=fp16" 2>&1 | FileCheck %s --check-prefix=MIX
 // RUN: not ztrain-opt %s --train-precision="param=bf16 reduce=int8" 2>&1 | FileCheck %s --check-prefix=RED
 // RUN: not ztrain-opt %s --train-precision=param=bf16 --train-precision=param=bf16 2>&1 | FileCheck %s --check-prefix=TWICE
@@ -22,11 +22,11 @@
 // RUN: not ztrain-opt %s --train-precision="param=fp16 loss-scale-window=0" 2>&1 | FileCheck %s --check-prefix=WIN
 // RUN: not ztrain-opt %s --train-precision="param=fp16 hysteresis=0" 2>&1 | FileCheck %s --check-prefix=HYST
 
-// FP8: error: train-precision: unknown precision 'fp8' (expected fp32, bf16 or fp16)
+// FP8: for the --param option: Cannot find option named 'fp8'!
 // NOLOW: error: train-precision: reduce=bf16 needs 16-bit parameters (param=bf16 or fp16); with fp32 parameters gradients are reduced in fp32
 // NOLOW32: error: train-precision: reduce=fp32 needs 16-bit parameters (param=bf16 or fp16); with fp32 parameters gradients are reduced in fp32
 // MIX: error: train-precision: reduce=fp16 with param=bf16: gradients are reduced in the parameters' type or in fp32
-// RED: error: train-precision: unknown reduce type 'int8' (expected fp32, bf16 or fp16)
+// RED: for the --reduce option: Cannot find option named 'int8'!
 // TWICE: error: train-precision: the module already has a precision policy
 // LSBF16: error: train-precision: the loss-scale options (initial-scale-power, loss-scale-window, hysteresis, min-loss-scale) configure fp16's dynamic loss scaling; param=bf16 has no loss scaling
 // LSFP32: ztrain-compile: error: --loss-scale-window configures fp16's dynamic loss scaling; --precision=fp32 has none

@@ -3,7 +3,7 @@
 // RUN: not ztrain-opt %s --split-input-file --train-recompute=policy=full 2>&1 | FileCheck %s --check-prefix=ORDER
 // RUN: not ztrain-opt %s --split-input-file --train-autodiff --train-recompute=policy=selective 2>&1 | FileCheck %s --check-prefix=SEL
 
-// POLICY: error: train-recompute: unknown policy 'fulll' (expected none, full or selective)
+// POLICY: for the --policy option: Cannot find option named 'fulll'!
 // ORDER: error: train-recompute rewrites the backward pass: run it after train-autodiff and before train-optimizer
 // SEL: error: train-recompute{policy=selective}: nothing to recompute in @loss: the backward pass reads only values the policy keeps (1 segment boundary)
 

@@ -47,7 +47,7 @@
 // TEXT: activations <-> host 32
 
 // NORECOMPUTE: error: zero-offload: activations=cpu moves the activations train-recompute keeps for the backward pass, but this step recomputes nothing (compile with --recompute=full or selective)
-// UNKNOWN: error: zero-offload: unknown activation placement 'gpu' (expected none or cpu)
+// UNKNOWN: for the --activations option: Cannot find option named 'gpu'!
 
 train.param @w1 : tensor<4x4xf32> init(normal, 0.5)
 train.param @w1b : tensor<4x4xf32> init(normal, 0.5)

@@ -8,7 +8,7 @@
 // RUN: not ztrain-opt %s --ztrain-training="optimizer=sgd" --zero-offload="optimizer=nvme" 2>&1 | FileCheck %s --check-prefix=NONE
 // RUN: not ztrain-opt %s --ztrain-training="optimizer=adam" --zero-offload="optimizer=nvme" --zero-offload="optimizer=cpu" 2>&1 | FileCheck %s --check-prefix=TWICE
 
-// SPACE: error: zero-offload: unknown optimizer placement 'ssd' (expected none, cpu or nvme)
+// SPACE: for the --optimizer option: Cannot find option named 'ssd'!
 // PARAM: error: zero-offload: param=nvme needs ZeRO stage 3 (parameters partitioned at rest and gathered for use), as DeepSpeed's offload_param; this step is at stage 0
 // PCPU: error: zero-offload: param=cpu needs ZeRO stage 3 (parameters partitioned at rest and gathered for use), as DeepSpeed's offload_param; this step is at stage 0
 // RATIO: error: zero-offload: ratio=1.5 is out of range (0, 1]

@@ -83,7 +83,7 @@
 // S3IR: "collectives_source": "ir",
 // S3IR-NEXT: "communication_bytes_per_step": 192,
 
-// FORMAT: error: zero-report: unknown format 'yaml' (expected text or json)
+// FORMAT: for the --format option: Cannot find option named 'yaml'!
 
 train.param @w : tensor<7x3xf32> init(normal, 0.02)
 train.param @b : tensor<7xf32> init(zeros)

@@ -289,7 +289,7 @@ def test_checkpoint_masters_round_to_the_saved_weights(tmp_path):
 
 
 @pytest.mark.parametrize("flags,message", [
-    (["--precision=fp8"], "--precision=fp8: expected fp32, bf16 or fp16"),
+    (["--precision=fp8"], "for the --precision option: Cannot find option named 'fp8'!"),
     (["--reduce-dtype=fp32"], "--reduce-dtype=fp32: needs --precision=bf16 or fp16"),
     (["--precision=bf16", "--reduce-dtype=fp16"],
      "--reduce-dtype=fp16: expected fp32 or bf16 (the parameters' type)"),

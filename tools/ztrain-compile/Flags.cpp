@@ -48,6 +48,7 @@ cl::opt<bool> verifyEach(
 namespace flags {
 #define ZTRAIN_PIPELINE_FLAG(MEMBER, TYPE, DEFAULT, OPTION, FLAG, DESC)        \
   cl::opt<TYPE> MEMBER(FLAG, cl::desc(DESC), cl::init(DEFAULT),                \
+                       ztrain::optionValues<TYPE>(/*search=*/true),            \
                        cl::cat(category));
 #define ZTRAIN_TRAINING_OPTION ZTRAIN_PIPELINE_FLAG
 #define ZTRAIN_ZERO_OPTION ZTRAIN_PIPELINE_FLAG
@@ -138,20 +139,6 @@ cl::opt<double> hostMemoryGBps(
 /// flag (the passes check the same rules for ztrain-opt's pipeline
 /// options, where the diagnostic is located in the module).
 std::string checkFlagValues() {
-  auto oneOf = [](const std::string &flag, const std::string &value,
-                  std::initializer_list<const char *> allowed) {
-    for (const char *a : allowed)
-      if (value == a)
-        return std::string();
-    std::string list;
-    size_t i = 0;
-    for (const char *a : allowed)
-      list += (i++ == 0              ? ""
-               : i == allowed.size() ? " or "
-                                     : ", ") +
-              std::string(a);
-    return flag + "=" + value + ": expected " + list;
-  };
   auto real = [](const std::string &flag, double v, bool ok,
                  const char *expected) {
     if (ok && std::isfinite(v))
@@ -167,62 +154,51 @@ std::string checkFlagValues() {
       return std::string();
     return flag + "=" + std::to_string(v) + ": expected " + expected;
   };
-  const bool sgd = flags::optimizer == "sgd";
+  // The spellings of the closed choices are llvm::cl's to check (their
+  // cl::values); what is left is how the flags combine.
+  const bool sgd = flags::optimizer == ztrain::OptimizerKind::sgd;
+  const ztrain::Precision precisionValue = flags::precision;
+  const bool fp16 = precisionValue == ztrain::Precision::fp16;
+  const std::string precision = ztrain::stringify(precisionValue).str();
+  const bool reduceGiven = flags::reduceDtype != ztrain::ReduceDtype::param;
+  const std::string reduce =
+      ztrain::stringify<ztrain::ReduceDtype>(flags::reduceDtype).str();
   const std::string checks[] = {
-      memoryBudget.getNumOccurrences() > 0
-          ? oneOf("precision", flags::precision,
-                  {"fp32", "bf16", "fp16", "auto"})
-      : flags::precision == "auto"
+      memoryBudget.getNumOccurrences() == 0 &&
+              precisionValue == ztrain::Precision::automatic
           ? "precision=auto: the plan search chooses the precision; "
             "it needs --memory-budget"
-          : oneOf("precision", flags::precision, {"fp32", "bf16", "fp16"}),
-      flags::reduceDtype.empty()
-          ? ""
-          : oneOf("reduce-dtype", flags::reduceDtype, {"fp32", "bf16", "fp16"}),
+          : "",
       // What train-precision would refuse, as flags.
-      flags::precision == "fp16"
-          ? integer("initial-scale-power", flags::initialScalePower,
-                    flags::initialScalePower >= 0 &&
-                        flags::initialScalePower <= 127,
-                    "0 to 127 (the scale 2^power must be a finite f32)")
-          : "",
-      flags::precision == "fp16"
-          ? integer("loss-scale-window", flags::lossScaleWindow,
-                    flags::lossScaleWindow >= 1, "a number of steps >= 1")
-          : "",
-      flags::precision == "fp16"
-          ? integer("hysteresis", flags::hysteresis, flags::hysteresis >= 1,
-                    "a number of overflows >= 1")
-          : "",
-      flags::precision == "fp16"
-          ? real(
-                "min-loss-scale", flags::minLossScale,
-                flags::minLossScale > 0 &&
-                    flags::minLossScale <=
-                        std::ldexp(1.0, static_cast<int>(std::clamp<int64_t>(
-                                            flags::initialScalePower, 0, 127))),
-                "a scale > 0 and <= the initial scale 2^initial-scale-power")
-          : "",
-      !flags::reduceDtype.empty() && flags::precision == "fp32"
-          ? "reduce-dtype=" + flags::reduceDtype +
+      fp16 ? integer("initial-scale-power", flags::initialScalePower,
+                     flags::initialScalePower >= 0 &&
+                         flags::initialScalePower <= 127,
+                     "0 to 127 (the scale 2^power must be a finite f32)")
+           : "",
+      fp16 ? integer("loss-scale-window", flags::lossScaleWindow,
+                     flags::lossScaleWindow >= 1, "a number of steps >= 1")
+           : "",
+      fp16 ? integer("hysteresis", flags::hysteresis, flags::hysteresis >= 1,
+                     "a number of overflows >= 1")
+           : "",
+      fp16 ? real("min-loss-scale", flags::minLossScale,
+                  flags::minLossScale > 0 &&
+                      flags::minLossScale <=
+                          std::ldexp(1.0,
+                                     static_cast<int>(std::clamp<int64_t>(
+                                         flags::initialScalePower, 0, 127))),
+                  "a scale > 0 and <= the initial scale 2^initial-scale-power")
+           : "",
+      reduceGiven && precisionValue == ztrain::Precision::fp32
+          ? "reduce-dtype=" + reduce +
                 ": needs --precision=bf16 or fp16 (with fp32 parameters "
                 "gradients are reduced in fp32)"
           : "",
-      !flags::reduceDtype.empty() &&
-              (flags::precision == "bf16" || flags::precision == "fp16") &&
-              flags::reduceDtype != flags::precision &&
-              flags::reduceDtype != "fp32"
-          ? "reduce-dtype=" + flags::reduceDtype + ": expected fp32 or " +
-                flags::precision +
-                " (the parameters' type) with --precision=" + flags::precision
+      reduceGiven && (precisionValue == ztrain::Precision::bf16 || fp16) &&
+              reduce != precision && reduce != "fp32"
+          ? "reduce-dtype=" + reduce + ": expected fp32 or " + precision +
+                " (the parameters' type) with --precision=" + precision
           : "",
-      oneOf("optimizer", flags::optimizer, {"sgd", "adam", "adamw"}),
-      oneOf("no-decay", flags::noDecay, {"1d", "none"}),
-      oneOf("recompute", flags::recompute, {"none", "full", "selective"}),
-      oneOf("offload-optimizer", flags::offloadOptimizer,
-            {"none", "cpu", "nvme"}),
-      oneOf("offload-param", flags::offloadParam, {"none", "cpu", "nvme"}),
-      oneOf("offload-activations", flags::offloadActivations, {"none", "cpu"}),
       integer("zero-stage", flags::stage,
               flags::stage >= 0 && flags::stage <= 3, "0, 1, 2 or 3"),
       integer("dp", flags::dp, flags::dp >= 1, "a number of ranks >= 1"),
@@ -280,10 +256,13 @@ std::string checkFlagValues() {
               "bytes >= 0 (0: no tiling)"),
       // Parameters are placed as stage 3's shards (DeepSpeed's rule);
       // under --memory-budget the search chooses the stage, unless given.
-      flags::offloadParam != "none" && flags::stage != 3 &&
+      flags::offloadParam != ztrain::OffloadPlacement::none &&
+              flags::stage != 3 &&
               (memoryBudget.getNumOccurrences() == 0 ||
                flags::stage.getNumOccurrences() > 0)
-          ? "offload-param=" + flags::offloadParam +
+          ? "offload-param=" +
+                ztrain::stringify<ztrain::OffloadPlacement>(flags::offloadParam)
+                    .str() +
                 ": needs ZeRO stage 3 (it places stage 3's parameter "
                 "shards); this build is --zero-stage=" +
                 std::to_string(flags::stage)

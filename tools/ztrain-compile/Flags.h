@@ -12,6 +12,8 @@
 #ifndef ZTRAIN_TOOLS_ZTRAIN_COMPILE_FLAGS_H
 #define ZTRAIN_TOOLS_ZTRAIN_COMPILE_FLAGS_H
 
+#include "ztrain/OptionEnums.h"
+
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/CommandLine.h"
 
@@ -42,7 +44,8 @@ namespace flags {
 } // namespace flags
 
 /// The first flag whose value no pass would accept, as
-/// "optimizer=adamm: expected sgd, adam or adamw"; "" when all are valid.
+/// "lr=-1: expected a finite value >= 0"; "" when all are valid. (A
+/// misspelled closed choice never gets here: llvm::cl refuses it.)
 std::string checkFlagValues();
 
 /// Prints "ztrain-compile: error: <msg>" and returns 1 (the exit status).

@@ -114,7 +114,7 @@ int checkFlagCombinations(const ztrain::DeepSpeedFlags &dsFlags,
       llvm::errs() << "ztrain-compile: warning: --" << flag << " " << why
                    << "\n";
   };
-  const bool sgd = flags::optimizer == "sgd";
+  const bool sgd = flags::optimizer == ztrain::OptimizerKind::sgd;
   const OptimizerFlag optimizerFlags[] = {
       {"beta1", flags::beta1.getNumOccurrences() > 0, false},
       {"beta2", flags::beta2.getNumOccurrences() > 0, false},
@@ -125,8 +125,8 @@ int checkFlagCombinations(const ztrain::DeepSpeedFlags &dsFlags,
   for (const OptimizerFlag &f : optimizerFlags)
     if (f.given && f.sgdOnly != sgd)
       return fail(llvm::Twine("--") + f.name + " is " +
-                  (f.sgdOnly ? "an SGD" : "an Adam") +
-                  " option; --optimizer=" + flags::optimizer +
+                  (f.sgdOnly ? "an SGD" : "an Adam") + " option; --optimizer=" +
+                  ztrain::stringify<ztrain::OptimizerKind>(flags::optimizer) +
                   " does not use it");
   if (flags::stage > 0 && flags::dp.getNumOccurrences() == 0)
     llvm::errs() << "ztrain-compile: warning: --zero-stage=" << flags::stage
@@ -165,23 +165,28 @@ int checkFlagCombinations(const ztrain::DeepSpeedFlags &dsFlags,
   // their default values).
   for (const auto *opt : {&flags::initialScalePower, &flags::lossScaleWindow,
                           &flags::hysteresis})
-    if (opt->getNumOccurrences() > 0 && flags::precision != "fp16")
+    if (opt->getNumOccurrences() > 0 &&
+        flags::precision != ztrain::Precision::fp16)
       return fail("--" + opt->ArgStr +
                   " configures fp16's dynamic loss scaling; --precision=" +
-                  flags::precision + " has none");
+                  ztrain::stringify<ztrain::Precision>(flags::precision) +
+                  " has none");
   if (flags::minLossScale.getNumOccurrences() > 0 &&
-      flags::precision != "fp16")
+      flags::precision != ztrain::Precision::fp16)
     return fail("--min-loss-scale configures fp16's dynamic loss scaling; "
-                "--precision=" + flags::precision + " has none");
+                "--precision=" +
+                ztrain::stringify<ztrain::Precision>(flags::precision) +
+                " has none");
   if (flags::offloadRatio.getNumOccurrences() > 0 &&
-      flags::offloadOptimizer == "none" &&
+      flags::offloadOptimizer == ztrain::OffloadPlacement::none &&
       memoryBudget.getNumOccurrences() == 0)
     noEffect("offload-ratio", "is the fraction of the optimizer states "
                               "--offload-optimizer places; without it it has "
                               "no effect");
   // (With --memory-budget a ratio bounds what the search tries.)
   if (flags::offloadParamRatio.getNumOccurrences() > 0 &&
-      flags::offloadParam == "none" && memoryBudget.getNumOccurrences() == 0)
+      flags::offloadParam == ztrain::OffloadPlacement::none &&
+      memoryBudget.getNumOccurrences() == 0)
     noEffect("offload-param-ratio", "is the fraction of the parameters "
                                     "--offload-param places; without it it "
                                     "has no effect");
@@ -213,11 +218,12 @@ int checkFlagCombinations(const ztrain::DeepSpeedFlags &dsFlags,
   if (flags::offloadSubGroupSize.getNumOccurrences() > 0 &&
       !fromConfig.count("sub-group-size") &&
       memoryBudget.getNumOccurrences() == 0) {
-    if (flags::offloadOptimizer != "nvme")
+    if (flags::offloadOptimizer != ztrain::OffloadPlacement::nvme)
       noEffect("sub-group-size", "chunks the optimizer states nvme offload "
                                  "swaps; without --offload-optimizer=nvme it "
                                  "has no effect");
-    else if (flags::offloadParam == "nvme" && flags::offloadParamRatio >= 1.0)
+    else if (flags::offloadParam == ztrain::OffloadPlacement::nvme &&
+             flags::offloadParamRatio >= 1.0)
       noEffect("sub-group-size",
                "chunks the optimizer states of updates whose parameter "
                "stays in memory; with --offload-param=nvme every update "
@@ -225,7 +231,8 @@ int checkFlagCombinations(const ztrain::DeepSpeedFlags &dsFlags,
                "no effect");
   }
   if (flags::offloadBufferCount.getNumOccurrences() > 0 &&
-      flags::offloadOptimizer != "nvme" && flags::offloadParam != "nvme")
+      flags::offloadOptimizer != ztrain::OffloadPlacement::nvme &&
+      flags::offloadParam != ztrain::OffloadPlacement::nvme)
     noEffect("offload-buffer-count",
              "sizes the swap buffers of nvme offload; without "
              "--offload-optimizer=nvme or --offload-param=nvme it has no "
@@ -285,9 +292,9 @@ int searchPlanIfAsked(ModuleOp module,
   request.cost.deviceFlopsPerSecond = deviceTflops * 1e12;
   request.cost.device16FlopsPerSecond = device16Tflops * 1e12;
   // --precision=auto: the search chooses fp32 or bf16.
-  if (flags::precision == "auto") {
+  if (flags::precision == ztrain::Precision::automatic) {
     request.searchPrecision = true;
-    training.precision = "fp32";
+    training.precision = ztrain::Precision::fp32;
   }
   request.cost.collectiveLatency = latencyUs * 1e-6;
   request.cost.memoryBytesPerSecond = memoryGBps * 1e9;
@@ -304,11 +311,14 @@ int searchPlanIfAsked(ModuleOp module,
     return fail(error);
   auto given = [](const cl::Option &o) { return o.getNumOccurrences() > 0; };
   if (given(flags::offloadActivations))
-    request.offloadActivations = flags::offloadActivations;
+    request.offloadActivations = ztrain::stringify<ztrain::ActivationPlacement>(
+                                     flags::offloadActivations)
+                                     .str();
   if (given(flags::stage))
     request.stage = flags::stage;
   if (given(flags::recompute))
-    request.recompute = flags::recompute;
+    request.recompute =
+        ztrain::stringify<ztrain::RecomputePolicy>(flags::recompute).str();
   if (given(flags::maxTileBytes))
     request.maxTileBytes = flags::maxTileBytes;
   if (given(flags::overlap))
@@ -318,9 +328,12 @@ int searchPlanIfAsked(ModuleOp module,
   if (given(flags::reshardAfterForward))
     request.reshardAfterForward = flags::reshardAfterForward;
   if (given(flags::offloadOptimizer))
-    request.offloadOptimizer = flags::offloadOptimizer;
+    request.offloadOptimizer =
+        ztrain::stringify<ztrain::OffloadPlacement>(flags::offloadOptimizer)
+            .str();
   if (given(flags::offloadParam))
-    request.offloadParam = flags::offloadParam;
+    request.offloadParam =
+        ztrain::stringify<ztrain::OffloadPlacement>(flags::offloadParam).str();
   if (given(flags::offloadRatio))
     request.offloadRatio = flags::offloadRatio;
   if (given(flags::offloadParamRatio))

@@ -9,6 +9,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
+#include "ztrain/OptionEnums.h"
 
 namespace ztrain {
 #define GEN_PASS_DECL

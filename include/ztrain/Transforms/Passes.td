@@ -64,11 +64,15 @@ def PlanSearch : Pass<"plan-search", "::mlir::ModuleOp"> {
     Option<"memoryBudget", "memory-budget", "std::string", "\"\"",
            "Bytes per rank the plan may use (1e10, 16GB, 16GiB)">,
     Option<"dp", "dp", "int64_t", "1", "Data-parallel ranks">,
-    Option<"precision", "precision", "std::string", "\"fp32\"",
+    Option<"precision", "precision", "::ztrain::Precision",
+           "::ztrain::Precision::fp32",
            "fp32, bf16 or fp16 (as ztrain-training's), or auto: searched "
-           "(fp32 or bf16)">,
-    Option<"optimizer", "optimizer", "std::string", "\"adamw\"",
-           "sgd, adam or adamw (as ztrain-training's)">,
+           "(fp32 or bf16)",
+           [{::ztrain::optionValues<::ztrain::Precision>(/*search=*/true)}]>,
+    Option<"optimizer", "optimizer", "::ztrain::OptimizerKind",
+           "::ztrain::OptimizerKind::adamw",
+           "sgd, adam or adamw (as ztrain-training's)",
+           [{::ztrain::optionValues<::ztrain::OptimizerKind>()}]>,
     Option<"linkGBps", "link-gbps", "double", "25.0",
            "Cost model: GB/s one rank sends">,
     Option<"latencyUs", "latency-us", "double", "10.0",
@@ -93,8 +97,9 @@ def PlanSearch : Pass<"plan-search", "::mlir::ModuleOp"> {
            "Cost model: GB/s the host's optimizer step (host-placed "
            "states on a device backend) reads and writes host memory "
            "(with host-memory-budget)">,
-    Option<"format", "format", "std::string", "\"text\"",
-           "text (a table) or json">,
+    Option<"format", "format", "::ztrain::OutputFormat",
+           "::ztrain::OutputFormat::text", "text (a table) or json",
+           [{::ztrain::optionValues<::ztrain::OutputFormat>()}]>,
     Option<"output", "output", "std::string", "\"-\"",
            "Where to print the search">
   ];

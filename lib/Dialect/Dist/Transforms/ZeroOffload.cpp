@@ -39,16 +39,6 @@ struct ZeroOffloadPass : public dist::impl::ZeroOffloadBase<ZeroOffloadPass> {
 
 void ZeroOffloadPass::runOnOperation() {
   ModuleOp module = getOperation();
-  if (optimizer != "none" && optimizer != "cpu" && optimizer != "nvme") {
-    module.emitError() << "zero-offload: unknown optimizer placement '"
-                       << optimizer << "' (expected none, cpu or nvme)";
-    return signalPassFailure();
-  }
-  if (param != "none" && param != "cpu" && param != "nvme") {
-    module.emitError() << "zero-offload: unknown parameter placement '"
-                       << param << "' (expected none, cpu or nvme)";
-    return signalPassFailure();
-  }
   // The fractions of the states' and the parameters' bytes placed.
   for (auto [name, value] : {std::pair<const char *, double>{"ratio", ratio},
                              {"param-ratio", paramRatio}})
@@ -71,12 +61,8 @@ void ZeroOffloadPass::runOnOperation() {
                        << " is out of range (1-16)";
     return signalPassFailure();
   }
-  if (activations != "none" && activations != "cpu") {
-    module.emitError() << "zero-offload: unknown activation placement '"
-                       << activations << "' (expected none or cpu)";
-    return signalPassFailure();
-  }
-  if (optimizer == "none" && param == "none" && activations == "none")
+  if (optimizer == OffloadPlacement::none && param == OffloadPlacement::none &&
+      activations == ActivationPlacement::none)
     return markAllAnalysesPreserved();
 
   func::FuncOp entry = train::getEntryFunction(module);
@@ -89,16 +75,17 @@ void ZeroOffloadPass::runOnOperation() {
                             numSpilledGradients,
                             numHoistedChecks,
                             numAsyncUpdates};
-  if (activations == "cpu" && failed(offload::offloadActivations(entry, stats)))
+  if (activations == ActivationPlacement::cpu &&
+      failed(offload::offloadActivations(entry, stats)))
     return signalPassFailure();
-  if (optimizer == "none" && param == "none")
+  if (optimizer == OffloadPlacement::none && param == OffloadPlacement::none)
     return;
   llvm::DenseSet<StringAttr> onNvme;
-  if (param != "none") {
+  if (param != OffloadPlacement::none) {
     auto zero = module->getAttrOfType<ZeroAttr>(kZeroAttr);
     if (!zero || zero.getStage() != 3) {
       module.emitError()
-          << "zero-offload: param=" << param
+          << "zero-offload: param=" << stringify<OffloadPlacement>(param)
           << " needs ZeRO stage 3 (parameters "
              "partitioned at rest and gathered for use), as DeepSpeed's "
              "offload_param; this step is at stage "
@@ -107,21 +94,23 @@ void ZeroOffloadPass::runOnOperation() {
     }
     // cpu: the shards live in host memory and every reader (the gathers,
     // the update) reaches them there; nothing is scheduled.
-    MemorySpace space = param == "cpu" ? MemorySpace::host : MemorySpace::nvme;
+    MemorySpace space =
+        param == OffloadPlacement::cpu ? MemorySpace::host : MemorySpace::nvme;
     if (failed(
             offload::placeParameters(module, zero, space, paramRatio, onNvme)))
       return signalPassFailure();
   }
-  if (optimizer != "none") {
+  if (optimizer != OffloadPlacement::none) {
     auto states = llvm::to_vector(module.getOps<train::StateOp>());
     if (states.empty()) {
-      module.emitError() << "zero-offload: optimizer=" << optimizer
+      module.emitError() << "zero-offload: optimizer="
+                         << stringify<OffloadPlacement>(optimizer)
                          << ", but the step has no optimizer states to place "
                             "(SGD without momentum keeps none)";
       return signalPassFailure();
     }
-    MemorySpace space =
-        optimizer == "cpu" ? MemorySpace::host : MemorySpace::nvme;
+    MemorySpace space = optimizer == OffloadPlacement::cpu ? MemorySpace::host
+                                                           : MemorySpace::nvme;
     if (failed(
             offload::placeOptimizerStates(module, entry, space, ratio, onNvme)))
       return signalPassFailure();

@@ -252,11 +252,6 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
 }
 
 void ZeroReportPass::runOnOperation() {
-  if (format != "text" && format != "json") {
-    getOperation().emitError() << "zero-report: unknown format '" << format
-                               << "' (expected text or json)";
-    return signalPassFailure();
-  }
   ModuleOp module = getOperation();
   // The executable always runs on plan-memory's arenas, which can exceed
   // the liveness peak (fragmentation, buffers that cannot share). A step
@@ -283,7 +278,7 @@ void ZeroReportPass::runOnOperation() {
     getOperation().emitError() << "zero-report: " << err;
     return signalPassFailure();
   }
-  if (format == "json")
+  if (format == OutputFormat::json)
     printJson(out->os(), *report);
   else
     printText(out->os(), *report);

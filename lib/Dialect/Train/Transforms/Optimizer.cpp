@@ -24,6 +24,7 @@ namespace ztrain::train {
 } // namespace ztrain::train
 
 using namespace mlir;
+using namespace ztrain;
 using namespace ztrain::train;
 
 namespace {
@@ -130,15 +131,11 @@ void TrainOptimizerPass::runOnOperation() {
 /// The options, checked before anything changes: every test is written so
 /// that NaN fails it.
 LogicalResult TrainOptimizerPass::checkOptions(func::FuncOp entry) {
-  const bool isSgd = kind == "sgd", isAdam = kind == "adam",
-             isAdamW = kind == "adamw";
-  if (!isSgd && !isAdam && !isAdamW)
-    return entry.emitError() << "unknown optimizer '" << kind
-                             << "' (expected sgd, adam or adamw)";
+  const bool isSgd = kind == OptimizerKind::sgd;
   auto invalid = [&](StringRef what, double value) -> LogicalResult {
     return entry.emitError()
-           << "invalid " << kind << " hyperparameter: " << what << ", got "
-           << value;
+           << "invalid " << stringify<OptimizerKind>(kind)
+           << " hyperparameter: " << what << ", got " << value;
   };
   // Every test is written so that NaN fails it (a comparison with NaN is
   // false), and infinities are refused where a finite value is needed.
@@ -163,9 +160,6 @@ LogicalResult TrainOptimizerPass::checkOptions(func::FuncOp entry) {
   if (!(clipGradNorm >= 0.0) || !finite(clipGradNorm))
     return invalid("clip-grad-norm must be finite and >= 0 (0: no clipping)",
                    clipGradNorm);
-  if (noDecay != "1d" && noDecay != "none")
-    return entry.emitError() << "unknown no-decay group '" << noDecay
-                             << "' (expected 1d or none)";
   if (gradAccumSteps < 1 || gradAccumSteps > (int64_t(1) << 30))
     return entry.emitError() << "grad-accum-steps must be in [1, 2^30], got "
                              << static_cast<int64_t>(gradAccumSteps);
@@ -221,9 +215,10 @@ LogicalResult TrainOptimizerPass::addUpdate(ParamOp param,
     grad = AccumulateGradOp::create(accBuilder, grad.getLoc(), ref, grad);
   }
   // The no-decay group: biases, norms and other vectors.
-  const bool exempt = noDecay == "1d" && param.getTensorType().getRank() < 2;
+  const bool exempt =
+      noDecay == NoDecay::oneD && param.getTensorType().getRank() < 2;
   const double decay = exempt ? 0.0 : weightDecay;
-  if (kind == "sgd") {
+  if (kind == OptimizerKind::sgd) {
     FlatSymbolRefAttr buffer;
     if (momentum != 0.0) {
       auto st =
@@ -250,7 +245,7 @@ LogicalResult TrainOptimizerPass::addUpdate(ParamOp param,
         b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
         b.getF64FloatAttr(eps), b.getF64FloatAttr(decay), UnitAttr(),
         UnitAttr(), UnitAttr());
-    op.setDecoupled(kind == "adamw");
+    op.setDecoupled(kind == OptimizerKind::adamw);
     op.setNoDecay(exempt);
   }
   return success();
@@ -333,15 +328,16 @@ void TrainOptimizerPass::finishStep(ModuleOp module, func::FuncOp entry,
   entry->removeAttr(kGradientsAttr);
   entry->setAttr(kStepAttr, b.getUnitAttr());
   std::string summary =
-      kind == "sgd"
+      kind == OptimizerKind::sgd
           ? llvm::formatv("sgd lr={0} momentum={1} dampening={2} "
                           "weight_decay={3} nesterov={4} no_decay={5}",
                           lr, momentum, dampening, weightDecay, (int)nesterov,
-                          noDecay)
+                          stringify<NoDecay>(noDecay))
                 .str()
           : llvm::formatv("{0} lr={1} beta1={2} beta2={3} eps={4} "
                           "weight_decay={5} no_decay={6}",
-                          kind, lr, beta1, beta2, eps, weightDecay, noDecay)
+                          stringify<OptimizerKind>(kind), lr, beta1, beta2, eps,
+                          weightDecay, stringify<NoDecay>(noDecay))
                 .str();
   module->setAttr(kOptimizerAttr, b.getStringAttr(summary));
 }

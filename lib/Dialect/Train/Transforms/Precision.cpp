@@ -34,15 +34,31 @@ struct TrainPrecisionPass
 };
 } // namespace
 
-/// f32, bf16 or f16 for "fp32"/"f32", "bf16", "fp16"/"f16"; null otherwise.
-static Type parseElementType(MLIRContext *ctx, StringRef name) {
-  if (name == "fp32" || name == "f32")
-    return Float32Type::get(ctx);
-  if (name == "bf16")
+/// f32, bf16 or f16 (the option's values exclude the plan search's auto).
+static Type elementTypeOf(MLIRContext *ctx, Precision precision) {
+  switch (precision) {
+  case Precision::bf16:
     return BFloat16Type::get(ctx);
-  if (name == "fp16" || name == "f16")
+  case Precision::fp16:
     return Float16Type::get(ctx);
-  return Type();
+  default:
+    return Float32Type::get(ctx);
+  }
+}
+
+/// The reduction type: the parameters' (`low`) unless one is named.
+static Type elementTypeOf(MLIRContext *ctx, ReduceDtype reduce, Type low) {
+  switch (reduce) {
+  case ReduceDtype::param:
+    return low;
+  case ReduceDtype::fp32:
+    return Float32Type::get(ctx);
+  case ReduceDtype::bf16:
+    return BFloat16Type::get(ctx);
+  case ReduceDtype::fp16:
+    return Float16Type::get(ctx);
+  }
+  llvm_unreachable("unknown reduce type");
 }
 
 /// "fp32", "bf16", "fp16": the names of the options and of ztrain-compile.
@@ -62,18 +78,8 @@ static RankedTensorType withElementType(Type t, Type element) {
 void TrainPrecisionPass::runOnOperation() {
   ModuleOp module = getOperation();
   MLIRContext *ctx = module.getContext();
-  Type low = parseElementType(ctx, param);
-  if (!low) {
-    module.emitError() << "train-precision: unknown precision '" << param
-                       << "' (expected fp32, bf16 or fp16)";
-    return signalPassFailure();
-  }
-  Type reduceType = reduce.empty() ? low : parseElementType(ctx, reduce);
-  if (!reduceType) {
-    module.emitError() << "train-precision: unknown reduce type '" << reduce
-                       << "' (expected fp32, bf16 or fp16)";
-    return signalPassFailure();
-  }
+  Type low = elementTypeOf(ctx, param);
+  Type reduceType = elementTypeOf(ctx, reduce, low);
   // Loss scaling is fp16's: bf16 has fp32's exponent range.
   LossScalePolicy scaling;
   bool lossScaleGiven = initialScalePower != 16 || lossScaleWindow != 1000 ||
@@ -83,7 +89,7 @@ void TrainPrecisionPass::runOnOperation() {
         << "train-precision: the loss-scale options (initial-scale-power, "
            "loss-scale-window, hysteresis, min-loss-scale) configure fp16's "
            "dynamic loss scaling; param="
-        << param << " has no loss scaling";
+        << stringify<Precision>(param) << " has no loss scaling";
     return signalPassFailure();
   }
   if (low.isF16()) {
@@ -106,9 +112,9 @@ void TrainPrecisionPass::runOnOperation() {
     // An explicit reduction type is a mixed-precision choice: with fp32
     // parameters it could only restate the default, so it is refused as
     // the likely mistake it is (a forgotten precision).
-    if (!reduce.empty()) {
+    if (reduce != ReduceDtype::param) {
       module.emitError()
-          << "train-precision: reduce=" << reduce
+          << "train-precision: reduce=" << stringify<ReduceDtype>(reduce)
           << " needs 16-bit parameters (param=bf16 or fp16); with fp32 "
              "parameters gradients are reduced in fp32";
       return signalPassFailure();
@@ -116,8 +122,9 @@ void TrainPrecisionPass::runOnOperation() {
     return markAllAnalysesPreserved(); // fp32: nothing to do.
   }
   if (reduceType != low && !reduceType.isF32()) {
-    module.emitError() << "train-precision: reduce=" << reduce
-                       << " with param=" << param
+    module.emitError() << "train-precision: reduce="
+                       << stringify<ReduceDtype>(reduce)
+                       << " with param=" << stringify<Precision>(param)
                        << ": gradients are reduced in the parameters' type "
                           "or in fp32";
     return signalPassFailure();

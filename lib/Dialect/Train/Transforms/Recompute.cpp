@@ -30,6 +30,7 @@ namespace ztrain::train {
 } // namespace ztrain::train
 
 using namespace mlir;
+using namespace ztrain;
 using namespace ztrain::train;
 
 namespace {
@@ -177,15 +178,10 @@ static DenseSet<Operation *> selectiveSet(const Forward &fwd) {
 
 void TrainRecomputePass::runOnOperation() {
   ModuleOp module = getOperation();
-  if (policy != "none" && policy != "full" && policy != "selective") {
-    module.emitError() << "train-recompute: unknown policy '" << policy
-                       << "' (expected none, full or selective)";
-    return signalPassFailure();
-  }
   func::FuncOp entry = getEntryFunction(module);
   if (!entry)
     return signalPassFailure();
-  if (policy == "none")
+  if (policy == RecomputePolicy::none)
     return markAllAnalysesPreserved();
   if (!entry->hasAttr(kGradientsAttr) || entry->hasAttr(kStepAttr)) {
     entry.emitError() << "train-recompute rewrites the backward pass: run it "
@@ -254,8 +250,8 @@ void TrainRecomputePass::runOnOperation() {
     boundaries = residualBoundaries(fwd);
   if (boundaries.empty()) {
     entry.emitError()
-        << "train-recompute{policy=" << policy << "}: nothing to recompute in @"
-        << entry.getSymName()
+        << "train-recompute{policy=" << stringify<RecomputePolicy>(policy)
+        << "}: nothing to recompute in @" << entry.getSymName()
         << ": the graph has no segment boundary (no residual stream to cut "
            "at); mark the values to keep with '"
         << kCheckpointAttr << "'";
@@ -284,7 +280,7 @@ void TrainRecomputePass::runOnOperation() {
   // (selectiveSet). Ops with effects are never repeated.
   DenseSet<Operation *> kept(boundaries.begin(), boundaries.end());
   DenseSet<Operation *> core;
-  if (policy == "selective")
+  if (policy == RecomputePolicy::selective)
     core = selectiveSet(fwd);
   for (Operation &op : *fwd.body) {
     if (!fwd.isForward(&op))
@@ -292,7 +288,7 @@ void TrainRecomputePass::runOnOperation() {
     unsigned s = segmentOf[&op];
     if (s == tail || isa<ParamReadOp, BufferReadOp>(op) ||
         !isMemoryEffectFree(&op) || op.getNumRegions() != 0 ||
-        (policy == "selective" && !core.contains(&op)))
+        (policy == RecomputePolicy::selective && !core.contains(&op)))
       kept.insert(&op);
     for (Value r : op.getResults())
       for (Operation *user : r.getUsers())
@@ -362,7 +358,8 @@ void TrainRecomputePass::runOnOperation() {
       }
   }
   if (count == 0) {
-    entry.emitError() << "train-recompute{policy=" << policy
+    entry.emitError() << "train-recompute{policy="
+                      << stringify<RecomputePolicy>(policy)
                       << "}: nothing to recompute in @" << entry.getSymName()
                       << ": the backward pass reads only values the policy "
                          "keeps ("
@@ -370,7 +367,8 @@ void TrainRecomputePass::runOnOperation() {
                       << (boundaries.size() == 1 ? "y" : "ies") << ")";
     return signalPassFailure();
   }
-  module->setAttr(kRecomputeAttr, b.getStringAttr(policy));
+  module->setAttr(kRecomputeAttr,
+                  b.getStringAttr(stringify<RecomputePolicy>(policy)));
   numRecomputedOps += count;
   numSegments += tail;
 }

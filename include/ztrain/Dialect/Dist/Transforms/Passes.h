@@ -11,6 +11,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 #include "ztrain/Dialect/Dist/IR/DistDialect.h"
+#include "ztrain/OptionEnums.h"
 
 namespace ztrain::dist {
 #define GEN_PASS_DECL

@@ -121,7 +121,9 @@ def ZeroReport : Pass<"zero-report", "::mlir::ModuleOp"> {
   }];
   let dependentDialects = ["::ztrain::dist::DistDialect"];
   let options = [
-    Option<"format", "format", "std::string", "\"text\"", "text or json">,
+    Option<"format", "format", "::ztrain::OutputFormat",
+           "::ztrain::OutputFormat::text", "text or json",
+           [{::ztrain::optionValues<::ztrain::OutputFormat>()}]>,
     Option<"output", "output", "std::string", "\"-\"",
            "File to write the report to ('-': stdout)">
   ];
@@ -429,12 +431,16 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
   }];
   let dependentDialects = ["::ztrain::dist::DistDialect"];
   let options = [
-    Option<"optimizer", "optimizer", "std::string", "\"none\"",
+    Option<"optimizer", "optimizer", "::ztrain::OffloadPlacement",
+           "::ztrain::OffloadPlacement::none",
            "Where optimizer states live: none (the device), cpu (host "
-           "memory) or nvme (files under the executable's --nvme-path)">,
-    Option<"param", "param", "std::string", "\"none\"",
+           "memory) or nvme (files under the executable's --nvme-path)",
+           [{::ztrain::optionValues<::ztrain::OffloadPlacement>()}]>,
+    Option<"param", "param", "::ztrain::OffloadPlacement",
+           "::ztrain::OffloadPlacement::none",
            "Where parameters live (stage 3): none, cpu (host memory) or "
-           "nvme">,
+           "nvme",
+           [{::ztrain::optionValues<::ztrain::OffloadPlacement>()}]>,
     Option<"ratio", "ratio", "double", "1.0",
            "Partial offload: the fraction of the optimizer states' bytes "
            "placed by `optimizer` (whole updates' states, in step order; "
@@ -443,11 +449,13 @@ def ZeroOffload : Pass<"zero-offload", "::mlir::ModuleOp"> {
            "Partial parameter offload: the fraction of the parameter "
            "shards' bytes placed by `param` (whole parameters, in "
            "declaration order; the rest stay on the device)">,
-    Option<"activations", "activations", "std::string", "\"none\"",
+    Option<"activations", "activations", "::ztrain::ActivationPlacement",
+           "::ztrain::ActivationPlacement::none",
            "Where the activations train-recompute keeps for the backward "
            "pass (its checkpoints) live between the passes: none (the "
            "device) or cpu (host memory; ZeRO-R's Pa+cpu, DeepSpeed's "
-           "activation_checkpointing.cpu_checkpointing)">,
+           "activation_checkpointing.cpu_checkpointing)",
+           [{::ztrain::optionValues<::ztrain::ActivationPlacement>()}]>,
     Option<"bufferCount", "buffer-count", "int64_t", "3",
            "nvme: uses whose tensors are in swap buffers at once (1-16; "
            "3 overlaps both the reads and the write-backs with the uses; "

@@ -10,6 +10,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 #include "ztrain/Dialect/Train/IR/TrainDialect.h"
+#include "ztrain/OptionEnums.h"
 
 namespace ztrain::train {
 #define GEN_PASS_DECL

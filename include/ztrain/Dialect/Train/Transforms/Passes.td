@@ -69,11 +69,15 @@ def TrainPrecision : Pass<"train-precision", "::mlir::ModuleOp"> {
   }];
   let dependentDialects = ["::ztrain::train::TrainDialect"];
   let options = [
-    Option<"param", "param", "std::string", "\"fp32\"",
-           "Parameter and compute type: fp32, bf16 or fp16">,
-    Option<"reduce", "reduce", "std::string", "\"\"",
+    Option<"param", "param", "::ztrain::Precision",
+           "::ztrain::Precision::fp32",
+           "Parameter and compute type: fp32, bf16 or fp16",
+           [{::ztrain::optionValues<::ztrain::Precision>()}]>,
+    Option<"reduce", "reduce", "::ztrain::ReduceDtype",
+           "::ztrain::ReduceDtype::param",
            "Gradient reduction type: fp32, or the parameters' type "
-           "(the default); only with bf16 or fp16 parameters">,
+           "(the default); only with bf16 or fp16 parameters",
+           [{::ztrain::optionValues<::ztrain::ReduceDtype>()}]>,
     Option<"initialScalePower", "initial-scale-power", "int64_t", "16",
            "fp16 dynamic loss scaling: the initial scale is 2^this (0-127)">,
     Option<"lossScaleWindow", "loss-scale-window", "int64_t", "1000",
@@ -238,10 +242,12 @@ def TrainRecompute : Pass<"train-recompute", "::mlir::ModuleOp"> {
   }];
   let dependentDialects = ["::ztrain::train::TrainDialect"];
   let options = [
-    Option<"policy", "policy", "std::string", "\"none\"",
+    Option<"policy", "policy", "::ztrain::RecomputePolicy",
+           "::ztrain::RecomputePolicy::none",
            "What the backward pass keeps: none (everything it reads), full "
            "(each segment's boundary only) or selective (also the linear "
-           "layers' products)">
+           "layers' products)",
+           [{::ztrain::optionValues<::ztrain::RecomputePolicy>()}]>
   ];
   let statistics = [
     Statistic<"numRecomputedOps", "recomputed-ops",
@@ -308,8 +314,9 @@ def TrainOptimizer : Pass<"train-optimizer", "::mlir::ModuleOp"> {
   }];
   let dependentDialects = ["::ztrain::train::TrainDialect"];
   let options = [
-    Option<"kind", "kind", "std::string", "\"adamw\"",
-           "Optimizer: sgd, adam or adamw">,
+    Option<"kind", "kind", "::ztrain::OptimizerKind",
+           "::ztrain::OptimizerKind::adamw", "Optimizer: sgd, adam or adamw",
+           [{::ztrain::optionValues<::ztrain::OptimizerKind>()}]>,
     Option<"lr", "lr", "double", "1e-3", "Learning rate">,
     Option<"beta1", "beta1", "double", "0.9", "Adam beta1">,
     Option<"beta2", "beta2", "double", "0.999", "Adam beta2">,
@@ -322,11 +329,13 @@ def TrainOptimizer : Pass<"train-optimizer", "::mlir::ModuleOp"> {
     Option<"clipGradNorm", "clip-grad-norm", "double", "0.0",
            "Clip the gradients to this global norm before the update "
            "(torch.nn.utils.clip_grad_norm_; 0: no clipping)">,
-    Option<"noDecay", "no-decay", "std::string", "\"1d\"",
+    Option<"noDecay", "no-decay", "::ztrain::NoDecay",
+           "::ztrain::NoDecay::oneD",
            "Which parameters weight decay skips: 1d (biases, norms and "
            "every parameter of rank < 2, the nanoGPT / Hugging Face "
            "convention) or none (every parameter decays, one "
-           "torch.optim group)">,
+           "torch.optim group)",
+           [{::ztrain::optionValues<::ztrain::NoDecay>()}]>,
     Option<"gradAccumSteps", "grad-accum-steps", "int64_t", "1",
            "Micro-batches per optimizer step (gradient accumulation; 1: "
            "none)">
