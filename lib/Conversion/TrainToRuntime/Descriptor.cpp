@@ -164,10 +164,9 @@ FailureOr<std::string> stateDtype(Operation *op, StringRef what, Type type) {
 
 } // namespace
 
-FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
-                                               func::FuncOp entry,
-                                               int64_t stage,
-                                               int64_t gridSize) {
+/// Every name the descriptor records is a valid key: parameters, states,
+/// buffers and inputs.
+static LogicalResult checkNames(ModuleOp module, func::FuncOp entry) {
   bool namesOk = true;
   for (auto param : module.getOps<ParamOp>())
     namesOk &= checkName(param, "parameter", param.getSymName());
@@ -194,17 +193,18 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
         namesOk = false;
       }
     }
-  if (!namesOk)
-    return failure();
+  return success(namesOk);
+}
 
+/// The model state: each parameter (with its storage and placement), its
+/// gradient buffer, each optimizer state and buffer.
+static LogicalResult writeModelState(llvm::raw_ostream &os, ModuleOp module,
+                                     func::FuncOp entry, int64_t stage,
+                                     int64_t gridSize) {
   auto storageOf = [&](Operation *symbolOp, Type type) {
     return dist::getStateStorage(symbolOp, cast<RankedTensorType>(type),
                                  stage, gridSize);
   };
-  std::string descriptor;
-  llvm::raw_string_ostream os(descriptor);
-  os << "ztrain-descriptor 1\n";
-  os << "grid " << gridSize << '\n';
   for (auto param : module.getOps<ParamOp>()) {
     FailureOr<std::string> dtype =
         stateDtype(param, "parameter", param.getType());
@@ -269,6 +269,11 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
                                     : 0.0)
        << '\n';
   }
+  return success();
+}
+
+/// The step's inputs, in argument order.
+static LogicalResult writeInputs(llvm::raw_ostream &os, func::FuncOp entry) {
   for (BlockArgument arg : entry.getArguments()) {
     auto name = entry.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
                                                    kInputNameAttr);
@@ -292,6 +297,14 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
       os << " ignore " << *ignore;
     os << '\n';
   }
+  return success();
+}
+
+/// What the step does beyond its tensors: arenas, optimizer, FLOPs, the
+/// evaluation and logits functions, clipping, accumulation, the host step's
+/// buffer, loss scaling.
+static LogicalResult writeStepFacts(llvm::raw_ostream &os, ModuleOp module,
+                                    func::FuncOp entry) {
   // plan-memory's arenas, in ztrt_arena's index order: with the records
   // above, every byte the step will allocate, which the runtime checks
   // against the memory it may use before allocating any.
@@ -359,6 +372,23 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
        << " window " << (*scaling)->window << " hysteresis "
        << (*scaling)->hysteresis << " min "
        << llvm::format("%.17g", (*scaling)->min) << '\n';
+  return success();
+}
+
+FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
+                                               func::FuncOp entry,
+                                               int64_t stage,
+                                               int64_t gridSize) {
+  if (failed(checkNames(module, entry)))
+    return failure();
+  std::string descriptor;
+  llvm::raw_string_ostream os(descriptor);
+  os << "ztrain-descriptor 1\n";
+  os << "grid " << gridSize << '\n';
+  if (failed(writeModelState(os, module, entry, stage, gridSize)) ||
+      failed(writeInputs(os, entry)) ||
+      failed(writeStepFacts(os, module, entry)))
+    return failure();
   return descriptor;
 }
 

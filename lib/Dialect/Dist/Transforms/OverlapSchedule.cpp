@@ -105,64 +105,56 @@ void OverlapSchedulePass::reuseForwardGathers(Block &body) {
     }
 }
 
-/// Gradient reduce-scatters / all-reduces -> bucketed starts and waits.
-void OverlapSchedulePass::bucketGradients(Block &body,
-                                          FlatSymbolRefAttr grid) {
-  OpBuilder b(&getContext());
-  // (zero-insert-collectives already put each gradient's flat copy where
-  // the gradient is final, at every stage.)
-  SmallVector<Operation *> collectives;
-  for (Operation &op : body) {
-    if (auto rs = dyn_cast<ReduceScatterOp>(op)) {
-      if (cast<RankedTensorType>(rs.getInput().getType()).getRank() != 1)
-        continue;
-      collectives.push_back(&op);
-    } else if (isa<AllReduceOp>(op)) {
-      collectives.push_back(&op);
-    }
-  }
-  if (collectives.empty())
-    return;
-  DenseMap<Operation *, unsigned> pos = positionsOf(body);
-  // Gradient accumulation: a reduction after the boundary (stages 0 and 1:
-  // of the accumulated sum) is ready at the boundary, not where its
-  // operand was last written in the micro-batch; a reduction before it
-  // (stages 2 and 3) is first needed by the accumulation, which can wait
-  // until the boundary.
-  Operation *boundary = nullptr;
-  for (auto op : body.getOps<train::AccumulationBoundaryOp>())
-    boundary = op;
-  auto readyOp = [&](Operation *c) -> Operation * {
+namespace {
+/// When each gradient collective's input is ready and its result first
+/// needed, in positions of the block before any move.
+struct GradientReadiness {
+  Block &body;
+  const DenseMap<Operation *, unsigned> &pos;
+  /// The accumulation boundary (null without accumulation): a reduction
+  /// after it (stages 0 and 1: of the accumulated sum) is ready at the
+  /// boundary, not where its operand was last written in the micro-batch;
+  /// a reduction before it (stages 2 and 3) is first needed by the
+  /// accumulation, which can wait until the boundary.
+  Operation *boundary;
+
+  Operation *readyOp(Operation *c) const {
     Operation *def = c->getOperand(0).getDefiningOp();
     if (boundary && pos.lookup(c) > pos.lookup(boundary) &&
         (!def || pos.lookup(def) < pos.lookup(boundary)))
       return boundary;
     return def;
-  };
-  auto readyPos = [&](Operation *c) -> int64_t {
+  }
+  int64_t readyPos(Operation *c) const {
     Operation *ready = readyOp(c);
     return ready ? pos.lookup(ready) : -1;
-  };
-  auto onlyAccumulated = [&](Operation *c) {
+  }
+  bool onlyAccumulated(Operation *c) const {
     return boundary && !c->getResult(0).use_empty() &&
            llvm::all_of(c->getResult(0).getUsers(), [](Operation *user) {
              return isa<train::AccumulateGradOp>(user);
            });
-  };
-  auto usePos = [&](Operation *c) -> int64_t {
+  }
+  int64_t usePos(Operation *c) const {
     if (onlyAccumulated(c))
       return pos.lookup(boundary);
     Operation *user = firstUser(c->getResult(0), pos);
     return user ? pos.lookup(user) : pos.lookup(body.getTerminator());
-  };
-  llvm::stable_sort(collectives, [&](Operation *x, Operation *y) {
-    return readyPos(x) < readyPos(y);
-  });
+  }
+};
 
-  // Greedy buckets in ready order: a bucket closes when it has bucket-bytes,
-  // when the next gradient is of another kind or is itself at least
-  // bucket-bytes (it travels alone: packing it would only copy it twice),
-  // or when one of its results is needed before the next gradient is ready.
+/// An issued bucket: its start, its wait, and whether only accumulations
+/// read it.
+using IssuedBucket = std::tuple<Operation *, WaitOp, bool>;
+} // namespace
+
+/// Greedy buckets in ready order: a bucket closes when it has bucket-bytes,
+/// when the next gradient is of another kind or is itself at least
+/// bucket-bytes (it travels alone: packing it would only copy it twice),
+/// or when one of its results is needed before the next gradient is ready.
+static SmallVector<SmallVector<Operation *>>
+formBuckets(ArrayRef<Operation *> collectives, const GradientReadiness &r,
+            int64_t bucketBytes) {
   SmallVector<SmallVector<Operation *>> buckets;
   int64_t bucketBytesSoFar = 0, bucketFirstUse = 0;
   for (Operation *c : collectives) {
@@ -178,61 +170,24 @@ void OverlapSchedulePass::bucketGradients(Block &body,
                      .getElementType() &&
              bucketBytes > 0 && bucketBytesSoFar < bucketBytes &&
              bytesOf(c->getOperand(0).getType()) < bucketBytes &&
-             readyPos(c) < bucketFirstUse;
+             r.readyPos(c) < bucketFirstUse;
     }
     if (!fits) {
       buckets.emplace_back();
       bucketBytesSoFar = 0;
-      bucketFirstUse = usePos(c);
+      bucketFirstUse = r.usePos(c);
     }
     buckets.back().push_back(c);
     bucketBytesSoFar += bytesOf(c->getOperand(0).getType());
-    bucketFirstUse = std::min<int64_t>(bucketFirstUse, usePos(c));
+    bucketFirstUse = std::min<int64_t>(bucketFirstUse, r.usePos(c));
   }
+  return buckets;
+}
 
-  Inserter at(b);
-  // Of each bucket: its start, its wait, and whether only accumulations
-  // read it.
-  SmallVector<std::tuple<Operation *, WaitOp, bool>> issued;
-  for (ArrayRef<Operation *> bucket : buckets) {
-    Operation *head = bucket.front();
-    SmallVector<Value> inputs;
-    SmallVector<Type> types;
-    bool deferrable = true;
-    for (Operation *c : bucket) {
-      inputs.push_back(c->getOperand(0));
-      types.push_back(c->getResult(0).getType());
-      deferrable &= onlyAccumulated(c);
-    }
-    Operation *lastReady = readyOp(bucket.back());
-    at.after(lastReady, &body);
-    Location loc = head->getLoc();
-    Operation *start;
-    if (auto rs = dyn_cast<ReduceScatterOp>(head))
-      start = ReduceScatterStartOp::create(b, loc, rs.getReductionAttr(),
-                                           inputs, rs.getGridAttr());
-    else
-      start = AllReduceStartOp::create(
-          b, loc, cast<AllReduceOp>(head).getReductionAttr(), inputs,
-          cast<AllReduceOp>(head).getGridAttr());
-    at.done(start);
-    // The wait goes right before the first use of any result.
-    Operation *first = nullptr;
-    for (Operation *c : bucket)
-      if (Operation *u = firstUser(c->getResult(0), pos))
-        if (!first || pos.lookup(u) < pos.lookup(first))
-          first = u;
-    at.before(first ? first : body.getTerminator());
-    auto wait = WaitOp::create(b, loc, types, start->getResult(0));
-    for (auto [c, r] : llvm::zip(bucket, wait.getResults())) {
-      c->getResult(0).replaceAllUsesWith(r);
-      c->erase();
-    }
-    issued.push_back({start, wait, deferrable});
-    ++numStarts;
-    if (bucket.size() > 1)
-      ++numBuckets;
-  }
+/// At most two buckets in flight, and buckets only accumulations read kept
+/// in flight until the next one starts (see below).
+static void boundBucketsInFlight(Block &body, ArrayRef<IssuedBucket> issued,
+                                 Operation *boundary) {
   // At most two buckets in flight: a bucket's wait comes no later than the
   // start of the bucket after the next (double buffering, as DeepSpeed's
   // overlap_comm reduces one bucket while the next fills). A collective
@@ -275,6 +230,79 @@ void OverlapSchedulePass::bucketGradients(Block &body,
     for (Operation *acc : accumulations)
       acc->moveBefore(until);
   }
+}
+
+/// Gradient reduce-scatters / all-reduces -> bucketed starts and waits.
+void OverlapSchedulePass::bucketGradients(Block &body, FlatSymbolRefAttr grid) {
+  OpBuilder b(&getContext());
+  // (zero-insert-collectives already put each gradient's flat copy where
+  // the gradient is final, at every stage.)
+  SmallVector<Operation *> collectives;
+  for (Operation &op : body) {
+    if (auto rs = dyn_cast<ReduceScatterOp>(op)) {
+      if (cast<RankedTensorType>(rs.getInput().getType()).getRank() != 1)
+        continue;
+      collectives.push_back(&op);
+    } else if (isa<AllReduceOp>(op)) {
+      collectives.push_back(&op);
+    }
+  }
+  if (collectives.empty())
+    return;
+  DenseMap<Operation *, unsigned> pos = positionsOf(body);
+  Operation *boundary = nullptr;
+  for (auto op : body.getOps<train::AccumulationBoundaryOp>())
+    boundary = op;
+  GradientReadiness ready{body, pos, boundary};
+  llvm::stable_sort(collectives, [&](Operation *x, Operation *y) {
+    return ready.readyPos(x) < ready.readyPos(y);
+  });
+
+  SmallVector<SmallVector<Operation *>> buckets =
+      formBuckets(collectives, ready, bucketBytes);
+
+  Inserter at(b);
+  SmallVector<IssuedBucket> issued;
+  for (ArrayRef<Operation *> bucket : buckets) {
+    Operation *head = bucket.front();
+    SmallVector<Value> inputs;
+    SmallVector<Type> types;
+    bool deferrable = true;
+    for (Operation *c : bucket) {
+      inputs.push_back(c->getOperand(0));
+      types.push_back(c->getResult(0).getType());
+      deferrable &= ready.onlyAccumulated(c);
+    }
+    Operation *lastReady = ready.readyOp(bucket.back());
+    at.after(lastReady, &body);
+    Location loc = head->getLoc();
+    Operation *start;
+    if (auto rs = dyn_cast<ReduceScatterOp>(head))
+      start = ReduceScatterStartOp::create(b, loc, rs.getReductionAttr(),
+                                           inputs, rs.getGridAttr());
+    else
+      start = AllReduceStartOp::create(
+          b, loc, cast<AllReduceOp>(head).getReductionAttr(), inputs,
+          cast<AllReduceOp>(head).getGridAttr());
+    at.done(start);
+    // The wait goes right before the first use of any result.
+    Operation *first = nullptr;
+    for (Operation *c : bucket)
+      if (Operation *u = firstUser(c->getResult(0), pos))
+        if (!first || pos.lookup(u) < pos.lookup(first))
+          first = u;
+    at.before(first ? first : body.getTerminator());
+    auto wait = WaitOp::create(b, loc, types, start->getResult(0));
+    for (auto [c, r] : llvm::zip(bucket, wait.getResults())) {
+      c->getResult(0).replaceAllUsesWith(r);
+      c->erase();
+    }
+    issued.push_back({start, wait, deferrable});
+    ++numStarts;
+    if (bucket.size() > 1)
+      ++numBuckets;
+  }
+  boundBucketsInFlight(body, issued, boundary);
   (void)grid;
 }
 

@@ -71,12 +71,12 @@ static void insertAllReduces(func::FuncOp entry, FlatSymbolRefAttr grid,
   });
 }
 
-/// Stages 1-3: each rank updates one slice of every parameter.
-static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
-                                          int64_t stage, int64_t n,
-                                          FlatSymbolRefAttr grid,
-                                          int64_t &count) {
-  MLIRContext *ctx = module.getContext();
+/// Stages 1-3: each update's gradient is reduce-scattered into this rank's
+/// shard (accumulated before or after, as DeepSpeed), the update is sharded
+/// and, below stage 3, its parameter all-gathered after it.
+static void reduceScatterGradients(func::FuncOp entry, int64_t stage, int64_t n,
+                                   FlatSymbolRefAttr grid, int64_t &count) {
+  MLIRContext *ctx = entry.getContext();
   OpBuilder b(ctx);
   auto meanAttr = ReductionAttr::get(ctx, Reduction::mean);
   SmallVector<train::OptimizerUpdateOpInterface> updates;
@@ -145,6 +145,15 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
       ++count;
     }
   }
+}
+
+/// The step's scalar checks read each rank's shards only: the loss-scaling
+/// overflow flag and the clipping sum of squares are summed over the ranks
+/// before their op uses them.
+static void sumChecksOverRanks(func::FuncOp entry, FlatSymbolRefAttr grid,
+                               int64_t &count) {
+  MLIRContext *ctx = entry.getContext();
+  OpBuilder b(ctx);
   // The step's scalar checks read each rank's shards only: the loss-scaling
   // overflow flag and the clipping sum of squares are summed over the ranks
   // before their op uses them, so every rank skips and clips alike. (Stage
@@ -163,9 +172,12 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
   entry.walk([&](train::ClipGradNormOp op) {
     sumOverRanks(op, op.getSumSqMutable());
   });
-  if (stage < 3)
-    return success();
+}
 
+/// Stage 3: each parameter's forward and backward uses get a gather each.
+static void gatherStage3Parameters(func::FuncOp entry, FlatSymbolRefAttr grid,
+                                   int64_t &count) {
+  OpBuilder b(entry.getContext());
   // Stage 3: parameters rest partitioned. The forward uses of a parameter
   // (of all its reads: tied weights are read twice) share one gather placed
   // at the first read; the backward uses share a second one, placed
@@ -248,6 +260,16 @@ static LogicalResult insertShardedUpdates(ModuleOp module, func::FuncOp entry,
     for (train::ParamReadOp read : reads)
       read.erase();
   }
+}
+
+/// Stages 1-3: each rank updates one slice of every parameter.
+static LogicalResult insertShardedUpdates(func::FuncOp entry, int64_t stage,
+                                          int64_t n, FlatSymbolRefAttr grid,
+                                          int64_t &count) {
+  reduceScatterGradients(entry, stage, n, grid, count);
+  sumChecksOverRanks(entry, grid, count);
+  if (stage >= 3)
+    gatherStage3Parameters(entry, grid, count);
   return success();
 }
 
@@ -281,7 +303,7 @@ void ZeroInsertCollectivesPass::runOnOperation() {
   int64_t count = 0;
   if (zero.getStage() == 0)
     insertAllReduces(entry, zero.getGrid(), count);
-  else if (failed(insertShardedUpdates(module, entry, zero.getStage(), *n,
+  else if (failed(insertShardedUpdates(entry, zero.getStage(), *n,
                                        zero.getGrid(), count)))
     return signalPassFailure();
   // The evaluation function (forward only) reads parameters partitioned at

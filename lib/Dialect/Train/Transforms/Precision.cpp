@@ -31,6 +31,7 @@ struct TrainPrecisionPass
     : public train::impl::TrainPrecisionBase<TrainPrecisionPass> {
   using TrainPrecisionBase::TrainPrecisionBase;
   void runOnOperation() override;
+  LogicalResult convertToLow(ModuleOp module, func::FuncOp entry, Type low);
 };
 } // namespace
 
@@ -148,22 +149,40 @@ void TrainPrecisionPass::runOnOperation() {
     return signalPassFailure();
   }
 
+  if (failed(convertToLow(module, entry, low)))
+    return signalPassFailure();
+
+  if (low.isF16())
+    module->setAttr(kLossScaleAttr, lossScaleAttr(ctx, scaling));
+  Builder b(ctx);
+  module->setAttr(kPrecisionAttr,
+                  b.getDictionaryAttr(
+                      {b.getNamedAttr("param", TypeAttr::get(low)),
+                       b.getNamedAttr("reduce", TypeAttr::get(reduceType))}));
+}
+
+/// The parameters and the entry function's compute in `low`: f32
+/// parameters become `low`, each train op's float operands are cast to it
+/// (one cast per value, before its first use) and its results retyped; the
+/// loss leaves as f32.
+LogicalResult TrainPrecisionPass::convertToLow(ModuleOp module,
+                                               func::FuncOp entry, Type low) {
   // Parameters: f32 ones become 16-bit; a 16-bit one must already be `low`.
   for (auto p : module.getOps<ParamOp>()) {
     Type elem = p.getTensorType().getElementType();
     if (elem == low)
       continue;
     if (!elem.isF32()) {
-      p.emitError() << "parameter @" << p.getSymName() << " is " << elem
-                    << " but the policy is " << policyName(low)
-                    << ": declare it f32 (or " << policyName(low) << ")";
-      return signalPassFailure();
+      return p.emitError() << "parameter @" << p.getSymName() << " is " << elem
+                           << " but the policy is " << policyName(low)
+                           << ": declare it f32 (or " << policyName(low) << ")";
     }
     p.setType(withElementType(p.getType(), low));
   }
 
   Block &body = entry.getBody().front();
   SymbolTable symbols(module);
+  MLIRContext *ctx = module.getContext();
   OpBuilder b(ctx);
   // One cast per value and target type, placed before its first use.
   DenseMap<std::pair<Value, Type>, Value> casts;
@@ -201,10 +220,10 @@ void TrainPrecisionPass::runOnOperation() {
     if (!hasFloat)
       continue;
     if (op.getDialect() != entry->getContext()->getLoadedDialect<TrainDialect>()) {
-      op.emitOpError() << "has floating-point tensors that train-precision "
-                          "cannot convert to "
-                       << policyName(low);
-      return signalPassFailure();
+      return op.emitOpError()
+             << "has floating-point tensors that train-precision "
+                "cannot convert to "
+             << policyName(low);
     }
     for (OpOperand &operand : op.getOpOperands()) {
       Type t = operand.get().getType();
@@ -218,11 +237,5 @@ void TrainPrecisionPass::runOnOperation() {
       if (isFloatTensor(result.getType()) && !isAlwaysF32(result))
         result.setType(withElementType(result.getType(), low));
   }
-
-  if (low.isF16())
-    module->setAttr(kLossScaleAttr, lossScaleAttr(ctx, scaling));
-  module->setAttr(kPrecisionAttr,
-                  b.getDictionaryAttr({b.getNamedAttr("param", TypeAttr::get(low)),
-                                       b.getNamedAttr("reduce",
-                                                      TypeAttr::get(reduceType))}));
+  return success();
 }

@@ -176,6 +176,167 @@ static DenseSet<Operation *> selectiveSet(const Forward &fwd) {
   return core;
 }
 
+/// The recomputation of one segment: the ops that recompute the forward
+/// values the backward pass reads (the closure over their operands back to
+/// kept values), and the first backward op that needs one of them.
+struct SegmentPlan {
+  llvm::SetVector<Operation *> ops;
+  Operation *before = nullptr;
+};
+
+/// The forward pass of the entry function: positions, its last op (the
+/// loss's) and the values computed from the step's inputs.
+static LogicalResult analyzeForward(func::FuncOp entry, Forward &fwd) {
+  fwd.body = &entry.getBody().front();
+  for (auto [i, op] : llvm::enumerate(*fwd.body))
+    fwd.position[&op] = i;
+  Operation *lossOp =
+      fwd.body->getTerminator()->getOperand(0).getDefiningOp();
+  if (!lossOp)
+    return entry.emitError()
+           << "train-recompute: the loss is an argument of @"
+           << entry.getSymName() << "; there is nothing to recompute";
+  fwd.last = fwd.position[lossOp];
+  for (BlockArgument arg : fwd.body->getArguments())
+    fwd.fromInputs.insert(arg);
+  for (Operation &op : *fwd.body) {
+    if (!fwd.isForward(&op))
+      break;
+    if (llvm::any_of(op.getOperands(),
+                     [&](Value v) { return fwd.fromInputs.contains(v); }))
+      for (Value r : op.getResults())
+        fwd.fromInputs.insert(r);
+  }
+  return success();
+}
+
+/// The segment boundaries: the ops the model marks (checked), or else the
+/// residual stream's.
+static LogicalResult findBoundaries(const Forward &fwd,
+                                    SmallVector<Operation *> &boundaries) {
+  bool marked = false;
+  for (Operation &op : *fwd.body) {
+    if (!op.hasAttr(kCheckpointAttr))
+      continue;
+    marked = true;
+    if (!fwd.isForward(&op))
+      return op.emitOpError() << "is marked '" << kCheckpointAttr
+                              << "' but is not part of the forward pass";
+    Value v = op.getResult(0); // the dialect verifier checked: one result
+    if (isa<ParamReadOp, BufferReadOp>(op) || !fwd.fromInputs.contains(v))
+      return op.emitOpError()
+             << "is marked '" << kCheckpointAttr
+             << "' but its result is computed from parameters and "
+                "constants alone, not from the step's inputs: "
+                "there is no activation to checkpoint here";
+    if (fwd.lastForwardUse(v) == fwd.position.lookup(&op))
+      return op.emitOpError()
+             << "is marked '" << kCheckpointAttr
+             << "' but no later forward op reads its result, so it "
+                "ends no segment";
+    boundaries.push_back(&op);
+  }
+  if (!marked)
+    boundaries = residualBoundaries(fwd);
+  return success();
+}
+
+/// What the backward pass keeps rather than recomputes.
+static DenseSet<Operation *> keptOps(const Forward &fwd,
+                                     ArrayRef<Operation *> boundaries,
+                                     DenseMap<Operation *, unsigned> &segmentOf,
+                                     unsigned tail, bool selective) {
+  // What the backward pass keeps: the boundaries, every value read across
+  // segments (recomputing it would chain segments), and for the selective
+  // policy everything but the attention core and the activation functions
+  // (selectiveSet). Ops with effects are never repeated.
+  DenseSet<Operation *> kept(boundaries.begin(), boundaries.end());
+  DenseSet<Operation *> core;
+  if (selective)
+    core = selectiveSet(fwd);
+  for (Operation &op : *fwd.body) {
+    if (!fwd.isForward(&op))
+      break;
+    unsigned s = segmentOf[&op];
+    if (s == tail || isa<ParamReadOp, BufferReadOp>(op) ||
+        !isMemoryEffectFree(&op) || op.getNumRegions() != 0 ||
+        (selective && !core.contains(&op)))
+      kept.insert(&op);
+    for (Value r : op.getResults())
+      for (Operation *user : r.getUsers())
+        if (fwd.isForward(user) && segmentOf[user] != s)
+          kept.insert(&op);
+  }
+  return kept;
+}
+
+/// Per segment: the forward values the backward pass reads that are
+/// recomputed, the ops that recompute them and where they go.
+static SmallVector<SegmentPlan>
+planSegments(const Forward &fwd, const DenseSet<Operation *> &kept,
+             DenseMap<Operation *, unsigned> &segmentOf, unsigned tail) {
+  auto recomputable = [&](Value v) {
+    Operation *def = v.getDefiningOp();
+    return def && fwd.isForward(def) && !kept.contains(def);
+  };
+  SmallVector<SegmentPlan> plans(tail);
+  SmallVector<Operation *> backward;
+  for (Operation &op : *fwd.body)
+    if (!fwd.isForward(&op))
+      backward.push_back(&op);
+  for (Operation *op : backward)
+    for (Value v : op->getOperands()) {
+      if (!recomputable(v))
+        continue;
+      SegmentPlan &plan = plans[segmentOf[v.getDefiningOp()]];
+      if (!plan.before)
+        plan.before = op;
+      SmallVector<Operation *> work{v.getDefiningOp()};
+      while (!work.empty()) {
+        Operation *def = work.pop_back_val();
+        if (!plan.ops.insert(def))
+          continue;
+        for (Value operand : def->getOperands())
+          if (recomputable(operand))
+            work.push_back(operand.getDefiningOp());
+      }
+    }
+  return plans;
+}
+
+/// Clones each segment's ops before its first backward use and points the
+/// backward ops at the clones. Returns the number of ops cloned.
+static unsigned applySegments(MLIRContext *ctx, const Forward &fwd,
+                              ArrayRef<SegmentPlan> plans) {
+  OpBuilder b(ctx);
+  unsigned count = 0;
+  for (const SegmentPlan &plan : plans) {
+    if (plan.ops.empty())
+      continue;
+    SmallVector<Operation *> ops(plan.ops.begin(), plan.ops.end());
+    llvm::sort(ops, [&](Operation *x, Operation *y) {
+      return fwd.position.lookup(x) < fwd.position.lookup(y);
+    });
+    IRMapping map;
+    b.setInsertionPoint(plan.before);
+    for (Operation *op : ops) {
+      Operation *clone = b.clone(*op, map);
+      clone->setAttr(kRecomputedAttr, b.getUnitAttr());
+      ++count;
+    }
+    // The backward ops read the recomputed values.
+    for (Operation *op : ops)
+      for (OpResult r : op->getResults()) {
+        Value again = map.lookup(r);
+        r.replaceUsesWithIf(again, [&](OpOperand &use) {
+          Operation *user = use.getOwner();
+          return !fwd.isForward(user) && !user->hasAttr(kRecomputedAttr);
+        });
+      }
+  }
+  return count;
+}
+
 void TrainRecomputePass::runOnOperation() {
   ModuleOp module = getOperation();
   func::FuncOp entry = getEntryFunction(module);
@@ -189,65 +350,17 @@ void TrainRecomputePass::runOnOperation() {
     return signalPassFailure();
   }
   if (module->hasAttr(kRecomputeAttr)) {
-    entry.emitError() << "@" << entry.getSymName()
-                      << " is already recomputed ("
+    entry.emitError() << "@" << entry.getSymName() << " is already recomputed ("
                       << module->getAttr(kRecomputeAttr) << ")";
     return signalPassFailure();
   }
 
   Forward fwd;
-  fwd.body = &entry.getBody().front();
-  for (auto [i, op] : llvm::enumerate(*fwd.body))
-    fwd.position[&op] = i;
-  Operation *lossOp =
-      fwd.body->getTerminator()->getOperand(0).getDefiningOp();
-  if (!lossOp) {
-    entry.emitError() << "train-recompute: the loss is an argument of @"
-                      << entry.getSymName() << "; there is nothing to recompute";
+  if (failed(analyzeForward(entry, fwd)))
     return signalPassFailure();
-  }
-  fwd.last = fwd.position[lossOp];
-  for (BlockArgument arg : fwd.body->getArguments())
-    fwd.fromInputs.insert(arg);
-  for (Operation &op : *fwd.body) {
-    if (!fwd.isForward(&op))
-      break;
-    if (llvm::any_of(op.getOperands(),
-                     [&](Value v) { return fwd.fromInputs.contains(v); }))
-      for (Value r : op.getResults())
-        fwd.fromInputs.insert(r);
-  }
-
-  // Segment boundaries: the model's marks, or the residual stream.
   SmallVector<Operation *> boundaries;
-  bool marked = false;
-  for (Operation &op : *fwd.body) {
-    if (!op.hasAttr(kCheckpointAttr))
-      continue;
-    marked = true;
-    if (!fwd.isForward(&op)) {
-      op.emitOpError() << "is marked '" << kCheckpointAttr
-                       << "' but is not part of the forward pass";
-      return signalPassFailure();
-    }
-    Value v = op.getResult(0); // the dialect verifier checked: one result
-    if (isa<ParamReadOp, BufferReadOp>(op) || !fwd.fromInputs.contains(v)) {
-      op.emitOpError() << "is marked '" << kCheckpointAttr
-                       << "' but its result is computed from parameters and "
-                          "constants alone, not from the step's inputs: "
-                          "there is no activation to checkpoint here";
-      return signalPassFailure();
-    }
-    if (fwd.lastForwardUse(v) == fwd.position[&op]) {
-      op.emitOpError() << "is marked '" << kCheckpointAttr
-                       << "' but no later forward op reads its result, so it "
-                          "ends no segment";
-      return signalPassFailure();
-    }
-    boundaries.push_back(&op);
-  }
-  if (!marked)
-    boundaries = residualBoundaries(fwd);
+  if (failed(findBoundaries(fwd, boundaries)))
+    return signalPassFailure();
   if (boundaries.empty()) {
     entry.emitError()
         << "train-recompute{policy=" << stringify<RecomputePolicy>(policy)
@@ -274,89 +387,10 @@ void TrainRecomputePass::runOnOperation() {
     }
   }
 
-  // What the backward pass keeps: the boundaries, every value read across
-  // segments (recomputing it would chain segments), and for the selective
-  // policy everything but the attention core and the activation functions
-  // (selectiveSet). Ops with effects are never repeated.
-  DenseSet<Operation *> kept(boundaries.begin(), boundaries.end());
-  DenseSet<Operation *> core;
-  if (policy == RecomputePolicy::selective)
-    core = selectiveSet(fwd);
-  for (Operation &op : *fwd.body) {
-    if (!fwd.isForward(&op))
-      break;
-    unsigned s = segmentOf[&op];
-    if (s == tail || isa<ParamReadOp, BufferReadOp>(op) ||
-        !isMemoryEffectFree(&op) || op.getNumRegions() != 0 ||
-        (policy == RecomputePolicy::selective && !core.contains(&op)))
-      kept.insert(&op);
-    for (Value r : op.getResults())
-      for (Operation *user : r.getUsers())
-        if (fwd.isForward(user) && segmentOf[user] != s)
-          kept.insert(&op);
-  }
-  auto recomputable = [&](Value v) {
-    Operation *def = v.getDefiningOp();
-    return def && fwd.isForward(def) && !kept.contains(def);
-  };
-
-  // Per segment: the forward values the backward pass reads that are
-  // recomputed, the ops that recompute them (the closure over their
-  // operands back to kept values, in forward order), and the first
-  // backward op that needs one of them, before which they are placed.
-  struct Plan {
-    llvm::SetVector<Operation *> ops;
-    Operation *before = nullptr;
-  };
-  SmallVector<Plan> plans(tail);
-  SmallVector<Operation *> backward;
-  for (Operation &op : *fwd.body)
-    if (!fwd.isForward(&op))
-      backward.push_back(&op);
-  for (Operation *op : backward)
-    for (Value v : op->getOperands()) {
-      if (!recomputable(v))
-        continue;
-      Plan &plan = plans[segmentOf[v.getDefiningOp()]];
-      if (!plan.before)
-        plan.before = op;
-      SmallVector<Operation *> work{v.getDefiningOp()};
-      while (!work.empty()) {
-        Operation *def = work.pop_back_val();
-        if (!plan.ops.insert(def))
-          continue;
-        for (Value operand : def->getOperands())
-          if (recomputable(operand))
-            work.push_back(operand.getDefiningOp());
-      }
-    }
-
-  OpBuilder b(&getContext());
-  unsigned count = 0;
-  for (Plan &plan : plans) {
-    if (plan.ops.empty())
-      continue;
-    SmallVector<Operation *> ops(plan.ops.begin(), plan.ops.end());
-    llvm::sort(ops, [&](Operation *x, Operation *y) {
-      return fwd.position[x] < fwd.position[y];
-    });
-    IRMapping map;
-    b.setInsertionPoint(plan.before);
-    for (Operation *op : ops) {
-      Operation *clone = b.clone(*op, map);
-      clone->setAttr(kRecomputedAttr, b.getUnitAttr());
-      ++count;
-    }
-    // The backward ops read the recomputed values.
-    for (Operation *op : ops)
-      for (OpResult r : op->getResults()) {
-        Value again = map.lookup(r);
-        r.replaceUsesWithIf(again, [&](OpOperand &use) {
-          Operation *user = use.getOwner();
-          return !fwd.isForward(user) && !user->hasAttr(kRecomputedAttr);
-        });
-      }
-  }
+  DenseSet<Operation *> kept = keptOps(fwd, boundaries, segmentOf, tail,
+                                       policy == RecomputePolicy::selective);
+  SmallVector<SegmentPlan> plans = planSegments(fwd, kept, segmentOf, tail);
+  unsigned count = applySegments(&getContext(), fwd, plans);
   if (count == 0) {
     entry.emitError() << "train-recompute{policy="
                       << stringify<RecomputePolicy>(policy)
@@ -367,8 +401,9 @@ void TrainRecomputePass::runOnOperation() {
                       << (boundaries.size() == 1 ? "y" : "ies") << ")";
     return signalPassFailure();
   }
-  module->setAttr(kRecomputeAttr,
-                  b.getStringAttr(stringify<RecomputePolicy>(policy)));
+  module->setAttr(
+      kRecomputeAttr,
+      StringAttr::get(&getContext(), stringify<RecomputePolicy>(policy)));
   numRecomputedOps += count;
   numSegments += tail;
 }
