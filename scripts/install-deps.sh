@@ -7,7 +7,7 @@ PACKAGES=(
   cmake ninja-build ccache g++
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
   libopenblas-dev libopenblas-openmp-dev libdnnl-dev liburing-dev libgtest-dev
-  libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin nlohmann-json3-dev
   python3 python3-numpy python3-pytest python3-torch
   slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge
   fio

@@ -1,9 +1,11 @@
 //===- fuzz_json.cpp - libFuzzer target: the runtime's JSON reader --------===//
 //
 // Part of ztrain's fuzz targets (docs/fuzzing.md). Input: any bytes, parsed
-// as a JSON document (safetensors headers, checkpoint indexes, --config).
-// Checked beyond the sanitizers: a failure's message names the byte offset; every string of an accepted document survives jsonQuote and
-// parsing back; an integer getInt64 accepts is the literal's value.
+// as a JSON document (safetensors headers, checkpoint indexes, --config)
+// by nlohmann-json's parser under ztrain's rules (base/Json.h). Checked
+// beyond the sanitizers: a failure's message names the byte offset; every
+// string of an accepted document survives jsonQuote and parsing back; no
+// object keeps a duplicate key; what dumpJson prints parses again.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,47 +20,47 @@ using ztrt_fuzz::crash;
 
 namespace {
 
-void checkValue(const JsonValue &value) {
+void checkValue(const Json &value) {
   auto roundTrip = [](const std::string &s) {
-    JsonValue back;
+    Json back;
     std::string error;
-    if (!parseJson(jsonQuote(s), back, error) ||
-        back.kind != JsonValue::Kind::String || back.text != s)
+    if (!parseJson(jsonQuote(s), back, error) || !back.is_string() ||
+        jsonText(back) != s)
       crash("jsonQuote does not parse back to its string", jsonQuote(s));
   };
-  switch (value.kind) {
-  case JsonValue::Kind::String:
-    roundTrip(value.text);
-    break;
-  case JsonValue::Kind::Number: {
+  if (value.is_string()) {
+    roundTrip(jsonText(value));
+  } else if (value.is_number()) {
     int64_t i;
-    if (value.getInt64(i) && std::to_string(i) != value.text &&
-        !(value.text == "-0" && i == 0))
-      crash("getInt64 disagrees with the literal", value.text);
-    (void)value.getDouble();
-    break;
-  }
-  case JsonValue::Kind::Array:
-    for (const JsonValue &item : value.items)
+    if (jsonInt64(value, i) &&
+        (!value.is_number_integer() || value.get<int64_t>() != i))
+      crash("jsonInt64 disagrees with the parsed integer", value.dump());
+    (void)jsonNumber(value);
+  } else if (value.is_array()) {
+    for (const Json &item : value)
       checkValue(item);
-    break;
-  case JsonValue::Kind::Object:
-    for (const auto &[key, member] : value.members) {
+  } else if (value.is_object()) {
+    for (const auto &[key, member] : jsonMembers(value)) {
       roundTrip(key);
-      if (value.find(key) != &member)
+      if (jsonFind(value, key) != &member)
         crash("duplicate key accepted", key);
       checkValue(member);
     }
-    break;
-  default:
-    break;
+  }
+  // What the writers print must parse back to the same document.
+  for (int indent : {0, 2}) {
+    Json back;
+    std::string error;
+    const std::string text = dumpJson(value, indent);
+    if (!parseJson(text, back, error))
+      crash("dumpJson's output does not parse: " + error, text);
   }
 }
 
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  JsonValue root;
+  Json root;
   std::string error;
   if (!parseJson(std::string_view(reinterpret_cast<const char *>(data), size),
                  root, error)) {

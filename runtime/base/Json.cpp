@@ -1,351 +1,318 @@
-//===- Json.cpp - A minimal JSON reader and string quoting ----------------===//
+//===- Json.cpp - JSON through nlohmann-json, with ztrain's reading rules -===//
 //
-// Part of ztrain's runtime. Recursive descent over RFC 8259, with a nesting
-// limit so that a hostile header cannot overflow the stack.
+// Part of ztrain's runtime. nlohmann-json's SAX parser does the lexing,
+// number conversion and UTF-8 validation; the handler here builds the
+// ordered_json document and adds the nesting bound and the duplicate-key
+// refusal, with byte offsets taken from a counting input iterator.
 //
 //===----------------------------------------------------------------------===//
 
 #include "base/Json.h"
 
-#include "base/Support.h"
-
-#include <cerrno>
+#include <charconv>
 #include <cmath>
-#include <cstdlib>
+#include <iterator>
+#include <limits>
+#include <unordered_set>
+#include <vector>
 
 namespace ztrt {
 
-const JsonValue *JsonValue::find(std::string_view key) const {
-  for (const auto &member : members)
-    if (member.first == key)
-      return &member.second;
-  return nullptr;
-}
-
-bool JsonValue::getInt64(int64_t &out) const {
-  if (kind != Kind::Number || text.empty())
-    return false;
-  // Only plain integer literals: "1e3" or "4.0" are not shapes or offsets.
-  for (size_t i = text[0] == '-' ? 1 : 0; i < text.size(); ++i)
-    if (text[i] < '0' || text[i] > '9')
-      return false;
-  errno = 0;
-  char *end = nullptr;
-  long long value = std::strtoll(text.c_str(), &end, 10);
-  if (errno == ERANGE || *end != '\0')
-    return false;
-  out = value;
-  return true;
-}
-
-double JsonValue::getDouble() const {
-  return kind == Kind::Number ? std::strtod(text.c_str(), nullptr) : NAN;
-}
-
 namespace {
 
-constexpr int kMaxDepth = 64;
+/// A char iterator that records, in a shared cursor, how far the parser has
+/// read: the handler's errors say where they happened.
+struct CountingIterator {
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char *;
+  using reference = const char &;
 
-class Parser {
+  const char *at;
+  const char **cursor;
+
+  reference operator*() const { return *at; }
+  CountingIterator &operator++() {
+    *cursor = ++at;
+    return *this;
+  }
+  CountingIterator operator++(int) {
+    CountingIterator old = *this;
+    ++*this;
+    return old;
+  }
+  bool operator==(const CountingIterator &o) const { return at == o.at; }
+  bool operator!=(const CountingIterator &o) const { return at != o.at; }
+};
+
+class Builder {
 public:
-  Parser(std::string_view text, std::string &error)
-      : text(text), error(error) {}
+  using number_integer_t = Json::number_integer_t;
+  using number_unsigned_t = Json::number_unsigned_t;
+  using number_float_t = Json::number_float_t;
+  using string_t = Json::string_t;
+  using binary_t = Json::binary_t;
 
-  bool parseDocument(JsonValue &out) {
-    skipSpace();
-    if (!parseValue(out, 0))
-      return false;
-    skipSpace();
-    if (pos != text.size())
-      return fail("unexpected trailing characters");
+  Builder(Json &root, const char *begin, const char *const &cursor,
+          std::string &error)
+      : root(root), begin(begin), cursor(cursor), error(error) {}
+
+  bool null() { return add(nullptr); }
+  bool boolean(bool v) { return add(v); }
+  bool number_integer(number_integer_t v) { return add(v); }
+  bool number_unsigned(number_unsigned_t v) { return add(v); }
+  bool number_float(number_float_t v, const string_t &) { return add(v); }
+  bool string(string_t &v) { return add(std::move(v)); }
+  bool binary(binary_t &) { return fail("binary value", cursor); }
+
+  bool start_object(std::size_t) { return open(Json::object()); }
+  bool start_array(std::size_t) { return open(Json::array()); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+
+  bool key(string_t &k) {
+    Level &level = levels.back();
+    if (!level.keys.insert(k).second)
+      // The cursor is past the key's closing quote.
+      return fail("duplicate key '" + k + "'", cursor);
+    level.key = std::move(k);
     return true;
+  }
+
+  bool parse_error(std::size_t position, const std::string &,
+                   const nlohmann::detail::exception &e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 7:
+    // syntax error while parsing ..." -> "syntax error while parsing ...".
+    std::string what = e.what();
+    if (size_t colon = what.find(": "); colon != std::string::npos)
+      what = what.substr(colon + 2);
+    // nlohmann counts the offending character: its offset is one less.
+    error = what + " at byte " + std::to_string(position ? position - 1 : 0);
+    return false;
   }
 
 private:
-  std::string_view text;
-  std::string &error;
-  size_t pos = 0;
+  struct Level {
+    Json *value;
+    std::unordered_set<std::string> keys;
+    std::string key;
+  };
 
-  bool fail(const char *what) {
-    error = format("%s at byte %zu", what, pos);
+  Json &root;
+  const char *begin;
+  const char *const &cursor;
+  std::string &error;
+  std::vector<Level> levels;
+  bool failed = false;
+
+  bool fail(const std::string &what, const char *at) {
+    if (!failed)
+      error = what + " at byte " + std::to_string(at - begin);
+    failed = true;
     return false;
   }
 
-  void skipSpace() {
-    while (pos < text.size() && (text[pos] == ' ' || text[pos] == '\t' ||
-                                 text[pos] == '\n' || text[pos] == '\r'))
-      ++pos;
+  /// Places `v` where the parser is: the root, the next element of an
+  /// array, or the member named by the last key. Keys are unique (checked
+  /// in key()), so a member is appended without ordered_map's linear search.
+  Json *place(Json &&v) {
+    if (levels.empty()) {
+      root = std::move(v);
+      return &root;
+    }
+    Level &level = levels.back();
+    if (level.value->is_array()) {
+      level.value->get_ref<Json::array_t &>().push_back(std::move(v));
+      return &level.value->get_ref<Json::array_t &>().back();
+    }
+    Json::object_t &members = level.value->get_ref<Json::object_t &>();
+    members.Json::object_t::Container::emplace_back(std::move(level.key),
+                                                    std::move(v));
+    return &members.back().second;
   }
 
-  bool consume(std::string_view literal) {
-    if (text.substr(pos, literal.size()) != literal)
-      return false;
-    pos += literal.size();
+  bool add(Json &&v) {
+    place(std::move(v));
     return true;
   }
 
-  bool parseValue(JsonValue &out, int depth) {
-    if (depth > kMaxDepth)
-      return fail("nesting too deep");
-    if (pos >= text.size())
-      return fail("unexpected end of input");
-    char c = text[pos];
-    if (c == '{')
-      return parseObject(out, depth);
-    if (c == '[')
-      return parseArray(out, depth);
-    if (c == '"') {
-      out.kind = JsonValue::Kind::String;
-      return parseString(out.text);
-    }
-    if (c == '-' || (c >= '0' && c <= '9'))
-      return parseNumber(out);
-    if (consume("true")) {
-      out.kind = JsonValue::Kind::Bool;
-      out.boolean = true;
-      return true;
-    }
-    if (consume("false")) {
-      out.kind = JsonValue::Kind::Bool;
-      return true;
-    }
-    if (consume("null")) {
-      out.kind = JsonValue::Kind::Null;
-      return true;
-    }
-    return fail("unexpected character");
-  }
-
-  bool parseObject(JsonValue &out, int depth) {
-    out.kind = JsonValue::Kind::Object;
-    ++pos; // '{'
-    skipSpace();
-    if (pos < text.size() && text[pos] == '}') {
-      ++pos;
-      return true;
-    }
-    while (true) {
-      skipSpace();
-      if (pos >= text.size() || text[pos] != '"')
-        return fail("expected a string key");
-      std::string key;
-      if (!parseString(key))
-        return false;
-      if (out.find(key))
-        return fail(("duplicate key '" + key + "'").c_str());
-      skipSpace();
-      if (pos >= text.size() || text[pos] != ':')
-        return fail("expected ':'");
-      ++pos;
-      skipSpace();
-      JsonValue value;
-      if (!parseValue(value, depth + 1))
-        return false;
-      out.members.emplace_back(std::move(key), std::move(value));
-      skipSpace();
-      if (pos < text.size() && text[pos] == ',') {
-        ++pos;
-        continue;
-      }
-      if (pos < text.size() && text[pos] == '}') {
-        ++pos;
-        return true;
-      }
-      return fail("expected ',' or '}'");
-    }
-  }
-
-  bool parseArray(JsonValue &out, int depth) {
-    out.kind = JsonValue::Kind::Array;
-    ++pos; // '['
-    skipSpace();
-    if (pos < text.size() && text[pos] == ']') {
-      ++pos;
-      return true;
-    }
-    while (true) {
-      skipSpace();
-      JsonValue value;
-      if (!parseValue(value, depth + 1))
-        return false;
-      out.items.push_back(std::move(value));
-      skipSpace();
-      if (pos < text.size() && text[pos] == ',') {
-        ++pos;
-        continue;
-      }
-      if (pos < text.size() && text[pos] == ']') {
-        ++pos;
-        return true;
-      }
-      return fail("expected ',' or ']'");
-    }
-  }
-
-  bool parseHex4(uint32_t &out) {
-    if (pos + 4 > text.size())
-      return fail("truncated \\u escape");
-    out = 0;
-    for (int i = 0; i < 4; ++i) {
-      char c = text[pos++];
-      out <<= 4;
-      if (c >= '0' && c <= '9')
-        out |= c - '0';
-      else if (c >= 'a' && c <= 'f')
-        out |= c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F')
-        out |= c - 'A' + 10;
-      else
-        return fail("bad \\u escape");
-    }
+  bool open(Json &&container) {
+    if (static_cast<int>(levels.size()) >= kMaxJsonDepth)
+      return fail("nesting too deep (more than " +
+                      std::to_string(kMaxJsonDepth) + " levels)",
+                  cursor - 1);
+    Json *at = place(std::move(container));
+    levels.push_back({at, {}, {}});
     return true;
   }
 
-  static void appendUtf8(std::string &out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
-  bool parseString(std::string &out) {
-    ++pos; // '"'
-    while (true) {
-      if (pos >= text.size())
-        return fail("unterminated string");
-      unsigned char c = static_cast<unsigned char>(text[pos++]);
-      if (c == '"')
-        return true;
-      if (c < 0x20)
-        return fail("control character in string");
-      if (c != '\\') {
-        out += static_cast<char>(c);
-        continue;
-      }
-      if (pos >= text.size())
-        return fail("unterminated string");
-      char e = text[pos++];
-      switch (e) {
-      case '"':
-      case '\\':
-      case '/':
-        out += e;
-        break;
-      case 'b':
-        out += '\b';
-        break;
-      case 'f':
-        out += '\f';
-        break;
-      case 'n':
-        out += '\n';
-        break;
-      case 'r':
-        out += '\r';
-        break;
-      case 't':
-        out += '\t';
-        break;
-      case 'u': {
-        uint32_t cp;
-        if (!parseHex4(cp))
-          return false;
-        if (cp >= 0xD800 && cp < 0xDC00) {
-          uint32_t low;
-          if (!consume("\\u") || !parseHex4(low) || low < 0xDC00 ||
-              low >= 0xE000)
-            return fail("unpaired surrogate in \\u escape");
-          cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-        } else if (cp >= 0xDC00 && cp < 0xE000) {
-          return fail("unpaired surrogate in \\u escape");
-        }
-        appendUtf8(out, cp);
-        break;
-      }
-      default:
-        return fail("bad escape in string");
-      }
-    }
-  }
-
-  bool parseNumber(JsonValue &out) {
-    size_t start = pos;
-    auto digits = [&] {
-      size_t begin = pos;
-      while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9')
-        ++pos;
-      return pos > begin;
-    };
-    if (text[pos] == '-')
-      ++pos;
-    if (pos < text.size() && text[pos] == '0')
-      ++pos;
-    else if (!digits())
-      return fail("bad number");
-    if (pos < text.size() && text[pos] == '.') {
-      ++pos;
-      if (!digits())
-        return fail("bad number");
-    }
-    if (pos < text.size() && (text[pos] == 'e' || text[pos] == 'E')) {
-      ++pos;
-      if (pos < text.size() && (text[pos] == '+' || text[pos] == '-'))
-        ++pos;
-      if (!digits())
-        return fail("bad number");
-    }
-    out.kind = JsonValue::Kind::Number;
-    out.text = std::string(text.substr(start, pos - start));
+  bool close() {
+    levels.pop_back();
     return true;
   }
 };
 
+void dumpTo(const Json &value, int indent, int depth, std::string &out);
+
+/// A scalar, or an array of scalars.
+bool flat(const Json &value) {
+  if (value.is_object())
+    return value.empty();
+  if (value.is_array())
+    for (const Json &item : value)
+      if (item.is_structured() && !item.empty())
+        return false;
+  return true;
+}
+
+/// Whether dumpTo prints `value` on one line: scalars, arrays of flat
+/// values (a list of numbers or of shapes), and objects of up to 16 flat
+/// members (a step record, a tensor entry); larger maps (weight_map) and
+/// anything holding an object get a line per member.
+bool oneLine(const Json &value, int indent) {
+  if (indent <= 0 || !value.is_structured() || value.empty())
+    return true;
+  if (value.is_object() && value.size() > 16)
+    return false;
+  for (const Json &item : value)
+    if (!flat(item))
+      return false;
+  return true;
+}
+
+void dumpTo(const Json &value, int indent, int depth, std::string &out) {
+  if (oneLine(value, indent)) {
+    if (indent <= 0) {
+      out += value.dump(-1, ' ', false, Json::error_handler_t::replace);
+      return;
+    }
+    // One line with a space after each separator, as people write it.
+    if (value.is_object()) {
+      out += '{';
+      bool first = true;
+      for (const auto &[key, member] :
+           value.get_ref<const Json::object_t &>()) {
+        out += first ? "" : ", ";
+        out += jsonQuote(key) + ": ";
+        dumpTo(member, indent, depth + 1, out);
+        first = false;
+      }
+      out += '}';
+    } else if (value.is_array()) {
+      out += '[';
+      for (size_t i = 0; i < value.size(); ++i) {
+        out += i ? ", " : "";
+        dumpTo(value[i], indent, depth + 1, out);
+      }
+      out += ']';
+    } else {
+      out += value.dump(-1, ' ', false, Json::error_handler_t::replace);
+    }
+    return;
+  }
+  const std::string inner(static_cast<size_t>(indent * (depth + 1)), ' ');
+  const std::string outer(static_cast<size_t>(indent * depth), ' ');
+  out += value.is_object() ? "{\n" : "[\n";
+  size_t i = 0;
+  if (value.is_object()) {
+    for (const auto &[key, member] : value.get_ref<const Json::object_t &>()) {
+      out += (i++ ? ",\n" : "") + inner + jsonQuote(key) + ": ";
+      dumpTo(member, indent, depth + 1, out);
+    }
+  } else {
+    for (const Json &item : value) {
+      out += (i++ ? ",\n" : "") + inner;
+      dumpTo(item, indent, depth + 1, out);
+    }
+  }
+  out += "\n" + outer + (value.is_object() ? "}" : "]");
+}
+
 } // namespace
 
-bool parseJson(std::string_view text, JsonValue &out, std::string &error) {
-  out = JsonValue();
-  return Parser(text, error).parseDocument(out);
+bool parseJson(std::string_view text, Json &out, std::string &error) {
+  out = Json();
+  const char *cursor = text.data();
+  Builder builder(out, text.data(), cursor, error);
+  CountingIterator first{text.data(), &cursor};
+  CountingIterator last{text.data() + text.size(), &cursor};
+  error.clear();
+  const bool ok = Json::sax_parse(first, last, &builder,
+                                  Json::input_format_t::json, /*strict=*/true,
+                                  /*ignore_comments=*/false);
+  if (!ok) {
+    if (error.empty())
+      error = "not JSON at byte " + std::to_string(cursor - text.data());
+    out = Json();
+  }
+  return ok;
+}
+
+const Json *jsonFind(const Json &object, std::string_view key) {
+  if (!object.is_object())
+    return nullptr;
+  for (const auto &[name, value] : object.get_ref<const Json::object_t &>())
+    if (name == key)
+      return &value;
+  return nullptr;
+}
+
+const Json::object_t &jsonMembers(const Json &object) {
+  static const Json::object_t none;
+  return object.is_object() ? object.get_ref<const Json::object_t &>() : none;
+}
+
+bool jsonInt64(const Json &value, int64_t &out) {
+  if (value.is_number_integer() && !value.is_number_unsigned()) {
+    out = value.get<int64_t>();
+    return true;
+  }
+  if (value.is_number_unsigned()) {
+    const uint64_t u = value.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return false;
+    out = static_cast<int64_t>(u);
+    return true;
+  }
+  return false;
+}
+
+double jsonNumber(const Json &value) {
+  return value.is_number() ? value.get<double>() : NAN;
+}
+
+const std::string &jsonText(const Json &value) {
+  static const std::string none;
+  return value.is_string() ? value.get_ref<const std::string &>() : none;
+}
+
+void jsonAppend(Json &object, std::string key, Json value) {
+  if (object.is_null())
+    object = Json::object();
+  object.get_ref<Json::object_t &>().Json::object_t::Container::emplace_back(
+      std::move(key), std::move(value));
 }
 
 std::string jsonQuote(std::string_view s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    unsigned char c = static_cast<unsigned char>(ch);
-    switch (c) {
-    case '"':
-      out += "\\\"";
-      break;
-    case '\\':
-      out += "\\\\";
-      break;
-    case '\n':
-      out += "\\n";
-      break;
-    case '\r':
-      out += "\\r";
-      break;
-    case '\t':
-      out += "\\t";
-      break;
-    default:
-      if (c < 0x20)
-        out += format("\\u%04x", c);
-      else
-        out += ch;
-    }
-  }
-  return out + "\"";
+  return Json(std::string(s))
+      .dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+std::string dumpJson(const Json &value, int indent) {
+  std::string out;
+  dumpTo(value, indent, 0, out);
+  return out;
+}
+
+Json jsonFloat(float value) {
+  if (!std::isfinite(value))
+    return nullptr;
+  char text[32];
+  auto [end, ec] = std::to_chars(text, text + sizeof(text), value);
+  (void)ec;
+  *end = '\0';
+  return std::strtod(text, nullptr);
 }
 
 } // namespace ztrt

@@ -29,11 +29,12 @@ namespace ztrt {
 void applyRunConfig(const std::string &path, const std::set<std::string> &given,
                     Options &opts) {
   std::vector<char> text = readInputFile(path, "--config");
-  JsonValue root;
+  Json root;
+  const Json kNull;
   std::string error;
   if (!parseJson(std::string_view(text.data(), text.size()), root, error))
     usageError("flag --config '%s': not JSON: %s", path.c_str(), error.c_str());
-  if (root.kind != JsonValue::Kind::Object)
+  if (!root.is_object())
     usageError("flag --config '%s': expected a JSON object", path.c_str());
   // The compiler's keys: what the build is. The executable checks the
   // ones it can see in the descriptor against it (checkConfigAgainstBuild)
@@ -49,16 +50,14 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
       "tensorboard", "wandb", "csv_monitor", "comet", "comms_logger",
       "memory_breakdown", "dump_state"};
   // Hugging Face's "auto": the value the flags and the build give.
-  auto isAuto = [](const JsonValue &v) {
-    return v.kind == JsonValue::Kind::String && v.text == "auto";
-  };
+  auto isAuto = [](const Json &v) { return jsonText(v) == "auto"; };
   std::optional<double> optimizerLr;
   std::vector<std::string> problems;
   auto has = [&](const char *flag) { return given.count(flag) > 0; };
-  auto integer = [&](const JsonValue &v, const std::string &key, int64_t min,
+  auto integer = [&](const Json &v, const std::string &key, int64_t min,
                      int64_t &out) {
-    double d = v.getDouble();
-    if (!v.getInt64(out)) {
+    double d = jsonNumber(v);
+    if (!jsonInt64(v, out)) {
       if (!(d == std::floor(d)) || !(d >= -9.0e18 && d <= 9.0e18)) {
         problems.push_back(key + " (expected an integer)");
         return false;
@@ -72,7 +71,7 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
     }
     return true;
   };
-  for (const auto &[key, value] : root.members) {
+  for (const auto &[key, value] : jsonMembers(root)) {
     int64_t n = 0;
     if (isAuto(value))
       continue;
@@ -80,42 +79,40 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
       if (integer(value, key, 1, n))
         opts.configMicroBatch = n;
     } else if (key == "gradient_clipping") {
-      const double d = value.getDouble();
+      const double d = jsonNumber(value);
       if (!(d >= 0.0) || !std::isfinite(d))
         problems.push_back(key + " (expected a number >= 0)");
       else
         opts.configClip = d;
     } else if (key == "bf16" || key == "fp16") {
-      const JsonValue *on = value.find("enabled");
+      const Json *on = jsonFind(value, "enabled");
       if (on && isAuto(*on))
         continue;
-      if (on && on->kind == JsonValue::Kind::Bool && on->boolean)
+      if (on && on->is_boolean() && on->get<bool>())
         opts.configPrecision = key;
       else if (opts.configPrecision.empty())
         opts.configPrecision = "fp32";
     } else if (key == "optimizer") {
-      const JsonValue *type = value.find("type");
-      const JsonValue *params = value.find("params");
-      std::string kind = type ? type->text : "";
+      const Json *type = jsonFind(value, "type");
+      const Json *params = jsonFind(value, "params");
+      std::string kind = type ? jsonText(*type) : "";
       std::transform(kind.begin(), kind.end(), kind.begin(),
                      [](unsigned char c) { return std::tolower(c); });
       // DeepSpeed's "Adam" is AdamW unless adam_w_mode is false.
-      const JsonValue *wMode = params ? params->find("adam_w_mode") : nullptr;
-      const bool decoupled = !wMode || wMode->kind != JsonValue::Kind::Bool ||
-                             wMode->boolean;
+      const Json *wMode = params ? jsonFind(*params, "adam_w_mode") : nullptr;
+      const bool decoupled =
+          !wMode || !wMode->is_boolean() || wMode->get<bool>();
       if (kind == "adam" || kind == "adamw")
         kind = decoupled ? "adamw" : "adam";
       opts.configOptimizer = kind;
-      for (const auto &[name, v] : params ? params->members
-                                          : decltype(root.members)()) {
+      for (const auto &[name, v] : jsonMembers(params ? *params : kNull)) {
         const std::string k = "optimizer.params." + name;
         if (isAuto(v))
           continue;
-        auto hyper = [&](int id, const JsonValue &x, const std::string &kk) {
-          const double d = x.getDouble();
-          const std::string problem = x.kind == JsonValue::Kind::Number
-                                          ? hyperProblem(id, d)
-                                          : "is not a number";
+        auto hyper = [&](int id, const Json &x, const std::string &kk) {
+          const double d = jsonNumber(x);
+          const std::string problem =
+              x.is_number() ? hyperProblem(id, d) : "is not a number";
           if (!problem.empty())
             problems.push_back(kk + " (" + problem + ")");
           else if (!has(hyperFlag(id))) {
@@ -124,15 +121,14 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
           }
         };
         if (name == "lr") {
-          const double d = v.getDouble();
+          const double d = jsonNumber(v);
           if (!(d >= 0.0) || !std::isfinite(d))
             problems.push_back(k + " (expected a number >= 0)");
           else
             optimizerLr = d;
-        } else if (name == "betas" && v.kind == JsonValue::Kind::Array &&
-                   v.items.size() == 2) {
-          hyper(ZTRT_HYPER_BETA1, v.items[0], k + "[0]");
-          hyper(ZTRT_HYPER_BETA2, v.items[1], k + "[1]");
+        } else if (name == "betas" && v.is_array() && v.size() == 2) {
+          hyper(ZTRT_HYPER_BETA1, v[0], k + "[0]");
+          hyper(ZTRT_HYPER_BETA2, v[1], k + "[1]");
         } else if (name == "eps") {
           hyper(ZTRT_HYPER_EPS, v, k);
         } else if (name == "weight_decay") {
@@ -154,9 +150,9 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
       if (integer(value, key, 0, n) && !has("--log-every"))
         opts.logEvery = n;
     } else if (key == "scheduler") {
-      const JsonValue *type = value.find("type");
-      const JsonValue *params = value.find("params");
-      const std::string kind = type ? type->text : "";
+      const Json *type = jsonFind(value, "type");
+      const Json *params = jsonFind(value, "params");
+      const std::string kind = type ? jsonText(*type) : "";
       if (kind != "WarmupLR" && kind != "WarmupDecayLR" &&
           kind != "WarmupCosineLR") {
         problems.push_back("scheduler.type=" + kind +
@@ -166,12 +162,11 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
       }
       LrSchedule s = opts.lr;
       std::optional<double> maxLr;
-      for (const auto &[name, v] : params ? params->members
-                                          : decltype(root.members)()) {
+      for (const auto &[name, v] : jsonMembers(params ? *params : kNull)) {
         const std::string k = "scheduler.params." + name;
         if (isAuto(v))
           continue;
-        const double d = v.getDouble();
+        const double d = jsonNumber(v);
         if (name == "warmup_num_steps") {
           if (integer(v, k, 0, n))
             s.warmup = n;
@@ -188,11 +183,11 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
           if (d != 0.0)
             problems.push_back(k + " (ztrain warms up from 0)");
         } else if (name == "warmup_type") {
-          if (v.text != "linear" && v.text != "log")
-            problems.push_back(k + "=" + v.text +
+          if (jsonText(v) != "linear" && jsonText(v) != "log")
+            problems.push_back(k + "=" + jsonText(v) +
                                " (\"linear\" or \"log\")");
           else
-            s.logWarmup = v.text == "log";
+            s.logWarmup = jsonText(v) == "log";
         } else if (name == "cos_min_ratio" && kind == "WarmupCosineLR") {
           if (!(d >= 0.0 && d <= 1.0))
             problems.push_back(k + " (expected a number in [0, 1])");
@@ -206,7 +201,7 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
         }
       }
       // DeepSpeed's warmup_type defaults to "log".
-      if (!(params && params->find("warmup_type")))
+      if (!(params && jsonFind(*params, "warmup_type")))
         s.logWarmup = true;
       if (kind == "WarmupCosineLR" && !s.minLrRatio)
         s.minLrRatio = 0.0001; // DeepSpeed's default cos_min_ratio
@@ -241,19 +236,19 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
       // The compiler's, except where offloaded tensors go (--nvme-path).
       std::string path;
       for (const char *which : {"offload_optimizer", "offload_param"}) {
-        const JsonValue *o = value.find(which);
-        const JsonValue *p = o ? o->find("nvme_path") : nullptr;
+        const Json *o = jsonFind(value, which);
+        const Json *p = o ? jsonFind(*o, "nvme_path") : nullptr;
         if (!p)
           continue;
-        if (p->kind != JsonValue::Kind::String)
+        if (!p->is_string())
           problems.push_back(std::string("zero_optimization.") + which +
                              ".nvme_path (expected a directory)");
-        else if (!path.empty() && path != p->text)
+        else if (!path.empty() && path != jsonText(*p))
           problems.push_back("zero_optimization.offload_param.nvme_path "
                              "(differs from offload_optimizer's: ztrain "
                              "keeps one swap directory per rank)");
         else
-          path = p->text;
+          path = jsonText(*p);
       }
       if (!path.empty() && !has("--nvme-path"))
         opts.nvmePath = path;

@@ -64,26 +64,26 @@ CheckpointIndex readCheckpointIndex(const std::string &named,
     fatal("%s: '%s' is not a valid checkpoint index: %s", what, path.c_str(),
           message.c_str());
   };
-  JsonValue root;
+  Json root;
   std::string error;
   if (!parseJson(text, root, error))
     bad(error);
-  const JsonValue *ztrain = root.find("ztrain");
-  if (!ztrain || ztrain->kind != JsonValue::Kind::Object)
+  const Json *ztrain = jsonFind(root, "ztrain");
+  if (!ztrain || !ztrain->is_object())
     bad("no \"ztrain\" object");
-  auto integer = [&](const JsonValue &object, const char *key, int64_t min) {
-    const JsonValue *value = object.find(key);
+  auto integer = [&](const Json &object, const char *key, int64_t min) {
+    const Json *value = jsonFind(object, key);
     int64_t out;
-    if (!value || !value->getInt64(out) || out < min)
+    if (!value || !jsonInt64(*value, out) || out < min)
       bad(format("\"%s\" is not an integer >= %lld", key,
                  static_cast<long long>(min)));
     return out;
   };
-  auto string = [&](const JsonValue &object, const char *key) {
-    const JsonValue *value = object.find(key);
-    if (!value || value->kind != JsonValue::Kind::String)
+  auto string = [&](const Json &object, const char *key) {
+    const Json *value = jsonFind(object, key);
+    if (!value || !value->is_string())
       bad(format("\"%s\" is not a string", key));
-    return value->text;
+    return jsonText(*value);
   };
 
   CheckpointIndex index;
@@ -97,43 +97,39 @@ CheckpointIndex readCheckpointIndex(const std::string &named,
                static_cast<long long>(kIndexVersion)));
   index.worldSize = integer(*ztrain, "world_size", 1);
   index.step = integer(*ztrain, "step", 0);
-  const JsonValue *seed = ztrain->find("seed");
-  char *end = nullptr;
-  errno = 0;
-  if (!seed || seed->kind != JsonValue::Kind::Number || seed->text.empty() ||
-      seed->text[0] == '-' ||
-      (index.seed = std::strtoull(seed->text.c_str(), &end, 10), *end) ||
-      errno == ERANGE)
+  const Json *seed = jsonFind(*ztrain, "seed");
+  if (!seed || !seed->is_number_unsigned())
     bad("\"seed\" is not an unsigned 64-bit integer");
+  index.seed = seed->get<uint64_t>();
   index.data = string(*ztrain, "data");
-  if (ztrain->find("data_size") || ztrain->find("data_crc32c"))
+  if (jsonFind(*ztrain, "data_size") || jsonFind(*ztrain, "data_crc32c"))
     index.dataPrint = std::make_pair(
         static_cast<uint64_t>(integer(*ztrain, "data_size", 0)),
         static_cast<uint32_t>(integer(*ztrain, "data_crc32c", 0)));
-  if (ztrain->find("grad_accum_steps"))
+  if (jsonFind(*ztrain, "grad_accum_steps"))
     index.gradAccumSteps = integer(*ztrain, "grad_accum_steps", 1);
-  if (ztrain->find("data_samples"))
+  if (jsonFind(*ztrain, "data_samples"))
     index.dataSamples = integer(*ztrain, "data_samples", 0);
-  if (ztrain->find("data_format"))
+  if (jsonFind(*ztrain, "data_format"))
     index.dataFormat = string(*ztrain, "data_format");
-  if (ztrain->find("data_order"))
+  if (jsonFind(*ztrain, "data_order"))
     index.dataOrder = string(*ztrain, "data_order");
   index.descriptor = string(*ztrain, "descriptor");
-  if (const JsonValue *run = ztrain->find("run")) {
-    if (run->kind != JsonValue::Kind::Object)
+  if (const Json *run = jsonFind(*ztrain, "run")) {
+    if (!run->is_object())
       bad("\"run\" is not an object");
-    for (const auto &[key, value] : run->members) {
-      if (value.kind != JsonValue::Kind::String)
+    for (const auto &[key, value] : jsonMembers(*run)) {
+      if (!value.is_string())
         bad(format("\"run\": \"%s\" is not a string", key.c_str()));
-      index.run.push_back({key, value.text});
+      index.run.push_back({key, jsonText(value)});
     }
   }
-  if (const JsonValue *ls = ztrain->find("loss_scaler")) {
-    if (ls->kind != JsonValue::Kind::Object)
+  if (const Json *ls = jsonFind(*ztrain, "loss_scaler")) {
+    if (!ls->is_object())
       bad("\"loss_scaler\" is not an object");
     LossScaler::State state;
-    const JsonValue *scale = ls->find("scale");
-    state.scale = scale ? scale->getDouble() : std::nan("");
+    const Json *scale = jsonFind(*ls, "scale");
+    state.scale = scale ? jsonNumber(*scale) : std::nan("");
     if (!(state.scale > 0.0) || !std::isfinite(state.scale))
       bad("\"loss_scaler\": \"scale\" is not a positive number");
     state.iter = integer(*ls, "iter", 0);
@@ -145,21 +141,21 @@ CheckpointIndex readCheckpointIndex(const std::string &named,
 
   // The files are exactly the canonical names, so that an index cannot
   // point outside its directory.
-  const JsonValue *files = ztrain->find("files");
-  if (!files || files->kind != JsonValue::Kind::Array ||
-      static_cast<int64_t>(files->items.size()) != index.worldSize)
+  const Json *files = jsonFind(*ztrain, "files");
+  if (!files || !files->is_array() ||
+      static_cast<int64_t>(files->size()) != index.worldSize)
     bad("\"files\" is not a list of world_size file names");
   for (int64_t r = 0; r < index.worldSize; ++r)
-    if (files->items[r].kind != JsonValue::Kind::String ||
-        files->items[r].text != checkpointShardName(r, index.worldSize))
+    if (!(*files)[r].is_string() ||
+        jsonText((*files)[r]) != checkpointShardName(r, index.worldSize))
       bad(format("file %lld is not '%s'", static_cast<long long>(r),
                  checkpointShardName(r, index.worldSize).c_str()));
 
-  const JsonValue *tensors = ztrain->find("tensors");
-  if (!tensors || tensors->kind != JsonValue::Kind::Array)
+  const Json *tensors = jsonFind(*ztrain, "tensors");
+  if (!tensors || !tensors->is_array())
     bad("\"tensors\" is not a list");
-  for (const JsonValue &entry : tensors->items) {
-    if (entry.kind != JsonValue::Kind::Object)
+  for (const Json &entry : *tensors) {
+    if (!entry.is_object())
       bad("a tensor entry is not an object");
     CheckpointTensor tensor;
     StoredTensorSpec &spec = tensor.spec;
@@ -175,19 +171,18 @@ CheckpointIndex readCheckpointIndex(const std::string &named,
     if (!elemTypeFromSafetensorsName(dtype, &spec.type))
       bad(where + " has dtype '" + dtype +
           "' (expected F32, BF16, F16 or I32)");
-    if (const JsonValue *of = entry.find("master_of")) {
-      if (of->kind != JsonValue::Kind::String || of->text.empty() ||
-          kind != "state" || dtype != "F32")
+    if (const Json *of = jsonFind(entry, "master_of")) {
+      if (jsonText(*of).empty() || kind != "state" || dtype != "F32")
         bad(where + " has a \"master_of\" that is not the name of its "
                     "parameter (an F32 state's)");
-      tensor.masterOf = of->text;
+      tensor.masterOf = jsonText(*of);
     }
-    const JsonValue *shape = entry.find("shape");
-    if (!shape || shape->kind != JsonValue::Kind::Array)
+    const Json *shape = jsonFind(entry, "shape");
+    if (!shape || !shape->is_array())
       bad(where + " has no \"shape\" list");
-    for (const JsonValue &dim : shape->items) {
+    for (const Json &dim : *shape) {
       int64_t d;
-      if (!dim.getInt64(d) || d < 0)
+      if (!jsonInt64(dim, d) || d < 0)
         bad(where + " has a dimension that is not a non-negative integer");
       spec.shape.push_back(d);
     }
@@ -211,16 +206,15 @@ CheckpointIndex readCheckpointIndex(const std::string &named,
         !problem.empty())
       bad(problem);
     if (version >= 2) {
-      const JsonValue *crc = entry.find("crc32c");
-      if (!crc || crc->kind != JsonValue::Kind::Array ||
-          static_cast<int64_t>(crc->items.size()) != index.worldSize)
+      const Json *crc = jsonFind(entry, "crc32c");
+      if (!crc || !crc->is_array() ||
+          static_cast<int64_t>(crc->size()) != index.worldSize)
         bad(where + " has no \"crc32c\" list of world_size checksums");
-      for (const JsonValue &value : crc->items) {
+      for (const Json &value : *crc) {
         char *end = nullptr;
+        const std::string &hex = jsonText(value);
         unsigned long parsed =
-            value.kind == JsonValue::Kind::String && value.text.size() == 8
-                ? std::strtoul(value.text.c_str(), &end, 16)
-                : 0;
+            hex.size() == 8 ? std::strtoul(hex.c_str(), &end, 16) : 0;
         if (!end || *end)
           bad(where + " has a checksum that is not 8 hex digits");
         tensor.crc.push_back(static_cast<uint32_t>(parsed));

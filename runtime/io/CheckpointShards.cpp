@@ -261,19 +261,18 @@ void consolidateCheckpoint(const std::string &dir, const std::string &out,
     total += bytes;
   }
   makeDirectory(out);
-  std::string map;
+  Json map = Json::object();
   for (size_t s = 0; s < shards.size(); ++s) {
     const std::string name = format("model-%05zu-of-%05zu.safetensors", s + 1,
                                     shards.size());
     writeSafetensors(joinPath(out, name), shards[s], {{"format", "pt"}});
     for (const SafetensorsWriteTensor &t : shards[s])
-      map += format("%s\n    %s: %s", map.empty() ? "" : ",",
-                    jsonQuote(t.name).c_str(), jsonQuote(name).c_str());
+      jsonAppend(map, t.name, name);
   }
-  const std::string json =
-      format("{\n  \"metadata\": {\"total_size\": %lld},\n  \"weight_map\": "
-             "{%s\n  }\n}\n",
-             static_cast<long long>(total), map.c_str());
+  // Hugging Face's sharded-checkpoint index.
+  Json hf = {{"metadata", {{"total_size", total}}},
+             {"weight_map", std::move(map)}};
+  const std::string json = dumpJson(hf) + "\n";
   AtomicFile hfIndex(joinPath(out, "model.safetensors.index.json"));
   hfIndex.write(json.data(), json.size());
   hfIndex.commit();

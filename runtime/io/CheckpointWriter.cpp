@@ -24,21 +24,21 @@ namespace ztrt {
 
 namespace {
 
-std::string tensorJson(const CheckpointTensor &tensor) {
+Json tensorJson(const CheckpointTensor &tensor) {
   const StoredTensorSpec &spec = tensor.spec;
-  std::string json =
-      format("{\"name\": %s, \"kind\": \"%s\", \"dtype\": "
-             "\"%s\", \"shape\": ",
-             jsonQuote(spec.name).c_str(), tensor.kindName(),
-             elemTypeSafetensorsName(spec.type));
-  json += formatShape(spec.shape);
+  Json json = {{"name", spec.name},
+               {"kind", tensor.kindName()},
+               {"dtype", elemTypeSafetensorsName(spec.type)},
+               {"shape", spec.shape}};
   if (!tensor.masterOf.empty())
-    json += ", \"master_of\": " + jsonQuote(tensor.masterOf);
-  json += format(", \"storage\": \"%s\", \"elements\": %lld, \"crc32c\": [",
-                 storageName(spec), static_cast<long long>(spec.storeElems));
-  for (size_t r = 0; r < tensor.crc.size(); ++r)
-    json += format("%s\"%08x\"", r ? ", " : "", tensor.crc[r]);
-  return json + "]}";
+    json["master_of"] = tensor.masterOf;
+  json["storage"] = storageName(spec);
+  json["elements"] = spec.storeElems;
+  Json crc = Json::array();
+  for (uint32_t c : tensor.crc)
+    crc.push_back(format("%08x", c));
+  json["crc32c"] = std::move(crc);
+  return json;
 }
 
 /// DIR/index.json: Hugging Face's sharded-checkpoint keys ("metadata" with
@@ -51,58 +51,47 @@ std::string indexJson(const std::vector<CheckpointTensor> &tensors,
   int64_t rankBytes = 0;
   for (const CheckpointTensor &tensor : tensors)
     rankBytes += tensor.spec.storeBytes;
-  std::string files;
+  Json files = Json::array();
   for (int64_t r = 0; r < ranks; ++r)
-    files += (r ? ", \"" : "\"") + checkpointShardName(r, ranks) + "\"";
-  std::string json = format("{\n  \"metadata\": {\"total_size\": %lld},\n"
-                            "  \"weight_map\": {",
-                            static_cast<long long>(rankBytes * ranks));
-  for (size_t i = 0; i < tensors.size(); ++i)
-    json += format("%s\n    %s: [%s]", i ? "," : "",
-                   jsonQuote(tensors[i].spec.name).c_str(), files.c_str());
-  json += tensors.empty() ? "},\n" : "\n  },\n";
-  json += format("  \"ztrain\": {\n    \"version\": %lld,\n"
-                 "    \"world_size\": %lld,\n    \"files\": [%s],\n"
-                 "    \"step\": %lld,\n    \"seed\": %llu,\n"
-                 "    \"data\": %s,\n    \"tensors\": [",
-                 static_cast<long long>(kIndexVersion),
-                 static_cast<long long>(ranks), files.c_str(),
-                 static_cast<long long>(progress.step),
-                 static_cast<unsigned long long>(progress.seed),
-                 jsonQuote(progress.data).c_str());
-  for (size_t i = 0; i < tensors.size(); ++i)
-    json += (i ? ",\n      " : "\n      ") + tensorJson(tensors[i]);
-  json += tensors.empty() ? "],\n" : "\n    ],\n";
+    files.push_back(checkpointShardName(r, ranks));
+  Json weightMap = Json::object();
+  for (const CheckpointTensor &tensor : tensors)
+    jsonAppend(weightMap, tensor.spec.name, files);
+  Json z = {{"version", kIndexVersion}, {"world_size", ranks},
+            {"files", files},           {"step", progress.step},
+            {"seed", progress.seed},    {"data", progress.data}};
+  Json list = Json::array();
+  for (const CheckpointTensor &tensor : tensors)
+    list.push_back(tensorJson(tensor));
+  z["tensors"] = std::move(list);
   if (const std::optional<LossScaler::State> &ls = progress.lossScaler)
-    json += format("    \"loss_scaler\": {\"scale\": %.17g, \"iter\": %lld, "
-                   "\"last_overflow_iter\": %lld, \"hysteresis\": %lld, "
-                   "\"skipped\": %lld},\n",
-                   ls->scale, static_cast<long long>(ls->iter),
-                   static_cast<long long>(ls->lastOverflowIter),
-                   static_cast<long long>(ls->hysteresis),
-                   static_cast<long long>(ls->skipped));
-  if (progress.dataPrint)
-    json += format("    \"data_size\": %llu,\n    \"data_crc32c\": %lu,\n",
-                   static_cast<unsigned long long>(progress.dataPrint->size),
-                   static_cast<unsigned long>(progress.dataPrint->crc));
-  json += format("    \"data_samples\": %lld,\n",
-                 static_cast<long long>(progress.dataSamples));
-  if (!progress.dataFormat.empty())
-    json += format("    \"data_format\": %s,\n    \"data_order\": %s,\n",
-                   jsonQuote(progress.dataFormat).c_str(),
-                   jsonQuote(progress.dataOrder).c_str());
-  if (progress.gradAccumSteps > 0)
-    json += format("    \"grad_accum_steps\": %lld,\n",
-                   static_cast<long long>(progress.gradAccumSteps));
-  if (!progress.run.empty()) {
-    json += "    \"run\": {";
-    for (size_t i = 0; i < progress.run.size(); ++i)
-      json += (i ? ", " : "") + jsonQuote(progress.run[i].first) + ": " +
-              jsonQuote(progress.run[i].second);
-    json += "},\n";
+    z["loss_scaler"] = {{"scale", ls->scale},
+                        {"iter", ls->iter},
+                        {"last_overflow_iter", ls->lastOverflowIter},
+                        {"hysteresis", ls->hysteresis},
+                        {"skipped", ls->skipped}};
+  if (progress.dataPrint) {
+    z["data_size"] = progress.dataPrint->size;
+    z["data_crc32c"] = progress.dataPrint->crc;
   }
-  json += "    \"descriptor\": " + jsonQuote(descriptorText) + "\n  }\n}\n";
-  return json;
+  z["data_samples"] = progress.dataSamples;
+  if (!progress.dataFormat.empty()) {
+    z["data_format"] = progress.dataFormat;
+    z["data_order"] = progress.dataOrder;
+  }
+  if (progress.gradAccumSteps > 0)
+    z["grad_accum_steps"] = progress.gradAccumSteps;
+  if (!progress.run.empty()) {
+    Json run = Json::object();
+    for (const auto &[key, value] : progress.run)
+      run[key] = value;
+    z["run"] = std::move(run);
+  }
+  z["descriptor"] = descriptorText;
+  Json root = {{"metadata", {{"total_size", rankBytes * ranks}}},
+               {"weight_map", std::move(weightMap)},
+               {"ztrain", std::move(z)}};
+  return dumpJson(root) + "\n";
 }
 
 /// Fatal with `what`, the path and errno unless removeTree(path) succeeds.

@@ -76,56 +76,55 @@ SafetensorsFile SafetensorsFile::read(const std::string &path,
   ::close(fd);
   const std::vector<char> &bytes = file.contents;
 
-  JsonValue header;
+  Json header;
   std::string error;
   if (!parseJson(std::string_view(bytes.data() + 8, headerBytes), header,
                  error))
     bad("header is not JSON: " + error);
-  if (header.kind != JsonValue::Kind::Object)
+  if (!header.is_object())
     bad("header is not a JSON object");
 
   const char *data = bytes.data() + 8 + headerBytes;
   size_t dataBytes = bytes.size() - 8 - headerBytes;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (const auto &[key, value] : header.members) {
+  for (const auto &[key, value] : jsonMembers(header)) {
     if (key == "__metadata__") {
-      if (value.kind != JsonValue::Kind::Object)
+      if (!value.is_object())
         bad("__metadata__ is not an object");
-      for (const auto &[metaKey, metaValue] : value.members) {
-        if (metaValue.kind != JsonValue::Kind::String)
+      for (const auto &[metaKey, metaValue] : jsonMembers(value)) {
+        if (!metaValue.is_string())
           bad("__metadata__ value of '" + metaKey + "' is not a string");
-        file.meta.emplace_back(metaKey, metaValue.text);
+        file.meta.emplace_back(metaKey, jsonText(metaValue));
       }
       continue;
     }
     std::string where = "tensor '" + key + "'";
-    if (value.kind != JsonValue::Kind::Object)
+    if (!value.is_object())
       bad(where + " is not an object");
-    const JsonValue *dtype = value.find("dtype");
-    const JsonValue *shape = value.find("shape");
-    const JsonValue *offsets = value.find("data_offsets");
-    if (!dtype || dtype->kind != JsonValue::Kind::String)
+    const Json *dtype = jsonFind(value, "dtype");
+    const Json *shape = jsonFind(value, "shape");
+    const Json *offsets = jsonFind(value, "data_offsets");
+    if (!dtype || !dtype->is_string())
       bad(where + " has no string \"dtype\"");
-    int elementBytes = safetensorsDTypeSize(dtype->text);
+    int elementBytes = safetensorsDTypeSize(jsonText(*dtype));
     if (elementBytes == 0)
-      bad(where + " has unknown dtype '" + dtype->text + "'");
-    if (!shape || shape->kind != JsonValue::Kind::Array)
+      bad(where + " has unknown dtype '" + jsonText(*dtype) + "'");
+    if (!shape || !shape->is_array())
       bad(where + " has no \"shape\" array");
     SafetensorsTensor tensor;
     tensor.name = key;
-    tensor.dtype = dtype->text;
-    for (const JsonValue &dim : shape->items) {
+    tensor.dtype = jsonText(*dtype);
+    for (const Json &dim : *shape) {
       int64_t d;
-      if (!dim.getInt64(d) || d < 0)
+      if (!jsonInt64(dim, d) || d < 0)
         bad(where + " has a shape entry that is not a non-negative integer");
       tensor.shape.push_back(d);
     }
-    if (!offsets || offsets->kind != JsonValue::Kind::Array ||
-        offsets->items.size() != 2)
+    if (!offsets || !offsets->is_array() || offsets->size() != 2)
       bad(where + " has no \"data_offsets\" [begin, end]");
     int64_t begin, end;
-    if (!offsets->items[0].getInt64(begin) ||
-        !offsets->items[1].getInt64(end) || begin < 0 || end < begin)
+    if (!jsonInt64((*offsets)[0], begin) || !jsonInt64((*offsets)[1], end) ||
+        begin < 0 || end < begin)
       bad(where + " has invalid data_offsets");
     if (static_cast<uint64_t>(end) > dataBytes)
       bad(format("%s data_offsets [%lld, %lld] exceed the %zu data bytes",
@@ -174,16 +173,11 @@ const SafetensorsTensor *SafetensorsFile::find(const std::string &name) const {
 void writeSafetensors(
     const std::string &path, const std::vector<SafetensorsWriteTensor> &tensors,
     const std::vector<std::pair<std::string, std::string>> &metadata) {
-  std::string header = "{";
+  Json root = Json::object();
   if (!metadata.empty()) {
-    header += "\"__metadata__\":{";
-    for (size_t i = 0; i < metadata.size(); ++i) {
-      if (i)
-        header += ",";
-      header +=
-          jsonQuote(metadata[i].first) + ":" + jsonQuote(metadata[i].second);
-    }
-    header += "}";
+    Json &meta = root["__metadata__"] = Json::object();
+    for (const auto &[key, value] : metadata)
+      meta[key] = value;
   }
   uint64_t offset = 0;
   std::vector<uint64_t> sizes;
@@ -195,18 +189,14 @@ void writeSafetensors(
             path.c_str(), tensor.name.c_str(), tensor.dtype.c_str(),
             formatShape(tensor.shape).c_str());
     uint64_t bytes = static_cast<uint64_t>(numel) * elementBytes;
-    if (header.size() > 1)
-      header += ",";
-    header += jsonQuote(tensor.name) +
-              ":{\"dtype\":" + jsonQuote(tensor.dtype) + ",\"shape\":[";
-    for (size_t d = 0; d < tensor.shape.size(); ++d)
-      header += (d ? "," : "") + std::to_string(tensor.shape[d]);
-    header += "],\"data_offsets\":[" + std::to_string(offset) + "," +
-              std::to_string(offset + bytes) + "]}";
+    root[tensor.name] = {{"dtype", tensor.dtype},
+                         {"shape", tensor.shape},
+                         {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
     sizes.push_back(bytes);
   }
-  header += "}";
+  // Compact, as the reference writer does; padded to 8 bytes with spaces.
+  std::string header = dumpJson(root, 0);
   while (header.size() % 8 != 0)
     header += ' ';
 

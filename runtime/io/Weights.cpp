@@ -70,12 +70,12 @@ public:
     // {"weight_map": {"tensor": "file.safetensors", ...}}: the files are
     // names in the index's directory.
     std::vector<char> text = readInputFile(index, "--init");
-    JsonValue root;
+    Json root;
     std::string error;
     if (!parseJson(std::string_view(text.data(), text.size()), root, error))
       fatal("--init '%s': not JSON: %s", index.c_str(), error.c_str());
-    const JsonValue *map = root.find("weight_map");
-    if (!map || map->kind != JsonValue::Kind::Object)
+    const Json *map = jsonFind(root, "weight_map");
+    if (!map || !map->is_object())
       fatal("--init '%s': no \"weight_map\" object (a Hugging Face "
             "sharded-checkpoint index)",
             index.c_str());
@@ -83,18 +83,18 @@ public:
     const std::string dir =
         slash == std::string::npos ? std::string() : index.substr(0, slash + 1);
     std::vector<std::string> names;
-    for (const auto &[tensor, file] : map->members) {
-      if (file.kind != JsonValue::Kind::String || file.text.empty() ||
-          file.text.find('/') != std::string::npos || file.text == "." ||
-          file.text == "..")
+    for (const auto &[tensor, value] : jsonMembers(*map)) {
+      const std::string &file = jsonText(value);
+      if (file.empty() || file.find('/') != std::string::npos || file == "." ||
+          file == "..")
         fatal("--init '%s': \"weight_map\" entry '%s' is not a file name in "
               "the index's directory",
               index.c_str(), tensor.c_str());
-      auto it = std::find(names.begin(), names.end(), file.text);
+      auto it = std::find(names.begin(), names.end(), file);
       size_t at = it - names.begin();
       if (it == names.end()) {
-        names.push_back(file.text);
-        files.push_back(SafetensorsFile::read(dir + file.text, "--init"));
+        names.push_back(file);
+        files.push_back(SafetensorsFile::read(dir + file, "--init"));
       }
       fileOf.emplace_back(tensor, at);
     }

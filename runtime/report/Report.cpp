@@ -20,100 +20,81 @@ namespace ztrt {
 
 namespace {
 
-/// JSON has no NaN or Infinity: a non-finite loss is null. %.9g round-trips
-/// a float.
-std::string jsonLoss(float loss) {
-  return std::isfinite(loss) ? format("%.9g", loss) : "null";
-}
-
-std::string memoryJson(const MemoryStats &mem, int64_t planned) {
+Json memoryJson(const MemoryStats &mem, int64_t planned) {
   // "planned": what the descriptor says the rank will allocate, which the
   // memory check compares with the machine (equal to the measured peak),
   // plus a device backend's host step buffer.
-  std::string json =
-      format("{\"planned\": %lld, ", static_cast<long long>(planned));
+  Json json = {{"planned", planned}};
   for (int c = 0; c < ZTRT_CAT_COUNT; ++c)
-    json += format("\"%s\": %lld, ", categoryName(c),
-                   static_cast<long long>(mem.current[c]));
+    json[categoryName(c)] = mem.current[c];
   // "peak": every byte this process allocated; "device_peak": without the
   // host memory of zero-offload (swap buffers, host-resident states), what
   // zero-report's predicted_peak counts.
-  json += format("\"peak\": %lld, \"device_peak\": %lld, "
-                 "\"peak_by_category\": {",
-                 static_cast<long long>(mem.peakTotal),
-                 static_cast<long long>(mem.peakDevice));
+  json["peak"] = mem.peakTotal;
+  json["device_peak"] = mem.peakDevice;
+  Json peaks = Json::object();
   for (int c = 0; c < ZTRT_CAT_COUNT; ++c)
-    json += format("%s\"%s\": %lld", c ? ", " : "", categoryName(c),
-                   static_cast<long long>(mem.peak[c]));
-  return json + "}}";
+    peaks[categoryName(c)] = mem.peak[c];
+  json["peak_by_category"] = std::move(peaks);
+  return json;
 }
 
 /// zero-offload's nvme traffic during the steps (ztrt_swap_*), or null.
-std::string offloadJson(const ztrt_ctx &ctx) {
+Json offloadJson(const ztrt_ctx &ctx) {
   const OffloadStats &o = ctx.offload;
   // Host placement on the cpu backend moves nothing: null, as without
   // offload. A device backend reaches host-placed states over its host link.
   if (!ctx.swap && !o.hostToDeviceBytes && !o.deviceToHostBytes &&
       !o.activationsToHost && !o.gradientsToHost)
-    return "null";
+    return nullptr;
   int64_t atRest = 0;
   for (int64_t bytes : ctx.stateFileBytes)
     atRest += bytes;
   for (int64_t bytes : ctx.paramFileBytes)
     atRest += bytes;
-  return format("{\"nvme_bytes\": %lld, \"reads\": %lld, "
-                "\"read_bytes\": %lld, \"writes\": %lld, "
-                "\"write_bytes\": %lld, \"exposed_ms\": %.3f, "
-                "\"host_to_device_bytes\": %lld, "
-                "\"device_to_host_bytes\": %lld, "
-                "\"activations_to_host_bytes\": %lld, "
-                "\"activations_from_host_bytes\": %lld, "
-                "\"gradients_to_host_bytes\": %lld, "
-                "\"host_steps\": %lld, \"asynchronous_host_steps\": %lld, "
-                "\"host_step_ms\": %.3f, \"update_wait_ms\": %.3f, "
-                "\"direct\": %s, \"asynchronous\": %s, "
-                "\"directory\": %s}",
-                static_cast<long long>(atRest),
-                static_cast<long long>(o.reads),
-                static_cast<long long>(o.readBytes),
-                static_cast<long long>(o.writes),
-                static_cast<long long>(o.writeBytes), o.exposedNanos / 1e6,
-                static_cast<long long>(o.hostToDeviceBytes),
-                static_cast<long long>(o.deviceToHostBytes),
-                static_cast<long long>(o.activationsToHost),
-                static_cast<long long>(o.activationsFromHost),
-                static_cast<long long>(o.gradientsToHost),
-                static_cast<long long>(o.hostSteps),
-                static_cast<long long>(o.asyncHostSteps),
-                o.hostStepNanos / 1e6, o.updateWaitNanos / 1e6,
-                ctx.swap && ctx.swap->direct() ? "true" : "false",
-                ctx.swap && ctx.swap->asynchronous() ? "true" : "false",
-                ctx.swap ? jsonQuote(ctx.swap->directory()).c_str() : "null");
+  return {{"nvme_bytes", atRest},
+          {"reads", o.reads},
+          {"read_bytes", o.readBytes},
+          {"writes", o.writes},
+          {"write_bytes", o.writeBytes},
+          {"exposed_ms", o.exposedNanos / 1e6},
+          {"host_to_device_bytes", o.hostToDeviceBytes},
+          {"device_to_host_bytes", o.deviceToHostBytes},
+          {"activations_to_host_bytes", o.activationsToHost},
+          {"activations_from_host_bytes", o.activationsFromHost},
+          {"gradients_to_host_bytes", o.gradientsToHost},
+          {"host_steps", o.hostSteps},
+          {"asynchronous_host_steps", o.asyncHostSteps},
+          {"host_step_ms", o.hostStepNanos / 1e6},
+          {"update_wait_ms", o.updateWaitNanos / 1e6},
+          {"direct", ctx.swap && ctx.swap->direct()},
+          {"asynchronous", ctx.swap && ctx.swap->asynchronous()},
+          {"directory", ctx.swap ? Json(ctx.swap->directory()) : Json()}};
 }
 
-std::string communicationJson(const ztrt_ctx &ctx) {
-  std::string json = "{";
+Json communicationJson(const ztrt_ctx &ctx) {
+  Json json = Json::object();
   for (int k = 0; k < kCollectiveKinds; ++k) {
     Collective kind = static_cast<Collective>(k);
     const CollectiveStats &stats = ctx.communication(kind);
-    json += format("%s\"%s\": {\"calls\": %lld, \"bytes\": %lld, "
-                   "\"wire_bytes\": %lld}",
-                   k ? ", " : "", collectiveName(kind),
-                   static_cast<long long>(stats.calls),
-                   static_cast<long long>(stats.bytes),
-                   static_cast<long long>(stats.wireBytes));
+    json[collectiveName(kind)] = {{"calls", stats.calls},
+                                  {"bytes", stats.bytes},
+                                  {"wire_bytes", stats.wireBytes}};
   }
-  return json + "}";
+  return json;
 }
 
 /// How much communication the steps hid behind compute (OverlapStats).
-std::string overlapJson(const ztrt_ctx &ctx) {
+Json overlapJson(const ztrt_ctx &ctx) {
   const OverlapStats &overlap = ctx.overlap();
-  return format("{\"comm_ms\": %.6f, \"exposed_ms\": %.6f, "
-                "\"hidden_fraction\": %.6f}",
-                static_cast<double>(overlap.commNanos) * 1e-6,
-                static_cast<double>(overlap.exposedNanos) * 1e-6,
-                overlap.hiddenFraction());
+  return {{"comm_ms", static_cast<double>(overlap.commNanos) * 1e-6},
+          {"exposed_ms", static_cast<double>(overlap.exposedNanos) * 1e-6},
+          {"hidden_fraction", overlap.hiddenFraction()}};
+}
+
+/// A double that may be non-finite: null then, as JSON has no NaN.
+Json finiteOrNull(double value) {
+  return std::isfinite(value) ? Json(value) : Json();
 }
 
 } // namespace
@@ -121,20 +102,23 @@ std::string overlapJson(const ztrt_ctx &ctx) {
 /// This rank's entry of the report's "ranks" list.
 std::string rankJson(const ztrt_ctx &ctx, const Descriptor &desc, int rank,
                      const std::vector<StepRecord> &records) {
-  std::string losses, times;
-  for (size_t i = 0; i < records.size(); ++i) {
-    losses += (i ? ", " : "") + jsonLoss(records[i].loss);
-    times += format("%s%.6f", i ? ", " : "", records[i].timeMs);
+  Json losses = Json::array(), times = Json::array();
+  for (const StepRecord &r : records) {
+    losses.push_back(jsonFloat(r.loss));
+    times.push_back(r.timeMs);
   }
-  return format("{\"rank\": %d, \"device\": %s, \"losses\": [%s], "
-                "\"time_ms\": [%s],\n"
-                "     \"memory\": %s,\n     \"communication\": %s,\n"
-                "     \"overlap\": %s,\n     \"offload\": %s}",
-                rank, jsonQuote(ctx.backend().deviceName()).c_str(),
-                losses.c_str(), times.c_str(),
-                memoryJson(ctx.memory(), plannedBytes(desc).total() + ctx.hostStepBufferBytes).c_str(),
-                communicationJson(ctx).c_str(), overlapJson(ctx).c_str(),
-                offloadJson(ctx).c_str());
+  Json json = {
+      {"rank", rank},
+      {"device", ctx.backend().deviceName()},
+      {"losses", std::move(losses)},
+      {"time_ms", std::move(times)},
+      {"memory", memoryJson(ctx.memory(), plannedBytes(desc).total() +
+                                              ctx.hostStepBufferBytes)},
+      {"communication", communicationJson(ctx)},
+      {"overlap", overlapJson(ctx)},
+      {"offload", offloadJson(ctx)}};
+  // Gathered to rank 0 as text, one line.
+  return dumpJson(json, 0);
 }
 
 /// Written by rank 0: the top-level numbers are rank 0's (the step losses
@@ -145,59 +129,50 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
                  int threads, int worldSize,
                  const std::vector<std::string> &ranks,
                  const Backend::PeakRate &peak) {
-  std::string json = format(
-      "{\n  \"rank\": 0,\n  \"world_size\": %d,\n  \"backend\": %s,\n"
-      "  \"device\": %s,\n  \"precision\": %s,\n  \"steps\": [",
-      worldSize, jsonQuote(ctx.backend().name()).c_str(),
-      jsonQuote(ctx.backend().deviceName()).c_str(),
-      jsonQuote(precisionText(desc)).c_str());
-  for (size_t i = 0; i < records.size(); ++i) {
-    const StepRecord &r = records[i];
-    json += format("%s\n    {\"step\": %lld, \"loss\": %s, \"time_ms\": %.6f",
-                   i ? "," : "", static_cast<long long>(r.step),
-                   jsonLoss(r.meanLoss).c_str(), r.timeMs);
-    if (ctx.scaler)
-      json += format(", \"loss_scale\": %.17g, \"skipped\": %s", r.lossScale,
-                     r.skipped ? "true" : "false");
+  Json json = {{"rank", 0},
+               {"world_size", worldSize},
+               {"backend", ctx.backend().name()},
+               {"device", ctx.backend().deviceName()},
+               {"precision", precisionText(desc)}};
+  Json steps = Json::array();
+  for (const StepRecord &r : records) {
+    Json step = {{"step", r.step},
+                 {"loss", jsonFloat(r.meanLoss)},
+                 {"time_ms", r.timeMs}};
+    if (ctx.scaler) {
+      step["loss_scale"] = r.lossScale;
+      step["skipped"] = r.skipped;
+    }
     if (std::isfinite(r.lr))
-      json += format(", \"lr\": %.17g", r.lr);
+      step["lr"] = r.lr;
     if (ctx.clipMaxNorm)
-      json += ", \"grad_norm\": " + (std::isfinite(r.gradNorm)
-                                         ? format("%.9g", r.gradNorm)
-                                         : std::string("null"));
-    json += "}";
+      step["grad_norm"] = finiteOrNull(r.gradNorm);
+    steps.push_back(std::move(step));
   }
-  json += records.empty() ? "],\n" : "\n  ],\n";
+  json["steps"] = std::move(steps);
   if (!evals.empty()) {
-    json += "  \"eval\": [";
-    for (size_t i = 0; i < evals.size(); ++i)
-      json += format("%s\n    {\"step\": %lld, \"loss\": %s}", i ? "," : "",
-                     static_cast<long long>(evals[i].first),
-                     jsonLoss(evals[i].second).c_str());
-    json += "\n  ],\n";
+    Json list = Json::array();
+    for (const auto &[step, loss] : evals)
+      list.push_back({{"step", step}, {"loss", jsonFloat(loss)}});
+    json["eval"] = std::move(list);
   }
   if (ctx.clipMaxNorm)
-    json += format("  \"clip_grad_norm\": %.17g,\n", *ctx.clipMaxNorm);
+    json["clip_grad_norm"] = *ctx.clipMaxNorm;
   if (ctx.accumSteps > 0)
-    json += format("  \"grad_accum_steps\": %lld,\n",
-                   static_cast<long long>(ctx.accumSteps));
+    json["grad_accum_steps"] = ctx.accumSteps;
   if (desc.flopsPerStep > 0)
-    json += format("  \"flops_per_step_per_rank\": %lld,\n",
-                   static_cast<long long>(desc.flopsPerStep *
-                                          std::max<int64_t>(1, ctx.accumSteps)));
+    json["flops_per_step_per_rank"] =
+        desc.flopsPerStep * std::max<int64_t>(1, ctx.accumSteps);
   // The MFU's denominator, and where it came from (null when unknown).
-  json += "  \"peak_tflops\": " +
-          (peak.tflops > 0.0 ? format("%.17g", peak.tflops)
-                             : std::string("null")) +
-          ", \"peak_tflops_basis\": " + jsonQuote(peak.basis) + ",\n";
+  json["peak_tflops"] = peak.tflops > 0.0 ? Json(peak.tflops) : Json();
+  json["peak_tflops_basis"] = peak.basis;
   {
     // The hyper-parameters the updates used (the run's or the compiled).
-    std::string h;
+    Json h = Json::object();
     for (int id = 0; id < ZTRT_HYPER_COUNT; ++id)
       if (std::isfinite(ctx.hyperSeen[id]))
-        h += format("%s\"%s\": %.17g", h.empty() ? "" : ", ",
-                    hyperFlag(id) + 2, ctx.hyperSeen[id]);
-    json += "  \"hyperparameters\": {" + h + "},\n";
+        h[hyperFlag(id) + 2] = ctx.hyperSeen[id];
+    json["hyperparameters"] = std::move(h);
   }
   {
     // The base lr the schedule shapes: the run's --lr, else the compiled
@@ -209,46 +184,44 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
       base = std::strtod(desc.optimizer.c_str() + at + 4, nullptr);
     const double minLr =
         s.minLrRatio && base ? *s.minLrRatio * *base : s.minLr;
-    json += format("  \"lr_schedule\": {\"kind\": \"%s\", \"lr\": %s, "
-                   "\"warmup_steps\": %lld, \"warmup_type\": \"%s\", "
-                   "\"min_lr\": %.17g, \"decay_steps\": %lld},\n",
-                   LrSchedule::kindName(s.kind),
-                   base ? format("%.17g", *base).c_str() : "null",
-                   static_cast<long long>(s.warmup),
-                   s.logWarmup ? "log" : "linear", minLr,
-                   static_cast<long long>(s.decaySteps));
+    json["lr_schedule"] = {{"kind", LrSchedule::kindName(s.kind)},
+                           {"lr", base ? Json(*base) : Json()},
+                           {"warmup_steps", s.warmup},
+                           {"warmup_type", s.logWarmup ? "log" : "linear"},
+                           {"min_lr", finiteOrNull(minLr)},
+                           {"decay_steps", s.decaySteps}};
   }
   if (ctx.scaler) {
     const LossScalePolicy &p = ctx.scaler->policy();
     const LossScaler::State &st = ctx.scaler->state();
-    json += format("  \"loss_scale\": {\"scale\": %.17g, \"skipped_steps\": "
-                   "%lld, \"init\": %.17g, \"window\": %lld, "
-                   "\"hysteresis\": %lld, \"min\": %.17g},\n",
-                   st.scale, static_cast<long long>(st.skipped), p.init,
-                   static_cast<long long>(p.window),
-                   static_cast<long long>(p.hysteresis), p.min);
+    json["loss_scale"] = {
+        {"scale", st.scale},  {"skipped_steps", st.skipped}, {"init", p.init},
+        {"window", p.window}, {"hysteresis", p.hysteresis},  {"min", p.min}};
   }
-  json += "  \"memory\": " + memoryJson(ctx.memory(), plannedBytes(desc).total() + ctx.hostStepBufferBytes) + ",\n";
-  json += "  \"communication\": " + communicationJson(ctx) + ",\n";
-  json += "  \"overlap\": " + overlapJson(ctx) + ",\n";
-  json += "  \"offload\": " + offloadJson(ctx) + ",\n";
-  json += "  \"ranks\": [";
-  for (size_t r = 0; r < ranks.size(); ++r)
-    json += (r ? ",\n    " : "\n    ") + ranks[r];
-  json += "\n  ],\n";
-  json += format("  \"threads\": %d,\n  \"params\": [", threads);
-  for (size_t i = 0; i < desc.params.size(); ++i) {
-    const ParamSpec &spec = desc.params[i];
-    json += format("%s\n    {\"name\": %s, \"shape\": [", i ? "," : "",
-                   jsonQuote(spec.name).c_str());
-    for (size_t d = 0; d < spec.shape.size(); ++d)
-      json += format("%s%lld", d ? ", " : "",
-                     static_cast<long long>(spec.shape[d]));
-    json += format("], \"dtype\": \"%s\"}", elemTypeName(spec.type));
+  json["memory"] = memoryJson(ctx.memory(), plannedBytes(desc).total() +
+                                                ctx.hostStepBufferBytes);
+  json["communication"] = communicationJson(ctx);
+  json["overlap"] = overlapJson(ctx);
+  json["offload"] = offloadJson(ctx);
+  Json perRank = Json::array();
+  for (const std::string &text : ranks) {
+    Json entry;
+    std::string error;
+    if (!parseJson(text, entry, error))
+      fatal("--report: a rank's entry is not JSON (%s)", error.c_str());
+    perRank.push_back(std::move(entry));
   }
-  json += desc.params.empty() ? "]\n}\n" : "\n  ]\n}\n";
+  json["ranks"] = std::move(perRank);
+  json["threads"] = threads;
+  Json params = Json::array();
+  for (const ParamSpec &spec : desc.params)
+    params.push_back({{"name", spec.name},
+                      {"shape", spec.shape},
+                      {"dtype", elemTypeName(spec.type)}});
+  json["params"] = std::move(params);
+  const std::string text = dumpJson(json) + "\n";
   AtomicFile file(path);
-  file.write(json.data(), json.size());
+  file.write(text.data(), text.size());
   file.commit();
 }
 

@@ -54,12 +54,13 @@ std::string zeroModel(int stage, int ranks) {
 std::vector<std::pair<std::string, std::string>>
 reportLosses(const std::string &path) {
   std::vector<std::pair<std::string, std::string>> out;
-  JsonValue report = readJson(path);
-  const JsonValue *steps = report.find("steps");
+  Json report = readJson(path);
+  const Json *steps = jsonFind(report, "steps");
   EXPECT_NE(steps, nullptr);
   if (steps)
-    for (const JsonValue &step : steps->items)
-      out.emplace_back(step.find("step")->text, step.find("loss")->text);
+    for (const Json &step : *steps)
+      out.emplace_back(jsonFind(step, "step")->dump(),
+                       jsonFind(step, "loss")->dump());
   return out;
 }
 
@@ -120,18 +121,18 @@ TEST(CheckpointTest, ResumeInAWorldOfOneIsExact) {
   EXPECT_EQ(readBytes(dir.path("ck/") + checkpointTag(10) + "/index.json"),
             readBytes(dir.path("ck/global_step10/index.json")));
   // The index: Hugging Face's keys, then what resuming needs.
-  JsonValue index = readJson(dir.path("ck/global_step10/index.json"));
-  const JsonValue *ztrain = index.find("ztrain");
+  Json index = readJson(dir.path("ck/global_step10/index.json"));
+  const Json *ztrain = jsonFind(index, "ztrain");
   ASSERT_NE(ztrain, nullptr);
   int64_t value = -1;
-  EXPECT_TRUE(ztrain->find("step")->getInt64(value) && value == 10);
-  EXPECT_TRUE(ztrain->find("world_size")->getInt64(value) && value == 1);
-  EXPECT_EQ(ztrain->find("seed")->text, "5");
-  EXPECT_NE(index.find("metadata"), nullptr);
-  const JsonValue *map = index.find("weight_map");
+  EXPECT_TRUE(jsonInt64(*jsonFind(*ztrain, "step"), value) && value == 10);
+  EXPECT_TRUE(jsonInt64(*jsonFind(*ztrain, "world_size"), value) && value == 1);
+  EXPECT_EQ(jsonFind(*ztrain, "seed")->dump(), "5");
+  EXPECT_NE(jsonFind(index, "metadata"), nullptr);
+  const Json *map = jsonFind(index, "weight_map");
   ASSERT_NE(map, nullptr);
-  ASSERT_NE(map->find("w.momentum_buffer"), nullptr);
-  EXPECT_EQ(map->find("w")->items.at(0).text, "rank-0-of-1.safetensors");
+  ASSERT_NE(jsonFind(*map, "w.momentum_buffer"), nullptr);
+  EXPECT_EQ(jsonText((*jsonFind(*map, "w")).at(0)), "rank-0-of-1.safetensors");
   EXPECT_EQ(dir.entries(), (std::vector<std::string>{
                                "a.json", "b.json", "ck", "resumed.safetensors",
                                "s.json", "straight.safetensors"}));

@@ -48,17 +48,17 @@ TEST(MainTest, TrainsLogsSavesAndReports) {
   EXPECT_EQ(dir.entries(),
             (std::vector<std::string>{"r.json", "w.safetensors"}));
 
-  JsonValue report = readJson(dir.path("r.json"));
-  const JsonValue *steps = report.find("steps");
-  ASSERT_TRUE(steps && steps->items.size() == 40);
-  EXPECT_EQ(member(steps->items[0], "step"), 1);
-  double first = steps->items[0].find("loss")->getDouble();
-  double last = steps->items[39].find("loss")->getDouble();
+  Json report = readJson(dir.path("r.json"));
+  const Json *steps = jsonFind(report, "steps");
+  ASSERT_TRUE(steps && steps->size() == 40);
+  EXPECT_EQ(member((*steps)[0], "step"), 1);
+  double first = jsonNumber((*steps)[0].at("loss"));
+  double last = jsonNumber((*steps)[39].at("loss"));
   // Noise-free linear regression with momentum converges geometrically.
   EXPECT_LT(last, first * 1e-3) << first << " -> " << last;
-  EXPECT_GE(steps->items[0].find("time_ms")->getDouble(), 0.0);
+  EXPECT_GE(jsonNumber((*steps)[0].at("time_ms")), 0.0);
 
-  const JsonValue *memory = report.find("memory");
+  const Json *memory = jsonFind(report, "memory");
   ASSERT_NE(memory, nullptr);
   // Live at the end: w (16 B), its momentum buffer (16 B), input x (128 B).
   EXPECT_EQ(member(*memory, "parameters"), 16);
@@ -68,15 +68,15 @@ TEST(MainTest, TrainsLogsSavesAndReports) {
   EXPECT_EQ(member(*memory, "gradients"), 0);
   // Peak: everything above plus 4 * 32 B + 4 B activations and 16 B grads.
   EXPECT_EQ(member(*memory, "peak"), 16 + 16 + 128 + 132 + 16);
-  const JsonValue *peaks = memory->find("peak_by_category");
+  const Json *peaks = jsonFind(*memory, "peak_by_category");
   ASSERT_NE(peaks, nullptr);
   EXPECT_EQ(member(*peaks, "activations"), 132);
   EXPECT_EQ(member(*peaks, "gradients"), 16);
   EXPECT_GE(member(report, "threads"), 1);
-  const JsonValue *params = report.find("params");
-  ASSERT_TRUE(params && params->items.size() == 1);
-  EXPECT_EQ(params->items[0].find("name")->text, "w");
-  EXPECT_EQ(params->items[0].find("dtype")->text, "f32");
+  const Json *params = jsonFind(report, "params");
+  ASSERT_TRUE(params && (*params).size() == 1);
+  EXPECT_EQ(jsonText((*jsonFind((*params)[0], "name"))), "w");
+  EXPECT_EQ(jsonText((*jsonFind((*params)[0], "dtype"))), "f32");
 
   SafetensorsFile saved =
       SafetensorsFile::read(dir.path("w.safetensors"), "test");
@@ -155,10 +155,9 @@ TEST(MainTest, NonFiniteLossStopsTheRunUnlessAllowed) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(std::regex_search(r.out, std::regex("step 1/2  loss (inf|nan)")))
       << r.out;
-  JsonValue report = readJson(dir.path("r.json"));
+  Json report = readJson(dir.path("r.json"));
   // JSON has no inf / nan literals: the loss is null.
-  EXPECT_EQ(report.find("steps")->items[0].find("loss")->kind,
-            JsonValue::Kind::Null);
+  EXPECT_TRUE(report.at("steps").at(0).at("loss").is_null());
 }
 
 TEST(MainTest, BadFlagExits2WithOneLine) {
@@ -242,27 +241,26 @@ TEST(MainTest, ReportHasOverlapAndGatheredParameters) {
   Result r =
       run(dir, {"--steps=3", "--threads=1", "--report", dir.path("r.json")});
   ASSERT_EQ(r.status, 0) << r.err;
-  JsonValue report = readJson(dir.path("r.json"));
-  const JsonValue *memory = report.find("memory");
+  Json report = readJson(dir.path("r.json"));
+  const Json *memory = jsonFind(report, "memory");
   ASSERT_NE(memory, nullptr);
   // The fake model gathers nothing.
   EXPECT_EQ(member(*memory, "gathered_parameters"), 0);
-  EXPECT_EQ(member(*memory->find("peak_by_category"), "gathered_parameters"),
-            0);
-  const JsonValue *rank0 = &report.find("ranks")->items.at(0);
-  for (const JsonValue *holder :
-       {static_cast<const JsonValue *>(&report), rank0}) {
-    const JsonValue *overlap = holder->find("overlap");
+  EXPECT_EQ(
+      member(*jsonFind(*memory, "peak_by_category"), "gathered_parameters"), 0);
+  const Json *rank0 = &(*jsonFind(report, "ranks")).at(0);
+  for (const Json *holder : {static_cast<const Json *>(&report), rank0}) {
+    const Json *overlap = jsonFind(*holder, "overlap");
     ASSERT_NE(overlap, nullptr);
-    const double comm = overlap->find("comm_ms")->getDouble();
-    const double exposed = overlap->find("exposed_ms")->getDouble();
+    const double comm = jsonNumber(*jsonFind(*overlap, "comm_ms"));
+    const double exposed = jsonNumber(*jsonFind(*overlap, "exposed_ms"));
     // Three synchronous all_reduces done inline: the step thread performs
     // them itself, so all of it is exposed (exactly, not by timing: each
     // copy lies inside the blocking call that times the exposure) and
     // nothing is hidden.
     EXPECT_GE(comm, 0.0);
     EXPECT_GE(exposed, comm);
-    EXPECT_EQ(overlap->find("hidden_fraction")->getDouble(), 0.0);
+    EXPECT_EQ(jsonNumber(*jsonFind(*overlap, "hidden_fraction")), 0.0);
   }
 }
 

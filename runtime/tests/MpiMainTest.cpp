@@ -44,24 +44,24 @@ protected:
 };
 
 /// The report's "communication" / "all_reduce" record.
-const JsonValue &allReduceStats(const JsonValue &holder) {
-  const JsonValue *comm = holder.find("communication");
-  static const JsonValue missing;
+const Json &allReduceStats(const Json &holder) {
+  const Json *comm = jsonFind(holder, "communication");
+  static const Json missing;
   EXPECT_NE(comm, nullptr);
-  const JsonValue *stats = comm ? comm->find("all_reduce") : nullptr;
+  const Json *stats = comm ? jsonFind(*comm, "all_reduce") : nullptr;
   EXPECT_NE(stats, nullptr);
   return stats ? *stats : missing;
 }
 
 /// Checks a report of `ranks` ranks of kSteps steps: structure, per-rank
 /// entries, the mean loss and the all-reduce traffic of every rank.
-void checkReport(const JsonValue &report, int ranks) {
+void checkReport(const Json &report, int ranks) {
   EXPECT_EQ(member(report, "world_size"), ranks);
   EXPECT_EQ(member(report, "rank"), 0);
-  const JsonValue *steps = report.find("steps");
-  const JsonValue *perRank = report.find("ranks");
-  ASSERT_TRUE(steps && steps->items.size() == kSteps);
-  ASSERT_TRUE(perRank && perRank->items.size() == static_cast<size_t>(ranks));
+  const Json *steps = jsonFind(report, "steps");
+  const Json *perRank = jsonFind(report, "ranks");
+  ASSERT_TRUE(steps && steps->size() == kSteps);
+  ASSERT_TRUE(perRank && (*perRank).size() == static_cast<size_t>(ranks));
 
   // One all_reduce of 4 floats per step. Payload 2(N-1)/N * 16 bytes; the
   // cpu backend sends chunks of ceil(4/N) floats to N-1 peers twice.
@@ -70,16 +70,17 @@ void checkReport(const JsonValue &report, int ranks) {
   const int64_t wire = 2 * (ranks - 1) * chunk * 4;
   for (int r = 0; r < ranks; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
-    const JsonValue &entry = perRank->items[r];
+    const Json &entry = (*perRank)[r];
     EXPECT_EQ(member(entry, "rank"), r);
-    ASSERT_EQ(entry.find("losses")->items.size(), static_cast<size_t>(kSteps));
-    ASSERT_EQ(entry.find("time_ms")->items.size(), static_cast<size_t>(kSteps));
+    ASSERT_EQ((*jsonFind(entry, "losses")).size(), static_cast<size_t>(kSteps));
+    ASSERT_EQ((*jsonFind(entry, "time_ms")).size(),
+              static_cast<size_t>(kSteps));
     // Every rank holds the full (replicated) model and its own inputs.
-    const JsonValue *memory = entry.find("memory");
+    const Json *memory = jsonFind(entry, "memory");
     ASSERT_NE(memory, nullptr);
     EXPECT_EQ(member(*memory, "parameters"), 16);
     EXPECT_EQ(member(*memory, "other"), 128);
-    const JsonValue &stats = allReduceStats(entry);
+    const Json &stats = allReduceStats(entry);
     EXPECT_EQ(member(stats, "calls"), kSteps);
     EXPECT_EQ(member(stats, "bytes"), kSteps * payload);
     EXPECT_EQ(member(stats, "wire_bytes"), kSteps * wire);
@@ -93,10 +94,10 @@ void checkReport(const JsonValue &report, int ranks) {
     float sum = 0.0f;
     for (int r = 0; r < ranks; ++r) {
       float loss = static_cast<float>(
-          perRank->items[r].find("losses")->items[t].getDouble());
+          jsonNumber((*jsonFind((*perRank)[r], "losses"))[t]));
       sum = r == 0 ? loss : sum + loss;
     }
-    EXPECT_EQ(static_cast<float>(steps->items[t].find("loss")->getDouble()),
+    EXPECT_EQ(static_cast<float>(jsonNumber((*steps)[t].at("loss"))),
               sum / static_cast<float>(ranks))
         << "step " << t + 1;
   }
@@ -109,7 +110,7 @@ TEST_F(MpiMainTest, WorldOfOneWithoutLauncher) {
       runProcess(dir, {ZTRT_FAKE_MODEL, "--steps=5", "--threads=1", "--report",
                        dir.path("r.json")});
   ASSERT_EQ(r.status, 0) << r.err;
-  JsonValue report = readJson(dir.path("r.json"));
+  Json report = readJson(dir.path("r.json"));
   checkReport(report, 1);
   // A world of one moves nothing, but the calls are still counted.
   EXPECT_EQ(member(allReduceStats(report), "wire_bytes"), 0);

@@ -119,33 +119,34 @@ TEST_P(MpiZeroTest, TrainsLikeTheReplicatedModelBitwise) {
   // Every rank holds E elements per tensor: the padded full parameter
   // (stage 2) or its shard (stage 3), and the momentum shard. These are the
   // numbers the compiler's memory prediction is compared with, exactly.
-  JsonValue report;
+  Json report;
   std::string error;
   ASSERT_TRUE(parseJson(readBytes(dir.path("r.json")), report, error)) << error;
-  const JsonValue *perRank = report.find("ranks");
-  ASSERT_TRUE(perRank && perRank->items.size() == static_cast<size_t>(ranks()));
+  const Json *perRank = jsonFind(report, "ranks");
+  ASSERT_TRUE(perRank && (*perRank).size() == static_cast<size_t>(ranks()));
   const int64_t paramElems = stage() == 2 ? ranks() * chunk() : chunk();
   for (int r = 0; r < ranks(); ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
-    const JsonValue *memory = perRank->items[r].find("memory");
+    const Json *memory = jsonFind((*perRank)[r], "memory");
     ASSERT_NE(memory, nullptr);
     EXPECT_EQ(member(*memory, "parameters"), paramElems * 4);
     EXPECT_EQ(member(*memory, "optimizer_states"), chunk() * 4);
     // Stage 3's gathered weights live only inside the step.
     EXPECT_EQ(member(*memory, "gathered_parameters"), 0);
-    EXPECT_EQ(member(*memory->find("peak_by_category"), "gathered_parameters"),
-              stage() == 3 ? ranks() * chunk() * 4 : 0);
+    EXPECT_EQ(
+        member(*jsonFind(*memory, "peak_by_category"), "gathered_parameters"),
+        stage() == 3 ? ranks() * chunk() * 4 : 0);
     // How much was hidden depends on the scheduling of an oversubscribed
     // machine; only the definition's bounds hold for sure.
-    const JsonValue *overlap = perRank->items[r].find("overlap");
+    const Json *overlap = jsonFind((*perRank)[r], "overlap");
     ASSERT_NE(overlap, nullptr);
-    EXPECT_GE(overlap->find("comm_ms")->getDouble(), 0.0);
-    EXPECT_GE(overlap->find("exposed_ms")->getDouble(), 0.0);
-    const double hidden = overlap->find("hidden_fraction")->getDouble();
+    EXPECT_GE(jsonNumber(*jsonFind(*overlap, "comm_ms")), 0.0);
+    EXPECT_GE(jsonNumber(*jsonFind(*overlap, "exposed_ms")), 0.0);
+    const double hidden = jsonNumber(*jsonFind(*overlap, "hidden_fraction"));
     EXPECT_GE(hidden, 0.0);
     EXPECT_LE(hidden, 1.0);
   }
-  ASSERT_NE(report.find("overlap"), nullptr);
+  ASSERT_NE(jsonFind(report, "overlap"), nullptr);
 }
 
 TEST_P(MpiZeroTest, TraceFilePerRank) {

@@ -155,8 +155,8 @@ inline size_t countLines(const std::string &s) {
 
 /// The JSON document in `path` (a test failure, naming the file, if it
 /// does not parse).
-inline JsonValue readJson(const std::string &path) {
-  JsonValue value;
+inline Json readJson(const std::string &path) {
+  Json value;
   std::string error;
   EXPECT_TRUE(parseJson(readBytes(path), value, error))
       << path << ": " << error;
@@ -164,10 +164,10 @@ inline JsonValue readJson(const std::string &path) {
 }
 
 /// The integer `key` of a JSON object (-1 and a test failure if absent).
-inline int64_t member(const JsonValue &object, const char *key) {
-  const JsonValue *v = object.find(key);
+inline int64_t member(const Json &object, const char *key) {
+  const Json *v = jsonFind(object, key);
   int64_t out = -1;
-  EXPECT_TRUE(v && v->getInt64(out)) << key;
+  EXPECT_TRUE(v && jsonInt64(*v, out)) << key;
   return out;
 }
 
@@ -197,15 +197,15 @@ struct TraceSummary {
 /// monotonically, but an end (ts + dur) is a double sum, hence the
 /// tolerance of one nanosecond (0.001 us), far above that rounding error
 /// and below any real violation.
-inline TraceSummary checkTrace(const JsonValue &trace, int rank) {
+inline TraceSummary checkTrace(const Json &trace, int rank) {
   constexpr double kEps = 1e-3;
   TraceSummary summary;
-  const JsonValue *events = trace.find("traceEvents");
-  EXPECT_TRUE(events && events->kind == JsonValue::Kind::Array);
+  const Json *events = jsonFind(trace, "traceEvents");
+  EXPECT_TRUE(events && events->is_array());
   if (!events)
     return summary;
-  const JsonValue *unit = trace.find("displayTimeUnit");
-  EXPECT_TRUE(unit && unit->text == "ms");
+  const Json *unit = jsonFind(trace, "displayTimeUnit");
+  EXPECT_TRUE(unit && jsonText((*unit)) == "ms");
   struct Span {
     double begin, end;
   };
@@ -220,36 +220,39 @@ inline TraceSummary checkTrace(const JsonValue &trace, int rank) {
   std::vector<std::pair<std::string, Span>> compute;
   std::map<int64_t, std::vector<Span>> others;
   std::map<std::string, std::string> metadata;
-  for (const JsonValue &e : events->items) {
-    const JsonValue *ph = e.find("ph");
-    const JsonValue *name = e.find("name");
-    EXPECT_TRUE(ph && name && name->kind == JsonValue::Kind::String);
+  for (const Json &e : (*events)) {
+    const Json *ph = jsonFind(e, "ph");
+    const Json *name = jsonFind(e, "name");
+    EXPECT_TRUE(ph && name && name->is_string());
     if (!ph || !name)
       continue;
     EXPECT_EQ(member(e, "pid"), rank);
     const int64_t tid = member(e, "tid");
-    const JsonValue *args = e.find("args");
-    if (ph->text == "M") {
-      const JsonValue *value = args ? args->find("name") : nullptr;
+    const Json *args = jsonFind(e, "args");
+    if (jsonText((*ph)) == "M") {
+      const Json *value = args ? jsonFind(*args, "name") : nullptr;
       if (value)
-        metadata[name->text + "/" + std::to_string(tid)] = value->text;
+        metadata[jsonText((*name)) + "/" + std::to_string(tid)] =
+            jsonText((*value));
       continue;
     }
-    EXPECT_EQ(ph->text, "X") << name->text;
-    const JsonValue *ts = e.find("ts"), *dur = e.find("dur");
-    EXPECT_TRUE(ts && dur) << name->text;
+    EXPECT_EQ(jsonText((*ph)), "X") << jsonText((*name));
+    const Json *ts = jsonFind(e, "ts"), *dur = jsonFind(e, "dur");
+    EXPECT_TRUE(ts && dur) << jsonText((*name));
     if (!ts || !dur)
       continue;
-    EXPECT_GE(ts->getDouble(), 0.0) << name->text;
-    EXPECT_GE(dur->getDouble(), 0.0) << name->text;
-    Span span{ts->getDouble(), ts->getDouble() + dur->getDouble()};
-    ++summary.names[name->text];
+    EXPECT_GE(jsonNumber(*ts), 0.0) << jsonText((*name));
+    EXPECT_GE(jsonNumber(*dur), 0.0) << jsonText((*name));
+    Span span{jsonNumber(*ts), jsonNumber(*ts) + jsonNumber(*dur)};
+    ++summary.names[jsonText((*name))];
     if (tid == 2) {
       ++summary.collectives;
-      EXPECT_TRUE(args && args->find("elements") && args->find("bytes"))
-          << name->text;
+      EXPECT_TRUE(args && jsonFind(*args, "elements") &&
+                  jsonFind(*args, "bytes"))
+          << jsonText((*name));
       int64_t handle = args ? member(*args, "handle") : -1;
-      EXPECT_TRUE(comm.emplace(handle, std::pair{name->text, span}).second)
+      EXPECT_TRUE(
+          comm.emplace(handle, std::pair{jsonText((*name)), span}).second)
           << "handle " << handle << " twice";
       continue;
     }
@@ -257,17 +260,17 @@ inline TraceSummary checkTrace(const JsonValue &trace, int rank) {
       others[tid].push_back(span);
       continue;
     }
-    if (name->text.rfind("step ", 0) == 0) {
+    if (jsonText((*name)).rfind("step ", 0) == 0) {
       ++summary.steps;
       steps.push_back(span);
       continue;
     }
-    compute.push_back({name->text, span});
-    if (args && args->find("handle")) {
-      const JsonValue *kind = args->find("kind");
-      EXPECT_NE(kind, nullptr) << name->text;
-      blocked.push_back(
-          {name->text, kind ? kind->text : "", member(*args, "handle"), span});
+    compute.push_back({jsonText((*name)), span});
+    if (args && jsonFind(*args, "handle")) {
+      const Json *kind = jsonFind(*args, "kind");
+      EXPECT_NE(kind, nullptr) << jsonText((*name));
+      blocked.push_back({jsonText((*name)), kind ? jsonText((*kind)) : "",
+                         member(*args, "handle"), span});
     }
   }
   EXPECT_EQ(metadata["process_name/0"], "rank " + std::to_string(rank));

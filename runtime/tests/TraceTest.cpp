@@ -66,7 +66,7 @@ TEST_P(TraceModeTest, KernelsWaitsAndCollectivesOnTheirTracks) {
   ctx->trace()->write(dir.path("t.json"), 0, 1);
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"t.json"});
 
-  JsonValue trace = readJson(dir.path("t.json"));
+  Json trace = readJson(dir.path("t.json"));
   TraceSummary summary = checkTrace(trace, 0);
   EXPECT_EQ(summary.steps, 0);
   EXPECT_EQ(summary.collectives, 4);
@@ -83,20 +83,21 @@ TEST_P(TraceModeTest, KernelsWaitsAndCollectivesOnTheirTracks) {
   EXPECT_EQ(summary.names, expected);
 
   // The arguments of one collective and of its wait.
-  for (const JsonValue &e : trace.find("traceEvents")->items) {
-    if (e.find("name")->text == "all_gather") {
-      const JsonValue *args = e.find("args");
+  for (const Json &e : (*jsonFind(trace, "traceEvents"))) {
+    if (jsonText((*jsonFind(e, "name"))) == "all_gather") {
+      const Json *args = jsonFind(e, "args");
       ASSERT_NE(args, nullptr);
       EXPECT_EQ(member(*args, "handle"), h2);
       EXPECT_EQ(member(*args, "elements"), 10);
       EXPECT_EQ(member(*args, "bytes"), 0) << "a world of one moves nothing";
     }
-    if (e.find("name")->text == "wait" &&
-        member(*e.find("args"), "handle") == h1) {
-      EXPECT_EQ(e.find("args")->find("kind")->text, "all_reduce");
+    if (jsonText((*jsonFind(e, "name"))) == "wait" &&
+        member(*jsonFind(e, "args"), "handle") == h1) {
+      EXPECT_EQ(jsonText((*jsonFind(*jsonFind(e, "args"), "kind"))),
+                "all_reduce");
     }
   }
-  const JsonValue *other = trace.find("otherData");
+  const Json *other = jsonFind(trace, "otherData");
   ASSERT_NE(other, nullptr);
   EXPECT_EQ(member(*other, "dropped_events"), 0);
 }
@@ -121,15 +122,15 @@ TEST(TraceTest, RecordingStopsAtTheCapAndSaysSo) {
   EXPECT_EQ(trace.size(), 10u);
   EXPECT_EQ(trace.droppedEvents(), 5);
   trace.write(dir.path("t.json"), 2, 3);
-  JsonValue json = readJson(dir.path("t.json"));
-  const JsonValue *events = json.find("traceEvents");
+  Json json = readJson(dir.path("t.json"));
+  const Json *events = jsonFind(json, "traceEvents");
   ASSERT_NE(events, nullptr);
   // Six metadata events (process name and order, two thread names and
   // orders), then the recorded ones.
-  EXPECT_EQ(events->items.size(), 10u + 6u);
+  EXPECT_EQ((*events).size(), 10u + 6u);
   checkTrace(json, 2);
-  EXPECT_EQ(member(*json.find("otherData"), "dropped_events"), 5);
-  EXPECT_EQ(member(*json.find("otherData"), "rank"), 2);
+  EXPECT_EQ(member(*jsonFind(json, "otherData"), "dropped_events"), 5);
+  EXPECT_EQ(member(*jsonFind(json, "otherData"), "rank"), 2);
 }
 
 TEST(TraceTest, EmptyTraceIsValidJson) {
@@ -177,7 +178,7 @@ TEST(TraceTest, TheCheckerCatchesPartialOverlapAndForeignPids) {
   trace.kernel("b", t0 + std::chrono::microseconds(5),
                t0 + std::chrono::microseconds(15));
   trace.write(dir.path("t.json"), 0, 1);
-  JsonValue json = readJson(dir.path("t.json"));
+  Json json = readJson(dir.path("t.json"));
   EXPECT_NE(failuresOf([&] {
               checkTrace(json, 0);
             }).find("overlaps another partially"),
@@ -217,15 +218,17 @@ TEST(TraceTest, OverlappingTransfersGoOnLanesOfTheirOwn) {
   io("swap_in", 4, 12, 20); // lane 1 is free again (1 ended at 10)
   io("swap_out", 5, 15, 16); // lane 2 ended at 15: free
   trace.write(dir.path("t.json"), 0, 1);
-  JsonValue json = readJson(dir.path("t.json"));
+  Json json = readJson(dir.path("t.json"));
   checkTrace(json, 0); // each lane nests
   std::map<int64_t, int64_t> laneOf;
   std::map<int64_t, std::string> names;
-  for (const JsonValue &e : json.find("traceEvents")->items) {
-    if (e.find("ph")->text == "M" && e.find("name")->text == "thread_name")
-      names[member(e, "tid")] = e.find("args")->find("name")->text;
-    else if (e.find("ph")->text == "X")
-      laneOf[member(*e.find("args"), "ticket")] = member(e, "tid");
+  for (const Json &e : (*jsonFind(json, "traceEvents"))) {
+    if (jsonText((*jsonFind(e, "ph"))) == "M" &&
+        jsonText((*jsonFind(e, "name"))) == "thread_name")
+      names[member(e, "tid")] =
+          jsonText((*jsonFind(*jsonFind(e, "args"), "name")));
+    else if (jsonText((*jsonFind(e, "ph"))) == "X")
+      laneOf[member(*jsonFind(e, "args"), "ticket")] = member(e, "tid");
   }
   const std::map<int64_t, int64_t> expectedLanes = {
       {1, kIoTrack}, {2, kIoLaneTracks + 1}, {3, kIoLaneTracks + 2},
