@@ -95,6 +95,9 @@ struct Options {
 /// one line on any mistake.
 Options parseOptions(int argc, char **argv, int rank = 0);
 
+/// --help: every flag, grouped by topic (the table parseOptions reads).
+std::string usageText(const char *program);
+
 } // namespace ztrt
 
 #endif // ZTRT_CLI_OPTIONS_H

@@ -149,3 +149,25 @@ TEST(DriverTest, ByteCountsAsHuggingFaceWritesThem) {
                            "nan", "inf"})
     EXPECT_FALSE(parseByteCount(text, b)) << text;
 }
+
+// --help comes from the flag table: grouped by topic, every line within 76
+// columns, each flag the parser knows listed once.
+TEST(DriverTest, HelpIsTheFlagTableByTopic) {
+  const std::string help = usageText("model");
+  for (const char *title :
+       {"The run:", "Data and initial parameters:",
+        "Checkpoints and saved weights:", "Progress, reports and traces:",
+        "Evaluation and sampling:"})
+    EXPECT_NE(help.find(std::string("\n") + title + "\n"), std::string::npos)
+        << title;
+  size_t start = 0;
+  while (start < help.size()) {
+    size_t end = help.find('\n', start);
+    EXPECT_LE(end - start, 76u) << help.substr(start, end - start);
+    start = end + 1;
+  }
+  for (const char *flag : {"--steps", "--resume", "--top-k", "--dampening",
+                           "--skip-memory-check", "--help"})
+    EXPECT_NE(help.find(std::string("\n  ") + flag + " "), std::string::npos)
+        << flag;
+}
