@@ -76,89 +76,23 @@ public:
   void copy2d(const void *src, void *dst, int64_t rows, int64_t rowBytes,
               int64_t srcStride, int64_t dstStride) override;
 
+  // The kernels: one override per ZTRT_KERNEL entry of ztrt_abi.def,
+  // generated as Backend.h declares them. Defined by family in
+  // CpuElementwise.cpp (fill, the Elementwise.def table, scale, biasAdd,
+  // maskedFill, where, cast), CpuRows.cpp (layer/RMS norm, softmax, RoPE),
+  // CpuMatmul.cpp (matmul, attention), CpuLayout.cpp (transpose, reduce,
+  // broadcast), CpuLosses.cpp (cross-entropy, embedding) and
+  // CpuOptimizer.cpp (foundNonfinite, gradSqNorm).
+#define ZTRT_FN(...)
+#define ZTRT_KERNEL(name, method, names, ...)                                  \
+  void method(DType dtype, ZTRT_ARGS(__VA_ARGS__)) override;
+#include "ztrt_abi.def"
+#undef ZTRT_KERNEL
+#undef ZTRT_FN
+
   // CpuElementwise.cpp
-  void fill(DType dtype, void *out, int64_t n, double value) override;
-#define ZTRT_UNARY(method, Name, expr)                                         \
-  void method(DType dtype, const void *in, void *out, int64_t n) override;
-#define ZTRT_BINARY(method, Name, expr)                                        \
-  void method(DType dtype, const void *a, const void *b, void *out, int64_t n) \
-      override;
-#include "backends/Elementwise.def"
-  void scale(DType dtype, const void *x, void *out, int64_t n,
-             double factor) override;
-  void biasAdd(DType dtype, const void *x, const void *bias, void *out,
-               int64_t rows, int64_t cols) override;
-  void maskedFill(DType dtype, const void *x, const void *mask, void *out,
-                  int64_t outer, int64_t inner, double value) override;
-  void where(DType dtype, const void *mask, const void *x, const void *y,
-             void *out, int64_t outer, int64_t inner) override;
   void dropout(DType dtype, const void *x, void *out, int64_t n, uint64_t key,
                uint64_t counterBase, uint32_t threshold, float scale) override;
-  void cast(DType dtype, const void *x, void *out, int64_t n,
-            int32_t to) override;
-
-  // CpuMatmul.cpp
-  void matmul(DType dtype, const void *a, const void *b, void *c, int64_t batch,
-              int64_t m, int64_t n, int64_t k, int32_t transA, int32_t transB,
-              int64_t strideA, int64_t strideB, int64_t strideC) override;
-  void attention(DType dtype, const void *q, const void *k, const void *v,
-                 void *out, void *lse, int64_t heads, int64_t groups,
-                 int64_t tq, int64_t tk, int64_t d, int32_t causal,
-                 double scale) override;
-  void attentionGrad(DType dtype, const void *dout, const void *q,
-                     const void *k, const void *v, const void *out,
-                     const void *lse, void *dq, void *dk, void *dv,
-                     int64_t heads, int64_t groups, int64_t tq, int64_t tk,
-                     int64_t d, int32_t causal, double scale) override;
-
-  // CpuRows.cpp
-  void layerNorm(DType dtype, const void *x, const void *gamma,
-                 const void *beta, void *y, int64_t rows, int64_t cols,
-                 double eps) override;
-  void layerNormGrad(DType dtype, const void *dy, const void *x,
-                     const void *gamma, void *dx, void *dgamma, void *dbeta,
-                     int64_t rows, int64_t cols, double eps) override;
-  void softmax(DType dtype, const void *x, void *y, int64_t rows, int64_t cols,
-               int32_t causal) override;
-  void softmaxGrad(DType dtype, const void *dy, const void *y, void *dx,
-                   int64_t rows, int64_t cols) override;
-  void rmsNorm(DType dtype, const void *x, const void *gamma, void *y,
-               int64_t rows, int64_t cols, double eps) override;
-  void rmsNormGrad(DType dtype, const void *dy, const void *x,
-                   const void *gamma, void *dx, void *dgamma, int64_t rows,
-                   int64_t cols, double eps) override;
-  void rotaryEmbedding(DType dtype, const void *x, void *out, int64_t outer,
-                       int64_t seq, int64_t inner, int64_t dim, double theta,
-                       double factor, double low, double high, double original,
-                       int32_t inverse) override;
-
-  // CpuLayout.cpp
-  void transpose(DType dtype, const void *x, void *out, int64_t rank,
-                 const void *xShapeArg, const void *permArg) override;
-  void reduce(DType dtype, const void *x, void *out, int64_t rank,
-              const void *xShape, const void *mask, int32_t kind) override;
-  void reduceMaxGrad(DType dtype, const void *dy, const void *x, const void *y,
-                     void *dx, int64_t rank, const void *xShape,
-                     const void *mask) override;
-  void broadcast(DType dtype, const void *x, void *out, int64_t rank,
-                 const void *outShapeArg, const void *maskArg,
-                 double factor) override;
-
-  // CpuLosses.cpp
-  void crossEntropy(DType dtype, const void *logits, const void *labels,
-                    void *loss, int64_t rows, int64_t classes,
-                    int64_t ignore) override;
-  void crossEntropyWithGrad(DType dtype, const void *logits, const void *labels,
-                            const void *dloss, void *loss, void *dlogits,
-                            int64_t rows, int64_t classes,
-                            int64_t ignore) override;
-  void crossEntropyGrad(DType dtype, const void *dloss, const void *logits,
-                        const void *labels, void *dlogits, int64_t rows,
-                        int64_t classes, int64_t ignore) override;
-  void embedding(DType dtype, const void *table, const void *ids, void *out,
-                 int64_t nIds, int64_t vocab, int64_t dim) override;
-  void embeddingGrad(DType dtype, const void *dy, const void *ids, void *dtable,
-                     int64_t nIds, int64_t vocab, int64_t dim) override;
 
   // CpuOptimizer.cpp
   void sgdUpdate(DType dtype, void *param, const void *grad, void *momentumBuf,
@@ -173,10 +107,6 @@ public:
                         const void *grad, float *master, float *expAvg,
                         float *expAvgSq, int64_t n, const AdamHyper &hyper,
                         int64_t step) override;
-  void foundNonfinite(DType dtype, const void *x, int64_t n,
-                      const void *foundIn, void *foundOut) override;
-  void gradSqNorm(DType dtype, const void *x, int64_t n, const void *sumIn,
-                  void *sumOut) override;
 
   // CpuCollectives.cpp
   int64_t allReduce(Communicator &comm, DType dtype, const void *in, void *out,
