@@ -41,8 +41,8 @@ std::string precisionText(const Descriptor &desc) {
   for (const StateSpec &st : desc.states)
     masters = masters || st.master;
   std::string text;
-  for (auto [has, name] : {std::pair{bf16, "bf16"}, std::pair{f16, "f16"},
-                           std::pair{f32, "f32"}})
+  for (auto [has, name] :
+       {std::pair{bf16, "bf16"}, std::pair{f16, "f16"}, std::pair{f32, "f32"}})
     if (has)
       text += (text.empty() ? "" : "+") + std::string(name);
   if (text.empty() || text == "f32")
@@ -361,164 +361,158 @@ private:
 
 } // namespace
 
-Descriptor parseDescriptor(const char *text) {
-  if (!text)
-    fatal("descriptor: the model has no ztrain_descriptor");
+namespace {
+
+/// What parseDescriptor has read so far.
+struct DescriptorReader {
   Descriptor desc;
   std::set<std::string> names;
-  // Sharded records are checked against the grid once every record is read
-  // (the grid record may come after them); the line is kept for the error.
+  /// Sharded records are checked against the grid once every record is
+  /// read (the grid record may come after them); the line is kept for the
+  /// error.
   struct Sharded {
     LineParser line;
     bool isParam;
     size_t index;
   };
   std::vector<Sharded> sharded;
-  std::string all(text);
-  size_t start = 0;
-  int lineNumber = 0;
-  bool sawHeader = false;
-  while (start < all.size()) {
-    size_t newline = all.find('\n', start);
-    std::string line =
-        all.substr(start, newline == std::string::npos ? std::string::npos
-                                                       : newline - start);
-    start = newline == std::string::npos ? all.size() : newline + 1;
-    ++lineNumber;
-    if (line.empty())
-      continue;
-    LineParser p(line, lineNumber);
-    std::string kind = p.word("record kind");
-    if (!sawHeader) {
-      if (kind != "ztrain-descriptor")
-        p.error("expected 'ztrain-descriptor 1' first");
-      if (p.integer("version") != 1)
-        p.error("unsupported descriptor version");
-      p.end();
-      sawHeader = true;
-      continue;
+
+  void uniqueName(LineParser &p, const std::string &name) {
+    if (!names.insert(name).second)
+      p.error("duplicate name '" + name + "'");
+  }
+
+  void param(LineParser &p) {
+    ParamSpec spec;
+    p.tensor(spec, /*sixteen=*/true);
+    p.keyword("init");
+    spec.init = p.initKind(false);
+    spec.scale = p.number("init scale");
+    p.storage(spec, &spec.space, &spec.frozen);
+    if (spec.type == ElemType::I32 &&
+        (spec.init == InitKind::Normal || spec.init == InitKind::Uniform))
+      p.error("i32 parameter '" + spec.name + "' cannot have a random init");
+    uniqueName(p, spec.name);
+    if (spec.store == StoreMode::Shard)
+      sharded.push_back({p, true, desc.params.size()});
+    desc.params.push_back(std::move(spec));
+  }
+
+  void buffer(LineParser &p) {
+    BufferSpec spec;
+    p.tensor(spec, /*sixteen=*/false);
+    p.keyword("init");
+    spec.init = p.initKind(true);
+    spec.scale = p.number("init scale");
+    // No storage suffix: the whole tensor on every rank.
+    spec.storeElems = spec.numel;
+    spec.storeBytes = spec.bytes;
+    p.end();
+    if (spec.type == ElemType::I32 &&
+        (spec.init == InitKind::Normal || spec.init == InitKind::Uniform))
+      p.error("i32 buffer '" + spec.name + "' cannot have a random init");
+    if (spec.init == InitKind::Causal && spec.shape.size() < 2)
+      p.error("buffer '" + spec.name + "' with init causal needs rank >= 2");
+    uniqueName(p, spec.name);
+    desc.buffers.push_back(std::move(spec));
+  }
+
+  void state(LineParser &p) {
+    StateSpec spec;
+    p.tensor(spec, /*sixteen=*/true);
+    p.keyword("of");
+    spec.of = p.word("parameter name");
+    if (p.peek() == "master") {
+      p.word("master");
+      spec.master = true;
     }
-    if (kind == "param") {
-      ParamSpec spec;
-      p.tensor(spec, /*sixteen=*/true);
-      p.keyword("init");
-      spec.init = p.initKind(false);
-      spec.scale = p.number("init scale");
-      p.storage(spec, &spec.space, &spec.frozen);
-      if (spec.type == ElemType::I32 &&
-          (spec.init == InitKind::Normal || spec.init == InitKind::Uniform))
-        p.error("i32 parameter '" + spec.name + "' cannot have a random init");
-      if (!names.insert(spec.name).second)
-        p.error("duplicate name '" + spec.name + "'");
-      if (spec.store == StoreMode::Shard)
-        sharded.push_back({p, true, desc.params.size()});
-      desc.params.push_back(std::move(spec));
-    } else if (kind == "buffer") {
-      BufferSpec spec;
-      p.tensor(spec, /*sixteen=*/false);
-      p.keyword("init");
-      spec.init = p.initKind(true);
-      spec.scale = p.number("init scale");
-      // No storage suffix: the whole tensor on every rank.
-      spec.storeElems = spec.numel;
-      spec.storeBytes = spec.bytes;
-      p.end();
-      if (spec.type == ElemType::I32 &&
-          (spec.init == InitKind::Normal || spec.init == InitKind::Uniform))
-        p.error("i32 buffer '" + spec.name + "' cannot have a random init");
-      if (spec.init == InitKind::Causal && spec.shape.size() < 2)
-        p.error("buffer '" + spec.name + "' with init causal needs rank >= 2");
-      if (!names.insert(spec.name).second)
-        p.error("duplicate name '" + spec.name + "'");
-      desc.buffers.push_back(std::move(spec));
-    } else if (kind == "state") {
-      StateSpec spec;
-      p.tensor(spec, /*sixteen=*/true);
-      p.keyword("of");
-      spec.of = p.word("parameter name");
-      if (p.peek() == "master") {
-        p.word("master");
-        spec.master = true;
-      }
-      p.storage(spec, &spec.space);
-      for (size_t i = 0; i < desc.params.size(); ++i)
-        if (desc.params[i].name == spec.of)
-          spec.paramIndex = static_cast<int64_t>(i);
-      if (spec.paramIndex < 0)
-        p.error("state '" + spec.name + "' is of unknown parameter '" +
-                spec.of + "'");
-      if (desc.params[spec.paramIndex].frozen)
-        p.error("state '" + spec.name + "' is of frozen parameter '" + spec.of +
-                "' (frozen parameters are not trained)");
-      if (!names.insert(spec.name).second)
-        p.error("duplicate name '" + spec.name + "'");
-      if (spec.master) {
-        ParamSpec &param = desc.params[spec.paramIndex];
-        if (spec.type != ElemType::F32)
-          p.error("master state '" + spec.name + "' must be f32, not " +
-                  elemTypeName(spec.type));
-        if (param.type != ElemType::BF16 && param.type != ElemType::F16)
-          p.error("master state '" + spec.name + "' is of " +
-                  elemTypeName(param.type) + " parameter '" + spec.of +
-                  "' (masters belong to bf16 or f16 parameters)");
-        if (spec.shape != param.shape)
-          p.error("master state '" + spec.name + "' has shape " +
-                  formatShape(spec.shape) + ", its parameter '" + spec.of +
-                  "' " + formatShape(param.shape));
-        if (param.masterIndex >= 0)
-          p.error("parameter '" + spec.of + "' has a second master state '" +
-                  spec.name + "'");
-        param.masterIndex = static_cast<int64_t>(desc.states.size());
-      }
-      if (spec.store == StoreMode::Shard)
-        sharded.push_back({p, false, desc.states.size()});
-      desc.states.push_back(std::move(spec));
-    } else if (kind == "input") {
-      InputSpec spec;
-      p.tensor(spec, /*sixteen=*/false);
-      p.keyword("bound");
-      spec.bound = p.integer("bound");
-      if (!p.atEnd() && p.peek() == "ignore") {
-        p.word("field");
-        spec.hasIgnore = true;
-        spec.ignore = p.signedInteger("ignored label");
-      }
-      p.end();
-      if (spec.type == ElemType::F32 && spec.bound != 0)
-        p.error("f32 input '" + spec.name + "' cannot have a bound");
-      if (!names.insert(spec.name).second)
-        p.error("duplicate name '" + spec.name + "'");
-      desc.inputs.push_back(std::move(spec));
-    } else if (kind == "grad") {
-      // One per parameter, in parameter order, so ztrt_grad(i) pairs with
-      // ztrt_param(i).
-      std::string of = p.word("parameter name");
-      GradSpec spec;
-      spec.elements = p.integer("gradient elements");
-      bool typed = !p.atEnd();
-      if (typed)
-        spec.type = p.dtype(/*sixteen=*/true);
-      p.end();
-      size_t next = desc.grads.size();
-      if (next >= desc.params.size() || desc.params[next].name != of)
-        p.error("gradient record for '" + of + "' out of order (expected " +
-                (next < desc.params.size()
-                     ? "'" + desc.params[next].name + "'"
-                     : std::string("no more")) +
-                ", one per parameter in parameter order)");
-      if (spec.elements < 0)
-        p.error("gradient of '" + of + "' must have >= 0 elements (0: the "
-                "step keeps it in its arena)");
-      if (spec.elements > (int64_t(1) << 60))
-        p.error("gradient of '" + of + "' is too large");
-      // Absent (hand-written descriptors): the parameter's own type.
-      if (!typed)
-        spec.type = desc.params[next].type;
-      else if (spec.type == ElemType::I32)
-        p.error("gradient of '" + of + "' cannot be i32");
-      spec.paramIndex = static_cast<int64_t>(next);
-      desc.grads.push_back(spec);
-    } else if (kind == "arena") {
+    p.storage(spec, &spec.space);
+    for (size_t i = 0; i < desc.params.size(); ++i)
+      if (desc.params[i].name == spec.of)
+        spec.paramIndex = static_cast<int64_t>(i);
+    if (spec.paramIndex < 0)
+      p.error("state '" + spec.name + "' is of unknown parameter '" + spec.of +
+              "'");
+    if (desc.params[spec.paramIndex].frozen)
+      p.error("state '" + spec.name + "' is of frozen parameter '" + spec.of +
+              "' (frozen parameters are not trained)");
+    uniqueName(p, spec.name);
+    if (spec.master) {
+      ParamSpec &param = desc.params[spec.paramIndex];
+      if (spec.type != ElemType::F32)
+        p.error("master state '" + spec.name + "' must be f32, not " +
+                elemTypeName(spec.type));
+      if (param.type != ElemType::BF16 && param.type != ElemType::F16)
+        p.error("master state '" + spec.name + "' is of " +
+                elemTypeName(param.type) + " parameter '" + spec.of +
+                "' (masters belong to bf16 or f16 parameters)");
+      if (spec.shape != param.shape)
+        p.error("master state '" + spec.name + "' has shape " +
+                formatShape(spec.shape) + ", its parameter '" + spec.of + "' " +
+                formatShape(param.shape));
+      if (param.masterIndex >= 0)
+        p.error("parameter '" + spec.of + "' has a second master state '" +
+                spec.name + "'");
+      param.masterIndex = static_cast<int64_t>(desc.states.size());
+    }
+    if (spec.store == StoreMode::Shard)
+      sharded.push_back({p, false, desc.states.size()});
+    desc.states.push_back(std::move(spec));
+  }
+
+  void input(LineParser &p) {
+    InputSpec spec;
+    p.tensor(spec, /*sixteen=*/false);
+    p.keyword("bound");
+    spec.bound = p.integer("bound");
+    if (!p.atEnd() && p.peek() == "ignore") {
+      p.word("field");
+      spec.hasIgnore = true;
+      spec.ignore = p.signedInteger("ignored label");
+    }
+    p.end();
+    if (spec.type == ElemType::F32 && spec.bound != 0)
+      p.error("f32 input '" + spec.name + "' cannot have a bound");
+    uniqueName(p, spec.name);
+    desc.inputs.push_back(std::move(spec));
+  }
+
+  void grad(LineParser &p) {
+    // One per parameter, in parameter order, so ztrt_grad(i) pairs with
+    // ztrt_param(i).
+    std::string of = p.word("parameter name");
+    GradSpec spec;
+    spec.elements = p.integer("gradient elements");
+    bool typed = !p.atEnd();
+    if (typed)
+      spec.type = p.dtype(/*sixteen=*/true);
+    p.end();
+    size_t next = desc.grads.size();
+    if (next >= desc.params.size() || desc.params[next].name != of)
+      p.error("gradient record for '" + of + "' out of order (expected " +
+              (next < desc.params.size() ? "'" + desc.params[next].name + "'"
+                                         : std::string("no more")) +
+              ", one per parameter in parameter order)");
+    if (spec.elements < 0)
+      p.error("gradient of '" + of +
+              "' must have >= 0 elements (0: the "
+              "step keeps it in its arena)");
+    if (spec.elements > (int64_t(1) << 60))
+      p.error("gradient of '" + of + "' is too large");
+    // Absent (hand-written descriptors): the parameter's own type.
+    if (!typed)
+      spec.type = desc.params[next].type;
+    else if (spec.type == ElemType::I32)
+      p.error("gradient of '" + of + "' cannot be i32");
+    spec.paramIndex = static_cast<int64_t>(next);
+    desc.grads.push_back(spec);
+  }
+
+  /// The records of one value each (arena, grid, loss scaling, clipping,
+  /// flops, logits, eval, accumulation, host step buffer); false for a
+  /// kind that is none of them.
+  bool single(LineParser &p, const std::string &kind) {
+    if (kind == "arena") {
       std::string name = p.word("arena name");
       int64_t bytes = p.integer("arena bytes");
       p.end();
@@ -592,17 +586,64 @@ Descriptor parseDescriptor(const char *text) {
       if (bytes < 1)
         p.error("host step buffer bytes must be >= 1");
       desc.hostStepBuffer = bytes;
-    } else if (kind == "optimizer") {
+    } else {
+      return false;
+    }
+    return true;
+  }
+};
+
+} // namespace
+
+Descriptor parseDescriptor(const char *text) {
+  if (!text)
+    fatal("descriptor: the model has no ztrain_descriptor");
+  DescriptorReader r;
+  Descriptor &desc = r.desc;
+  std::string all(text);
+  size_t start = 0;
+  int lineNumber = 0;
+  bool sawHeader = false;
+  while (start < all.size()) {
+    size_t newline = all.find('\n', start);
+    std::string line =
+        all.substr(start, newline == std::string::npos ? std::string::npos
+                                                       : newline - start);
+    start = newline == std::string::npos ? all.size() : newline + 1;
+    ++lineNumber;
+    if (line.empty())
+      continue;
+    LineParser p(line, lineNumber);
+    std::string kind = p.word("record kind");
+    if (!sawHeader) {
+      if (kind != "ztrain-descriptor")
+        p.error("expected 'ztrain-descriptor 1' first");
+      if (p.integer("version") != 1)
+        p.error("unsupported descriptor version");
+      p.end();
+      sawHeader = true;
+      continue;
+    }
+    if (kind == "param")
+      r.param(p);
+    else if (kind == "buffer")
+      r.buffer(p);
+    else if (kind == "state")
+      r.state(p);
+    else if (kind == "input")
+      r.input(p);
+    else if (kind == "grad")
+      r.grad(p);
+    else if (kind == "optimizer")
       // Free text: everything after "optimizer ".
       desc.optimizer = line.size() > 10 ? line.substr(10) : std::string();
-    } else {
+    else if (!r.single(p, kind))
       p.error("unknown record kind '" + kind + "'");
-    }
   }
   if (!sawHeader)
     fatal("descriptor: empty (expected 'ztrain-descriptor 1')");
   if (desc.gridSize > 0) {
-    for (const Sharded &s : sharded) {
+    for (const DescriptorReader::Sharded &s : r.sharded) {
       std::string problem =
           s.isParam ? shardCoverageProblem("param", desc.params[s.index],
                                            desc.gridSize)
@@ -612,7 +653,7 @@ Descriptor parseDescriptor(const char *text) {
         s.line.error(problem);
     }
   }
-  return desc;
+  return std::move(desc);
 }
 
 PlannedBytes plannedBytes(const Descriptor &desc, bool deviceOnly) {
