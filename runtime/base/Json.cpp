@@ -73,9 +73,15 @@ public:
 
   bool key(string_t &k) {
     Level &level = levels.back();
-    if (!level.keys.insert(k).second)
-      // The cursor is past the key's closing quote.
-      return fail("duplicate key '" + k + "'", cursor);
+    if (!level.keys.insert(k).second) {
+      // Named by its path through the enclosing objects
+      // ("optimizer.params.lr"); the cursor is past its closing quote.
+      std::string path;
+      for (size_t i = 0; i + 1 < levels.size(); ++i)
+        if (levels[i].value->is_object())
+          path += levels[i].key + ".";
+      return fail("duplicate key '" + path + k + "'", cursor);
+    }
     level.key = std::move(k);
     return true;
   }
@@ -127,8 +133,8 @@ private:
       return &level.value->get_ref<Json::array_t &>().back();
     }
     Json::object_t &members = level.value->get_ref<Json::object_t &>();
-    members.Json::object_t::Container::emplace_back(std::move(level.key),
-                                                    std::move(v));
+    // The key stays in the level: a duplicate further in names its path.
+    members.Json::object_t::Container::emplace_back(level.key, std::move(v));
     return &members.back().second;
   }
 

@@ -9,8 +9,10 @@
 #ifndef ZTRT_BASE_SUPPORT_H
 #define ZTRT_BASE_SUPPORT_H
 
+#include "base/NearestName.h"
 #include <atomic>
 #include <cstdint>
+
 #include <string>
 #include <vector>
 
@@ -63,13 +65,6 @@ void notePeerReported();
 /// else would stop.
 [[noreturn]] void endWithoutLauncher(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
-
-/// The name in `names` nearest to `word` by edit distance (insertions,
-/// deletions, substitutions and adjacent swaps), when it is close enough to
-/// be the word meant (at most a third of the word's length, and at least
-/// one edit allowed up to 2); else "". For "did you mean" in messages.
-std::string nearestName(const std::string &word,
-                        const std::vector<std::string> &names);
 
 /// printf into a std::string.
 std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

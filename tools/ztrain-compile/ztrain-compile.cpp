@@ -61,7 +61,8 @@ int applyConfigFile(ztrain::DeepSpeedFlags &dsFlags,
   if (!ztrain::readDeepSpeedConfig(configFile, dsFlags, error))
     return fail(error);
   auto registered = cl::getRegisteredOptions();
-  for (const auto &[name, value] : dsFlags.flags) {
+  for (const ztrt::DeepSpeedSetting &setting : dsFlags.compileFlags) {
+    const std::string &name = setting.flag, &value = setting.value;
     cl::Option *opt = registered.lookup(name);
     if (!opt)
       return fail("--config: no flag --" + name + " (internal)");
