@@ -118,9 +118,7 @@ void ztrain::addZeroOffload(OpPassManager &pm,
 void ztrain::buildToLLVMPipeline(OpPassManager &pm) {
   pm.addPass(dist::createPlanMemory());
   pm.addPass(createLowerToRuntime());
-  pm.addPass(createArithToLLVMConversionPass());
-  pm.addPass(createConvertFuncToLLVMPass());
-  pm.addPass(createReconcileUnrealizedCastsPass());
+  pm.addPass(createFinalizeLLVM());
 }
 
 void ztrain::registerPipelines() {

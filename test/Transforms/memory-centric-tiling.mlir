@@ -41,7 +41,7 @@
 // features move back with one strided copy per rank (2 ranks x 32
 // features of 4 rows).
 // LOWER: %[[OFF:.*]] = llvm.getelementptr %{{.*}}[%c32768_i64]
-// LOWER-NEXT: %[[BUF:.*]] = call @ztrt_alloc(%arg0, %c65536_i64, %c5_i32)
+// LOWER-NEXT: %[[BUF:.*]] = llvm.call @ztrt_alloc(%arg0, %c65536_i64, %c5_i32)
 // LOWER-NEXT: call @ztrt_all_gather(%arg0, %c0_i32, %[[OFF]], %[[BUF]], %c8192_i64)
 // LOWER: call @ztrt_copy_2d(%arg0, %{{.*}}, %{{.*}}, %c4_i64, %c128_i64, %c256_i64, %c1024_i64)
 

@@ -150,11 +150,11 @@
 
 // Lowered: gathers into the gathered_parameters category (5), started
 // asynchronously and waited by handle.
-// LOWER3: %[[FULL:.*]] = call @ztrt_alloc(%arg0, %c192_i64, %c5_i32)
-// LOWER3-NEXT: %[[H:.*]] = call @ztrt_all_gather_start(%arg0, %c0_i32, %{{.*}}, %[[FULL]], %c24_i64)
+// LOWER3: %[[FULL:.*]] = llvm.call @ztrt_alloc(%arg0, %c192_i64, %c5_i32)
+// LOWER3-NEXT: %[[H:.*]] = llvm.call @ztrt_all_gather_start(%arg0, %c0_i32, %{{.*}}, %[[FULL]], %c24_i64)
 // LOWER3: call @ztrt_alloc(%arg0, %c256_i64, %c5_i32)
 // LOWER3: call @ztrt_wait(%arg0, %[[H]])
-// LOWER3-NEXT: %[[Y:.*]] = call @ztrt_alloc
+// LOWER3-NEXT: %[[Y:.*]] = llvm.call @ztrt_alloc
 // LOWER3-NEXT: call @ztrt_matmul(%arg0, %c0_i32, %{{.*}}, %[[FULL]], %[[Y]],
 // LOWER3-NEXT: call @ztrt_free(%arg0, %[[FULL]])
 // LOWER3: call @ztrt_reduce_scatter_start(
@@ -162,11 +162,11 @@
 
 // A bucket is packed rank-major (chunk r of each gradient in row r: 2 rows
 // of 16 + 32 floats = 192 bytes) and unpacked into the gradient buffers.
-// LOWER2: %[[IN:.*]] = call @ztrt_alloc(%arg0, %c384_i64, %c4_i32)
-// LOWER2-NEXT: %[[OUT:.*]] = call @ztrt_alloc(%arg0, %c192_i64, %c4_i32)
+// LOWER2: %[[IN:.*]] = llvm.call @ztrt_alloc(%arg0, %c384_i64, %c4_i32)
+// LOWER2-NEXT: %[[OUT:.*]] = llvm.call @ztrt_alloc(%arg0, %c192_i64, %c4_i32)
 // LOWER2: call @ztrt_copy_2d(%arg0, %{{.*}}, %{{.*}}, %c2_i64, %c64_i64, %c64_i64, %c192_i64)
 // LOWER2: call @ztrt_copy_2d(%arg0, %{{.*}}, %{{.*}}, %c2_i64, %c128_i64, %c128_i64, %c192_i64)
-// LOWER2-NEXT: %[[H:.*]] = call @ztrt_reduce_scatter_start(%arg0, %c0_i32, %[[IN]], %[[OUT]], %c48_i64, %c1_i32)
+// LOWER2-NEXT: %[[H:.*]] = llvm.call @ztrt_reduce_scatter_start(%arg0, %c0_i32, %[[IN]], %[[OUT]], %c48_i64, %c1_i32)
 // LOWER2: call @ztrt_wait(%arg0, %[[H]])
 // LOWER2: call @ztrt_grad
 // LOWER2: call @ztrt_copy(

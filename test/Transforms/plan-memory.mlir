@@ -31,8 +31,8 @@
 // Lowered: one persistent arena per category (ztrt_arena allocates it on
 // the first step and returns it on later ones), buffers at their offsets;
 // no per-tensor allocation or free.
-// LOWER: %[[ACT:.*]] = call @ztrt_arena(%arg0, %c0_i64, %c772_i64, %c3_i32)
-// LOWER-NEXT: %[[OTHER:.*]] = call @ztrt_arena(%arg0, %c2_i64, %c576_i64, %c4_i32)
+// LOWER: %[[ACT:.*]] = llvm.call @ztrt_arena(%arg0, %c0_i64, %c772_i64, %c3_i32)
+// LOWER-NEXT: %[[OTHER:.*]] = llvm.call @ztrt_arena(%arg0, %c2_i64, %c576_i64, %c4_i32)
 // LOWER: llvm.getelementptr %[[ACT]][%c640_i64]
 // LOWER-NOT: call @ztrt_alloc
 // LOWER-NOT: call @ztrt_free

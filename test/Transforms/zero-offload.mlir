@@ -229,9 +229,9 @@ func.func @loss(%x: tensor<2x4xf32>, %y: tensor<2xi32>) -> tensor<f32> attribute
 // same pointer; the write-backs of its states' buffers (the pointers the
 // update stepped) come after the wait, so they write what the host step
 // wrote.
-// ASYNCSWAP: %[[IN1:[0-9]+]] = call @ztrt_swap_in(%arg0, %{{.*}}, %{{.*}}, %[[M:[0-9]+]])
+// ASYNCSWAP: %[[IN1:[0-9]+]] = llvm.call @ztrt_swap_in(%arg0, %{{.*}}, %{{.*}}, %[[M:[0-9]+]])
 // ASYNCSWAP-NEXT: %{{.*}} = llvm.getelementptr
-// ASYNCSWAP-NEXT: %[[IN2:[0-9]+]] = call @ztrt_swap_in(%arg0, %{{.*}}, %{{.*}}, %[[V:[0-9]+]])
+// ASYNCSWAP-NEXT: %[[IN2:[0-9]+]] = llvm.call @ztrt_swap_in(%arg0, %{{.*}}, %{{.*}}, %[[V:[0-9]+]])
 // ASYNCSWAP: call @ztrt_update_async(%arg0, %[[Q:[0-9]+]])
 // ASYNCSWAP-NEXT: call @ztrt_adam_update(%arg0, %{{.*}}, %[[Q]], %{{.*}}, %[[M]], %[[V]],
 // ASYNCSWAP-NOT: call @ztrt_swap_out

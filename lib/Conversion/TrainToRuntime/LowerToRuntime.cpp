@@ -184,9 +184,10 @@ LogicalResult LowerToRuntimePass::lowerFunction(func::FuncOp entry,
   auto ptrTy = LLVM::LLVMPointerType::get(mctx);
   OpBuilder b(mctx);
   b.setInsertionPointToEnd(module.getBody());
-  auto step = func::FuncOp::create(b, entry.getLoc(), name,
-                                   b.getFunctionType({ptrTy}, {}));
-  Block *block = step.addEntryBlock();
+  auto step = LLVM::LLVMFuncOp::create(
+      b, entry.getLoc(), name,
+      LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(mctx), {ptrTy}));
+  Block *block = step.addEntryBlock(b);
   b.setInsertionPointToStart(block);
   RuntimeCalls rt(module, b, step.getArgument(0));
   if (name != "ztrain_step")
@@ -224,7 +225,7 @@ LogicalResult LowerToRuntimePass::lowerFunction(func::FuncOp entry,
       return failure();
     rt.call("set_output", {rt.i32(*code), s.get(loss), rt.i64(numElements(loss))});
   }
-  func::ReturnOp::create(b, entry.getLoc());
+  LLVM::ReturnOp::create(b, entry.getLoc(), ValueRange());
   numCalls += rt.calls;
   numBuffers += s.numBuffers;
   entry.erase();

@@ -5,13 +5,20 @@
 // The runtime functions are declared from the one ABI table the runtime
 // header is generated from (ztrt_abi.def), so the compiler and runtime
 // cannot disagree on a signature silently: a call that does not match its
-// declaration fails the func.call verifier.
+// declaration fails the llvm.call verifier. The calls are built in the
+// LLVM dialect directly (llvm.func, llvm.call): a step has a call per
+// kernel, hundreds of thousands in a large model, and converting them from
+// func afterwards cost a fifth of the compile time (docs/benchmarks.md,
+// "Compile time"). The constants stay arith.constant (named by value in
+// the lowered IR: %c48_i64), uniqued at the top of the step, and
+// finalize-llvm turns those few into llvm.mlir.constant.
 //
 //===----------------------------------------------------------------------===//
 
 #include "ztrain/Conversion/TrainToRuntime/StepLowering.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+
 
 using namespace mlir;
 using namespace ztrain;
@@ -92,7 +99,7 @@ Value RuntimeCalls::offset(Value base, Value bytes) {
 }
 
 Value RuntimeCalls::mul(Value a, Value c) {
-  return arith::MulIOp::create(b, loc, a, c);
+  return LLVM::MulOp::create(b, loc, a, c);
 }
 
 Value RuntimeCalls::rank() {
@@ -109,12 +116,12 @@ bool RuntimeCalls::exists(StringRef name) {
 }
 
 Value RuntimeCalls::call(StringRef name, ArrayRef<Value> args) {
-  func::FuncOp callee = declare(("ztrt_" + name).str());
+  LLVM::LLVMFuncOp callee = declare(("ztrt_" + name).str());
   SmallVector<Value> all{ctx};
   all.append(args.begin(), args.end());
   ++calls;
-  auto op = func::CallOp::create(b, loc, callee, all);
-  return op.getNumResults() ? op.getResult(0) : Value();
+  auto op = LLVM::CallOp::create(b, loc, callee, all);
+  return op.getNumResults() ? op.getResult() : Value();
 }
 
 Value RuntimeCalls::i64Array(ArrayRef<int64_t> values) {
@@ -152,28 +159,28 @@ Value RuntimeCalls::constant(TypedAttr value) {
   return slot;
 }
 
-func::FuncOp RuntimeCalls::declare(const std::string &name) {
+LLVM::LLVMFuncOp RuntimeCalls::declare(const std::string &name) {
   // A module holds a symbol per parameter and state: looking each call's
   // callee up in it would make lowering quadratic in the model's size.
-  func::FuncOp &known = declared[name];
+  LLVM::LLVMFuncOp &known = declared[name];
   if (known)
     return known;
-  if (auto fn = module.lookupSymbol<func::FuncOp>(name))
+  if (auto fn = module.lookupSymbol<LLVM::LLVMFuncOp>(name))
     return known = fn;
   const AbiFunction *abi = lookupAbi(name);
   if (!abi)
     llvm::report_fatal_error(
         ("ztrt function not in ztrt_abi.def: " + name).c_str());
   MLIRContext *mctx = b.getContext();
-  SmallVector<Type> args, results;
+  SmallVector<Type> args;
   for (AbiType t : abi->args)
     args.push_back(abiToMlir(mctx, t));
-  if (abi->result != AbiType::kVoid)
-    results.push_back(abiToMlir(mctx, abi->result));
+  Type result = abi->result == AbiType::kVoid
+                    ? LLVM::LLVMVoidType::get(mctx)
+                    : abiToMlir(mctx, abi->result);
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToEnd(module.getBody());
-  auto fn =
-      func::FuncOp::create(b, loc, name, b.getFunctionType(args, results));
-  fn.setPrivate();
+  auto fn = LLVM::LLVMFuncOp::create(
+      b, loc, name, LLVM::LLVMFunctionType::get(result, args));
   return known = fn;
 }

@@ -201,7 +201,7 @@ void StepLowering::branchAtBoundary(Location loc) {
   });
   for (Value v : live)
     rt.call("free", {pointers[v]});
-  func::ReturnOp::create(b, loc);
+  LLVM::ReturnOp::create(b, loc, ValueRange());
   b.setInsertionPointToStart(rest);
 }
 

@@ -5,14 +5,14 @@
 // tensors, with their rule), read with ztrt_buffer(index) in declaration
 // order; a read is the buffer's storage (no allocation, no copy).
 // CHECK: llvm.mlir.global external constant @ztrain_descriptor("ztrain-descriptor 1\0Agrid 1\0Aparam w f32 2 4 4 init ones 0\0Agrad w 16 f32\0Abuffer mask i32 2 4 4 init causal 0\0Abuffer table f32 2 4 4 init uniform 0.5\0Ainput x f32 2 4 4 bound 0
-// CHECK-LABEL: func.func @ztrain_step(
+// CHECK-LABEL: llvm.func @ztrain_step(
 // CHECK-SAME: %[[CTX:.*]]: !llvm.ptr)
-// CHECK-DAG: %[[MASK:.*]] = call @ztrt_buffer(%[[CTX]], %c0_i64)
-// CHECK-DAG: %[[TABLE:.*]] = call @ztrt_buffer(%[[CTX]], %c1_i64)
+// CHECK-DAG: %[[MASK:.*]] = llvm.call @ztrt_buffer(%[[CTX]], %c0_i64)
+// CHECK-DAG: %[[TABLE:.*]] = llvm.call @ztrt_buffer(%[[CTX]], %c1_i64)
 // CHECK: call @ztrt_mul(%[[CTX]], %c0_i32, %{{.*}}, %[[TABLE]], %{{.*}}, %c16_i64)
 // CHECK: call @ztrt_masked_fill(%[[CTX]], %c0_i32, %{{.*}}, %[[MASK]],
 // CHECK-NOT: call @ztrt_free(%[[CTX]], %[[TABLE]])
-// CHECK: func.func private @ztrt_buffer(!llvm.ptr, i64) -> !llvm.ptr
+// CHECK: llvm.func @ztrt_buffer(!llvm.ptr, i64) -> !llvm.ptr
 
 // The adjoint of the table's use is not built (buffers are constants): the
 // one mul in the backward pass is dy * table for w.

@@ -4,16 +4,16 @@
 // (0 f32, 1 bf16, 2 f16) after the context, and buffers are sized by the
 // element type (2 bytes for bf16 and f16).
 
-// CHECK-LABEL: func.func @ztrain_step(
+// CHECK-LABEL: llvm.func @ztrain_step(
 // CHECK-SAME: %[[CTX:.*]]: !llvm.ptr)
-// CHECK: %[[X:.*]] = call @ztrt_alloc(%[[CTX]], %c8_i64, %{{.*}})
+// CHECK: %[[X:.*]] = llvm.call @ztrt_alloc(%[[CTX]], %c8_i64, %{{.*}})
 // CHECK: call @ztrt_fill(%[[CTX]], %c1_i32, %[[X]], %c4_i64, %{{.*}}) : (!llvm.ptr, i32, !llvm.ptr, i64, f64) -> ()
 // CHECK: call @ztrt_relu(%[[CTX]], %c1_i32, %[[X]], %{{.*}}, %c4_i64)
-// CHECK: %[[H:.*]] = call @ztrt_alloc(%[[CTX]], %c24_i64, %{{.*}})
+// CHECK: %[[H:.*]] = llvm.call @ztrt_alloc(%[[CTX]], %c24_i64, %{{.*}})
 // CHECK: call @ztrt_fill(%[[CTX]], %c2_i32, %[[H]], %c12_i64, %{{.*}})
 // CHECK: call @ztrt_add(%[[CTX]], %c2_i32, %[[H]], %[[H]], %{{.*}}, %c12_i64)
 // CHECK: call @ztrt_fill(%[[CTX]], %c0_i32, %{{.*}}, %c1_i64, %{{.*}})
-// CHECK-DAG: func.func private @ztrt_relu(!llvm.ptr, i32, !llvm.ptr, !llvm.ptr, i64)
+// CHECK-DAG: llvm.func @ztrt_relu(!llvm.ptr, i32, !llvm.ptr, !llvm.ptr, i64)
 func.func @f(%l: tensor<f32>) -> tensor<f32> attributes {train.entry, train.step} {
   %x = train.fill {value = 1.0 : f64} : tensor<4xbf16>
   %y = train.relu %x : tensor<4xbf16>

@@ -5,9 +5,9 @@
 // --init lacks it), and the exact GELU and its adjoint are elementwise
 // kernels (dtype 0 = f32, 8 elements).
 // CHECK: llvm.mlir.global external constant @ztrain_descriptor("ztrain-descriptor 1\0Agrid 1\0Aparam w f32 2 2 4 init ones 0\0Agrad w 8 f32\0Abuffer rope.cos f32 2 2 4 init external 0\0A
-// CHECK-LABEL: func.func @ztrain_step(
+// CHECK-LABEL: llvm.func @ztrain_step(
 // CHECK-SAME: %[[CTX:.*]]: !llvm.ptr)
-// CHECK: %[[COS:.*]] = call @ztrt_buffer(%[[CTX]], %c0_i64)
+// CHECK: %[[COS:.*]] = llvm.call @ztrt_buffer(%[[CTX]], %c0_i64)
 // CHECK: call @ztrt_mul(%[[CTX]], %c0_i32, %{{.*}}, %[[COS]], %{{.*}}, %c8_i64)
 // CHECK: call @ztrt_gelu_erf(%[[CTX]], %c0_i32, %{{.*}}, %{{.*}}, %c8_i64)
 // CHECK: call @ztrt_gelu_erf_grad(%[[CTX]], %c0_i32, %{{.*}}, %{{.*}}, %{{.*}}, %c8_i64)
@@ -29,8 +29,8 @@ func.func @loss(%x: tensor<2x4xf32> {train.name = "x"}) -> tensor<f32> attribute
 // labels, from byte offset 4), and the labels' bound is still the class
 // count (10), found through the slice and the reshape.
 // CHECK: Ainput labels i32 2 2 4 bound 10\0A
-// CHECK-LABEL: func.func @ztrain_step(
-// CHECK: %[[L:.*]] = call @ztrt_input(%{{.*}}, %c0_i64)
+// CHECK-LABEL: llvm.func @ztrain_step(
+// CHECK: %[[L:.*]] = llvm.call @ztrt_input(%{{.*}}, %c0_i64)
 // CHECK: %[[AT:.*]] = llvm.getelementptr %[[L]][%c4_i64]
 // CHECK: call @ztrt_copy_2d(%{{.*}}, %[[AT]], %{{.*}}, %c2_i64, %c12_i64, %c16_i64, %c12_i64)
 train.param @w : tensor<6x10xf32> init(normal, 0.02)

@@ -6,7 +6,7 @@
 // (ztrt_copy_2d: src, dst, rows, row bytes, src stride, dst stride) at byte
 // offsets, the adjoint of a slice after a zero fill; max is reduce kind 2.
 
-// CHECK-LABEL: func.func @ztrain_step(
+// CHECK-LABEL: llvm.func @ztrain_step(
 // CHECK-SAME: %[[CTX:.*]]: !llvm.ptr)
 // rotary_embedding's theta and Llama 3 scaling (factor, low, high, original)
 // CHECK-DAG: %[[THETA:.*]] = arith.constant 5.000000e+05 : f64
@@ -14,33 +14,33 @@
 // CHECK-DAG: %[[LOW:.*]] = arith.constant 1.000000e+00 : f64
 // CHECK-DAG: %[[HIGH:.*]] = arith.constant 4.000000e+00 : f64
 // CHECK-DAG: %[[ORIG:.*]] = arith.constant 8.192000e+03 : f64
-// CHECK: %[[MASK:.*]] = call @ztrt_input(%[[CTX]], %c0_i64)
-// CHECK: %[[X:.*]] = call @ztrt_alloc(%[[CTX]], %c96_i64,
-// CHECK: %[[G:.*]] = call @ztrt_alloc(%[[CTX]], %c8_i64,
-// CHECK: %[[RN:.*]] = call @ztrt_alloc(%[[CTX]], %c96_i64,
+// CHECK: %[[MASK:.*]] = llvm.call @ztrt_input(%[[CTX]], %c0_i64)
+// CHECK: %[[X:.*]] = llvm.call @ztrt_alloc(%[[CTX]], %c96_i64,
+// CHECK: %[[G:.*]] = llvm.call @ztrt_alloc(%[[CTX]], %c8_i64,
+// CHECK: %[[RN:.*]] = llvm.call @ztrt_alloc(%[[CTX]], %c96_i64,
 // rows 12, cols 4, epsilon
 // CHECK: call @ztrt_rms_norm(%[[CTX]], %c1_i32, %[[X]], %[[G]], %[[RN]], %c12_i64, %c4_i64, %{{.*}})
-// CHECK: %[[RO:.*]] = call @ztrt_alloc(%[[CTX]], %c96_i64,
+// CHECK: %[[RO:.*]] = llvm.call @ztrt_alloc(%[[CTX]], %c96_i64,
 // outer 2, seq 6, inner 1, dim 4, theta, llama3 scaling (factor, low,
 // high, original), not inverse
 // CHECK: call @ztrt_rotary_embedding(%[[CTX]], %c1_i32, %[[RN]], %[[RO]], %c2_i64, %c6_i64, %c1_i64, %c4_i64, %[[THETA]], %[[FACTOR]], %[[LOW]], %[[HIGH]], %[[ORIG]], %c0_i32)
-// CHECK: %[[MF:.*]] = call @ztrt_alloc(%[[CTX]], %c96_i64,
+// CHECK: %[[MF:.*]] = llvm.call @ztrt_alloc(%[[CTX]], %c96_i64,
 // outer 2 copies of the [6, 4] mask
 // CHECK: call @ztrt_masked_fill(%[[CTX]], %c1_i32, %[[RO]], %[[MASK]], %[[MF]], %c2_i64, %c24_i64, %{{.*}})
-// CHECK: %[[N:.*]] = call @ztrt_alloc(%[[CTX]], %c96_i64,
+// CHECK: %[[N:.*]] = llvm.call @ztrt_alloc(%[[CTX]], %c96_i64,
 // CHECK: call @ztrt_scale(%[[CTX]], %c1_i32, %[[MF]], %[[N]], %c48_i64, %{{.*}})
 // slice dim 1 [2, 5) of [2, 6, 4]: rows of 4 elements = 8 bytes, from byte 16
-// CHECK: %[[S:.*]] = call @ztrt_alloc(%[[CTX]], %c48_i64,
+// CHECK: %[[S:.*]] = llvm.call @ztrt_alloc(%[[CTX]], %c48_i64,
 // CHECK: %[[AT:.*]] = llvm.getelementptr %[[N]][%c16_i64]
 // CHECK: call @ztrt_copy_2d(%[[CTX]], %[[AT]], %[[S]], %c2_i64, %c24_i64, %c48_i64, %c24_i64)
 // concat along dim 1 into [2, 9, 4]: %s at byte 0, %n at byte 3 * 8
-// CHECK: %[[C:.*]] = call @ztrt_alloc(%[[CTX]], %c144_i64,
+// CHECK: %[[C:.*]] = llvm.call @ztrt_alloc(%[[CTX]], %c144_i64,
 // CHECK: %[[C0:.*]] = llvm.getelementptr %[[C]][%c0_i64]
 // CHECK: call @ztrt_copy_2d(%[[CTX]], %[[S]], %[[C0]], %c2_i64, %c24_i64, %c24_i64, %c72_i64)
 // CHECK: %[[C1:.*]] = llvm.getelementptr %[[C]][%c24_i64]
 // CHECK: call @ztrt_copy_2d(%[[CTX]], %[[N]], %[[C1]], %c2_i64, %c48_i64, %c48_i64, %c72_i64)
 // slice_grad: zeros, then [2, 3, 4] written at element 1 of dim 2 of [2, 3, 7]
-// CHECK: %[[SG:.*]] = call @ztrt_alloc(%[[CTX]], %c84_i64,
+// CHECK: %[[SG:.*]] = llvm.call @ztrt_alloc(%[[CTX]], %c84_i64,
 // CHECK: call @ztrt_fill(%[[CTX]], %c1_i32, %[[SG]], %c42_i64, %{{.*}})
 // CHECK: %[[SG1:.*]] = llvm.getelementptr %[[SG]][%c2_i64]
 // CHECK: call @ztrt_copy_2d(%[[CTX]], %[[S]], %[[SG1]], %c6_i64, %c8_i64, %c8_i64, %c14_i64)

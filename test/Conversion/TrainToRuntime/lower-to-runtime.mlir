@@ -7,13 +7,13 @@
 // CHECK-NOT: train.param
 // CHECK-NOT: train.state
 
-// CHECK-LABEL: func.func @ztrain_step(
+// CHECK-LABEL: llvm.func @ztrain_step(
 // CHECK-SAME: %[[CTX:.*]]: !llvm.ptr)
-// CHECK-DAG: %[[X:.*]] = call @ztrt_input(%[[CTX]], %[[C0:.*]]) : (!llvm.ptr, i64) -> !llvm.ptr
-// CHECK-DAG: %[[LAB:.*]] = call @ztrt_input(%[[CTX]], %[[C1:.*]]) : (!llvm.ptr, i64) -> !llvm.ptr
-// CHECK: %[[W:.*]] = call @ztrt_param(%[[CTX]], %[[C0]])
+// CHECK-DAG: %[[X:.*]] = llvm.call @ztrt_input(%[[CTX]], %[[C0:.*]]) : (!llvm.ptr, i64) -> !llvm.ptr
+// CHECK-DAG: %[[LAB:.*]] = llvm.call @ztrt_input(%[[CTX]], %[[C1:.*]]) : (!llvm.ptr, i64) -> !llvm.ptr
+// CHECK: %[[W:.*]] = llvm.call @ztrt_param(%[[CTX]], %[[C0]])
 // A linear layer on [2, 5, 4] folds the batch into one GEMM: m = 10.
-// CHECK: %[[H:.*]] = call @ztrt_alloc(%[[CTX]], %[[C120:.*]], %[[ACT:.*]]) : (!llvm.ptr, i64, i32) -> !llvm.ptr
+// CHECK: %[[H:.*]] = llvm.call @ztrt_alloc(%[[CTX]], %[[C120:.*]], %[[ACT:.*]]) : (!llvm.ptr, i64, i32) -> !llvm.ptr
 // CHECK: call @ztrt_matmul(%[[CTX]], %c0_i32, %[[X]], %[[W]], %[[H]], %{{.*}}) : (!llvm.ptr, i32, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, i32, i32, i64, i64, i64) -> ()
 // The reshape aliases its operand: no call, the cross-entropy reads %H's
 // bias-added successor directly.
@@ -26,14 +26,14 @@
 // CHECK-NEXT: call @ztrt_set_loss(%[[CTX]], %[[LOSS]])
 // Gradients are written straight into the runtime's persistent gradient
 // buffers (the descriptor's grad records), which the step never frees.
-// CHECK: %[[DW:.*]] = call @ztrt_grad(%[[CTX]], %[[C0]])
+// CHECK: %[[DW:.*]] = llvm.call @ztrt_grad(%[[CTX]], %[[C0]])
 // CHECK: call @ztrt_sgd_update(%[[CTX]], %c0_i32, %{{.*}}, %[[DW]], %{{.*}}) : (!llvm.ptr, i32, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, f64, f64, f64, f64, i32) -> ()
 // CHECK-NOT: call @ztrt_free(%[[CTX]], %[[DW]])
 // CHECK: call @ztrt_free(%[[CTX]], %[[LOSS]])
 // CHECK-NEXT: return
 // Runtime functions are declared once, from the ABI table.
-// CHECK-DAG: func.func private @ztrt_alloc(!llvm.ptr, i64, i32) -> !llvm.ptr
-// CHECK-DAG: func.func private @ztrt_matmul(!llvm.ptr, i32, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, i32, i32, i64, i64, i64)
+// CHECK-DAG: llvm.func @ztrt_alloc(!llvm.ptr, i64, i32) -> !llvm.ptr
+// CHECK-DAG: llvm.func @ztrt_matmul(!llvm.ptr, i32, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, i64, i64, i32, i32, i64, i64, i64)
 
 // LLVM: llvm.func @ztrain_step(%{{.*}}: !llvm.ptr)
 // LLVM: llvm.call @ztrt_adam_update(

@@ -82,7 +82,7 @@ public:
 
 private:
   mlir::Value constant(mlir::TypedAttr value);
-  mlir::func::FuncOp declare(const std::string &name);
+  mlir::LLVM::LLVMFuncOp declare(const std::string &name);
 
   mlir::ModuleOp module;
   mlir::OpBuilder &b;
@@ -93,7 +93,7 @@ public:
   /// The name prefix of the constant-array globals: distinct per lowered
   /// function of a module (the step's and the evaluation's).
   std::string arrayPrefix = "__ztrt_i64_";
-  llvm::StringMap<mlir::func::FuncOp> declared;
+  llvm::StringMap<mlir::LLVM::LLVMFuncOp> declared;
   llvm::DenseMap<mlir::Attribute, mlir::Value> constants;
   mlir::Value rankValue;
 };
