@@ -443,7 +443,7 @@ std::string usageText(const char *program) {
 
 Options parseOptions(int argc, char **argv, int rank) {
   Options opts;
-  ParseState state{opts};
+  ParseState state{opts, false, {}};
   std::set<std::string> given;
   const char *program = argc > 0 ? argv[0] : "ztrain-model";
   for (int i = 1; i < argc; ++i) {

@@ -22,7 +22,9 @@ ztrt_add_runtime_library(ztrt_cudaemu
   backends/cuda/emu/KernelsTensorCore.cpp
   backends/cuda/emu/Libraries.cpp
   backends/cuda/emu/Nccl.cpp
-  backends/cuda/emu/Runtime.cpp)
+  backends/cuda/emu/Runtime.cpp
+  backends/cuda/emu/RuntimeMemory.cpp
+  backends/cuda/emu/RuntimeStreams.cpp)
 # The emulator's cuda_runtime_api.h, cublas_v2.h and nccl.h, also for the
 # tests that include the backend's headers.
 target_include_directories(ztrt_cudaemu BEFORE PUBLIC ${ZTRT_CUDAEMU_DIR}/include)
