@@ -168,7 +168,8 @@ void Reader::top(const Json &root) {
         out.gradAccumSteps = *i;
       }
     } else if (key == "gradient_clipping") {
-      if (auto d = asNonNegative(v, key)) {
+      // Its range is the flag's to check (each tool names flag and key).
+      if (auto d = asNumber(v, key)) {
         flag("clip-grad-norm", number(*d), key);
         out.clip = *d;
       }
@@ -643,7 +644,7 @@ void Reader::optimizer(const Json &o) {
     for (const auto &[key, v] : jsonMembers(*p)) {
       const std::string name = "optimizer.params." + key;
       if (key == "lr") {
-        if (auto d = asNonNegative(v, name)) {
+        if (auto d = asNumber(v, name)) {
           hyper.push_back({"lr", number(*d), name});
           optimizerLr = d;
         }

@@ -72,8 +72,16 @@ void applyRunConfig(const std::string &path, const std::set<std::string> &given,
   // optimizer.params (and the scheduler's peak as the lr): the run's
   // hyper-parameters, each checked as its flag is.
   std::vector<std::string> problems;
+  // Ranges are each tool's to check, as its flags are (the compiler's
+  // option parsers name the flag and the key).
+  if (config.clip && !(*config.clip >= 0.0 && std::isfinite(*config.clip)))
+    problems.push_back("gradient_clipping (expected a number >= 0)");
   for (const DeepSpeedSetting &h : config.runHypers) {
     const double value = std::strtod(h.value.c_str(), nullptr);
+    if (h.flag == "--lr" && !(value >= 0.0 && std::isfinite(value))) {
+      problems.push_back(h.key + " (expected a number >= 0)");
+      continue;
+    }
     if (h.flag == "--lr") {
       opts.trainingSet.insert("--lr");
       if (!has("--lr"))
