@@ -53,7 +53,7 @@ void checkValue(const Json &value) {
     std::string error;
     const std::string text = dumpJson(value, indent);
     if (!parseJson(text, back, error))
-      crash("dumpJson's output does not parse: " + error, text);
+      crash("dumpJson's output does not parse", error + ": " + text);
   }
 }
 
