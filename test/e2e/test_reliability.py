@@ -72,16 +72,19 @@ def test_second_run_on_a_checkpoint_directory_is_refused(small_mlp, tmp_path):
                               "100000000"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
-        # Until the first run holds the lock (it takes it before step 1).
-        deadline = time.monotonic() + 60
-        while True:
-            p = e2e_util.run([exe, "--steps", 3, "--data", data, "--seed", 9,
-                              "--save-checkpoint", ck])
-            if p.returncode != 0 or time.monotonic() > deadline:
-                break
-            for entry in list(ck.iterdir()):   # the probe won the race: undo it
-                subprocess.run(["rm", "-rf", str(entry)])
-            time.sleep(0.2)
+        # Wait until the first run holds the directory's flock (it takes it
+        # before step 1), as /proc/locks shows it; probing earlier would race
+        # the first run for the lock and could win it.
+        st = os.stat(ck)
+        dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        deadline = time.monotonic() + 120
+        while not any(f" {first.pid} {dev} " in line
+                      for line in open("/proc/locks")):
+            assert first.poll() is None, f"the first run ended: {first.communicate()[1]}"
+            assert time.monotonic() < deadline, "the first run never took its lock"
+            time.sleep(0.05)
+        p = e2e_util.run([exe, "--steps", 3, "--data", data, "--seed", 9,
+                          "--save-checkpoint", ck])
         assert p.returncode == 1, "the second run was not refused"
         assert errors(p) == [f"ztrain: error: --save-checkpoint '{ck}': another run (pid "
                              f"{first.pid} on this host) is writing checkpoints there; "
