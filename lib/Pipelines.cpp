@@ -115,10 +115,11 @@ void ztrain::addZeroOffload(OpPassManager &pm,
   pm.addPass(dist::createZeroOffload(offload));
 }
 
-void ztrain::buildToLLVMPipeline(OpPassManager &pm) {
+void ztrain::buildToLLVMPipeline(OpPassManager &pm, int64_t outlineMaxOps) {
   pm.addPass(dist::createPlanMemory());
   pm.addPass(createLowerToRuntime());
   pm.addPass(createFinalizeLLVM());
+  pm.addPass(createOutlineLongFunctions({outlineMaxOps}));
 }
 
 void ztrain::registerPipelines() {
@@ -137,6 +138,6 @@ void ztrain::registerPipelines() {
   PassPipelineRegistration<>(
       "ztrain-to-llvm",
       "Plan the step's memory statically, lower it to runtime calls and then "
-      "to the LLVM dialect",
-      buildToLLVMPipeline);
+      "to the LLVM dialect, and cut long functions into bounded parts",
+      [](OpPassManager &pm) { buildToLLVMPipeline(pm); });
 }

@@ -68,8 +68,9 @@ void buildZeroSchedulePipeline(mlir::OpPassManager &pm,
 void addZeroOffload(mlir::OpPassManager &pm,
                     const ZeroPipelineOptions &options);
 
-/// lower-to-runtime then the upstream conversions to the LLVM dialect.
-void buildToLLVMPipeline(mlir::OpPassManager &pm);
+/// plan-memory, lower-to-runtime, finalize-llvm, then outline-long-functions
+/// with `outlineMaxOps`.
+void buildToLLVMPipeline(mlir::OpPassManager &pm, int64_t outlineMaxOps = 1024);
 
 void registerPipelines();
 

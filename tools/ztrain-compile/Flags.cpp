@@ -43,6 +43,22 @@ cl::opt<bool> verifyEach(
              "last; verifying after each of ~20 passes is a fifth of the "
              "compile time of a large model)"),
     cl::init(false), cl::cat(category));
+cl::opt<unsigned> jobs(
+    "jobs",
+    cl::desc("Threads that translate and generate the code of a large model "
+             "(over 100,000 lowered ops: its functions are compiled in "
+             "parts, in parallel; 0: one per core). The executable is the "
+             "same for any number"),
+    cl::init(0), cl::value_desc("n"), cl::cat(category));
+// For tests: the outlining and the parts of small models.
+cl::opt<int64_t> outlineMaxOps(
+    "outline-max-ops",
+    cl::desc("outline-long-functions' max-ops (functions over 4x are cut)"),
+    cl::init(1024), cl::Hidden, cl::cat(category));
+cl::opt<int64_t> opsPerPart(
+    "ops-per-part",
+    cl::desc("Lowered ops per part compiled on its own (at most 16 parts)"),
+    cl::init(100000), cl::Hidden, cl::cat(category));
 // The pipeline options (ztrain-training, ztrain-zero) as top-level flags:
 // one per row of PipelineOptions.def, named by its FLAG column.
 namespace flags {

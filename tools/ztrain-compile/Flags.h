@@ -31,6 +31,8 @@ extern cl::opt<std::string> inputFile, outputFile, dumpIrDir, runtimeDir,
 extern cl::opt<Emit> emit;
 extern cl::opt<bool> verifyEach;
 extern cl::opt<int64_t> deviceMemory;
+extern cl::opt<unsigned> jobs;
+extern cl::opt<int64_t> outlineMaxOps, opsPerPart;
 extern cl::opt<double> linkGBps, latencyUs, deviceTflops, device16Tflops,
     memoryGBps, nvmeGBps, hostLinkGBps, hostMemoryGBps;
 

@@ -85,7 +85,9 @@ LogicalResult emitObject(llvm::Module &llvmModule, StringRef path) {
   splitLongBlocks(llvmModule, 1024);
   llvm::legacy::PassManager pm;
   if (tm->addPassesToEmitFile(pm, out.os(), nullptr,
-                              llvm::CodeGenFileType::ObjectFile)) {
+                              llvm::CodeGenFileType::ObjectFile,
+                              // translateModuleToLLVMIR verified it
+                              /*DisableVerify=*/true)) {
     llvm::errs() << "ztrain-compile: error: the target cannot emit objects\n";
     return failure();
   }
@@ -96,20 +98,21 @@ LogicalResult emitObject(llvm::Module &llvmModule, StringRef path) {
 
 LinkTemporaries linkTemporaries;
 
-/// Links `object` with the runtime into the executable `exe`.
-LogicalResult linkExecutable(StringRef object, StringRef exe,
-                             const char *argv0) {
+/// Links `objects` with the runtime into the executable `exe`, or with
+/// `relocatable` into one object file (a partial link, `ld -r`).
+LogicalResult linkObjects(ArrayRef<std::string> objects, StringRef exe,
+                          const char *argv0, bool relocatable) {
   std::string libDir = runtimeDir;
   if (libDir.empty()) {
     std::string self =
-        llvm::sys::fs::getMainExecutable(argv0, (void *)&linkExecutable);
+        llvm::sys::fs::getMainExecutable(argv0, (void *)&linkObjects);
     SmallString<256> dir(llvm::sys::path::parent_path(self));
     llvm::sys::path::append(dir, "..", "lib");
     libDir = std::string(dir);
   }
   SmallString<256> mainLib(libDir);
   llvm::sys::path::append(mainLib, "libztrt_main.a");
-  if (!llvm::sys::fs::exists(mainLib)) {
+  if (!relocatable && !llvm::sys::fs::exists(mainLib)) {
     llvm::errs() << "ztrain-compile: error: runtime library " << mainLib
                  << " not found (use --runtime-dir)\n";
     return failure();
@@ -117,13 +120,18 @@ LogicalResult linkExecutable(StringRef object, StringRef exe,
   std::string linker = ZTRAIN_LINKER;
   if (const char *env = std::getenv("ZTRAIN_LINKER"))
     linker = env;
-  SmallVector<std::string> args{
-      linker,        std::string(object), "-o",    std::string(exe),
-      "-L" + libDir, "-lztrt_main",       "-lztrt"};
-  SmallVector<StringRef> extra;
-  StringRef(ZTRAIN_RUNTIME_LINK_ARGS).split(extra, ';', -1, false);
-  for (StringRef a : extra)
-    args.push_back(a.str());
+  SmallVector<std::string> args{linker};
+  if (relocatable)
+    args.append({"-r", "-nostdlib"});
+  args.append(objects.begin(), objects.end());
+  args.append({"-o", std::string(exe)});
+  if (!relocatable) {
+    args.append({"-L" + libDir, "-lztrt_main", "-lztrt"});
+    SmallVector<StringRef> extra;
+    StringRef(ZTRAIN_RUNTIME_LINK_ARGS).split(extra, ';', -1, false);
+    for (StringRef a : extra)
+      args.push_back(a.str());
+  }
   // The linker (a compiler driver that runs collect2 and ld, or lld) in a
   // process group of its own, which the signal handler kills whole: killing
   // the driver alone would leave ld writing into the directory. The signals

@@ -81,9 +81,10 @@ struct LinkTemporaries {
 };
 extern LinkTemporaries linkTemporaries;
 
-/// Links `object` with the runtime into the executable `exe`.
-LogicalResult linkExecutable(StringRef object, StringRef exe,
-                             const char *argv0);
+/// Links `objects` with the runtime into the executable `exe`, or with
+/// `relocatable` into one object file (a partial link, `ld -r`).
+LogicalResult linkObjects(ArrayRef<std::string> objects, StringRef exe,
+                          const char *argv0, bool relocatable = false);
 
 } // namespace ztrain_compile
 

@@ -13,6 +13,7 @@
 #include "DeepSpeedConfig.h"
 #include "Flags.h"
 #include "Output.h"
+#include "Partition.h"
 
 #include "ztrain/InitAll.h"
 #include "ztrain/InputLimits.h"
@@ -27,6 +28,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "mlir/Support/Timing.h"
 #include "mlir/Target/LLVMIR/Export.h"
 
 #include "llvm/IR/LLVMContext.h"
@@ -48,6 +50,22 @@ using namespace mlir;
 using namespace ztrain_compile;
 
 namespace {
+
+/// --mlir-timing's tree: parsing, every pass of the pipeline, the
+/// translation to LLVM IR, code generation and the link. The report prints
+/// when main's Timing ends (after the root scope has stopped), on every
+/// path out of main.
+struct Timing {
+  DefaultTimingManager manager;
+  TimingScope root;
+  Timing() {
+    applyDefaultTimingManagerCLOptions(manager);
+    root = manager.getRootScope();
+  }
+  ~Timing() { root.stop(); }
+};
+Timing *timingTree = nullptr;
+TimingScope timed(StringRef phase) { return timingTree->root.nest(phase); }
 
 /// --config: a DeepSpeed config becomes flags, parsed as if given on the
 /// command line (so a file and the flags build the same bytes); the command
@@ -367,7 +385,9 @@ int runPipeline(ModuleOp module,
     ztrain::buildZeroPipeline(pm, zero);
   else
     ztrain::addZeroOffload(pm, zero); // one process: placement only
-  ztrain::buildToLLVMPipeline(pm);
+  ztrain::buildToLLVMPipeline(pm, outlineMaxOps);
+  TimingScope passTiming = timed("pipeline");
+  pm.enableTiming(passTiming);
 
   DumpAfterEachPass *dumper = nullptr;
   if (!dumpIrDir.empty()) {
@@ -409,8 +429,39 @@ int checkPlannedBytes(ModuleOp module) {
   return 0;
 }
 
+/// Writes `llvmModule` to `<dump-ir-dir>/<NN>-llvm-ir<suffix>.ll`.
+int dumpLlvmIr(llvm::Module &llvmModule, int dumpIndex, StringRef suffix) {
+  SmallString<256> path(dumpIrDir);
+  llvm::sys::path::append(
+      path, llvm::formatv("{0:D2}-llvm-ir{1}.ll", dumpIndex, suffix).str());
+  std::string err;
+  auto out = openOutputFile(path, &err);
+  if (!out)
+    return fail(err);
+  llvmModule.print(out->os(), nullptr);
+  out->keep();
+  return 0;
+}
+
+/// Translates `module` to LLVM IR and writes its object file to `path`
+/// (and its LLVM IR with --dump-ir-dir, `suffix` naming the part).
+LogicalResult compileObject(ModuleOp module, StringRef path, int dumpIndex,
+                            StringRef suffix) {
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule =
+      translateModuleToLLVMIR(module, llvmContext, "ztrain_model");
+  if (!llvmModule) {
+    fail("translation to LLVM IR failed");
+    return failure();
+  }
+  if (!dumpIrDir.empty() && dumpLlvmIr(*llvmModule, dumpIndex, suffix))
+    return failure();
+  return emitObject(*llvmModule, path);
+}
+
 /// Writes what --emit asks for: the LLVM-dialect MLIR, LLVM IR, an object
-/// file or the executable.
+/// file or the executable. A large model's object is compiled in parts on
+/// --jobs threads (Partition.h), linked into one.
 int emitOutput(ModuleOp module, int dumpIndex, const char *argv0) {
   std::string err;
   if (emit == Emit::Mlir) {
@@ -421,23 +472,14 @@ int emitOutput(ModuleOp module, int dumpIndex, const char *argv0) {
     out->keep();
     return 0;
   }
-
-  llvm::LLVMContext llvmContext;
-  std::unique_ptr<llvm::Module> llvmModule =
-      translateModuleToLLVMIR(module, llvmContext, "ztrain_model");
-  if (!llvmModule)
-    return fail("translation to LLVM IR failed");
-  if (!dumpIrDir.empty()) {
-    SmallString<256> path(dumpIrDir);
-    llvm::sys::path::append(
-        path, llvm::formatv("{0:D2}-llvm-ir.ll", dumpIndex).str());
-    auto out = openOutputFile(path, &err);
-    if (!out)
-      return fail(err);
-    llvmModule->print(out->os(), nullptr);
-    out->keep();
-  }
   if (emit == Emit::Llvm) {
+    llvm::LLVMContext llvmContext;
+    std::unique_ptr<llvm::Module> llvmModule =
+        translateModuleToLLVMIR(module, llvmContext, "ztrain_model");
+    if (!llvmModule)
+      return fail("translation to LLVM IR failed");
+    if (!dumpIrDir.empty() && dumpLlvmIr(*llvmModule, dumpIndex, ""))
+      return 1;
     auto out = openOutputFile(outputFile, &err);
     if (!out)
       return fail(err);
@@ -448,15 +490,46 @@ int emitOutput(ModuleOp module, int dumpIndex, const char *argv0) {
 
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
-  if (emit == Emit::Obj) {
+  unsigned count = partitionCount(module, opsPerPart);
+  SmallVector<OwningOpRef<ModuleOp>> others;
+  if (count > 1)
+    others = splitModule(module, count);
+  SmallVector<ModuleOp> parts{module};
+  for (OwningOpRef<ModuleOp> &other : others)
+    parts.push_back(*other);
+
+  if (emit == Emit::Obj && parts.size() == 1) {
     // ToolOutputFile removes the file unless keep() ran: no partial output.
-    return failed(emitObject(*llvmModule, outputFile)) ? 1 : 0;
+    TimingScope codegenTiming = timed("translate and generate code");
+    return failed(compileObject(module, outputFile, dumpIndex, "")) ? 1 : 0;
   }
+  // The objects (and the executable) in a private directory next to -o,
+  // renamed into place at the end; nothing is left on failure.
   if (!linkTemporaries.create(outputFile, err))
     return fail(err);
-  bool ok = succeeded(emitObject(*llvmModule, linkTemporaries.object)) &&
-            succeeded(linkExecutable(linkTemporaries.object,
-                                     linkTemporaries.executable, argv0));
+  std::vector<std::string> objects;
+  for (unsigned p = 0; p < parts.size(); ++p)
+    objects.push_back(
+        p == 0
+            ? std::string(linkTemporaries.object)
+            : llvm::formatv("{0}/model.{1}.o", linkTemporaries.dir, p).str());
+  TimingScope codegenTiming = timed(
+      llvm::formatv("translate and generate code ({0} parts)", parts.size())
+          .str());
+  bool ok = succeeded(runInParallel(parts.size(), jobs, [&](unsigned p) {
+    return compileObject(parts[p], objects[p], dumpIndex,
+                         p == 0 ? std::string()
+                                : llvm::formatv(".part{0}", p).str());
+  }));
+  codegenTiming.stop();
+  TimingScope linkTiming = timed("link");
+  if (ok && emit == Emit::Obj)
+    ok = objects.size() == 1 ||
+         succeeded(linkObjects(objects, linkTemporaries.executable, argv0,
+                               /*relocatable=*/true));
+  else if (ok)
+    ok = succeeded(linkObjects(objects, linkTemporaries.executable, argv0));
+  linkTiming.stop();
   if (ok) {
     if (std::error_code ec =
             llvm::sys::fs::rename(linkTemporaries.executable, outputFile)) {
@@ -472,6 +545,11 @@ int emitOutput(ModuleOp module, int dumpIndex, const char *argv0) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  // --mlir-timing and its display options, listed with ztrain-compile's.
+  registerDefaultTimingManagerCLOptions();
+  for (const char *name : {"mlir-timing", "mlir-timing-display"})
+    if (cl::Option *option = cl::getRegisteredOptions().lookup(name))
+      option->addCategory(category);
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(
       argc, argv,
@@ -502,6 +580,10 @@ int main(int argc, char **argv) {
   // pipeline refuses) buries that line.
   context.printOpOnDiagnostic(false);
 
+  Timing timing;
+  timingTree = &timing;
+  TimingScope parseTiming = timed("parse");
+
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler diagHandler(sourceMgr, &context);
   std::string err;
@@ -514,6 +596,7 @@ int main(int argc, char **argv) {
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
   if (!module)
     return 1;
+  parseTiming.stop();
 
   // A large model compiles for tens of seconds: say so before starting.
   {

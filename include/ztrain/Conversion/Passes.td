@@ -104,4 +104,58 @@ def FinalizeLLVM : Pass<"finalize-llvm", "::mlir::ModuleOp"> {
   ];
 }
 
+def OutlineLongFunctions
+    : Pass<"outline-long-functions", "::mlir::ModuleOp"> {
+  let summary = "Cut long lowered functions into a chain of bounded ones";
+  let description = [{
+    A lowered step is one straight-line function of runtime calls: a
+    million of them for the largest models. LLVM's code generation works a
+    function at a time and keeps all of a function's machine code, frame
+    and register state live until its end; at that size it dominates the
+    compile time (and a function is the unit that can be compiled in
+    parallel). This pass cuts every `llvm.func` of more than four times
+    `max-ops` operations into runs of at most `max-ops` consecutive
+    operations of a block, moves each run into an internal function
+    `<name>.part<N>`, and calls it in the run's place. Values a run uses
+    from outside become arguments; those it defines and the rest of the
+    function uses come back as its result (a struct when there are
+    several). Constants and global addresses are not passed: each part
+    makes its own copies. Operations with regions and block terminators
+    stay where they are. The calls run the same runtime calls in the same
+    order: the executable computes exactly what it did before.
+
+    Before (max-ops=2, the function longer than 8 ops):
+    ```mlir
+    llvm.func @ztrain_step(%ctx: !llvm.ptr) {
+      %c4 = llvm.mlir.constant(4 : i64) : i64
+      %a = llvm.call @ztrt_arena(%ctx, ...) : (...) -> !llvm.ptr
+      %b = llvm.getelementptr %a[16] : (!llvm.ptr) -> !llvm.ptr, i8
+      llvm.call @ztrt_add(%ctx, %z, %a, %a, %b, %c4) : (...) -> ()
+      ...
+    }
+    ```
+    After:
+    ```mlir
+    llvm.func internal @ztrain_step.part0(%ctx: !llvm.ptr) -> !llvm.ptr {
+      %a = llvm.call @ztrt_arena(%ctx, ...) : (...) -> !llvm.ptr
+      %b = llvm.getelementptr %a[16] : (!llvm.ptr) -> !llvm.ptr, i8
+      llvm.return %b : !llvm.ptr
+    }
+    llvm.func @ztrain_step(%ctx: !llvm.ptr) {
+      %b = llvm.call @ztrain_step.part0(%ctx) : (!llvm.ptr) -> !llvm.ptr
+      ...
+    }
+    ```
+  }];
+  let options = [
+    Option<"maxOps", "max-ops", "int64_t", /*default=*/"1024",
+           "Operations per outlined part (a function longer than four "
+           "times this is cut)">
+  ];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
+  let statistics = [
+    Statistic<"numParts", "parts", "functions outlined">
+  ];
+}
+
 #endif // ZTRAIN_CONVERSION_PASSES_TD
