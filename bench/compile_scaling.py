@@ -18,6 +18,7 @@ linear scaling, growing ones super-linear.
 Run (after building):
   /usr/bin/python3 bench/compile_scaling.py [--layers 50 100 200 400]
   /usr/bin/python3 bench/compile_scaling.py --shape chain --sizes 100000 400000 870000
+  /usr/bin/python3 bench/compile_scaling.py --shape wide --sizes 100000 --compare-whole
 """
 
 import argparse
@@ -84,7 +85,25 @@ def source(shape, size):
     return models.gpt(batch=1, seq=4, vocab=8, layers=size, width=4, heads=1).to_mlir()
 
 
-def run(shape, layers, workdir):
+# ztrain-compile with neither the outlining nor the parts (one step
+# function, translated and compiled on one thread): the code generation as
+# it was before them, for --compare-whole.
+WHOLE = ["--outline-max-ops=1000000000", "--ops-per-part=1000000000"]
+
+
+def compile_seconds(src, obj, extra=()):
+    began = time.monotonic()
+    p = subprocess.run([os.path.join(BIN, "ztrain-compile"), src, "--optimizer=adam", "--dp=2",
+                        "--zero-stage=3", "--overlap", "--emit=obj", "-o", obj, *extra],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wall = time.monotonic() - began
+    if p.returncode != 0:
+        raise SystemExit(p.stderr)
+    os.remove(obj)
+    return wall
+
+
+def run(shape, layers, workdir, compare_whole=False):
     src = os.path.join(workdir, f"{shape}{layers}.mlir")
     with open(src, "w") as fh:
         fh.write(source(shape, layers))
@@ -106,15 +125,9 @@ def run(shape, layers, workdir):
         ops = sum(1 for line in fh if " = " in line or line.strip().startswith(("train.", "dist.")))
     os.remove(out)
     obj = os.path.join(workdir, f"{shape}{layers}.o")
-    began = time.monotonic()
-    p = subprocess.run([os.path.join(BIN, "ztrain-compile"), src, "--optimizer=adam", "--dp=2",
-                        "--zero-stage=3", "--overlap", "--emit=obj", "-o", obj],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    compile_wall = time.monotonic() - began
-    if p.returncode != 0:
-        raise SystemExit(p.stderr)
-    os.remove(obj)
-    return ops, wall, passes, compile_wall
+    compile_wall = compile_seconds(src, obj)
+    whole_wall = compile_seconds(src, obj, WHOLE) if compare_whole else None
+    return ops, wall, passes, compile_wall, whole_wall
 
 
 def main():
@@ -124,21 +137,28 @@ def main():
                          "adds summed by a tree")
     ap.add_argument("--layers", "--sizes", dest="sizes", type=int, nargs="+",
                     help="GPT layers (gpt) or adds (chain, wide)")
+    ap.add_argument("--compare-whole", action="store_true",
+                    help="also compile each model as one function on one thread (no "
+                         "outline-long-functions, no parts): the 'whole s' column")
     a = ap.parse_args()
     sizes = a.sizes or ([50, 100, 200, 400, 800, 1600, 3600] if a.shape == "gpt"
                         else [25000, 100000, 400000, 870000])
     label = "layers" if a.shape == "gpt" else "adds"
     print(f"{label:>6} {'ops':>8} " + " ".join(f"{p:>22}" for p in PASSES)
-          + f" {'opt s':>7} {'compile s':>9} {'ms/1k ops':>10}")
+          + f" {'opt s':>7} {'compile s':>9} {'ms/1k ops':>10}"
+          + (f" {'whole s':>8} {'speedup':>8}" if a.compare_whole else ""))
     with tempfile.TemporaryDirectory() as d:
         for size in sizes:
-            ops, wall, passes, compile_wall = run(a.shape, size, d)
+            ops, wall, passes, compile_wall, whole = run(a.shape, size, d, a.compare_whole)
             cols = " ".join(f"{passes.get(p, 0.0):>22.3f}" for p in PASSES)
+            extra = f" {whole:>8.2f} {whole / compile_wall:>7.2f}x" if whole else ""
             print(f"{size:>6} {ops:>8} {cols} {wall:>7.2f} {compile_wall:>9.2f} "
-                  f"{1000 * compile_wall / ops * 1000:>10.2f}", flush=True)
+                  f"{1000 * compile_wall / ops * 1000:>10.2f}{extra}", flush=True)
     print("pass columns: wall seconds (--mlir-timing); opt s: the whole ztrain-opt run "
           "(parse, passes, print); compile s: ztrain-compile --emit=obj (pipeline, lowering, "
-          "LLVM codegen); ms/1k ops: compile s per 1,000 ops")
+          "LLVM codegen); ms/1k ops: compile s per 1,000 ops"
+          + ("; whole s: the same as one function on one thread (--outline-max-ops and "
+             "--ops-per-part at 1e9), right after" if a.compare_whole else ""))
 
 
 if __name__ == "__main__":
