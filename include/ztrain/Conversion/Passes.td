@@ -120,8 +120,11 @@ def OutlineLongFunctions
     from outside become arguments; those it defines and the rest of the
     function uses come back as its result (a struct when there are
     several). Constants and global addresses are not passed: each part
-    makes its own copies. Operations with regions and block terminators
-    stay where they are. The calls run the same runtime calls in the same
+    makes its own copies; nor are buffer addresses (`llvm.getelementptr`
+    with constant offsets): each part recomputes the addresses it uses
+    from their base, so a layer whose thousands of buffers are live at
+    once does not become thousands of arguments. Operations with regions
+    and block terminators stay where they are. The calls run the same runtime calls in the same
     order: the executable computes exactly what it did before.
 
     Before (max-ops=2, the function longer than 8 ops):
