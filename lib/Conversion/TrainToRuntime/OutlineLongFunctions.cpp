@@ -107,10 +107,11 @@ struct OutlineLongFunctionsPass
                return def && isRematerializable(def);
              });
     };
-    DenseMap<Operation *, size_t> runOf;
+    DenseMap<Operation *, size_t> runOf; // of the addresses
     for (auto [r, run] : llvm::enumerate(runs))
       for (Operation *op : run)
-        runOf[op] = r;
+        if (isa<LLVM::GEPOp>(op))
+          runOf[op] = r;
     for (auto [r, run] : llvm::enumerate(runs)) {
       DenseMap<Operation *, Operation *> local;
       SmallVector<Operation *> ops;
