@@ -159,6 +159,14 @@ const std::vector<FlagGroup> &flagTable() {
                         v.c_str());
            s.opts.collectiveTimeout = seconds;
          }},
+        {"--ranks-per-node", "N",
+         "treat every N consecutive ranks as one node (default: the nodes "
+         "MPI reports, the ranks that share memory); for testing multi-node "
+         "layouts on one machine",
+         [](S &s, V f, V v) {
+           s.opts.ranksPerNode =
+               std::min<int64_t>(parseInteger(f, v, 1), 1 << 30);
+         }},
         {"--skip-memory-check", nullptr,
          "start even when the compiled plan needs more memory than this node "
          "has available per rank",

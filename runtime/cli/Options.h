@@ -46,6 +46,8 @@ struct Options {
   bool skipMemoryCheck = false;
   /// --collective-timeout: seconds a collective may wait (0: no limit).
   double collectiveTimeout = 600.0;
+  /// --ranks-per-node: 0 = the nodes MPI reports.
+  int64_t ranksPerNode = 0;
   int64_t logEvery = 1;
   /// 0: leave the libraries' defaults.
   int threads = 0;

@@ -16,6 +16,7 @@
 #include "comm/CommQueue.h"
 #include "base/Support.h"
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -436,7 +437,21 @@ std::unique_ptr<Communicator> Communicator::initWorld(int *argc, char ***argv) {
         "MPI_Comm_split_type");
   check(MPI_Comm_rank(local, &world->p.localRank), "MPI_Comm_rank");
   check(MPI_Comm_size(local, &world->p.localCount), "MPI_Comm_size");
+  // The node: its lowest rank (local rank 0, the split being keyed by
+  // rank) names it; nodes are numbered in the order of those ranks.
+  int leader = world->p.rank;
+  check(MPI_Bcast(&leader, 1, MPI_INT, 0, local), "MPI_Bcast");
   MPI_Comm_free(&local);
+  std::vector<int> leaders(static_cast<size_t>(world->p.count));
+  check(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT,
+                      world->mpi->comm),
+        "MPI_Allgather");
+  std::sort(leaders.begin(), leaders.end());
+  leaders.erase(std::unique(leaders.begin(), leaders.end()), leaders.end());
+  world->p.nodeCount = static_cast<int>(leaders.size());
+  world->p.node = static_cast<int>(
+      std::lower_bound(leaders.begin(), leaders.end(), leader) -
+      leaders.begin());
   if (world->p.count > 1) {
     setJobRank(world->p.rank, abortJob, syncJob);
     if (provided >= MPI_THREAD_MULTIPLE) {

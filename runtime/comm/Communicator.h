@@ -41,6 +41,11 @@ struct CommunicatorParams {
   /// share its memory), and their number: what picks a rank's GPU.
   int localRank = 0;
   int localCount = 1;
+  /// This rank's node, in [0, nodeCount): nodes numbered by their lowest
+  /// rank (MPI's shared-memory split, whatever the launcher; or
+  /// --ranks-per-node).
+  int node = 0;
+  int nodeCount = 1;
 };
 
 /// True when the environment shows that an MPI launcher started this
@@ -95,6 +100,16 @@ public:
   int count() const { return p.count; }
   int localRank() const { return p.localRank; }
   int localCount() const { return p.localCount; }
+  int node() const { return p.node; }
+  int nodeCount() const { return p.nodeCount; }
+  /// Treats every `n` consecutive ranks as one node (--ranks-per-node: a
+  /// multi-node layout on one machine, for tests); `n` divides count().
+  void setRanksPerNode(int n) {
+    p.localRank = p.rank % n;
+    p.localCount = n;
+    p.node = p.rank / n;
+    p.nodeCount = p.count / n;
+  }
 
   // Elements are `elemBytes` bytes each (1, 2, 4 or 8: the size of a
   // tensor's dtype) and are moved as bits, never converted.

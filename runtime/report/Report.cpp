@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <optional>
+#include <unistd.h>
 
 namespace ztrt {
 
@@ -107,8 +108,12 @@ std::string rankJson(const ztrt_ctx &ctx, const Descriptor &desc, int rank,
     losses.push_back(jsonFloat(r.loss));
     times.push_back(r.timeMs);
   }
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
   Json json = {
       {"rank", rank},
+      {"node", ctx.comm().node()},
+      {"host", host},
       {"device", ctx.backend().deviceName()},
       {"losses", std::move(losses)},
       {"time_ms", std::move(times)},
@@ -131,6 +136,7 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
                  const Backend::PeakRate &peak) {
   Json json = {{"rank", 0},
                {"world_size", worldSize},
+               {"nodes", ctx.comm().nodeCount()},
                {"backend", ctx.backend().name()},
                {"device", ctx.backend().deviceName()},
                {"precision", precisionText(desc)}};

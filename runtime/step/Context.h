@@ -149,6 +149,7 @@ struct ztrt_ctx {
   ztrt::Backend &backend() { return *impl; }
   const ztrt::Backend &backend() const { return *impl; }
   ztrt::Communicator &comm() { return *world; }
+  const ztrt::Communicator &comm() const { return *world; }
 
   /// Allocates through the backend and accounts the bytes to `category`;
   /// `op` names the caller in error messages.

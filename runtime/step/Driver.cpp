@@ -70,6 +70,12 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
   const int rank = world->rank(), ranks = world->count();
   reportTermination(&watchdogStep);
   Options opts = parseOptions(argc, argv, rank);
+  if (opts.ranksPerNode > 0) {
+    if (ranks % opts.ranksPerNode != 0)
+      refuse("--ranks-per-node %lld does not divide the %d ranks into nodes",
+             static_cast<long long>(opts.ranksPerNode), ranks);
+    world->setRanksPerNode(static_cast<int>(opts.ranksPerNode));
+  }
   Descriptor desc = parseDescriptor(descriptor);
   if (desc.gridSize > 0 && desc.gridSize != ranks)
     refuse("the model was compiled for dp=%lld ranks but was launched on "

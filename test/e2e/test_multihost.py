@@ -21,7 +21,7 @@ GPT = os.path.join(HERE, "..", "..", "examples", "gpt.mlir")
 DATA = os.path.join(HERE, "..", "..", "examples", "data", "genesis-kjv.txt")
 
 ok, why = netns.available()
-pytestmark = pytest.mark.skipif(not ok, reason=f"virtual hosts: {why}")
+needs_namespaces = pytest.mark.skipif(not ok, reason=f"virtual hosts: {why}")
 
 
 def our_namespaces():
@@ -34,6 +34,7 @@ def losses(stdout):
     return [line.split()[:4] for line in stdout.splitlines() if line.startswith("step ")]
 
 
+@needs_namespaces
 def test_ranks_land_on_two_hosts_and_nothing_is_left():
     with netns.VirtualCluster(hosts=2) as cluster:
         p = cluster.mpirun(2, ["sh", "-c", "echo $OMPI_COMM_WORLD_RANK $(hostname)"])
@@ -46,6 +47,7 @@ def test_ranks_land_on_two_hosts_and_nothing_is_left():
     assert not os.path.exists(agent_dir)
 
 
+@needs_namespaces
 @pytest.mark.parametrize("stage", [2, 3])
 def test_two_hosts_train_bitwise_as_one(tmp_path, stage):
     exe = tmp_path / "gpt"
@@ -70,9 +72,44 @@ def test_two_hosts_train_bitwise_as_one(tmp_path, stage):
     # it for the ranks on host 0, so host 1's link carried at least 4/3 of
     # one rank's wire bytes (the rest is TCP's and Open MPI's own).
     with open(tmp_path / "two.json") as fh:
-        comm = json.load(fh)["communication"]
+        report = json.load(fh)
+    comm = report["communication"]
+    # The runtime sees the two hosts (MPI's shared-memory split).
+    assert report["nodes"] == 2
+    assert [(r["node"], r["host"]) for r in report["ranks"]] == [
+        (0, "zt-h0"), (0, "zt-h0"), (1, "zt-h1"), (1, "zt-h1")]
+    with open(tmp_path / "one.json") as fh:
+        assert json.load(fh)["nodes"] == 1
     wire = sum(c["wire_bytes"] for c in comm.values())
     assert wire > 0
     assert sent >= wire * 4 / 3, (sent, wire)
     assert received >= wire * 4 / 3, (received, wire)
     assert our_namespaces() == []
+
+
+def test_ranks_per_node_makes_nodes_on_one_host(small_mlp_dp4, tmp_path):
+    """--ranks-per-node N: every N consecutive ranks are one node (a
+    multi-node layout on one machine); N must divide the ranks."""
+    exe = small_mlp_dp4
+    p = e2e_util.mpirun(4, [exe, "--steps", 1, "--ranks-per-node", 2, "--report",
+                            tmp_path / "r.json"])
+    with open(tmp_path / "r.json") as fh:
+        report = json.load(fh)
+    assert report["nodes"] == 2
+    assert [r["node"] for r in report["ranks"]] == [0, 0, 1, 1]
+    p = e2e_util.mpirun(4, [exe, "--steps", 1, "--ranks-per-node", 3], check=False)
+    assert p.returncode != 0
+    assert ("ztrain: error: [rank 0] --ranks-per-node 3 does not divide the 4 ranks "
+            "into nodes") \
+        in p.stderr
+
+
+@pytest.fixture(scope="module")
+def small_mlp_dp4(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mlp_dp4")
+    exe = d / "mlp"
+    p = e2e_util.run([e2e_util.require_tool("ztrain-compile"),
+                      os.path.join(HERE, "..", "..", "examples", "mlp.mlir"), "-o", exe,
+                      "--dp=4", "--zero-stage=1", "--optimizer=adamw"])
+    assert p.returncode == 0, p.stderr
+    return exe
