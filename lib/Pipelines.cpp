@@ -115,10 +115,13 @@ void ztrain::addZeroOffload(OpPassManager &pm,
   pm.addPass(dist::createZeroOffload(offload));
 }
 
-void ztrain::buildToLLVMPipeline(OpPassManager &pm, int64_t outlineMaxOps) {
+void ztrain::buildToLLVMPipeline(OpPassManager &pm, int64_t outlineMaxOps,
+                                 int64_t rerollMinTrips) {
   pm.addPass(dist::createPlanMemory());
   pm.addPass(createLowerToRuntime());
   pm.addPass(createFinalizeLLVM());
+  if (rerollMinTrips > 0)
+    pm.addPass(createRerollCallRuns({rerollMinTrips}));
   pm.addPass(createOutlineLongFunctions({outlineMaxOps}));
 }
 

@@ -68,9 +68,11 @@ void buildZeroSchedulePipeline(mlir::OpPassManager &pm,
 void addZeroOffload(mlir::OpPassManager &pm,
                     const ZeroPipelineOptions &options);
 
-/// plan-memory, lower-to-runtime, finalize-llvm, then outline-long-functions
-/// with `outlineMaxOps`.
-void buildToLLVMPipeline(mlir::OpPassManager &pm, int64_t outlineMaxOps = 1024);
+/// plan-memory, lower-to-runtime, finalize-llvm, reroll-call-runs with
+/// `rerollMinTrips` (0: not run), then outline-long-functions with
+/// `outlineMaxOps`.
+void buildToLLVMPipeline(mlir::OpPassManager &pm, int64_t outlineMaxOps = 1024,
+                         int64_t rerollMinTrips = 32);
 
 void registerPipelines();
 

@@ -35,8 +35,9 @@
 // DUMP-NEXT: 05-plan-memory.mlir
 // DUMP-NEXT: 06-lower-to-runtime.mlir
 // DUMP-NEXT: 07-finalize-llvm.mlir
-// DUMP-NEXT: 08-outline-long-functions.mlir
-// DUMP-NEXT: 09-llvm-ir.ll
+// DUMP-NEXT: 08-reroll-call-runs.mlir
+// DUMP-NEXT: 09-outline-long-functions.mlir
+// DUMP-NEXT: 10-llvm-ir.ll
 // The forward-only copy the executable evaluates with.
 // EVAL: func.func @f_eval(%{{.*}}) -> tensor<f32> attributes {train.eval}
 // EVAL-NEXT: train.param_read @w

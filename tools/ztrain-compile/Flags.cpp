@@ -55,6 +55,11 @@ cl::opt<int64_t> outlineMaxOps(
     "outline-max-ops",
     cl::desc("outline-long-functions' max-ops (functions over 4x are cut)"),
     cl::init(1024), cl::Hidden, cl::cat(category));
+cl::opt<int64_t> rerollMinTrips(
+    "reroll-min-trips",
+    cl::desc("reroll-call-runs' min-trips (0: runs of like calls stay "
+             "unrolled)"),
+    cl::init(32), cl::Hidden, cl::cat(category));
 cl::opt<int64_t> opsPerPart(
     "ops-per-part",
     cl::desc("Lowered ops per part compiled on its own (at most 16 parts)"),

@@ -114,6 +114,7 @@ SmallVector<OwningOpRef<ModuleOp>> splitModule(ModuleOp module,
       global.setVisibility_(LLVM::Visibility::Hidden);
     }
   };
+  llvm::StringSet<> copied; // constants the parts copied
   for (ModuleOp target : modules) {
     llvm::StringSet<> defined;
     for (Operation &op : *target.getBody())
@@ -132,6 +133,7 @@ SmallVector<OwningOpRef<ModuleOp>> splitModule(ModuleOp module,
       auto global = dyn_cast<LLVM::GlobalOp>(op);
       if (global && global.getConstant() && isLocal(global.getLinkage())) {
         builder.clone(*op); // a private copy of a constant
+        copied.insert(name);
         continue;
       }
       makeVisible(op);
@@ -146,6 +148,19 @@ SmallVector<OwningOpRef<ModuleOp>> splitModule(ModuleOp module,
       }
     }
   }
+  // The first module keeps the originals of the copies only where its own
+  // functions use them (reroll-call-runs' tables are each used by one loop,
+  // which may have moved).
+  llvm::SetVector<StringRef> used;
+  collectReferences(module, used);
+  llvm::StringSet<> stillUsed;
+  for (StringRef name : used)
+    stillUsed.insert(name);
+  for (Operation &op : llvm::make_early_inc_range(*module.getBody()))
+    if (auto global = dyn_cast<LLVM::GlobalOp>(op);
+        global && copied.contains(global.getSymName()) &&
+        !stillUsed.contains(global.getSymName()))
+      global.erase();
   return parts;
 }
 

@@ -161,4 +161,54 @@ def OutlineLongFunctions
   ];
 }
 
+def RerollCallRuns : Pass<"reroll-call-runs", "::mlir::ModuleOp"> {
+  let summary = "Make loops of long runs of like runtime calls";
+  let description = [{
+    A lowered step calls the runtime once per operation, in order. A graph
+    of many small like operations (a wide layer of independent adds, a long
+    chain of them) becomes hundreds of thousands of consecutive calls that
+    differ only in the buffers they touch, and LLVM generates code for each
+    (about 15 us a call at -O0: most of such a module's compile time). This
+    pass finds, in every block, runs of at least `min-trips` consecutive
+    calls of one shape: the same callee, and every argument either the same
+    value, a byte address `base + constant` (`llvm.getelementptr` with one
+    constant index) off the same base, or an integer constant of the same
+    type (addresses and constants in between are stepped over; any other
+    operation, or a call whose result is used, ends a run). Each such run
+    becomes a call of an internal function `<name>.loop<N>`: a loop over
+    the run that reads each call's changing numbers (offsets, integers)
+    from a constant table `<name>.table<N>` (a row per call) and makes the
+    same call. Numbers that never change are not in the table. The calls
+    are the same calls in the same order: the executable computes exactly
+    what it did before, bitwise.
+
+    Before (min-trips=2):
+    ```mlir
+    %o0 = llvm.getelementptr %arena[%c0] : (!llvm.ptr, i64) -> !llvm.ptr, i8
+    llvm.call @ztrt_add(%ctx, %s, %x, %w, %o0, %c4) : (...) -> ()
+    %o1 = llvm.getelementptr %arena[%c16] : (!llvm.ptr, i64) -> !llvm.ptr, i8
+    llvm.call @ztrt_add(%ctx, %s, %x, %w, %o1, %c4) : (...) -> ()
+    ```
+    After:
+    ```mlir
+    llvm.mlir.global internal constant @ztrain_step.table0(dense<[0, 16]>
+        : tensor<2xi64>) : !llvm.array<2 x i64>
+    llvm.func internal @ztrain_step.loop0(%ctx: !llvm.ptr, %x: !llvm.ptr,
+        %w: !llvm.ptr, %arena: !llvm.ptr) {
+      // for i in [0, 2): %o = %arena + table0[i]; ztrt_add(..., %o, 4)
+    }
+    llvm.call @ztrain_step.loop0(%ctx, %x, %w, %arena) : (...) -> ()
+    ```
+  }];
+  let options = [
+    Option<"minTrips", "min-trips", "int64_t", /*default=*/"32",
+           "The fewest calls a run needs to become a loop">
+  ];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
+  let statistics = [
+    Statistic<"numLoops", "loops", "runs made loops">,
+    Statistic<"numCalls", "calls", "calls moved into loops">
+  ];
+}
+
 #endif // ZTRAIN_CONVERSION_PASSES_TD

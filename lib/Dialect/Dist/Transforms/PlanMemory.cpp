@@ -17,6 +17,8 @@
 
 #include "mlir/IR/Builders.h"
 
+#include "llvm/Support/Allocator.h"
+
 #include <map>
 #include <memory>
 
@@ -63,26 +65,79 @@ struct Placed {
   int64_t offset = -1;
 };
 
+/// The map nodes of one packing, recycled through a free list: a packing
+/// inserts and erases millions of ranges (dozens per buffer), and malloc
+/// and free were most of its time.
+class NodePool {
+public:
+  void *allocate(size_t bytes) {
+    if (free) {
+      void *node = free;
+      free = *static_cast<void **>(node);
+      return node;
+    }
+    return arena.Allocate(std::max(bytes, sizeof(void *)),
+                          alignof(std::max_align_t));
+  }
+  /// Every node of the pool has the size of the first (one map type).
+  void deallocate(void *node) {
+    *static_cast<void **>(node) = free;
+    free = node;
+  }
+
+private:
+  llvm::BumpPtrAllocator arena;
+  void *free = nullptr;
+};
+
+template <typename T> struct PoolAllocator {
+  using value_type = T;
+  NodePool *pool;
+  explicit PoolAllocator(NodePool *pool) : pool(pool) {}
+  template <typename U>
+  PoolAllocator(const PoolAllocator<U> &other) : pool(other.pool) {}
+  T *allocate(size_t n) {
+    assert(n == 1 && "a map allocates one node at a time");
+    (void)n;
+    return static_cast<T *>(pool->allocate(sizeof(T)));
+  }
+  void deallocate(T *node, size_t) { pool->deallocate(node); }
+  bool operator==(const PoolAllocator &other) const {
+    return pool == other.pool;
+  }
+};
+
 /// Busy offset ranges [lo, hi), disjoint and merged as they are added.
 class RangeSet {
 public:
+  explicit RangeSet(NodePool *pool) : ranges(Ranges::allocator_type(pool)) {}
+
+  /// Adds [lo, hi), merging it with the ranges it meets. Ranges grow in
+  /// place (a packed arena keeps a handful of ranges that grow with every
+  /// buffer): no map node is allocated unless a new disjoint range starts.
   void insert(int64_t lo, int64_t hi) {
     if (lo >= hi)
       return;
     auto it = ranges.upper_bound(lo);
-    if (it != ranges.begin()) {
-      auto prev = std::prev(it);
-      if (prev->second >= lo) {
-        lo = prev->first;
-        hi = std::max(hi, prev->second);
-        it = ranges.erase(prev);
-      }
+    Ranges::iterator merged;
+    if (it != ranges.begin() && std::prev(it)->second >= lo) {
+      merged = std::prev(it);
+      merged->second = std::max(merged->second, hi);
+    } else if (it != ranges.end() && it->first <= hi) {
+      // The next range starts inside [lo, hi]: it becomes the merged one,
+      // its key lowered to lo (a node handle keeps the allocation).
+      auto node = ranges.extract(it++);
+      node.key() = lo;
+      node.mapped() = std::max(node.mapped(), hi);
+      merged = ranges.insert(it, std::move(node));
+    } else {
+      ranges.emplace_hint(it, lo, hi);
+      return;
     }
-    while (it != ranges.end() && it->first <= hi) {
-      hi = std::max(hi, it->second);
-      it = ranges.erase(it);
-    }
-    ranges.emplace_hint(it, lo, hi);
+    for (auto next = std::next(merged);
+         next != ranges.end() && next->first <= merged->second;
+         next = ranges.erase(next))
+      merged->second = std::max(merged->second, next->second);
   }
   /// The end of the range that meets [o, o + s) and ends last, or -1: no
   /// offset below it fits either.
@@ -95,7 +150,9 @@ public:
   }
 
 private:
-  std::map<int64_t, int64_t> ranges;
+  using Ranges = std::map<int64_t, int64_t, std::less<int64_t>,
+                          PoolAllocator<std::pair<const int64_t, int64_t>>>;
+  Ranges ranges;
 };
 
 /// The placed buffers of one arena, indexed by lifetime so that finding the
@@ -114,8 +171,8 @@ public:
   explicit Placement(unsigned positions) {
     while (leaves < positions)
       leaves *= 2;
-    cover.resize(2 * leaves);
-    starts.resize(2 * leaves);
+    cover.resize(2 * leaves, nullptr);
+    starts.resize(2 * leaves, nullptr);
   }
 
   /// The lowest `align`-aligned offset at which `bytes` are free throughout
@@ -125,10 +182,10 @@ public:
     SmallVector<RangeSet *, 64> sets;
     for (unsigned n = from + leaves; n; n /= 2)
       if (cover[n])
-        sets.push_back(cover[n].get());
+        sets.push_back(cover[n]);
     forCanonical(from, to, [&](unsigned n) {
       if (starts[n])
-        sets.push_back(starts[n].get());
+        sets.push_back(starts[n]);
     });
     int64_t offset = 0;
     for (bool moved = true; moved;) {
@@ -161,15 +218,16 @@ private:
         fn(--hi);
     }
   }
-  static RangeSet &get(std::vector<std::unique_ptr<RangeSet>> &tree,
-                       unsigned n) {
+  RangeSet &get(std::vector<RangeSet *> &tree, unsigned n) {
     if (!tree[n])
-      tree[n] = std::make_unique<RangeSet>();
+      tree[n] = new (sets.Allocate()) RangeSet(&pool);
     return *tree[n];
   }
 
   unsigned leaves = 1;
-  std::vector<std::unique_ptr<RangeSet>> cover, starts;
+  NodePool pool;                                 // (outlives `sets`)
+  llvm::SpecificBumpPtrAllocator<RangeSet> sets; // destroyed all at once
+  std::vector<RangeSet *> cover, starts;
 };
 
 /// Places `buffers` (of one arena) at the lowest `align`-aligned offset free
