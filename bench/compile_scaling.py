@@ -19,6 +19,7 @@ Run (after building):
   /usr/bin/python3 bench/compile_scaling.py [--layers 50 100 200 400]
   /usr/bin/python3 bench/compile_scaling.py --shape chain --sizes 100000 400000 870000
   /usr/bin/python3 bench/compile_scaling.py --shape wide --sizes 100000 --compare-whole
+  /usr/bin/python3 bench/compile_scaling.py --shape wide --sizes 435000 --compare-unrolled
 """
 
 import argparse
@@ -89,6 +90,9 @@ def source(shape, size):
 # function, translated and compiled on one thread): the code generation as
 # it was before them, for --compare-whole.
 WHOLE = ["--outline-max-ops=1000000000", "--ops-per-part=1000000000"]
+# ztrain-compile without reroll-call-runs (every call unrolled; outlining and
+# parts as usual), for --compare-unrolled.
+UNROLLED = ["--reroll-min-trips=0"]
 
 
 def compile_seconds(src, obj, extra=()):
@@ -103,7 +107,7 @@ def compile_seconds(src, obj, extra=()):
     return wall
 
 
-def run(shape, layers, workdir, compare_whole=False):
+def run(shape, layers, workdir, compare_whole=False, compare_unrolled=False):
     src = os.path.join(workdir, f"{shape}{layers}.mlir")
     with open(src, "w") as fh:
         fh.write(source(shape, layers))
@@ -127,7 +131,8 @@ def run(shape, layers, workdir, compare_whole=False):
     obj = os.path.join(workdir, f"{shape}{layers}.o")
     compile_wall = compile_seconds(src, obj)
     whole_wall = compile_seconds(src, obj, WHOLE) if compare_whole else None
-    return ops, wall, passes, compile_wall, whole_wall
+    unrolled_wall = compile_seconds(src, obj, UNROLLED) if compare_unrolled else None
+    return ops, wall, passes, compile_wall, whole_wall, unrolled_wall
 
 
 def main():
@@ -140,25 +145,34 @@ def main():
     ap.add_argument("--compare-whole", action="store_true",
                     help="also compile each model as one function on one thread (no "
                          "outline-long-functions, no parts): the 'whole s' column")
+    ap.add_argument("--compare-unrolled", action="store_true",
+                    help="also compile each model without reroll-call-runs (every runtime "
+                         "call unrolled): the 'unrolled s' column")
     a = ap.parse_args()
     sizes = a.sizes or ([50, 100, 200, 400, 800, 1600, 3600] if a.shape == "gpt"
                         else [25000, 100000, 400000, 870000])
     label = "layers" if a.shape == "gpt" else "adds"
     print(f"{label:>6} {'ops':>8} " + " ".join(f"{p:>22}" for p in PASSES)
           + f" {'opt s':>7} {'compile s':>9} {'ms/1k ops':>10}"
-          + (f" {'whole s':>8} {'speedup':>8}" if a.compare_whole else ""))
+          + (f" {'whole s':>8} {'speedup':>8}" if a.compare_whole else "")
+          + (f" {'unrolled s':>10} {'speedup':>8}" if a.compare_unrolled else ""))
     with tempfile.TemporaryDirectory() as d:
         for size in sizes:
-            ops, wall, passes, compile_wall, whole = run(a.shape, size, d, a.compare_whole)
+            ops, wall, passes, compile_wall, whole, unrolled = run(
+                a.shape, size, d, a.compare_whole, a.compare_unrolled)
             cols = " ".join(f"{passes.get(p, 0.0):>22.3f}" for p in PASSES)
             extra = f" {whole:>8.2f} {whole / compile_wall:>7.2f}x" if whole else ""
+            if unrolled:
+                extra += f" {unrolled:>10.2f} {unrolled / compile_wall:>7.2f}x"
             print(f"{size:>6} {ops:>8} {cols} {wall:>7.2f} {compile_wall:>9.2f} "
                   f"{1000 * compile_wall / ops * 1000:>10.2f}{extra}", flush=True)
     print("pass columns: wall seconds (--mlir-timing); opt s: the whole ztrain-opt run "
           "(parse, passes, print); compile s: ztrain-compile --emit=obj (pipeline, lowering, "
           "LLVM codegen); ms/1k ops: compile s per 1,000 ops"
           + ("; whole s: the same as one function on one thread (--outline-max-ops and "
-             "--ops-per-part at 1e9), right after" if a.compare_whole else ""))
+             "--ops-per-part at 1e9), right after" if a.compare_whole else "")
+          + ("; unrolled s: the same without reroll-call-runs (--reroll-min-trips=0), right "
+             "after" if a.compare_unrolled else ""))
 
 
 if __name__ == "__main__":
