@@ -7,7 +7,8 @@ the Python builders (tiny widths: only the op count matters); `chain`, one
 long chain of adds (each reads the previous one and a parameter, so the
 parameter's gradient sums one adjoint per add); `wide`, N independent adds
 of the input and a parameter summed by a balanced tree of adds (N values
-live at once). Each runs `ztrain-opt` with the training pipeline, the ZeRO
+live at once); `mixed`, the wide shape with its leaves cycling through add,
+mul and sub (no two neighbouring calls alike). Each runs `ztrain-opt` with the training pipeline, the ZeRO
 pipeline (stage 3 on 2 ranks, overlap on) and plan-memory under
 `--mlir-timing`, and `ztrain-compile` to an object file (the whole
 pipeline, lowering, LLVM code generation), and prints, per size, the ops
@@ -54,15 +55,18 @@ def chain_mlir(n):
     return "\n".join(lines) + "\n"
 
 
-def wide_mlir(n):
-    """n independent adds x + w, summed by a balanced tree of adds."""
+def wide_mlir(n, kinds=("add",)):
+    """n independent adds x + w, summed by a balanced tree of adds. With
+    several `kinds`, the leaves cycle through them (x + w, x * w, x - w, ...):
+    no two neighbours alike, a pattern that repeats every len(kinds) ops."""
     lines = ["module {",
              "  train.param @w : tensor<4xf32> init(normal, 0.02)",
              '  func.func @step(%x: tensor<4xf32> {train.name = "x"}) -> tensor<f32> '
              "attributes {train.entry} {",
              "    %w = train.param_read @w : tensor<4xf32>"]
     level = [f"%a{i}" for i in range(n)]
-    lines += [f"    {v} = train.add %x, %w : tensor<4xf32>" for v in level]
+    lines += [f"    {v} = train.{kinds[i % len(kinds)]} %x, %w : tensor<4xf32>"
+              for i, v in enumerate(level)]
     k = 0
     while len(level) > 1:
         nxt = []
@@ -83,6 +87,8 @@ def source(shape, size):
         return chain_mlir(size)
     if shape == "wide":
         return wide_mlir(size)
+    if shape == "mixed":
+        return wide_mlir(size, ("add", "mul", "sub"))
     return models.gpt(batch=1, seq=4, vocab=8, layers=size, width=4, heads=1).to_mlir()
 
 
@@ -137,9 +143,10 @@ def run(shape, layers, workdir, compare_whole=False, compare_unrolled=False):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shape", choices=["gpt", "chain", "wide"], default="gpt",
+    ap.add_argument("--shape", choices=["gpt", "chain", "wide", "mixed"], default="gpt",
                     help="gpt: layers of a GPT; chain: one chain of adds; wide: independent "
-                         "adds summed by a tree")
+                         "adds summed by a tree; mixed: wide with the leaves cycling through "
+                         "add, mul and sub")
     ap.add_argument("--layers", "--sizes", dest="sizes", type=int, nargs="+",
                     help="GPT layers (gpt) or adds (chain, wide)")
     ap.add_argument("--compare-whole", action="store_true",

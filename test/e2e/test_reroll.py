@@ -48,7 +48,7 @@ def loops_in(tmp_path, src, name, *extra):
             text.count("call void @ztrt_add("))
 
 
-@pytest.mark.parametrize("shape", ["wide", "chain"])
+@pytest.mark.parametrize("shape", ["wide", "chain", "mixed"])
 def test_runs_of_adds_train_bitwise_as_loops(tmp_path, shape):
     src = tmp_path / f"{shape}.mlir"
     src.write_text(compile_scaling.source(shape, 600))

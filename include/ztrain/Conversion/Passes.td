@@ -202,7 +202,9 @@ def RerollCallRuns : Pass<"reroll-call-runs", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"minTrips", "min-trips", "int64_t", /*default=*/"32",
-           "The fewest calls a run needs to become a loop">
+           "The fewest trips a run needs to become a loop">,
+    Option<"maxPeriod", "max-period", "int64_t", /*default=*/"8",
+           "The most calls a trip of a loop makes">
   ];
   let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
   let statistics = [

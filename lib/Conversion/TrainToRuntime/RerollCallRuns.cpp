@@ -120,78 +120,118 @@ struct RerollCallRunsPass
         rerollFunction(fn);
   }
 
+  /// A candidate call of a block, its shape and its numbers.
+  struct Candidate {
+    LLVM::CallOp call;
+    Shape shape;
+    SmallVector<int64_t, 8> numbers;
+  };
+
   void rerollFunction(LLVM::LLVMFuncOp fn) {
     unsigned index = 0;
     for (Block &block : fn.getBody()) {
-      // The runs of a block: consecutive candidate calls of one shape
-      // (addresses and constants in between are stepped over; anything
-      // else ends the run).
-      SmallVector<LLVM::CallOp> run;
-      Shape runShape;
-      std::vector<int64_t> table; // the run's numbers, a row per call
-      SmallVector<int64_t, 8> numbers;
-      auto flush = [&] {
-        if (run.size() >= size_t(minTrips))
-          reroll(fn, run, runShape, table, index++);
-        run.clear();
-        table.clear();
-      };
+      // The segments of a block: consecutive candidate calls (addresses
+      // and constants in between are stepped over; anything else ends the
+      // segment). Each segment is searched for runs.
+      std::vector<Candidate> segment;
       for (Operation &op : llvm::make_early_inc_range(block)) {
         if (isAddressOrConstant(&op))
           continue;
         if (!isCandidate(&op)) {
-          flush();
+          rerollSegment(fn, segment, index);
+          segment.clear();
           continue;
         }
-        auto call = cast<LLVM::CallOp>(op);
-        Shape shape = shapeOf(call, numbers);
-        if (run.empty() || !(shape == runShape)) {
-          flush();
-          runShape = std::move(shape);
-        }
-        run.push_back(call);
-        table.insert(table.end(), numbers.begin(), numbers.end());
+        Candidate c{cast<LLVM::CallOp>(op), {}, {}};
+        c.shape = shapeOf(c.call, c.numbers);
+        segment.push_back(std::move(c));
       }
-      flush();
+      rerollSegment(fn, segment, index);
     }
   }
 
-  /// Replaces `run` by a call of `<fn>.loop<index>`, a loop that makes the
-  /// same calls in the same order, reading each call's varying numbers from
-  /// the constant table `<fn>.table<index>`.
-  void reroll(LLVM::LLVMFuncOp fn, ArrayRef<LLVM::CallOp> run,
-              const Shape &shape, ArrayRef<int64_t> numbers, unsigned index) {
+  /// Finds the runs of `segment`, left to right: at each call, the period
+  /// P <= max-period whose repetitions (the shapes of P consecutive calls,
+  /// again and again) cover the most calls, if they repeat at least
+  /// min-trips times; ties go to the shorter period.
+  void rerollSegment(LLVM::LLVMFuncOp fn, ArrayRef<Candidate> segment,
+                     unsigned &index) {
+    size_t n = segment.size(), trips = size_t(minTrips);
+    for (size_t i = 0; i + trips <= n;) {
+      size_t bestPeriod = 0, bestTrips = 0;
+      for (size_t period = 1;
+           period <= size_t(maxPeriod) && i + period * trips <= n; ++period) {
+        size_t k = 1;
+        while (i + (k + 1) * period <= n &&
+               llvm::all_of(llvm::seq<size_t>(0, period), [&](size_t q) {
+                 return segment[i + k * period + q].shape ==
+                        segment[i + q].shape;
+               }))
+          ++k;
+        if (k >= trips && k * period > bestTrips * bestPeriod) {
+          bestPeriod = period;
+          bestTrips = k;
+        }
+      }
+      if (!bestPeriod) {
+        ++i;
+        continue;
+      }
+      reroll(fn, segment.slice(i, bestPeriod * bestTrips), bestPeriod,
+             index++);
+      i += bestPeriod * bestTrips;
+    }
+  }
+
+  /// Replaces `run` (trips of `period` calls, the shapes of each trip's
+  /// calls the same) by a call of `<fn>.loop<index>`, a loop that makes
+  /// the same calls in the same order, reading the numbers that change from
+  /// the constant table `<fn>.table<index>` (a row per trip).
+  void reroll(LLVM::LLVMFuncOp fn, ArrayRef<Candidate> run, size_t period,
+              unsigned index) {
     MLIRContext *ctx = fn.getContext();
-    size_t trips = run.size(), width = shape.args.size();
-    auto numberAt = [&](size_t trip, size_t arg) {
-      return numbers[trip * width + arg];
+    size_t trips = run.size() / period;
+    // A trip's arguments, numbered across its calls: call q's argument a
+    // is slot firstSlot[q] + a.
+    SmallVector<size_t> firstSlot;
+    size_t width = 0;
+    for (size_t q = 0; q < period; ++q) {
+      firstSlot.push_back(width);
+      width += run[q].shape.args.size();
+    }
+    auto argOf = [&](size_t q, size_t a) -> const Arg & {
+      return run[q].shape.args[a];
+    };
+    auto numberAt = [&](size_t trip, size_t q, size_t a) {
+      return run[trip * period + q].numbers[a];
     };
     // Arguments whose number changes become columns of the table; the
     // others are passed (addresses: the first call's) or rebuilt
     // (integers) as they are.
     SmallVector<int64_t> columnOf(width, -1);
     int64_t columns = 0;
-    for (size_t a = 0; a < width; ++a) {
-      if (shape.args[a].kind == Arg::Same)
-        continue;
-      for (size_t t = 1; t < trips; ++t)
-        if (numberAt(t, a) != numberAt(0, a)) {
-          columnOf[a] = columns++;
-          break;
-        }
-    }
+    for (size_t q = 0; q < period; ++q)
+      for (size_t a = 0; a < run[q].shape.args.size(); ++a) {
+        if (argOf(q, a).kind == Arg::Same)
+          continue;
+        for (size_t t = 1; t < trips; ++t)
+          if (numberAt(t, q, a) != numberAt(0, q, a)) {
+            columnOf[firstSlot[q] + a] = columns++;
+            break;
+          }
+      }
     llvm::SetVector<Value> inputs;
-    LLVM::CallOp first = run.front();
-    for (size_t a = 0; a < width; ++a) {
-      const Arg &arg = shape.args[a];
-      if (arg.kind == Arg::Same ||
-          (arg.kind == Arg::Address && columnOf[a] < 0))
-        inputs.insert(first->getOperand(a));
-      else if (arg.kind == Arg::Address)
-        inputs.insert(arg.value);
-    }
+    for (size_t q = 0; q < period; ++q)
+      for (size_t a = 0; a < run[q].shape.args.size(); ++a) {
+        const Arg &arg = argOf(q, a);
+        bool changes = columnOf[firstSlot[q] + a] >= 0;
+        if (arg.kind == Arg::Same || (arg.kind == Arg::Address && !changes))
+          inputs.insert(run[q].call->getOperand(a));
+        else if (arg.kind == Arg::Address)
+          inputs.insert(arg.value);
+      }
 
-    Location loc = first.getLoc();
+    Location loc = run.front().call->getLoc();
     auto i64 = IntegerType::get(ctx, 64);
     auto ptr = LLVM::LLVMPointerType::get(ctx);
     std::string name = (fn.getName() + ".loop" + Twine(index)).str();
@@ -201,9 +241,10 @@ struct RerollCallRunsPass
       std::vector<int64_t> data;
       data.reserve(trips * columns);
       for (size_t t = 0; t < trips; ++t)
-        for (size_t a = 0; a < width; ++a)
-          if (columnOf[a] >= 0)
-            data.push_back(numberAt(t, a));
+        for (size_t q = 0; q < period; ++q)
+          for (size_t a = 0; a < run[q].shape.args.size(); ++a)
+            if (columnOf[firstSlot[q] + a] >= 0)
+              data.push_back(numberAt(t, q, a));
       auto type = RankedTensorType::get({int64_t(data.size())}, i64);
       table = LLVM::GlobalOp::create(
           module, loc, LLVM::LLVMArrayType::get(i64, data.size()),
@@ -239,35 +280,39 @@ struct RerollCallRunsPass
                     ? LLVM::MulOp::create(b, loc, trip, constant(i64, columns))
                           .getResult()
                     : Value();
-    SmallVector<Value> operands;
-    for (size_t a = 0; a < width; ++a) {
-      const Arg &arg = shape.args[a];
-      Value given = first->getOperand(a);
-      if (arg.kind == Arg::Same ||
-          (arg.kind == Arg::Address && columnOf[a] < 0)) {
-        operands.push_back(entry->getArgument(indexOf(inputs, given)));
-        continue;
+    for (size_t q = 0; q < period; ++q) {
+      Operation *first = run[q].call;
+      SmallVector<Value> operands;
+      for (size_t a = 0; a < run[q].shape.args.size(); ++a) {
+        const Arg &arg = argOf(q, a);
+        Value given = first->getOperand(a);
+        int64_t column = columnOf[firstSlot[q] + a];
+        if (arg.kind == Arg::Same || (arg.kind == Arg::Address && column < 0)) {
+          operands.push_back(entry->getArgument(indexOf(inputs, given)));
+          continue;
+        }
+        if (column < 0) { // an integer that does not change
+          operands.push_back(constant(arg.type, numberAt(0, q, a)));
+          continue;
+        }
+        Value at = LLVM::AddOp::create(b, loc, row, constant(i64, column));
+        Value slot =
+            LLVM::GEPOp::create(b, loc, ptr, i64, base, ValueRange{at});
+        Value number = LLVM::LoadOp::create(b, loc, i64, slot);
+        if (arg.kind == Arg::Address) {
+          Value from = entry->getArgument(indexOf(inputs, arg.value));
+          operands.push_back(LLVM::GEPOp::create(
+              b, loc, given.getType(), arg.type, from, ValueRange{number},
+              LLVM::GEPNoWrapFlags(arg.flags)));
+        } else if (arg.type == i64) {
+          operands.push_back(number);
+        } else {
+          operands.push_back(LLVM::TruncOp::create(b, loc, arg.type, number));
+        }
       }
-      if (columnOf[a] < 0) { // an integer that does not change
-        operands.push_back(constant(arg.type, numberAt(0, a)));
-        continue;
-      }
-      Value at = LLVM::AddOp::create(b, loc, row, constant(i64, columnOf[a]));
-      Value slot = LLVM::GEPOp::create(b, loc, ptr, i64, base, ValueRange{at});
-      Value number = LLVM::LoadOp::create(b, loc, i64, slot);
-      if (arg.kind == Arg::Address) {
-        Value from = entry->getArgument(indexOf(inputs, arg.value));
-        operands.push_back(LLVM::GEPOp::create(
-            b, loc, given.getType(), arg.type, from, ValueRange{number},
-            LLVM::GEPNoWrapFlags(arg.flags)));
-      } else if (arg.type == i64) {
-        operands.push_back(number);
-      } else {
-        operands.push_back(LLVM::TruncOp::create(b, loc, arg.type, number));
-      }
+      Operation *call = b.clone(*first);
+      call->setOperands(operands);
     }
-    Operation *call = b.clone(*first);
-    call->setOperands(operands);
     Value next = LLVM::AddOp::create(b, loc, trip, constant(i64, 1));
     Value more = LLVM::ICmpOp::create(b, loc, LLVM::ICmpPredicate::slt, next,
                                       constant(i64, int64_t(trips)));
@@ -280,14 +325,14 @@ struct RerollCallRunsPass
     // The loop runs where the last call of the run was: every value it
     // takes is defined by then, and between the calls there were only
     // addresses and constants.
-    OpBuilder at(run.back());
+    OpBuilder at(run.back().call);
     LLVM::CallOp::create(at, loc, loop, inputs.getArrayRef());
     std::vector<Operation *> work;
-    for (LLVM::CallOp c : run) {
-      for (Value operand : c->getOperands())
+    for (const Candidate &c : run) {
+      for (Value operand : c.call->getOperands())
         if (Operation *def = operand.getDefiningOp())
           work.push_back(def);
-      c.erase();
+      c.call->erase();
     }
     // Addresses (and their constants) only the run used.
     DenseSet<Operation *> erased;
@@ -303,7 +348,7 @@ struct RerollCallRunsPass
       op->erase();
     }
     ++numLoops;
-    numCalls += trips;
+    numCalls += run.size();
   }
 
   static unsigned indexOf(const llvm::SetVector<Value> &set, Value v) {

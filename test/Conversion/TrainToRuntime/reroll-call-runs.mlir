@@ -99,3 +99,39 @@ llvm.func @step(%ctx: !llvm.ptr, %x: !llvm.ptr, %y: !llvm.ptr) {
   llvm.call @ztrt_fill(%p1, %p2, %n) : (!llvm.ptr, !llvm.ptr, i64) -> ()
   llvm.return
 }
+
+// -----
+
+// A run whose trips make several calls: add, fill, add, fill, ... (a
+// period of 2, no two neighbours alike) is one loop whose trip makes both
+// calls; its table row holds both calls' offsets.
+
+llvm.func @ztrt_add(!llvm.ptr, !llvm.ptr, !llvm.ptr, i64)
+llvm.func @ztrt_fill(!llvm.ptr, !llvm.ptr, i64)
+
+// CHECK-LABEL: llvm.mlir.global internal constant @step.table0(dense<[0, 16, 32, 48, 64, 80]> : tensor<6xi64>)
+// CHECK-LABEL: llvm.func internal @step.loop0(
+// CHECK:       ^[[BODY:.*]](%[[I:.*]]: i64):
+// CHECK:         llvm.call @ztrt_add(
+// CHECK-NOT:     llvm.cond_br
+// CHECK:         llvm.call @ztrt_fill(
+// CHECK:         llvm.cond_br %{{.*}}, ^[[BODY]]
+// CHECK-LABEL: llvm.func @step(
+// CHECK-NEXT:    llvm.call @step.loop0(
+// CHECK-NEXT:    llvm.return
+llvm.func @step(%ctx: !llvm.ptr, %x: !llvm.ptr) {
+  %n = llvm.mlir.constant(4 : i64) : i64
+  %o0 = llvm.getelementptr %x[0] : (!llvm.ptr) -> !llvm.ptr, i8
+  llvm.call @ztrt_add(%ctx, %x, %o0, %n) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> ()
+  %o1 = llvm.getelementptr %x[16] : (!llvm.ptr) -> !llvm.ptr, i8
+  llvm.call @ztrt_fill(%ctx, %o1, %n) : (!llvm.ptr, !llvm.ptr, i64) -> ()
+  %o2 = llvm.getelementptr %x[32] : (!llvm.ptr) -> !llvm.ptr, i8
+  llvm.call @ztrt_add(%ctx, %x, %o2, %n) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> ()
+  %o3 = llvm.getelementptr %x[48] : (!llvm.ptr) -> !llvm.ptr, i8
+  llvm.call @ztrt_fill(%ctx, %o3, %n) : (!llvm.ptr, !llvm.ptr, i64) -> ()
+  %o4 = llvm.getelementptr %x[64] : (!llvm.ptr) -> !llvm.ptr, i8
+  llvm.call @ztrt_add(%ctx, %x, %o4, %n) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, i64) -> ()
+  %o5 = llvm.getelementptr %x[80] : (!llvm.ptr) -> !llvm.ptr, i8
+  llvm.call @ztrt_fill(%ctx, %o5, %n) : (!llvm.ptr, !llvm.ptr, i64) -> ()
+  llvm.return
+}
