@@ -169,18 +169,22 @@ def RerollCallRuns : Pass<"reroll-call-runs", "::mlir::ModuleOp"> {
     chain of them) becomes hundreds of thousands of consecutive calls that
     differ only in the buffers they touch, and LLVM generates code for each
     (about 15 us a call at -O0: most of such a module's compile time). This
-    pass finds, in every block, runs of at least `min-trips` consecutive
-    calls of one shape: the same callee, and every argument either the same
-    value, a byte address `base + constant` (`llvm.getelementptr` with one
-    constant index) off the same base, or an integer constant of the same
-    type (addresses and constants in between are stepped over; any other
-    operation, or a call whose result is used, ends a run). Each such run
-    becomes a call of an internal function `<name>.loop<N>`: a loop over
-    the run that reads each call's changing numbers (offsets, integers)
-    from a constant table `<name>.table<N>` (a row per call) and makes the
-    same call. Numbers that never change are not in the table. The calls
-    are the same calls in the same order: the executable computes exactly
-    what it did before, bitwise.
+    pass looks at the calls of a block whose results are unused (the
+    addresses and constants between them are stepped over; any other
+    operation, or a call whose result is used, separates them) and the
+    shape of each: its callee, and every argument either the same value, a
+    byte address `base + constant` (`llvm.getelementptr` with one constant
+    index) off the same base, or an integer constant of the same type. A
+    run is a stretch of such calls whose shapes repeat with a period of at
+    most `max-period` calls (add, add, ...; or add, mul, sub, add, mul,
+    sub, ...) at least `min-trips` times; from each call on, the period
+    that covers the most calls is taken, the shorter on a tie. Each run
+    becomes a call of an internal function `<name>.loop<N>`: a loop whose
+    every trip makes one period's calls, reading their changing numbers
+    (offsets, integers) from a constant table `<name>.table<N>` (a row per
+    trip). Numbers that never change are not in the table. The calls are
+    the same calls in the same order: the executable computes exactly what
+    it did before, bitwise.
 
     Before (min-trips=2):
     ```mlir
