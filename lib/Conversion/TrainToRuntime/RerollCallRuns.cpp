@@ -322,11 +322,18 @@ struct RerollCallRunsPass
     b.setInsertionPointToEnd(exit);
     LLVM::ReturnOp::create(b, loc, ValueRange{});
 
+    replaceRun(run, loop, inputs.getArrayRef());
+  }
+
+  /// Calls `loop` with `inputs` in `run`'s place and erases the run's calls
+  /// and the addresses and constants only they used.
+  void replaceRun(ArrayRef<Candidate> run, LLVM::LLVMFuncOp loop,
+                  ArrayRef<Value> inputs) {
     // The loop runs where the last call of the run was: every value it
     // takes is defined by then, and between the calls there were only
     // addresses and constants.
     OpBuilder at(run.back().call);
-    LLVM::CallOp::create(at, loc, loop, inputs.getArrayRef());
+    LLVM::CallOp::create(at, run.front().call->getLoc(), loop, inputs);
     std::vector<Operation *> work;
     for (const Candidate &c : run) {
       for (Value operand : c.call->getOperands())
@@ -334,7 +341,6 @@ struct RerollCallRunsPass
           work.push_back(def);
       c.call->erase();
     }
-    // Addresses (and their constants) only the run used.
     DenseSet<Operation *> erased;
     while (!work.empty()) {
       Operation *op = work.back();
