@@ -116,7 +116,9 @@ void ztrain::addZeroOffload(OpPassManager &pm,
 }
 
 void ztrain::buildToLLVMPipeline(OpPassManager &pm, int64_t outlineMaxOps,
-                                 int64_t rerollMinTrips) {
+                                 int64_t rerollMinTrips, FuseMode fuse) {
+  if (fuse == FuseMode::elementwise)
+    pm.addPass(train::createTrainFuseElementwise());
   pm.addPass(dist::createPlanMemory());
   pm.addPass(createLowerToRuntime());
   pm.addPass(createFinalizeLLVM());
@@ -138,9 +140,12 @@ void ztrain::registerPipelines() {
       "overlap compute with overlap=true) and check every rank issues them "
       "alike",
       buildZeroPipeline);
-  PassPipelineRegistration<>(
+  PassPipelineRegistration<ToLLVMPipelineOptions>(
       "ztrain-to-llvm",
-      "Plan the step's memory statically, lower it to runtime calls and then "
-      "to the LLVM dialect, and cut long functions into bounded parts",
-      [](OpPassManager &pm) { buildToLLVMPipeline(pm); });
+      "Fuse elementwise chains (fuse=elementwise), plan the step's memory "
+      "statically, lower it to runtime calls and then to the LLVM dialect, "
+      "and cut long functions into bounded parts",
+      [](OpPassManager &pm, const ToLLVMPipelineOptions &options) {
+        buildToLLVMPipeline(pm, 1024, 32, options.fuse);
+      });
 }

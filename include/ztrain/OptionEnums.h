@@ -42,6 +42,8 @@ enum class OffloadPlacement { none, cpu, nvme };
 enum class ActivationPlacement { none, cpu };
 /// What zero-report and plan-search print.
 enum class OutputFormat { text, json };
+/// Which ops train-fuse-elementwise groups into generated kernels.
+enum class FuseMode { none, elementwise };
 
 /// One spelling of an enum value; `searchOnly` ones are accepted only where
 /// the plan search runs (EnumValues{/*search=*/true}).
@@ -113,6 +115,14 @@ template <> inline llvm::ArrayRef<EnumSpelling<OutputFormat>> spellings() {
   static const EnumSpelling<OutputFormat> table[] = {
       {OutputFormat::text, "text", "a table"},
       {OutputFormat::json, "json", "JSON"}};
+  return table;
+}
+
+template <> inline llvm::ArrayRef<EnumSpelling<FuseMode>> spellings() {
+  static const EnumSpelling<FuseMode> table[] = {
+      {FuseMode::none, "none", "one runtime kernel per op"},
+      {FuseMode::elementwise, "elementwise",
+       "chains of elementwise ops as generated kernels (cpu backend)"}};
   return table;
 }
 

@@ -45,6 +45,16 @@ struct ZeroPipelineOptions
 
 #undef ZTRAIN_PIPELINE_OPTION
 
+/// ztrain-to-llvm's options (ztrain-compile's --fuse).
+struct ToLLVMPipelineOptions
+    : public mlir::PassPipelineOptions<ToLLVMPipelineOptions> {
+  Option<FuseMode> fuse{
+      *this, "fuse",
+      llvm::cl::desc("Which ops become generated kernels: none, or chains "
+                     "of elementwise ops (train-fuse-elementwise)"),
+      llvm::cl::init(FuseMode::none), EnumValues<FuseMode>{}};
+};
+
 /// train-precision, train-autodiff then train-optimizer: forward + loss →
 /// training step.
 void buildTrainingPipeline(mlir::OpPassManager &pm,
@@ -68,11 +78,12 @@ void buildZeroSchedulePipeline(mlir::OpPassManager &pm,
 void addZeroOffload(mlir::OpPassManager &pm,
                     const ZeroPipelineOptions &options);
 
-/// plan-memory, lower-to-runtime, finalize-llvm, reroll-call-runs with
-/// `rerollMinTrips` (0: not run), then outline-long-functions with
-/// `outlineMaxOps`.
+/// train-fuse-elementwise (with `fuse` = elementwise), plan-memory,
+/// lower-to-runtime, finalize-llvm, reroll-call-runs with `rerollMinTrips`
+/// (0: not run), then outline-long-functions with `outlineMaxOps`.
 void buildToLLVMPipeline(mlir::OpPassManager &pm, int64_t outlineMaxOps = 1024,
-                         int64_t rerollMinTrips = 32);
+                         int64_t rerollMinTrips = 32,
+                         FuseMode fuse = FuseMode::none);
 
 void registerPipelines();
 

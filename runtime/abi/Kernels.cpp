@@ -2,8 +2,9 @@
 //
 // Part of ztrain's runtime. Every ZTRT_KERNEL entry of ztrt_abi.def,
 // generated: the dtype and size checks, the kernel's own checks
-// (KernelChecks, TypedKernelChecks), the trace, the backend call; and
-// dropout, whose entry point draws its random key from the run's seed.
+// (KernelChecks, TypedKernelChecks), the trace, the backend call; dropout,
+// whose entry point draws its random key from the run's seed; and fused,
+// which runs a kernel the compiler generated.
 //
 //===----------------------------------------------------------------------===//
 
@@ -318,6 +319,35 @@ void ztrt_dropout(ztrt_ctx *ctx, int32_t dtype, const void *x, void *out,
   uint32_t threshold = static_cast<uint32_t>(std::ceil(p * 0x1p24));
   float scale = p < 1.0 ? static_cast<float>(1.0 / (1.0 - p)) : 0.0f;
   backend.dropout(type, x, out, n, key, base, threshold, scale);
+}
+
+void ztrt_fused(ztrt_ctx *ctx, const void *name, void *fn, void *fnWide,
+                const void *args, int64_t items, int64_t itemElements) {
+  Backend &backend = backendOf(ctx, "fused");
+  if (!name)
+    fatal("fused: null region name");
+  // The region's name ("fused:bias_add+gelu") names it in the trace and in
+  // errors. The trace keeps the pointer until it writes its file; the
+  // compiler's names are constants of the executable, alive for the run.
+  const char *op = static_cast<const char *>(name);
+  TraceScope trace(ctx->trace(), op);
+  if (!fn)
+    fatal("%s: null kernel", op);
+  checkCount(op, "item count", items);
+  if (itemElements < 1)
+    fatal("%s: elements per item must be >= 1, got %lld", op,
+          static_cast<long long>(itemElements));
+  // The backend decides on threads by the region's element count.
+  if (items > INT64_MAX / itemElements)
+    fatal("%s: %lld items of %lld elements overflow int64", op,
+          static_cast<long long>(items), static_cast<long long>(itemElements));
+  if (items > 0 && !args)
+    fatal("%s: null argument array", op);
+  // The kernels arrive as pointers (ztrt_abi.def has no function type),
+  // converted back as dlsym's results are (POSIX: the same representation).
+  backend.runFused(reinterpret_cast<ztrt_fused_fn>(fn),
+                   reinterpret_cast<ztrt_fused_fn>(fnWide),
+                   static_cast<void *const *>(args), items, itemElements);
 }
 
 } // extern "C"

@@ -258,6 +258,17 @@ public:
                        uint64_t key, uint64_t counterBase, uint32_t threshold,
                        float scale) = 0;
 
+  // --- Fused elementwise regions (ztrt_fused) --------------------------------
+  /// Runs a kernel the compiler generated for one fused elementwise region
+  /// over items [0, items) of itemElements elements each, in calls
+  /// fn(args, begin, end) that together cover every item exactly once; `wide`
+  /// (or null) is the same kernel built for AVX-512. The kernels are host
+  /// code, which only a host backend can run: the default is a fatal error
+  /// (main() refuses such an executable on any other backend before its
+  /// first step, so reaching it means hand-written calls).
+  virtual void runFused(ztrt_fused_fn fn, ztrt_fused_fn wide, void *const *args,
+                        int64_t items, int64_t itemElements);
+
   // --- Collectives over the ranks of `comm` (meaning as in ztrt_abi.def) -----
   // Each returns the bytes this rank handed to the transport for other ranks
   // (its "wire bytes": the sizes of the sends it passed to MPI or NCCL, in

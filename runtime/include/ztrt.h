@@ -181,6 +181,11 @@ typedef enum ztrt_dtype {
   ZTRT_F16 = 2
 } ztrt_dtype;
 
+// A kernel the compiler generated for one fused elementwise region
+// (ztrt_fused): computes items [begin, end) of the region, reading and
+// writing the buffers of `args` (inputs then outputs).
+typedef void (*ztrt_fused_fn)(void *const *args, int64_t begin, int64_t end);
+
 #define ZTRT_TYPE_CTX ztrt_ctx *
 #define ZTRT_TYPE_DTYPE int32_t
 #define ZTRT_TYPE_PTR void *

@@ -295,10 +295,11 @@ static std::vector<std::string> layoutFreeRecords(const std::string &text) {
     // `logits` is the sampling function's output shape ([B T, V]).
     // Where the tensors live (the host step's staging buffer; a tensor's
     // `space`, below) is layout too: offload changes no bit of what is
-    // stored.
+    // stored. Fused elementwise kernels (`fused`) compute the bits the
+    // unfused kernels do: how the step runs, not what it computes.
     if (kind == "grid" || kind == "grad" || kind == "arena" ||
         kind == "flops" || kind == "eval" || kind == "grad_accum" ||
-        kind == "logits" || kind == "host_step_buffer")
+        kind == "logits" || kind == "host_step_buffer" || kind == "fused")
       continue;
     if (int64_t b = inputBatch(line); b >= 0) {
       std::istringstream in(line);

@@ -38,6 +38,17 @@ bool Backend::takeCollectiveTiming(int64_t, DeviceCollectiveTiming *) {
   return false;
 }
 
+// The kernels of --fuse=elementwise are host code; main() refuses such an
+// executable on another backend (Setup.cpp), so only hand-written calls
+// get here.
+void Backend::runFused(ztrt_fused_fn, ztrt_fused_fn, void *const *, int64_t,
+                       int64_t) {
+  fatal("the %s backend cannot run this executable's fused kernels: it was "
+        "compiled with --fuse=elementwise, whose generated kernels run on "
+        "the cpu backend only; recompile with --fuse=none",
+        name());
+}
+
 const char *categoryName(int category) {
   static const char *const names[ZTRT_CAT_COUNT] = {
       "parameters",  "gradients", "optimizer_states",

@@ -509,8 +509,8 @@ struct DescriptorReader {
   }
 
   /// The records of one value each (arena, grid, loss scaling, clipping,
-  /// flops, logits, eval, accumulation, host step buffer); false for a
-  /// kind that is none of them.
+  /// flops, logits, eval, fused kernels, accumulation, host step buffer);
+  /// false for a kind that is none of them.
   bool single(LineParser &p, const std::string &kind) {
     if (kind == "arena") {
       std::string name = p.word("arena name");
@@ -570,6 +570,14 @@ struct DescriptorReader {
       if (desc.hasEval)
         p.error("second eval record");
       desc.hasEval = true;
+    } else if (kind == "fused") {
+      int64_t kernels = p.integer("fused kernel count");
+      p.end();
+      if (desc.fusedKernels)
+        p.error("second fused record");
+      if (kernels < 1)
+        p.error("fused kernel count must be >= 1");
+      desc.fusedKernels = kernels;
     } else if (kind == "grad_accum") {
       int64_t steps = p.integer("micro-batches");
       p.end();

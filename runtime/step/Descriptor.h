@@ -202,6 +202,10 @@ struct Descriptor {
   /// `eval`: the model defines ztrain_eval (the forward pass and loss, for
   /// --eval-data).
   bool hasEval = false;
+  /// `fused N`: the step runs N kernels the compiler generated for fused
+  /// elementwise regions (ztrain-compile --fuse=elementwise, ztrt_fused),
+  /// host code that only the cpu backend runs. 0 when absent.
+  int64_t fusedKernels = 0;
   /// `flops F`: the matrix-product FLOPs of one call of the step on one
   /// rank (the compiler's count); 0 when unknown.
   int64_t flopsPerStep = 0;

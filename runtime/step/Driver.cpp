@@ -86,6 +86,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
   // checks that against a grid record; without one this is the first point
   // at which the number of ranks is known.
   checkStorage(desc, ranks);
+  checkBackendRunsModel(desc, opts);
   // (Also one rank under a launcher: the watchdog ends it if the launcher
   // is gone.)
   if (ranks > 1 || launchedByMpi())

@@ -148,6 +148,18 @@ std::unique_ptr<Backend> createBackend(const std::string &name,
 #endif
 }
 
+/// The kernels of --fuse=elementwise are host code compiled into the
+/// executable (ztrt_fused), and a device backend's buffers are device
+/// memory: the run stops here, before the backend starts, rather than at
+/// the first fused call (Backend::runFused's fatal error).
+void checkBackendRunsModel(const Descriptor &desc, const Options &opts) {
+  if (desc.fusedKernels > 0 && opts.backend != "cpu")
+    refuse("--backend %s: this executable was compiled with "
+           "--fuse=elementwise, whose generated kernels run on the cpu "
+           "backend only; recompile with --fuse=none",
+           opts.backend.c_str());
+}
+
 /// Refuses, before anything is allocated, a plan that needs more host
 /// memory per rank than this node has for each of its ranks (MemAvailable
 /// or the cgroup's limit, shared by the node's ranks).

@@ -24,6 +24,9 @@ struct Options;
 /// when the runtime was built without CUDA or no GPU is usable.
 std::unique_ptr<Backend> createBackend(const std::string &name,
                                        const Communicator &comm);
+/// Refuses a model that the backend of --backend cannot run: one compiled
+/// with fused elementwise kernels (host code) on any backend but cpu.
+void checkBackendRunsModel(const Descriptor &desc, const Options &opts);
 /// Refuses a plan that needs more host memory per rank than the node has.
 void checkMemory(Communicator &comm, const Descriptor &desc,
                  const Options &opts);

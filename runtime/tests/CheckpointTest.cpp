@@ -440,6 +440,16 @@ TEST(CheckpointTest, WhereTensorsLiveIsLayout) {
       "checkpoint is 'param w f32 2 4 1 init normal 0.25' in this model\n$");
 }
 
+TEST(CheckpointTest, AFusedBuildResumesAnUnfusedCheckpoint) {
+  // --fuse=elementwise changes how the step computes, not a bit of what:
+  // the `fused` record is not compared (nor is the arena it shrinks).
+  TempDir dir;
+  writeFakeCheckpoint(dir.path("ck"));
+  CheckpointIndex index = readCheckpointIndex(dir.path("ck"), "test");
+  std::string fused = std::string(kStage3) + "arena activations 64\nfused 2\n";
+  checkResumable(index, parseDescriptor(fused.c_str()), fused.c_str(), 2);
+}
+
 TEST(CheckpointTest, ConsolidationReassemblesAndRefusesBadShards) {
   TempDir dir;
   const std::string ck = dir.path("ck"), out = dir.path("full.safetensors");

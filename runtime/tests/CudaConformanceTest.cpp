@@ -612,6 +612,29 @@ TEST_F(CudaConformanceTest, MemoryIsAccountedAsOnTheCpu) {
               "alloc: out of cuda memory allocating 1125899906842624 bytes");
 }
 
+namespace {
+
+/// A stand-in for a kernel of --fuse=elementwise: never to be run here.
+void hostOnlyKernel(void *const *, int64_t, int64_t) { std::abort(); }
+
+} // namespace
+
+TEST_F(CudaConformanceTest, FusedKernelsAreRefused) {
+  // The generated kernels are host code, and these buffers device memory:
+  // the cuda backend keeps Backend::runFused's refusal (main() refuses
+  // such an executable on --backend cuda before its first step).
+  auto x = output(4);
+  void *args[] = {x.dev};
+  EXPECT_EXIT(ztrt_fused(g(), "fused:relu",
+                         reinterpret_cast<void *>(&hostOnlyKernel), nullptr,
+                         args, 4, 1),
+              ::testing::ExitedWithCode(1),
+              "^ztrain: error: the cuda backend cannot run this executable's "
+              "fused kernels: it was compiled with --fuse=elementwise, whose "
+              "generated kernels run on the cpu backend only; recompile with "
+              "--fuse=none\n$");
+}
+
 TEST_F(CudaConformanceTest, LossArrivesAtSynchronize) {
   auto loss = twin(std::vector<float>{2.5f});
   g()->loss = 0.0f;

@@ -359,11 +359,30 @@ INSTANTIATE_TEST_SUITE_P(
                       "descriptor line 2: micro-batches per step must be "
                       ">= 1"},
         BadDescriptor{"ztrain-descriptor 1\ngrad_accum 2\ngrad_accum 2\n",
-                      "descriptor line 3: second grad_accum record"}));
+                      "descriptor line 3: second grad_accum record"},
+        BadDescriptor{"ztrain-descriptor 1\nfused 0\n",
+                      "descriptor line 2: fused kernel count must be >= 1"},
+        BadDescriptor{"ztrain-descriptor 1\nfused -2\n",
+                      "descriptor line 2: bad fused kernel count '-2'"},
+        BadDescriptor{"ztrain-descriptor 1\nfused\n",
+                      "descriptor line 2: missing fused kernel count"},
+        BadDescriptor{"ztrain-descriptor 1\nfused 2 kernels\n",
+                      "descriptor line 2: unexpected trailing fields"},
+        BadDescriptor{"ztrain-descriptor 1\nfused 3\nfused 3\n",
+                      "descriptor line 3: second fused record"}));
 
 TEST(DescriptorTest, GradAccumRecord) {
   EXPECT_EQ(parseDescriptor("ztrain-descriptor 1\n").gradAccumSteps, 0);
   EXPECT_EQ(parseDescriptor("ztrain-descriptor 1\ngrad_accum 8\n")
                 .gradAccumSteps,
             8);
+}
+
+TEST(DescriptorTest, FusedRecordCountsTheGeneratedKernels) {
+  EXPECT_EQ(parseDescriptor("ztrain-descriptor 1\n").fusedKernels, 0);
+  EXPECT_EQ(parseDescriptor("ztrain-descriptor 1\n"
+                            "param w f32 1 4 init zeros 0\n"
+                            "fused 3\n")
+                .fusedKernels,
+            3);
 }

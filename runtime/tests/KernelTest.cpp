@@ -9,12 +9,16 @@
 
 #include "TestUtil.h"
 
+#include "backends/cpu/IsaKernels.h"
 #include "base/DType.h"
 #include "ztrt.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <mutex>
+#include <utility>
 
 using namespace ztrt;
 using namespace ztrt::test;
@@ -1020,4 +1024,192 @@ TEST(IsaKernelTest, IsaKernelsAreBitwiseTheBaseline) {
       sameParams("sgd master", pw, pb);
     }
   }
+}
+
+// The kernels ztrain-compile --fuse=elementwise generates run through
+// ztrt_fused and Backend::runFused. These stand-ins record what they were
+// asked to compute, or compute a region the unfused kernels compute too.
+namespace {
+
+/// What countItems saw: how often each item was computed, and every call's
+/// [begin, end).
+struct FusedCalls {
+  explicit FusedCalls(int64_t items) : counts(static_cast<size_t>(items)) {}
+  std::vector<std::atomic<int>> counts;
+  std::mutex mutex;
+  std::vector<std::pair<int64_t, int64_t>> calls;
+};
+
+/// args[0] is a FusedCalls. Atomic counts: an item given to two threads at
+/// once is counted twice, not lost in a race.
+void countItems(void *const *args, int64_t begin, int64_t end) {
+  auto *seen = static_cast<FusedCalls *>(args[0]);
+  for (int64_t i = begin; i < end; ++i)
+    seen->counts[static_cast<size_t>(i)].fetch_add(1);
+  std::lock_guard<std::mutex> lock(seen->mutex);
+  seen->calls.emplace_back(begin, end);
+}
+
+/// args[0] is an int: which build of a kernel ran.
+void markBaseline(void *const *args, int64_t, int64_t) {
+  *static_cast<int *>(args[0]) = 1;
+}
+void markWide(void *const *args, int64_t, int64_t) {
+  *static_cast<int *>(args[0]) = 2;
+}
+
+/// bias_add followed by relu as one row region: args are x, bias and out
+/// (rows x kBiasReluCols floats); an item is a row.
+constexpr int64_t kBiasReluCols = 10007;
+void biasRelu(void *const *args, int64_t begin, int64_t end) {
+  const float *x = static_cast<const float *>(args[0]),
+              *bias = static_cast<const float *>(args[1]);
+  float *out = static_cast<float *>(args[2]);
+  for (int64_t r = begin; r < end; ++r)
+    for (int64_t c = 0; c < kBiasReluCols; ++c) {
+      const float v = x[r * kBiasReluCols + c] + bias[c];
+      out[r * kBiasReluCols + c] = v < 0.0f ? 0.0f : v;
+    }
+}
+
+void *kernelAddress(ztrt_fused_fn fn) { return reinterpret_cast<void *>(fn); }
+
+} // namespace
+
+TEST(FusedKernelTest, RunFusedCoversEveryItemOnceInContiguousChunks) {
+  std::unique_ptr<Backend> cpu = createCpuBackend();
+  const int before = cpu->threads();
+  struct Region {
+    int64_t items, itemElements;
+  };
+  // Flat regions below and above the parallel threshold, and a row region
+  // with fewer rows than threads.
+  for (Region region : {Region{0, 1}, Region{1, 1}, Region{7, 1},
+                        Region{int64_t(1) << 16, 1}, Region{3, 70000}})
+    for (int threads = 1; threads <= 4; ++threads) {
+      SCOPED_TRACE(::testing::Message()
+                   << region.items << " items of " << region.itemElements
+                   << " elements, " << threads << " threads");
+      cpu->setThreads(threads);
+      FusedCalls seen(region.items);
+      void *args[] = {&seen};
+      cpu->runFused(countItems, nullptr, args, region.items,
+                    region.itemElements);
+      for (int64_t i = 0; i < region.items; ++i)
+        ASSERT_EQ(seen.counts[static_cast<size_t>(i)].load(), 1)
+            << "item " << i;
+      // One chunk per thread of the team, the first items % team threads
+      // one item longer, none empty; a region under the threshold in one
+      // call.
+      int64_t team = 1;
+#ifdef _OPENMP
+      if (region.items * region.itemElements >= kParallelElements)
+        team = threads;
+#endif
+      std::vector<std::pair<int64_t, int64_t>> expected;
+      const int64_t q = region.items / team, r = region.items % team;
+      for (int64_t t = 0; t < team; ++t) {
+        const int64_t b = t * q + std::min(t, r),
+                      e = (t + 1) * q + std::min(t + 1, r);
+        if (b < e)
+          expected.emplace_back(b, e);
+      }
+      std::sort(seen.calls.begin(), seen.calls.end());
+      EXPECT_EQ(seen.calls, expected);
+    }
+  cpu->setThreads(before);
+}
+
+TEST(FusedKernelTest, WideKernelRunsOnlyWhereAvx512KernelsDo) {
+  std::unique_ptr<Backend> native, baseline;
+  bool wideHere = false;
+  {
+    ScopedIsa isa(nullptr);
+    native = createCpuBackend();
+    wideHere = avx512::enabled();
+  }
+  {
+    ScopedIsa isa("baseline");
+    baseline = createCpuBackend();
+    EXPECT_FALSE(avx512::enabled());
+  }
+  // The same switch as the runtime's own AVX-512 kernels.
+  EXPECT_EQ(native->deviceName().find("AVX-512 kernels") != std::string::npos,
+            wideHere);
+  auto ran = [](Backend &backend, ztrt_fused_fn wide) {
+    int mark = 0;
+    void *args[] = {&mark};
+    backend.runFused(markBaseline, wide, args, 1, 1);
+    return mark;
+  };
+  EXPECT_EQ(ran(*native, markWide), wideHere ? 2 : 1);
+  EXPECT_EQ(ran(*native, nullptr), 1);
+  EXPECT_EQ(ran(*baseline, markWide), 1);
+  EXPECT_EQ(ran(*baseline, nullptr), 1);
+}
+
+TEST(FusedKernelTest, EntryPointRunsTheRegionAndNamesItInTheTrace) {
+  // bias_add + relu fused into one row region computes the bits of the two
+  // kernels, whatever the split into chunks (5 rows, above the parallel
+  // threshold: up to 4 threads take 1 or 2 rows).
+  const int64_t rows = 5, cols = kBiasReluCols;
+  const std::vector<float> x = testValues(rows * cols, 71),
+                           bias = testValues(cols, 72);
+  auto ctx = cpuContext();
+  std::vector<float> want(rows * cols);
+  ztrt_bias_add(ctx.get(), ZTRT_F32, x.data(), bias.data(), want.data(), rows,
+                cols);
+  ztrt_relu(ctx.get(), ZTRT_F32, want.data(), want.data(), rows * cols);
+  ctx->enableTrace();
+  const int before = ctx->backend().threads();
+  for (int threads = 1; threads <= 4; ++threads) {
+    ctx->backend().setThreads(threads);
+    std::vector<float> got(rows * cols, NAN);
+    void *args[] = {const_cast<float *>(x.data()),
+                    const_cast<float *>(bias.data()), got.data()};
+    ztrt_fused(ctx.get(), "fused:bias_add+relu", kernelAddress(biasRelu),
+               nullptr, args, rows, cols);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4))
+        << threads << " threads";
+  }
+  ctx->backend().setThreads(before);
+  // No items: the kernel is not called, and needs no arguments.
+  ztrt_fused(ctx.get(), "fused:empty", kernelAddress(markBaseline), nullptr,
+             nullptr, 0, 1);
+
+  TempDir dir;
+  ctx->trace()->write(dir.path("t.json"), 0, 1);
+  TraceSummary summary = checkTrace(readJson(dir.path("t.json")), 0);
+  EXPECT_EQ(summary.names["fused:bias_add+relu"], 4);
+  EXPECT_EQ(summary.names["fused:empty"], 1);
+}
+
+TEST(FusedKernelTest, EntryPointRejectsMalformedArguments) {
+  auto ctx = cpuContext();
+  float x[4] = {};
+  void *args[] = {x};
+  void *fn = kernelAddress(markBaseline);
+  using ::testing::ExitedWithCode;
+  EXPECT_EXIT(ztrt_fused(ctx.get(), nullptr, fn, nullptr, args, 4, 1),
+              ExitedWithCode(1), "^ztrain: error: fused: null region name\n$");
+  EXPECT_EXIT(ztrt_fused(ctx.get(), "fused:relu", nullptr, fn, args, 4, 1),
+              ExitedWithCode(1), "^ztrain: error: fused:relu: null kernel\n$");
+  EXPECT_EXIT(ztrt_fused(ctx.get(), "fused:relu", fn, nullptr, args, -1, 1),
+              ExitedWithCode(1),
+              "^ztrain: error: fused:relu: negative item count -1\n$");
+  EXPECT_EXIT(ztrt_fused(ctx.get(), "fused:relu", fn, nullptr, args, 4, 0),
+              ExitedWithCode(1),
+              "^ztrain: error: fused:relu: elements per item must be >= 1, "
+              "got 0\n$");
+  EXPECT_EXIT(ztrt_fused(ctx.get(), "fused:relu", fn, nullptr, nullptr, 4, 1),
+              ExitedWithCode(1),
+              "^ztrain: error: fused:relu: null argument array\n$");
+  EXPECT_EXIT(ztrt_fused(ctx.get(), "fused:relu", fn, nullptr, args,
+                         int64_t(1) << 40, int64_t(1) << 24),
+              ExitedWithCode(1),
+              "^ztrain: error: fused:relu: 1099511627776 items of 16777216 "
+              "elements overflow int64\n$");
+  EXPECT_EXIT(ztrt_fused(nullptr, "fused:relu", fn, nullptr, args, 4, 1),
+              ExitedWithCode(1),
+              "^ztrain: error: fused: null runtime context\n$");
 }

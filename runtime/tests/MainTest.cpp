@@ -287,6 +287,46 @@ TEST(MainTest, TraceOfAWorldOfOne) {
   EXPECT_EQ(summary.collectives, 3);
 }
 
+// --- Fused elementwise kernels: the fused fake model -----------------------
+
+TEST(MainTest, FusedModelTrainsBitwiseAsTheUnfusedOne) {
+  // sub and mul as one generated kernel (fake_model.c, FAKE_FUSED): the
+  // same weights bit for bit, on 1 or 2 threads; the region named in the
+  // trace in place of the two kernels.
+  TempDir dir;
+  ASSERT_EQ(run(dir, {"--steps=7", "--seed=3", "--save",
+                      dir.path("unfused.safetensors")})
+                .status,
+            0);
+  for (const char *threads : {"--threads=1", "--threads=2"}) {
+    Result r = runProcess(
+        dir, {ZTRT_FAKE_FUSED_MODEL, "--steps=7", "--seed=3", threads, "--save",
+              dir.path("fused.safetensors"), "--trace", dir.path("t.json")});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    EXPECT_EQ(readBytes(dir.path("fused.safetensors")),
+              readBytes(dir.path("unfused.safetensors")))
+        << threads;
+    TraceSummary summary = checkTrace(readJson(dir.path("t.json")), 0);
+    EXPECT_EQ(summary.names["fused:sub+mul"], 7);
+    EXPECT_EQ(summary.names.count("sub"), 0u);
+    EXPECT_EQ(summary.names.count("mul"), 0u);
+  }
+}
+
+TEST(MainTest, FusedModelRefusesOtherBackendsBeforeStarting) {
+  // Refused before the backend starts, so the same line with or without
+  // CUDA and a GPU.
+  TempDir dir;
+  Result r = runProcess(dir, {ZTRT_FAKE_FUSED_MODEL, "--backend", "cuda",
+                              "--save", dir.path("w.safetensors")});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "ztrain: error: --backend cuda: this executable was "
+                   "compiled with --fuse=elementwise, whose generated kernels "
+                   "run on the cpu backend only; recompile with --fuse=none\n");
+  EXPECT_TRUE(dir.entries().empty());
+}
+
 TEST(MainTest, FailedRunLeavesNoTrace) {
   TempDir dir;
   Result r = run(dir, {"--steps=2", "--save", dir.path("sub/w.safetensors"),

@@ -60,6 +60,12 @@ cl::opt<int64_t> rerollMinTrips(
     cl::desc("reroll-call-runs' min-trips (0: runs of like calls stay "
              "unrolled)"),
     cl::init(32), cl::Hidden, cl::cat(category));
+cl::opt<ztrain::FuseMode> fuse(
+    "fuse",
+    cl::desc("Elementwise chains as generated kernels (train-fuse-elementwise; "
+             "the cpu backend runs them, bitwise the same as --fuse=none)"),
+    cl::init(ztrain::FuseMode::none), ztrain::EnumValues<ztrain::FuseMode>{},
+    cl::cat(category));
 cl::opt<int64_t> opsPerPart(
     "ops-per-part",
     cl::desc("Lowered ops per part compiled on its own (at most 16 parts)"),

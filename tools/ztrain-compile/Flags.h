@@ -33,6 +33,7 @@ extern cl::opt<bool> verifyEach;
 extern cl::opt<int64_t> deviceMemory;
 extern cl::opt<unsigned> jobs;
 extern cl::opt<int64_t> outlineMaxOps, opsPerPart, rerollMinTrips;
+extern cl::opt<ztrain::FuseMode> fuse;
 extern cl::opt<double> linkGBps, latencyUs, deviceTflops, device16Tflops,
     memoryGBps, nvmeGBps, hostLinkGBps, hostMemoryGBps;
 

@@ -15,6 +15,7 @@
 #include "llvm/IR/Instructions.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/MC/TargetRegistry.h"
+#include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Target/TargetMachine.h"
@@ -57,7 +58,8 @@ static void splitLongBlocks(llvm::Module &module, unsigned limit) {
   }
 }
 
-LogicalResult emitObject(llvm::Module &llvmModule, StringRef path) {
+LogicalResult emitObject(llvm::Module &llvmModule, StringRef path,
+                         bool optimize) {
   llvm::Triple triple(llvm::sys::getDefaultTargetTriple());
   std::string err;
   const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, err);
@@ -72,9 +74,23 @@ LogicalResult emitObject(llvm::Module &llvmModule, StringRef path) {
   // model), and the code it gives runs the same steps in the same time.
   std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
       triple, "generic", "", opts, llvm::Reloc::PIC_, std::nullopt,
-      llvm::CodeGenOptLevel::None));
+      optimize ? llvm::CodeGenOptLevel::Default : llvm::CodeGenOptLevel::None));
   llvmModule.setDataLayout(tm->createDataLayout());
   llvmModule.setTargetTriple(triple);
+  if (optimize) {
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    llvm::PassBuilder pb(tm.get());
+    pb.registerModuleAnalyses(mam);
+    pb.registerCGSCCAnalyses(cgam);
+    pb.registerFunctionAnalyses(fam);
+    pb.registerLoopAnalyses(lam);
+    pb.crossRegisterProxies(lam, fam, cgam, mam);
+    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2)
+        .run(llvmModule, mam);
+  }
   std::error_code ec;
   llvm::ToolOutputFile out(path, ec, llvm::sys::fs::OF_None);
   if (ec) {

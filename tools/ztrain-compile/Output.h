@@ -66,8 +66,14 @@ private:
   std::string dir;
 };
 
-/// Emits `llvmModule` as an object file at `path`.
-LogicalResult emitObject(llvm::Module &llvmModule, StringRef path);
+/// Emits `llvmModule` as an object file at `path`: without optimization
+/// (the step's calls; Output.cpp says why), or with `optimize` at -O2, IR
+/// and code generation, for the generated kernels. Neither changes a
+/// floating-point result: no fast-math flags, no contraction of separate
+/// multiplies and adds (TargetOptions' default allows only llvm.fmuladd,
+/// which the compiler never emits).
+LogicalResult emitObject(llvm::Module &llvmModule, StringRef path,
+                         bool optimize = false);
 
 /// Where the link step writes, as C strings for the signal handler.
 struct LinkTemporaries {

@@ -164,6 +164,33 @@ SmallVector<OwningOpRef<ModuleOp>> splitModule(ModuleOp module,
   return parts;
 }
 
+OwningOpRef<ModuleOp> splitKernels(ModuleOp module) {
+  SmallVector<LLVM::LLVMFuncOp> kernels;
+  for (auto fn : module.getOps<LLVM::LLVMFuncOp>())
+    if (!fn.isExternal() && fn.getName().starts_with("ztrain_fused."))
+      kernels.push_back(fn);
+  if (kernels.empty())
+    return {};
+  OwningOpRef<ModuleOp> part = ModuleOp::create(module.getLoc());
+  part->getOperation()->setAttrs(module->getAttrDictionary());
+  OpBuilder builder(module.getContext());
+  llvm::SetVector<StringRef> callees;
+  for (LLVM::LLVMFuncOp fn : kernels) {
+    collectReferences(fn, callees);
+    fn.setLinkage(LLVM::Linkage::External);
+    fn.setVisibility_(LLVM::Visibility::Hidden);
+    builder.setInsertionPoint(fn);
+    builder.insert(fn->cloneWithoutRegions());
+    fn->moveBefore(part->getBody(), part->getBody()->end());
+  }
+  // What the kernels call (the C library's expf, erff): declarations.
+  builder.setInsertionPointToStart(part->getBody());
+  for (StringRef name : callees)
+    if (auto callee = module.lookupSymbol<LLVM::LLVMFuncOp>(name))
+      builder.insert(callee->cloneWithoutRegions());
+  return part;
+}
+
 LogicalResult
 runInParallel(unsigned count, unsigned threads,
               const std::function<LogicalResult(unsigned)> &work) {

@@ -42,6 +42,13 @@ unsigned partitionCount(mlir::ModuleOp module, int64_t opsPerPart);
 llvm::SmallVector<mlir::OwningOpRef<mlir::ModuleOp>>
 splitModule(mlir::ModuleOp module, unsigned count);
 
+/// Moves the generated kernels of train.fused regions (functions named
+/// `ztrain_fused.*`) into a module of their own, which is compiled with
+/// optimization (Output.h, emitObject): `module` keeps declarations of them
+/// (external, hidden), the new module declarations of what they call.
+/// Null when `module` has none.
+mlir::OwningOpRef<mlir::ModuleOp> splitKernels(mlir::ModuleOp module);
+
 /// Runs `work(i)` for every i < count on up to `threads` threads (0: one
 /// per core); success when every call succeeded.
 mlir::LogicalResult

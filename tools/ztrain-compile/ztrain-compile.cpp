@@ -387,7 +387,7 @@ int runPipeline(ModuleOp module,
     ztrain::buildZeroPipeline(pm, zero);
   else
     ztrain::addZeroOffload(pm, zero); // one process: placement only
-  ztrain::buildToLLVMPipeline(pm, outlineMaxOps, rerollMinTrips);
+  ztrain::buildToLLVMPipeline(pm, outlineMaxOps, rerollMinTrips, fuse);
   TimingScope passTiming = timed("pipeline");
   pm.enableTiming(passTiming);
 
@@ -448,7 +448,7 @@ int dumpLlvmIr(llvm::Module &llvmModule, int dumpIndex, StringRef suffix) {
 /// Translates `module` to LLVM IR and writes its object file to `path`
 /// (and its LLVM IR with --dump-ir-dir, `suffix` naming the part).
 LogicalResult compileObject(ModuleOp module, StringRef path, int dumpIndex,
-                            StringRef suffix) {
+                            StringRef suffix, bool optimize = false) {
   llvm::LLVMContext llvmContext;
   std::unique_ptr<llvm::Module> llvmModule =
       translateModuleToLLVMIR(module, llvmContext, "ztrain_model");
@@ -458,7 +458,7 @@ LogicalResult compileObject(ModuleOp module, StringRef path, int dumpIndex,
   }
   if (!dumpIrDir.empty() && dumpLlvmIr(*llvmModule, dumpIndex, suffix))
     return failure();
-  return emitObject(*llvmModule, path);
+  return emitObject(*llvmModule, path, optimize);
 }
 
 /// Writes what --emit asks for: the LLVM-dialect MLIR, LLVM IR, an object
@@ -492,10 +492,16 @@ int emitOutput(ModuleOp module, int dumpIndex, const char *argv0) {
 
   llvm::InitializeNativeTarget();
   llvm::InitializeNativeTargetAsmPrinter();
+  // The generated kernels (--fuse) are compiled apart, with optimization;
+  // the rest is split into parts by size.
+  OwningOpRef<ModuleOp> kernels = splitKernels(module);
   unsigned count = partitionCount(module, opsPerPart);
   SmallVector<OwningOpRef<ModuleOp>> others;
   if (count > 1)
     others = splitModule(module, count);
+  const size_t kernelPart = others.size() + 1;
+  if (kernels)
+    others.push_back(std::move(kernels));
   llvm::scope_exit buryParts([&] { // (see main's end)
     for (OwningOpRef<ModuleOp> &other : others)
       llvm::BuryPointer(other.release());
@@ -523,9 +529,12 @@ int emitOutput(ModuleOp module, int dumpIndex, const char *argv0) {
       llvm::formatv("translate and generate code ({0} parts)", parts.size())
           .str());
   bool ok = succeeded(runInParallel(parts.size(), jobs, [&](unsigned p) {
+    bool isKernels = p == kernelPart;
     return compileObject(parts[p], objects[p], dumpIndex,
-                         p == 0 ? std::string()
-                                : llvm::formatv(".part{0}", p).str());
+                         p == 0      ? std::string()
+                         : isKernels ? std::string(".kernels")
+                                     : llvm::formatv(".part{0}", p).str(),
+                         isKernels);
   }));
   codegenTiming.stop();
   TimingScope linkTiming = timed("link");

@@ -64,13 +64,27 @@ def LowerToRuntime : Pass<"lower-to-runtime", "::mlir::ModuleOp"> {
     large model's step has hundreds of thousands of calls, and converting
     them afterwards was a fifth of its compile time. Only the uniqued
     constants are `arith.constant`; `finalize-llvm` converts them.
+
+    A `train.fused` region (train-fuse-elementwise) becomes a generated
+    kernel, `llvm.func internal @ztrain_fused.N(!llvm.ptr, i64, i64)` (and
+    its AVX-512 copy `@ztrain_fused.N.avx512`), built from scf, arith, math
+    and vector ops and converted with MLIR's own patterns to the LLVM
+    dialect, function by function; the step calls it through
+    `ztrt_fused(ctx, name, kernel, wide, args, items, item_elements)` with
+    its buffers in a pointer array. Identical regions share one kernel.
   }];
   let dependentDialects = ["::mlir::func::FuncDialect",
                            "::mlir::arith::ArithDialect",
+                           "::mlir::cf::ControlFlowDialect",
+                           "::mlir::math::MathDialect",
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::vector::VectorDialect",
                            "::mlir::LLVM::LLVMDialect"];
   let statistics = [
     Statistic<"numCalls", "runtime-calls", "ztrt_* calls emitted">,
-    Statistic<"numBuffers", "buffers", "Buffers allocated per step">
+    Statistic<"numBuffers", "buffers", "Buffers allocated per step">,
+    Statistic<"numFusedKernels", "fused-kernels",
+              "Kernels generated for train.fused regions">
   ];
 }
 

@@ -331,6 +331,14 @@ static LogicalResult writeStepFacts(llvm::raw_ostream &os, ModuleOp module,
   // (ztrain_eval).
   if (getEvalFunction(module))
     os << "eval\n";
+  // Generated kernels (train.fused regions) run on the cpu backend only:
+  // the runtime refuses another backend before the first step.
+  {
+    int64_t regions = 0;
+    module.walk([&](FusedOp) { ++regions; });
+    if (regions)
+      os << "fused " << regions << '\n';
+  }
   // The logits function's result (ztrain_logits, for sampling).
   if (func::FuncOp logits = getLogitsFunction(module)) {
     Type t = logits.getFunctionType().getResult(0);

@@ -74,6 +74,8 @@ struct LowerToRuntimePass
 
   int64_t stage = 0;
   int64_t gridSize = 1;
+  /// This run's generated kernels (runOnOperation's).
+  FusedKernels *fusedKernels = nullptr;
 };
 
 } // namespace
@@ -128,6 +130,8 @@ void LowerToRuntimePass::runOnOperation() {
   const int64_t planned = plannedStepBytes(module, entry, stage, gridSize);
   func::FuncOp eval = getEvalFunction(module);
   func::FuncOp logits = getLogitsFunction(module);
+  FusedKernels kernels(module);
+  fusedKernels = &kernels;
   if (failed(lowerStep(entry, *descriptor)))
     return signalPassFailure();
   // The evaluation and the logits (forward only), into the same arenas.
@@ -135,6 +139,7 @@ void LowerToRuntimePass::runOnOperation() {
     return signalPassFailure();
   if (logits && failed(lowerFunction(logits, "ztrain_logits")))
     return signalPassFailure();
+  numFusedKernels += fusedKernels->size();
   // What one rank will allocate, for tools (ztrain-compile --device-memory).
   module->setAttr("ztrain.planned_bytes",
                   IntegerAttr::get(IntegerType::get(module.getContext(), 64),
@@ -193,6 +198,7 @@ LogicalResult LowerToRuntimePass::lowerFunction(func::FuncOp entry,
   if (name != "ztrain_step")
     rt.arrayPrefix = ("__" + name + "_i64_").str();
   StepLowering s(module, entry, rt, stage, gridSize);
+  s.fusedKernels = fusedKernels;
 
   Block &body = entry.getBody().front();
   for (BlockArgument arg : entry.getArguments())

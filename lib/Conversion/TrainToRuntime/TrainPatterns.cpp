@@ -259,6 +259,52 @@ struct AccumulateGradPattern : OpRuntimePattern<AccumulateGradOp> {
   }
 };
 
+/// A fused region: its generated kernel, run by ztrt_fused over the
+/// region's items with the buffers of its inputs and results.
+struct FusedPattern : OpRuntimePattern<FusedOp> {
+  /// The most buffers a region has (train-fuse-elementwise's limit).
+  static constexpr unsigned kMaxBuffers = 16;
+
+  LogicalResult lower(FusedOp op, StepLowering &s) const override {
+    if (!s.fusedKernels)
+      return op.emitOpError() << "has no kernel generator";
+    unsigned count = op.getInputs().size() + op.getNumResults();
+    if (count > kMaxBuffers)
+      return op.emitOpError()
+             << "has " << count << " inputs and results; "
+             << "a generated kernel takes at most " << kMaxBuffers;
+    FailureOr<FusedKernels::Kernel> kernel = s.fusedKernels->get(op);
+    if (failed(kernel))
+      return failure();
+    RuntimeCalls &rt = s.rt;
+    OpBuilder &b = rt.builder();
+    auto ptrTy = LLVM::LLVMPointerType::get(b.getContext());
+    if (!s.fusedArgs) {
+      Value one = rt.i64(1);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointAfter(one.getDefiningOp());
+      s.fusedArgs = LLVM::AllocaOp::create(
+          b, rt.loc, ptrTy, LLVM::LLVMArrayType::get(ptrTy, kMaxBuffers), one);
+    }
+    SmallVector<Value> buffers;
+    for (Value v : op.getInputs())
+      buffers.push_back(s.get(v));
+    for (Value v : op.getResults())
+      buffers.push_back(s.alloc(v));
+    for (auto [i, p] : llvm::enumerate(buffers)) {
+      Value slot = LLVM::GEPOp::create(b, rt.loc, ptrTy, ptrTy, s.fusedArgs,
+                                       ArrayRef<LLVM::GEPArg>{int32_t(i)});
+      LLVM::StoreOp::create(b, rt.loc, p, slot);
+    }
+    auto [items, itemElements] = fusedItems(op);
+    rt.call("fused", {LLVM::AddressOfOp::create(b, rt.loc, kernel->name),
+                      LLVM::AddressOfOp::create(b, rt.loc, kernel->fn),
+                      LLVM::AddressOfOp::create(b, rt.loc, kernel->wide),
+                      s.fusedArgs, rt.i64(items), rt.i64(itemElements)});
+    return success();
+  }
+};
+
 struct AccumulationBoundaryPattern
     : OpRuntimePattern<AccumulationBoundaryOp> {
   LogicalResult lower(AccumulationBoundaryOp op,
@@ -291,4 +337,5 @@ void ztrain::populateTrainToRuntimePatterns(RuntimePatternList &patterns) {
   patterns.push_back(std::make_unique<AccumulateGradPattern>());
   patterns.push_back(std::make_unique<AccumulationBoundaryPattern>());
   patterns.push_back(std::make_unique<ReturnPattern>());
+  patterns.push_back(std::make_unique<FusedPattern>());
 }

@@ -93,6 +93,8 @@ public:
   // CpuElementwise.cpp
   void dropout(DType dtype, const void *x, void *out, int64_t n, uint64_t key,
                uint64_t counterBase, uint32_t threshold, float scale) override;
+  void runFused(ztrt_fused_fn fn, ztrt_fused_fn wide, void *const *args,
+                int64_t items, int64_t itemElements) override;
 
   // CpuOptimizer.cpp
   void sgdUpdate(DType dtype, void *param, const void *grad, void *momentumBuf,
@@ -153,7 +155,8 @@ private:
   template <typename T>
   void allGatherT(Communicator &comm, const T *in, T *out, int64_t count);
 
-  /// f32 elementwise, softmax and optimizer kernels from the AVX-512 build.
+  /// f32 elementwise, softmax and optimizer kernels from the AVX-512 build,
+  /// and the AVX-512 builds of the compiler's fused kernels.
   const bool avx512Kernels = avx512::enabled();
 };
 

@@ -3,8 +3,8 @@
 // Part of ztrain's runtime. The cpu backend's elementwise kernels: fill,
 // the kernels of backends/Elementwise.def (the f32 ones from the AVX-512
 // build where the processor has it), scale, bias_add, masked_fill, where,
-// dropout and cast. Determinism and precision: CpuBackend.cpp's file
-// comment.
+// dropout and cast; and the compiler's fused elementwise kernels
+// (runFused). Determinism and precision: CpuBackend.cpp's file comment.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,7 +13,12 @@
 #include "backends/cpu/VecMath.h"
 #include "base/Rng.h"
 
+#include <algorithm>
 #include <cstdint>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace ztrt {
 
@@ -153,6 +158,40 @@ void CpuBackend::dropout(DType dtype, const void *x, void *out, int64_t n,
                          float scale) {
   ZTRT_CPU_DISPATCH(dtype, dropoutT<T>(as<T>(x), as<T>(out), n, key,
                                        counterBase, threshold, scale));
+}
+
+// The compiler's kernel for one fused elementwise region, over contiguous
+// chunks of its items: thread t of T takes [t*q + min(t, r), (t+1)*q +
+// min(t+1, r)) with q = items / T, r = items % T, so the first r threads
+// take one item more. Determinism: each item is computed by one call, from
+// its own elements (a row region's broadcast operand is read, never
+// written), and the generated kernels promise that an item's result does
+// not depend on the range it is computed in (their vector body and scalar
+// tail round alike), so the bits are the same for any thread count; a row
+// region is only ever split between whole rows, as the row kernels that
+// may join fused regions will need. The AVX-512 build of the kernel runs
+// where the runtime's own AVX-512 kernels do (the same switch, also
+// ZTRT_CPU_ISA=baseline); the compiler builds both from one source
+// without FMA contraction, so they round alike.
+void CpuBackend::runFused(ztrt_fused_fn fn, ztrt_fused_fn wide,
+                          void *const *args, int64_t items,
+                          int64_t itemElements) {
+  const ztrt_fused_fn kernel = wide && avx512Kernels ? wide : fn;
+  if (items <= 0)
+    return;
+#ifdef _OPENMP
+#pragma omp parallel if (items * itemElements >= kParallelElements)
+  {
+    const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
+    const int64_t q = items / threads, r = items % threads;
+    const int64_t begin = t * q + std::min(t, r),
+                  end = (t + 1) * q + std::min(t + 1, r);
+    if (begin < end)
+      kernel(args, begin, end);
+  }
+#else
+  kernel(args, 0, items);
+#endif
 }
 
 // x widened, rounded once to the target type; a cast to the same type is

@@ -31,13 +31,36 @@ namespace {
 
 enum class Choice { Unread, OneDnn, Widen };
 
+#ifdef ZTRT_HAVE_DNNL
+/// Whether oneDNN has a bf16 matmul for this processor. Debian's oneDNN
+/// needs AVX-512 (with BF16 instructions or its emulation of them); on a
+/// processor without, creating the primitive fails, and the default is then
+/// the widening path rather than a fatal error at the first bf16 GEMM.
+bool oneDnnRunsBf16() {
+  using dims = dnnl::memory::dims;
+  using dt = dnnl::memory::data_type;
+  try {
+    dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    dnnl::memory::desc a(dims{1, 1, 1}, dt::bf16, dims{1, 1, 1});
+    dnnl::memory::desc b(dims{1, 1, 1}, dt::bf16, dims{1, 1, 1});
+    dnnl::memory::desc c(dims{1, 1, 1}, dt::f32, dims{1, 1, 1});
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), engine);
+    return true;
+  } catch (const dnnl::error &) {
+    return false;
+  }
+}
+#endif
+
 Choice choice() {
   static Choice c = [] {
     const char *env = std::getenv("ZTRAIN_CPU_BF16_GEMM");
     std::string v = env ? env : "";
 #ifdef ZTRT_HAVE_DNNL
-    if (v.empty() || v == "onednn")
+    if (v == "onednn")
       return Choice::OneDnn;
+    if (v.empty())
+      return oneDnnRunsBf16() ? Choice::OneDnn : Choice::Widen;
 #else
     if (v == "onednn")
       fatal("ZTRAIN_CPU_BF16_GEMM=onednn: this runtime was built without "

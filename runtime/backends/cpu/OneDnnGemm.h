@@ -11,7 +11,9 @@
 // (docs/benchmarks.md, bench/mixed_precision.py).
 //
 // Built when oneDNN (libdnnl-dev) is found; $ZTRAIN_CPU_BF16_GEMM=widen
-// switches back to the widening path at run time (for comparisons).
+// switches back to the widening path at run time (for comparisons), which
+// is also the default on a processor oneDNN has no bf16 matmul for (one
+// without AVX-512).
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,8 +26,9 @@
 
 namespace ztrt::onednn {
 
-/// True when the runtime was built with oneDNN and $ZTRAIN_CPU_BF16_GEMM is
-/// not `widen` (read once). Fatal on any other value of the variable.
+/// True when the runtime was built with oneDNN, $ZTRAIN_CPU_BF16_GEMM is
+/// not `widen` and, unless it is `onednn`, oneDNN has a bf16 matmul for
+/// this processor (read once). Fatal on any other value of the variable.
 bool bf16GemmEnabled();
 
 /// What computes bf16 GEMMs: "onednn (<oneDNN's kernel>)" or "widen to f32

@@ -984,3 +984,77 @@ func.func @loss(%x: tensor<4xf32> {train.name = "w"}) -> tensor<f32> attributes 
   %l = train.reduce sum %x [0] : tensor<4xf32> -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// train.fused: a body of fusible elementwise ops only.
+func.func @fused_not_fusible(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
+  %0 = train.fused(%x) : (tensor<4x4xf32>) -> tensor<4x4xf32> {
+  ^bb0(%a: tensor<4x4xf32>):
+    // expected-error @+1 {{'train.matmul' op is not fusible: a train.fused body holds fusible elementwise ops only}}
+    %1 = train.matmul %a, %a : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+    train.yield %1 : tensor<4x4xf32>
+  }
+  return %0 : tensor<4x4xf32>
+}
+
+// -----
+
+func.func @fused_shape(%x: tensor<4x4xf32>, %y: tensor<16xf32>) -> tensor<4x4xf32> {
+  %0 = train.fused(%x, %y) : (tensor<4x4xf32>, tensor<16xf32>) -> tensor<4x4xf32> {
+  ^bb0(%a: tensor<4x4xf32>, %b: tensor<16xf32>):
+    %1 = train.relu %a : tensor<4x4xf32>
+    // expected-error @+1 {{'train.relu' op has shape [16], not the region's iteration shape [4, 4]}}
+    %2 = train.relu %b : tensor<16xf32>
+    train.yield %1 : tensor<4x4xf32>
+  }
+  return %0 : tensor<4x4xf32>
+}
+
+// -----
+
+func.func @fused_bias(%x: tensor<4x4xf32>, %b: tensor<3xf32>) -> tensor<4x4xf32> {
+  %0 = train.fused(%x, %b) : (tensor<4x4xf32>, tensor<3xf32>) -> tensor<4x4xf32> {
+  ^bb0(%a: tensor<4x4xf32>, %c: tensor<3xf32>):
+    // expected-error @+1 {{'train.bias_add' op}}
+    %1 = train.bias_add %a, %c : tensor<4x4xf32>, tensor<3xf32>
+    train.yield %1 : tensor<4x4xf32>
+  }
+  return %0 : tensor<4x4xf32>
+}
+
+// -----
+
+func.func @fused_yield(%x: tensor<4x4xf32>) -> tensor<4x4xbf16> {
+  // expected-error @+1 {{'train.fused' op yields 1 values whose types are not its results'}}
+  %0 = train.fused(%x) : (tensor<4x4xf32>) -> tensor<4x4xbf16> {
+  ^bb0(%a: tensor<4x4xf32>):
+    %1 = train.relu %a : tensor<4x4xf32>
+    train.yield %1 : tensor<4x4xf32>
+  }
+  return %0 : tensor<4x4xbf16>
+}
+
+// -----
+
+func.func @fused_captures(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
+  // expected-note @+1 {{required by region isolation constraints}}
+  %0 = train.fused() : () -> tensor<4x4xf32> {
+    // expected-error @+1 {{'train.relu' op using value defined outside the region}}
+    %1 = train.relu %x : tensor<4x4xf32>
+    train.yield %1 : tensor<4x4xf32>
+  }
+  return %0 : tensor<4x4xf32>
+}
+
+// -----
+
+func.func @fused_f16(%x: tensor<4x4xf16>) -> tensor<4x4xf16> {
+  %0 = train.fused(%x) : (tensor<4x4xf16>) -> tensor<4x4xf16> {
+  ^bb0(%a: tensor<4x4xf16>):
+    // expected-error @+1 {{'train.relu' op computes 'f16'; fused regions hold f32 and bf16}}
+    %1 = train.relu %a : tensor<4x4xf16>
+    train.yield %1 : tensor<4x4xf16>
+  }
+  return %0 : tensor<4x4xf16>
+}

@@ -98,6 +98,37 @@ public:
   mlir::Value rankValue;
 };
 
+/// The generated kernels of train.fused regions (FusedKernels.cpp): one
+/// per distinct region structure, shared by every function of the module.
+class FusedKernels {
+public:
+  explicit FusedKernels(mlir::ModuleOp module);
+  struct Kernel {
+    /// The baseline kernel and its AVX-512 copy.
+    mlir::LLVM::LLVMFuncOp fn, wide;
+    /// Its name for the trace ("fused:bias_add+gelu"), NUL-terminated.
+    mlir::LLVM::GlobalOp name;
+  };
+  /// The kernel of `op`'s region, generated on first use.
+  mlir::FailureOr<Kernel> get(train::FusedOp op);
+  unsigned size() const { return kernels.size(); }
+
+private:
+  mlir::FailureOr<mlir::LLVM::LLVMFuncOp> generate(train::FusedOp op,
+                                                   const std::string &name,
+                                                   unsigned lanes,
+                                                   llvm::StringRef features);
+  mlir::LLVM::LLVMFuncOp libm(llvm::StringRef name);
+
+  mlir::ModuleOp module;
+  std::map<std::string, Kernel> kernels;
+  llvm::StringMap<mlir::LLVM::LLVMFuncOp> libmFunctions;
+};
+
+/// The items ztrt_fused runs a region's kernel over and the elements of
+/// each: (elements, 1), or (rows, columns) when a member reads a bias.
+std::pair<int64_t, int64_t> fusedItems(train::FusedOp op);
+
 /// The lowering's state: where every tensor value of the step lives, and
 /// the model state's storage under the plan.
 class StepLowering {
@@ -199,6 +230,12 @@ public:
   void branchAtBoundary(mlir::Location loc);
   /// Whether every buffer found its place in the plan.
   bool planOk() const { return !planBroken; }
+  /// The kernels of train.fused regions (the pass's, for every function).
+  FusedKernels *fusedKernels = nullptr;
+  /// The pointer array a ztrt_fused call passes (one per function, at its
+  /// top, reused by every call).
+  mlir::Value fusedArgs;
+
   /// Whether the function's returned value is a loss to report with
   /// ztrt_set_loss (false for the logits function).
   bool reportLoss = true;

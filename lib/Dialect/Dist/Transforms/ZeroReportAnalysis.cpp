@@ -240,7 +240,8 @@ static void countArithmetic(Report &r, ModuleOp module, func::FuncOp entry,
   entry.walk([&](Operation *op) {
     int64_t times = runsPerStep(op);
     bool again = op->hasAttr(train::kRecomputedAttr);
-    r.recomputedOps += again ? times : 0;
+    // A fused region's members are counted, not the region.
+    r.recomputedOps += again && !isa<train::FusedOp>(op) ? times : 0;
     if (train::OpFlops flops = train::opFlops(op)) {
       // A recomputed op's products are all recompute; an op's own
       // repeated products (attention's backward) are too.
@@ -249,8 +250,10 @@ static void countArithmetic(Report &r, ModuleOp module, func::FuncOp entry,
       return;
     }
     // The other kernels (elementwise, norms, softmax, ...) are bound by
-    // memory: the bytes they read and write.
-    if (!isa<train::RuntimeKernelOpInterface>(op))
+    // memory: the bytes they read and write. A fused region is one kernel
+    // (its inputs and results); its members move no bytes of their own.
+    if (isa<train::FusedOp>(op->getParentOp()) ||
+        !isa<train::RuntimeKernelOpInterface, train::FusedOp>(op))
       return;
     int64_t bytes = 0;
     for (Value v : llvm::concat<Value>(op->getOperands(), op->getResults()))

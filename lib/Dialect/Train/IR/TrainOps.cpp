@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ztrain/Dialect/Train/IR/TrainOps.h"
+#include "ztrain/Dialect/Train/IR/ElementBuilder.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -217,6 +218,62 @@ LogicalResult CastOp::verify() {
   if (in.getElementType() == out.getElementType())
     return emitOpError() << "casts " << in.getElementType()
                          << " to itself";
+  return success();
+}
+
+bool BiasAddOp::isLastDimOperand(unsigned index) { return index == 1; }
+
+YieldOp FusedOp::getYield() {
+  return cast<YieldOp>(getBody().front().getTerminator());
+}
+
+ArrayRef<int64_t> FusedOp::getIterationShape() { return shapeOf(getResult(0)); }
+
+LogicalResult FusedOp::verify() {
+  if (getNumResults() == 0)
+    return emitOpError() << "has no results";
+  Block &body = getBody().front();
+  if (body.getNumArguments() != getInputs().size())
+    return emitOpError() << "has " << getInputs().size()
+                         << " inputs but its body takes "
+                         << body.getNumArguments() << " arguments";
+  for (auto [input, arg] : llvm::zip(getInputs(), body.getArguments()))
+    if (input.getType() != arg.getType())
+      return emitOpError() << "input of type " << input.getType()
+                           << " enters the body as " << arg.getType();
+  auto yield = dyn_cast<YieldOp>(body.getTerminator());
+  if (!yield)
+    return emitOpError() << "body must end in train.yield";
+  if (yield.getValues().getTypes() != getResultTypes())
+    return emitOpError() << "yields " << yield.getValues().size()
+                         << " values whose types are not its results'";
+  ArrayRef<int64_t> shape = getIterationShape();
+  for (Operation &op : body.without_terminator()) {
+    auto fusible = dyn_cast<FusibleOpInterface>(&op);
+    if (!fusible || op.getNumRegions() != 0)
+      return op.emitOpError() << "is not fusible: a train.fused body holds "
+                                 "fusible elementwise ops only";
+    for (Value r : op.getResults()) {
+      Type element = getElementTypeOrSelf(r.getType());
+      if (!element.isF32() && !element.isBF16())
+        return op.emitOpError()
+               << "computes " << element << "; fused regions hold f32 and bf16";
+      if (shapeOf(r) != shape)
+        return op.emitOpError()
+               << "has shape " << fmtShape(shapeOf(r))
+               << ", not the region's iteration shape " << fmtShape(shape);
+    }
+    for (OpOperand &operand : op.getOpOperands()) {
+      ArrayRef<int64_t> s = shapeOf(operand.get());
+      bool lastDim = fusible.isLastDimOperand(operand.getOperandNumber());
+      if (lastDim ? (s.size() != 1 || shape.empty() || s[0] != shape.back())
+                  : s != shape)
+        return op.emitOpError()
+               << "operand " << operand.getOperandNumber() << " of shape "
+               << fmtShape(s) << " does not match the region's iteration shape "
+               << fmtShape(shape);
+    }
+  }
   return success();
 }
 

@@ -47,6 +47,35 @@ def Train_RuntimeKernelOpInterface : OpInterface<"RuntimeKernelOpInterface"> {
   ];
 }
 
+def Train_FusibleOpInterface : OpInterface<"FusibleOpInterface"> {
+  let cppNamespace = "::ztrain::train";
+  let description = [{
+    An elementwise op that `train-fuse-elementwise` may put in a
+    `train.fused` region, and whose per-element arithmetic the fused-kernel
+    generator emits from the op's own rule (`let element` in TrainOps.td):
+    declaring an op fusible is the whole change a new fusible op needs.
+
+    The rule receives one f32 value per operand (a scalar or a vector of
+    lanes; the builder hides which) and returns the f32 result before its
+    rounding to the result's element type, computed with the same float
+    operations in the same order as the op's runtime kernel
+    (`ElementBuilder.h` says what that requires).
+  }];
+  let methods = [
+    InterfaceMethod<[{
+      Emits the op's arithmetic for one element of each operand (`x`, in
+      operand order) and returns the result's.
+    }], "::mlir::Value", "emitElement",
+      (ins "::ztrain::train::ElementBuilder &":$e, "::mlir::ValueRange":$x)>,
+    InterfaceMethod<[{
+      Whether operand `index` is a vector along the result's last dimension
+      (a bias: element `[..., j]` reads its element `j`) rather than a
+      tensor of the result's shape.
+    }], "bool", "isLastDimOperand", (ins "unsigned":$index), [{}],
+      /*defaultImplementation=*/[{ return false; }]>
+  ];
+}
+
 def Train_OptimizerUpdateOpInterface : OpInterface<"OptimizerUpdateOpInterface"> {
   let cppNamespace = "::ztrain::train";
   let description = [{

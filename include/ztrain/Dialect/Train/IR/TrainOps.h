@@ -13,12 +13,17 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/ControlFlowInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "ztrain/Dialect/Train/IR/ElementType.h"
 #include "ztrain/Dialect/Train/IR/KernelCall.h"
 #include "ztrain/Dialect/Train/IR/TrainDialect.h"
 
 #include "ztrain/Dialect/Train/IR/TrainEnums.h.inc"
+
+namespace ztrain::train {
+class ElementBuilder; // ElementBuilder.h: FusibleOpInterface's rules
+} // namespace ztrain::train
 
 #include "ztrain/Dialect/Train/IR/TrainInterfaces.h.inc"
 

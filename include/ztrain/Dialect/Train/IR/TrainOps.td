@@ -12,6 +12,7 @@ include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/IR/CommonTypeConstraints.td"
 include "mlir/IR/CommonAttrConstraints.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "ztrain/Dialect/Train/IR/TrainDialect.td"
 include "ztrain/Dialect/Train/IR/TrainEnums.td"
@@ -40,7 +41,24 @@ def Train_KnownAttributes : NativeOpTrait<"KnownAttributes"> {
 
 class Train_Op<string mnemonic, list<Trait> traits = []>
     : Op<Train_Dialect, mnemonic,
-         !listconcat(traits, [Train_ValidTensorShapes, Train_KnownAttributes])>;
+         !listconcat(traits, [Train_ValidTensorShapes, Train_KnownAttributes])> {
+  // A fusible op's element rule (FusibleOpInterface, declared with the
+  // Train_Fusible trait): the body of
+  //   Value emitElement(ElementBuilder &e, ValueRange x)
+  // returning the f32 result for one element of the operands `x`, with the
+  // float operations of the op's runtime kernel in their order
+  // (ElementBuilder.h). The result's rounding to its element type is the
+  // generator's.
+  code element = "";
+  code elementDefinition = !if(!empty(element), "", [{
+    ::mlir::Value $cppClass::emitElement(::ztrain::train::ElementBuilder &e,
+                                         ::mlir::ValueRange x) {
+      (void)e;
+      (void)x;
+  }] # element # [{
+    }
+  }]);
+}
 
 // Compute ops run in f32, bf16 or f16 (kernels accumulate in f32).
 def Train_FloatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;
@@ -69,7 +87,8 @@ class Train_ComputeOp<string mnemonic, list<Trait> traits = []>
   code gradient = "";
   // The class's other C++ definitions (an elementwise op's kernel call).
   code kernelDefinition = "";
-  let extraClassDefinition = kernelDefinition # !if(!empty(gradient), "", [{
+  let extraClassDefinition = kernelDefinition # elementDefinition #
+      !if(!empty(gradient), "", [{
     ::llvm::SmallVector<::mlir::Value> $cppClass::buildGradients(
         ::mlir::OpBuilder &b, ::llvm::ArrayRef<::mlir::Value> resultGrads) {
       using namespace ::ztrain::train::grad;
@@ -90,6 +109,10 @@ class Train_GradOp<string mnemonic, list<Trait> traits = []>
 // (RuntimeKernelOpInterface; the definition is in TrainKernels.cpp unless
 // the op's class gives it).
 defvar Train_Kernel = DeclareOpInterfaceMethods<Train_RuntimeKernelOpInterface>;
+
+// An elementwise op train-fuse-elementwise may fuse; its `let element`
+// rule is its arithmetic in the generated kernel (FusibleOpInterface).
+defvar Train_Fusible = DeclareOpInterfaceMethods<Train_FusibleOpInterface>;
 
 // The call of an elementwise kernel named after the op: its operands and
 // result, then the element count (the ABI's `(in..., out, n)`).
@@ -292,7 +315,8 @@ def Train_BufferReadOp : Train_Op<"buffer_read", [
 //===----------------------------------------------------------------------===//
 
 class Train_BinaryOp<string mnemonic, string what>
-    : Train_ComputeOp<mnemonic, [SameOperandsAndResultType, Train_Kernel]> {
+    : Train_ComputeOp<mnemonic, [SameOperandsAndResultType, Train_Kernel,
+                                 Train_Fusible]> {
   let kernelDefinition = Train_ElementwiseKernel<mnemonic>.definition;
   let summary = "elementwise " # what;
   let description = [{
@@ -308,16 +332,25 @@ class Train_BinaryOp<string mnemonic, string what>
 }
 
 def Train_AddOp : Train_BinaryOp<"add", "sum"> {
+  let element = [{
+    return e.add(x[0], x[1]);
+  }];
   let gradient = [{
     return {dy, dy};
   }];
 }
 def Train_SubOp : Train_BinaryOp<"sub", "difference"> {
+  let element = [{
+    return e.sub(x[0], x[1]);
+  }];
   let gradient = [{
     return {dy, scaleBy(b, loc, dy, -1.0)};
   }];
 }
 def Train_MulOp : Train_BinaryOp<"mul", "product"> {
+  let element = [{
+    return e.mul(x[0], x[1]);
+  }];
   let gradient = [{
     return {MulOp::create(b, loc, getType(), dy, getRhs()),
             MulOp::create(b, loc, getType(), dy, getLhs())};
@@ -325,7 +358,8 @@ def Train_MulOp : Train_BinaryOp<"mul", "product"> {
 }
 
 class Train_UnaryOp<string mnemonic, string what>
-    : Train_ComputeOp<mnemonic, [SameOperandsAndResultType, Train_Kernel]> {
+    : Train_ComputeOp<mnemonic, [SameOperandsAndResultType, Train_Kernel,
+                                 Train_Fusible]> {
   let kernelDefinition = Train_ElementwiseKernel<mnemonic>.definition;
   let summary = what;
   let arguments = (ins Train_FloatTensor:$input);
@@ -334,6 +368,10 @@ class Train_UnaryOp<string mnemonic, string what>
 }
 
 def Train_ReluOp : Train_UnaryOp<"relu", "rectified linear unit"> {
+  let element = [{
+    // x < 0 ? 0 : x (Elementwise.def): NaN and -0 pass.
+    return e.select(e.lt(x[0], e.constant(0.0f)), e.constant(0.0f), x[0]);
+  }];
   let gradient = [{
     return {ReluGradOp::create(b, loc, getType(), dy, getInput())};
   }];
@@ -347,6 +385,9 @@ def Train_ReluOp : Train_UnaryOp<"relu", "rectified linear unit"> {
 }
 
 def Train_GeluOp : Train_UnaryOp<"gelu", "Gaussian error linear unit (tanh form)"> {
+  let element = [{
+    return e.gelu(x[0]);
+  }];
   let gradient = [{
     return {GeluGradOp::create(b, loc, getType(), dy, getInput())};
   }];
@@ -361,6 +402,9 @@ def Train_GeluOp : Train_UnaryOp<"gelu", "Gaussian error linear unit (tanh form)
 }
 
 def Train_GeluErfOp : Train_UnaryOp<"gelu_erf", "Gaussian error linear unit (exact, erf form)"> {
+  let element = [{
+    return e.geluErf(x[0]);
+  }];
   let gradient = [{
     return {GeluErfGradOp::create(b, loc, getType(), dy, getInput())};
   }];
@@ -378,6 +422,9 @@ def Train_GeluErfOp : Train_UnaryOp<"gelu_erf", "Gaussian error linear unit (exa
 }
 
 def Train_TanhOp : Train_UnaryOp<"tanh", "hyperbolic tangent"> {
+  let element = [{
+    return e.tanh(x[0]);
+  }];
   let gradient = [{
     return {TanhGradOp::create(b, loc, getType(), dy, getResult())};
   }];
@@ -393,6 +440,9 @@ def Train_TanhOp : Train_UnaryOp<"tanh", "hyperbolic tangent"> {
 }
 
 def Train_ErfOp : Train_UnaryOp<"erf", "Gauss error function"> {
+  let element = [{
+    return e.erff(x[0]);
+  }];
   let gradient = [{
     return {ErfGradOp::create(b, loc, getType(), dy, getInput())};
   }];
@@ -407,6 +457,9 @@ def Train_ErfOp : Train_UnaryOp<"erf", "Gauss error function"> {
 }
 
 def Train_DivOp : Train_BinaryOp<"div", "quotient"> {
+  let element = [{
+    return e.div(x[0], x[1]);
+  }];
   let gradient = [{
     // d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b: da = dy / b, db = -(da * y).
     Value da = DivOp::create(b, loc, getType(), dy, getRhs());
@@ -416,6 +469,9 @@ def Train_DivOp : Train_BinaryOp<"div", "quotient"> {
 }
 
 def Train_SiluOp : Train_UnaryOp<"silu", "sigmoid linear unit"> {
+  let element = [{
+    return e.silu(x[0]);
+  }];
   let gradient = [{
     return {SiluGradOp::create(b, loc, getType(), dy, getInput())};
   }];
@@ -430,6 +486,9 @@ def Train_SiluOp : Train_UnaryOp<"silu", "sigmoid linear unit"> {
 }
 
 def Train_SigmoidOp : Train_UnaryOp<"sigmoid", "logistic sigmoid"> {
+  let element = [{
+    return e.sigmoid(x[0]);
+  }];
   let gradient = [{
     return {SigmoidGradOp::create(b, loc, getType(), dy, getResult())};
   }];
@@ -443,6 +502,9 @@ def Train_SigmoidOp : Train_UnaryOp<"sigmoid", "logistic sigmoid"> {
 }
 
 def Train_ExpOp : Train_UnaryOp<"exp", "exponential"> {
+  let element = [{
+    return e.expf(x[0]);
+  }];
   let gradient = [{
     return {MulOp::create(b, loc, getType(), dy, getResult())};
   }];
@@ -456,6 +518,9 @@ def Train_ExpOp : Train_UnaryOp<"exp", "exponential"> {
 }
 
 def Train_SqrtOp : Train_UnaryOp<"sqrt", "square root"> {
+  let element = [{
+    return e.sqrt(x[0]);
+  }];
   let gradient = [{
     // dy / (2 y): the halving is exact, so this is PyTorch's dy / (2 * y).
     Value q = DivOp::create(b, loc, getType(), dy, getResult());
@@ -472,6 +537,9 @@ def Train_SqrtOp : Train_UnaryOp<"sqrt", "square root"> {
 }
 
 def Train_RsqrtOp : Train_UnaryOp<"rsqrt", "reciprocal square root"> {
+  let element = [{
+    return e.rsqrt(x[0]);
+  }];
   let gradient = [{
     return {RsqrtGradOp::create(b, loc, getType(), dy, getResult())};
   }];
@@ -485,7 +553,12 @@ def Train_RsqrtOp : Train_UnaryOp<"rsqrt", "reciprocal square root"> {
   }];
 }
 
-def Train_NegOp : Train_ComputeOp<"neg", [SameOperandsAndResultType, Train_Kernel]> {
+def Train_NegOp : Train_ComputeOp<"neg", [SameOperandsAndResultType, Train_Kernel,
+                                          Train_Fusible]> {
+  let element = [{
+    // The scale kernel with factor -1 (TrainKernels.cpp).
+    return e.mul(x[0], e.constant(-1.0f));
+  }];
   let gradient = [{
     return {NegOp::create(b, loc, getType(), dy)};
   }];
@@ -606,7 +679,12 @@ def Train_DropoutOp : Train_ComputeOp<"dropout", [SameOperandsAndResultType, Tra
   }];
 }
 
-def Train_ScaleOp : Train_ComputeOp<"scale", [SameOperandsAndResultType, Train_Kernel]> {
+def Train_ScaleOp : Train_ComputeOp<"scale", [SameOperandsAndResultType, Train_Kernel,
+                                              Train_Fusible]> {
+  let element = [{
+    // The kernel rounds the factor to float once.
+    return e.mul(x[0], e.constant(static_cast<float>(getFactor().convertToDouble())));
+  }];
   let gradient = [{
     return {scaleBy(b, loc, dy, getFactor().convertToDouble())};
   }];
@@ -624,7 +702,11 @@ def Train_ScaleOp : Train_ComputeOp<"scale", [SameOperandsAndResultType, Train_K
 }
 
 def Train_BiasAddOp : Train_ComputeOp<"bias_add",
-    [AllTypesMatch<["input", "result"]>, Train_Kernel]> {
+    [AllTypesMatch<["input", "result"]>, Train_Kernel,
+     DeclareOpInterfaceMethods<Train_FusibleOpInterface, ["isLastDimOperand"]>]> {
+  let element = [{
+    return e.add(x[0], x[1]);
+  }];
   let gradient = [{
     int64_t rank = ::llvm::cast<::mlir::RankedTensorType>(dy.getType()).getRank();
     Value db = ReduceOp::create(b, loc, getBias().getType(), ReduceKind::sum,
@@ -660,8 +742,12 @@ def Train_FillOp : Train_Op<"fill", [Pure, Train_Kernel]> {
   let assemblyFormat = "attr-dict `:` type($result)";
 }
 
-def Train_CastOp : Train_Op<"cast", [Pure, Train_Kernel,
+def Train_CastOp : Train_Op<"cast", [Pure, Train_Kernel, Train_Fusible,
     DeclareOpInterfaceMethods<Train_GradientOpInterface>]> {
+  let extraClassDefinition = elementDefinition;
+  let element = [{
+    return x[0]; // the rounding to the result type is the cast
+  }];
   let summary = "converts a tensor to another floating-point element type";
   let description = [{
     Converts every element of `input` to the result's element type (f32,
@@ -685,6 +771,69 @@ def Train_CastOp : Train_Op<"cast", [Pure, Train_Kernel,
   let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `to` type($result)";
   let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Fusion
+//===----------------------------------------------------------------------===//
+
+def Train_FusedOp : Train_Op<"fused", [Pure, IsolatedFromAbove, SingleBlock]> {
+  let summary = "elementwise ops run as one generated kernel";
+  let description = [{
+    A producer-consumer chain of fusible elementwise ops
+    (`FusibleOpInterface`) that `train-fuse-elementwise` grouped: the body
+    computes each element of its results from the same elements of its
+    inputs (a bias operand from element `j` of the last dimension), and
+    `lower-to-runtime` generates one loop for it that reads every input
+    once and writes only the yielded values. Values computed inside and not
+    yielded never reach memory: plan-memory gives them no buffer.
+
+    The generated code computes each element with the same float operations
+    in the same order as the members' runtime kernels, and rounds every
+    member's result to its element type as storing it would, so a fused
+    step is bitwise the unfused one (docs/design.md, "Fusion").
+
+    ```mlir
+    %h, %g = train.fused (%x, %b) : (tensor<8x64x256xf32>, tensor<256xf32>)
+        -> (tensor<8x64x256xf32>, tensor<8x64x256xf32>) {
+    ^bb0(%a: tensor<8x64x256xf32>, %c: tensor<256xf32>):
+      %0 = train.bias_add %a, %c : tensor<8x64x256xf32>, tensor<256xf32>
+      %1 = train.gelu %0 : tensor<8x64x256xf32>
+      train.yield %0, %1 : tensor<8x64x256xf32>, tensor<8x64x256xf32>
+    }
+    ```
+
+    **Constraints:**
+    - the body's ops are fusible ops on f32 or bf16 tensors, all of whose
+      results have one shape (the region's iteration shape);
+    - every operand of a body op has that shape, except the last-dimension
+      operands (a bias), which are vectors of its last dimension;
+    - the block's arguments have the inputs' types, `train.yield`'s
+      operands the results'.
+  }];
+  let arguments = (ins Variadic<Train_FloatTensor>:$inputs);
+  let results = (outs Variadic<Train_FloatTensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    `(` $inputs `)` attr-dict `:` functional-type($inputs, $results) $body
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The body's yield.
+    YieldOp getYield();
+    /// The shape every element of the region is computed over.
+    ::llvm::ArrayRef<int64_t> getIterationShape();
+  }];
+}
+
+def Train_YieldOp : Train_Op<"yield", [Pure, Terminator, ReturnLike,
+                                       HasParent<"FusedOp">]> {
+  let summary = "the results of a train.fused region";
+  let description = [{
+    Ends a `train.fused` body: its operands become the region's results.
+  }];
+  let arguments = (ins Variadic<Train_FloatTensor>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
 }
 
 //===----------------------------------------------------------------------===//
@@ -1147,8 +1296,10 @@ def Train_CrossEntropyOp : Train_ComputeOp<"cross_entropy", [Train_Kernel]> {
 //===----------------------------------------------------------------------===//
 
 class Train_ActivationGradOp<string mnemonic, string fwd>
-    : Train_GradOp<mnemonic, [SameOperandsAndResultType, Train_Kernel]> {
-  let extraClassDefinition = Train_ElementwiseKernel<mnemonic>.definition;
+    : Train_GradOp<mnemonic, [SameOperandsAndResultType, Train_Kernel,
+                              Train_Fusible]> {
+  let extraClassDefinition =
+      Train_ElementwiseKernel<mnemonic>.definition # elementDefinition;
   let summary = "adjoint of train." # fwd;
   let description = [{
     `dy * }] # fwd # [{'(x)` elementwise, with `x` the forward input.
@@ -1162,17 +1313,40 @@ class Train_ActivationGradOp<string mnemonic, string fwd>
   let assemblyFormat = "$grad `,` $input attr-dict `:` type($result)";
 }
 
-def Train_ReluGradOp : Train_ActivationGradOp<"relu_grad", "relu">;
-def Train_GeluGradOp : Train_ActivationGradOp<"gelu_grad", "gelu">;
-def Train_SiluGradOp : Train_ActivationGradOp<"silu_grad", "silu">;
-def Train_GeluErfGradOp : Train_ActivationGradOp<"gelu_erf_grad", "gelu_erf">;
-def Train_ErfGradOp : Train_ActivationGradOp<"erf_grad", "erf">;
+def Train_ReluGradOp : Train_ActivationGradOp<"relu_grad", "relu"> {
+  let element = [{
+    // y <= 0 ? 0 : dy (Elementwise.def).
+    return e.select(e.le(x[1], e.constant(0.0f)), e.constant(0.0f), x[0]);
+  }];
+}
+def Train_GeluGradOp : Train_ActivationGradOp<"gelu_grad", "gelu"> {
+  let element = [{
+    return e.geluGrad(x[0], x[1]);
+  }];
+}
+def Train_SiluGradOp : Train_ActivationGradOp<"silu_grad", "silu"> {
+  let element = [{
+    return e.siluGrad(x[0], x[1]);
+  }];
+}
+def Train_GeluErfGradOp : Train_ActivationGradOp<"gelu_erf_grad", "gelu_erf"> {
+  let element = [{
+    return e.geluErfGrad(x[0], x[1]);
+  }];
+}
+def Train_ErfGradOp : Train_ActivationGradOp<"erf_grad", "erf"> {
+  let element = [{
+    return e.erfGrad(x[0], x[1]);
+  }];
+}
 
 // The adjoint of an elementwise op whose derivative is cheapest in terms of
 // its result.
 class Train_ResultGradOp<string mnemonic, string fwd, string formula>
-    : Train_GradOp<mnemonic, [SameOperandsAndResultType, Train_Kernel]> {
-  let extraClassDefinition = Train_ElementwiseKernel<mnemonic>.definition;
+    : Train_GradOp<mnemonic, [SameOperandsAndResultType, Train_Kernel,
+                              Train_Fusible]> {
+  let extraClassDefinition =
+      Train_ElementwiseKernel<mnemonic>.definition # elementDefinition;
   let summary = "adjoint of train." # fwd;
   let description = [{
     `}] # formula # [{` elementwise, with `y` the forward result.
@@ -1186,9 +1360,22 @@ class Train_ResultGradOp<string mnemonic, string fwd, string formula>
   let assemblyFormat = "$grad `,` $output attr-dict `:` type($result)";
 }
 
-def Train_SigmoidGradOp : Train_ResultGradOp<"sigmoid_grad", "sigmoid", "dy * (1 - y) * y">;
-def Train_RsqrtGradOp : Train_ResultGradOp<"rsqrt_grad", "rsqrt", "-0.5 * dy * y^3">;
-def Train_TanhGradOp : Train_ResultGradOp<"tanh_grad", "tanh", "dy * (1 - y^2)">;
+def Train_SigmoidGradOp : Train_ResultGradOp<"sigmoid_grad", "sigmoid", "dy * (1 - y) * y"> {
+  let element = [{
+    return e.sigmoidGrad(x[0], x[1]);
+  }];
+}
+def Train_RsqrtGradOp : Train_ResultGradOp<"rsqrt_grad", "rsqrt", "-0.5 * dy * y^3"> {
+  let element = [{
+    return e.rsqrtGrad(x[0], x[1]);
+  }];
+}
+def Train_TanhGradOp : Train_ResultGradOp<"tanh_grad", "tanh", "dy * (1 - y^2)"> {
+  let element = [{
+    // dy * (1 - y * y) (Elementwise.def).
+    return e.mul(x[0], e.sub(e.constant(1.0f), e.mul(x[1], x[1])));
+  }];
+}
 
 def Train_ReduceMaxGradOp : Train_GradOp<"reduce_max_grad", [
     AllTypesMatch<["input", "result"]>, AllTypesMatch<["grad", "output"]>,

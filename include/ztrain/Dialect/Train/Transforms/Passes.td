@@ -191,6 +191,46 @@ def TrainFuseLoss : Pass<"train-fuse-loss", "::mlir::ModuleOp"> {
   let dependentDialects = ["::ztrain::train::TrainDialect"];
 }
 
+def TrainFuseElementwise : Pass<"train-fuse-elementwise", "::mlir::ModuleOp"> {
+  let summary = "Chains of elementwise ops as train.fused regions (one "
+                "generated kernel each)";
+  let description = [{
+    Runs first in `ztrain-to-llvm` with `ztrain-compile --fuse=elementwise`,
+    before `plan-memory`, on the step and the forward functions. A
+    producer-consumer chain of fusible ops (`FusibleOpInterface`: the
+    elementwise ops, their gradients, `scale`, `neg`, `bias_add`, `cast`)
+    on f32 or bf16 tensors of one shape becomes one `train.fused` region at
+    its last op's place; `lower-to-runtime` generates its loop. A value
+    that only the chain reads is no longer a buffer: plan-memory does not
+    see it, and the step's activation memory shrinks by it.
+
+    A chain never spans a barrier: a `dist` op (collectives, parameter
+    gathers and releases, offload and NVMe transfers) or an op with side
+    effects (optimizer updates, gradient accumulation, loss scaling). It
+    never mixes recomputed ops (`train.recomputed`) with others, keeps
+    every outside reader of its values after its place, and has at most 16
+    inputs and results. Single ops keep their runtime kernel.
+
+    ```mlir
+    // before
+    %0 = train.bias_add %x, %b : tensor<8x64x256xf32>, tensor<256xf32>
+    %1 = train.add %r, %0 : tensor<8x64x256xf32>
+    // after
+    %1 = train.fused (%x, %b, %r) : (tensor<8x64x256xf32>, tensor<256xf32>,
+        tensor<8x64x256xf32>) -> tensor<8x64x256xf32> {
+    ^bb0(%a: tensor<8x64x256xf32>, %c: tensor<256xf32>, %d: tensor<8x64x256xf32>):
+      %2 = train.bias_add %a, %c : tensor<8x64x256xf32>, tensor<256xf32>
+      %3 = train.add %d, %2 : tensor<8x64x256xf32>
+      train.yield %3 : tensor<8x64x256xf32>
+    }
+    ```
+  }];
+  let dependentDialects = ["::ztrain::train::TrainDialect"];
+  let statistics = [
+    Statistic<"numRegions", "regions", "train.fused regions made">
+  ];
+}
+
 def TrainRecompute : Pass<"train-recompute", "::mlir::ModuleOp"> {
   let summary = "Activation checkpointing: recompute forward values in the "
                 "backward pass instead of keeping them (ZeRO-R)";

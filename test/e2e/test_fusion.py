@@ -1,0 +1,155 @@
+"""--fuse=elementwise: chains of elementwise ops run as generated kernels
+(train-fuse-elementwise, lower-to-runtime's code generation) that compute
+every element with the same float operations in the same order as the
+runtime's hand-written kernels. What the executable trains must not change
+by a bit: each model is compiled with --fuse=none and --fuse=elementwise
+and trained; the printed losses and the saved weights are compared byte for
+byte. The runtime's AVX-512 kernels and its baseline ones
+(ZTRT_CPU_ISA=baseline) are each compared with the generated code, which
+likewise has an AVX-512 and a baseline copy."""
+
+import filecmp
+import os
+import re
+import subprocess
+
+import pytest
+
+import e2e_util
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+GPT = os.path.join(ROOT, "examples", "gpt.mlir")
+LLAMA = os.path.join(ROOT, "examples", "llama.mlir")
+DATA = os.path.join(ROOT, "examples", "data", "genesis-kjv.txt")
+
+# Every fusible rule, forward and backward (autodiff adds relu_grad,
+# gelu_grad, ...), on rows of 37 elements: not a multiple of the 4 or 16
+# lanes, so every kernel's remainder loop runs. `factor` spreads the
+# pre-activations: 40 reaches tanh's and exp's clamps (|x| > 43.5 after
+# the doubling), 0.01 keeps them in tanh's small-argument branch.
+COVERAGE = """
+module {{
+  train.param @p : tensor<8x37xf32> init(normal, 1.0)
+  train.param @b : tensor<37xf32> init(normal, 0.5)
+  func.func @step(%x: tensor<8x37xf32> {{train.name = "x"}}) -> tensor<f32>
+      attributes {{train.entry}} {{
+    %p = train.param_read @p : tensor<8x37xf32>
+    %b = train.param_read @b : tensor<37xf32>
+    %m = train.mul %x, %p : tensor<8x37xf32>
+    %c = train.bias_add %m, %b : tensor<8x37xf32>, tensor<37xf32>
+    %a = train.scale %c {{factor = {factor} : f64}} : tensor<8x37xf32>
+    %r1 = train.relu %a : tensor<8x37xf32>
+    %r2 = train.gelu %a : tensor<8x37xf32>
+    %r3 = train.gelu_erf %a : tensor<8x37xf32>
+    %r4 = train.tanh %a : tensor<8x37xf32>
+    %r5 = train.erf %a : tensor<8x37xf32>
+    %r6 = train.silu %a : tensor<8x37xf32>
+    %r7 = train.sigmoid %a : tensor<8x37xf32>
+    %e = train.exp %r7 : tensor<8x37xf32>
+    %s = train.sqrt %e : tensor<8x37xf32>
+    %q = train.rsqrt %e : tensor<8x37xf32>
+    %d = train.div %r6, %e : tensor<8x37xf32>
+    %n = train.neg %r5 : tensor<8x37xf32>
+    %u = train.sub %r2, %r3 : tensor<8x37xf32>
+    %t1 = train.add %r1, %u : tensor<8x37xf32>
+    %t2 = train.add %r4, %n : tensor<8x37xf32>
+    %t3 = train.mul %s, %q : tensor<8x37xf32>
+    %t4 = train.add %d, %t3 : tensor<8x37xf32>
+    %t5 = train.add %t1, %t2 : tensor<8x37xf32>
+    %t6 = train.add %t4, %t5 : tensor<8x37xf32>
+    %l = train.reduce sum %t6 [0, 1] : tensor<8x37xf32> -> tensor<f32>
+    return %l : tensor<f32>
+  }}
+}}
+"""
+
+
+def compile_model(src, out, *extra):
+    p = e2e_util.run([e2e_util.require_tool("ztrain-compile"), src, "-o", out, *extra])
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+def train(ranks, exe, *extra, env=None):
+    cmd = [exe, "--steps", 3, "--save", f"{exe}.safetensors", *extra]
+    if env:
+        cmd = ["env", *[f"{k}={v}" for k, v in env.items()], *cmd]
+    run = e2e_util.mpirun(ranks, cmd)
+    losses = [line.split()[:4] for line in run.stdout.splitlines() if line.startswith("step ")]
+    assert len(losses) == 3, run.stdout
+    return losses
+
+
+def fused_regions(tmp_path, src, name, *extra):
+    """The train.fused regions of the lowered step (--emit=mlir keeps the
+    LLVM dialect; the kernels' names tell)."""
+    out = compile_model(src, tmp_path / f"{name}.ll", "--emit=llvm", *extra)
+    text = open(out).read()
+    return re.findall(r"define internal void @(ztrain_fused\.\d+)\(", text)
+
+
+def assert_bitwise(tmp_path, src, ranks, flags, run_flags=(), env=None):
+    fused = compile_model(src, tmp_path / "fused", *flags, "--fuse=elementwise")
+    plain = compile_model(src, tmp_path / "plain", *flags, "--fuse=none")
+    assert train(ranks, fused, *run_flags, env=env) == train(ranks, plain, *run_flags, env=env)
+    assert filecmp.cmp(f"{fused}.safetensors", f"{plain}.safetensors", shallow=False)
+
+
+@pytest.mark.parametrize("factor", ["40.0", "0.01"])
+@pytest.mark.parametrize("isa", ["native", "baseline"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_every_rule_trains_bitwise(tmp_path, factor, isa, precision):
+    src = tmp_path / "coverage.mlir"
+    src.write_text(COVERAGE.format(factor=factor))
+    flags = ["--optimizer=sgd", "--lr=1e-3", f"--precision={precision}"]
+    assert len(fused_regions(tmp_path, src, "ir", *flags, "--fuse=elementwise")) >= 2
+    env = {"ZTRT_CPU_ISA": "baseline"} if isa == "baseline" else None
+    assert_bitwise(tmp_path, src, 1, flags, env=env)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_gpt_trains_bitwise(tmp_path, precision):
+    flags = ["--optimizer=adamw", "--lr=1e-3", f"--precision={precision}"]
+    assert fused_regions(tmp_path, GPT, "ir", *flags, "--fuse=elementwise")
+    assert_bitwise(tmp_path, GPT, 1, flags, ["--data", DATA])
+
+
+def test_gpt_zero2_overlap_trains_bitwise(tmp_path):
+    # The regions never span the step's collectives; on 2 ranks with ZeRO-2
+    # and the overlap schedule the step is the same to the bit.
+    flags = ["--optimizer=adamw", "--lr=1e-3", "--dp=2", "--zero-stage=2", "--overlap"]
+    assert_bitwise(tmp_path, GPT, 2, flags, ["--data", DATA])
+
+
+def test_llama_trains_bitwise(tmp_path):
+    flags = ["--optimizer=adamw", "--lr=1e-3"]
+    assert fused_regions(tmp_path, LLAMA, "ir", *flags, "--fuse=elementwise")
+    assert_bitwise(tmp_path, LLAMA, 1, flags, ["--data", DATA])
+
+
+def test_kernels_in_parts_train_bitwise(tmp_path):
+    # Kernels referenced from step functions compiled in other parts.
+    flags = ["--optimizer=adamw", "--lr=1e-3", "--outline-max-ops=8", "--ops-per-part=20"]
+    assert_bitwise(tmp_path, GPT, 1, flags, ["--data", DATA])
+
+
+def test_generated_kernels_have_no_fma(tmp_path):
+    # FMA contraction would change bits: neither copy of any kernel has one.
+    exe = compile_model(GPT, tmp_path / "gpt", "--fuse=elementwise")
+    dump = subprocess.run(["objdump", "-d", "--no-show-raw-insn", exe], stdout=subprocess.PIPE,
+                          text=True, check=True).stdout
+    kernels = re.findall(r"<ztrain_fused\.[^>]*>:\n(.*?)\n\n", dump, re.S)
+    assert kernels
+    assert not any(re.search(r"\bvf(n?)m(add|sub)", body) for body in kernels)
+    assert any("zmm" in body for body in kernels)  # the AVX-512 copies
+
+
+def test_fused_steps_need_less_activation_memory(tmp_path):
+    # The values only a region reads have no buffer: the plan's activations
+    # arena is smaller, and the executable still measures what it predicts.
+    def arena(*extra):
+        out = compile_model(GPT, tmp_path / "gpt.mlir", "--emit=mlir", *extra)
+        text = open(out).read()
+        return int(re.search(r'arena activations (\d+)', text).group(1))
+    assert arena("--fuse=elementwise") < arena("--fuse=none")
