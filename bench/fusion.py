@@ -50,7 +50,7 @@ def kernel_bytes(mlir, precision, fuse):
     p = subprocess.run([os.path.join(BIN, "ztrain-opt"), mlir, *passes, "-o", os.devnull],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=True)
     report = json.loads(p.stdout or p.stderr)
-    return report["arithmetic"]["kernel_bytes_per_step"]
+    return report["kernel_bytes_per_step"]
 
 
 def activations(exe_mlir):

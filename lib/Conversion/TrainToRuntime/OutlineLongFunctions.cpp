@@ -58,7 +58,7 @@ struct OutlineLongFunctionsPass
 
   void outlineFunction(LLVM::LLVMFuncOp fn) {
     // The runs: consecutive ops of a block, constants aside, cut at
-    // terminators and ops with regions.
+    // terminators, ops with regions and stack allocations.
     std::vector<SmallVector<Operation *>> runs(1);
     auto cut = [&] {
       if (runs.back().size() < 2)
@@ -70,7 +70,10 @@ struct OutlineLongFunctionsPass
       for (Operation &op : block) {
         if (isRematerializable(&op))
           continue; // stays in place; parts copy it
-        if (op.hasTrait<OpTrait::IsTerminator>() || op.getNumRegions() != 0) {
+        // A stack allocation (ztrt_fused's pointer array) lives in this
+        // function's frame: in a part it would die when the part returns.
+        if (op.hasTrait<OpTrait::IsTerminator>() || op.getNumRegions() != 0 ||
+            isa<LLVM::AllocaOp>(op)) {
           cut();
           continue;
         }
