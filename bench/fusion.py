@@ -3,7 +3,8 @@
 --fuse=elementwise, measured side by side in one run on this machine.
 
 For each model and precision: the median step time of each executable
-(--threads T, the report's time_ms after a warm-up), their ratio, the
+(--threads T, the report's time_ms; the two run alternately, several times,
+each run's first steps left out), their ratio, the
 bytes the memory-bound kernels read and write per step (zero-report's
 kernel_bytes_per_step: elementwise, norms, softmax, ...; a fused region
 counts its inputs and results once) and the planned activation memory
@@ -58,47 +59,58 @@ def activations(exe_mlir):
     return int(re.search(r"arena activations (\d+)", text).group(1))
 
 
-def measure(spec, precision, fuse, threads, steps, warmup, tmp):
+def build(spec, precision, fuse, tmp):
+    """The executable, its kernel bytes per step and its activation arena."""
     mlir = os.path.join(tmp, "model.mlir")
     with open(mlir, "w") as fh:
         fh.write(spec.to_mlir())
-    flags = [f"--precision={precision}", f"--fuse={'elementwise' if fuse else 'none'}"]
-    exe = parity.compile_model(mlir, os.path.join(tmp, "model"), OPT, flags)
-    lowered = parity.compile_model(mlir, os.path.join(tmp, "model.ll.mlir"), OPT,
+    mode = "elementwise" if fuse else "none"
+    flags = [f"--precision={precision}", f"--fuse={mode}"]
+    exe = parity.compile_model(mlir, os.path.join(tmp, f"model.{mode}"), OPT, flags)
+    lowered = parity.compile_model(mlir, os.path.join(tmp, f"model.{mode}.mlir"), OPT,
                                    flags + ["--emit=mlir"])
-    init = parity.make_init(spec, seed=0)
-    data = parity.make_data(spec, samples=4 * spec.batch, seed=1)
+    return exe, kernel_bytes(mlir, precision, fuse), activations(lowered)
+
+
+def step_times(exe, spec, threads, steps, warmup, tmp):
     init_path = os.path.join(tmp, "init.safetensors")
     data_path = os.path.join(tmp, "data.safetensors")
-    safetensors.save(init_path, init)
-    safetensors.save(data_path, data)
+    if not os.path.exists(init_path):
+        safetensors.save(init_path, parity.make_init(spec, seed=0))
+        safetensors.save(data_path, parity.make_data(spec, samples=4 * spec.batch, seed=1))
     report = os.path.join(tmp, "report.json")
     parity.run_exe(exe, steps=steps, init=init_path, data=data_path, report=report,
                    threads=threads)
-    times = [s["time_ms"] for s in parity.read_report(report)["steps"]][warmup:]
-    return (statistics.median(times), kernel_bytes(mlir, precision, fuse),
-            activations(lowered))
+    return [s["time_ms"] for s in parity.read_report(report)["steps"]][warmup:]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=12, help="steps per run")
+    ap.add_argument("--warmup", type=int, default=2, help="steps left out of each run")
+    ap.add_argument("--repeats", type=int, default=5, help="runs of each executable")
     ap.add_argument("--precision", nargs="+", default=["fp32", "bf16"])
     args = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)
-    print(f"threads {args.threads}, median of steps {args.warmup + 1}-{args.steps}")
+    print(f"threads {args.threads}; median step time over {args.repeats} alternating runs "
+          f"of each executable (steps {args.warmup + 1}-{args.steps} of each)")
     print(f"{'model':30} {'prec':5} {'none ms':>8} {'fused ms':>9} {'speedup':>8} "
           f"{'kernel MB none':>15} {'fused':>8} {'act KiB none':>13} {'fused':>8}")
     for name, make in CONFIGS:
         for precision in args.precision:
-            row = []
-            for fuse in (False, True):
-                with tempfile.TemporaryDirectory() as tmp:
-                    row.append(measure(make(), precision, fuse, args.threads, args.steps,
-                                       args.warmup, tmp))
-            (t0, b0, a0), (t1, b1, a1) = row
+            spec = make()
+            with tempfile.TemporaryDirectory() as tmp:
+                built = [build(spec, precision, fuse, tmp) for fuse in (False, True)]
+                # Alternating runs: this machine's speed drifts by tens of
+                # percent within minutes; both sides see the same drift.
+                times = ([], [])
+                for _ in range(args.repeats):
+                    for side in (0, 1):
+                        times[side].extend(step_times(built[side][0], spec, args.threads,
+                                                      args.steps, args.warmup, tmp))
+            t0, t1 = (statistics.median(t) for t in times)
+            (_, b0, a0), (_, b1, a1) = built
             print(f"{name:30} {precision:5} {t0:8.2f} {t1:9.2f} {t0 / t1:7.2f}x "
                   f"{b0 / 1e6:15.1f} {b1 / 1e6:8.1f} {a0 / 1024:13.0f} {a1 / 1024:8.0f}",
                   flush=True)

@@ -10,6 +10,7 @@ likewise has an AVX-512 and a baseline copy."""
 
 import filecmp
 import json
+import math
 import os
 import re
 import subprocess
@@ -168,3 +169,34 @@ def test_fused_steps_move_fewer_bytes(tmp_path):
         return int(re.search(r"arena activations (\d+)", open(out).read()).group(1))
     assert kernel_bytes("--train-fuse-elementwise") < 0.95 * kernel_bytes()
     assert arena("--fuse=elementwise") <= arena("--fuse=none")
+
+
+def test_special_values_train_bitwise(tmp_path):
+    # Signed zeros, subnormals, the branch points of tanh (|x| = 0.625) and
+    # of exp's clamp (-87), values where exp overflows (> 88.7) and large
+    # ones, in the weights the coverage model's chain starts from; the
+    # input is ones, so the chain sees them as they are.
+    import numpy as np
+    from ztrain import safetensors
+    special = np.array([0.0, -0.0, 1e-40, -1e-40, 1e-45, 0.625, -0.625, 0.3125, 43.5,
+                        -43.5, -87.0, -87.5, 88.8, 1e4, -1e4, 1e-20, 3.0, -3.0, 0.5,
+                        -0.5, 1.0, -1.0, 7.25, -7.25, 20.0, -20.0, 2e-38, -2e-38, 0.01,
+                        -0.01, 1.5, -1.5, 9.0, -9.0, 0.1, -0.1, 44.0], dtype=np.float32)
+    p = np.tile(special, (8, 1))
+    for row in range(8):
+        p[row] = np.roll(special, row)
+    init = tmp_path / "init.safetensors"
+    data = tmp_path / "data.safetensors"
+    safetensors.save(str(init), {"p": p, "b": np.zeros(37, np.float32)})
+    safetensors.save(str(data), {"x": np.ones((64, 37), np.float32)})
+    src = tmp_path / "coverage.mlir"
+    src.write_text(COVERAGE.format(factor="1.0"))
+    for precision in ("fp32", "bf16"):
+        flags = ["--optimizer=sgd", "--lr=1e-3", f"--precision={precision}"]
+        fused = compile_model(src, tmp_path / f"fused.{precision}", *flags, "--fuse=elementwise")
+        plain = compile_model(src, tmp_path / f"plain.{precision}", *flags, "--fuse=none")
+        run = ["--init", init, "--data", data]
+        losses = train(1, fused, *run)
+        assert all(math.isfinite(float(line[3])) for line in losses), losses
+        assert losses == train(1, plain, *run)
+        assert filecmp.cmp(f"{fused}.safetensors", f"{plain}.safetensors", shallow=False)
