@@ -153,3 +153,85 @@ func.func @eval(%a: tensor<4x8xf32>) -> tensor<4x8xf32> attributes {train.eval} 
   %1 = train.sigmoid %0 : tensor<4x8xf32>
   return %1 : tensor<4x8xf32>
 }
+
+// -----
+
+// A region holds at most 64 ops: a chain of 66 adds is two regions (64 and 2).
+// CHECK-LABEL: func.func @long_chain
+// CHECK: %[[A:.*]] = train.fused(%arg0, %arg1)
+// CHECK-COUNT-64: train.add
+// CHECK: train.yield
+// CHECK: train.fused(%[[A]], %arg1)
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT: train.add
+// CHECK-NEXT: train.add
+// CHECK-NEXT: train.yield
+func.func @long_chain(%x: tensor<4xf32>, %w: tensor<4xf32>) -> tensor<4xf32> attributes {train.entry} {
+  %h0 = train.add %x, %w : tensor<4xf32>
+  %h1 = train.add %h0, %w : tensor<4xf32>
+  %h2 = train.add %h1, %w : tensor<4xf32>
+  %h3 = train.add %h2, %w : tensor<4xf32>
+  %h4 = train.add %h3, %w : tensor<4xf32>
+  %h5 = train.add %h4, %w : tensor<4xf32>
+  %h6 = train.add %h5, %w : tensor<4xf32>
+  %h7 = train.add %h6, %w : tensor<4xf32>
+  %h8 = train.add %h7, %w : tensor<4xf32>
+  %h9 = train.add %h8, %w : tensor<4xf32>
+  %h10 = train.add %h9, %w : tensor<4xf32>
+  %h11 = train.add %h10, %w : tensor<4xf32>
+  %h12 = train.add %h11, %w : tensor<4xf32>
+  %h13 = train.add %h12, %w : tensor<4xf32>
+  %h14 = train.add %h13, %w : tensor<4xf32>
+  %h15 = train.add %h14, %w : tensor<4xf32>
+  %h16 = train.add %h15, %w : tensor<4xf32>
+  %h17 = train.add %h16, %w : tensor<4xf32>
+  %h18 = train.add %h17, %w : tensor<4xf32>
+  %h19 = train.add %h18, %w : tensor<4xf32>
+  %h20 = train.add %h19, %w : tensor<4xf32>
+  %h21 = train.add %h20, %w : tensor<4xf32>
+  %h22 = train.add %h21, %w : tensor<4xf32>
+  %h23 = train.add %h22, %w : tensor<4xf32>
+  %h24 = train.add %h23, %w : tensor<4xf32>
+  %h25 = train.add %h24, %w : tensor<4xf32>
+  %h26 = train.add %h25, %w : tensor<4xf32>
+  %h27 = train.add %h26, %w : tensor<4xf32>
+  %h28 = train.add %h27, %w : tensor<4xf32>
+  %h29 = train.add %h28, %w : tensor<4xf32>
+  %h30 = train.add %h29, %w : tensor<4xf32>
+  %h31 = train.add %h30, %w : tensor<4xf32>
+  %h32 = train.add %h31, %w : tensor<4xf32>
+  %h33 = train.add %h32, %w : tensor<4xf32>
+  %h34 = train.add %h33, %w : tensor<4xf32>
+  %h35 = train.add %h34, %w : tensor<4xf32>
+  %h36 = train.add %h35, %w : tensor<4xf32>
+  %h37 = train.add %h36, %w : tensor<4xf32>
+  %h38 = train.add %h37, %w : tensor<4xf32>
+  %h39 = train.add %h38, %w : tensor<4xf32>
+  %h40 = train.add %h39, %w : tensor<4xf32>
+  %h41 = train.add %h40, %w : tensor<4xf32>
+  %h42 = train.add %h41, %w : tensor<4xf32>
+  %h43 = train.add %h42, %w : tensor<4xf32>
+  %h44 = train.add %h43, %w : tensor<4xf32>
+  %h45 = train.add %h44, %w : tensor<4xf32>
+  %h46 = train.add %h45, %w : tensor<4xf32>
+  %h47 = train.add %h46, %w : tensor<4xf32>
+  %h48 = train.add %h47, %w : tensor<4xf32>
+  %h49 = train.add %h48, %w : tensor<4xf32>
+  %h50 = train.add %h49, %w : tensor<4xf32>
+  %h51 = train.add %h50, %w : tensor<4xf32>
+  %h52 = train.add %h51, %w : tensor<4xf32>
+  %h53 = train.add %h52, %w : tensor<4xf32>
+  %h54 = train.add %h53, %w : tensor<4xf32>
+  %h55 = train.add %h54, %w : tensor<4xf32>
+  %h56 = train.add %h55, %w : tensor<4xf32>
+  %h57 = train.add %h56, %w : tensor<4xf32>
+  %h58 = train.add %h57, %w : tensor<4xf32>
+  %h59 = train.add %h58, %w : tensor<4xf32>
+  %h60 = train.add %h59, %w : tensor<4xf32>
+  %h61 = train.add %h60, %w : tensor<4xf32>
+  %h62 = train.add %h61, %w : tensor<4xf32>
+  %h63 = train.add %h62, %w : tensor<4xf32>
+  %h64 = train.add %h63, %w : tensor<4xf32>
+  %h65 = train.add %h64, %w : tensor<4xf32>
+  return %h65 : tensor<4xf32>
+}

@@ -19,7 +19,8 @@
 //     or compute past a collective the schedule placed, is not allowed;
 //   - every reader of the group's values outside it comes after the op
 //     (the region's results exist only at its place);
-//   - the region keeps at most kMaxValues inputs and results;
+//   - the region keeps at most kMaxValues inputs and results and
+//     kMaxMembers ops;
 //   - it is recomputed (train.recomputed) exactly when the group is.
 // Two producer groups merge through a common consumer under the same
 // conditions. The result depends on the op order only (deterministic).
@@ -50,6 +51,9 @@ namespace {
 /// Inputs plus results of one region: the generated kernel's pointer
 /// array (ztrt_fused's `args`).
 constexpr unsigned kMaxValues = 16;
+/// Ops of one region: bounds the work of each join test (a chain of a
+/// million adds would otherwise be quadratic) and the generated kernel.
+constexpr size_t kMaxMembers = 64;
 
 /// Whether `t` is a tensor a fused region may compute in.
 bool fusibleType(Type t) {
@@ -113,6 +117,11 @@ bool Grouper::canJoin(Operation *op, ArrayRef<unsigned> ids) const {
       cast<RankedTensorType>(op->getResult(0).getType()).getShape();
   llvm::SetVector<Value> inputs;
   unsigned results = 0;
+  size_t members = 1;
+  for (unsigned id : ids)
+    members += groups[id].members.size();
+  if (members > kMaxMembers)
+    return false;
   for (unsigned id : ids) {
     const Group &g = groups[id];
     if (g.shape != shape || g.recomputed != recomputed ||

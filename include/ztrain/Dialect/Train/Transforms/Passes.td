@@ -209,7 +209,7 @@ def TrainFuseElementwise : Pass<"train-fuse-elementwise", "::mlir::ModuleOp"> {
     effects (optimizer updates, gradient accumulation, loss scaling). It
     never mixes recomputed ops (`train.recomputed`) with others, keeps
     every outside reader of its values after its place, and has at most 16
-    inputs and results. Single ops keep their runtime kernel.
+    inputs and results and 64 ops. Single ops keep their runtime kernel.
 
     ```mlir
     // before
