@@ -82,9 +82,13 @@ CASES = [
 # than TOL: measured for llama-gqa-untied-adamw, layer 0's o_proj is 1.45e-4
 # from torch float32 while ztrain is 2.7e-6 from torch float64 and torch
 # float32 1.4e-4 from it (an Adam step on a near-zero gradient element, as
-# TOL's note says). There a weight tensor passes when it is within TOL of
-# torch float32 or no further from float64 than torch float32 is, and every
-# tensor must be within TOL of float64.
+# TOL's note says). There float64 is the arbiter: a weight tensor passes when
+# it is within TOL of torch float32 or within TOL of float64, and every
+# tensor must be within TOL of float64. (Passing only when no further from
+# float64 than torch float32 made the test depend on which float32
+# trajectory the machine's BLAS kernels favour: on a CPU without AVX-512,
+# 2026-11-29, o_proj was 1.09e-4 from torch float32, 6.4e-5 from float64,
+# torch float32 4.5e-5 from float64.)
 F64_ARBITER = {"llama-gqa-untied-adamw"}
 
 
@@ -116,7 +120,7 @@ def test_parity(name, make_spec, opt, samples, tmp_path, compiler):
     f64 = r.float64_errors()
     bad = {k: e for k, e in w_err.items()
            if not e <= (NOISE_TOL if k in noise_only else TOL)
-           and not (f64 and f64[k][0] <= f64[k][1])}
+           and not (f64 and f64[k][0] <= TOL)}
     assert not bad, f"final weights differ by > {TOL} norm-wise: {bad}"
     if f64:
         far = {k: e for k, (e, _) in f64.items() if not e <= TOL}
