@@ -200,3 +200,27 @@ def test_special_values_train_bitwise(tmp_path):
         assert all(math.isfinite(float(line[3])) for line in losses), losses
         assert losses == train(1, plain, *run)
         assert filecmp.cmp(f"{fused}.safetensors", f"{plain}.safetensors", shallow=False)
+
+
+def test_fused_zero3_repeats_bitwise_and_measures_its_plan(tmp_path):
+    # The bar every byte- or number-moving feature meets: the same run twice
+    # is bitwise equal, and the executable measures exactly the memory its
+    # plan predicts (the regions' results in their planned slots).
+    exe = compile_model(GPT, tmp_path / "fused", "--optimizer=adamw", "--dp=2",
+                        "--zero-stage=3", "--fuse=elementwise")
+    reports = []
+    for run in ("a", "b"):
+        report = tmp_path / f"{run}.json"
+        e2e_util.mpirun(2, [exe, "--steps", 5, "--data", DATA, "--save", tmp_path / f"{run}.st",
+                            "--report", report])
+        reports.append(json.load(open(report))["memory"])
+    assert filecmp.cmp(tmp_path / "a.st", tmp_path / "b.st", shallow=False)
+    assert reports[0]["peak"] == reports[0]["planned"], reports[0]
+
+
+def test_unknown_fuse_mode_is_one_line(tmp_path):
+    p = e2e_util.run([e2e_util.require_tool("ztrain-compile"), GPT, "-o", tmp_path / "x",
+                      "--fuse=rows"])
+    assert p.returncode != 0
+    assert "--fuse" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not (tmp_path / "x").exists()
