@@ -48,6 +48,11 @@ void ztrain::buildTrainingPipeline(OpPassManager &pm,
     pm.addPass(train::createTrainRecompute(recompute));
   }
   pm.addPass(train::createTrainFuseLoss());
+  if (options.lossTileBytes != 0) { // the pass refuses a negative bound
+    train::TrainTileLossOptions tiling;
+    tiling.maxTileBytes = options.lossTileBytes;
+    pm.addPass(train::createTrainTileLoss(tiling));
+  }
   train::TrainOptimizerOptions opt;
   opt.kind = options.optimizer;
   opt.lr = options.lr;

@@ -91,6 +91,32 @@ template <> struct KernelChecks<&Backend::softmax> {
   }
 };
 
+/// A loss tile's rows lie inside its labels.
+static void checkLossTile(const char *op, int64_t rows, int64_t firstRow,
+                          int64_t labelRows) {
+  if (firstRow > labelRows || rows > labelRows - firstRow)
+    fatal("%s: rows [%lld, %lld) are not inside the %lld labels", op,
+          static_cast<long long>(firstRow),
+          static_cast<long long>(firstRow + rows),
+          static_cast<long long>(labelRows));
+}
+
+template <> struct KernelChecks<&Backend::crossEntropyTile> {
+  static void check(const char *op, const void *, const void *, void *,
+                    int64_t rows, int64_t, int64_t, int64_t firstRow,
+                    int64_t labelRows) {
+    checkLossTile(op, rows, firstRow, labelRows);
+  }
+};
+
+template <> struct KernelChecks<&Backend::crossEntropyTileWithGrad> {
+  static void check(const char *op, const void *, const void *, const void *,
+                    void *, void *, int64_t rows, int64_t, int64_t,
+                    int64_t firstRow, int64_t labelRows) {
+    checkLossTile(op, rows, firstRow, labelRows);
+  }
+};
+
 /// Causal attention needs tq == tk; the scale is finite and positive.
 static void checkAttention(const char *op, int64_t heads, int64_t groups,
                            int64_t tq, int64_t tk, int64_t d, int32_t causal,

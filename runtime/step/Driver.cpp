@@ -609,7 +609,8 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
              "both i32 [B, T]");
     if (!desc.logits || !logitsFn)
       refuse("--sample: this model has no logits function (its loss is not "
-             "a cross-entropy of logits, or it was compiled with --eval=false)");
+             "a cross-entropy of logits, or it was compiled with --eval=false "
+             "or --loss-tile-bytes)");
     const int64_t B = desc.inputs[0].shape[0], T = desc.inputs[0].shape[1];
     const TensorSpec &ls = *desc.logits;
     const int64_t V = ls.shape.empty() ? 0 : ls.shape.back();

@@ -587,6 +587,68 @@ TEST_F(KernelTest, CrossEntropyWithGradIsBitwiseTheTwoKernels) {
               "cross_entropy: label 1500 out of range \\[0, 1500\\) at row 5");
 }
 
+TEST_F(KernelTest, CrossEntropyTilesAreTheUntiledRows) {
+  // train-tile-loss's tiles: each tile's dlogits rows are bitwise the
+  // untiled kernel's (same log-sum-exp, same divisor: the count over all
+  // labels), and the tiles' loss shares add up to the loss. The shares are
+  // each rounded to float once, so their float sum may differ from the
+  // untiled loss (one rounding) by an ulp per addition: tolerance 3 ulps
+  // for 3 tiles. With ignore_index, ignored rows in some tiles only.
+  const int64_t rows = 41, classes = 1500;
+  auto logits = testValues(rows * classes, 74);
+  for (float &v : logits)
+    v *= 6;
+  const float dloss = 0.75f;
+  const int64_t bounds[] = {0, 13, 26, rows};
+  for (int64_t ignore : {int64_t(ZTRT_NO_IGNORE_INDEX), int64_t(-100)}) {
+    std::vector<int32_t> labels(rows);
+    for (int64_t r = 0; r < rows; ++r)
+      labels[r] = static_cast<int32_t>((r * 613) % classes);
+    if (ignore != ZTRT_NO_IGNORE_INDEX)
+      labels[2] = labels[3] = labels[30] = -100;
+    float loss = 0;
+    std::vector<float> grad(logits.size());
+    ztrt_cross_entropy_with_grad(ctx.get(), ZTRT_F32, logits.data(),
+                                 labels.data(), &dloss, &loss, grad.data(),
+                                 rows, classes, ignore);
+    float sum = 0;
+    for (int t = 0; t < 3; ++t) {
+      const int64_t first = bounds[t], n = bounds[t + 1] - bounds[t];
+      float share = 0, lossOnly = 0;
+      std::vector<float> tileGrad(n * classes);
+      ztrt_cross_entropy_tile_with_grad(
+          ctx.get(), ZTRT_F32, logits.data() + first * classes, labels.data(),
+          &dloss, &share, tileGrad.data(), n, classes, ignore, first, rows);
+      ztrt_cross_entropy_tile(ctx.get(), ZTRT_F32,
+                              logits.data() + first * classes, labels.data(),
+                              &lossOnly, n, classes, ignore, first, rows);
+      EXPECT_EQ(std::memcmp(tileGrad.data(), grad.data() + first * classes,
+                            tileGrad.size() * 4),
+                0)
+          << "tile " << t;
+      EXPECT_EQ(std::memcmp(&share, &lossOnly, 4), 0)
+          << share << " " << lossOnly;
+      sum += share;
+    }
+    EXPECT_NEAR(sum, loss, 3 * (std::nextafter(loss, INFINITY) - loss))
+        << "ignore " << ignore;
+  }
+  std::vector<int32_t> labels(rows, 1);
+  float share = 0;
+  EXPECT_EXIT(ztrt_cross_entropy_tile(ctx.get(), ZTRT_F32, logits.data(),
+                                      labels.data(), &share, 13, classes,
+                                      ZTRT_NO_IGNORE_INDEX, 30, rows),
+              ::testing::ExitedWithCode(1),
+              "cross_entropy_tile: rows \\[30, 43\\) are not inside the 41 "
+              "labels");
+  labels[40] = -1;
+  EXPECT_EXIT(ztrt_cross_entropy_tile(ctx.get(), ZTRT_F32, logits.data(),
+                                      labels.data(), &share, 13, classes,
+                                      ZTRT_NO_IGNORE_INDEX, 0, rows),
+              ::testing::ExitedWithCode(1),
+              "cross_entropy: label -1 out of range \\[0, 1500\\) at row 40");
+}
+
 TEST_F(KernelTest, CrossEntropyIgnoresRowsLabelledIgnoreIndex) {
   // PyTorch's ignore_index: an ignored row adds nothing and the mean is over
   // the others, so the loss and the other rows' gradient are bitwise those

@@ -53,3 +53,17 @@ func.func @f() -> tensor<f32> attributes {train.entry} {
   %l = train.reduce sum %lse [0, 1] : tensor<2x4xf32> -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// A tile of a loss (train-tile-loss's first_row) is made after the backward
+// pass exists; a forward pass that holds one is refused, saying where tiles
+// come from.
+train.param @w : tensor<10x8xf32> init(normal, 0.5)
+func.func @tiled(%x: tensor<4x8xf32> {train.name = "x"}, %y: tensor<12xi32> {train.name = "y"}) -> tensor<f32> attributes {train.entry} {
+  %w = train.param_read @w : tensor<10x8xf32>
+  %l = train.matmul %x, %w {transpose_b} : (tensor<4x8xf32>, tensor<10x8xf32>) -> tensor<4x10xf32>
+  // expected-error @+1 {{'train.cross_entropy' op is one tile of a loss (first_row): tile the loss with train-tile-loss after differentiating it}}
+  %loss = train.cross_entropy %l, %y {first_row = 0 : i64} : (tensor<4x10xf32>, tensor<12xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}

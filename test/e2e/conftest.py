@@ -38,3 +38,28 @@ def small_mlp(tmp_path_factory, compiler):
     data = str(d / "data.safetensors")
     safetensors.save(data, parity.make_data(spec, samples=24, seed=5))
     return spec, exe, data, d
+
+
+def pytest_collection_modifyitems(config, items):
+    """ZTRAIN_E2E_SHARD=i/n keeps the i-th of n shards (CTest runs the shards
+    side by side: most tests leave a core idle while one process compiles or
+    a rank waits). Tests go round-robin in collection order, so the
+    parametrized cases of one expensive test spread over the shards; a module
+    that sets E2E_SERIAL = True (it owns a machine-wide resource: network
+    namespaces, a Slurm daemon) stays whole in shard 0, so no two of them
+    run at once."""
+    shard = os.environ.get("ZTRAIN_E2E_SHARD")
+    if not shard:
+        return
+    index, count = (int(x) for x in shard.split("/"))
+    kept, deselected, position = [], [], 0
+    for item in items:
+        if getattr(item.module, "E2E_SERIAL", False):
+            mine = index == 0
+        else:
+            mine = position % count == index
+            position += 1
+        (kept if mine else deselected).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+    items[:] = kept

@@ -19,6 +19,9 @@ import pytest
 import e2e_util
 from ztrain import models, parity, safetensors
 
+# Owns machine-wide resources (conftest.py: one shard runs it whole).
+E2E_SERIAL = True
+
 MPIRUN = shutil.which("mpirun")
 # Adam over ~4.4k f32 parameters: ~53 kB per checkpoint (weights, two
 # moments); a 100 kB disk holds one and fails on the second.

@@ -16,6 +16,9 @@ import pytest
 import e2e_util
 from ztrain import netns
 
+# Owns machine-wide resources (conftest.py: one shard runs it whole).
+E2E_SERIAL = True
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 GPT = os.path.join(HERE, "..", "..", "examples", "gpt.mlir")
 DATA = os.path.join(HERE, "..", "..", "examples", "data", "genesis-kjv.txt")

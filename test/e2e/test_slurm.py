@@ -16,6 +16,9 @@ import pytest
 import e2e_util
 from ztrain import models, parity
 
+# Owns machine-wide resources (conftest.py: one shard runs it whole).
+E2E_SERIAL = True
+
 TOOLS = ("slurmctld", "slurmd", "srun", "sinfo", "munged", "munge", "unmunge")
 # Everything lives in the test's directory: its own munged (key, socket),
 # its own slurm.conf, state and ports; nothing under /etc is touched.

@@ -281,6 +281,8 @@ std::string checkFlagValues() {
               "bytes >= 0 (0: one collective per gradient)"),
       integer("max-tile-bytes", flags::maxTileBytes, flags::maxTileBytes >= 0,
               "bytes >= 0 (0: no tiling)"),
+      integer("loss-tile-bytes", flags::lossTileBytes,
+              flags::lossTileBytes >= 0, "bytes >= 0 (0: untiled)"),
       // Parameters are placed as stage 3's shards (DeepSpeed's rule);
       // under --memory-budget the search chooses the stage, unless given.
       flags::offloadParam != ztrain::OffloadPlacement::none &&

@@ -93,13 +93,17 @@ inline void crossEntropyGradT(const float *dloss, const T *logits,
 
 /// The mean cross-entropy and, with dlogits (cross_entropy_with_grad,
 /// train-fuse-loss), its gradient from the same log-sum-exp per row:
-/// crossEntropyGradT's expressions, in its order.
+/// crossEntropyGradT's expressions, in its order. A tile (train-tile-loss)
+/// is rows [firstRow, firstRow + rows) of labelRows: the divisor counts all
+/// of them, the sum only the tile's rows.
 template <typename T>
 inline void crossEntropyT(const T *logits, const int32_t *labels, float *loss,
                           int64_t rows, int64_t classes, int64_t ignore,
-                          const float *dloss = nullptr, T *dlogits = nullptr) {
+                          const float *dloss, T *dlogits, int64_t firstRow,
+                          int64_t labelRows) {
   const int64_t count =
-      checkLabels("cross_entropy", labels, rows, classes, ignore);
+      checkLabels("cross_entropy", labels, labelRows, classes, ignore);
+  labels += firstRow;
   std::vector<double> rowLoss(rows);
   const double scale = dlogits ? static_cast<double>(dloss[0]) / count : 0.0;
 #pragma omp parallel for schedule(static) if (rows * classes >=                \
@@ -159,19 +163,42 @@ inline void embeddingGradT(const T *dy, const int32_t *ids, T *dtable,
 void CpuBackend::crossEntropy(DType dtype, const void *logits,
                               const void *labels, void *loss, int64_t rows,
                               int64_t classes, int64_t ignore) {
-  ZTRT_CPU_DISPATCH(dtype,
-                    crossEntropyT<T>(as<T>(logits), as<int32_t>(labels),
-                                     as<float>(loss), rows, classes, ignore));
+  ZTRT_CPU_DISPATCH(dtype, crossEntropyT<T>(as<T>(logits), as<int32_t>(labels),
+                                            as<float>(loss), rows, classes,
+                                            ignore, nullptr, nullptr, 0, rows));
 }
 
 void CpuBackend::crossEntropyWithGrad(DType dtype, const void *logits,
                                       const void *labels, const void *dloss,
                                       void *loss, void *dlogits, int64_t rows,
                                       int64_t classes, int64_t ignore) {
+  ZTRT_CPU_DISPATCH(dtype, crossEntropyT<T>(as<T>(logits), as<int32_t>(labels),
+                                            as<float>(loss), rows, classes,
+                                            ignore, as<float>(dloss),
+                                            as<T>(dlogits), 0, rows));
+}
+
+void CpuBackend::crossEntropyTile(DType dtype, const void *logits,
+                                  const void *labels, void *loss, int64_t rows,
+                                  int64_t classes, int64_t ignore,
+                                  int64_t firstRow, int64_t labelRows) {
   ZTRT_CPU_DISPATCH(dtype,
                     crossEntropyT<T>(as<T>(logits), as<int32_t>(labels),
                                      as<float>(loss), rows, classes, ignore,
-                                     as<float>(dloss), as<T>(dlogits)));
+                                     nullptr, nullptr, firstRow, labelRows));
+}
+
+void CpuBackend::crossEntropyTileWithGrad(DType dtype, const void *logits,
+                                          const void *labels, const void *dloss,
+                                          void *loss, void *dlogits,
+                                          int64_t rows, int64_t classes,
+                                          int64_t ignore, int64_t firstRow,
+                                          int64_t labelRows) {
+  ZTRT_CPU_DISPATCH(dtype,
+                    crossEntropyT<T>(as<T>(logits), as<int32_t>(labels),
+                                     as<float>(loss), rows, classes, ignore,
+                                     as<float>(dloss), as<T>(dlogits), firstRow,
+                                     labelRows));
 }
 
 void CpuBackend::crossEntropyGrad(DType dtype, const void *dloss,

@@ -26,7 +26,30 @@ void CudaBackend::crossEntropy(DType dtype, const void *logits,
   ZTRT_CUDA_DISPATCH(dtype,
                      cuda::crossEntropy(as<T>(logits), as<int32_t>(labels),
                                         as<float>(loss), rows, classes, ignore,
-                                        error, compute));
+                                        error, compute, 0, rows));
+}
+void CudaBackend::crossEntropyTile(DType dtype, const void *logits,
+                                   const void *labels, void *loss, int64_t rows,
+                                   int64_t classes, int64_t ignore,
+                                   int64_t firstRow, int64_t labelRows) {
+  checkRows("cross_entropy_tile", labelRows);
+  cuda::ErrorSlot *error = slot("cross_entropy_tile", true, classes);
+  ZTRT_CUDA_DISPATCH(dtype,
+                     cuda::crossEntropy(as<T>(logits), as<int32_t>(labels),
+                                        as<float>(loss), rows, classes, ignore,
+                                        error, compute, firstRow, labelRows));
+}
+void CudaBackend::crossEntropyTileWithGrad(
+    DType dtype, const void *logits, const void *labels, const void *dloss,
+    void *loss, void *dlogits, int64_t rows, int64_t classes, int64_t ignore,
+    int64_t firstRow, int64_t labelRows) {
+  checkRows("cross_entropy_tile", labelRows);
+  cuda::ErrorSlot *error = slot("cross_entropy_tile", true, classes);
+  ZTRT_CUDA_DISPATCH(
+      dtype, cuda::crossEntropyWithGrad(as<T>(logits), as<int32_t>(labels),
+                                        as<float>(dloss), as<float>(loss),
+                                        as<T>(dlogits), rows, classes, ignore,
+                                        error, compute, firstRow, labelRows));
 }
 void CudaBackend::crossEntropyWithGrad(DType dtype, const void *logits,
                                        const void *labels, const void *dloss,
@@ -38,7 +61,7 @@ void CudaBackend::crossEntropyWithGrad(DType dtype, const void *logits,
       dtype, cuda::crossEntropyWithGrad(as<T>(logits), as<int32_t>(labels),
                                         as<float>(dloss), as<float>(loss),
                                         as<T>(dlogits), rows, classes, ignore,
-                                        error, compute));
+                                        error, compute, 0, rows));
 }
 void CudaBackend::crossEntropyGrad(DType dtype, const void *dloss,
                                    const void *logits, const void *labels,

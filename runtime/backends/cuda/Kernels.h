@@ -213,17 +213,21 @@ template <typename T>
 void softmaxGrad(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols,
                  cudaStream_t stream);
 /// cross_entropy and cross_entropy_grad from one log-sum-exp per row. Rows
-/// labelled `ignore` count for nothing (ZTRT_NO_IGNORE_INDEX: none).
+/// labelled `ignore` count for nothing (ZTRT_NO_IGNORE_INDEX: none). A tile
+/// (cross_entropy_tile*) is rows [firstRow, firstRow + rows) of labelRows
+/// labels: `labels` holds all of them and the mean's divisor counts them.
 template <typename T>
 void crossEntropyWithGrad(const T *logits, const int32_t *labels,
                           const float *dloss, float *loss, T *dlogits,
                           int64_t rows, int64_t classes, int64_t ignore,
-                          ErrorSlot *error, cudaStream_t stream);
+                          ErrorSlot *error, cudaStream_t stream,
+                          int64_t firstRow, int64_t labelRows);
 /// The loss is one float whatever T (ztrt_abi.def).
 template <typename T>
 void crossEntropy(const T *logits, const int32_t *labels, float *loss,
                   int64_t rows, int64_t classes, int64_t ignore,
-                  ErrorSlot *error, cudaStream_t stream);
+                  ErrorSlot *error, cudaStream_t stream, int64_t firstRow,
+                  int64_t labelRows);
 /// `dloss` is device memory (one float), read by the kernel.
 template <typename T>
 void crossEntropyGrad(const float *dloss, const T *logits,

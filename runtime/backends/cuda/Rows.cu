@@ -599,17 +599,20 @@ void softmaxGrad(const T *dy, const T *y, T *dx, int64_t rows, int64_t cols,
 template <typename T>
 void crossEntropy(const T *logits, const int32_t *labels, float *loss,
                   int64_t rows, int64_t classes, int64_t ignore,
-                  ErrorSlot *error, cudaStream_t stream) {
+                  ErrorSlot *error, cudaStream_t stream, int64_t firstRow,
+                  int64_t labelRows) {
   crossEntropyWithGrad(logits, labels, static_cast<const float *>(nullptr),
                        loss, static_cast<T *>(nullptr), rows, classes, ignore,
-                       error, stream);
+                       error, stream, firstRow, labelRows);
 }
 
-/// With an ignored label, the rows that count, on the device (scratch the
+/// With an ignored label, or a tile of a longer label array (the divisor is
+/// not the tile's rows), the rows that count, on the device (scratch the
 /// caller releases); null otherwise (the mean is over all rows).
 static double *countRows(const int32_t *labels, int64_t rows, int64_t ignore,
-                         cudaStream_t stream, const char *op) {
-  if (ignore == ZTRT_NO_IGNORE_INDEX)
+                         cudaStream_t stream, const char *op,
+                         bool tile = false) {
+  if (ignore == ZTRT_NO_IGNORE_INDEX && !tile)
     return nullptr;
   auto *count = static_cast<double *>(scratch(sizeof(double), stream, op));
   ZTRT_LAUNCH(1, kBlock, 0, stream, countRowsKernel)
@@ -637,15 +640,18 @@ template <typename T>
 void crossEntropyWithGrad(const T *logits, const int32_t *labels,
                           const float *dloss, float *loss, T *dlogits,
                           int64_t rows, int64_t classes, int64_t ignore,
-                          ErrorSlot *error, cudaStream_t stream) {
+                          ErrorSlot *error, cudaStream_t stream,
+                          int64_t firstRow, int64_t labelRows) {
   // No rows: the mean of nothing, NaN, as on the cpu (0 / 0).
   auto *rowLoss = static_cast<double *>(scratch(
       std::max<int64_t>(rows, 1) * sizeof(double), stream, "cross_entropy"));
-  double *count = countRows(labels, rows, ignore, stream, "cross_entropy");
+  // A tile's divisor counts every label, its sum only its own rows.
+  double *count = countRows(labels, labelRows, ignore, stream, "cross_entropy",
+                            labelRows != rows);
   if (rows > 0)
     ZTRT_LAUNCH(warpRowBlocks(rows), kBlock, 0, stream, crossEntropyRowsKernel)
-  (logits, labels, rowLoss, rows, classes, error, dloss, dlogits, ignore,
-   static_cast<const double *>(count));
+  (logits, labels + firstRow, rowLoss, rows, classes, error, dloss, dlogits,
+   ignore, static_cast<const double *>(count));
   ZTRT_LAUNCH(1, kBlock, 0, stream, meanKernel)
   (rowLoss, loss, rows, static_cast<const double *>(count));
   check(cudaGetLastError(), "cross_entropy kernel launch");
@@ -657,7 +663,7 @@ void crossEntropyWithGrad(const T *logits, const int32_t *labels,
 #define ZTRT_INSTANTIATE(T)                                                    \
   template void crossEntropyWithGrad<T>(                                       \
       const T *, const int32_t *, const float *, float *, T *, int64_t,        \
-      int64_t, int64_t, ErrorSlot *, cudaStream_t);                            \
+      int64_t, int64_t, ErrorSlot *, cudaStream_t, int64_t, int64_t);          \
   template void layerNorm<T>(const T *, const T *, const T *, T *, int64_t,    \
                              int64_t, double, cudaStream_t);                   \
   template void layerNormGrad<T>(const T *, const T *, const T *, T *, T *,    \
@@ -671,7 +677,8 @@ void crossEntropyWithGrad(const T *logits, const int32_t *labels,
   template void softmaxGrad<T>(const T *, const T *, T *, int64_t, int64_t,    \
                                cudaStream_t);                                  \
   template void crossEntropy<T>(const T *, const int32_t *, float *, int64_t,  \
-                                int64_t, int64_t, ErrorSlot *, cudaStream_t);  \
+                                int64_t, int64_t, ErrorSlot *, cudaStream_t,   \
+                                int64_t, int64_t);                             \
   template void crossEntropyGrad<T>(const float *, const T *, const int32_t *, \
                                     T *, int64_t, int64_t, int64_t,            \
                                     ErrorSlot *, cudaStream_t);

@@ -266,6 +266,22 @@ func.func @f(%l: tensor<4x10xf32>, %y: tensor<4xi32>) {
 
 // -----
 
+func.func @cross_entropy_tile_outside_labels(%l: tensor<4x10xf32>, %y: tensor<12xi32>) {
+  // expected-error @+1 {{'train.cross_entropy' op tile rows [10, 14) must lie inside labels [12]}}
+  %0 = train.cross_entropy %l, %y {first_row = 10 : i64} : (tensor<4x10xf32>, tensor<12xi32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_with_grad_tile_negative(%l: tensor<4x10xf32>, %y: tensor<12xi32>, %s: tensor<f32>) {
+  // expected-error @+1 {{'train.cross_entropy_with_grad' op tile rows [-1, 3) must lie inside labels [12]}}
+  %0, %1 = train.cross_entropy_with_grad %l, %y, %s {first_row = -1 : i64} : tensor<4x10xf32>, tensor<12xi32>
+  return
+}
+
+// -----
+
 func.func @f(%dy: tensor<4x8xf32>, %ids: tensor<5xi32>) {
   // expected-error @+1 {{grad shape [4, 8] must be [5, 8] (ids shape + [dim])}}
   %0 = train.embedding_grad %dy, %ids : (tensor<4x8xf32>, tensor<5xi32>) -> tensor<10x8xf32>

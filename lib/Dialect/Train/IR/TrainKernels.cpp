@@ -49,6 +49,10 @@ static KernelCall call(StringRef kernel, Value typed,
   return KernelCall{kernel.str(), elementTypeOf(typed),
                     SmallVector<KernelArg>(args)};
 }
+static KernelCall call(StringRef kernel, Value typed,
+                       SmallVector<KernelArg> args) {
+  return KernelCall{kernel.str(), elementTypeOf(typed), std::move(args)};
+}
 using A = KernelArg;
 
 KernelCall train::elementwiseKernelCall(Operation *op, StringRef kernel) {
@@ -308,19 +312,32 @@ static int64_t ignoreArg(std::optional<int64_t> ignoreIndex) {
 
 KernelCall CrossEntropyOp::getKernelCall() {
   auto [rows, classes] = rowsCols(getLogits());
-  return call("cross_entropy", getLogits(),
-              {A::buffer(getLogits()), A::buffer(getLabels()),
-               A::buffer(getResult()), A::i64(rows), A::i64(classes),
-               A::i64(ignoreArg(getIgnoreIndex()))});
+  SmallVector<KernelArg> args{
+      A::buffer(getLogits()), A::buffer(getLabels()),
+      A::buffer(getResult()), A::i64(rows),
+      A::i64(classes),        A::i64(ignoreArg(getIgnoreIndex()))};
+  if (std::optional<int64_t> first = getFirstRow()) {
+    args.append({A::i64(*first), A::i64(shapeOf(getLabels())[0])});
+    return call("cross_entropy_tile", getLogits(), args);
+  }
+  return call("cross_entropy", getLogits(), args);
 }
 
 KernelCall CrossEntropyWithGradOp::getKernelCall() {
   auto [rows, classes] = rowsCols(getLogits());
-  return call("cross_entropy_with_grad", getLogits(),
-              {A::buffer(getLogits()), A::buffer(getLabels()),
-               A::buffer(getDloss()), A::buffer(getResult()),
-               A::buffer(getLogitsGrad()), A::i64(rows), A::i64(classes),
-               A::i64(ignoreArg(getIgnoreIndex()))});
+  SmallVector<KernelArg> args{A::buffer(getLogits()),
+                              A::buffer(getLabels()),
+                              A::buffer(getDloss()),
+                              A::buffer(getResult()),
+                              A::buffer(getLogitsGrad()),
+                              A::i64(rows),
+                              A::i64(classes),
+                              A::i64(ignoreArg(getIgnoreIndex()))};
+  if (std::optional<int64_t> first = getFirstRow()) {
+    args.append({A::i64(*first), A::i64(shapeOf(getLabels())[0])});
+    return call("cross_entropy_tile_with_grad", getLogits(), args);
+  }
+  return call("cross_entropy_with_grad", getLogits(), args);
 }
 
 KernelCall CrossEntropyGradOp::getKernelCall() {

@@ -658,10 +658,12 @@ LogicalResult EmbeddingOp::verify() {
                       shapeOf(getResult()), "result");
 }
 
-/// logits [rows, classes] and labels [rows]; an ignore_index an i32 label.
+/// logits [rows, classes] and labels [rows] (a tile's rows inside them);
+/// an ignore_index an i32 label.
 static LogicalResult verifyCrossEntropy(Operation *op, Value logits,
                                         Value labels,
-                                        std::optional<int64_t> ignoreIndex) {
+                                        std::optional<int64_t> ignoreIndex,
+                                        std::optional<int64_t> firstRow) {
   if (ignoreIndex && (*ignoreIndex < std::numeric_limits<int32_t>::min() ||
                       *ignoreIndex > std::numeric_limits<int32_t>::max()))
     return op->emitOpError()
@@ -670,6 +672,14 @@ static LogicalResult verifyCrossEntropy(Operation *op, Value logits,
   if (l.size() != 2)
     return op->emitOpError() << "logits must be [rows, classes], got "
                              << fmtShape(l);
+  if (firstRow) {
+    if (y.size() != 1 || *firstRow < 0 || *firstRow > y[0] ||
+        l[0] > y[0] - *firstRow)
+      return op->emitOpError()
+             << "tile rows [" << *firstRow << ", " << *firstRow + l[0]
+             << ") must lie inside labels " << fmtShape(y);
+    return success();
+  }
   if (y.size() != 1 || y[0] != l[0])
     return op->emitOpError() << "labels shape " << fmtShape(y)
                              << " must be [" << l[0]
@@ -678,11 +688,13 @@ static LogicalResult verifyCrossEntropy(Operation *op, Value logits,
 }
 
 LogicalResult CrossEntropyOp::verify() {
-  return verifyCrossEntropy(*this, getLogits(), getLabels(), getIgnoreIndex());
+  return verifyCrossEntropy(*this, getLogits(), getLabels(), getIgnoreIndex(),
+                            getFirstRow());
 }
 
 LogicalResult CrossEntropyWithGradOp::verify() {
-  return verifyCrossEntropy(*this, getLogits(), getLabels(), getIgnoreIndex());
+  return verifyCrossEntropy(*this, getLogits(), getLabels(), getIgnoreIndex(),
+                            getFirstRow());
 }
 
 LogicalResult EmbeddingGradOp::verify() {

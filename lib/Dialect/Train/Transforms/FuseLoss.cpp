@@ -50,7 +50,8 @@ void TrainFuseLossPass::runOnOperation() {
       if (auto ce = dyn_cast<CrossEntropyOp>(user))
         if (ce.getLabels() == grad.getLabels() &&
             ce.getIgnoreIndexAttr() == grad.getIgnoreIndexAttr() &&
-            ce->getBlock() == grad->getBlock() && ce->isBeforeInBlock(grad))
+            !ce.getFirstRow() && ce->getBlock() == grad->getBlock() &&
+            ce->isBeforeInBlock(grad))
           loss = ce;
     if (!loss || llvm::any_of(loss.getResult().getUsers(), [&](Operation *u) {
           return u->getBlock() != grad->getBlock() || u->isBeforeInBlock(grad);
@@ -60,7 +61,7 @@ void TrainFuseLossPass::runOnOperation() {
     auto fused = CrossEntropyWithGradOp::create(
         b, grad.getLoc(), loss.getResult().getType(), grad.getType(),
         grad.getLogits(), grad.getLabels(), grad.getGrad(),
-        grad.getIgnoreIndexAttr());
+        grad.getIgnoreIndexAttr(), /*first_row=*/nullptr);
     loss.getResult().replaceAllUsesWith(fused.getResult());
     grad.getResult().replaceAllUsesWith(fused.getLogitsGrad());
     grad.erase();

@@ -1255,6 +1255,12 @@ def Train_EmbeddingOp : Train_ComputeOp<"embedding", [Train_Kernel]> {
 
 def Train_CrossEntropyOp : Train_ComputeOp<"cross_entropy", [Train_Kernel]> {
   let gradient = [{
+    // Tiles are made after the backward pass exists (train-tile-loss).
+    if (getFirstRow()) {
+      emitOpError() << "is one tile of a loss (first_row): tile the loss "
+                       "with train-tile-loss after differentiating it";
+      return {};
+    }
     return {CrossEntropyGradOp::create(b, loc, getLogits().getType(), dy,
                                        getLogits(), getLabels(),
                                        getIgnoreIndexAttr()),
@@ -1280,12 +1286,25 @@ def Train_CrossEntropyOp : Train_ComputeOp<"cross_entropy", [Train_Kernel]> {
         : (tensor<32x10xf32>, tensor<32xi32>) -> tensor<f32>
     ```
 
+    With `first_row = f` the op is one tile of a longer loss
+    (`train-tile-loss`): `logits` holds rows [f, f + rows) of the loss's
+    logits, `labels` all of its labels, and the result is those rows' share,
+    `sum_{f <= r < f + rows} l_r / count` with `count` over every label; the
+    tiles' shares add up to the loss.
+
+    ```mlir
+    %share = train.cross_entropy %tile, %y {first_row = 128 : i64}
+        : (tensor<128x32000xf32>, tensor<512xi32>) -> tensor<f32>
+    ```
+
     **Constraints:**
     - `logits` is [rows, classes], `labels` is [rows], the result is a 0-d tensor;
+    - with `first_row`, `labels` is [n] with `first_row + rows <= n`;
     - `ignore_index` is an i32 value.
   }];
   let arguments = (ins Train_FloatTensor:$logits, Train_I32Tensor:$labels,
-                       OptionalAttr<I64Attr>:$ignore_index);
+                       OptionalAttr<I64Attr>:$ignore_index,
+                       OptionalAttr<I64Attr>:$first_row);
   let results = (outs Train_F32Scalar:$result);
   let assemblyFormat = "$logits `,` $labels attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -1529,7 +1548,9 @@ def Train_CrossEntropyWithGradOp : Train_GradOp<"cross_entropy_with_grad", [
     log-sum-exp is computed once for both. The same expressions in the same
     order as the two ops, so the same bits. `train-fuse-loss` makes it from
     the pair once the seed `dloss` of the backward pass exists, at the
-    adjoint's place. `ignore_index` as train.cross_entropy's.
+    adjoint's place. `ignore_index` and `first_row` (one tile of a longer
+    loss: its share of the loss and its rows of the adjoint, bitwise those
+    rows of the untiled adjoint) as train.cross_entropy's.
 
     ```mlir
     %loss, %dlogits = train.cross_entropy_with_grad %logits, %y, %seed
@@ -1537,12 +1558,14 @@ def Train_CrossEntropyWithGradOp : Train_GradOp<"cross_entropy_with_grad", [
     ```
 
     **Constraints:**
-    - `logits` is [rows, classes], `labels` is [rows]; `dloss` and the loss
-      are 0-d f32, the adjoint has the logits' type.
+    - `logits` is [rows, classes], `labels` is [rows] (with `first_row`:
+      [n] with `first_row + rows <= n`); `dloss` and the loss are 0-d f32,
+      the adjoint has the logits' type.
   }];
   let arguments = (ins Train_FloatTensor:$logits, Train_I32Tensor:$labels,
                        Train_F32Flag:$dloss,
-                       OptionalAttr<I64Attr>:$ignore_index);
+                       OptionalAttr<I64Attr>:$ignore_index,
+                       OptionalAttr<I64Attr>:$first_row);
   let results = (outs Train_F32Flag:$result, Train_FloatTensor:$logits_grad);
   let assemblyFormat = [{
     $logits `,` $labels `,` $dloss attr-dict `:` type($logits) `,` type($labels)

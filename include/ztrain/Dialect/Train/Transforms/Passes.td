@@ -296,6 +296,58 @@ def TrainRecompute : Pass<"train-recompute", "::mlir::ModuleOp"> {
   ];
 }
 
+def TrainTileLoss : Pass<"train-tile-loss", "::mlir::ModuleOp"> {
+  let summary = "The vocabulary projection and its cross-entropy in tiles of "
+                "token rows: the logits never exist whole";
+  let description = [{
+    Runs after `train-fuse-loss`, before `train-optimizer` (ztrain-compile
+    `--loss-tile-bytes`, `ztrain-training{loss-tile-bytes=N}`). A loss
+    `train.cross_entropy_with_grad` whose logits are one projection
+    `x W^T` (a `train.matmul` with `transpose_b`, through reshapes nothing
+    else reads) and whose adjoint feeds exactly `dx = g W` and
+    `dW = g^T x` becomes a sequence of tiles of rows, each at most
+    `max-tile-bytes` of logits: the tile's logits, its share of the loss
+    and its rows of the adjoint (`first_row`), its rows of dx and its term
+    of dW. The [rows, vocabulary] logits and their adjoint exist one tile at
+    a time; the projection moves from the forward pass to the loss's place
+    (nothing reads the logits earlier). A forward-only loss (the
+    evaluation function) gets the forward half of the same tiles. The
+    sampling function (`train.logits`, which returns the whole logits) is
+    removed when a loss is tiled: it would size the arenas the tiles shrink
+    (the executable's `--sample` then refuses, saying so). A module with no
+    such loss gets a warning.
+
+    Numbers: each tile's logits, adjoint rows and dx rows are the untiled
+    ops' rows (the same kernels on fewer rows); dW is a sum over tiles
+    (accumulated in f32, rounded once to a bf16 gradient) and the loss a
+    sum of the tiles' shares, so those two differ from the untiled values
+    by rounding (docs/tiling.md).
+
+    ```mlir
+    // before (rows 512, vocabulary 32000)
+    %logits = train.matmul %x, %w {transpose_b} : (tensor<512x64xf32>, tensor<32000x64xf32>) -> tensor<512x32000xf32>
+    %loss, %g = train.cross_entropy_with_grad %logits, %y, %seed : tensor<512x32000xf32>, tensor<512xi32>
+    %dx = train.matmul %g, %w : (tensor<512x32000xf32>, tensor<32000x64xf32>) -> tensor<512x64xf32>
+    %dw = train.matmul %g, %x {transpose_a} : (tensor<512x32000xf32>, tensor<512x64xf32>) -> tensor<32000x64xf32>
+    // after, max-tile-bytes=16777216: two tiles of 256 rows
+    %x0 = train.slice %x {dim = 0 : i64, start = 0 : i64} : tensor<512x64xf32> -> tensor<256x64xf32>
+    %l0 = train.matmul %x0, %w {transpose_b} : ...
+    %s0, %g0 = train.cross_entropy_with_grad %l0, %y, %seed {first_row = 0 : i64} : ...
+    ...
+    ```
+  }];
+  let options = [
+    Option<"maxTileBytes", "max-tile-bytes", "int64_t", "0",
+           "Largest tile of logits in bytes (0: no tiling); at most 64 "
+           "tiles">
+  ];
+  let statistics = [
+    Statistic<"numTiled", "tiled-losses", "Losses split into tiles">,
+    Statistic<"numTiles", "tiles", "Tiles made">
+  ];
+  let dependentDialects = ["::ztrain::train::TrainDialect"];
+}
+
 def TrainOptimizer : Pass<"train-optimizer", "::mlir::ModuleOp"> {
   let summary = "Adds the optimizer update: a complete training step";
   let description = [{
