@@ -78,6 +78,7 @@ void ztrain::applyPlanChoice(const PlanChoice &c,
                              ZeroPipelineOptions &zero) {
   training.precision = *symbolize<Precision>(c.precision);
   training.recompute = *symbolize<RecomputePolicy>(c.recompute);
+  training.lossTileBytes = c.lossTileBytes;
   zero.stage = c.stage;
   zero.maxTileBytes = c.maxTileBytes;
   zero.overlap = c.overlap;
@@ -294,14 +295,16 @@ static void
 addCandidates(ModuleOp forward, const TrainingPipelineOptions &training,
               const ZeroPipelineOptions &zero, const PlanSearchRequest &request,
               const std::string &precision, const std::string &policy,
-              ArrayRef<int64_t> stages, ArrayRef<Placement> placements,
-              std::string &firstError, PlanSearchResult &result) {
+              int64_t lossTile, ArrayRef<int64_t> stages,
+              ArrayRef<Placement> placements, std::string &firstError,
+              PlanSearchResult &result) {
   const int64_t dp = zero.dp;
   OwningOpRef<ModuleOp> trained = cast<ModuleOp>(forward->clone());
   TrainingPipelineOptions t;
   t.copyOptionValuesFrom(training);
   t.precision = *symbolize<Precision>(precision);
   t.recompute = *symbolize<RecomputePolicy>(policy);
+  t.lossTileBytes = lossTile;
   PassManager pm(forward.getContext());
   pm.enableVerifier(false);
   buildTrainingPipeline(pm, t);
@@ -348,12 +351,19 @@ addCandidates(ModuleOp forward, const TrainingPipelineOptions &training,
               if (!placementApplies(placement, stage, policy, dp, request))
                 continue;
               PlanCandidate c;
-              c.choice = {precision,       stage,
-                          policy,          tile,
-                          overlap != 0,    prefetch,
-                          reshard != 0,    placement.optimizer,
-                          placement.param, placement.activations,
-                          placement.ratio, placement.paramRatio};
+              c.choice = {precision,
+                          stage,
+                          policy,
+                          tile,
+                          lossTile,
+                          overlap != 0,
+                          prefetch,
+                          reshard != 0,
+                          placement.optimizer,
+                          placement.param,
+                          placement.activations,
+                          placement.ratio,
+                          placement.paramRatio};
               if (!trainedOk || !partitionError.empty()) {
                 c.error = trainedOk ? partitionError : trainError;
                 result.candidates.push_back(std::move(c));
@@ -395,6 +405,17 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
   SmallVector<std::string> policies =
       valuesOf<std::string>(!request.recompute.empty(), request.recompute,
                             {"none", "selective", "full"});
+  // The loss in tiles (train-tile-loss): untiled, and eighths of the
+  // loss's f32 logits when they are big enough to matter (1 MiB or more).
+  int64_t logitsBytes = 0;
+  forward.walk([&](train::CrossEntropyOp ce) {
+    auto type = cast<RankedTensorType>(ce.getLogits().getType());
+    logitsBytes = std::max(logitsBytes, type.getNumElements() * 4);
+  });
+  SmallVector<int64_t> lossTiles = valuesOf<int64_t>(
+      request.lossTileBytes >= 0, request.lossTileBytes,
+      logitsBytes >= (int64_t(1) << 20) ? ArrayRef<int64_t>{0, logitsBytes / 8}
+                                        : ArrayRef<int64_t>{0});
   SmallVector<int64_t> stages =
       valuesOf<int64_t>(request.stage >= 0, request.stage,
                         dp > 1 ? ArrayRef<int64_t>{0, 1, 2, 3}
@@ -437,8 +458,9 @@ ztrain::searchPlan(ModuleOp forward, const TrainingPipelineOptions &training,
                   stringify<Precision>(training.precision).str()};
     for (const std::string &precision : precisions)
       for (const std::string &policy : policies)
-        addCandidates(forward, training, zero, request, precision, policy,
-                      stages, placements, firstError, result);
+        for (int64_t lossTile : lossTiles)
+          addCandidates(forward, training, zero, request, precision, policy,
+                        lossTile, stages, placements, firstError, result);
   }
 
   choosePlan(result, request);

@@ -67,6 +67,8 @@ static std::string flagsOf(const PlanChoice &c, int64_t dp,
   os << "--recompute=" << c.recompute;
   if (c.maxTileBytes > 0)
     os << " --max-tile-bytes=" << c.maxTileBytes;
+  if (c.lossTileBytes > 0)
+    os << " --loss-tile-bytes=" << c.lossTileBytes;
   if (c.overlap) {
     os << " --overlap";
     if (c.stage == 3)
@@ -164,9 +166,16 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
           : std::string());
   // The precision column only when the search chose it.
   const bool precisionColumn = request.searchPrecision;
+  // The loss tile column only when the search tried tiling the loss.
+  const bool lossColumn =
+      llvm::any_of(result.candidates, [](const PlanCandidate &c) {
+        return c.choice.lossTileBytes > 0;
+      });
   auto precisionCell = [&](const PlanChoice &p) {
-    return precisionColumn ? llvm::formatv(" {0,-4}", p.precision).str()
-                           : std::string();
+    return (precisionColumn ? llvm::formatv(" {0,-4}", p.precision).str()
+                            : std::string()) +
+           (lossColumn ? llvm::formatv(" {0,9}", p.lossTileBytes).str()
+                       : std::string());
   };
   const bool anyOffload =
       llvm::any_of(result.candidates, [](const PlanCandidate &c) {
@@ -184,7 +193,8 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
                                     "link per step)"
                                   : "offload (host / nvme io per step)")
                  : "",
-      precisionColumn ? " prec" : "");
+      std::string(precisionColumn ? " prec" : "") +
+          (lossColumn ? " loss tile" : ""));
   // Fastest first; plans that did not compile last.
   SmallVector<unsigned> order;
   for (unsigned i = 0; i < result.candidates.size(); ++i)
@@ -284,6 +294,7 @@ void ztrain::printPlanSearchJson(raw_ostream &os,
                          {"stage", p.stage},
                          {"recompute", p.recompute},
                          {"max_tile_bytes", p.maxTileBytes},
+                         {"loss_tile_bytes", p.lossTileBytes},
                          {"overlap", p.overlap},
                          {"prefetch_depth", p.prefetchDepth},
                          {"reshard_after_forward", p.reshardAfterForward},

@@ -77,6 +77,8 @@ struct PlanChoice {
   int64_t stage = 0;
   std::string recompute = "none";
   int64_t maxTileBytes = 0;
+  /// train-tile-loss's bound on a tile of the loss's logits (0: untiled).
+  int64_t lossTileBytes = 0;
   bool overlap = false;
   int64_t prefetchDepth = 1;
   bool reshardAfterForward = true;
@@ -134,6 +136,7 @@ struct PlanSearchRequest {
   int64_t stage = -1;
   std::string recompute;
   int64_t maxTileBytes = -1;
+  int64_t lossTileBytes = -1;
   int overlap = -1;
   int64_t prefetchDepth = -1;
   int reshardAfterForward = -1;

@@ -342,6 +342,8 @@ int searchPlanIfAsked(ModuleOp module,
         ztrain::stringify<ztrain::RecomputePolicy>(flags::recompute).str();
   if (given(flags::maxTileBytes))
     request.maxTileBytes = flags::maxTileBytes;
+  if (given(flags::lossTileBytes))
+    request.lossTileBytes = flags::lossTileBytes;
   if (given(flags::overlap))
     request.overlap = flags::overlap;
   if (given(flags::prefetchDepth))

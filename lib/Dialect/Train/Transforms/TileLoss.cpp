@@ -178,6 +178,85 @@ void eraseDead(ArrayRef<Operation *> ops) {
   }
 }
 
+/// Tiles a loss and its adjoint's products (the step).
+void tileWithGrad(CrossEntropyWithGradOp ce, const Head &head, Adjoint adj,
+                  int64_t tileRows) {
+  OpBuilder b(ce);
+  Location loc = ce.getLoc();
+  Tiler tiler(b, loc, head, tileRows);
+  // dW accumulates in f32 whatever the compute type: a bf16 sum of the
+  // tiles' terms would round once per tile.
+  Type f32 = b.getF32Type();
+  bool widen = tiler.elem != f32;
+  SmallVector<Value> dxParts;
+  Value loss, dw;
+  for (int64_t t = 0; t < tiler.tiles(); ++t) {
+    auto [xt, lt] = tiler.logits(t);
+    auto tile = CrossEntropyWithGradOp::create(
+        b, loc, ce.getResult().getType(), lt.getType(), lt, ce.getLabels(),
+        ce.getDloss(), ce.getIgnoreIndexAttr(),
+        b.getI64IntegerAttr(tiler.firstRow(t)));
+    loss = tiler.add(loss, tile.getResult());
+    if (adj.dx)
+      dxParts.push_back(MatmulOp::create(
+          b, loc, tiler.type({tiler.rowsOf(t), head.width}),
+          tile.getLogitsGrad(), head.weight, UnitAttr(), UnitAttr()));
+    if (!adj.dw)
+      continue;
+    Value term =
+        MatmulOp::create(b, loc, tiler.type({head.classes, head.width}),
+                         tile.getLogitsGrad(), xt, b.getUnitAttr(), UnitAttr());
+    if (widen)
+      term = CastOp::create(b, loc, tiler.type({head.classes, head.width}, f32),
+                            term);
+    dw = tiler.add(dw, term);
+  }
+  SmallVector<Operation *> dead;
+  if (adj.dx) {
+    Value dx = ConcatOp::create(b, loc, tiler.type({head.rows, head.width}),
+                                dxParts, b.getI64IntegerAttr(0));
+    if (dx.getType() != adj.dx.getType())
+      dx = ReshapeOp::create(b, loc, adj.dx.getType(), dx);
+    adj.dx.getResult().replaceAllUsesWith(dx);
+    dead.push_back(adj.dx);
+  }
+  // dW's old view of x as [rows, width], when nothing else reads it.
+  ReshapeOp xView;
+  if (adj.dw) {
+    if (widen)
+      dw = CastOp::create(b, loc, adj.dw.getType(), dw);
+    adj.dw.getResult().replaceAllUsesWith(dw);
+    xView = adj.dw.getRhs().getDefiningOp<ReshapeOp>();
+    dead.push_back(adj.dw);
+  }
+  ce.getResult().replaceAllUsesWith(loss);
+  dead.append(adj.reshapes.rbegin(), adj.reshapes.rend());
+  dead.push_back(ce);
+  dead.append(head.ops);
+  eraseDead(dead);
+  if (xView && xView->use_empty())
+    xView->erase();
+}
+
+/// Tiles a loss without an adjoint (the evaluation function): the forward
+/// half of the same tiles.
+void tileForward(CrossEntropyOp ce, const Head &head, int64_t tileRows) {
+  OpBuilder b(ce);
+  Tiler tiler(b, ce.getLoc(), head, tileRows);
+  Value loss;
+  for (int64_t t = 0; t < tiler.tiles(); ++t) {
+    Value lt = tiler.logits(t).second;
+    loss = tiler.add(
+        loss, CrossEntropyOp::create(b, ce.getLoc(), ce.getType(), lt,
+                                     ce.getLabels(), ce.getIgnoreIndexAttr(),
+                                     b.getI64IntegerAttr(tiler.firstRow(t))));
+  }
+  ce.getResult().replaceAllUsesWith(loss);
+  SmallVector<Operation *> dead{ce};
+  dead.append(head.ops);
+  eraseDead(dead);
+}
+
 } // namespace
 
 void TrainTileLossPass::runOnOperation() {
@@ -220,105 +299,26 @@ void TrainTileLossPass::runOnOperation() {
   bool found = false;
   int64_t tiled = 0; // (statistics count nothing unless enabled)
   for (Operation *op : losses) {
-    if (auto ce = dyn_cast<CrossEntropyWithGradOp>(op)) {
-      std::optional<Head> head = matchHead(ce.getLogits());
-      if (!head)
-        continue;
-      std::optional<Adjoint> adj = matchAdjoint(ce.getLogitsGrad(), *head);
-      if (!adj)
-        continue;
-      found = true;
-      int64_t tileRows = tileRowsFor(ce, *head);
-      if (!tileRows)
-        continue;
-      OpBuilder b(ce);
-      Tiler tiler(b, ce.getLoc(), *head, tileRows);
-      // dW accumulates in f32 whatever the compute type: a bf16 sum of the
-      // tiles' terms would round once per tile.
-      Type f32 = b.getF32Type();
-      bool widen = tiler.elem != f32;
-      SmallVector<Value> dxParts;
-      Value loss, dw;
-      for (int64_t t = 0; t < tiler.tiles(); ++t) {
-        auto [xt, lt] = tiler.logits(t);
-        auto tile = CrossEntropyWithGradOp::create(
-            b, ce.getLoc(), ce.getResult().getType(), lt.getType(), lt,
-            ce.getLabels(), ce.getDloss(), ce.getIgnoreIndexAttr(),
-            b.getI64IntegerAttr(tiler.firstRow(t)));
-        loss = tiler.add(loss, tile.getResult());
-        if (adj->dx)
-          dxParts.push_back(MatmulOp::create(
-              b, ce.getLoc(), tiler.type({tiler.rowsOf(t), head->width}),
-              tile.getLogitsGrad(), head->weight, UnitAttr(), UnitAttr()));
-        if (!adj->dw)
-          continue;
-        Value term = MatmulOp::create(
-            b, ce.getLoc(), tiler.type({head->classes, head->width}),
-            tile.getLogitsGrad(), xt, b.getUnitAttr(), UnitAttr());
-        if (widen)
-          term = CastOp::create(b, ce.getLoc(),
-                                tiler.type({head->classes, head->width}, f32),
-                                term);
-        dw = tiler.add(dw, term);
-      }
-      SmallVector<Operation *> dead;
-      if (adj->dx) {
-        Value dx = ConcatOp::create(b, ce.getLoc(),
-                                    tiler.type({head->rows, head->width}),
-                                    dxParts, b.getI64IntegerAttr(0));
-        if (dx.getType() != adj->dx.getType())
-          dx = ReshapeOp::create(b, ce.getLoc(), adj->dx.getType(), dx);
-        adj->dx.getResult().replaceAllUsesWith(dx);
-        dead.push_back(adj->dx);
-      }
-      // dW's old view of x as [rows, width], when nothing else reads it.
-      ReshapeOp xView;
-      if (adj->dw) {
-        if (widen)
-          dw = CastOp::create(b, ce.getLoc(), adj->dw.getType(), dw);
-        adj->dw.getResult().replaceAllUsesWith(dw);
-        xView = adj->dw.getRhs().getDefiningOp<ReshapeOp>();
-        dead.push_back(adj->dw);
-      }
-      ce.getResult().replaceAllUsesWith(loss);
-      dead.append(adj->reshapes.rbegin(), adj->reshapes.rend());
-      dead.push_back(ce);
-      dead.append(head->ops);
-      eraseDead(dead);
-      if (xView && xView->use_empty())
-        xView->erase();
-      ++tiled;
-      numTiled += 1;
-      numTiles += tiler.tiles();
-      continue;
-    }
-    // A loss without its adjoint (the evaluation function): the forward
-    // half of the same tiles.
-    auto ce = cast<CrossEntropyOp>(op);
-    std::optional<Head> head = matchHead(ce.getLogits());
+    auto ceg = dyn_cast<CrossEntropyWithGradOp>(op);
+    std::optional<Head> head =
+        matchHead(ceg ? ceg.getLogits() : cast<CrossEntropyOp>(op).getLogits());
     if (!head)
       continue;
+    std::optional<Adjoint> adj;
+    if (ceg && !(adj = matchAdjoint(ceg.getLogitsGrad(), *head)))
+      continue;
     found = true;
-    int64_t tileRows = tileRowsFor(ce, *head);
+    int64_t tileRows = tileRowsFor(op, *head);
     if (!tileRows)
       continue;
-    OpBuilder b(ce);
-    Tiler tiler(b, ce.getLoc(), *head, tileRows);
-    Value loss;
-    for (int64_t t = 0; t < tiler.tiles(); ++t) {
-      Value lt = tiler.logits(t).second;
-      loss = tiler.add(
-          loss, CrossEntropyOp::create(b, ce.getLoc(), ce.getType(), lt,
-                                       ce.getLabels(), ce.getIgnoreIndexAttr(),
-                                       b.getI64IntegerAttr(tiler.firstRow(t))));
-    }
-    ce.getResult().replaceAllUsesWith(loss);
-    SmallVector<Operation *> dead{ce};
-    dead.append(head->ops);
-    eraseDead(dead);
+    int64_t tiles = (head->rows + tileRows - 1) / tileRows;
+    if (ceg)
+      tileWithGrad(ceg, *head, *adj, tileRows);
+    else
+      tileForward(cast<CrossEntropyOp>(op), *head, tileRows);
     ++tiled;
     numTiled += 1;
-    numTiles += tiler.tiles();
+    numTiles += tiles;
   }
   // The sampling function (train.logits) returns the whole logits the tiles
   // avoid: with a tiled loss it would set the arenas' size. It goes; the
