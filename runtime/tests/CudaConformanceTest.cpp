@@ -491,6 +491,46 @@ TEST_F(CudaConformanceTest, CrossEntropyIgnoreIndexIsTheCpus) {
     ASSERT_EQ(device[2 * classes + j], 0.0f) << j;
 }
 
+TEST_F(CudaConformanceTest, CrossEntropyTilesAreTheCpusAndTheUntiledRows) {
+  // train-tile-loss's tiles (cross_entropy_tile*): rows [first, first + n)
+  // of 300, the divisor counted over all 300 labels on the device (some
+  // ignored). Each tile's adjoint rows are bitwise the device's untiled
+  // rows and its share within an ulp of the cpu's (CrossEntropyAndGrad's
+  // tolerance); the loss-only tile's share bitwise the with-grad tile's.
+  const int64_t rows = 300, classes = 1000, ignore = -100;
+  const int64_t bounds[] = {0, 97, 200, rows};
+  std::vector<int32_t> labelValues(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    labelValues[r] = r % 7 == 3 ? static_cast<int32_t>(ignore)
+                                : static_cast<int32_t>((r * 7919) % classes);
+  auto logits = twin(inputs(rows * classes, 83, 8.0f)),
+       dloss = twin(std::vector<float>{0.7f});
+  auto labels = twin(labelValues);
+  auto loss = output(1), dlogits = output(rows * classes);
+  ztrt_cross_entropy_with_grad(g(), ZTRT_F32, logits.dev, labels.dev, dloss.dev,
+                               loss.dev, dlogits.dev, rows, classes, ignore);
+  const std::vector<float> whole = fetch(dlogits);
+  for (int t = 0; t < 3; ++t) {
+    const int64_t first = bounds[t], n = bounds[t + 1] - bounds[t];
+    auto share = output(1), lossOnly = output(1), grad = output(n * classes);
+    both([&](ztrt_ctx *c, bool d) {
+      const float *tile =
+          static_cast<const float *>(at(logits, d)) + first * classes;
+      ztrt_cross_entropy_tile_with_grad(c, ZTRT_F32, tile, at(labels, d),
+                                        at(dloss, d), at(share, d), at(grad, d),
+                                        n, classes, ignore, first, rows);
+      ztrt_cross_entropy_tile(c, ZTRT_F32, tile, at(labels, d), at(lossOnly, d),
+                              n, classes, ignore, first, rows);
+    });
+    expectUlps(fetch(share), share.host, 1, "cross_entropy_tile_with_grad");
+    expectBitwise(fetch(lossOnly), fetch(share), "cross_entropy_tile");
+    const std::vector<float> rowsOfTile = fetch(grad);
+    for (int64_t i = 0; i < n * classes; ++i)
+      ASSERT_EQ(rowsOfTile[i], whole[first * classes + i])
+          << "tile " << t << " element " << i;
+  }
+}
+
 TEST_F(CudaConformanceTest, OutOfRangeLabelIsTheCpusError) {
   // The kernel records the first bad row; the error surfaces, with the cpu
   // backend's message, at the next synchronization.
