@@ -78,6 +78,11 @@ def test_tiled_loss_trains_like_untiled_without_the_logits(stage, n, precision, 
     whole, whole_report = train(tmp_path, src, "whole", stage, n, precision)
     tiled, tiled_report = train(tmp_path, src, "tiled", stage, n, precision,
                                 ["--loss-tile-bytes", str(TILE)])
+    # The same tiled run twice: bitwise the same weights and losses.
+    again, again_report = train(tmp_path, src, "again", stage, n, precision,
+                                ["--loss-tile-bytes", str(TILE)])
+    assert all(again[k].tobytes() == tiled[k].tobytes() for k in tiled)
+    assert (parity.report_losses(again_report) == parity.report_losses(tiled_report)).all()
     errs = {k: parity.rel_err(tiled[k], whole[k]) for k in whole}
     assert set(errs) == {"fc.weight", "head.weight"}
     assert all(e <= TOL[precision] for e in errs.values()), errs
