@@ -245,6 +245,22 @@ template <> struct TypedKernelChecks<&Backend::cast> {
   }
 };
 
+template <> struct TypedKernelChecks<&Backend::matmulAcc> {
+  static void check(const char *op, DType dtype, const void *a, const void *b,
+                    const void *cIn, void *c, int64_t m, int64_t n, int64_t k,
+                    int32_t transA, int32_t transB) {
+    (void)transA;
+    (void)transB;
+    const int64_t cBytes = m * n * 4, elem = elementBytes(dtype);
+    if (cIn != c && overlaps(cIn, cBytes, c, cBytes))
+      fatal("%s: c overlaps c_in without being it (in place means c == c_in)",
+            op);
+    if (overlaps(a, m * k * elem, c, cBytes) ||
+        overlaps(b, k * n * elem, c, cBytes))
+      fatal("%s: c overlaps a or b", op);
+  }
+};
+
 /// The body of every generated kernel entry point.
 template <auto Method, typename... Args>
 void kernelEntry(const char *op, const char *names, ztrt_ctx *ctx,

@@ -741,3 +741,55 @@ TEST(CudaBackendTest, NoDeviceIsOneLine) {
 }
 
 } // namespace
+
+TEST_F(CudaConformanceTest, MatmulAccMatchesUpToSummationOrder) {
+  // train.matmul_acc: c = c_in + op(a) op(b) in float, f32 and bf16
+  // operands, in place and into a copy. cuBLAS (beta = 1) and OpenBLAS /
+  // the widened path sum in different orders: each result is within
+  // (k + 1) u (|c_in| + sum |a||b|) of the exact value (u = 2^-24; bf16
+  // products are exact in float), so the two within twice that.
+  const int64_t m = 33, n = 41, k = 150;
+  for (int32_t t : {int32_t(ZTRT_F32), int32_t(ZTRT_BF16)})
+    for (int ta : {0, 1})
+      for (int inPlace : {0, 1}) {
+        std::vector<float> af = inputs(m * k, 50), bf = inputs(k * n, 51);
+        if (t == ZTRT_BF16)
+          for (std::vector<float> *v : {&af, &bf})
+            for (float &e : *v)
+              e = static_cast<float>(bf16(e));
+        auto cIn = twin(inputs(m * n, 52));
+        Twin<float> fresh = output(m * n);
+        Twin<float> &out = inPlace ? cIn : fresh;
+        std::vector<bf16> ah(af.size()), bh(bf.size());
+        for (size_t i = 0; i < af.size(); ++i)
+          ah[i] = bf16(af[i]);
+        for (size_t i = 0; i < bf.size(); ++i)
+          bh[i] = bf16(bf[i]);
+        auto a32 = twin(af), b32 = twin(bf);
+        auto a16 = twin(ah), b16 = twin(bh);
+        const std::vector<float> before = cIn.host;
+        both([&](ztrt_ctx *x, bool d) {
+          const void *a = t == ZTRT_F32 ? at(a32, d) : at(a16, d);
+          const void *b = t == ZTRT_F32 ? at(b32, d) : at(b16, d);
+          ztrt_matmul_acc(x, t, a, b, at(cIn, d), at(out, d), m, n, k, ta,
+                          1 - ta);
+        });
+        std::vector<float> got = fetch(out);
+        const std::string what = std::string(t == ZTRT_F32 ? "f32" : "bf16") +
+                                 " ta=" + std::to_string(ta) +
+                                 (inPlace ? " in place" : " copied");
+        expectUlpsOrBound(
+            got, out.host, 0,
+            [&](size_t e) {
+              const int64_t r = static_cast<int64_t>(e) / n,
+                            col = static_cast<int64_t>(e) % n;
+              double mag = std::fabs(static_cast<double>(before[e]));
+              for (int64_t l = 0; l < k; ++l)
+                mag += std::fabs(
+                    static_cast<double>(ta ? af[l * m + r] : af[r * k + l]) *
+                    (ta ? bf[l * n + col] : bf[col * k + l]));
+              return 2.0 * (k + 1) * std::ldexp(1.0, -24) * mag;
+            },
+            what);
+      }
+}

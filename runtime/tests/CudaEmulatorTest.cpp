@@ -449,10 +449,25 @@ TEST(CudaEmulatorTest, GemmExWidensAccumulatesInFloatAndRoundsOnce) {
       EXPECT_EQ(got[2 * j].bits, once.bits) << "type " << type << " C[0]";
       EXPECT_EQ(got[1 + 2 * j].bits, three.bits) << "type " << type << " C[1]";
     }
-    // Mixed types and other compute types are not emulated: refused.
+    // A float C (train.matmul_acc's accumulator): the float sum, not
+    // rounded to T, added to C (beta = 1).
+    std::vector<float> c0 = {0.25f, 0.5f, 0.75f, 1.0f};
+    float *dcf = deviceArray(c0);
+    ASSERT_EQ(cublasGemmStridedBatchedEx(
+                  h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, da, type, 2, 0,
+                  db, type, 3, 0, &one, dcf, CUDA_R_32F, 2, 0, 1,
+                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              CUBLAS_STATUS_SUCCESS);
+    std::vector<float> gotf = hostCopy(dcf, 4);
+    for (int j = 0; j < 2; ++j) {
+      EXPECT_EQ(gotf[2 * j], (1.0f + 2 * s) + c0[2 * j]) << "type " << type;
+      EXPECT_EQ(gotf[1 + 2 * j], 3.0f + c0[1 + 2 * j]) << "type " << type;
+    }
+    cudaFree(dcf);
+    // Other mixed types and other compute types are not emulated: refused.
     EXPECT_EQ(cublasGemmStridedBatchedEx(
                   h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, da, type, 2, 0,
-                  db, type, 3, 0, &zero, dc, CUDA_R_32F, 2, 0, 1,
+                  db, CUDA_R_32F, 3, 0, &zero, dc, type, 2, 0, 1,
                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
               CUBLAS_STATUS_NOT_SUPPORTED);
     EXPECT_EQ(cublasGemmStridedBatchedEx(

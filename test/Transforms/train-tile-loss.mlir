@@ -3,8 +3,10 @@
 // [12 rows, 40 classes] of f32 logits are 1920 bytes: tiles of at most 800
 // bytes hold 5 rows, so 3 tiles, balanced to 4 rows each. Each tile slices
 // its rows of x, projects them, takes its share of the loss and its rows of
-// the adjoint (first_row), its rows of dx and its term of dW; the shares and
-// terms are summed, the dx rows concatenated. No [12, 40] tensor is left in
+// the adjoint (first_row), its rows of dx and its term of dW; the shares are
+// summed, the first tile's dW term starts the sum that train.matmul_acc adds
+// the others' products to (in place, one buffer: plan-memory-tile-loss.mlir),
+// the dx rows concatenated. No [12, 40] tensor is left in
 // the step or the evaluation function, and the sampling function (which
 // returns the whole logits) is gone.
 // CHECK-LABEL: func.func @loss(
@@ -20,14 +22,12 @@
 // CHECK: %[[S1:[^,]*]], %[[G1:[^ ]*]] = train.cross_entropy_with_grad %{{.*}}, %[[Y]], %[[SEED]] {first_row = 4 : i64, ignore_index = -100 : i64}
 // CHECK: %[[LOSS1:.*]] = train.add %[[S0]], %[[S1]] : tensor<f32>
 // CHECK: %[[DX1:.*]] = train.matmul %[[G1]], %[[W]]
-// CHECK: %[[DW1:.*]] = train.matmul %[[G1]], %{{.*}} {transpose_a}
-// CHECK: %[[DWS:.*]] = train.add %[[DW0]], %[[DW1]] : tensor<40x32xf32>
+// CHECK: %[[DWS:.*]] = train.matmul_acc %[[DW0]], %[[G1]], %{{.*}} {transpose_a} : (tensor<40x32xf32>, tensor<4x40xf32>, tensor<4x32xf32>) -> tensor<40x32xf32>
 // CHECK: train.slice %[[X]] {dim = 0 : i64, start = 8 : i64}
 // CHECK: %[[S2:[^,]*]], %[[G2:[^ ]*]] = train.cross_entropy_with_grad %{{.*}} {first_row = 8 : i64, ignore_index = -100 : i64}
 // CHECK: %[[LOSS:.*]] = train.add %[[LOSS1]], %[[S2]] : tensor<f32>
 // CHECK: %[[DX2:.*]] = train.matmul %[[G2]], %[[W]]
-// CHECK: %[[DW2:.*]] = train.matmul %[[G2]]
-// CHECK: %[[DW:.*]] = train.add %[[DWS]], %[[DW2]] : tensor<40x32xf32>
+// CHECK: %[[DW:.*]] = train.matmul_acc %[[DWS]], %[[G2]], %{{.*}} {transpose_a}
 // CHECK: %[[DX:.*]] = train.concat %[[DX0]], %[[DX1]], %[[DX2]] {dim = 0 : i64} : (tensor<4x32xf32>, tensor<4x32xf32>, tensor<4x32xf32>) -> tensor<12x32xf32>
 // CHECK: train.reshape %[[DX]] : tensor<12x32xf32> -> tensor<2x6x32xf32>
 // CHECK-NOT: tensor<12x40xf32>
@@ -96,15 +96,15 @@ func.func @biased(%x: tensor<10x8xf32> {train.name = "x"}, %y: tensor<10xi32> {t
 
 // -----
 
-// bf16 logits (16 x 40 x 2 bytes: two tiles of 8 rows): the tiles' dW terms are summed in f32 (a bf16 sum would
-// round once per tile) and rounded once to the bf16 gradient.
+// bf16 logits (16 x 40 x 2 bytes: two tiles of 8 rows): the tiles' dW
+// products are accumulated in f32 from a zero-filled accumulator (neither a
+// term nor the sum is rounded to bf16 per tile) and rounded once to the
+// bf16 gradient.
 // CHECK-LABEL: func.func @bf16(
-// CHECK: %[[T0:.*]] = train.matmul %{{.*}}, %{{.*}} {transpose_a} : (tensor<8x40xbf16>, tensor<8x8xbf16>) -> tensor<40x8xbf16>
-// CHECK: %[[F0:.*]] = train.cast %[[T0]] : tensor<40x8xbf16> to tensor<40x8xf32>
-// CHECK: %[[T1:.*]] = train.matmul %{{.*}}, %{{.*}} {transpose_a} : (tensor<8x40xbf16>, tensor<8x8xbf16>) -> tensor<40x8xbf16>
-// CHECK: %[[F1:.*]] = train.cast %[[T1]] : tensor<40x8xbf16> to tensor<40x8xf32>
-// CHECK: %[[S:.*]] = train.add %[[F0]], %[[F1]] : tensor<40x8xf32>
-// CHECK: train.cast %[[S]] : tensor<40x8xf32> to tensor<40x8xbf16>
+// CHECK: %[[Z:.*]] = train.fill {value = 0.000000e+00 : f64} : tensor<40x8xf32>
+// CHECK: %[[A0:.*]] = train.matmul_acc %[[Z]], %{{.*}}, %{{.*}} {transpose_a} : (tensor<40x8xf32>, tensor<8x40xbf16>, tensor<8x8xbf16>) -> tensor<40x8xf32>
+// CHECK: %[[A1:.*]] = train.matmul_acc %[[A0]], %{{.*}}, %{{.*}} {transpose_a} : (tensor<40x8xf32>, tensor<8x40xbf16>, tensor<8x8xbf16>) -> tensor<40x8xf32>
+// CHECK: train.cast %[[A1]] : tensor<40x8xf32> to tensor<40x8xbf16>
 train.param @w : tensor<40x8xbf16> init(normal, 0.5)
 func.func @bf16(%x: tensor<16x8xbf16> {train.name = "x"}, %y: tensor<16xi32> {train.name = "y"}) -> tensor<f32> attributes {train.entry} {
   %w = train.param_read @w : tensor<40x8xbf16>

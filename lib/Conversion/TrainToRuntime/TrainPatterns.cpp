@@ -259,6 +259,32 @@ struct AccumulateGradPattern : OpRuntimePattern<AccumulateGradOp> {
   }
 };
 
+/// ztrt_matmul_acc(a, b, c_in, c, m, n, k, trans_a, trans_b), typed by the
+/// operands: in place (c is c_in's buffer) when dist::StepBuffers makes the
+/// result an alias of its accumulator, else into the result's own buffer.
+struct MatmulAccPattern : OpRuntimePattern<MatmulAccOp> {
+  LogicalResult lower(MatmulAccOp op, StepLowering &s) const override {
+    FailureOr<RuntimeKernel> kernel =
+        typedKernel(op, "matmul_acc", elementTypeOf(op.getLhs()));
+    if (failed(kernel))
+      return failure();
+    ArrayRef<int64_t> a = op.getLhs().getType().getShape(),
+                      c = op.getType().getShape();
+    int64_t k = op.getTransposeA() ? a[0] : a[1];
+    Value acc = s.get(op.getAcc());
+    Value out = acc;
+    if (s.buffers().isAlias(op.getResult()))
+      s.bind(op.getResult(), acc);
+    else
+      out = s.alloc(op.getResult());
+    kernel->call(s.rt,
+                 {s.get(op.getLhs()), s.get(op.getRhs()), acc, out,
+                  s.rt.i64(c[0]), s.rt.i64(c[1]), s.rt.i64(k),
+                  s.rt.i32(op.getTransposeA()), s.rt.i32(op.getTransposeB())});
+    return success();
+  }
+};
+
 /// A fused region: its generated kernel, run by ztrt_fused over the
 /// region's items with the buffers of its inputs and results.
 struct FusedPattern : OpRuntimePattern<FusedOp> {
@@ -335,6 +361,7 @@ void ztrain::populateTrainToRuntimePatterns(RuntimePatternList &patterns) {
   patterns.push_back(std::make_unique<UpdateLossScalePattern>());
   patterns.push_back(std::make_unique<ClipGradNormPattern>());
   patterns.push_back(std::make_unique<AccumulateGradPattern>());
+  patterns.push_back(std::make_unique<MatmulAccPattern>());
   patterns.push_back(std::make_unique<AccumulationBoundaryPattern>());
   patterns.push_back(std::make_unique<ReturnPattern>());
   patterns.push_back(std::make_unique<FusedPattern>());

@@ -122,9 +122,13 @@ public:
 
 private:
   // CpuMatmul.cpp
+  /// c = op(a) op(b) for each of `batch` problems; with `beta` 1, c +=.
   void sgemm(const float *a, const float *b, float *c, int64_t batch, int64_t m,
              int64_t n, int64_t k, bool transA, bool transB, int64_t strideA,
-             int64_t strideB, int64_t strideC);
+             int64_t strideB, int64_t strideC, float beta = 0.0f);
+  template <typename T>
+  void matmulAccWidened(const T *a, const T *b, float *c, int64_t m, int64_t n,
+                        int64_t k, bool transA, bool transB);
   template <typename T>
   void matmulT(const T *a, const T *b, T *c, int64_t batch, int64_t m,
                int64_t n, int64_t k, bool transA, bool transB, int64_t strideA,

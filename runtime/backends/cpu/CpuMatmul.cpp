@@ -123,8 +123,8 @@ void CpuBackend::attentionGrad(DType dtype, const void *dout, const void *q,
 void CpuBackend::sgemm(const float *a, const float *b, float *c, int64_t batch,
                        int64_t m, int64_t n, int64_t k, bool transA,
                        bool transB, int64_t strideA, int64_t strideB,
-                       int64_t strideC) {
-  if (batch == 0 || m == 0 || n == 0)
+                       int64_t strideC, float beta) {
+  if (batch == 0 || m == 0 || n == 0 || (k == 0 && beta == 1.0f))
     return;
   if (k == 0) {
     // An empty sum; BLAS implementations disagree on touching C here.
@@ -147,10 +147,9 @@ void CpuBackend::sgemm(const float *a, const float *b, float *c, int64_t batch,
   for (int64_t i = 0; i < batch; ++i)
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
                 transB ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-                static_cast<int>(n), static_cast<int>(k), 1.0f,
-                a + i * strideA, static_cast<int>(lda), b + i * strideB,
-                static_cast<int>(ldb), 0.0f, c + i * strideC,
-                static_cast<int>(ldc));
+                static_cast<int>(n), static_cast<int>(k), 1.0f, a + i * strideA,
+                static_cast<int>(lda), b + i * strideB, static_cast<int>(ldb),
+                beta, c + i * strideC, static_cast<int>(ldc));
 }
 
 /// bf16 / f16: the operands widened to float, the f32 GEMM (float
@@ -185,6 +184,41 @@ void CpuBackend::matmulT(const T *a, const T *b, T *c, int64_t batch, int64_t m,
         dst[j] = st<T>(src[j]);
     }
   }
+}
+
+// c = c_in + op(a) op(b) in float: c_in copied into c unless c is c_in,
+// then the GEMM adds its product to c (beta = 1): sgemm for f32; bf16
+// through oneDNN's sum post-op where it is enabled; otherwise (bf16, f16)
+// the operands widened to float and sgemm.
+void CpuBackend::matmulAcc(DType dtype, const void *a, const void *b,
+                           const void *cIn, void *c, int64_t m, int64_t n,
+                           int64_t k, int32_t transA, int32_t transB) {
+  float *out = as<float>(c);
+  if (c != cIn)
+    copy(cIn, c, m * n * 4);
+  if (m == 0 || n == 0 || k == 0)
+    return;
+  if (dtype == DType::F32) {
+    sgemm(as<float>(a), as<float>(b), out, 1, m, n, k, transA != 0, transB != 0,
+          0, 0, 0, 1.0f);
+    return;
+  }
+  if (dtype == DType::BF16 && onednn::bf16GemmEnabled()) {
+    onednn::bf16MatmulAcc(as<bf16>(a), as<bf16>(b), out, m, n, k, transA != 0,
+                          transB != 0);
+    return;
+  }
+  ZTRT_CPU_DISPATCH(dtype, matmulAccWidened<T>(as<T>(a), as<T>(b), out, m, n, k,
+                                               transA != 0, transB != 0));
+}
+
+/// matmulAcc's operands widened to float, then sgemm adding to c.
+template <typename T>
+void CpuBackend::matmulAccWidened(const T *a, const T *b, float *c, int64_t m,
+                                  int64_t n, int64_t k, bool transA,
+                                  bool transB) {
+  std::vector<float> wa = widen(a, m * k), wb = widen(b, k * n);
+  sgemm(wa.data(), wb.data(), c, 1, m, n, k, transA, transB, 0, 0, 0, 1.0f);
 }
 
 /// p = softmax(scale * q k^T) of one head, in the composed form's steps,

@@ -77,7 +77,7 @@ Choice choice() {
 
 #ifdef ZTRT_HAVE_DNNL
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, bool, int64_t,
-                       int64_t>;
+                       int64_t, bool>;
 
 struct Plan {
   dnnl::matmul primitive;
@@ -98,12 +98,15 @@ State &state() {
   return s;
 }
 
+/// The primitive for these shapes; `accumulate` adds the product to the f32
+/// destination (oneDNN's sum post-op) instead of overwriting it.
 Plan &plan(int64_t batch, int64_t m, int64_t n, int64_t k, bool transA,
-           bool transB, int64_t strideA, int64_t strideB) {
+           bool transB, int64_t strideA, int64_t strideB,
+           bool accumulate = false) {
   using dims = dnnl::memory::dims;
   using dt = dnnl::memory::data_type;
   State &s = state();
-  Key key{batch, m, n, k, transA, transB, strideA, strideB};
+  Key key{batch, m, n, k, transA, transB, strideA, strideB, accumulate};
   auto it = s.plans.find(key);
   if (it != s.plans.end())
     return it->second;
@@ -117,7 +120,13 @@ Plan &plan(int64_t batch, int64_t m, int64_t n, int64_t k, bool transA,
                        transB ? dims{strideB ? strideB : k * n, 1, k}
                               : dims{strideB ? strideB : k * n, n, 1});
   dnnl::memory::desc c(dims{batch, m, n}, dt::f32, dims{m * n, n, 1});
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), s.engine);
+  dnnl::primitive_attr attr;
+  if (accumulate) {
+    dnnl::post_ops sum;
+    sum.append_sum(1.0f);
+    attr.set_post_ops(sum);
+  }
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, s.engine);
   Plan p{dnnl::matmul(pd), a, b, c, pd.impl_info_str()};
   return s.plans.emplace(key, std::move(p)).first->second;
 }
@@ -179,6 +188,34 @@ void bf16Matmul(const bf16 *a, const bf16 *b, bf16 *c, int64_t batch,
   (void)a, (void)b, (void)c, (void)batch, (void)m, (void)n, (void)k,
       (void)transA, (void)transB, (void)strideA, (void)strideB, (void)strideC;
   fatal("matmul: the runtime was built without oneDNN");
+#endif
+}
+
+void bf16MatmulAcc(const bf16 *a, const bf16 *b, float *c, int64_t m, int64_t n,
+                   int64_t k, bool transA, bool transB) {
+#ifdef ZTRT_HAVE_DNNL
+  if (m == 0 || n == 0 || k == 0)
+    return;
+  State &s = state();
+  try {
+    Plan &p = plan(1, m, n, k, transA, transB, m * k, 0, /*accumulate=*/true);
+    dnnl::memory am(p.a, s.engine, const_cast<bf16 *>(a));
+    dnnl::memory bm(p.b, s.engine, const_cast<bf16 *>(b));
+    dnnl::memory cm(p.c, s.engine, c);
+    p.primitive.execute(
+        s.stream,
+        {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    s.stream.wait();
+  } catch (const dnnl::error &e) {
+    fatal("matmul_acc: oneDNN bf16 GEMM %lldx%lldx%lld failed: %s (status "
+          "%d); ZTRAIN_CPU_BF16_GEMM=widen avoids oneDNN",
+          static_cast<long long>(m), static_cast<long long>(n),
+          static_cast<long long>(k), e.what(), static_cast<int>(e.status));
+  }
+#else
+  (void)a, (void)b, (void)c, (void)m, (void)n, (void)k, (void)transA,
+      (void)transB;
+  fatal("matmul_acc: the runtime was built without oneDNN");
 #endif
 }
 

@@ -44,6 +44,11 @@ void bf16Matmul(const bf16 *a, const bf16 *b, bf16 *c, int64_t batch,
                 int64_t m, int64_t n, int64_t k, bool transA, bool transB,
                 int64_t strideA, int64_t strideB, int64_t strideC);
 
+/// c (m x n floats) += op(a) op(b), op the transpose where asked (a is
+/// m x k or k x m, b k x n or n x k): products and sums in f32, the sum
+/// added to c by oneDNN (its sum post-op). Requires bf16GemmEnabled().
+void bf16MatmulAcc(const bf16 *a, const bf16 *b, float *c, int64_t m, int64_t n,
+                   int64_t k, bool transA, bool transB);
 } // namespace ztrt::onednn
 
 #endif // ZTRT_BACKENDS_CPU_ONEDNNGEMM_H

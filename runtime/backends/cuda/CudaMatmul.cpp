@@ -77,6 +77,46 @@ void CudaBackend::matmul(DType dtype, const void *a, const void *b, void *c,
             "cublasGemmStridedBatchedEx");
 }
 
+// c = c_in + op(a) op(b): c_in copied into c unless c is c_in, then one
+// GEMM with beta = 1 and C float: cublasSgemmStridedBatched for f32,
+// cublasGemmStridedBatchedEx with bf16 / f16 operands, a CUDA_R_32F C and
+// CUBLAS_COMPUTE_32F otherwise (the same row-major-as-column-major swap as
+// matmul).
+void CudaBackend::matmulAcc(DType dtype, const void *a, const void *b,
+                            const void *cIn, void *c, int64_t m, int64_t n,
+                            int64_t k, int32_t transA, int32_t transB) {
+  if (c != cIn)
+    copy(cIn, c, m * n * 4);
+  if (m == 0 || n == 0 || k == 0)
+    return;
+  const int64_t lda = transA ? m : k, ldb = transB ? k : n;
+  if (std::max({m, n, k, lda, ldb}) > INT_MAX)
+    fatal("matmul_acc: %lld x %lld x %lld is too large for cuBLAS",
+          static_cast<long long>(m), static_cast<long long>(n),
+          static_cast<long long>(k));
+  const cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const float one = 1.0f;
+  if (dtype == DType::F32) {
+    checkBlas(cuda::cublas().sgemmStridedBatched(
+                  handle, opB, opA, static_cast<int>(n), static_cast<int>(m),
+                  static_cast<int>(k), &one, as<float>(b),
+                  static_cast<int>(ldb), k * n, as<float>(a),
+                  static_cast<int>(lda), m * k, &one, as<float>(c),
+                  static_cast<int>(n), m * n, 1),
+              "cublasSgemmStridedBatched");
+    return;
+  }
+  const cudaDataType type = dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+  checkBlas(cuda::cublas().gemmStridedBatchedEx(
+                handle, opB, opA, static_cast<int>(n), static_cast<int>(m),
+                static_cast<int>(k), &one, b, type, static_cast<int>(ldb),
+                k * n, a, type, static_cast<int>(lda), m * k, &one, c,
+                CUDA_R_32F, static_cast<int>(n), m * n, 1, CUBLAS_COMPUTE_32F,
+                CUBLAS_GEMM_DEFAULT),
+            "cublasGemmStridedBatchedEx");
+}
+
 // Fused attention: the composed form's kernels (float GEMMs, scale,
 // softmax, softmax gradient) over groups of heads whose [tq, tk] float
 // scores fit options.attentionScratchElements, so no heads x tq x tk

@@ -122,6 +122,46 @@ func.func @f(%a: tensor<3x8xf32>, %b: tensor<4x8xf32>) {
 
 // -----
 
+func.func @f(%c: tensor<3x4xf32>, %a: tensor<8x3xf32>, %b: tensor<8x4xf32>) {
+  // expected-error @+1 {{contracted dims differ: lhs [8, 3] gives 3, rhs [8, 4] gives 8}}
+  %0 = train.matmul_acc %c, %a, %b : (tensor<3x4xf32>, tensor<8x3xf32>, tensor<8x4xf32>) -> tensor<3x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%c: tensor<4x3xf32>, %a: tensor<8x3xf32>, %b: tensor<8x4xf32>) {
+  // expected-error @+1 {{acc shape [4, 3] must be [3, 4]}}
+  %0 = train.matmul_acc %c, %a, %b {transpose_a} : (tensor<4x3xf32>, tensor<8x3xf32>, tensor<8x4xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @f(%c: tensor<3x4xf32>, %a: tensor<8x3xbf16>, %b: tensor<8x4xf32>) {
+  // expected-error @+1 {{lhs and rhs must have the same element type, got 'bf16' and 'f32'}}
+  %0 = train.matmul_acc %c, %a, %b {transpose_a} : (tensor<3x4xf32>, tensor<8x3xbf16>, tensor<8x4xf32>) -> tensor<3x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%c: tensor<3x4xbf16>, %a: tensor<8x3xbf16>, %b: tensor<8x4xbf16>) {
+  // expected-error @+1 {{operand #0 must be statically shaped tensor of 32-bit float values}}
+  %0 = train.matmul_acc %c, %a, %b {transpose_a} : (tensor<3x4xbf16>, tensor<8x3xbf16>, tensor<8x4xbf16>) -> tensor<3x4xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%c: tensor<2x3x4xf32>, %a: tensor<2x8x3xf32>, %b: tensor<2x8x4xf32>) {
+  // expected-error @+1 {{operands must be matrices, got acc [2, 3, 4], lhs [2, 8, 3] and rhs [2, 8, 4]}}
+  %0 = train.matmul_acc %c, %a, %b {transpose_a} : (tensor<2x3x4xf32>, tensor<2x8x3xf32>, tensor<2x8x4xf32>) -> tensor<2x3x4xf32>
+  return
+}
+
+// -----
+
 func.func @f(%x: tensor<2x8xf32>, %g: tensor<4xf32>) {
   // expected-error @+1 {{gamma/beta shape [4] must be [8] (the last dim of input)}}
   %0 = train.layer_norm %x, %g, %g : tensor<2x8xf32>, tensor<4xf32>

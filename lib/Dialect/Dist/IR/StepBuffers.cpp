@@ -70,6 +70,24 @@ StepBuffers::StepBuffers(func::FuncOp entry, int64_t stage)
       roots[r.getResult()] = root(r.getInput());
     if (auto ar = dyn_cast<AllReduceOp>(op); ar && ar.getInput().hasOneUse())
       roots[ar.getResult()] = root(ar.getInput());
+    // An accumulating product adds to its accumulator in place when nothing
+    // else reads it and its buffer is a kernel's fresh result (not a
+    // parameter, a buffer or another parameter's gradient): a chain of them
+    // is one buffer. When the chain ends in a gradient, the chain's first
+    // value is put in that gradient buffer.
+    if (auto mm = dyn_cast<train::MatmulAccOp>(op);
+        mm && mm.getAcc().hasOneUse()) {
+      Value acc = root(mm.getAcc());
+      Operation *def = acc.getDefiningOp();
+      if (def && isa<train::MatmulOp, train::MatmulAccOp, train::FillOp>(def) &&
+          !filledBy.count(acc) &&
+          (!gradients.count(acc) ||
+           gradients.lookup(acc) == gradients.lookup(mm.getResult()))) {
+        roots[mm.getResult()] = acc;
+        if (FlatSymbolRefAttr param = gradients.lookup(mm.getResult()))
+          gradients[acc] = param;
+      }
+    }
     if (auto wait = dyn_cast<WaitOp>(op)) {
       Operation *start = wait.getStart();
       // A bucketed all-reduce reduces each tensor in place when nothing

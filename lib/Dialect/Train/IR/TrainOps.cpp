@@ -323,6 +323,31 @@ LogicalResult MatmulOp::verify() {
   return success();
 }
 
+LogicalResult MatmulAccOp::verify() {
+  ArrayRef<int64_t> a = shapeOf(getLhs()), b = shapeOf(getRhs()),
+                    c = shapeOf(getAcc());
+  if (a.size() != 2 || b.size() != 2 || c.size() != 2)
+    return emitOpError() << "operands must be matrices, got acc " << fmtShape(c)
+                         << ", lhs " << fmtShape(a) << " and rhs "
+                         << fmtShape(b);
+  if (elementTypeOf(getLhs()) != elementTypeOf(getRhs()))
+    return emitOpError() << "lhs and rhs must have the same element type, got "
+                         << elementTypeOf(getLhs()) << " and "
+                         << elementTypeOf(getRhs());
+  int64_t m = getTransposeA() ? a[1] : a[0], ka = getTransposeA() ? a[0] : a[1];
+  int64_t kb = getTransposeB() ? b[1] : b[0], n = getTransposeB() ? b[0] : b[1];
+  if (ka != kb)
+    return emitOpError() << "contracted dims differ: lhs " << fmtShape(a)
+                         << (getTransposeA() ? " (transposed)" : "")
+                         << " gives " << ka << ", rhs " << fmtShape(b)
+                         << (getTransposeB() ? " (transposed)" : "")
+                         << " gives " << kb;
+  if (c[0] != m || c[1] != n)
+    return emitOpError() << "acc shape " << fmtShape(c) << " must be [" << m
+                         << ", " << n << "]";
+  return success();
+}
+
 LogicalResult LayerNormOp::verify() {
   ArrayRef<int64_t> x = shapeOf(getInput()), g = shapeOf(getGamma());
   if (x.empty())

@@ -273,6 +273,11 @@ static int64_t attentionProduct(Value q, Value k) {
 OpFlops ztrain::train::opFlops(Operation *op) {
   if (auto mm = dyn_cast<MatmulOp>(op))
     return {matmulFlops(mm), 0};
+  if (auto mm = dyn_cast<MatmulAccOp>(op)) {
+    auto a = cast<RankedTensorType>(mm.getLhs().getType());
+    int64_t k = a.getDimSize(mm.getTransposeA() ? 0 : 1);
+    return {2 * mm.getType().getNumElements() * k, 0};
+  }
   if (auto a = dyn_cast<AttentionOp>(op))
     return {4 * attentionProduct(a.getQuery(), a.getKey()), 0};
   if (auto g = dyn_cast<AttentionGradOp>(op)) {

@@ -184,10 +184,13 @@ void tileWithGrad(CrossEntropyWithGradOp ce, const Head &head, Adjoint adj,
   OpBuilder b(ce);
   Location loc = ce.getLoc();
   Tiler tiler(b, loc, head, tileRows);
-  // dW accumulates in f32 whatever the compute type: a bf16 sum of the
-  // tiles' terms would round once per tile.
+  // dW accumulates in f32 whatever the compute type (a bf16 sum of the
+  // tiles' terms would round once per tile), each tile's product added by
+  // train.matmul_acc, in place: one [V, C] f32 buffer. In f32 the first
+  // tile's product starts it; otherwise a zero-filled f32 accumulator.
   Type f32 = b.getF32Type();
   bool widen = tiler.elem != f32;
+  auto dwType = tiler.type({head.classes, head.width}, f32);
   SmallVector<Value> dxParts;
   Value loss, dw;
   for (int64_t t = 0; t < tiler.tiles(); ++t) {
@@ -203,13 +206,15 @@ void tileWithGrad(CrossEntropyWithGradOp ce, const Head &head, Adjoint adj,
           tile.getLogitsGrad(), head.weight, UnitAttr(), UnitAttr()));
     if (!adj.dw)
       continue;
-    Value term =
-        MatmulOp::create(b, loc, tiler.type({head.classes, head.width}),
-                         tile.getLogitsGrad(), xt, b.getUnitAttr(), UnitAttr());
-    if (widen)
-      term = CastOp::create(b, loc, tiler.type({head.classes, head.width}, f32),
-                            term);
-    dw = tiler.add(dw, term);
+    if (!dw && !widen) {
+      dw = MatmulOp::create(b, loc, dwType, tile.getLogitsGrad(), xt,
+                            b.getUnitAttr(), UnitAttr());
+      continue;
+    }
+    if (!dw)
+      dw = FillOp::create(b, loc, dwType, b.getF64FloatAttr(0.0));
+    dw = MatmulAccOp::create(b, loc, dwType, dw, tile.getLogitsGrad(), xt,
+                             b.getUnitAttr(), UnitAttr());
   }
   SmallVector<Operation *> dead;
   if (adj.dx) {

@@ -65,15 +65,16 @@ bool checkOperand(const char *api, const char *name, const void *p, int rows,
 
 /// The GEMM by its definition, column-major, on the host: each C element's
 /// k products accumulated in float in k order from operands widened to
-/// float, then alpha * acc (+ beta * C) in float, stored once as T. For
-/// T = float every conversion is the identity.
-template <typename T>
+/// float, then alpha * acc (+ beta * C) in float, stored once as TC (T, or
+/// float for a float C with bf16 / f16 operands). For float every
+/// conversion is the identity.
+template <typename T, typename TC = T>
 void gemm(bool ta, bool tb, int m, int n, int k, float a, const T *A, int lda,
           long long strideA, const T *B, int ldb, long long strideB, float b,
-          T *C, int ldc, long long strideC, int batchCount) {
+          TC *C, int ldc, long long strideC, int batchCount) {
   for (int i = 0; i < batchCount; ++i) {
     const T *Ai = A + i * strideA, *Bi = B + i * strideB;
-    T *Ci = C + i * strideC;
+    TC *Ci = C + i * strideC;
     for (int col = 0; col < n; ++col)
       for (int row = 0; row < m; ++row) {
         float acc = 0.0f;
@@ -86,9 +87,9 @@ void gemm(bool ta, bool tb, int m, int n, int k, float a, const T *A, int lda,
                  : Bi[p + static_cast<long long>(col) * ldb]);
           acc += x * y;
         }
-        T &c = Ci[row + static_cast<long long>(col) * ldc];
-        c = static_cast<T>(b == 0.0f ? a * acc
-                                     : a * acc + b * static_cast<float>(c));
+        TC &c = Ci[row + static_cast<long long>(col) * ldc];
+        c = static_cast<TC>(b == 0.0f ? a * acc
+                                      : a * acc + b * static_cast<float>(c));
       }
   }
 }
@@ -107,12 +108,12 @@ bool validGemm(cublasOperation_t transa, cublasOperation_t transb, int m, int n,
 
 /// Checks the operands of a GEMM whose arguments are valid and enqueues it
 /// on the handle's stream.
-template <typename T>
+template <typename T, typename TC = T>
 cublasStatus_t
 runGemm(const char *api, cublasHandle_t handle, cublasOperation_t transa,
         cublasOperation_t transb, int m, int n, int k, float a, const T *A,
         int lda, long long strideA, const T *B, int ldb, long long strideB,
-        float b, T *C, int ldc, long long strideC, int batchCount) {
+        float b, TC *C, int ldc, long long strideC, int batchCount) {
   const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
   if (m == 0 || n == 0 || batchCount == 0)
     return CUBLAS_STATUS_SUCCESS;
@@ -120,7 +121,7 @@ runGemm(const char *api, cublasHandle_t handle, cublasOperation_t transa,
                     batchCount, sizeof(T)) ||
       !checkOperand(api, "B", B, tb ? n : k, tb ? k : n, ldb, strideB,
                     batchCount, sizeof(T)) ||
-      !checkOperand(api, "C", C, m, n, ldc, strideC, batchCount, sizeof(T)))
+      !checkOperand(api, "C", C, m, n, ldc, strideC, batchCount, sizeof(TC)))
     return CUBLAS_STATUS_EXECUTION_FAILED;
   enqueue(handle->stream, [=] {
     gemm(ta, tb, m, n, k, a, A, lda, strideA, B, ldb, strideB, b, C, ldc,
@@ -231,10 +232,12 @@ cublasStatus_t cublasGemmStridedBatchedEx(
   // (and says so rather than compute something else).
   const bool known =
       Atype == CUDA_R_32F || Atype == CUDA_R_16F || Atype == CUDA_R_16BF;
-  if (!known || Btype != Atype || Ctype != Atype ||
+  // A float C with bf16 / f16 operands: train.matmul_acc's accumulator.
+  if (!known || Btype != Atype || (Ctype != Atype && Ctype != CUDA_R_32F) ||
       computeType != CUBLAS_COMPUTE_32F || algo != CUBLAS_GEMM_DEFAULT) {
-    report("%s: the emulator implements A, B, C all CUDA_R_32F, CUDA_R_16F "
-           "or CUDA_R_16BF with CUBLAS_COMPUTE_32F and CUBLAS_GEMM_DEFAULT "
+    report("%s: the emulator implements A, B all CUDA_R_32F, CUDA_R_16F "
+           "or CUDA_R_16BF, C of their type or CUDA_R_32F, with "
+           "CUBLAS_COMPUTE_32F and CUBLAS_GEMM_DEFAULT "
            "(got types %d, %d, %d, compute type %d, algo %d)",
            api, static_cast<int>(Atype), static_cast<int>(Btype),
            static_cast<int>(Ctype), static_cast<int>(computeType),
@@ -244,6 +247,17 @@ cublasStatus_t cublasGemmStridedBatchedEx(
   // CUBLAS_COMPUTE_32F: alpha and beta are floats, read now.
   const float a = *static_cast<const float *>(alpha),
               b = *static_cast<const float *>(beta);
+  if (Ctype == CUDA_R_32F && Atype != CUDA_R_32F) {
+    if (Atype == CUDA_R_16BF)
+      return runGemm(api, handle, transa, transb, m, n, k, a,
+                     static_cast<const ztrt::bf16 *>(A), lda, strideA,
+                     static_cast<const ztrt::bf16 *>(B), ldb, strideB, b,
+                     static_cast<float *>(C), ldc, strideC, batchCount);
+    return runGemm(api, handle, transa, transb, m, n, k, a,
+                   static_cast<const ztrt::f16 *>(A), lda, strideA,
+                   static_cast<const ztrt::f16 *>(B), ldb, strideB, b,
+                   static_cast<float *>(C), ldc, strideC, batchCount);
+  }
   switch (Atype) {
   case CUDA_R_16BF:
     return runGemm(api, handle, transa, transb, m, n, k, a,

@@ -31,7 +31,8 @@ public:
   StepBuffers(mlir::func::FuncOp entry, int64_t stage);
 
   /// The value whose buffer `v` uses: itself, or what it aliases (a reshape
-  /// of its operand; an all-reduce done in place).
+  /// of its operand; an all-reduce done in place; a train.matmul_acc's
+  /// accumulator, updated in place).
   mlir::Value root(mlir::Value v) const {
     mlir::Value r = roots.lookup(v);
     return r ? r : v;

@@ -63,6 +63,7 @@ class Train_Op<string mnemonic, list<Trait> traits = []>
 // Compute ops run in f32, bf16 or f16 (kernels accumulate in f32).
 def Train_FloatTensor : StaticShapeTensorOf<[F32, BF16, F16]>;
 def Train_I32Tensor : StaticShapeTensorOf<[I32]>;
+def Train_F32Tensor : StaticShapeTensorOf<[F32]>;
 // Data movement also takes integer ids and labels (a shifted label window).
 def Train_FloatOrI32Tensor : StaticShapeTensorOf<[F32, BF16, F16, I32]>;
 def Train_F32Scalar : 0DTensorOf<[F32]>;
@@ -864,6 +865,51 @@ def Train_MatmulOp : Train_ComputeOp<"matmul", [Train_Kernel]> {
                        UnitAttr:$transpose_a, UnitAttr:$transpose_b);
   let results = (outs Train_FloatTensor:$result);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Train_MatmulAccOp : Train_Op<"matmul_acc", [Pure,
+    AllTypesMatch<["acc", "result"]>]> {
+  let summary = "accumulating matrix product: acc + op(lhs) x op(rhs) in f32";
+  let description = [{
+    `result = acc + op(lhs) x op(rhs)` for matrices, `op` the transpose where
+    `transpose_a` / `transpose_b` is set. `lhs` and `rhs` share a float
+    element type (f32, bf16, f16); `acc` and `result` are f32 whatever it
+    is, and the products are accumulated in f32: a bf16 product is never
+    rounded to bf16 before it is added.
+
+    `train-tile-loss` sums the vocabulary projection's weight gradient over
+    its token tiles with a chain of these. Where nothing else reads `acc`,
+    the lowering updates its buffer in place (dist::StepBuffers: the result
+    is an alias of `acc`), so the chain is one [V, C] buffer, and when the
+    chain's last result is a parameter's gradient, that gradient buffer.
+
+    How the product meets `acc` is the GEMM library's (BLAS / cuBLAS with
+    beta = 1, which may add the product a block of the contracted dimension
+    at a time): equal to `train.matmul` then `train.add` within f32
+    rounding, not bitwise.
+
+    ```mlir
+    %dw1 = train.matmul_acc %dw0, %g, %x {transpose_a}
+        : (tensor<1000x16xf32>, tensor<64x1000xf32>, tensor<64x16xf32>)
+          -> tensor<1000x16xf32>
+    ```
+
+    **Constraints:**
+    - every operand has rank 2; `acc` and the result are f32;
+    - `lhs` and `rhs` have the same float element type;
+    - the contracted dimensions agree and `acc` is [M, N].
+
+    Not differentiable: the pass that creates it runs after the backward
+    pass exists.
+  }];
+  let arguments = (ins Train_F32Tensor:$acc, Train_FloatTensor:$lhs,
+                       Train_FloatTensor:$rhs, UnitAttr:$transpose_a,
+                       UnitAttr:$transpose_b);
+  let results = (outs Train_F32Tensor:$result);
+  let assemblyFormat = [{
+    $acc `,` $lhs `,` $rhs attr-dict `:` functional-type(operands, results)
+  }];
   let hasVerifier = 1;
 }
 

@@ -317,11 +317,15 @@ def TrainTileLoss : Pass<"train-tile-loss", "::mlir::ModuleOp"> {
     (the executable's `--sample` then refuses, saying so). A module with no
     such loss gets a warning.
 
+    dW is the first tile's product (f32; a zero fill for bf16 / f16)
+    plus one `train.matmul_acc` per further tile, each accumulating its
+    product in f32 in place: one [V, C] buffer (none when the sum is the
+    parameter's gradient buffer), rounded once to a bf16 gradient.
+
     Numbers: each tile's logits, adjoint rows and dx rows are the untiled
-    ops' rows (the same kernels on fewer rows); dW is a sum over tiles
-    (accumulated in f32, rounded once to a bf16 gradient) and the loss a
-    sum of the tiles' shares, so those two differ from the untiled values
-    by rounding (docs/tiling.md).
+    ops' rows (the same kernels on fewer rows); dW is a sum over tiles and
+    the loss a sum of the tiles' shares, so those two differ from the
+    untiled values by rounding (docs/tiling.md).
 
     ```mlir
     // before (rows 512, vocabulary 32000)
