@@ -1,14 +1,16 @@
-//===- IsaKernels.h - The CPU kernels built for a wider vector ISA -*- C++ -*-===//
+//===- IsaKernels.h - The CPU kernels built for a wider vector ISA -*- C++
+//-*-===//
 //
 // Part of ztrain's runtime. The runtime is compiled for baseline x86-64
 // (SSE2), so that an executable runs on any x86-64 node. Its elementwise,
 // softmax and f32 optimizer kernels are also compiled a second time for AVX-512
-// (backends/cpu/IsaKernelsAvx512.cpp, float only), and the cpu backend calls those
-// where the processor has AVX-512: the same source (Elementwise.def,
-// VecMath.h, RowKernels.h, OptimizerKernels.h) without FMA contraction, so the two builds give
-// bitwise the same results (KernelTest's IsaKernelsAreBitwiseTheBaseline)
-// and ranks on different processors stay in step. ZTRT_CPU_ISA=baseline
-// in the environment keeps the baseline kernels.
+// (backends/cpu/IsaKernelsAvx512.cpp, float only), and the cpu backend calls
+// those where the processor has AVX-512: the same source (Elementwise.def,
+// VecMath.h, RowKernels.h, OptimizerKernels.h) without FMA contraction, so the
+// two builds give bitwise the same results
+// (IsaKernelTest.IsaKernelsAreBitwiseTheBaseline) and ranks on different
+// processors stay in step. ZTRT_CPU_ISA=baseline in the environment keeps the
+// baseline kernels.
 //
 //===----------------------------------------------------------------------===//
 

@@ -1,10 +1,11 @@
-//===- RowKernels.h - Softmax rows, shared by the CPU kernel builds -*- C++ -*-===//
+//===- RowKernels.h - Softmax rows, shared by the CPU kernel builds -*- C++
+//-*-===//
 //
 // Part of ztrain's runtime. The per-row softmax and its gradient, compiled
 // into the baseline backend (backends/cpu/CpuRows.cpp, every element type) and
-// into the wider-ISA kernels (backends/cpu/IsaKernelsAvx512.cpp, float). One source,
-// so both builds evaluate the same operations in the same order: the
-// results are bitwise equal (KernelTest's IsaKernelsAreBitwiseTheBaseline).
+// into the wider-ISA kernels (backends/cpu/IsaKernelsAvx512.cpp, float). One
+// source, so both builds evaluate the same operations in the same order: the
+// results are bitwise equal (IsaKernelTest.IsaKernelsAreBitwiseTheBaseline).
 //
 // Everything is in an anonymous namespace on purpose: each translation unit
 // gets its own copy, compiled for its own ISA, and no symbol is shared

@@ -288,6 +288,19 @@ LogicalResult BiasAddOp::verify() {
   return success();
 }
 
+/// A matrix product's contracted dimensions disagree: both operands' shapes
+/// and what each contributes (train.matmul, train.matmul_acc).
+static LogicalResult contractedDimsDiffer(Operation *op, ArrayRef<int64_t> a,
+                                          bool transA, int64_t ka,
+                                          ArrayRef<int64_t> b, bool transB,
+                                          int64_t kb) {
+  return op->emitOpError() << "contracted dims differ: lhs " << fmtShape(a)
+                           << (transA ? " (transposed)" : "") << " gives " << ka
+                           << ", rhs " << fmtShape(b)
+                           << (transB ? " (transposed)" : "") << " gives "
+                           << kb;
+}
+
 LogicalResult MatmulOp::verify() {
   ArrayRef<int64_t> a = shapeOf(getLhs()), b = shapeOf(getRhs()),
                     c = shapeOf(getResult());
@@ -309,11 +322,8 @@ LogicalResult MatmulOp::verify() {
   int64_t kb = getTransposeB() ? b[rb + 1] : b[rb];
   int64_t n = getTransposeB() ? b[rb] : b[rb + 1];
   if (ka != kb)
-    return emitOpError() << "contracted dims differ: lhs " << fmtShape(a)
-                         << (getTransposeA() ? " (transposed)" : "")
-                         << " gives " << ka << ", rhs " << fmtShape(b)
-                         << (getTransposeB() ? " (transposed)" : "")
-                         << " gives " << kb;
+    return contractedDimsDiffer(*this, a, getTransposeA(), ka, b,
+                                getTransposeB(), kb);
   SmallVector<int64_t> expected(a.begin(), a.begin() + batch);
   expected.push_back(m);
   expected.push_back(n);
@@ -337,11 +347,8 @@ LogicalResult MatmulAccOp::verify() {
   int64_t m = getTransposeA() ? a[1] : a[0], ka = getTransposeA() ? a[0] : a[1];
   int64_t kb = getTransposeB() ? b[1] : b[0], n = getTransposeB() ? b[0] : b[1];
   if (ka != kb)
-    return emitOpError() << "contracted dims differ: lhs " << fmtShape(a)
-                         << (getTransposeA() ? " (transposed)" : "")
-                         << " gives " << ka << ", rhs " << fmtShape(b)
-                         << (getTransposeB() ? " (transposed)" : "")
-                         << " gives " << kb;
+    return contractedDimsDiffer(*this, a, getTransposeA(), ka, b,
+                                getTransposeB(), kb);
   if (c[0] != m || c[1] != n)
     return emitOpError() << "acc shape " << fmtShape(c) << " must be [" << m
                          << ", " << n << "]";
