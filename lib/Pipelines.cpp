@@ -80,6 +80,9 @@ void ztrain::buildZeroPartitionPipeline(OpPassManager &pm,
   dist::ZeroPartitionOptions partition;
   partition.stage = options.stage;
   partition.dp = options.dp;
+  partition.dpShard = options.dpShard;
+  partition.dpReplicate = options.dpReplicate;
+  partition.ranksPerNode = options.ranksPerNode;
   pm.addPass(dist::createZeroPartition(partition));
   pm.addPass(dist::createZeroInsertCollectives());
 }

@@ -22,9 +22,14 @@ namespace {
 /// A collective's request, after the checks every collective entry makes.
 CollectiveRequest request(const char *op, ztrt_ctx *ctx, int32_t dtype,
                           Collective kind, const void *in, void *out,
-                          int64_t elems, int32_t mean) {
+                          int64_t elems, int32_t mean, int32_t axis = 0) {
   backendOf(ctx, op);
+  if (axis < 0 || axis >= kMeshAxes)
+    fatal("%s: mesh axis %d is not 0 (all ranks), 1 (the shard group) or 2 "
+          "(the replicate group)",
+          op, static_cast<int>(axis));
   CollectiveRequest r;
+  r.axis = axis;
   r.dtype = checkDType(op, dtype);
   checkCount(op, "element count", elems);
   r.kind = kind;
@@ -50,23 +55,24 @@ int64_t ztrt_world_size(ztrt_ctx *ctx) {
 }
 
 void ztrt_all_reduce(ztrt_ctx *ctx, int32_t dtype, const void *in, void *out,
-                     int64_t n, int32_t mean) {
-  ctx->runCollective(
-      request("all_reduce", ctx, dtype, Collective::AllReduce, in, out, n, mean),
-      "all_reduce");
+                     int64_t n, int32_t mean, int32_t axis) {
+  ctx->runCollective(request("all_reduce", ctx, dtype, Collective::AllReduce,
+                             in, out, n, mean, axis),
+                     "all_reduce");
 }
 
 void ztrt_reduce_scatter(ztrt_ctx *ctx, int32_t dtype, const void *in,
-                         void *out, int64_t count, int32_t mean) {
+                         void *out, int64_t count, int32_t mean, int32_t axis) {
   ctx->runCollective(request("reduce_scatter", ctx, dtype,
-                             Collective::ReduceScatter, in, out, count, mean),
+                             Collective::ReduceScatter, in, out, count, mean,
+                             axis),
                      "reduce_scatter");
 }
 
 void ztrt_all_gather(ztrt_ctx *ctx, int32_t dtype, const void *in, void *out,
-                     int64_t count) {
+                     int64_t count, int32_t axis) {
   ctx->runCollective(request("all_gather", ctx, dtype, Collective::AllGather,
-                             in, out, count, 0),
+                             in, out, count, 0, axis),
                      "all_gather");
   // A host-placed parameter's shard crosses the host link once.
   ctx->noteHostAccess(in, count * ztrt::elementBytes(static_cast<DType>(dtype)),
@@ -86,23 +92,26 @@ void ztrt_bcast(ztrt_ctx *ctx, int32_t dtype, void *buf, int64_t n,
 }
 
 int64_t ztrt_all_reduce_start(ztrt_ctx *ctx, int32_t dtype, const void *in,
-                              void *out, int64_t n, int32_t mean) {
+                              void *out, int64_t n, int32_t mean,
+                              int32_t axis) {
   return ctx->startCollective(request("all_reduce_start", ctx, dtype,
-                                      Collective::AllReduce, in, out, n, mean));
+                                      Collective::AllReduce, in, out, n, mean,
+                                      axis));
 }
 
-int64_t ztrt_reduce_scatter_start(ztrt_ctx *ctx, int32_t dtype,
-                                  const void *in, void *out, int64_t count,
-                                  int32_t mean) {
+int64_t ztrt_reduce_scatter_start(ztrt_ctx *ctx, int32_t dtype, const void *in,
+                                  void *out, int64_t count, int32_t mean,
+                                  int32_t axis) {
   return ctx->startCollective(request("reduce_scatter_start", ctx, dtype,
-                                      Collective::ReduceScatter, in, out,
-                                      count, mean));
+                                      Collective::ReduceScatter, in, out, count,
+                                      mean, axis));
 }
 
 int64_t ztrt_all_gather_start(ztrt_ctx *ctx, int32_t dtype, const void *in,
-                              void *out, int64_t count) {
-  const int64_t handle = ctx->startCollective(request(
-      "all_gather_start", ctx, dtype, Collective::AllGather, in, out, count, 0));
+                              void *out, int64_t count, int32_t axis) {
+  const int64_t handle = ctx->startCollective(
+      request("all_gather_start", ctx, dtype, Collective::AllGather, in, out,
+              count, 0, axis));
   ctx->noteHostAccess(in, count * ztrt::elementBytes(static_cast<DType>(dtype)),
                       0);
   return handle;

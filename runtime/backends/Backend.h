@@ -111,6 +111,10 @@ public:
   /// communicator (a device backend bootstraps its transport here: every
   /// rank constructs its context at the same point of the program).
   virtual void attach(Communicator &comm) {}
+  /// Called by the context once the descriptor's mesh is known (before the
+  /// first step): `replicate` groups of `shard` ranks. A backend that cannot
+  /// run the collectives of such a mesh refuses it here (one line).
+  virtual void checkMesh(int64_t shard, int64_t replicate) {}
   /// Blocks until every operation issued so far has completed, then
   /// reports errors that kernels found in the data (a label out of range)
   /// as the runtime's one-line fatal error. The driver calls it after every

@@ -39,7 +39,8 @@ std::vector<CommQueue *> &registry() {
 } // namespace
 
 CommQueue::CommQueue(Backend &backend, Communicator &comm, bool threaded)
-    : backend(backend), comm(comm), deviceMode(backend.enqueuesCollectives()),
+    : backend(backend), axes{&comm, &comm, &comm},
+      deviceMode(backend.enqueuesCollectives()),
       threadedMode(threaded && !deviceMode) {
   if (!threadedMode)
     return;
@@ -80,10 +81,28 @@ void CommQueue::stop() {
   worker.join();
 }
 
+namespace {
+
+/// A device backend's wire bytes by link, as NCCL's ring sends them: all
+/// to the next rank of the group.
+void splitRingBytes(const Communicator &comm, CollectiveResult &result) {
+  const int next = (comm.rank() + 1) % comm.count();
+  if (comm.nodeOf(next) == comm.node())
+    result.intraNodeWireBytes = result.wireBytes;
+  else
+    result.interNodeWireBytes = result.wireBytes;
+}
+
+} // namespace
+
 CollectiveResult CommQueue::execute(const CollectiveRequest &r) {
+  Communicator &comm = *axes[r.axis];
+  const int64_t intraBefore = comm.sentIntraNodeBytes(),
+                interBefore = comm.sentInterNodeBytes();
   CollectiveResult result;
   result.kind = r.kind;
   result.elems = r.elems;
+  result.ranks = comm.count();
   result.payloadBytes = r.elems * elementBytes(r.dtype);
   result.begin = Clock::now();
   noteCollective(collectiveName(r.kind), r.elems);
@@ -105,6 +124,15 @@ CollectiveResult CommQueue::execute(const CollectiveRequest &r) {
   }
   result.end = Clock::now();
   noteCollective(nullptr, 0);
+  result.intraNodeWireBytes = comm.sentIntraNodeBytes() - intraBefore;
+  result.interNodeWireBytes = comm.sentInterNodeBytes() - interBefore;
+  // A backend that sent other than through the communicator's counted
+  // calls: its bytes by the ring's model.
+  if (result.intraNodeWireBytes + result.interNodeWireBytes !=
+      result.wireBytes) {
+    result.intraNodeWireBytes = result.interNodeWireBytes = 0;
+    splitRingBytes(comm, result);
+  }
   return result;
 }
 
@@ -114,6 +142,7 @@ int64_t CommQueue::start(const CollectiveRequest &request) {
     // same order, which is all NCCL needs, and only this thread uses the
     // communicator during a step.
     int64_t wireBytes = 0;
+    Communicator &comm = *axes[request.axis];
     const int64_t ticket = backend.enqueueCollective(comm, request, &wireBytes);
     std::lock_guard<std::mutex> lock(mutex);
     const int64_t handle = nextHandle++;
@@ -122,8 +151,10 @@ int64_t CommQueue::start(const CollectiveRequest &request) {
     entry.ticket = ticket;
     entry.result.kind = request.kind;
     entry.result.elems = request.elems;
+    entry.result.ranks = comm.count();
     entry.result.payloadBytes = request.elems * elementBytes(request.dtype);
     entry.result.wireBytes = wireBytes;
+    splitRingBytes(comm, entry.result);
     entry.result.deferred = true;
     entry.result.ticket = ticket;
     return handle;

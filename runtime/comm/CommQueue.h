@@ -60,17 +60,30 @@ struct CollectiveRequest {
   int64_t elems = 0;
   bool mean = false;
   int root = 0;
+  /// The mesh axis whose group performs it (ztrt_abi.def): 0 all ranks,
+  /// 1 this rank's shard group, 2 its replicate group. A broadcast's is 0.
+  int axis = 0;
 };
+
+/// The number of mesh axes a collective may name (0, 1, 2).
+constexpr int kMeshAxes = 3;
 
 /// What a completed collective reports to its wait.
 struct CollectiveResult {
   Collective kind;
   int64_t elems = 0;
+  /// The rank count of the request's axis group.
+  int64_t ranks = 1;
   /// elems * the element size of the request's dtype: the per-rank payload
   /// the entry point handed the backend.
   int64_t payloadBytes = 0;
   /// The backend's return value: bytes this rank handed to the transport.
   int64_t wireBytes = 0;
+  /// wireBytes by the destination's link: to ranks on this rank's node,
+  /// and to other nodes (their sum is wireBytes). Host backends: what the
+  /// communicator counted per destination. Device backends (NCCL does not
+  /// say): the ring's model, every byte to the next rank of the group.
+  int64_t intraNodeWireBytes = 0, interNodeWireBytes = 0;
   /// When the backend began and ended it (on the communication thread, or
   /// inline). Not set when `deferred`.
   Clock::time_point begin, end;
@@ -90,6 +103,11 @@ public:
   ~CommQueue();
   CommQueue(const CommQueue &) = delete;
   CommQueue &operator=(const CommQueue &) = delete;
+
+  /// The communicator of mesh axis `axis` (the constructor's `comm` for
+  /// each until set). Set before any collective of that axis starts.
+  void setAxis(int axis, Communicator &comm) { axes[axis] = &comm; }
+  Communicator &axis(int axis) const { return *axes[axis]; }
 
   bool threaded() const { return threadedMode; }
   /// Whether collectives are enqueued on the backend's device streams.
@@ -131,7 +149,8 @@ private:
   CollectiveResult execute(const CollectiveRequest &request);
 
   Backend &backend;
-  Communicator &comm;
+  /// By mesh axis.
+  Communicator *axes[kMeshAxes];
   const bool deviceMode;
   const bool threadedMode;
 

@@ -379,6 +379,23 @@ void startCollectiveWatchdog(double timeoutSeconds,
   }).detach();
 }
 
+namespace {
+
+/// Renumbers per-member labels 0, 1, ... in the order of their first
+/// member: nodes named by their lowest rank.
+std::vector<int> numberByFirstMember(const std::vector<int> &labels) {
+  std::vector<int> seen, out;
+  for (int label : labels) {
+    auto it = std::find(seen.begin(), seen.end(), label);
+    out.push_back(static_cast<int>(it - seen.begin()));
+    if (it == seen.end())
+      seen.push_back(label);
+  }
+  return out;
+}
+
+} // namespace
+
 bool launchedByMpi() {
   for (const char *name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
     if (std::getenv(name))
@@ -446,12 +463,9 @@ std::unique_ptr<Communicator> Communicator::initWorld(int *argc, char ***argv) {
   check(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT,
                       world->mpi->comm),
         "MPI_Allgather");
-  std::sort(leaders.begin(), leaders.end());
-  leaders.erase(std::unique(leaders.begin(), leaders.end()), leaders.end());
-  world->p.nodeCount = static_cast<int>(leaders.size());
-  world->p.node = static_cast<int>(
-      std::lower_bound(leaders.begin(), leaders.end(), leader) -
-      leaders.begin());
+  // Every member's node: the leaders in the order of their ranks.
+  world->memberNodes = numberByFirstMember(leaders);
+  world->deriveNodeParams();
   if (world->p.count > 1) {
     setJobRank(world->p.rank, abortJob, syncJob);
     if (provided >= MPI_THREAD_MULTIPLE) {
@@ -465,6 +479,64 @@ std::unique_ptr<Communicator> Communicator::initWorld(int *argc, char ***argv) {
   return world;
 }
 
+void Communicator::setRanksPerNode(int n) {
+  for (int r = 0; r < p.count; ++r)
+    memberNodes[static_cast<size_t>(r)] = r / n;
+  deriveNodeParams();
+}
+
+void Communicator::deriveNodeParams() {
+  p.node = memberNodes[static_cast<size_t>(p.rank)];
+  p.nodeCount = 0;
+  p.localRank = 0;
+  p.localCount = 0;
+  for (int r = 0; r < p.count; ++r) {
+    const int node = memberNodes[static_cast<size_t>(r)];
+    p.nodeCount = std::max(p.nodeCount, node + 1);
+    if (node != p.node)
+      continue;
+    ++p.localCount;
+    if (r < p.rank)
+      ++p.localRank;
+  }
+}
+
+void Communicator::noteSent(int member, int64_t bytes) {
+  if (member == p.rank)
+    return;
+  if (memberNodes[static_cast<size_t>(member)] == p.node)
+    sentIntra += bytes;
+  else
+    sentInter += bytes;
+}
+
+void Communicator::noteSentToAll(int64_t bytes) {
+  for (int r = 0; r < p.count; ++r)
+    noteSent(r, bytes);
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  auto group = std::make_unique<Communicator>();
+  if (!mpi)
+    return group;
+  group->mpi = std::make_unique<Mpi>();
+  check(MPI_Comm_split(mpi->comm, color, key, &group->mpi->comm),
+        "MPI_Comm_split");
+  check(MPI_Comm_set_errhandler(group->mpi->comm, MPI_ERRORS_RETURN),
+        "MPI_Comm_set_errhandler");
+  check(MPI_Comm_rank(group->mpi->comm, &group->p.rank), "MPI_Comm_rank");
+  check(MPI_Comm_size(group->mpi->comm, &group->p.count), "MPI_Comm_size");
+  // The members' nodes as this communicator knows them (after any
+  // setRanksPerNode), renumbered by their lowest member of the group.
+  std::vector<int> nodes(static_cast<size_t>(group->p.count));
+  check(MPI_Allgather(&p.node, 1, MPI_INT, nodes.data(), 1, MPI_INT,
+                      group->mpi->comm),
+        "MPI_Allgather");
+  group->memberNodes = numberByFirstMember(nodes);
+  group->deriveNodeParams();
+  return group;
+}
+
 void Communicator::allToAll(const void *send, void *recv, int64_t elems,
                             int64_t elemBytes) {
   if (!mpi) {
@@ -474,7 +546,7 @@ void Communicator::allToAll(const void *send, void *recv, int64_t elems,
   int n = mpiCount("MPI_Alltoall", elems);
   MPI_Datatype type = elementType("MPI_Alltoall", elemBytes);
   check(watched("MPI_Alltoall", [&] { return MPI_Alltoall(send, n, type, recv, n, type, mpi->comm); }), "MPI_Alltoall");
-  sent += (p.count - 1) * elems * elemBytes;
+  noteSentToAll(elems * elemBytes);
 }
 
 void Communicator::allGather(const void *send, void *recv, int64_t elems,
@@ -486,7 +558,7 @@ void Communicator::allGather(const void *send, void *recv, int64_t elems,
   int n = mpiCount("MPI_Allgather", elems);
   MPI_Datatype type = elementType("MPI_Allgather", elemBytes);
   check(watched("MPI_Allgather", [&] { return MPI_Allgather(send, n, type, recv, n, type, mpi->comm); }), "MPI_Allgather");
-  sent += (p.count - 1) * elems * elemBytes;
+  noteSentToAll(elems * elemBytes);
 }
 
 void Communicator::gather(const void *send, void *recv, int64_t elems,
@@ -499,7 +571,7 @@ void Communicator::gather(const void *send, void *recv, int64_t elems,
   MPI_Datatype type = elementType("MPI_Gather", elemBytes);
   check(watched("MPI_Gather", [&] { return MPI_Gather(send, n, type, recv, n, type, root, mpi->comm); }), "MPI_Gather");
   if (p.rank != root)
-    sent += elems * elemBytes;
+    noteSent(root, elems * elemBytes);
 }
 
 void Communicator::broadcast(void *buf, int64_t elems, int64_t elemBytes,
@@ -510,7 +582,7 @@ void Communicator::broadcast(void *buf, int64_t elems, int64_t elemBytes,
   MPI_Datatype type = elementType("MPI_Bcast", elemBytes);
   check(watched("MPI_Bcast", [&] { return MPI_Bcast(buf, n, type, root, mpi->comm); }), "MPI_Bcast");
   if (p.rank == root)
-    sent += (p.count - 1) * elems * elemBytes;
+    noteSentToAll(elems * elemBytes);
 }
 
 void Communicator::broadcastBytes(void *buf, int64_t bytes, int root) {

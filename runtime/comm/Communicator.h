@@ -104,12 +104,18 @@ public:
   int nodeCount() const { return p.nodeCount; }
   /// Treats every `n` consecutive ranks as one node (--ranks-per-node: a
   /// multi-node layout on one machine, for tests); `n` divides count().
-  void setRanksPerNode(int n) {
-    p.localRank = p.rank % n;
-    p.localCount = n;
-    p.node = p.rank / n;
-    p.nodeCount = p.count / n;
-  }
+  /// Communicators split from this one afterwards inherit the layout.
+  void setRanksPerNode(int n);
+  /// The node of member `member` (in [0, count())), numbered as node() is.
+  int nodeOf(int member) const { return memberNodes[member]; }
+
+  /// A communicator of the members that pass the same `color`, ordered by
+  /// `key` (ties by rank): MPI_Comm_split of this one's private
+  /// communicator. Collective over this communicator. Its params are this
+  /// rank's place in the group; its nodes are the members' nodes as this
+  /// communicator knows them (MPI's or --ranks-per-node's), numbered by
+  /// their lowest member of the group. A world of one gives a world of one.
+  std::unique_ptr<Communicator> split(int color, int key);
 
   // Elements are `elemBytes` bytes each (1, 2, 4 or 8: the size of a
   // tensor's dtype) and are moved as bits, never converted.
@@ -140,14 +146,27 @@ public:
 
   /// Bytes of data this rank has handed MPI for other ranks so far in
   /// allToAll, allGather, gather and broadcast: the counts it passed, times
-  /// the element size, for every destination but itself. Backends report
-  /// a collective's wire bytes as the difference across it.
-  int64_t sentBytes() const { return sent; }
+  /// the element size, for every destination but itself (allToAll and
+  /// allGather: to each other member; gather: to the root; broadcast: from
+  /// the root to each other member). Backends report a collective's wire
+  /// bytes as the difference across it. By the destination's link: those
+  /// for members on this rank's node, and those for other nodes.
+  int64_t sentBytes() const { return sentIntra + sentInter; }
+  int64_t sentIntraNodeBytes() const { return sentIntra; }
+  int64_t sentInterNodeBytes() const { return sentInter; }
 
 private:
   struct Mpi;
+  /// Counts `bytes` sent to member `member` by its link.
+  void noteSent(int member, int64_t bytes);
+  /// Counts `bytes` sent to every member but this rank.
+  void noteSentToAll(int64_t bytes);
+  /// Sets node, nodeCount, localRank and localCount from memberNodes.
+  void deriveNodeParams();
   CommunicatorParams p;
-  int64_t sent = 0;
+  int64_t sentIntra = 0, sentInter = 0;
+  /// Each member's node, as node() numbers them.
+  std::vector<int> memberNodes{0};
   /// Null in a world of one.
   std::unique_ptr<Mpi> mpi;
 };

@@ -16,6 +16,7 @@
 //
 //   ztrain-descriptor 1
 //   grid <N>
+//   mesh <shard> <replicate> <ranks_per_node>
 //   param <name> <dtype> <rank> <d0> .. <dn-1> init <kind> <scale> [<store>]
 //         [space nvme] [frozen]
 //   state <name> <dtype> <rank> <d0> .. <dn-1> of <param-name> [master]
@@ -56,7 +57,15 @@
 // optimizer updates (after ztrt_update_loss_scale), which scale the
 // gradients down to global norm M when it is exceeded.
 // `grid N`: the step was compiled for N data-parallel ranks; main() refuses
-// any other world size (absent: any size, for hand-written models). <dtype>
+// any other world size (absent: any size, for hand-written models).
+// `mesh S R K` (hybrid sharding; at most once, with a grid record, S * R =
+// N): the ranks form R replicate groups of S consecutive ranks. Rank r's
+// shard group (collective axis 1) is ranks r - r % S .. r - r % S + S - 1,
+// its replicate group (axis 2) the ranks j * S + r % S; `store E shard`
+// tensors are split over the S ranks of a shard group (rank r holds shard
+// r % S, so needs E * S >= n) and replicated across its replicate group.
+// K >= 1 is the number of ranks per node the compiler priced links with.
+// Absent: S = N, R = 1, K unknown. <dtype>
 // is f32 or i32, and for params, states and grads also bf16 or f16 (mixed
 // precision; 2-byte elements, ztrt_dtype ZTRT_BF16 / ZTRT_F16). <kind> is
 // zeros | ones | normal | uniform: normal draws N(0, scale^2), uniform draws
@@ -93,8 +102,9 @@
 // ztrt_state return, E elements of its dtype on every rank, for ZeRO:
 //   absent           the whole tensor, E = n;
 //   `store E full`   E >= n: the whole tensor in [0, n), zeros in [n, E);
-//   `store E shard`  rank r holds flat elements [r*E, r*E + E), zeros for
-//                    indices >= n; needs E * world size >= n.
+//   `store E shard`  rank r holds flat elements [s*E, s*E + E) of its
+//                    shard s = r (r % S with a mesh), zeros for indices
+//                    >= n; needs E * world size (S) >= n.
 // The runtime initialises, loads (--init) and saves (--save) full tensors
 // and slices / gathers them; the padding starts at zero and the compiled
 // step must keep it zero.

@@ -13,6 +13,8 @@
 // A checkpoint is a directory, as Hugging Face stores sharded weights:
 //
 //   DIR/rank-<r>-of-<N>.safetensors   rank r's storage of every parameter,
+//                                     (with a mesh: shard r of N = S,
+//                                     written by replicate group 0's rank r)
 //                                     optimizer state and buffer, exactly as
 //                                     it lives in memory (1-D, E elements,
 //                                     padding included), named as in the
@@ -78,8 +80,13 @@ struct CheckpointIndex {
   /// The path the user named (the root holding `latest`, or `dir`): what
   /// messages about the checkpoint as a whole quote.
   std::string named;
-  /// The number of ranks (and shard files) that wrote it.
+  /// The number of ranks (and shard files) that wrote it: with hybrid
+  /// sharding, one shard group's (the mesh's shard S).
   int64_t worldSize = 1;
+  /// The replicate groups of the run that wrote it (the index's "mesh":
+  /// {"shard", "replicate"}; 1 without): that run had worldSize x
+  /// replicate ranks, each group holding the same shards.
+  int64_t replicate = 1;
   /// Training steps done; a resumed run continues with step `step + 1`.
   int64_t step = 0;
   /// The --seed of the run: synthetic data and token windows depend on it.

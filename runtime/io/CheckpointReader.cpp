@@ -96,6 +96,13 @@ CheckpointIndex readCheckpointIndex(const std::string &named,
                static_cast<long long>(version),
                static_cast<long long>(kIndexVersion)));
   index.worldSize = integer(*ztrain, "world_size", 1);
+  if (const Json *mesh = jsonFind(*ztrain, "mesh")) {
+    if (!mesh->is_object())
+      bad("\"mesh\" is not an object");
+    if (integer(*mesh, "shard", 1) != index.worldSize)
+      bad("\"mesh\": \"shard\" is not world_size");
+    index.replicate = integer(*mesh, "replicate", 1);
+  }
   index.step = integer(*ztrain, "step", 0);
   const Json *seed = jsonFind(*ztrain, "seed");
   if (!seed || !seed->is_number_unsigned())
@@ -252,7 +259,8 @@ int64_t checkpointGlobalBatch(const CheckpointIndex &index) {
       batch = b;
       break;
     }
-  return index.worldSize * batch * std::max<int64_t>(1, index.gradAccumSteps);
+  return index.worldSize * index.replicate * batch *
+         std::max<int64_t>(1, index.gradAccumSteps);
 }
 
 /// A param or state record without its "[store E full|shard] [space
@@ -297,7 +305,9 @@ static std::vector<std::string> layoutFreeRecords(const std::string &text) {
     // `space`, below) is layout too: offload changes no bit of what is
     // stored. Fused elementwise kernels (`fused`) compute the bits the
     // unfused kernels do: how the step runs, not what it computes.
-    if (kind == "grid" || kind == "grad" || kind == "arena" ||
+    // The mesh lays the ranks out (a hybrid-sharded checkpoint resumes
+    // flat and the other way round).
+    if (kind == "grid" || kind == "mesh" || kind == "grad" || kind == "arena" ||
         kind == "flops" || kind == "eval" || kind == "grad_accum" ||
         kind == "logits" || kind == "host_step_buffer" || kind == "fused")
       continue;

@@ -126,7 +126,9 @@ static void storeTensor(ztrt_ctx &ctx, const CheckpointTensor &tensor,
 
 void loadCheckpointShard(ztrt_ctx &ctx, const Descriptor &desc,
                          const CheckpointIndex &index) {
-  const int64_t rank = ctx.comm().rank(), ranks = ctx.comm().count();
+  // This rank's shard (rank % S with a mesh, whose replicate groups all
+  // load the same files) and the number of shards.
+  const int64_t rank = ctx.shardIndex(), ranks = ctx.shardCount();
   // checkResumable made sure that the index has every tensor of the
   // descriptor with its type and shape.
   std::vector<CheckpointTensor> specs = checkpointTensors(desc);

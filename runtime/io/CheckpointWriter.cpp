@@ -1,6 +1,7 @@
 //===- CheckpointWriter.cpp - Saving a checkpoint -------------------------===//
 //
-// Part of ztrain's runtime. --save-checkpoint: every rank's shard, rank 0's
+// Part of ztrain's runtime. --save-checkpoint: every rank's shard (one
+// shard group's, with a mesh), rank 0's
 // index.json, the directory renamed into place and `latest` switched, in
 // the crash-safe order Checkpoint.h describes; then the old checkpoints go.
 //
@@ -47,7 +48,8 @@ Json tensorJson(const CheckpointTensor &tensor) {
 /// files in rank order rather than one file name.
 std::string indexJson(const std::vector<CheckpointTensor> &tensors,
                       const char *descriptorText,
-                      const CheckpointProgress &progress, int64_t ranks) {
+                      const CheckpointProgress &progress, int64_t ranks,
+                      int64_t replicate, bool mesh) {
   int64_t rankBytes = 0;
   for (const CheckpointTensor &tensor : tensors)
     rankBytes += tensor.spec.storeBytes;
@@ -60,6 +62,10 @@ std::string indexJson(const std::vector<CheckpointTensor> &tensors,
   Json z = {{"version", kIndexVersion}, {"world_size", ranks},
             {"files", files},           {"step", progress.step},
             {"seed", progress.seed},    {"data", progress.data}};
+  // Hybrid sharding: `ranks` shard files (one shard group's), written by
+  // the first of `replicate` groups that held the same shards.
+  if (mesh)
+    z["mesh"] = {{"shard", ranks}, {"replicate", replicate}};
   Json list = Json::array();
   for (const CheckpointTensor &tensor : tensors)
     list.push_back(tensorJson(tensor));
@@ -100,35 +106,17 @@ void removeOrDie(const std::string &path, const char *what) {
     fatal("%s: cannot remove '%s': %s", what, path.c_str(), strerror(errno));
 }
 
-} // namespace
-
-void saveCheckpoint(ztrt_ctx &ctx, const Descriptor &desc,
-                    const char *descriptorText,
-                    const CheckpointProgress &progress, const std::string &root,
-                    int64_t keep) {
-  const char *what = "--save-checkpoint";
-  Communicator &comm = ctx.comm();
-  const int rank = comm.rank(), ranks = comm.count();
-  const std::string tag = checkpointTag(progress.step);
-  const std::string finalDir = joinPath(root, tag);
-  const std::string tempDir = joinPath(root, kTempPrefix + tag);
-  if (rank == 0) {
-    makeDirectory(root);
-    lockOutputDirectory(root, what);
-    // A save killed earlier may have left its temporary directory; it was
-    // never named by `latest`, so it goes.
-    removeOrDie(tempDir, what);
-    if (::mkdir(tempDir.c_str(), 0755) != 0)
-      fatal("%s: cannot create directory '%s': %s", what, tempDir.c_str(),
-            strerror(errno));
-    syncDirectory(root);
-  }
-  // The temporary directory exists before any rank writes into it. A rank
-  // whose write fails (ENOSPC, EFBIG, EIO) removes it on its way out: a
-  // failed save leaves the previous checkpoint and nothing else.
-  comm.barrier();
-  removeOnFatal(tempDir);
-
+/// A writer's part of a save: this rank's shard file (shard `group.rank()`
+/// of `group.count()`) committed into `tempDir`, and every tensor of the
+/// checkpoint with the CRC-32C of each of the group's files, which the
+/// gather over the group exchanges (after it, every file of the group is
+/// durable).
+std::vector<CheckpointTensor> writeShardFile(ztrt_ctx &ctx,
+                                             const Descriptor &desc,
+                                             const CheckpointProgress &progress,
+                                             Communicator &group,
+                                             const std::string &tempDir) {
+  const int rank = group.rank(), ranks = group.count();
   Backend &backend = ctx.backend();
   std::vector<CheckpointTensor> specs = checkpointTensors(desc);
   std::vector<void *> storage = checkpointStorage(ctx);
@@ -162,16 +150,55 @@ void saveCheckpoint(ztrt_ctx &ctx, const Descriptor &desc,
                     {"ztrain_world_size", std::to_string(ranks)},
                     {"ztrain_step", std::to_string(progress.step)}});
 
-  // Every rank's checksums to every rank (rank 0 writes them); the gather
-  // is also the barrier after which every shard is durable.
+  // Every file's checksums to every writer (rank 0 writes them).
   std::vector<uint32_t> all(specs.size() * static_cast<size_t>(ranks));
-  comm.allGather(mine.data(), all.data(), static_cast<int64_t>(mine.size()),
-                 sizeof(uint32_t));
-  if (rank == 0) {
-    for (size_t i = 0; i < specs.size(); ++i)
-      for (int r = 0; r < ranks; ++r)
-        specs[i].crc.push_back(all[static_cast<size_t>(r) * specs.size() + i]);
-    std::string json = indexJson(specs, descriptorText, progress, ranks);
+  group.allGather(mine.data(), all.data(), static_cast<int64_t>(mine.size()),
+                  sizeof(uint32_t));
+  for (size_t i = 0; i < specs.size(); ++i)
+    for (int r = 0; r < ranks; ++r)
+      specs[i].crc.push_back(all[static_cast<size_t>(r) * specs.size() + i]);
+  return specs;
+}
+
+} // namespace
+
+void saveCheckpoint(ztrt_ctx &ctx, const Descriptor &desc,
+                    const char *descriptorText,
+                    const CheckpointProgress &progress, const std::string &root,
+                    int64_t keep) {
+  const char *what = "--save-checkpoint";
+  Communicator &comm = ctx.comm();
+  // The files are one shard group's: rank r's shard r % S (the world
+  // without a mesh), written by the first replicate group (rank < S); the
+  // other groups hold the same bytes.
+  Communicator &group = ctx.axisComm(1);
+  const bool writer = ctx.axisComm(2).rank() == 0;
+  const std::string tag = checkpointTag(progress.step);
+  const std::string finalDir = joinPath(root, tag);
+  const std::string tempDir = joinPath(root, kTempPrefix + tag);
+  if (comm.rank() == 0) {
+    makeDirectory(root);
+    lockOutputDirectory(root, what);
+    // A save killed earlier may have left its temporary directory; it was
+    // never named by `latest`, so it goes.
+    removeOrDie(tempDir, what);
+    if (::mkdir(tempDir.c_str(), 0755) != 0)
+      fatal("%s: cannot create directory '%s': %s", what, tempDir.c_str(),
+            strerror(errno));
+    syncDirectory(root);
+  }
+  // The temporary directory exists before any rank writes into it. A rank
+  // whose write fails (ENOSPC, EFBIG, EIO) removes it on its way out: a
+  // failed save leaves the previous checkpoint and nothing else.
+  comm.barrier();
+  removeOnFatal(tempDir);
+  std::vector<CheckpointTensor> specs;
+  if (writer)
+    specs = writeShardFile(ctx, desc, progress, group, tempDir);
+  if (comm.rank() == 0) {
+    std::string json = indexJson(specs, descriptorText, progress,
+                                 ctx.shardCount(), ctx.replicateCount(),
+                                 desc.hasMesh || ctx.replicateCount() > 1);
     AtomicFile index(joinPath(tempDir, kIndexName));
     index.write(json.data(), json.size());
     index.commit();

@@ -127,10 +127,12 @@ private:
 /// seed or from the
 /// --init file (which holds full tensors: each rank takes its slice). Every
 /// rank computes exactly its own elements, so replicas and shards start
-/// consistent without communication.
+/// consistent without communication. A rank's shard of a sharded tensor is
+/// its place in its shard group (rank % shard with a mesh: the replicate
+/// groups hold the same shards).
 void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
   Backend &backend = ctx.backend();
-  const int64_t rank = ctx.comm().rank();
+  const int64_t rank = ctx.shardIndex();
   // Buffers: the --init file's tensor of that name when it has one (a
   // state dict with persistent buffers), else the buffer's rule.
   std::optional<InitTensors> initFile;
@@ -200,13 +202,14 @@ void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
 
 /// Writes the full parameters, then the buffers, to `path` on rank 0, as one
 /// process holding them would: padding dropped, shards gathered to rank 0
-/// in rank order.
+/// in rank order (within its shard group, with a mesh: every shard group
+/// gathers its own, rank 0's is written).
 /// Every rank calls it: the gathers of sharded parameters are collective.
 void saveParams(ztrt_ctx &ctx, const Descriptor &desc,
                 const std::string &path) {
   Backend &backend = ctx.backend();
-  Communicator &comm = ctx.comm();
-  const bool root = comm.rank() == 0;
+  Communicator &comm = ctx.axisComm(1);
+  const bool root = ctx.comm().rank() == 0;
   std::vector<std::vector<char>> host;
   for (size_t i = 0; i < desc.params.size(); ++i) {
     const ParamSpec &spec = desc.params[i];
@@ -221,9 +224,11 @@ void saveParams(ztrt_ctx &ctx, const Descriptor &desc,
     }
     std::vector<char> shard(static_cast<size_t>(spec.storeBytes));
     ctx.paramToHost(i, shard.data(), spec.storeBytes);
-    std::vector<char> all(root ? static_cast<size_t>(comm.count()) *
-                                     static_cast<size_t>(spec.storeBytes)
-                               : 0);
+    // Every shard group's first rank receives its group's gather.
+    std::vector<char> all(comm.rank() == 0
+                              ? static_cast<size_t>(comm.count()) *
+                                    static_cast<size_t>(spec.storeBytes)
+                              : 0);
     // Shards concatenated in rank order are the flat tensor followed by the
     // padding (checkStorage: E * N >= numel). The gather moves elements as
     // bits, without converting them.

@@ -78,9 +78,12 @@ Json communicationJson(const ztrt_ctx &ctx) {
   for (int k = 0; k < kCollectiveKinds; ++k) {
     Collective kind = static_cast<Collective>(k);
     const CollectiveStats &stats = ctx.communication(kind);
-    json[collectiveName(kind)] = {{"calls", stats.calls},
-                                  {"bytes", stats.bytes},
-                                  {"wire_bytes", stats.wireBytes}};
+    json[collectiveName(kind)] = {
+        {"calls", stats.calls},
+        {"bytes", stats.bytes},
+        {"wire_bytes", stats.wireBytes},
+        {"intra_node_wire_bytes", stats.intraNodeWireBytes},
+        {"inter_node_wire_bytes", stats.interNodeWireBytes}};
   }
   return json;
 }
@@ -134,12 +137,21 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
                  int threads, int worldSize,
                  const std::vector<std::string> &ranks,
                  const Backend::PeakRate &peak) {
-  Json json = {{"rank", 0},
-               {"world_size", worldSize},
-               {"nodes", ctx.comm().nodeCount()},
-               {"backend", ctx.backend().name()},
-               {"device", ctx.backend().deviceName()},
-               {"precision", precisionText(desc)}};
+  Json json = {
+      {"rank", 0},
+      {"world_size", worldSize},
+      {"nodes", ctx.comm().nodeCount()},
+      // The groups the collectives ran on (descriptor `mesh`; S =
+      // the world, R = 1 without one) and the ranks per node the
+      // compiler priced links with (null: not compiled for one).
+      {"mesh",
+       {{"shard", ctx.shardCount()},
+        {"replicate", ctx.replicateCount()},
+        {"ranks_per_node",
+         desc.meshRanksPerNode > 0 ? Json(desc.meshRanksPerNode) : Json()}}},
+      {"backend", ctx.backend().name()},
+      {"device", ctx.backend().deviceName()},
+      {"precision", precisionText(desc)}};
   Json steps = Json::array();
   for (const StepRecord &r : records) {
     Json step = {{"step", r.step},

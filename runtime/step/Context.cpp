@@ -112,6 +112,12 @@ ztrt_ctx::ztrt_ctx(std::unique_ptr<Backend> backend,
   hyperSeen.fill(std::nan(""));
   const bool threaded = mode == CommMode::Thread || world->count() > 1;
   queue = std::make_unique<CommQueue>(*impl, *world, threaded);
+  // Without a mesh, the shard group is the world and the replicate group
+  // this rank alone (setMesh lays out another).
+  if (world->count() > 1) {
+    replicateGroup = std::make_unique<Communicator>();
+    queue->setAxis(2, *replicateGroup);
+  }
 }
 
 ztrt_ctx::~ztrt_ctx() {

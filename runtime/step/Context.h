@@ -109,6 +109,9 @@ struct CollectiveStats {
   /// Bytes this rank handed to the transport for other ranks (what the
   /// backend's algorithm sends).
   int64_t wireBytes = 0;
+  /// wireBytes by the destination's link (CollectiveResult): to ranks on
+  /// this rank's node, and to other nodes; their sum is wireBytes.
+  int64_t intraNodeWireBytes = 0, interNodeWireBytes = 0;
 };
 
 /// How much of the communication the step thread waited for.
@@ -150,6 +153,29 @@ struct ztrt_ctx {
   const ztrt::Backend &backend() const { return *impl; }
   ztrt::Communicator &comm() { return *world; }
   const ztrt::Communicator &comm() const { return *world; }
+
+  // --- The mesh (descriptor `mesh <shard> <replicate> <ranks_per_node>`) --
+  /// Lays the world out as `replicate` groups of `shard` consecutive ranks
+  /// (shard * replicate == comm().count(), else fatal): rank r's shard group
+  /// (axis 1) is the `shard` ranks from r - r % shard, its replicate group
+  /// (axis 2) the ranks with r's r % shard. Collective over the world (it
+  /// splits the world's communicator: call it after setRanksPerNode, whose
+  /// nodes the groups inherit), once, before any collective of axis 1 or 2.
+  /// Without a call, axis 1 is the world and axis 2 this rank alone.
+  void setMesh(int64_t shard, int64_t replicate);
+  /// The communicator of mesh axis `axis` (0, 1 or 2): the world itself
+  /// where the group is every rank.
+  ztrt::Communicator &axisComm(int axis) { return queue->axis(axis); }
+  const ztrt::Communicator &axisComm(int axis) const {
+    return queue->axis(axis);
+  }
+  /// The ranks a sharded tensor is split over (the shard group's size) and
+  /// this rank's shard of it (its place in that group, rank % shard): what
+  /// initialisation, --save and checkpoints slice by.
+  int64_t shardCount() const { return axisComm(1).count(); }
+  int64_t shardIndex() const { return axisComm(1).rank(); }
+  /// The number of replicate groups (1 without a mesh).
+  int64_t replicateCount() const { return axisComm(2).count(); }
 
   /// Allocates through the backend and accounts the bytes to `category`;
   /// `op` names the caller in error messages.
@@ -491,11 +517,15 @@ private:
     int64_t handle, ticket;
     ztrt::Collective kind;
     int64_t elems, payloadBytes, wireBytes;
+    /// The rank count of its axis' group.
+    int64_t ranks;
   };
   std::vector<DeferredCollective> deferred;
 
   std::unique_ptr<ztrt::Backend> impl;
   std::unique_ptr<ztrt::Communicator> world;
+  /// The groups of axes 1 and 2 where they are not the world (null there).
+  std::unique_ptr<ztrt::Communicator> shardGroup, replicateGroup;
   std::unique_ptr<ztrt::CommQueue> queue;
   std::unordered_map<void *, Allocation> live;
   /// The MappedHost allocations by address (start -> bytes), for

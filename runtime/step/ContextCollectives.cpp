@@ -13,12 +13,35 @@
 
 using namespace ztrt;
 
+void ztrt_ctx::setMesh(int64_t shard, int64_t replicate) {
+  const int ranks = world->count(), rank = world->rank();
+  if (shard < 1 || replicate < 1 || shard * replicate != ranks)
+    fatal("mesh: %lld shard x %lld replicate ranks do not make the %d ranks "
+          "of the job",
+          static_cast<long long>(shard), static_cast<long long>(replicate),
+          ranks);
+  requireCollectivesWaited("laying out the mesh");
+  impl->checkMesh(shard, replicate);
+  const int s = static_cast<int>(shard);
+  // Splits are collective over the world: whether one is made depends on
+  // the mesh alone, the same on every rank. A group of every rank is the
+  // world itself, a group of one (replicate 1) this rank's own.
+  shardGroup.reset();
+  replicateGroup.reset();
+  if (s != ranks)
+    shardGroup = world->split(rank / s, rank);
+  if (s != 1)
+    replicateGroup = world->split(rank % s, rank);
+  queue->setAxis(1, shardGroup ? *shardGroup : *world);
+  queue->setAxis(2, replicateGroup ? *replicateGroup : *world);
+}
+
 void ztrt_ctx::countCall(const CollectiveRequest &request) {
   CollectiveStats &stats = traffic[static_cast<int>(request.kind)];
   ++stats.calls;
-  stats.bytes += collectiveBytes(request.kind,
-                                 request.elems * elementBytes(request.dtype),
-                                 world->count());
+  stats.bytes +=
+      collectiveBytes(request.kind, request.elems * elementBytes(request.dtype),
+                      queue->axis(request.axis).count());
 }
 
 int64_t ztrt_ctx::startCollective(const CollectiveRequest &request) {
@@ -35,11 +58,13 @@ int64_t ztrt_ctx::startCollective(const CollectiveRequest &request) {
 
 void ztrt_ctx::finishCollective(int64_t handle,
                                 const CollectiveResult &result) {
-  traffic[static_cast<int>(result.kind)].wireBytes += result.wireBytes;
+  CollectiveStats &stats = traffic[static_cast<int>(result.kind)];
+  stats.wireBytes += result.wireBytes;
+  stats.intraNodeWireBytes += result.intraNodeWireBytes;
+  stats.interNodeWireBytes += result.interNodeWireBytes;
   if (result.deferred) {
-    deferred.push_back(
-        {handle, result.ticket, result.kind, result.elems, result.payloadBytes,
-         result.wireBytes});
+    deferred.push_back({handle, result.ticket, result.kind, result.elems,
+                        result.payloadBytes, result.wireBytes, result.ranks});
     return;
   }
   overlapStats.commNanos += nanosBetween(result.begin, result.end);
@@ -51,7 +76,7 @@ void ztrt_ctx::finishCollective(int64_t handle,
     event.value = handle;
     event.elems = result.elems;
     event.bytes =
-        collectiveBytes(result.kind, result.payloadBytes, world->count());
+        collectiveBytes(result.kind, result.payloadBytes, result.ranks);
     event.wireBytes = result.wireBytes;
     tracer->add(event);
   }
@@ -110,7 +135,7 @@ void ztrt_ctx::synchronize() {
       event.end = timing.end;
       event.value = c.handle;
       event.elems = c.elems;
-      event.bytes = collectiveBytes(c.kind, c.payloadBytes, world->count());
+      event.bytes = collectiveBytes(c.kind, c.payloadBytes, c.ranks);
       event.wireBytes = c.wireBytes;
       tracer->add(event);
     }

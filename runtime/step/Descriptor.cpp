@@ -165,7 +165,8 @@ std::string shardCoverageProblem(const char *kind, const StoredTensorSpec &spec,
                 static_cast<long long>(spec.storeElems * ranks));
 }
 
-void checkStorage(const Descriptor &desc, int64_t ranks) {
+void checkStorage(const Descriptor &desc, int64_t worldRanks) {
+  const int64_t ranks = desc.shardRanks(worldRanks);
   for (const ParamSpec &spec : desc.params)
     if (std::string problem = shardCoverageProblem("param", spec, ranks);
         !problem.empty())
@@ -376,6 +377,8 @@ struct DescriptorReader {
     size_t index;
   };
   std::vector<Sharded> sharded;
+  /// The mesh record's line, checked against the grid at the end.
+  std::optional<LineParser> meshLine;
 
   void uniqueName(LineParser &p, const std::string &name) {
     if (!names.insert(name).second)
@@ -524,6 +527,25 @@ struct DescriptorReader {
       p.end();
       if (desc.gridSize < 1)
         p.error("grid size must be >= 1");
+    } else if (kind == "mesh") {
+      const int64_t shard = p.integer("mesh shard size");
+      const int64_t replicate = p.integer("mesh replicate size");
+      const int64_t perNode = p.integer("mesh ranks per node");
+      p.end();
+      if (desc.hasMesh)
+        p.error("second mesh record");
+      if (shard < 1 || replicate < 1)
+        p.error("mesh shard and replicate sizes must be >= 1");
+      if (perNode < 1)
+        p.error("mesh ranks per node must be >= 1");
+      if (shard > (int64_t(1) << 31) / replicate)
+        p.error("mesh of " + std::to_string(shard) + " x " +
+                std::to_string(replicate) + " ranks is too large");
+      desc.hasMesh = true;
+      desc.meshShard = shard;
+      desc.meshReplicate = replicate;
+      desc.meshRanksPerNode = perNode;
+      meshLine = p;
     } else if (kind == "loss_scale") {
       LossScalePolicy policy;
       p.keyword("init");
@@ -650,13 +672,25 @@ Descriptor parseDescriptor(const char *text) {
   }
   if (!sawHeader)
     fatal("descriptor: empty (expected 'ztrain-descriptor 1')");
+  if (r.meshLine) {
+    if (desc.gridSize == 0)
+      r.meshLine->error("a mesh record needs a grid record (the ranks it "
+                        "lays out)");
+    if (desc.meshShard * desc.meshReplicate != desc.gridSize)
+      r.meshLine->error(
+          "mesh of " + std::to_string(desc.meshShard) + " shard x " +
+          std::to_string(desc.meshReplicate) + " replicate ranks is " +
+          std::to_string(desc.meshShard * desc.meshReplicate) +
+          " ranks, the grid has " + std::to_string(desc.gridSize));
+  }
   if (desc.gridSize > 0) {
+    // Shards split a tensor over the shard group: the mesh's shard ranks.
+    const int64_t shards = desc.shardRanks(desc.gridSize);
     for (const DescriptorReader::Sharded &s : r.sharded) {
       std::string problem =
-          s.isParam ? shardCoverageProblem("param", desc.params[s.index],
-                                           desc.gridSize)
-                    : shardCoverageProblem("state", desc.states[s.index],
-                                           desc.gridSize);
+          s.isParam
+              ? shardCoverageProblem("param", desc.params[s.index], shards)
+              : shardCoverageProblem("state", desc.states[s.index], shards);
       if (!problem.empty())
         s.line.error(problem);
     }

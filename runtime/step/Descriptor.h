@@ -172,6 +172,18 @@ struct Descriptor {
   /// main() insists on; 0 when the record is absent (hand-written models),
   /// which runs on any number of ranks.
   int64_t gridSize = 0;
+  /// `mesh <shard> <replicate> <ranks_per_node>` (hybrid sharding): the grid
+  /// as `meshReplicate` groups of `meshShard` consecutive ranks, priced by
+  /// the compiler for `meshRanksPerNode` ranks per node. Absent (hasMesh
+  /// false): shard = the grid (or world) size, replicate 1, ranks per
+  /// node 0 (unknown).
+  bool hasMesh = false;
+  int64_t meshShard = 0, meshReplicate = 1, meshRanksPerNode = 0;
+  /// The ranks a `store E shard` tensor is split over on a job of `ranks`
+  /// ranks: the mesh's shard, else all of them.
+  int64_t shardRanks(int64_t ranks) const {
+    return hasMesh ? meshShard : ranks;
+  }
   std::vector<ParamSpec> params;
   std::vector<StateSpec> states;
   /// In the index order of ztrt_buffer.
@@ -234,7 +246,8 @@ PlannedBytes plannedBytes(const Descriptor &desc, bool deviceOnly = false);
 Descriptor parseDescriptor(const char *text);
 
 /// Fatal, naming the tensor, if a sharded parameter or state does not fit
-/// `ranks` ranks (E * ranks < numel).
+/// the shards of a job of `ranks` ranks (E * desc.shardRanks(ranks) <
+/// numel).
 void checkStorage(const Descriptor &desc, int64_t ranks);
 
 } // namespace ztrt

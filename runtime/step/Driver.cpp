@@ -173,6 +173,13 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
 
   std::unique_ptr<Backend> impl = createBackend(opts.backend, *world);
   ztrt_ctx ctx(std::move(impl), std::move(world));
+  // Hybrid sharding: the shard and replicate groups, on the nodes
+  // --ranks-per-node laid out (applied above).
+  if (desc.hasMesh) {
+    ctx.setMesh(desc.meshShard, desc.meshReplicate);
+    if (rank == 0)
+      noteMeshLayout(ctx.comm(), desc);
+  }
   ctx.seed = opts.seed;
   if (desc.lossScale)
     ctx.scaler.emplace(*desc.lossScale);

@@ -160,6 +160,33 @@ void checkBackendRunsModel(const Descriptor &desc, const Options &opts) {
            opts.backend.c_str());
 }
 
+/// Rank 0, with a mesh: one line when the job's nodes are not the
+/// compiled ranks_per_node K (rank r on node r / K), on which zero-report
+/// priced the intra- and inter-node bytes.
+void noteMeshLayout(const Communicator &world, const Descriptor &desc) {
+  const int64_t k = desc.meshRanksPerNode;
+  bool differs = false;
+  for (int r = 0; r < world.count(); ++r)
+    differs |= k <= 0 || world.nodeOf(r) != r / k;
+  if (!differs)
+    return;
+  std::vector<int> sizes(static_cast<size_t>(world.nodeCount()), 0);
+  for (int r = 0; r < world.count(); ++r)
+    ++sizes[static_cast<size_t>(world.nodeOf(r))];
+  std::string layout;
+  for (size_t n = 0; n < sizes.size() && n < 8; ++n)
+    layout += (n ? ", " : "") + std::to_string(sizes[n]);
+  if (sizes.size() > 8)
+    layout += ", ...";
+  warning("mesh %lld x %lld: zero-report's per-link prediction (intra- and "
+          "inter-node bytes) assumed %lld ranks per node; this job has %d "
+          "node(s) of %s rank(s) (--ranks-per-node sets the layout), so the "
+          "measured split differs",
+          static_cast<long long>(desc.meshShard),
+          static_cast<long long>(desc.meshReplicate), static_cast<long long>(k),
+          world.nodeCount(), layout.c_str());
+}
+
 /// Refuses, before anything is allocated, a plan that needs more host
 /// memory per rank than this node has for each of its ranks (MemAvailable
 /// or the cgroup's limit, shared by the node's ranks).

@@ -27,6 +27,10 @@ std::unique_ptr<Backend> createBackend(const std::string &name,
 /// Refuses a model that the backend of --backend cannot run: one compiled
 /// with fused elementwise kernels (host code) on any backend but cpu.
 void checkBackendRunsModel(const Descriptor &desc, const Options &opts);
+/// Rank 0, with a mesh: one line when the job's nodes are not the compiled
+/// ranks_per_node K (rank r on node r / K), on which zero-report priced the
+/// intra- and inter-node bytes. Not an error.
+void noteMeshLayout(const Communicator &world, const Descriptor &desc);
 /// Refuses a plan that needs more host memory per rank than the node has.
 void checkMemory(Communicator &comm, const Descriptor &desc,
                  const Options &opts);

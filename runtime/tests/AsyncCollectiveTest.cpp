@@ -56,26 +56,30 @@ TEST_P(AsyncCollectiveTest, StartAndWaitEqualTheSynchronousCallsBitwise) {
     }
     for (int32_t mean : {0, 1}) {
       std::vector<float> sync(in.size(), 5.0f), async(in.size(), 6.0f);
-      ztrt_all_reduce(ctx.get(), ZTRT_F32, in.data(), sync.data(), n, mean);
+      ztrt_all_reduce(ctx.get(), ZTRT_F32, in.data(), sync.data(), n, mean, 0);
       ztrt_wait(ctx.get(), ztrt_all_reduce_start(ctx.get(), ZTRT_F32, in.data(),
-                                                     async.data(), n, mean));
+                                                 async.data(), n, mean, 0));
       EXPECT_TRUE(sameBits(sync, async)) << "all_reduce mean " << mean;
       EXPECT_TRUE(sameBits(async, in));
       sync.assign(in.size(), 5.0f);
       async.assign(in.size(), 6.0f);
-      ztrt_reduce_scatter(ctx.get(), ZTRT_F32, in.data(), sync.data(), n, mean);
-      ztrt_wait(ctx.get(), ztrt_reduce_scatter_start(ctx.get(), ZTRT_F32, in.data(), async.data(), n, mean));
+      ztrt_reduce_scatter(ctx.get(), ZTRT_F32, in.data(), sync.data(), n, mean,
+                          0);
+      ztrt_wait(ctx.get(),
+                ztrt_reduce_scatter_start(ctx.get(), ZTRT_F32, in.data(),
+                                          async.data(), n, mean, 0));
       EXPECT_TRUE(sameBits(sync, async)) << "reduce_scatter mean " << mean;
     }
     std::vector<float> sync(in.size(), 5.0f), async(in.size(), 6.0f);
-    ztrt_all_gather(ctx.get(), ZTRT_F32, in.data(), sync.data(), n);
-    ztrt_wait(ctx.get(),
-              ztrt_all_gather_start(ctx.get(), ZTRT_F32, in.data(), async.data(), n));
+    ztrt_all_gather(ctx.get(), ZTRT_F32, in.data(), sync.data(), n, 0);
+    ztrt_wait(ctx.get(), ztrt_all_gather_start(ctx.get(), ZTRT_F32, in.data(),
+                                               async.data(), n, 0));
     EXPECT_TRUE(sameBits(sync, async)) << "all_gather";
     // In place, as ZeRO gathers its own shard.
     std::vector<float> inPlace = in;
-    ztrt_wait(ctx.get(), ztrt_all_gather_start(ctx.get(), ZTRT_F32, inPlace.data(),
-                                                   inPlace.data(), n));
+    ztrt_wait(ctx.get(),
+              ztrt_all_gather_start(ctx.get(), ZTRT_F32, inPlace.data(),
+                                    inPlace.data(), n, 0));
     EXPECT_TRUE(sameBits(inPlace, in)) << "all_gather in place";
   }
 }
@@ -87,15 +91,15 @@ TEST_P(AsyncCollectiveTest, SeveralInFlightWaitedInAnyOrder) {
     ins.push_back(testValues(n, 10 + i));
     outs.emplace_back(n, -1.0f);
   }
-  int64_t a =
-      ztrt_all_reduce_start(ctx.get(), ZTRT_F32, ins[0].data(), outs[0].data(), n, 1);
+  int64_t a = ztrt_all_reduce_start(ctx.get(), ZTRT_F32, ins[0].data(),
+                                    outs[0].data(), n, 1, 0);
   int64_t b = ztrt_reduce_scatter_start(ctx.get(), ZTRT_F32, ins[1].data(),
-                                            outs[1].data(), n, 0);
-  int64_t c =
-      ztrt_all_gather_start(ctx.get(), ZTRT_F32, ins[2].data(), outs[2].data(), n);
+                                        outs[1].data(), n, 0, 0);
+  int64_t c = ztrt_all_gather_start(ctx.get(), ZTRT_F32, ins[2].data(),
+                                    outs[2].data(), n, 0);
   // A synchronous collective queues behind the three (FIFO) and returns
   // only when it is done; the others may or may not be.
-  ztrt_all_reduce(ctx.get(), ZTRT_F32, ins[3].data(), outs[3].data(), n, 0);
+  ztrt_all_reduce(ctx.get(), ZTRT_F32, ins[3].data(), outs[3].data(), n, 0, 0);
   EXPECT_TRUE(sameBits(outs[3], ins[3]));
   // Handles are distinct and positive, in start order.
   EXPECT_GT(a, 0);
@@ -126,8 +130,8 @@ TEST_P(AsyncCollectiveTest, ManyQueuedCollectivesRunInOrder) {
   bufs[0] = testValues(n, 7);
   std::vector<int64_t> handles;
   for (size_t i = 1; i < bufs.size(); ++i)
-    handles.push_back(ztrt_all_gather_start(ctx.get(), ZTRT_F32, bufs[i - 1].data(),
-                                                bufs[i].data(), n));
+    handles.push_back(ztrt_all_gather_start(
+        ctx.get(), ZTRT_F32, bufs[i - 1].data(), bufs[i].data(), n, 0));
   for (size_t i = handles.size(); i-- > 0;)
     ztrt_wait(ctx.get(), handles[i]);
   EXPECT_TRUE(sameBits(bufs.back(), bufs[0]));
@@ -135,7 +139,7 @@ TEST_P(AsyncCollectiveTest, ManyQueuedCollectivesRunInOrder) {
 
 TEST_P(AsyncCollectiveTest, WaitOnAnUnknownOrWaitedHandleIsFatal) {
   float x = 1.0f, y = 0.0f;
-  int64_t h = ztrt_all_reduce_start(ctx.get(), ZTRT_F32, &x, &y, 1, 0);
+  int64_t h = ztrt_all_reduce_start(ctx.get(), ZTRT_F32, &x, &y, 1, 0, 0);
   ztrt_wait(ctx.get(), h);
   EXPECT_EXIT(ztrt_wait(ctx.get(), h), ::testing::ExitedWithCode(1),
               "^ztrain: error: wait: collective handle " + std::to_string(h) +
@@ -147,22 +151,22 @@ TEST_P(AsyncCollectiveTest, WaitOnAnUnknownOrWaitedHandleIsFatal) {
               "wait: unknown collective handle 0");
   EXPECT_EXIT(ztrt_wait(ctx.get(), -1), ::testing::ExitedWithCode(1),
               "wait: unknown collective handle -1");
-  EXPECT_EXIT(ztrt_all_reduce_start(ctx.get(), ZTRT_F32, &x, &y, -1, 0),
+  EXPECT_EXIT(ztrt_all_reduce_start(ctx.get(), ZTRT_F32, &x, &y, -1, 0, 0),
               ::testing::ExitedWithCode(1),
               "^ztrain: error: all_reduce_start: negative element count "
               "-1\n$");
-  EXPECT_EXIT(ztrt_reduce_scatter_start(ctx.get(), ZTRT_F32, &x, &y, -2, 0),
+  EXPECT_EXIT(ztrt_reduce_scatter_start(ctx.get(), ZTRT_F32, &x, &y, -2, 0, 0),
               ::testing::ExitedWithCode(1),
               "reduce_scatter_start: negative element count -2");
-  EXPECT_EXIT(ztrt_all_gather_start(ctx.get(), ZTRT_F32, &x, &y, -3),
+  EXPECT_EXIT(ztrt_all_gather_start(ctx.get(), ZTRT_F32, &x, &y, -3, 0),
               ::testing::ExitedWithCode(1),
               "all_gather_start: negative element count -3");
 }
 
 TEST_P(AsyncCollectiveTest, ACollectiveNeverWaitedIsFatal) {
   float x = 1.0f, y = 0.0f, z = 0.0f;
-  int64_t first = ztrt_all_gather_start(ctx.get(), ZTRT_F32, &x, &y, 1);
-  ztrt_reduce_scatter_start(ctx.get(), ZTRT_F32, &x, &z, 1, 0);
+  int64_t first = ztrt_all_gather_start(ctx.get(), ZTRT_F32, &x, &y, 1, 0);
+  ztrt_reduce_scatter_start(ctx.get(), ZTRT_F32, &x, &z, 1, 0, 0);
   EXPECT_EXIT(ctx->requireCollectivesWaited("step", 3),
               ::testing::ExitedWithCode(1),
               "^ztrain: error: step 3: collective started but never waited "
@@ -180,7 +184,7 @@ TEST_P(AsyncCollectiveTest, DestroyingTheContextFinishesQueuedWork) {
   // freed memory).
   const int64_t n = 100000;
   std::vector<float> in = testValues(n, 5), out(n, 0.0f);
-  ztrt_all_reduce_start(ctx.get(), ZTRT_F32, in.data(), out.data(), n, 0);
+  ztrt_all_reduce_start(ctx.get(), ZTRT_F32, in.data(), out.data(), n, 0, 0);
   ctx.reset();
   EXPECT_TRUE(sameBits(out, in));
 }
@@ -199,7 +203,7 @@ TEST_P(AsyncCollectiveTest, OverlapAccounting) {
   const int64_t n = 200000;
   std::vector<float> in = testValues(n, 9), out(n);
   for (int i = 0; i < 3; ++i)
-    ztrt_all_reduce(ctx.get(), ZTRT_F32, in.data(), out.data(), n, 0);
+    ztrt_all_reduce(ctx.get(), ZTRT_F32, in.data(), out.data(), n, 0, 0);
   EXPECT_GT(overlap.exposedNanos, 0);
   EXPECT_GE(overlap.commNanos, 0);
   EXPECT_GE(overlap.exposedNanos, overlap.commNanos);
@@ -208,7 +212,8 @@ TEST_P(AsyncCollectiveTest, OverlapAccounting) {
   // Asynchronous ones: whatever the scheduling, the numbers stay
   // consistent. (How much is hidden depends on the machine's load; on a
   // 2-core CI box nothing about it can be asserted.)
-  int64_t h = ztrt_all_reduce_start(ctx.get(), ZTRT_F32, in.data(), out.data(), n, 0);
+  int64_t h = ztrt_all_reduce_start(ctx.get(), ZTRT_F32, in.data(), out.data(),
+                                    n, 0, 0);
   ztrt_wait(ctx.get(), h);
   EXPECT_GE(overlap.commNanos, 0);
   EXPECT_GE(overlap.hiddenFraction(), 0.0);

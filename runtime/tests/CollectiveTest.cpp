@@ -53,22 +53,22 @@ TEST(CollectiveTest, WorldOfOneIsACopy) {
   const int64_t n = static_cast<int64_t>(in.size());
   for (int32_t mean : {0, 1}) {
     std::vector<float> out(in.size(), 42.0f);
-    ztrt_all_reduce(ctx.get(), ZTRT_F32, in.data(), out.data(), n, mean);
+    ztrt_all_reduce(ctx.get(), ZTRT_F32, in.data(), out.data(), n, mean, 0);
     EXPECT_TRUE(sameBits(out, in)) << "all_reduce mean=" << mean;
     out.assign(in.size(), 42.0f);
-    ztrt_reduce_scatter(ctx.get(), ZTRT_F32, in.data(), out.data(), n, mean);
+    ztrt_reduce_scatter(ctx.get(), ZTRT_F32, in.data(), out.data(), n, mean, 0);
     EXPECT_TRUE(sameBits(out, in)) << "reduce_scatter mean=" << mean;
   }
   std::vector<float> out(in.size(), 42.0f);
-  ztrt_all_gather(ctx.get(), ZTRT_F32, in.data(), out.data(), n);
+  ztrt_all_gather(ctx.get(), ZTRT_F32, in.data(), out.data(), n, 0);
   EXPECT_TRUE(sameBits(out, in));
   out = in;
   ztrt_bcast(ctx.get(), ZTRT_F32, out.data(), n, 0);
   EXPECT_TRUE(sameBits(out, in));
   // In place, as ZeRO calls them.
   out = in;
-  ztrt_all_reduce(ctx.get(), ZTRT_F32, out.data(), out.data(), n, 1);
-  ztrt_all_gather(ctx.get(), ZTRT_F32, out.data(), out.data(), n);
+  ztrt_all_reduce(ctx.get(), ZTRT_F32, out.data(), out.data(), n, 1, 0);
+  ztrt_all_gather(ctx.get(), ZTRT_F32, out.data(), out.data(), n, 0);
   EXPECT_TRUE(sameBits(out, in));
 }
 
@@ -84,10 +84,10 @@ TEST(CollectiveTest, WorldOfOneGatherIsACopy) {
 TEST(CollectiveTest, WorldOfOneCountsCallsButNoBytes) {
   auto ctx = cpuContext();
   std::vector<float> buf(10, 1.0f);
-  ztrt_all_reduce(ctx.get(), ZTRT_F32, buf.data(), buf.data(), 10, 0);
-  ztrt_all_reduce(ctx.get(), ZTRT_F32, buf.data(), buf.data(), 3, 1);
-  ztrt_reduce_scatter(ctx.get(), ZTRT_F32, buf.data(), buf.data(), 10, 0);
-  ztrt_all_gather(ctx.get(), ZTRT_F32, buf.data(), buf.data(), 0);
+  ztrt_all_reduce(ctx.get(), ZTRT_F32, buf.data(), buf.data(), 10, 0, 0);
+  ztrt_all_reduce(ctx.get(), ZTRT_F32, buf.data(), buf.data(), 3, 1, 0);
+  ztrt_reduce_scatter(ctx.get(), ZTRT_F32, buf.data(), buf.data(), 10, 0, 0);
+  ztrt_all_gather(ctx.get(), ZTRT_F32, buf.data(), buf.data(), 0, 0);
   for (auto [kind, calls] : {std::pair{Collective::AllReduce, 2},
                              {Collective::ReduceScatter, 1},
                              {Collective::AllGather, 1},
@@ -129,17 +129,58 @@ TEST(CollectiveTest, TrafficFormulas) {
 TEST(CollectiveTest, ArgumentErrors) {
   auto ctx = cpuContext();
   float x = 0.0f;
-  EXPECT_EXIT(ztrt_all_reduce(ctx.get(), ZTRT_F32, &x, &x, -1, 0),
+  EXPECT_EXIT(ztrt_all_reduce(ctx.get(), ZTRT_F32, &x, &x, -1, 0, 0),
               ::testing::ExitedWithCode(1),
               "^ztrain: error: all_reduce: negative element count -1\n$");
-  EXPECT_EXIT(ztrt_reduce_scatter(ctx.get(), ZTRT_F32, &x, &x, -2, 0),
+  EXPECT_EXIT(ztrt_reduce_scatter(ctx.get(), ZTRT_F32, &x, &x, -2, 0, 0),
               ::testing::ExitedWithCode(1),
               "reduce_scatter: negative element count -2");
-  EXPECT_EXIT(ztrt_all_gather(ctx.get(), ZTRT_F32, &x, &x, -3),
+  EXPECT_EXIT(ztrt_all_gather(ctx.get(), ZTRT_F32, &x, &x, -3, 0),
               ::testing::ExitedWithCode(1),
               "all_gather: negative element count -3");
   EXPECT_EXIT(ztrt_bcast(ctx.get(), ZTRT_F32, &x, 1, 1), ::testing::ExitedWithCode(1),
               "^ztrain: error: bcast: root 1 out of range \\[0, 1\\)\n$");
+}
+
+TEST(CollectiveTest, MeshAxisIsChecked) {
+  // Exact messages (one line, naming the op).
+  auto ctx = cpuContext();
+  float x = 0.0f;
+  EXPECT_EXIT(ztrt_all_gather(ctx.get(), ZTRT_F32, &x, &x, 1, 3),
+              ::testing::ExitedWithCode(1),
+              "^ztrain: error: all_gather: mesh axis 3 is not 0 \\(all "
+              "ranks\\), 1 \\(the shard group\\) or 2 \\(the replicate "
+              "group\\)\n$");
+  EXPECT_EXIT(ztrt_all_reduce_start(ctx.get(), ZTRT_F32, &x, &x, 1, 0, -1),
+              ::testing::ExitedWithCode(1),
+              "^ztrain: error: all_reduce_start: mesh axis -1 is not 0");
+  EXPECT_EXIT(ztrt_reduce_scatter(ctx.get(), ZTRT_F32, &x, &x, 1, 0, 7),
+              ::testing::ExitedWithCode(1),
+              "^ztrain: error: reduce_scatter: mesh axis 7 is not 0");
+}
+
+TEST(CollectiveTest, EveryAxisIsTheWorldInAWorldOfOne) {
+  // A world of one: each axis' group is this rank; every collective is a
+  // copy that moves no bytes (exact).
+  auto ctx = cpuContext();
+  for (int axis = 0; axis < kMeshAxes; ++axis) {
+    EXPECT_EQ(&ctx->axisComm(axis), &ctx->comm()) << "axis " << axis;
+    std::vector<float> in = {1.5f, -2.0f, 3.25f}, out(3, 0.0f);
+    ztrt_all_reduce(ctx.get(), ZTRT_F32, in.data(), out.data(), 3, 1, axis);
+    EXPECT_EQ(out, in) << "axis " << axis;
+  }
+  EXPECT_EQ(ctx->shardCount(), 1);
+  EXPECT_EQ(ctx->shardIndex(), 0);
+  EXPECT_EQ(ctx->replicateCount(), 1);
+  const CollectiveStats &stats = ctx->communication(Collective::AllReduce);
+  EXPECT_EQ(stats.wireBytes, 0);
+  EXPECT_EQ(stats.intraNodeWireBytes, 0);
+  EXPECT_EQ(stats.interNodeWireBytes, 0);
+  // A mesh of one rank is allowed; any other is refused.
+  ctx->setMesh(1, 1);
+  EXPECT_EXIT(ctx->setMesh(2, 1), ::testing::ExitedWithCode(1),
+              "^ztrain: error: mesh: 2 shard x 1 replicate ranks do not make "
+              "the 1 ranks of the job\n$");
 }
 
 TEST(CollectiveTest, LaunchedByMpiReadsTheLaunchersVariables) {

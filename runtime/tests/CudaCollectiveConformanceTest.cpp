@@ -39,11 +39,11 @@ TEST_P(CudaCollectiveTest, EnqueuedAndCopiesBitwise) {
       auto in = twin(values), out = output(n);
       both([&](ztrt_ctx *c, bool d) {
         if (kind == 0)
-          ztrt_all_reduce(c, ZTRT_F32, at(in, d), at(out, d), n, mean);
+          ztrt_all_reduce(c, ZTRT_F32, at(in, d), at(out, d), n, mean, 0);
         else if (kind == 1)
-          ztrt_reduce_scatter(c, ZTRT_F32, at(in, d), at(out, d), n, mean);
+          ztrt_reduce_scatter(c, ZTRT_F32, at(in, d), at(out, d), n, mean, 0);
         else
-          ztrt_all_gather(c, ZTRT_F32, at(in, d), at(out, d), n);
+          ztrt_all_gather(c, ZTRT_F32, at(in, d), at(out, d), n, 0);
       });
       std::vector<float> got = fetch(out);
       ASSERT_EQ(std::memcmp(got.data(), values.data(), n * 4), 0)
@@ -52,11 +52,11 @@ TEST_P(CudaCollectiveTest, EnqueuedAndCopiesBitwise) {
       both([&](ztrt_ctx *c, bool d) {
         const int64_t h =
             kind == 0 ? ztrt_all_reduce_start(c, ZTRT_F32, at(in, d), at(in, d),
-                                              n, mean)
-            : kind == 1
-                ? ztrt_reduce_scatter_start(c, ZTRT_F32, at(in, d), at(in, d),
-                                            n, mean)
-                : ztrt_all_gather_start(c, ZTRT_F32, at(in, d), at(in, d), n);
+                                              n, mean, 0)
+            : kind == 1 ? ztrt_reduce_scatter_start(c, ZTRT_F32, at(in, d),
+                                                    at(in, d), n, mean, 0)
+                        : ztrt_all_gather_start(c, ZTRT_F32, at(in, d),
+                                                at(in, d), n, 0);
         ztrt_wait(c, h);
       });
       got = fetch(in);
@@ -82,7 +82,7 @@ TEST_P(CudaCollectiveTest, SeveralInFlightOrderedAgainstCompute) {
   for (int i = 0; i < 4; ++i) {
     ztrt_fill(g(), ZTRT_F32, ins[i].dev, n, 1.0 + i);
     handles.push_back(
-        ztrt_all_reduce_start(g(), ZTRT_F32, ins[i].dev, outs[i].dev, n, 0));
+        ztrt_all_reduce_start(g(), ZTRT_F32, ins[i].dev, outs[i].dev, n, 0, 0));
   }
   for (int i : {2, 0, 3, 1}) {
     ztrt_wait(g(), handles[i]);
@@ -107,7 +107,7 @@ TEST_P(CudaCollectiveTest, SeveralInFlightOrderedAgainstCompute) {
 
 TEST_P(CudaCollectiveTest, UnwaitedCollectiveIsFatal) {
   auto in = output(16);
-  ztrt_all_gather_start(g(), ZTRT_F32, in.dev, in.dev, 16);
+  ztrt_all_gather_start(g(), ZTRT_F32, in.dev, in.dev, 16, 0);
   EXPECT_EXIT(g()->requireCollectivesWaited("step", 1),
               ::testing::ExitedWithCode(1),
               "step 1: collective started but never waited");
@@ -128,11 +128,11 @@ TEST_P(CudaCollectiveTest, SixteenBitCollectivesAreCopies) {
       for (int mean : {0, 1}) {
         auto in = twin(values), out = twin(std::vector<uint16_t>(n, 0xffff));
         if (kind == 0)
-          ztrt_all_reduce(g(), ty, in.dev, out.dev, n, mean);
+          ztrt_all_reduce(g(), ty, in.dev, out.dev, n, mean, 0);
         else if (kind == 1)
-          ztrt_reduce_scatter(g(), ty, in.dev, out.dev, n, mean);
+          ztrt_reduce_scatter(g(), ty, in.dev, out.dev, n, mean, 0);
         else
-          ztrt_all_gather(g(), ty, in.dev, out.dev, n);
+          ztrt_all_gather(g(), ty, in.dev, out.dev, n, 0);
         std::vector<uint16_t> got = fetch(out);
         ASSERT_EQ(std::memcmp(got.data(), values.data(), n * sizeof(uint16_t)),
                   0)
@@ -146,6 +146,22 @@ TEST_P(CudaCollectiveTest, SixteenBitCollectivesAreCopies) {
   }
   // A world of one moves nothing over the wire, whatever the dtype.
   EXPECT_EQ(g()->communication(Collective::AllReduce).wireBytes, 0);
+}
+
+TEST_P(CudaCollectiveTest, HybridShardingIsRefused) {
+  // A world of one: every mesh axis is this rank (axis 1 and 2 collectives
+  // are copies, as axis 0's); a mesh of 1 x 1 is allowed.
+  auto in = twin(std::vector<float>{1.0f, 2.0f}), out = output(2);
+  for (int axis : {1, 2})
+    ztrt_all_gather(g(), ZTRT_F32, in.dev, out.dev, 2, axis);
+  EXPECT_EQ(fetch(out), (std::vector<float>{1.0f, 2.0f}));
+  g()->setMesh(1, 1);
+  // Replicate groups need NCCL communicators the backend does not make:
+  // refused in one line (exact text).
+  EXPECT_EXIT(g()->backend().checkMesh(2, 2), ::testing::ExitedWithCode(1),
+              "^ztrain: error: --backend cuda: hybrid sharding \\(mesh of 2 "
+              "shard x 2 replicate ranks\\) runs on the cpu backend only for "
+              "now");
 }
 
 INSTANTIATE_TEST_SUITE_P(Transport, CudaCollectiveTest, ::testing::Bool(),

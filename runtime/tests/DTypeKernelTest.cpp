@@ -616,7 +616,7 @@ TYPED_TEST(DTypeKernelTest, CollectivesInAWorldOfOneCopy) {
   ztrt_ctx *ctx = this->ctx.get();
   const int64_t n = 100;
   Data<T> x(n, 20), out = Data<T>::zeros(n);
-  ztrt_all_reduce(ctx, this->kT, x.t.data(), out.t.data(), n, 1);
+  ztrt_all_reduce(ctx, this->kT, x.t.data(), out.t.data(), n, 1, 0);
   for (int64_t i = 0; i < n; ++i)
     EXPECT_EQ(out.t[i].bits, x.t[i].bits);
   // The traffic counters see 2-byte elements (nothing moves in a world of
@@ -854,7 +854,7 @@ TEST(DTypeKernelErrors, UnknownDTypeIsRefusedByName) {
               ::testing::ExitedWithCode(1),
               "^ztrain: error: add: unknown element type code 7 \\(ztrt_dtype: "
               "0 f32, 1 bf16, 2 f16\\)\n$");
-  EXPECT_EXIT(ztrt_all_gather(ctx.get(), -1, &a, &a, 1),
+  EXPECT_EXIT(ztrt_all_gather(ctx.get(), -1, &a, &a, 1, 0),
               ::testing::ExitedWithCode(1), "all_gather: unknown element type");
   EXPECT_EXIT(ztrt_matmul(ctx.get(), ZTRT_BF16, &a, &a, &a, 1, 1, 1, -2, 0, 0,
                           0, 0, 0),

@@ -386,3 +386,57 @@ TEST(DescriptorTest, FusedRecordCountsTheGeneratedKernels) {
                 .fusedKernels,
             3);
 }
+
+TEST(DescriptorTest, MeshRecordLaysOutTheGrid) {
+  // Without the record: no mesh (shard = the world, replicate 1).
+  Descriptor flat = parseDescriptor("ztrain-descriptor 1\ngrid 4\n");
+  EXPECT_FALSE(flat.hasMesh);
+  EXPECT_EQ(flat.shardRanks(4), 4);
+  EXPECT_EQ(flat.meshReplicate, 1);
+  EXPECT_EQ(flat.meshRanksPerNode, 0);
+  // 8 ranks as 4 replicate groups of 2; shards split over the 2 ranks of a
+  // shard group: ceil(7 / 2) = 4 elements each, not ceil(7 / 8) = 1. The
+  // mesh may come before the grid.
+  Descriptor d = parseDescriptor("ztrain-descriptor 1\n"
+                                 "mesh 2 4 4\n"
+                                 "param w f32 1 7 init zeros 0 store 4 shard\n"
+                                 "grid 8\n");
+  EXPECT_TRUE(d.hasMesh);
+  EXPECT_EQ(d.meshShard, 2);
+  EXPECT_EQ(d.meshReplicate, 4);
+  EXPECT_EQ(d.meshRanksPerNode, 4);
+  EXPECT_EQ(d.shardRanks(8), 2);
+  checkStorage(d, 8); // 4 * 2 >= 7: fits on the mesh's shards.
+  // Shards of 1 would cover 7 elements on 8 flat ranks, not on 2 shards.
+  EXPECT_EXIT(parseDescriptor("ztrain-descriptor 1\ngrid 8\nmesh 2 4 4\n"
+                              "param w f32 1 7 init zeros 0 store 1 shard\n"),
+              ::testing::ExitedWithCode(1),
+              "^ztrain: error: descriptor line 4: param 'w' has 7 elements, "
+              "but shards of 1 on 2 ranks hold only 2: 'param w f32 1 7 init "
+              "zeros 0 store 1 shard'\n$");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    MeshErrors, DescriptorErrorTest,
+    ::testing::Values(
+        BadDescriptor{"ztrain-descriptor 1\ngrid 4\nmesh 2 3 2\n",
+                      "descriptor line 3: mesh of 2 shard x 3 replicate "
+                      "ranks is 6 ranks, the grid has 4: 'mesh 2 3 2'\n$"},
+        BadDescriptor{"ztrain-descriptor 1\nmesh 2 2 2\n",
+                      "descriptor line 2: a mesh record needs a grid record"},
+        BadDescriptor{"ztrain-descriptor 1\ngrid 4\nmesh 0 4 2\n",
+                      "descriptor line 3: mesh shard and replicate sizes "
+                      "must be >= 1"},
+        BadDescriptor{"ztrain-descriptor 1\ngrid 4\nmesh 4 0 2\n",
+                      "descriptor line 3: mesh shard and replicate sizes "
+                      "must be >= 1"},
+        BadDescriptor{"ztrain-descriptor 1\ngrid 4\nmesh 2 2 0\n",
+                      "descriptor line 3: mesh ranks per node must be >= 1"},
+        BadDescriptor{"ztrain-descriptor 1\ngrid 4\nmesh 2 2\n",
+                      "descriptor line 3: missing mesh ranks per node"},
+        BadDescriptor{"ztrain-descriptor 1\ngrid 4\nmesh 2 2 2 1\n",
+                      "descriptor line 3: unexpected trailing fields"},
+        BadDescriptor{"ztrain-descriptor 1\ngrid 4\nmesh 2 -2 2\n",
+                      "descriptor line 3: bad mesh replicate size '-2'"},
+        BadDescriptor{"ztrain-descriptor 1\ngrid 4\nmesh 2 2 2\nmesh 2 2 2\n",
+                      "descriptor line 4: second mesh record"}));

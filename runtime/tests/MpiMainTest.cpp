@@ -84,7 +84,18 @@ void checkReport(const Json &report, int ranks) {
     EXPECT_EQ(member(stats, "calls"), kSteps);
     EXPECT_EQ(member(stats, "bytes"), kSteps * payload);
     EXPECT_EQ(member(stats, "wire_bytes"), kSteps * wire);
+    // By link (exact): the job's ranks share one node here.
+    EXPECT_EQ(member(stats, "intra_node_wire_bytes"), kSteps * wire);
+    EXPECT_EQ(member(stats, "inter_node_wire_bytes"), 0);
   }
+  // No mesh record: one shard group of every rank, no compiled node size.
+  const Json *mesh = jsonFind(report, "mesh");
+  ASSERT_NE(mesh, nullptr);
+  EXPECT_EQ(member(*mesh, "shard"), ranks);
+  EXPECT_EQ(member(*mesh, "replicate"), 1);
+  const Json *perNode = jsonFind(*mesh, "ranks_per_node");
+  ASSERT_NE(perNode, nullptr);
+  EXPECT_TRUE(perNode->is_null());
   EXPECT_EQ(member(allReduceStats(report), "bytes"), kSteps * payload);
 
   // The printed loss is the mean of the ranks' losses: summed in rank order

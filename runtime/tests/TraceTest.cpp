@@ -52,15 +52,17 @@ TEST_P(TraceModeTest, KernelsWaitsAndCollectivesOnTheirTracks) {
   const int64_t n = 1000;
   std::vector<float> a = testValues(n, 1), b(n), c(n);
   ztrt_add(ctx.get(), ZTRT_F32, a.data(), a.data(), b.data(), n);
-  int64_t h1 = ztrt_all_reduce_start(ctx.get(), ZTRT_F32, b.data(), c.data(), n, 1);
-  int64_t h2 = ztrt_all_gather_start(ctx.get(), ZTRT_F32, a.data(), b.data(), 10);
+  int64_t h1 =
+      ztrt_all_reduce_start(ctx.get(), ZTRT_F32, b.data(), c.data(), n, 1, 0);
+  int64_t h2 =
+      ztrt_all_gather_start(ctx.get(), ZTRT_F32, a.data(), b.data(), 10, 0);
   // Meanwhile compute on other buffers: `a` is only read while the
   // all_gather may be reading it.
   std::vector<float> d(n);
   ztrt_mul(ctx.get(), ZTRT_F32, a.data(), a.data(), d.data(), n);
   ztrt_wait(ctx.get(), h2);
   ztrt_wait(ctx.get(), h1);
-  ztrt_reduce_scatter(ctx.get(), ZTRT_F32, c.data(), c.data(), n, 0);
+  ztrt_reduce_scatter(ctx.get(), ZTRT_F32, c.data(), c.data(), n, 0, 0);
   ztrt_copy_2d(ctx.get(), a.data(), c.data(), 10, 8, 16, 8);
   ztrt_bcast(ctx.get(), ZTRT_F32, c.data(), n, 0);
   ctx->trace()->write(dir.path("t.json"), 0, 1);

@@ -139,10 +139,10 @@ TEST_P(CudaMpiTest, AllReduceSumAndMean) {
   for (int mean : {0, 1}) {
     void *in = upload(values(rank(), 0, n, 1));
     void *out = ztrt_alloc(ctx, n * 4, ZTRT_CAT_OTHER);
-    ztrt_all_reduce(ctx, ZTRT_F32, in, out, n, mean);
+    ztrt_all_reduce(ctx, ZTRT_F32, in, out, n, mean, 0);
     expectReduced(download(out, n), 0, 1, mean, "all_reduce");
     // In place, asynchronously.
-    ztrt_wait(ctx, ztrt_all_reduce_start(ctx, ZTRT_F32, in, in, n, mean));
+    ztrt_wait(ctx, ztrt_all_reduce_start(ctx, ZTRT_F32, in, in, n, mean, 0));
     expectReduced(download(in, n), 0, 1, mean, "all_reduce in place");
     ztrt_free(ctx, in);
     ztrt_free(ctx, out);
@@ -162,7 +162,8 @@ TEST_P(CudaMpiTest, ReduceScatterInEveryLayout) {
             ? static_cast<float *>(ztrt_alloc(ctx, count * 4, ZTRT_CAT_OTHER))
         : layout == 1 ? base + rank() * count
                       : base + (rank() + 1) % n * count;
-    ztrt_wait(ctx, ztrt_reduce_scatter_start(ctx, ZTRT_F32, in, out, count, 1));
+    ztrt_wait(ctx,
+              ztrt_reduce_scatter_start(ctx, ZTRT_F32, in, out, count, 1, 0));
     expectReduced(download(out, count), rank() * count, 2, true,
                   layout == 0   ? "reduce_scatter"
                   : layout == 1 ? "reduce_scatter in place"
@@ -194,7 +195,7 @@ TEST_P(CudaMpiTest, AllGatherInEveryLayout) {
       in = layout == 1 ? out + rank() * count : out + (rank() + 1) % n * count;
       ctx->backend().copyFromHost(in, mine.data(), count * 4);
     }
-    ztrt_all_gather(ctx, ZTRT_F32, in, out, count);
+    ztrt_all_gather(ctx, ZTRT_F32, in, out, count, 0);
     std::vector<float> got = download(out, n * count);
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
         << "[rank " << rank() << "] all_gather layout " << layout;
@@ -232,7 +233,7 @@ TEST_P(CudaMpiTest, SeveralInFlightWaitedOutOfOrder) {
   for (uint32_t k = 0; k < 4; ++k) {
     ctx->backend().copy(sources[k], ins[k], n * 4);
     handles.push_back(
-        ztrt_all_reduce_start(ctx, ZTRT_F32, ins[k], outs[k], n, 0));
+        ztrt_all_reduce_start(ctx, ZTRT_F32, ins[k], outs[k], n, 0, 0));
   }
   for (int k : {3, 1, 0, 2}) {
     ztrt_wait(ctx, handles[k]);
@@ -370,14 +371,14 @@ template <typename T> void allReduceT(int64_t n) {
         ztrt_alloc(ctx, n * static_cast<int64_t>(sizeof(T)), ZTRT_CAT_OTHER);
     const int64_t wireBefore =
         ctx->communication(Collective::AllReduce).wireBytes;
-    ztrt_all_reduce(ctx, ty, in, out, n, mean);
+    ztrt_all_reduce(ctx, ty, in, out, n, mean, 0);
     // The bytes handed to NCCL: the ring's 2 (N-1) / N of the payload in
     // T's 2-byte elements, half of what float moves.
     EXPECT_EQ(ctx->communication(Collective::AllReduce).wireBytes - wireBefore,
               2 * (ranks() - 1) * n * static_cast<int64_t>(sizeof(T)) /
                   ranks());
     expectReducedT(downloadT<T>(out, n), 0, 1, mean, "all_reduce");
-    ztrt_wait(ctx, ztrt_all_reduce_start(ctx, ty, in, in, n, mean));
+    ztrt_wait(ctx, ztrt_all_reduce_start(ctx, ty, in, in, n, mean, 0));
     expectReducedT(downloadT<T>(in, n), 0, 1, mean, "all_reduce in place");
     ztrt_free(ctx, in);
     ztrt_free(ctx, out);
@@ -397,7 +398,8 @@ template <typename T> void reduceScatterT(int64_t count) {
                                    ZTRT_CAT_OTHER))
                : layout == 1 ? base + rank() * count
                              : base + (rank() + 1) % n * count;
-      ztrt_wait(ctx, ztrt_reduce_scatter_start(ctx, ty, in, out, count, mean));
+      ztrt_wait(ctx,
+                ztrt_reduce_scatter_start(ctx, ty, in, out, count, mean, 0));
       expectReducedT(downloadT<T>(out, count), rank() * count, 2, mean,
                      "reduce_scatter layout " + std::to_string(layout),
                      /*replicated=*/false);
@@ -426,7 +428,7 @@ template <typename T> void allGatherT(int64_t count) {
       in = layout == 1 ? out + rank() * count : out + (rank() + 1) % n * count;
       ctx->backend().copyFromHost(in, mine.data(), count * elem);
     }
-    ztrt_all_gather(ctx, ty, in, out, count);
+    ztrt_all_gather(ctx, ty, in, out, count, 0);
     std::vector<T> got = downloadT<T>(out, n * count);
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)), 0)
         << "[rank " << rank() << "] " << dtypeName(DTypeOf<T>::value)

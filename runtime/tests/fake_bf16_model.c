@@ -51,7 +51,7 @@ void ztrain_step(ztrt_ctx *ctx) {
 
   ztrt_scale(ctx, ZTRT_F32, diff, diff, BATCH, 2.0 / BATCH);
   ztrt_matmul(ctx, ZTRT_F32, x, diff, grad, 1, DIM, 1, BATCH, 1, 0, 0, 0, 0);
-  ztrt_all_reduce(ctx, ZTRT_F32, grad, grad, DIM, 1);
+  ztrt_all_reduce(ctx, ZTRT_F32, grad, grad, DIM, 1, 0);
   ztrt_sgd_update_master(ctx, ZTRT_F32, w, grad, master, momentum, DIM, 0.1,
                          0.5, 0.0, 0.0, 0, ZTRT_BF16);
 

@@ -82,7 +82,7 @@ void ztrain_step(ztrt_ctx *ctx) {
   void *grad = ztrt_alloc(ctx, DIM * sizeof(float), ZTRT_CAT_GRADIENTS);
   ztrt_scale(ctx, ZTRT_F32, diff, diff, BATCH, 2.0 / BATCH);
   ztrt_matmul(ctx, ZTRT_F32, x, diff, grad, 1, DIM, 1, BATCH, 1, 0, 0, 0, 0);
-  ztrt_all_reduce(ctx, ZTRT_F32, grad, grad, DIM, 1);
+  ztrt_all_reduce(ctx, ZTRT_F32, grad, grad, DIM, 1, 0);
   ztrt_sgd_update(ctx, ZTRT_F32, w, grad, momentum, DIM, 0.1, 0.5, 0.0, 0.0, 0);
 
   ztrt_free(ctx, grad);

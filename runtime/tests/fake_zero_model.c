@@ -72,7 +72,8 @@ void ztrain_step(ztrt_ctx *ctx) {
   float *shard = (float *)ztrt_param(ctx, 0);
   float *w =
       (float *)ztrt_alloc(ctx, ZERO_PADDED * sizeof(float), ZTRT_CAT_GATHERED);
-  int64_t gather = ztrt_all_gather_start(ctx, ZTRT_F32, shard, w, ZERO_CHUNK);
+  int64_t gather =
+      ztrt_all_gather_start(ctx, ZTRT_F32, shard, w, ZERO_CHUNK, 0);
 #else
   float *w = (float *)ztrt_param(ctx, 0);
   float *shard = w + rank * ZERO_CHUNK;
@@ -109,8 +110,8 @@ void ztrain_step(ztrt_ctx *ctx) {
   /* Row r of the bucket is what rank r receives reduced. */
   ztrt_copy_2d(ctx, grad, bucket, ZERO_RANKS, ZERO_CHUNK * sizeof(float),
                ZERO_CHUNK * sizeof(float), ZERO_CHUNK * sizeof(float));
-  int64_t reduce =
-      ztrt_reduce_scatter_start(ctx, ZTRT_F32, bucket, gradShard, ZERO_CHUNK, 1);
+  int64_t reduce = ztrt_reduce_scatter_start(ctx, ZTRT_F32, bucket, gradShard,
+                                             ZERO_CHUNK, 1, 0);
   ztrt_free(ctx, loss);
   ztrt_free(ctx, sq);
   ztrt_free(ctx, diff);
@@ -121,7 +122,7 @@ void ztrain_step(ztrt_ctx *ctx) {
   ztrt_sgd_update(ctx, ZTRT_F32, shard, gradShard, momentum, ZERO_CHUNK, 0.1, 0.5,
                       0.0, 0.0, 0);
 #if ZERO_STAGE == 2
-  ztrt_wait(ctx, ztrt_all_gather_start(ctx, ZTRT_F32, shard, w, ZERO_CHUNK));
+  ztrt_wait(ctx, ztrt_all_gather_start(ctx, ZTRT_F32, shard, w, ZERO_CHUNK, 0));
 #else
   ztrt_free(ctx, w);
 #endif

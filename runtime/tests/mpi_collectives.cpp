@@ -124,8 +124,8 @@ TEST(MpiCollectives, AllReduceHandComputed) {
   std::vector<float> in(5), sum(5), mean(5);
   for (int i = 0; i < 5; ++i)
     in[i] = static_cast<float>((rank() + 1) * 100 + i);
-  ztrt_all_reduce(ctx, ZTRT_F32, in.data(), sum.data(), 5, 0);
-  ztrt_all_reduce(ctx, ZTRT_F32, in.data(), mean.data(), 5, 1);
+  ztrt_all_reduce(ctx, ZTRT_F32, in.data(), sum.data(), 5, 0, 0);
+  ztrt_all_reduce(ctx, ZTRT_F32, in.data(), mean.data(), 5, 1, 0);
   for (int i = 0; i < 5; ++i) {
     EXPECT_EQ(sum[i], static_cast<float>(50 * n * (n + 1) + n * i)) << i;
     EXPECT_EQ(mean[i], static_cast<float>(50 * (n + 1) + i)) << i;
@@ -144,7 +144,7 @@ TEST(MpiCollectives, AllReduceSumsInRankOrder) {
   else if (n >= 3 && rank() == n - 2)
     mine = -1e8f;
   float out = 0.0f;
-  ztrt_all_reduce(ctx, ZTRT_F32, &mine, &out, 1, 0);
+  ztrt_all_reduce(ctx, ZTRT_F32, &mine, &out, 1, 0, 0);
   EXPECT_EQ(out, n == 2 ? 1e8f : 1.0f);
 }
 
@@ -156,11 +156,11 @@ TEST(MpiCollectives, AllReduceMatchesReferenceBitwise) {
       std::vector<float> expected = reference(0, n, salt, mean);
       std::vector<float> in = values(rank(), n, salt);
       std::vector<float> out(static_cast<size_t>(n), -1.0f);
-      ztrt_all_reduce(ctx, ZTRT_F32, in.data(), out.data(), n, mean);
+      ztrt_all_reduce(ctx, ZTRT_F32, in.data(), out.data(), n, mean, 0);
       EXPECT_TRUE(sameBits(out, expected));
       EXPECT_TRUE(sameBits(in, values(rank(), n, salt))) << "input changed";
       // In place.
-      ztrt_all_reduce(ctx, ZTRT_F32, in.data(), in.data(), n, mean);
+      ztrt_all_reduce(ctx, ZTRT_F32, in.data(), in.data(), n, mean, 0);
       EXPECT_TRUE(sameBits(in, expected)) << "in place";
       ++salt;
     }
@@ -178,11 +178,11 @@ TEST(MpiCollectives, ReduceScatterMatchesReferenceBitwise) {
           reference(rank() * count, count, salt, mean);
       std::vector<float> in = values(rank(), ranks() * count, salt);
       std::vector<float> out(static_cast<size_t>(count), -1.0f);
-      ztrt_reduce_scatter(ctx, ZTRT_F32, in.data(), out.data(), count, mean);
+      ztrt_reduce_scatter(ctx, ZTRT_F32, in.data(), out.data(), count, mean, 0);
       EXPECT_TRUE(sameBits(out, expected));
       // Into the rank's own chunk of the input, as ZeRO does.
       float *own = in.data() + rank() * count;
-      ztrt_reduce_scatter(ctx, ZTRT_F32, in.data(), own, count, mean);
+      ztrt_reduce_scatter(ctx, ZTRT_F32, in.data(), own, count, mean, 0);
       EXPECT_TRUE(sameBits(std::vector<float>(own, own + count), expected))
           << "in place";
       ++salt;
@@ -201,13 +201,13 @@ TEST(MpiCollectives, AllGatherConcatenatesInRankOrder) {
     }
     std::vector<float> in = values(rank(), count, salt);
     std::vector<float> out(static_cast<size_t>(ranks() * count), -1.0f);
-    ztrt_all_gather(ctx, ZTRT_F32, in.data(), out.data(), count);
+    ztrt_all_gather(ctx, ZTRT_F32, in.data(), out.data(), count, 0);
     EXPECT_TRUE(sameBits(out, expected));
     // In place: the rank's own part already sits at its slot.
     std::vector<float> inPlace(out.size(), -1.0f);
     std::copy(in.begin(), in.end(), inPlace.begin() + rank() * count);
-    ztrt_all_gather(ctx, ZTRT_F32, inPlace.data() + rank() * count, inPlace.data(),
-                        count);
+    ztrt_all_gather(ctx, ZTRT_F32, inPlace.data() + rank() * count,
+                    inPlace.data(), count, 0);
     EXPECT_TRUE(sameBits(inPlace, expected)) << "in place";
     ++salt;
   }
@@ -252,9 +252,9 @@ TEST(MpiCollectives, TrafficIsAccounted) {
   // 10 elements: not a multiple of 4, so the all_reduce pads to chunks of
   // ceil(10 / N) and sends more than the formula's payload.
   std::vector<float> buf(static_cast<size_t>(10 * n), 1.0f);
-  ztrt_all_reduce(ctx, ZTRT_F32, buf.data(), buf.data(), 10, 0);
-  ztrt_reduce_scatter(ctx, ZTRT_F32, buf.data(), buf.data(), 3, 0);
-  ztrt_all_gather(ctx, ZTRT_F32, buf.data(), buf.data(), 3);
+  ztrt_all_reduce(ctx, ZTRT_F32, buf.data(), buf.data(), 10, 0, 0);
+  ztrt_reduce_scatter(ctx, ZTRT_F32, buf.data(), buf.data(), 3, 0, 0);
+  ztrt_all_gather(ctx, ZTRT_F32, buf.data(), buf.data(), 3, 0);
   ztrt_bcast(ctx, ZTRT_F32, buf.data(), 10, 0);
 
   const int64_t chunk = (10 + n - 1) / n;
@@ -309,21 +309,21 @@ template <typename T> void checkSixteenBit(int32_t dtype) {
   for (int64_t n : sizes())
     for (int32_t mean : {0, 1}) {
       std::vector<T> in = narrow(values(rank(), n, 900)), out(n);
-      ztrt_all_reduce(ctx, dtype, in.data(), out.data(), n, mean);
+      ztrt_all_reduce(ctx, dtype, in.data(), out.data(), n, mean, 0);
       EXPECT_TRUE(same(out, widenedReference(0, n, 900, mean)))
           << "all_reduce n=" << n;
       std::vector<T> whole = narrow(values(rank(), n * N, 901)), mine(n);
-      ztrt_reduce_scatter(ctx, dtype, whole.data(), mine.data(), n, mean);
+      ztrt_reduce_scatter(ctx, dtype, whole.data(), mine.data(), n, mean, 0);
       EXPECT_TRUE(same(mine, widenedReference(rank() * n, n, 901, mean)))
           << "reduce_scatter n=" << n;
       std::vector<T> gathered(static_cast<size_t>(n * N));
-      ztrt_all_gather(ctx, dtype, mine.data(), gathered.data(), n);
+      ztrt_all_gather(ctx, dtype, mine.data(), gathered.data(), n, 0);
       EXPECT_TRUE(same(gathered, widenedReference(0, n * N, 901, mean)))
           << "all_gather n=" << n;
     }
   const CollectiveStats before = ctx->communication(Collective::AllGather);
   std::vector<T> buf(static_cast<size_t>(3 * N));
-  ztrt_all_gather(ctx, dtype, buf.data(), buf.data(), 3);
+  ztrt_all_gather(ctx, dtype, buf.data(), buf.data(), 3, 0);
   const CollectiveStats &after = ctx->communication(Collective::AllGather);
   EXPECT_EQ(after.bytes - before.bytes, (N - 1) * 3 * 2);
   EXPECT_EQ(after.wireBytes - before.wireBytes, (N - 1) * 3 * 2);
@@ -342,7 +342,7 @@ TEST(MpiCollectives, EveryRankHoldsTheSameBits) {
   // all-reduce result, compared bitwise across ranks.
   const int64_t n = 4099;
   std::vector<float> in = values(rank(), n, 400), out(n);
-  ztrt_all_reduce(ctx, ZTRT_F32, in.data(), out.data(), n, 1);
+  ztrt_all_reduce(ctx, ZTRT_F32, in.data(), out.data(), n, 1, 0);
   std::vector<float> all(static_cast<size_t>(n * ranks()));
   MPI_Allgather(out.data(), static_cast<int>(n), MPI_FLOAT, all.data(),
                 static_cast<int>(n), MPI_FLOAT, MPI_COMM_WORLD);
@@ -365,18 +365,18 @@ TEST(MpiCollectives, AsyncMatchesReferenceBitwise) {
       SCOPED_TRACE("n " + std::to_string(n) + " mean " + std::to_string(mean));
       std::vector<float> in = values(rank(), n, salt);
       std::vector<float> out(static_cast<size_t>(n), -1.0f);
-      ztrt_wait(ctx,
-                ztrt_all_reduce_start(ctx, ZTRT_F32, in.data(), out.data(), n, mean));
+      ztrt_wait(ctx, ztrt_all_reduce_start(ctx, ZTRT_F32, in.data(), out.data(),
+                                           n, mean, 0));
       EXPECT_TRUE(sameBits(out, reference(0, n, salt, mean))) << "all_reduce";
-      ztrt_wait(ctx,
-                ztrt_all_reduce_start(ctx, ZTRT_F32, in.data(), in.data(), n, mean));
+      ztrt_wait(ctx, ztrt_all_reduce_start(ctx, ZTRT_F32, in.data(), in.data(),
+                                           n, mean, 0));
       EXPECT_TRUE(sameBits(in, out)) << "all_reduce in place";
 
       const int64_t count = n;
       std::vector<float> chunks = values(rank(), ranks() * count, salt + 1);
       std::vector<float> mine(static_cast<size_t>(count), -1.0f);
       ztrt_wait(ctx, ztrt_reduce_scatter_start(ctx, ZTRT_F32, chunks.data(),
-                                                   mine.data(), count, mean));
+                                               mine.data(), count, mean, 0));
       EXPECT_TRUE(
           sameBits(mine, reference(rank() * count, count, salt + 1, mean)))
           << "reduce_scatter";
@@ -389,9 +389,9 @@ TEST(MpiCollectives, AsyncMatchesReferenceBitwise) {
       std::vector<float> gathered(static_cast<size_t>(ranks() * count), -1.0f);
       std::vector<float> part = values(rank(), count, salt + 2);
       std::copy(part.begin(), part.end(), gathered.begin() + rank() * count);
-      ztrt_wait(ctx,
-                ztrt_all_gather_start(ctx, ZTRT_F32, gathered.data() + rank() * count,
-                                          gathered.data(), count));
+      ztrt_wait(ctx, ztrt_all_gather_start(ctx, ZTRT_F32,
+                                           gathered.data() + rank() * count,
+                                           gathered.data(), count, 0));
       EXPECT_TRUE(sameBits(gathered, expected)) << "all_gather in place";
       salt += 3;
     }
@@ -407,12 +407,14 @@ TEST(MpiCollectives, SeveralInFlightWaitedOutOfOrder) {
   std::vector<float> agIn = values(rank(), count, 602),
                      agOut(ranks() * count, -1.0f);
   std::vector<float> syncIn = values(rank(), n, 603), syncOut(n, -1.0f);
-  int64_t a = ztrt_all_reduce_start(ctx, ZTRT_F32, arIn.data(), arOut.data(), n, 1);
-  int64_t b =
-      ztrt_reduce_scatter_start(ctx, ZTRT_F32, rsIn.data(), rsOut.data(), count, 0);
-  int64_t c = ztrt_all_gather_start(ctx, ZTRT_F32, agIn.data(), agOut.data(), count);
+  int64_t a =
+      ztrt_all_reduce_start(ctx, ZTRT_F32, arIn.data(), arOut.data(), n, 1, 0);
+  int64_t b = ztrt_reduce_scatter_start(ctx, ZTRT_F32, rsIn.data(),
+                                        rsOut.data(), count, 0, 0);
+  int64_t c =
+      ztrt_all_gather_start(ctx, ZTRT_F32, agIn.data(), agOut.data(), count, 0);
   // Queued behind the three.
-  ztrt_all_reduce(ctx, ZTRT_F32, syncIn.data(), syncOut.data(), n, 0);
+  ztrt_all_reduce(ctx, ZTRT_F32, syncIn.data(), syncOut.data(), n, 0, 0);
   EXPECT_TRUE(sameBits(syncOut, reference(0, n, 603, false)));
   ztrt_wait(ctx, c);
   ztrt_wait(ctx, a);
@@ -431,7 +433,8 @@ TEST(MpiCollectives, AsyncTrafficIsCountedAtStart) {
   const int64_t n = ranks();
   const CollectiveStats before = ctx->communication(Collective::AllReduce);
   std::vector<float> buf(10, 1.0f);
-  int64_t h = ztrt_all_reduce_start(ctx, ZTRT_F32, buf.data(), buf.data(), 10, 0);
+  int64_t h =
+      ztrt_all_reduce_start(ctx, ZTRT_F32, buf.data(), buf.data(), 10, 0, 0);
   const CollectiveStats &now = ctx->communication(Collective::AllReduce);
   // The call and its payload count at the start; what the backend handed
   // MPI is known when it is done, and counts at the wait.
@@ -463,7 +466,8 @@ TEST(MpiCollectives, StartReturnsBeforeTheCollectiveCompletes) {
   const int64_t n = 300001;
   std::vector<float> in = values(rank(), n, 700), out(n, -1.0f);
   if (rank() == 0) {
-    int64_t h = ztrt_all_reduce_start(ctx, ZTRT_F32, in.data(), out.data(), n, 0);
+    int64_t h =
+        ztrt_all_reduce_start(ctx, ZTRT_F32, in.data(), out.data(), n, 0, 0);
     EXPECT_FALSE(ctx->collectiveCompleted(h));
     // Compute on other buffers while the collective is pending.
     std::vector<float> x = values(0, 1 << 16, 701), y(x.size());
@@ -488,7 +492,8 @@ TEST(MpiCollectives, StartReturnsBeforeTheCollectiveCompletes) {
            std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     EXPECT_EQ(stat(flag.c_str(), &st), 0) << "rank 0 never signalled";
-    ztrt_wait(ctx, ztrt_all_reduce_start(ctx, ZTRT_F32, in.data(), out.data(), n, 0));
+    ztrt_wait(ctx, ztrt_all_reduce_start(ctx, ZTRT_F32, in.data(), out.data(),
+                                         n, 0, 0));
   }
   EXPECT_TRUE(sameBits(out, reference(0, n, 700, false)));
   // Every rank has seen the file once its collective completed.
@@ -508,13 +513,14 @@ TEST(MpiCollectives, OverlapAccounting) {
   const int64_t n = 100000;
   std::vector<float> in = values(rank(), n, 800), out(n);
   for (int i = 0; i < 3; ++i)
-    ztrt_all_reduce(ctx, ZTRT_F32, in.data(), out.data(), n, 0);
+    ztrt_all_reduce(ctx, ZTRT_F32, in.data(), out.data(), n, 0, 0);
   const OverlapStats &after = ctx->overlap();
   EXPECT_GT(after.commNanos - before.commNanos, 0);
   EXPECT_GE(after.exposedNanos - before.exposedNanos,
             after.commNanos - before.commNanos);
   // Started and waited: only the bounds of the definition hold for sure.
-  ztrt_wait(ctx, ztrt_all_reduce_start(ctx, ZTRT_F32, in.data(), out.data(), n, 0));
+  ztrt_wait(ctx, ztrt_all_reduce_start(ctx, ZTRT_F32, in.data(), out.data(), n,
+                                       0, 0));
   EXPECT_GE(ctx->overlap().hiddenFraction(), 0.0);
   EXPECT_LE(ctx->overlap().hiddenFraction(), 1.0);
 }

@@ -62,6 +62,6 @@ int main(int argc, char **argv) {
   for (int i = 0; i < kElems; ++i)
     in[i] = static_cast<float>(rank + 1);
   std::atexit(checkResult);
-  ztrt_all_reduce_start(ctx, ZTRT_F32, in, out, kElems, 0);
+  ztrt_all_reduce_start(ctx, ZTRT_F32, in, out, kElems, 0, 0);
   std::exit(0);
 }

@@ -42,7 +42,7 @@
 // features of 4 rows).
 // LOWER: %[[OFF:.*]] = llvm.getelementptr %{{.*}}[%c32768_i64]
 // LOWER-NEXT: %[[BUF:.*]] = llvm.call @ztrt_alloc(%arg0, %c65536_i64, %c5_i32)
-// LOWER-NEXT: call @ztrt_all_gather(%arg0, %c0_i32, %[[OFF]], %[[BUF]], %c8192_i64)
+// LOWER-NEXT: call @ztrt_all_gather(%arg0, %c0_i32, %[[OFF]], %[[BUF]], %c8192_i64, %c0_i32)
 // LOWER: call @ztrt_copy_2d(%arg0, %{{.*}}, %{{.*}}, %c4_i64, %c128_i64, %c256_i64, %c1024_i64)
 
 // A bound no tile count can meet (fc2 would need 263 tiles but has 256 rows

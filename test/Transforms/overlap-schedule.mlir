@@ -151,7 +151,7 @@
 // Lowered: gathers into the gathered_parameters category (5), started
 // asynchronously and waited by handle.
 // LOWER3: %[[FULL:.*]] = llvm.call @ztrt_alloc(%arg0, %c192_i64, %c5_i32)
-// LOWER3-NEXT: %[[H:.*]] = llvm.call @ztrt_all_gather_start(%arg0, %c0_i32, %{{.*}}, %[[FULL]], %c24_i64)
+// LOWER3-NEXT: %[[H:.*]] = llvm.call @ztrt_all_gather_start(%arg0, %c0_i32, %{{.*}}, %[[FULL]], %c24_i64, %c0_i32)
 // LOWER3: call @ztrt_alloc(%arg0, %c256_i64, %c5_i32)
 // LOWER3: call @ztrt_wait(%arg0, %[[H]])
 // LOWER3-NEXT: %[[Y:.*]] = llvm.call @ztrt_alloc
@@ -166,7 +166,7 @@
 // LOWER2-NEXT: %[[OUT:.*]] = llvm.call @ztrt_alloc(%arg0, %c192_i64, %c4_i32)
 // LOWER2: call @ztrt_copy_2d(%arg0, %{{.*}}, %{{.*}}, %c2_i64, %c64_i64, %c64_i64, %c192_i64)
 // LOWER2: call @ztrt_copy_2d(%arg0, %{{.*}}, %{{.*}}, %c2_i64, %c128_i64, %c128_i64, %c192_i64)
-// LOWER2-NEXT: %[[H:.*]] = llvm.call @ztrt_reduce_scatter_start(%arg0, %c0_i32, %[[IN]], %[[OUT]], %c48_i64, %c1_i32)
+// LOWER2-NEXT: %[[H:.*]] = llvm.call @ztrt_reduce_scatter_start(%arg0, %c0_i32, %[[IN]], %[[OUT]], %c48_i64, %c1_i32, %c0_i32)
 // LOWER2: call @ztrt_wait(%arg0, %[[H]])
 // LOWER2: call @ztrt_grad
 // LOWER2: call @ztrt_copy(

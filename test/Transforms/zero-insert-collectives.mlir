@@ -68,23 +68,23 @@
 // ONE-NOT: dist.all_gather_param
 
 // LOWER0: @ztrain_descriptor("ztrain-descriptor 1\0Agrid 4\0Aparam w1 f32 2 4 3 init normal 0.02\0A
-// LOWER0: call @ztrt_all_reduce(%{{.*}}, %c0_i32, %{{.*}}, %{{.*}}, %c12_i64, %c1_i32)
+// LOWER0: call @ztrt_all_reduce(%{{.*}}, %c0_i32, %{{.*}}, %{{.*}}, %c12_i64, %c1_i32, %c0_i32)
 
 // Stage 1: padded replicated parameters, sharded states; this rank's slice
 // is at rank * slice bytes.
 // LOWER1: @ztrain_descriptor("ztrain-descriptor 1\0Agrid 4\0Aparam w1 f32 2 4 3 init normal 0.02 store 12 full\0Aparam w2 f32 2 5 4 init normal 0.02 store 20 full\0Agrad w1 12 f32\0Agrad w2 20 f32\0Astate w1.exp_avg f32 2 4 3 of w1 store 3 shard
 // LOWER1: %[[RANK:.*]] = llvm.call @ztrt_rank(%[[CTX:.*]]) : (!llvm.ptr) -> i64
-// LOWER1: call @ztrt_reduce_scatter(%[[CTX]], %c0_i32, %{{.*}}, %[[SLICE:.*]], %c3_i64, %c1_i32)
+// LOWER1: call @ztrt_reduce_scatter(%[[CTX]], %c0_i32, %{{.*}}, %[[SLICE:.*]], %c3_i64, %c1_i32, %c0_i32)
 // LOWER1: %[[W1:.*]] = llvm.call @ztrt_param(%[[CTX]], %c0_i64)
 // LOWER1: %[[OFF:.*]] = llvm.mul %[[RANK]], %c12_i64 : i64
 // LOWER1: %[[MINE:.*]] = llvm.getelementptr %[[W1]][%[[OFF]]] : (!llvm.ptr, i64) -> !llvm.ptr, i8
 // LOWER1: call @ztrt_adam_update(%[[CTX]], %c0_i32, %[[MINE]], %[[SLICE]], %{{.*}}, %{{.*}}, %c3_i64,
-// LOWER1: call @ztrt_all_gather(%[[CTX]], %c0_i32, %{{.*}}, %{{.*}}, %c3_i64)
+// LOWER1: call @ztrt_all_gather(%[[CTX]], %c0_i32, %{{.*}}, %{{.*}}, %c3_i64, %c0_i32)
 
 // Stage 3: shard storage; gathers into communication buffers (category 4).
 // LOWER3: param w1 f32 2 4 3 init normal 0.02 store 3 shard
 // LOWER3: %[[BUF:.*]] = llvm.call @ztrt_alloc(%{{.*}}, %c48_i64, %c5_i32)
-// LOWER3-NEXT: call @ztrt_all_gather(%{{.*}}, %c0_i32, %{{.*}}, %[[BUF]], %c3_i64)
+// LOWER3-NEXT: call @ztrt_all_gather(%{{.*}}, %c0_i32, %{{.*}}, %[[BUF]], %c3_i64, %c0_i32)
 
 // NOPART: error: the step is not partitioned: run zero-partition first
 // TWICE: error: the step already has collectives

@@ -33,12 +33,18 @@
 // S2-NEXT: {
 // S2-NEXT: "bytes": 32,
 // S2-NEXT: "count": 1,
+// S2-NEXT: "grid": "dp",
+// S2-NEXT: "inter_node_wire_bytes": 0,
+// S2-NEXT: "intra_node_wire_bytes": 32,
 // S2-NEXT: "kind": "reduce_scatter",
 // S2-NEXT: "tensor": "w"
 // S2-NEXT: },
 // S2-NEXT: {
 // S2-NEXT: "bytes": 32,
 // S2-NEXT: "count": 1,
+// S2-NEXT: "grid": "dp",
+// S2-NEXT: "inter_node_wire_bytes": 0,
+// S2-NEXT: "intra_node_wire_bytes": 32,
 // S2-NEXT: "kind": "all_gather",
 // S2-NEXT: "tensor": "w"
 // S2-NEXT: }

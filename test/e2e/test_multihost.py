@@ -90,6 +90,52 @@ def test_two_hosts_train_bitwise_as_one(tmp_path, stage):
     assert our_namespaces() == []
 
 
+@needs_namespaces
+def test_hybrid_sharding_across_hosts_measures_its_plan(tmp_path):
+    """HSDP (--dp-replicate 2) on 2 hosts x 2 ranks: each host holds a shard
+    group, so gathers and reduce-scatters stay in shared memory and only the
+    replicas' gradient averages cross the link. Bitwise what the same
+    executable trains on one host; the inter-node bytes each rank handed MPI
+    are zero-report's prediction for 2 ranks per node, exactly; host 1's
+    link carried them (and TCP's framing)."""
+    exe = tmp_path / "gpt"
+    compile_ = e2e_util.require_tool("ztrain-compile")
+    p = e2e_util.run([compile_, GPT, "-o", exe, "--dp=4", "--dp-replicate=2",
+                      "--zero-stage=3", "--optimizer=adamw", "--lr=1e-3"])
+    assert p.returncode == 0, p.stderr
+    p = e2e_util.run([e2e_util.require_tool("ztrain-opt"), GPT,
+                      "--ztrain-training=optimizer=adamw lr=1e-3",
+                      "--ztrain-zero=stage=3 dp=4 dp-replicate=2", "--plan-memory",
+                      "--zero-report=format=json", "-o", "/dev/null"])
+    assert p.returncode == 0, p.stderr
+    links = json.loads(p.stdout)["links"]
+    steps = 3
+    run = [exe, "--steps", steps, "--data", DATA]
+    one_host = e2e_util.mpirun(4, run + ["--save", tmp_path / "one.safetensors"])
+    with netns.VirtualCluster(hosts=2, rate="2gbit") as cluster:
+        two_hosts = cluster.mpirun(2, run + ["--save", tmp_path / "two.safetensors",
+                                             "--report", tmp_path / "two.json"])
+        received, sent = cluster.link_bytes(1)
+    assert two_hosts.returncode == 0, two_hosts.stdout + two_hosts.stderr
+    assert losses(two_hosts.stdout) == losses(one_host.stdout)
+    assert filecmp.cmp(tmp_path / "one.safetensors", tmp_path / "two.safetensors",
+                       shallow=False)
+    with open(tmp_path / "two.json") as fh:
+        report = json.load(fh)
+    assert report["nodes"] == 2
+    assert report["mesh"] == {"shard": 2, "replicate": 2, "ranks_per_node": 2}
+    assert links["inter_node_wire_bytes"] > 0
+    for rank in report["ranks"]:
+        comm = rank["communication"]
+        assert sum(c["inter_node_wire_bytes"] for c in comm.values()) == \
+            steps * links["inter_node_wire_bytes"], (rank["rank"], comm, links)
+        assert sum(c["intra_node_wire_bytes"] for c in comm.values()) == \
+            steps * links["intra_node_wire_bytes"], (rank["rank"], comm, links)
+    # Both ranks of host 1 send their inter-node bytes over its link.
+    assert sent >= 2 * steps * links["inter_node_wire_bytes"], (sent, links)
+    assert our_namespaces() == []
+
+
 def test_ranks_per_node_makes_nodes_on_one_host(small_mlp_dp4, tmp_path):
     """--ranks-per-node N: every N consecutive ranks are one node (a
     multi-node layout on one machine); N must divide the ranks."""

@@ -229,6 +229,12 @@ std::string checkFlagValues() {
       integer("zero-stage", flags::stage,
               flags::stage >= 0 && flags::stage <= 3, "0, 1, 2 or 3"),
       integer("dp", flags::dp, flags::dp >= 1, "a number of ranks >= 1"),
+      integer("dp-shard", flags::dpShard, flags::dpShard >= 0,
+              "a number of ranks >= 1 (0: dp / dp-replicate)"),
+      integer("dp-replicate", flags::dpReplicate, flags::dpReplicate >= 1,
+              "a number of shard groups >= 1"),
+      integer("ranks-per-node", flags::ranksPerNode, flags::ranksPerNode >= 0,
+              "a number of ranks >= 1 (0: the default layout)"),
       integer("grad-accum-steps", flags::gradAccumSteps,
               flags::gradAccumSteps >= 1 &&
                   flags::gradAccumSteps <= (int64_t(1) << 30),

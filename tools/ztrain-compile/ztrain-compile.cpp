@@ -101,6 +101,18 @@ int applyConfigFile(ztrain::DeepSpeedFlags &dsFlags,
   return 0;
 }
 
+/// The mesh flags: --dp-shard S --dp-replicate R stand for --dp S x R when
+/// --dp is not given (zero-partition checks that the three agree). Returns
+/// the exit status of a failure, 0 to go on.
+int resolveMesh() {
+  if (flags::dp.getNumOccurrences() == 0 && flags::dpShard > 0)
+    flags::dp = flags::dpShard * flags::dpReplicate;
+  if (flags::dpReplicate > 1 && memoryBudget.getNumOccurrences() > 0)
+    return fail("--memory-budget does not search hybrid sharding yet: give "
+                "--dp alone (flat ZeRO) or drop --memory-budget");
+  return 0;
+}
+
 /// The flags' values, then the flags that the chosen optimizer or plan
 /// would silently ignore. Returns the exit status of a failure, 0 to go on.
 int checkFlagCombinations(const ztrain::DeepSpeedFlags &dsFlags,
@@ -149,7 +161,8 @@ int checkFlagCombinations(const ztrain::DeepSpeedFlags &dsFlags,
                   (f.sgdOnly ? "an SGD" : "an Adam") + " option; --optimizer=" +
                   ztrain::stringify<ztrain::OptimizerKind>(flags::optimizer) +
                   " does not use it");
-  if (flags::stage > 0 && flags::dp.getNumOccurrences() == 0)
+  if (flags::stage > 0 && flags::dp.getNumOccurrences() == 0 &&
+      flags::dpShard == 0)
     llvm::errs() << "ztrain-compile: warning: --zero-stage=" << flags::stage
                  << " without --dp: one rank, nothing is partitioned (add "
                     "--dp=N for N ranks)\n";
@@ -581,6 +594,8 @@ int main(int argc, char **argv) {
   ztrain::DeepSpeedFlags dsFlags;
   std::set<std::string> fromConfig; // flags the file set
   if (int status = applyConfigFile(dsFlags, fromConfig))
+    return status;
+  if (int status = resolveMesh())
     return status;
   if (int status = checkFlagCombinations(dsFlags, fromConfig))
     return status;

@@ -71,9 +71,9 @@ Gather paramSlice(StepLowering &s, StringRef name) {
   train::ParamOp param = s.paramOp(name);
   int64_t count = s.storageOf(param, param.getType()).elements / s.gridSize;
   Value p = s.param(name);
-  Value mine = s.rt.offset(
-      p, s.rt.mul(s.rt.rank(),
-                  s.rt.i64(count * elementBytes(param.getType()))));
+  Value mine =
+      s.rt.offset(p, s.rt.mul(s.rt.shardRank(),
+                              s.rt.i64(count * elementBytes(param.getType()))));
   return Gather{mine, p, count};
 }
 
@@ -104,8 +104,9 @@ struct AllReducePattern : OpRuntimePattern<AllReduceOp> {
       s.bind(op.getResult(), x);
     else
       out = s.alloc(op.getResult());
-    name->call(s.rt, {x, out, s.rt.i64(numElements(op.getResult())),
-                      meanFlag(s, op.getReduction())});
+    name->call(s.rt,
+               {x, out, s.rt.i64(numElements(op.getResult())),
+                meanFlag(s, op.getReduction()), s.axis(op.getGridAttr())});
     return success();
   }
 };
@@ -133,9 +134,10 @@ struct ReduceScatterPattern : OpRuntimePattern<ReduceScatterOp> {
     if (failed(name))
       return failure();
     Value x = s.get(op.getInput());
-    name->call(s.rt, {x, s.alloc(op.getResult()),
-                      s.rt.i64(numElements(op.getResult())),
-                      meanFlag(s, op.getReduction())});
+    name->call(s.rt,
+               {x, s.alloc(op.getResult()),
+                s.rt.i64(numElements(op.getResult())),
+                meanFlag(s, op.getReduction()), s.axis(op.getGridAttr())});
     return success();
   }
 };
@@ -147,7 +149,8 @@ struct AllGatherPattern : OpRuntimePattern<AllGatherOp> {
       return failure();
     Value x = s.get(op.getInput());
     name->call(s.rt, {x, s.alloc(op.getResult()),
-                      s.rt.i64(numElements(op.getInput()))});
+                      s.rt.i64(numElements(op.getInput())),
+                      s.axis(op.getGridAttr())});
     return success();
   }
 };
@@ -161,7 +164,8 @@ struct GatherParamPattern : OpRuntimePattern<GatherParamOp> {
       return failure();
     Gather g = gatherParam(s, op.getParam(), op.getTile(), op.getTiles(),
                            op.getResult(), op);
-    name->call(s.rt, {g.shard, g.full, s.rt.i64(g.count)});
+    name->call(s.rt,
+               {g.shard, g.full, s.rt.i64(g.count), s.axis(op.getGridAttr())});
     return success();
   }
 };
@@ -174,7 +178,8 @@ struct AllGatherParamPattern : OpRuntimePattern<AllGatherParamOp> {
     if (failed(name))
       return failure();
     Gather g = paramSlice(s, op.getParam());
-    name->call(s.rt, {g.shard, g.full, s.rt.i64(g.count)});
+    name->call(s.rt,
+               {g.shard, g.full, s.rt.i64(g.count), s.axis(op.getGridAttr())});
     return success();
   }
 };
@@ -190,7 +195,11 @@ struct GatherParamStartPattern : OpRuntimePattern<GatherParamStartOp> {
     Gather g = gatherParam(s, op.getParam(), op.getTile(), op.getTiles(),
                            wait.getResult(0), wait);
     s.pending[op.getToken()] = {
-        name->call(s.rt, {g.shard, g.full, s.rt.i64(g.count)}), {}, {}, {}};
+        name->call(s.rt, {g.shard, g.full, s.rt.i64(g.count),
+                          s.axis(op.getGridAttr())}),
+        {},
+        {},
+        {}};
     return success();
   }
 };
@@ -205,7 +214,11 @@ struct AllGatherParamStartPattern : OpRuntimePattern<AllGatherParamStartOp> {
       return failure();
     Gather g = paramSlice(s, op.getParam());
     s.pending[op.getToken()] = {
-        name->call(s.rt, {g.shard, g.full, s.rt.i64(g.count)}), {}, {}, {}};
+        name->call(s.rt, {g.shard, g.full, s.rt.i64(g.count),
+                          s.axis(op.getGridAttr())}),
+        {},
+        {},
+        {}};
     return success();
   }
 };
@@ -218,13 +231,17 @@ struct ReduceScatterStartPattern : OpRuntimePattern<ReduceScatterStartOp> {
       return failure();
     WaitOp wait = waitOf(op.getToken());
     Value mean = meanFlag(s, op.getReduction());
+    Value axis = s.axis(op.getGridAttr());
     if (op.getInputs().size() == 1) {
       // One tensor: straight into the result's buffer.
       Value out = s.alloc(wait.getResult(0));
       s.pending[op.getToken()] = {
-          name->call(s.rt, {s.get(op.getInputs()[0]), out,
-                            s.rt.i64(numElements(wait.getResult(0))), mean}),
-          {}, {}, {}};
+          name->call(s.rt,
+                     {s.get(op.getInputs()[0]), out,
+                      s.rt.i64(numElements(wait.getResult(0))), mean, axis}),
+          {},
+          {},
+          {}};
       return success();
     }
     // A bucket: chunk r of every tensor side by side in row r, so that one
@@ -241,7 +258,7 @@ struct ReduceScatterStartPattern : OpRuntimePattern<ReduceScatterStartOp> {
                             s.rt.i64(chunk), s.rt.i64(total * bytes)});
     }
     s.pending[op.getToken()] = {
-        name->call(s.rt, {in, out, s.rt.i64(total), mean}), in, out,
+        name->call(s.rt, {in, out, s.rt.i64(total), mean, axis}), in, out,
         offsets};
     return success();
   }
@@ -254,6 +271,7 @@ struct AllReduceStartPattern : OpRuntimePattern<AllReduceStartOp> {
       return failure();
     WaitOp wait = waitOf(op.getToken());
     Value mean = meanFlag(s, op.getReduction());
+    Value axis = s.axis(op.getGridAttr());
     if (op.getInputs().size() == 1) {
       // In place when nothing else reads the operand.
       Value x = s.get(op.getInputs()[0]);
@@ -263,8 +281,10 @@ struct AllReduceStartPattern : OpRuntimePattern<AllReduceStartOp> {
       s.bind(wait.getResult(0), out);
       s.pending[op.getToken()] = {
           name->call(s.rt, {x, out, s.rt.i64(numElements(wait.getResult(0))),
-                            mean}),
-          {}, {}, {}};
+                            mean, axis}),
+          {},
+          {},
+          {}};
       return success();
     }
     // A bucket: the tensors concatenated, reduced in place.
@@ -275,7 +295,7 @@ struct AllReduceStartPattern : OpRuntimePattern<AllReduceStartOp> {
       s.rt.call("copy", {s.get(x), s.rt.offset(packed, off * bytes),
                          s.rt.i64(tensorBytes(x.getType()))});
     s.pending[op.getToken()] = {
-        name->call(s.rt, {packed, packed, s.rt.i64(total), mean}), packed,
+        name->call(s.rt, {packed, packed, s.rt.i64(total), mean, axis}), packed,
         Value(), offsets};
     return success();
   }

@@ -386,13 +386,19 @@ static LogicalResult writeStepFacts(llvm::raw_ostream &os, ModuleOp module,
 FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
                                                func::FuncOp entry,
                                                int64_t stage,
-                                               int64_t gridSize) {
+                                               const dist::MeshLayout &mesh) {
   if (failed(checkNames(module, entry)))
     return failure();
   std::string descriptor;
   llvm::raw_string_ostream os(descriptor);
   os << "ztrain-descriptor 1\n";
-  os << "grid " << gridSize << '\n';
+  os << "grid " << mesh.world << '\n';
+  // Hybrid sharding: shard groups x replicas, and the node size the plan's
+  // links were priced with (the runtime's axes; docs/scale-out.md).
+  if (mesh.replicateGrid)
+    os << "mesh " << mesh.shard << ' ' << mesh.replicate << ' '
+       << mesh.ranksPerNode << '\n';
+  const int64_t gridSize = mesh.shard;
   if (failed(writeModelState(os, module, entry, stage, gridSize)) ||
       failed(writeInputs(os, entry)) ||
       failed(writeStepFacts(os, module, entry)))

@@ -74,6 +74,8 @@ struct LowerToRuntimePass
 
   int64_t stage = 0;
   int64_t gridSize = 1;
+  /// The ranks and their groups (every rank one group without a mesh).
+  dist::MeshLayout mesh;
   /// This run's generated kernels (runOnOperation's).
   FusedKernels *fusedKernels = nullptr;
 };
@@ -102,6 +104,10 @@ void LowerToRuntimePass::runOnOperation() {
     if (failed(n))
       return signalPassFailure();
     gridSize = *n;
+    FailureOr<dist::MeshLayout> layout = dist::getMeshLayout(module, symbols);
+    if (failed(layout))
+      return signalPassFailure();
+    mesh = *layout;
     // Without its collectives a partitioned step would silently train N
     // diverging replicas.
     WalkResult missing = entry.walk([&](OptimizerUpdateOpInterface update) {
@@ -124,7 +130,7 @@ void LowerToRuntimePass::runOnOperation() {
   }
 
   FailureOr<std::string> descriptor =
-      buildDescriptor(module, entry, stage, gridSize);
+      buildDescriptor(module, entry, stage, mesh);
   if (failed(descriptor))
     return signalPassFailure();
   const int64_t planned = plannedStepBytes(module, entry, stage, gridSize);
@@ -152,6 +158,7 @@ void LowerToRuntimePass::runOnOperation() {
   module->removeAttr(kOptimizerAttr);
   module->removeAttr(kGradAccumAttr);
   module->removeAttr(dist::kZeroAttr);
+  module->removeAttr(dist::kMeshAttr);
   module->removeAttr(dist::kArenasAttr);
   module->removeAttr("dist.max_live_bytes");
 }
@@ -198,6 +205,9 @@ LogicalResult LowerToRuntimePass::lowerFunction(func::FuncOp entry,
   if (name != "ztrain_step")
     rt.arrayPrefix = ("__" + name + "_i64_").str();
   StepLowering s(module, entry, rt, stage, gridSize);
+  s.mesh = mesh;
+  if (mesh.replicateGrid)
+    rt.shardGroup = mesh.shard;
   s.fusedKernels = fusedKernels;
 
   Block &body = entry.getBody().front();

@@ -111,6 +111,13 @@ Value RuntimeCalls::rank() {
   return rankValue;
 }
 
+Value RuntimeCalls::shardRank() {
+  Value r = rank();
+  if (shardGroup <= 0)
+    return r;
+  return LLVM::SRemOp::create(b, loc, r, i64(shardGroup));
+}
+
 bool RuntimeCalls::exists(StringRef name) {
   return lookupAbi(("ztrt_" + name).str()) != nullptr;
 }

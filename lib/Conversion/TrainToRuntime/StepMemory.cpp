@@ -153,7 +153,7 @@ Value StepLowering::updatedParam(StringRef name, bool sharded, int64_t slice) {
       storageOf(op, op.getType()).mode == dist::StateStorage::Shard)
     return p;
   return rt.offset(
-      p, rt.mul(rt.rank(), rt.i64(slice * elementBytes(op.getType()))));
+      p, rt.mul(rt.shardRank(), rt.i64(slice * elementBytes(op.getType()))));
 }
 
 void StepLowering::finishOp(Operation &op) {

@@ -225,6 +225,15 @@ void CudaBackend::attach(Communicator &world) {
   checkNccl(api.commInitRank(&ncclComm, ranks, id, rank), "ncclCommInitRank");
 }
 
+void CudaBackend::checkMesh(int64_t shard, int64_t replicate) {
+  if (replicate > 1)
+    refuse("--backend cuda: hybrid sharding (mesh of %lld shard x %lld "
+           "replicate ranks) runs on the cpu backend only for now (NCCL "
+           "communicators per shard and replicate group are not there yet); "
+           "run with --backend cpu, or compile without --dp-replicate",
+           static_cast<long long>(shard), static_cast<long long>(replicate));
+}
+
 void CudaBackend::synchronize() {
   awaitStream(comm);
   awaitStream(compute);

@@ -120,6 +120,9 @@ public:
   int threads() const override;
   void adoptThreads(int) override;
   void attach(Communicator &world) override;
+  /// Hybrid sharding's groups need NCCL communicators of their own, which
+  /// this backend does not make yet: a mesh of replicate > 1 is refused.
+  void checkMesh(int64_t shard, int64_t replicate) override;
   void synchronize() override;
   void *allocate(int64_t bytes) override;
   void deallocate(void *ptr) override;

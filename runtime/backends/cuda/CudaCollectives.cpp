@@ -51,6 +51,12 @@ bool CudaBackend::enqueuesCollectives() const { return true; }
 int64_t CudaBackend::enqueueCollective(Communicator &world,
                                        const CollectiveRequest &request,
                                        int64_t *wireBytes) {
+  // The NCCL communicator is the world's: a group of other ranks (a mesh
+  // axis of a hybrid-sharded step) has none yet.
+  if (world.count() != ranks)
+    fatal("%s on mesh axis %d (a group of %d of the %d ranks): hybrid "
+          "sharding runs on the cpu backend only for now",
+          collectiveName(request.kind), request.axis, world.count(), ranks);
   Ticket ticket;
   ticket.ready = event(false);
   ticket.begin = event(true);

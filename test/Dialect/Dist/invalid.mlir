@@ -228,6 +228,42 @@ module attributes {dist.zero = #dist.zero<stage = 9, grid = @g>} {}
 
 // -----
 
+// A mesh relates the grid states are partitioned over (the #dist.zero's)
+// to the grid that replicates them.
+// expected-error @+1 {{'dist.mesh' needs a #dist.zero over its shard grid @s}}
+module attributes {dist.mesh = #dist.mesh<shard = @s, replicate = @r, ranks_per_node = 2>} {
+  shard.grid @s(shape = 2)
+  shard.grid @r(shape = 2)
+}
+
+// -----
+
+// expected-error @+1 {{references undeclared grid @r}}
+module attributes {dist.zero = #dist.zero<stage = 2, grid = @s>, dist.mesh = #dist.mesh<shard = @s, replicate = @r, ranks_per_node = 2>} {
+  shard.grid @s(shape = 2)
+}
+
+// -----
+
+// Every rank must see the same split of its groups across nodes.
+// expected-error @+1 {{mesh of 4 x 2 ranks with 3 ranks per node: the node size must divide the 8 ranks}}
+module attributes {dist.zero = #dist.zero<stage = 2, grid = @s>, dist.mesh = #dist.mesh<shard = @s, replicate = @r, ranks_per_node = 3>} {
+  shard.grid @s(shape = 4)
+  shard.grid @r(shape = 2)
+}
+
+// -----
+
+// expected-error @+1 {{ranks_per_node must be >= 1, got 0}}
+module attributes {dist.mesh = #dist.mesh<shard = @s, replicate = @r, ranks_per_node = 0>} {}
+
+// -----
+
+// expected-error @+1 {{a mesh's shard and replicate grids must differ}}
+module attributes {dist.mesh = #dist.mesh<shard = @s, replicate = @s, ranks_per_node = 1>} {}
+
+// -----
+
 train.param @w : tensor<4xf32> init(zeros)
 train.state @w.exp_avg : tensor<4xf32> of @w
 func.func @f() {

@@ -67,6 +67,10 @@ public:
   mlir::Value mul(mlir::Value a, mlir::Value b);
   /// This process's rank (one ztrt_rank call per step, at its top).
   mlir::Value rank();
+  /// This process's rank in its shard group: rank() % shardGroup under
+  /// hybrid sharding (shardGroup > 0), rank() otherwise.
+  mlir::Value shardRank();
+  int64_t shardGroup = 0;
   /// Calls ztrt_<name>(ctx, args...) and returns its result (or null).
   /// `name` must be in ztrt_abi.def: the call verifier then checks the
   /// arguments against the declaration.
@@ -138,7 +142,14 @@ public:
 
   RuntimeCalls &rt;
   const dist::StepBuffers &buffers() const { return stepBuffers; }
+  /// gridSize: the ranks states are partitioned over (the #dist.zero grid:
+  /// a shard group under hybrid sharding).
   int64_t stage, gridSize;
+  dist::MeshLayout mesh;
+  /// The runtime axis argument of a collective over `grid`.
+  mlir::Value axis(mlir::FlatSymbolRefAttr grid) {
+    return rt.i32(mesh.axisOf(grid));
+  }
 
   // --- Values and their buffers ----------------------------------------------
   /// The pointer of a value lowered earlier.
@@ -327,7 +338,8 @@ int64_t plannedStepBytes(mlir::ModuleOp module, mlir::func::FuncOp entry,
 /// carry.
 mlir::FailureOr<std::string> buildDescriptor(mlir::ModuleOp module,
                                              mlir::func::FuncOp entry,
-                                             int64_t stage, int64_t gridSize);
+                                             int64_t stage,
+                                             const dist::MeshLayout &mesh);
 
 } // namespace ztrain
 

@@ -40,12 +40,60 @@ ZeroAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
   return success();
 }
 
+LogicalResult
+MeshAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
+                 FlatSymbolRefAttr shard, FlatSymbolRefAttr replicate,
+                 int64_t ranksPerNode) {
+  if (!shard || !replicate)
+    return emitError() << "a mesh needs its shard and replicate grids";
+  if (shard == replicate)
+    return emitError() << "a mesh's shard and replicate grids must differ";
+  if (ranksPerNode < 1)
+    return emitError() << "ranks_per_node must be >= 1, got " << ranksPerNode;
+  return success();
+}
+
 static FailureOr<int64_t> getGridSizeByScan(Operation *from,
                                             FlatSymbolRefAttr ref);
+static FailureOr<int64_t>
+checkedGridSize(Operation *from, FlatSymbolRefAttr ref, shard::GridOp grid);
+
+/// The module's #dist.mesh against its grids and its #dist.zero: the shard
+/// grid is the one states are partitioned over, the node size lays out
+/// whole groups (getMeshLayout's link counts hold for every rank).
+static LogicalResult verifyMesh(Operation *op, Attribute value) {
+  auto mesh = dyn_cast<MeshAttr>(value);
+  if (!mesh)
+    return op->emitOpError() << "'" << kMeshAttr << "' must be a #dist.mesh";
+  auto zero = op->getAttrOfType<ZeroAttr>(kZeroAttr);
+  if (!zero || zero.getGrid() != mesh.getShard())
+    return op->emitOpError()
+           << "'" << kMeshAttr << "' needs a #dist.zero over its shard grid "
+           << mesh.getShard();
+  auto sizeOf = [&](FlatSymbolRefAttr ref) {
+    return checkedGridSize(op, ref,
+                           dyn_cast_or_null<shard::GridOp>(
+                               SymbolTable::lookupSymbolIn(op, ref.getAttr())));
+  };
+  FailureOr<int64_t> shard = sizeOf(mesh.getShard());
+  FailureOr<int64_t> replicate = sizeOf(mesh.getReplicate());
+  if (failed(shard) || failed(replicate))
+    return failure();
+  int64_t world = *shard * *replicate, node = mesh.getRanksPerNode();
+  if (world % node != 0 || (*shard % node != 0 && node % *shard != 0))
+    return op->emitOpError()
+           << "mesh of " << *shard << " x " << *replicate << " ranks with "
+           << node << " ranks per node: the node size must divide the " << world
+           << " ranks and divide or be a multiple of the shard "
+           << "group's " << *shard << " ranks";
+  return success();
+}
 
 /// The discardable dist.* attributes the dialect defines on other ops.
 LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
                                                     NamedAttribute attr) {
+  if (attr.getName() == kMeshAttr)
+    return verifyMesh(op, attr.getValue());
   if (attr.getName() == kTransientGradientAttr) {
     if (!isa<UnitAttr>(attr.getValue()) || !isa<train::ParamOp>(op))
       return op->emitOpError() << "'" << kTransientGradientAttr
@@ -218,6 +266,54 @@ static FailureOr<int64_t> getGridSizeByScan(Operation *from,
   Operation *found =
       table ? SymbolTable::lookupSymbolIn(table, ref.getAttr()) : nullptr;
   return checkedGridSize(from, ref, dyn_cast_or_null<shard::GridOp>(found));
+}
+
+int MeshLayout::axisOf(FlatSymbolRefAttr grid) const {
+  if (replicateGrid && grid == replicateGrid)
+    return 2;
+  if (replicateGrid && grid == shardGrid)
+    return 1;
+  return 0;
+}
+
+int64_t MeshLayout::groupSize(int axis) const {
+  return axis == 1 ? shard : axis == 2 ? replicate : world;
+}
+
+int64_t MeshLayout::sameNodeMembers(int axis) const {
+  int64_t node = ranksPerNode;
+  switch (axis) {
+  case 1: // consecutive ranks
+    return std::min(shard, node);
+  case 2: // every shard-th rank
+    return std::min(replicate, std::max<int64_t>(1, node / shard));
+  default:
+    return std::min(world, node);
+  }
+}
+
+FailureOr<MeshLayout>
+ztrain::dist::getMeshLayout(ModuleOp module, SymbolTableCollection &symbols) {
+  MeshLayout layout;
+  auto zero = module->getAttrOfType<ZeroAttr>(kZeroAttr);
+  if (!zero)
+    return layout;
+  FailureOr<int64_t> n = getGridSize(module, zero.getGrid(), symbols);
+  if (failed(n))
+    return failure();
+  layout.world = layout.shard = layout.ranksPerNode = *n;
+  layout.shardGrid = zero.getGrid();
+  auto mesh = module->getAttrOfType<MeshAttr>(kMeshAttr);
+  if (!mesh)
+    return layout;
+  FailureOr<int64_t> r = getGridSize(module, mesh.getReplicate(), symbols);
+  if (failed(r))
+    return failure();
+  layout.replicate = *r;
+  layout.world = *n * *r;
+  layout.replicateGrid = mesh.getReplicate();
+  layout.ranksPerNode = mesh.getRanksPerNode();
+  return layout;
 }
 
 StateStorage ztrain::dist::getStateStorage(Operation *symbolOp,

@@ -66,7 +66,8 @@ struct OverlapSchedulePass
   void runOnOperation() override;
 
   void reuseForwardGathers(Block &body);
-  void bucketGradients(Block &body, FlatSymbolRefAttr grid);
+  void bucketGradients(Block &body, FlatSymbolRefAttr replicate,
+                       bool acrossReplicas);
   LogicalResult scheduleGathers(Block &body, int64_t gridSize);
   void asyncParamAllGathers(Block &body);
 };
@@ -233,7 +234,14 @@ static void boundBucketsInFlight(Block &body, ArrayRef<IssuedBucket> issued,
 }
 
 /// Gradient reduce-scatters / all-reduces -> bucketed starts and waits.
-void OverlapSchedulePass::bucketGradients(Block &body, FlatSymbolRefAttr grid) {
+/// Hybrid sharding's averages across replicas (all-reduces over the mesh's
+/// `replicate` grid, of a reduce-scatter's shard) are bucketed in a second
+/// round (`acrossReplicas`), once the first has placed the reduce-scatters'
+/// waits: each starts when its shards are in, and so overlaps the rest of
+/// the backward pass.
+void OverlapSchedulePass::bucketGradients(Block &body,
+                                          FlatSymbolRefAttr replicate,
+                                          bool acrossReplicas) {
   OpBuilder b(&getContext());
   // (zero-insert-collectives already put each gradient's flat copy where
   // the gradient is final, at every stage.)
@@ -243,8 +251,10 @@ void OverlapSchedulePass::bucketGradients(Block &body, FlatSymbolRefAttr grid) {
       if (cast<RankedTensorType>(rs.getInput().getType()).getRank() != 1)
         continue;
       collectives.push_back(&op);
-    } else if (isa<AllReduceOp>(op)) {
-      collectives.push_back(&op);
+    } else if (auto ar = dyn_cast<AllReduceOp>(op)) {
+      bool replicas = replicate && ar.getGridAttr() == replicate;
+      if (replicas == acrossReplicas)
+        collectives.push_back(&op);
     }
   }
   if (collectives.empty())
@@ -303,7 +313,6 @@ void OverlapSchedulePass::bucketGradients(Block &body, FlatSymbolRefAttr grid) {
       ++numBuckets;
   }
   boundBucketsInFlight(body, issued, boundary);
-  (void)grid;
 }
 
 LogicalResult OverlapSchedulePass::scheduleGathers(Block &body,
@@ -483,7 +492,12 @@ void OverlapSchedulePass::runOnOperation() {
   }
   if (!reshardAfterForward)
     reuseForwardGathers(body);
-  bucketGradients(body, zero.getGrid());
+  FlatSymbolRefAttr replicate;
+  if (auto mesh = module->getAttrOfType<MeshAttr>(kMeshAttr))
+    replicate = mesh.getReplicate();
+  bucketGradients(body, replicate, /*acrossReplicas=*/false);
+  if (replicate)
+    bucketGradients(body, replicate, /*acrossReplicas=*/true);
   if (failed(scheduleGathers(body, *n)))
     return signalPassFailure();
   // plan-memory must keep the bound when it places the gathered buffers.

@@ -71,11 +71,37 @@ static void insertAllReduces(func::FuncOp entry, FlatSymbolRefAttr grid,
   });
 }
 
+/// Hybrid sharding: `slice` averaged over the replicate grid, right before
+/// `update` (or its overflow check) reads it; `slice` itself without one.
+static Value averageReplicas(OpBuilder &b,
+                             train::OptimizerUpdateOpInterface update,
+                             Value slice, FlatSymbolRefAttr replicate,
+                             int64_t &count) {
+  if (!replicate)
+    return slice;
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(firstConsumer(update));
+  ++count;
+  return AllReduceOp::create(
+      b, update->getLoc(), slice.getType(),
+      ReductionAttr::get(b.getContext(), Reduction::mean), slice, replicate);
+}
+
 /// Stages 1-3: each update's gradient is reduce-scattered into this rank's
 /// shard (accumulated before or after, as DeepSpeed), the update is sharded
 /// and, below stage 3, its parameter all-gathered after it.
+///
+/// Hybrid sharding (`replicate`, the #dist.mesh's replicate grid, non-null):
+/// the shard a rank reduce-scattered inside its shard group is then
+/// averaged across the replicate group with one `dist.all_reduce mean` of
+/// the shard, right before the update consumes it (after the accumulation
+/// boundary, so once per optimizer step: the slow inter-node link carries
+/// each gradient shard once). overlap-schedule starts it as soon as the
+/// shard's reduce-scatter has been waited.
 static void reduceScatterGradients(func::FuncOp entry, int64_t stage, int64_t n,
-                                   FlatSymbolRefAttr grid, int64_t &count) {
+                                   FlatSymbolRefAttr grid,
+                                   FlatSymbolRefAttr replicate,
+                                   int64_t &count) {
   MLIRContext *ctx = entry.getContext();
   OpBuilder b(ctx);
   auto meanAttr = ReductionAttr::get(ctx, Reduction::mean);
@@ -114,6 +140,7 @@ static void reduceScatterGradients(func::FuncOp entry, int64_t stage, int64_t n,
         slice = train::AccumulateGradOp::create(b, acc.getLoc(),
                                                 acc.getParamAttr(), reduced);
       }
+      slice = averageReplicas(b, update, slice, replicate, count);
       useReduced(update, slice);
       acc.erase();
     } else {
@@ -134,6 +161,7 @@ static void reduceScatterGradients(func::FuncOp entry, int64_t stage, int64_t n,
         b.setInsertionPoint(firstConsumer(update));
       Value slice =
           ReduceScatterOp::create(b, loc, shardType, meanAttr, flat, grid);
+      slice = averageReplicas(b, update, slice, replicate, count);
       useReduced(update, slice);
     }
     update.setShardedUpdate();
@@ -265,8 +293,9 @@ static void gatherStage3Parameters(func::FuncOp entry, FlatSymbolRefAttr grid,
 /// Stages 1-3: each rank updates one slice of every parameter.
 static LogicalResult insertShardedUpdates(func::FuncOp entry, int64_t stage,
                                           int64_t n, FlatSymbolRefAttr grid,
+                                          FlatSymbolRefAttr replicate,
                                           int64_t &count) {
-  reduceScatterGradients(entry, stage, n, grid, count);
+  reduceScatterGradients(entry, stage, n, grid, replicate, count);
   sumChecksOverRanks(entry, grid, count);
   if (stage >= 3)
     gatherStage3Parameters(entry, grid, count);
@@ -298,13 +327,23 @@ void ZeroInsertCollectivesPass::runOnOperation() {
     entry.emitError() << "zero-insert-collectives needs a single-block step";
     return signalPassFailure();
   }
-  if (*n == 1)
+  // Hybrid sharding's replicate grid (null when the states are not
+  // replicated across shard groups).
+  FlatSymbolRefAttr replicate;
+  if (auto mesh = module->getAttrOfType<MeshAttr>(kMeshAttr)) {
+    FailureOr<int64_t> r = getGridSize(module, mesh.getReplicate(), symbols);
+    if (failed(r))
+      return signalPassFailure();
+    if (*r > 1)
+      replicate = mesh.getReplicate();
+  }
+  if (*n == 1 && !replicate)
     return;
   int64_t count = 0;
   if (zero.getStage() == 0)
     insertAllReduces(entry, zero.getGrid(), count);
   else if (failed(insertShardedUpdates(entry, zero.getStage(), *n,
-                                       zero.getGrid(), count)))
+                                       zero.getGrid(), replicate, count)))
     return signalPassFailure();
   // The evaluation function (forward only) reads parameters partitioned at
   // rest at stage 3: one gather per parameter, at its first read.

@@ -58,25 +58,91 @@ void ZeroPartitionPass::runOnOperation() {
     return signalPassFailure();
   }
 
-  MLIRContext *ctx = module.getContext();
-  OpBuilder b(ctx);
-  StringRef gridName = "dp";
-  if (Operation *existing = SymbolTable::lookupSymbolIn(module, gridName)) {
-    auto grid = dyn_cast<shard::GridOp>(existing);
-    if (!grid || grid.getShape() != ArrayRef<int64_t>{dp}) {
-      existing->emitError() << "@" << gridName
-                            << " is taken by something other than "
-                               "shard.grid @dp(shape = "
-                            << dp << ")";
+  // The mesh: dp = shard x replicate, shard groups of consecutive ranks.
+  int64_t replicate = dpReplicate, shard = dpShard, node = ranksPerNode;
+  if (replicate < 1 || shard < 0 || node < 0) {
+    entry.emitError() << "dp-replicate must be >= 1 and dp-shard, "
+                         "ranks-per-node >= 0";
+    return signalPassFailure();
+  }
+  if (shard == 0) {
+    if (dp % replicate != 0) {
+      entry.emitError() << "dp-replicate " << replicate
+                        << " does not divide the " << dp << " ranks (dp)";
       return signalPassFailure();
     }
-  } else {
-    b.setInsertionPointToStart(module.getBody());
-    shard::GridOp::create(b, module.getLoc(), b.getStringAttr(gridName),
-                          b.getDenseI64ArrayAttr({dp}));
+    shard = dp / replicate;
+  } else if (replicate == 1 && shard != dp) {
+    // dp and dp-shard: the replicas are what is left (MiCS's shard size).
+    if (dp % shard != 0) {
+      entry.emitError() << "dp-shard " << shard << " does not divide the " << dp
+                        << " ranks (dp)";
+      return signalPassFailure();
+    }
+    replicate = dp / shard;
+  } else if (shard * replicate != dp) {
+    entry.emitError() << "dp-shard " << shard << " x dp-replicate " << replicate
+                      << " is " << shard * replicate << " ranks, but dp is "
+                      << dp;
+    return signalPassFailure();
   }
-  auto gridRef = FlatSymbolRefAttr::get(ctx, gridName);
+  if (replicate > 1 && stage == 0) {
+    entry.emitError() << "hybrid sharding (dp-replicate " << replicate
+                      << ") needs ZeRO stage 1, 2 or 3: stage 0 "
+                         "partitions nothing";
+    return signalPassFailure();
+  }
+  if (replicate > 1 && shard < 2) {
+    entry.emitError() << "hybrid sharding needs shard groups of 2 or more "
+                         "ranks (dp-shard 1 partitions nothing: that is "
+                         "stage 0 over all "
+                      << dp << " ranks)";
+    return signalPassFailure();
+  }
+  bool meshed = replicate > 1 || node > 0;
+  if (node == 0)
+    node = replicate > 1 ? shard : dp;
+  if (dp % node != 0 || (shard % node != 0 && node % shard != 0)) {
+    entry.emitError() << "ranks-per-node " << node << " must divide the " << dp
+                      << " ranks and divide or be a multiple of the "
+                      << "shard group's " << shard << " ranks";
+    return signalPassFailure();
+  }
+
+  MLIRContext *ctx = module.getContext();
+  OpBuilder b(ctx);
+  b.setInsertionPointToStart(module.getBody());
+  auto declareGrid = [&](StringRef name, int64_t size) -> FlatSymbolRefAttr {
+    if (Operation *existing = SymbolTable::lookupSymbolIn(module, name)) {
+      auto grid = dyn_cast<shard::GridOp>(existing);
+      if (!grid || grid.getShape() != ArrayRef<int64_t>{size}) {
+        existing->emitError()
+            << "@" << name << " is taken by something other than shard.grid @"
+            << name << "(shape = " << size << ")";
+        return nullptr;
+      }
+    } else {
+      shard::GridOp::create(b, module.getLoc(), b.getStringAttr(name),
+                            b.getDenseI64ArrayAttr({size}));
+    }
+    return FlatSymbolRefAttr::get(ctx, name);
+  };
+  FlatSymbolRefAttr gridRef = declareGrid("dp", dp);
+  if (!gridRef)
+    return signalPassFailure();
+  if (replicate > 1) {
+    gridRef = declareGrid("dp_shard", shard);
+    if (!gridRef)
+      return signalPassFailure();
+  }
   module->setAttr(kZeroAttr, ZeroAttr::get(ctx, stage, gridRef));
+  if (meshed) {
+    FlatSymbolRefAttr replicateRef = declareGrid("dp_replicate", replicate);
+    if (!replicateRef)
+      return signalPassFailure();
+    module->setAttr(kMeshAttr, MeshAttr::get(ctx, gridRef, replicateRef, node));
+  }
+  dp = shard; // states are partitioned over the shard group
 
   auto partition = [&](Operation *op, Type type) {
     int64_t elements = cast<RankedTensorType>(type).getNumElements();

@@ -50,11 +50,18 @@ static std::string mib(int64_t bytes) {
 }
 
 void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
-  os << "zero-report: stage " << r.stage << ", " << r.worldSize
-     << (r.worldSize == 1 ? " rank" : " ranks")
+  os << "zero-report: stage " << r.stage << ", " << r.mesh.world
+     << (r.mesh.world == 1 ? " rank" : " ranks")
      << (r.grid.empty() ? std::string(" (not partitioned)")
                         : " over @" + r.grid)
      << "\n";
+  if (r.mesh.replicateGrid)
+    os << llvm::formatv("mesh: states partitioned over shard groups of {0} "
+                        "ranks (@{1}), replicated {2} times (@{3}); {4} "
+                        "ranks per node\n",
+                        r.mesh.shard, r.mesh.shardGrid.getValue(),
+                        r.mesh.replicate, r.mesh.replicateGrid.getValue(),
+                        r.mesh.ranksPerNode);
   os << llvm::formatv("parameters: {0} tensors, {1} elements, {2} bytes "
                       "(Psi)",
                       r.paramCount, r.paramElements, r.paramBytes);
@@ -172,18 +179,38 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
   for (auto &[kind, v] : byKind)
     os << llvm::formatv("  {0,-24}{1,16}{2,12}\n", kind, v.second, v.first);
   os << llvm::formatv("  {0,-24}{1,16}\n", "total", r.communicationBytes());
+  if (r.mesh.world > 1) {
+    // What the CPU runtime hands MPI per destination, by the destination's
+    // node: the bytes that cross the slower link between nodes.
+    os << llvm::formatv(
+        "{0,-26}{1,16}\n",
+        llvm::formatv("wire bytes, {0} ranks/node", r.mesh.ranksPerNode).str(),
+        "bytes/rank");
+    os << llvm::formatv("  {0,-24}{1,16}\n", "intra-node", r.intraNodeBytes());
+    os << llvm::formatv("  {0,-24}{1,16}\n", "inter-node", r.interNodeBytes());
+  }
 }
 
 void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
   llvm::json::Array collectives;
   for (const Collective &c : r.collectives)
-    collectives.push_back(llvm::json::Object{{"kind", c.kind},
-                                             {"tensor", c.tensor},
-                                             {"count", c.count},
-                                             {"bytes", c.bytes}});
+    collectives.push_back(
+        llvm::json::Object{{"kind", c.kind},
+                           {"tensor", c.tensor},
+                           {"grid", c.grid},
+                           {"count", c.count},
+                           {"bytes", c.bytes},
+                           {"intra_node_wire_bytes", c.intraNodeBytes},
+                           {"inter_node_wire_bytes", c.interNodeBytes}});
+  llvm::json::Value mesh = nullptr;
+  if (r.mesh.replicateGrid)
+    mesh = llvm::json::Object{{"shard", r.mesh.shard},
+                              {"replicate", r.mesh.replicate},
+                              {"ranks_per_node", r.mesh.ranksPerNode}};
   llvm::json::Object root{
       {"stage", r.stage},
-      {"world_size", r.worldSize},
+      {"world_size", r.mesh.world},
+      {"mesh", std::move(mesh)},
       {"grid", r.grid},
       {"parameters", llvm::json::Object{{"tensors", r.paramCount},
                                         {"elements", r.paramElements},
@@ -247,7 +274,11 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
       {"collectives_source", r.collectivesFromIR ? "ir" : "plan"},
       {"memory_plan", r.staticPlan ? "static" : "liveness"},
       {"collectives", std::move(collectives)},
-      {"communication_bytes_per_step", r.communicationBytes()}};
+      {"communication_bytes_per_step", r.communicationBytes()},
+      {"links",
+       llvm::json::Object{{"ranks_per_node", r.mesh.ranksPerNode},
+                          {"intra_node_wire_bytes", r.intraNodeBytes()},
+                          {"inter_node_wire_bytes", r.interNodeBytes()}}}};
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
 }
 

@@ -13,6 +13,8 @@
 
 #include "ztrain/Dialect/Train/IR/TrainOps.h"
 
+#include "ztrain/Dialect/Dist/IR/DistOps.h"
+
 #include "mlir/IR/BuiltinOps.h"
 
 #include <optional>
@@ -26,11 +28,20 @@ struct Collective {
   std::string tensor;
   int64_t count = 0;
   int64_t bytes = 0; // sent per rank per step, all executions together
+  /// The grid it runs over, and the bytes the CPU runtime's algorithm hands
+  /// MPI per step for ranks on this rank's node and on other nodes
+  /// (MeshLayout::ranksPerNode; broadcasts, whose sends are the root's
+  /// alone, count in neither).
+  std::string grid;
+  int64_t intraNodeBytes = 0, interNodeBytes = 0;
 };
 
 struct Report {
   int64_t stage = 0;
+  /// The ranks states are partitioned over (the #dist.zero grid's size: a
+  /// shard group's under hybrid sharding) and all ranks with their groups.
   int64_t worldSize = 1;
+  MeshLayout mesh;
   std::string grid;
   int64_t paramCount = 0, paramElements = 0, paramBytes = 0;
   /// Of those, the frozen ones (no gradient, no optimizer state).
@@ -126,6 +137,18 @@ struct Report {
     int64_t total = 0;
     for (const Collective &c : collectives)
       total += c.bytes;
+    return total;
+  }
+  int64_t intraNodeBytes() const {
+    int64_t total = 0;
+    for (const Collective &c : collectives)
+      total += c.intraNodeBytes;
+    return total;
+  }
+  int64_t interNodeBytes() const {
+    int64_t total = 0;
+    for (const Collective &c : collectives)
+      total += c.interNodeBytes;
     return total;
   }
 };

@@ -70,6 +70,31 @@ static void noteType(std::string &names, Type t) {
   names += (names.empty() ? "" : "+") + name;
 }
 
+/// Splits `c`'s bytes (`times` executions of a collective over `axis` of
+/// `payload` elements of `eb` bytes: n for an all-reduce, count for a
+/// reduce-scatter or all-gather) by link class, as the CPU runtime moves
+/// them: every phase sends each other rank of the group one block
+/// (CpuCollectives.cpp: an all-reduce is a reduce-scatter of ceil(n / G)
+/// and an all-gather of it).
+static void splitLinks(Collective &c, const MeshLayout &mesh, int axis,
+                       int64_t times, int64_t payload, int64_t eb) {
+  const int64_t g = mesh.groupSize(axis), local = mesh.sameNodeMembers(axis);
+  if (c.grid.empty() && mesh.shardGrid)
+    c.grid = axis == 2 ? mesh.replicateGrid.getValue().str()
+             : axis == 1 || !mesh.replicateGrid
+                 ? mesh.shardGrid.getValue().str()
+                 : "dp";
+  if (g <= 1 || c.kind == "broadcast")
+    return;
+  int64_t block = payload * eb, phases = 1;
+  if (c.kind == "all_reduce") {
+    block = (payload + g - 1) / g * eb;
+    phases = 2;
+  }
+  c.intraNodeBytes = times * phases * (local - 1) * block;
+  c.interNodeBytes = times * phases * (g - local) * block;
+}
+
 /// The parameters' bytes by where they live, their gradients' and, from
 /// the ZeRO stage, the collectives the plan implies for each (the
 /// collectives in the IR replace these once inserted). Returns the largest
@@ -157,17 +182,32 @@ static int64_t priceParameters(Report &r, ModuleOp module, func::FuncOp entry) {
     // per optimizer step: stage 2 and 3's reduce-scatters, stage 3's
     // gathers (forward, and backward where the step has a backward use:
     // the paper's 3 Psi counts two gathers for every parameter).
+    // Hybrid sharding averages each gradient shard over the replicas once
+    // per optimizer step (zero-insert-collectives).
+    const MeshLayout &mesh = r.mesh;
+    const int partition = mesh.replicateGrid ? 1 : 0;
     if (r.stage == 0) {
       r.collectives.push_back(
           {"all_reduce", name, 1, 2 * gradFull * (n - 1) / n});
+      splitLinks(r.collectives.back(), mesh, partition, 1, elements, gb);
     } else {
       int64_t reductions = r.stage >= 2 ? r.accumSteps : 1;
       r.collectives.push_back({"reduce_scatter", name, reductions,
                                reductions * gradShard * (n - 1)});
+      splitLinks(r.collectives.back(), mesh, partition, reductions,
+                 shardOf(elements), gb);
+      if (int64_t reps = mesh.replicate; reps > 1) {
+        r.collectives.push_back(
+            {"all_reduce", name, 1, 2 * gradShard * (reps - 1) / reps});
+        splitLinks(r.collectives.back(), mesh, 2, 1, shardOf(elements), gb);
+      }
       int64_t gathers = r.stage == 3 ? stage3Gathers : 1;
-      if (gathers)
+      if (gathers) {
         r.collectives.push_back(
             {"all_gather", name, gathers, gathers * oneWay});
+        splitLinks(r.collectives.back(), mesh, partition, gathers,
+                   shardOf(elements), eb);
+      }
     }
   }
   return largestParam;
@@ -418,8 +458,23 @@ static LogicalResult collectivesFromIR(Report &r, ModuleOp module,
       // Before the accumulation boundary: once per micro-batch.
       int64_t times =
           boundary && c->isBeforeInBlock(boundary) ? r.accumSteps : 1;
-      r.collectives.push_back({kind, tensor, times,
-                               times * c.getCommunicatedBytes(*size, symbols)});
+      const int64_t once = c.getCommunicatedBytes(*size, symbols);
+      r.collectives.push_back({kind, tensor, times, times * once});
+      r.collectives.back().grid = c.getGridRef().getValue().str();
+      // The payload the runtime's blocks are cut from: an all-reduce's
+      // elements (a bucket's together), else one block per other rank.
+      int64_t payload = 0, eb = 1;
+      if (kind == "all_reduce") {
+        for (Value v : op->getOperands()) {
+          auto t = cast<RankedTensorType>(v.getType());
+          payload += t.getNumElements();
+          eb = elementBytes(t);
+        }
+      } else if (*size > 1) {
+        payload = once / (*size - 1);
+      }
+      splitLinks(r.collectives.back(), r.mesh, r.mesh.axisOf(c.getGridRef()),
+                 times, payload, eb);
     }
   }
   return success();
@@ -435,6 +490,10 @@ FailureOr<Report> report::analyzeStep(ModuleOp module) {
     if (failed(n))
       return failure();
     r.worldSize = *n;
+    FailureOr<MeshLayout> mesh = getMeshLayout(module, symbols);
+    if (failed(mesh))
+      return failure();
+    r.mesh = *mesh;
   }
   const int64_t n = r.worldSize;
 

@@ -51,6 +51,42 @@ def Dist_ZeroAttr : Dist_Attr<"Zero", "zero"> {
   let genVerifyDecl = 1;
 }
 
+def Dist_MeshAttr : Dist_Attr<"Mesh", "mesh"> {
+  let summary = "the data-parallel mesh of hybrid sharding (HSDP / MiCS)";
+  let description = [{
+    Set as `dist.mesh` on the module by `zero-partition` when the
+    data-parallel ranks form a mesh of `dp = shard x replicate`: model states
+    are partitioned over the ranks of a shard group (`@dp_shard`, the grid
+    of the module's `#dist.zero`) and replicated across the `replicate`
+    groups (`@dp_replicate`). World rank r is shard rank `r % shard` of
+    shard group `r / shard`: a shard group is `shard` consecutive ranks, so
+    that a launcher's node (consecutive ranks) holds whole groups. Gradients
+    are reduce-scattered inside the shard group and all-reduced across the
+    replicate group; parameters are gathered inside the shard group only.
+
+    `ranks_per_node` is the node size the plan's communication is priced
+    with: zero-report splits every collective's bytes into those that stay
+    on a node and those that cross to another (`intra_node` /
+    `inter_node`), as the runtime measures them.
+
+    ```mlir
+    module attributes {dist.zero = #dist.zero<stage = 3, grid = @dp_shard>,
+                       dist.mesh = #dist.mesh<shard = @dp_shard, replicate = @dp_replicate, ranks_per_node = 2>} {
+      shard.grid @dp(shape = 4)
+      shard.grid @dp_shard(shape = 2)
+      shard.grid @dp_replicate(shape = 2)
+    ```
+  }];
+  let parameters = (ins "::mlir::FlatSymbolRefAttr":$shard,
+                        "::mlir::FlatSymbolRefAttr":$replicate,
+                        "int64_t":$ranksPerNode);
+  let assemblyFormat = [{
+    `<` `shard` `=` $shard `,` `replicate` `=` $replicate `,`
+    `ranks_per_node` `=` $ranksPerNode `>`
+  }];
+  let genVerifyDecl = 1;
+}
+
 def Dist_SlotAttr : Dist_Attr<"Slot", "slot"> {
   let summary = "a buffer's place in one of the step's arenas";
   let description = [{

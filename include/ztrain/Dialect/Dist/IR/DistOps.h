@@ -39,6 +39,31 @@ mlir::FailureOr<int64_t> getGridSize(mlir::Operation *from,
                                      mlir::FlatSymbolRefAttr ref,
                                      mlir::SymbolTableCollection &symbols);
 
+/// The data-parallel ranks of a partitioned module and how the runtime's
+/// collectives group them (ztrt_abi.def's `axis`). Without a #dist.mesh the
+/// #dist.zero grid is every rank, on one node.
+struct MeshLayout {
+  int64_t world = 1;        ///< every rank: shard x replicate
+  int64_t shard = 1;        ///< ranks of a shard group (the #dist.zero grid)
+  int64_t replicate = 1;    ///< shard groups, each a replica of the states
+  int64_t ranksPerNode = 1; ///< consecutive ranks that share a node
+  mlir::FlatSymbolRefAttr shardGrid, replicateGrid;
+
+  /// The runtime axis a collective over `grid` runs on: 1 the shard group,
+  /// 2 the replicate group, 0 every rank (any other grid, e.g. @dp).
+  int axisOf(mlir::FlatSymbolRefAttr grid) const;
+  /// The ranks of axis `axis`'s group and, of them, how many share a node
+  /// with any one member (itself included; the same for every rank: the
+  /// mesh verifier requires whole groups per node or nodes per group).
+  int64_t groupSize(int axis) const;
+  int64_t sameNodeMembers(int axis) const;
+};
+
+/// The layout of `module` (a #dist.zero, and a #dist.mesh if it has one);
+/// emits an error and fails when a grid is missing or malformed.
+mlir::FailureOr<MeshLayout> getMeshLayout(mlir::ModuleOp module,
+                                          mlir::SymbolTableCollection &symbols);
+
 /// How one rank stores a parameter or optimizer state of a ZeRO plan: the
 /// contract between the lowering (the descriptor's `store` suffix) and
 /// zero-report, which must agree byte for byte.

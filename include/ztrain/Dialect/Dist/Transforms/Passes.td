@@ -22,6 +22,17 @@ def ZeroPartition : Pass<"zero-partition", "::mlir::ModuleOp"> {
     - stage 2: also the gradients (recorded by the stage: they are values);
     - stage 3: also the parameters (`train.param`).
 
+    Hybrid sharding (HSDP / MiCS, `dp-replicate=R > 1`): the dp ranks form
+    a mesh of `dp-shard` x R (`dp-shard` = dp / R unless given; `dp-shard`
+    alone, as DeepSpeed's `mics_shard_size`, makes R = dp / dp-shard). States are
+    partitioned over `shard.grid @dp_shard(shape = S)` (the grid of the
+    `#dist.zero`) and replicated across `@dp_replicate(shape = R)`; the
+    module's `#dist.mesh` relates them and records `ranks-per-node`, the
+    node size zero-report prices links with (default: one shard group per
+    node). Hybrid sharding needs stage 1, 2 or 3 (stage 0 partitions
+    nothing). `ranks-per-node` alone (R = 1) adds the mesh for the link
+    accounting only.
+
     This pass only decides the partition; `zero-insert-collectives`
     rewrites the step to match it (stage 0 so far), and `zero-report`
     prices it.
@@ -43,7 +54,17 @@ def ZeroPartition : Pass<"zero-partition", "::mlir::ModuleOp"> {
                            "::mlir::shard::ShardDialect"];
   let options = [
     Option<"stage", "stage", "int64_t", "0", "ZeRO stage: 0, 1, 2 or 3">,
-    Option<"dp", "dp", "int64_t", "1", "Data-parallel grid size (ranks)">
+    Option<"dp", "dp", "int64_t", "1", "Data-parallel grid size (ranks)">,
+    Option<"dpShard", "dp-shard", "int64_t", "0",
+           "Hybrid sharding: ranks a shard group partitions the states over "
+           "(0: dp / dp-replicate)">,
+    Option<"dpReplicate", "dp-replicate", "int64_t", "1",
+           "Hybrid sharding: shard groups that replicate the states "
+           "(dp = dp-shard x dp-replicate)">,
+    Option<"ranksPerNode", "ranks-per-node", "int64_t", "0",
+           "Consecutive ranks per node, for zero-report's intra-/inter-node "
+           "bytes (0: a shard group per node with dp-replicate > 1, "
+           "otherwise one node)">
   ];
 }
 
