@@ -422,6 +422,15 @@ void Reader::zero(const Json &z) {
                key == "zero_quantized_gradients") {
       if (auto b = asBool(v, name); b && *b)
         unsupported(name, "ZeRO++'s quantized collectives are not built");
+    } else if (key == "mics_shard_size") {
+      // MiCS: the ranks of a shard group (DeepSpeed's -1: off). ztrain's
+      // hybrid sharding (--dp-shard; the replicas are dp / shard).
+      if (auto i = asInteger(v, name, -1); i && *i > 0)
+        flag("dp-shard", std::to_string(*i), name);
+    } else if (key == "mics_hierarchical_params_gather") {
+      // ztrain's parameter gathers run inside the shard group (a node)
+      // already: there is no cross-node gather to make hierarchical.
+      asBool(v, name);
     } else if (key == "zero_hpz_partition_size") {
       if (auto i = asInteger(v, name, 0); i && *i > 1)
         unsupported(name, "ZeRO++'s secondary partition is not built");
@@ -449,7 +458,9 @@ void Reader::zero(const Json &z) {
                "ignore_unused_parameters",
                "zero_quantized_weights",
                "zero_quantized_gradients",
-               "zero_hpz_partition_size"});
+               "zero_hpz_partition_size",
+               "mics_shard_size",
+               "mics_hierarchical_params_gather"});
     }
   }
 }

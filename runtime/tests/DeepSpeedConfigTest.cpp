@@ -37,6 +37,18 @@ std::string flags(const std::vector<DeepSpeedSetting> &settings) {
 
 } // namespace
 
+TEST(DeepSpeedConfigTest, MicsShardSizeIsHybridSharding) {
+  // MiCS's shard group is --dp-shard (the replicas: dp / shard); -1, its
+  // default, is off; the hierarchical gather is accepted.
+  DeepSpeedConfig c = read(R"({"zero_optimization": {"stage": 3,
+      "mics_shard_size": 8, "mics_hierarchical_params_gather": true}})");
+  EXPECT_EQ(flags(c.compileFlags), "zero-stage=3 dp-shard=8 ");
+  EXPECT_EQ(c.keyOf("dp-shard"), "zero_optimization.mics_shard_size");
+  DeepSpeedConfig off = read(
+      R"({"zero_optimization": {"stage": 3, "mics_shard_size": -1}})");
+  EXPECT_EQ(flags(off.compileFlags), "zero-stage=3 ");
+}
+
 TEST(DeepSpeedConfigTest, OneWalkGivesBothToolsTheirParts) {
   DeepSpeedConfig c = read(R"({
     "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
