@@ -59,17 +59,18 @@ bool ztrain::parseByteSize(StringRef text, int64_t &bytes) {
 std::string ztrain::checkCostModel(const CostModel &m, StringRef prefix) {
   auto positive = [](double v) { return v > 0 && std::isfinite(v); };
   if (positive(m.linkBytesPerSecond) && positive(m.deviceFlopsPerSecond) &&
-      positive(m.device16FlopsPerSecond) &&
-      positive(m.memoryBytesPerSecond) && positive(m.nvmeBytesPerSecond) &&
-      positive(m.hostLinkBytesPerSecond) &&
-      positive(m.hostMemoryBytesPerSecond) &&
-      m.collectiveLatency >= 0 && std::isfinite(m.collectiveLatency))
+      positive(m.device16FlopsPerSecond) && positive(m.memoryBytesPerSecond) &&
+      positive(m.nvmeBytesPerSecond) && positive(m.hostLinkBytesPerSecond) &&
+      positive(m.hostMemoryBytesPerSecond) && m.collectiveLatency >= 0 &&
+      std::isfinite(m.collectiveLatency) &&
+      m.interNodeLinkBytesPerSecond >= 0 &&
+      std::isfinite(m.interNodeLinkBytesPerSecond))
     return "";
   return (prefix + "link-gbps, " + prefix + "device-tflops, " + prefix +
           "device-tflops-16bit, " + prefix + "memory-gbps, " + prefix +
           "nvme-gbps, " + prefix + "host-link-gbps and " + prefix +
-          "host-memory-gbps must be positive and " +
-          prefix + "latency-us non-negative")
+          "host-memory-gbps must be positive and " + prefix +
+          "latency-us and " + prefix + "inter-node-link-gbps non-negative")
       .str();
 }
 
@@ -80,6 +81,8 @@ void ztrain::applyPlanChoice(const PlanChoice &c,
   training.recompute = *symbolize<RecomputePolicy>(c.recompute);
   training.lossTileBytes = c.lossTileBytes;
   zero.stage = c.stage;
+  zero.dpReplicate = c.replicate;
+  zero.dpShard = 0;
   zero.maxTileBytes = c.maxTileBytes;
   zero.overlap = c.overlap;
   zero.prefetchDepth = c.prefetchDepth;
@@ -188,8 +191,14 @@ static void priceCandidate(PlanCandidate &c, const dist::StepSummary &s,
                                                   ? m.deviceFlopsPerSecond
                                                   : m.device16FlopsPerSecond) +
       (double)(c.kernelBytes + c.recomputeKernelBytes) / m.memoryBytesPerSecond;
-  c.communicationSeconds = (double)c.communicationBytes / m.linkBytesPerSecond +
-                           (double)c.collectives * m.collectiveLatency;
+  c.intraNodeBytes = s.intraNodeBytes;
+  c.interNodeBytes = s.interNodeBytes;
+  c.communicationSeconds =
+      (m.interNodeLinkBytesPerSecond > 0
+           ? (double)c.intraNodeBytes / m.linkBytesPerSecond +
+                 (double)c.interNodeBytes / m.interNodeLinkBytesPerSecond
+           : (double)c.communicationBytes / m.linkBytesPerSecond) +
+      (double)c.collectives * m.collectiveLatency;
   c.stepSeconds = c.choice.overlap
                       ? std::max(c.computeSeconds, c.communicationSeconds)
                       : c.computeSeconds + c.communicationSeconds;
@@ -253,6 +262,7 @@ static void choosePlan(PlanSearchResult &result,
 /// Partitions a copy of the trained step at `stage` (zero-partition and
 /// its collectives depend on the stage alone); `error` says why it failed.
 static OwningOpRef<ModuleOp> partitionStep(ModuleOp trained, int64_t stage,
+                                           int64_t replicate,
                                            const ZeroPipelineOptions &zero,
                                            std::string &firstError,
                                            std::string &error) {
@@ -261,6 +271,8 @@ static OwningOpRef<ModuleOp> partitionStep(ModuleOp trained, int64_t stage,
     ZeroPipelineOptions z;
     z.copyOptionValuesFrom(zero);
     z.stage = stage;
+    z.dpReplicate = replicate;
+    z.dpShard = 0;
     PassManager ppm(trained.getContext());
     ppm.enableVerifier(false);
     buildZeroPartitionPipeline(ppm, z);
@@ -318,69 +330,81 @@ addCandidates(ModuleOp forward, const TrainingPipelineOptions &training,
   if (trainedOk)
     for (auto p : trained->getOps<train::ParamOp>())
       largest = std::max(largest, ztrain::tensorBytes(p.getTensorType()));
-  for (int64_t stage : stages) {
-    bool stage3 = stage == 3;
-    std::string partitionError;
-    OwningOpRef<ModuleOp> partitioned;
-    if (trainedOk)
-      partitioned =
-          partitionStep(*trained, stage, zero, firstError, partitionError);
-    SmallVector<int64_t> tiles = valuesOf<int64_t>(
-        request.maxTileBytes >= 0, request.maxTileBytes,
-        stage3 && largest >= 4 ? ArrayRef<int64_t>{0, largest / 2, largest / 4}
-                               : ArrayRef<int64_t>{0});
-    SmallVector<int> overlaps =
-        valuesOf<int>(request.overlap >= 0, request.overlap,
-                      dp > 1 ? ArrayRef<int>{0, 1} : ArrayRef<int>{0});
-    for (int64_t tile : tiles)
-      for (int overlap : overlaps) {
-        SmallVector<int64_t> prefetches = valuesOf<int64_t>(
-            request.prefetchDepth >= 0, request.prefetchDepth,
-            stage3 && overlap ? ArrayRef<int64_t>{1, 2}
-                              : ArrayRef<int64_t>{zero.prefetchDepth});
-        // Resharding is the overlap schedule's choice (without it the
-        // gathers are synchronous and freed after each use).
-        SmallVector<int> reshards = valuesOf<int>(
-            request.reshardAfterForward >= 0, request.reshardAfterForward,
-            stage3 && overlap
-                ? ArrayRef<int>{1, 0}
-                : ArrayRef<int>{zero.reshardAfterForward ? 1 : 0});
-        for (int64_t prefetch : prefetches)
-          for (int reshard : reshards)
-            for (const Placement &placement : placements) {
-              if (!placementApplies(placement, stage, policy, dp, request))
-                continue;
-              PlanCandidate c;
-              c.choice = {precision,
-                          stage,
-                          policy,
-                          tile,
-                          lossTile,
-                          overlap != 0,
-                          prefetch,
-                          reshard != 0,
-                          placement.optimizer,
-                          placement.param,
-                          placement.activations,
-                          placement.ratio,
-                          placement.paramRatio};
-              if (!trainedOk || !partitionError.empty()) {
-                c.error = trainedOk ? partitionError : trainError;
+  // Hybrid sharding: flat, and a shard group per node, when the cost model
+  // knows the link between nodes (partitioned stages only).
+  const int64_t node = zero.ranksPerNode;
+  const bool meshes = request.cost.interNodeLinkBytesPerSecond > 0 &&
+                      node >= 2 && node < dp && dp % node == 0;
+  for (int64_t stage : stages)
+    for (int64_t replicate : valuesOf<int64_t>(
+             request.replicate >= 0, request.replicate,
+             meshes && stage >= 1 ? ArrayRef<int64_t>{1, dp / node}
+                                  : ArrayRef<int64_t>{1})) {
+      bool stage3 = stage == 3;
+      std::string partitionError;
+      OwningOpRef<ModuleOp> partitioned;
+      if (trainedOk)
+        partitioned = partitionStep(*trained, stage, replicate, zero,
+                                    firstError, partitionError);
+      SmallVector<int64_t> tiles =
+          valuesOf<int64_t>(request.maxTileBytes >= 0, request.maxTileBytes,
+                            stage3 && largest >= 4
+                                ? ArrayRef<int64_t>{0, largest / 2, largest / 4}
+                                : ArrayRef<int64_t>{0});
+      SmallVector<int> overlaps =
+          valuesOf<int>(request.overlap >= 0, request.overlap,
+                        dp > 1 ? ArrayRef<int>{0, 1} : ArrayRef<int>{0});
+      for (int64_t tile : tiles)
+        for (int overlap : overlaps) {
+          SmallVector<int64_t> prefetches = valuesOf<int64_t>(
+              request.prefetchDepth >= 0, request.prefetchDepth,
+              stage3 && overlap ? ArrayRef<int64_t>{1, 2}
+                                : ArrayRef<int64_t>{zero.prefetchDepth});
+          // Resharding is the overlap schedule's choice (without it the
+          // gathers are synchronous and freed after each use).
+          SmallVector<int> reshards = valuesOf<int>(
+              request.reshardAfterForward >= 0, request.reshardAfterForward,
+              stage3 && overlap
+                  ? ArrayRef<int>{1, 0}
+                  : ArrayRef<int>{zero.reshardAfterForward ? 1 : 0});
+          for (int64_t prefetch : prefetches)
+            for (int reshard : reshards)
+              for (const Placement &placement : placements) {
+                if (!placementApplies(placement, stage, policy, dp, request))
+                  continue;
+                PlanCandidate c;
+                c.choice = {precision,
+                            stage,
+                            replicate,
+                            policy,
+                            tile,
+                            lossTile,
+                            overlap != 0,
+                            prefetch,
+                            reshard != 0,
+                            placement.optimizer,
+                            placement.param,
+                            placement.activations,
+                            placement.ratio,
+                            placement.paramRatio};
+                if (!trainedOk || !partitionError.empty()) {
+                  c.error = trainedOk ? partitionError : trainError;
+                  result.candidates.push_back(std::move(c));
+                  continue;
+                }
+                FailureOr<dist::StepSummary> s = compileCandidate(
+                    *partitioned, c.choice, zero, dp, firstError);
+                if (failed(s)) {
+                  c.error =
+                      firstError.empty() ? "does not compile" : firstError;
+                  result.candidates.push_back(std::move(c));
+                  continue;
+                }
+                priceCandidate(c, *s, request);
                 result.candidates.push_back(std::move(c));
-                continue;
               }
-              FailureOr<dist::StepSummary> s = compileCandidate(
-                  *partitioned, c.choice, zero, dp, firstError);
-              if (failed(s)) {
-                c.error = firstError.empty() ? "does not compile" : firstError;
-                result.candidates.push_back(std::move(c));
-                continue;
-              }
-              priceCandidate(c, *s, request);
-              result.candidates.push_back(std::move(c));
-            }
-      }
-  }
+        }
+    }
 }
 
 FailureOr<PlanSearchResult>
@@ -512,6 +536,7 @@ void PlanSearchPass::runOnOperation() {
   request.cost.nvmeBytesPerSecond = nvmeGBps * 1e9;
   request.cost.hostLinkBytesPerSecond = hostLinkGBps * 1e9;
   request.cost.hostMemoryBytesPerSecond = hostMemoryGBps * 1e9;
+  request.cost.interNodeLinkBytesPerSecond = interNodeLinkGBps * 1e9;
   if (!hostMemoryBudget.empty() &&
       !parseByteSize(hostMemoryBudget, request.hostBudget)) {
     module.emitError() << "plan-search: host-memory-budget must be a size in "
@@ -535,6 +560,7 @@ void PlanSearchPass::runOnOperation() {
       request.searchPrecision ? Precision::fp32 : Precision(precision);
   training.optimizer = optimizer;
   zero.dp = dp;
+  zero.ranksPerNode = ranksPerNode;
   FailureOr<PlanSearchResult> result =
       searchPlan(module, training, zero, request);
   if (failed(result))

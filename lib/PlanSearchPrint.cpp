@@ -64,6 +64,8 @@ static std::string flagsOf(const PlanChoice &c, int64_t dp,
     os << "--precision=" << c.precision << ' ';
   if (dp > 1 || c.stage != 0)
     os << "--zero-stage=" << c.stage << ' ';
+  if (c.replicate > 1)
+    os << "--dp-replicate=" << c.replicate << ' ';
   os << "--recompute=" << c.recompute;
   if (c.maxTileBytes > 0)
     os << " --max-tile-bytes=" << c.maxTileBytes;
@@ -210,8 +212,11 @@ void ztrain::printPlanSearch(raw_ostream &os, const PlanSearchResult &result,
     const PlanChoice &p = c.choice;
     std::string head = llvm::formatv(
         " {0}{7} {1,-5} {2,-9} {3,12} {4,-7} {5,8} {6,7}",
-        (int)i == result.chosen ? "*" : " ", p.stage, p.recompute,
-        p.maxTileBytes, p.overlap ? "yes" : "no",
+        (int)i == result.chosen ? "*" : " ",
+        // Hybrid sharding's replicas beside the stage: "3 r2".
+        std::to_string(p.stage) +
+            (p.replicate > 1 ? " r" + std::to_string(p.replicate) : ""),
+        p.recompute, p.maxTileBytes, p.overlap ? "yes" : "no",
         p.overlap && p.stage == 3 ? std::to_string(p.prefetchDepth) : "-",
         p.stage == 3 && p.overlap ? (p.reshardAfterForward ? "yes" : "no")
                                   : "-",
@@ -292,6 +297,7 @@ void ztrain::printPlanSearchJson(raw_ostream &os,
     const PlanChoice &p = c.choice;
     llvm::json::Object o{{"precision", p.precision},
                          {"stage", p.stage},
+                         {"replicate", p.replicate},
                          {"recompute", p.recompute},
                          {"max_tile_bytes", p.maxTileBytes},
                          {"loss_tile_bytes", p.lossTileBytes},
@@ -309,6 +315,8 @@ void ztrain::printPlanSearchJson(raw_ostream &os,
       o["peak"] = c.peak;
       o["activations"] = c.activations;
       o["communication_bytes"] = c.communicationBytes;
+      o["intra_node_bytes"] = c.intraNodeBytes;
+      o["inter_node_bytes"] = c.interNodeBytes;
       o["collectives"] = c.collectives;
       o["flops"] = c.flops;
       o["recompute_flops"] = c.recomputeFlops;

@@ -18,9 +18,11 @@
 // device's memory and the host's are budgeted apart, and the offload round
 // also tries host memory (optimizer states, parameters, and the
 // activations recomputation reads: ZeRO-R's Pa+cpu), priced over the host
-// link. The precision is the user's unless they ask the search to
-// choose it (precision=auto: fp32 or bf16, its matmuls priced at a 16-bit
-// device rate).
+// link. With an inter-node link (and ranks per node) bytes are priced by
+// link class and hybrid sharding, one shard group per node, is a candidate
+// of the partitioned stages. The precision is the user's unless they ask the
+// search to choose it (precision=auto: fp32 or bf16, its matmuls priced at a
+// 16-bit device rate).
 //
 // Used by ztrain-compile --memory-budget (which then compiles the choice)
 // and by the plan-search pass (which only prints the search).
@@ -44,6 +46,12 @@ struct CostModel {
   /// Bytes per second one rank sends (ring algorithms: what zero-report
   /// counts per rank).
   double linkBytesPerSecond = 25e9;
+  /// Bytes per second one rank sends to ranks on other nodes (0: not
+  /// modelled, every byte at linkBytesPerSecond). When set, a plan's bytes
+  /// are priced by link class (zero-report's intra- and inter-node wire
+  /// bytes, with the zero options' ranks-per-node) and the search also
+  /// tries hybrid sharding with a shard group per node.
+  double interNodeLinkBytesPerSecond = 0;
   /// Seconds per collective beyond its bytes.
   double collectiveLatency = 10e-6;
   /// Matmul FLOPs per second of one rank's device, float32.
@@ -75,6 +83,8 @@ struct PlanChoice {
   /// hands the choice to the search (PlanSearchRequest::searchPrecision).
   std::string precision = "fp32";
   int64_t stage = 0;
+  /// Hybrid sharding's replicas (--dp-replicate; 1: flat ZeRO).
+  int64_t replicate = 1;
   std::string recompute = "none";
   int64_t maxTileBytes = 0;
   /// train-tile-loss's bound on a tile of the loss's logits (0: untiled).
@@ -101,6 +111,8 @@ struct PlanCandidate {
   /// nothing to recompute, ...).
   std::string error;
   int64_t peak = 0, activations = 0, communicationBytes = 0, collectives = 0;
+  /// The wire bytes per step by link class (zero-report's links).
+  int64_t intraNodeBytes = 0, interNodeBytes = 0;
   int64_t flops = 0, recomputeFlops = 0;
   int64_t kernelBytes = 0, recomputeKernelBytes = 0;
   /// Offload: host memory (swap buffers, host-resident states), which the
@@ -134,6 +146,9 @@ struct PlanSearchRequest {
   bool searchPrecision = false;
   /// Fixed dimensions: -1 / empty / unset = searched.
   int64_t stage = -1;
+  /// --dp-replicate (searched, over flat and one shard group per node, only
+  /// with an inter-node link in the cost model).
+  int64_t replicate = -1;
   std::string recompute;
   int64_t maxTileBytes = -1;
   int64_t lossTileBytes = -1;

@@ -194,5 +194,27 @@ def test_compile_refusals(tmp_path):
         "--dp", "4", "--dp-replicate", "2")
     assert "dp-shard 2 x dp-replicate 2 is 4 ranks, but dp is 8" in refused(
         "--dp", "8", "--dp-shard", "2", "--dp-replicate", "2", "--zero-stage", "2")
-    assert "--memory-budget does not search hybrid sharding yet" in refused(
-        "--dp", "4", "--dp-replicate", "2", "--memory-budget", "1GB")
+    assert "dp-shard 3 does not divide the 4 ranks" in refused(
+        "--dp", "4", "--dp-shard", "3", "--zero-stage", "2")
+
+
+def test_plan_search_chooses_the_mesh_over_a_slow_link(tmp_path):
+    """--memory-budget with --ranks-per-node and a slow --inter-node-link-gbps:
+    the search prices bytes by link class, chooses hybrid sharding, and the
+    executable it compiles runs on 4 ranks and measures the predicted
+    inter-node bytes."""
+    src = tmp_path / "model.mlir"
+    src.write_text(make("gpt", 2).to_mlir())
+    exe = tmp_path / "auto"
+    p = e2e_util.run([e2e_util.require_tool("ztrain-compile"), src, "-o", exe, "--dp", "4",
+                      "--ranks-per-node", "2", "--memory-budget", "1GB",
+                      "--inter-node-link-gbps", "0.1", "--link-gbps", "100", "--latency-us", "0",
+                      "--optimizer", "adam"])
+    assert p.returncode == 0, p.stderr
+    chosen = [line for line in (p.stdout + p.stderr).splitlines()
+              if line.startswith("chosen:")]
+    assert len(chosen) == 1 and "--dp-replicate=2" in chosen[0], chosen
+    mpirun(4, [exe, "--steps", 2, "--threads", "1", "--ranks-per-node", "2",
+               "--report", tmp_path / "r.json"])
+    report = parity.read_report(str(tmp_path / "r.json"))
+    assert report["mesh"] == {"shard": 2, "replicate": 2, "ranks_per_node": 2}

@@ -146,14 +146,15 @@ def test_an_impossible_budget_is_one_line(tmp_path):
     assert "--memory-budget must be a size in bytes" in p.stderr
     for bad in (["--memory-gbps=0"], ["--device-tflops=nan"], ["--latency-us=-1"],
                 ["--nvme-gbps=0"], ["--host-link-gbps=0", "--host-memory-budget=1GB"],
-                ["--host-memory-gbps=-5", "--host-memory-budget=1GB"]):
+                ["--host-memory-gbps=-5", "--host-memory-budget=1GB"],
+                ["--inter-node-link-gbps=-1"]):
         p, out = compile_with_budget(tmp_path, small_gpt(), "1GB", bad)
         assert p.returncode != 0 and not out.exists()
         lines = p.stderr.strip().splitlines()
         assert lines == ["ztrain-compile: error: --link-gbps, --device-tflops, --device-tflops-16bit, "
                          "--memory-gbps, --nvme-gbps, --host-link-gbps and --host-memory-gbps must "
                          "be positive and "
-                         "--latency-us non-negative"], (
+                         "--latency-us and --inter-node-link-gbps non-negative"], (
             bad, p.stderr)
 
 

@@ -115,6 +115,13 @@ cl::opt<double> linkGBps("link-gbps",
                          cl::desc("Plan search cost model: GB/s one rank "
                                   "sends (default 25)"),
                          cl::init(25.0), cl::cat(category));
+cl::opt<double> interNodeLinkGBps(
+    "inter-node-link-gbps",
+    cl::desc("Plan search cost model: GB/s one rank sends to other nodes "
+             "(default 0: every byte at --link-gbps); with --ranks-per-node "
+             "bytes are priced by link class and hybrid sharding (a shard "
+             "group per node) is searched"),
+    cl::init(0.0), cl::cat(category));
 cl::opt<double> latencyUs("latency-us",
                           cl::desc("Plan search cost model: microseconds per "
                                    "collective beyond its bytes (default 10)"),

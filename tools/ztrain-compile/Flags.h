@@ -34,8 +34,8 @@ extern cl::opt<int64_t> deviceMemory;
 extern cl::opt<unsigned> jobs;
 extern cl::opt<int64_t> outlineMaxOps, opsPerPart, rerollMinTrips;
 extern cl::opt<ztrain::FuseMode> fuse;
-extern cl::opt<double> linkGBps, latencyUs, deviceTflops, device16Tflops,
-    memoryGBps, nvmeGBps, hostLinkGBps, hostMemoryGBps;
+extern cl::opt<double> linkGBps, interNodeLinkGBps, latencyUs, deviceTflops,
+    device16Tflops, memoryGBps, nvmeGBps, hostLinkGBps, hostMemoryGBps;
 
 namespace flags {
 #define ZTRAIN_PIPELINE_FLAG(MEMBER, TYPE, DEFAULT, OPTION, FLAG, DESC)        \

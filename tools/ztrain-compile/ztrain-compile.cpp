@@ -107,9 +107,6 @@ int applyConfigFile(ztrain::DeepSpeedFlags &dsFlags,
 int resolveMesh() {
   if (flags::dp.getNumOccurrences() == 0 && flags::dpShard > 0)
     flags::dp = flags::dpShard * flags::dpReplicate;
-  if (flags::dpReplicate > 1 && memoryBudget.getNumOccurrences() > 0)
-    return fail("--memory-budget does not search hybrid sharding yet: give "
-                "--dp alone (flat ZeRO) or drop --memory-budget");
   return 0;
 }
 
@@ -227,9 +224,9 @@ int checkFlagCombinations(const ztrain::DeepSpeedFlags &dsFlags,
   if (flags::overlap && flags::dp == 1)
     llvm::errs() << "ztrain-compile: warning: --overlap overlaps "
                     "collectives with compute; at --dp=1 there are none\n";
-  for (const auto *opt :
-       {&linkGBps, &latencyUs, &deviceTflops, &device16Tflops, &memoryGBps,
-        &nvmeGBps, &hostLinkGBps, &hostMemoryGBps})
+  for (const auto *opt : {&linkGBps, &interNodeLinkGBps, &latencyUs,
+                          &deviceTflops, &device16Tflops, &memoryGBps,
+                          &nvmeGBps, &hostLinkGBps, &hostMemoryGBps})
     if (opt->getNumOccurrences() > 0 && memoryBudget.getNumOccurrences() == 0)
       llvm::errs() << "ztrain-compile: warning: --" << opt->ArgStr
                    << " is a cost-model setting of the plan search; without "
@@ -335,6 +332,7 @@ int searchPlanIfAsked(ModuleOp module,
   request.cost.nvmeBytesPerSecond = nvmeGBps * 1e9;
   request.cost.hostLinkBytesPerSecond = hostLinkGBps * 1e9;
   request.cost.hostMemoryBytesPerSecond = hostMemoryGBps * 1e9;
+  request.cost.interNodeLinkBytesPerSecond = interNodeLinkGBps * 1e9;
   if (hostMemoryBudget.getNumOccurrences() > 0 &&
       !ztrain::parseByteSize(hostMemoryBudget, request.hostBudget))
     return fail("--host-memory-budget must be a size in bytes (1e10, 64GB, "
@@ -350,6 +348,12 @@ int searchPlanIfAsked(ModuleOp module,
                                      .str();
   if (given(flags::stage))
     request.stage = flags::stage;
+  if (given(flags::dpShard) && !given(flags::dpReplicate))
+    request.replicate = flags::dp % flags::dpShard == 0
+                            ? flags::dp / flags::dpShard
+                            : flags::dpReplicate; // zero-partition refuses
+  else if (given(flags::dpReplicate))
+    request.replicate = flags::dpReplicate;
   if (given(flags::recompute))
     request.recompute =
         ztrain::stringify<ztrain::RecomputePolicy>(flags::recompute).str();

@@ -49,6 +49,15 @@ def PlanSearch : Pass<"plan-search", "::mlir::ModuleOp"> {
     `host_to_device_per_step` + `device_to_host_per_step`) is priced at
     `host-link-gbps`.
 
+    With `inter-node-link-gbps` and `ranks-per-node` the ranks are on
+    nodes joined by a slower link: every plan's bytes are priced by link
+    class (zero-report's intra- and inter-node wire bytes, at `link-gbps`
+    and `inter-node-link-gbps`), and at stages 1-3 the search also tries
+    hybrid sharding with one shard group per node (`dp-replicate` =
+    dp / ranks-per-node: states sharded inside a node, replicated across
+    nodes; `3 r2` in the table). It wins where the link between nodes
+    limits the step and its larger share of the states fits.
+
     `ztrain-compile --memory-budget=BYTES` runs the same search and
     compiles the plan it chooses. The precision and the optimizer are the
     user's (they change the numbers a run computes, not only its memory),
@@ -75,6 +84,12 @@ def PlanSearch : Pass<"plan-search", "::mlir::ModuleOp"> {
            [{::ztrain::optionValues<::ztrain::OptimizerKind>()}]>,
     Option<"linkGBps", "link-gbps", "double", "25.0",
            "Cost model: GB/s one rank sends">,
+    Option<"interNodeLinkGBps", "inter-node-link-gbps", "double", "0.0",
+           "Cost model: GB/s one rank sends to other nodes (0: every byte "
+           "at link-gbps); with ranks-per-node, bytes are priced by link "
+           "class and hybrid sharding (a shard group per node) is searched">,
+    Option<"ranksPerNode", "ranks-per-node", "int64_t", "0",
+           "Consecutive ranks per node (with inter-node-link-gbps)">,
     Option<"latencyUs", "latency-us", "double", "10.0",
            "Cost model: microseconds per collective beyond its bytes">,
     Option<"deviceTflops", "device-tflops", "double", "100.0",

@@ -534,6 +534,8 @@ FailureOr<StepSummary> ztrain::dist::summarizeStep(ModuleOp module) {
   s.activations = r->activations;
   s.modelStates = r->modelStates();
   s.communicationBytes = r->communicationBytes();
+  s.intraNodeBytes = r->intraNodeBytes();
+  s.interNodeBytes = r->interNodeBytes();
   // The cost model's latency is per collective that sends something: a
   // one-rank gather (a host-placed parameter's copy) is a copy.
   for (const Collective &c : r->collectives)

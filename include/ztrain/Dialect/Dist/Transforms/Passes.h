@@ -31,6 +31,9 @@ struct StepSummary {
   /// Bytes this rank sends and the number of collectives it issues.
   int64_t communicationBytes = 0;
   int64_t collectives = 0;
+  /// The bytes the runtime hands MPI per step for ranks on this rank's node
+  /// and on other nodes (zero-report's links).
+  int64_t intraNodeBytes = 0, interNodeBytes = 0;
   /// Matrix-product FLOPs: the model's and the recomputed ones.
   int64_t modelFlops = 0;
   int64_t recomputeFlops = 0;
