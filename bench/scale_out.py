@@ -17,6 +17,8 @@ Each configuration compiles the same GPT with `--dp 4 --zero-stage 3
             accounting only)
   hsdp      `--dp-replicate 2`: states sharded over the 2 ranks of a host,
             replicated across the 2 hosts
+  hpz       `--zero-hpz-partition-size 2` (ZeRO++'s hpZ): flat ZeRO-3 whose
+            backward gathers stay in the host
 and runs `--steps` steps with `--ranks-per-node 2` on the two hosts. Printed
 per configuration: the median step time after the warm-up (max over ranks
 per step), zero-report's predicted inter-node bytes per step and rank, the
@@ -47,6 +49,7 @@ OPT = parity.OptimizerConfig("adamw", lr=1e-4)
 CONFIGS = [
     ("flat", ["--ranks-per-node", "2"], "ranks-per-node=2"),
     ("hsdp", ["--dp-replicate", "2"], "dp-replicate=2"),
+    ("hpz", ["--zero-hpz-partition-size", "2"], "hpz-partition-size=2"),
 ]
 
 

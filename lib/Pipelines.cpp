@@ -83,6 +83,7 @@ void ztrain::buildZeroPartitionPipeline(OpPassManager &pm,
   partition.dpShard = options.dpShard;
   partition.dpReplicate = options.dpReplicate;
   partition.ranksPerNode = options.ranksPerNode;
+  partition.hpzPartitionSize = options.hpzPartitionSize;
   pm.addPass(dist::createZeroPartition(partition));
   pm.addPass(dist::createZeroInsertCollectives());
 }

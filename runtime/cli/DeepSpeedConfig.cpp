@@ -432,8 +432,9 @@ void Reader::zero(const Json &z) {
       // already: there is no cross-node gather to make hierarchical.
       asBool(v, name);
     } else if (key == "zero_hpz_partition_size") {
+      // ZeRO++'s hpZ: the secondary partition's group (1: off).
       if (auto i = asInteger(v, name, 0); i && *i > 1)
-        unsupported(name, "ZeRO++'s secondary partition is not built");
+        flag("zero-hpz-partition-size", std::to_string(*i), name);
     } else {
       unknown("zero_optimization.", key,
               {"stage",

@@ -171,8 +171,8 @@ void saveCheckpoint(ztrt_ctx &ctx, const Descriptor &desc,
   // The files are one shard group's: rank r's shard r % S (the world
   // without a mesh), written by the first replicate group (rank < S); the
   // other groups hold the same bytes.
-  Communicator &group = ctx.axisComm(1);
-  const bool writer = ctx.axisComm(2).rank() == 0;
+  Communicator &group = ctx.shardComm();
+  const bool writer = ctx.replicateCount() == 1 || ctx.axisComm(2).rank() == 0;
   const std::string tag = checkpointTag(progress.step);
   const std::string finalDir = joinPath(root, tag);
   const std::string tempDir = joinPath(root, kTempPrefix + tag);
@@ -196,9 +196,9 @@ void saveCheckpoint(ztrt_ctx &ctx, const Descriptor &desc,
   if (writer)
     specs = writeShardFile(ctx, desc, progress, group, tempDir);
   if (comm.rank() == 0) {
-    std::string json = indexJson(specs, descriptorText, progress,
-                                 ctx.shardCount(), ctx.replicateCount(),
-                                 desc.hasMesh || ctx.replicateCount() > 1);
+    std::string json = indexJson(
+        specs, descriptorText, progress, ctx.shardCount(), ctx.replicateCount(),
+        (desc.hasMesh && !desc.meshSecondary) || ctx.replicateCount() > 1);
     AtomicFile index(joinPath(tempDir, kIndexName));
     index.write(json.data(), json.size());
     index.commit();

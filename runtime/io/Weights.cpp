@@ -208,7 +208,7 @@ void initParams(ztrt_ctx &ctx, const Descriptor &desc, const Options &opts) {
 void saveParams(ztrt_ctx &ctx, const Descriptor &desc,
                 const std::string &path) {
   Backend &backend = ctx.backend();
-  Communicator &comm = ctx.axisComm(1);
+  Communicator &comm = ctx.shardComm();
   const bool root = ctx.comm().rank() == 0;
   std::vector<std::vector<char>> host;
   for (size_t i = 0; i < desc.params.size(); ++i) {

@@ -145,8 +145,9 @@ void writeReport(const std::string &path, const ztrt_ctx &ctx,
       // the world, R = 1 without one) and the ranks per node the
       // compiler priced links with (null: not compiled for one).
       {"mesh",
-       {{"shard", ctx.shardCount()},
-        {"replicate", ctx.replicateCount()},
+       {{"shard", ctx.axisComm(1).count()},
+        {"replicate", ctx.axisComm(2).count()},
+        {"secondary", desc.meshSecondary},
         {"ranks_per_node",
          desc.meshRanksPerNode > 0 ? Json(desc.meshRanksPerNode) : Json()}}},
       {"backend", ctx.backend().name()},

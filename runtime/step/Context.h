@@ -172,10 +172,24 @@ struct ztrt_ctx {
   /// The ranks a sharded tensor is split over (the shard group's size) and
   /// this rank's shard of it (its place in that group, rank % shard): what
   /// initialisation, --save and checkpoints slice by.
-  int64_t shardCount() const { return axisComm(1).count(); }
-  int64_t shardIndex() const { return axisComm(1).rank(); }
+  /// (With `statesOverWorld`, ZeRO++'s hpZ: the groups serve its backward
+  /// gathers only, and states are split over every rank.)
+  int64_t shardCount() const {
+    return statesOverWorld ? world->count() : axisComm(1).count();
+  }
+  int64_t shardIndex() const {
+    return statesOverWorld ? world->rank() : axisComm(1).rank();
+  }
+  bool statesOverWorld = false;
+  /// The ranks one copy of the sharded states is split over: the shard
+  /// group, or the world (no mesh, or hpZ).
+  ztrt::Communicator &shardComm() {
+    return statesOverWorld ? *world : axisComm(1);
+  }
   /// The number of replicate groups (1 without a mesh).
-  int64_t replicateCount() const { return axisComm(2).count(); }
+  int64_t replicateCount() const {
+    return statesOverWorld ? 1 : axisComm(2).count();
+  }
 
   /// Allocates through the backend and accounts the bytes to `category`;
   /// `op` names the caller in error messages.

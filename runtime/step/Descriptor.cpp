@@ -531,6 +531,10 @@ struct DescriptorReader {
       const int64_t shard = p.integer("mesh shard size");
       const int64_t replicate = p.integer("mesh replicate size");
       const int64_t perNode = p.integer("mesh ranks per node");
+      // hpZ's groups: the states stay sharded over every rank.
+      const bool secondary = p.peek() == "secondary";
+      if (secondary)
+        p.keyword("secondary");
       p.end();
       if (desc.hasMesh)
         p.error("second mesh record");
@@ -545,6 +549,7 @@ struct DescriptorReader {
       desc.meshShard = shard;
       desc.meshReplicate = replicate;
       desc.meshRanksPerNode = perNode;
+      desc.meshSecondary = secondary;
       meshLine = p;
     } else if (kind == "loss_scale") {
       LossScalePolicy policy;

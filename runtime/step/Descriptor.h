@@ -179,10 +179,13 @@ struct Descriptor {
   /// node 0 (unknown).
   bool hasMesh = false;
   int64_t meshShard = 0, meshReplicate = 1, meshRanksPerNode = 0;
+  /// `mesh S R K secondary` (ZeRO++'s hpZ): the groups carry the backward
+  /// gathers only; tensors stay sharded over every rank.
+  bool meshSecondary = false;
   /// The ranks a `store E shard` tensor is split over on a job of `ranks`
   /// ranks: the mesh's shard, else all of them.
   int64_t shardRanks(int64_t ranks) const {
-    return hasMesh ? meshShard : ranks;
+    return hasMesh && !meshSecondary ? meshShard : ranks;
   }
   std::vector<ParamSpec> params;
   std::vector<StateSpec> states;

@@ -177,6 +177,7 @@ int runMain(int argc, char **argv, const char *descriptor, StepFn step,
   // --ranks-per-node laid out (applied above).
   if (desc.hasMesh) {
     ctx.setMesh(desc.meshShard, desc.meshReplicate);
+    ctx.statesOverWorld = desc.meshSecondary;
     if (rank == 0)
       noteMeshLayout(ctx.comm(), desc);
   }

@@ -37,6 +37,16 @@ std::string flags(const std::vector<DeepSpeedSetting> &settings) {
 
 } // namespace
 
+TEST(DeepSpeedConfigTest, HpzPartitionSizeIsTheSecondaryPartition) {
+  // ZeRO++'s hpZ group; 1 (DeepSpeed's default) is off.
+  DeepSpeedConfig c = read(R"({"zero_optimization": {"stage": 3,
+      "zero_hpz_partition_size": 8}})");
+  EXPECT_EQ(flags(c.compileFlags), "zero-stage=3 zero-hpz-partition-size=8 ");
+  DeepSpeedConfig off = read(
+      R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 1}})");
+  EXPECT_EQ(flags(off.compileFlags), "zero-stage=3 ");
+}
+
 TEST(DeepSpeedConfigTest, MicsShardSizeIsHybridSharding) {
   // MiCS's shard group is --dp-shard (the replicas: dp / shard); -1, its
   // default, is off; the hierarchical gather is accepted.

@@ -414,6 +414,16 @@ TEST(DescriptorTest, MeshRecordLaysOutTheGrid) {
               "^ztrain: error: descriptor line 4: param 'w' has 7 elements, "
               "but shards of 1 on 2 ranks hold only 2: 'param w f32 1 7 init "
               "zeros 0 store 1 shard'\n$");
+  // ZeRO++'s hpZ ("secondary"): the groups carry its backward gathers, the
+  // shards stay split over all 8 ranks (ceil(7 / 8) = 1 element each).
+  Descriptor hpz = parseDescriptor("ztrain-descriptor 1\ngrid 8\n"
+                                   "mesh 2 4 2 secondary\n"
+                                   "param w f32 1 7 init zeros 0 store 1 "
+                                   "shard\n");
+  EXPECT_TRUE(hpz.hasMesh);
+  EXPECT_TRUE(hpz.meshSecondary);
+  EXPECT_EQ(hpz.shardRanks(8), 8);
+  EXPECT_FALSE(d.meshSecondary);
 }
 
 INSTANTIATE_TEST_SUITE_P(

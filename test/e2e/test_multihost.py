@@ -91,21 +91,25 @@ def test_two_hosts_train_bitwise_as_one(tmp_path, stage):
 
 
 @needs_namespaces
-def test_hybrid_sharding_across_hosts_measures_its_plan(tmp_path):
+@pytest.mark.parametrize("mesh", ["hsdp", "hpz"])
+def test_hybrid_sharding_across_hosts_measures_its_plan(tmp_path, mesh):
     """HSDP (--dp-replicate 2) on 2 hosts x 2 ranks: each host holds a shard
     group, so gathers and reduce-scatters stay in shared memory and only the
-    replicas' gradient averages cross the link. Bitwise what the same
-    executable trains on one host; the inter-node bytes each rank handed MPI
-    are zero-report's prediction for 2 ranks per node, exactly; host 1's
-    link carried them (and TCP's framing)."""
+    replicas' gradient averages cross the link. ZeRO++'s hpZ
+    (--zero-hpz-partition-size 2): the backward gathers stay in the host.
+    Bitwise what the same executable trains on one host; the inter-node
+    bytes each rank handed MPI are zero-report's prediction for 2 ranks per
+    node, exactly; host 1's link carried them (and TCP's framing)."""
     exe = tmp_path / "gpt"
     compile_ = e2e_util.require_tool("ztrain-compile")
-    p = e2e_util.run([compile_, GPT, "-o", exe, "--dp=4", "--dp-replicate=2",
+    flag, option = {"hsdp": ("--dp-replicate=2", "dp-replicate=2"),
+                    "hpz": ("--zero-hpz-partition-size=2", "hpz-partition-size=2")}[mesh]
+    p = e2e_util.run([compile_, GPT, "-o", exe, "--dp=4", flag,
                       "--zero-stage=3", "--optimizer=adamw", "--lr=1e-3"])
     assert p.returncode == 0, p.stderr
     p = e2e_util.run([e2e_util.require_tool("ztrain-opt"), GPT,
                       "--ztrain-training=optimizer=adamw lr=1e-3",
-                      "--ztrain-zero=stage=3 dp=4 dp-replicate=2", "--plan-memory",
+                      f"--ztrain-zero=stage=3 dp=4 {option}", "--plan-memory",
                       "--zero-report=format=json", "-o", "/dev/null"])
     assert p.returncode == 0, p.stderr
     links = json.loads(p.stdout)["links"]
@@ -123,7 +127,8 @@ def test_hybrid_sharding_across_hosts_measures_its_plan(tmp_path):
     with open(tmp_path / "two.json") as fh:
         report = json.load(fh)
     assert report["nodes"] == 2
-    assert report["mesh"] == {"shard": 2, "replicate": 2, "ranks_per_node": 2}
+    assert report["mesh"] == {"shard": 2, "replicate": 2, "ranks_per_node": 2,
+                              "secondary": mesh == "hpz"}
     assert links["inter_node_wire_bytes"] > 0
     for rank in report["ranks"]:
         comm = rank["communication"]

@@ -111,6 +111,19 @@ struct AllReducePattern : OpRuntimePattern<AllReduceOp> {
   }
 };
 
+/// This rank's shard of a flat tensor over a grid of consecutive ranks
+/// (axis 1, hpZ's group): a copy from rank % G.
+struct SliceShardPattern : OpRuntimePattern<SliceShardOp> {
+  LogicalResult lower(SliceShardOp op, StepLowering &s) const override {
+    int64_t chunkBytes = tensorBytes(op.getResult().getType());
+    int64_t g = numElements(op.getInput()) / numElements(op.getResult());
+    Value mine = s.rt.offset(s.get(op.getInput()),
+                             s.rt.mul(s.rt.groupRank(g), s.rt.i64(chunkBytes)));
+    s.rt.call("copy", {mine, s.alloc(op.getResult()), s.rt.i64(chunkBytes)});
+    return success();
+  }
+};
+
 struct PadFlatPattern : OpRuntimePattern<PadFlatOp> {
   LogicalResult lower(PadFlatOp op, StepLowering &s) const override {
     auto fill = collective(op, "fill", op.getResult());
@@ -536,6 +549,7 @@ struct ReleasePattern : OpRuntimePattern<ReleaseOp> {
 void ztrain::populateDistToRuntimePatterns(RuntimePatternList &patterns) {
   patterns.push_back(std::make_unique<AllReducePattern>());
   patterns.push_back(std::make_unique<PadFlatPattern>());
+  patterns.push_back(std::make_unique<SliceShardPattern>());
   patterns.push_back(std::make_unique<ReduceScatterPattern>());
   patterns.push_back(std::make_unique<AllGatherPattern>());
   patterns.push_back(std::make_unique<GatherParamPattern>());

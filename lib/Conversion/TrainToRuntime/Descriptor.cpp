@@ -395,10 +395,11 @@ FailureOr<std::string> ztrain::buildDescriptor(ModuleOp module,
   os << "grid " << mesh.world << '\n';
   // Hybrid sharding: shard groups x replicas, and the node size the plan's
   // links were priced with (the runtime's axes; docs/scale-out.md).
-  if (mesh.replicateGrid)
+  // (hpZ: the groups of its backward gathers, the states over every rank.)
+  if (mesh.replicateGrid || mesh.secondary)
     os << "mesh " << mesh.shard << ' ' << mesh.replicate << ' '
-       << mesh.ranksPerNode << '\n';
-  const int64_t gridSize = mesh.shard;
+       << mesh.ranksPerNode << (mesh.secondary ? " secondary" : "") << '\n';
+  const int64_t gridSize = mesh.secondary ? mesh.world : mesh.shard;
   if (failed(writeModelState(os, module, entry, stage, gridSize)) ||
       failed(writeInputs(os, entry)) ||
       failed(writeStepFacts(os, module, entry)))

@@ -159,6 +159,7 @@ void LowerToRuntimePass::runOnOperation() {
   module->removeAttr(kGradAccumAttr);
   module->removeAttr(dist::kZeroAttr);
   module->removeAttr(dist::kMeshAttr);
+  module->removeAttr(dist::kHpzAttr);
   module->removeAttr(dist::kArenasAttr);
   module->removeAttr("dist.max_live_bytes");
 }

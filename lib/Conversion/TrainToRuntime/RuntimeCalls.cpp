@@ -118,6 +118,10 @@ Value RuntimeCalls::shardRank() {
   return LLVM::SRemOp::create(b, loc, r, i64(shardGroup));
 }
 
+Value RuntimeCalls::groupRank(int64_t g) {
+  return LLVM::SRemOp::create(b, loc, rank(), i64(g));
+}
+
 bool RuntimeCalls::exists(StringRef name) {
   return lookupAbi(("ztrt_" + name).str()) != nullptr;
 }

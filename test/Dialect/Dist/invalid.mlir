@@ -634,3 +634,29 @@ train.buffer @b : tensor<4xf32> init(zeros) {dist.partition = #dist.partition<@d
 
 // expected-error @+1 {{'train.param' op references undeclared grid @nogrid (declare it with shard.grid)}}
 train.param @w : tensor<4xf32> init(zeros) {dist.partition = #dist.partition<@nogrid, 2>}
+
+// -----
+
+shard.grid @g(shape = 2)
+func.func @slice_shard_sizes(%x: tensor<10xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{operand and result must be one-dimensional tensors of one element type, the operand 2 x the result's elements}}
+  %0 = dist.slice_shard %x on @g : tensor<10xf32> -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// hpZ's secondary partition is a stage-3 plan's.
+// expected-error @+1 {{'dist.hpz' is a #dist.hpz<grid = @g, ranks_per_node = K> (K >= 1) of a module partitioned at stage 3 without a #dist.mesh}}
+module attributes {dist.zero = #dist.zero<stage = 2, grid = @dp>, dist.hpz = #dist.hpz<grid = @h, ranks_per_node = 2>} {
+  shard.grid @dp(shape = 4)
+  shard.grid @h(shape = 2)
+}
+
+// -----
+
+// expected-error @+1 {{hpZ group of 3 ranks does not divide the 4 ranks of @dp}}
+module attributes {dist.zero = #dist.zero<stage = 3, grid = @dp>, dist.hpz = #dist.hpz<grid = @h, ranks_per_node = 3>} {
+  shard.grid @dp(shape = 4)
+  shard.grid @h(shape = 3)
+}

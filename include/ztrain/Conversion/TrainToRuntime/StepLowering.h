@@ -70,6 +70,8 @@ public:
   /// This process's rank in its shard group: rank() % shardGroup under
   /// hybrid sharding (shardGroup > 0), rank() otherwise.
   mlir::Value shardRank();
+  /// This process's rank in its group of `g` consecutive ranks: rank() % g.
+  mlir::Value groupRank(int64_t g);
   int64_t shardGroup = 0;
   /// Calls ztrt_<name>(ctx, args...) and returns its result (or null).
   /// `name` must be in ztrt_abi.def: the call verifier then checks the

@@ -94,6 +94,31 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
                                                     NamedAttribute attr) {
   if (attr.getName() == kMeshAttr)
     return verifyMesh(op, attr.getValue());
+  if (attr.getName() == kHpzAttr) {
+    auto hpz = dyn_cast<HpzAttr>(attr.getValue());
+    auto zero = op->getAttrOfType<ZeroAttr>(kZeroAttr);
+    if (!hpz || !zero || zero.getStage() != 3 || op->hasAttr(kMeshAttr) ||
+        hpz.getRanksPerNode() < 1)
+      return op->emitOpError()
+             << "'" << kHpzAttr
+             << "' is a #dist.hpz<grid = @g, ranks_per_node = K> (K >= 1) of "
+                "a module partitioned at stage 3 without a #dist.mesh";
+    auto sizeOf = [&](FlatSymbolRefAttr ref) {
+      return checkedGridSize(
+          op, ref,
+          dyn_cast_or_null<shard::GridOp>(
+              SymbolTable::lookupSymbolIn(op, ref.getAttr())));
+    };
+    FailureOr<int64_t> h = sizeOf(hpz.getGrid());
+    FailureOr<int64_t> n = sizeOf(zero.getGrid());
+    if (failed(h) || failed(n))
+      return failure();
+    if (*n % *h != 0)
+      return op->emitOpError()
+             << "hpZ group of " << *h << " ranks does not divide the " << *n
+             << " ranks of " << zero.getGrid();
+    return success();
+  }
   if (attr.getName() == kTransientGradientAttr) {
     if (!isa<UnitAttr>(attr.getValue()) || !isa<train::ParamOp>(op))
       return op->emitOpError() << "'" << kTransientGradientAttr
@@ -271,7 +296,7 @@ static FailureOr<int64_t> getGridSizeByScan(Operation *from,
 int MeshLayout::axisOf(FlatSymbolRefAttr grid) const {
   if (replicateGrid && grid == replicateGrid)
     return 2;
-  if (replicateGrid && grid == shardGrid)
+  if (groupGrid && grid == groupGrid)
     return 1;
   return 0;
 }
@@ -303,9 +328,21 @@ ztrain::dist::getMeshLayout(ModuleOp module, SymbolTableCollection &symbols) {
     return failure();
   layout.world = layout.shard = layout.ranksPerNode = *n;
   layout.shardGrid = zero.getGrid();
+  if (auto hpz = module->getAttrOfType<HpzAttr>(kHpzAttr)) {
+    FailureOr<int64_t> h = getGridSize(module, hpz.getGrid(), symbols);
+    if (failed(h))
+      return failure();
+    layout.shard = *h;
+    layout.replicate = *n / *h;
+    layout.groupGrid = hpz.getGrid();
+    layout.ranksPerNode = hpz.getRanksPerNode();
+    layout.secondary = true;
+    return layout;
+  }
   auto mesh = module->getAttrOfType<MeshAttr>(kMeshAttr);
   if (!mesh)
     return layout;
+  layout.groupGrid = zero.getGrid();
   FailureOr<int64_t> r = getGridSize(module, mesh.getReplicate(), symbols);
   if (failed(r))
     return failure();

@@ -88,6 +88,23 @@ LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &symbols) {
                           "operand", *n);
 }
 
+LogicalResult SliceShardOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> n = getGridSize(*this, getGridAttr(), symbols);
+  if (failed(n))
+    return failure();
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto out = cast<RankedTensorType>(getResult().getType());
+  if (in.getRank() != 1 || out.getRank() != 1 ||
+      in.getElementType() != out.getElementType() ||
+      in.getNumElements() != out.getNumElements() * *n)
+    return emitOpError() << "operand and result must be one-dimensional "
+                            "tensors of one element type, the operand "
+                         << *n << " x the result's elements (the grid "
+                         << getGridAttr() << " of " << *n << " ranks), got "
+                         << in << " and " << out;
+  return success();
+}
+
 int64_t AllGatherOp::getCommunicatedBytes(int64_t n,
                                       SymbolTableCollection &symbols) {
   return bytesOf(getResult()) * (n - 1) / n;

@@ -203,7 +203,33 @@ static void sumChecksOverRanks(func::FuncOp entry, FlatSymbolRefAttr grid,
 }
 
 /// Stage 3: each parameter's forward and backward uses get a gather each.
+///
+/// ZeRO++'s hpZ (`hpz`, the #dist.hpz grid of H ranks, non-null): right
+/// after its forward gather each rank keeps its shard of the parameter over
+/// the group (`dist.pad_flat` + `dist.slice_shard`: ceil(n / H) elements,
+/// an activation until the backward pass), and the backward gather is a
+/// `dist.all_gather` of those shards on the group, sliced to the
+/// parameter's elements and reshaped: the same bits, gathered inside the
+/// node.
+static Value gatherSecondary(OpBuilder &b, Location loc, Value secondary,
+                             RankedTensorType type, FlatSymbolRefAttr hpz,
+                             int64_t h) {
+  auto flatType = cast<RankedTensorType>(secondary.getType());
+  auto allType = RankedTensorType::get({flatType.getNumElements() * h},
+                                       flatType.getElementType());
+  Value all = AllGatherOp::create(b, loc, allType, secondary, hpz);
+  int64_t n = type.getNumElements();
+  if (allType.getNumElements() != n)
+    all = train::SliceOp::create(
+        b, loc, RankedTensorType::get({n}, flatType.getElementType()), all,
+        b.getI64IntegerAttr(0), b.getI64IntegerAttr(0));
+  if (all.getType() != type)
+    all = train::ReshapeOp::create(b, loc, type, all);
+  return all;
+}
+
 static void gatherStage3Parameters(func::FuncOp entry, FlatSymbolRefAttr grid,
+                                   FlatSymbolRefAttr hpz, int64_t h,
                                    int64_t &count) {
   OpBuilder b(entry.getContext());
   // Stage 3: parameters rest partitioned. The forward uses of a parameter
@@ -259,10 +285,24 @@ static void gatherStage3Parameters(func::FuncOp entry, FlatSymbolRefAttr grid,
                                    IntegerAttr(), grid);
     };
     // The forward gather goes where the first read was.
+    Value secondary;
     if (!forwardUses.empty()) {
       Value full = gatherAt(reads.front());
       for (OpOperand *use : forwardUses)
         use->set(full);
+      bool backward = !backwardUses.empty() || !reshapedBackwardUses.empty();
+      if (hpz && backward) {
+        auto type = cast<RankedTensorType>(full.getType());
+        int64_t chunk = (type.getNumElements() + h - 1) / h;
+        Location loc = reads.front().getLoc();
+        b.setInsertionPointAfter(full.getDefiningOp());
+        Value flat = PadFlatOp::create(
+            b, loc, RankedTensorType::get({chunk * h}, type.getElementType()),
+            full);
+        secondary = SliceShardOp::create(
+            b, loc, RankedTensorType::get({chunk}, type.getElementType()), flat,
+            hpz);
+      }
     }
     // The backward one right before the first backward use, direct or
     // through a reshape.
@@ -275,7 +315,16 @@ static void gatherStage3Parameters(func::FuncOp entry, FlatSymbolRefAttr grid,
     for (auto &[reshape, uses] : reshapedBackwardUses)
       llvm::for_each(uses, consider);
     if (first) {
-      Value full = gatherAt(first);
+      Value full;
+      if (secondary) {
+        b.setInsertionPoint(first);
+        ++count;
+        full = gatherSecondary(b, reads.front().getLoc(), secondary,
+                               cast<RankedTensorType>(reads.front().getType()),
+                               hpz, h);
+      } else {
+        full = gatherAt(first);
+      }
       for (OpOperand *use : backwardUses)
         use->set(full);
       for (auto &[reshape, uses] : reshapedBackwardUses) {
@@ -294,11 +343,12 @@ static void gatherStage3Parameters(func::FuncOp entry, FlatSymbolRefAttr grid,
 static LogicalResult insertShardedUpdates(func::FuncOp entry, int64_t stage,
                                           int64_t n, FlatSymbolRefAttr grid,
                                           FlatSymbolRefAttr replicate,
+                                          FlatSymbolRefAttr hpz, int64_t h,
                                           int64_t &count) {
   reduceScatterGradients(entry, stage, n, grid, replicate, count);
   sumChecksOverRanks(entry, grid, count);
   if (stage >= 3)
-    gatherStage3Parameters(entry, grid, count);
+    gatherStage3Parameters(entry, grid, hpz, h, count);
   return success();
 }
 
@@ -337,13 +387,24 @@ void ZeroInsertCollectivesPass::runOnOperation() {
     if (*r > 1)
       replicate = mesh.getReplicate();
   }
+  // ZeRO++'s hpZ: the group its backward gathers run in.
+  FlatSymbolRefAttr hpz;
+  int64_t h = 1;
+  if (auto attr = module->getAttrOfType<HpzAttr>(kHpzAttr)) {
+    FailureOr<int64_t> size = getGridSize(module, attr.getGrid(), symbols);
+    if (failed(size))
+      return signalPassFailure();
+    hpz = attr.getGrid();
+    h = *size;
+  }
   if (*n == 1 && !replicate)
     return;
   int64_t count = 0;
   if (zero.getStage() == 0)
     insertAllReduces(entry, zero.getGrid(), count);
   else if (failed(insertShardedUpdates(entry, zero.getStage(), *n,
-                                       zero.getGrid(), replicate, count)))
+                                       zero.getGrid(), replicate, hpz, h,
+                                       count)))
     return signalPassFailure();
   // The evaluation function (forward only) reads parameters partitioned at
   // rest at stage 3: one gather per parameter, at its first read.

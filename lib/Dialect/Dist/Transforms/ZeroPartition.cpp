@@ -99,7 +99,28 @@ void ZeroPartitionPass::runOnOperation() {
                       << dp << " ranks)";
     return signalPassFailure();
   }
-  bool meshed = replicate > 1 || node > 0;
+  int64_t hpz = hpzPartitionSize;
+  if (hpz != 1) {
+    if (hpz < 1 || stage != 3 || replicate > 1 || dp % hpz != 0 || hpz >= dp) {
+      entry.emitError()
+          << "hpz-partition-size " << hpz
+          << ": ZeRO++'s secondary partition needs stage 3 without "
+             "dp-replicate, and a group of 2 or more ranks that divides "
+             "and is smaller than the "
+          << dp << " ranks (got stage " << stage << ", dp-replicate "
+          << replicate << ")";
+      return signalPassFailure();
+    }
+    if (node == 0)
+      node = hpz;
+    if (dp % node != 0 || (hpz % node != 0 && node % hpz != 0)) {
+      entry.emitError() << "ranks-per-node " << node << " must divide the "
+                        << dp << " ranks and divide or be a multiple of the "
+                        << "hpZ group's " << hpz << " ranks";
+      return signalPassFailure();
+    }
+  }
+  bool meshed = hpz == 1 && (replicate > 1 || node > 0);
   if (node == 0)
     node = replicate > 1 ? shard : dp;
   if (dp % node != 0 || (shard % node != 0 && node % shard != 0)) {
@@ -141,6 +162,12 @@ void ZeroPartitionPass::runOnOperation() {
     if (!replicateRef)
       return signalPassFailure();
     module->setAttr(kMeshAttr, MeshAttr::get(ctx, gridRef, replicateRef, node));
+  }
+  if (hpz != 1) {
+    FlatSymbolRefAttr hpzRef = declareGrid("dp_hpz", hpz);
+    if (!hpzRef)
+      return signalPassFailure();
+    module->setAttr(kHpzAttr, HpzAttr::get(ctx, hpzRef, node));
   }
   dp = shard; // states are partitioned over the shard group
 

@@ -62,6 +62,13 @@ void ZeroReportPass::printText(llvm::raw_ostream &os, const Report &r) {
                         r.mesh.shard, r.mesh.shardGrid.getValue(),
                         r.mesh.replicate, r.mesh.replicateGrid.getValue(),
                         r.mesh.ranksPerNode);
+  if (r.mesh.secondary)
+    os << llvm::formatv("hpZ: each gathered parameter's shard over groups of "
+                        "{0} ranks (@{1}) kept after the forward pass; the "
+                        "backward gathers stay in the group; {2} ranks per "
+                        "node\n",
+                        r.mesh.shard, r.mesh.groupGrid.getValue(),
+                        r.mesh.ranksPerNode);
   os << llvm::formatv("parameters: {0} tensors, {1} elements, {2} bytes "
                       "(Psi)",
                       r.paramCount, r.paramElements, r.paramBytes);
@@ -207,8 +214,13 @@ void ZeroReportPass::printJson(llvm::raw_ostream &os, const Report &r) {
     mesh = llvm::json::Object{{"shard", r.mesh.shard},
                               {"replicate", r.mesh.replicate},
                               {"ranks_per_node", r.mesh.ranksPerNode}};
+  llvm::json::Value hpz = nullptr;
+  if (r.mesh.secondary)
+    hpz = llvm::json::Object{{"partition_size", r.mesh.shard},
+                             {"ranks_per_node", r.mesh.ranksPerNode}};
   llvm::json::Object root{
       {"stage", r.stage},
+      {"hpz", std::move(hpz)},
       {"world_size", r.mesh.world},
       {"mesh", std::move(mesh)},
       {"grid", r.grid},

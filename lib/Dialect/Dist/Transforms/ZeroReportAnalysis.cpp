@@ -80,10 +80,10 @@ static void splitLinks(Collective &c, const MeshLayout &mesh, int axis,
                        int64_t times, int64_t payload, int64_t eb) {
   const int64_t g = mesh.groupSize(axis), local = mesh.sameNodeMembers(axis);
   if (c.grid.empty() && mesh.shardGrid)
-    c.grid = axis == 2 ? mesh.replicateGrid.getValue().str()
-             : axis == 1 || !mesh.replicateGrid
-                 ? mesh.shardGrid.getValue().str()
-                 : "dp";
+    c.grid = axis == 2            ? mesh.replicateGrid.getValue().str()
+             : axis == 1          ? mesh.groupGrid.getValue().str()
+             : mesh.replicateGrid ? "dp"
+                                  : mesh.shardGrid.getValue().str();
   if (g <= 1 || c.kind == "broadcast")
     return;
   int64_t block = payload * eb, phases = 1;
@@ -167,12 +167,34 @@ static int64_t priceParameters(Report &r, ModuleOp module, func::FuncOp entry) {
     std::string name = param.getSymName().str();
     int64_t oneWay = shard * (n - 1);
     auto [fwd, bwd] = usedForwardBackward.lookup(param.getSymName());
-    int64_t stage3Gathers = (int64_t(fwd) + int64_t(bwd)) * r.accumSteps;
+    const MeshLayout &mesh = r.mesh;
+    const int partition = mesh.axisOf(mesh.shardGrid);
+    // Stage 3's gathers: the forward's over the partition's ranks, the
+    // backward's too, or with hpZ inside its group from the shards kept
+    // after the forward (zero-insert-collectives).
+    auto stage3Gathers = [&]() {
+      int64_t forward = int64_t(fwd) * r.accumSteps;
+      int64_t backward = int64_t(bwd) * r.accumSteps;
+      if (mesh.secondary && fwd) {
+        int64_t h = mesh.shard, block = (elements + h - 1) / h;
+        if (backward) {
+          r.collectives.push_back(
+              {"all_gather", name, backward, backward * block * (h - 1) * eb});
+          splitLinks(r.collectives.back(), mesh, 1, backward, block, eb);
+        }
+        backward = 0;
+      }
+      if (forward + backward) {
+        r.collectives.push_back({"all_gather", name, forward + backward,
+                                 (forward + backward) * oneWay});
+        splitLinks(r.collectives.back(), mesh, partition, forward + backward,
+                   shardOf(elements), eb);
+      }
+    };
     if (frozen) {
       // No gradient to reduce, no update to share: only stage 3's gathers.
-      if (r.stage == 3 && stage3Gathers)
-        r.collectives.push_back(
-            {"all_gather", name, stage3Gathers, stage3Gathers * oneWay});
+      if (r.stage == 3)
+        stage3Gathers();
       continue;
     }
     // The collectives the stage implies for this parameter: the ZeRO
@@ -184,8 +206,6 @@ static int64_t priceParameters(Report &r, ModuleOp module, func::FuncOp entry) {
     // the paper's 3 Psi counts two gathers for every parameter).
     // Hybrid sharding averages each gradient shard over the replicas once
     // per optimizer step (zero-insert-collectives).
-    const MeshLayout &mesh = r.mesh;
-    const int partition = mesh.replicateGrid ? 1 : 0;
     if (r.stage == 0) {
       r.collectives.push_back(
           {"all_reduce", name, 1, 2 * gradFull * (n - 1) / n});
@@ -196,17 +216,17 @@ static int64_t priceParameters(Report &r, ModuleOp module, func::FuncOp entry) {
                                reductions * gradShard * (n - 1)});
       splitLinks(r.collectives.back(), mesh, partition, reductions,
                  shardOf(elements), gb);
-      if (int64_t reps = mesh.replicate; reps > 1) {
+      if (int64_t reps = mesh.replicate; mesh.replicateGrid && reps > 1) {
         r.collectives.push_back(
             {"all_reduce", name, 1, 2 * gradShard * (reps - 1) / reps});
         splitLinks(r.collectives.back(), mesh, 2, 1, shardOf(elements), gb);
       }
-      int64_t gathers = r.stage == 3 ? stage3Gathers : 1;
-      if (gathers) {
-        r.collectives.push_back(
-            {"all_gather", name, gathers, gathers * oneWay});
-        splitLinks(r.collectives.back(), mesh, partition, gathers,
-                   shardOf(elements), eb);
+      if (r.stage == 3) {
+        stage3Gathers();
+      } else {
+        r.collectives.push_back({"all_gather", name, 1, oneWay});
+        splitLinks(r.collectives.back(), mesh, partition, 1, shardOf(elements),
+                   eb);
       }
     }
   }

@@ -87,6 +87,32 @@ def Dist_MeshAttr : Dist_Attr<"Mesh", "mesh"> {
   let genVerifyDecl = 1;
 }
 
+def Dist_HpzAttr : Dist_Attr<"Hpz", "hpz"> {
+  let summary = "ZeRO++'s secondary partition (hpZ) of stage 3's parameters";
+  let description = [{
+    Set as `dist.hpz` on the module by `zero-partition` with
+    `hpz-partition-size=H` at stage 3: states stay partitioned over every
+    rank (the `#dist.zero` grid), and after the forward pass each rank keeps
+    its shard of each gathered parameter over `grid` (H consecutive ranks, a
+    node: `dist.slice_shard`), from which the backward pass gathers the
+    parameter inside the group (`dist.all_gather` on `grid`) instead of
+    over every rank. `ranks_per_node` is the node size zero-report prices
+    links with, as in `#dist.mesh`.
+
+    ```mlir
+    module attributes {dist.zero = #dist.zero<stage = 3, grid = @dp>,
+                       dist.hpz = #dist.hpz<grid = @dp_hpz, ranks_per_node = 2>} {
+      shard.grid @dp(shape = 4)
+      shard.grid @dp_hpz(shape = 2)
+    ```
+  }];
+  let parameters = (ins "::mlir::FlatSymbolRefAttr":$grid,
+                        "int64_t":$ranksPerNode);
+  let assemblyFormat = [{
+    `<` `grid` `=` $grid `,` `ranks_per_node` `=` $ranksPerNode `>`
+  }];
+}
+
 def Dist_SlotAttr : Dist_Attr<"Slot", "slot"> {
   let summary = "a buffer's place in one of the step's arenas";
   let description = [{

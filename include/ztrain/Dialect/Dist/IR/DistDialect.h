@@ -20,6 +20,8 @@ inline constexpr llvm::StringLiteral kZeroAttr = "dist.zero";
 /// Module attribute: a #dist.mesh (hybrid sharding); absent: the grid of
 /// the #dist.zero is all the ranks.
 inline constexpr llvm::StringLiteral kMeshAttr = "dist.mesh";
+/// Module attribute: a #dist.hpz (ZeRO++'s secondary partition).
+inline constexpr llvm::StringLiteral kHpzAttr = "dist.hpz";
 /// plan-memory's results: per-result #dist.slot arrays on ops, the packed
 /// buffers of a bucket on its start op, and the arena sizes on the module.
 inline constexpr llvm::StringLiteral kSlotsAttr = "dist.slots";

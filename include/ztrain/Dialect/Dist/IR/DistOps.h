@@ -47,7 +47,13 @@ struct MeshLayout {
   int64_t shard = 1;        ///< ranks of a shard group (the #dist.zero grid)
   int64_t replicate = 1;    ///< shard groups, each a replica of the states
   int64_t ranksPerNode = 1; ///< consecutive ranks that share a node
-  mlir::FlatSymbolRefAttr shardGrid, replicateGrid;
+  /// shardGrid: the #dist.zero grid; groupGrid: the grid of runtime axis 1
+  /// (the `shard` consecutive ranks: the shard grid under hybrid sharding,
+  /// hpZ's secondary grid); replicateGrid: axis 2 (hybrid sharding).
+  mlir::FlatSymbolRefAttr shardGrid, groupGrid, replicateGrid;
+  /// hpZ: axis 1 groups ranks for the backward gathers only; the states
+  /// stay partitioned over every rank.
+  bool secondary = false;
 
   /// The runtime axis a collective over `grid` runs on: 1 the shard group,
   /// 2 the replicate group, 0 every rank (any other grid, e.g. @dp).

@@ -129,6 +129,33 @@ def Dist_PadFlatOp : Op<Dist_Dialect, "pad_flat", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Dist_SliceShardOp : Op<Dist_Dialect, "slice_shard", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "this rank's shard of a flat tensor every rank of a grid holds";
+  let description = [{
+    The operand is cut into G equal shards over the grid `@grid` of G
+    ranks; the result is shard k of rank k of the grid. No communication:
+    every rank of the grid holds the whole operand (a parameter just
+    gathered), and keeps its part. ZeRO++'s hpZ keeps a gathered
+    parameter's shard over the node-local `@dp_hpz` this way after the
+    forward pass, so that the backward pass gathers it inside the node
+    (`dist.all_gather` on the same grid).
+
+    ```mlir
+    %flat = dist.pad_flat %w : tensor<4x3xf32> -> tensor<12xf32>
+    %mine = dist.slice_shard %flat on @dp_hpz : tensor<12xf32> -> tensor<6xf32>
+    ```
+
+    **Constraints:**
+    - `@grid` is a one-dimensional `shard.grid` with a static size G;
+    - operand and result are one-dimensional, of one element type, and the
+      operand has G x the result's elements.
+  }];
+  let arguments = (ins AnyStaticShapeTensor:$input, FlatSymbolRefAttr:$grid);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = "$input `on` $grid attr-dict `:` type($input) `->` type($result)";
+}
+
 // Collectives on a partitioned parameter's storage: they read or write
 // module-level state, so they carry memory effects instead of being pure.
 class Dist_ParamCollectiveOp<string mnemonic, list<Trait> traits = []>

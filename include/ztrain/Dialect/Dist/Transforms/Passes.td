@@ -64,7 +64,12 @@ def ZeroPartition : Pass<"zero-partition", "::mlir::ModuleOp"> {
     Option<"ranksPerNode", "ranks-per-node", "int64_t", "0",
            "Consecutive ranks per node, for zero-report's intra-/inter-node "
            "bytes (0: a shard group per node with dp-replicate > 1, "
-           "otherwise one node)">
+           "otherwise one node)">,
+    Option<"hpzPartitionSize", "hpz-partition-size", "int64_t", "1",
+           "ZeRO++ hpZ (stage 3): after the forward pass each rank keeps "
+           "its shard of the gathered parameter over groups of this many "
+           "consecutive ranks (a node), and the backward pass gathers "
+           "inside the group (1: off)">
   ];
 }
 
