@@ -36,23 +36,6 @@ def make(kind, batch):
     return models.gpt(batch=batch, seq=8, vocab=32, layers=1, width=16, heads=2)
 
 
-def compare_to_single_process(ref_spec, init, data_path, got, ref, opt):
-    noise = parity.zero_gradient_params(ref_spec)
-    bad = {k: parity.rel_err(got[k], ref[k]) for k in sorted(set(ref) - noise)}
-    bad = {k: e for k, e in bad.items() if e > TOL}
-    if bad:
-        # As test_zero_equivalence: the float64 trajectory decides.
-        data = safetensors.load(data_path)
-        _, exact = parity.torch_train(ref_spec, init, data, STEPS, opt, float64=True)
-        for k in list(bad):
-            to_exact = parity.rel_err(got[k], exact[k])
-            ref_to_exact = parity.rel_err(ref[k], exact[k])
-            if to_exact <= max(TOL, ref_to_exact) and ref_to_exact <= 5 * TOL \
-                    and bad[k] <= 10 * TOL:
-                del bad[k]
-    return bad
-
-
 @pytest.mark.parametrize("kind,stage,extra", [
     ("gpt", 1, []),
     ("gpt", 2, []),
@@ -89,7 +72,8 @@ def test_hsdp_matches_single_process(kind, stage, extra, tmp_path):
     ref = safetensors.load(str(tmp_path / "ref.safetensors"))
     got = safetensors.load(str(saves[0]))
     assert set(ref) == set(got)
-    bad = compare_to_single_process(ref_spec, init, data_path, got, ref, opt)
+    bad = e2e_util.far_from_single_process(ref_spec, init, data_path, got, ref, opt, STEPS,
+                                           TOL, noise=parity.zero_gradient_params(ref_spec))
     assert not bad, f"HSDP 2 x 2 stage {stage} differs from one process: {bad}"
     assert any(parity.rel_err(ref[k], init[k]) > 1e-3 for k in ref)
 

@@ -58,6 +58,15 @@ static FailureOr<int64_t> getGridSizeByScan(Operation *from,
 static FailureOr<int64_t>
 checkedGridSize(Operation *from, FlatSymbolRefAttr ref, shard::GridOp grid);
 
+/// The size of the grid `ref` names in the symbol table `table` (a module
+/// attribute's grid), checked.
+static FailureOr<int64_t> gridSizeIn(Operation *table, FlatSymbolRefAttr ref) {
+  return checkedGridSize(
+      table, ref,
+      dyn_cast_or_null<shard::GridOp>(
+          SymbolTable::lookupSymbolIn(table, ref.getAttr())));
+}
+
 /// The module's #dist.mesh against its grids and its #dist.zero: the shard
 /// grid is the one states are partitioned over, the node size lays out
 /// whole groups (getMeshLayout's link counts hold for every rank).
@@ -70,13 +79,8 @@ static LogicalResult verifyMesh(Operation *op, Attribute value) {
     return op->emitOpError()
            << "'" << kMeshAttr << "' needs a #dist.zero over its shard grid "
            << mesh.getShard();
-  auto sizeOf = [&](FlatSymbolRefAttr ref) {
-    return checkedGridSize(op, ref,
-                           dyn_cast_or_null<shard::GridOp>(
-                               SymbolTable::lookupSymbolIn(op, ref.getAttr())));
-  };
-  FailureOr<int64_t> shard = sizeOf(mesh.getShard());
-  FailureOr<int64_t> replicate = sizeOf(mesh.getReplicate());
+  FailureOr<int64_t> shard = gridSizeIn(op, mesh.getShard());
+  FailureOr<int64_t> replicate = gridSizeIn(op, mesh.getReplicate());
   if (failed(shard) || failed(replicate))
     return failure();
   int64_t world = *shard * *replicate, node = mesh.getRanksPerNode();
@@ -103,14 +107,8 @@ LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
              << "'" << kHpzAttr
              << "' is a #dist.hpz<grid = @g, ranks_per_node = K> (K >= 1) of "
                 "a module partitioned at stage 3 without a #dist.mesh";
-    auto sizeOf = [&](FlatSymbolRefAttr ref) {
-      return checkedGridSize(
-          op, ref,
-          dyn_cast_or_null<shard::GridOp>(
-              SymbolTable::lookupSymbolIn(op, ref.getAttr())));
-    };
-    FailureOr<int64_t> h = sizeOf(hpz.getGrid());
-    FailureOr<int64_t> n = sizeOf(zero.getGrid());
+    FailureOr<int64_t> h = gridSizeIn(op, hpz.getGrid());
+    FailureOr<int64_t> n = gridSizeIn(op, zero.getGrid());
     if (failed(h) || failed(n))
       return failure();
     if (*n % *h != 0)
