@@ -24,7 +24,9 @@
 
 #include "ztrt.h"
 
+#include "MpiTestUtil.h"
 #include <cuda_runtime_api.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -53,16 +55,8 @@ constexpr bool kEmulatedNccl = false;
 int rank() { return static_cast<int>(ztrt_rank(ctx)); }
 int ranks() { return static_cast<int>(ztrt_world_size(ctx)); }
 
-/// Rank r's element i: mixed signs and magnitudes 2^-10 .. 2^10, so that
-/// the order of a sum changes its rounding (as in mpi_collectives.cpp).
 float value(int r, int64_t i, uint32_t salt) {
-  uint32_t h = static_cast<uint32_t>(r) * 0x9E3779B9u ^
-               static_cast<uint32_t>(i) * 0x85EBCA6Bu ^ salt * 0xC2B2AE35u;
-  h ^= h >> 16;
-  h *= 0x7FEB352Du;
-  h ^= h >> 15;
-  float unit = static_cast<float>(h >> 8) / 16777216.0f - 0.5f;
-  return std::ldexp(unit, static_cast<int>(h % 21) - 10);
+  return ztrt::test::mixedValue(r, i, salt);
 }
 
 std::vector<float> values(int r, int64_t offset, int64_t n, uint32_t salt) {

@@ -22,6 +22,8 @@
 #include "base/DType.h"
 #include "ztrt.h"
 
+#include "MpiTestUtil.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -45,16 +47,8 @@ int expectedRanks = 0;
 int rank() { return static_cast<int>(ztrt_rank(ctx)); }
 int ranks() { return static_cast<int>(ztrt_world_size(ctx)); }
 
-/// Rank `r`'s input element i of buffer `salt`: mixed signs and magnitudes
-/// spanning 2^-10 .. 2^10, so that the order of a sum changes its rounding.
 float value(int r, int64_t i, uint32_t salt) {
-  uint32_t h = static_cast<uint32_t>(r) * 0x9E3779B9u ^
-               static_cast<uint32_t>(i) * 0x85EBCA6Bu ^ salt * 0xC2B2AE35u;
-  h ^= h >> 16;
-  h *= 0x7FEB352Du;
-  h ^= h >> 15;
-  float unit = static_cast<float>(h >> 8) / 16777216.0f - 0.5f;
-  return std::ldexp(unit, static_cast<int>(h % 21) - 10);
+  return ztrt::test::mixedValue(r, i, salt);
 }
 
 std::vector<float> values(int r, int64_t n, uint32_t salt) {
@@ -91,21 +85,7 @@ std::vector<int64_t> sizes() {
   return {0, 1, n - 1, n + 1, 1000, 40000 * n + 3};
 }
 
-/// Prints failed assertions of ranks other than 0, prefixed with the rank,
-/// instead of every rank's full gtest output.
-class FailurePrinter : public ::testing::EmptyTestEventListener {
-public:
-  explicit FailurePrinter(int rank) : rank(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult &result) override {
-    if (result.failed())
-      std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank,
-                   result.file_name() ? result.file_name() : "?",
-                   result.line_number(), result.summary());
-  }
-
-private:
-  int rank;
-};
+using ztrt::test::FailurePrinter;
 
 } // namespace
 

@@ -26,6 +26,8 @@
 
 #include "ztrt.h"
 
+#include "MpiTestUtil.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -60,16 +62,8 @@ std::unique_ptr<ztrt_ctx> context(bool mesh, int perNode = kPerNode) {
   return ctx;
 }
 
-/// Rank `r`'s element i of buffer `salt`: mixed signs and magnitudes, so
-/// that the order of a sum changes its rounding.
 float value(int r, int64_t i, uint32_t salt) {
-  uint32_t h = static_cast<uint32_t>(r) * 0x9E3779B9u ^
-               static_cast<uint32_t>(i) * 0x85EBCA6Bu ^ salt * 0xC2B2AE35u;
-  h ^= h >> 16;
-  h *= 0x7FEB352Du;
-  h ^= h >> 15;
-  float unit = static_cast<float>(h >> 8) / 16777216.0f - 0.5f;
-  return std::ldexp(unit, static_cast<int>(h % 21) - 10);
+  return ztrt::test::mixedValue(r, i, salt);
 }
 
 std::vector<float> values(int r, int64_t n, uint32_t salt) {
@@ -109,20 +103,7 @@ bool sameBits(const std::vector<float> &a, const std::vector<float> &b) {
          std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-/// Prints failed assertions of ranks other than 0, prefixed with the rank.
-class FailurePrinter : public ::testing::EmptyTestEventListener {
-public:
-  explicit FailurePrinter(int rank) : rank(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult &result) override {
-    if (result.failed())
-      std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank,
-                   result.file_name() ? result.file_name() : "?",
-                   result.line_number(), result.summary());
-  }
-
-private:
-  int rank;
-};
+using ztrt::test::FailurePrinter;
 
 } // namespace
 
